@@ -1,0 +1,25 @@
+//! The managed runtime host: everything OpenMA's `managed-runtime-host` package does, provider
+//! blind.
+//!
+//! - [`plan`]: which strategies a profile gets from a set of capabilities.
+//! - [`registry`], [`loader`], [`provider_host`]: admit a provider driver against a profile,
+//!   descriptor first, then its live ports.
+//! - [`runtime_host`]: the fenced transaction around one work item (fence claim → workspace →
+//!   outputs → egress → acquire → attach → harness → checkpoint → publish → cleanup).
+//! - [`router`], [`supervisor_driver`]: the harness driver lanes.
+//! - [`reconciler`]: reaps orphans whose terminate failed.
+//! - [`catalog`]: the conformance catalog of known providers.
+//!
+//! This crate never names a concrete backend and does no I/O of its own beyond timers: every
+//! effect goes through a port from `omabox-contract`.
+
+pub mod catalog;
+pub mod loader;
+pub mod plan;
+pub mod provider_host;
+pub mod reconciler;
+pub mod registry;
+pub mod router;
+pub mod runtime_host;
+pub mod scheduler;
+pub mod supervisor_driver;

@@ -1,0 +1,5 @@
+//! Test support for omabox: hand-written fakes for every contract port (fault injection per
+//! step, call recording) and the conformance suite every backend runs.
+//!
+//! The TypeScript test catalogue of the contract is ported under `tests/`, one file per
+//! TypeScript test file, one Rust test per case, named after the case.
