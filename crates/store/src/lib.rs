@@ -1,1 +1,51 @@
-//! (in progress)
+//! Durable state for omabox: who owns a work item (the fence store), which resources are
+//! authoritative for it (the publication pointer), and which compute still needs reaping (the
+//! orphan queue).
+//!
+//! Two implementations of [`RuntimeResourceFencePort`] and [`RuntimeOrphanPort`]:
+//!
+//! - [`SqliteStore`]: one embedded SQLite file (WAL, busy timeout), shareable by several
+//!   processes on one machine. The default for a single host.
+//! - [`MemoryFenceStore`] and [`MemoryOrphanStore`]: in-memory twins with exactly the
+//!   reference implementation's semantics, for tests.
+//!
+//! Both fence stores run the same pure state machine ([`FenceRecord`]), and one behavioural
+//! suite (`tests/ports.rs`) runs against both.
+//!
+//! Invariants this crate keeps:
+//!
+//! - **A fence token is never stored.** Tokens come from a CSPRNG ([`RandomTokens`]); the
+//!   database holds only their SHA-256 ([`TokenHash`]), and no error text or log line carries
+//!   a token. Orphan error texts are redacted once more against every token this process
+//!   holds before they are written.
+//! - **Publish is atomic.** `publish` checks generation, token and expiry and advances the
+//!   active pointer in one write transaction; there is no separate check-then-publish.
+//!   `acquire`, `renew` and `release` are single transactions too, so two processes racing
+//!   to acquire a work item get exactly one new generation.
+//! - **Expiry is decided with one clock read per operation**, taken while the store holds
+//!   its lock or write transaction. The clock is injectable ([`Clock`], [`ManualClock`]).
+//! - **Schema changes are explicit.** The schema version is `PRAGMA user_version`; ordered
+//!   migrations run in one transaction; a database newer than this build is refused
+//!   ([`StoreError::SchemaTooNew`]).
+//!
+//! Known difference from the reference: a re-entrant `acquire` (same owner id, unexpired
+//! fence) returns the same fence only in the process that acquired it, because only that
+//! process knows the token. Any other process — including the same owner after a restart —
+//! gets `conflict` until the fence expires, exactly like a different owner.
+
+mod clock;
+mod error;
+mod fence_state;
+mod memory;
+mod sqlite;
+mod token;
+
+pub use clock::{Clock, MAX_TIMESTAMP_MS, ManualClock, SystemClock, iso_millis};
+pub use error::StoreError;
+pub use fence_state::{ActiveFence, FenceRecord, TokenProof};
+pub use memory::{MemoryFenceRecord, MemoryFenceStore, MemoryOrphanStore};
+pub use sqlite::{APPLICATION_ID, DEFAULT_BUSY_TIMEOUT, SCHEMA_VERSION, SqliteStore};
+pub use token::{RandomTokens, TokenHash, TokenSource};
+
+#[doc(no_inline)]
+pub use omabox_contract::{RuntimeOrphanPort, RuntimeResourceFencePort};
