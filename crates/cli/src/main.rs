@@ -1,1 +1,68 @@
-fn main() {}
+//! `omabox`: the one binary. Wiring of stores, backends and the host lives only here.
+
+mod commands;
+mod data_dir;
+
+use clap::{Parser, Subcommand};
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+/// A sandbox execution backend for AI agents, implementing the OpenMA contract.
+#[derive(Debug, Parser)]
+#[command(name = "omabox", version, about, long_about = None)]
+struct Cli {
+    /// Where omabox keeps its state (SQLite database). Default: $XDG_DATA_HOME/omabox, else
+    /// ~/.local/share/omabox.
+    #[arg(long, global = true, env = "OMABOX_DATA_DIR", value_name = "DIR")]
+    data_dir: Option<PathBuf>,
+
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Print the managed-runtime provider conformance catalog.
+    Catalog(commands::catalog::CatalogArgs),
+    /// Retry the termination of sandboxes whose terminate failed (the orphan queue).
+    Reap(commands::reap::ReapArgs),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    init_tracing();
+    match run(cli) {
+        Ok(code) => code,
+        Err(error) => {
+            eprintln!("omabox: error: {error:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(cli: Cli) -> anyhow::Result<ExitCode> {
+    match cli.command {
+        Command::Catalog(args) => commands::catalog::run(&args),
+        Command::Reap(args) => {
+            let data_dir = data_dir::resolve(cli.data_dir.as_deref())?;
+            runtime()?.block_on(commands::reap::run(&data_dir, &args))
+        }
+    }
+}
+
+fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+    Ok(tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?)
+}
+
+/// Logs go to stderr, filtered by `OMABOX_LOG` (default: warnings only), so `--json` output on
+/// stdout stays clean.
+fn init_tracing() {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("OMABOX_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .try_init();
+}

@@ -3,8 +3,8 @@
 
 use crate::{
     AbortSignal, HarnessDriverDeclaration, HarnessIdentity, ManagedSandboxLease, PortError,
-    RuntimeProcessDeclaration, RuntimeResourceFence, RuntimeResourceScope,
-    SandboxHarnessDriverCapabilities, SUPERVISOR_PROTOCOL_V1,
+    RuntimeProcessDeclaration, RuntimeResourceFence, RuntimeResourceScope, SUPERVISOR_PROTOCOL_V1,
+    SandboxHarnessDriverCapabilities,
 };
 use async_trait::async_trait;
 use futures::future::BoxFuture;
@@ -145,7 +145,9 @@ impl HarnessSupervisorEvent {
         use serde_json::Value;
         let value: Value = serde_json::from_str(line)
             .map_err(|_| PortError::new("Harness supervisor emitted invalid JSON"))?;
-        let object = value.as_object().filter(|object| object.contains_key("type"));
+        let object = value
+            .as_object()
+            .filter(|object| object.contains_key("type"));
         let Some(object) = object else {
             return Err(PortError::new(
                 "Harness supervisor event must be an object with a type",
@@ -293,7 +295,8 @@ pub trait SandboxHarnessDriverPort: Send + Sync {
 }
 
 /// Stream of validated supervisor events.
-pub type HarnessSupervisorEventStream = BoxStream<'static, Result<HarnessSupervisorEvent, PortError>>;
+pub type HarnessSupervisorEventStream =
+    BoxStream<'static, Result<HarnessSupervisorEvent, PortError>>;
 
 /// An open channel to a supervisor process.
 #[async_trait]
@@ -341,8 +344,14 @@ mod tests {
     fn every_validation_text() {
         let cases = [
             ("nope", "Harness supervisor emitted invalid JSON"),
-            ("null", "Harness supervisor event must be an object with a type"),
-            ("{}", "Harness supervisor event must be an object with a type"),
+            (
+                "null",
+                "Harness supervisor event must be an object with a type",
+            ),
+            (
+                "{}",
+                "Harness supervisor event must be an object with a type",
+            ),
             (
                 r#"{"type":"ready","protocol":"v0"}"#,
                 "Harness supervisor emitted an unsupported ready protocol",
@@ -371,11 +380,16 @@ mod tests {
                 r#"{"type":"error","message":""}"#,
                 "Harness supervisor error message must be non-empty",
             ),
-            (r#"{"type":"dance"}"#, "Unknown harness supervisor event: dance"),
+            (
+                r#"{"type":"dance"}"#,
+                "Unknown harness supervisor event: dance",
+            ),
         ];
         for (line, message) in cases {
             assert_eq!(
-                HarnessSupervisorEvent::parse_line(line).unwrap_err().message(),
+                HarnessSupervisorEvent::parse_line(line)
+                    .unwrap_err()
+                    .message(),
                 message,
                 "{line}"
             );

@@ -35,8 +35,12 @@ impl EnvironmentWorkerInstallationMode {
     pub fn strategy(self) -> EnvironmentWorkerInstallationStrategy {
         match self {
             Self::RuntimeHost => EnvironmentWorkerInstallationStrategy::ClaimThenAcquire,
-            Self::ProviderDispatch => EnvironmentWorkerInstallationStrategy::PollUnackedThenDispatch,
-            Self::ProviderActivation => EnvironmentWorkerInstallationStrategy::AcquireThenSessionPoll,
+            Self::ProviderDispatch => {
+                EnvironmentWorkerInstallationStrategy::PollUnackedThenDispatch
+            }
+            Self::ProviderActivation => {
+                EnvironmentWorkerInstallationStrategy::AcquireThenSessionPoll
+            }
             Self::ExternalWorker => EnvironmentWorkerInstallationStrategy::ExternalWorker,
         }
     }

@@ -124,8 +124,10 @@ pub fn stable_json(value: &serde_json::Value) -> String {
     fn sorted(value: &serde_json::Value) -> serde_json::Value {
         match value {
             serde_json::Value::Object(map) => {
-                let ordered: BTreeMap<&String, serde_json::Value> =
-                    map.iter().map(|(key, value)| (key, sorted(value))).collect();
+                let ordered: BTreeMap<&String, serde_json::Value> = map
+                    .iter()
+                    .map(|(key, value)| (key, sorted(value)))
+                    .collect();
                 serde_json::Value::Object(
                     ordered
                         .into_iter()

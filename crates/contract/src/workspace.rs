@@ -2,9 +2,8 @@
 
 use crate::json::Meta;
 use crate::{
-    AbortSignal, ManagedSandboxLease, PortError, RuntimePublicationCandidate,
-    RuntimeResourceFence, RuntimeResourceScope, WorkspacePersistenceCapabilities,
-    WorkspaceStrategy,
+    AbortSignal, ManagedSandboxLease, PortError, RuntimePublicationCandidate, RuntimeResourceFence,
+    RuntimeResourceScope, WorkspacePersistenceCapabilities, WorkspaceStrategy,
 };
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};

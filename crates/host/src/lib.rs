@@ -6,12 +6,14 @@
 //!   descriptor first, then its live ports.
 //! - [`runtime_host`]: the fenced transaction around one work item (fence claim → workspace →
 //!   outputs → egress → acquire → attach → harness → checkpoint → publish → cleanup).
-//! - [`router`], [`supervisor_driver`]: the harness driver lanes.
+//! - [`router`], [`supervisor_driver`]: the harness driver lanes; [`supervisor_channel`]: the
+//!   JSON-Lines supervisor wire protocol over any process's stdin/stdout.
 //! - [`reconciler`]: reaps orphans whose terminate failed.
 //! - [`catalog`]: the conformance catalog of known providers.
 //!
 //! This crate never names a concrete backend and does no I/O of its own beyond timers: every
-//! effect goes through a port from `omabox-contract`.
+//! effect goes through a port from `omabox-contract` (the JSON-Lines channel reads and writes
+//! only the streams a backend hands it).
 
 pub mod catalog;
 pub mod loader;
@@ -22,4 +24,5 @@ pub mod registry;
 pub mod router;
 pub mod runtime_host;
 pub mod scheduler;
+pub mod supervisor_channel;
 pub mod supervisor_driver;

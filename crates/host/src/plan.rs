@@ -12,7 +12,9 @@ use omabox_contract::{
 };
 
 /// Workspace strategies eligible for a requirement, in default preference order.
-pub fn eligible_workspace_strategies(requirement: WorkspaceRequirement) -> &'static [WorkspaceStrategy] {
+pub fn eligible_workspace_strategies(
+    requirement: WorkspaceRequirement,
+) -> &'static [WorkspaceStrategy] {
     use WorkspaceStrategy::*;
     match requirement {
         WorkspaceRequirement::Durable => &[DurableMount, CheckpointRestore],
@@ -29,8 +31,10 @@ const DEFAULT_OUTPUT_PREFERENCE: &[OutputStrategy] = &[
     OutputStrategy::FinalCollect,
 ];
 
-const RUNTIME_CHECKPOINT_PREFERENCE: &[RuntimeCheckpointKind] =
-    &[RuntimeCheckpointKind::Process, RuntimeCheckpointKind::Filesystem];
+const RUNTIME_CHECKPOINT_PREFERENCE: &[RuntimeCheckpointKind] = &[
+    RuntimeCheckpointKind::Process,
+    RuntimeCheckpointKind::Filesystem,
+];
 
 /// `resolveManagedRuntimePlan`: fails with a `ManagedRuntimeCapabilityError` carrying the
 /// contract's exact text when a requirement cannot be met.

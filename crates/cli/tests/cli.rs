@@ -1,0 +1,133 @@
+//! The `omabox` binary driven as a user would: real process, real data directory.
+
+use omabox_contract::{
+    EnqueueRuntimeOrphanInput, ManagedSandboxLease, PortError, RuntimeOrphanPort,
+    RuntimeResourceScope, TerminationReason,
+};
+use omabox_store::SqliteStore;
+use std::path::Path;
+use std::process::{Command, Output};
+
+fn omabox(data_dir: &Path, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_omabox"))
+        .arg("--data-dir")
+        .arg(data_dir)
+        .args(args)
+        .output()
+        .expect("the omabox binary runs")
+}
+
+fn stdout_json(output: &Output) -> serde_json::Value {
+    assert!(
+        output.status.success(),
+        "omabox failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    serde_json::from_slice(&output.stdout).expect("stdout is one JSON document")
+}
+
+#[test]
+fn catalog_json_lists_the_twelve_openma_providers_with_every_column() {
+    let dir = tempfile::tempdir().unwrap();
+    let rows = stdout_json(&omabox(dir.path(), &["catalog", "--json"]));
+    let rows = rows.as_array().expect("an array of rows");
+    let ids: Vec<&str> = rows.iter().map(|row| row["id"].as_str().unwrap()).collect();
+    assert_eq!(
+        ids,
+        [
+            "node-docker",
+            "cloudflare",
+            "cloudflare-bridge",
+            "e2b",
+            "daytona",
+            "litebox",
+            "boxrun",
+            "blaxel",
+            "sprites",
+            "vercel",
+            "modal",
+            "superserve"
+        ]
+    );
+    for row in rows {
+        for column in [
+            "managedRuntime",
+            "status",
+            "driverLanes",
+            "lifecycle",
+            "workspace",
+            "outputs",
+            "runtimeCheckpoints",
+            "sandboxPortFacts",
+        ] {
+            assert!(row.get(column).is_some(), "{} lacks {column}", row["id"]);
+        }
+    }
+}
+
+#[test]
+fn catalog_prints_a_readable_table() {
+    let dir = tempfile::tempdir().unwrap();
+    let output = omabox(dir.path(), &["catalog"]);
+    assert!(output.status.success());
+    let text = String::from_utf8(output.stdout).unwrap();
+    assert!(text.lines().count() >= 13, "{text}");
+    assert!(text.contains("superserve"));
+}
+
+#[tokio::test]
+async fn reap_keeps_an_orphan_of_an_unknown_provider_queued_with_a_clear_error() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let store = SqliteStore::open(dir.path().join("omabox.db")).unwrap();
+        store
+            .enqueue(EnqueueRuntimeOrphanInput {
+                scope: RuntimeResourceScope::new("w", "e", "s", "k"),
+                generation: 3,
+                owner_id: "owner".into(),
+                sandbox: ManagedSandboxLease {
+                    provider: "nowhere".into(),
+                    runtime_id: "rt-1".into(),
+                    metadata: None,
+                },
+                reason: TerminationReason::Failed,
+                error: PortError::new("terminate failed"),
+            })
+            .await
+            .unwrap();
+    }
+    for attempt in 1..=2 {
+        let report = stdout_json(&omabox(dir.path(), &["reap", "--json"]));
+        assert_eq!(report["inspected"], 1);
+        assert_eq!(report["resolved"], 0);
+        assert_eq!(report["remaining"], 1);
+        let queued = &report["queued"][0];
+        assert_eq!(queued["sandbox"]["runtimeId"], "rt-1");
+        assert_eq!(queued["attempts"], attempt);
+        assert_eq!(
+            queued["lastError"],
+            "No sandbox backend is registered for provider nowhere"
+        );
+    }
+}
+
+#[test]
+fn reap_rejects_a_zero_limit() {
+    let dir = tempfile::tempdir().unwrap();
+    let output = omabox(dir.path(), &["reap", "--limit", "0"]);
+    assert!(!output.status.success());
+    assert!(String::from_utf8_lossy(&output.stderr).contains("--limit"));
+}
+
+#[test]
+fn data_dir_defaults_under_xdg_data_home() {
+    let xdg = tempfile::tempdir().unwrap();
+    let output = Command::new(env!("CARGO_BIN_EXE_omabox"))
+        .env_remove("OMABOX_DATA_DIR")
+        .env("XDG_DATA_HOME", xdg.path())
+        .args(["reap", "--json"])
+        .output()
+        .unwrap();
+    assert!(output.status.success());
+    assert!(xdg.path().join("omabox/omabox.db").exists());
+}

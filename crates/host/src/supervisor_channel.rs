@@ -1,0 +1,562 @@
+//! A generic JSON-Lines [`HarnessSupervisorChannel`] over a process's stdin and stdout.
+//!
+//! Any backend that can start a supervisor process and hand over its byte streams (a local
+//! child, a duplex process in a sandbox, an attach stream) gets the wire protocol of
+//! `openma-harness-supervisor-v1` from here instead of re-implementing it:
+//!
+//! - each command is written as `JSON(command) + "\n"` to stdin;
+//! - stdout is split on `"\n"`, each line trimmed, empty lines skipped, and a trailing
+//!   unterminated record at end of file still parsed; every record is validated by
+//!   [`HarnessSupervisorEvent::parse_line`] (its error ends the stream);
+//! - the event stream can be taken once, and ends with the consumer's abort reason as soon as
+//!   the consumer's signal fires;
+//! - `send` fails after `close` and once the signal given at open time fired;
+//! - `close` is idempotent and never fails: it closes stdin (errors ignored), then runs the
+//!   kill callback (the backend's SIGTERM; errors ignored).
+//!
+//! The adapter never spawns anything itself: the process and its kill belong to the backend.
+
+use futures::future::BoxFuture;
+use omabox_contract::{
+    AbortSignal, HarnessSupervisorChannel, HarnessSupervisorCommand, HarnessSupervisorEvent,
+    HarnessSupervisorEventStream, PortError,
+};
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
+use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWrite, AsyncWriteExt, BufReader};
+
+/// The supervisor's stdin.
+pub type SupervisorStdin = Box<dyn AsyncWrite + Send + Unpin>;
+/// The supervisor's stdout (or stderr).
+pub type SupervisorOutput = Box<dyn AsyncRead + Send + Unpin>;
+/// Stops the supervisor process (SIGTERM for a process). Called at most once, by `close`.
+pub type SupervisorKill = Box<dyn FnOnce() -> BoxFuture<'static, Result<(), PortError>> + Send>;
+
+/// JSON-Lines channel to one supervisor process.
+pub struct JsonLinesSupervisorChannel {
+    stdin: tokio::sync::Mutex<Option<SupervisorStdin>>,
+    stdout: Mutex<Option<SupervisorOutput>>,
+    kill: Mutex<Option<SupervisorKill>>,
+    closed: AtomicBool,
+    open_signal: AbortSignal,
+}
+
+impl std::fmt::Debug for JsonLinesSupervisorChannel {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("JsonLinesSupervisorChannel")
+            .field("closed", &self.closed.load(Ordering::SeqCst))
+            .finish_non_exhaustive()
+    }
+}
+
+impl JsonLinesSupervisorChannel {
+    /// A channel over `stdin`/`stdout`; `kill` stops the process on close; `open_signal` is the
+    /// signal the transport's `open` received.
+    pub fn new(
+        stdin: SupervisorStdin,
+        stdout: SupervisorOutput,
+        kill: SupervisorKill,
+        open_signal: AbortSignal,
+    ) -> Self {
+        Self {
+            stdin: tokio::sync::Mutex::new(Some(stdin)),
+            stdout: Mutex::new(Some(stdout)),
+            kill: Mutex::new(Some(kill)),
+            closed: AtomicBool::new(false),
+            open_signal,
+        }
+    }
+
+    /// Drains and discards the supervisor's stderr in the background, so a chatty supervisor
+    /// never blocks on a full pipe. Must be called inside a tokio runtime.
+    pub fn with_stderr(self, stderr: SupervisorOutput) -> Self {
+        tokio::spawn(async move {
+            let mut stderr = stderr;
+            let _ = tokio::io::copy(&mut stderr, &mut tokio::io::sink()).await;
+        });
+        self
+    }
+}
+
+/// Reader state of the event stream.
+struct EventReader {
+    reader: BufReader<SupervisorOutput>,
+    signal: AbortSignal,
+    line: Vec<u8>,
+    done: bool,
+}
+
+impl EventReader {
+    /// The next validated event, `None` at end of file, or the error that ends the stream.
+    async fn next_event(&mut self) -> Option<Result<HarnessSupervisorEvent, PortError>> {
+        while !self.done {
+            self.line.clear();
+            let read = tokio::select! {
+                biased;
+                reason = self.signal.aborted() => Err(reason),
+                read = self.reader.read_until(b'\n', &mut self.line) => read.map_err(PortError::from),
+            };
+            let record = match read {
+                Err(error) => {
+                    self.done = true;
+                    return Some(Err(error));
+                }
+                // End of file with nothing pending.
+                Ok(0) => {
+                    self.done = true;
+                    return None;
+                }
+                // A terminated line, or the unterminated last record at end of file.
+                Ok(_) => String::from_utf8_lossy(&self.line).trim().to_owned(),
+            };
+            if record.is_empty() {
+                continue;
+            }
+            let event = HarnessSupervisorEvent::parse_line(&record);
+            if event.is_err() {
+                self.done = true;
+            }
+            return Some(event);
+        }
+        None
+    }
+}
+
+#[async_trait::async_trait]
+impl HarnessSupervisorChannel for JsonLinesSupervisorChannel {
+    async fn send(&self, command: HarnessSupervisorCommand) -> Result<(), PortError> {
+        let closed = || PortError::new("Harness supervisor channel is closed");
+        if self.closed.load(Ordering::SeqCst) {
+            return Err(closed());
+        }
+        self.open_signal.throw_if_aborted()?;
+        let mut stdin = self.stdin.lock().await;
+        let writer = stdin.as_mut().ok_or_else(closed)?;
+        writer
+            .write_all(command.to_json_line().as_bytes())
+            .await
+            .map_err(PortError::from)?;
+        writer.flush().await.map_err(PortError::from)
+    }
+
+    async fn events(&self, signal: AbortSignal) -> Result<HarnessSupervisorEventStream, PortError> {
+        let stdout = self
+            .stdout
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take()
+            .ok_or_else(|| {
+                PortError::new("Harness supervisor event stream can only be consumed once")
+            })?;
+        let reader = EventReader {
+            reader: BufReader::new(stdout),
+            signal,
+            line: Vec::new(),
+            done: false,
+        };
+        Ok(Box::pin(futures::stream::unfold(
+            reader,
+            |mut reader| async move {
+                let event = reader.next_event().await?;
+                Some((event, reader))
+            },
+        )))
+    }
+
+    async fn close(&self) -> Result<(), PortError> {
+        if self.closed.swap(true, Ordering::SeqCst) {
+            return Ok(());
+        }
+        if let Some(mut stdin) = self.stdin.lock().await.take() {
+            let _ = stdin.shutdown().await;
+        }
+        let kill = self
+            .kill
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take();
+        if let Some(kill) = kill {
+            let _ = kill().await;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::supervisor_driver::SupervisedSandboxHarnessDriver;
+    use futures::{FutureExt, StreamExt};
+    use omabox_contract::{
+        AbortController, HarnessDriverDeclaration, HarnessIdentity, HarnessSupervisorTransportPort,
+        ManagedSandboxLease, ManagedWorkExecutionResult, OpenSupervisorInput, RunHarnessInput,
+        RuntimeProcessDeclaration, RuntimeResourceFence, RuntimeResourceScope,
+        SandboxHarnessDriverPort, SecretString, SupervisorProtocol, SupervisorStopReason,
+    };
+    use std::sync::Arc;
+    use std::sync::atomic::AtomicUsize;
+    use tokio::io::{AsyncReadExt, DuplexStream};
+
+    struct Harness {
+        channel: JsonLinesSupervisorChannel,
+        /// What the supervisor reads (our stdin).
+        supervisor_stdin: DuplexStream,
+        /// What the supervisor writes (our stdout).
+        supervisor_stdout: DuplexStream,
+        kills: Arc<AtomicUsize>,
+        open: AbortController,
+    }
+
+    fn harness(kill_result: Result<(), PortError>) -> Harness {
+        let (stdin, supervisor_stdin) = tokio::io::duplex(4096);
+        let (supervisor_stdout, stdout) = tokio::io::duplex(4096);
+        let kills = Arc::new(AtomicUsize::new(0));
+        let open = AbortController::new();
+        let kill: SupervisorKill = {
+            let kills = Arc::clone(&kills);
+            Box::new(move || {
+                kills.fetch_add(1, Ordering::SeqCst);
+                async move { kill_result }.boxed()
+            })
+        };
+        Harness {
+            channel: JsonLinesSupervisorChannel::new(
+                Box::new(stdin),
+                Box::new(stdout),
+                kill,
+                open.signal(),
+            ),
+            supervisor_stdin,
+            supervisor_stdout,
+            kills,
+            open,
+        }
+    }
+
+    async fn collect(
+        channel: &JsonLinesSupervisorChannel,
+    ) -> Vec<Result<HarnessSupervisorEvent, PortError>> {
+        channel
+            .events(AbortSignal::never())
+            .await
+            .unwrap()
+            .collect()
+            .await
+    }
+
+    #[tokio::test]
+    async fn splits_trims_skips_blank_lines_and_parses_a_trailing_unterminated_record() {
+        let mut h = harness(Ok(()));
+        let writer = tokio::spawn(async move {
+            for chunk in [
+                "  {\"type\":\"ready\",\"protocol\":\"openma-harness-",
+                "supervisor-v1\"}  \r\n\n   \n{\"type\":\"heartbeat\",\"sequence\":0}\n",
+                "{\"type\":\"completed\",\"exitCode\":0,\"extra\":true}",
+            ] {
+                h.supervisor_stdout
+                    .write_all(chunk.as_bytes())
+                    .await
+                    .unwrap();
+                tokio::task::yield_now().await;
+            }
+            // Dropping the write half is end of file.
+        });
+        let events = collect(&h.channel).await;
+        writer.await.unwrap();
+        assert_eq!(
+            events,
+            vec![
+                Ok(HarnessSupervisorEvent::Ready {
+                    protocol: "openma-harness-supervisor-v1".into()
+                }),
+                Ok(HarnessSupervisorEvent::Heartbeat { sequence: 0 }),
+                Ok(HarnessSupervisorEvent::Completed { exit_code: 0 }),
+            ]
+        );
+    }
+
+    #[tokio::test]
+    async fn a_validation_error_ends_the_stream_with_the_contract_text() {
+        let cases = [
+            ("nope", "Harness supervisor emitted invalid JSON"),
+            (
+                "null",
+                "Harness supervisor event must be an object with a type",
+            ),
+            (
+                "{}",
+                "Harness supervisor event must be an object with a type",
+            ),
+            (
+                r#"{"type":"ready","protocol":"v0"}"#,
+                "Harness supervisor emitted an unsupported ready protocol",
+            ),
+            (
+                r#"{"type":"heartbeat","sequence":-1}"#,
+                "Harness supervisor heartbeat sequence must be non-negative",
+            ),
+            (
+                r#"{"type":"checkpoint","checkpointId":"c","sessionId":""}"#,
+                "Harness supervisor checkpoint request is invalid",
+            ),
+            (
+                r#"{"type":"completed","exitCode":0.5}"#,
+                "Harness supervisor completion exitCode must be an integer",
+            ),
+            (
+                r#"{"type":"error","message":""}"#,
+                "Harness supervisor error message must be non-empty",
+            ),
+            (
+                r#"{"type":"dance"}"#,
+                "Unknown harness supervisor event: dance",
+            ),
+        ];
+        for (line, message) in cases {
+            let mut h = harness(Ok(()));
+            let text = format!("{line}\n{{\"type\":\"drained\"}}\n");
+            h.supervisor_stdout
+                .write_all(text.as_bytes())
+                .await
+                .unwrap();
+            drop(h.supervisor_stdout);
+            let events = collect(&h.channel).await;
+            assert_eq!(events.len(), 1, "{line}: the stream ends at the bad record");
+            assert_eq!(events[0].as_ref().unwrap_err().message(), message, "{line}");
+        }
+    }
+
+    #[tokio::test]
+    async fn the_event_stream_can_only_be_consumed_once() {
+        let h = harness(Ok(()));
+        let _first = h.channel.events(AbortSignal::never()).await.unwrap();
+        let second = h.channel.events(AbortSignal::never()).await;
+        assert_eq!(
+            second.err().unwrap().message(),
+            "Harness supervisor event stream can only be consumed once"
+        );
+    }
+
+    #[tokio::test]
+    async fn sends_json_lines_and_refuses_after_close() {
+        let mut h = harness(Ok(()));
+        h.channel
+            .send(HarnessSupervisorCommand::Drain)
+            .await
+            .unwrap();
+        h.channel
+            .send(HarnessSupervisorCommand::Stop {
+                reason: SupervisorStopReason::Failed,
+            })
+            .await
+            .unwrap();
+        h.channel.close().await.unwrap();
+        let mut written = String::new();
+        h.supervisor_stdin
+            .read_to_string(&mut written)
+            .await
+            .unwrap();
+        assert_eq!(
+            written, "{\"type\":\"drain\"}\n{\"type\":\"stop\",\"reason\":\"failed\"}\n",
+            "stdin is closed by close()"
+        );
+        assert_eq!(
+            h.channel
+                .send(HarnessSupervisorCommand::Drain)
+                .await
+                .unwrap_err()
+                .message(),
+            "Harness supervisor channel is closed"
+        );
+    }
+
+    #[tokio::test]
+    async fn send_fails_with_the_abort_reason_once_the_open_signal_fired() {
+        let h = harness(Ok(()));
+        h.open.abort(PortError::new("generation cancelled"));
+        assert_eq!(
+            h.channel
+                .send(HarnessSupervisorCommand::Drain)
+                .await
+                .unwrap_err()
+                .message(),
+            "generation cancelled"
+        );
+    }
+
+    #[tokio::test]
+    async fn close_is_idempotent_and_ignores_kill_errors() {
+        let h = harness(Err(PortError::new("no such process")));
+        h.channel.close().await.unwrap();
+        h.channel.close().await.unwrap();
+        assert_eq!(h.kills.load(Ordering::SeqCst), 1);
+    }
+
+    #[tokio::test]
+    async fn an_aborted_consumer_signal_ends_the_pending_read_with_its_reason() {
+        let mut h = harness(Ok(()));
+        let consumer = AbortController::new();
+        let mut events = h.channel.events(consumer.signal()).await.unwrap();
+        h.supervisor_stdout
+            .write_all(b"{\"type\":\"heartbeat\",\"sequence\":3}\n")
+            .await
+            .unwrap();
+        assert_eq!(
+            events.next().await,
+            Some(Ok(HarnessSupervisorEvent::Heartbeat { sequence: 3 }))
+        );
+        let pending = tokio::spawn(async move {
+            let next = events.next().await;
+            (next, events.next().await)
+        });
+        tokio::task::yield_now().await;
+        consumer.abort(PortError::new("lease lost"));
+        let (next, after) = pending.await.unwrap();
+        assert_eq!(next.unwrap().unwrap_err().message(), "lease lost");
+        assert!(after.is_none(), "the stream ends after the abort");
+    }
+
+    /// A transport that runs the supervisor as a real `sh` child process.
+    struct ShellTransport {
+        script: &'static str,
+    }
+
+    #[async_trait::async_trait]
+    impl HarnessSupervisorTransportPort for ShellTransport {
+        async fn open(
+            &self,
+            input: OpenSupervisorInput,
+        ) -> Result<Box<dyn HarnessSupervisorChannel>, PortError> {
+            let mut child = tokio::process::Command::new("sh")
+                .arg("-c")
+                .arg(self.script)
+                .stdin(std::process::Stdio::piped())
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped())
+                .kill_on_drop(true)
+                .spawn()?;
+            let stdin = child
+                .stdin
+                .take()
+                .ok_or_else(|| PortError::new("no stdin"))?;
+            let stdout = child
+                .stdout
+                .take()
+                .ok_or_else(|| PortError::new("no stdout"))?;
+            let stderr = child
+                .stderr
+                .take()
+                .ok_or_else(|| PortError::new("no stderr"))?;
+            let kill: SupervisorKill = Box::new(move || {
+                async move {
+                    if let Some(pid) = child.id() {
+                        let _ = tokio::process::Command::new("kill")
+                            .arg("-TERM")
+                            .arg(pid.to_string())
+                            .status()
+                            .await;
+                    }
+                    child.wait().await?;
+                    Ok(())
+                }
+                .boxed()
+            });
+            Ok(Box::new(
+                JsonLinesSupervisorChannel::new(
+                    Box::new(stdin),
+                    Box::new(stdout),
+                    kill,
+                    input.signal,
+                )
+                .with_stderr(Box::new(stderr)),
+            ))
+        }
+    }
+
+    fn supervised_input() -> RunHarnessInput {
+        RunHarnessInput {
+            scope: RuntimeResourceScope::new("w", "e", "s", "k"),
+            fence: RuntimeResourceFence {
+                workspace_id: "w".into(),
+                environment_id: "e".into(),
+                session_id: "s".into(),
+                work_id: "k".into(),
+                owner_id: "o".into(),
+                generation: 1,
+                token: SecretString::new("fence-secret"),
+                expires_at: "2026-09-03T12:00:00.000Z".into(),
+            },
+            sandbox: ManagedSandboxLease {
+                provider: "local".into(),
+                runtime_id: "r".into(),
+                metadata: None,
+            },
+            workspace_path: "/workspace".into(),
+            output_path: None,
+            driver: HarnessDriverDeclaration::OpenmaSupervised {
+                protocol: SupervisorProtocol::V1,
+                supervisor: RuntimeProcessDeclaration::command("sh"),
+                harness: HarnessIdentity {
+                    id: "pi".into(),
+                    version: "1".into(),
+                },
+                ready_timeout_ms: 5_000,
+                heartbeat_timeout_ms: 5_000,
+                drain_timeout_ms: 5_000,
+            },
+            checkpoint: None,
+            signal: AbortSignal::never(),
+        }
+    }
+
+    #[tokio::test]
+    async fn drives_a_real_supervisor_process_over_stdio() {
+        // Checks the start command, chats on stderr, and ends with an unterminated record.
+        let script = r#"
+            read start
+            case "$start" in
+              *'"type":"start"'*'"workspacePath":"/workspace"'*) ;;
+              *) echo "bad start: $start" >&2; exit 3 ;;
+            esac
+            case "$start" in *fence-secret*) exit 4 ;; esac
+            echo "noise on stderr" >&2
+            printf '{"type":"ready","protocol":"openma-harness-supervisor-v1"}\n\n'
+            printf '  {"type":"heartbeat","sequence":1}  \n{"type":"completed","exitCode":0}\n'
+            read drain
+            case "$drain" in '{"type":"drain"}') ;; *) exit 5 ;; esac
+            printf '{"type":"drained"}'
+        "#;
+        let driver = SupervisedSandboxHarnessDriver::new(Arc::new(ShellTransport { script }));
+        assert_eq!(
+            driver.run(supervised_input()).await,
+            Ok(ManagedWorkExecutionResult::Completed)
+        );
+    }
+
+    #[tokio::test]
+    async fn reports_a_real_supervisor_that_exits_early() {
+        let driver = SupervisedSandboxHarnessDriver::new(Arc::new(ShellTransport {
+            script: "read start; exit 0",
+        }));
+        let error = driver.run(supervised_input()).await.unwrap_err();
+        assert_eq!(error.message(), "Supervisor closed before ready");
+    }
+
+    #[tokio::test]
+    async fn stops_a_hanging_real_supervisor_when_cancelled() {
+        let driver = SupervisedSandboxHarnessDriver::new(Arc::new(ShellTransport {
+            script: r#"read start; printf '{"type":"ready","protocol":"openma-harness-supervisor-v1"}\n'; while :; do sleep 1; done"#,
+        }));
+        let controller = AbortController::new();
+        let mut input = supervised_input();
+        input.signal = controller.signal();
+        let running = tokio::spawn(async move { driver.run(input).await });
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+        controller.abort(PortError::new("lease lost"));
+        let result = tokio::time::timeout(std::time::Duration::from_secs(10), running)
+            .await
+            .expect("close kills the supervisor promptly")
+            .unwrap();
+        assert_eq!(result, Ok(ManagedWorkExecutionResult::Aborted));
+    }
+}
