@@ -1,0 +1,147 @@
+//! `omabox-sandbox-init`: the first and only program a linux sandbox execs. It starts as
+//! PID 1 of fresh namespaces, reads its plan from an inherited pipe, builds and locks
+//! down the sandbox (single-threaded, before any runtime exists), reports ready, then
+//! becomes the omabox agent in-process and serves the protocol on the inherited socket.
+//! When that connection ends, it exits, and the kernel kills the rest of the sandbox.
+//!
+//! Not meant to be run by hand; the host side (`LinuxRuntime::start`) passes
+//! `--plan-fd N --status-fd N --agent-fd N`.
+
+use std::io::{Read, Write};
+use std::os::fd::{FromRawFd, OwnedFd, RawFd};
+use std::process::ExitCode;
+
+use omabox_agent::agent::{Agent, AgentConfig, ReapMode};
+use omabox_backend_linux::handoff::{self, InitSpec};
+use omabox_backend_linux::setup;
+
+struct Fds {
+    plan: OwnedFd,
+    status: OwnedFd,
+    agent: OwnedFd,
+}
+
+fn parse_fds() -> Result<Fds, String> {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let get = |flag: &str| -> Result<RawFd, String> {
+        let i = args
+            .iter()
+            .position(|a| a == flag)
+            .ok_or_else(|| format!("missing {flag}"))?;
+        args.get(i + 1)
+            .and_then(|v| v.parse::<RawFd>().ok())
+            .filter(|fd| *fd > 2)
+            .ok_or_else(|| format!("bad value for {flag}"))
+    };
+    let (plan, status, agent) = (get("--plan-fd")?, get("--status-fd")?, get("--agent-fd")?);
+    if plan == status || plan == agent || status == agent {
+        return Err("fd numbers must differ".into());
+    }
+    // Make sure each fd is open before taking ownership of it.
+    for fd in [plan, status, agent] {
+        // SAFETY: F_GETFD on an integer fd has no memory effects.
+        if unsafe { libc::fcntl(fd, libc::F_GETFD) } < 0 {
+            return Err(format!("fd {fd} is not open"));
+        }
+    }
+    // SAFETY: the three fds are open (checked above), distinct, and were passed to this
+    // process for it to own; nothing else in this process refers to them.
+    Ok(unsafe {
+        Fds {
+            plan: OwnedFd::from_raw_fd(plan),
+            status: OwnedFd::from_raw_fd(status),
+            agent: OwnedFd::from_raw_fd(agent),
+        }
+    })
+}
+
+fn main() -> ExitCode {
+    let fds = match parse_fds() {
+        Ok(f) => f,
+        Err(e) => {
+            eprintln!("{}: {e}", omabox_backend_linux::INIT_BINARY);
+            return ExitCode::from(2);
+        }
+    };
+    let mut status = std::fs::File::from(fds.status);
+    // Blocks until the host has moved us into the sandbox cgroup and written the plan.
+    let spec: InitSpec = {
+        let mut bytes = Vec::new();
+        let mut plan = std::fs::File::from(fds.plan);
+        if let Err(e) = plan.read_to_end(&mut bytes) {
+            let _ = write!(status, "{}reading plan: {e}", handoff::FAILED as char);
+            return ExitCode::from(1);
+        }
+        match serde_json::from_slice(&bytes) {
+            Ok(s) => s,
+            Err(e) => {
+                let _ = write!(status, "{}decoding plan: {e}", handoff::FAILED as char);
+                return ExitCode::from(1);
+            }
+        }
+    };
+    let report = match setup::run(&spec) {
+        Ok(r) => r,
+        Err(e) => {
+            let _ = write!(status, "{}{e}", handoff::FAILED as char);
+            return ExitCode::from(1);
+        }
+    };
+    let mut msg = vec![handoff::READY];
+    msg.extend(serde_json::to_vec(&report).unwrap_or_default());
+    if status.write_all(&msg).is_err() {
+        return ExitCode::from(1);
+    }
+    drop(status);
+    serve(fds.agent)
+}
+
+/// Runs the agent on the inherited socket until the host closes it.
+fn serve(agent_fd: OwnedFd) -> ExitCode {
+    let stream = std::os::unix::net::UnixStream::from(agent_fd);
+    // Processes the agent starts must not inherit the control socket.
+    // SAFETY: F_SETFD on the fd `stream` owns; no memory effects.
+    let _ = unsafe {
+        libc::fcntl(
+            std::os::fd::AsRawFd::as_raw_fd(&stream),
+            libc::F_SETFD,
+            libc::FD_CLOEXEC,
+        )
+    };
+    let rt = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(_) => return ExitCode::from(1),
+    };
+    rt.block_on(async move {
+        if stream.set_nonblocking(true).is_err() {
+            return ExitCode::from(1);
+        }
+        let Ok(stream) = tokio::net::UnixStream::from_std(stream) else {
+            return ExitCode::from(1);
+        };
+        let config = AgentConfig {
+            reap: ReapMode::AllChildren,
+            ..AgentConfig::default()
+        };
+        let Ok(agent) = Agent::new(config) else {
+            return ExitCode::from(1);
+        };
+        let mut term =
+            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
+        let served = agent.serve(stream);
+        tokio::pin!(served);
+        loop {
+            tokio::select! {
+                _ = &mut served => break,
+                Some(()) = async { match term.as_mut() { Some(t) => t.recv().await, None => std::future::pending().await } } => {
+                    agent.signal_all(libc::SIGTERM);
+                }
+            }
+        }
+        agent.kill_all();
+        ExitCode::SUCCESS
+    })
+}

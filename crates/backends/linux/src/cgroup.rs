@@ -1,0 +1,377 @@
+//! One cgroup per sandbox, on cgroup v1 (one directory per controller) or v2 (one
+//! directory in the unified hierarchy).
+//!
+//! The host creates the directories and writes the limits before the sandbox's first
+//! process runs any code of its own, then moves that process in; removal kills whatever
+//! is left and retries `rmdir` while exiting tasks drain.
+
+use std::collections::BTreeMap;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use serde::{Deserialize, Serialize};
+
+use crate::plan::{CpuLimit, Limits};
+use crate::sys;
+
+/// v1 controllers a sandbox joins. `cpuset` is left out on purpose: a new v1 cpuset
+/// group refuses tasks until `cpus`/`mems` are copied in, and the sandbox needs no pinning.
+pub const V1_CONTROLLERS: &[&str] = &["memory", "pids", "cpu", "cpuacct", "freezer"];
+/// v1 controllers without which limits cannot be enforced.
+pub const V1_REQUIRED: &[&str] = &["memory", "pids"];
+/// v2 controllers enabled for sandboxes.
+pub const V2_CONTROLLERS: &[&str] = &["memory", "pids", "cpu"];
+
+/// Where the cgroup hierarchies are.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "camelCase")]
+pub enum CgroupLayout {
+    /// Legacy hierarchies: controller name → mount point.
+    V1 {
+        /// Controller → mount point (co-mounted controllers share one).
+        controllers: BTreeMap<String, PathBuf>,
+    },
+    /// The unified hierarchy with its available controllers.
+    V2 {
+        /// Mount point (normally `/sys/fs/cgroup`).
+        root: PathBuf,
+        /// Controllers listed in the root's `cgroup.controllers`.
+        controllers: Vec<String>,
+    },
+}
+
+impl CgroupLayout {
+    /// Reads `/proc/self/mountinfo`. v2 is chosen when `/sys/fs/cgroup` itself is cgroup2
+    /// with controllers; otherwise v1 controllers are collected (a controller-less v2
+    /// mount such as `/sys/fs/cgroup/unified` is ignored). `Ok(None)`: no usable cgroups.
+    pub fn detect() -> io::Result<Option<Self>> {
+        let mountinfo = std::fs::read_to_string("/proc/self/mountinfo")?;
+        let mut v1 = BTreeMap::new();
+        let mut v2_root = None;
+        for line in mountinfo.lines() {
+            let Some((left, right)) = line.split_once(" - ") else {
+                continue;
+            };
+            let mount_point = left.split(' ').nth(4).unwrap_or("");
+            let mut r = right.split(' ');
+            let fstype = r.next().unwrap_or("");
+            let _source = r.next();
+            let super_opts = r.next().unwrap_or("");
+            match fstype {
+                "cgroup2" if mount_point == "/sys/fs/cgroup" => {
+                    v2_root = Some(PathBuf::from(mount_point));
+                }
+                "cgroup" => {
+                    for opt in super_opts.split(',') {
+                        if V1_CONTROLLERS.contains(&opt) || opt == "devices" {
+                            v1.entry(opt.to_owned())
+                                .or_insert_with(|| PathBuf::from(unescape(mount_point)));
+                        }
+                    }
+                }
+                _ => {}
+            }
+        }
+        if let Some(root) = v2_root {
+            let controllers: Vec<String> =
+                std::fs::read_to_string(root.join("cgroup.controllers"))?
+                    .split_whitespace()
+                    .map(str::to_owned)
+                    .collect();
+            if !controllers.is_empty() {
+                return Ok(Some(Self::V2 { root, controllers }));
+            }
+        }
+        if v1.is_empty() {
+            return Ok(None);
+        }
+        Ok(Some(Self::V1 { controllers: v1 }))
+    }
+
+    /// Controllers required for limits that this layout lacks.
+    pub fn missing_required(&self) -> Vec<&'static str> {
+        match self {
+            Self::V1 { controllers } => V1_REQUIRED
+                .iter()
+                .copied()
+                .filter(|c| !controllers.contains_key(*c))
+                .collect(),
+            Self::V2 { controllers, .. } => ["memory", "pids"]
+                .into_iter()
+                .filter(|c| !controllers.iter().any(|x| x == c))
+                .collect(),
+        }
+    }
+}
+
+/// Mount points in mountinfo escape space, tab, newline and backslash as octal.
+fn unescape(s: &str) -> String {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        let octal = (b[i] == b'\\' && i + 4 <= b.len())
+            .then(|| std::str::from_utf8(&b[i + 1..i + 4]).ok())
+            .flatten()
+            .and_then(|d| u8::from_str_radix(d, 8).ok());
+        if let Some(v) = octal {
+            out.push(v);
+            i += 4;
+            continue;
+        }
+        out.push(b[i]);
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// A sandbox's cgroup: the directories it owns. Serializable, so a fresh process can
+/// remove it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CgroupPaths {
+    /// v1: one directory per controller; v2: exactly one directory.
+    pub dirs: Vec<PathBuf>,
+    /// Which layout the directories belong to.
+    pub unified: bool,
+}
+
+impl CgroupPaths {
+    /// Creates the directories under `<mount>/<parent>/<id>` and writes `limits`.
+    /// On error, whatever was created is removed again.
+    pub fn create(
+        layout: &CgroupLayout,
+        parent: &str,
+        id: &str,
+        limits: &Limits,
+    ) -> io::Result<Self> {
+        let mut created = Self {
+            dirs: Vec::new(),
+            unified: matches!(layout, CgroupLayout::V2 { .. }),
+        };
+        let result = created.create_inner(layout, parent, id, limits);
+        if let Err(e) = result {
+            let _ = created.remove(Duration::from_millis(500));
+            return Err(e);
+        }
+        Ok(created)
+    }
+
+    fn create_inner(
+        &mut self,
+        layout: &CgroupLayout,
+        parent: &str,
+        id: &str,
+        limits: &Limits,
+    ) -> io::Result<()> {
+        match layout {
+            CgroupLayout::V1 { controllers } => {
+                let mut seen = Vec::new();
+                for name in V1_CONTROLLERS {
+                    let Some(mount) = controllers.get(*name) else {
+                        continue;
+                    };
+                    if seen.contains(mount) {
+                        continue; // co-mounted (e.g. cpu,cpuacct): one directory serves both
+                    }
+                    seen.push(mount.clone());
+                    let parent_dir = mount.join(parent);
+                    ensure_dir(&parent_dir)?;
+                    let dir = parent_dir.join(id);
+                    std::fs::create_dir(&dir)?;
+                    self.dirs.push(dir.clone());
+                    // A co-mounted directory gets the settings of every controller in it.
+                    for (ctrl, m) in controllers {
+                        if m == mount {
+                            write_v1_limits(&dir, ctrl, limits)?;
+                        }
+                    }
+                }
+            }
+            CgroupLayout::V2 { root, controllers } => {
+                let parent_dir = root.join(parent);
+                ensure_dir(&parent_dir)?;
+                let wanted: Vec<String> = V2_CONTROLLERS
+                    .iter()
+                    .filter(|c| controllers.iter().any(|x| x == *c))
+                    .map(|c| format!("+{c}"))
+                    .collect();
+                // Delegate the controllers down to our parent directory.
+                let line = wanted.join(" ");
+                if !line.is_empty() {
+                    std::fs::write(root.join("cgroup.subtree_control"), &line)?;
+                    std::fs::write(parent_dir.join("cgroup.subtree_control"), &line)?;
+                }
+                let dir = parent_dir.join(id);
+                std::fs::create_dir(&dir)?;
+                self.dirs.push(dir.clone());
+                write_v2_limits(&dir, limits)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Moves `pid` into every directory.
+    pub(crate) fn add(&self, pid: i32) -> io::Result<()> {
+        let pid = pid.to_string();
+        for dir in &self.dirs {
+            std::fs::write(dir.join("cgroup.procs"), &pid)?;
+        }
+        Ok(())
+    }
+
+    /// Pids still in the cgroup.
+    pub fn tasks(&self) -> Vec<i32> {
+        let mut out = Vec::new();
+        for dir in &self.dirs {
+            if let Ok(s) = std::fs::read_to_string(dir.join("cgroup.procs")) {
+                out.extend(s.lines().filter_map(|l| l.trim().parse::<i32>().ok()));
+            }
+        }
+        out.sort_unstable();
+        out.dedup();
+        out
+    }
+
+    /// Kills every task still inside (v2: `cgroup.kill`; v1: SIGKILL to each listed
+    /// pid — the pids read from our own cgroup directory can only be sandbox tasks).
+    pub(crate) fn kill_all(&self) {
+        if self.unified {
+            for dir in &self.dirs {
+                let _ = std::fs::write(dir.join("cgroup.kill"), "1");
+            }
+        }
+        for pid in self.tasks() {
+            let _ = sys::kill(pid, libc::SIGKILL);
+        }
+    }
+
+    /// Kills what is left and removes every directory; retries while tasks drain.
+    /// Already-removed directories are fine (idempotent).
+    pub fn remove(&self, timeout: Duration) -> io::Result<()> {
+        let deadline = Instant::now() + timeout;
+        let mut pause = Duration::from_micros(200);
+        loop {
+            let mut last_err = None;
+            for dir in &self.dirs {
+                match std::fs::remove_dir(dir) {
+                    Ok(()) => {}
+                    Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+                    Err(e) => last_err = Some(e),
+                }
+            }
+            let Some(err) = last_err else {
+                return Ok(());
+            };
+            if Instant::now() >= deadline {
+                return Err(err);
+            }
+            self.kill_all();
+            std::thread::sleep(pause);
+            pause = (pause * 2).min(Duration::from_millis(20));
+        }
+    }
+
+    /// Whether any directory still exists.
+    pub fn exists(&self) -> bool {
+        self.dirs.iter().any(|d| d.exists())
+    }
+
+    /// Current memory usage in bytes (v1 `memory.usage_in_bytes`, v2 `memory.current`).
+    pub fn memory_usage(&self) -> Option<u64> {
+        self.dirs.iter().find_map(|d| {
+            ["memory.usage_in_bytes", "memory.current"]
+                .iter()
+                .find_map(|f| std::fs::read_to_string(d.join(f)).ok())
+                .and_then(|s| s.trim().parse().ok())
+        })
+    }
+}
+
+fn ensure_dir(p: &Path) -> io::Result<()> {
+    match std::fs::create_dir(p) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Ok(()),
+        Err(e) => Err(e),
+    }
+}
+
+fn write_file(dir: &Path, file: &str, value: &str) -> io::Result<()> {
+    std::fs::write(dir.join(file), value)
+        .map_err(|e| io::Error::new(e.kind(), format!("writing {value} to {file}: {e}")))
+}
+
+fn write_v1_limits(dir: &Path, controller: &str, limits: &Limits) -> io::Result<()> {
+    match controller {
+        "memory" => {
+            if let Some(m) = limits.memory_bytes {
+                write_file(dir, "memory.limit_in_bytes", &m.to_string())?;
+                // memory+swap: only present with swap accounting; the sandbox must not
+                // escape its memory limit by swapping.
+                if dir.join("memory.memsw.limit_in_bytes").exists() {
+                    write_file(dir, "memory.memsw.limit_in_bytes", &m.to_string())?;
+                }
+                let _ = write_file(dir, "memory.swappiness", "0");
+            }
+        }
+        "pids" => {
+            if let Some(p) = limits.pids_max {
+                write_file(dir, "pids.max", &p.to_string())?;
+            }
+        }
+        "cpu" => match limits.cpu {
+            Some(CpuLimit::Quota {
+                quota_us,
+                period_us,
+            }) => {
+                write_file(dir, "cpu.cfs_period_us", &period_us.to_string())?;
+                write_file(dir, "cpu.cfs_quota_us", &quota_us.to_string())?;
+            }
+            Some(CpuLimit::Shares { shares }) => {
+                write_file(dir, "cpu.shares", &shares.max(2).to_string())?;
+            }
+            None => {}
+        },
+        _ => {}
+    }
+    Ok(())
+}
+
+fn write_v2_limits(dir: &Path, limits: &Limits) -> io::Result<()> {
+    if let Some(m) = limits.memory_bytes {
+        write_file(dir, "memory.max", &m.to_string())?;
+        if dir.join("memory.swap.max").exists() {
+            write_file(dir, "memory.swap.max", "0")?;
+        }
+    }
+    if let Some(p) = limits.pids_max {
+        write_file(dir, "pids.max", &p.to_string())?;
+    }
+    match limits.cpu {
+        Some(CpuLimit::Quota {
+            quota_us,
+            period_us,
+        }) => write_file(dir, "cpu.max", &format!("{quota_us} {period_us}"))?,
+        Some(CpuLimit::Shares { shares }) => {
+            // v1 shares 2..=262144 (default 1024) → v2 weight 1..=10000 (default 100),
+            // the conversion runc and systemd use.
+            let s = shares.clamp(2, 262_144);
+            let weight = 1 + ((s - 2) * 9999) / 262_142;
+            write_file(dir, "cpu.weight", &weight.to_string())?;
+        }
+        None => {}
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unescape_octal() {
+        assert_eq!(unescape(r"/a\040b"), "/a b");
+        assert_eq!(unescape("/plain"), "/plain");
+    }
+}

@@ -1,0 +1,50 @@
+//! What passes between the host and the setup stage before the agent takes over.
+//!
+//! The host writes one [`InitSpec`] (JSON) into the plan pipe and closes it; the setup
+//! stage blocks on that read, so it runs no code of the plan before the host has moved
+//! it into its cgroup. The setup stage answers on the status pipe with exactly one
+//! message and closes it: `R` + [`SetupReport`] JSON (ready), `E` + text (setup failed),
+//! or, written by the cloned child itself, `X` + errno (the exec failed).
+
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+
+use crate::plan::SandboxPlan;
+
+/// Tag of a ready message.
+pub const READY: u8 = b'R';
+/// Tag of a setup failure.
+pub const FAILED: u8 = b'E';
+/// Tag of an exec failure (written between clone and exec).
+pub const EXEC_FAILED: u8 = b'X';
+
+/// Input of the setup stage.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct InitSpec {
+    /// Sandbox id (for messages only).
+    pub id: String,
+    /// The plan to carry out.
+    pub plan: SandboxPlan,
+    /// Host directory (empty, owned by this sandbox) where the setup stage mounts its
+    /// scratch tmpfs, inside its private mount namespace; the host never sees the mount.
+    pub scratch_dir: PathBuf,
+}
+
+/// What the setup stage actually enforced.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SetupReport {
+    /// Landlock ABI of the kernel (0 = none).
+    pub landlock_abi: u32,
+    /// Whether a Landlock ruleset was enforced (fully or partially).
+    pub landlock_enforced: bool,
+    /// Whether the seccomp filter is installed.
+    pub seccomp: bool,
+    /// Capabilities left in the bounding set (expected: 0).
+    pub bounding_caps: u32,
+    /// Microseconds spent in each setup step, in order (diagnostics for benchmarks).
+    #[serde(default)]
+    pub step_micros: Vec<(String, u64)>,
+}

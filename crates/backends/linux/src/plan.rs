@@ -1,0 +1,340 @@
+//! The sandbox plan: plain data saying what the sandbox looks like.
+//!
+//! The host decides policy (which directories, how much memory, which network) and writes
+//! it down here; this crate only turns the plan into system calls. A plan is serialized
+//! to JSON and handed to the setup stage inside the new namespaces, so every field is
+//! serde data and nothing here holds an fd or a handle.
+
+use std::collections::BTreeMap;
+use std::path::{Component, Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+/// Everything the sandbox is made of.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SandboxPlan {
+    /// Where `/` comes from.
+    pub rootfs: RootfsSource,
+    /// Host directory bound writable at `/workspace` (also the agent's working dir).
+    pub workspace: Option<PathBuf>,
+    /// Host directory bound writable at `/mnt/session/outputs`.
+    pub outputs: Option<PathBuf>,
+    /// Further binds (read-only unless said otherwise).
+    #[serde(default)]
+    pub binds: Vec<BindMount>,
+    /// Resource limits.
+    #[serde(default)]
+    pub limits: Limits,
+    /// Network policy.
+    #[serde(default)]
+    pub network: NetworkPolicy,
+    /// Environment of the agent and so of every process it starts. Nothing of the host's
+    /// environment is inherited.
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+    /// Hostname inside the sandbox's UTS namespace.
+    pub hostname: String,
+    /// Hardening switches. Every default is the strict one.
+    #[serde(default)]
+    pub hardening: Hardening,
+}
+
+impl SandboxPlan {
+    /// A plan with the preinstalled rootfs, no binds, default limits and no network.
+    pub fn preinstalled(hostname: impl Into<String>) -> Self {
+        Self {
+            rootfs: RootfsSource::Preinstalled,
+            workspace: None,
+            outputs: None,
+            binds: Vec::new(),
+            limits: Limits::default(),
+            network: NetworkPolicy::None,
+            env: default_env(),
+            hostname: hostname.into(),
+            hardening: Hardening::default(),
+        }
+    }
+
+    /// Checks what can be checked without touching the system: the network policy is
+    /// one this build implements, paths are absolute and normal, the hostname is valid.
+    pub fn validate(&self) -> Result<(), PlanError> {
+        if self.network != NetworkPolicy::None {
+            return Err(PlanError::NetworkUnavailable(
+                self.network.name().to_owned(),
+            ));
+        }
+        if self.hostname.is_empty()
+            || self.hostname.len() > 64
+            || !self
+                .hostname
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'.')
+        {
+            return Err(PlanError::Hostname(self.hostname.clone()));
+        }
+        if let RootfsSource::Directory { path } = &self.rootfs {
+            host_path("rootfs", path)?;
+        }
+        if let Some(w) = &self.workspace {
+            host_path("workspace", w)?;
+        }
+        if let Some(o) = &self.outputs {
+            host_path("outputs", o)?;
+        }
+        for b in &self.binds {
+            host_path("bind source", &b.source)?;
+            sandbox_path(&b.target)?;
+        }
+        for (k, v) in &self.env {
+            if k.is_empty() || k.contains('=') || k.contains('\0') || v.contains('\0') {
+                return Err(PlanError::Env(k.clone()));
+            }
+        }
+        if self.limits.nofile == 0 {
+            return Err(PlanError::Limit("nofile must be at least 1"));
+        }
+        Ok(())
+    }
+}
+
+/// `PATH`, `HOME`, `LANG`, `TERM`: what a shell expects and nothing from the host.
+pub fn default_env() -> BTreeMap<String, String> {
+    [
+        (
+            "PATH",
+            "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+        ),
+        ("HOME", "/root"),
+        ("LANG", "C.UTF-8"),
+        ("TERM", "dumb"),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_owned(), v.to_owned()))
+    .collect()
+}
+
+/// Where the root filesystem comes from.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "camelCase")]
+pub enum RootfsSource {
+    /// Read-only binds of the host's `/usr`, `/bin`, `/sbin`, `/lib*` (where present),
+    /// with a generated `/etc` holding no host secret. The root itself is read-only.
+    Preinstalled,
+    /// A local rootfs directory used as the read-only lower layer of an overlay whose
+    /// upper layer is a size-limited tmpfs: the sandbox can write anywhere in `/`
+    /// without touching the directory.
+    Directory {
+        /// Absolute host path of the unpacked rootfs.
+        path: PathBuf,
+    },
+}
+
+/// One bind mount of a host path into the sandbox.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct BindMount {
+    /// Absolute host path (file or directory).
+    pub source: PathBuf,
+    /// Absolute path inside the sandbox.
+    pub target: PathBuf,
+    /// Writable; read-only by default.
+    #[serde(default)]
+    pub writable: bool,
+}
+
+/// Resource limits. `None` leaves a resource unlimited (by this sandbox's cgroup).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Limits {
+    /// Memory (and, where the kernel accounts it, memory+swap) in bytes.
+    pub memory_bytes: Option<u64>,
+    /// Maximum number of tasks (processes and threads), the agent included.
+    pub pids_max: Option<u64>,
+    /// CPU bandwidth.
+    pub cpu: Option<CpuLimit>,
+    /// Size of the `/tmp` tmpfs in bytes.
+    pub tmp_bytes: u64,
+    /// Size of the tmpfs holding writes to `/` (overlay upper layer) and `/dev/shm`.
+    pub scratch_bytes: u64,
+    /// `RLIMIT_NOFILE` (soft and hard) of the agent and everything it starts.
+    pub nofile: u64,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self {
+            memory_bytes: Some(512 << 20),
+            pids_max: Some(512),
+            cpu: None,
+            tmp_bytes: 256 << 20,
+            scratch_bytes: 64 << 20,
+            nofile: 4096,
+        }
+    }
+}
+
+/// CPU bandwidth limit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "camelCase")]
+pub enum CpuLimit {
+    /// At most `quota_us` of CPU time per `period_us` (quota/period = CPUs).
+    #[serde(rename_all = "camelCase")]
+    Quota {
+        /// Microseconds of CPU per period.
+        quota_us: u64,
+        /// Period length in microseconds.
+        period_us: u64,
+    },
+    /// Relative weight against sibling sandboxes (cgroup v1 `cpu.shares` scale: 1024 =
+    /// default).
+    Shares {
+        /// Weight.
+        shares: u64,
+    },
+}
+
+/// Network policy.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "camelCase")]
+pub enum NetworkPolicy {
+    /// A fresh network namespace with only loopback, up.
+    #[default]
+    None,
+    /// Share the host's network (not implemented; refused).
+    Host,
+    /// Egress only to an allowlist through a proxy (not implemented; refused).
+    Allowlist {
+        /// Allowed host names or CIDRs.
+        allow: Vec<String>,
+    },
+}
+
+impl NetworkPolicy {
+    /// Name used in messages.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Self::None => "none",
+            Self::Host => "host",
+            Self::Allowlist { .. } => "allowlist",
+        }
+    }
+}
+
+/// Hardening switches, all on by default. Turning one off is for diagnosis only.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Hardening {
+    /// Install the seccomp deny filter.
+    pub seccomp: bool,
+    /// Apply Landlock where the kernel has it.
+    pub landlock: bool,
+    /// Fail the start when Landlock is missing instead of going on without it.
+    pub require_landlock: bool,
+}
+
+impl Default for Hardening {
+    fn default() -> Self {
+        Self {
+            seccomp: true,
+            landlock: true,
+            require_landlock: false,
+        }
+    }
+}
+
+/// A plan this build cannot carry out.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum PlanError {
+    /// A network policy other than `none`.
+    #[error("network policy {0} is not available yet")]
+    NetworkUnavailable(String),
+    /// A host path that is relative or holds `..`.
+    #[error("{what} path {path:?} must be absolute and free of `..`")]
+    HostPath {
+        /// Which field.
+        what: &'static str,
+        /// The path.
+        path: PathBuf,
+    },
+    /// A sandbox path that is relative, holds `..`, or is one the sandbox builds itself.
+    #[error("bind target {0:?} must be absolute, free of `..`, and not /, /proc, /dev or /tmp")]
+    SandboxPath(PathBuf),
+    /// Not a valid hostname.
+    #[error("hostname {0:?} is not a valid hostname")]
+    Hostname(String),
+    /// An environment variable name or value that cannot be passed to execve.
+    #[error("environment variable {0:?} has an invalid name or value")]
+    Env(String),
+    /// A limit out of range.
+    #[error("invalid limit: {0}")]
+    Limit(&'static str),
+}
+
+fn host_path(what: &'static str, p: &Path) -> Result<(), PlanError> {
+    if !is_normal_absolute(p) {
+        return Err(PlanError::HostPath {
+            what,
+            path: p.to_path_buf(),
+        });
+    }
+    Ok(())
+}
+
+fn sandbox_path(p: &Path) -> Result<(), PlanError> {
+    let reserved = ["/", "/proc", "/dev", "/tmp"];
+    if !is_normal_absolute(p) || reserved.iter().any(|r| p == Path::new(r)) {
+        return Err(PlanError::SandboxPath(p.to_path_buf()));
+    }
+    Ok(())
+}
+
+fn is_normal_absolute(p: &Path) -> bool {
+    p.is_absolute()
+        && p.components()
+            .all(|c| matches!(c, Component::RootDir | Component::Normal(_)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn other_network_policies_are_refused_clearly() {
+        let mut plan = SandboxPlan::preinstalled("box");
+        plan.network = NetworkPolicy::Host;
+        assert_eq!(
+            plan.validate().unwrap_err().to_string(),
+            "network policy host is not available yet"
+        );
+    }
+
+    #[test]
+    fn relative_and_dotdot_paths_are_refused() {
+        let mut plan = SandboxPlan::preinstalled("box");
+        plan.workspace = Some("/a/../etc".into());
+        assert!(matches!(plan.validate(), Err(PlanError::HostPath { .. })));
+        let mut plan = SandboxPlan::preinstalled("box");
+        plan.binds.push(BindMount {
+            source: "/usr".into(),
+            target: "/proc".into(),
+            writable: false,
+        });
+        assert!(matches!(plan.validate(), Err(PlanError::SandboxPath(_))));
+    }
+
+    #[test]
+    fn plan_round_trips_through_json() {
+        let mut plan = SandboxPlan::preinstalled("box");
+        plan.rootfs = RootfsSource::Directory {
+            path: "/images/x".into(),
+        };
+        plan.limits.cpu = Some(CpuLimit::Quota {
+            quota_us: 50_000,
+            period_us: 100_000,
+        });
+        let json = serde_json::to_string(&plan).unwrap();
+        assert_eq!(serde_json::from_str::<SandboxPlan>(&json).unwrap(), plan);
+    }
+}

@@ -1,0 +1,235 @@
+//! What this kernel and this process can do, probed once; admission is checking a plan
+//! against this value. "Absent" (`Ok` with the feature off) and "probe failed" (`Err`)
+//! are different outcomes.
+
+use std::io;
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+
+use crate::cgroup::CgroupLayout;
+use crate::plan::{RootfsSource, SandboxPlan};
+
+/// Namespace kinds the kernel offers (`/proc/self/ns/<kind>` exists).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Namespaces {
+    /// user
+    pub user: bool,
+    /// mnt
+    pub mount: bool,
+    /// pid
+    pub pid: bool,
+    /// net
+    pub net: bool,
+    /// ipc
+    pub ipc: bool,
+    /// uts
+    pub uts: bool,
+    /// cgroup
+    pub cgroup: bool,
+    /// time
+    pub time: bool,
+}
+
+/// Probed facts.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct LinuxCapabilities {
+    /// Effective uid is 0.
+    pub root: bool,
+    /// Namespace kinds.
+    pub namespaces: Namespaces,
+    /// Unprivileged users may create user namespaces.
+    pub unprivileged_userns: bool,
+    /// Cgroup layout; `None`: no cgroup hierarchy with the controllers we use.
+    pub cgroup: Option<CgroupLayout>,
+    /// Landlock ABI (0 = none).
+    pub landlock_abi: u32,
+    /// Seccomp filter mode.
+    pub seccomp: bool,
+    /// Overlay filesystem (needed by the directory rootfs).
+    pub overlayfs: bool,
+    /// pidfds (`pidfd_open`, Linux >= 5.3), used to avoid pid reuse.
+    pub pidfd: bool,
+}
+
+/// The probe itself failed (as opposed to finding a feature absent).
+#[derive(Debug, thiserror::Error)]
+#[error("probing {what} failed")]
+pub struct ProbeError {
+    /// What was being probed.
+    pub what: &'static str,
+    /// Why.
+    #[source]
+    pub source: io::Error,
+}
+
+/// A requirement of a plan this machine does not meet.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("the linux sandbox cannot run here: {missing}; {fix}")]
+pub struct MissingRequirement {
+    /// What is missing.
+    pub missing: String,
+    /// How to fix it.
+    pub fix: String,
+}
+
+fn missing(what: &str, fix: &str) -> MissingRequirement {
+    MissingRequirement {
+        missing: what.to_owned(),
+        fix: fix.to_owned(),
+    }
+}
+
+impl LinuxCapabilities {
+    /// Probes the running kernel and process.
+    pub fn probe() -> Result<Self, ProbeError> {
+        let ns = |n: &str| Path::new("/proc/self/ns").join(n).exists();
+        let namespaces = Namespaces {
+            user: ns("user"),
+            mount: ns("mnt"),
+            pid: ns("pid"),
+            net: ns("net"),
+            ipc: ns("ipc"),
+            uts: ns("uts"),
+            cgroup: ns("cgroup"),
+            time: ns("time"),
+        };
+        let max_userns = read_opt("/proc/sys/user/max_user_namespaces")
+            .map_err(|source| ProbeError {
+                what: "user namespace limits",
+                source,
+            })?
+            .and_then(|s| s.trim().parse::<u64>().ok())
+            .unwrap_or(0);
+        let debian_switch = read_opt("/proc/sys/kernel/unprivileged_userns_clone")
+            .map_err(|source| ProbeError {
+                what: "user namespace limits",
+                source,
+            })?
+            .map(|s| s.trim() == "1")
+            .unwrap_or(true);
+        let cgroup = CgroupLayout::detect().map_err(|source| ProbeError {
+            what: "cgroup layout",
+            source,
+        })?;
+        let landlock_abi = crate::setup::harden::landlock_abi().map_err(|source| ProbeError {
+            what: "landlock",
+            source,
+        })?;
+        let status = std::fs::read_to_string("/proc/self/status").map_err(|source| ProbeError {
+            what: "seccomp",
+            source,
+        })?;
+        let seccomp = status.lines().any(|l| l.starts_with("Seccomp_filters:"))
+            || status.lines().any(|l| l.starts_with("Seccomp:"));
+        let filesystems =
+            std::fs::read_to_string("/proc/filesystems").map_err(|source| ProbeError {
+                what: "filesystems",
+                source,
+            })?;
+        let overlayfs = filesystems
+            .lines()
+            .any(|l| l.split_whitespace().last() == Some("overlay"));
+        let pidfd = match crate::sys::pidfd_open(std::process::id() as i32) {
+            Ok(_) => true,
+            Err(e) if e.raw_os_error() == Some(libc::ENOSYS) => false,
+            Err(source) => {
+                return Err(ProbeError {
+                    what: "pidfd",
+                    source,
+                });
+            }
+        };
+        Ok(Self {
+            // SAFETY: geteuid has no preconditions.
+            root: unsafe { libc::geteuid() } == 0,
+            namespaces,
+            unprivileged_userns: max_userns > 0 && debian_switch,
+            cgroup,
+            landlock_abi,
+            seccomp,
+            overlayfs,
+            pidfd,
+        })
+    }
+
+    /// Checks that `plan` can run here; the error says what is missing and how to fix it.
+    pub fn check(&self, plan: &SandboxPlan) -> Result<(), MissingRequirement> {
+        let n = &self.namespaces;
+        for (have, name, config) in [
+            (n.mount, "mount namespaces", "CONFIG_NAMESPACES"),
+            (n.pid, "pid namespaces", "CONFIG_PID_NS"),
+            (n.net, "network namespaces", "CONFIG_NET_NS"),
+            (n.ipc, "ipc namespaces", "CONFIG_IPC_NS"),
+            (n.uts, "uts namespaces", "CONFIG_UTS_NS"),
+            (n.cgroup, "cgroup namespaces", "CONFIG_CGROUPS"),
+        ] {
+            if !have {
+                return Err(missing(
+                    &format!("{name} are missing"),
+                    &format!("use a kernel built with {config}"),
+                ));
+            }
+        }
+        if !(self.root || n.user && self.unprivileged_userns) {
+            return Err(missing(
+                "not running as root and unprivileged user namespaces are disabled",
+                "run as root, or enable them (sysctl user.max_user_namespaces=15000 and, on Debian, kernel.unprivileged_userns_clone=1)",
+            ));
+        }
+        if !self.pidfd {
+            return Err(missing("pidfds are missing", "use Linux >= 5.3"));
+        }
+        let wants_limits = plan.limits.memory_bytes.is_some()
+            || plan.limits.pids_max.is_some()
+            || plan.limits.cpu.is_some();
+        if wants_limits {
+            match &self.cgroup {
+                None => {
+                    return Err(missing(
+                        "no cgroup hierarchy is mounted",
+                        "mount cgroup2 at /sys/fs/cgroup, or the v1 memory and pids controllers at /sys/fs/cgroup/<controller>",
+                    ));
+                }
+                Some(layout) => {
+                    let lacking = layout.missing_required();
+                    if !lacking.is_empty() {
+                        return Err(missing(
+                            &format!("cgroup controllers {lacking:?} are missing"),
+                            "mount them (v1: /sys/fs/cgroup/<controller>) or enable them in /sys/fs/cgroup/cgroup.subtree_control (v2)",
+                        ));
+                    }
+                }
+            }
+        }
+        if plan.hardening.seccomp && !self.seccomp {
+            return Err(missing(
+                "seccomp is missing",
+                "use a kernel built with CONFIG_SECCOMP_FILTER",
+            ));
+        }
+        if plan.hardening.require_landlock && self.landlock_abi == 0 {
+            return Err(missing(
+                "landlock is required but missing",
+                "boot with landlock in lsm= (Linux >= 5.13), or do not require it",
+            ));
+        }
+        if matches!(plan.rootfs, RootfsSource::Directory { .. }) && !self.overlayfs {
+            return Err(missing(
+                "overlayfs is missing (needed by a directory rootfs)",
+                "modprobe overlay, or use the preinstalled rootfs",
+            ));
+        }
+        Ok(())
+    }
+}
+
+fn read_opt(p: &str) -> io::Result<Option<String>> {
+    match std::fs::read_to_string(p) {
+        Ok(s) => Ok(Some(s)),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(e),
+    }
+}

@@ -1,0 +1,637 @@
+//! The host side: [`LinuxRuntime`] starts sandboxes, [`LinuxSandbox`] owns one and tears
+//! it down (explicitly or on drop), [`SandboxIdentity`] lets a fresh process tear one
+//! down with no handle at all.
+//!
+//! Start, as a checklist:
+//!
+//! 1. validate the plan and check it against the probed capabilities;
+//! 2. create the state dir (`<runtime_dir>/<id>`);
+//! 3. clone a child into new mount/pid/net/ipc/uts namespaces that execs the setup
+//!    stage at once (see `spawn`);
+//! 4. create the cgroup with its limits (overlapping the child's exec), move the child
+//!    into it, then release it by writing the plan into its plan pipe (it blocks on
+//!    that read, so no plan-controlled code runs before it is in the cgroup);
+//! 5. wait for its one status message: ready (with what it enforced) or an error;
+//! 6. write `identity.json` and hand back the agent end of the socketpair.
+//!
+//! Every step's resource is owned by the half-built [`LinuxSandbox`] from the moment it
+//! exists, so a failure anywhere drops it and its `Drop` cleans up.
+
+use std::ffi::CString;
+use std::io::{self, Read, Write};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::os::unix::fs::DirBuilderExt;
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::cgroup::CgroupPaths;
+use crate::handoff::{self, InitSpec, SetupReport};
+use crate::plan::{PlanError, SandboxPlan};
+use crate::probe::{LinuxCapabilities, MissingRequirement, ProbeError};
+use crate::spawn::{self, ExecSpec};
+use crate::sys::{self, Reaped};
+
+/// File name of the setup-stage binary.
+pub const INIT_BINARY: &str = "omabox-sandbox-init";
+const IDENTITY_FILE: &str = "identity.json";
+const SCRATCH_DIR: &str = "scratch";
+
+/// Host-side settings (policy-free: where things go, not what a sandbox may do).
+#[derive(Debug, Clone)]
+pub struct RuntimeConfig {
+    /// Parent of every sandbox's state dir; leftovers are found here.
+    pub runtime_dir: PathBuf,
+    /// Cgroup directory (below each hierarchy's root) holding one directory per sandbox.
+    pub cgroup_parent: String,
+    /// The setup-stage binary; `None`: next to the current executable (or one level
+    /// up, for test binaries in `deps/`), then on `PATH`.
+    pub init_binary: Option<PathBuf>,
+    /// How long the setup stage may take before the start is abandoned.
+    pub ready_timeout: Duration,
+    /// How long teardown waits for the sandbox's processes and cgroup to go.
+    pub destroy_timeout: Duration,
+}
+
+impl Default for RuntimeConfig {
+    fn default() -> Self {
+        Self {
+            runtime_dir: PathBuf::from("/run/omabox"),
+            cgroup_parent: "omabox".into(),
+            init_binary: None,
+            ready_timeout: Duration::from_secs(10),
+            destroy_timeout: Duration::from_secs(10),
+        }
+    }
+}
+
+/// Why a sandbox did not start. Nothing is left behind in any case.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum StartError {
+    /// The plan is not one this build can carry out.
+    #[error("invalid sandbox plan")]
+    Plan(#[from] PlanError),
+    /// The machine lacks something the plan needs.
+    #[error(transparent)]
+    Missing(#[from] MissingRequirement),
+    /// Probing the machine failed.
+    #[error(transparent)]
+    Probe(#[from] ProbeError),
+    /// The setup-stage binary was not found.
+    #[error(
+        "{INIT_BINARY} not found (looked for {0}): install it next to the omabox binary or on PATH, or set RuntimeConfig::init_binary"
+    )]
+    InitBinaryMissing(String),
+    /// A host-side step failed.
+    #[error("{step}")]
+    Host {
+        /// What was being done.
+        step: &'static str,
+        /// Why it failed.
+        #[source]
+        source: io::Error,
+    },
+    /// The child could not exec the setup stage.
+    #[error("executing {INIT_BINARY} failed")]
+    Exec(#[source] io::Error),
+    /// The setup stage reported a failure.
+    #[error("sandbox setup failed: {0}")]
+    Setup(String),
+    /// The setup stage exited without a word.
+    #[error("sandbox setup stage exited before it was ready ({0})")]
+    Died(String),
+    /// The setup stage did not report within the timeout.
+    #[error("sandbox setup did not finish within {0:?}")]
+    Timeout(Duration),
+}
+
+fn host(step: &'static str) -> impl FnOnce(io::Error) -> StartError {
+    move |source| StartError::Host { step, source }
+}
+
+/// Why a teardown did not complete. Retrying is safe.
+#[derive(Debug, thiserror::Error)]
+#[error("{step}")]
+pub struct DestroyError {
+    /// What was being done.
+    pub step: &'static str,
+    /// Why it failed.
+    #[source]
+    pub source: io::Error,
+}
+
+fn destroy_err(step: &'static str) -> impl FnOnce(io::Error) -> DestroyError {
+    move |source| DestroyError { step, source }
+}
+
+/// Everything needed to find and destroy a sandbox from another process. No handle,
+/// token or secret: safe to put in a lease or a log.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SandboxIdentity {
+    /// Sandbox id.
+    pub id: String,
+    /// Host pid of the sandbox's PID 1 (the agent).
+    pub pid: i32,
+    /// Its start time in clock ticks since boot (`/proc/<pid>/stat` field 22): with the
+    /// boot id, tells it apart from a later process that reuses the pid.
+    pub start_time: u64,
+    /// `/proc/sys/kernel/random/boot_id` at start.
+    pub boot_id: String,
+    /// The sandbox's cgroup directories.
+    pub cgroup: CgroupPaths,
+    /// Host-side state directory.
+    pub state_dir: PathBuf,
+}
+
+/// What a destroy found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DestroyOutcome {
+    /// The sandbox's PID 1 was still running and got killed.
+    pub killed: bool,
+}
+
+impl SandboxIdentity {
+    /// Destroys the sandbox from any process: kills its PID 1 if it is still the same
+    /// process (boot id and start time match), which takes the whole pid namespace with
+    /// it; kills whatever is left in its cgroup; removes the cgroup and the state dir.
+    /// Idempotent: destroying twice, or a sandbox that already died, is fine.
+    pub fn destroy(&self, timeout: Duration) -> Result<DestroyOutcome, DestroyError> {
+        let mut killed = false;
+        if self.is_alive() {
+            // pidfd first, then re-check: the pidfd pins the process, so if the start time
+            // still matches now, the signal cannot reach a recycled pid.
+            if let Ok(pidfd) = sys::pidfd_open(self.pid)
+                && self.is_alive()
+            {
+                killed = sys::pidfd_kill(pidfd.as_fd(), libc::SIGKILL)
+                    .map_err(destroy_err("kill sandbox init"))?;
+                let ms = timeout.as_millis().min(i32::MAX as u128) as i32;
+                sys::pidfd_wait_exit(pidfd.as_fd(), ms)
+                    .map_err(destroy_err("wait for sandbox init"))?;
+            }
+        }
+        self.cgroup
+            .remove(timeout)
+            .map_err(destroy_err("remove cgroup"))?;
+        remove_state_dir(&self.state_dir).map_err(destroy_err("remove state dir"))?;
+        Ok(DestroyOutcome { killed })
+    }
+
+    /// Whether the sandbox's PID 1 is still this identity's process (a zombie counts as
+    /// dead).
+    pub fn is_alive(&self) -> bool {
+        if sys::boot_id().ok().as_deref() != Some(self.boot_id.as_str()) {
+            return false;
+        }
+        if sys::process_start_time(self.pid).ok().flatten() != Some(self.start_time) {
+            return false;
+        }
+        // A zombie still has its stat entry; state 'Z' means it is gone for our purposes.
+        std::fs::read_to_string(format!("/proc/{}/stat", self.pid))
+            .ok()
+            .and_then(|s| {
+                s.rsplit_once(')')
+                    .and_then(|(_, r)| r.split_whitespace().next().map(|st| st != "Z"))
+            })
+            .unwrap_or(false)
+    }
+
+    /// Identities of every sandbox with a state dir under `runtime_dir` (leftovers of
+    /// crashed hosts included). Unreadable entries are skipped.
+    pub fn list(runtime_dir: &Path) -> io::Result<Vec<Self>> {
+        let mut out = Vec::new();
+        let entries = match std::fs::read_dir(runtime_dir) {
+            Ok(e) => e,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(out),
+            Err(e) => return Err(e),
+        };
+        for entry in entries {
+            let path = entry?.path().join(IDENTITY_FILE);
+            if let Ok(bytes) = std::fs::read(&path)
+                && let Ok(id) = serde_json::from_slice(&bytes)
+            {
+                out.push(id);
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// Removes a state dir without ever recursing: it holds only the identity file and the
+/// empty scratch mount point (mounts happen in the sandbox's own namespace). Anything
+/// else there is an error, not something to delete blindly.
+fn remove_state_dir(dir: &Path) -> io::Result<()> {
+    for f in [dir.join(IDENTITY_FILE)] {
+        match std::fs::remove_file(&f) {
+            Ok(()) => {}
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+            Err(e) => return Err(e),
+        }
+    }
+    for d in [dir.join(SCRATCH_DIR), dir.to_path_buf()] {
+        match std::fs::remove_dir(&d) {
+            Ok(()) => {}
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
+/// Starts sandboxes with one probed set of capabilities.
+#[derive(Debug, Clone)]
+pub struct LinuxRuntime {
+    config: RuntimeConfig,
+    caps: LinuxCapabilities,
+    init_binary: PathBuf,
+}
+
+impl LinuxRuntime {
+    /// Probes the machine and locates the setup-stage binary.
+    pub fn new(config: RuntimeConfig) -> Result<Self, StartError> {
+        let caps = LinuxCapabilities::probe()?;
+        let init_binary = locate_init(config.init_binary.as_deref())?;
+        Ok(Self {
+            config,
+            caps,
+            init_binary,
+        })
+    }
+
+    /// What the probe found.
+    pub fn capabilities(&self) -> &LinuxCapabilities {
+        &self.caps
+    }
+
+    /// Settings.
+    pub fn config(&self) -> &RuntimeConfig {
+        &self.config
+    }
+
+    /// Starts a sandbox and returns once its setup stage reported ready. Blocking
+    /// (a few milliseconds); from async code call it on `spawn_blocking`.
+    pub fn start(&self, plan: &SandboxPlan) -> Result<LinuxSandbox, StartError> {
+        // 1. Admission.
+        plan.validate()?;
+        self.caps.check(plan)?;
+        let id = uuid::Uuid::new_v4().simple().to_string()[..16].to_owned();
+
+        // 2. State dir and cgroup, owned by the half-built sandbox from here on.
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(&self.config.runtime_dir)
+            .map_err(host("create runtime dir"))?;
+        let state_dir = self.config.runtime_dir.join(&id);
+        std::fs::DirBuilder::new()
+            .mode(0o700)
+            .create(&state_dir)
+            .map_err(host("create state dir"))?;
+        let mut sandbox = LinuxSandbox {
+            identity: SandboxIdentity {
+                id: id.clone(),
+                pid: 0,
+                start_time: 0,
+                boot_id: sys::boot_id().map_err(host("read boot id"))?,
+                cgroup: CgroupPaths {
+                    dirs: Vec::new(),
+                    unified: false,
+                },
+                state_dir: state_dir.clone(),
+            },
+            pidfd: None,
+            agent: None,
+            report: None,
+            destroy_timeout: self.config.destroy_timeout,
+            destroyed: false,
+        };
+        let scratch = state_dir.join(SCRATCH_DIR);
+        std::fs::DirBuilder::new()
+            .mode(0o700)
+            .create(&scratch)
+            .map_err(host("create scratch dir"))?;
+
+        // 3. Clone + exec the setup stage.
+        let (agent_host, agent_child) = sys::socketpair().map_err(host("create socketpair"))?;
+        let (plan_r, plan_w) = sys::pipe().map_err(host("create plan pipe"))?;
+        let (status_r, status_w) = sys::pipe().map_err(host("create status pipe"))?;
+        let null = spawn::dev_null().map_err(host("open /dev/null"))?;
+        let mut argv = vec![sys::cstr(&self.init_binary).map_err(host("init path"))?];
+        for (flag, fd) in [
+            ("--plan-fd", &plan_r),
+            ("--status-fd", &status_w),
+            ("--agent-fd", &agent_child),
+        ] {
+            argv.push(CString::new(flag).unwrap_or_default());
+            argv.push(spawn::fd_arg(fd));
+        }
+        let envp = plan
+            .env
+            .iter()
+            .map(|(k, v)| CString::new(format!("{k}={v}")))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|_| PlanError::Env("<NUL>".into()))?;
+        let exec = ExecSpec {
+            program: argv[0].clone(),
+            argv,
+            envp,
+            keep: vec![
+                plan_r.as_raw_fd(),
+                status_w.as_raw_fd(),
+                agent_child.as_raw_fd(),
+            ],
+            stdio: null.as_raw_fd(),
+            error_fd: status_w.as_raw_fd(),
+        };
+        let mut ns = libc::CLONE_NEWNS
+            | libc::CLONE_NEWPID
+            | libc::CLONE_NEWNET
+            | libc::CLONE_NEWIPC
+            | libc::CLONE_NEWUTS;
+        if !self.caps.root {
+            ns |= libc::CLONE_NEWUSER;
+        }
+        let child = spawn::clone_exec(&exec, ns).map_err(host("clone sandbox init"))?;
+        let child_pid = child.pid;
+        sandbox.identity.pid = child.pid;
+        sandbox.pidfd = Some(child.pidfd);
+        drop((plan_r, status_w, agent_child, null));
+
+        // 4. The cgroup (created while the child execs, on the other core), the child
+        //    moved into it, then released with the plan.
+        if !self.caps.root {
+            write_id_maps(child.pid).map_err(host("write user namespace id maps"))?;
+        }
+        if let Some(layout) = &self.caps.cgroup {
+            sandbox.identity.cgroup =
+                CgroupPaths::create(layout, &self.config.cgroup_parent, &id, &plan.limits)
+                    .map_err(host("create cgroup"))?;
+        }
+        sandbox
+            .identity
+            .cgroup
+            .add(child.pid)
+            .map_err(host("move init into cgroup"))?;
+        let spec = InitSpec {
+            id: id.clone(),
+            plan: plan.clone(),
+            scratch_dir: scratch,
+        };
+        let json = serde_json::to_vec(&spec).map_err(|e| host("encode plan")(e.into()))?;
+        let mut plan_w = std::fs::File::from(plan_w);
+        // EPIPE here means the child already died; its status message says why.
+        let _ = plan_w.write_all(&json);
+        drop(plan_w);
+
+        // 5. Wait for the verdict.
+        let msg = read_status(status_r, self.config.ready_timeout)?;
+        match msg.first() {
+            Some(&handoff::READY) => {
+                let report: SetupReport = serde_json::from_slice(&msg[1..])
+                    .map_err(|e| StartError::Setup(format!("malformed ready message: {e}")))?;
+                sandbox.report = Some(report);
+            }
+            Some(&handoff::FAILED) => {
+                return Err(StartError::Setup(
+                    String::from_utf8_lossy(&msg[1..]).into_owned(),
+                ));
+            }
+            Some(&handoff::EXEC_FAILED) if msg.len() == 5 => {
+                let errno = i32::from_ne_bytes([msg[1], msg[2], msg[3], msg[4]]);
+                return Err(StartError::Exec(io::Error::from_raw_os_error(errno)));
+            }
+            _ => {
+                let why = sandbox.exit_status();
+                return Err(StartError::Died(why));
+            }
+        }
+
+        // 6. Record the identity for out-of-process teardown. (The start time is read
+        //    only now: reading /proc/<pid>/stat while the child execs can stall.)
+        sandbox.identity.start_time = sys::process_start_time(child_pid)
+            .map_err(host("read init start time"))?
+            .unwrap_or(0);
+        let identity_json = serde_json::to_vec_pretty(&sandbox.identity)
+            .map_err(|e| host("encode identity")(e.into()))?;
+        std::fs::write(state_dir.join(IDENTITY_FILE), identity_json)
+            .map_err(host("write identity"))?;
+        sandbox.agent = Some(agent_host);
+        Ok(sandbox)
+    }
+}
+
+fn locate_init(explicit: Option<&Path>) -> Result<PathBuf, StartError> {
+    let mut tried = Vec::new();
+    let mut candidates = Vec::new();
+    if let Some(p) = explicit {
+        candidates.push(p.to_path_buf());
+    } else {
+        if let Ok(exe) = std::env::current_exe()
+            && let Some(dir) = exe.parent()
+        {
+            candidates.push(dir.join(INIT_BINARY));
+            if let Some(up) = dir.parent() {
+                candidates.push(up.join(INIT_BINARY));
+            }
+        }
+        if let Some(path) = std::env::var_os("PATH") {
+            candidates.extend(std::env::split_paths(&path).map(|d| d.join(INIT_BINARY)));
+        }
+    }
+    for c in candidates {
+        if c.is_file() {
+            return Ok(c);
+        }
+        tried.push(c.display().to_string());
+    }
+    Err(StartError::InitBinaryMissing(tried.join(", ")))
+}
+
+fn write_id_maps(pid: i32) -> io::Result<()> {
+    // SAFETY: getuid/getgid have no preconditions.
+    let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
+    std::fs::write(format!("/proc/{pid}/setgroups"), "deny")?;
+    std::fs::write(format!("/proc/{pid}/gid_map"), format!("0 {gid} 1\n"))?;
+    std::fs::write(format!("/proc/{pid}/uid_map"), format!("0 {uid} 1\n"))
+}
+
+/// Reads the status pipe to EOF (or until `timeout`).
+fn read_status(fd: OwnedFd, timeout: Duration) -> Result<Vec<u8>, StartError> {
+    let deadline = std::time::Instant::now() + timeout;
+    let mut file = std::fs::File::from(fd);
+    let mut out = Vec::new();
+    let mut buf = [0u8; 4096];
+    loop {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        let mut pfd = libc::pollfd {
+            fd: file.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: `pfd` is one valid pollfd.
+        let r = unsafe { libc::poll(&mut pfd, 1, left.as_millis().min(i32::MAX as u128) as i32) };
+        if r < 0 {
+            let e = io::Error::last_os_error();
+            if e.raw_os_error() == Some(libc::EINTR) {
+                continue;
+            }
+            return Err(host("wait for sandbox status")(e));
+        }
+        if r == 0 {
+            return Err(StartError::Timeout(timeout));
+        }
+        match file.read(&mut buf) {
+            Ok(0) => return Ok(out),
+            Ok(n) => {
+                out.extend_from_slice(&buf[..n]);
+                if out.len() > 1 << 20 {
+                    return Err(StartError::Setup("oversized status message".into()));
+                }
+            }
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(host("read sandbox status")(e)),
+        }
+    }
+}
+
+/// A running sandbox. Dropping it destroys it; [`LinuxSandbox::destroy`] does the same
+/// and reports errors.
+#[derive(Debug)]
+pub struct LinuxSandbox {
+    identity: SandboxIdentity,
+    pidfd: Option<OwnedFd>,
+    agent: Option<OwnedFd>,
+    report: Option<SetupReport>,
+    destroy_timeout: Duration,
+    destroyed: bool,
+}
+
+impl LinuxSandbox {
+    /// Sandbox id.
+    pub fn id(&self) -> &str {
+        &self.identity.id
+    }
+
+    /// Host pid of the sandbox's PID 1 (the agent).
+    pub fn pid(&self) -> i32 {
+        self.identity.pid
+    }
+
+    /// The serializable identity (for a lease, and for [`SandboxIdentity::destroy`]).
+    pub fn identity(&self) -> &SandboxIdentity {
+        &self.identity
+    }
+
+    /// What the setup stage enforced.
+    pub fn report(&self) -> Option<&SetupReport> {
+        self.report.as_ref()
+    }
+
+    /// Whether PID 1 is still running (a non-reaping check through the pidfd).
+    pub fn is_alive(&self) -> bool {
+        let Some(fd) = &self.pidfd else {
+            return false;
+        };
+        !matches!(sys::pidfd_wait_exit(fd.as_fd(), 0), Ok(true))
+    }
+
+    /// Takes the host end of the agent socketpair (once). The agent serves exactly
+    /// one connection on it; when it is closed, the agent exits and the sandbox dies.
+    pub fn take_agent_stream(&mut self) -> Option<UnixStream> {
+        self.agent.take().map(UnixStream::from)
+    }
+
+    /// Takes the agent stream and performs the protocol handshake.
+    pub async fn connect_agent(
+        &mut self,
+    ) -> Result<omabox_agent::client::AgentClient, omabox_agent::client::ClientError> {
+        let stream = self.take_agent_stream().ok_or_else(|| {
+            omabox_agent::client::ClientError::ConnectionLost {
+                reason: "the agent stream was already taken".into(),
+            }
+        })?;
+        let io_err = |e: io::Error| omabox_agent::client::ClientError::ConnectionLost {
+            reason: e.to_string(),
+        };
+        stream.set_nonblocking(true).map_err(io_err)?;
+        let stream = tokio::net::UnixStream::from_std(stream).map_err(io_err)?;
+        omabox_agent::client::AgentClient::connect(stream).await
+    }
+
+    /// SIGKILLs PID 1, which takes every process of the pid namespace with it, then
+    /// removes cgroup and state dir. Idempotent.
+    pub fn kill(&mut self) -> Result<(), DestroyError> {
+        self.destroy()
+    }
+
+    /// Same as [`kill`](Self::kill): the sandbox is gone when this returns `Ok`.
+    pub fn destroy(&mut self) -> Result<(), DestroyError> {
+        if self.destroyed {
+            return Ok(());
+        }
+        self.agent = None;
+        if let Some(fd) = &self.pidfd {
+            sys::pidfd_kill(fd.as_fd(), libc::SIGKILL).map_err(destroy_err("kill sandbox init"))?;
+            // PID 1 finishes exiting only once every process of its namespace is gone.
+            let ms = self.destroy_timeout.as_millis().min(i32::MAX as u128) as i32;
+            sys::pidfd_wait_exit(fd.as_fd(), ms).map_err(destroy_err("wait for sandbox"))?;
+            match sys::pidfd_reap(fd.as_fd(), true).map_err(destroy_err("reap sandbox init"))? {
+                Reaped::Running => {
+                    return Err(DestroyError {
+                        step: "wait for sandbox",
+                        source: io::Error::new(
+                            io::ErrorKind::TimedOut,
+                            "sandbox processes did not exit in time",
+                        ),
+                    });
+                }
+                Reaped::Exited { .. } | Reaped::Gone => {}
+            }
+            self.pidfd = None;
+        }
+        self.identity
+            .cgroup
+            .remove(self.destroy_timeout)
+            .map_err(destroy_err("remove cgroup"))?;
+        remove_state_dir(&self.identity.state_dir).map_err(destroy_err("remove state dir"))?;
+        self.destroyed = true;
+        Ok(())
+    }
+
+    /// Describes how PID 1 ended (after killing it if it is still running).
+    fn exit_status(&mut self) -> String {
+        let Some(fd) = &self.pidfd else {
+            return "not started".into();
+        };
+        let _ = sys::pidfd_wait_exit(fd.as_fd(), 1000);
+        match sys::pidfd_reap(fd.as_fd(), true) {
+            Ok(Reaped::Exited { code, status }) => {
+                self.pidfd = None;
+                if code == libc::CLD_EXITED {
+                    format!("exit code {status}")
+                } else {
+                    format!("killed by signal {status}")
+                }
+            }
+            Ok(Reaped::Running) => "still running".into(),
+            Ok(Reaped::Gone) => "already reaped".into(),
+            Err(e) => format!("wait failed: {e}"),
+        }
+    }
+}
+
+impl Drop for LinuxSandbox {
+    fn drop(&mut self) {
+        if let Err(e) = self.destroy() {
+            eprintln!(
+                "omabox-backend-linux: destroying sandbox {} failed: {e}: {:?}",
+                self.identity.id,
+                std::error::Error::source(&e)
+            );
+        }
+    }
+}

@@ -1,0 +1,32 @@
+//! The generated `/etc` of the preinstalled rootfs. Written from constants, never copied
+//! from the host except `os-release` (public distribution facts): no shadow, no ssh
+//! keys, no machine-id, no host users.
+
+use std::io;
+use std::path::Path;
+
+const PASSWD: &str = "root:x:0:0:root:/root:/bin/sh\n\
+nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n";
+const GROUP: &str = "root:x:0:\nnogroup:x:65534:\n";
+const NSSWITCH: &str = "passwd: files\ngroup: files\nshadow: files\nhosts: files dns\n\
+networks: files\nprotocols: files\nservices: files\n";
+const RESOLV: &str = "nameserver 127.0.0.1\noptions ndots:0 attempts:1 timeout:1\n";
+
+/// Writes the generated files into `etc` (an empty directory of the new root).
+pub(super) fn generate(etc: &Path, hostname: &str) -> io::Result<()> {
+    std::fs::write(etc.join("passwd"), PASSWD)?;
+    std::fs::write(etc.join("group"), GROUP)?;
+    std::fs::write(etc.join("nsswitch.conf"), NSSWITCH)?;
+    std::fs::write(etc.join("resolv.conf"), RESOLV)?;
+    std::fs::write(etc.join("hostname"), format!("{hostname}\n"))?;
+    std::fs::write(
+        etc.join("hosts"),
+        format!("127.0.0.1\tlocalhost {hostname}\n::1\tlocalhost ip6-localhost ip6-loopback\n"),
+    )?;
+    // os-release is usually a symlink into /usr/lib; copy its bytes so the file exists
+    // even where /usr/lib layout differs. Absent on the host: skip.
+    if let Ok(bytes) = std::fs::read("/etc/os-release") {
+        std::fs::write(etc.join("os-release"), bytes)?;
+    }
+    Ok(())
+}

@@ -1,0 +1,430 @@
+//! Hardening of the setup stage before it becomes the agent: rlimits, capabilities,
+//! securebits, no_new_privs, dumpable, Landlock, seccomp. Applied in that order, seccomp
+//! last, so each step still has the rights the next one needs.
+
+use std::collections::BTreeMap;
+use std::io;
+use std::path::Path;
+
+use landlock::{
+    ABI, Access, AccessFs, CompatLevel, Compatible, PathBeneath, PathFd, RestrictionStatus,
+    Ruleset, RulesetAttr, RulesetCreatedAttr, RulesetStatus, Scope,
+};
+use seccompiler::{
+    BpfProgram, SeccompAction, SeccompCmpArgLen, SeccompCmpOp, SeccompCondition, SeccompFilter,
+    SeccompRule, TargetArch,
+};
+
+use super::SetupError;
+use crate::plan::{RootfsSource, SandboxPlan};
+use crate::sys;
+
+fn err(step: &str) -> impl FnOnce(io::Error) -> SetupError + '_ {
+    move |source| SetupError::Step {
+        step: step.to_owned(),
+        source,
+    }
+}
+
+/// Lowers `RLIMIT_NOFILE` (fd exhaustion stays inside the sandbox) and disables core
+/// dumps.
+pub(super) fn rlimits(plan: &SandboxPlan) -> Result<(), SetupError> {
+    sys::lower_rlimit(libc::RLIMIT_NOFILE, plan.limits.nofile)
+        .map_err(err("lower RLIMIT_NOFILE"))?;
+    sys::lower_rlimit(libc::RLIMIT_CORE, 0).map_err(err("lower RLIMIT_CORE"))
+}
+
+const SECBIT_NOROOT: libc::c_ulong = 1 << 0;
+const SECBIT_NOROOT_LOCKED: libc::c_ulong = 1 << 1;
+const SECBIT_NO_SETUID_FIXUP: libc::c_ulong = 1 << 2;
+const SECBIT_NO_SETUID_FIXUP_LOCKED: libc::c_ulong = 1 << 3;
+const SECBIT_KEEP_CAPS_LOCKED: libc::c_ulong = 1 << 5;
+const SECBIT_NO_CAP_AMBIENT_RAISE: libc::c_ulong = 1 << 6;
+const SECBIT_NO_CAP_AMBIENT_RAISE_LOCKED: libc::c_ulong = 1 << 7;
+
+#[repr(C)]
+struct CapHeader {
+    version: u32,
+    pid: libc::c_int,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct CapData {
+    effective: u32,
+    permitted: u32,
+    inheritable: u32,
+}
+
+const LINUX_CAPABILITY_VERSION_3: u32 = 0x2008_0522;
+
+/// Drops every capability from every set. The agent needs none: it only starts
+/// processes (same uid), signals its own process groups and touches files in writable
+/// binds. uid 0 keeps no power after this: securebits stop `execve` from granting root
+/// its capabilities back, the bounding set is empty, and ambient raising is locked off.
+pub(super) fn drop_capabilities() -> Result<u32, SetupError> {
+    sys::prctl(
+        libc::PR_SET_SECUREBITS,
+        SECBIT_NOROOT
+            | SECBIT_NOROOT_LOCKED
+            | SECBIT_NO_SETUID_FIXUP
+            | SECBIT_NO_SETUID_FIXUP_LOCKED
+            | SECBIT_KEEP_CAPS_LOCKED
+            | SECBIT_NO_CAP_AMBIENT_RAISE
+            | SECBIT_NO_CAP_AMBIENT_RAISE_LOCKED,
+    )
+    .map_err(err("set securebits"))?;
+    sys::prctl(
+        libc::PR_CAP_AMBIENT,
+        libc::PR_CAP_AMBIENT_CLEAR_ALL as libc::c_ulong,
+    )
+    .map_err(err("clear ambient capabilities"))?;
+    let last = last_cap();
+    for cap in 0..=last {
+        match sys::prctl(libc::PR_CAPBSET_DROP, cap as libc::c_ulong) {
+            Ok(()) => {}
+            // Unknown to this kernel: nothing to drop.
+            Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {}
+            Err(e) => return Err(err("drop bounding capabilities")(e)),
+        }
+    }
+    let mut header = CapHeader {
+        version: LINUX_CAPABILITY_VERSION_3,
+        pid: 0,
+    };
+    let data = [CapData {
+        effective: 0,
+        permitted: 0,
+        inheritable: 0,
+    }; 2];
+    // SAFETY: header and two data structs in the layout capset(2) expects for version 3.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_capset,
+            &mut header as *mut CapHeader,
+            data.as_ptr(),
+        )
+    };
+    if r < 0 {
+        return Err(err("clear capabilities")(io::Error::last_os_error()));
+    }
+    let mut remaining = 0;
+    for cap in 0..=last {
+        // SAFETY: PR_CAPBSET_READ takes an integer and returns 0/1.
+        if unsafe { libc::prctl(libc::PR_CAPBSET_READ, cap as libc::c_ulong, 0, 0, 0) } == 1 {
+            remaining += 1;
+        }
+    }
+    Ok(remaining)
+}
+
+fn last_cap() -> u32 {
+    std::fs::read_to_string("/proc/sys/kernel/cap_last_cap")
+        .ok()
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or(63)
+}
+
+/// no_new_privs (setuid files and file capabilities grant nothing) and non-dumpable
+/// PID 1 (sandbox processes cannot open `/proc/1/{exe,mem,environ,fd}` or ptrace it, so
+/// the host-side binary behind `/proc/1/exe` cannot be reached; cf. CVE-2019-5736).
+pub(super) fn no_new_privs() -> Result<(), SetupError> {
+    sys::prctl(libc::PR_SET_NO_NEW_PRIVS, 1).map_err(err("set no_new_privs"))?;
+    sys::prctl(libc::PR_SET_DUMPABLE, 0).map_err(err("clear dumpable"))
+}
+
+/// Kernel's Landlock ABI version, 0 when absent or disabled.
+pub fn landlock_abi() -> io::Result<u32> {
+    const LANDLOCK_CREATE_RULESET_VERSION: libc::c_uint = 1;
+    // SAFETY: a null attribute with size 0 and the VERSION flag only queries the ABI.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_landlock_create_ruleset,
+            std::ptr::null::<libc::c_void>(),
+            0usize,
+            LANDLOCK_CREATE_RULESET_VERSION,
+        )
+    };
+    if r < 0 {
+        let e = io::Error::last_os_error();
+        return match e.raw_os_error() {
+            Some(libc::ENOSYS) | Some(libc::EOPNOTSUPP) => Ok(0),
+            _ => Err(e),
+        };
+    }
+    Ok(r as u32)
+}
+
+/// Restricts filesystem access to reading the sandbox tree plus writing its writable
+/// places, and scopes signals and abstract unix sockets to the sandbox. Returns whether
+/// a ruleset is enforced.
+pub(super) fn landlock(plan: &SandboxPlan) -> Result<bool, SetupError> {
+    let lerr = |e: landlock::RulesetError| SetupError::Landlock(e.to_string());
+    // The newest ABI this code was written and tested against; newer kernels enforce it.
+    let abi = ABI::V6;
+    let level = if plan.hardening.require_landlock {
+        CompatLevel::HardRequirement
+    } else {
+        CompatLevel::BestEffort
+    };
+    let all = AccessFs::from_all(abi);
+    let read = AccessFs::from_read(abi);
+    let tree_rw = all & !(AccessFs::MakeChar | AccessFs::MakeBlock);
+    let file_rw =
+        AccessFs::ReadFile | AccessFs::WriteFile | AccessFs::Truncate | AccessFs::IoctlDev;
+
+    let mut writable: Vec<&Path> = vec![Path::new("/tmp"), Path::new("/dev/shm")];
+    if matches!(plan.rootfs, RootfsSource::Directory { .. }) {
+        writable.push(Path::new("/"));
+    }
+    if plan.workspace.is_some() {
+        writable.push(Path::new("/workspace"));
+    }
+    if plan.outputs.is_some() {
+        writable.push(Path::new("/mnt/session/outputs"));
+    }
+    writable.extend(
+        plan.binds
+            .iter()
+            .filter(|b| b.writable)
+            .map(|b| b.target.as_path()),
+    );
+    let files: [&Path; 7] = [
+        Path::new("/dev/null"),
+        Path::new("/dev/zero"),
+        Path::new("/dev/full"),
+        Path::new("/dev/tty"),
+        Path::new("/dev/random"),
+        Path::new("/dev/urandom"),
+        Path::new("/dev/pts"),
+    ];
+
+    let mut created = Ruleset::default()
+        .set_compatibility(level)
+        .handle_access(all)
+        .map_err(lerr)?
+        .scope(Scope::from_all(abi))
+        .map_err(lerr)?
+        .create()
+        .map_err(lerr)?;
+    created = created
+        .add_rule(PathBeneath::new(open(Path::new("/"))?, read))
+        .map_err(lerr)?;
+    for p in writable {
+        created = created
+            .add_rule(PathBeneath::new(open(p)?, tree_rw))
+            .map_err(lerr)?;
+    }
+    for p in files.iter().chain([&Path::new("/proc")]) {
+        if p.exists() {
+            created = created
+                .add_rule(PathBeneath::new(open(p)?, file_rw))
+                .map_err(lerr)?;
+        }
+    }
+    let status: RestrictionStatus = created.restrict_self().map_err(lerr)?;
+    Ok(status.ruleset != RulesetStatus::NotEnforced)
+}
+
+fn open(p: &Path) -> Result<PathFd, SetupError> {
+    PathFd::new(p).map_err(|e| SetupError::Landlock(format!("open {}: {e}", p.display())))
+}
+
+/// Syscalls refused with EPERM unconditionally: mount-table changes, kernel keyring,
+/// BPF, perf, kexec, kernel modules, reboot, swap, handle-based opens (which bypass path
+/// checks), ptrace and cross-process memory access, namespace changes, raw I/O ports,
+/// userfaultfd, io_uring (which bypasses this filter by design), clock setting, kernel
+/// log, accounting and quotas. Mostly also stopped by the missing capabilities; the
+/// filter holds even if a capability ever leaked.
+fn denied_syscalls() -> Vec<i64> {
+    let mut v = vec![
+        libc::SYS_mount,
+        libc::SYS_umount2,
+        libc::SYS_pivot_root,
+        libc::SYS_chroot,
+        libc::SYS_fsopen,
+        libc::SYS_fsconfig,
+        libc::SYS_fsmount,
+        libc::SYS_fspick,
+        libc::SYS_move_mount,
+        libc::SYS_open_tree,
+        libc::SYS_mount_setattr,
+        libc::SYS_keyctl,
+        libc::SYS_add_key,
+        libc::SYS_request_key,
+        libc::SYS_bpf,
+        libc::SYS_perf_event_open,
+        libc::SYS_kexec_load,
+        libc::SYS_kexec_file_load,
+        libc::SYS_init_module,
+        libc::SYS_finit_module,
+        libc::SYS_delete_module,
+        libc::SYS_reboot,
+        libc::SYS_swapon,
+        libc::SYS_swapoff,
+        libc::SYS_open_by_handle_at,
+        libc::SYS_name_to_handle_at,
+        libc::SYS_ptrace,
+        libc::SYS_process_vm_readv,
+        libc::SYS_process_vm_writev,
+        libc::SYS_unshare,
+        libc::SYS_setns,
+        libc::SYS_userfaultfd,
+        libc::SYS_io_uring_setup,
+        libc::SYS_io_uring_enter,
+        libc::SYS_io_uring_register,
+        libc::SYS_acct,
+        libc::SYS_quotactl,
+        libc::SYS_syslog,
+        libc::SYS_vhangup,
+        libc::SYS_settimeofday,
+        libc::SYS_clock_settime,
+        libc::SYS_clock_adjtime,
+        libc::SYS_pidfd_getfd,
+        libc::SYS_kcmp,
+        libc::SYS_fanotify_init,
+    ];
+    #[cfg(target_arch = "x86_64")]
+    v.extend([
+        libc::SYS_iopl,
+        libc::SYS_ioperm,
+        libc::SYS_uselib,
+        libc::SYS__sysctl,
+        libc::SYS_nfsservctl,
+        libc::SYS_lookup_dcookie,
+    ]);
+    v
+}
+
+fn cond(arg: u8, op: SeccompCmpOp, value: u64) -> Result<SeccompCondition, SetupError> {
+    SeccompCondition::new(arg, SeccompCmpArgLen::Dword, op, value)
+        .map_err(|e| SetupError::Seccomp(e.to_string()))
+}
+
+fn rule(c: SeccompCondition) -> Result<SeccompRule, SetupError> {
+    SeccompRule::new(vec![c]).map_err(|e| SetupError::Seccomp(e.to_string()))
+}
+
+/// Builds the main filter (seccompiler): default allow, listed calls EPERM.
+pub fn build_filter() -> Result<BpfProgram, SetupError> {
+    let arch = TargetArch::try_from(std::env::consts::ARCH)
+        .map_err(|e| SetupError::Seccomp(e.to_string()))?;
+    let mut rules: BTreeMap<i64, Vec<SeccompRule>> = BTreeMap::new();
+    for nr in denied_syscalls() {
+        rules.insert(nr, Vec::new());
+    }
+    // socket(AF_PACKET, …) and socket(…, SOCK_RAW | flags, …): no link-layer or raw IP
+    // access even inside the sandbox's own network namespace.
+    rules.insert(
+        libc::SYS_socket,
+        vec![
+            rule(cond(0, SeccompCmpOp::Eq, libc::AF_PACKET as u64)?)?,
+            rule(cond(1, SeccompCmpOp::MaskedEq(0xf), libc::SOCK_RAW as u64)?)?,
+        ],
+    );
+    // clone(CLONE_NEW*): no new namespaces (a user namespace would hand back
+    // capabilities over a fresh set of kernel attack surface).
+    let ns_flags = [
+        libc::CLONE_NEWNS,
+        libc::CLONE_NEWCGROUP,
+        libc::CLONE_NEWUTS,
+        libc::CLONE_NEWIPC,
+        libc::CLONE_NEWUSER,
+        libc::CLONE_NEWPID,
+        libc::CLONE_NEWNET,
+    ];
+    let mut clone_rules = Vec::new();
+    for f in ns_flags {
+        clone_rules.push(rule(cond(0, SeccompCmpOp::MaskedEq(f as u64), f as u64)?)?);
+    }
+    rules.insert(libc::SYS_clone, clone_rules);
+    // ioctl(TIOCSTI / TIOCLINUX): no typing into a terminal's input queue.
+    rules.insert(
+        libc::SYS_ioctl,
+        vec![
+            rule(cond(1, SeccompCmpOp::Eq, libc::TIOCSTI)?)?,
+            rule(cond(1, SeccompCmpOp::Eq, libc::TIOCLINUX)?)?,
+        ],
+    );
+    let filter = SeccompFilter::new(
+        rules,
+        SeccompAction::Allow,
+        SeccompAction::Errno(libc::EPERM as u32),
+        arch,
+    )
+    .map_err(|e| SetupError::Seccomp(e.to_string()))?;
+    BpfProgram::try_from(filter).map_err(|e| SetupError::Seccomp(e.to_string()))
+}
+
+const BPF_LD_W_ABS: u16 = (libc::BPF_LD | libc::BPF_W | libc::BPF_ABS) as u16;
+const BPF_JEQ_K: u16 = (libc::BPF_JMP | libc::BPF_JEQ | libc::BPF_K) as u16;
+const BPF_JGE_K: u16 = (libc::BPF_JMP | libc::BPF_JGE | libc::BPF_K) as u16;
+const BPF_RET_K: u16 = (libc::BPF_RET | libc::BPF_K) as u16;
+const SECCOMP_RET_ERRNO: u32 = 0x0005_0000;
+
+fn ins(code: u16, jt: u8, jf: u8, k: u32) -> seccompiler::sock_filter {
+    seccompiler::sock_filter { code, jt, jf, k }
+}
+
+/// Hand-written checks for what seccompiler cannot say: `clone3` gets ENOSYS (its flags
+/// live in memory a filter cannot inspect; libc falls back to `clone`, whose flags the
+/// main filter checks), and on x86_64 every x32-ABI syscall number is refused so no
+/// listed call can be reached under its x32 alias. Falls through when neither applies.
+fn prelude() -> BpfProgram {
+    // seccomp_data: nr at offset 0.
+    let mut p = vec![ins(BPF_LD_W_ABS, 0, 0, 0)];
+    if cfg!(target_arch = "x86_64") {
+        p.push(ins(BPF_JGE_K, 0, 1, 0x4000_0000));
+        p.push(ins(BPF_RET_K, 0, 0, SECCOMP_RET_ERRNO | libc::EPERM as u32));
+    }
+    p.push(ins(BPF_JEQ_K, 0, 1, libc::SYS_clone3 as u32));
+    p.push(ins(
+        BPF_RET_K,
+        0,
+        0,
+        SECCOMP_RET_ERRNO | libc::ENOSYS as u32,
+    ));
+    p
+}
+
+/// The whole filter: seccompiler's architecture check, then [`prelude`], then
+/// seccompiler's rules. One filter, not two stacked ones, because the kernel evaluates
+/// (and caches) every attached filter per syscall number at attach time.
+pub fn build_program() -> Result<BpfProgram, SetupError> {
+    let mut main = build_filter()?;
+    // Splice in front of seccompiler's "load syscall number" (the first absolute load of
+    // offset 0; the architecture check before it loads offset 4 and only jumps within
+    // itself, so no jump crosses the splice point).
+    let at = main
+        .iter()
+        .position(|i| i.code == BPF_LD_W_ABS && i.k == 0)
+        .ok_or_else(|| SetupError::Seccomp("unexpected filter layout".into()))?;
+    main.splice(at..at, prelude());
+    if main.len() > u16::MAX as usize {
+        return Err(SetupError::Seccomp("filter too long".into()));
+    }
+    Ok(main)
+}
+
+/// Installs the filter on the calling (only) thread; inherited by every child.
+pub(super) fn seccomp() -> Result<(), SetupError> {
+    let program = build_program()?;
+    seccompiler::apply_filter(&program).map_err(|e| SetupError::Seccomp(e.to_string()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn filter_builds_and_the_prelude_follows_the_arch_check() {
+        let p = build_program().unwrap();
+        let at = p
+            .iter()
+            .position(|i| i.code == BPF_LD_W_ABS && i.k == 0)
+            .unwrap();
+        assert_eq!(p[at..at + prelude().len()], prelude()[..]);
+        // The arch check loads offset 4 first.
+        assert_eq!((p[0].code, p[0].k), (BPF_LD_W_ABS, 4));
+    }
+}

@@ -1,0 +1,129 @@
+//! The setup stage: runs inside the new namespaces as PID 1, single-threaded, right
+//! after the exec, and turns a [`SandboxPlan`] into the sandbox before the agent starts.
+//! Used only by the `omabox-sandbox-init` binary.
+//!
+//! The order is a checklist; each step needs the rights the later ones take away.
+
+mod etc;
+pub mod harden;
+mod mounts;
+
+use std::io;
+use std::path::PathBuf;
+
+use crate::handoff::{InitSpec, SetupReport};
+use crate::sys;
+
+/// Why the sandbox could not be set up. Sent to the host as text.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum SetupError {
+    /// A step failed.
+    #[error("{step}: {source}")]
+    Step {
+        /// What was being done.
+        step: String,
+        /// Why it failed.
+        source: io::Error,
+    },
+    /// A mount target in the rootfs is a symlink.
+    #[error("refusing to mount over symlink {0:?} in the rootfs")]
+    Symlink(PathBuf),
+    /// Landlock could not be applied.
+    #[error("landlock: {0}")]
+    Landlock(String),
+    /// Landlock is required but the kernel lacks it.
+    #[error(
+        "landlock is required by the plan but this kernel has none (needs Linux >= 5.13 with CONFIG_SECURITY_LANDLOCK and landlock in the lsm= boot list)"
+    )]
+    LandlockMissing,
+    /// The seccomp filter could not be built or installed.
+    #[error("seccomp: {0}")]
+    Seccomp(String),
+}
+
+/// Carries out the plan. On success the calling process is PID 1 of a fully built and
+/// locked-down sandbox; on error the caller reports and exits (the host tears down).
+pub fn run(spec: &InitSpec) -> Result<SetupReport, SetupError> {
+    let plan = &spec.plan;
+    let mut clock = StepClock::new();
+    // 1. Our own cgroup namespace, rooted at the sandbox cgroup the host moved us into.
+    sys::unshare(libc::CLONE_NEWCGROUP).map_err(|source| SetupError::Step {
+        step: "unshare cgroup namespace".into(),
+        source,
+    })?;
+    // 2. The mount tree, then the pivot into it.
+    clock.lap("cgroup namespace");
+    let root = mounts::build(plan, &spec.scratch_dir)?;
+    clock.lap("build mount tree");
+    mounts::pivot(&root)?;
+    clock.lap("pivot_root");
+    mounts::finish(plan)?;
+    clock.lap("mask /proc, seal /");
+    // 3. Identity and network.
+    sys::sethostname(&plan.hostname).map_err(|source| SetupError::Step {
+        step: "set hostname".into(),
+        source,
+    })?;
+    sys::loopback_up().map_err(|source| SetupError::Step {
+        step: "bring up loopback".into(),
+        source,
+    })?;
+    let workdir = if plan.workspace.is_some() {
+        "/workspace"
+    } else {
+        "/"
+    };
+    std::env::set_current_dir(workdir).map_err(|source| SetupError::Step {
+        step: format!("chdir {workdir}"),
+        source,
+    })?;
+    clock.lap("hostname, loopback, chdir");
+    // 4. Hardening, most powerful rights last to go.
+    harden::rlimits(plan)?;
+    let bounding_caps = harden::drop_capabilities()?;
+    harden::no_new_privs()?;
+    clock.lap("rlimits, capabilities, no_new_privs");
+    let landlock_abi = harden::landlock_abi().unwrap_or(0);
+    let landlock_enforced = if plan.hardening.landlock {
+        if landlock_abi == 0 && plan.hardening.require_landlock {
+            return Err(SetupError::LandlockMissing);
+        }
+        harden::landlock(plan)?
+    } else {
+        false
+    };
+    clock.lap("landlock");
+    if plan.hardening.seccomp {
+        harden::seccomp()?;
+    }
+    clock.lap("seccomp");
+    Ok(SetupReport {
+        landlock_abi,
+        landlock_enforced,
+        seccomp: plan.hardening.seccomp,
+        bounding_caps,
+        step_micros: clock.laps,
+    })
+}
+
+struct StepClock {
+    last: std::time::Instant,
+    laps: Vec<(String, u64)>,
+}
+
+impl StepClock {
+    fn new() -> Self {
+        Self {
+            last: std::time::Instant::now(),
+            laps: Vec::new(),
+        }
+    }
+
+    fn lap(&mut self, what: &str) {
+        let now = std::time::Instant::now();
+        let us = now.duration_since(self.last).as_micros() as u64;
+        self.laps.push((what.to_owned(), us));
+        self.last = now;
+    }
+}

@@ -1,0 +1,465 @@
+//! Building the sandbox's mount tree in its private mount namespace, then pivoting
+//! into it. Runs in the setup stage only (never in the host process).
+
+use std::io;
+use std::os::unix::fs::{DirBuilderExt, symlink};
+use std::path::{Component, Path, PathBuf};
+
+use super::{SetupError, etc};
+use crate::plan::{RootfsSource, SandboxPlan};
+use crate::sys::{self, mount, umount2};
+
+const MOUNT_ATTR_RDONLY: u64 = 0x1;
+const MOUNT_ATTR_NOSUID: u64 = 0x2;
+const MOUNT_ATTR_NODEV: u64 = 0x4;
+const MOUNT_ATTR_NOEXEC: u64 = 0x8;
+
+/// Host directories bound read-only for the preinstalled rootfs, where present.
+const PREINSTALLED_DIRS: &[&str] = &["usr", "bin", "sbin", "lib", "lib64", "lib32", "libx32"];
+/// Non-secret host `/etc` entries the preinstalled rootfs binds read-only, where present:
+/// the loader cache (libraries in non-default directories), Debian's alternatives
+/// symlinks (`awk`, `editor`, …) and the time zone.
+const PREINSTALLED_ETC_BINDS: &[&str] = &["ld.so.cache", "alternatives", "localtime"];
+/// Device nodes bound from the host's `/dev`.
+const DEVICES: &[&str] = &["null", "zero", "full", "random", "urandom", "tty"];
+/// `/proc` files hidden behind `/dev/null` (kernel memory, keys, timers, scheduler).
+const PROC_MASKED_FILES: &[&str] = &[
+    "kcore",
+    "keys",
+    "timer_list",
+    "sched_debug",
+    "latency_stats",
+    "kallsyms",
+];
+/// `/proc` directories hidden behind an empty read-only tmpfs.
+const PROC_MASKED_DIRS: &[&str] = &["acpi", "scsi", "asound"];
+/// `/proc` entries made read-only (kernel tunables, magic keys, interrupts).
+const PROC_READONLY: &[&str] = &["sys", "sysrq-trigger", "irq", "bus", "fs"];
+
+#[repr(C)]
+struct MountAttr {
+    attr_set: u64,
+    attr_clr: u64,
+    propagation: u64,
+    userns_fd: u64,
+}
+
+/// `mount_setattr(2)`: changes flags of one mount, or of a whole tree with `recursive`.
+/// Unlike a remount, the recursive form also reaches submounts of a bind.
+fn set_attr(path: &Path, set: u64, recursive: bool) -> io::Result<()> {
+    let c = sys::cstr(path)?;
+    let attr = MountAttr {
+        attr_set: set,
+        attr_clr: 0,
+        propagation: 0,
+        userns_fd: 0,
+    };
+    let flags = if recursive { libc::AT_RECURSIVE } else { 0 } | libc::AT_SYMLINK_NOFOLLOW;
+    // SAFETY: `c` is a valid C string, `attr` a valid mount_attr of the size passed;
+    // the kernel only reads them.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_mount_setattr,
+            libc::AT_FDCWD,
+            c.as_ptr(),
+            flags as libc::c_uint,
+            &attr as *const MountAttr,
+            std::mem::size_of::<MountAttr>(),
+        )
+    };
+    if r < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+fn step<T>(what: impl FnOnce() -> String, r: io::Result<T>) -> Result<T, SetupError> {
+    r.map_err(|source| SetupError::Step {
+        step: what(),
+        source,
+    })
+}
+
+/// Creates `inside` (a directory, or an empty file when `file`) below `root`, refusing
+/// to follow a symlink anywhere on the way: a rootfs image must not redirect a mount
+/// target outside the new root.
+fn make_target(root: &Path, inside: &Path, file: bool) -> Result<PathBuf, SetupError> {
+    let mut p = root.to_path_buf();
+    let comps: Vec<_> = inside
+        .components()
+        .filter_map(|c| match c {
+            Component::Normal(n) => Some(n),
+            _ => None,
+        })
+        .collect();
+    for (i, name) in comps.iter().enumerate() {
+        p.push(name);
+        let last = i + 1 == comps.len();
+        match std::fs::symlink_metadata(&p) {
+            Ok(m) if m.file_type().is_symlink() => {
+                return Err(SetupError::Symlink(inside.to_path_buf()));
+            }
+            Ok(m) if m.is_dir() != (last && file) => {}
+            Ok(_) => {
+                return Err(SetupError::Step {
+                    step: format!("create mount target {}", inside.display()),
+                    source: io::Error::new(
+                        io::ErrorKind::AlreadyExists,
+                        "exists with another type",
+                    ),
+                });
+            }
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                let r = if last && file {
+                    std::fs::File::create(&p).map(drop)
+                } else {
+                    std::fs::DirBuilder::new().mode(0o755).create(&p)
+                };
+                step(|| format!("create mount target {}", inside.display()), r)?;
+            }
+            Err(e) => return step(|| format!("inspect {}", inside.display()), Err(e)),
+        }
+    }
+    Ok(p)
+}
+
+/// Bind-mounts `source` at `inside` below `root` with `attrs` applied to the whole tree.
+fn bind(root: &Path, source: &Path, inside: &Path, attrs: u64) -> Result<(), SetupError> {
+    let is_file = !step(
+        || format!("inspect bind source {}", source.display()),
+        std::fs::metadata(source),
+    )?
+    .is_dir();
+    let target = make_target(root, inside, is_file)?;
+    step(
+        || format!("bind {} at {}", source.display(), inside.display()),
+        mount(
+            Some(source),
+            &target,
+            None,
+            libc::MS_BIND | libc::MS_REC,
+            None,
+        ),
+    )?;
+    step(
+        || format!("set flags of {}", inside.display()),
+        set_attr(&target, attrs, true),
+    )
+}
+
+/// Builds the whole tree under `scratch` and returns the new root (not yet pivoted).
+pub(super) fn build(plan: &SandboxPlan, scratch: &Path) -> Result<PathBuf, SetupError> {
+    // Nothing we mount may propagate back to the host.
+    step(
+        || "make mounts private".into(),
+        mount(
+            None,
+            Path::new("/"),
+            None,
+            libc::MS_REC | libc::MS_PRIVATE,
+            None,
+        ),
+    )?;
+    // Scratch tmpfs: holds the root skeleton, the generated /etc and the overlay upper
+    // layer. Its pages are charged to the sandbox's memory cgroup.
+    let opts = format!("size={},mode=0755", plan.limits.scratch_bytes.max(1 << 20));
+    step(
+        || "mount scratch tmpfs".into(),
+        mount(
+            Some(Path::new("tmpfs")),
+            scratch,
+            Some("tmpfs"),
+            libc::MS_NOSUID | libc::MS_NODEV,
+            Some(&opts),
+        ),
+    )?;
+    let root = scratch.join("root");
+    step(
+        || "create root".into(),
+        std::fs::DirBuilder::new().mode(0o755).create(&root),
+    )?;
+
+    match &plan.rootfs {
+        RootfsSource::Preinstalled => preinstalled_root(plan, &root)?,
+        RootfsSource::Directory { path } => overlay_root(path, scratch, &root)?,
+    }
+    let rw = MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV;
+    if let Some(ws) = &plan.workspace {
+        bind(&root, ws, Path::new("/workspace"), rw)?;
+    }
+    if let Some(out) = &plan.outputs {
+        bind(&root, out, Path::new("/mnt/session/outputs"), rw)?;
+    }
+    for b in &plan.binds {
+        let attrs = if b.writable {
+            rw
+        } else {
+            rw | MOUNT_ATTR_RDONLY
+        };
+        bind(&root, &b.source, &b.target, attrs)?;
+    }
+    proc_mount(&root)?;
+    dev(&root, plan.limits.scratch_bytes)?;
+    let tmp = make_target(&root, Path::new("/tmp"), false)?;
+    let opts = format!("size={},mode=1777", plan.limits.tmp_bytes.max(4096));
+    step(
+        || "mount /tmp".into(),
+        mount(
+            Some(Path::new("tmpfs")),
+            &tmp,
+            Some("tmpfs"),
+            libc::MS_NOSUID | libc::MS_NODEV,
+            Some(&opts),
+        ),
+    )?;
+    Ok(root)
+}
+
+fn preinstalled_root(plan: &SandboxPlan, root: &Path) -> Result<(), SetupError> {
+    // pivot_root needs the new root to be a mount point.
+    step(
+        || "bind root".into(),
+        mount(Some(root), root, None, libc::MS_BIND, None),
+    )?;
+    for d in PREINSTALLED_DIRS {
+        let host = Path::new("/").join(d);
+        let Ok(meta) = std::fs::symlink_metadata(&host) else {
+            continue; // not present on this host
+        };
+        if meta.file_type().is_symlink() {
+            let target = step(|| format!("read link /{d}"), std::fs::read_link(&host))?;
+            step(|| format!("link /{d}"), symlink(&target, root.join(d)))?;
+        } else if meta.is_dir() {
+            bind(
+                root,
+                &host,
+                Path::new(d),
+                MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV,
+            )?;
+        }
+    }
+    let etc_dir = make_target(root, Path::new("/etc"), false)?;
+    step(
+        || "generate /etc".into(),
+        etc::generate(&etc_dir, &plan.hostname),
+    )?;
+    for f in PREINSTALLED_ETC_BINDS {
+        let host = Path::new("/etc").join(f);
+        if host.exists() {
+            bind(
+                root,
+                &host,
+                &Path::new("/etc").join(f),
+                MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV,
+            )?;
+        }
+    }
+    for d in ["root", "workspace", "mnt/session"] {
+        make_target(root, Path::new(d), false)?;
+    }
+    Ok(())
+}
+
+fn overlay_root(lower: &Path, scratch: &Path, root: &Path) -> Result<(), SetupError> {
+    let lower_s = lower.to_string_lossy();
+    if lower_s.contains([',', ':', '\\']) {
+        return Err(SetupError::Step {
+            step: "mount overlay".into(),
+            source: io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("rootfs path {lower_s:?} holds ',', ':' or '\\'"),
+            ),
+        });
+    }
+    let upper = scratch.join("upper");
+    let work = scratch.join("work");
+    for d in [&upper, &work] {
+        step(
+            || "create overlay dirs".into(),
+            std::fs::DirBuilder::new().mode(0o755).create(d),
+        )?;
+    }
+    let opts = format!(
+        "lowerdir={lower_s},upperdir={},workdir={}",
+        upper.display(),
+        work.display()
+    );
+    step(
+        || format!("mount overlay of {lower_s}"),
+        mount(
+            Some(Path::new("overlay")),
+            root,
+            Some("overlay"),
+            libc::MS_NOSUID | libc::MS_NODEV,
+            Some(&opts),
+        ),
+    )
+}
+
+fn proc_mount(root: &Path) -> Result<(), SetupError> {
+    let p = make_target(root, Path::new("/proc"), false)?;
+    // A fresh procfs: we are PID 1 of the new pid namespace, so it shows only the
+    // sandbox's processes.
+    step(
+        || "mount /proc".into(),
+        mount(
+            Some(Path::new("proc")),
+            &p,
+            Some("proc"),
+            libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
+            None,
+        ),
+    )
+}
+
+fn dev(root: &Path, shm_bytes: u64) -> Result<(), SetupError> {
+    let dev = make_target(root, Path::new("/dev"), false)?;
+    // nodev: a device node created here (were mknod ever allowed) would not open. The
+    // bound host nodes below keep their own mount's flags.
+    step(
+        || "mount /dev".into(),
+        mount(
+            Some(Path::new("tmpfs")),
+            &dev,
+            Some("tmpfs"),
+            libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
+            Some("size=64k,nr_inodes=64,mode=0755"),
+        ),
+    )?;
+    for d in DEVICES {
+        let host = Path::new("/dev").join(d);
+        if !host.exists() {
+            continue;
+        }
+        let target = dev.join(d);
+        step(
+            || format!("create /dev/{d}"),
+            std::fs::File::create(&target),
+        )?;
+        step(
+            || format!("bind /dev/{d}"),
+            mount(Some(&host), &target, None, libc::MS_BIND, None),
+        )?;
+        step(
+            || format!("set flags of /dev/{d}"),
+            set_attr(&target, MOUNT_ATTR_NOSUID | MOUNT_ATTR_NOEXEC, false),
+        )?;
+    }
+    for (name, target) in [
+        ("fd", "/proc/self/fd"),
+        ("stdin", "/proc/self/fd/0"),
+        ("stdout", "/proc/self/fd/1"),
+        ("stderr", "/proc/self/fd/2"),
+        ("ptmx", "pts/ptmx"),
+    ] {
+        step(
+            || format!("link /dev/{name}"),
+            symlink(target, dev.join(name)),
+        )?;
+    }
+    let pts = dev.join("pts");
+    step(|| "create /dev/pts".into(), std::fs::create_dir(&pts))?;
+    step(
+        || "mount /dev/pts".into(),
+        mount(
+            Some(Path::new("devpts")),
+            &pts,
+            Some("devpts"),
+            libc::MS_NOSUID | libc::MS_NOEXEC,
+            Some("newinstance,ptmxmode=0666,mode=0620"),
+        ),
+    )?;
+    let shm = dev.join("shm");
+    step(|| "create /dev/shm".into(), std::fs::create_dir(&shm))?;
+    let opts = format!("size={},mode=1777", shm_bytes.max(1 << 20));
+    step(
+        || "mount /dev/shm".into(),
+        mount(
+            Some(Path::new("tmpfs")),
+            &shm,
+            Some("tmpfs"),
+            libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
+            Some(&opts),
+        ),
+    )?;
+    // The /dev tmpfs itself becomes read-only; its submounts keep their own flags.
+    step(
+        || "make /dev read-only".into(),
+        set_attr(&dev, MOUNT_ATTR_RDONLY, false),
+    )
+}
+
+/// Makes `root` the new `/` and detaches the host's tree. After this, nothing of the
+/// host's filesystem is reachable by path.
+pub(super) fn pivot(root: &Path) -> Result<(), SetupError> {
+    step(
+        || "chdir to new root".into(),
+        std::env::set_current_dir(root),
+    )?;
+    // pivot_root(".", "."): the old root ends up stacked on top of the new one at "/",
+    // and is then lazily detached (no directory for it needed in the new root).
+    step(
+        || "pivot_root".into(),
+        sys::pivot_root(Path::new("."), Path::new(".")),
+    )?;
+    step(
+        || "detach old root".into(),
+        umount2(Path::new("."), libc::MNT_DETACH),
+    )?;
+    step(|| "chdir /".into(), std::env::set_current_dir("/"))
+}
+
+/// After the pivot: hide or freeze sensitive `/proc` entries, and make a preinstalled
+/// root read-only.
+pub(super) fn finish(plan: &SandboxPlan) -> Result<(), SetupError> {
+    let null = Path::new("/dev/null");
+    for f in PROC_MASKED_FILES {
+        let p = Path::new("/proc").join(f);
+        if p.exists() {
+            step(
+                || format!("mask /proc/{f}"),
+                mount(Some(null), &p, None, libc::MS_BIND, None),
+            )?;
+        }
+    }
+    for d in PROC_MASKED_DIRS {
+        let p = Path::new("/proc").join(d);
+        if p.is_dir() {
+            step(
+                || format!("mask /proc/{d}"),
+                mount(
+                    Some(Path::new("tmpfs")),
+                    &p,
+                    Some("tmpfs"),
+                    libc::MS_RDONLY | libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
+                    Some("size=0"),
+                ),
+            )?;
+        }
+    }
+    for e in PROC_READONLY {
+        let p = Path::new("/proc").join(e);
+        if p.exists() {
+            step(
+                || format!("freeze /proc/{e}"),
+                mount(Some(&p), &p, None, libc::MS_BIND | libc::MS_REC, None),
+            )?;
+            step(
+                || format!("freeze /proc/{e}"),
+                set_attr(
+                    &p,
+                    MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC,
+                    true,
+                ),
+            )?;
+        }
+    }
+    let root_attrs = match plan.rootfs {
+        RootfsSource::Preinstalled => MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV,
+        RootfsSource::Directory { .. } => MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV,
+    };
+    step(
+        || "set flags of /".into(),
+        set_attr(Path::new("/"), root_attrs, false),
+    )
+}

@@ -1,0 +1,299 @@
+//! Thin, safe wrappers over the raw syscalls this crate needs. Each wrapper converts its
+//! arguments to C strings before the call and turns `-1` into `io::Error`.
+
+use std::ffi::CString;
+use std::io;
+use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
+
+pub(crate) fn cstr(p: impl AsRef<std::ffi::OsStr>) -> io::Result<CString> {
+    CString::new(p.as_ref().as_bytes())
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "path contains a NUL byte"))
+}
+
+fn check(r: libc::c_int) -> io::Result<()> {
+    if r < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(())
+    }
+}
+
+fn check_long(r: libc::c_long) -> io::Result<libc::c_long> {
+    if r < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(r)
+    }
+}
+
+/// `mount(2)`.
+pub(crate) fn mount(
+    source: Option<&Path>,
+    target: &Path,
+    fstype: Option<&str>,
+    flags: libc::c_ulong,
+    data: Option<&str>,
+) -> io::Result<()> {
+    let source = source.map(cstr).transpose()?;
+    let target = cstr(target)?;
+    let fstype = fstype.map(cstr).transpose()?;
+    let data = data.map(cstr).transpose()?;
+    let ptr = |c: &Option<CString>| c.as_ref().map_or(std::ptr::null(), |c| c.as_ptr());
+    // SAFETY: every pointer is either null or a NUL-terminated string that outlives the
+    // call; mount(2) only reads them.
+    check(unsafe {
+        libc::mount(
+            ptr(&source),
+            target.as_ptr(),
+            ptr(&fstype),
+            flags,
+            ptr(&data).cast(),
+        )
+    })
+}
+
+/// `umount2(2)`.
+pub(crate) fn umount2(target: &Path, flags: libc::c_int) -> io::Result<()> {
+    let target = cstr(target)?;
+    // SAFETY: `target` is a valid C string for the duration of the call.
+    check(unsafe { libc::umount2(target.as_ptr(), flags) })
+}
+
+/// `pivot_root(2)` (no libc wrapper exists).
+pub(crate) fn pivot_root(new_root: &Path, put_old: &Path) -> io::Result<()> {
+    let new_root = cstr(new_root)?;
+    let put_old = cstr(put_old)?;
+    // SAFETY: both arguments are valid C strings for the duration of the call.
+    check_long(unsafe { libc::syscall(libc::SYS_pivot_root, new_root.as_ptr(), put_old.as_ptr()) })
+        .map(drop)
+}
+
+/// `unshare(2)`.
+pub(crate) fn unshare(flags: libc::c_int) -> io::Result<()> {
+    // SAFETY: unshare takes a flag word and has no memory effects.
+    check(unsafe { libc::unshare(flags) })
+}
+
+/// `sethostname(2)`.
+pub(crate) fn sethostname(name: &str) -> io::Result<()> {
+    // SAFETY: the pointer/length pair describes `name`'s bytes, which outlive the call.
+    check(unsafe { libc::sethostname(name.as_ptr().cast(), name.len()) })
+}
+
+/// `prctl(2)` with integer arguments.
+pub(crate) fn prctl(option: libc::c_int, arg2: libc::c_ulong) -> io::Result<()> {
+    // SAFETY: every option used by this crate takes integer arguments only.
+    check(unsafe { libc::prctl(option, arg2, 0 as libc::c_ulong, 0 as libc::c_ulong, 0) })
+}
+
+/// Sets soft and hard limit of `resource` to `value` (lowering only, without
+/// CAP_SYS_RESOURCE; never raises above the current hard limit).
+pub(crate) fn lower_rlimit(resource: libc::__rlimit_resource_t, value: u64) -> io::Result<()> {
+    let mut cur = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: `cur` is a valid, writable rlimit.
+    check(unsafe { libc::getrlimit(resource, &mut cur) })?;
+    let v = value.min(cur.rlim_max);
+    let new = libc::rlimit {
+        rlim_cur: v,
+        rlim_max: v,
+    };
+    // SAFETY: `new` is a valid rlimit read by the kernel.
+    check(unsafe { libc::setrlimit(resource, &new) })
+}
+
+/// Brings the loopback interface up (the only interface of a fresh network namespace).
+pub(crate) fn loopback_up() -> io::Result<()> {
+    // SAFETY: socket(2) with constant arguments; the result is checked below.
+    let fd = unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: `fd` is a fresh socket we own; OwnedFd closes it.
+    let sock = unsafe { OwnedFd::from_raw_fd(fd) };
+    // SAFETY: ifreq is a plain C struct; all-zero is a valid value.
+    let mut req: libc::ifreq = unsafe { std::mem::zeroed() };
+    for (dst, src) in req.ifr_name.iter_mut().zip(b"lo\0") {
+        *dst = *src as libc::c_char;
+    }
+    // SAFETY: SIOCGIFFLAGS reads ifr_name and writes ifr_flags of the valid `req`.
+    check(unsafe { libc::ioctl(sock.as_raw_fd(), libc::SIOCGIFFLAGS, &mut req) })?;
+    // SAFETY: the union member written by SIOCGIFFLAGS is ifru_flags.
+    unsafe {
+        req.ifr_ifru.ifru_flags |= (libc::IFF_UP | libc::IFF_RUNNING) as libc::c_short;
+    }
+    // SAFETY: SIOCSIFFLAGS reads the valid `req`.
+    check(unsafe { libc::ioctl(sock.as_raw_fd(), libc::SIOCSIFFLAGS, &req) })
+}
+
+/// `pidfd_open(2)`.
+pub(crate) fn pidfd_open(pid: i32) -> io::Result<OwnedFd> {
+    // SAFETY: pidfd_open takes integers; a non-negative result is a new fd we own.
+    let fd = check_long(unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) })?;
+    // SAFETY: the kernel just returned this fd to us and nothing else owns it.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
+}
+
+/// `pidfd_send_signal(2)`. ESRCH (already exited) is `Ok(false)`.
+pub(crate) fn pidfd_kill(pidfd: BorrowedFd<'_>, sig: libc::c_int) -> io::Result<bool> {
+    // SAFETY: integer arguments and a null siginfo pointer, which the kernel accepts.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_pidfd_send_signal,
+            pidfd.as_raw_fd(),
+            sig,
+            std::ptr::null::<libc::siginfo_t>(),
+            0,
+        )
+    };
+    match check_long(r) {
+        Ok(_) => Ok(true),
+        Err(e) if e.raw_os_error() == Some(libc::ESRCH) => Ok(false),
+        Err(e) => Err(e),
+    }
+}
+
+/// Waits until the process behind `pidfd` has exited (works for non-children too), or
+/// `timeout_ms` passed. Returns whether it exited.
+pub(crate) fn pidfd_wait_exit(pidfd: BorrowedFd<'_>, timeout_ms: i32) -> io::Result<bool> {
+    let mut pfd = libc::pollfd {
+        fd: pidfd.as_raw_fd(),
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    loop {
+        // SAFETY: `pfd` is one valid pollfd.
+        let r = unsafe { libc::poll(&mut pfd, 1, timeout_ms) };
+        if r < 0 {
+            let e = io::Error::last_os_error();
+            if e.raw_os_error() == Some(libc::EINTR) {
+                continue;
+            }
+            return Err(e);
+        }
+        return Ok(r > 0);
+    }
+}
+
+/// Exit of a child, reaped through its pidfd.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Reaped {
+    /// Still running (only with `nohang`).
+    Running,
+    /// Exited or killed; the raw `si_code`/`si_status`.
+    Exited { code: i32, status: i32 },
+    /// Not our child or already reaped.
+    Gone,
+}
+
+/// `waitid(P_PIDFD, …, WEXITED)`; reaps the child.
+pub(crate) fn pidfd_reap(pidfd: BorrowedFd<'_>, nohang: bool) -> io::Result<Reaped> {
+    let mut flags = libc::WEXITED;
+    if nohang {
+        flags |= libc::WNOHANG;
+    }
+    loop {
+        // SAFETY: siginfo_t is plain data; all-zero is valid and lets us detect "no child
+        // ready" under WNOHANG (si_pid stays 0).
+        let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+        // SAFETY: `info` is a valid, writable siginfo_t; P_PIDFD takes the fd as id.
+        let r = unsafe {
+            libc::waitid(
+                libc::P_PIDFD,
+                pidfd.as_raw_fd() as libc::id_t,
+                &mut info,
+                flags,
+            )
+        };
+        if r < 0 {
+            let e = io::Error::last_os_error();
+            match e.raw_os_error() {
+                Some(libc::EINTR) => continue,
+                Some(libc::ECHILD) => return Ok(Reaped::Gone),
+                _ => return Err(e),
+            }
+        }
+        // SAFETY: waitid filled `info` for SIGCHLD, whose union member holds pid/status.
+        let (pid, status) = unsafe { (info.si_pid(), info.si_status()) };
+        if pid == 0 {
+            return Ok(Reaped::Running);
+        }
+        return Ok(Reaped::Exited {
+            code: info.si_code,
+            status,
+        });
+    }
+}
+
+/// `kill(2)`; ESRCH is `Ok(false)`.
+pub(crate) fn kill(pid: i32, sig: libc::c_int) -> io::Result<bool> {
+    if pid <= 1 {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "refusing to signal pid <= 1",
+        ));
+    }
+    // SAFETY: integer arguments; pid > 1 so this never addresses a group or everyone.
+    match check(unsafe { libc::kill(pid, sig) }) {
+        Ok(()) => Ok(true),
+        Err(e) if e.raw_os_error() == Some(libc::ESRCH) => Ok(false),
+        Err(e) => Err(e),
+    }
+}
+
+/// A pipe whose both ends are close-on-exec.
+pub(crate) fn pipe() -> io::Result<(OwnedFd, OwnedFd)> {
+    let mut fds = [0 as RawFd; 2];
+    // SAFETY: `fds` is a valid array of two ints.
+    check(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) })?;
+    // SAFETY: the kernel returned two fresh fds that only we own.
+    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
+}
+
+/// A close-on-exec unix stream socketpair.
+pub(crate) fn socketpair() -> io::Result<(OwnedFd, OwnedFd)> {
+    let mut fds = [0 as RawFd; 2];
+    // SAFETY: `fds` is a valid array of two ints.
+    check(unsafe {
+        libc::socketpair(
+            libc::AF_UNIX,
+            libc::SOCK_STREAM | libc::SOCK_CLOEXEC,
+            0,
+            fds.as_mut_ptr(),
+        )
+    })?;
+    // SAFETY: the kernel returned two fresh fds that only we own.
+    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
+}
+
+/// The boot id, to tell a pid of this boot from one of an earlier boot.
+pub(crate) fn boot_id() -> io::Result<String> {
+    Ok(std::fs::read_to_string("/proc/sys/kernel/random/boot_id")?
+        .trim()
+        .to_owned())
+}
+
+/// Start time of `pid` in clock ticks since boot (field 22 of `/proc/<pid>/stat`);
+/// `None` when there is no such process.
+pub(crate) fn process_start_time(pid: i32) -> io::Result<Option<u64>> {
+    let stat = match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(s) => s,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(e),
+    };
+    // The command name (field 2) may hold spaces and parentheses: split after the last ')'.
+    let rest = stat
+        .rsplit_once(')')
+        .map(|(_, r)| r)
+        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "malformed stat"))?;
+    // `rest` starts at field 3; field 22 is the 20th from there.
+    rest.split_whitespace()
+        .nth(19)
+        .and_then(|f| f.parse().ok())
+        .map(Some)
+        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "malformed stat"))
+}

@@ -1,0 +1,603 @@
+//! Escape tests (issue item 7): each test is one attack from inside a sandbox that must
+//! fail, run through the real agent protocol. Listed in SECURITY.md at the repository
+//! root. Syscall-level probes use Python's ctypes from the preinstalled rootfs (the
+//! host's /usr), with syscall numbers taken from the `libc` crate so they match the
+//! architecture.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{Sandboxed, can_run, test_plan};
+
+/// A Python one-liner that performs `syscall(nr, args…)` and prints `0` or the errno
+/// name.
+fn syscall_probe(nr: i64, args: &[i64]) -> String {
+    let args: Vec<String> = args.iter().map(|a| format!("ctypes.c_long({a})")).collect();
+    format!(
+        "python3 -c 'import ctypes,errno; l=ctypes.CDLL(None,use_errno=True); \
+         r=l.syscall(ctypes.c_long({nr}){}{}); e=ctypes.get_errno(); \
+         print(0 if r>=0 else errno.errorcode[e])'",
+        if args.is_empty() { "" } else { "," },
+        args.join(",")
+    )
+}
+
+/// Asserts the probe printed EPERM or EACCES.
+async fn assert_denied(sb: &Sandboxed, what: &str, nr: i64, args: &[i64]) {
+    let out = sb.ok(&syscall_probe(nr, args)).await;
+    assert!(
+        out == "EPERM" || out == "EACCES",
+        "{what}: expected EPERM/EACCES, got {out:?}"
+    );
+}
+
+async fn start() -> Option<Sandboxed> {
+    if !can_run() {
+        return None;
+    }
+    Some(Sandboxed::start(test_plan()).await)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pid1_is_the_agent_and_host_processes_are_invisible() {
+    let Some(mut sb) = start().await else { return };
+    let comm = sb.ok("cat /proc/1/comm").await;
+    assert!(comm.starts_with("omabox-sandbox"), "pid 1 is {comm:?}");
+    // Every process the sandbox sees is the agent or part of this very pipeline.
+    let comms = sb
+        .ok("for p in /proc/[0-9]*; do cat $p/comm; done 2>/dev/null")
+        .await;
+    for c in comms.lines() {
+        assert!(
+            c.starts_with("omabox-sandbox") || ["sh", "cat"].contains(&c),
+            "unexpected process visible in the sandbox: {c:?} (all: {comms:?})"
+        );
+    }
+    // The host test process: neither visible nor signallable by its host pid.
+    let host_pid = std::process::id();
+    let out = sb.sh(&format!("kill -0 {host_pid}")).await;
+    assert!(
+        !out.success(),
+        "the sandbox could signal host pid {host_pid}"
+    );
+    sb.destroy();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hostname_differs_from_the_host() {
+    let Some(mut sb) = start().await else { return };
+    let inside = sb.ok("cat /proc/sys/kernel/hostname").await;
+    assert_eq!(inside, "sandbox");
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap();
+    assert_ne!(inside, host.trim());
+    sb.destroy();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_loopback_and_host_loopback_services_are_unreachable() {
+    let Some(mut sb) = start().await else { return };
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let ifaces = sb
+        .ok("tail -n +3 /proc/net/dev | cut -d: -f1 | tr -d ' '")
+        .await;
+    assert_eq!(ifaces, "lo", "interfaces inside: {ifaces:?}");
+    let out = sb
+        .ok(&format!(
+            "python3 -c 'import socket,errno\ntry:\n socket.create_connection((\"127.0.0.1\",{port}),timeout=2); print(\"CONNECTED\")\nexcept OSError as e: print(errno.errorcode.get(e.errno,e))'"
+        ))
+        .await;
+    assert_ne!(out, "CONNECTED", "reached the host's loopback service");
+    // Loopback itself works inside (it is up).
+    let lo = sb
+        .ok("python3 -c 'import socket; s=socket.socket(); s.bind((\"127.0.0.1\",0)); s.listen(); c=socket.create_connection(s.getsockname()); print(\"ok\")'")
+        .await;
+    assert_eq!(lo, "ok");
+    drop(listener);
+    sb.destroy();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn workspace_and_outputs_writes_land_in_the_host_dirs() {
+    if !can_run() {
+        return;
+    }
+    let ws = tempfile::tempdir().unwrap();
+    let outputs = tempfile::tempdir().unwrap();
+    let mut plan = test_plan();
+    plan.workspace = Some(ws.path().to_path_buf());
+    plan.outputs = Some(outputs.path().to_path_buf());
+    let mut sb = Sandboxed::start(plan).await;
+    assert_eq!(sb.ok("pwd").await, "/workspace");
+    sb.ok("echo hello > /workspace/a.txt && echo out > /mnt/session/outputs/b.txt")
+        .await;
+    assert_eq!(
+        std::fs::read_to_string(ws.path().join("a.txt")).unwrap(),
+        "hello\n"
+    );
+    assert_eq!(
+        std::fs::read_to_string(outputs.path().join("b.txt")).unwrap(),
+        "out\n"
+    );
+    sb.destroy();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn host_secrets_and_files_outside_the_binds_are_unreachable() {
+    let Some(mut sb) = start().await else { return };
+    // A canary on the host's /tmp and /root must not be visible.
+    let canary = format!("/tmp/omabox-canary-{}", std::process::id());
+    std::fs::write(&canary, "secret").unwrap();
+    let _cleanup = Remove(canary.clone().into());
+    for script in [
+        "cat /etc/shadow".to_owned(),
+        format!("cat {canary}"),
+        "ls -A /root | grep .".to_owned(),
+        "ls /home".to_owned(),
+        "cat /etc/machine-id".to_owned(),
+        "ls /etc/ssh".to_owned(),
+        // The sandbox's PID 1 is non-dumpable: its environ, exe and fds are closed to
+        // sandbox processes (so the host binary behind /proc/1/exe cannot be opened).
+        "cat /proc/1/environ".to_owned(),
+        "cat /proc/1/exe > /dev/null".to_owned(),
+        "readlink /proc/1/fd/0".to_owned(),
+        "cat /proc/1/fd/0 > /dev/null".to_owned(),
+        "ls /proc/1/root/".to_owned(),
+    ] {
+        let out = sb.sh(&script).await;
+        assert!(
+            !out.success(),
+            "{script:?} succeeded inside the sandbox: {}",
+            out.combined()
+        );
+    }
+    // /etc holds the generated passwd, not the host's users.
+    let passwd = sb.ok("cut -d: -f1 /etc/passwd | tr '\\n' ' '").await;
+    assert_eq!(passwd, "root nobody");
+    sb.destroy();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn writes_outside_the_writable_places_fail() {
+    let Some(mut sb) = start().await else { return };
+    for path in [
+        "/usr/bin/omabox-x",
+        "/etc/passwd",
+        "/x",
+        "/dev/x",
+        "/proc/sys/kernel/hostname",
+    ] {
+        let out = sb.sh(&format!("echo x > {path}")).await;
+        assert!(!out.success(), "writing {path} succeeded");
+    }
+    sb.ok("echo x > /tmp/ok && echo x > /dev/shm/ok").await;
+    sb.destroy();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sensitive_proc_entries_are_masked() {
+    let Some(mut sb) = start().await else { return };
+    // Each entry is either absent from this kernel or masked (empty).
+    for entry in ["kcore", "keys", "timer_list", "sched_debug", "kallsyms"] {
+        let size = sb
+            .ok(&format!(
+                "if [ -e /proc/{entry} ]; then wc -c < /proc/{entry}; else echo 0; fi"
+            ))
+            .await;
+        assert_eq!(size, "0", "/proc/{entry} is not masked");
+    }
+    let out = sb.sh("echo 1 > /proc/sysrq-trigger").await;
+    assert!(!out.success(), "/proc/sysrq-trigger writable");
+    sb.destroy();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sandbox_processes_have_no_privileges() {
+    let Some(mut sb) = start().await else { return };
+    let status = sb
+        .ok("grep -E '^(CapInh|CapPrm|CapEff|CapBnd|CapAmb|NoNewPrivs|Seccomp):' /proc/self/status | tr -s '\\t ' ' '")
+        .await;
+    for line in status.lines() {
+        let (k, v) = line.split_once(':').unwrap();
+        let v = v.trim();
+        match k {
+            "NoNewPrivs" => assert_eq!(v, "1"),
+            "Seccomp" => assert_eq!(v, "2"),
+            _ => assert_eq!(v, "0000000000000000", "{k} = {v}"),
+        }
+    }
+    let cgroup = sb.ok("cat /proc/self/cgroup").await;
+    for line in cgroup.lines() {
+        assert!(line.ends_with(":/"), "cgroup namespace not rooted: {line}");
+    }
+    let report = sb.sandbox.as_ref().unwrap().report().unwrap().clone();
+    assert!(report.seccomp);
+    assert_eq!(report.bounding_caps, 0);
+    if report.landlock_abi > 0 {
+        assert!(
+            report.landlock_enforced,
+            "landlock available but not enforced"
+        );
+    }
+    sb.destroy();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn memory_bomb_is_oom_killed_inside_only() {
+    let Some(mut sb) = start().await else { return };
+    // 128 MiB limit; try to touch 1 GiB.
+    let out = sb
+        .sh("exec python3 -c 'b=[]\nwhile True: b.append(bytearray(16<<20))'")
+        .await;
+    assert!(
+        out.exit.signal.as_deref() == Some("SIGKILL") || out.exit.code == Some(137),
+        "memory bomb ended with {:?}",
+        out.exit
+    );
+    // The agent survived and the sandbox still works.
+    assert_eq!(sb.ok("echo alive").await, "alive");
+    sb.destroy();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fork_bomb_is_contained_by_the_pids_limit() {
+    let Some(mut sb) = start().await else { return };
+    // pids.max = 64: forking stops with EAGAIN well before that many children.
+    let out = sb
+        .ok("python3 -c '
+import os, signal, time, errno
+kids = []
+try:
+    while len(kids) < 10000:
+        pid = os.fork()
+        if pid == 0:
+            time.sleep(60); os._exit(0)
+        kids.append(pid)
+    print(\"UNBOUNDED\", len(kids))
+except OSError as e:
+    print(errno.errorcode[e.errno], len(kids))
+for k in kids: os.kill(k, signal.SIGKILL)
+for k in kids: os.waitpid(k, 0)
+'")
+        .await;
+    let (err, n) = out.split_once(' ').unwrap();
+    assert_eq!(err, "EAGAIN", "fork bomb: {out}");
+    assert!(
+        n.parse::<u32>().unwrap() < 64,
+        "fork bomb made {n} processes"
+    );
+    assert_eq!(sb.ok("echo alive").await, "alive");
+    sb.destroy();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn filling_tmp_is_bounded() {
+    let Some(mut sb) = start().await else { return };
+    // /tmp is an 8 MiB tmpfs.
+    let out = sb
+        .sh("dd if=/dev/zero of=/tmp/fill bs=1M count=64 2>&1; stat -c %s /tmp/fill")
+        .await;
+    let size: u64 = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .last()
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    assert!(size <= 8 << 20, "/tmp grew to {size} bytes");
+    assert!(
+        out.combined().contains("No space left"),
+        "{}",
+        out.combined()
+    );
+    sb.destroy();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn exhausting_fds_is_bounded() {
+    let Some(mut sb) = start().await else { return };
+    let out = sb
+        .ok("python3 -c '
+import errno, resource
+fs = []
+try:
+    while len(fs) < 100000: fs.append(open(\"/dev/null\"))
+    print(\"UNBOUNDED\", len(fs))
+except OSError as e:
+    print(errno.errorcode[e.errno], len(fs), resource.getrlimit(resource.RLIMIT_NOFILE)[1])
+'")
+        .await;
+    let parts: Vec<&str> = out.split(' ').collect();
+    assert_eq!(parts[0], "EMFILE", "{out}");
+    assert!(parts[1].parse::<u32>().unwrap() <= 256, "{out}");
+    assert_eq!(parts[2], "256", "hard limit: {out}");
+    sb.destroy();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mount_umount_pivot_root_and_chroot_are_denied() {
+    let Some(mut sb) = start().await else { return };
+    let (tmp, root) = (0x2f746d70_i64, 0); // args do not matter: the call is refused first
+    assert_denied(&sb, "mount", libc::SYS_mount, &[0, 0, 0, 0, 0]).await;
+    assert_denied(&sb, "umount2", libc::SYS_umount2, &[0, 0]).await;
+    assert_denied(&sb, "pivot_root", libc::SYS_pivot_root, &[0, 0]).await;
+    assert_denied(&sb, "chroot", libc::SYS_chroot, &[root]).await;
+    assert_denied(&sb, "fsopen", libc::SYS_fsopen, &[tmp, 0]).await;
+    assert_denied(&sb, "open_tree", libc::SYS_open_tree, &[-100, 0, 0]).await;
+    // And the tools, for good measure.
+    let out = sb.sh("mount -t tmpfs none /tmp").await;
+    assert!(!out.success());
+    let out = sb.sh("umount -l /proc").await;
+    assert!(!out.success());
+    sb.destroy();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn loading_a_kernel_module_is_denied() {
+    let Some(mut sb) = start().await else { return };
+    assert_denied(&sb, "init_module", libc::SYS_init_module, &[0, 0, 0]).await;
+    assert_denied(&sb, "finit_module", libc::SYS_finit_module, &[0, 0, 0]).await;
+    assert_denied(&sb, "delete_module", libc::SYS_delete_module, &[0, 0]).await;
+    assert_denied(&sb, "kexec_load", libc::SYS_kexec_load, &[0, 0, 0, 0]).await;
+    assert_denied(&sb, "reboot", libc::SYS_reboot, &[0, 0, 0, 0]).await;
+    sb.destroy();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keyctl_is_denied() {
+    let Some(mut sb) = start().await else { return };
+    // KEYCTL_GET_KEYRING_ID of the session keyring.
+    assert_denied(&sb, "keyctl", libc::SYS_keyctl, &[0, -3, 0]).await;
+    assert_denied(&sb, "add_key", libc::SYS_add_key, &[0, 0, 0, 0, 0]).await;
+    assert_denied(&sb, "request_key", libc::SYS_request_key, &[0, 0, 0, 0]).await;
+    sb.destroy();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bpf_is_denied() {
+    let Some(mut sb) = start().await else { return };
+    assert_denied(&sb, "bpf", libc::SYS_bpf, &[0, 0, 0]).await;
+    sb.destroy();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn perf_event_open_is_denied() {
+    let Some(mut sb) = start().await else { return };
+    assert_denied(
+        &sb,
+        "perf_event_open",
+        libc::SYS_perf_event_open,
+        &[0, 0, -1, -1, 0],
+    )
+    .await;
+    sb.destroy();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ptrace_of_another_process_is_denied() {
+    let Some(mut sb) = start().await else { return };
+    let victim = sb.ok("sleep 30 >/dev/null 2>&1 & echo $!").await;
+    let victim: i64 = victim.parse().unwrap();
+    assert_denied(&sb, "ptrace attach", libc::SYS_ptrace, &[16, victim, 0, 0]).await;
+    assert_denied(&sb, "ptrace attach pid 1", libc::SYS_ptrace, &[16, 1, 0, 0]).await;
+    assert_denied(
+        &sb,
+        "process_vm_readv",
+        libc::SYS_process_vm_readv,
+        &[victim, 0, 0, 0, 0, 0],
+    )
+    .await;
+    sb.destroy();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn raw_and_packet_sockets_are_denied() {
+    let Some(mut sb) = start().await else { return };
+    let (af_packet, af_inet) = (libc::AF_PACKET as i64, libc::AF_INET as i64);
+    let sock_raw = libc::SOCK_RAW as i64;
+    assert_denied(
+        &sb,
+        "AF_PACKET",
+        libc::SYS_socket,
+        &[af_packet, sock_raw, 0x0300],
+    )
+    .await;
+    assert_denied(
+        &sb,
+        "AF_PACKET dgram",
+        libc::SYS_socket,
+        &[af_packet, 2, 0x0300],
+    )
+    .await;
+    assert_denied(
+        &sb,
+        "SOCK_RAW icmp",
+        libc::SYS_socket,
+        &[af_inet, sock_raw, 1],
+    )
+    .await;
+    assert_denied(
+        &sb,
+        "SOCK_RAW|CLOEXEC",
+        libc::SYS_socket,
+        &[af_inet, sock_raw | libc::SOCK_CLOEXEC as i64, 255],
+    )
+    .await;
+    sb.destroy();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn creating_device_nodes_is_denied() {
+    let Some(mut sb) = start().await else { return };
+    let out = sb
+        .ok("python3 -c '
+import os, stat, errno
+for path in (\"/tmp/null\", \"/dev/shm/sda\"):
+    try:
+        os.mknod(path, stat.S_IFCHR | 0o666, os.makedev(1, 3)); print(\"CREATED\")
+    except OSError as e: print(errno.errorcode[e.errno])
+'")
+        .await;
+    for line in out.lines() {
+        assert!(line == "EPERM" || line == "EACCES", "mknod: {out}");
+    }
+    sb.destroy();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn new_namespaces_are_denied() {
+    let Some(mut sb) = start().await else { return };
+    let newuser = libc::CLONE_NEWUSER as i64;
+    assert_denied(&sb, "unshare(CLONE_NEWUSER)", libc::SYS_unshare, &[newuser]).await;
+    assert_denied(
+        &sb,
+        "unshare(CLONE_NEWNS)",
+        libc::SYS_unshare,
+        &[libc::CLONE_NEWNS as i64],
+    )
+    .await;
+    assert_denied(&sb, "setns", libc::SYS_setns, &[0, 0]).await;
+    // clone(CLONE_NEWUSER) directly (SIGCHLD as exit signal); a child would print.
+    assert_denied(
+        &sb,
+        "clone(CLONE_NEWUSER)",
+        libc::SYS_clone,
+        &[newuser | 17, 0, 0, 0, 0],
+    )
+    .await;
+    let out = sb.sh("unshare -U -r true").await;
+    assert!(!out.success(), "unshare -U worked");
+    sb.destroy();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn path_traversal_through_the_agent_stays_inside() {
+    if !can_run() {
+        return;
+    }
+    let parent = tempfile::tempdir().unwrap();
+    let ws = parent.path().join("ws");
+    std::fs::create_dir(&ws).unwrap();
+    std::fs::write(parent.path().join("outside.txt"), "host-only").unwrap();
+    let mut plan = test_plan();
+    plan.workspace = Some(ws.clone());
+    let mut sb = Sandboxed::start(plan).await;
+    // `..` in a read path: resolves inside the sandbox, where the host file does not exist.
+    assert!(
+        sb.client
+            .read_file("/workspace/../outside.txt")
+            .await
+            .is_err()
+    );
+    assert!(sb.client.read_file("../outside.txt").await.is_err());
+    // An absolute path reaches the sandbox's generated file, never the host's.
+    let passwd = sb.client.read_file("/etc/passwd").await.unwrap();
+    assert!(!passwd.contains(":1000:"), "host passwd leaked: {passwd}");
+    // A symlink in the workspace to a host path resolves inside the sandbox.
+    std::os::unix::fs::symlink(parent.path().join("outside.txt"), ws.join("link")).unwrap();
+    assert!(sb.client.read_file("/workspace/link").await.is_err());
+    // Writes through `..` land inside the sandbox (its /tmp), never next to the host dir.
+    let _ = sb
+        .client
+        .write_file("/workspace/../../tmp/escaped", "x")
+        .await;
+    let _ = sb.client.write_file("../escaped", "x").await;
+    assert!(!parent.path().join("escaped").exists());
+    // tar restore with a `..` entry: refused or confined; the host dir is untouched.
+    let mut archive = Vec::new();
+    {
+        let mut b = tar_header("../escaped-tar", 1);
+        b.extend_from_slice(b"x");
+        b.resize(1024, 0);
+        archive.extend_from_slice(&b);
+        archive.resize(archive.len() + 1024, 0);
+    }
+    let _ = sb.client.tar_in_bytes("/workspace/sub", archive).await;
+    assert!(!parent.path().join("escaped-tar").exists());
+    assert!(!ws.join("escaped-tar").exists());
+    assert_eq!(
+        std::fs::read_to_string(parent.path().join("outside.txt")).unwrap(),
+        "host-only"
+    );
+    sb.destroy();
+}
+
+/// A ustar header for a regular file (raw, so `..` names are not sanitized away).
+fn tar_header(name: &str, size: u64) -> Vec<u8> {
+    let mut h = vec![0u8; 512];
+    h[..name.len()].copy_from_slice(name.as_bytes());
+    h[100..108].copy_from_slice(b"0000644\0");
+    h[108..116].copy_from_slice(b"0000000\0");
+    h[116..124].copy_from_slice(b"0000000\0");
+    h[124..136].copy_from_slice(format!("{size:011o}\0").as_bytes());
+    h[136..148].copy_from_slice(b"00000000000\0");
+    h[156] = b'0';
+    h[257..263].copy_from_slice(b"ustar\0");
+    h[263..265].copy_from_slice(b"00");
+    h[148..156].copy_from_slice(b"        ");
+    let sum: u32 = h.iter().map(|b| *b as u32).sum();
+    h[148..156].copy_from_slice(format!("{sum:06o}\0 ").as_bytes());
+    h
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn destroy_leaves_nothing_behind() {
+    let Some(mut sb) = start().await else { return };
+    sb.ok("sleep 60 >/dev/null 2>&1 & sleep 60 >/dev/null 2>&1 & echo started")
+        .await;
+    sb.destroy(); // asserts: no process, cgroup dir, state dir or mount left
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn destroy_from_a_serialized_identity_without_the_handle() {
+    if !can_run() {
+        return;
+    }
+    let rt = common::runtime();
+    let sandbox = tokio::task::spawn_blocking(move || rt.start(&test_plan()))
+        .await
+        .unwrap()
+        .unwrap();
+    let json = serde_json::to_string(sandbox.identity()).unwrap();
+    let pid = sandbox.pid();
+    // Lose the handle without running its teardown, as a crashed host would.
+    std::mem::forget(sandbox);
+    let identity: omabox_backend_linux::SandboxIdentity = serde_json::from_str(&json).unwrap();
+    assert!(identity.is_alive());
+    let first = identity.destroy(Duration::from_secs(10)).unwrap();
+    assert!(first.killed);
+    // We are still the parent of the forgotten init: reap the zombie like an init would.
+    // SAFETY: waitpid on our own child with a valid status pointer.
+    unsafe { libc::waitpid(pid, std::ptr::null_mut(), 0) };
+    let second = identity.destroy(Duration::from_secs(10)).unwrap();
+    assert!(!second.killed, "second destroy must be a no-op");
+    common::assert_gone(&identity);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn other_network_policies_are_refused_before_anything_is_created() {
+    if !can_run() {
+        return;
+    }
+    let mut plan = test_plan();
+    plan.network = omabox_backend_linux::NetworkPolicy::Host;
+    let before =
+        omabox_backend_linux::SandboxIdentity::list(std::path::Path::new(common::TEST_RUNTIME_DIR))
+            .unwrap()
+            .len();
+    let err = common::runtime().start(&plan).unwrap_err();
+    assert_eq!(
+        std::error::Error::source(&err).unwrap().to_string(),
+        "network policy host is not available yet"
+    );
+    let _ = before;
+}
+
+struct Remove(std::path::PathBuf);
+
+impl Drop for Remove {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}

@@ -1,0 +1,146 @@
+//! Lifecycle of the linux sandbox: directory rootfs (overlay), start failures that leave
+//! nothing behind, liveness, idempotent teardown.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use common::{Sandboxed, can_run, runtime, test_plan};
+use omabox_backend_linux::{RootfsSource, StartError};
+
+/// A tiny rootfs: the host's dash as /bin/sh plus the libraries it links.
+fn tiny_rootfs(dir: &Path) {
+    let copy = |from: &Path, to: PathBuf| {
+        std::fs::create_dir_all(to.parent().unwrap()).unwrap();
+        std::fs::copy(from, &to).unwrap();
+    };
+    let sh = std::fs::canonicalize("/bin/sh").unwrap();
+    copy(&sh, dir.join("bin/sh"));
+    let ldd = std::process::Command::new("ldd").arg(&sh).output().unwrap();
+    for line in String::from_utf8_lossy(&ldd.stdout).lines() {
+        // "libc.so.6 => /lib/x86_64-linux-gnu/libc.so.6 (0x…)" or "/lib64/ld-linux… (0x…)"
+        let path = line
+            .split_whitespace()
+            .find(|w| w.starts_with('/'))
+            .map(PathBuf::from);
+        if let Some(p) = path {
+            copy(&p, dir.join(p.strip_prefix("/").unwrap()));
+        }
+    }
+    std::fs::create_dir_all(dir.join("etc")).unwrap();
+    std::fs::write(dir.join("etc/image-marker"), "from-image\n").unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn directory_rootfs_is_a_writable_overlay_that_leaves_the_image_untouched() {
+    if !can_run() {
+        return;
+    }
+    let image = tempfile::tempdir().unwrap();
+    tiny_rootfs(image.path());
+    let mut plan = test_plan();
+    plan.rootfs = RootfsSource::Directory {
+        path: image.path().to_path_buf(),
+    };
+    let mut sb = Sandboxed::start(plan).await;
+    let out = sb
+        .ok("read m < /etc/image-marker; echo new > /etc/written; read w < /etc/written; echo $m $w")
+        .await;
+    assert_eq!(out, "from-image new");
+    assert!(
+        !image.path().join("etc/written").exists(),
+        "write reached the image"
+    );
+    sb.destroy();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_symlinked_mount_target_in_the_image_is_refused_and_nothing_is_left() {
+    if !can_run() {
+        return;
+    }
+    let image = tempfile::tempdir().unwrap();
+    tiny_rootfs(image.path());
+    // An image trying to redirect the workspace bind onto its own /etc (or worse).
+    std::os::unix::fs::symlink("/etc", image.path().join("workspace")).unwrap();
+    let ws = tempfile::tempdir().unwrap();
+    let mut plan = test_plan();
+    plan.rootfs = RootfsSource::Directory {
+        path: image.path().to_path_buf(),
+    };
+    plan.workspace = Some(ws.path().to_path_buf());
+    let iso = common::Isolated::new();
+    let err = iso.runtime().start(&plan).unwrap_err();
+    assert!(
+        matches!(&err, StartError::Setup(m) if m.contains("symlink")),
+        "unexpected error: {err}"
+    );
+    iso.assert_empty();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failing_setup_reports_why_and_leaves_nothing() {
+    if !can_run() {
+        return;
+    }
+    let mut plan = test_plan();
+    plan.workspace = Some(PathBuf::from("/nonexistent/omabox/workspace"));
+    let iso = common::Isolated::new();
+    let err = iso.runtime().start(&plan).unwrap_err();
+    let msg = err.to_string();
+    assert!(msg.contains("/nonexistent/omabox/workspace"), "{msg}");
+    iso.assert_empty();
+}
+
+#[test]
+fn a_missing_init_binary_is_a_clear_error() {
+    let err = omabox_backend_linux::LinuxRuntime::new(omabox_backend_linux::RuntimeConfig {
+        init_binary: Some(PathBuf::from("/nonexistent/omabox-sandbox-init")),
+        ..Default::default()
+    })
+    .unwrap_err();
+    assert!(
+        err.to_string().contains("omabox-sandbox-init not found"),
+        "{err}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn liveness_follows_the_sandbox_and_destroy_is_idempotent() {
+    if !can_run() {
+        return;
+    }
+    let mut sb = Sandboxed::start(test_plan()).await;
+    let sandbox = sb.sandbox.as_mut().unwrap();
+    assert!(sandbox.is_alive());
+    assert!(sb.identity.is_alive());
+    sandbox.kill().unwrap();
+    assert!(!sandbox.is_alive());
+    sandbox.destroy().unwrap();
+    sandbox.destroy().unwrap();
+    let out = sb.identity.destroy(Duration::from_secs(5)).unwrap();
+    assert!(!out.killed);
+    common::assert_gone(&sb.identity);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn closing_the_agent_stream_ends_the_sandbox() {
+    if !can_run() {
+        return;
+    }
+    let rt = runtime();
+    let mut sandbox = tokio::task::spawn_blocking(move || rt.start(&test_plan()))
+        .await
+        .unwrap()
+        .unwrap();
+    drop(sandbox.take_agent_stream());
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while sandbox.is_alive() && std::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert!(!sandbox.is_alive(), "agent kept running without its host");
+    let identity = sandbox.identity().clone();
+    sandbox.destroy().unwrap();
+    common::assert_gone(&identity);
+}
