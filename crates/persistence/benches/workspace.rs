@@ -1,0 +1,278 @@
+//! Workspace checkpoint and restore on a large tree: full checkpoint, checkpoint with nothing
+//! changed, incremental checkpoint with one changed file, restore into a new binding, and the
+//! first checkpoint of a restored binding.
+//!
+//! Prints figures only; never asserts a time. Goal (issue 4): incremental checkpoint with one
+//! changed file ≤ 100 ms on a 1 GiB workspace.
+//!
+//! ```text
+//! cargo bench -p omabox-persistence --bench workspace
+//! OMABOX_BENCH_WORKSPACE_MIB=64 cargo bench -p omabox-persistence --bench workspace   # quick
+//! OMABOX_BENCH_DIR=/some/disk ...                                                     # default /var/tmp
+//! ```
+//!
+//! The tree is `<MiB>` files of 1 MiB of pseudo-random bytes in 32 directories plus 256 small
+//! files. The data directory lives under `OMABOX_BENCH_DIR` (not /tmp, which may be a small
+//! tmpfs). Blobs are fsynced as in production; the page cache is warm.
+
+use omabox_contract::{
+    AbortSignal, AttachWorkspaceInput, CheckpointWorkspaceInput, ManagedSandboxLease,
+    MaterializeWorkspaceInput, RuntimeResourceFence, RuntimeResourceScope, SecretString,
+    WorkspaceBinding, WorkspacePersistencePort, WorkspaceStrategy,
+};
+use omabox_persistence::{CheckpointReport, FilesystemWorkspacePort, binding_host_path};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+const MIB: u64 = 1 << 20;
+
+fn scope() -> RuntimeResourceScope {
+    RuntimeResourceScope::new("bench", "env", "session", "work")
+}
+
+fn fence(generation: u64) -> RuntimeResourceFence {
+    let scope = scope();
+    RuntimeResourceFence {
+        workspace_id: scope.workspace_id,
+        environment_id: scope.environment_id,
+        session_id: scope.session_id,
+        work_id: scope.work_id,
+        owner_id: "bench".into(),
+        generation,
+        token: SecretString::new("bench-token"),
+        expires_at: "2099-01-01T00:00:00.000Z".into(),
+    }
+}
+
+fn lease() -> ManagedSandboxLease {
+    ManagedSandboxLease {
+        provider: "local".into(),
+        runtime_id: "bench".into(),
+        metadata: None,
+    }
+}
+
+fn materialize_input(
+    generation: u64,
+    active: Option<omabox_contract::RuntimePublicationCandidate>,
+) -> MaterializeWorkspaceInput {
+    MaterializeWorkspaceInput {
+        scope: scope(),
+        fence: fence(generation),
+        strategy: WorkspaceStrategy::CheckpointRestore,
+        active_checkpoint: active,
+        idempotency_key: format!("work:{generation}:workspace-materialize"),
+        signal: AbortSignal::never(),
+    }
+}
+
+fn checkpoint_input(
+    generation: u64,
+    binding: &WorkspaceBinding,
+    key: &str,
+) -> CheckpointWorkspaceInput {
+    CheckpointWorkspaceInput {
+        scope: scope(),
+        fence: fence(generation),
+        strategy: WorkspaceStrategy::CheckpointRestore,
+        binding: binding.clone(),
+        sandbox: lease(),
+        idempotency_key: format!("work:{generation}:workspace-checkpoint-{key}"),
+        signal: AbortSignal::never(),
+    }
+}
+
+fn noise(seed: u64, len: usize) -> Vec<u8> {
+    let mut state = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    let mut out = Vec::with_capacity(len + 8);
+    while out.len() < len {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        out.extend_from_slice(&state.to_le_bytes());
+    }
+    out.truncate(len);
+    out
+}
+
+fn big_file(workspace: &Path, index: u64) -> PathBuf {
+    workspace.join(format!("data/d{:02}/file-{index:04}.bin", index % 32))
+}
+
+fn build(workspace: &Path, mib: u64) -> u64 {
+    let mut bytes = 0;
+    for dir in 0..32 {
+        std::fs::create_dir_all(workspace.join(format!("data/d{dir:02}"))).expect("mkdir");
+    }
+    for index in 0..mib {
+        std::fs::write(big_file(workspace, index), noise(index + 1, MIB as usize)).expect("write");
+        bytes += MIB;
+    }
+    for index in 0..256u64 {
+        let dir = workspace.join(format!("src/module{:02}", index % 16));
+        std::fs::create_dir_all(&dir).expect("mkdir");
+        let len = 100 + (index as usize * 37) % 4000;
+        std::fs::write(
+            dir.join(format!("part{index}.rs")),
+            noise(10_000 + index, len),
+        )
+        .expect("write");
+        bytes += len as u64;
+    }
+    bytes
+}
+
+fn rate(bytes: u64, elapsed: Duration) -> String {
+    let secs = elapsed.as_secs_f64();
+    if secs <= 0.0 {
+        return "-".into();
+    }
+    format!("{:.0}", bytes as f64 / MIB as f64 / secs)
+}
+
+fn print_checkpoint(name: &str, elapsed: Duration, report: &CheckpointReport) {
+    println!(
+        "{name:<34} {:>9.1} ms {:>9} MiB/s   files {:>5}  hashed {:>5} ({:>6} MiB)  cache hits {:>5}  new blobs {:>5}",
+        elapsed.as_secs_f64() * 1000.0,
+        rate(report.bytes, elapsed),
+        report.files,
+        report.files_hashed,
+        report.bytes_hashed / MIB,
+        report.cache_hits,
+        report.blobs_stored,
+    );
+}
+
+async fn run(mib: u64, base: PathBuf) {
+    let temp = tempfile::Builder::new()
+        .prefix("omabox-bench-")
+        .tempdir_in(&base)
+        .expect("temp dir under OMABOX_BENCH_DIR");
+    let data = temp.path().join("data");
+    let port = FilesystemWorkspacePort::new(&data).expect("port");
+    println!(
+        "workspace benchmark: {mib} MiB in {mib} files of 1 MiB + 256 small files; data dir {}",
+        data.display()
+    );
+
+    let binding = port
+        .materialize(materialize_input(1, None))
+        .await
+        .expect("materialize");
+    let workspace = binding_host_path(binding.metadata.as_ref()).expect("hostPath");
+    let started = Instant::now();
+    let total = build(&workspace, mib);
+    let elapsed = started.elapsed();
+    println!(
+        "{:<34} {:>9.1} ms {:>9} MiB/s",
+        "generate tree",
+        elapsed.as_secs_f64() * 1000.0,
+        rate(total, elapsed)
+    );
+    // Let the last writes age past the racy margin, as a harness's writes normally have.
+    tokio::time::sleep(Duration::from_millis(250)).await;
+
+    let started = Instant::now();
+    let (_full, report) = port
+        .checkpoint_with_report(&checkpoint_input(1, &binding, "full"))
+        .await
+        .expect("full checkpoint");
+    print_checkpoint("checkpoint, full", started.elapsed(), &report);
+
+    let started = Instant::now();
+    let (_, report) = port
+        .checkpoint_with_report(&checkpoint_input(1, &binding, "unchanged"))
+        .await
+        .expect("unchanged checkpoint");
+    print_checkpoint("checkpoint, nothing changed", started.elapsed(), &report);
+
+    std::fs::write(big_file(&workspace, mib / 2), noise(u64::MAX, MIB as usize)).expect("change");
+    let started = Instant::now();
+    let (incremental, report) = port
+        .checkpoint_with_report(&checkpoint_input(1, &binding, "incremental"))
+        .await
+        .expect("incremental checkpoint");
+    let incremental_elapsed = started.elapsed();
+    print_checkpoint(
+        "checkpoint, one 1 MiB file changed",
+        incremental_elapsed,
+        &report,
+    );
+
+    let started = Instant::now();
+    let (restored, restore) = port
+        .materialize_with_report(&materialize_input(
+            2,
+            Some(incremental.to_publication_candidate()),
+        ))
+        .await
+        .expect("restore");
+    let elapsed = started.elapsed();
+    let restore = restore.expect("restored");
+    println!(
+        "{:<34} {:>9.1} ms {:>9} MiB/s   files {:>5}  (content verified)",
+        "restore into a new binding",
+        elapsed.as_secs_f64() * 1000.0,
+        rate(restore.bytes, elapsed),
+        restore.files
+    );
+
+    let started = Instant::now();
+    port.attach(AttachWorkspaceInput {
+        scope: scope(),
+        fence: fence(2),
+        strategy: WorkspaceStrategy::CheckpointRestore,
+        binding: restored.clone(),
+        sandbox: lease(),
+        signal: AbortSignal::never(),
+    })
+    .await
+    .expect("attach");
+    println!(
+        "{:<34} {:>9.1} ms",
+        "attach (settles the restore cache)",
+        started.elapsed().as_secs_f64() * 1000.0
+    );
+    let started = Instant::now();
+    let (again, report) = port
+        .checkpoint_with_report(&checkpoint_input(2, &restored, "after-restore"))
+        .await
+        .expect("checkpoint after restore");
+    print_checkpoint(
+        "checkpoint of restored, unchanged",
+        started.elapsed(),
+        &report,
+    );
+    assert_eq!(
+        again.id, incremental.id,
+        "a restore round trip must reproduce the checkpoint"
+    );
+
+    println!(
+        "goal: incremental checkpoint with one changed file <= 100 ms: {:.1} ms ({})",
+        incremental_elapsed.as_secs_f64() * 1000.0,
+        if incremental_elapsed <= Duration::from_millis(100) {
+            "met"
+        } else {
+            "NOT met"
+        }
+    );
+    let _ = port.release(&scope(), &fence(1), &binding).await;
+    let _ = port.release(&scope(), &fence(2), &restored).await;
+}
+
+fn main() {
+    let mib = std::env::var("OMABOX_BENCH_WORKSPACE_MIB")
+        .ok()
+        .and_then(|value| value.parse().ok())
+        .unwrap_or(1024u64);
+    let base = std::env::var_os("OMABOX_BENCH_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("/var/tmp"));
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("tokio runtime");
+    runtime.block_on(run(mib, base));
+}

@@ -1,0 +1,657 @@
+//! A content-addressed blob store on the local filesystem.
+//!
+//! Layout under `<data-dir>/blobs/`:
+//!
+//! ```text
+//! sha256/<first 2 hex>/<64 hex>   one immutable blob; its bytes hash to its name
+//! tmp/put-<pid>-<n>-<nanos>       a put in progress (same filesystem, so the final step is a link)
+//! .lock                           flock: puts hold it shared, gc holds it exclusive
+//! ```
+//!
+//! Invariants:
+//! - **A blob's bytes always hash to its name.** Content is hashed while it is copied into a
+//!   temp file, the temp file is fsynced (`fdatasync`), and only then hard-linked to its name
+//!   (a no-clobber publish); a crash leaves at most a stray temp file. The shard directory is
+//!   fsynced right after a single put, and once per batch (before the manifest that names the
+//!   batch is stored) for checkpoints and output finalization.
+//! - **Write-once.** An existing blob is never rewritten unless its size proves it corrupt, in
+//!   which case the verified temp file atomically replaces it.
+//! - **GC never removes a referenced blob, nor one a concurrent writer relies on.** `gc` takes
+//!   the exclusive lock, so it never runs while a put or a checkpoint (which holds the shared
+//!   lock for its whole duration) is between "the blob exists" and "the manifest naming it is
+//!   stored". Blobs named only by a stored-but-unpublished candidate are protected by the grace
+//!   period: every put (and every checkpoint reuse of a blob) refreshes the blob's mtime when
+//!   it is older than half the grace period, and `gc` keeps every blob younger than the grace
+//!   period. So a candidate must be published within `gc_grace / 2` of its checkpoint — with
+//!   the default of one hour, thirty minutes — or be recomputed.
+//!
+//! Every method blocks; async callers run them on `spawn_blocking`.
+
+use crate::error::{IoContext, PersistenceError, Result};
+use crate::hash::BlobHash;
+use rustix::fs::{FlockOperation, Timestamps};
+use sha2::{Digest, Sha256};
+use std::collections::HashSet;
+use std::fs::File;
+use std::io::{self, Read, Write};
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, SystemTime};
+
+/// Copy buffer size for streaming puts and restores.
+pub(crate) const COPY_BUFFER: usize = 1 << 20;
+
+/// Tunables of a [`BlobStore`].
+#[derive(Debug, Clone)]
+pub struct BlobStoreOptions {
+    /// Unreferenced blobs younger than this survive `gc` (see the module doc). Default 1 h.
+    pub gc_grace: Duration,
+    /// fsync blobs and their directories before they are named. Default true; only tests
+    /// and benchmarks on throwaway data turn it off.
+    pub fsync: bool,
+}
+
+impl Default for BlobStoreOptions {
+    fn default() -> Self {
+        Self {
+            gc_grace: Duration::from_secs(3600),
+            fsync: true,
+        }
+    }
+}
+
+/// What a put did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PutOutcome {
+    /// The content's hash (the blob's name).
+    pub hash: BlobHash,
+    /// The content's size.
+    pub size: u64,
+    /// True when this put created the blob; false when it was already stored.
+    pub stored: bool,
+}
+
+/// What a garbage collection did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct GcReport {
+    /// Blobs looked at.
+    pub scanned: u64,
+    /// Blobs kept because they are referenced.
+    pub kept_referenced: u64,
+    /// Unreferenced blobs kept because they are younger than the grace period.
+    pub kept_recent: u64,
+    /// Blobs removed.
+    pub removed: u64,
+    /// Bytes of the removed blobs.
+    pub removed_bytes: u64,
+    /// Abandoned temp files (older than the grace period) removed.
+    pub temp_removed: u64,
+}
+
+/// The content-addressed store. Cheap to share behind an `Arc`.
+#[derive(Debug)]
+pub struct BlobStore {
+    root: PathBuf,
+    options: BlobStoreOptions,
+    temp_counter: AtomicU64,
+}
+
+/// Shard directories whose new entries still need an fsync (see [`BlobStore::sync_dirs`]).
+#[derive(Debug, Default)]
+pub(crate) struct DirSync(std::sync::Mutex<std::collections::BTreeSet<PathBuf>>);
+
+impl DirSync {
+    fn add(&self, dir: PathBuf) {
+        if let Ok(mut dirs) = self.0.lock() {
+            dirs.insert(dir);
+        }
+    }
+
+    fn take(&self) -> Vec<PathBuf> {
+        self.0
+            .lock()
+            .map(|mut dirs| std::mem::take(&mut *dirs).into_iter().collect())
+            .unwrap_or_default()
+    }
+}
+
+/// Holds the store's lock (shared or exclusive) until dropped.
+#[derive(Debug)]
+pub(crate) struct BlobLock {
+    _file: File,
+}
+
+impl BlobStore {
+    /// Opens (creating if needed) the store under `<data_dir>/blobs`.
+    pub fn new(data_dir: &Path) -> Result<Self> {
+        Self::with_options(data_dir, BlobStoreOptions::default())
+    }
+
+    /// Opens the store with explicit options.
+    pub fn with_options(data_dir: &Path, options: BlobStoreOptions) -> Result<Self> {
+        let root = data_dir.join("blobs");
+        for dir in [root.join("sha256"), root.join("tmp")] {
+            std::fs::create_dir_all(&dir).ctx(|| format!("Cannot create {}", dir.display()))?;
+        }
+        Ok(Self {
+            root,
+            options,
+            temp_counter: AtomicU64::new(0),
+        })
+    }
+
+    /// The store's options.
+    pub fn options(&self) -> &BlobStoreOptions {
+        &self.options
+    }
+
+    /// Where the blob `hash` lives (whether or not it exists).
+    pub fn path_of(&self, hash: &BlobHash) -> PathBuf {
+        let hex = hash.to_hex();
+        self.root.join("sha256").join(&hex[..2]).join(hex)
+    }
+
+    /// True when the blob is stored.
+    pub fn exists(&self, hash: &BlobHash) -> Result<bool> {
+        let path = self.path_of(hash);
+        match std::fs::symlink_metadata(&path) {
+            Ok(meta) => Ok(meta.is_file()),
+            Err(error) if error.kind() == io::ErrorKind::NotFound => Ok(false),
+            Err(error) => Err(PersistenceError::io(
+                format!("Cannot stat {}", path.display()),
+                error,
+            )),
+        }
+    }
+
+    /// Opens a blob for reading, or `None` when it is not stored. The bytes are not verified;
+    /// use [`BlobStore::get`] for small blobs that must be.
+    pub fn open(&self, hash: &BlobHash) -> Result<Option<File>> {
+        let path = self.path_of(hash);
+        match File::open(&path) {
+            Ok(file) => Ok(Some(file)),
+            Err(error) if error.kind() == io::ErrorKind::NotFound => Ok(None),
+            Err(error) => Err(PersistenceError::io(
+                format!("Cannot open {}", path.display()),
+                error,
+            )),
+        }
+    }
+
+    /// Reads a whole blob and verifies it hashes to its name; `None` when it is not stored.
+    pub fn get(&self, hash: &BlobHash) -> Result<Option<Vec<u8>>> {
+        let Some(mut file) = self.open(hash)? else {
+            return Ok(None);
+        };
+        let mut bytes = Vec::new();
+        file.read_to_end(&mut bytes)
+            .ctx(|| format!("Cannot read blob {hash}"))?;
+        if BlobHash::of(&bytes) != *hash {
+            return Err(PersistenceError::CorruptBlob(hash.to_hex()));
+        }
+        Ok(Some(bytes))
+    }
+
+    /// Stores `bytes`. Content already stored is not written again (its mtime is refreshed).
+    pub fn put_bytes(&self, bytes: &[u8]) -> Result<PutOutcome> {
+        let _lock = self.lock_shared()?;
+        self.put_bytes_locked(bytes, None)
+    }
+
+    /// Stores everything `reader` yields, hashing while copying.
+    pub fn put_reader(&self, reader: impl Read) -> Result<PutOutcome> {
+        let _lock = self.lock_shared()?;
+        self.put_reader_locked(reader, None)
+    }
+
+    /// fsyncs the shard directories a batch of puts named blobs in, several at a time (the
+    /// journal commits concurrent fsyncs together). Until this returns, those names may not
+    /// survive a crash; the blobs' contents already do.
+    pub(crate) fn sync_dirs(&self, dirs: &DirSync) -> Result<()> {
+        let dirs: Vec<PathBuf> = dirs.take();
+        if dirs.is_empty() || !self.options.fsync {
+            return Ok(());
+        }
+        let threads = dirs.len().min(8);
+        let chunk = dirs.len().div_ceil(threads);
+        std::thread::scope(|scope| {
+            let handles: Vec<_> = dirs
+                .chunks(chunk)
+                .map(|chunk| {
+                    scope.spawn(move || {
+                        for dir in chunk {
+                            File::open(dir)
+                                .and_then(|dir| dir.sync_all())
+                                .ctx(|| format!("Cannot fsync {}", dir.display()))?;
+                        }
+                        Ok::<(), PersistenceError>(())
+                    })
+                })
+                .collect();
+            for handle in handles {
+                handle.join().unwrap_or_else(|_| {
+                    Err(PersistenceError::io(
+                        "Directory fsync",
+                        io::Error::other("panicked"),
+                    ))
+                })?;
+            }
+            Ok(())
+        })
+    }
+
+    /// Stores the regular file at `path` (a symlink there is refused, not followed).
+    pub fn put_file(&self, path: &Path) -> Result<PutOutcome> {
+        let file = rustix::fs::openat(
+            rustix::fs::CWD,
+            path,
+            rustix::fs::OFlags::RDONLY
+                | rustix::fs::OFlags::NOFOLLOW
+                | rustix::fs::OFlags::NONBLOCK
+                | rustix::fs::OFlags::CLOEXEC,
+            rustix::fs::Mode::empty(),
+        )
+        .ctx(|| format!("Cannot open {}", path.display()))?;
+        let file = File::from(file);
+        let meta = file
+            .metadata()
+            .ctx(|| format!("Cannot stat {}", path.display()))?;
+        if !meta.is_file() {
+            return Err(PersistenceError::io(
+                format!("Cannot store {}", path.display()),
+                io::Error::other("not a regular file"),
+            ));
+        }
+        self.put_reader(file)
+    }
+
+    /// Removes every blob that is not in `referenced` and is older than the grace period, and
+    /// abandoned temp files. Waits for in-flight puts and checkpoints to finish first.
+    pub fn gc(&self, referenced: &HashSet<BlobHash>) -> Result<GcReport> {
+        let _lock = self.lock(FlockOperation::LockExclusive)?;
+        let mut report = GcReport::default();
+        let cutoff = SystemTime::now()
+            .checked_sub(self.options.gc_grace)
+            .unwrap_or(SystemTime::UNIX_EPOCH);
+        let shards = self.root.join("sha256");
+        for shard in read_dir_sorted(&shards)? {
+            let Ok(meta) = std::fs::symlink_metadata(&shard) else {
+                continue;
+            };
+            if !meta.is_dir() {
+                continue;
+            }
+            for blob in read_dir_sorted(&shard)? {
+                let name = blob
+                    .file_name()
+                    .and_then(|name| name.to_str())
+                    .unwrap_or("");
+                let Some(hash) = BlobHash::from_hex(name) else {
+                    continue;
+                };
+                report.scanned += 1;
+                if referenced.contains(&hash) {
+                    report.kept_referenced += 1;
+                    continue;
+                }
+                let meta = match std::fs::symlink_metadata(&blob) {
+                    Ok(meta) => meta,
+                    Err(error) if error.kind() == io::ErrorKind::NotFound => continue,
+                    Err(error) => {
+                        return Err(PersistenceError::io(
+                            format!("Cannot stat {}", blob.display()),
+                            error,
+                        ));
+                    }
+                };
+                if meta.modified().map(|time| time > cutoff).unwrap_or(true) {
+                    report.kept_recent += 1;
+                    continue;
+                }
+                match std::fs::remove_file(&blob) {
+                    Ok(()) => {
+                        report.removed += 1;
+                        report.removed_bytes += meta.size();
+                    }
+                    Err(error) if error.kind() == io::ErrorKind::NotFound => {}
+                    Err(error) => {
+                        return Err(PersistenceError::io(
+                            format!("Cannot remove {}", blob.display()),
+                            error,
+                        ));
+                    }
+                }
+            }
+            // An empty shard directory is harmless; removing it races with nothing because
+            // puts hold the shared lock while they create shards.
+            let _ = std::fs::remove_dir(&shard);
+        }
+        for temp in read_dir_sorted(&self.root.join("tmp"))? {
+            let stale = std::fs::symlink_metadata(&temp)
+                .and_then(|meta| meta.modified())
+                .map(|time| time <= cutoff)
+                .unwrap_or(false);
+            if stale && std::fs::remove_file(&temp).is_ok() {
+                report.temp_removed += 1;
+            }
+        }
+        Ok(report)
+    }
+
+    pub(crate) fn lock_shared(&self) -> Result<BlobLock> {
+        self.lock(FlockOperation::LockShared)
+    }
+
+    fn lock(&self, operation: FlockOperation) -> Result<BlobLock> {
+        let path = self.root.join(".lock");
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&path)
+            .ctx(|| format!("Cannot open {}", path.display()))?;
+        rustix::fs::flock(&file, operation).ctx(|| format!("Cannot lock {}", path.display()))?;
+        Ok(BlobLock { _file: file })
+    }
+
+    /// `put_bytes` for a caller that holds the shared lock; with `dirs`, the shard directory
+    /// fsync is deferred to [`BlobStore::sync_dirs`].
+    pub(crate) fn put_bytes_locked(
+        &self,
+        bytes: &[u8],
+        dirs: Option<&DirSync>,
+    ) -> Result<PutOutcome> {
+        let hash = BlobHash::of(bytes);
+        let size = bytes.len() as u64;
+        if self.refresh_existing(&hash, size)? {
+            return Ok(PutOutcome {
+                hash,
+                size,
+                stored: false,
+            });
+        }
+        let (temp_path, mut temp) = self.create_temp()?;
+        let result = temp
+            .write_all(bytes)
+            .ctx(|| format!("Cannot write {}", temp_path.display()))
+            .and_then(|()| self.commit(temp, &temp_path, hash, size, dirs));
+        let _ = std::fs::remove_file(&temp_path);
+        result
+    }
+
+    /// Streams `reader` into the store while hashing it, for a caller that holds the shared
+    /// lock; with `dirs`, the shard directory fsync is deferred to [`BlobStore::sync_dirs`].
+    pub(crate) fn put_reader_locked(
+        &self,
+        mut reader: impl Read,
+        dirs: Option<&DirSync>,
+    ) -> Result<PutOutcome> {
+        let (temp_path, mut temp) = self.create_temp()?;
+        let result = (|| {
+            let mut digest = Sha256::new();
+            let mut buffer = vec![0u8; COPY_BUFFER];
+            let mut size = 0u64;
+            loop {
+                let read = match reader.read(&mut buffer) {
+                    Ok(0) => break,
+                    Ok(read) => read,
+                    Err(error) if error.kind() == io::ErrorKind::Interrupted => continue,
+                    Err(error) => {
+                        return Err(PersistenceError::io("Cannot read blob source", error));
+                    }
+                };
+                digest.update(&buffer[..read]);
+                temp.write_all(&buffer[..read])
+                    .ctx(|| format!("Cannot write {}", temp_path.display()))?;
+                size += read as u64;
+            }
+            let hash = BlobHash::from_digest(digest);
+            if self.refresh_existing(&hash, size)? {
+                return Ok(PutOutcome {
+                    hash,
+                    size,
+                    stored: false,
+                });
+            }
+            self.commit(temp, &temp_path, hash, size, dirs)
+        })();
+        let _ = std::fs::remove_file(&temp_path);
+        result
+    }
+
+    /// True when `hash` is stored with `size` bytes; refreshes its mtime when it is older than
+    /// half the grace period so `gc` keeps it while a candidate naming it awaits publication.
+    /// A stored blob of the wrong size is corrupt and reported as absent (the caller's commit
+    /// replaces it).
+    pub(crate) fn refresh_existing(&self, hash: &BlobHash, size: u64) -> Result<bool> {
+        let path = self.path_of(hash);
+        let meta = match std::fs::symlink_metadata(&path) {
+            Ok(meta) => meta,
+            Err(error) if error.kind() == io::ErrorKind::NotFound => return Ok(false),
+            Err(error) => {
+                return Err(PersistenceError::io(
+                    format!("Cannot stat {}", path.display()),
+                    error,
+                ));
+            }
+        };
+        if !meta.is_file() || meta.len() != size {
+            tracing::warn!(blob = %hash, "stored blob has the wrong size; replacing it");
+            return Ok(false);
+        }
+        let fresh_after = SystemTime::now()
+            .checked_sub(self.options.gc_grace / 2)
+            .unwrap_or(SystemTime::UNIX_EPOCH);
+        if meta
+            .modified()
+            .map(|time| time < fresh_after)
+            .unwrap_or(true)
+        {
+            let now = Timestamps {
+                last_access: rustix::fs::Timespec {
+                    tv_sec: 0,
+                    tv_nsec: rustix::fs::UTIME_OMIT,
+                },
+                last_modification: rustix::fs::Timespec {
+                    tv_sec: 0,
+                    tv_nsec: rustix::fs::UTIME_NOW,
+                },
+            };
+            match rustix::fs::utimensat(rustix::fs::CWD, &path, &now, rustix::fs::AtFlags::empty())
+            {
+                Ok(()) => {}
+                Err(rustix::io::Errno::NOENT) => return Ok(false),
+                Err(error) => {
+                    return Err(PersistenceError::io(
+                        format!("Cannot touch {}", path.display()),
+                        error,
+                    ));
+                }
+            }
+        }
+        Ok(true)
+    }
+
+    fn create_temp(&self) -> Result<(PathBuf, File)> {
+        loop {
+            let n = self.temp_counter.fetch_add(1, Ordering::Relaxed);
+            let nanos = SystemTime::now()
+                .duration_since(SystemTime::UNIX_EPOCH)
+                .map(|elapsed| elapsed.subsec_nanos())
+                .unwrap_or(0);
+            let path = self
+                .root
+                .join("tmp")
+                .join(format!("put-{}-{n}-{nanos}", std::process::id()));
+            match std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .open(&path)
+            {
+                Ok(file) => return Ok((path, file)),
+                Err(error) if error.kind() == io::ErrorKind::AlreadyExists => continue,
+                Err(error) => {
+                    return Err(PersistenceError::io(
+                        format!("Cannot create {}", path.display()),
+                        error,
+                    ));
+                }
+            }
+        }
+    }
+
+    /// fsyncs the temp file and names it `hash`: a hard link, so an existing blob is never
+    /// clobbered; a wrong-size existing blob is replaced atomically by rename.
+    fn commit(
+        &self,
+        temp: File,
+        temp_path: &Path,
+        hash: BlobHash,
+        size: u64,
+        dirs: Option<&DirSync>,
+    ) -> Result<PutOutcome> {
+        if self.options.fsync {
+            temp.sync_data()
+                .ctx(|| format!("Cannot fsync {}", temp_path.display()))?;
+        }
+        drop(temp);
+        let target = self.path_of(&hash);
+        let shard = target.parent().unwrap_or(&self.root).to_path_buf();
+        std::fs::create_dir_all(&shard).ctx(|| format!("Cannot create {}", shard.display()))?;
+        let stored = match std::fs::hard_link(temp_path, &target) {
+            Ok(()) => true,
+            Err(error) if error.kind() == io::ErrorKind::AlreadyExists => {
+                if self.refresh_existing(&hash, size)? {
+                    false
+                } else {
+                    std::fs::rename(temp_path, &target)
+                        .ctx(|| format!("Cannot replace {}", target.display()))?;
+                    true
+                }
+            }
+            Err(error) => {
+                return Err(PersistenceError::io(
+                    format!("Cannot link {}", target.display()),
+                    error,
+                ));
+            }
+        };
+        if stored && self.options.fsync {
+            match dirs {
+                Some(dirs) => dirs.add(shard),
+                None => File::open(&shard)
+                    .and_then(|dir| dir.sync_all())
+                    .ctx(|| format!("Cannot fsync {}", shard.display()))?,
+            }
+        }
+        Ok(PutOutcome { hash, size, stored })
+    }
+}
+
+fn read_dir_sorted(dir: &Path) -> Result<Vec<PathBuf>> {
+    let entries = match std::fs::read_dir(dir) {
+        Ok(entries) => entries,
+        Err(error) if error.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(error) => {
+            return Err(PersistenceError::io(
+                format!("Cannot list {}", dir.display()),
+                error,
+            ));
+        }
+    };
+    let mut paths = Vec::new();
+    for entry in entries {
+        paths.push(
+            entry
+                .ctx(|| format!("Cannot list {}", dir.display()))?
+                .path(),
+        );
+    }
+    paths.sort();
+    Ok(paths)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn store(dir: &Path, grace: Duration) -> BlobStore {
+        BlobStore::with_options(
+            dir,
+            BlobStoreOptions {
+                gc_grace: grace,
+                fsync: false,
+            },
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn put_is_write_once_and_content_addressed() {
+        let temp = tempfile::tempdir().unwrap();
+        let store = store(temp.path(), Duration::from_secs(3600));
+        let first = store.put_bytes(b"hello").unwrap();
+        assert!(first.stored);
+        assert_eq!(first.hash, BlobHash::of(b"hello"));
+        let again = store.put_reader(&b"hello"[..]).unwrap();
+        assert_eq!(
+            again,
+            PutOutcome {
+                stored: false,
+                ..first
+            }
+        );
+        assert_eq!(store.get(&first.hash).unwrap().unwrap(), b"hello");
+        assert!(store.exists(&first.hash).unwrap());
+        let path = store.path_of(&first.hash);
+        assert!(path.starts_with(temp.path().join("blobs/sha256")));
+        assert_eq!(
+            path.parent().unwrap().file_name().unwrap(),
+            &first.hash.to_hex()[..2]
+        );
+        assert_eq!(
+            std::fs::read_dir(temp.path().join("blobs/tmp"))
+                .unwrap()
+                .count(),
+            0
+        );
+    }
+
+    #[test]
+    fn a_wrong_size_blob_is_replaced_and_a_tampered_one_is_detected() {
+        let temp = tempfile::tempdir().unwrap();
+        let store = store(temp.path(), Duration::from_secs(3600));
+        let hash = store.put_bytes(b"content").unwrap().hash;
+        std::fs::write(store.path_of(&hash), b"short").unwrap();
+        assert!(store.put_bytes(b"content").unwrap().stored);
+        assert_eq!(store.get(&hash).unwrap().unwrap(), b"content");
+        std::fs::write(store.path_of(&hash), b"CONTENT").unwrap();
+        assert!(matches!(
+            store.get(&hash),
+            Err(PersistenceError::CorruptBlob(_))
+        ));
+    }
+
+    #[test]
+    fn gc_removes_only_old_unreferenced_blobs() {
+        let temp = tempfile::tempdir().unwrap();
+        let store = store(temp.path(), Duration::ZERO);
+        let kept = store.put_bytes(b"kept").unwrap().hash;
+        let dropped = store.put_bytes(b"dropped").unwrap().hash;
+        std::thread::sleep(Duration::from_millis(20));
+        let report = store.gc(&HashSet::from([kept])).unwrap();
+        assert_eq!(report.scanned, 2);
+        assert_eq!(report.kept_referenced, 1);
+        assert_eq!(report.removed, 1);
+        assert_eq!(report.removed_bytes, 7);
+        assert!(store.exists(&kept).unwrap());
+        assert!(!store.exists(&dropped).unwrap());
+
+        let graceful = self::store(temp.path(), Duration::from_secs(3600));
+        let young = graceful.put_bytes(b"young").unwrap().hash;
+        let report = graceful.gc(&HashSet::new()).unwrap();
+        assert_eq!(report.kept_recent, 2);
+        assert!(graceful.exists(&young).unwrap());
+    }
+}

@@ -1,0 +1,224 @@
+//! Materializing a manifest into an empty directory (the blocking half of `materialize` and
+//! `export`).
+//!
+//! Restore never writes outside its destination:
+//! - the manifest was validated by [`WorkspaceManifest::parse`]: no `..`, absolute, empty or
+//!   NUL-bearing path, no duplicate, and every entry's parent is a directory listed before it;
+//! - every parent directory is opened from the destination's fd, one component at a time,
+//!   with `O_NOFOLLOW | O_DIRECTORY`, so even a symlink that appeared behind our back is never
+//!   traversed;
+//! - entries are created with `mkdirat`, `symlinkat`, or `O_CREAT | O_EXCL | O_NOFOLLOW`, all of
+//!   which fail on anything already there;
+//! - only entries the manifest lists are created, and the destination must start empty.
+//!
+//! Directories are created `0700` and get their recorded mode after everything inside them
+//! was written (deepest first), so a read-only directory can still be restored.
+
+use crate::blob::{BlobStore, COPY_BUFFER};
+use crate::error::{IoContext, PersistenceError, Result};
+use crate::hash::BlobHash;
+use crate::manifest::{EntryKind, ManifestEntry, WorkspaceManifest};
+use crate::progress::{ProgressObserver, ProgressPhase, ProgressTracker};
+use crate::safe_fs::{self, ParentCursor};
+use crate::stat_cache::StatCache;
+use omabox_contract::AbortSignal;
+use rustix::fs::Mode;
+use sha2::{Digest, Sha256};
+use std::io::{self, Read, Write};
+use std::os::fd::{AsFd, BorrowedFd};
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+/// Counters of one restore or export.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RestoreReport {
+    /// Manifest entries created.
+    pub entries: u64,
+    /// Regular files.
+    pub files: u64,
+    /// Directories.
+    pub directories: u64,
+    /// Symlinks.
+    pub symlinks: u64,
+    /// Bytes written.
+    pub bytes: u64,
+    /// Wall time.
+    pub duration: Duration,
+}
+
+/// Inputs of [`restore`].
+pub(crate) struct RestoreInput<'a> {
+    pub store: &'a BlobStore,
+    pub manifest: &'a WorkspaceManifest,
+    pub dest: &'a Path,
+    /// Hash every byte copied and compare with the manifest (else sizes only).
+    pub verify: bool,
+    /// Record a stat cache for the restored files.
+    pub record_cache: bool,
+    pub observer: Option<&'a dyn ProgressObserver>,
+    pub phase: ProgressPhase,
+    pub signal: &'a AbortSignal,
+}
+
+/// Restores `input.manifest` into the empty directory `input.dest`.
+pub(crate) fn restore(input: RestoreInput<'_>) -> Result<(RestoreReport, StatCache)> {
+    let started = Instant::now();
+    input.manifest.validate()?;
+    let root =
+        safe_fs::open_root(input.dest).ctx(|| format!("Cannot open {}", input.dest.display()))?;
+    if !safe_fs::list_names(root.as_fd())
+        .ctx(|| format!("Cannot list {}", input.dest.display()))?
+        .is_empty()
+    {
+        return Err(PersistenceError::DestinationNotEmpty(
+            input.dest.display().to_string(),
+        ));
+    }
+    let (files_total, bytes_total) = input.manifest.file_totals();
+    let progress = ProgressTracker::new(input.observer, input.phase, files_total, bytes_total);
+    let mut report = RestoreReport::default();
+    let mut cache = StatCache::new();
+    let mut cursor = ParentCursor::default();
+    let mut directories: Vec<(&ManifestEntry, u32)> = Vec::new();
+    let mut buffer = vec![0u8; COPY_BUFFER];
+
+    for entry in &input.manifest.entries {
+        input
+            .signal
+            .throw_if_aborted()
+            .map_err(PersistenceError::Aborted)?;
+        let unsafe_entry = || PersistenceError::UnsafeEntry(entry.path.clone());
+        let parts = safe_fs::split_relative(&entry.path).ok_or_else(unsafe_entry)?;
+        let Some((name, parents)) = parts.split_last() else {
+            return Err(unsafe_entry());
+        };
+        let parent = match cursor.open(root.as_fd(), parents) {
+            Ok(parent) => parent,
+            Err(_) => {
+                cursor.reset();
+                return Err(unsafe_entry());
+            }
+        };
+        match entry.kind {
+            EntryKind::Directory => {
+                rustix::fs::mkdirat(parent, *name, Mode::from_raw_mode(0o700))
+                    .map_err(|error| create_error(&entry.path, error.into()))?;
+                directories.push((entry, entry.mode.unwrap_or(0o755)));
+                report.directories += 1;
+            }
+            EntryKind::Symlink => {
+                let target = entry.target.as_deref().ok_or_else(unsafe_entry)?;
+                rustix::fs::symlinkat(target, parent, *name)
+                    .map_err(|error| create_error(&entry.path, error.into()))?;
+                report.symlinks += 1;
+            }
+            EntryKind::File => {
+                let (Some(hash), Some(size)) = (entry.hash, entry.size) else {
+                    return Err(unsafe_entry());
+                };
+                let file = restore_file(&input, parent, name, entry, hash, size, &mut buffer)?;
+                rustix::fs::fchmod(
+                    &file,
+                    Mode::from_raw_mode(entry.mode.unwrap_or(0o644) & 0o777),
+                )
+                .ctx(|| format!("Cannot chmod {}", entry.path))?;
+                if input.record_cache {
+                    let stat =
+                        safe_fs::stat_fd(&file).ctx(|| format!("Cannot stat {}", entry.path))?;
+                    cache.insert(entry.path.clone(), stat.key, hash);
+                }
+                report.files += 1;
+                report.bytes += size;
+                progress.advance(1, size);
+            }
+        }
+        report.entries += 1;
+    }
+
+    // Recorded modes, deepest first, so a read-only parent is closed after its children.
+    cursor.reset();
+    for (entry, mode) in directories.iter().rev() {
+        let parts = safe_fs::split_relative(&entry.path)
+            .ok_or_else(|| PersistenceError::UnsafeEntry(entry.path.clone()))?;
+        let Some((name, parents)) = parts.split_last() else {
+            continue;
+        };
+        let parent = cursor
+            .open(root.as_fd(), parents)
+            .ctx(|| format!("Cannot open {}", entry.path))?;
+        let dir =
+            safe_fs::open_dir_at(parent, name).ctx(|| format!("Cannot open {}", entry.path))?;
+        rustix::fs::fchmod(&dir, Mode::from_raw_mode(*mode & 0o777))
+            .ctx(|| format!("Cannot chmod {}", entry.path))?;
+    }
+
+    report.duration = started.elapsed();
+    Ok((report, cache))
+}
+
+fn create_error(path: &str, error: io::Error) -> PersistenceError {
+    match error.kind() {
+        io::ErrorKind::AlreadyExists | io::ErrorKind::NotFound => {
+            PersistenceError::UnsafeEntry(path.to_owned())
+        }
+        _ if error.raw_os_error() == Some(rustix::io::Errno::LOOP.raw_os_error())
+            || error.raw_os_error() == Some(rustix::io::Errno::NOTDIR.raw_os_error()) =>
+        {
+            PersistenceError::UnsafeEntry(path.to_owned())
+        }
+        _ => PersistenceError::io(format!("Cannot create {path}"), error),
+    }
+}
+
+fn restore_file(
+    input: &RestoreInput<'_>,
+    parent: BorrowedFd<'_>,
+    name: &str,
+    entry: &ManifestEntry,
+    hash: BlobHash,
+    size: u64,
+    buffer: &mut [u8],
+) -> Result<std::fs::File> {
+    let corrupt = || PersistenceError::CorruptContent(entry.path.clone());
+    let mut blob = input.store.open(&hash)?.ok_or_else(corrupt)?;
+    let blob_size = blob
+        .metadata()
+        .ctx(|| format!("Cannot stat blob {hash}"))?
+        .len();
+    if blob_size != size {
+        return Err(corrupt());
+    }
+    let mut file =
+        safe_fs::create_file_at(parent, name).map_err(|error| create_error(&entry.path, error))?;
+    if input.verify {
+        let mut digest = Sha256::new();
+        let mut copied = 0u64;
+        loop {
+            let read = match blob.read(buffer) {
+                Ok(0) => break,
+                Ok(read) => read,
+                Err(error) if error.kind() == io::ErrorKind::Interrupted => continue,
+                Err(error) => {
+                    return Err(PersistenceError::io(
+                        format!("Cannot read blob {hash}"),
+                        error,
+                    ));
+                }
+            };
+            digest.update(&buffer[..read]);
+            file.write_all(&buffer[..read])
+                .ctx(|| format!("Cannot write {}", entry.path))?;
+            copied += read as u64;
+        }
+        if copied != size || BlobHash::from_digest(digest) != hash {
+            return Err(corrupt());
+        }
+    } else {
+        let copied =
+            io::copy(&mut blob, &mut file).ctx(|| format!("Cannot write {}", entry.path))?;
+        if copied != size {
+            return Err(corrupt());
+        }
+    }
+    Ok(file)
+}

@@ -1,0 +1,435 @@
+//! Capturing a directory tree into the blob store (the blocking half of `checkpoint`).
+//!
+//! 1. Walk the tree with directory fds, never following a symlink, names sorted by bytes:
+//!    directories, regular files and symlinks become entries; anything else is
+//!    "Unsupported workspace entry: <path>".
+//! 2. Resolve each file's hash: from the stat cache when its stat is unchanged and its blob is
+//!    still stored (no read at all), else by reading it on a small thread pool. A file is
+//!    read through an fd, with `fstat` before and after: if the stat moved while we read, the
+//!    read is retried, and after three attempts the checkpoint fails rather than record a torn
+//!    file.
+//! 3. Store the manifest blob. Nothing is published here: a failure anywhere leaves the
+//!    previously published candidate (and every blob it names) untouched.
+//!
+//! The blob store's shared lock is held from the first stat-cache reuse to the stored
+//! manifest, so a concurrent `gc` cannot delete a reused blob in between.
+
+use crate::blob::{BlobStore, COPY_BUFFER, DirSync};
+use crate::error::{IoContext, PersistenceError, Result};
+use crate::hash::BlobHash;
+use crate::manifest::{MANIFEST_VERSION, ManifestEntry, WorkspaceManifest};
+use crate::progress::{ProgressObserver, ProgressPhase, ProgressTracker};
+use crate::safe_fs::{self, EntryStat, ParentCursor, StatKey};
+use crate::stat_cache::StatCache;
+use omabox_contract::AbortSignal;
+use rustix::fs::FileType;
+use rustix::io::Errno;
+use sha2::{Digest, Sha256};
+use std::io::{self, Read};
+use std::os::fd::{AsFd, BorrowedFd};
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+/// Files up to this size are read into memory, hashed, and written only if their blob is new.
+/// Larger files are hashed in a first pass and, only when new, copied while hashed again.
+const IN_MEMORY_LIMIT: u64 = 8 << 20;
+/// Attempts at reading a file that keeps changing under us.
+const READ_ATTEMPTS: usize = 3;
+
+/// Counters of one checkpoint, for logs, tests and the benchmark.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CheckpointReport {
+    /// Manifest entries.
+    pub entries: u64,
+    /// Regular files.
+    pub files: u64,
+    /// Directories.
+    pub directories: u64,
+    /// Symlinks.
+    pub symlinks: u64,
+    /// Total size of all files.
+    pub bytes: u64,
+    /// Files whose hash came from the stat cache (not read).
+    pub cache_hits: u64,
+    /// Files read and hashed.
+    pub files_hashed: u64,
+    /// Bytes read and hashed.
+    pub bytes_hashed: u64,
+    /// File-content blobs newly written to the store.
+    pub blobs_stored: u64,
+    /// Bytes of those blobs.
+    pub bytes_stored: u64,
+    /// True when the manifest blob was new.
+    pub manifest_stored: bool,
+    /// True when the candidate was returned from an earlier call with the same key.
+    pub reused_candidate: bool,
+    /// Wall time.
+    pub duration: Duration,
+}
+
+/// Inputs of [`snapshot`].
+pub(crate) struct SnapshotInput<'a> {
+    pub store: &'a BlobStore,
+    pub root: &'a Path,
+    pub cache: Option<&'a StatCache>,
+    pub racy_margin: Duration,
+    pub threads: usize,
+    pub observer: Option<&'a dyn ProgressObserver>,
+    pub phase: ProgressPhase,
+    pub signal: &'a AbortSignal,
+}
+
+/// A captured tree.
+pub(crate) struct Snapshot {
+    pub manifest_hash: BlobHash,
+    pub cache: StatCache,
+    pub report: CheckpointReport,
+}
+
+enum Walked {
+    Directory { path: String, mode: u32 },
+    File { path: String, stat: EntryStat },
+    Symlink { path: String, target: String },
+}
+
+struct Hashed {
+    hash: BlobHash,
+    size: u64,
+    mode: u32,
+    stat: StatKey,
+    observed_ns: i64,
+    stored: bool,
+}
+
+/// Walks `input.root` and stores its content and manifest.
+pub(crate) fn snapshot(input: SnapshotInput<'_>) -> Result<Snapshot> {
+    let started = Instant::now();
+    let root_fd =
+        safe_fs::open_root(input.root).ctx(|| format!("Cannot open {}", input.root.display()))?;
+    let mut walked = Vec::new();
+    walk_dir(root_fd.as_fd(), "", 0, &mut walked, input.signal)?;
+
+    let _lock = input.store.lock_shared()?;
+    let mut report = CheckpointReport::default();
+    let (files_total, bytes_total) =
+        walked
+            .iter()
+            .fold((0, 0), |(files, bytes), entry| match entry {
+                Walked::File { stat, .. } => (files + 1, bytes + stat.key.size),
+                _ => (files, bytes),
+            });
+    let progress = ProgressTracker::new(input.observer, input.phase, files_total, bytes_total);
+    let mut new_cache = StatCache::new();
+    let mut resolved: Vec<Option<Hashed>> = Vec::with_capacity(walked.len());
+    let mut todo = Vec::new();
+    for (index, entry) in walked.iter().enumerate() {
+        let mut hit = None;
+        if let (Walked::File { path, stat }, Some(cache)) = (entry, input.cache)
+            && let Some(hash) = cache.lookup(path, &stat.key)
+            && input.store.refresh_existing(&hash, stat.key.size)?
+        {
+            new_cache.insert(path.clone(), stat.key, hash);
+            report.cache_hits += 1;
+            progress.advance(1, stat.key.size);
+            hit = Some(Hashed {
+                hash,
+                size: stat.key.size,
+                mode: stat.mode,
+                stat: stat.key,
+                observed_ns: 0,
+                stored: false,
+            });
+        } else if matches!(entry, Walked::File { .. }) {
+            todo.push(index);
+        }
+        resolved.push(hit);
+    }
+
+    let margin = i64::try_from(input.racy_margin.as_nanos()).unwrap_or(i64::MAX);
+    let dirs = DirSync::default();
+    let hashed_files = hash_files(&input, root_fd.as_fd(), &walked, &todo, &progress, &dirs)?;
+    input.store.sync_dirs(&dirs)?;
+    for (index, hashed) in hashed_files {
+        report.files_hashed += 1;
+        report.bytes_hashed += hashed.size;
+        if hashed.stored {
+            report.blobs_stored += 1;
+            report.bytes_stored += hashed.size;
+        }
+        if let Walked::File { path, .. } = &walked[index]
+            && hashed.stat.ctime_ns.saturating_add(margin) < hashed.observed_ns
+        {
+            new_cache.insert(path.clone(), hashed.stat, hashed.hash);
+        }
+        resolved[index] = Some(hashed);
+    }
+
+    let mut entries = Vec::with_capacity(walked.len());
+    for (entry, hashed) in walked.into_iter().zip(resolved) {
+        entries.push(match (entry, hashed) {
+            (Walked::Directory { path, mode }, _) => {
+                report.directories += 1;
+                ManifestEntry::directory(path, mode)
+            }
+            (Walked::Symlink { path, target }, _) => {
+                report.symlinks += 1;
+                ManifestEntry::symlink(path, target)
+            }
+            (Walked::File { path, .. }, Some(hashed)) => {
+                report.files += 1;
+                report.bytes += hashed.size;
+                ManifestEntry::file(path, hashed.mode, hashed.size, hashed.hash)
+            }
+            (Walked::File { path, .. }, None) => {
+                return Err(PersistenceError::EntryChanged(path));
+            }
+        });
+    }
+    report.entries = entries.len() as u64;
+    input
+        .signal
+        .throw_if_aborted()
+        .map_err(PersistenceError::Aborted)?;
+    let manifest = WorkspaceManifest {
+        version: MANIFEST_VERSION,
+        entries,
+    };
+    let stored = input.store.put_bytes_locked(&manifest.to_bytes(), None)?;
+    report.manifest_stored = stored.stored;
+    report.duration = started.elapsed();
+    Ok(Snapshot {
+        manifest_hash: stored.hash,
+        cache: new_cache,
+        report,
+    })
+}
+
+fn join(prefix: &str, name: &str) -> String {
+    if prefix.is_empty() {
+        name.to_owned()
+    } else {
+        format!("{prefix}/{name}")
+    }
+}
+
+fn walk_dir(
+    dir: BorrowedFd<'_>,
+    prefix: &str,
+    depth: usize,
+    out: &mut Vec<Walked>,
+    signal: &AbortSignal,
+) -> Result<()> {
+    if depth >= safe_fs::MAX_DEPTH {
+        return Err(PersistenceError::TooDeep(prefix.to_owned()));
+    }
+    let names =
+        safe_fs::list_names(dir).ctx(|| format!("Cannot list workspace directory /{prefix}"))?;
+    for name in names {
+        signal
+            .throw_if_aborted()
+            .map_err(PersistenceError::Aborted)?;
+        let Ok(name) = name.to_str() else {
+            return Err(PersistenceError::UnsupportedEntry(join(
+                prefix,
+                &name.to_string_lossy(),
+            )));
+        };
+        let path = join(prefix, name);
+        let stat = match safe_fs::stat_at(dir, name) {
+            Ok(stat) => stat,
+            Err(error) if error.kind() == io::ErrorKind::NotFound => continue,
+            Err(error) => return Err(PersistenceError::io(format!("Cannot stat {path}"), error)),
+        };
+        match stat.file_type {
+            FileType::Directory => {
+                let child =
+                    safe_fs::open_dir_at(dir, name).map_err(|error| changed_or_io(&path, error))?;
+                out.push(Walked::Directory {
+                    path: path.clone(),
+                    mode: stat.mode,
+                });
+                walk_dir(child.as_fd(), &path, depth + 1, out, signal)?;
+            }
+            FileType::RegularFile => out.push(Walked::File { path, stat }),
+            FileType::Symlink => {
+                let target = rustix::fs::readlinkat(dir, name, Vec::new())
+                    .map_err(|error| changed_or_io(&path, error.into()))?;
+                let Ok(target) = target.into_string() else {
+                    return Err(PersistenceError::UnsupportedEntry(path));
+                };
+                out.push(Walked::Symlink { path, target });
+            }
+            _ => return Err(PersistenceError::UnsupportedEntry(path)),
+        }
+    }
+    Ok(())
+}
+
+/// An error from opening an entry the walk just saw: a vanished or retyped entry means the
+/// tree changed under us.
+pub(crate) fn changed_or_io(path: &str, error: io::Error) -> PersistenceError {
+    match error.raw_os_error().map(Errno::from_raw_os_error) {
+        Some(Errno::NOENT | Errno::LOOP | Errno::NOTDIR) => {
+            PersistenceError::EntryChanged(path.to_owned())
+        }
+        _ => PersistenceError::io(format!("Cannot open {path}"), error),
+    }
+}
+
+type HashedFiles = Vec<(usize, Hashed)>;
+
+fn hash_files(
+    input: &SnapshotInput<'_>,
+    root: BorrowedFd<'_>,
+    walked: &[Walked],
+    todo: &[usize],
+    progress: &ProgressTracker<'_>,
+    dirs: &DirSync,
+) -> Result<HashedFiles> {
+    let next = AtomicUsize::new(0);
+    let failed = AtomicBool::new(false);
+    let worker = || -> Result<HashedFiles> {
+        let mut cursor = ParentCursor::default();
+        let mut done = Vec::new();
+        loop {
+            let slot = next.fetch_add(1, Ordering::Relaxed);
+            if slot >= todo.len() || failed.load(Ordering::Relaxed) {
+                return Ok(done);
+            }
+            let index = todo[slot];
+            let Walked::File { path, .. } = &walked[index] else {
+                continue;
+            };
+            let result = input
+                .signal
+                .throw_if_aborted()
+                .map_err(PersistenceError::Aborted)
+                .and_then(|()| hash_file(input.store, root, &mut cursor, path, dirs));
+            match result {
+                Ok(hashed) => {
+                    progress.advance(1, hashed.size);
+                    done.push((index, hashed));
+                }
+                Err(error) => {
+                    failed.store(true, Ordering::Relaxed);
+                    return Err(error);
+                }
+            }
+        }
+    };
+    let threads = input.threads.clamp(1, 16).min(todo.len().max(1));
+    if threads == 1 {
+        return worker();
+    }
+    let results: Vec<Result<HashedFiles>> = std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..threads).map(|_| scope.spawn(worker)).collect();
+        handles
+            .into_iter()
+            .map(|handle| {
+                handle.join().unwrap_or_else(|_| {
+                    Err(PersistenceError::io(
+                        "Checkpoint worker failed",
+                        io::Error::other("panicked"),
+                    ))
+                })
+            })
+            .collect()
+    });
+    let mut all = Vec::with_capacity(todo.len());
+    for result in results {
+        all.extend(result?);
+    }
+    Ok(all)
+}
+
+/// Reads one file through an fd opened without following links, storing its content.
+fn hash_file(
+    store: &BlobStore,
+    root: BorrowedFd<'_>,
+    cursor: &mut ParentCursor,
+    path: &str,
+    dirs: &DirSync,
+) -> Result<Hashed> {
+    let parts: Vec<&str> = path.split('/').collect();
+    let Some((name, parents)) = parts.split_last() else {
+        return Err(PersistenceError::EntryChanged(path.to_owned()));
+    };
+    for _ in 0..READ_ATTEMPTS {
+        let dir = match cursor.open(root, parents) {
+            Ok(dir) => dir,
+            Err(error) => {
+                cursor.reset();
+                return Err(changed_or_io(path, error));
+            }
+        };
+        let file = safe_fs::open_file_at(dir, name).map_err(|error| changed_or_io(path, error))?;
+        let observed_ns = safe_fs::now_ns();
+        let before = safe_fs::stat_fd(&file).ctx(|| format!("Cannot stat {path}"))?;
+        if before.file_type != FileType::RegularFile {
+            return Err(PersistenceError::EntryChanged(path.to_owned()));
+        }
+        let Some((hash, size, stored)) = store_content(store, &file, before.key.size, path, dirs)?
+        else {
+            continue;
+        };
+        let after = safe_fs::stat_fd(&file).ctx(|| format!("Cannot stat {path}"))?;
+        if after.key == before.key && size == before.key.size {
+            return Ok(Hashed {
+                hash,
+                size,
+                mode: before.mode,
+                stat: before.key,
+                observed_ns,
+                stored,
+            });
+        }
+    }
+    Err(PersistenceError::EntryChanged(path.to_owned()))
+}
+
+/// Stores the content of `file`; `None` when it changed between the two passes of a large file.
+fn store_content(
+    store: &BlobStore,
+    file: &std::fs::File,
+    size_hint: u64,
+    path: &str,
+    dirs: &DirSync,
+) -> Result<Option<(BlobHash, u64, bool)>> {
+    let mut reader = file;
+    if size_hint <= IN_MEMORY_LIMIT {
+        let mut bytes = Vec::with_capacity(usize::try_from(size_hint).unwrap_or(0) + 1);
+        reader
+            .take(IN_MEMORY_LIMIT + 1)
+            .read_to_end(&mut bytes)
+            .ctx(|| format!("Cannot read {path}"))?;
+        let outcome = store.put_bytes_locked(&bytes, Some(dirs))?;
+        return Ok(Some((outcome.hash, outcome.size, outcome.stored)));
+    }
+    // First pass: hash only, so content already stored is never copied again.
+    let mut digest = Sha256::new();
+    let mut buffer = vec![0u8; COPY_BUFFER];
+    let mut size = 0u64;
+    loop {
+        let read = match reader.read(&mut buffer) {
+            Ok(0) => break,
+            Ok(read) => read,
+            Err(error) if error.kind() == io::ErrorKind::Interrupted => continue,
+            Err(error) => return Err(PersistenceError::io(format!("Cannot read {path}"), error)),
+        };
+        digest.update(&buffer[..read]);
+        size += read as u64;
+    }
+    let hash = BlobHash::from_digest(digest);
+    if store.refresh_existing(&hash, size)? {
+        return Ok(Some((hash, size, false)));
+    }
+    // Second pass: copy while hashing; the blob's name is what was actually copied.
+    std::io::Seek::seek(&mut reader, std::io::SeekFrom::Start(0))
+        .ctx(|| format!("Cannot rewind {path}"))?;
+    let outcome = store.put_reader_locked(reader, Some(dirs))?;
+    if outcome.hash != hash || outcome.size != size {
+        return Ok(None);
+    }
+    Ok(Some((outcome.hash, outcome.size, outcome.stored)))
+}

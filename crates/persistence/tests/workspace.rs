@@ -1,0 +1,782 @@
+//! `FilesystemWorkspacePort` against real files in temp directories.
+
+mod common;
+
+use common::*;
+use omabox_contract::{
+    AbortSignal, AttachWorkspaceInput, RuntimePublicationCandidate, WorkspacePersistencePort,
+    WorkspaceStrategy,
+};
+use omabox_persistence::{
+    BlobHash, BlobStore, BlobStoreOptions, EntryKind, FilesystemWorkspacePort, ManifestEntry,
+    Progress, ProgressObserver, ProgressPhase, WorkspaceManifest, WorkspaceOptions,
+};
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+const CR: WorkspaceStrategy = WorkspaceStrategy::CheckpointRestore;
+const MARGIN: Duration = Duration::from_millis(20);
+
+fn port(data: &Path, grace: Duration) -> FilesystemWorkspacePort {
+    let store = BlobStore::with_options(
+        data,
+        BlobStoreOptions {
+            gc_grace: grace,
+            fsync: false,
+        },
+    )
+    .unwrap();
+    FilesystemWorkspacePort::with_store(data, Arc::new(store)).with_options(WorkspaceOptions {
+        racy_margin: MARGIN,
+        hash_threads: 2,
+        verify_restore: true,
+    })
+}
+
+fn build_tree(root: &Path) {
+    std::fs::create_dir_all(root.join("src/nested/deeper")).unwrap();
+    std::fs::create_dir_all(root.join("empty/also-empty")).unwrap();
+    std::fs::create_dir(root.join("readonly")).unwrap();
+    std::fs::write(root.join("src/main.rs"), b"fn main() {}\n").unwrap();
+    std::fs::write(root.join("src/nested/deeper/data.bin"), noise(1, 300_000)).unwrap();
+    std::fs::write(root.join("src/nested/copy-a"), b"same content").unwrap();
+    std::fs::write(root.join("copy-b"), b"same content").unwrap();
+    std::fs::write(root.join("empty-file"), b"").unwrap();
+    std::fs::write(root.join("script.sh"), b"#!/bin/sh\necho hi\n").unwrap();
+    set_mode(&root.join("script.sh"), 0o755);
+    std::fs::write(root.join("secret"), b"private").unwrap();
+    set_mode(&root.join("secret"), 0o600);
+    std::fs::write(root.join("readonly/inside"), b"ro").unwrap();
+    set_mode(&root.join("readonly"), 0o555);
+    std::os::unix::fs::symlink("src/main.rs", root.join("link-relative")).unwrap();
+    std::os::unix::fs::symlink("../does/not/exist", root.join("src/link-dangling")).unwrap();
+    std::os::unix::fs::symlink("/etc/hostname", root.join("link-absolute")).unwrap();
+}
+
+fn attach_input(
+    generation: u64,
+    binding: &omabox_contract::WorkspaceBinding,
+) -> AttachWorkspaceInput {
+    AttachWorkspaceInput {
+        scope: scope(),
+        fence: fence(generation),
+        strategy: CR,
+        binding: binding.clone(),
+        sandbox: lease(),
+        signal: AbortSignal::never(),
+    }
+}
+
+#[tokio::test]
+async fn checkpoint_then_restore_round_trips_every_entry_kind() {
+    let data = tempfile::tempdir().unwrap();
+    let port = port(data.path(), Duration::from_secs(3600));
+    let binding = port
+        .materialize(materialize_input(1, CR, None))
+        .await
+        .unwrap();
+    assert_eq!(binding.mount_path, "/workspace");
+    assert!(binding.binding_id.starts_with("wsb_") && binding.binding_id.len() == 36);
+    let workspace = host_path(&binding);
+    assert!(workspace.starts_with(data.path().join("runtime")));
+    assert!(std::fs::read_dir(&workspace).unwrap().next().is_none());
+    build_tree(&workspace);
+    let expected = describe(&workspace);
+
+    let (candidate, report) = port
+        .checkpoint_with_report(&checkpoint_input(1, CR, &binding, ""))
+        .await
+        .unwrap();
+    let hex = candidate.id.strip_prefix("wcp_").unwrap();
+    assert!(BlobHash::from_hex(hex).is_some());
+    assert_eq!(candidate.content_hash, format!("sha256:{hex}"));
+    assert_eq!(candidate.revision, 1);
+    let metadata = candidate.metadata.clone().unwrap();
+    assert_eq!(metadata["manifestBlob"].as_str(), Some(hex));
+    assert_eq!(report.files, 8);
+    assert_eq!(report.symlinks, 3);
+    assert_eq!(report.directories, 6);
+    // Two files share content, so one blob fewer than files.
+    assert_eq!(report.blobs_stored, 7);
+    assert!(report.manifest_stored);
+
+    let published = candidate.to_publication_candidate();
+    let manifest = port.read_manifest(&published).await.unwrap();
+    let secret = manifest
+        .entries
+        .iter()
+        .find(|e| e.path == "secret")
+        .unwrap();
+    assert_eq!(
+        (secret.kind, secret.mode, secret.size),
+        (EntryKind::File, Some(0o600), Some(7))
+    );
+    let dangling = manifest
+        .entries
+        .iter()
+        .find(|e| e.path == "src/link-dangling")
+        .unwrap();
+    assert_eq!(dangling.target.as_deref(), Some("../does/not/exist"));
+
+    let (restored, restore) = port
+        .materialize_with_report(&materialize_input(2, CR, Some(published.clone())))
+        .await
+        .unwrap();
+    let restore = restore.expect("a restore happened");
+    assert_eq!(
+        (restore.files, restore.directories, restore.symlinks),
+        (8, 6, 3)
+    );
+    assert_ne!(host_path(&restored), workspace);
+    assert_eq!(describe(&host_path(&restored)), expected);
+
+    let export = data.path().join("export");
+    port.export_candidate(&published, &export).await.unwrap();
+    assert_eq!(describe(&export), expected);
+    let not_empty = port
+        .export_candidate(&published, &export)
+        .await
+        .unwrap_err();
+    assert!(
+        not_empty
+            .to_string()
+            .starts_with("Export destination is not an empty directory")
+    );
+
+    // release removes the binding root, read-only directories included.
+    let root = host_path(&restored).parent().unwrap().to_path_buf();
+    port.release(&scope(), &fence(2), &restored).await.unwrap();
+    assert!(!root.exists());
+    port.release(&scope(), &fence(2), &restored).await.unwrap();
+}
+
+#[tokio::test]
+async fn incremental_checkpoint_hashes_and_stores_only_the_changed_file() {
+    let data = tempfile::tempdir().unwrap();
+    let port = port(data.path(), Duration::from_secs(3600));
+    let binding = port
+        .materialize(materialize_input(1, CR, None))
+        .await
+        .unwrap();
+    let workspace = host_path(&binding);
+    std::fs::create_dir(workspace.join("dir")).unwrap();
+    for index in 0..20u64 {
+        std::fs::write(
+            workspace.join(format!("dir/file-{index:02}")),
+            noise(index, 4096),
+        )
+        .unwrap();
+    }
+    std::thread::sleep(MARGIN * 3);
+    let (first, report) = port
+        .checkpoint_with_report(&checkpoint_input(1, CR, &binding, "-a"))
+        .await
+        .unwrap();
+    assert_eq!(
+        (report.files_hashed, report.blobs_stored, report.cache_hits),
+        (20, 20, 0)
+    );
+
+    // Same size, new content: only ctime/mtime tell.
+    std::thread::sleep(MARGIN * 2);
+    std::fs::write(workspace.join("dir/file-07"), noise(99, 4096)).unwrap();
+    let blobs_before = blob_count(data.path());
+    let (second, report) = port
+        .checkpoint_with_report(&checkpoint_input(1, CR, &binding, "-b"))
+        .await
+        .unwrap();
+    assert_ne!(first.id, second.id);
+    assert_eq!(report.files_hashed, 1);
+    assert_eq!(report.blobs_stored, 1);
+    assert_eq!(report.cache_hits, 19);
+    // One content blob and one manifest.
+    assert_eq!(blob_count(data.path()), blobs_before + 2);
+
+    // A restored binding is pre-cached once attached: an unchanged checkpoint reads nothing.
+    let restored = port
+        .materialize(materialize_input(
+            2,
+            CR,
+            Some(second.to_publication_candidate()),
+        ))
+        .await
+        .unwrap();
+    port.attach(attach_input(2, &restored)).await.unwrap();
+    let (third, report) = port
+        .checkpoint_with_report(&checkpoint_input(2, CR, &restored, ""))
+        .await
+        .unwrap();
+    assert_eq!(third.id, second.id);
+    assert_eq!(third.revision, 2);
+    assert_eq!(
+        (report.files_hashed, report.cache_hits, report.blobs_stored),
+        (0, 20, 0)
+    );
+    assert!(!report.manifest_stored);
+
+    // Without attach the restore's cache is never trusted.
+    let unattached = port
+        .materialize(materialize_input(
+            3,
+            CR,
+            Some(second.to_publication_candidate()),
+        ))
+        .await
+        .unwrap();
+    let (fourth, report) = port
+        .checkpoint_with_report(&checkpoint_input(3, CR, &unattached, ""))
+        .await
+        .unwrap();
+    assert_eq!(fourth.id, second.id);
+    assert_eq!(
+        (report.files_hashed, report.cache_hits, report.blobs_stored),
+        (20, 0, 0)
+    );
+}
+
+#[tokio::test]
+async fn large_files_are_hashed_before_they_are_copied() {
+    let data = tempfile::tempdir().unwrap();
+    let port = port(data.path(), Duration::from_secs(3600));
+    let big = noise(5, 9 << 20);
+    let first = port
+        .materialize(materialize_input(1, CR, None))
+        .await
+        .unwrap();
+    std::fs::write(host_path(&first).join("big"), &big).unwrap();
+    let (candidate, report) = port
+        .checkpoint_with_report(&checkpoint_input(1, CR, &first, ""))
+        .await
+        .unwrap();
+    assert_eq!((report.blobs_stored, report.bytes_stored), (1, 9 << 20));
+    // The same content elsewhere is recognised without being copied again.
+    let second = port
+        .materialize(materialize_input(2, CR, None))
+        .await
+        .unwrap();
+    std::fs::write(host_path(&second).join("big-copy"), &big).unwrap();
+    let temp_before = std::fs::read_dir(data.path().join("blobs/tmp"))
+        .unwrap()
+        .count();
+    let (_, report) = port
+        .checkpoint_with_report(&checkpoint_input(2, CR, &second, ""))
+        .await
+        .unwrap();
+    assert_eq!((report.files_hashed, report.blobs_stored), (1, 0));
+    assert_eq!(
+        std::fs::read_dir(data.path().join("blobs/tmp"))
+            .unwrap()
+            .count(),
+        temp_before
+    );
+    let restored = port
+        .materialize(materialize_input(
+            3,
+            CR,
+            Some(candidate.to_publication_candidate()),
+        ))
+        .await
+        .unwrap();
+    assert_eq!(
+        std::fs::read(host_path(&restored).join("big")).unwrap(),
+        big
+    );
+}
+
+#[tokio::test]
+async fn an_aborted_checkpoint_fails_with_the_signal_reason() {
+    let data = tempfile::tempdir().unwrap();
+    let port = port(data.path(), Duration::from_secs(3600));
+    let binding = port
+        .materialize(materialize_input(1, CR, None))
+        .await
+        .unwrap();
+    std::fs::write(host_path(&binding).join("a"), b"a").unwrap();
+    let mut input = checkpoint_input(1, CR, &binding, "");
+    input.signal = AbortSignal::aborted_with(omabox_contract::PortError::new("cancelled by user"));
+    let error = port.checkpoint(input).await.unwrap_err();
+    assert_eq!(error.message(), "cancelled by user");
+}
+
+#[tokio::test]
+async fn checkpoint_is_idempotent_per_key() {
+    let data = tempfile::tempdir().unwrap();
+    let port = port(data.path(), Duration::from_secs(3600));
+    let binding = port
+        .materialize(materialize_input(1, CR, None))
+        .await
+        .unwrap();
+    std::fs::write(host_path(&binding).join("a"), b"one").unwrap();
+    let first = port
+        .checkpoint(checkpoint_input(1, CR, &binding, ""))
+        .await
+        .unwrap();
+    std::fs::write(host_path(&binding).join("a"), b"two").unwrap();
+    let (again, report) = port
+        .checkpoint_with_report(&checkpoint_input(1, CR, &binding, ""))
+        .await
+        .unwrap();
+    assert_eq!(again, first);
+    assert!(report.reused_candidate);
+    let other = port
+        .checkpoint(checkpoint_input(1, CR, &binding, "-2"))
+        .await
+        .unwrap();
+    assert_ne!(other.id, first.id);
+}
+
+#[tokio::test]
+async fn unsupported_entries_fail_the_checkpoint_without_touching_the_published_one() {
+    let data = tempfile::tempdir().unwrap();
+    let port = port(data.path(), Duration::from_secs(3600));
+    let binding = port
+        .materialize(materialize_input(1, CR, None))
+        .await
+        .unwrap();
+    std::fs::write(host_path(&binding).join("kept"), b"kept").unwrap();
+    let good = port
+        .checkpoint(checkpoint_input(1, CR, &binding, ""))
+        .await
+        .unwrap();
+    rustix::fs::mknodat(
+        rustix::fs::CWD,
+        host_path(&binding).join("fifo"),
+        rustix::fs::FileType::Fifo,
+        rustix::fs::Mode::from_raw_mode(0o644),
+        0,
+    )
+    .unwrap();
+    let error = port
+        .checkpoint(checkpoint_input(1, CR, &binding, "-2"))
+        .await
+        .unwrap_err();
+    assert_eq!(error.message(), "Unsupported workspace entry: fifo");
+    let restored = port
+        .materialize(materialize_input(
+            2,
+            CR,
+            Some(good.to_publication_candidate()),
+        ))
+        .await
+        .unwrap();
+    assert_eq!(
+        std::fs::read(host_path(&restored).join("kept")).unwrap(),
+        b"kept"
+    );
+}
+
+fn candidate_for(
+    port: &FilesystemWorkspacePort,
+    manifest_json: &[u8],
+) -> RuntimePublicationCandidate {
+    let hash = port.store().put_bytes(manifest_json).unwrap().hash;
+    RuntimePublicationCandidate {
+        id: format!("wcp_{hash}"),
+        content_hash: hash.content_hash(),
+        metadata: None,
+    }
+}
+
+#[tokio::test]
+async fn restore_rejects_bad_ids_tampering_and_traversal() {
+    let data = tempfile::tempdir().unwrap();
+    let port = port(data.path(), Duration::from_secs(3600));
+    let binding = port
+        .materialize(materialize_input(1, CR, None))
+        .await
+        .unwrap();
+    std::fs::write(host_path(&binding).join("a"), b"a").unwrap();
+    let good = port
+        .checkpoint(checkpoint_input(1, CR, &binding, ""))
+        .await
+        .unwrap()
+        .to_publication_candidate();
+
+    let restore = |candidate: RuntimePublicationCandidate| {
+        let port = &port;
+        async move {
+            port.materialize(materialize_input(2, CR, Some(candidate)))
+                .await
+                .unwrap_err()
+                .message()
+                .to_owned()
+        }
+    };
+    let mut bad_id = good.clone();
+    bad_id.id = "wcp_XYZ".into();
+    assert_eq!(restore(bad_id).await, "Invalid workspace checkpoint id");
+    let mut ephemeral_id = good.clone();
+    ephemeral_id.id = format!("wrc_{}", &good.id[4..]);
+    assert_eq!(
+        restore(ephemeral_id).await,
+        "Invalid workspace checkpoint id"
+    );
+    let mut wrong_hash = good.clone();
+    wrong_hash.content_hash = BlobHash::of(b"other").content_hash();
+    assert_eq!(
+        restore(wrong_hash).await,
+        "Workspace checkpoint content hash mismatch"
+    );
+
+    let manifest_hash = BlobHash::from_hex(&good.id[4..]).unwrap();
+    let manifest_path = port.store().path_of(&manifest_hash);
+    let original = std::fs::read(&manifest_path).unwrap();
+    std::fs::write(
+        &manifest_path,
+        String::from_utf8(original.clone())
+            .unwrap()
+            .replace("\"a\"", "\"b\""),
+    )
+    .unwrap();
+    assert_eq!(
+        restore(good.clone()).await,
+        "Workspace checkpoint content hash mismatch"
+    );
+    std::fs::write(&manifest_path, &original).unwrap();
+
+    let outside = data.path().join("outside");
+    std::fs::create_dir(&outside).unwrap();
+    let file_hash = BlobHash::of(b"a");
+    let file = |path: &str| ManifestEntry {
+        path: path.into(),
+        kind: EntryKind::File,
+        mode: Some(0o644),
+        size: Some(1),
+        hash: Some(file_hash),
+        target: None,
+    };
+    let dir = |path: &str| ManifestEntry {
+        path: path.into(),
+        kind: EntryKind::Directory,
+        mode: Some(0o755),
+        size: None,
+        hash: None,
+        target: None,
+    };
+    let link = |path: &str, target: &str| ManifestEntry {
+        path: path.into(),
+        kind: EntryKind::Symlink,
+        mode: None,
+        size: None,
+        hash: None,
+        target: Some(target.into()),
+    };
+    let attacks: Vec<(Vec<ManifestEntry>, &str)> = vec![
+        (vec![file("../x")], "../x"),
+        (vec![file("/etc/x")], "/etc/x"),
+        (vec![dir("a"), file("a/../../x")], "a/../../x"),
+        (vec![file("a//x")], "a//x"),
+        (
+            vec![link("l", outside.to_str().unwrap()), file("l/pwned")],
+            "l/pwned",
+        ),
+        (
+            vec![dir("d"), link("d/l", "../../outside"), dir("d/l/sub")],
+            "d/l/sub",
+        ),
+        (vec![file("f"), file("f")], "f"),
+        (vec![file("missing-parent/f")], "missing-parent/f"),
+    ];
+    for (entries, path) in attacks {
+        let manifest = WorkspaceManifest {
+            version: 1,
+            entries,
+        };
+        let candidate = candidate_for(&port, &manifest.to_bytes());
+        assert_eq!(
+            restore(candidate).await,
+            format!("Workspace checkpoint entry is unsafe: {path}")
+        );
+    }
+    assert!(std::fs::read_dir(&outside).unwrap().next().is_none());
+    assert!(!data.path().join("x").exists());
+    // A failed materialize leaves no half-restored binding behind.
+    assert!(!data.path().join("runtime").join("x").exists());
+
+    let missing = WorkspaceManifest {
+        version: 1,
+        entries: vec![ManifestEntry {
+            hash: Some(BlobHash::of(b"never stored")),
+            ..file("f")
+        }],
+    };
+    let candidate = candidate_for(&port, &missing.to_bytes());
+    assert_eq!(
+        restore(candidate).await,
+        "Workspace checkpoint content is missing or corrupt: f"
+    );
+
+    let absent = BlobHash::of(b"no manifest");
+    let candidate = RuntimePublicationCandidate {
+        id: format!("wcp_{absent}"),
+        content_hash: absent.content_hash(),
+        metadata: None,
+    };
+    assert_eq!(
+        restore(candidate).await,
+        format!("Workspace checkpoint manifest is missing: wcp_{absent}")
+    );
+}
+
+#[tokio::test]
+async fn gc_removes_only_unreferenced_blobs() {
+    let data = tempfile::tempdir().unwrap();
+    let port = port(data.path(), Duration::ZERO);
+    let binding = port
+        .materialize(materialize_input(1, CR, None))
+        .await
+        .unwrap();
+    let workspace = host_path(&binding);
+    std::fs::write(workspace.join("stays"), b"stays").unwrap();
+    std::fs::write(workspace.join("changes"), b"old").unwrap();
+    let old = port
+        .checkpoint(checkpoint_input(1, CR, &binding, "-1"))
+        .await
+        .unwrap();
+    std::fs::write(workspace.join("changes"), b"new!").unwrap();
+    let new = port
+        .checkpoint(checkpoint_input(1, CR, &binding, "-2"))
+        .await
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(20));
+
+    let referenced = port
+        .referenced_blobs(&new.to_publication_candidate())
+        .await
+        .unwrap();
+    assert_eq!(referenced.len(), 3);
+    let report = port.store().gc(&referenced).unwrap();
+    // The old manifest and the old "changes" content.
+    assert_eq!(report.removed, 2);
+    assert_eq!(report.kept_referenced, 3);
+    for hash in &referenced {
+        assert!(port.store().exists(hash).unwrap());
+    }
+    let restored = port
+        .materialize(materialize_input(
+            2,
+            CR,
+            Some(new.to_publication_candidate()),
+        ))
+        .await
+        .unwrap();
+    assert_eq!(
+        std::fs::read(host_path(&restored).join("changes")).unwrap(),
+        b"new!"
+    );
+    let gone = port
+        .materialize(materialize_input(
+            3,
+            CR,
+            Some(old.to_publication_candidate()),
+        ))
+        .await
+        .unwrap_err();
+    assert!(
+        gone.message()
+            .starts_with("Workspace checkpoint manifest is missing")
+    );
+}
+
+#[tokio::test]
+async fn a_seed_fills_only_a_new_session() {
+    let data = tempfile::tempdir().unwrap();
+    let seed = tempfile::tempdir().unwrap();
+    std::fs::create_dir(seed.path().join("sub")).unwrap();
+    std::fs::write(seed.path().join("sub/seeded.txt"), b"from the seed").unwrap();
+    std::os::unix::fs::symlink("/etc/passwd", seed.path().join("link")).unwrap();
+    let port = port(data.path(), Duration::from_secs(3600));
+    port.seed_new_session(scope(), seed.path());
+    let binding = port
+        .materialize(materialize_input(1, CR, None))
+        .await
+        .unwrap();
+    let workspace = host_path(&binding);
+    assert_eq!(describe(&workspace), describe(seed.path()));
+    std::fs::write(workspace.join("sub/seeded.txt"), b"changed by the run").unwrap();
+    let published = port
+        .checkpoint(checkpoint_input(1, CR, &binding, ""))
+        .await
+        .unwrap();
+    let next = port
+        .materialize(materialize_input(
+            2,
+            CR,
+            Some(published.to_publication_candidate()),
+        ))
+        .await
+        .unwrap();
+    assert_eq!(
+        std::fs::read(host_path(&next).join("sub/seeded.txt")).unwrap(),
+        b"changed by the run"
+    );
+}
+
+#[tokio::test]
+async fn ephemeral_materializes_empty_and_checkpoints_a_marker() {
+    let data = tempfile::tempdir().unwrap();
+    let port = port(data.path(), Duration::from_secs(3600));
+    let binding = port
+        .materialize(materialize_input(1, CR, None))
+        .await
+        .unwrap();
+    std::fs::write(host_path(&binding).join("a"), b"a").unwrap();
+    let published = port
+        .checkpoint(checkpoint_input(1, CR, &binding, ""))
+        .await
+        .unwrap();
+
+    let ephemeral = WorkspaceStrategy::Ephemeral;
+    let binding = port
+        .materialize(materialize_input(
+            2,
+            ephemeral,
+            Some(published.to_publication_candidate()),
+        ))
+        .await
+        .unwrap();
+    assert!(
+        std::fs::read_dir(host_path(&binding))
+            .unwrap()
+            .next()
+            .is_none()
+    );
+    std::fs::write(host_path(&binding).join("dropped"), b"x").unwrap();
+    let blobs = blob_count(data.path());
+    let marker = port
+        .checkpoint(checkpoint_input(2, ephemeral, &binding, ""))
+        .await
+        .unwrap();
+    assert_eq!(blob_count(data.path()), blobs);
+    let hex = marker.id.strip_prefix("wrc_").unwrap();
+    assert_eq!(marker.content_hash, format!("sha256:{hex}"));
+    assert_eq!(marker.revision, 2);
+    let json = marker.metadata.unwrap()["openma.workspace.ephemeral.v1"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert_eq!(
+        json,
+        r#"{"generation":2,"provider":"local","runtimeId":"rt-1"}"#
+    );
+    assert_eq!(BlobHash::of(json.as_bytes()).to_hex(), hex);
+}
+
+#[tokio::test]
+async fn unsupported_strategies_and_foreign_bindings_are_rejected() {
+    let data = tempfile::tempdir().unwrap();
+    let port = port(data.path(), Duration::from_secs(3600))
+        .with_strategies(&[CR])
+        .unwrap();
+    let caps = port.capabilities(&scope()).await.unwrap();
+    assert_eq!(caps.strategies, vec![CR]);
+    for strategy in [
+        WorkspaceStrategy::Ephemeral,
+        WorkspaceStrategy::RetainedRuntime,
+        WorkspaceStrategy::DurableMount,
+    ] {
+        let error = port
+            .materialize(materialize_input(1, strategy, None))
+            .await
+            .unwrap_err();
+        assert_eq!(
+            error.message(),
+            format!("Filesystem workspace does not support {strategy}")
+        );
+    }
+    let error = FilesystemWorkspacePort::new(data.path())
+        .unwrap()
+        .with_strategies(&[WorkspaceStrategy::RetainedRuntime])
+        .unwrap_err();
+    assert_eq!(
+        error.to_string(),
+        "Filesystem workspace does not support retained_runtime"
+    );
+
+    let binding = port
+        .materialize(materialize_input(1, CR, None))
+        .await
+        .unwrap();
+    port.attach(attach_input(1, &binding)).await.unwrap();
+    let mut forged = binding.clone();
+    forged.binding_id = "wsb_../../../../etc".into();
+    assert!(
+        port.checkpoint(checkpoint_input(1, CR, &forged, ""))
+            .await
+            .is_err()
+    );
+    let mut moved = binding.clone();
+    moved
+        .metadata
+        .as_mut()
+        .unwrap()
+        .insert("hostPath".into(), "/etc".into());
+    let error = port
+        .checkpoint(checkpoint_input(1, CR, &moved, ""))
+        .await
+        .unwrap_err();
+    assert!(
+        error
+            .message()
+            .starts_with("Unknown binding for this work item")
+    );
+    // Another generation's fence does not own this binding.
+    let error = port
+        .checkpoint(checkpoint_input(7, CR, &binding, ""))
+        .await
+        .unwrap_err();
+    assert!(
+        error
+            .message()
+            .starts_with("Unknown binding for this work item")
+    );
+}
+
+#[derive(Debug, Default)]
+struct Recorder(Mutex<Vec<Progress>>);
+
+impl ProgressObserver for Recorder {
+    fn update(&self, progress: Progress) {
+        self.0.lock().unwrap().push(progress);
+    }
+}
+
+#[tokio::test]
+async fn progress_reaches_its_totals() {
+    let data = tempfile::tempdir().unwrap();
+    let recorder = Arc::new(Recorder::default());
+    let port = port(data.path(), Duration::from_secs(3600)).with_progress(recorder.clone());
+    let binding = port
+        .materialize(materialize_input(1, CR, None))
+        .await
+        .unwrap();
+    for index in 0..5 {
+        std::fs::write(
+            host_path(&binding).join(format!("f{index}")),
+            noise(index, 1000),
+        )
+        .unwrap();
+    }
+    let candidate = port
+        .checkpoint(checkpoint_input(1, CR, &binding, ""))
+        .await
+        .unwrap();
+    port.materialize(materialize_input(
+        2,
+        CR,
+        Some(candidate.to_publication_candidate()),
+    ))
+    .await
+    .unwrap();
+    let updates = recorder.0.lock().unwrap().clone();
+    for phase in [ProgressPhase::Checkpoint, ProgressPhase::Restore] {
+        let last = updates
+            .iter()
+            .filter(|p| p.phase == phase)
+            .max_by_key(|p| p.files_done)
+            .unwrap();
+        assert_eq!((last.files_done, last.files_total), (5, 5));
+        assert_eq!((last.bytes_done, last.bytes_total), (5000, 5000));
+    }
+}
