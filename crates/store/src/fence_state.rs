@@ -162,6 +162,14 @@ impl<P: TokenProof> FenceRecord<P> {
         })
     }
 
+    /// True when `generation` still holds the work item: it is the active fence's generation
+    /// and that fence has not expired. The lease journal's "not abandoned"; no token needed.
+    pub(crate) fn held_by(&self, generation: u64, now_ms: u64) -> bool {
+        self.active
+            .as_ref()
+            .is_some_and(|active| active.generation == generation && active.expires_at_ms > now_ms)
+    }
+
     /// True when `fence` is this record's active, unexpired fence.
     pub(crate) fn is_current(&self, fence: &RuntimeResourceFence, now_ms: u64) -> bool {
         self.same_claim(fence)

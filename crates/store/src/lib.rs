@@ -1,13 +1,17 @@
 //! Durable state for omabox: who owns a work item (the fence store), which resources are
-//! authoritative for it (the publication pointer), and which compute still needs reaping (the
-//! orphan queue).
+//! authoritative for it (the publication pointer), which compute still needs reaping (the
+//! orphan queue), which compute is alive at all (the lease journal, an omabox extension), and
+//! how long it ran (the usage ledger, an omabox extension).
 //!
-//! Two implementations of [`RuntimeResourceFencePort`] and [`RuntimeOrphanPort`]:
+//! Two implementations of [`RuntimeResourceFencePort`], [`RuntimeOrphanPort`],
+//! [`RuntimeLeaseJournalPort`] and [`UsageLedgerPort`]:
 //!
 //! - [`SqliteStore`]: one embedded SQLite file (WAL, busy timeout), shareable by several
 //!   processes on one machine. The default for a single host.
-//! - [`MemoryFenceStore`] and [`MemoryOrphanStore`]: in-memory twins with exactly the
-//!   reference implementation's semantics, for tests.
+//! - [`MemoryFenceStore`], [`MemoryOrphanStore`], [`MemoryLeaseJournal`] (over a
+//!   `MemoryFenceStore`, whose fence state decides "abandoned") and [`MemoryUsageLedger`]:
+//!   in-memory twins with exactly the reference implementation's semantics where the
+//!   reference has one, for tests.
 //!
 //! Both fence stores run the same pure state machine ([`FenceRecord`]), and one behavioural
 //! suite (`tests/ports.rs`) runs against both.
@@ -18,6 +22,11 @@
 //!   database holds only their SHA-256 ([`TokenHash`]), and no error text or log line carries
 //!   a token. Orphan error texts are redacted once more against every token this process
 //!   holds before they are written.
+//! - **A journaled lease is abandoned exactly when its generation no longer holds the fence**
+//!   (taken over, released, or expired by the store's clock); the lease journal and the
+//!   usage ledger have no token column.
+//! - **Usage is counted once.** At most one usage record per `(kind, provider, runtimeId)`,
+//!   whole seconds clamped to 24 h.
 //! - **Publish is atomic.** `publish` checks generation, token and expiry and advances the
 //!   active pointer in one write transaction; there is no separate check-then-publish.
 //!   `acquire`, `renew` and `release` are single transactions too, so two processes racing
@@ -43,9 +52,13 @@ mod token;
 pub use clock::{Clock, MAX_TIMESTAMP_MS, ManualClock, SystemClock, iso_millis};
 pub use error::StoreError;
 pub use fence_state::{ActiveFence, FenceRecord, TokenProof};
-pub use memory::{MemoryFenceRecord, MemoryFenceStore, MemoryOrphanStore};
+pub use memory::{
+    MemoryFenceRecord, MemoryFenceStore, MemoryLeaseJournal, MemoryOrphanStore, MemoryUsageLedger,
+};
 pub use sqlite::{APPLICATION_ID, DEFAULT_BUSY_TIMEOUT, SCHEMA_VERSION, SqliteStore};
 pub use token::{RandomTokens, TokenHash, TokenSource};
 
 #[doc(no_inline)]
-pub use omabox_contract::{RuntimeOrphanPort, RuntimeResourceFencePort};
+pub use omabox_contract::{
+    RuntimeLeaseJournalPort, RuntimeOrphanPort, RuntimeResourceFencePort, UsageLedgerPort,
+};

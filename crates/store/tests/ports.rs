@@ -1,5 +1,5 @@
 //! One behavioural suite, two instantiations: every fence/orphan store must pass the same
-//! contract tests (reference §1.1, §1.11).
+//! contract tests (reference §1.1, §1.11), and the same lease-journal and usage-ledger tests.
 
 mod suite;
 
@@ -37,4 +37,10 @@ port_suite!(
     release_by_a_stale_fence_does_not_clear_the_current_one,
     released_fence_can_be_released_after_expiry,
     orphans_upsert_sort_limit_fail_and_resolve,
+    journal_records_upserts_lists_and_forgets,
+    journal_entry_is_not_abandoned_while_the_fence_is_held,
+    journal_entry_is_abandoned_after_expiry,
+    journal_entry_is_abandoned_after_a_takeover,
+    journal_entry_is_abandoned_after_release_or_without_a_fence,
+    usage_is_clamped_idempotent_and_read_back,
 );

@@ -53,6 +53,16 @@ impl MemoryFenceStore {
         self.lock().get(&scope.key()).cloned()
     }
 
+    /// True when `generation` still holds `scope`'s fence (active and unexpired), decided
+    /// with this store's clock read under its lock.
+    pub(crate) fn held_by(&self, scope: &RuntimeResourceScope, generation: u64) -> bool {
+        let records = self.lock();
+        let now_ms = self.clock.now_ms();
+        records
+            .get(&scope.key())
+            .is_some_and(|record| record.held_by(generation, now_ms))
+    }
+
     fn lock(&self) -> MutexGuard<'_, HashMap<String, MemoryFenceRecord>> {
         // No transition panics halfway, so a poisoned map is still consistent.
         self.records

@@ -1,4 +1,5 @@
-//! `SqliteStore`: the fence store and the orphan queue in one embedded SQLite database.
+//! `SqliteStore`: the fence store, the orphan queue, the lease journal and the usage ledger
+//! in one embedded SQLite database.
 //!
 //! One file, WAL journal, `synchronous = FULL`, a busy timeout: several processes on one
 //! machine may share it. Every fence operation that writes (`acquire`, `renew`, `publish`,
@@ -17,8 +18,11 @@
 //! before it is written.
 
 mod fence;
+mod journal;
 mod orphan;
 pub(crate) mod schema;
+mod sessions;
+mod usage;
 
 use crate::clock::{Clock, SystemClock};
 use crate::token::{RandomTokens, TokenSource};
@@ -36,8 +40,10 @@ pub use schema::{APPLICATION_ID, SCHEMA_VERSION};
 /// How long a statement waits for another connection's write lock before failing.
 pub const DEFAULT_BUSY_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// The SQLite implementation of both [`omabox_contract::RuntimeResourceFencePort`] and
-/// [`omabox_contract::RuntimeOrphanPort`].
+/// The SQLite implementation of [`omabox_contract::RuntimeResourceFencePort`],
+/// [`omabox_contract::RuntimeOrphanPort`], and omabox's own
+/// [`omabox_contract::RuntimeLeaseJournalPort`] (which needs the fence table to tell an
+/// abandoned lease) and [`omabox_contract::UsageLedgerPort`].
 #[derive(Clone)]
 pub struct SqliteStore {
     inner: Arc<Mutex<Inner>>,

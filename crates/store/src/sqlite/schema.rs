@@ -8,7 +8,7 @@
 //! refused, never downgraded.
 //!
 //! To change the schema, append a [`Migration`] with the next version; never edit a released
-//! step. Planned: the usage ledger, the sandbox lease table, the blob index.
+//! step. Planned: the blob index.
 
 use crate::StoreError;
 use rusqlite::{Connection, TransactionBehavior};
@@ -28,10 +28,11 @@ pub(crate) struct Migration {
 }
 
 /// Every schema step, oldest first. Versions are 1, 2, 3, … without gaps.
-pub(crate) const MIGRATIONS: &[Migration] = &[Migration {
-    version: 1,
-    description: "fence records and the orphan queue",
-    sql: r#"
+pub(crate) const MIGRATIONS: &[Migration] = &[
+    Migration {
+        version: 1,
+        description: "fence records and the orphan queue",
+        sql: r#"
         -- One row per work item: the reference's {generation, active, publication, nextRevision}.
         -- The active fence's token is kept only as its SHA-256 (32 bytes); the token never
         -- reaches the database. The active fence's generation is always `generation`.
@@ -69,13 +70,65 @@ pub(crate) const MIGRATIONS: &[Migration] = &[Migration {
             last_error      TEXT    NOT NULL
         ) STRICT;
     "#,
-}];
+    },
+    Migration {
+        version: 2,
+        description: "the lease journal and the usage ledger",
+        sql: r#"
+        -- LeaseJournalEntry, one row per runtimeOrphanId of (scope, generation, lease): compute
+        -- that acquire returned and nobody has destroyed yet. No token column, by design.
+        CREATE TABLE runtime_lease (
+            id              TEXT    NOT NULL PRIMARY KEY,
+            workspace_id    TEXT    NOT NULL,
+            environment_id  TEXT    NOT NULL,
+            session_id      TEXT    NOT NULL,
+            work_id         TEXT    NOT NULL,
+            generation      INTEGER NOT NULL CHECK (generation >= 0),
+            owner_id        TEXT    NOT NULL,
+            provider        TEXT    NOT NULL,
+            runtime_id      TEXT    NOT NULL,
+            lease_json      TEXT    NOT NULL,
+            acquired_at     TEXT    NOT NULL
+        ) STRICT;
+        CREATE INDEX runtime_lease_runtime
+            ON runtime_lease (workspace_id, environment_id, session_id, work_id,
+                              provider, runtime_id);
+
+        -- UsageRecord, at most one per (kind, provider, runtime_id); seq is the order of
+        -- recording. Seconds are whole and clamped to 24 h per record.
+        CREATE TABLE usage_record (
+            seq             INTEGER NOT NULL PRIMARY KEY,
+            kind            TEXT    NOT NULL
+                            CHECK (kind IN ('session_alive_seconds', 'sandbox_active_seconds',
+                                            'browser_active_seconds')),
+            workspace_id    TEXT    NOT NULL,
+            environment_id  TEXT    NOT NULL,
+            session_id      TEXT    NOT NULL,
+            work_id         TEXT    NOT NULL,
+            provider        TEXT    NOT NULL,
+            runtime_id      TEXT    NOT NULL,
+            seconds         INTEGER NOT NULL CHECK (seconds BETWEEN 0 AND 86400),
+            started_at      TEXT    NOT NULL,
+            stopped_at      TEXT    NOT NULL,
+            UNIQUE (kind, provider, runtime_id)
+        ) STRICT;
+        CREATE INDEX usage_record_session ON usage_record (session_id, seq);
+    "#,
+    },
+];
 
 /// The schema version this build writes and understands.
 pub const SCHEMA_VERSION: u32 = MIGRATIONS[MIGRATIONS.len() - 1].version;
 
 /// Brings the database to [`SCHEMA_VERSION`]; returns the version it found.
 pub(crate) fn migrate(conn: &mut Connection) -> Result<u32, StoreError> {
+    migrate_through(conn, MIGRATIONS)
+}
+
+/// Applies the steps of `migrations` (a prefix of [`MIGRATIONS`]) the database lacks. Tests
+/// pass a shorter prefix to build a database as an older omabox left it.
+fn migrate_through(conn: &mut Connection, migrations: &[Migration]) -> Result<u32, StoreError> {
+    let newest = migrations.last().map_or(0, |step| step.version);
     let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
     let found: u32 = tx.pragma_query_value(None, "user_version", |row| row.get(0))?;
     let application_id: i32 = tx.pragma_query_value(None, "application_id", |row| row.get(0))?;
@@ -84,17 +137,17 @@ pub(crate) fn migrate(conn: &mut Connection) -> Result<u32, StoreError> {
             "the database has application_id {application_id:#x}; it is not an omabox store"
         )));
     }
-    if found > SCHEMA_VERSION {
+    if found > newest {
         return Err(StoreError::SchemaTooNew {
             found,
-            supported: SCHEMA_VERSION,
+            supported: newest,
         });
     }
-    if found == SCHEMA_VERSION {
+    if found == newest {
         return Ok(found);
     }
     tx.pragma_update(None, "application_id", APPLICATION_ID)?;
-    for migration in MIGRATIONS.iter().filter(|step| step.version > found) {
+    for migration in migrations.iter().filter(|step| step.version > found) {
         let failed = |source| StoreError::Migrate {
             version: migration.version,
             description: migration.description,
@@ -138,6 +191,110 @@ mod tests {
             .pragma_query_value(None, "user_version", |row| row.get(0))
             .unwrap();
         assert_eq!(version, SCHEMA_VERSION);
+    }
+
+    /// A database file as omabox with only migration 1 left it (an active fence, a
+    /// publication and an orphan) opens with this build at the current version, data intact,
+    /// and the new tables work against the old fence rows.
+    #[tokio::test]
+    async fn a_version_1_file_is_migrated_with_its_data_intact() {
+        use crate::{ManualClock, SqliteStore};
+        use omabox_contract::{
+            AcquireRuntimeFenceInput, AcquireRuntimeFenceResult, LeaseJournalEntry,
+            ManagedSandboxLease, RuntimeLeaseJournalPort, RuntimeOrphanPort,
+            RuntimeResourceFencePort, RuntimeResourceScope, UsageKind, UsageLedgerPort,
+            UsageRecord,
+        };
+        const NOW: i64 = 1_796_222_352_000;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("omabox.db");
+        {
+            let mut conn = Connection::open(&path).unwrap();
+            assert_eq!(migrate_through(&mut conn, &MIGRATIONS[..1]).unwrap(), 0);
+            conn.execute_batch(&format!(
+                "INSERT INTO runtime_fence VALUES
+                     ('w', 'e', 's', 'held', 3, 2, 'owner-a', zeroblob(32), {held_until},
+                      '{{\"generation\":3,\"revision\":1,\"workspaceCandidate\":{{\"id\":\"ws-1\",\"contentHash\":\"sha256:1\"}},\"outputCandidate\":null}}'),
+                     ('w', 'e', 's', 'expired', 1, 1, 'owner-a', zeroblob(32), {NOW}, NULL);
+                 INSERT INTO runtime_orphan VALUES
+                     ('o1', 'w', 'e', 's', 'held', 2, 'owner-a',
+                      '{{\"provider\":\"linux\",\"runtimeId\":\"r0\"}}', 'failed', 4,
+                      'terminate failed');",
+                held_until = NOW + 60_000,
+            ))
+            .unwrap();
+            let version: u32 = conn
+                .pragma_query_value(None, "user_version", |row| row.get(0))
+                .unwrap();
+            assert_eq!(version, 1);
+        }
+
+        let store = SqliteStore::open(&path)
+            .unwrap()
+            .with_clock(ManualClock::new(NOW as u64));
+        assert_eq!(store.schema_version().unwrap(), SCHEMA_VERSION);
+
+        // Old data: the orphan, the held fence (with its publication), the expired one.
+        let orphans = RuntimeOrphanPort::list(&store, 10).await.unwrap();
+        assert_eq!(orphans.len(), 1);
+        assert_eq!((orphans[0].attempts, orphans[0].generation), (4, 2));
+        assert_eq!(orphans[0].last_error, "terminate failed");
+        let claim = |work: &str| AcquireRuntimeFenceInput {
+            scope: RuntimeResourceScope::new("w", "e", "s", work),
+            owner_id: "owner-b".into(),
+            ttl_ms: 1_000,
+        };
+        assert_eq!(
+            store.acquire(claim("held")).await.unwrap(),
+            AcquireRuntimeFenceResult::Conflict {
+                expires_at: Some(crate::iso_millis(NOW as u64 + 60_000)),
+            }
+        );
+        let AcquireRuntimeFenceResult::Acquired { fence, publication } =
+            store.acquire(claim("expired")).await.unwrap()
+        else {
+            panic!("the expired fence is taken over");
+        };
+        assert_eq!(fence.generation, 2);
+        assert_eq!(publication, None);
+
+        // New tables, joined with the old fence rows.
+        let lease = ManagedSandboxLease {
+            provider: "linux".into(),
+            runtime_id: "r3".into(),
+            metadata: None,
+        };
+        for (work, generation) in [("held", 3), ("held", 2)] {
+            store
+                .record(LeaseJournalEntry {
+                    scope: RuntimeResourceScope::new("w", "e", "s", work),
+                    generation,
+                    owner_id: "owner-a".into(),
+                    lease: ManagedSandboxLease {
+                        runtime_id: format!("r{generation}"),
+                        ..lease.clone()
+                    },
+                    acquired_at: crate::iso_millis(NOW as u64),
+                })
+                .await
+                .unwrap();
+        }
+        let abandoned = store.abandoned(10).await.unwrap();
+        assert_eq!(abandoned.len(), 1);
+        assert_eq!(abandoned[0].generation, 2);
+        store
+            .record_usage(UsageRecord {
+                kind: UsageKind::SandboxActiveSeconds,
+                scope: RuntimeResourceScope::new("w", "e", "s", "held"),
+                provider: "linux".into(),
+                runtime_id: "r3".into(),
+                seconds: 5,
+                started_at: crate::iso_millis(NOW as u64),
+                stopped_at: crate::iso_millis(NOW as u64 + 5_000),
+            })
+            .await
+            .unwrap();
+        assert_eq!(store.usage("s").await.unwrap().len(), 1);
     }
 
     #[test]

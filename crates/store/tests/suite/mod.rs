@@ -1,15 +1,22 @@
 //! The behavioural contract of a fence store and an orphan queue, written once and run
 //! against every implementation (see `ports.rs`). Semantics: reference §1.1 and §1.11.
+//! The lease journal and usage ledger (omabox extensions) are in `journal.rs`.
+
+mod journal;
+pub use journal::*;
 
 use omabox_contract::{
     AcquireRuntimeFenceInput, AcquireRuntimeFenceResult, EnqueueRuntimeOrphanInput,
     ManagedSandboxLease, Nullable, PortError, PublishRuntimeResourcesInput,
     PublishRuntimeResourcesResult, RenewRuntimeFenceResult, RuntimeCheckpointKind,
-    RuntimeCheckpointRef, RuntimeOrphanPort, RuntimePublicationCandidate, RuntimeResourceFence,
-    RuntimeResourceFencePort, RuntimeResourcePublication, RuntimeResourceScope, SecretString,
-    TerminationReason,
+    RuntimeCheckpointRef, RuntimeLeaseJournalPort, RuntimeOrphanPort, RuntimePublicationCandidate,
+    RuntimeResourceFence, RuntimeResourceFencePort, RuntimeResourcePublication,
+    RuntimeResourceScope, SecretString, TerminationReason, UsageLedgerPort,
 };
-use omabox_store::{ManualClock, MemoryFenceStore, MemoryOrphanStore, SqliteStore, iso_millis};
+use omabox_store::{
+    ManualClock, MemoryFenceStore, MemoryLeaseJournal, MemoryOrphanStore, MemoryUsageLedger,
+    SqliteStore, iso_millis,
+};
 use std::sync::Arc;
 use tempfile::TempDir;
 
@@ -21,15 +28,20 @@ pub const TTL: u64 = 1_000;
 pub struct Subject {
     pub fences: Arc<dyn RuntimeResourceFencePort>,
     pub orphans: Arc<dyn RuntimeOrphanPort>,
+    pub journal: Arc<dyn RuntimeLeaseJournalPort>,
+    pub usage: Arc<dyn UsageLedgerPort>,
     pub clock: ManualClock,
     _dir: Option<TempDir>,
 }
 
 pub fn memory() -> Subject {
     let clock = ManualClock::new(T0);
+    let fences = Arc::new(MemoryFenceStore::new().with_clock(clock.clone()));
     Subject {
-        fences: Arc::new(MemoryFenceStore::new().with_clock(clock.clone())),
+        journal: Arc::new(MemoryLeaseJournal::new(fences.clone())),
+        fences,
         orphans: Arc::new(MemoryOrphanStore::new()),
+        usage: Arc::new(MemoryUsageLedger::new()),
         clock,
         _dir: None,
     }
@@ -45,7 +57,9 @@ pub fn sqlite() -> Subject {
     );
     Subject {
         fences: store.clone(),
-        orphans: store,
+        orphans: store.clone(),
+        journal: store.clone(),
+        usage: store,
         clock,
         _dir: Some(dir),
     }

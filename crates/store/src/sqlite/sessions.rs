@@ -1,0 +1,131 @@
+//! Read-only queries over the fence table for the CLI's `sessions`, `workspace export` and
+//! `outputs` commands: which work items have published, and what.
+//!
+//! These are not part of the fence port (the contract has no "list"); they never write, never
+//! touch a token (the table has none, only its hash, which is not read here) and take no lock
+//! beyond SQLite's own read snapshot. They block: call them from `spawn_blocking` or at
+//! startup, like [`SqliteStore::open`].
+
+use super::{SqliteStore, lock};
+use crate::StoreError;
+use omabox_contract::{RuntimeResourcePublication, RuntimeResourceScope};
+use rusqlite::{OptionalExtension, params};
+
+fn parse_publication(json: &str) -> Result<RuntimeResourcePublication, StoreError> {
+    serde_json::from_str(json)
+        .map_err(|error| StoreError::Corrupt(format!("publication JSON: {error}")))
+}
+
+impl SqliteStore {
+    /// Every work item that has published, with its last (active) publication, ordered by
+    /// workspace, environment, session and work id.
+    pub fn list_publications(
+        &self,
+    ) -> Result<Vec<(RuntimeResourceScope, RuntimeResourcePublication)>, StoreError> {
+        let inner = lock(&self.inner);
+        let mut statement = inner.conn.prepare(
+            "SELECT workspace_id, environment_id, session_id, work_id, publication_json
+               FROM runtime_fence
+              WHERE publication_json IS NOT NULL
+              ORDER BY workspace_id, environment_id, session_id, work_id",
+        )?;
+        let rows = statement.query_map([], |row| {
+            Ok((
+                RuntimeResourceScope::new(
+                    row.get::<_, String>(0)?,
+                    row.get::<_, String>(1)?,
+                    row.get::<_, String>(2)?,
+                    row.get::<_, String>(3)?,
+                ),
+                row.get::<_, String>(4)?,
+            ))
+        })?;
+        let mut publications = Vec::new();
+        for row in rows {
+            let (scope, json) = row?;
+            publications.push((scope, parse_publication(&json)?));
+        }
+        Ok(publications)
+    }
+
+    /// The last (active) publication of `scope`, or `None` when it never published.
+    pub fn publication(
+        &self,
+        scope: &RuntimeResourceScope,
+    ) -> Result<Option<RuntimeResourcePublication>, StoreError> {
+        let inner = lock(&self.inner);
+        let json: Option<Option<String>> = inner
+            .conn
+            .query_row(
+                "SELECT publication_json FROM runtime_fence
+                  WHERE workspace_id = ?1 AND environment_id = ?2
+                    AND session_id = ?3 AND work_id = ?4",
+                params![
+                    scope.workspace_id,
+                    scope.environment_id,
+                    scope.session_id,
+                    scope.work_id
+                ],
+                |row| row.get(0),
+            )
+            .optional()?;
+        json.flatten().as_deref().map(parse_publication).transpose()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use omabox_contract::{
+        AcquireRuntimeFenceInput, AcquireRuntimeFenceResult, Nullable,
+        PublishRuntimeResourcesInput, PublishRuntimeResourcesResult,
+        RuntimePublicationCandidate, RuntimeResourceFencePort,
+    };
+
+    #[tokio::test]
+    async fn lists_published_work_items_only() {
+        let store = SqliteStore::open_in_memory().unwrap();
+        let scope = |session: &str| RuntimeResourceScope::new("w", "e", session, "main");
+        let claim = |session: &str| AcquireRuntimeFenceInput {
+            scope: scope(session),
+            owner_id: "owner".into(),
+            ttl_ms: 60_000,
+        };
+        // "b" publishes; "a" only acquires.
+        store.acquire(claim("a")).await.unwrap();
+        let AcquireRuntimeFenceResult::Acquired { fence, .. } =
+            store.acquire(claim("b")).await.unwrap()
+        else {
+            panic!("acquired");
+        };
+        let published = store
+            .publish(PublishRuntimeResourcesInput {
+                fence,
+                workspace_candidate: RuntimePublicationCandidate {
+                    id: "wcp_1".into(),
+                    content_hash: "sha256:1".into(),
+                    metadata: None,
+                },
+                output_candidate: None,
+                runtime_checkpoint: Nullable::Absent,
+            })
+            .await
+            .unwrap();
+        assert_eq!(
+            published,
+            PublishRuntimeResourcesResult::Published { revision: 1 }
+        );
+
+        let listed = store.list_publications().unwrap();
+        assert_eq!(listed.len(), 1);
+        assert_eq!(listed[0].0, scope("b"));
+        assert_eq!(listed[0].1.revision, 1);
+        assert_eq!(listed[0].1.workspace_candidate.id, "wcp_1");
+        assert_eq!(
+            store.publication(&scope("b")).unwrap().map(|p| p.revision),
+            Some(1)
+        );
+        assert_eq!(store.publication(&scope("a")).unwrap(), None);
+        assert_eq!(store.publication(&scope("never")).unwrap(), None);
+    }
+}
