@@ -1,0 +1,699 @@
+//! [`LinuxSandboxFactory`]: the `linux` entry of the `SANDBOX_PROVIDER` map.
+//!
+//! It turns a factory context into a [`SandboxPlan`] and starts a [`LinuxSandboxPort`]:
+//!
+//! | context          | sandbox                                        |
+//! |------------------|------------------------------------------------|
+//! | `workdir`        | writable bind at `/workspace` (created if missing); the working dir |
+//! | `outputsRoot`    | writable bind at `/mnt/session/outputs` (created if missing) |
+//! | `memoryRoot`     | ignored: linux sandboxes have no memory mounts yet |
+//!
+//! # Environment keys
+//!
+//! The factory reads only these keys of the env map it is handed (never the process
+//! environment directly), each optional:
+//!
+//! | key | meaning | default |
+//! |-----|---------|---------|
+//! | `OMABOX_LINUX_IMAGE` | absolute path of a local rootfs directory, used as the read-only lower layer of an overlay root | the preinstalled rootfs (read-only host `/usr`, `/bin`, `/lib*`, generated `/etc`) |
+//! | `SANDBOX_IMAGE` | OpenMA's name, read when `OMABOX_LINUX_IMAGE` is unset | |
+//! | `OMABOX_LINUX_MEMORY` | memory limit: bytes, or with a `K`/`M`/`G`/`T` suffix (binary: `512M` = 512 MiB), or `unlimited` | 512M |
+//! | `OMABOX_LINUX_PIDS` | maximum tasks (processes + threads, the agent included), or `unlimited` | 512 |
+//! | `OMABOX_LINUX_EXEC_TIMEOUT_MS` | default exec timeout in ms | 120000 |
+//! | `OMABOX_LINUX_RUNTIME_DIR` | absolute parent of the sandboxes' state dirs | `/run/omabox` |
+//! | `OMABOX_LINUX_CGROUP_PARENT` | cgroup directory (below each hierarchy root) holding the sandboxes' cgroups | `omabox` |
+//! | `OMABOX_LINUX_INIT` | path of the `omabox-sandbox-init` binary | next to the running executable, then `PATH` |
+//!
+//! Rootfs tarballs, OCI image layouts and registry references are refused with a clear
+//! "not supported yet" error: the mechanism takes a directory only for now.
+//!
+//! # What it must never do
+//!
+//! - Read a key that is not in the table above, or print an env value of another key.
+//! - Leave a sandbox behind when `create` fails.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, PoisonError, Weak};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use omabox_contract::PortError;
+use omabox_sandbox::{
+    SandboxCheckpointHandle, SandboxFactory, SandboxFactoryContext, SandboxFactoryEnv, SandboxPort,
+    SandboxProviderPort, SandboxRuntimeHandle,
+};
+
+use crate::plan::{RootfsSource, SandboxPlan};
+use crate::port::{DEFAULT_EXEC_TIMEOUT, LinuxPortError, LinuxSandboxPort, PROVIDER};
+use crate::sandbox::{LinuxRuntime, RuntimeConfig, StartError};
+
+/// `OMABOX_LINUX_IMAGE`: a local rootfs directory.
+pub const IMAGE_ENV: &str = "OMABOX_LINUX_IMAGE";
+/// `SANDBOX_IMAGE`: OpenMA's image key, read when [`IMAGE_ENV`] is unset.
+pub const SANDBOX_IMAGE_ENV: &str = "SANDBOX_IMAGE";
+/// `OMABOX_LINUX_MEMORY`: memory limit.
+pub const MEMORY_ENV: &str = "OMABOX_LINUX_MEMORY";
+/// `OMABOX_LINUX_PIDS`: task limit.
+pub const PIDS_ENV: &str = "OMABOX_LINUX_PIDS";
+/// `OMABOX_LINUX_EXEC_TIMEOUT_MS`: default exec timeout.
+pub const EXEC_TIMEOUT_ENV: &str = "OMABOX_LINUX_EXEC_TIMEOUT_MS";
+/// `OMABOX_LINUX_RUNTIME_DIR`: parent of the state dirs.
+pub const RUNTIME_DIR_ENV: &str = "OMABOX_LINUX_RUNTIME_DIR";
+/// `OMABOX_LINUX_CGROUP_PARENT`: cgroup parent directory name.
+pub const CGROUP_PARENT_ENV: &str = "OMABOX_LINUX_CGROUP_PARENT";
+/// `OMABOX_LINUX_INIT`: the setup-stage binary.
+pub const INIT_ENV: &str = "OMABOX_LINUX_INIT";
+
+/// Every key the factory reads, in documentation order.
+pub const ENV_KEYS: &[&str] = &[
+    IMAGE_ENV,
+    SANDBOX_IMAGE_ENV,
+    MEMORY_ENV,
+    PIDS_ENV,
+    EXEC_TIMEOUT_ENV,
+    RUNTIME_DIR_ENV,
+    CGROUP_PARENT_ENV,
+    INIT_ENV,
+];
+
+/// Why the factory could not make a sandbox.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum LinuxFactoryError {
+    /// One of the factory's env keys has a value it cannot use.
+    #[error("{key}={value:?} is invalid: {reason}")]
+    InvalidEnv {
+        /// The key.
+        key: &'static str,
+        /// Its value (only the factory's own, non-secret keys are ever reported).
+        value: String,
+        /// What is wrong.
+        reason: String,
+    },
+    /// An image kind the mechanism does not take yet.
+    #[error("{image:?} is {kind}, which is not supported yet; pass an unpacked rootfs directory")]
+    ImageNotSupported {
+        /// The image reference.
+        image: String,
+        /// What it looks like.
+        kind: &'static str,
+    },
+    /// A host directory of the context could not be prepared.
+    #[error("could not prepare {what} directory {path:?}")]
+    Prepare {
+        /// `workspace` or `outputs`.
+        what: &'static str,
+        /// The host path.
+        path: PathBuf,
+        /// The OS error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// This machine cannot run linux sandboxes (or the runtime could not be set up).
+    #[error("the linux sandbox runtime is not usable")]
+    Runtime(#[source] StartError),
+    /// Starting the sandbox failed.
+    #[error(transparent)]
+    Start(#[from] LinuxPortError),
+}
+
+impl LinuxFactoryError {
+    /// Whether the error says this machine cannot run linux sandboxes at all (missing
+    /// root, namespaces, cgroups, the init binary), as opposed to a bad request.
+    pub fn is_host_unsupported(&self) -> bool {
+        matches!(
+            self,
+            Self::Runtime(
+                StartError::Missing(_) | StartError::Probe(_) | StartError::InitBinaryMissing(_)
+            ) | Self::Start(LinuxPortError::Start(
+                StartError::Missing(_) | StartError::Probe(_) | StartError::InitBinaryMissing(_)
+            ))
+        )
+    }
+}
+
+impl From<LinuxFactoryError> for PortError {
+    fn from(error: LinuxFactoryError) -> Self {
+        match error {
+            LinuxFactoryError::Start(e) => e.into(),
+            e @ (LinuxFactoryError::InvalidEnv { .. }
+            | LinuxFactoryError::ImageNotSupported { .. }) => {
+                PortError::invalid_argument(e.to_string())
+            }
+            e => {
+                let mut message = e.to_string();
+                let mut next = std::error::Error::source(&e);
+                while let Some(s) = next {
+                    message.push_str(": ");
+                    message.push_str(&s.to_string());
+                    next = s.source();
+                }
+                PortError::new(message)
+            }
+        }
+    }
+}
+
+/// Parses a memory size: bytes, or a number with a binary `K`, `M`, `G` or `T` suffix
+/// (optionally followed by `B` or `iB`; case-insensitive). Zero is refused.
+pub fn parse_memory_size(text: &str) -> Result<u64, String> {
+    let t = text.trim();
+    let digits_end = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+    let (number, suffix) = t.split_at(digits_end);
+    if number.is_empty() {
+        return Err(format!(
+            "{text:?} is not a size; expected bytes or a number with K, M, G or T (e.g. 512M, 1G)"
+        ));
+    }
+    let shift = match suffix.to_ascii_lowercase().as_str() {
+        "" | "b" => 0,
+        "k" | "kb" | "kib" => 10,
+        "m" | "mb" | "mib" => 20,
+        "g" | "gb" | "gib" => 30,
+        "t" | "tb" | "tib" => 40,
+        _ => {
+            return Err(format!(
+                "{text:?} has an unknown unit {suffix:?}; use K, M, G or T (e.g. 512M, 1G)"
+            ));
+        }
+    };
+    let n: u64 = number
+        .parse()
+        .map_err(|_| format!("{text:?} is too large"))?;
+    let bytes = n
+        .checked_mul(1u64 << shift)
+        .ok_or_else(|| format!("{text:?} is too large"))?;
+    if bytes == 0 {
+        return Err("a memory limit of 0 bytes leaves no room to run anything".into());
+    }
+    Ok(bytes)
+}
+
+/// Everything one `create` needs, derived from the context and the env without touching
+/// the system.
+#[derive(Debug, Clone)]
+pub struct LinuxSandboxSettings {
+    /// Where state dirs and cgroups go, and the init binary.
+    pub runtime: RuntimeConfig,
+    /// The sandbox.
+    pub plan: SandboxPlan,
+    /// Default exec timeout of the port.
+    pub exec_timeout: Duration,
+}
+
+/// Creates linux sandboxes for the provider map.
+#[derive(Debug, Clone, Default)]
+pub struct LinuxSandboxFactory {
+    defaults: RuntimeConfig,
+}
+
+impl LinuxSandboxFactory {
+    /// A factory with the default runtime settings (`/run/omabox`, cgroup `omabox`).
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// A factory whose runtime settings default to `config` (env keys still override).
+    pub fn with_runtime_config(config: RuntimeConfig) -> Self {
+        Self { defaults: config }
+    }
+
+    /// Reads the factory's env keys and maps the context into a plan. Pure.
+    pub fn settings(
+        &self,
+        ctx: &SandboxFactoryContext,
+        env: &SandboxFactoryEnv,
+    ) -> Result<LinuxSandboxSettings, LinuxFactoryError> {
+        let mut runtime = self.defaults.clone();
+        if let Some(dir) = nonempty(env, RUNTIME_DIR_ENV) {
+            if !Path::new(dir).is_absolute() {
+                return Err(invalid(RUNTIME_DIR_ENV, dir, "must be an absolute path"));
+            }
+            runtime.runtime_dir = PathBuf::from(dir);
+        }
+        if let Some(parent) = nonempty(env, CGROUP_PARENT_ENV) {
+            let ok = parent
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b))
+                && !parent.starts_with('.');
+            if !ok {
+                return Err(invalid(
+                    CGROUP_PARENT_ENV,
+                    parent,
+                    "must be one directory name of letters, digits, '-', '_' or '.'",
+                ));
+            }
+            runtime.cgroup_parent = parent.to_owned();
+        }
+        if let Some(init) = nonempty(env, INIT_ENV) {
+            runtime.init_binary = Some(PathBuf::from(init));
+        }
+
+        let mut plan = SandboxPlan::preinstalled("sandbox");
+        if let Some((key, image)) = nonempty(env, IMAGE_ENV)
+            .map(|v| (IMAGE_ENV, v))
+            .or_else(|| nonempty(env, SANDBOX_IMAGE_ENV).map(|v| (SANDBOX_IMAGE_ENV, v)))
+        {
+            plan.rootfs = image_rootfs(key, image)?;
+        }
+        if let Some(memory) = nonempty(env, MEMORY_ENV) {
+            plan.limits.memory_bytes = if memory.eq_ignore_ascii_case("unlimited") {
+                None
+            } else {
+                Some(
+                    parse_memory_size(memory)
+                        .map_err(|reason| invalid(MEMORY_ENV, memory, &reason))?,
+                )
+            };
+        }
+        if let Some(pids) = nonempty(env, PIDS_ENV) {
+            plan.limits.pids_max = if pids.eq_ignore_ascii_case("unlimited") {
+                None
+            } else {
+                match pids.parse::<u64>() {
+                    // The agent itself is one task; fewer than 2 cannot run a command.
+                    Ok(n) if n >= 2 => Some(n),
+                    _ => {
+                        return Err(invalid(
+                            PIDS_ENV,
+                            pids,
+                            "must be an integer of at least 2, or `unlimited`",
+                        ));
+                    }
+                }
+            };
+        }
+        let exec_timeout = match nonempty(env, EXEC_TIMEOUT_ENV) {
+            None => DEFAULT_EXEC_TIMEOUT,
+            Some(ms) => match ms.parse::<u64>() {
+                Ok(ms) if ms > 0 => Duration::from_millis(ms),
+                _ => {
+                    return Err(invalid(
+                        EXEC_TIMEOUT_ENV,
+                        ms,
+                        "must be a positive integer (milliseconds)",
+                    ));
+                }
+            },
+        };
+        plan.workspace = Some(ctx.workdir.clone());
+        plan.outputs = ctx.outputs_root.clone();
+        Ok(LinuxSandboxSettings {
+            runtime,
+            plan,
+            exec_timeout,
+        })
+    }
+
+    /// Probes this machine and checks that the plan `ctx` and `env` describe can run
+    /// here, without starting anything. The error says what is missing and how to fix it.
+    pub fn check_host(
+        &self,
+        ctx: &SandboxFactoryContext,
+        env: &SandboxFactoryEnv,
+    ) -> Result<(), LinuxFactoryError> {
+        let settings = self.settings(ctx, env)?;
+        let runtime = LinuxRuntime::new(settings.runtime).map_err(LinuxFactoryError::Runtime)?;
+        runtime
+            .capabilities()
+            .check(&settings.plan)
+            .map_err(|e| LinuxFactoryError::Runtime(StartError::Missing(e)))
+    }
+
+    /// Creates the sandbox and returns the concrete port (the provider map gets it as a
+    /// `dyn SandboxPort`). Nothing is left behind on error.
+    pub async fn create_port(
+        &self,
+        ctx: &SandboxFactoryContext,
+        env: &SandboxFactoryEnv,
+    ) -> Result<LinuxSandboxPort, LinuxFactoryError> {
+        let mut settings = self.settings(ctx, env)?;
+        let mut dirs = Vec::new();
+        if let Some(w) = settings.plan.workspace.take() {
+            dirs.push(("workspace", w));
+        }
+        if let Some(o) = settings.plan.outputs.take() {
+            dirs.push(("outputs", o));
+        }
+        let runtime_config = settings.runtime;
+        let (runtime, prepared) = tokio::task::spawn_blocking(move || {
+            let mut prepared = Vec::new();
+            for (what, dir) in dirs {
+                prepared.push((what, prepare_dir(what, &dir)?));
+            }
+            let runtime = LinuxRuntime::new(runtime_config).map_err(LinuxFactoryError::Runtime)?;
+            Ok::<_, LinuxFactoryError>((runtime, prepared))
+        })
+        .await
+        .map_err(|e| LinuxPortError::Task(e.to_string()))??;
+        for (what, dir) in prepared {
+            match what {
+                "workspace" => settings.plan.workspace = Some(dir),
+                _ => settings.plan.outputs = Some(dir),
+            }
+        }
+        let port = LinuxSandboxPort::start(&runtime, &settings.plan).await?;
+        Ok(port.with_default_timeout(settings.exec_timeout))
+    }
+}
+
+fn nonempty<'a>(env: &'a SandboxFactoryEnv, key: &str) -> Option<&'a str> {
+    env.get(key).map(str::trim).filter(|v| !v.is_empty())
+}
+
+fn invalid(key: &'static str, value: &str, reason: &str) -> LinuxFactoryError {
+    LinuxFactoryError::InvalidEnv {
+        key,
+        value: value.to_owned(),
+        reason: reason.to_owned(),
+    }
+}
+
+/// The rootfs an image reference names: a directory only, for now.
+fn image_rootfs(key: &'static str, image: &str) -> Result<RootfsSource, LinuxFactoryError> {
+    let path = Path::new(image);
+    if !path.is_absolute() {
+        let kind = if image.contains(':') || image.contains('/') && !image.starts_with('.') {
+            "a registry image reference"
+        } else {
+            return Err(invalid(
+                key,
+                image,
+                "must be the absolute path of a local rootfs directory",
+            ));
+        };
+        return Err(LinuxFactoryError::ImageNotSupported {
+            image: image.to_owned(),
+            kind,
+        });
+    }
+    let meta = std::fs::metadata(path).map_err(|e| {
+        invalid(
+            key,
+            image,
+            &format!("cannot use it as a rootfs directory: {e}"),
+        )
+    })?;
+    if meta.is_file() {
+        return Err(LinuxFactoryError::ImageNotSupported {
+            image: image.to_owned(),
+            kind: "a file (a rootfs tarball?)",
+        });
+    }
+    if path.join("oci-layout").is_file() {
+        return Err(LinuxFactoryError::ImageNotSupported {
+            image: image.to_owned(),
+            kind: "an OCI image layout",
+        });
+    }
+    if !meta.is_dir() {
+        return Err(invalid(key, image, "is not a directory"));
+    }
+    let dir = std::fs::canonicalize(path)
+        .map_err(|e| invalid(key, image, &format!("cannot resolve it: {e}")))?;
+    Ok(RootfsSource::Directory { path: dir })
+}
+
+/// Creates a context directory if missing and returns its absolute, symlink-free path.
+fn prepare_dir(what: &'static str, dir: &Path) -> Result<PathBuf, LinuxFactoryError> {
+    let err = |source| LinuxFactoryError::Prepare {
+        what,
+        path: dir.to_path_buf(),
+        source,
+    };
+    std::fs::create_dir_all(dir).map_err(err)?;
+    std::fs::canonicalize(dir).map_err(err)
+}
+
+#[async_trait]
+impl SandboxFactory for LinuxSandboxFactory {
+    async fn create(
+        &self,
+        ctx: &SandboxFactoryContext,
+        env: &SandboxFactoryEnv,
+    ) -> Result<Arc<dyn SandboxPort>, PortError> {
+        Ok(Arc::new(self.create_port(ctx, env).await?))
+    }
+}
+
+/// The provider trio over [`LinuxSandboxFactory`].
+///
+/// - `create` starts a sandbox (as the factory does) and remembers it, weakly;
+/// - `resume` hands back a sandbox this provider created that is still alive in this
+///   process (a linux sandbox's agent serves exactly one connection, owned by the
+///   process that started it, so no other process can reattach to it);
+/// - `restore` rejects every checkpoint: linux sandboxes take none.
+///
+/// Another provider's handle or checkpoint is rejected by name.
+#[derive(Debug, Default)]
+pub struct LinuxSandboxProvider {
+    factory: LinuxSandboxFactory,
+    live: Mutex<HashMap<String, Weak<LinuxSandboxPort>>>,
+}
+
+impl LinuxSandboxProvider {
+    /// A provider over `factory`.
+    pub fn new(factory: LinuxSandboxFactory) -> Self {
+        Self {
+            factory,
+            live: Mutex::new(HashMap::new()),
+        }
+    }
+
+    fn live(&self) -> std::sync::MutexGuard<'_, HashMap<String, Weak<LinuxSandboxPort>>> {
+        self.live.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+#[async_trait]
+impl SandboxProviderPort for LinuxSandboxProvider {
+    async fn create(
+        &self,
+        ctx: &SandboxFactoryContext,
+        env: &SandboxFactoryEnv,
+    ) -> Result<Arc<dyn SandboxPort>, PortError> {
+        let port = Arc::new(self.factory.create_port(ctx, env).await?);
+        let mut live = self.live();
+        live.retain(|_, weak| weak.strong_count() > 0);
+        live.insert(port.id().to_owned(), Arc::downgrade(&port));
+        Ok(port)
+    }
+
+    async fn resume(
+        &self,
+        handle: &SandboxRuntimeHandle,
+        _ctx: &SandboxFactoryContext,
+        _env: &SandboxFactoryEnv,
+    ) -> Result<Arc<dyn SandboxPort>, PortError> {
+        if handle.provider != PROVIDER {
+            return Err(PortError::invalid_argument(format!(
+                "runtime handle of provider {:?} cannot be resumed by the {PROVIDER} provider",
+                handle.provider
+            )));
+        }
+        let port = self
+            .live()
+            .get(&handle.runtime_id)
+            .and_then(Weak::upgrade)
+            .filter(|port| port.is_alive());
+        match port {
+            Some(port) => Ok(port),
+            None => Err(PortError::new(format!(
+                "linux sandbox {:?} is not running in this process (linux sandboxes cannot be \
+                 reattached from another process)",
+                handle.runtime_id
+            ))),
+        }
+    }
+
+    async fn restore(
+        &self,
+        checkpoint: &SandboxCheckpointHandle,
+        _ctx: &SandboxFactoryContext,
+        _env: &SandboxFactoryEnv,
+    ) -> Result<Arc<dyn SandboxPort>, PortError> {
+        if checkpoint.provider != PROVIDER {
+            return Err(PortError::invalid_argument(format!(
+                "checkpoint of provider {:?} cannot be restored by the {PROVIDER} provider",
+                checkpoint.provider
+            )));
+        }
+        Err(PortError::invalid_argument(format!(
+            "linux sandboxes take no checkpoints, so {:?} cannot be restored",
+            checkpoint.checkpoint_id
+        )))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ctx() -> SandboxFactoryContext {
+        SandboxFactoryContext {
+            session_id: "s".into(),
+            workdir: "/srv/ws".into(),
+            memory_root: None,
+            outputs_root: Some("/srv/out".into()),
+        }
+    }
+
+    fn env(pairs: &[(&str, &str)]) -> SandboxFactoryEnv {
+        pairs.iter().copied().collect()
+    }
+
+    #[test]
+    fn memory_sizes_take_binary_suffixes() {
+        assert_eq!(parse_memory_size("1024"), Ok(1024));
+        assert_eq!(parse_memory_size("512M"), Ok(512 << 20));
+        assert_eq!(parse_memory_size("1g"), Ok(1 << 30));
+        assert_eq!(parse_memory_size("2GiB"), Ok(2 << 30));
+        assert_eq!(parse_memory_size("64kb"), Ok(64 << 10));
+        assert!(parse_memory_size("0").is_err());
+        assert!(
+            parse_memory_size("lots")
+                .unwrap_err()
+                .contains("not a size")
+        );
+        assert!(
+            parse_memory_size("5X")
+                .unwrap_err()
+                .contains("unknown unit")
+        );
+        assert!(
+            parse_memory_size("99999999999T")
+                .unwrap_err()
+                .contains("too large")
+        );
+    }
+
+    #[test]
+    fn context_and_env_become_the_plan() {
+        let f = LinuxSandboxFactory::new();
+        let s = f
+            .settings(
+                &ctx(),
+                &env(&[
+                    (MEMORY_ENV, "1G"),
+                    (PIDS_ENV, "100"),
+                    (RUNTIME_DIR_ENV, "/run/x"),
+                    (CGROUP_PARENT_ENV, "omabox-x"),
+                    (EXEC_TIMEOUT_ENV, "5000"),
+                    ("E2B_API_KEY", "not read"),
+                ]),
+            )
+            .unwrap();
+        assert_eq!(s.plan.workspace, Some("/srv/ws".into()));
+        assert_eq!(s.plan.outputs, Some("/srv/out".into()));
+        assert_eq!(s.plan.rootfs, RootfsSource::Preinstalled);
+        assert_eq!(s.plan.limits.memory_bytes, Some(1 << 30));
+        assert_eq!(s.plan.limits.pids_max, Some(100));
+        assert_eq!(s.runtime.runtime_dir, PathBuf::from("/run/x"));
+        assert_eq!(s.runtime.cgroup_parent, "omabox-x");
+        assert_eq!(s.exec_timeout, Duration::from_secs(5));
+        let s = f
+            .settings(&ctx(), &env(&[(MEMORY_ENV, "unlimited")]))
+            .unwrap();
+        assert_eq!(s.plan.limits.memory_bytes, None);
+    }
+
+    #[test]
+    fn bad_values_name_the_key() {
+        let f = LinuxSandboxFactory::new();
+        for (key, value) in [
+            (MEMORY_ENV, "huge"),
+            (PIDS_ENV, "1"),
+            (RUNTIME_DIR_ENV, "relative"),
+            (CGROUP_PARENT_ENV, "../escape"),
+            (EXEC_TIMEOUT_ENV, "-1"),
+        ] {
+            let e = f.settings(&ctx(), &env(&[(key, value)])).unwrap_err();
+            assert!(e.to_string().starts_with(key), "{e}");
+        }
+    }
+
+    #[test]
+    fn images_are_directories_only_for_now() {
+        let f = LinuxSandboxFactory::new();
+        let dir = tempfile::tempdir().unwrap();
+        let s = f
+            .settings(
+                &ctx(),
+                &env(&[(SANDBOX_IMAGE_ENV, dir.path().to_str().unwrap())]),
+            )
+            .unwrap();
+        assert!(matches!(s.plan.rootfs, RootfsSource::Directory { .. }));
+
+        let tarball = dir.path().join("rootfs.tar");
+        std::fs::write(&tarball, b"").unwrap();
+        let e = f
+            .settings(&ctx(), &env(&[(IMAGE_ENV, tarball.to_str().unwrap())]))
+            .unwrap_err();
+        assert!(e.to_string().contains("not supported yet"), "{e}");
+
+        let oci = tempfile::tempdir().unwrap();
+        std::fs::write(oci.path().join("oci-layout"), b"{}").unwrap();
+        let e = f
+            .settings(&ctx(), &env(&[(IMAGE_ENV, oci.path().to_str().unwrap())]))
+            .unwrap_err();
+        assert!(e.to_string().contains("OCI image layout"), "{e}");
+
+        let e = f
+            .settings(&ctx(), &env(&[(IMAGE_ENV, "debian:12")]))
+            .unwrap_err();
+        assert!(e.to_string().contains("registry image reference"), "{e}");
+
+        let e = f
+            .settings(&ctx(), &env(&[(IMAGE_ENV, "/no/such/rootfs")]))
+            .unwrap_err();
+        assert!(e.to_string().starts_with(IMAGE_ENV), "{e}");
+    }
+
+    #[tokio::test]
+    async fn the_provider_rejects_foreign_and_unknown_handles() {
+        use omabox_sandbox::{SandboxCheckpointKind, SandboxCheckpointScope};
+        let provider = LinuxSandboxProvider::default();
+        let foreign = SandboxRuntimeHandle {
+            provider: "e2b".into(),
+            runtime_id: "x".into(),
+        };
+        let e = provider
+            .resume(&foreign, &ctx(), &env(&[]))
+            .await
+            .err()
+            .unwrap();
+        assert!(e.message().contains("\"e2b\""), "{e}");
+        let unknown = SandboxRuntimeHandle {
+            provider: "linux".into(),
+            runtime_id: "nope".into(),
+        };
+        let e = provider
+            .resume(&unknown, &ctx(), &env(&[]))
+            .await
+            .err()
+            .unwrap();
+        assert!(e.message().contains("not running in this process"), "{e}");
+        let mut checkpoint = SandboxCheckpointHandle {
+            provider: "daytona".into(),
+            checkpoint_id: "c".into(),
+            source_runtime_id: "r".into(),
+            kind: SandboxCheckpointKind::Filesystem,
+            scope: SandboxCheckpointScope::Portable,
+            metadata: None,
+        };
+        let e = provider
+            .restore(&checkpoint, &ctx(), &env(&[]))
+            .await
+            .err()
+            .unwrap();
+        assert!(e.message().contains("\"daytona\""), "{e}");
+        checkpoint.provider = "linux".into();
+        let e = provider
+            .restore(&checkpoint, &ctx(), &env(&[]))
+            .await
+            .err()
+            .unwrap();
+        assert!(e.message().contains("take no checkpoints"), "{e}");
+    }
+}

@@ -1,0 +1,665 @@
+//! `omabox sandbox run`: one command in a fresh sandbox, like `docker run --rm`.
+//!
+//! ```text
+//! omabox sandbox run [--backend B] [--image REF] [--workspace DIR] [--memory BYTES]
+//!                    [--pids N] [--env K=V]... -- CMD ARGS...
+//! ```
+//!
+//! The sandbox is made through the `SANDBOX_PROVIDER` map (this module is where the map
+//! is filled: `linux` → [`LinuxSandboxFactory`], local-subprocess →
+//! [`LocalSubprocessFactory`], selectable only in test mode), so `--backend` takes the
+//! map's names; the command runs as a duplex process. While it runs:
+//!
+//! - its stdout and stderr are copied byte for byte to ours, as they arrive;
+//! - our stdin is copied to its stdin until EOF (a closed or `/dev/null` stdin is EOF at
+//!   once; a command that ends first does not wait for our stdin);
+//! - SIGINT, SIGTERM and SIGHUP are forwarded as `SIGTERM` (the duplex contract carries
+//!   `SIGTERM` and `SIGKILL` only; an ignored `SIGTERM` escalates to `SIGKILL` after two
+//!   seconds), a second one as `SIGKILL`.
+//!
+//! omabox exits with the command's exit code, `128 + n` when signal `n` ended it, `125`
+//! when omabox itself failed (the sandbox could not be made, the connection to it broke,
+//! teardown failed), `127` when the command could not be started, and `2` for bad
+//! arguments. The sandbox is destroyed on every path, signals included, and the default
+//! temporary workspace is removed afterwards (a `--workspace` directory is kept).
+//!
+//! Flags `--image`, `--memory` and `--pids` are handed to the linux factory as its own
+//! env keys (`OMABOX_LINUX_IMAGE`, `OMABOX_LINUX_MEMORY`, `OMABOX_LINUX_PIDS`), so the
+//! same values can come from the environment; a flag wins.
+
+use std::collections::BTreeMap;
+use std::io::Read as _;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use clap::Args;
+use futures::FutureExt;
+use omabox_backend_linux::factory::{
+    IMAGE_ENV, LinuxFactoryError, LinuxSandboxFactory, MEMORY_ENV, PIDS_ENV, SANDBOX_IMAGE_ENV,
+    parse_memory_size,
+};
+use omabox_backend_local::LocalSubprocessFactory;
+use omabox_contract::ErrorKind;
+use omabox_sandbox::{
+    DuplexKillSignal, LOCAL_SUBPROCESS, SANDBOX_PROVIDER_ENV, SandboxDuplexProcessControl,
+    SandboxDuplexProcessSpec, SandboxFactoryContext, SandboxFactoryEnv, SandboxFactoryRegistry,
+    SandboxPort, SandboxProcessExit, SandboxProviderName, TEST_SANDBOX_PROVIDER_ENV, is_test_mode,
+    resolve_sandbox_provider,
+};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::signal::unix::{Signal, SignalKind, signal};
+use tokio::sync::mpsc;
+
+/// Exit code when omabox itself failed (docker's convention).
+const EXIT_OMABOX_FAILED: u8 = 125;
+/// Exit code when the command could not be started.
+const EXIT_NOT_STARTED: u8 = 127;
+/// Exit code of a usage error (clap's).
+const EXIT_USAGE: u8 = 2;
+/// How long output may still drain after the command's exit was reported.
+const DRAIN_WAIT: Duration = Duration::from_secs(5);
+/// Printed when linux sandboxes cannot be made here.
+const LOCAL_HINT: &str = "omabox: hint: for development without isolation, use `--backend local` \
+                          with OMABOX_TEST_MODE=1";
+/// Printed when a non-root user could not make a linux sandbox.
+const NOT_ROOT_HINT: &str = "omabox: hint: linux sandboxes need root on this machine (or \
+                             delegated cgroups and a writable OMABOX_LINUX_RUNTIME_DIR); for \
+                             development without isolation, use `--backend local` with \
+                             OMABOX_TEST_MODE=1";
+/// Copy buffer size for stdio.
+const CHUNK: usize = 64 * 1024;
+
+/// `omabox sandbox ...`.
+#[derive(Debug, Args)]
+pub struct SandboxArgs {
+    #[command(subcommand)]
+    command: SandboxCommand,
+}
+
+#[derive(Debug, clap::Subcommand)]
+enum SandboxCommand {
+    /// Run a command in a fresh sandbox that is destroyed when it ends.
+    Run(RunArgs),
+}
+
+/// Options of `omabox sandbox run`.
+#[derive(Debug, Args)]
+struct RunArgs {
+    /// Sandbox backend: `linux` (namespaces, the default) or `local` (no isolation; only
+    /// with OMABOX_TEST_MODE=1).
+    #[arg(long, default_value = "linux", value_name = "B")]
+    backend: String,
+    /// Root filesystem: an unpacked rootfs directory (tarballs and OCI images are not
+    /// supported yet). Default: the host's /usr, /bin, /lib* read-only.
+    #[arg(long, value_name = "REF")]
+    image: Option<String>,
+    /// Host directory mounted at /workspace (the command's working directory).
+    /// Default: a fresh temporary directory, removed afterwards.
+    #[arg(long, value_name = "DIR")]
+    workspace: Option<PathBuf>,
+    /// Memory limit: bytes, or with a K, M, G or T suffix (512M, 1G).
+    #[arg(long, value_name = "BYTES", value_parser = parse_memory_size)]
+    memory: Option<u64>,
+    /// Maximum number of processes and threads in the sandbox.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(2..))]
+    pids: Option<u64>,
+    /// Set an environment variable for the command (repeatable).
+    #[arg(long = "env", short = 'e', value_name = "K=V", value_parser = parse_env)]
+    env: Vec<(String, String)>,
+    /// The command and its arguments (put them after `--`).
+    #[arg(
+        value_name = "CMD",
+        required = true,
+        num_args = 1..,
+        trailing_var_arg = true,
+        allow_hyphen_values = true
+    )]
+    command: Vec<String>,
+}
+
+fn parse_env(text: &str) -> Result<(String, String), String> {
+    let (key, value) = text
+        .split_once('=')
+        .ok_or_else(|| format!("{text:?} is not K=V"))?;
+    if key.is_empty() || key.contains('\0') || value.contains('\0') {
+        return Err(format!("{text:?} is not a valid K=V"));
+    }
+    Ok((key.to_owned(), value.to_owned()))
+}
+
+/// The provider map of this binary: every sandbox backend it was built with.
+pub fn sandbox_factories(linux: &LinuxSandboxFactory) -> SandboxFactoryRegistry {
+    let mut registry = SandboxFactoryRegistry::new();
+    registry.register(SandboxProviderName::Linux, Arc::new(linux.clone()));
+    registry.register_local_subprocess(Arc::new(LocalSubprocessFactory::new()));
+    registry
+}
+
+/// Runs `omabox sandbox ...`.
+pub async fn run(args: SandboxArgs) -> anyhow::Result<ExitCode> {
+    match args.command {
+        SandboxCommand::Run(run) => Ok(run_command(run).await),
+    }
+}
+
+/// A failure of omabox itself, with the exit code to use.
+struct Failure {
+    code: u8,
+    message: String,
+}
+
+impl Failure {
+    fn usage(message: impl Into<String>) -> Self {
+        Self {
+            code: EXIT_USAGE,
+            message: message.into(),
+        }
+    }
+
+    fn omabox(message: impl Into<String>) -> Self {
+        Self {
+            code: EXIT_OMABOX_FAILED,
+            message: message.into(),
+        }
+    }
+}
+
+fn report(failure: &Failure) -> ExitCode {
+    eprintln!("omabox: error: {}", failure.message);
+    if failure.code == EXIT_USAGE {
+        eprintln!("\nFor more information, try '--help'.");
+    }
+    ExitCode::from(failure.code)
+}
+
+/// Which backend `--backend` names, and the env that selects it in the provider map.
+enum Backend {
+    Linux,
+    Local,
+    Other(String),
+}
+
+impl Backend {
+    fn parse(name: &str) -> Self {
+        match name {
+            "linux" => Self::Linux,
+            "local" | LOCAL_SUBPROCESS => Self::Local,
+            other => Self::Other(other.to_owned()),
+        }
+    }
+}
+
+async fn run_command(args: RunArgs) -> ExitCode {
+    // Signals are caught from here on: from now on a Ctrl-C can no longer kill omabox
+    // before it has destroyed what it made.
+    let mut signals = match Signals::install() {
+        Ok(s) => s,
+        Err(e) => {
+            return report(&Failure::omabox(format!(
+                "cannot install signal handlers: {e}"
+            )));
+        }
+    };
+    let backend = Backend::parse(&args.backend);
+    let (env, workspace) = match prepare(&args, &backend) {
+        Ok(p) => p,
+        Err(f) => return report(&f),
+    };
+    let ctx = SandboxFactoryContext {
+        session_id: format!("omabox-run-{}", std::process::id()),
+        workdir: workspace.path().to_path_buf(),
+        memory_root: None,
+        outputs_root: None,
+    };
+    let linux = LinuxSandboxFactory::new();
+    if matches!(backend, Backend::Linux)
+        && let Err(e) = linux.check_host(&ctx, &env)
+    {
+        return report(&linux_failure(&e));
+    }
+    let registry = sandbox_factories(&linux);
+    let factory = match resolve_sandbox_provider(&env, &registry) {
+        Ok(f) => f,
+        Err(e) => return report(&Failure::usage(e.to_string())),
+    };
+    let sandbox = match factory.create(&ctx, &env).await {
+        Ok(s) => s,
+        Err(e) => {
+            // SAFETY: geteuid has no preconditions.
+            let root = unsafe { libc::geteuid() } == 0;
+            let failure = if e.kind() == ErrorKind::InvalidArgument {
+                Failure::usage(e.message())
+            } else if matches!(backend, Backend::Linux) && !root {
+                Failure::omabox(format!(
+                    "could not create the sandbox: {}\n{NOT_ROOT_HINT}",
+                    e.message()
+                ))
+            } else {
+                Failure::omabox(format!("could not create the sandbox: {}", e.message()))
+            };
+            return report(&failure);
+        }
+    };
+
+    let outcome = if signals.pending() {
+        // Interrupted while the sandbox was being made: run nothing.
+        Ok(128 + libc::SIGINT as u8)
+    } else {
+        supervise(&*sandbox, &args, &mut signals).await
+    };
+
+    // Teardown on every path; further signals are caught and ignored meanwhile.
+    let teardown = match sandbox.as_destroy() {
+        Some(d) => d.destroy().await.map_err(|e| e.message().to_owned()),
+        None => Ok(()),
+    };
+    drop(sandbox);
+    let removed = workspace.finish();
+    let code = match outcome {
+        Ok(code) => ExitCode::from(code),
+        Err(f) => report(&f),
+    };
+    if let Err(e) = teardown {
+        return report(&Failure::omabox(format!(
+            "destroying the sandbox failed: {e}"
+        )));
+    }
+    if let Err(e) = removed {
+        return report(&Failure::omabox(e));
+    }
+    code
+}
+
+/// Validates the arguments against the backend and builds the factory env.
+fn prepare(args: &RunArgs, backend: &Backend) -> Result<(SandboxFactoryEnv, Workspace), Failure> {
+    let mut vars: BTreeMap<String, String> = std::env::vars_os()
+        .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
+        .collect();
+    match backend {
+        Backend::Linux => {
+            vars.remove(TEST_SANDBOX_PROVIDER_ENV);
+            vars.insert(SANDBOX_PROVIDER_ENV.into(), "linux".into());
+            if let Some(image) = &args.image {
+                vars.remove(SANDBOX_IMAGE_ENV);
+                vars.insert(IMAGE_ENV.into(), image_ref(image));
+            }
+            if let Some(memory) = args.memory {
+                vars.insert(MEMORY_ENV.into(), memory.to_string());
+            }
+            if let Some(pids) = args.pids {
+                vars.insert(PIDS_ENV.into(), pids.to_string());
+            }
+        }
+        Backend::Local => {
+            for (flag, given) in [
+                ("--image", args.image.is_some()),
+                ("--memory", args.memory.is_some()),
+                ("--pids", args.pids.is_some()),
+            ] {
+                if given {
+                    return Err(Failure::usage(format!(
+                        "{flag} is not supported by the local backend (it has no isolation and no limits)"
+                    )));
+                }
+            }
+            vars.insert(TEST_SANDBOX_PROVIDER_ENV.into(), LOCAL_SUBPROCESS.into());
+            let env: SandboxFactoryEnv = vars.clone().into_iter().collect();
+            if !is_test_mode(&env) {
+                return Err(Failure::usage(
+                    "the local backend has no isolation and runs only in test mode: set OMABOX_TEST_MODE=1",
+                ));
+            }
+        }
+        Backend::Other(name) => {
+            vars.remove(TEST_SANDBOX_PROVIDER_ENV);
+            vars.insert(SANDBOX_PROVIDER_ENV.into(), name.clone());
+        }
+    }
+    let workspace = match &args.workspace {
+        Some(dir) => {
+            let meta = std::fs::metadata(dir)
+                .map_err(|e| Failure::usage(format!("--workspace {}: {e}", dir.display())))?;
+            if !meta.is_dir() {
+                return Err(Failure::usage(format!(
+                    "--workspace {} is not a directory",
+                    dir.display()
+                )));
+            }
+            let dir = std::fs::canonicalize(dir)
+                .map_err(|e| Failure::usage(format!("--workspace {}: {e}", dir.display())))?;
+            Workspace::Given(dir)
+        }
+        None => Workspace::Temporary(
+            tempfile::Builder::new()
+                .prefix("omabox-run-")
+                .tempdir()
+                .map_err(|e| {
+                    Failure::omabox(format!("cannot create a temporary workspace: {e}"))
+                })?,
+        ),
+    };
+    Ok((vars.into_iter().collect(), workspace))
+}
+
+/// `--image` as the factory wants it: an existing local path made absolute; anything
+/// else as given (the factory says why it cannot use it).
+fn image_ref(image: &str) -> String {
+    let path = Path::new(image);
+    if !path.is_absolute()
+        && path.exists()
+        && let Ok(abs) = std::path::absolute(path)
+    {
+        return abs.display().to_string();
+    }
+    image.to_owned()
+}
+
+fn linux_failure(error: &LinuxFactoryError) -> Failure {
+    let mut message = error.to_string();
+    let mut next = std::error::Error::source(error);
+    while let Some(e) = next {
+        message.push_str(": ");
+        message.push_str(&e.to_string());
+        next = e.source();
+    }
+    match error {
+        LinuxFactoryError::InvalidEnv { .. } | LinuxFactoryError::ImageNotSupported { .. } => {
+            Failure::usage(message)
+        }
+        e if e.is_host_unsupported() => Failure::omabox(format!(
+            "cannot create a linux sandbox on this machine: {message}\n{LOCAL_HINT}"
+        )),
+        _ => Failure::omabox(message),
+    }
+}
+
+/// The `/workspace` directory of the run.
+enum Workspace {
+    Given(PathBuf),
+    Temporary(tempfile::TempDir),
+}
+
+impl Workspace {
+    fn path(&self) -> &Path {
+        match self {
+            Self::Given(p) => p,
+            Self::Temporary(t) => t.path(),
+        }
+    }
+
+    /// Removes a temporary workspace (after the sandbox is gone).
+    fn finish(self) -> Result<(), String> {
+        match self {
+            Self::Given(_) => Ok(()),
+            Self::Temporary(t) => {
+                let path = t.path().to_path_buf();
+                t.close().map_err(|e| {
+                    format!(
+                        "removing the temporary workspace {} failed: {e}",
+                        path.display()
+                    )
+                })
+            }
+        }
+    }
+}
+
+/// SIGINT, SIGTERM and SIGHUP, caught.
+struct Signals {
+    int: Signal,
+    term: Signal,
+    hup: Signal,
+}
+
+impl Signals {
+    fn install() -> std::io::Result<Self> {
+        Ok(Self {
+            int: signal(SignalKind::interrupt())?,
+            term: signal(SignalKind::terminate())?,
+            hup: signal(SignalKind::hangup())?,
+        })
+    }
+
+    /// Whether a signal arrived already (consumes it).
+    fn pending(&mut self) -> bool {
+        let mut any = false;
+        for s in [&mut self.int, &mut self.term, &mut self.hup] {
+            if s.recv().now_or_never().is_some() {
+                any = true;
+            }
+        }
+        any
+    }
+
+    async fn next(&mut self) {
+        tokio::select! {
+            _ = self.int.recv() => {}
+            _ = self.term.recv() => {}
+            _ = self.hup.recv() => {}
+        }
+    }
+}
+
+/// Runs the command as a duplex process and relays stdio and signals until it exits.
+/// Returns the exit code to use.
+async fn supervise(
+    sandbox: &dyn SandboxPort,
+    args: &RunArgs,
+    signals: &mut Signals,
+) -> Result<u8, Failure> {
+    let duplex = sandbox.as_duplex_process().ok_or_else(|| {
+        Failure::omabox(format!(
+            "the {} backend cannot stream a process's stdin and output",
+            args.backend
+        ))
+    })?;
+    let (command, rest) = args
+        .command
+        .split_first()
+        .ok_or_else(|| Failure::usage("no command given"))?;
+    let spec = SandboxDuplexProcessSpec {
+        command: command.clone(),
+        args: rest.to_vec(),
+        env: args
+            .env
+            .iter()
+            .map(|(k, v)| (k.clone(), Some(v.clone())))
+            .collect(),
+        cwd: None,
+    };
+    let process = match duplex.spawn_duplex_process(spec).await {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("omabox: cannot run {command:?}: {}", e.message());
+            return Ok(EXIT_NOT_STARTED);
+        }
+    };
+    let control = process.control();
+    let exited = process.exited();
+    let (pipe_tx, mut pipe_rx) = mpsc::unbounded_channel::<()>();
+    let stdout = tokio::spawn(relay(process.stdout, tokio::io::stdout(), pipe_tx.clone()));
+    let stderr = tokio::spawn(relay(process.stderr, tokio::io::stderr(), pipe_tx));
+    let stdin = tokio::spawn(feed_stdin(process.stdin));
+
+    let mut exited = exited;
+    let mut kills = 0u32;
+    let mut killers = Vec::new();
+    let exit = loop {
+        tokio::select! {
+            result = &mut exited => break result,
+            () = signals.next() => {
+                kills += 1;
+                killers.push(forward_kill(&control, kills));
+            }
+            Some(()) = pipe_rx.recv() => {
+                // Our stdout or stderr is gone (a closed pipe): stop the command, as
+                // SIGPIPE would have.
+                kills += 1;
+                killers.push(forward_kill(&control, kills));
+            }
+        }
+    };
+    stdin.abort();
+    for relay in [stdout, stderr] {
+        let _ = tokio::time::timeout(DRAIN_WAIT, relay).await;
+    }
+    for killer in killers {
+        killer.abort();
+    }
+    match exit {
+        Ok(exit) => Ok(exit_code(&exit)),
+        Err(e) => Err(Failure::omabox(format!(
+            "lost track of the command: {}",
+            e.message()
+        ))),
+    }
+}
+
+/// First request: SIGTERM (escalating to SIGKILL if ignored); later ones: SIGKILL.
+fn forward_kill(
+    control: &Arc<dyn SandboxDuplexProcessControl>,
+    nth: u32,
+) -> tokio::task::JoinHandle<()> {
+    let control = Arc::clone(control);
+    let signal = if nth == 1 {
+        DuplexKillSignal::Term
+    } else {
+        DuplexKillSignal::Kill
+    };
+    tokio::spawn(async move {
+        if let Err(e) = control.kill(signal).await {
+            eprintln!(
+                "omabox: forwarding {} failed: {}",
+                signal.as_str(),
+                e.message()
+            );
+        }
+    })
+}
+
+/// Copies a process stream to one of ours, flushing each chunk as it comes. Tells
+/// `broken` when ours stopped accepting bytes, then keeps draining so the process is
+/// not stalled.
+async fn relay<R, W>(mut from: R, mut to: W, broken: mpsc::UnboundedSender<()>)
+where
+    R: AsyncRead + Unpin,
+    W: AsyncWrite + Unpin,
+{
+    let mut buf = vec![0u8; CHUNK];
+    let mut open = true;
+    loop {
+        let n = match from.read(&mut buf).await {
+            Ok(0) | Err(_) => break,
+            Ok(n) => n,
+        };
+        if open {
+            let written = async {
+                to.write_all(&buf[..n]).await?;
+                to.flush().await
+            };
+            if written.await.is_err() {
+                open = false;
+                let _ = broken.send(());
+            }
+        }
+    }
+    if open {
+        let _ = to.flush().await;
+    }
+}
+
+/// Copies our stdin to the process until EOF, then closes its stdin. Our stdin is read
+/// on a plain thread (never joined): a blocking read of a terminal must not keep omabox
+/// from exiting once the command has ended.
+async fn feed_stdin<W: AsyncWrite + Unpin>(mut to: W) {
+    let (tx, mut rx) = mpsc::channel::<Vec<u8>>(4);
+    let spawned = std::thread::Builder::new()
+        .name("omabox-stdin".into())
+        .spawn(move || {
+            let mut stdin = std::io::stdin().lock();
+            let mut buf = vec![0u8; CHUNK];
+            loop {
+                match stdin.read(&mut buf) {
+                    Ok(0) => break,
+                    Ok(n) => {
+                        if tx.blocking_send(buf[..n].to_vec()).is_err() {
+                            break;
+                        }
+                    }
+                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                    // A closed or unreadable stdin is EOF.
+                    Err(_) => break,
+                }
+            }
+        });
+    if spawned.is_ok() {
+        while let Some(chunk) = rx.recv().await {
+            if to.write_all(&chunk).await.is_err() {
+                // The command closed its stdin; what is left of ours is not wanted.
+                return;
+            }
+        }
+    }
+    let _ = to.shutdown().await;
+}
+
+/// The command's exit as a shell would report it.
+fn exit_code(exit: &SandboxProcessExit) -> u8 {
+    match (&exit.code, &exit.signal) {
+        (Some(code), _) => (code & 0xff) as u8,
+        (None, Some(name)) => signal_number(name).map_or(EXIT_OMABOX_FAILED, |n| 128 + n),
+        (None, None) => EXIT_OMABOX_FAILED,
+    }
+}
+
+fn signal_number(name: &str) -> Option<u8> {
+    let n = match name {
+        "SIGHUP" => libc::SIGHUP,
+        "SIGINT" => libc::SIGINT,
+        "SIGQUIT" => libc::SIGQUIT,
+        "SIGILL" => libc::SIGILL,
+        "SIGTRAP" => libc::SIGTRAP,
+        "SIGABRT" => libc::SIGABRT,
+        "SIGBUS" => libc::SIGBUS,
+        "SIGFPE" => libc::SIGFPE,
+        "SIGKILL" => libc::SIGKILL,
+        "SIGUSR1" => libc::SIGUSR1,
+        "SIGSEGV" => libc::SIGSEGV,
+        "SIGUSR2" => libc::SIGUSR2,
+        "SIGPIPE" => libc::SIGPIPE,
+        "SIGALRM" => libc::SIGALRM,
+        "SIGTERM" => libc::SIGTERM,
+        "SIGXCPU" => libc::SIGXCPU,
+        "SIGXFSZ" => libc::SIGXFSZ,
+        "SIGSYS" => libc::SIGSYS,
+        _ => return None,
+    };
+    u8::try_from(n).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn exits_map_like_a_shell() {
+        let exit = |code, signal: Option<&str>| SandboxProcessExit {
+            code,
+            signal: signal.map(str::to_owned),
+        };
+        assert_eq!(exit_code(&exit(Some(3), None)), 3);
+        assert_eq!(exit_code(&exit(None, Some("SIGKILL"))), 137);
+        assert_eq!(exit_code(&exit(None, Some("SIGTERM"))), 143);
+        assert_eq!(exit_code(&exit(None, None)), EXIT_OMABOX_FAILED);
+    }
+
+    #[test]
+    fn env_flags_are_k_equals_v() {
+        assert_eq!(parse_env("A=b=c"), Ok(("A".into(), "b=c".into())));
+        assert_eq!(parse_env("A="), Ok(("A".into(), String::new())));
+        assert!(parse_env("novalue").is_err());
+        assert!(parse_env("=x").is_err());
+    }
+}

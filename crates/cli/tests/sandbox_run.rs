@@ -1,0 +1,398 @@
+//! `omabox sandbox run` driven as a user would: the real binary, real sandboxes, real
+//! pipes and signals. Every linux test runs in its own runtime dir and cgroup parent and
+//! checks afterwards that no state dir, cgroup, process or temporary workspace is left.
+//!
+//! Tests needing linux sandboxes (root, namespaces, cgroups, the `omabox-sandbox-init`
+//! binary next to `omabox`) skip with a printed reason where those are missing, and fail
+//! under `CI=true`.
+
+use std::io::{BufRead, BufReader, Write};
+use std::path::PathBuf;
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use omabox_backend_linux::factory::{
+    CGROUP_PARENT_ENV, INIT_ENV, LinuxSandboxFactory, RUNTIME_DIR_ENV,
+};
+use omabox_sandbox::{SandboxFactoryContext, SandboxFactoryEnv};
+
+fn omabox_bin() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_omabox"))
+}
+
+fn init_bin() -> PathBuf {
+    omabox_bin().with_file_name("omabox-sandbox-init")
+}
+
+/// A private runtime dir, cgroup parent and TMPDIR for one test; checks on drop that
+/// nothing is left in any of them.
+struct Linux {
+    runtime_dir: tempfile::TempDir,
+    tmp: tempfile::TempDir,
+    cgroup_parent: String,
+}
+
+/// `Some` when linux sandboxes can run here; otherwise prints why and returns `None`,
+/// or fails under `CI=true`.
+fn linux() -> Option<Linux> {
+    let reason = linux_unavailable_reason();
+    if let Some(reason) = reason {
+        if std::env::var("CI").is_ok_and(|v| v == "true") {
+            panic!("CI=true and linux sandboxes cannot run: {reason}");
+        }
+        eprintln!("SKIPPED: linux sandboxes cannot run here: {reason}");
+        return None;
+    }
+    let runtime_dir = tempfile::tempdir().unwrap();
+    let cgroup_parent = format!(
+        "omabox-cli-test-{}",
+        runtime_dir.path().file_name().unwrap().to_string_lossy()
+    );
+    Some(Linux {
+        runtime_dir,
+        tmp: tempfile::tempdir().unwrap(),
+        cgroup_parent,
+    })
+}
+
+fn linux_unavailable_reason() -> Option<String> {
+    if !init_bin().is_file() {
+        return Some(format!(
+            "{} is missing (build it: cargo build -p omabox-backend-linux --bins)",
+            init_bin().display()
+        ));
+    }
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        return Some("the tests need root (cgroup limits)".into());
+    }
+    let ctx = SandboxFactoryContext {
+        session_id: "probe".into(),
+        workdir: std::env::temp_dir(),
+        memory_root: None,
+        outputs_root: None,
+    };
+    let env: SandboxFactoryEnv = [(INIT_ENV, init_bin().display().to_string())]
+        .into_iter()
+        .collect();
+    LinuxSandboxFactory::new()
+        .check_host(&ctx, &env)
+        .err()
+        .map(|e| format!("{e}: {:?}", std::error::Error::source(&e)))
+}
+
+impl Linux {
+    fn command(&self, args: &[&str]) -> Command {
+        let mut c = Command::new(omabox_bin());
+        c.args(["sandbox", "run"])
+            .args(args)
+            .env(RUNTIME_DIR_ENV, self.runtime_dir.path())
+            .env(CGROUP_PARENT_ENV, &self.cgroup_parent)
+            .env(INIT_ENV, init_bin())
+            .env("TMPDIR", self.tmp.path())
+            .env_remove("OPENMA_TEST_SANDBOX_PROVIDER")
+            .env_remove("OMABOX_LINUX_IMAGE")
+            .env_remove("SANDBOX_IMAGE");
+        c
+    }
+
+    /// Runs with stdin at /dev/null and collects the output.
+    fn run(&self, args: &[&str]) -> Output {
+        self.command(args)
+            .stdin(Stdio::null())
+            .output()
+            .expect("omabox runs")
+    }
+
+    fn cgroup_parents(&self) -> Vec<PathBuf> {
+        let Ok(Some(layout)) = omabox_backend_linux::CgroupLayout::detect() else {
+            return Vec::new();
+        };
+        match layout {
+            omabox_backend_linux::CgroupLayout::V1 { controllers } => controllers
+                .values()
+                .map(|m| m.join(&self.cgroup_parent))
+                .collect(),
+            omabox_backend_linux::CgroupLayout::V2 { root, .. } => {
+                vec![root.join(&self.cgroup_parent)]
+            }
+        }
+    }
+
+    /// No state dir, no sandbox cgroup, no process in one, no temporary workspace.
+    fn assert_nothing_left(&self) {
+        let state: Vec<_> = std::fs::read_dir(self.runtime_dir.path())
+            .unwrap()
+            .flatten()
+            .map(|e| e.path())
+            .collect();
+        assert!(state.is_empty(), "state dirs left: {state:?}");
+        for parent in self.cgroup_parents() {
+            if let Ok(entries) = std::fs::read_dir(&parent) {
+                let dirs: Vec<_> = entries
+                    .flatten()
+                    .map(|e| e.path())
+                    .filter(|p| p.is_dir())
+                    .collect();
+                assert!(dirs.is_empty(), "cgroups left under {parent:?}: {dirs:?}");
+            }
+        }
+        let in_cgroup: Vec<_> = std::fs::read_dir("/proc")
+            .unwrap()
+            .flatten()
+            .filter(|e| {
+                std::fs::read_to_string(e.path().join("cgroup"))
+                    .is_ok_and(|c| c.contains(&self.cgroup_parent))
+            })
+            .map(|e| e.file_name())
+            .collect();
+        assert!(in_cgroup.is_empty(), "processes left: {in_cgroup:?}");
+        let tmp: Vec<_> = std::fs::read_dir(self.tmp.path())
+            .unwrap()
+            .flatten()
+            .map(|e| e.path())
+            .collect();
+        assert!(tmp.is_empty(), "temporary workspace left: {tmp:?}");
+    }
+}
+
+impl Drop for Linux {
+    fn drop(&mut self) {
+        for parent in self.cgroup_parents() {
+            let _ = std::fs::remove_dir(parent);
+        }
+    }
+}
+
+fn text(bytes: &[u8]) -> &str {
+    std::str::from_utf8(bytes).unwrap()
+}
+
+#[test]
+fn echo_hi_and_exit_3() {
+    let Some(lx) = linux() else { return };
+    let out = lx.run(&["--", "sh", "-c", "echo hi; exit 3"]);
+    assert_eq!(text(&out.stdout), "hi\n");
+    assert_eq!(out.status.code(), Some(3), "stderr: {}", text(&out.stderr));
+    lx.assert_nothing_left();
+}
+
+#[test]
+fn stdin_is_forwarded_until_eof() {
+    let Some(lx) = linux() else { return };
+    let mut child = lx
+        .command(&["--", "cat"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(b"abc").unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.stdout, b"abc");
+    assert_eq!(out.status.code(), Some(0), "stderr: {}", text(&out.stderr));
+
+    // Binary-exact in both directions, more than one window's worth.
+    let payload: Vec<u8> = (0..=255u8).cycle().take(1 << 20).collect();
+    let mut child = lx
+        .command(&["--", "cat"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let sent = payload.clone();
+    let writer = std::thread::spawn(move || stdin.write_all(&sent).unwrap());
+    let out = child.wait_with_output().unwrap();
+    writer.join().unwrap();
+    assert!(
+        out.stdout == payload,
+        "bytes differ ({} received)",
+        out.stdout.len()
+    );
+    lx.assert_nothing_left();
+}
+
+#[test]
+fn a_null_or_closed_stdin_does_not_hang() {
+    let Some(lx) = linux() else { return };
+    let out = lx.run(&["--", "sh", "-c", "cat; echo done"]);
+    assert_eq!(text(&out.stdout), "done\n");
+    // A command that never reads stdin ends while ours is still open.
+    let mut child = lx
+        .command(&["--", "true"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let _keep_open = child.stdin.take();
+    let status = wait_timeout(&mut child, Duration::from_secs(20)).expect("omabox exits");
+    assert_eq!(status, Some(0));
+    lx.assert_nothing_left();
+}
+
+#[test]
+fn a_killed_command_exits_128_plus_the_signal() {
+    let Some(lx) = linux() else { return };
+    let out = lx.run(&["--", "sh", "-c", "kill -9 $$"]);
+    assert_eq!(out.status.code(), Some(128 + 9));
+    lx.assert_nothing_left();
+}
+
+#[test]
+fn stdout_and_stderr_stay_separate() {
+    let Some(lx) = linux() else { return };
+    let out = lx.run(&["--", "sh", "-c", "echo to-out; echo to-err >&2; exit 0"]);
+    assert_eq!(text(&out.stdout), "to-out\n");
+    assert_eq!(text(&out.stderr), "to-err\n");
+    assert!(out.status.success());
+    lx.assert_nothing_left();
+}
+
+#[test]
+fn workspace_writes_land_in_the_given_directory_and_env_flags_apply() {
+    let Some(lx) = linux() else { return };
+    let ws = tempfile::tempdir().unwrap();
+    let out = lx.run(&[
+        "--workspace",
+        ws.path().to_str().unwrap(),
+        "--env",
+        "GREETING=hello there",
+        "--memory",
+        "256M",
+        "--pids",
+        "64",
+        "--",
+        "sh",
+        "-c",
+        "pwd; echo \"$GREETING\" > /workspace/greeting.txt",
+    ]);
+    assert_eq!(out.status.code(), Some(0), "stderr: {}", text(&out.stderr));
+    assert_eq!(text(&out.stdout), "/workspace\n");
+    assert_eq!(
+        std::fs::read_to_string(ws.path().join("greeting.txt")).unwrap(),
+        "hello there\n"
+    );
+    lx.assert_nothing_left();
+    assert!(ws.path().exists(), "a given workspace is kept");
+}
+
+#[test]
+fn bad_arguments_fail_clearly_before_anything_starts() {
+    let Some(lx) = linux() else { return };
+    let out = lx.run(&["--memory", "lots", "--", "true"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        text(&out.stderr).contains("--memory") && text(&out.stderr).contains("not a size"),
+        "{}",
+        text(&out.stderr)
+    );
+    let out = lx.run(&["--image", "/no/such/rootfs", "--", "true"]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+    assert!(text(&out.stderr).contains("OMABOX_LINUX_IMAGE"));
+    let tarball = lx.tmp.path().join("rootfs.tar");
+    std::fs::write(&tarball, b"").unwrap();
+    let out = lx.run(&["--image", tarball.to_str().unwrap(), "--", "true"]);
+    assert!(
+        text(&out.stderr).contains("not supported yet"),
+        "{}",
+        text(&out.stderr)
+    );
+    std::fs::remove_file(&tarball).unwrap();
+    let out = lx.run(&["--workspace", "/no/such/dir", "--", "true"]);
+    assert_eq!(out.status.code(), Some(2));
+    let out = lx.run(&["--", "no-such-command-omabox"]);
+    assert_eq!(out.status.code(), Some(127));
+    assert!(text(&out.stderr).contains("no-such-command-omabox"));
+    let out = lx.run(&[]);
+    assert_eq!(out.status.code(), Some(2));
+    lx.assert_nothing_left();
+}
+
+#[test]
+fn sigint_is_forwarded_and_everything_is_destroyed() {
+    let Some(lx) = linux() else { return };
+    let mut child = lx
+        .command(&[
+            "--",
+            "sh",
+            "-c",
+            "trap 'echo got-term; exit 7' TERM; echo ready; sleep 100 & wait",
+        ])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    assert_eq!(lines.next().unwrap().unwrap(), "ready");
+    let pid = i32::try_from(child.id()).unwrap();
+    // SAFETY: signalling our own child process.
+    unsafe { libc::kill(pid, libc::SIGINT) };
+    assert_eq!(lines.next().unwrap().unwrap(), "got-term");
+    let status = wait_timeout(&mut child, Duration::from_secs(20)).expect("omabox exits");
+    assert_eq!(status, Some(7));
+    lx.assert_nothing_left();
+
+    // A command that ignores SIGTERM is killed; the exit says so.
+    let mut child = lx
+        .command(&["--", "sh", "-c", "trap '' TERM; echo ready; sleep 100"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    assert_eq!(lines.next().unwrap().unwrap(), "ready");
+    let pid = i32::try_from(child.id()).unwrap();
+    // SAFETY: signalling our own child process.
+    unsafe { libc::kill(pid, libc::SIGTERM) };
+    let status = wait_timeout(&mut child, Duration::from_secs(20)).expect("omabox exits");
+    assert_eq!(status, Some(128 + 9));
+    lx.assert_nothing_left();
+}
+
+#[test]
+fn local_backend_needs_test_mode() {
+    let tmp = tempfile::tempdir().unwrap();
+    let base = |test_mode: bool| {
+        let mut c = Command::new(omabox_bin());
+        c.args(["sandbox", "run", "--backend", "local", "--"])
+            .args(["sh", "-c", "echo hi; exit 3"])
+            .env("TMPDIR", tmp.path())
+            .env_remove("NODE_ENV")
+            .stdin(Stdio::null());
+        if test_mode {
+            c.env("OMABOX_TEST_MODE", "1");
+        } else {
+            c.env_remove("OMABOX_TEST_MODE");
+        }
+        c.output().unwrap()
+    };
+    let out = base(false);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        text(&out.stderr).contains("OMABOX_TEST_MODE=1"),
+        "{}",
+        text(&out.stderr)
+    );
+    let out = base(true);
+    assert_eq!(text(&out.stdout), "hi\n", "stderr: {}", text(&out.stderr));
+    assert_eq!(out.status.code(), Some(3));
+    let left: Vec<_> = std::fs::read_dir(tmp.path()).unwrap().flatten().collect();
+    assert!(left.is_empty(), "temporary workspace left: {left:?}");
+}
+
+/// Waits for `child` up to `limit`; kills it and returns `None` on timeout.
+fn wait_timeout(child: &mut Child, limit: Duration) -> Option<Option<i32>> {
+    let deadline = Instant::now() + limit;
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            return Some(status.code());
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
