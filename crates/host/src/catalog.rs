@@ -3,9 +3,10 @@
 //!
 //! [`openma_rows`] holds the twelve rows of OpenMA's `MANAGED_RUNTIME_PROVIDER_CONFORMANCE`
 //! in their original order and with their original values (the free-text reasons are
-//! paraphrased). omabox's own backends append their rows through
-//! [`ConformanceCatalog::extend`], which refuses a duplicate id, so the OpenMA rows are never
-//! edited in place.
+//! paraphrased). omabox's own backends' rows are [`omabox_rows`] (data here, because backends
+//! must not depend on the host); [`ConformanceCatalog::omabox`] appends them, and
+//! [`ConformanceCatalog::extend`] refuses a duplicate id, so the OpenMA rows are never edited
+//! in place.
 //!
 //! A row is a claim that tests hold a backend to: the catalog row, the driver descriptor and
 //! the live ports are checked against each other. Nothing here is inferred from generic
@@ -189,6 +190,13 @@ impl ConformanceCatalog {
         }
     }
 
+    /// The twelve OpenMA rows followed by omabox's own ([`omabox_rows`]).
+    pub fn omabox() -> Self {
+        let mut rows = openma_rows();
+        rows.extend(omabox_rows());
+        Self { rows }
+    }
+
     /// Appends `rows` after the existing ones. Fails with "Duplicate managed runtime provider:
     /// <id>" (omabox-specific text) and leaves the catalog unchanged when an id repeats.
     pub fn extend(
@@ -265,6 +273,73 @@ pub fn require_managed_runtime_provider(
         )));
     }
     Ok(row)
+}
+
+/// omabox's own rows (`linux`, then `local`), appended after the OpenMA rows by
+/// [`ConformanceCatalog::omabox`]. Each is a claim the testkit checks against the live
+/// driver (`tests/omabox_catalog.rs`): lanes, workspace strategies, outputs, suspend/resume
+/// and runtime checkpoints must equal what the driver's descriptor and ports report.
+pub fn omabox_rows() -> Vec<ManagedRuntimeProviderConformance> {
+    use HarnessDriverType::{AmaWorker, OpenmaSupervised};
+    use WorkspaceStrategy::{CheckpointRestore, Ephemeral};
+    const BOTH: &[HarnessDriverType] = &[AmaWorker, OpenmaSupervised];
+    const STRATEGIES: &[WorkspaceStrategy] = &[CheckpointRestore, Ephemeral];
+    vec![
+        managed_row(
+            "linux",
+            BOTH,
+            CatalogSuspendResume::Unsupported,
+            STRATEGIES,
+            CatalogDurability::Durable,
+            &[
+                "namespace_isolation",
+                "agent_as_init",
+                "duplex_process",
+                "workspace_file_io",
+                "workspace_file_bytes",
+                "host_directory_workspace_bind",
+                "content_addressed_workspace_checkpoint",
+                "serialized_identity_reap",
+                "loopback_only_network",
+            ],
+            &[
+                "provider_suspend_resume",
+                "process_memory_checkpoint",
+                "credential_egress",
+                "network_egress_policy",
+            ],
+            Some(
+                "omabox's namespace sandbox with its agent as PID 1; /workspace and \
+                 /mnt/session/outputs are host directories bound from the persistence ports; \
+                 leases carry the serialized sandbox identity so a fresh process can reap them.",
+            ),
+        ),
+        managed_row(
+            "local",
+            BOTH,
+            CatalogSuspendResume::Unsupported,
+            STRATEGIES,
+            CatalogDurability::Durable,
+            &[
+                "duplex_process",
+                "workspace_file_io",
+                "workspace_file_bytes",
+                "host_directory_workspace_bind",
+                "content_addressed_workspace_checkpoint",
+            ],
+            &[
+                "isolation",
+                "cross_process_reap",
+                "provider_suspend_resume",
+                "process_memory_checkpoint",
+                "credential_egress",
+            ],
+            Some(
+                "Test mode only: host subprocesses without isolation; runtimes live in the \
+                 host process, so a lease from another process cannot be reaped.",
+            ),
+        ),
+    ]
 }
 
 /// A managed-runtime row with the values every OpenMA row shares: host-fenced lease,
@@ -714,6 +789,23 @@ mod tests {
         let status_column = lines[0].find("STATUS").unwrap();
         for line in &lines[1..] {
             assert_eq!(&line[status_column..status_column + 15], "managed-runtime");
+        }
+    }
+
+    #[test]
+    fn the_omabox_catalog_appends_linux_and_local_after_the_openma_rows() {
+        let catalog = ConformanceCatalog::omabox();
+        let ids: Vec<&str> = catalog.rows().iter().map(|row| row.id.as_str()).collect();
+        assert_eq!(ids.len(), 14);
+        assert_eq!(&ids[12..], ["linux", "local"]);
+        assert_eq!(catalog.rows()[..12], openma_rows()[..]);
+        for id in ["linux", "local"] {
+            let row = catalog.require(id).unwrap();
+            assert_eq!(
+                row.lifecycle.suspend_resume,
+                CatalogSuspendResume::Unsupported
+            );
+            assert!(row.runtime_checkpoints.is_empty());
         }
     }
 }

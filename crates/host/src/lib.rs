@@ -6,9 +6,11 @@
 //!   descriptor first, then its live ports.
 //! - [`runtime_host`]: the fenced transaction around one work item (fence claim → workspace →
 //!   outputs → egress → acquire → attach → harness → checkpoint → publish → cleanup).
-//! - [`router`], [`supervisor_driver`]: the harness driver lanes; [`supervisor_channel`]: the
-//!   JSON-Lines supervisor wire protocol over any process's stdin/stdout.
-//! - [`reconciler`]: reaps orphans whose terminate failed.
+//! - [`router`], [`supervisor_driver`]: the harness driver lanes (the JSON-Lines supervisor
+//!   channel over a process's stdin/stdout lives in `omabox-sandbox`, next to the processes
+//!   it runs over, so backends can use it without depending on this crate).
+//! - [`reconciler`]: reaps orphans whose terminate failed; [`lease_journal`]: journals every
+//!   lease and reaps those a dead host abandoned (omabox extension).
 //! - [`catalog`]: the conformance catalog of known providers.
 //!
 //! This crate never names a concrete backend and does no I/O of its own beyond timers: every
@@ -16,6 +18,7 @@
 //! only the streams a backend hands it).
 
 pub mod catalog;
+pub mod lease_journal;
 pub mod loader;
 pub mod plan;
 pub mod provider_host;
@@ -24,5 +27,4 @@ pub mod registry;
 pub mod router;
 pub mod runtime_host;
 pub mod scheduler;
-pub mod supervisor_channel;
 pub mod supervisor_driver;

@@ -10,7 +10,10 @@
 //!   map ([`resolve_sandbox_provider`] over a [`SandboxFactoryRegistry`] the binary fills);
 //! - [`DefaultSandboxOrchestrator`], which provisions a sandbox by probing capabilities;
 //! - [`run_with_sandbox_lease`] and the execution guard ([`SandboxExecutionGuard`]);
-//! - the readiness probe ([`verify_runtime_environment`]).
+//! - the readiness probe ([`verify_runtime_environment`]);
+//! - the JSON-Lines supervisor channel over any process's stdio ([`supervisor_channel`]);
+//! - the managed composition ([`managed`]): a provider of tool sandboxes adapted into the
+//!   contract's managed ports, with an honest provider driver.
 //!
 //! # Test mode
 //!
@@ -30,6 +33,7 @@
 mod factory;
 mod guard;
 mod lease;
+pub mod managed;
 mod orchestrator;
 mod port;
 pub mod probe;
@@ -37,6 +41,7 @@ mod process;
 mod provider_map;
 mod readiness;
 mod runtime;
+pub mod supervisor_channel;
 
 pub use factory::{
     NODE_ENV, SandboxFactory, SandboxFactoryContext, SandboxFactoryEnv, TEST_MODE_ENV, is_test_mode,

@@ -3,5 +3,6 @@
 //!
 //! The TypeScript test catalogue of the contract is ported under `tests/`, one file per
 //! TypeScript test file, one Rust test per case, named after the case.
+pub mod conformance;
 pub mod drivers;
 pub mod fakes;

@@ -36,8 +36,11 @@
 //! defended yet.
 
 pub mod cgroup;
+pub mod factory;
 pub mod handoff;
+pub mod managed;
 pub mod plan;
+pub mod port;
 pub mod probe;
 mod sandbox;
 #[doc(hidden)]

@@ -38,6 +38,11 @@
 //! is still alive, refuses further work, and removes the workdir if the sandbox created it
 //! (an existing workdir is left in place).
 //!
+//! # Managed runtime
+//!
+//! [`managed`] is the `local` managed-runtime provider driver (test mode only) over
+//! `omabox_sandbox::managed`.
+//!
 //! This crate must never be registered as a production provider, and must never grow a
 //! capability it does not really implement (it has no memory mounts, outputs mount, backup
 //! or runtime lifecycle).
@@ -45,6 +50,7 @@
 mod error;
 mod factory;
 mod group;
+pub mod managed;
 mod paths;
 mod process;
 mod sandbox;

@@ -1,0 +1,211 @@
+//! [`ProviderManagedRuntimeDriver`]: a provider of tool sandboxes as a
+//! `ManagedRuntimeProviderDriverPort`, with a descriptor computed from what is implemented.
+//!
+//! | descriptor field        | value                                                        |
+//! |-------------------------|--------------------------------------------------------------|
+//! | placements              | `in_process`                                                 |
+//! | sandbox                 | suspendResume `unsupported`, hardTerminate `supported`, runtimeCheckpoints `[]` |
+//! | workspace strategies    | whatever the workspace port reports (read once at build)     |
+//! | outputs                 | whatever the outputs port reports (read once at build)       |
+//! | harness lanes           | `ama_worker`, `openma_supervised` iff the provider's sandboxes have duplex processes, else none |
+//! | credential egress       | `unsupported` (fail closed; no egress port)                  |
+//!
+//! `create` returns the same ports every time (one [`ProviderManagedRuntime`] per driver, so
+//! leases it acquired stay reachable) and rejects every placement but `in_process` with
+//! "<provider> does not support <placement> placement".
+
+use super::harness::{DirectAmaWorkerDriver, HarnessOutputSink, SandboxSupervisorTransport};
+use super::provider::ManagedSandboxProvider;
+use super::runtime::{ProviderManagedRuntime, ProviderManagedRuntimeOptions};
+use async_trait::async_trait;
+use omabox_contract::{
+    CredentialEgressCapabilities, HarnessDriverType, ManagedRuntimeProviderCreateInput,
+    ManagedRuntimeProviderDriverDescriptor, ManagedRuntimeProviderDriverPort,
+    ManagedRuntimeProviderPlacement, ManagedRuntimeProviderResources,
+    ManagedRuntimeResourceCapabilities, ManagedSandboxPort, PortError, RuntimeResourceScope,
+    SandboxHarnessDriverCapabilities, SessionOutputPort, WorkspacePersistencePort,
+};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// The version written into descriptors.
+pub const DRIVER_VERSION: &str = env!("CARGO_PKG_VERSION");
+
+/// The scope the capability queries at build time use. Omabox's persistence ports answer
+/// the same for every scope; a port whose answer depends on the scope is caught by the
+/// registry's drift check at admission.
+fn descriptor_probe_scope() -> RuntimeResourceScope {
+    RuntimeResourceScope::new(
+        "omabox-descriptor",
+        "omabox-descriptor",
+        "omabox-descriptor",
+        "omabox-descriptor",
+    )
+}
+
+/// Everything a [`ProviderManagedRuntimeDriver`] is built from.
+#[derive(Clone)]
+pub struct ProviderManagedRuntimeDriverOptions {
+    /// The backend.
+    pub provider: Arc<dyn ManagedSandboxProvider>,
+    /// `/workspace` persistence (its `hostPath` binding is bound by the provider).
+    pub workspace: Arc<dyn WorkspacePersistencePort>,
+    /// `/mnt/session/outputs` persistence (its `hostPath` binding is bound by the provider).
+    pub outputs: Arc<dyn SessionOutputPort>,
+    /// Readiness probe timeout (default 10 s).
+    pub readiness_timeout: Option<Duration>,
+    /// Where harness stdout/stderr go as they arrive (`ama_worker` both streams; the
+    /// supervisor's stderr only, its stdout being the protocol).
+    pub harness_output: Option<Arc<dyn HarnessOutputSink>>,
+}
+
+impl std::fmt::Debug for ProviderManagedRuntimeDriverOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ProviderManagedRuntimeDriverOptions")
+            .field("provider", &self.provider.name())
+            .field("readiness_timeout", &self.readiness_timeout)
+            .field("harness_output", &self.harness_output.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+impl ProviderManagedRuntimeDriverOptions {
+    /// Options with the defaults.
+    pub fn new(
+        provider: Arc<dyn ManagedSandboxProvider>,
+        workspace: Arc<dyn WorkspacePersistencePort>,
+        outputs: Arc<dyn SessionOutputPort>,
+    ) -> Self {
+        Self {
+            provider,
+            workspace,
+            outputs,
+            readiness_timeout: None,
+            harness_output: None,
+        }
+    }
+}
+
+/// A managed-runtime provider driver over a [`ManagedSandboxProvider`].
+#[derive(Clone)]
+pub struct ProviderManagedRuntimeDriver {
+    descriptor: ManagedRuntimeProviderDriverDescriptor,
+    runtime: Arc<ProviderManagedRuntime>,
+    workspace: Arc<dyn WorkspacePersistencePort>,
+    outputs: Arc<dyn SessionOutputPort>,
+    harness: Arc<DirectAmaWorkerDriver>,
+    transport: Option<Arc<SandboxSupervisorTransport>>,
+}
+
+impl std::fmt::Debug for ProviderManagedRuntimeDriver {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ProviderManagedRuntimeDriver")
+            .field("descriptor", &self.descriptor)
+            .field("runtime", &self.runtime)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ProviderManagedRuntimeDriver {
+    /// Builds the driver, reading the persistence ports' capabilities once for the
+    /// descriptor.
+    pub async fn new(options: ProviderManagedRuntimeDriverOptions) -> Result<Self, PortError> {
+        let ProviderManagedRuntimeDriverOptions {
+            provider,
+            workspace,
+            outputs,
+            readiness_timeout,
+            harness_output,
+        } = options;
+        let mut runtime_options = ProviderManagedRuntimeOptions::new(Arc::clone(&provider));
+        if let Some(timeout) = readiness_timeout {
+            runtime_options.readiness_timeout = timeout;
+        }
+        let runtime = Arc::new(ProviderManagedRuntime::new(runtime_options));
+        let duplex = provider.capabilities().duplex_process;
+        let scope = descriptor_probe_scope();
+        let (sandbox_caps, workspace_caps, outputs_caps) = futures::try_join!(
+            runtime.capabilities(&scope),
+            workspace.capabilities(&scope),
+            outputs.capabilities(&scope),
+        )?;
+        let lanes = if duplex {
+            vec![
+                HarnessDriverType::AmaWorker,
+                HarnessDriverType::OpenmaSupervised,
+            ]
+        } else {
+            Vec::new()
+        };
+        let descriptor = ManagedRuntimeProviderDriverDescriptor {
+            provider: provider.name().to_owned(),
+            version: DRIVER_VERSION.to_owned(),
+            placements: vec![ManagedRuntimeProviderPlacement::InProcess],
+            capabilities: ManagedRuntimeResourceCapabilities {
+                sandbox: sandbox_caps,
+                workspace: workspace_caps,
+                outputs: outputs_caps,
+                harness: SandboxHarnessDriverCapabilities { drivers: lanes },
+            },
+            credential_egress: CredentialEgressCapabilities::unsupported(),
+        };
+        let harness = Arc::new(DirectAmaWorkerDriver::new(
+            Arc::clone(&runtime),
+            harness_output.clone(),
+        ));
+        let transport = duplex.then(|| {
+            Arc::new(SandboxSupervisorTransport::new(
+                Arc::clone(&runtime),
+                harness_output,
+            ))
+        });
+        Ok(Self {
+            descriptor,
+            runtime,
+            workspace,
+            outputs,
+            harness,
+            transport,
+        })
+    }
+
+    /// The managed runtime behind the ports (for tools that need the live tool sandbox of a
+    /// lease, like the conformance suite).
+    pub fn runtime(&self) -> &Arc<ProviderManagedRuntime> {
+        &self.runtime
+    }
+
+    /// The ports `create` returns.
+    pub fn resources(&self) -> ManagedRuntimeProviderResources {
+        ManagedRuntimeProviderResources {
+            sandbox: Arc::clone(&self.runtime) as Arc<dyn ManagedSandboxPort>,
+            workspace: Arc::clone(&self.workspace),
+            outputs: Arc::clone(&self.outputs),
+            harness_driver: Arc::clone(&self.harness) as _,
+            supervisor_transport: self.transport.clone().map(|transport| transport as _),
+            runtime_checkpoint: None,
+            credential_egress: None,
+            session_inputs: None,
+        }
+    }
+}
+
+#[async_trait]
+impl ManagedRuntimeProviderDriverPort for ProviderManagedRuntimeDriver {
+    fn descriptor(&self) -> ManagedRuntimeProviderDriverDescriptor {
+        self.descriptor.clone()
+    }
+
+    async fn create(
+        &self,
+        input: ManagedRuntimeProviderCreateInput,
+    ) -> Result<ManagedRuntimeProviderResources, PortError> {
+        if !self.descriptor.placements.contains(&input.placement) {
+            return Err(PortError::capability(format!(
+                "{} does not support {} placement",
+                self.descriptor.provider, input.placement
+            )));
+        }
+        Ok(self.resources())
+    }
+}

@@ -1,0 +1,43 @@
+//! The managed composition: a provider of tool sandboxes adapted into the contract's managed
+//! ports (omabox's equivalent of OpenMA's `createProviderManagedRuntime`, reference §1.15).
+//!
+//! ```text
+//!   backend ──► ManagedSandboxProvider ──► ProviderManagedRuntime   (ManagedSandboxPort)
+//!                                     ├──► DirectAmaWorkerDriver    (ama_worker)
+//!                                     ├──► SandboxSupervisorTransport (openma_supervised,
+//!                                     │       projected by the host's registry)
+//!   persistence ports (hostPath bindings) ─┘
+//!               └──────────── ProviderManagedRuntimeDriver (ManagedRuntimeProviderDriverPort)
+//! ```
+//!
+//! What this module guarantees:
+//! - **No lease before readiness.** `acquire` publishes a lease only after the readiness probe
+//!   printed `__OPENMA_RUNTIME_READY__` for the plan's harness executable; any failure after
+//!   the provider created the runtime destroys it (best effort) and returns the original error.
+//! - **The fence token never reaches a provider**: the acquisition context has the
+//!   generation only, and leases carry `{provider, runtimeId, metadata}` with the provider's
+//!   non-secret identity data.
+//! - **Honest capabilities**: suspend/resume, runtime checkpoints and credential egress are
+//!   neither implemented nor advertised; lanes are advertised only for duplex-capable
+//!   providers.
+//!
+//! What it must never do: keep a runtime alive after a failed acquire, reap another
+//! provider's lease ("Incompatible sandbox lease provider: <p>"), or invent a runtime state
+//! it did not observe (errors read as `lost`/`unknown`).
+
+mod driver;
+mod harness;
+mod provider;
+mod runtime;
+
+pub use driver::{
+    DRIVER_VERSION, ProviderManagedRuntimeDriver, ProviderManagedRuntimeDriverOptions,
+};
+pub use harness::{
+    DirectAmaWorkerDriver, HarnessOutputSink, HarnessStream, SandboxSupervisorTransport,
+};
+pub use provider::{
+    AcquisitionContext, HOST_PATH_METADATA_KEY, ManagedSandboxProvider,
+    ManagedSandboxProviderCapabilities, ProvidedSandbox,
+};
+pub use runtime::{ProviderManagedRuntime, ProviderManagedRuntimeOptions};

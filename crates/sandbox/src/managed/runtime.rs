@@ -1,0 +1,353 @@
+//! [`ProviderManagedRuntime`]: `ManagedSandboxPort` over a [`ManagedSandboxProvider`].
+//!
+//! ```text
+//!   acquire: throwIfAborted ─► provider.create ─► readiness probe (marker) ─► lease
+//!                                   └── any failure after create: destroy + reap (best
+//!                                       effort), then the ORIGINAL error
+//!   heartbeat: terminated | unknown | error | status ≠ running ─► lost, else alive
+//!   terminate / reap: once per runtime id (destroy the live handle, then provider.reap)
+//!   inspect:   terminated ─► stopped; provider.status; any error ─► unknown
+//! ```
+//!
+//! The live tool sandboxes stay in this value (a map from runtime id); the lease carries only
+//! `{provider, runtimeId, metadata}` with the provider's non-secret identity data, so
+//! `reap` works from a serialized lease in a fresh process.
+//!
+//! Not implemented (and not advertised): suspend/resume, runtime checkpoints, credential
+//! egress. `sandbox_active_seconds` is not recorded yet: the place for it is
+//! [`ProviderManagedRuntime::destroy`] (the one path terminate and reap share), once the
+//! runtime observes a start it can carry in the lease.
+
+use super::provider::{AcquisitionContext, HOST_PATH_METADATA_KEY, ManagedSandboxProvider};
+use crate::port::SandboxPort;
+use crate::readiness::{DEFAULT_READINESS_TIMEOUT, verify_runtime_environment};
+use crate::runtime::SandboxRuntimeStatus;
+use async_trait::async_trait;
+use omabox_contract::{
+    AbortSignal, AcquireSandboxInput, HardTerminate, ManagedSandboxLease, ManagedSandboxPort, Meta,
+    PortError, RuntimeResourceFence, RuntimeResourceScope, SandboxHeartbeatResult,
+    SandboxObservation, SandboxResourceCapabilities, SandboxState, SuspendResume,
+    TerminationReason,
+};
+use std::collections::{HashMap, HashSet};
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+/// Options of a [`ProviderManagedRuntime`].
+#[derive(Clone)]
+pub struct ProviderManagedRuntimeOptions {
+    /// The backend.
+    pub provider: Arc<dyn ManagedSandboxProvider>,
+    /// How long the readiness probe may take (default 10 s).
+    pub readiness_timeout: Duration,
+}
+
+impl ProviderManagedRuntimeOptions {
+    /// Options with the default readiness timeout.
+    pub fn new(provider: Arc<dyn ManagedSandboxProvider>) -> Self {
+        Self {
+            provider,
+            readiness_timeout: DEFAULT_READINESS_TIMEOUT,
+        }
+    }
+}
+
+impl std::fmt::Debug for ProviderManagedRuntimeOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ProviderManagedRuntimeOptions")
+            .field("provider", &self.provider.name())
+            .field("readiness_timeout", &self.readiness_timeout)
+            .finish()
+    }
+}
+
+#[derive(Default)]
+struct RuntimeTable {
+    live: HashMap<String, Arc<dyn SandboxPort>>,
+    terminated: HashSet<String>,
+}
+
+/// The managed compute lifecycle over a provider of tool sandboxes.
+pub struct ProviderManagedRuntime {
+    provider: Arc<dyn ManagedSandboxProvider>,
+    readiness_timeout: Duration,
+    table: Mutex<RuntimeTable>,
+}
+
+impl std::fmt::Debug for ProviderManagedRuntime {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let table = self.table();
+        f.debug_struct("ProviderManagedRuntime")
+            .field("provider", &self.provider.name())
+            .field("live", &table.live.keys().collect::<Vec<_>>())
+            .field("terminated", &table.terminated.len())
+            .finish()
+    }
+}
+
+/// The `hostPath` a binding's metadata names.
+fn host_path(metadata: Option<&Meta>) -> Option<PathBuf> {
+    metadata
+        .and_then(|meta| meta.get(HOST_PATH_METADATA_KEY))
+        .and_then(|value| value.as_str())
+        .filter(|path| !path.is_empty())
+        .map(PathBuf::from)
+}
+
+impl ProviderManagedRuntime {
+    /// A runtime over `options.provider`.
+    pub fn new(options: ProviderManagedRuntimeOptions) -> Self {
+        Self {
+            provider: options.provider,
+            readiness_timeout: options.readiness_timeout,
+            table: Mutex::new(RuntimeTable::default()),
+        }
+    }
+
+    /// The provider id.
+    pub fn provider_name(&self) -> &str {
+        self.provider.name()
+    }
+
+    /// The provider.
+    pub fn provider(&self) -> &Arc<dyn ManagedSandboxProvider> {
+        &self.provider
+    }
+
+    fn table(&self) -> MutexGuard<'_, RuntimeTable> {
+        self.table.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Fails with "Incompatible sandbox lease provider: <p>" for another provider's lease.
+    pub fn check_provider(&self, lease: &ManagedSandboxLease) -> Result<(), PortError> {
+        if lease.provider != self.provider.name() || lease.runtime_id.is_empty() {
+            return Err(PortError::new(format!(
+                "Incompatible sandbox lease provider: {}",
+                lease.provider
+            )));
+        }
+        Ok(())
+    }
+
+    /// The live tool sandbox of `lease`: this runtime's handle, or the provider's
+    /// reconnection. Fails for another provider's lease and for a terminated runtime.
+    pub async fn sandbox(
+        &self,
+        lease: &ManagedSandboxLease,
+    ) -> Result<Arc<dyn SandboxPort>, PortError> {
+        self.check_provider(lease)?;
+        {
+            let table = self.table();
+            if table.terminated.contains(&lease.runtime_id) {
+                return Err(PortError::new(format!(
+                    "{} runtime {} was terminated",
+                    self.provider.name(),
+                    lease.runtime_id
+                )));
+            }
+            if let Some(sandbox) = table.live.get(&lease.runtime_id) {
+                return Ok(Arc::clone(sandbox));
+            }
+        }
+        let sandbox = self.provider.attach(lease).await?;
+        self.table()
+            .live
+            .insert(lease.runtime_id.clone(), Arc::clone(&sandbox));
+        Ok(sandbox)
+    }
+
+    fn acquisition(&self, input: &AcquireSandboxInput) -> Result<AcquisitionContext, PortError> {
+        if input.credential_egress.is_some() {
+            return Err(PortError::capability(format!(
+                "{} does not support credential egress",
+                self.provider.name()
+            )));
+        }
+        let workspace_host_path =
+            host_path(input.workspace.metadata.as_ref()).ok_or_else(|| {
+                PortError::new(format!(
+                    "{} binds host directories only: workspace binding {} has no hostPath",
+                    self.provider.name(),
+                    input.workspace.binding_id
+                ))
+            })?;
+        let outputs_host_path = match &input.outputs {
+            None => None,
+            Some(outputs) => Some(host_path(outputs.metadata.as_ref()).ok_or_else(|| {
+                PortError::new(format!(
+                    "{} binds host directories only: outputs binding {} has no hostPath",
+                    self.provider.name(),
+                    outputs.binding_id
+                ))
+            })?),
+        };
+        Ok(AcquisitionContext {
+            scope: input.scope.clone(),
+            generation: input.fence.generation,
+            plan: input.plan.clone(),
+            workspace: input.workspace.clone(),
+            outputs: input.outputs.clone(),
+            workspace_host_path,
+            outputs_host_path,
+            signal: input.signal.clone(),
+        })
+    }
+
+    /// Destroys the runtime of `lease` once: the live handle's destroy (when it has one),
+    /// then `provider.reap`. The one teardown path of terminate and reap.
+    async fn destroy(&self, lease: &ManagedSandboxLease) -> Result<(), PortError> {
+        if self.table().terminated.contains(&lease.runtime_id) {
+            return Ok(());
+        }
+        let live = self.table().live.get(&lease.runtime_id).cloned();
+        if let Some(destroy) = live.as_deref().and_then(|sandbox| sandbox.as_destroy()) {
+            destroy.destroy().await?;
+        }
+        self.provider.reap(lease).await?;
+        let mut table = self.table();
+        table.live.remove(&lease.runtime_id);
+        table.terminated.insert(lease.runtime_id.clone());
+        Ok(())
+    }
+
+    /// Best-effort teardown after a failed acquire; errors are logged, never returned.
+    async fn discard(&self, sandbox: &Arc<dyn SandboxPort>, lease: &ManagedSandboxLease) {
+        if let Some(destroy) = sandbox.as_destroy()
+            && let Err(error) = destroy.destroy().await
+        {
+            tracing::warn!(provider = %lease.provider, runtime = %lease.runtime_id, %error, "destroy after a failed acquire failed");
+        }
+        if let Err(error) = self.provider.reap(lease).await {
+            tracing::warn!(provider = %lease.provider, runtime = %lease.runtime_id, %error, "reap after a failed acquire failed");
+        }
+    }
+
+    async fn ready(
+        &self,
+        sandbox: &Arc<dyn SandboxPort>,
+        command: &str,
+        signal: &AbortSignal,
+    ) -> Result<(), PortError> {
+        signal
+            .race(verify_runtime_environment(
+                sandbox.as_ref(),
+                command,
+                Some(self.readiness_timeout),
+            ))
+            .await?;
+        signal.throw_if_aborted()
+    }
+}
+
+#[async_trait]
+impl ManagedSandboxPort for ProviderManagedRuntime {
+    async fn capabilities(
+        &self,
+        _scope: &RuntimeResourceScope,
+    ) -> Result<SandboxResourceCapabilities, PortError> {
+        Ok(SandboxResourceCapabilities {
+            suspend_resume: SuspendResume::Unsupported,
+            hard_terminate: HardTerminate::Supported,
+            runtime_checkpoints: Vec::new(),
+        })
+    }
+
+    async fn acquire(&self, input: AcquireSandboxInput) -> Result<ManagedSandboxLease, PortError> {
+        input.signal.throw_if_aborted()?;
+        let acquisition = self.acquisition(&input)?;
+        let command = input.plan.driver.entry_process().command.clone();
+        let provided = self.provider.create(acquisition).await?;
+        let lease = ManagedSandboxLease {
+            provider: self.provider.name().to_owned(),
+            runtime_id: provided.runtime_id.clone(),
+            metadata: (!provided.metadata.is_empty()).then(|| provided.metadata.clone()),
+        };
+        let checked = if provided.runtime_id.is_empty() {
+            Err(PortError::new(format!(
+                "Sandbox provider returned an incompatible runtime for {}",
+                self.provider.name()
+            )))
+        } else {
+            self.ready(&provided.sandbox, &command, &input.signal).await
+        };
+        if let Err(error) = checked {
+            self.discard(&provided.sandbox, &lease).await;
+            return Err(error);
+        }
+        self.table()
+            .live
+            .insert(lease.runtime_id.clone(), Arc::clone(&provided.sandbox));
+        Ok(lease)
+    }
+
+    async fn heartbeat(
+        &self,
+        _scope: &RuntimeResourceScope,
+        _fence: &RuntimeResourceFence,
+        lease: &ManagedSandboxLease,
+    ) -> Result<SandboxHeartbeatResult, PortError> {
+        self.check_provider(lease)?;
+        if self.table().terminated.contains(&lease.runtime_id) {
+            return Ok(SandboxHeartbeatResult::Lost);
+        }
+        Ok(match self.provider.status(lease).await {
+            Ok(SandboxRuntimeStatus::Running) => SandboxHeartbeatResult::Alive,
+            Ok(_) | Err(_) => SandboxHeartbeatResult::Lost,
+        })
+    }
+
+    async fn suspend(
+        &self,
+        _scope: &RuntimeResourceScope,
+        _fence: &RuntimeResourceFence,
+        _lease: &ManagedSandboxLease,
+        _signal: AbortSignal,
+    ) -> Result<ManagedSandboxLease, PortError> {
+        Err(PortError::new(format!(
+            "{} does not support suspend/resume",
+            self.provider.name()
+        )))
+    }
+
+    async fn terminate(
+        &self,
+        _scope: &RuntimeResourceScope,
+        _fence: &RuntimeResourceFence,
+        lease: &ManagedSandboxLease,
+        _reason: TerminationReason,
+    ) -> Result<(), PortError> {
+        self.check_provider(lease)?;
+        self.destroy(lease).await
+    }
+
+    async fn reap(
+        &self,
+        _scope: &RuntimeResourceScope,
+        lease: &ManagedSandboxLease,
+        _reason: TerminationReason,
+    ) -> Result<(), PortError> {
+        self.check_provider(lease)?;
+        self.destroy(lease).await
+    }
+
+    async fn inspect(&self, lease: &ManagedSandboxLease) -> Result<SandboxObservation, PortError> {
+        if self.check_provider(lease).is_err() {
+            return Ok(SandboxObservation {
+                state: SandboxState::Unknown,
+            });
+        }
+        if self.table().terminated.contains(&lease.runtime_id) {
+            return Ok(SandboxObservation {
+                state: SandboxState::Stopped,
+            });
+        }
+        let state = match self.provider.status(lease).await {
+            Ok(SandboxRuntimeStatus::Running) => SandboxState::Running,
+            Ok(SandboxRuntimeStatus::Suspended) => SandboxState::Suspended,
+            Ok(SandboxRuntimeStatus::Stopped) => SandboxState::Stopped,
+            Ok(SandboxRuntimeStatus::Unknown) | Err(_) => SandboxState::Unknown,
+        };
+        Ok(SandboxObservation { state })
+    }
+}

@@ -1,0 +1,150 @@
+//! omabox's own conformance rows (`omabox_host::catalog::omabox_rows`) checked against the
+//! live drivers: a row is a claim, and the driver's descriptor and ports must make it true.
+
+use omabox_backend_local::managed::{
+    LocalManagedRuntimeOptions, create_managed_runtime_provider_driver,
+};
+use omabox_contract::{
+    HarnessDriverType, ManagedRuntimeProviderDriverPort, OutputDurability, OutputStrategy,
+    RuntimeResourceScope, SuspendResume,
+};
+use omabox_host::catalog::{
+    CatalogDurability, CatalogOutputStrategy, CatalogSuspendResume, ConformanceCatalog,
+    ManagedRuntimeProviderConformance,
+};
+use omabox_persistence::{FilesystemSessionOutputPort, FilesystemWorkspacePort};
+use omabox_sandbox::SandboxFactoryEnv;
+use std::sync::Arc;
+
+/// Checks `row` against `driver`: lanes, workspace strategies, outputs, suspend/resume and
+/// runtime checkpoints, from the descriptor and from the live ports.
+pub async fn assert_row_matches_driver(
+    row: &ManagedRuntimeProviderConformance,
+    driver: &dyn ManagedRuntimeProviderDriverPort,
+) {
+    let descriptor = driver.descriptor();
+    assert_eq!(descriptor.provider, row.id);
+    let scope = RuntimeResourceScope::new("w", "e", "s", "k");
+    let resources = driver
+        .create(omabox_contract::ManagedRuntimeProviderCreateInput {
+            environment_id: "e".into(),
+            placement: omabox_contract::ManagedRuntimeProviderPlacement::InProcess,
+            profile: serde_json::from_value(serde_json::json!({
+                "workspace": {"requirement": "durable"},
+                "outputs": {"requirement": "durable"},
+                "runtimeCheckpoint": "disabled",
+                "driver": {"type": "ama_worker", "process": {"command": "sh"}},
+            }))
+            .expect("profile"),
+            plan: serde_json::from_value(serde_json::json!({
+                "workspaceStrategy": "checkpoint_restore",
+                "outputStrategy": "final_collect",
+                "runtimeCheckpoint": null,
+                "driver": {"type": "ama_worker", "process": {"command": "sh"}},
+            }))
+            .expect("plan"),
+            provider_config: serde_json::Map::new(),
+        })
+        .await
+        .expect("create");
+
+    // Lanes: the descriptor, and the live harness driver plus a projected transport.
+    let mut live_lanes = resources
+        .harness_driver
+        .driver_capabilities(&scope)
+        .await
+        .unwrap()
+        .drivers;
+    if resources.supervisor_transport.is_some()
+        && !live_lanes.contains(&HarnessDriverType::OpenmaSupervised)
+    {
+        live_lanes.push(HarnessDriverType::OpenmaSupervised);
+    }
+    assert_eq!(row.driver_lanes, descriptor.capabilities.harness.drivers);
+    assert_eq!(row.driver_lanes, live_lanes);
+
+    // Workspace strategies.
+    let live_workspace = resources.workspace.capabilities(&scope).await.unwrap();
+    assert_eq!(
+        row.workspace.strategies,
+        descriptor.capabilities.workspace.strategies
+    );
+    assert_eq!(row.workspace.strategies, live_workspace.strategies);
+
+    // Outputs (the catalog admits durable_mount and final_collect only).
+    let live_outputs = resources.outputs.capabilities(&scope).await.unwrap();
+    assert_eq!(descriptor.capabilities.outputs, live_outputs);
+    let claimed: Vec<OutputStrategy> = row
+        .outputs
+        .strategies
+        .iter()
+        .map(|strategy| match strategy {
+            CatalogOutputStrategy::DurableMount => OutputStrategy::DurableMount,
+            CatalogOutputStrategy::FinalCollect => OutputStrategy::FinalCollect,
+        })
+        .collect();
+    let live: Vec<OutputStrategy> = live_outputs
+        .strategies
+        .iter()
+        .map(|out| out.strategy)
+        .collect();
+    assert_eq!(claimed, live);
+    let durable = live_outputs
+        .strategies
+        .iter()
+        .all(|out| out.durability == OutputDurability::Durable);
+    assert_eq!(
+        row.outputs.durability == CatalogDurability::Durable,
+        durable
+    );
+
+    // Suspend/resume and runtime checkpoints.
+    let live_sandbox = resources.sandbox.capabilities(&scope).await.unwrap();
+    assert_eq!(descriptor.capabilities.sandbox, live_sandbox);
+    let suspend = match live_sandbox.suspend_resume {
+        SuspendResume::Supported => CatalogSuspendResume::Supported,
+        SuspendResume::Unsupported => CatalogSuspendResume::Unsupported,
+    };
+    assert_eq!(row.lifecycle.suspend_resume, suspend);
+    assert_eq!(row.runtime_checkpoints, live_sandbox.runtime_checkpoints);
+    assert!(resources.runtime_checkpoint.is_none() && row.runtime_checkpoints.is_empty());
+}
+
+#[tokio::test]
+async fn the_local_row_matches_the_live_local_driver() {
+    let data = tempfile::tempdir().unwrap();
+    let env: SandboxFactoryEnv = [("OMABOX_TEST_MODE", "1")].into_iter().collect();
+    let driver = create_managed_runtime_provider_driver(LocalManagedRuntimeOptions {
+        env,
+        workspace: Arc::new(FilesystemWorkspacePort::new(data.path()).unwrap()),
+        outputs: Arc::new(FilesystemSessionOutputPort::new(data.path()).unwrap()),
+        readiness_timeout: None,
+        harness_output: None,
+    })
+    .await
+    .expect("local driver");
+    let catalog = ConformanceCatalog::omabox();
+    assert_row_matches_driver(catalog.require("local").unwrap(), driver.as_ref()).await;
+}
+
+#[tokio::test]
+async fn the_linux_row_matches_the_live_linux_driver() {
+    use omabox_backend_linux::factory::LinuxSandboxFactory;
+    use omabox_backend_linux::managed::LinuxManagedRuntimeOptions;
+    // Building the driver allocates nothing, so this runs on any machine.
+    let data = tempfile::tempdir().unwrap();
+    let driver = omabox_backend_linux::managed::create_managed_runtime_provider_driver(
+        LinuxManagedRuntimeOptions {
+            factory: LinuxSandboxFactory::new(),
+            env: SandboxFactoryEnv::default(),
+            workspace: Arc::new(FilesystemWorkspacePort::new(data.path()).unwrap()),
+            outputs: Arc::new(FilesystemSessionOutputPort::new(data.path()).unwrap()),
+            readiness_timeout: None,
+            harness_output: None,
+        },
+    )
+    .await
+    .expect("linux driver");
+    let catalog = ConformanceCatalog::omabox();
+    assert_row_matches_driver(catalog.require("linux").unwrap(), driver.as_ref()).await;
+}
