@@ -40,4 +40,4 @@ pub use provider::{
     AcquisitionContext, HOST_PATH_METADATA_KEY, ManagedSandboxProvider,
     ManagedSandboxProviderCapabilities, ProvidedSandbox,
 };
-pub use runtime::{ProviderManagedRuntime, ProviderManagedRuntimeOptions};
+pub use runtime::{ProviderManagedRuntime, ProviderManagedRuntimeOptions, STARTED_AT_METADATA_KEY};

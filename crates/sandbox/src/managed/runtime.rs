@@ -23,16 +23,42 @@ use crate::port::SandboxPort;
 use crate::readiness::{DEFAULT_READINESS_TIMEOUT, verify_runtime_environment};
 use crate::runtime::SandboxRuntimeStatus;
 use async_trait::async_trait;
+use omabox_contract::MetaValue;
 use omabox_contract::{
     AbortSignal, AcquireSandboxInput, HardTerminate, ManagedSandboxLease, ManagedSandboxPort, Meta,
     PortError, RuntimeResourceFence, RuntimeResourceScope, SandboxHeartbeatResult,
     SandboxObservation, SandboxResourceCapabilities, SandboxState, SuspendResume,
-    TerminationReason,
+    TerminationReason, UsageKind, UsageLedgerPort, UsageRecord,
 };
 use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
-use std::time::Duration;
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+/// Lease metadata key: when acquire observed the runtime start (ms since the epoch). Read back
+/// at terminate/reap, possibly by another process, to record `sandbox_active_seconds`.
+pub const STARTED_AT_METADATA_KEY: &str = "omabox.startedAtMs";
+
+fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|elapsed| u64::try_from(elapsed.as_millis()).unwrap_or(u64::MAX))
+        .unwrap_or(0)
+}
+
+/// JS `toISOString` of a millisecond timestamp.
+fn iso_ms(ms: u64) -> String {
+    let nanos = i128::from(ms) * 1_000_000;
+    time::OffsetDateTime::from_unix_timestamp_nanos(nanos)
+        .ok()
+        .and_then(|at| {
+            at.format(time::macros::format_description!(
+                "[year]-[month]-[day]T[hour]:[minute]:[second].[subsecond digits:3]Z"
+            ))
+            .ok()
+        })
+        .unwrap_or_default()
+}
 
 /// Options of a [`ProviderManagedRuntime`].
 #[derive(Clone)]
@@ -73,6 +99,7 @@ pub struct ProviderManagedRuntime {
     provider: Arc<dyn ManagedSandboxProvider>,
     readiness_timeout: Duration,
     table: Mutex<RuntimeTable>,
+    usage: OnceLock<Arc<dyn UsageLedgerPort>>,
 }
 
 impl std::fmt::Debug for ProviderManagedRuntime {
@@ -102,6 +129,50 @@ impl ProviderManagedRuntime {
             provider: options.provider,
             readiness_timeout: options.readiness_timeout,
             table: Mutex::new(RuntimeTable::default()),
+            usage: OnceLock::new(),
+        }
+    }
+
+    /// Records `sandbox_active_seconds` into `ledger` whenever terminate or reap stops a
+    /// runtime whose lease carries its observed start. Set it only for providers whose
+    /// terminate/reap really stop the runtime (the contract: "emitted only if the backend
+    /// actually records a start and stop"). A second call is ignored.
+    pub fn record_usage_into(&self, ledger: Arc<dyn UsageLedgerPort>) {
+        let _ = self.usage.set(ledger);
+    }
+
+    /// Best effort: a ledger failure is logged and never fails or delays teardown further.
+    async fn record_active_seconds(
+        &self,
+        scope: &RuntimeResourceScope,
+        lease: &ManagedSandboxLease,
+    ) {
+        let Some(ledger) = self.usage.get() else {
+            return;
+        };
+        let started_ms = lease
+            .metadata
+            .as_ref()
+            .and_then(|meta| meta.get(STARTED_AT_METADATA_KEY))
+            .and_then(|value| match value {
+                MetaValue::Number(number) => number.as_u64(),
+                _ => None,
+            });
+        let Some(started_ms) = started_ms else {
+            return;
+        };
+        let stopped_ms = now_ms();
+        let record = UsageRecord {
+            kind: UsageKind::SandboxActiveSeconds,
+            scope: scope.clone(),
+            provider: lease.provider.clone(),
+            runtime_id: lease.runtime_id.clone(),
+            seconds: UsageRecord::seconds_between(started_ms, stopped_ms),
+            started_at: iso_ms(started_ms),
+            stopped_at: iso_ms(stopped_ms),
+        };
+        if let Err(error) = ledger.record_usage(record).await {
+            tracing::warn!(provider = %lease.provider, runtime = %lease.runtime_id, %error, "recording sandbox_active_seconds failed");
         }
     }
 
@@ -196,7 +267,11 @@ impl ProviderManagedRuntime {
 
     /// Destroys the runtime of `lease` once: the live handle's destroy (when it has one),
     /// then `provider.reap`. The one teardown path of terminate and reap.
-    async fn destroy(&self, lease: &ManagedSandboxLease) -> Result<(), PortError> {
+    async fn destroy(
+        &self,
+        scope: &RuntimeResourceScope,
+        lease: &ManagedSandboxLease,
+    ) -> Result<(), PortError> {
         if self.table().terminated.contains(&lease.runtime_id) {
             return Ok(());
         }
@@ -205,9 +280,12 @@ impl ProviderManagedRuntime {
             destroy.destroy().await?;
         }
         self.provider.reap(lease).await?;
-        let mut table = self.table();
-        table.live.remove(&lease.runtime_id);
-        table.terminated.insert(lease.runtime_id.clone());
+        {
+            let mut table = self.table();
+            table.live.remove(&lease.runtime_id);
+            table.terminated.insert(lease.runtime_id.clone());
+        }
+        self.record_active_seconds(scope, lease).await;
         Ok(())
     }
 
@@ -258,10 +336,14 @@ impl ManagedSandboxPort for ProviderManagedRuntime {
         let acquisition = self.acquisition(&input)?;
         let command = input.plan.driver.entry_process().command.clone();
         let provided = self.provider.create(acquisition).await?;
+        let mut metadata = provided.metadata.clone();
+        if self.usage.get().is_some() {
+            metadata.insert(STARTED_AT_METADATA_KEY.into(), now_ms().into());
+        }
         let lease = ManagedSandboxLease {
             provider: self.provider.name().to_owned(),
             runtime_id: provided.runtime_id.clone(),
-            metadata: (!provided.metadata.is_empty()).then(|| provided.metadata.clone()),
+            metadata: (!metadata.is_empty()).then_some(metadata),
         };
         let checked = if provided.runtime_id.is_empty() {
             Err(PortError::new(format!(
@@ -312,23 +394,23 @@ impl ManagedSandboxPort for ProviderManagedRuntime {
 
     async fn terminate(
         &self,
-        _scope: &RuntimeResourceScope,
+        scope: &RuntimeResourceScope,
         _fence: &RuntimeResourceFence,
         lease: &ManagedSandboxLease,
         _reason: TerminationReason,
     ) -> Result<(), PortError> {
         self.check_provider(lease)?;
-        self.destroy(lease).await
+        self.destroy(scope, lease).await
     }
 
     async fn reap(
         &self,
-        _scope: &RuntimeResourceScope,
+        scope: &RuntimeResourceScope,
         lease: &ManagedSandboxLease,
         _reason: TerminationReason,
     ) -> Result<(), PortError> {
         self.check_provider(lease)?;
-        self.destroy(lease).await
+        self.destroy(scope, lease).await
     }
 
     async fn inspect(&self, lease: &ManagedSandboxLease) -> Result<SandboxObservation, PortError> {
