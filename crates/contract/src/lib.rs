@@ -21,6 +21,7 @@
 
 pub mod capabilities;
 pub mod checkpoint;
+pub mod credentials;
 pub mod egress;
 pub mod error;
 pub mod fence;
@@ -42,6 +43,7 @@ pub mod workspace;
 
 pub use capabilities::*;
 pub use checkpoint::*;
+pub use credentials::*;
 pub use egress::*;
 pub use error::{ErrorKind, PortError};
 pub use fence::*;
