@@ -11,6 +11,8 @@
 //!   it runs over, so backends can use it without depending on this crate).
 //! - [`reconciler`]: reaps orphans whose terminate failed; [`lease_journal`]: journals every
 //!   lease and reaps those a dead host abandoned (omabox extension).
+//! - [`session_tokens`]: issues a claim's session token on fence acquire and revokes it on
+//!   release, handing it to the caller's harness-env projection (omabox extension).
 //! - [`catalog`]: the conformance catalog of known providers.
 //!
 //! This crate never names a concrete backend and does no I/O of its own beyond timers: every
@@ -27,4 +29,5 @@ pub mod registry;
 pub mod router;
 pub mod runtime_host;
 pub mod scheduler;
+pub mod session_tokens;
 pub mod supervisor_driver;

@@ -17,6 +17,15 @@ pub enum StoreError {
         #[source]
         source: std::io::Error,
     },
+    /// The database file could not be created (owner-only, mode `0600`).
+    #[error("cannot create the store database {path}")]
+    CreateFile {
+        /// The database file.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
     /// The database file could not be opened or configured.
     #[error("cannot open the store database {path}")]
     Open {

@@ -13,6 +13,10 @@
 //!   in-memory twins with exactly the reference implementation's semantics where the
 //!   reference has one, for tests.
 //!
+//! The same two shapes implement the credential ports of `omabox_contract::credentials`:
+//! [`SessionTokenPort`] (`SqliteStore`, [`MemorySessionTokens`]) and [`VaultSecretPort`]
+//! (`SqliteStore`, [`MemoryVault`]).
+//!
 //! Both fence stores run the same pure state machine ([`FenceRecord`]), and one behavioural
 //! suite (`tests/ports.rs`) runs against both.
 //!
@@ -22,6 +26,14 @@
 //!   database holds only their SHA-256 ([`TokenHash`]), and no error text or log line carries
 //!   a token. Orphan error texts are redacted once more against every token this process
 //!   holds before they are written.
+//! - **A session token is never stored either.** `omst_` + 256 CSPRNG bits in base64url
+//!   ([`new_session_token`]); stores keep its SHA-256 and the claim (scope, generation,
+//!   expiry, revoked). Issuing for a generation revokes every older generation's tokens of
+//!   the same work item in the same transaction (rotation on reclaim); issuing for a
+//!   generation older than one already issued is refused.
+//! - **Vault values are stored, never shown.** They sit in the database, which is therefore
+//!   created `0600` (its `-wal`/`-shm` inherit that mode); no error, log line or `Debug`
+//!   output carries a value, and `names` reads only names.
 //! - **A journaled lease is abandoned exactly when its generation no longer holds the fence**
 //!   (taken over, released, or expired by the store's clock); the lease journal and the
 //!   usage ledger have no token column.
@@ -46,6 +58,7 @@ mod clock;
 mod error;
 mod fence_state;
 mod memory;
+mod session_token;
 mod sqlite;
 mod token;
 
@@ -53,12 +66,17 @@ pub use clock::{Clock, MAX_TIMESTAMP_MS, ManualClock, SystemClock, iso_millis};
 pub use error::StoreError;
 pub use fence_state::{ActiveFence, FenceRecord, TokenProof};
 pub use memory::{
-    MemoryFenceRecord, MemoryFenceStore, MemoryLeaseJournal, MemoryOrphanStore, MemoryUsageLedger,
+    MemoryFenceRecord, MemoryFenceStore, MemoryLeaseJournal, MemoryOrphanStore,
+    MemorySessionTokens, MemoryUsageLedger, MemoryVault,
+};
+pub use session_token::{
+    SESSION_TOKEN_LEN, SESSION_TOKEN_PREFIX, new_session_token, session_token_hash,
 };
 pub use sqlite::{APPLICATION_ID, DEFAULT_BUSY_TIMEOUT, SCHEMA_VERSION, SqliteStore};
 pub use token::{RandomTokens, TokenHash, TokenSource};
 
 #[doc(no_inline)]
 pub use omabox_contract::{
-    RuntimeLeaseJournalPort, RuntimeOrphanPort, RuntimeResourceFencePort, UsageLedgerPort,
+    RuntimeLeaseJournalPort, RuntimeOrphanPort, RuntimeResourceFencePort, SessionTokenPort,
+    UsageLedgerPort, VaultSecretPort,
 };

@@ -1,5 +1,5 @@
 //! One behavioural suite, two instantiations: every fence/orphan store must pass the same
-//! contract tests (reference §1.1, §1.11), and the same lease-journal and usage-ledger tests.
+//! contract tests (reference §1.1, §1.11), and the same lease-journal and usage-ledger tests, and the same session-token and vault tests.
 
 mod suite;
 
@@ -43,4 +43,11 @@ port_suite!(
     journal_entry_is_abandoned_after_a_takeover,
     journal_entry_is_abandoned_after_release_or_without_a_fence,
     usage_is_clamped_idempotent_and_read_back,
+    session_tokens_issue_verify_and_revoke,
+    a_new_generation_rotates_the_work_items_tokens,
+    a_superseded_generation_cannot_issue,
+    session_tokens_expire_by_the_clock,
+    garbage_tokens_do_not_verify,
+    vault_puts_gets_replaces_deletes_and_lists_names,
+    vault_errors_never_carry_a_value,
 );

@@ -11,15 +11,20 @@
 //! Statements block, so each port call runs on tokio's blocking pool holding the connection
 //! mutex; the async runtime's workers never wait on SQLite.
 //!
+//! Session tokens and vault secrets (migration 3) live here too: see `credentials.rs`. The
+//! database file is created `0600` and narrowed to `0600` on open (`permissions.rs`).
+//!
 //! Fence tokens: SQLite sees only their SHA-256. The store keeps the tokens it issued in
 //! process memory (one per work item, dropped on release or on the next generation) so that
 //! a re-entrant `acquire` by the same owner can hand back the same fence, as the contract
 //! requires, and so that a token accidentally left in an orphan's error text is redacted
 //! before it is written.
 
+mod credentials;
 mod fence;
 mod journal;
 mod orphan;
+mod permissions;
 pub(crate) mod schema;
 mod sessions;
 mod usage;
@@ -102,12 +107,18 @@ impl SqliteStore {
                 source,
             })?;
         }
+        // The file holds vault secrets: owner-only from its creation (see `permissions`).
+        permissions::create_private(path).map_err(|source| StoreError::CreateFile {
+            path: path.to_owned(),
+            source,
+        })?;
         let opened =
             Connection::open(path).and_then(|conn| configure(&conn, busy_timeout).map(|()| conn));
         let conn = opened.map_err(|source| StoreError::Open {
             path: path.to_owned(),
             source,
         })?;
+        permissions::restrict(path);
         Self::from_connection(conn, Some(path.to_owned()))
     }
 

@@ -9,6 +9,7 @@
 //!
 //! To change the schema, append a [`Migration`] with the next version; never edit a released
 //! step. Planned: the blob index.
+//! (Version 3, session tokens and the vault, is described on its step.)
 
 use crate::StoreError;
 use rusqlite::{Connection, TransactionBehavior};
@@ -113,6 +114,36 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
             UNIQUE (kind, provider, runtime_id)
         ) STRICT;
         CREATE INDEX usage_record_session ON usage_record (session_id, seq);
+    "#,
+    },
+    Migration {
+        version: 3,
+        description: "session tokens and the vault",
+        sql: r#"
+        -- One row per issued session token, keyed by its SHA-256 (32 bytes); the token itself
+        -- never reaches the database. Rows of older generations are revoked when a newer one
+        -- is issued (rotation on reclaim); expired rows are pruned on issue.
+        CREATE TABLE session_token (
+            token_sha256    BLOB    NOT NULL PRIMARY KEY CHECK (length(token_sha256) = 32),
+            workspace_id    TEXT    NOT NULL,
+            environment_id  TEXT    NOT NULL,
+            session_id      TEXT    NOT NULL,
+            work_id         TEXT    NOT NULL,
+            generation      INTEGER NOT NULL CHECK (generation >= 0),
+            expires_at_ms   INTEGER NOT NULL,
+            revoked         INTEGER NOT NULL DEFAULT 0 CHECK (revoked IN (0, 1))
+        ) STRICT;
+        CREATE INDEX session_token_claim
+            ON session_token (workspace_id, environment_id, session_id, work_id, generation);
+
+        -- Vault secrets by name. The value is stored as given (UTF-8 bytes): this is why the
+        -- database file is created 0600. Never selected except by `get`.
+        CREATE TABLE vault_secret (
+            name            TEXT    NOT NULL PRIMARY KEY CHECK (length(name) > 0),
+            value           BLOB    NOT NULL,
+            created_at_ms   INTEGER NOT NULL,
+            updated_at_ms   INTEGER NOT NULL
+        ) STRICT;
     "#,
     },
 ];
@@ -295,6 +326,64 @@ mod tests {
             .await
             .unwrap();
         assert_eq!(store.usage("s").await.unwrap().len(), 1);
+    }
+
+    /// A database file as omabox 2 left it (a fence, a lease) opens at the current version
+    /// with its data intact, and the session-token and vault tables work.
+    #[tokio::test]
+    async fn a_version_2_file_is_migrated_and_gains_tokens_and_the_vault() {
+        use crate::{ManualClock, SqliteStore};
+        use omabox_contract::{
+            IssueSessionTokenInput, RuntimeLeaseJournalPort, RuntimeResourceScope, SecretString,
+            SessionTokenPort, VaultSecretPort,
+        };
+        const NOW: i64 = 1_796_222_352_000;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("omabox.db");
+        {
+            let mut conn = Connection::open(&path).unwrap();
+            assert_eq!(migrate_through(&mut conn, &MIGRATIONS[..2]).unwrap(), 0);
+            conn.execute_batch(&format!(
+                "INSERT INTO runtime_fence VALUES
+                     ('w', 'e', 's', 'k', 2, 1, 'owner-a', zeroblob(32), {held_until}, NULL);
+                 INSERT INTO runtime_lease VALUES
+                     ('l1', 'w', 'e', 's', 'k', 1, 'owner-a', 'linux', 'r1',
+                      '{{\"provider\":\"linux\",\"runtimeId\":\"r1\"}}',
+                      '2026-12-02T14:39:12.000Z');",
+                held_until = NOW + 60_000,
+            ))
+            .unwrap();
+            let version: u32 = conn
+                .pragma_query_value(None, "user_version", |row| row.get(0))
+                .unwrap();
+            assert_eq!(version, 2);
+        }
+
+        let store = SqliteStore::open(&path)
+            .unwrap()
+            .with_clock(ManualClock::new(NOW as u64));
+        assert_eq!(store.schema_version().unwrap(), SCHEMA_VERSION);
+        // Old data: the generation-1 lease is abandoned (the fence is at generation 2).
+        let abandoned = store.abandoned(10).await.unwrap();
+        assert_eq!(abandoned.len(), 1);
+        assert_eq!(abandoned[0].lease.runtime_id, "r1");
+
+        let scope = RuntimeResourceScope::new("w", "e", "s", "k");
+        let token = store
+            .issue(IssueSessionTokenInput {
+                scope: scope.clone(),
+                generation: 2,
+                ttl_ms: 1_000,
+            })
+            .await
+            .unwrap();
+        let claims = store.verify(token.expose()).await.unwrap().unwrap();
+        assert_eq!((claims.scope, claims.generation), (scope, 2));
+        store
+            .put("mcp/github", SecretString::new("v"))
+            .await
+            .unwrap();
+        assert_eq!(store.names().await.unwrap(), ["mcp/github"]);
     }
 
     #[test]

@@ -78,8 +78,8 @@ mod tests {
     use super::*;
     use omabox_contract::{
         AcquireRuntimeFenceInput, AcquireRuntimeFenceResult, Nullable,
-        PublishRuntimeResourcesInput, PublishRuntimeResourcesResult,
-        RuntimePublicationCandidate, RuntimeResourceFencePort,
+        PublishRuntimeResourcesInput, PublishRuntimeResourcesResult, RuntimePublicationCandidate,
+        RuntimeResourceFencePort,
     };
 
     #[tokio::test]

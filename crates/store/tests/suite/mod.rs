@@ -2,7 +2,9 @@
 //! against every implementation (see `ports.rs`). Semantics: reference §1.1 and §1.11.
 //! The lease journal and usage ledger (omabox extensions) are in `journal.rs`.
 
+mod credentials;
 mod journal;
+pub use credentials::*;
 pub use journal::*;
 
 use omabox_contract::{
@@ -11,11 +13,12 @@ use omabox_contract::{
     PublishRuntimeResourcesResult, RenewRuntimeFenceResult, RuntimeCheckpointKind,
     RuntimeCheckpointRef, RuntimeLeaseJournalPort, RuntimeOrphanPort, RuntimePublicationCandidate,
     RuntimeResourceFence, RuntimeResourceFencePort, RuntimeResourcePublication,
-    RuntimeResourceScope, SecretString, TerminationReason, UsageLedgerPort,
+    RuntimeResourceScope, SecretString, SessionTokenPort, TerminationReason, UsageLedgerPort,
+    VaultSecretPort,
 };
 use omabox_store::{
-    ManualClock, MemoryFenceStore, MemoryLeaseJournal, MemoryOrphanStore, MemoryUsageLedger,
-    SqliteStore, iso_millis,
+    ManualClock, MemoryFenceStore, MemoryLeaseJournal, MemoryOrphanStore, MemorySessionTokens,
+    MemoryUsageLedger, MemoryVault, SqliteStore, iso_millis,
 };
 use std::sync::Arc;
 use tempfile::TempDir;
@@ -30,6 +33,8 @@ pub struct Subject {
     pub orphans: Arc<dyn RuntimeOrphanPort>,
     pub journal: Arc<dyn RuntimeLeaseJournalPort>,
     pub usage: Arc<dyn UsageLedgerPort>,
+    pub tokens: Arc<dyn SessionTokenPort>,
+    pub vault: Arc<dyn VaultSecretPort>,
     pub clock: ManualClock,
     _dir: Option<TempDir>,
 }
@@ -42,6 +47,8 @@ pub fn memory() -> Subject {
         fences,
         orphans: Arc::new(MemoryOrphanStore::new()),
         usage: Arc::new(MemoryUsageLedger::new()),
+        tokens: Arc::new(MemorySessionTokens::new().with_clock(clock.clone())),
+        vault: Arc::new(MemoryVault::new()),
         clock,
         _dir: None,
     }
@@ -59,7 +66,9 @@ pub fn sqlite() -> Subject {
         fences: store.clone(),
         orphans: store.clone(),
         journal: store.clone(),
-        usage: store,
+        usage: store.clone(),
+        tokens: store.clone(),
+        vault: store,
         clock,
         _dir: Some(dir),
     }
