@@ -2,6 +2,10 @@
 
 mod commands;
 mod data_dir;
+mod terminal;
+mod timed_ports;
+mod timeline;
+mod wiring;
 
 use clap::{Parser, Subcommand};
 use std::path::PathBuf;
@@ -22,10 +26,22 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
+    /// Run a work item in a sandbox under the full contract transaction (no CMD: the demo).
+    Run(commands::run::RunArgs),
+    /// List the sessions `omabox run` published, with their last revision.
+    Sessions(commands::sessions::SessionsArgs),
+    /// Work with a session's published workspace (`omabox workspace export`).
+    Workspace(commands::workspace::WorkspaceArgs),
+    /// List (or copy) the outputs of a session's last publication.
+    Outputs(commands::outputs::OutputsArgs),
+    /// Benchmarks (`omabox bench run`: the demo's wall time, per step).
+    Bench(commands::bench::BenchArgs),
     /// Print the managed-runtime provider conformance catalog.
     Catalog(commands::catalog::CatalogArgs),
     /// Retry the termination of sandboxes whose terminate failed (the orphan queue).
     Reap(commands::reap::ReapArgs),
+    /// Run commands in sandboxes (`omabox sandbox run -- CMD ARGS...`).
+    Sandbox(commands::sandbox::SandboxArgs),
 }
 
 fn main() -> ExitCode {
@@ -42,11 +58,29 @@ fn main() -> ExitCode {
 
 fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
+        Command::Run(args) => {
+            let data_dir = data_dir::resolve(cli.data_dir.as_deref())?;
+            runtime()?.block_on(commands::run::run(&data_dir, args))
+        }
+        Command::Sessions(args) => {
+            let data_dir = data_dir::resolve(cli.data_dir.as_deref())?;
+            runtime()?.block_on(commands::sessions::run(&data_dir, &args))
+        }
+        Command::Workspace(args) => {
+            let data_dir = data_dir::resolve(cli.data_dir.as_deref())?;
+            runtime()?.block_on(commands::workspace::run(&data_dir, &args))
+        }
+        Command::Outputs(args) => {
+            let data_dir = data_dir::resolve(cli.data_dir.as_deref())?;
+            runtime()?.block_on(commands::outputs::run(&data_dir, &args))
+        }
+        Command::Bench(args) => commands::bench::run(&args),
         Command::Catalog(args) => commands::catalog::run(&args),
         Command::Reap(args) => {
             let data_dir = data_dir::resolve(cli.data_dir.as_deref())?;
             runtime()?.block_on(commands::reap::run(&data_dir, &args))
         }
+        Command::Sandbox(args) => runtime()?.block_on(commands::sandbox::run(args)),
     }
 }
 
@@ -56,11 +90,13 @@ fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
         .build()?)
 }
 
-/// Logs go to stderr, filtered by `OMABOX_LOG` (default: warnings only), so `--json` output on
-/// stdout stays clean.
+/// Logs go to stderr, filtered by `OMABOX_LOG` (default: warnings only, except the host's
+/// "transaction failed" warning, which `omabox run` reports as its result), so `--json`
+/// output on stdout stays clean.
 fn init_tracing() {
-    let filter = tracing_subscriber::EnvFilter::try_from_env("OMABOX_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    let filter = tracing_subscriber::EnvFilter::try_from_env("OMABOX_LOG").unwrap_or_else(|_| {
+        tracing_subscriber::EnvFilter::new("warn,omabox_host::runtime_host=error")
+    });
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)

@@ -1,4 +1,10 @@
 //! One module per subcommand.
 
+pub mod bench;
 pub mod catalog;
+pub mod outputs;
 pub mod reap;
+pub mod run;
+pub mod sandbox;
+pub mod sessions;
+pub mod workspace;

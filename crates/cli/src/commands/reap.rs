@@ -1,9 +1,15 @@
-//! `omabox reap`: one pass of the orphan reconciler over the local store.
+//! `omabox reap`: one pass of the orphan reconciler over the local store, then one pass of
+//! the abandoned-lease reaper: every journaled lease whose fence is no longer held by its
+//! generation (its host died: kill -9, power loss) is reaped. Both passes are token-free and
+//! safe to repeat, and safe while other runs are going on (held leases are never touched).
 
 use crate::data_dir;
+use crate::wiring;
 use clap::Args;
-use omabox_contract::{ManagedSandboxPort, RuntimeOrphanPort, RuntimeOrphanRecord};
+use omabox_contract::{RuntimeLeaseJournalPort, RuntimeOrphanPort, RuntimeOrphanRecord};
+use omabox_host::lease_journal::{AbandonedLeaseReaper, AbandonedLeaseSummary};
 use omabox_host::reconciler::{ManagedRuntimeOrphanReconciler, ReconcileSummary};
+use omabox_sandbox::SandboxFactoryEnv;
 use omabox_store::SqliteStore;
 use serde::Serialize;
 use std::path::Path;
@@ -27,19 +33,30 @@ struct ReapReport {
     #[serde(flatten)]
     summary: ReconcileSummary,
     queued: Vec<RuntimeOrphanRecord>,
+    /// The abandoned-lease pass.
+    abandoned: AbandonedLeaseSummary,
 }
 
 /// Runs one reconcile pass and reports what is still queued.
 pub async fn run(data_dir: &Path, args: &ReapArgs) -> anyhow::Result<ExitCode> {
     let store = SqliteStore::open(data_dir::database_path(data_dir))?;
-    let orphans: Arc<dyn RuntimeOrphanPort> = Arc::new(store);
+    let resolver = wiring::sandbox_resolver(&SandboxFactoryEnv::from_process_env());
+    let orphans: Arc<dyn RuntimeOrphanPort> = Arc::new(store.clone());
     let reconciler =
-        ManagedRuntimeOrphanReconciler::with_resolver(Arc::clone(&orphans), Arc::new(backend_for));
+        ManagedRuntimeOrphanReconciler::with_resolver(Arc::clone(&orphans), Arc::clone(&resolver));
     let summary = reconciler.run_once(args.limit).await?;
     let limit = usize::try_from(args.limit).unwrap_or(usize::MAX);
     let queued = orphans.list(limit).await?;
+    let journal: Arc<dyn RuntimeLeaseJournalPort> = Arc::new(store);
+    let abandoned = AbandonedLeaseReaper::new(journal, resolver)
+        .run_once(args.limit)
+        .await?;
     if args.json {
-        let report = ReapReport { summary, queued };
+        let report = ReapReport {
+            summary,
+            queued,
+            abandoned,
+        };
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {
         println!(
@@ -57,12 +74,16 @@ pub async fn run(data_dir: &Path, args: &ReapArgs) -> anyhow::Result<ExitCode> {
                 record.last_error
             );
         }
+        println!(
+            "abandoned leases: inspected {}, reaped {}, remaining {}",
+            abandoned.inspected, abandoned.reaped, abandoned.remaining
+        );
+        for failure in &abandoned.errors {
+            println!(
+                "  {} {}  last error: {}",
+                failure.provider, failure.runtime_id, failure.error
+            );
+        }
     }
     Ok(ExitCode::SUCCESS)
-}
-
-/// The sandbox port that reaps leases of `provider` in this build. No backend is wired in
-/// yet, so every orphan stays queued with "No sandbox backend is registered for provider …".
-fn backend_for(_provider: &str) -> Option<Arc<dyn ManagedSandboxPort>> {
-    None
 }

@@ -1,0 +1,121 @@
+//! `omabox outputs --session ID [--json] [--get PATH --to FILE]`: the Session outputs of the
+//! session's last publication (logical path, size, media type, content hash), and optionally
+//! one entry's bytes, copied from the blob store after checking its stored size.
+
+use crate::commands::run::{
+    ENVIRONMENT_ID, WORK_ID, WORKSPACE_ID, check_id, open_store, publication,
+};
+use crate::timeline::human_bytes;
+use crate::wiring::Persistence;
+use anyhow::Context as _;
+use clap::Args;
+use omabox_contract::RuntimeResourceScope;
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+/// Options of `omabox outputs`.
+#[derive(Debug, Args)]
+pub struct OutputsArgs {
+    /// The session.
+    #[arg(long, value_name = "ID")]
+    session: String,
+    /// Print one JSON document: the manifest entries.
+    #[arg(long)]
+    json: bool,
+    /// Copy the entry with this logical path (with --to).
+    #[arg(long, value_name = "PATH", requires = "to")]
+    get: Option<String>,
+    /// Where --get writes the entry (`-` for stdout). Refuses to overwrite a file.
+    #[arg(long, value_name = "FILE", requires = "get")]
+    to: Option<PathBuf>,
+}
+
+/// Lists (or copies) a session's published outputs.
+pub async fn run(data_dir: &Path, args: &OutputsArgs) -> anyhow::Result<ExitCode> {
+    check_id("--session", &args.session)?;
+    let store = open_store(data_dir).await?;
+    let scope = RuntimeResourceScope::new(WORKSPACE_ID, ENVIRONMENT_ID, &args.session, WORK_ID);
+    let publication = publication(&store, &scope).await?.with_context(|| {
+        format!(
+            "session {} has published nothing (see `omabox sessions`)",
+            args.session
+        )
+    })?;
+    let persistence = Persistence::open(data_dir, None)?;
+    let Some(candidate) = publication.output_candidate else {
+        if args.json {
+            println!("[]");
+        } else {
+            println!(
+                "revision {} of session {} has no outputs",
+                publication.revision, args.session
+            );
+        }
+        return Ok(ExitCode::SUCCESS);
+    };
+
+    if let (Some(path), Some(to)) = (&args.get, &args.to) {
+        let (entry, file) = persistence
+            .outputs
+            .open_entry(&candidate, path)
+            .await
+            .with_context(|| format!("cannot read output {path:?} of session {}", args.session))?;
+        copy_entry(file, to)?;
+        if to.as_os_str() != "-" {
+            eprintln!(
+                "wrote {} ({}) to {}",
+                entry.logical_path,
+                human_bytes(entry.size),
+                to.display()
+            );
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
+
+    let manifest = persistence
+        .outputs
+        .read_manifest(&candidate)
+        .await
+        .context("cannot read the outputs manifest")?;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&manifest.entries)?);
+        return Ok(ExitCode::SUCCESS);
+    }
+    println!(
+        "session {} revision {} (generation {}): {} output(s)",
+        args.session,
+        publication.revision,
+        manifest.generation,
+        manifest.entries.len()
+    );
+    for entry in &manifest.entries {
+        println!(
+            "  {:<32} {:>10}  {:<24} {}",
+            entry.logical_path,
+            human_bytes(entry.size),
+            entry.media_type.as_deref().unwrap_or("-"),
+            entry.content_hash
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Copies the blob to `to` (`-`: stdout); never overwrites an existing file.
+fn copy_entry(mut file: std::fs::File, to: &Path) -> anyhow::Result<()> {
+    if to.as_os_str() == "-" {
+        let mut stdout = std::io::stdout().lock();
+        std::io::copy(&mut file, &mut stdout).context("cannot write to stdout")?;
+        stdout.flush().context("cannot write to stdout")?;
+        return Ok(());
+    }
+    let mut out = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(to)
+        .with_context(|| format!("cannot create {} (it must not exist yet)", to.display()))?;
+    std::io::copy(&mut file, &mut out).with_context(|| format!("cannot write {}", to.display()))?;
+    out.sync_all()
+        .with_context(|| format!("cannot write {}", to.display()))?;
+    Ok(())
+}

@@ -1,0 +1,218 @@
+//! Wiring: the one place that knows which backend crate provides which managed-runtime
+//! provider driver, and how the persistence ports of a data directory are built.
+//!
+//! ```text
+//!   <data-dir>/omabox.db  ── SqliteStore (fences, orphans, lease journal)
+//!   <data-dir>/blobs/     ── BlobStore ─┬─ FilesystemWorkspacePort  (/workspace)
+//!                                       └─ FilesystemSessionOutputPort (/mnt/session/outputs)
+//!   --backend linux ── omabox_backend_linux::managed  (namespaces, cgroups, seccomp, Landlock)
+//!   --backend local ── omabox_backend_local::managed  (test mode only, no isolation)
+//! ```
+//!
+//! The host never names a backend; this module is where names become drivers, both for
+//! running (`provider_driver`) and for reaping leases a dead host left behind
+//! (`sandbox_resolver`, which needs no live handle: leases carry what a reap needs).
+
+use anyhow::Context as _;
+use omabox_backend_linux::factory::LinuxSandboxFactory;
+use omabox_backend_linux::managed::{
+    LINUX_PROVIDER, LinuxManagedProvider, LinuxManagedRuntimeOptions,
+};
+use omabox_backend_local::managed::{
+    LOCAL_PROVIDER, LocalManagedProvider, LocalManagedRuntimeOptions,
+};
+use omabox_contract::{
+    ManagedRuntimeProviderDriverPort, ManagedSandboxPort, SessionOutputPort,
+    WorkspacePersistencePort,
+};
+use omabox_host::reconciler::SandboxPortResolver;
+use omabox_persistence::{
+    BlobStore, FilesystemSessionOutputPort, FilesystemWorkspacePort, ProgressObserver,
+};
+use omabox_sandbox::managed::{
+    HarnessOutputSink, ProviderManagedRuntime, ProviderManagedRuntimeOptions,
+};
+use omabox_sandbox::{SandboxFactoryContext, SandboxFactoryEnv, is_test_mode};
+use std::path::Path;
+use std::sync::Arc;
+
+/// The backends `omabox run --backend` accepts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Backend {
+    /// Linux namespaces, cgroups, seccomp and Landlock (root). The default.
+    Linux,
+    /// A local subprocess with NO isolation; only in test mode (OMABOX_TEST_MODE=1).
+    Local,
+}
+
+impl Backend {
+    /// The provider id in leases and descriptors.
+    pub fn provider(self) -> &'static str {
+        match self {
+            Backend::Linux => LINUX_PROVIDER,
+            Backend::Local => LOCAL_PROVIDER,
+        }
+    }
+}
+
+/// Printed when linux sandboxes cannot be made here.
+pub const LOCAL_HINT: &str = "for development without isolation, run with `--backend local` and \
+                              OMABOX_TEST_MODE=1 (commands then run as plain subprocesses on this machine)";
+
+/// The persistence ports of one data directory, sharing one blob store.
+#[derive(Debug, Clone)]
+pub struct Persistence {
+    /// `/workspace` checkpoints and restores.
+    pub workspace: Arc<FilesystemWorkspacePort>,
+    /// `/mnt/session/outputs` collection.
+    pub outputs: Arc<FilesystemSessionOutputPort>,
+}
+
+impl Persistence {
+    /// Opens the blob store under `data_dir`; `progress` receives restore, checkpoint and
+    /// export progress.
+    pub fn open(
+        data_dir: &Path,
+        progress: Option<Arc<dyn ProgressObserver>>,
+    ) -> anyhow::Result<Self> {
+        let blobs =
+            Arc::new(BlobStore::new(data_dir).with_context(|| {
+                format!("cannot open the blob store in {}", data_dir.display())
+            })?);
+        let mut workspace = FilesystemWorkspacePort::with_store(data_dir, Arc::clone(&blobs));
+        if let Some(progress) = progress {
+            workspace = workspace.with_progress(progress);
+        }
+        Ok(Self {
+            workspace: Arc::new(workspace),
+            outputs: Arc::new(FilesystemSessionOutputPort::with_store(data_dir, blobs)),
+        })
+    }
+}
+
+/// What a provider driver is built from.
+#[derive(Clone)]
+pub struct DriverInputs {
+    /// The process environment (backend keys, test mode).
+    pub env: SandboxFactoryEnv,
+    /// `/workspace` persistence (host-directory bindings).
+    pub workspace: Arc<dyn WorkspacePersistencePort>,
+    /// `/mnt/session/outputs` persistence (host-directory bindings).
+    pub outputs: Arc<dyn SessionOutputPort>,
+    /// Where the harness's stdout and stderr go.
+    pub harness_output: Option<Arc<dyn HarnessOutputSink>>,
+}
+
+impl std::fmt::Debug for DriverInputs {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DriverInputs")
+            .field("env", &self.env)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Checks, before anything is claimed, that `backend` can make sandboxes here; the error
+/// says why not and what to do instead.
+pub fn check_backend(backend: Backend, env: &SandboxFactoryEnv) -> anyhow::Result<()> {
+    match backend {
+        Backend::Local => {
+            if !is_test_mode(env) {
+                anyhow::bail!(
+                    "the local backend runs commands without any isolation and is available \
+                     only in test mode: set OMABOX_TEST_MODE=1 (or NODE_ENV=test)"
+                );
+            }
+            Ok(())
+        }
+        Backend::Linux => {
+            let probe_dir = std::env::temp_dir();
+            let ctx = SandboxFactoryContext {
+                session_id: "probe".into(),
+                workdir: probe_dir,
+                memory_root: None,
+                outputs_root: None,
+            };
+            LinuxSandboxFactory::new()
+                .check_host(&ctx, env)
+                .map_err(|error| {
+                    let mut reason = error.to_string();
+                    let mut source = std::error::Error::source(&error);
+                    while let Some(next) = source {
+                        reason.push_str(": ");
+                        reason.push_str(&next.to_string());
+                        source = next.source();
+                    }
+                    anyhow::anyhow!(
+                        "cannot create linux sandboxes on this machine: {reason}\nhint: linux \
+                         sandboxes need root, cgroups and the omabox-sandbox-init binary next to \
+                         omabox (`cargo build --release --bins`); {LOCAL_HINT}"
+                    )
+                })
+        }
+    }
+}
+
+/// The managed-runtime provider driver of `backend`.
+pub async fn provider_driver(
+    backend: Backend,
+    inputs: DriverInputs,
+) -> anyhow::Result<Arc<dyn ManagedRuntimeProviderDriverPort>> {
+    let DriverInputs {
+        env,
+        workspace,
+        outputs,
+        harness_output,
+    } = inputs;
+    let driver = match backend {
+        Backend::Local => {
+            omabox_backend_local::managed::create_managed_runtime_provider_driver(
+                LocalManagedRuntimeOptions {
+                    env,
+                    workspace,
+                    outputs,
+                    readiness_timeout: None,
+                    harness_output,
+                },
+            )
+            .await
+        }
+        Backend::Linux => {
+            omabox_backend_linux::managed::create_managed_runtime_provider_driver(
+                LinuxManagedRuntimeOptions {
+                    factory: LinuxSandboxFactory::new(),
+                    env,
+                    workspace,
+                    outputs,
+                    readiness_timeout: None,
+                    harness_output,
+                },
+            )
+            .await
+        }
+    };
+    driver.with_context(|| format!("cannot set up the {} backend", backend.provider()))
+}
+
+/// Provider id → a sandbox port that can reap that provider's leases from a fresh process,
+/// for the orphan reconciler and the abandoned-lease reaper. `local` is offered only in test
+/// mode (its leases are reachable only from the process that made them, so a reap of a dead
+/// process's local lease succeeds without touching anything — see the local backend).
+pub fn sandbox_resolver(env: &SandboxFactoryEnv) -> SandboxPortResolver {
+    let linux: Arc<dyn ManagedSandboxPort> = Arc::new(ProviderManagedRuntime::new(
+        ProviderManagedRuntimeOptions::new(Arc::new(LinuxManagedProvider::new(
+            LinuxSandboxFactory::new(),
+            env.clone(),
+        ))),
+    ));
+    let local: Option<Arc<dyn ManagedSandboxPort>> =
+        LocalManagedProvider::new(env).ok().map(|provider| {
+            Arc::new(ProviderManagedRuntime::new(
+                ProviderManagedRuntimeOptions::new(Arc::new(provider)),
+            )) as Arc<dyn ManagedSandboxPort>
+        });
+    Arc::new(move |provider: &str| match provider {
+        LINUX_PROVIDER => Some(Arc::clone(&linux)),
+        LOCAL_PROVIDER => local.clone(),
+        _ => None,
+    })
+}

@@ -1,0 +1,622 @@
+//! `omabox run` end to end, driven as a user would: the real binary, a real data directory,
+//! real sandboxes, real signals (`kill -9`, SIGINT). Each test has its own data directory
+//! and, on linux, its own runtime dir and cgroup parent, and checks that no sandbox (state
+//! dir, cgroup, process) is left.
+//!
+//! The linux tests need root, cgroups and the `omabox-sandbox-init` binary next to
+//! `omabox` (`cargo build --bins`); they skip with a printed reason where those are missing,
+//! and fail under `CI=true`. The basic two-run test also runs on `local` (test mode).
+
+use omabox_backend_linux::factory::{
+    CGROUP_PARENT_ENV, INIT_ENV, LinuxSandboxFactory, RUNTIME_DIR_ENV,
+};
+use omabox_sandbox::{SandboxFactoryContext, SandboxFactoryEnv};
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+fn omabox_bin() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_omabox"))
+}
+
+fn init_bin() -> PathBuf {
+    omabox_bin().with_file_name("omabox-sandbox-init")
+}
+
+/// Which backend a [`Setup`] runs on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Backend {
+    Linux,
+    Local,
+}
+
+/// One test's data directory (and, on linux, runtime dir and cgroup parent).
+struct Setup {
+    backend: Backend,
+    data: tempfile::TempDir,
+    runtime_dir: tempfile::TempDir,
+    cgroup_parent: String,
+}
+
+/// `Some` when linux sandboxes can run here; otherwise prints why and returns `None`, or
+/// fails under `CI=true`.
+fn linux() -> Option<Setup> {
+    if let Some(reason) = linux_unavailable_reason() {
+        if std::env::var("CI").is_ok_and(|value| value == "true") {
+            panic!("CI=true and linux sandboxes cannot run: {reason}");
+        }
+        eprintln!("SKIPPED: linux sandboxes cannot run here: {reason}");
+        return None;
+    }
+    Some(Setup::new(Backend::Linux))
+}
+
+fn local() -> Setup {
+    Setup::new(Backend::Local)
+}
+
+fn linux_unavailable_reason() -> Option<String> {
+    if !init_bin().is_file() {
+        return Some(format!(
+            "{} is missing (build it: cargo build --bins)",
+            init_bin().display()
+        ));
+    }
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        return Some("linux sandboxes need root (cgroup limits)".into());
+    }
+    let ctx = SandboxFactoryContext {
+        session_id: "probe".into(),
+        workdir: std::env::temp_dir(),
+        memory_root: None,
+        outputs_root: None,
+    };
+    let env: SandboxFactoryEnv = [(INIT_ENV, init_bin().display().to_string())]
+        .into_iter()
+        .collect();
+    LinuxSandboxFactory::new()
+        .check_host(&ctx, &env)
+        .err()
+        .map(|error| format!("{error}: {:?}", std::error::Error::source(&error)))
+}
+
+impl Setup {
+    fn new(backend: Backend) -> Self {
+        let runtime_dir = tempfile::tempdir().unwrap();
+        let cgroup_parent = format!(
+            "omabox-run-test-{}",
+            runtime_dir.path().file_name().unwrap().to_string_lossy()
+        );
+        Self {
+            backend,
+            data: tempfile::tempdir().unwrap(),
+            runtime_dir,
+            cgroup_parent,
+        }
+    }
+
+    /// `omabox --data-dir D <args>` with this test's environment.
+    fn command(&self, args: &[&str]) -> Command {
+        let mut command = Command::new(omabox_bin());
+        command
+            .arg("--data-dir")
+            .arg(self.data.path())
+            .args(args)
+            .env(RUNTIME_DIR_ENV, self.runtime_dir.path())
+            .env(CGROUP_PARENT_ENV, &self.cgroup_parent)
+            .env(INIT_ENV, init_bin())
+            .env("OMABOX_TEST_MODE", "1")
+            .env_remove("OMABOX_LEASE_TTL_MS")
+            .env_remove("OMABOX_LINUX_IMAGE")
+            .env_remove("SANDBOX_IMAGE")
+            .stdin(Stdio::null());
+        command
+    }
+
+    fn backend_flag(&self) -> &'static str {
+        match self.backend {
+            Backend::Linux => "linux",
+            Backend::Local => "local",
+        }
+    }
+
+    /// `omabox run --json --backend B --session S <extra> -- CMD...`.
+    fn run_command(&self, session: &str, extra: &[&str], cmd: &[&str]) -> Command {
+        let mut args = vec![
+            "run",
+            "--json",
+            "--backend",
+            self.backend_flag(),
+            "--session",
+            session,
+        ];
+        args.extend_from_slice(extra);
+        args.push("--");
+        args.extend_from_slice(cmd);
+        self.command(&args)
+    }
+
+    fn run(&self, session: &str, cmd: &[&str]) -> (Value, Output) {
+        let output = self
+            .run_command(session, &[], cmd)
+            .output()
+            .expect("omabox runs");
+        (json_of(&output), output)
+    }
+
+    /// The `--json` document of `omabox <args>`.
+    fn json(&self, args: &[&str]) -> Value {
+        let output = self.command(args).output().expect("omabox runs");
+        assert!(output.status.success(), "{}", describe(&output));
+        json_of(&output)
+    }
+
+    fn cgroup_parents(&self) -> Vec<PathBuf> {
+        let Ok(Some(layout)) = omabox_backend_linux::CgroupLayout::detect() else {
+            return Vec::new();
+        };
+        match layout {
+            omabox_backend_linux::CgroupLayout::V1 { controllers } => controllers
+                .values()
+                .map(|mount| mount.join(&self.cgroup_parent))
+                .collect(),
+            omabox_backend_linux::CgroupLayout::V2 { root, .. } => {
+                vec![root.join(&self.cgroup_parent)]
+            }
+        }
+    }
+
+    /// The sandboxes' state dirs in this test's runtime dir.
+    fn state_dirs(&self) -> Vec<PathBuf> {
+        std::fs::read_dir(self.runtime_dir.path())
+            .map(|entries| entries.flatten().map(|entry| entry.path()).collect())
+            .unwrap_or_default()
+    }
+
+    /// No state dir, no sandbox cgroup, no process in one, no journaled lease.
+    fn assert_no_sandbox_left(&self) {
+        if self.backend == Backend::Linux {
+            let state = self.state_dirs();
+            assert!(state.is_empty(), "state dirs left: {state:?}");
+            for parent in self.cgroup_parents() {
+                if let Ok(entries) = std::fs::read_dir(&parent) {
+                    let dirs: Vec<_> = entries
+                        .flatten()
+                        .map(|entry| entry.path())
+                        .filter(|path| path.is_dir())
+                        .collect();
+                    assert!(dirs.is_empty(), "cgroups left under {parent:?}: {dirs:?}");
+                }
+            }
+            let in_cgroup: Vec<_> = std::fs::read_dir("/proc")
+                .unwrap()
+                .flatten()
+                .filter(|entry| {
+                    std::fs::read_to_string(entry.path().join("cgroup"))
+                        .is_ok_and(|cgroup| cgroup.contains(&self.cgroup_parent))
+                })
+                .map(|entry| entry.file_name())
+                .collect();
+            assert!(in_cgroup.is_empty(), "processes left: {in_cgroup:?}");
+        }
+        let reap = self.json(&["reap", "--json"]);
+        assert_eq!(
+            reap["abandoned"]["inspected"], 0,
+            "journaled leases left: {reap}"
+        );
+        assert_eq!(reap["inspected"], 0, "orphans left: {reap}");
+    }
+
+    /// Waits until a file named `name` appears in some workspace binding of this data dir
+    /// (the harness wrote it: its sandbox is up).
+    fn wait_for_workspace_file(&self, name: &str, child: &mut Child) -> PathBuf {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if let Some(found) = find_file(&self.data.path().join("runtime"), name) {
+                return found;
+            }
+            if let Ok(Some(status)) = child.try_wait() {
+                panic!("omabox run ended ({status}) before the harness wrote {name}");
+            }
+            assert!(Instant::now() < deadline, "the harness never wrote {name}");
+            std::thread::sleep(Duration::from_millis(25));
+        }
+    }
+}
+
+impl Drop for Setup {
+    fn drop(&mut self) {
+        for parent in self.cgroup_parents() {
+            let _ = std::fs::remove_dir(parent);
+        }
+    }
+}
+
+fn find_file(dir: &Path, name: &str) -> Option<PathBuf> {
+    for entry in std::fs::read_dir(dir).ok()?.flatten() {
+        let path = entry.path();
+        let kind = entry.file_type().ok()?;
+        if kind.is_dir() {
+            if let Some(found) = find_file(&path, name) {
+                return Some(found);
+            }
+        } else if entry.file_name() == name {
+            return Some(path);
+        }
+    }
+    None
+}
+
+fn describe(output: &Output) -> String {
+    format!(
+        "status {:?}\nstdout:\n{}\nstderr:\n{}",
+        output.status.code(),
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    )
+}
+
+fn json_of(output: &Output) -> Value {
+    serde_json::from_slice(&output.stdout).unwrap_or_else(|error| {
+        panic!(
+            "stdout is not one JSON document ({error}): {}",
+            describe(output)
+        )
+    })
+}
+
+fn steps(report: &Value) -> Vec<String> {
+    report["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|event| event["step"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+/// The session's row in `omabox sessions --json`.
+fn session_row(setup: &Setup, session: &str) -> Value {
+    let sessions = setup.json(&["sessions", "--json"]);
+    sessions
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|row| row["session"] == session)
+        .cloned()
+        .unwrap_or(Value::Null)
+}
+
+/// Writes `a` (through `/workspace` on linux, the cwd on local, which is `/workspace`
+/// there) and an output; the second run reads `a` back.
+fn two_runs_on_one_session(setup: &Setup) {
+    let (first, output) = setup.run(
+        "s1",
+        &[
+            "sh",
+            "-c",
+            r#"echo one > a && echo report > "${OMA_OUTPUTS_DIR:-/mnt/session/outputs}/r.txt""#,
+        ],
+    );
+    assert!(output.status.success(), "{}", describe(&output));
+    assert_eq!(
+        first["result"],
+        serde_json::json!({"type": "completed", "revision": 1})
+    );
+    assert_eq!(first["generation"], 1);
+    assert_eq!(first["restoredRevision"], Value::Null);
+    assert_eq!(first["session"], "s1");
+    assert_eq!(first["outputs"][0]["logicalPath"], "r.txt");
+    assert_eq!(first["outputs"][0]["size"], 7);
+    for step in [
+        "fence.acquire",
+        "sandbox.acquire",
+        "harness.run",
+        "workspace.checkpoint",
+        "fence.publish",
+        "total",
+    ] {
+        assert!(
+            first["timings"][step].is_number(),
+            "no timing for {step}: {first}"
+        );
+    }
+
+    let read = if setup.backend == Backend::Linux {
+        "/workspace/a"
+    } else {
+        "a"
+    };
+    let (second, output) = setup.run("s1", &["cat", read]);
+    assert!(output.status.success(), "{}", describe(&output));
+    assert_eq!(String::from_utf8_lossy(&output.stderr).trim(), "one");
+    assert_eq!(
+        second["result"],
+        serde_json::json!({"type": "completed", "revision": 2})
+    );
+    assert_eq!(second["generation"], 2);
+    assert_eq!(second["restoredRevision"], 1);
+    assert_eq!(second["outputs"], serde_json::json!([]));
+
+    let row = session_row(setup, "s1");
+    assert_eq!(
+        (row["revision"].clone(), row["generation"].clone()),
+        (2.into(), 2.into())
+    );
+    let exported = setup.data.path().join("exported");
+    let export = setup
+        .command(&["workspace", "export", "--session", "s1"])
+        .arg(&exported)
+        .output()
+        .unwrap();
+    assert!(export.status.success(), "{}", describe(&export));
+    assert_eq!(
+        std::fs::read_to_string(exported.join("a")).unwrap(),
+        "one\n"
+    );
+    setup.assert_no_sandbox_left();
+}
+
+#[test]
+fn linux_two_runs_on_one_session_continue_its_workspace() {
+    let Some(setup) = linux() else { return };
+    two_runs_on_one_session(&setup);
+}
+
+#[test]
+fn local_two_runs_on_one_session_continue_its_workspace() {
+    two_runs_on_one_session(&local());
+}
+
+#[test]
+fn the_demo_runs_twice_and_counts() {
+    let Some(setup) = linux() else { return };
+    for run in 1..=2 {
+        let output = setup.command(&["run"]).output().unwrap();
+        assert!(output.status.success(), "{}", describe(&output));
+        let text = String::from_utf8_lossy(&output.stdout);
+        for line in [
+            "fence claimed",
+            "workspace materialized",
+            "sandbox acquired",
+            "harness exited",
+            "workspace checkpointed",
+            "outputs collected",
+            "published",
+            "sandbox terminated",
+            "fence released",
+        ] {
+            assert!(text.contains(line), "no {line:?} in the timeline:\n{text}");
+        }
+        assert!(text.contains(&format!("counter is now {run}")), "{text}");
+        assert!(
+            text.contains(&format!("completed: revision {run} published")),
+            "{text}"
+        );
+    }
+    let report = setup
+        .command(&[
+            "outputs",
+            "--session",
+            "demo",
+            "--get",
+            "report.md",
+            "--to",
+            "-",
+        ])
+        .output()
+        .unwrap();
+    assert!(String::from_utf8_lossy(&report.stdout).contains("- run: 2"));
+    setup.assert_no_sandbox_left();
+}
+
+#[test]
+fn a_failing_harness_fails_publishes_nothing_and_leaves_no_sandbox() {
+    let Some(setup) = linux() else { return };
+    let (first, output) = setup.run("s", &["sh", "-c", "echo one > /workspace/a"]);
+    assert!(output.status.success(), "{}", describe(&output));
+    assert_eq!(first["result"]["revision"], 1);
+
+    let (failed, output) = setup.run(
+        "s",
+        &[
+            "sh",
+            "-c",
+            "echo two > /workspace/a; echo partial > /mnt/session/outputs/o.txt; exit 3",
+        ],
+    );
+    assert_eq!(output.status.code(), Some(1), "{}", describe(&output));
+    assert_eq!(failed["result"]["type"], "failed", "{failed}");
+    let message = failed["result"]["error"]["message"].as_str().unwrap();
+    assert!(message.contains("exited with code 3"), "{message}");
+    let steps = steps(&failed);
+    for step in ["outputs.abort", "sandbox.terminate", "fence.release"] {
+        assert!(steps.contains(&step.to_owned()), "no {step} in {steps:?}");
+    }
+    assert!(!steps.contains(&"fence.publish".to_owned()), "{steps:?}");
+    assert_eq!(failed["outputs"], serde_json::json!([]));
+
+    // Still revision 1, with its workspace and no outputs from the failed run.
+    let row = session_row(&setup, "s");
+    assert_eq!(row["revision"], 1);
+    assert_eq!(row["outputs"], 0);
+    let (third, output) = setup.run("s", &["cat", "/workspace/a"]);
+    assert_eq!(String::from_utf8_lossy(&output.stderr).trim(), "one");
+    assert_eq!(third["generation"], 3);
+    assert_eq!(third["restoredRevision"], 1);
+    setup.assert_no_sandbox_left();
+}
+
+#[test]
+fn kill_9_mid_harness_then_reap_leaves_no_sandbox_and_the_session_continues() {
+    let Some(setup) = linux() else { return };
+    let (first, output) = setup.run("k", &["sh", "-c", "echo one > /workspace/a"]);
+    assert!(output.status.success(), "{}", describe(&output));
+    assert_eq!(first["generation"], 1);
+
+    let mut killed = setup
+        .run_command(
+            "k",
+            &[],
+            &[
+                "sh",
+                "-c",
+                "echo two > /workspace/a; touch /workspace/started; sleep 60",
+            ],
+        )
+        .env("OMABOX_LEASE_TTL_MS", "1500")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    setup.wait_for_workspace_file("started", &mut killed);
+    killed.kill().unwrap(); // SIGKILL: no cleanup at all.
+    killed.wait().unwrap();
+    assert_eq!(
+        setup.state_dirs().len(),
+        1,
+        "the killed run's sandbox is still on record"
+    );
+
+    // Before the fence expires the lease is held: reap leaves it alone.
+    let early = setup.json(&["reap", "--json"]);
+    assert_eq!(
+        early["abandoned"]["inspected"], 0,
+        "a held lease was listed: {early}"
+    );
+    assert_eq!(setup.state_dirs().len(), 1);
+    // After it expires, reap terminates the sandbox from its journaled lease.
+    std::thread::sleep(Duration::from_millis(2_000));
+    let reap = setup.json(&["reap", "--json"]);
+    assert_eq!(reap["abandoned"]["reaped"], 1, "{reap}");
+    let again = setup.json(&["reap", "--json"]);
+    assert_eq!(
+        again["abandoned"]["inspected"], 0,
+        "reap is repeatable: {again}"
+    );
+    setup.assert_no_sandbox_left();
+
+    let (next, output) = setup.run("k", &["cat", "/workspace/a"]);
+    assert!(output.status.success(), "{}", describe(&output));
+    assert_eq!(String::from_utf8_lossy(&output.stderr).trim(), "one");
+    assert_eq!(next["generation"], 3, "{next}");
+    assert_eq!(next["restoredRevision"], 1);
+    assert_eq!(
+        next["result"],
+        serde_json::json!({"type": "completed", "revision": 2})
+    );
+    setup.assert_no_sandbox_left();
+}
+
+#[test]
+fn a_held_work_item_is_a_conflict_with_its_expiry_and_ctrl_c_cleans_up() {
+    let Some(setup) = linux() else { return };
+    let mut holder = setup
+        .run_command(
+            "held",
+            &[],
+            &["sh", "-c", "touch /workspace/holding; sleep 60"],
+        )
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    setup.wait_for_workspace_file("holding", &mut holder);
+
+    let (conflict, output) = setup.run("held", &["true"]);
+    assert_eq!(output.status.code(), Some(1), "{}", describe(&output));
+    assert_eq!(conflict["result"]["type"], "conflict", "{conflict}");
+    let expires_at = conflict["result"]["expiresAt"].as_str().unwrap();
+    assert!(
+        expires_at.ends_with('Z') && expires_at.contains('T'),
+        "{expires_at}"
+    );
+
+    // Ctrl-C: the holder cancels through the run's signal and cleans up everything.
+    // SAFETY: kill has no memory-safety preconditions; the pid is our child's.
+    let sent = unsafe { libc::kill(holder.id() as libc::pid_t, libc::SIGINT) };
+    assert_eq!(sent, 0);
+    let output = holder.wait_with_output().unwrap();
+    assert_eq!(output.status.code(), Some(130), "{}", describe(&output));
+    let report = json_of(&output);
+    assert_eq!(report["result"]["type"], "lease_lost", "{report}");
+    assert_eq!(report["cancelled"], true);
+    let steps = steps(&report);
+    for step in ["sandbox.terminate", "outputs.abort", "fence.release"] {
+        assert!(steps.contains(&step.to_owned()), "no {step} in {steps:?}");
+    }
+    setup.assert_no_sandbox_left();
+
+    // The fence was released, so the session is free at once.
+    let (after, output) = setup.run("held", &["true"]);
+    assert!(output.status.success(), "{}", describe(&output));
+    assert_eq!(after["generation"], 2);
+}
+
+#[test]
+fn workspace_seeds_only_a_new_session() {
+    let setup = local();
+    let seed = tempfile::tempdir().unwrap();
+    std::fs::write(seed.path().join("seeded.txt"), "from the seed\n").unwrap();
+    let seed_arg = seed.path().to_str().unwrap();
+    let output = setup
+        .run_command("w", &["--workspace", seed_arg], &["cat", "seeded.txt"])
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{}", describe(&output));
+    assert_eq!(
+        String::from_utf8_lossy(&output.stderr).trim(),
+        "from the seed"
+    );
+
+    let output = setup
+        .run_command("w", &["--workspace", seed_arg], &["true"])
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("already has a published workspace (revision 1)"),
+        "{stderr}"
+    );
+    setup.assert_no_sandbox_left();
+}
+
+#[test]
+fn local_is_refused_outside_test_mode_with_a_clear_error() {
+    let setup = local();
+    let output = setup
+        .command(&["run", "--backend", "local", "--", "true"])
+        .env_remove("OMABOX_TEST_MODE")
+        .env_remove("NODE_ENV")
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("OMABOX_TEST_MODE=1"), "{stderr}");
+}
+
+#[test]
+fn a_supervised_harness_speaks_json_lines_and_publishes() {
+    let setup = local();
+    let supervisor = r#"read start
+echo supervised > s
+printf '{"type":"ready","protocol":"openma-harness-supervisor-v1"}\n{"type":"completed","exitCode":0}\n'
+read drain
+printf '{"type":"drained"}\n'"#;
+    let output = setup
+        .run_command("sup", &["--supervised"], &["sh", "-c", supervisor])
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{}", describe(&output));
+    let report = json_of(&output);
+    assert_eq!(
+        report["result"],
+        serde_json::json!({"type": "completed", "revision": 1})
+    );
+    let (next, output) = setup.run("sup", &["cat", "s"]);
+    assert_eq!(String::from_utf8_lossy(&output.stderr).trim(), "supervised");
+    assert_eq!(next["restoredRevision"], 1);
+    setup.assert_no_sandbox_left();
+}
