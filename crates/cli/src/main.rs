@@ -36,6 +36,8 @@ enum Command {
     Outputs(commands::outputs::OutputsArgs),
     /// Benchmarks (`omabox bench run`: the demo's wall time, per step).
     Bench(commands::bench::BenchArgs),
+    /// Show the usage ledger (sandbox_active_seconds per sandbox).
+    Usage(commands::usage::UsageArgs),
     /// Print the managed-runtime provider conformance catalog.
     Catalog(commands::catalog::CatalogArgs),
     /// Retry the termination of sandboxes whose terminate failed (the orphan queue).
@@ -73,6 +75,10 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Outputs(args) => {
             let data_dir = data_dir::resolve(cli.data_dir.as_deref())?;
             runtime()?.block_on(commands::outputs::run(&data_dir, &args))
+        }
+        Command::Usage(args) => {
+            let data_dir = data_dir::resolve(cli.data_dir.as_deref())?;
+            runtime()?.block_on(commands::usage::run(&data_dir, &args))
         }
         Command::Bench(args) => commands::bench::run(&args),
         Command::Catalog(args) => commands::catalog::run(&args),

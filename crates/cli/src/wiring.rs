@@ -21,6 +21,7 @@ use omabox_backend_linux::managed::{
 use omabox_backend_local::managed::{
     LOCAL_PROVIDER, LocalManagedProvider, LocalManagedRuntimeOptions,
 };
+use omabox_contract::UsageLedgerPort;
 use omabox_contract::{
     ManagedRuntimeProviderDriverPort, ManagedSandboxPort, SessionOutputPort,
     WorkspacePersistencePort,
@@ -101,6 +102,9 @@ pub struct DriverInputs {
     pub outputs: Arc<dyn SessionOutputPort>,
     /// Where the harness's stdout and stderr go.
     pub harness_output: Option<Arc<dyn HarnessOutputSink>>,
+    /// Where `sandbox_active_seconds` goes. Used only by backends whose terminate/reap really
+    /// stop the runtime (linux); `local` never records usage.
+    pub usage: Option<Arc<dyn UsageLedgerPort>>,
 }
 
 impl std::fmt::Debug for DriverInputs {
@@ -162,6 +166,7 @@ pub async fn provider_driver(
         workspace,
         outputs,
         harness_output,
+        usage,
     } = inputs;
     let driver = match backend {
         Backend::Local => {
@@ -176,19 +181,23 @@ pub async fn provider_driver(
             )
             .await
         }
-        Backend::Linux => {
-            omabox_backend_linux::managed::create_managed_runtime_provider_driver(
-                LinuxManagedRuntimeOptions {
-                    factory: LinuxSandboxFactory::new(),
-                    env,
-                    workspace,
-                    outputs,
-                    readiness_timeout: None,
-                    harness_output,
-                },
-            )
-            .await
-        }
+        Backend::Linux => omabox_backend_linux::managed::managed_runtime_provider_driver(
+            LinuxManagedRuntimeOptions {
+                factory: LinuxSandboxFactory::new(),
+                env,
+                workspace,
+                outputs,
+                readiness_timeout: None,
+                harness_output,
+            },
+        )
+        .await
+        .map(|driver| {
+            if let Some(usage) = usage {
+                driver.runtime().record_usage_into(usage);
+            }
+            Arc::new(driver) as Arc<dyn ManagedRuntimeProviderDriverPort>
+        }),
     };
     driver.with_context(|| format!("cannot set up the {} backend", backend.provider()))
 }
@@ -197,13 +206,15 @@ pub async fn provider_driver(
 /// for the orphan reconciler and the abandoned-lease reaper. `local` is offered only in test
 /// mode (its leases are reachable only from the process that made them, so a reap of a dead
 /// process's local lease succeeds without touching anything — see the local backend).
-pub fn sandbox_resolver(env: &SandboxFactoryEnv) -> SandboxPortResolver {
-    let linux: Arc<dyn ManagedSandboxPort> = Arc::new(ProviderManagedRuntime::new(
-        ProviderManagedRuntimeOptions::new(Arc::new(LinuxManagedProvider::new(
-            LinuxSandboxFactory::new(),
-            env.clone(),
-        ))),
-    ));
+pub fn sandbox_resolver(
+    env: &SandboxFactoryEnv,
+    usage: Arc<dyn UsageLedgerPort>,
+) -> SandboxPortResolver {
+    let linux_runtime = ProviderManagedRuntime::new(ProviderManagedRuntimeOptions::new(Arc::new(
+        LinuxManagedProvider::new(LinuxSandboxFactory::new(), env.clone()),
+    )));
+    linux_runtime.record_usage_into(usage);
+    let linux: Arc<dyn ManagedSandboxPort> = Arc::new(linux_runtime);
     let local: Option<Arc<dyn ManagedSandboxPort>> =
         LocalManagedProvider::new(env).ok().map(|provider| {
             Arc::new(ProviderManagedRuntime::new(

@@ -362,11 +362,27 @@ fn two_runs_on_one_session(setup: &Setup) {
 fn linux_two_runs_on_one_session_continue_its_workspace() {
     let Some(setup) = linux() else { return };
     two_runs_on_one_session(&setup);
+
+    // Each terminated linux sandbox left one sandbox_active_seconds record.
+    let usage = setup.json(&["usage", "--session", "s1", "--json"]);
+    let records = usage.as_array().expect("an array of usage records");
+    assert_eq!(records.len(), 2, "{usage}");
+    for record in records {
+        assert_eq!(record["kind"], "sandbox_active_seconds");
+        assert_eq!(record["provider"], "linux");
+        assert!(
+            record["seconds"].as_u64().is_some_and(|s| s < 600),
+            "{record}"
+        );
+    }
 }
 
 #[test]
 fn local_two_runs_on_one_session_continue_its_workspace() {
-    two_runs_on_one_session(&local());
+    let setup = local();
+    two_runs_on_one_session(&setup);
+    // local terminate/reap cannot observe a real stop from every process: no usage is guessed.
+    assert_eq!(setup.json(&["usage", "--json"]), serde_json::json!([]));
 }
 
 #[test]

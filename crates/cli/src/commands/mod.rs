@@ -7,4 +7,5 @@ pub mod reap;
 pub mod run;
 pub mod sandbox;
 pub mod sessions;
+pub mod usage;
 pub mod workspace;

@@ -40,7 +40,10 @@ struct ReapReport {
 /// Runs one reconcile pass and reports what is still queued.
 pub async fn run(data_dir: &Path, args: &ReapArgs) -> anyhow::Result<ExitCode> {
     let store = SqliteStore::open(data_dir::database_path(data_dir))?;
-    let resolver = wiring::sandbox_resolver(&SandboxFactoryEnv::from_process_env());
+    let resolver = wiring::sandbox_resolver(
+        &SandboxFactoryEnv::from_process_env(),
+        Arc::new(store.clone()),
+    );
     let orphans: Arc<dyn RuntimeOrphanPort> = Arc::new(store.clone());
     let reconciler =
         ManagedRuntimeOrphanReconciler::with_resolver(Arc::clone(&orphans), Arc::clone(&resolver));

@@ -214,6 +214,7 @@ pub async fn run(data_dir: &Path, args: RunArgs) -> anyhow::Result<ExitCode> {
                 Arc::clone(&timeline),
             )),
             harness_output: Some(Arc::clone(&harness_output) as _),
+            usage: Some(Arc::new(store.clone()) as _),
         },
     )
     .await?;

@@ -1,0 +1,55 @@
+//! `omabox usage`: the usage ledger (`sandbox_active_seconds` per sandbox).
+
+use crate::commands::run::open_store;
+use clap::Args;
+use omabox_contract::{UsageLedgerPort, UsageRecord};
+use std::path::Path;
+use std::process::ExitCode;
+
+/// Options of `omabox usage`.
+#[derive(Debug, Args)]
+pub struct UsageArgs {
+    /// Only this session's records.
+    #[arg(long, value_name = "ID")]
+    session: Option<String>,
+    /// At most this many records (oldest first).
+    #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u64).range(1..))]
+    limit: u64,
+    /// Print the records as a JSON array.
+    #[arg(long)]
+    json: bool,
+}
+
+/// Prints the recorded usage.
+pub async fn run(data_dir: &Path, args: &UsageArgs) -> anyhow::Result<ExitCode> {
+    let store = open_store(data_dir).await?;
+    let limit = usize::try_from(args.limit).unwrap_or(usize::MAX);
+    let records: Vec<UsageRecord> = match &args.session {
+        Some(session) => store.usage(session).await?,
+        None => store.list(limit).await?,
+    };
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&records)?);
+        return Ok(ExitCode::SUCCESS);
+    }
+    if records.is_empty() {
+        println!("no usage recorded");
+        return Ok(ExitCode::SUCCESS);
+    }
+    let total: u64 = records.iter().map(|record| record.seconds).sum();
+    for record in &records {
+        println!(
+            "{}  {}  {} {}  session {}  {} s  ({} → {})",
+            record.kind.as_str(),
+            record.provider,
+            record.runtime_id,
+            record.scope.work_id,
+            record.scope.session_id,
+            record.seconds,
+            record.started_at,
+            record.stopped_at
+        );
+    }
+    println!("{} records, {} s in all", records.len(), total);
+    Ok(ExitCode::SUCCESS)
+}
