@@ -277,6 +277,85 @@ fn workspace_writes_land_in_the_given_directory_and_env_flags_apply() {
     assert!(ws.path().exists(), "a given workspace is kept");
 }
 
+/// A tiny rootfs from the host (dash as /bin/sh, cat, their libraries, a marker file)
+/// packed by GNU tar as a gzip tarball.
+fn tiny_rootfs_tarball(dir: &std::path::Path) -> PathBuf {
+    let root = dir.join("rootfs");
+    let copy = |from: &std::path::Path, to: PathBuf| {
+        std::fs::create_dir_all(to.parent().unwrap()).unwrap();
+        std::fs::copy(from, &to).unwrap();
+    };
+    for (bin, at) in [("/bin/sh", "bin/sh"), ("/bin/cat", "bin/cat")] {
+        let real = std::fs::canonicalize(bin).unwrap();
+        copy(&real, root.join(at));
+        let ldd = Command::new("ldd").arg(&real).output().unwrap();
+        for line in String::from_utf8_lossy(&ldd.stdout).lines() {
+            if let Some(p) = line.split_whitespace().find(|w| w.starts_with('/')) {
+                let p = PathBuf::from(p);
+                copy(&p, root.join(p.strip_prefix("/").unwrap()));
+            }
+        }
+    }
+    std::fs::create_dir_all(root.join("etc")).unwrap();
+    std::fs::write(root.join("etc/image-marker"), "from-image\n").unwrap();
+    let tarball = dir.join("image.tgz");
+    let status = Command::new("tar")
+        .args(["--numeric-owner", "-czf"])
+        .arg(&tarball)
+        .arg("-C")
+        .arg(&root)
+        .arg(".")
+        .status()
+        .expect("tar runs");
+    assert!(status.success());
+    tarball
+}
+
+#[test]
+fn an_image_tarball_is_unpacked_into_the_cache_and_runs() {
+    let Some(lx) = linux() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let tarball = tiny_rootfs_tarball(dir.path());
+    let cache = dir.path().join("cache");
+    for round in 0..2 {
+        let out = lx
+            .command(&[
+                "--image",
+                tarball.to_str().unwrap(),
+                "--",
+                "cat",
+                "/etc/image-marker",
+            ])
+            .env("OMABOX_LINUX_IMAGE_CACHE", &cache)
+            .stdin(Stdio::null())
+            .output()
+            .expect("omabox runs");
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "round {round}: stderr: {}",
+            text(&out.stderr)
+        );
+        assert_eq!(text(&out.stdout), "from-image\n");
+        lx.assert_nothing_left();
+    }
+    let entries: Vec<_> = std::fs::read_dir(cache.join("sha256"))
+        .unwrap()
+        .flatten()
+        .collect();
+    assert_eq!(entries.len(), 1, "unpacked once: {entries:?}");
+
+    // A registry reference is refused as a usage error that says what to do instead.
+    let out = lx.run(&["--image", "debian:12", "--", "true"]);
+    assert_eq!(out.status.code(), Some(2), "stderr: {}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("pulls nothing"),
+        "{}",
+        text(&out.stderr)
+    );
+    lx.assert_nothing_left();
+}
+
 #[test]
 fn bad_arguments_fail_clearly_before_anything_starts() {
     let Some(lx) = linux() else { return };
@@ -293,8 +372,11 @@ fn bad_arguments_fail_clearly_before_anything_starts() {
     let tarball = lx.tmp.path().join("rootfs.tar");
     std::fs::write(&tarball, b"").unwrap();
     let out = lx.run(&["--image", tarball.to_str().unwrap(), "--", "true"]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
     assert!(
-        text(&out.stderr).contains("not supported yet"),
+        text(&out.stderr).contains(
+            "not a rootfs directory, an OCI image layout or a (gzip-compressed) tar archive"
+        ),
         "{}",
         text(&out.stderr)
     );

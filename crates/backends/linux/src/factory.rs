@@ -15,8 +15,9 @@
 //!
 //! | key | meaning | default |
 //! |-----|---------|---------|
-//! | `OMABOX_LINUX_IMAGE` | absolute path of a local rootfs directory, used as the read-only lower layer of an overlay root | the preinstalled rootfs (read-only host `/usr`, `/bin`, `/lib*`, generated `/etc`) |
+//! | `OMABOX_LINUX_IMAGE` | absolute path of a local rootfs directory, rootfs tarball (`.tar`, `.tar.gz`) or OCI image layout directory; the read-only lower layer of an overlay root (see [`crate::image`]) | the preinstalled rootfs (read-only host `/usr`, `/bin`, `/lib*`, generated `/etc`) |
 //! | `SANDBOX_IMAGE` | OpenMA's name, read when `OMABOX_LINUX_IMAGE` is unset | |
+//! | `OMABOX_LINUX_IMAGE_CACHE` | absolute path of the cache tarballs and OCI layouts are unpacked into | [`ImageCache::default_dir`]: `/var/lib/omabox/images` as root, else `$XDG_CACHE_HOME/omabox/images` |
 //! | `OMABOX_LINUX_MEMORY` | memory limit: bytes, or with a `K`/`M`/`G`/`T` suffix (binary: `512M` = 512 MiB), or `unlimited` | 512M |
 //! | `OMABOX_LINUX_PIDS` | maximum tasks (processes + threads, the agent included), or `unlimited` | 512 |
 //! | `OMABOX_LINUX_EXEC_TIMEOUT_MS` | default exec timeout in ms | 120000 |
@@ -24,8 +25,13 @@
 //! | `OMABOX_LINUX_CGROUP_PARENT` | cgroup directory (below each hierarchy root) holding the sandboxes' cgroups | `omabox` |
 //! | `OMABOX_LINUX_INIT` | path of the `omabox-sandbox-init` binary | next to the running executable, then `PATH` |
 //!
-//! Rootfs tarballs, OCI image layouts and registry references are refused with a clear
-//! "not supported yet" error: the mechanism takes a directory only for now.
+//! A directory image is used in place. A tarball or OCI layout is unpacked once into the
+//! content-addressed image cache (layout and unpacking defences in [`crate::image`]) by
+//! `create_port`, never by [`LinuxSandboxFactory::settings`]. There is no registry pull
+//! and so no registry auth: a registry reference (`debian:12`) is refused with a clear
+//! error saying how to bring the image in as a local artifact. Whatever the artifact,
+//! the sandbox's PID 1 (`omabox-sandbox-init`) comes from the host, so an image needs no
+//! omabox binary; it must hold the harness the readiness probe runs.
 //!
 //! # What it must never do
 //!
@@ -44,6 +50,7 @@ use omabox_sandbox::{
     SandboxProviderPort, SandboxRuntimeHandle,
 };
 
+use crate::image::{ImageCache, ImageError, ImageKind, ResolvedImage};
 use crate::plan::{RootfsSource, SandboxPlan};
 use crate::port::{DEFAULT_EXEC_TIMEOUT, LinuxPortError, LinuxSandboxPort, PROVIDER};
 use crate::sandbox::{LinuxRuntime, RuntimeConfig, StartError};
@@ -52,6 +59,8 @@ use crate::sandbox::{LinuxRuntime, RuntimeConfig, StartError};
 pub const IMAGE_ENV: &str = "OMABOX_LINUX_IMAGE";
 /// `SANDBOX_IMAGE`: OpenMA's image key, read when [`IMAGE_ENV`] is unset.
 pub const SANDBOX_IMAGE_ENV: &str = "SANDBOX_IMAGE";
+/// `OMABOX_LINUX_IMAGE_CACHE`: where image artifacts are unpacked.
+pub const IMAGE_CACHE_ENV: &str = "OMABOX_LINUX_IMAGE_CACHE";
 /// `OMABOX_LINUX_MEMORY`: memory limit.
 pub const MEMORY_ENV: &str = "OMABOX_LINUX_MEMORY";
 /// `OMABOX_LINUX_PIDS`: task limit.
@@ -69,6 +78,7 @@ pub const INIT_ENV: &str = "OMABOX_LINUX_INIT";
 pub const ENV_KEYS: &[&str] = &[
     IMAGE_ENV,
     SANDBOX_IMAGE_ENV,
+    IMAGE_CACHE_ENV,
     MEMORY_ENV,
     PIDS_ENV,
     EXEC_TIMEOUT_ENV,
@@ -91,13 +101,24 @@ pub enum LinuxFactoryError {
         /// What is wrong.
         reason: String,
     },
-    /// An image kind the mechanism does not take yet.
-    #[error("{image:?} is {kind}, which is not supported yet; pass an unpacked rootfs directory")]
+    /// An image reference that is not a local artifact.
+    #[error(
+        "{image:?} is {kind}, which the linux backend cannot use: it pulls nothing from registries; pass the absolute path of a local rootfs directory, rootfs tarball or OCI image layout (e.g. made with `skopeo copy docker://IMAGE oci:DIR` or `docker export`)"
+    )]
     ImageNotSupported {
         /// The image reference.
         image: String,
         /// What it looks like.
         kind: &'static str,
+    },
+    /// The image artifact could not be resolved (unpacked into the cache).
+    #[error("cannot use image {image:?}")]
+    Image {
+        /// The image reference.
+        image: String,
+        /// Why.
+        #[source]
+        source: ImageError,
     },
     /// A host directory of the context could not be prepared.
     #[error("could not prepare {what} directory {path:?}")]
@@ -141,18 +162,24 @@ impl From<LinuxFactoryError> for PortError {
             | LinuxFactoryError::ImageNotSupported { .. }) => {
                 PortError::invalid_argument(e.to_string())
             }
-            e => {
-                let mut message = e.to_string();
-                let mut next = std::error::Error::source(&e);
-                while let Some(s) = next {
-                    message.push_str(": ");
-                    message.push_str(&s.to_string());
-                    next = s.source();
-                }
-                PortError::new(message)
+            LinuxFactoryError::Image { ref source, .. } if source.is_bad_image() => {
+                PortError::invalid_argument(message_chain(&error))
             }
+            e => PortError::new(message_chain(&e)),
         }
     }
+}
+
+/// The error's message followed by its sources' messages.
+fn message_chain(error: &dyn std::error::Error) -> String {
+    let mut message = error.to_string();
+    let mut next = error.source();
+    while let Some(s) = next {
+        message.push_str(": ");
+        message.push_str(&s.to_string());
+        next = s.source();
+    }
+    message
 }
 
 /// Parses a memory size: bytes, or a number with a binary `K`, `M`, `G` or `T` suffix
@@ -200,12 +227,56 @@ pub struct LinuxSandboxSettings {
     pub plan: SandboxPlan,
     /// Default exec timeout of the port.
     pub exec_timeout: Duration,
+    /// A tarball or OCI layout still to be unpacked: until
+    /// [`LinuxSandboxSettings::resolve_image`] ran, `plan.rootfs` is not the image's.
+    pub image: Option<PendingImage>,
+}
+
+/// An image artifact named by the env, checked but not unpacked yet.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PendingImage {
+    /// The env value (for messages).
+    pub reference: String,
+    /// Its absolute path.
+    pub path: PathBuf,
+    /// A tarball or an OCI layout.
+    pub kind: ImageKind,
+    /// The cache it is unpacked into.
+    pub cache_dir: PathBuf,
+}
+
+impl PendingImage {
+    /// Unpacks the image into its cache unless it is there already. Blocking.
+    pub fn resolve(&self) -> Result<ResolvedImage, LinuxFactoryError> {
+        ImageCache::new(&self.cache_dir)
+            .resolve(&self.path)
+            .map_err(|source| LinuxFactoryError::Image {
+                image: self.reference.clone(),
+                source,
+            })
+    }
+}
+
+impl LinuxSandboxSettings {
+    /// Unpacks the pending image into its cache (once per content; later calls find it
+    /// there) and makes it the plan's rootfs. Blocking. Does nothing without one.
+    pub fn resolve_image(&mut self) -> Result<Option<ResolvedImage>, LinuxFactoryError> {
+        let Some(pending) = self.image.take() else {
+            return Ok(None);
+        };
+        let resolved = pending.resolve()?;
+        self.plan.rootfs = RootfsSource::Directory {
+            path: resolved.rootfs_dir.clone(),
+        };
+        Ok(Some(resolved))
+    }
 }
 
 /// Creates linux sandboxes for the provider map.
 #[derive(Debug, Clone, Default)]
 pub struct LinuxSandboxFactory {
     defaults: RuntimeConfig,
+    image_cache: Option<PathBuf>,
 }
 
 impl LinuxSandboxFactory {
@@ -216,7 +287,17 @@ impl LinuxSandboxFactory {
 
     /// A factory whose runtime settings default to `config` (env keys still override).
     pub fn with_runtime_config(config: RuntimeConfig) -> Self {
-        Self { defaults: config }
+        Self {
+            defaults: config,
+            image_cache: None,
+        }
+    }
+
+    /// The same factory with `dir` as the default image cache (the env key still
+    /// overrides it).
+    pub fn with_image_cache(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.image_cache = Some(dir.into());
+        self
     }
 
     /// Reads the factory's env keys and maps the context into a plan. Pure.
@@ -251,11 +332,32 @@ impl LinuxSandboxFactory {
         }
 
         let mut plan = SandboxPlan::preinstalled("sandbox");
+        let mut pending = None;
         if let Some((key, image)) = nonempty(env, IMAGE_ENV)
             .map(|v| (IMAGE_ENV, v))
             .or_else(|| nonempty(env, SANDBOX_IMAGE_ENV).map(|v| (SANDBOX_IMAGE_ENV, v)))
         {
-            plan.rootfs = image_rootfs(key, image)?;
+            match image_artifact(key, image)? {
+                (ImageKind::Directory, path) => plan.rootfs = RootfsSource::Directory { path },
+                (kind, path) => {
+                    let cache_dir = match nonempty(env, IMAGE_CACHE_ENV) {
+                        Some(dir) if Path::new(dir).is_absolute() => PathBuf::from(dir),
+                        Some(dir) => {
+                            return Err(invalid(IMAGE_CACHE_ENV, dir, "must be an absolute path"));
+                        }
+                        None => self
+                            .image_cache
+                            .clone()
+                            .unwrap_or_else(ImageCache::default_dir),
+                    };
+                    pending = Some(PendingImage {
+                        reference: image.to_owned(),
+                        path,
+                        kind,
+                        cache_dir,
+                    });
+                }
+            }
         }
         if let Some(memory) = nonempty(env, MEMORY_ENV) {
             plan.limits.memory_bytes = if memory.eq_ignore_ascii_case("unlimited") {
@@ -303,6 +405,7 @@ impl LinuxSandboxFactory {
             runtime,
             plan,
             exec_timeout,
+            image: pending,
         })
     }
 
@@ -337,16 +440,23 @@ impl LinuxSandboxFactory {
             dirs.push(("outputs", o));
         }
         let runtime_config = settings.runtime;
-        let (runtime, prepared) = tokio::task::spawn_blocking(move || {
+        let pending_image = settings.image.take();
+        let (runtime, prepared, image) = tokio::task::spawn_blocking(move || {
+            let image = pending_image.map(|p| p.resolve()).transpose()?;
             let mut prepared = Vec::new();
             for (what, dir) in dirs {
                 prepared.push((what, prepare_dir(what, &dir)?));
             }
             let runtime = LinuxRuntime::new(runtime_config).map_err(LinuxFactoryError::Runtime)?;
-            Ok::<_, LinuxFactoryError>((runtime, prepared))
+            Ok::<_, LinuxFactoryError>((runtime, prepared, image))
         })
         .await
         .map_err(|e| LinuxPortError::Task(e.to_string()))??;
+        if let Some(image) = image {
+            settings.plan.rootfs = RootfsSource::Directory {
+                path: image.rootfs_dir,
+            };
+        }
         for (what, dir) in prepared {
             match what {
                 "workspace" => settings.plan.workspace = Some(dir),
@@ -370,49 +480,35 @@ fn invalid(key: &'static str, value: &str, reason: &str) -> LinuxFactoryError {
     }
 }
 
-/// The rootfs an image reference names: a directory only, for now.
-fn image_rootfs(key: &'static str, image: &str) -> Result<RootfsSource, LinuxFactoryError> {
+/// What an image reference names: its kind and absolute, symlink-free path. Looks at
+/// the file's type and first bytes only; nothing is unpacked here.
+fn image_artifact(
+    key: &'static str,
+    image: &str,
+) -> Result<(ImageKind, PathBuf), LinuxFactoryError> {
     let path = Path::new(image);
     if !path.is_absolute() {
-        let kind = if image.contains(':') || image.contains('/') && !image.starts_with('.') {
-            "a registry image reference"
-        } else {
-            return Err(invalid(
-                key,
-                image,
-                "must be the absolute path of a local rootfs directory",
-            ));
-        };
-        return Err(LinuxFactoryError::ImageNotSupported {
-            image: image.to_owned(),
-            kind,
-        });
-    }
-    let meta = std::fs::metadata(path).map_err(|e| {
-        invalid(
+        if image.contains(':') || image.contains('/') && !image.starts_with('.') {
+            return Err(LinuxFactoryError::ImageNotSupported {
+                image: image.to_owned(),
+                kind: "a registry image reference",
+            });
+        }
+        return Err(invalid(
             key,
             image,
-            &format!("cannot use it as a rootfs directory: {e}"),
-        )
+            "must be the absolute path of a local rootfs directory, rootfs tarball or OCI image layout",
+        ));
+    }
+    let kind = ImageKind::detect(path).map_err(|e| match e {
+        ImageError::Read { source, .. } => {
+            invalid(key, image, &format!("cannot use it as an image: {source}"))
+        }
+        e => invalid(key, image, &e.to_string()),
     })?;
-    if meta.is_file() {
-        return Err(LinuxFactoryError::ImageNotSupported {
-            image: image.to_owned(),
-            kind: "a file (a rootfs tarball?)",
-        });
-    }
-    if path.join("oci-layout").is_file() {
-        return Err(LinuxFactoryError::ImageNotSupported {
-            image: image.to_owned(),
-            kind: "an OCI image layout",
-        });
-    }
-    if !meta.is_dir() {
-        return Err(invalid(key, image, "is not a directory"));
-    }
-    let dir = std::fs::canonicalize(path)
+    let abs = std::fs::canonicalize(path)
         .map_err(|e| invalid(key, image, &format!("cannot resolve it: {e}")))?;
-    Ok(RootfsSource::Directory { path: dir })
+    Ok((kind, abs))
 }
 
 /// Creates a context directory if missing and returns its absolute, symlink-free path.
@@ -614,8 +710,8 @@ mod tests {
     }
 
     #[test]
-    fn images_are_directories_only_for_now() {
-        let f = LinuxSandboxFactory::new();
+    fn image_references_are_classified_without_unpacking() {
+        let f = LinuxSandboxFactory::new().with_image_cache("/nonexistent/cache");
         let dir = tempfile::tempdir().unwrap();
         let s = f
             .settings(
@@ -624,25 +720,66 @@ mod tests {
             )
             .unwrap();
         assert!(matches!(s.plan.rootfs, RootfsSource::Directory { .. }));
+        assert!(s.image.is_none());
 
-        let tarball = dir.path().join("rootfs.tar");
-        std::fs::write(&tarball, b"").unwrap();
+        // Named like a tarball but not one: refused by its bytes, not its name.
+        let fake = dir.path().join("rootfs.tar");
+        std::fs::write(&fake, b"hello").unwrap();
         let e = f
-            .settings(&ctx(), &env(&[(IMAGE_ENV, tarball.to_str().unwrap())]))
+            .settings(&ctx(), &env(&[(IMAGE_ENV, fake.to_str().unwrap())]))
             .unwrap_err();
-        assert!(e.to_string().contains("not supported yet"), "{e}");
+        assert!(e.to_string().contains("not a rootfs directory"), "{e}");
+
+        // A real tar without the extension: pending, nothing unpacked, the cache untouched.
+        let tarball = dir.path().join("rootfs");
+        let mut b = tar::Builder::new(std::fs::File::create(&tarball).unwrap());
+        let mut h = tar::Header::new_ustar();
+        h.set_size(0);
+        h.set_mode(0o644);
+        h.set_cksum();
+        b.append_data(&mut h, "etc/x", std::io::empty()).unwrap();
+        b.finish().unwrap();
+        drop(b);
+        let s = f
+            .settings(&ctx(), &env(&[(IMAGE_ENV, tarball.to_str().unwrap())]))
+            .unwrap();
+        let pending = s.image.as_ref().expect("pending image");
+        assert_eq!(pending.kind, ImageKind::Tarball);
+        assert_eq!(pending.cache_dir, Path::new("/nonexistent/cache"));
+        assert_eq!(s.plan.rootfs, RootfsSource::Preinstalled);
+        let s = f
+            .settings(
+                &ctx(),
+                &env(&[
+                    (IMAGE_ENV, tarball.to_str().unwrap()),
+                    (IMAGE_CACHE_ENV, "/elsewhere"),
+                ]),
+            )
+            .unwrap();
+        assert_eq!(s.image.unwrap().cache_dir, Path::new("/elsewhere"));
+        let e = f
+            .settings(
+                &ctx(),
+                &env(&[
+                    (IMAGE_ENV, tarball.to_str().unwrap()),
+                    (IMAGE_CACHE_ENV, "relative"),
+                ]),
+            )
+            .unwrap_err();
+        assert!(e.to_string().starts_with(IMAGE_CACHE_ENV), "{e}");
 
         let oci = tempfile::tempdir().unwrap();
         std::fs::write(oci.path().join("oci-layout"), b"{}").unwrap();
-        let e = f
+        let s = f
             .settings(&ctx(), &env(&[(IMAGE_ENV, oci.path().to_str().unwrap())]))
-            .unwrap_err();
-        assert!(e.to_string().contains("OCI image layout"), "{e}");
+            .unwrap();
+        assert_eq!(s.image.unwrap().kind, ImageKind::OciLayout);
 
         let e = f
             .settings(&ctx(), &env(&[(IMAGE_ENV, "debian:12")]))
             .unwrap_err();
         assert!(e.to_string().contains("registry image reference"), "{e}");
+        assert!(e.to_string().contains("pulls nothing"), "{e}");
 
         let e = f
             .settings(&ctx(), &env(&[(IMAGE_ENV, "/no/such/rootfs")]))

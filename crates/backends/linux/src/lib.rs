@@ -11,7 +11,10 @@
 //!   (plus a user namespace when the host is not root). PID 1 is the agent; host
 //!   processes are invisible and unsignallable; killing PID 1 kills every process in it.
 //! - Its filesystem is built from the plan alone: read-only host `/usr` & co. or an
-//!   overlay over a rootfs directory, a generated `/etc`, the plan's binds, fresh
+//!   overlay over a rootfs directory (a local directory, or a rootfs tarball or OCI image
+//!   layout that [`image::ImageCache`] unpacked once into its content-addressed cache,
+//!   refusing path traversal, writes through symlinks and tampered blobs; omabox pulls
+//!   nothing from registries), a generated `/etc`, the plan's binds, fresh
 //!   `/proc` (sensitive entries masked or read-only), a minimal `/dev`, size-limited
 //!   tmpfs `/tmp`. After `pivot_root` the host tree is detached, not hidden.
 //! - Its memory, task count and CPU are bounded by its own cgroup (v1 or v2), which the
@@ -38,6 +41,7 @@
 pub mod cgroup;
 pub mod factory;
 pub mod handoff;
+pub mod image;
 pub mod managed;
 pub mod plan;
 pub mod port;
@@ -50,6 +54,7 @@ mod sys;
 
 pub use cgroup::{CgroupLayout, CgroupPaths};
 pub use handoff::SetupReport;
+pub use image::{CachedImage, ImageCache, ImageError, ImageKind, ResolvedImage};
 pub use plan::{
     BindMount, CpuLimit, Hardening, Limits, NetworkPolicy, PlanError, RootfsSource, SandboxPlan,
 };

@@ -91,8 +91,10 @@ struct RunArgs {
     /// with OMABOX_TEST_MODE=1).
     #[arg(long, default_value = "linux", value_name = "B")]
     backend: String,
-    /// Root filesystem: an unpacked rootfs directory (tarballs and OCI images are not
-    /// supported yet). Default: the host's /usr, /bin, /lib* read-only.
+    /// Root filesystem: a local rootfs directory, rootfs tarball (.tar, .tar.gz) or OCI
+    /// image layout directory; archives are unpacked once into the image cache
+    /// (OMABOX_LINUX_IMAGE_CACHE). No registry pulls. Default: the host's /usr, /bin,
+    /// /lib* read-only.
     #[arg(long, value_name = "REF")]
     image: Option<String>,
     /// Host directory mounted at /workspace (the command's working directory).
@@ -368,6 +370,7 @@ fn linux_failure(error: &LinuxFactoryError) -> Failure {
         LinuxFactoryError::InvalidEnv { .. } | LinuxFactoryError::ImageNotSupported { .. } => {
             Failure::usage(message)
         }
+        LinuxFactoryError::Image { source, .. } if source.is_bad_image() => Failure::usage(message),
         e if e.is_host_unsupported() => Failure::omabox(format!(
             "cannot create a linux sandbox on this machine: {message}\n{LOCAL_HINT}"
         )),
