@@ -44,6 +44,8 @@ enum Command {
     Reap(commands::reap::ReapArgs),
     /// Run commands in sandboxes (`omabox sandbox run -- CMD ARGS...`).
     Sandbox(commands::sandbox::SandboxArgs),
+    /// Serve the HTTP API: hosted inference proxy, MCP proxy, file promotion.
+    Serve(commands::serve::ServeArgs),
 }
 
 fn main() -> ExitCode {
@@ -85,6 +87,10 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Reap(args) => {
             let data_dir = data_dir::resolve(cli.data_dir.as_deref())?;
             runtime()?.block_on(commands::reap::run(&data_dir, &args))
+        }
+        Command::Serve(args) => {
+            let data_dir = data_dir::resolve(cli.data_dir.as_deref())?;
+            runtime()?.block_on(commands::serve::run(&data_dir, &args))
         }
         Command::Sandbox(args) => runtime()?.block_on(commands::sandbox::run(args)),
     }

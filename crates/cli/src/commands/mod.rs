@@ -6,6 +6,7 @@ pub mod outputs;
 pub mod reap;
 pub mod run;
 pub mod sandbox;
+pub mod serve;
 pub mod sessions;
 pub mod usage;
 pub mod workspace;

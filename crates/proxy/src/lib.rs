@@ -1,0 +1,63 @@
+//! omabox's HTTP edge: the hosted inference proxy (reference §5), the MCP proxy, session file
+//! promotion, and `/healthz`, `/metrics`, `/openapi.json`. The only crate that knows HTTP.
+//!
+//! A sandboxed agent calls its model and its MCP servers through this crate without ever
+//! holding their credentials: it presents its short-lived session token, the token is
+//! verified through [`omabox_contract::SessionTokenPort`], and the upstream credential (a
+//! model-card key or a vault secret) is added here, on the server side.
+//!
+//! Layout: [`inference`] and [`mcp`] are the rules as pure data; `routes` translates HTTP to
+//! them; [`status_of`] is the one mapping of errors to statuses; `forward` streams bodies both
+//! ways without buffering and never follows redirects.
+//!
+//! Must never: log, return or put in a URL a session token, a model key or a vault secret
+//! (credential headers are marked sensitive before tracing sees them); follow an upstream
+//! redirect; buffer a streamed body.
+
+pub mod config;
+mod error;
+pub mod files;
+mod forward;
+pub mod inference;
+pub mod mcp;
+pub mod metrics;
+mod routes;
+mod state;
+
+pub use config::{ConfigError, McpServerConfig, ModelCard, ServeConfig};
+pub use error::{ProxyError, status_of};
+pub use routes::{SENSITIVE_HEADERS, router};
+pub use state::{OperatorAccess, ProxyDeps, ProxyState, env_keys};
+
+/// The OpenAPI document served at `/openapi.json`.
+pub use routes::ops::OPENAPI_JSON;
+
+/// Serves `router` on `listener` until `shutdown` resolves, then lets in-flight requests
+/// finish (graceful shutdown).
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    router: axum::Router,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    axum::serve(listener, router)
+        .with_graceful_shutdown(shutdown)
+        .await
+}
+
+/// Resolves on the first SIGINT or SIGTERM.
+pub async fn shutdown_signal() {
+    use tokio::signal::unix::{SignalKind, signal};
+    let (Ok(mut interrupt), Ok(mut terminate)) = (
+        signal(SignalKind::interrupt()),
+        signal(SignalKind::terminate()),
+    ) else {
+        // Without signal handlers only the process's death stops the server.
+        std::future::pending::<()>().await;
+        return;
+    };
+    tokio::select! {
+        _ = interrupt.recv() => {}
+        _ = terminate.recv() => {}
+    }
+    tracing::info!("shutting down: draining in-flight requests");
+}

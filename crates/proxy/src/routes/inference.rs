@@ -1,0 +1,72 @@
+//! `/v1/oma/inference-proxy/{sessionId}/{*rest}` (all methods), reference §5.5: the session
+//! token is checked, the session's model card resolved, the request planned by
+//! [`crate::inference`] and streamed upstream with the upstream credential.
+
+use super::authorize_session;
+use crate::ProxyError;
+use crate::forward::{forward, header_map};
+use crate::inference::{
+    UpstreamTarget, is_forwarded_response_header, plan_upstream_headers, plan_upstream_target,
+};
+use crate::routes::SENSITIVE_HEADERS;
+use crate::state::ProxyState;
+use axum::extract::{Path, Request, State};
+use axum::response::Response;
+
+/// The route without a sub-path (it resolves like an empty sub-path: no URL, 403).
+pub(crate) async fn proxy_root(
+    State(state): State<ProxyState>,
+    Path(session_id): Path<String>,
+    request: Request,
+) -> Result<Response, ProxyError> {
+    handle(state, session_id, String::new(), request).await
+}
+
+/// The route.
+pub(crate) async fn proxy(
+    State(state): State<ProxyState>,
+    Path((session_id, rest)): Path<(String, String)>,
+    request: Request,
+) -> Result<Response, ProxyError> {
+    handle(state, session_id, rest, request).await
+}
+
+async fn handle(
+    state: ProxyState,
+    session_id: String,
+    sub_path: String,
+    request: Request,
+) -> Result<Response, ProxyError> {
+    let (parts, body) = request.into_parts();
+    authorize_session(&state, &parts.headers, &session_id).await?;
+    let upstream = state
+        .resolve_upstream(&session_id)
+        .await?
+        .ok_or(ProxyError::Forbidden)?;
+    let mut url = match plan_upstream_target(&upstream, &sub_path) {
+        UpstreamTarget::Url(url) => url,
+        UpstreamTarget::NoUrl => return Err(ProxyError::Forbidden),
+        UpstreamTarget::ProtocolUnsupported => return Err(ProxyError::ProtocolUnsupported),
+    };
+    if let Some(query) = parts.uri.query().filter(|query| !query.is_empty()) {
+        url.push('?');
+        url.push_str(query);
+    }
+    let planned = plan_upstream_headers(
+        parts
+            .headers
+            .iter()
+            .map(|(name, value)| (name.as_str(), value.as_bytes())),
+        &upstream,
+    );
+    tracing::debug!(session = %session_id, method = %parts.method, "forwarding inference request");
+    forward(
+        &state,
+        parts.method,
+        &url,
+        header_map(planned, &SENSITIVE_HEADERS),
+        body,
+        is_forwarded_response_header,
+    )
+    .await
+}

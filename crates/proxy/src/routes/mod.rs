@@ -1,0 +1,153 @@
+//! The router: every route, and the layers around them (sensitive headers, tracing,
+//! metrics). Handlers translate HTTP to domain calls and back; nothing else knows HTTP.
+
+pub(crate) mod files;
+pub(crate) mod inference;
+pub(crate) mod mcp;
+pub(crate) mod ops;
+
+use crate::ProxyError;
+use crate::inference::TokenExtraction;
+use crate::inference::extract_hosted_inference_proxy_token;
+use crate::state::ProxyState;
+use axum::Router;
+use axum::extract::{MatchedPath, Request, State};
+use axum::http::HeaderMap;
+use axum::http::header::{AUTHORIZATION, HeaderName, PROXY_AUTHORIZATION};
+use axum::middleware::{self, Next};
+use axum::response::Response;
+use axum::routing::{any, get, post};
+use omabox_contract::SessionTokenClaims;
+use std::time::Instant;
+use tower_http::sensitive_headers::SetSensitiveHeadersLayer;
+use tower_http::trace::{DefaultMakeSpan, DefaultOnResponse, TraceLayer};
+use tracing::Level;
+
+/// Headers whose values no trace ever shows.
+pub const SENSITIVE_HEADERS: [&str; 5] = [
+    "authorization",
+    "x-api-key",
+    "x-goog-api-key",
+    "proxy-authorization",
+    "api-key",
+];
+
+/// The whole HTTP API.
+pub fn router(state: ProxyState) -> Router {
+    let sensitive: Vec<HeaderName> = vec![
+        AUTHORIZATION,
+        HeaderName::from_static("x-api-key"),
+        HeaderName::from_static("x-goog-api-key"),
+        PROXY_AUTHORIZATION,
+        HeaderName::from_static("api-key"),
+    ];
+    Router::new()
+        .route("/healthz", get(ops::healthz))
+        .route("/metrics", get(ops::metrics))
+        .route("/openapi.json", get(ops::openapi))
+        .route(
+            "/v1/oma/inference-proxy/{session_id}",
+            any(inference::proxy_root),
+        )
+        .route(
+            "/v1/oma/inference-proxy/{session_id}/{*rest}",
+            any(inference::proxy),
+        )
+        .route(
+            "/v1/oma/mcp-proxy/{session_id}/{server}",
+            any(mcp::proxy_root),
+        )
+        .route(
+            "/v1/oma/mcp-proxy/{session_id}/{server}/{*rest}",
+            any(mcp::proxy),
+        )
+        .route("/v1/sessions/{session_id}/files", post(files::promote))
+        .route("/v1/files/{file_id}/content", get(files::content))
+        .route_layer(middleware::from_fn_with_state(
+            state.clone(),
+            record_metrics,
+        ))
+        .layer(
+            TraceLayer::new_for_http()
+                .make_span_with(
+                    DefaultMakeSpan::new()
+                        .level(Level::DEBUG)
+                        .include_headers(true),
+                )
+                .on_response(DefaultOnResponse::new().level(Level::DEBUG)),
+        )
+        .layer(SetSensitiveHeadersLayer::new(sensitive))
+        .with_state(state)
+}
+
+async fn record_metrics(State(state): State<ProxyState>, request: Request, next: Next) -> Response {
+    let route = request
+        .extensions()
+        .get::<MatchedPath>()
+        .map_or_else(|| "unmatched".to_owned(), |path| path.as_str().to_owned());
+    let method = request.method().as_str().to_owned();
+    let start = Instant::now();
+    state.inner.metrics.started();
+    let response = next.run(request).await;
+    state.inner.metrics.finished(
+        &route,
+        &method,
+        response.status().as_u16(),
+        start.elapsed().as_secs_f64(),
+    );
+    response
+}
+
+fn header_str<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
+    headers.get(name).and_then(|value| value.to_str().ok())
+}
+
+/// The session token rules of reference §5.3/§5.5: missing → 401 `Unauthorized`, mismatch →
+/// 401 `Conflicting credentials`, unknown/revoked/expired or another session's → 403.
+pub(crate) async fn authorize_session(
+    state: &ProxyState,
+    headers: &HeaderMap,
+    session_id: &str,
+) -> Result<SessionTokenClaims, ProxyError> {
+    let token = match extract_hosted_inference_proxy_token(
+        header_str(headers, "authorization"),
+        header_str(headers, "x-api-key"),
+    ) {
+        TokenExtraction::Missing => return Err(ProxyError::MissingCredentials),
+        TokenExtraction::Mismatch => return Err(ProxyError::ConflictingCredentials),
+        TokenExtraction::Ok { token, .. } => token,
+    };
+    let claims = state
+        .inner
+        .tokens
+        .verify(&token)
+        .await?
+        .ok_or(ProxyError::Forbidden)?;
+    if claims.scope.session_id != session_id {
+        return Err(ProxyError::Forbidden);
+    }
+    Ok(claims)
+}
+
+/// The operator rule: a bearer (or `x-api-key`) equal to the operator key, unless access is
+/// open (loopback without a key).
+pub(crate) fn authorize_operator(
+    state: &ProxyState,
+    headers: &HeaderMap,
+) -> Result<(), ProxyError> {
+    let presented = match extract_hosted_inference_proxy_token(
+        header_str(headers, "authorization"),
+        header_str(headers, "x-api-key"),
+    ) {
+        TokenExtraction::Mismatch => return Err(ProxyError::ConflictingCredentials),
+        TokenExtraction::Missing => None,
+        TokenExtraction::Ok { token, .. } => Some(token),
+    };
+    if state.operator_allows(presented.as_deref()) {
+        Ok(())
+    } else if presented.is_none() {
+        Err(ProxyError::MissingCredentials)
+    } else {
+        Err(ProxyError::Forbidden)
+    }
+}
