@@ -1,9 +1,13 @@
 //! Linux sandbox benchmark: start→ready, exec round trip, destroy, and host memory per
-//! idle sandbox, side by side with `bwrap` and `unshare` doing the same work in the same
-//! run. Prints figures; never asserts on time.
+//! idle sandbox, side by side with `bwrap` and `unshare` doing the same work and with
+//! the host's own process start (the floor an exec round trip cannot beat), all in the
+//! same run and interleaved sample by sample, so load from other work on the machine
+//! hits every column alike. Compare the ratios, not the absolute figures, across runs.
+//! Prints figures; never asserts on time.
 //!
 //! `cargo bench -p omabox-backend-linux` (as root). `OMABOX_BENCH_N` sets the number of
-//! starts (default 200), `OMABOX_BENCH_IDLE` the number of idle sandboxes (default 100).
+//! starts (default 200), `OMABOX_BENCH_IDLE` the number of idle sandboxes (default 100),
+//! `OMABOX_BENCH_SPACED` the number of starts spaced 50 ms apart (default 30).
 
 use std::io::Read;
 use std::path::PathBuf;
@@ -40,6 +44,100 @@ impl Samples {
     }
     fn p99(&self) -> Duration {
         self.pct(0.99)
+    }
+    fn row(&self, name: &str) {
+        println!("{:<36} {:>11} {:>11}", name, ms(self.p50()), ms(self.p99()));
+    }
+    fn row_vs(&self, name: &str, base: &Samples) {
+        println!(
+            "{:<36} {:>11} {:>11} {:>9}",
+            name,
+            ms(self.p50()),
+            ms(self.p99()),
+            ratio(self.p50(), base.p50())
+        );
+    }
+}
+
+/// Per-segment durations of the start timeline (microseconds), by segment name.
+#[derive(Default)]
+struct Segments(Vec<(String, Vec<u64>)>);
+
+impl Segments {
+    fn add(&mut self, name: &str, us: u64) {
+        match self.0.iter_mut().find(|(n, _)| n == name) {
+            Some((_, v)) => v.push(us),
+            None => self.0.push((name.to_owned(), vec![us])),
+        }
+    }
+
+    /// Segments between named milestones of one start.
+    fn add_timeline(&mut self, tl: &[(String, u64)]) {
+        let at = |name: &str| tl.iter().find(|(n, _)| n == name).map(|(_, t)| *t);
+        let mut seg = |name: &str, from: Option<u64>, to: Option<u64>| {
+            if let (Some(a), Some(b)) = (from, to) {
+                self.add(name, b.saturating_sub(a));
+            }
+        };
+        seg(
+            "host: admission, state dir",
+            at("host start"),
+            at("host state dir"),
+        );
+        seg(
+            "host: pipes, argv",
+            at("host state dir"),
+            at("host fds, argv"),
+        );
+        seg(
+            "host: clone+exec (vfork)",
+            at("host fds, argv"),
+            at("host clone"),
+        );
+        seg(
+            "child: exec'd→main (ld.so, std)",
+            at("host clone"),
+            at("init main"),
+        );
+        seg(
+            "child: network namespace",
+            at("init main"),
+            at("init netns"),
+        );
+        seg(
+            "host: cgroup mkdir+limits",
+            at("host clone"),
+            at("host cgroup create"),
+        );
+        seg(
+            "host: plan encode+send",
+            at("host cgroup create"),
+            at("host plan sent"),
+        );
+        seg(
+            "host: identity record",
+            at("host plan sent"),
+            at("host identity written"),
+        );
+        let released = at("host plan sent").max(at("init netns"));
+        seg("child: plan wake-up+decode", released, at("init plan read"));
+        seg("child: setup stage", at("init plan read"), at("init ready"));
+        seg(
+            "host: ready wake-up",
+            at("init ready"),
+            at("host ready read"),
+        );
+        seg("total (host view)", at("host start"), at("host done"));
+    }
+
+    fn print(&self, title: &str) {
+        println!("{title:<36} {:>11} {:>11}", "p50", "p99");
+        for (name, v) in &self.0 {
+            let mut v = v.clone();
+            v.sort_unstable();
+            let pct = |p: f64| v[((v.len() as f64 - 1.0) * p).round() as usize];
+            println!("  {:<34} {:>8} µs {:>8} µs", name, pct(0.5), pct(0.99));
+        }
     }
 }
 
@@ -175,6 +273,19 @@ fn tool_available(tool: &str, args: &[String]) -> bool {
     run_tool(tool, args).is_some()
 }
 
+/// The floor for an exec round trip: the host starting `/bin/true` with piped
+/// stdout/stderr, reading both to eof and reaping it (what the agent does per exec).
+fn host_true() -> Duration {
+    let t0 = Instant::now();
+    let out = Command::new("/bin/true")
+        .stdin(Stdio::null())
+        .output()
+        .expect("host /bin/true");
+    let d = t0.elapsed();
+    assert!(out.status.success());
+    d
+}
+
 fn main() {
     // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } != 0 {
@@ -183,6 +294,7 @@ fn main() {
     }
     let n = env_n("OMABOX_BENCH_N", 200);
     let idle = env_n("OMABOX_BENCH_IDLE", 100);
+    let spaced = env_n("OMABOX_BENCH_SPACED", 30);
     let init = PathBuf::from(env!("CARGO_BIN_EXE_omabox-sandbox-init"));
     let rt = LinuxRuntime::new(RuntimeConfig {
         runtime_dir: PathBuf::from("/run/omabox-bench"),
@@ -197,20 +309,41 @@ fn main() {
         .build()
         .unwrap();
     let plan = SandboxPlan::preinstalled("bench");
+    let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
 
     println!("omabox linux sandbox benchmark: {n} starts, {idle} idle sandboxes");
-    println!("landlock/seccomp: {:?}", rt.capabilities().landlock_abi);
+    println!(
+        "landlock ABI {:?}, cgroup {:?}, load average at start: {}",
+        rt.capabilities().landlock_abi,
+        rt.capabilities().cgroup.as_ref().map(|c| match c {
+            omabox_backend_linux::CgroupLayout::V1 { .. } => "v1",
+            omabox_backend_linux::CgroupLayout::V2 { .. } => "v2",
+        }),
+        load.trim()
+    );
 
     // Warm up (page cache, cgroup parents).
     for _ in 0..5 {
         drop(rt.start(&plan).unwrap());
     }
+    let bw = bwrap_args();
+    let us = unshare_args();
+    let have_bwrap = tool_available("bwrap", &bw);
+    let have_unshare = tool_available("unshare", &us);
 
-    // 1. start→ready, start→handshake, exec `true`, destroy (ours).
+    // 1. Back-to-back starts: ours (start→ready, handshake, echo, destroy), then bwrap
+    //    and unshare doing start → echo → exit, interleaved.
     let mut ready = Samples::default();
     let mut handshake = Samples::default();
     let mut destroy = Samples::default();
     let mut full = Samples::default();
+    let (mut bw_ready, mut bw_total, mut us_ready, mut us_total) = (
+        Samples::default(),
+        Samples::default(),
+        Samples::default(),
+        Samples::default(),
+    );
+    let mut segments = Segments::default();
     for _ in 0..n {
         let t0 = Instant::now();
         let mut sb = rt.start(&plan).unwrap();
@@ -226,13 +359,45 @@ fn main() {
         sb.destroy().unwrap();
         destroy.push(t1.elapsed());
         full.push(t0.elapsed());
+        segments.add_timeline(sb.start_timeline());
+        if let Some(r) = sb.report() {
+            for (step, us) in &r.step_micros {
+                segments.add(&format!("  setup: {step}"), *us);
+            }
+        }
+        if have_bwrap && let Some((r, t)) = run_tool("bwrap", &bw) {
+            bw_ready.push(r);
+            bw_total.push(t);
+        }
+        if have_unshare && let Some((r, t)) = run_tool("unshare", &us) {
+            us_ready.push(r);
+            us_total.push(t);
+        }
     }
 
-    // 2. exec round trip in one live sandbox.
+    // 2. Starts spaced 50 ms apart (an idle host starting one sandbox now and then):
+    //    nothing of a previous start is still warm in the kernel.
+    let mut ready_spaced = Samples::default();
+    for _ in 0..spaced {
+        std::thread::sleep(Duration::from_millis(50));
+        let t0 = Instant::now();
+        let sb = rt.start(&plan).unwrap();
+        ready_spaced.push(t0.elapsed());
+        drop(sb);
+    }
+
+    // 3. Exec round trip in one live sandbox, interleaved with a protocol ping and with
+    //    the host itself starting the same program (the floor).
     let mut sb = rt.start(&plan).unwrap();
     let client = tokio.block_on(sb.connect_agent()).unwrap();
     let mut exec_rt = Samples::default();
     let mut ping_rt = Samples::default();
+    let mut floor = Samples::default();
+    for _ in 0..20 {
+        tokio
+            .block_on(client.exec(ExecRequest::argv(["/bin/true"])))
+            .unwrap();
+    }
     for _ in 0..n {
         let t0 = Instant::now();
         let out = tokio
@@ -243,31 +408,10 @@ fn main() {
         let t0 = Instant::now();
         tokio.block_on(client.ping()).unwrap();
         ping_rt.push(t0.elapsed());
+        floor.push(host_true());
     }
     drop(client);
     sb.destroy().unwrap();
-
-    // 3. bwrap and unshare doing start → run echo → teardown.
-    let bw = bwrap_args();
-    let us = unshare_args();
-    let have_bwrap = tool_available("bwrap", &bw);
-    let have_unshare = tool_available("unshare", &us);
-    let (mut bw_ready, mut bw_total, mut us_ready, mut us_total) = (
-        Samples::default(),
-        Samples::default(),
-        Samples::default(),
-        Samples::default(),
-    );
-    for _ in 0..n {
-        if have_bwrap && let Some((r, t)) = run_tool("bwrap", &bw) {
-            bw_ready.push(r);
-            bw_total.push(t);
-        }
-        if have_unshare && let Some((r, t)) = run_tool("unshare", &us) {
-            us_ready.push(r);
-            us_total.push(t);
-        }
-    }
 
     // 4. Host memory per idle sandbox, N alive.
     let before = self_rss_kb();
@@ -320,58 +464,39 @@ fn main() {
 
     let per = |kb: u64, n: usize| format!("{:.2} MiB", kb as f64 / 1024.0 / n.max(1) as f64);
     println!();
-    println!("{:<34} {:>12} {:>12}", "omabox linux", "p50", "p99");
+    println!("{:<36} {:>11} {:>11}", "omabox linux", "p50", "p99");
+    ready.row("start→ready");
+    ready_spaced.row(&format!("start→ready, spaced 50 ms (n={spaced})"));
+    handshake.row("start→agent handshake");
+    destroy.row("destroy");
+    full.row("start+handshake+echo+destroy");
+    println!();
     println!(
-        "{:<34} {:>12} {:>12}",
-        "start→ready",
-        ms(ready.p50()),
-        ms(ready.p99())
+        "{:<36} {:>11} {:>11} {:>9}",
+        "exec round trip vs host floor", "p50", "p99", "/floor"
     );
+    exec_rt.row_vs("exec /bin/true in sandbox", &floor);
+    floor.row_vs("host spawns /bin/true (floor)", &floor);
+    ping_rt.row("protocol ping round trip");
     println!(
-        "{:<34} {:>12} {:>12}",
-        "start→agent handshake",
-        ms(handshake.p50()),
-        ms(handshake.p99())
-    );
-    println!(
-        "{:<34} {:>12} {:>12}",
-        "exec /bin/true round trip",
-        ms(exec_rt.p50()),
-        ms(exec_rt.p99())
-    );
-    println!(
-        "{:<34} {:>12} {:>12}",
-        "protocol ping round trip",
-        ms(ping_rt.p50()),
-        ms(ping_rt.p99())
-    );
-    println!(
-        "{:<34} {:>12} {:>12}",
-        "destroy",
-        ms(destroy.p50()),
-        ms(destroy.p99())
-    );
-    println!(
-        "{:<34} {:>12} {:>12}",
-        "start+handshake+echo+destroy",
-        ms(full.p50()),
-        ms(full.p99())
+        "  exec overhead over the floor: p50 {:.3} ms",
+        (exec_rt.p50().as_secs_f64() - floor.p50().as_secs_f64()) * 1e3
     );
     println!();
     println!(
-        "{:<34} {:>12} {:>12} {:>16}",
-        "same work, other tools", "p50", "p99", "omabox/tool p50"
+        "{:<36} {:>11} {:>11} {:>9}",
+        "same work, other tools", "p50", "p99", "omabox/x"
     );
     if have_bwrap {
         println!(
-            "{:<34} {:>12} {:>12} {:>16}",
+            "{:<36} {:>11} {:>11} {:>9}",
             "bwrap start→echo output (ready)",
             ms(bw_ready.p50()),
             ms(bw_ready.p99()),
             ratio(ready.p50(), bw_ready.p50())
         );
         println!(
-            "{:<34} {:>12} {:>12} {:>16}",
+            "{:<36} {:>11} {:>11} {:>9}",
             "bwrap start→echo→exit (full)",
             ms(bw_total.p50()),
             ms(bw_total.p99()),
@@ -382,14 +507,14 @@ fn main() {
     }
     if have_unshare {
         println!(
-            "{:<34} {:>12} {:>12} {:>16}",
+            "{:<36} {:>11} {:>11} {:>9}",
             "unshare start→echo output (ready)",
             ms(us_ready.p50()),
             ms(us_ready.p99()),
             ratio(ready.p50(), us_ready.p50())
         );
         println!(
-            "{:<34} {:>12} {:>12} {:>16}",
+            "{:<36} {:>11} {:>11} {:>9}",
             "unshare start→echo→exit (full)",
             ms(us_total.p50()),
             ms(us_total.p99()),
@@ -399,11 +524,13 @@ fn main() {
         println!("unshare: not usable here");
     }
     println!();
+    segments.print("where start→ready goes");
+    println!();
     println!("idle sandboxes alive: {idle}");
-    println!("  agent RSS per sandbox:            {}", per(rss, idle));
-    println!("  agent PSS per sandbox:            {}", per(pss, idle));
+    println!("  sandbox RSS per sandbox:          {}", per(rss, idle));
+    println!("  sandbox PSS per sandbox:          {}", per(pss, idle));
     println!(
-        "  cgroup memory per sandbox:        {}",
+        "  cgroup memory charge per sandbox: {}",
         per(cg / 1024, idle)
     );
     println!(
@@ -421,4 +548,6 @@ fn main() {
             (pss as f64 / idle.max(1) as f64) / (bw_pss as f64 / bw_n as f64)
         );
     }
+    let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    println!("load average at end: {}", load.trim());
 }

@@ -212,6 +212,14 @@ impl CgroupPaths {
         Ok(())
     }
 
+    /// cgroup v1 only: each directory's `tasks` file, through which a single-threaded
+    /// process can move itself in without the global lock a move of another process's
+    /// thread group takes (see `setup::join_cgroups`). `None` on v2 (its `tasks`
+    /// equivalent, `cgroup.threads`, moves threads only within a threaded subtree).
+    pub(crate) fn self_join_files(&self) -> Option<Vec<PathBuf>> {
+        (!self.unified).then(|| self.dirs.iter().map(|d| d.join("tasks")).collect())
+    }
+
     /// Moves `pid` into every directory.
     pub(crate) fn add(&self, pid: i32) -> io::Result<()> {
         let pid = pid.to_string();
@@ -368,6 +376,29 @@ fn write_v2_limits(dir: &Path, limits: &Limits) -> io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn self_join_files_are_the_v1_tasks_files_only() {
+        let v1 = CgroupPaths {
+            dirs: vec![
+                PathBuf::from("/sys/fs/cgroup/memory/p/x"),
+                PathBuf::from("/sys/fs/cgroup/pids/p/x"),
+            ],
+            unified: false,
+        };
+        assert_eq!(
+            v1.self_join_files(),
+            Some(vec![
+                PathBuf::from("/sys/fs/cgroup/memory/p/x/tasks"),
+                PathBuf::from("/sys/fs/cgroup/pids/p/x/tasks"),
+            ])
+        );
+        let v2 = CgroupPaths {
+            dirs: vec![PathBuf::from("/sys/fs/cgroup/p/x")],
+            unified: true,
+        };
+        assert_eq!(v2.self_join_files(), None);
+    }
 
     #[test]
     fn unescape_octal() {

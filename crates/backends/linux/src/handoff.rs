@@ -12,6 +12,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::plan::SandboxPlan;
 
+pub use crate::sys::monotonic_us;
+
 /// Tag of a ready message.
 pub const READY: u8 = b'R';
 /// Tag of a setup failure.
@@ -30,6 +32,11 @@ pub struct InitSpec {
     /// Host directory (empty, owned by this sandbox) where the setup stage mounts its
     /// scratch tmpfs, inside its private mount namespace; the host never sees the mount.
     pub scratch_dir: PathBuf,
+    /// cgroup v1 `tasks` files the setup stage writes `0` into before anything else,
+    /// joining the sandbox cgroup itself (see `setup::join_cgroups`). Empty when the
+    /// host moved it already (cgroup v2, or no cgroups).
+    #[serde(default)]
+    pub cgroup_join: Vec<PathBuf>,
 }
 
 /// What the setup stage actually enforced.
@@ -47,4 +54,8 @@ pub struct SetupReport {
     /// Microseconds spent in each setup step, in order (diagnostics for benchmarks).
     #[serde(default)]
     pub step_micros: Vec<(String, u64)>,
+    /// Milestones of the setup stage as absolute `CLOCK_MONOTONIC` microseconds (see
+    /// [`monotonic_us`]), to line up with the host's own (diagnostics for benchmarks).
+    #[serde(default)]
+    pub clock_us: Vec<(String, u64)>,
 }

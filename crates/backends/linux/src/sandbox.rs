@@ -6,13 +6,16 @@
 //!
 //! 1. validate the plan and check it against the probed capabilities;
 //! 2. create the state dir (`<runtime_dir>/<id>`);
-//! 3. clone a child into new mount/pid/net/ipc/uts namespaces that execs the setup
-//!    stage at once (see `spawn`);
-//! 4. create the cgroup with its limits (overlapping the child's exec), move the child
-//!    into it, then release it by writing the plan into its plan pipe (it blocks on
-//!    that read, so no plan-controlled code runs before it is in the cgroup);
-//! 5. wait for its one status message: ready (with what it enforced) or an error;
-//! 6. write `identity.json` and hand back the agent end of the socketpair.
+//! 3. clone a child into new mount/pid/ipc/uts namespaces that execs the setup stage at
+//!    once (see `spawn`); the setup stage enters a new network namespace first thing;
+//! 4. create the cgroup with its limits (overlapping the child's network namespace
+//!    creation), then release the child by writing the plan into its plan pipe (it
+//!    blocks on that read, so no plan-controlled code runs before it is in the cgroup).
+//!    On cgroup v1 the child joins the cgroup itself as the first step after that read
+//!    (`setup::join_cgroups` says why); otherwise the host moves it in before the write;
+//! 5. write `identity.json` (while the setup stage works);
+//! 6. wait for its one status message: ready (with what it enforced) or an error, and
+//!    hand back the agent end of the socketpair.
 //!
 //! Every step's resource is owned by the half-built [`LinuxSandbox`] from the moment it
 //! exists, so a failure anywhere drops it and its `Drop` cleans up.
@@ -248,6 +251,8 @@ pub struct LinuxRuntime {
     config: RuntimeConfig,
     caps: LinuxCapabilities,
     init_binary: PathBuf,
+    /// Read once: it cannot change while this process runs.
+    boot_id: String,
 }
 
 impl LinuxRuntime {
@@ -255,10 +260,12 @@ impl LinuxRuntime {
     pub fn new(config: RuntimeConfig) -> Result<Self, StartError> {
         let caps = LinuxCapabilities::probe()?;
         let init_binary = locate_init(config.init_binary.as_deref())?;
+        let boot_id = sys::boot_id().map_err(host("read boot id"))?;
         Ok(Self {
             config,
             caps,
             init_binary,
+            boot_id,
         })
     }
 
@@ -275,6 +282,7 @@ impl LinuxRuntime {
     /// Starts a sandbox and returns once its setup stage reported ready. Blocking
     /// (a few milliseconds); from async code call it on `spawn_blocking`.
     pub fn start(&self, plan: &SandboxPlan) -> Result<LinuxSandbox, StartError> {
+        let mut timeline = vec![("host start", sys::monotonic_us())];
         // 1. Admission.
         plan.validate()?;
         self.caps.check(plan)?;
@@ -296,7 +304,7 @@ impl LinuxRuntime {
                 id: id.clone(),
                 pid: 0,
                 start_time: 0,
-                boot_id: sys::boot_id().map_err(host("read boot id"))?,
+                boot_id: self.boot_id.clone(),
                 cgroup: CgroupPaths {
                     dirs: Vec::new(),
                     unified: false,
@@ -306,6 +314,7 @@ impl LinuxRuntime {
             pidfd: None,
             agent: None,
             report: None,
+            timeline: Vec::new(),
             destroy_timeout: self.config.destroy_timeout,
             destroyed: false,
         };
@@ -314,6 +323,8 @@ impl LinuxRuntime {
             .mode(0o700)
             .create(&scratch)
             .map_err(host("create scratch dir"))?;
+
+        timeline.push(("host state dir", sys::monotonic_us()));
 
         // 3. Clone + exec the setup stage.
         let (agent_host, agent_child) = sys::socketpair().map_err(host("create socketpair"))?;
@@ -347,15 +358,16 @@ impl LinuxRuntime {
             stdio: null.as_raw_fd(),
             error_fd: status_w.as_raw_fd(),
         };
-        let mut ns = libc::CLONE_NEWNS
-            | libc::CLONE_NEWPID
-            | libc::CLONE_NEWNET
-            | libc::CLONE_NEWIPC
-            | libc::CLONE_NEWUTS;
+        // No CLONE_NEWNET here: the setup stage unshares its network namespace itself,
+        // before it reads the plan (see `setup::isolate_network`).
+        let mut ns =
+            libc::CLONE_NEWNS | libc::CLONE_NEWPID | libc::CLONE_NEWIPC | libc::CLONE_NEWUTS;
         if !self.caps.root {
             ns |= libc::CLONE_NEWUSER;
         }
+        timeline.push(("host fds, argv", sys::monotonic_us()));
         let child = spawn::clone_exec(&exec, ns).map_err(host("clone sandbox init"))?;
+        timeline.push(("host clone", sys::monotonic_us()));
         let child_pid = child.pid;
         sandbox.identity.pid = child.pid;
         sandbox.pidfd = Some(child.pidfd);
@@ -371,24 +383,51 @@ impl LinuxRuntime {
                 CgroupPaths::create(layout, &self.config.cgroup_parent, &id, &plan.limits)
                     .map_err(host("create cgroup"))?;
         }
-        sandbox
-            .identity
-            .cgroup
-            .add(child.pid)
-            .map_err(host("move init into cgroup"))?;
+        timeline.push(("host cgroup create", sys::monotonic_us()));
+        // On cgroup v1 (as root) the setup stage joins the cgroup itself, first thing
+        // after reading the plan (see `setup::join_cgroups` for why); otherwise the
+        // host moves it now.
+        let cgroup_join = match sandbox.identity.cgroup.self_join_files() {
+            Some(files) if self.caps.root => files,
+            _ => {
+                sandbox
+                    .identity
+                    .cgroup
+                    .add(child.pid)
+                    .map_err(host("move init into cgroup"))?;
+                Vec::new()
+            }
+        };
         let spec = InitSpec {
             id: id.clone(),
             plan: plan.clone(),
             scratch_dir: scratch,
+            cgroup_join,
         };
         let json = serde_json::to_vec(&spec).map_err(|e| host("encode plan")(e.into()))?;
         let mut plan_w = std::fs::File::from(plan_w);
         // EPIPE here means the child already died; its status message says why.
         let _ = plan_w.write_all(&json);
         drop(plan_w);
+        timeline.push(("host plan sent", sys::monotonic_us()));
 
-        // 5. Wait for the verdict.
+        // 5. Record the identity for out-of-process teardown while the setup stage works
+        //    (it is complete now: pid, start time, cgroup; the start time is read only
+        //    after the clone returned, i.e. after the child's exec, because reading
+        //    /proc/<pid>/stat during an exec can stall). From here a crashed host's
+        //    leftover is found and reaped by `SandboxIdentity::list`.
+        sandbox.identity.start_time = sys::process_start_time(child_pid)
+            .map_err(host("read init start time"))?
+            .unwrap_or(0);
+        let identity_json = serde_json::to_vec_pretty(&sandbox.identity)
+            .map_err(|e| host("encode identity")(e.into()))?;
+        std::fs::write(state_dir.join(IDENTITY_FILE), identity_json)
+            .map_err(host("write identity"))?;
+        timeline.push(("host identity written", sys::monotonic_us()));
+
+        // 6. Wait for the verdict.
         let msg = read_status(status_r, self.config.ready_timeout)?;
+        timeline.push(("host ready read", sys::monotonic_us()));
         match msg.first() {
             Some(&handoff::READY) => {
                 let report: SetupReport = serde_json::from_slice(&msg[1..])
@@ -410,16 +449,17 @@ impl LinuxRuntime {
             }
         }
 
-        // 6. Record the identity for out-of-process teardown. (The start time is read
-        //    only now: reading /proc/<pid>/stat while the child execs can stall.)
-        sandbox.identity.start_time = sys::process_start_time(child_pid)
-            .map_err(host("read init start time"))?
-            .unwrap_or(0);
-        let identity_json = serde_json::to_vec_pretty(&sandbox.identity)
-            .map_err(|e| host("encode identity")(e.into()))?;
-        std::fs::write(state_dir.join(IDENTITY_FILE), identity_json)
-            .map_err(host("write identity"))?;
         sandbox.agent = Some(agent_host);
+        timeline.push(("host done", sys::monotonic_us()));
+        let mut timeline: Vec<(String, u64)> = timeline
+            .into_iter()
+            .map(|(what, t)| (what.to_owned(), t))
+            .collect();
+        if let Some(r) = &sandbox.report {
+            timeline.extend(r.clock_us.iter().cloned());
+        }
+        timeline.sort_by_key(|(_, t)| *t);
+        sandbox.timeline = timeline;
         Ok(sandbox)
     }
 }
@@ -506,6 +546,7 @@ pub struct LinuxSandbox {
     pidfd: Option<OwnedFd>,
     agent: Option<OwnedFd>,
     report: Option<SetupReport>,
+    timeline: Vec<(String, u64)>,
     destroy_timeout: Duration,
     destroyed: bool,
 }
@@ -529,6 +570,12 @@ impl LinuxSandbox {
     /// What the setup stage enforced.
     pub fn report(&self) -> Option<&SetupReport> {
         self.report.as_ref()
+    }
+
+    /// Milestones of the start, host's and setup stage's, as absolute `CLOCK_MONOTONIC`
+    /// microseconds in time order (diagnostics for benchmarks).
+    pub fn start_timeline(&self) -> &[(String, u64)] {
+        &self.timeline
     }
 
     /// Whether PID 1 is still running (a non-reaping check through the pidfd).

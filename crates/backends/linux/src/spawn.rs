@@ -1,16 +1,24 @@
 //! The one fork-unsafe moment: cloning a child into new namespaces from a possibly
 //! multi-threaded host, and `execve`-ing the setup stage straight away.
 //!
-//! Between `clone` and `execve` the child is a copy of a process whose other threads may
-//! hold locks (the allocator's, stdio's, tokio's). So the child does only raw,
-//! async-signal-safe syscalls on data prepared before the clone: `close_range`, `fcntl`,
-//! `dup2`, `execve`, `write`, `_exit`. No allocation, no panic paths, no locks.
-//! Everything else (mounts, cgroup namespace, hardening) happens after the exec, in the
-//! single-threaded setup stage.
+//! The clone is `posix_spawn`-style: `CLONE_VM | CLONE_VFORK` on a stack of its own. The
+//! child shares the host's memory (no page tables copied, nothing to tear down at its
+//! exec: a fork of a large host costs far more than the exec after it), and the calling
+//! thread sleeps until the child has exec'd or died, so nothing the child reads changes
+//! under it. Other host threads keep running, so between `clone` and `execve` the child
+//! does only raw, async-signal-safe syscalls on data prepared before the clone:
+//! `sigaction`, `sigprocmask`, `dup2`, `close_range`, `fcntl`, `execve`, `write`,
+//! `_exit`. No allocation, no panic paths, no locks, and no writes to memory but its own
+//! stack (errno lands in the calling thread's TLS, which sleeps until the exec).
+//! Everything else (network namespace, mounts, cgroup namespace, hardening) happens after
+//! the exec, in the single-threaded setup stage.
 
 use std::ffi::CString;
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+
+/// Stack of the cloned child until its exec: it only calls a few libc syscall wrappers.
+const CHILD_STACK_BYTES: usize = 64 * 1024;
 
 /// What the parent gets back.
 #[derive(Debug)]
@@ -35,16 +43,17 @@ pub(crate) struct ExecSpec {
     pub(crate) error_fd: RawFd,
 }
 
-/// `clone(flags | CLONE_PIDFD | SIGCHLD)` then `execve` in the child.
+/// `clone(flags | CLONE_VM | CLONE_VFORK | CLONE_PIDFD | SIGCHLD)` on a private stack,
+/// then `execve` in the child. Returns once the child has exec'd (or failed to).
 pub(crate) fn clone_exec(spec: &ExecSpec, ns_flags: libc::c_int) -> io::Result<Spawned> {
     // Null-terminated pointer arrays, built before the clone so the child allocates
-    // nothing. They borrow `spec`, which outlives both processes' use of them (the
-    // child's copy of memory stays valid until it execs or exits).
+    // nothing. They borrow `spec`, which outlives the child's use of them (this thread
+    // sleeps until the child execs or exits).
     let mut argv: Vec<*const libc::c_char> = spec.argv.iter().map(|a| a.as_ptr()).collect();
     argv.push(std::ptr::null());
     let mut envp: Vec<*const libc::c_char> = spec.envp.iter().map(|e| e.as_ptr()).collect();
     envp.push(std::ptr::null());
-    let keep: &[RawFd] = &spec.keep;
+    let stack = ChildStack::new()?;
 
     // Signals stay blocked across the clone so no handler of the host (tokio's, say)
     // can run in the child before it has reset them; the child starts with an empty mask.
@@ -57,63 +66,111 @@ pub(crate) fn clone_exec(spec: &ExecSpec, ns_flags: libc::c_int) -> io::Result<S
         libc::sigemptyset(&mut empty);
         libc::pthread_sigmask(libc::SIG_SETMASK, &all, &mut old);
     }
-    let signals = SignalReset { empty };
+    let args = ChildArgs {
+        spec,
+        argv: &argv,
+        envp: &envp,
+        empty_mask: empty,
+    };
 
     let mut pidfd: libc::c_int = -1;
-    let flags = (ns_flags | libc::CLONE_PIDFD) as libc::c_ulong | libc::SIGCHLD as libc::c_ulong;
-    // SAFETY: raw clone without CLONE_VM behaves like fork(): the child gets a copy of
-    // the address space, including this stack frame and the arrays above, and resumes
-    // here with a return value of 0. `&mut pidfd` is the parent_tid argument, where the
-    // kernel stores the pidfd for CLONE_PIDFD (same position on x86_64 and aarch64).
+    let flags = ns_flags | libc::CLONE_VM | libc::CLONE_VFORK | libc::CLONE_PIDFD | libc::SIGCHLD;
+    // SAFETY: glibc's clone runs `child_entry(&args)` on `stack` (its top, 16-byte
+    // aligned) in a child that shares our memory; CLONE_VFORK suspends this thread until
+    // the child execs or exits, so `args`, the arrays it points to and the stack stay
+    // valid and unchanged for as long as the child uses them. `&mut pidfd` is the
+    // parent_tid argument, where the kernel stores the pidfd for CLONE_PIDFD.
     let ret = unsafe {
-        libc::syscall(
-            libc::SYS_clone,
+        libc::clone(
+            child_entry,
+            stack.top(),
             flags,
-            std::ptr::null_mut::<libc::c_void>(),
+            &args as *const ChildArgs<'_> as *mut libc::c_void,
             &mut pidfd as *mut libc::c_int,
-            std::ptr::null_mut::<libc::c_void>(),
-            0 as libc::c_ulong,
         )
     };
-    if ret == 0 {
-        // SAFETY: we are the child of a fork-like clone; `child_after_clone` performs
-        // only async-signal-safe raw syscalls on memory prepared before the clone, and
-        // never returns.
-        unsafe { child_after_clone(spec, &argv, &envp, keep, &signals) }
-    }
     let clone_err = io::Error::last_os_error();
     // SAFETY: restores this thread's previous mask from a valid sigset_t.
     unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut()) };
+    drop(stack);
     if ret < 0 {
         return Err(clone_err);
     }
     // SAFETY: the kernel stored a fresh pidfd that only we own.
     let pidfd = unsafe { OwnedFd::from_raw_fd(pidfd) };
-    Ok(Spawned {
-        pid: ret as i32,
-        pidfd,
-    })
+    Ok(Spawned { pid: ret, pidfd })
 }
 
-/// Prepared before the clone: the empty mask the child starts with.
-struct SignalReset {
-    empty: libc::sigset_t,
+/// What the child reads, all prepared before the clone.
+struct ChildArgs<'a> {
+    spec: &'a ExecSpec,
+    argv: &'a [*const libc::c_char],
+    envp: &'a [*const libc::c_char],
+    empty_mask: libc::sigset_t,
+}
+
+/// An anonymous mapping for the child's stack, unmapped on drop (after the child has
+/// exec'd: CLONE_VFORK).
+struct ChildStack {
+    base: *mut libc::c_void,
+}
+
+impl ChildStack {
+    fn new() -> io::Result<Self> {
+        // SAFETY: a fresh private anonymous mapping; no existing memory is affected.
+        let base = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                CHILD_STACK_BYTES,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_STACK,
+                -1,
+                0,
+            )
+        };
+        if base == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(Self { base })
+    }
+
+    /// The highest address (stacks grow down); page-aligned, hence 16-byte aligned.
+    fn top(&self) -> *mut libc::c_void {
+        // SAFETY: one past the end of the mapping, which is what clone expects.
+        unsafe { self.base.cast::<u8>().add(CHILD_STACK_BYTES).cast() }
+    }
+}
+
+impl Drop for ChildStack {
+    fn drop(&mut self) {
+        // SAFETY: unmaps exactly the mapping created in `new`, which nothing uses any more.
+        unsafe { libc::munmap(self.base, CHILD_STACK_BYTES) };
+    }
+}
+
+extern "C" fn child_entry(arg: *mut libc::c_void) -> libc::c_int {
+    // SAFETY: `arg` is the `ChildArgs` that `clone_exec` passed to clone, alive and
+    // unchanged while its thread sleeps (CLONE_VFORK); we are that clone's child.
+    unsafe {
+        let args = &*(arg as *const ChildArgs<'_>);
+        child_after_clone(args.spec, args.argv, args.envp, &args.empty_mask)
+    }
 }
 
 /// The child's side: only raw syscalls, then exec or `_exit(127)`.
 ///
 /// # Safety
-/// Must be called only in the child of a fork-like clone, with pointer arrays that are
-/// null-terminated and point into live memory.
+/// Must be called only in the child of `clone_exec`'s clone, with pointer arrays that
+/// are null-terminated and point into live memory.
 unsafe fn child_after_clone(
     spec: &ExecSpec,
     argv: &[*const libc::c_char],
     envp: &[*const libc::c_char],
-    keep: &[RawFd],
-    signals: &SignalReset,
+    empty_mask: &libc::sigset_t,
 ) -> ! {
     // SAFETY (whole block): each call is a raw syscall on integers or on pointers into
-    // memory copied from the parent before the clone; none allocates or takes a lock.
+    // memory prepared before the clone; none allocates, takes a lock or writes shared
+    // memory (only this stack, and errno).
     unsafe {
         // Every handler back to default (exec would reset caught ones anyway, but a
         // pending signal must not run a host handler here), then unblock everything.
@@ -122,7 +179,7 @@ unsafe fn child_after_clone(
         for sig in 1..=64 {
             libc::sigaction(sig, &dfl, std::ptr::null_mut());
         }
-        libc::sigprocmask(libc::SIG_SETMASK, &signals.empty, std::ptr::null_mut());
+        libc::sigprocmask(libc::SIG_SETMASK, empty_mask, std::ptr::null_mut());
         // stdio first, so nothing of the host's terminal reaches the sandbox (a host tty
         // would allow TIOCSTI input injection).
         libc::dup2(spec.stdio, 0);
@@ -136,7 +193,7 @@ unsafe fn child_after_clone(
             libc::c_uint::MAX,
             libc::CLOSE_RANGE_CLOEXEC as libc::c_uint,
         );
-        for &fd in keep {
+        for &fd in &spec.keep {
             libc::fcntl(fd, libc::F_SETFD, 0);
         }
         libc::execve(spec.program.as_ptr(), argv.as_ptr(), envp.as_ptr());

@@ -54,6 +54,16 @@ pub(crate) fn mount(
     })
 }
 
+/// `CLOCK_MONOTONIC` in microseconds. The same clock on both sides of the sandbox
+/// boundary (no time namespace), so host and setup stage can share one timeline.
+pub fn monotonic_us() -> u64 {
+    // SAFETY: timespec is plain data; clock_gettime writes it.
+    let mut ts: libc::timespec = unsafe { std::mem::zeroed() };
+    // SAFETY: `ts` is a valid, writable timespec.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000 + ts.tv_nsec as u64 / 1_000
+}
+
 /// `umount2(2)`.
 pub(crate) fn umount2(target: &Path, flags: libc::c_int) -> io::Result<()> {
     let target = cstr(target)?;

@@ -94,6 +94,33 @@ async fn a_failing_setup_reports_why_and_leaves_nothing() {
 }
 
 #[test]
+fn an_init_binary_that_cannot_exec_reports_the_errno_and_leaves_nothing() {
+    if !can_run() {
+        return;
+    }
+    // A file that exists but is not executable: the cloned child's execve fails (EACCES)
+    // and it reports the errno itself, between clone and exec.
+    let iso = common::Isolated::new();
+    let bogus = iso.dir.path().join("not-executable");
+    std::fs::write(&bogus, "not a program").unwrap();
+    let rt = omabox_backend_linux::LinuxRuntime::new(omabox_backend_linux::RuntimeConfig {
+        runtime_dir: iso.dir.path().join("run"),
+        cgroup_parent: iso.cgroup_parent.clone(),
+        init_binary: Some(bogus.clone()),
+        ..Default::default()
+    })
+    .unwrap();
+    let err = rt.start(&test_plan()).unwrap_err();
+    assert!(
+        matches!(&err, StartError::Exec(e) if e.raw_os_error() == Some(libc::EACCES)),
+        "{err:?}"
+    );
+    std::fs::remove_file(&bogus).unwrap();
+    std::fs::remove_dir(iso.dir.path().join("run")).unwrap();
+    iso.assert_empty();
+}
+
+#[test]
 fn a_missing_init_binary_is_a_clear_error() {
     let err = omabox_backend_linux::LinuxRuntime::new(omabox_backend_linux::RuntimeConfig {
         init_binary: Some(PathBuf::from("/nonexistent/omabox-sandbox-init")),

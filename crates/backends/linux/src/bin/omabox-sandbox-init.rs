@@ -1,6 +1,6 @@
 //! `omabox-sandbox-init`: the first and only program a linux sandbox execs. It starts as
-//! PID 1 of fresh namespaces, reads its plan from an inherited pipe, builds and locks
-//! down the sandbox (single-threaded, before any runtime exists), reports ready, then
+//! PID 1 of fresh namespaces, enters a fresh network namespace of its own, reads its plan
+//! from an inherited pipe, builds and locks down the sandbox (single-threaded, before any runtime exists), reports ready, then
 //! becomes the omabox agent in-process and serves the protocol on the inherited socket.
 //! When that connection ends, it exits, and the kernel kills the rest of the sandbox.
 //!
@@ -56,6 +56,7 @@ fn parse_fds() -> Result<Fds, String> {
 }
 
 fn main() -> ExitCode {
+    let entered = handoff::monotonic_us();
     let fds = match parse_fds() {
         Ok(f) => f,
         Err(e) => {
@@ -64,6 +65,12 @@ fn main() -> ExitCode {
         }
     };
     let mut status = std::fs::File::from(fds.status);
+    // Our own network namespace first, while the host prepares the cgroup.
+    if let Err(e) = setup::isolate_network() {
+        let _ = write!(status, "{}{e}", handoff::FAILED as char);
+        return ExitCode::from(1);
+    }
+    let netns = handoff::monotonic_us();
     // Blocks until the host has moved us into the sandbox cgroup and written the plan.
     let spec: InitSpec = {
         let mut bytes = Vec::new();
@@ -80,13 +87,20 @@ fn main() -> ExitCode {
             }
         }
     };
-    let report = match setup::run(&spec) {
+    let plan_read = handoff::monotonic_us();
+    let mut report = match setup::run(&spec) {
         Ok(r) => r,
         Err(e) => {
             let _ = write!(status, "{}{e}", handoff::FAILED as char);
             return ExitCode::from(1);
         }
     };
+    report.clock_us = vec![
+        ("init main".into(), entered),
+        ("init netns".into(), netns),
+        ("init plan read".into(), plan_read),
+        ("init ready".into(), handoff::monotonic_us()),
+    ];
     let mut msg = vec![handoff::READY];
     msg.extend(serde_json::to_vec(&report).unwrap_or_default());
     if status.write_all(&msg).is_err() {

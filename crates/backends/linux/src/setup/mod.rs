@@ -42,12 +42,27 @@ pub enum SetupError {
     Seccomp(String),
 }
 
+/// The network namespace, created by the setup stage itself right after its exec and
+/// before it reads the plan (so while the host still prepares the cgroup: creating a
+/// network namespace costs ~0.5 ms, and this way it runs in parallel with the host's
+/// work instead of inside the host's `clone`, during which the host thread sleeps). Nothing of the
+/// plan runs before it, so no sandbox code ever sees the host's network.
+pub fn isolate_network() -> Result<(), SetupError> {
+    sys::unshare(libc::CLONE_NEWNET).map_err(|source| SetupError::Step {
+        step: "unshare network namespace".into(),
+        source,
+    })
+}
+
 /// Carries out the plan. On success the calling process is PID 1 of a fully built and
 /// locked-down sandbox; on error the caller reports and exits (the host tears down).
 pub fn run(spec: &InitSpec) -> Result<SetupReport, SetupError> {
     let plan = &spec.plan;
     let mut clock = StepClock::new();
-    // 1. Our own cgroup namespace, rooted at the sandbox cgroup the host moved us into.
+    // 0. Into the sandbox cgroup (v1), before this process allocates anything more.
+    join_cgroups(&spec.cgroup_join)?;
+    clock.lap("join cgroup");
+    // 1. Our own cgroup namespace, rooted at the sandbox cgroup we are now in.
     sys::unshare(libc::CLONE_NEWCGROUP).map_err(|source| SetupError::Step {
         step: "unshare cgroup namespace".into(),
         source,
@@ -104,7 +119,38 @@ pub fn run(spec: &InitSpec) -> Result<SetupReport, SetupError> {
         seccomp: plan.hardening.seccomp,
         bounding_caps,
         step_micros: clock.laps,
+        clock_us: Vec::new(),
     })
+}
+
+/// Joins the sandbox's cgroup v1 directories by writing `0` (the calling thread) into
+/// each `tasks` file. The host creates the directories and writes the limits before it
+/// sends the plan, so the limits hold from here on; a failure fails the start.
+///
+/// Why not the host writing our pid into `cgroup.procs`: moving a whole thread group
+/// takes the kernel's global `cgroup_threadgroup_rwsem` for writing, which waits for an
+/// RCU grace period whenever no other migration happened in the last few milliseconds
+/// (measured: 7–19 ms on a 2-vCPU VM, most of a sandbox start). Moving only the calling
+/// thread needs no such lock. It moves the whole process because this process is
+/// single-threaded here: no thread exists before the agent's runtime starts.
+fn join_cgroups(tasks_files: &[PathBuf]) -> Result<(), SetupError> {
+    use std::io::Write;
+    debug_assert_eq!(
+        std::fs::read_dir("/proc/self/task").map(|d| d.count()).ok(),
+        Some(1),
+        "the setup stage must be single-threaded when it joins its cgroup"
+    );
+    for f in tasks_files {
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(f)
+            .and_then(|mut file| file.write_all(b"0"))
+            .map_err(|source| SetupError::Step {
+                step: format!("join cgroup {}", f.display()),
+                source,
+            })?;
+    }
+    Ok(())
 }
 
 struct StepClock {
