@@ -2,6 +2,7 @@
 
 mod commands;
 mod data_dir;
+mod harness_env;
 mod terminal;
 mod timed_ports;
 mod timeline;

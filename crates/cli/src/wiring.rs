@@ -31,7 +31,8 @@ use omabox_persistence::{
     BlobStore, FilesystemSessionOutputPort, FilesystemWorkspacePort, ProgressObserver,
 };
 use omabox_sandbox::managed::{
-    HarnessOutputSink, ProviderManagedRuntime, ProviderManagedRuntimeOptions,
+    HarnessEnvSource, HarnessOutputSink, ProviderManagedRuntime, ProviderManagedRuntimeDriver,
+    ProviderManagedRuntimeOptions,
 };
 use omabox_sandbox::{SandboxFactoryContext, SandboxFactoryEnv, is_test_mode};
 use std::path::Path;
@@ -105,6 +106,8 @@ pub struct DriverInputs {
     /// Where `sandbox_active_seconds` goes. Used only by backends whose terminate/reap really
     /// stop the runtime (linux); `local` never records usage.
     pub usage: Option<Arc<dyn UsageLedgerPort>>,
+    /// Variables merged over the harness process's env at spawn time (the session token).
+    pub harness_env: Option<Arc<dyn HarnessEnvSource>>,
 }
 
 impl std::fmt::Debug for DriverInputs {
@@ -167,20 +170,24 @@ pub async fn provider_driver(
         outputs,
         harness_output,
         usage,
+        harness_env,
     } = inputs;
+    let with_env = |driver: ProviderManagedRuntimeDriver| match &harness_env {
+        Some(source) => driver.with_harness_env(Arc::clone(source)),
+        None => driver,
+    };
     let driver = match backend {
-        Backend::Local => {
-            omabox_backend_local::managed::create_managed_runtime_provider_driver(
-                LocalManagedRuntimeOptions {
-                    env,
-                    workspace,
-                    outputs,
-                    readiness_timeout: None,
-                    harness_output,
-                },
-            )
-            .await
-        }
+        Backend::Local => omabox_backend_local::managed::managed_runtime_provider_driver(
+            LocalManagedRuntimeOptions {
+                env,
+                workspace,
+                outputs,
+                readiness_timeout: None,
+                harness_output,
+            },
+        )
+        .await
+        .map(|driver| Arc::new(with_env(driver)) as Arc<dyn ManagedRuntimeProviderDriverPort>),
         Backend::Linux => omabox_backend_linux::managed::managed_runtime_provider_driver(
             LinuxManagedRuntimeOptions {
                 factory: LinuxSandboxFactory::new(),
@@ -196,7 +203,7 @@ pub async fn provider_driver(
             if let Some(usage) = usage {
                 driver.runtime().record_usage_into(usage);
             }
-            Arc::new(driver) as Arc<dyn ManagedRuntimeProviderDriverPort>
+            Arc::new(with_env(driver)) as Arc<dyn ManagedRuntimeProviderDriverPort>
         }),
     };
     driver.with_context(|| format!("cannot set up the {} backend", backend.provider()))

@@ -636,3 +636,146 @@ printf '{"type":"drained"}\n'"#;
     assert_eq!(next["restoredRevision"], 1);
     setup.assert_no_sandbox_left();
 }
+
+#[test]
+fn a_supervisor_gets_its_claims_session_token() {
+    let setup = local();
+    let supervisor = r#"read start
+case "${HOSTED_INFERENCE_TOKEN-}" in omst_?*) echo yes;; *) echo no;; esac > s
+printf '{"type":"ready","protocol":"openma-harness-supervisor-v1"}\n{"type":"completed","exitCode":0}\n'
+read drain
+printf '{"type":"drained"}\n'"#;
+    let output = setup
+        .run_command("suptok", &["--supervised"], &["sh", "-c", supervisor])
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{}", describe(&output));
+    let (_, output) = setup.run("suptok", &["cat", "s"]);
+    assert_eq!(String::from_utf8_lossy(&output.stderr).trim(), "yes");
+    setup.assert_no_sandbox_left();
+}
+
+/// The harness of the session-token test: records its token, inference URL and
+/// `ANTHROPIC_API_KEY` in the workspace, waits for `done`, then removes every trace (so the
+/// published workspace holds no token).
+const TOKEN_HARNESS: &str = r#"printf %s "$HOSTED_INFERENCE_TOKEN" > tok
+printf %s "${HOSTED_INFERENCE_URL-unset}" > url
+printf %s "${ANTHROPIC_API_KEY-unset}" > key
+touch started
+while [ ! -e done ]; do sleep 0.05; done
+rm -f tok url key started done"#;
+
+/// Runs [`TOKEN_HARNESS`] in session `tok` with `extra` flags; while it waits, checks the
+/// token against the store; returns (token, url, key, output).
+fn run_token_harness(
+    setup: &Setup,
+    extra: &[&str],
+    json: bool,
+) -> (String, String, String, Output) {
+    let mut args = vec!["run", "--backend", setup.backend_flag(), "--session", "tok"];
+    if json {
+        args.push("--json");
+    }
+    args.extend_from_slice(extra);
+    args.extend_from_slice(&["--", "sh", "-c", TOKEN_HARNESS]);
+    let mut child = setup
+        .command(&args)
+        .env("ANTHROPIC_API_KEY", "sk-ant-host-secret")
+        .env("OMABOX_LOG", "trace")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let started = setup.wait_for_workspace_file("started", &mut child);
+    let dir = started.parent().unwrap();
+    let read = |name: &str| std::fs::read_to_string(dir.join(name)).unwrap();
+    let (token, url, key) = (read("tok"), read("url"), read("key"));
+    assert!(token.starts_with("omst_") && token.len() > 40, "{token:?}");
+    let claims = verify(setup, &token).expect("the live claim's token verifies");
+    assert_eq!(claims.scope.session_id, "tok");
+    assert_eq!(claims.scope.work_id, "main");
+    std::fs::write(dir.join("done"), "").unwrap();
+    let output = child.wait_with_output().unwrap();
+    assert!(output.status.success(), "{}", describe(&output));
+    assert_eq!(verify(setup, &token), None, "revoked at cleanup");
+    (token, url, key, output)
+}
+
+/// The claims of `token` in the test's store.
+fn verify(setup: &Setup, token: &str) -> Option<omabox_contract::SessionTokenClaims> {
+    use omabox_contract::SessionTokenPort as _;
+    let store = omabox_store::SqliteStore::open(setup.data.path().join("omabox.db")).unwrap();
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(store.verify(token))
+        .unwrap()
+}
+
+/// Every file under `dir` whose bytes contain `needle`.
+fn files_containing(dir: &Path, needle: &str) -> Vec<PathBuf> {
+    let mut found = Vec::new();
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return found;
+    };
+    for entry in entries.flatten() {
+        let path = entry.path();
+        if entry.file_type().is_ok_and(|kind| kind.is_dir()) {
+            found.extend(files_containing(&path, needle));
+        } else if std::fs::read(&path).is_ok_and(|bytes| {
+            bytes
+                .windows(needle.len())
+                .any(|window| window == needle.as_bytes())
+        }) {
+            found.push(path);
+        }
+    }
+    found
+}
+
+fn session_tokens_are_issued_projected_revoked_and_rotated(setup: &Setup) {
+    // With a gateway: the URL is projected and the host's model key is not visible.
+    let (first, url, key, output) =
+        run_token_harness(setup, &["--inference-gateway", "http://127.0.0.1:9/"], true);
+    assert_eq!(url, "http://127.0.0.1:9/v1/oma/inference-proxy/tok");
+    assert_eq!(
+        key, "unset",
+        "the host's ANTHROPIC_API_KEY reached the harness"
+    );
+    let report = json_of(&output);
+    assert_eq!(report["generation"], 1);
+    assert_eq!(report["result"]["type"], "completed", "{report}");
+
+    // A second run (human mode: the timeline on stdout) rotates the token; no gateway, no URL.
+    let (second, url, _, second_output) = run_token_harness(setup, &[], false);
+    assert_eq!(url, "unset");
+    assert_ne!(first, second, "a reclaim rotates the token");
+    assert_eq!(verify(setup, &first), None);
+
+    for token in [&first, &second] {
+        for output in [&output, &second_output] {
+            for stream in [&output.stdout, &output.stderr] {
+                let text = String::from_utf8_lossy(stream);
+                assert!(!text.contains(token.as_str()), "token printed: {text}");
+            }
+        }
+        // The store (fences, lease journal, orphans, tokens), the blobs and the runtime dirs.
+        let leaked = files_containing(setup.data.path(), token);
+        assert!(leaked.is_empty(), "token stored in {leaked:?}");
+        let leaked = files_containing(setup.runtime_dir.path(), token);
+        assert!(leaked.is_empty(), "token stored in {leaked:?}");
+    }
+    setup.assert_no_sandbox_left();
+}
+
+#[test]
+fn local_session_tokens_are_issued_projected_revoked_and_rotated() {
+    session_tokens_are_issued_projected_revoked_and_rotated(&local());
+}
+
+#[test]
+fn linux_session_tokens_are_issued_projected_revoked_and_rotated() {
+    let Some(setup) = linux() else { return };
+    session_tokens_are_issued_projected_revoked_and_rotated(&setup);
+}

@@ -77,6 +77,18 @@ impl SessionTokenSlots {
         lock(&self.slots).get(&(scope.clone(), generation)).cloned()
     }
 
+    /// The token of the scope's current claim: the live slot with the highest generation
+    /// (for a lane that knows the scope but not the generation, like the supervisor
+    /// transport). A scope has one live claim at a time, and a newer generation's issue
+    /// revokes the older tokens, so the highest generation is the only one that can verify.
+    pub fn current(&self, scope: &RuntimeResourceScope) -> Option<SecretString> {
+        lock(&self.slots)
+            .iter()
+            .filter(|((slot_scope, _), _)| slot_scope == scope)
+            .max_by_key(|((_, generation), _)| *generation)
+            .map(|(_, token)| token.clone())
+    }
+
     /// How many claims hold a token now.
     pub fn len(&self) -> usize {
         lock(&self.slots).len()

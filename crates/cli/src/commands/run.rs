@@ -4,7 +4,7 @@
 //!
 //! ```text
 //! omabox run [--backend linux|local] [--session ID] [--workspace DIR] [--profile FILE]
-//!            [--supervised] [--json] [-- CMD ARGS...]
+//!            [--supervised] [--inference-gateway URL] [--json] [-- CMD ARGS...]
 //! ```
 //!
 //! Without CMD (and without `--profile`) it runs the bundled demo work item in session
@@ -31,6 +31,23 @@
 //! its fence to expire on that TTL and its sandbox in the lease journal, where `omabox reap`
 //! finds it.
 //!
+//! # Session tokens
+//!
+//! The fence port is always wrapped in a [`SessionTokenFence`] over the same SQLite store
+//! (as the `SessionTokenPort`): claiming the work item issues a token bound to (session, work
+//! generation), stored only hashed; releasing it revokes the token; the next generation's
+//! claim rotates it. The token reaches the harness only as `HOSTED_INFERENCE_TOKEN`, merged
+//! into its env at spawn time ([`crate::harness_env`]) — never in the profile, the plan, the
+//! lease, the `--json` document, the timeline or a log line. Its TTL is
+//! [`session_token_ttl_ms`]: max(lease TTL × 10, 1 h), fixed at issue; it only bounds a host
+//! that died without releasing (a run longer than that loses its token's validity).
+//! `--inference-gateway URL` (env `OMABOX_INFERENCE_GATEWAY`) also sets
+//! `HOSTED_INFERENCE_URL` (`URL`'s origin + `/v1/oma/inference-proxy/<session>`) and removes
+//! the nine provider keys and `OPENAI_BASE_URL` from the harness env (also from the host env
+//! the `local` backend's harness inherits). Note: the linux backend's network policy is
+//! `none` for now, so a linux sandbox cannot reach a gateway yet; the token is still issued,
+//! projected and revoked per the contract.
+//!
 //! # The profile
 //!
 //! Default: workspace `durable` (→ `checkpoint_restore`), outputs `durable`
@@ -51,6 +68,7 @@
 //! released; a second signal exits at once and leaves the rest to `omabox reap`).
 
 use crate::data_dir;
+use crate::harness_env::{SessionTokenEnv, check_gateway};
 use crate::terminal::{ProgressBars, TerminalHarnessOutput};
 use crate::timed_ports::{
     TimedFences, TimedHarness, TimedOrphans, TimedOutputs, TimedSandbox, TimedWorkspace,
@@ -73,6 +91,7 @@ use omabox_host::runtime_host::{
     ManagedRuntimeHost, ManagedRuntimeHostDependencies, ManagedRuntimeRunInput,
     ManagedRuntimeRunResult,
 };
+use omabox_host::session_tokens::{SessionTokenFence, SessionTokenSlots};
 use omabox_persistence::ProgressObserver;
 use omabox_sandbox::SandboxFactoryEnv;
 use omabox_store::SqliteStore;
@@ -97,6 +116,8 @@ pub const DEMO_SESSION: &str = "demo";
 const DEFAULT_LEASE_TTL_MS: u64 = 30_000;
 /// Default heartbeat cadence.
 const DEFAULT_HEARTBEAT_MS: u64 = 5_000;
+/// The floor of the session-token TTL.
+const MIN_SESSION_TOKEN_TTL_MS: u64 = 60 * 60 * 1000;
 /// Exit code of a run cancelled by a signal.
 const EXIT_CANCELLED: u8 = 130;
 
@@ -139,6 +160,15 @@ pub struct RunArgs {
     /// Print one JSON document on stdout (harness output and logs go to stderr).
     #[arg(long)]
     json: bool,
+    /// The OpenMA gateway origin the harness reaches the hosted inference proxy at: sets
+    /// HOSTED_INFERENCE_URL and removes the model provider keys from the harness env.
+    #[arg(
+        long,
+        env = "OMABOX_INFERENCE_GATEWAY",
+        hide_env_values = true,
+        value_name = "URL"
+    )]
+    inference_gateway: Option<String>,
     /// Fence time to live in milliseconds (tests shorten it).
     #[arg(long, hide = true, env = "OMABOX_LEASE_TTL_MS", value_name = "MS",
           value_parser = clap::value_parser!(u64).range(100..))]
@@ -186,6 +216,9 @@ pub async fn run(data_dir: &Path, args: RunArgs) -> anyhow::Result<ExitCode> {
     let env = SandboxFactoryEnv::from_process_env();
     wiring::check_backend(args.backend, &env)?;
     let plan = plan(&args)?;
+    if let Some(gateway) = &args.inference_gateway {
+        check_gateway(gateway)?;
+    }
     let store = open_store(data_dir).await?;
     if let Some(seed) = &args.workspace {
         check_seed(&store, &plan.scope, seed).await?;
@@ -201,6 +234,7 @@ pub async fn run(data_dir: &Path, args: RunArgs) -> anyhow::Result<ExitCode> {
             .seed_new_session(plan.scope.clone(), seed.clone());
     }
     let harness_output = Arc::new(TerminalHarnessOutput::new(args.json));
+    let token_slots = SessionTokenSlots::new();
     let driver = wiring::provider_driver(
         args.backend,
         DriverInputs {
@@ -215,6 +249,10 @@ pub async fn run(data_dir: &Path, args: RunArgs) -> anyhow::Result<ExitCode> {
             )),
             harness_output: Some(Arc::clone(&harness_output) as _),
             usage: Some(Arc::new(store.clone()) as _),
+            harness_env: Some(Arc::new(SessionTokenEnv::new(
+                token_slots.clone(),
+                args.inference_gateway.clone(),
+            )) as _),
         },
     )
     .await?;
@@ -281,7 +319,14 @@ pub async fn run(data_dir: &Path, args: RunArgs) -> anyhow::Result<ExitCode> {
         heartbeat_interval_ms: plan.heartbeat_interval_ms,
         session_input_sync_interval_ms: None,
         fences: Arc::new(TimedFences::new(
-            Arc::new(store.clone()),
+            Arc::new(
+                SessionTokenFence::new(
+                    Arc::new(store.clone()),
+                    Arc::new(store.clone()),
+                    Arc::new(token_slots),
+                )
+                .with_ttl_ms(session_token_ttl_ms(plan.lease_ttl_ms)),
+            ),
             Arc::clone(&timeline),
         )),
         sandbox: Arc::new(TimedSandbox::new(journaled, Arc::clone(&timeline))),
@@ -321,6 +366,14 @@ pub async fn run(data_dir: &Path, args: RunArgs) -> anyhow::Result<ExitCode> {
         }
         Err(error) => report_rejection(&args, &plan, &timeline, error),
     }
+}
+
+/// The session-token TTL of a run with fence TTL `lease_ttl_ms`: max(lease TTL × 10, 1 h)
+/// (module doc, "Session tokens").
+pub fn session_token_ttl_ms(lease_ttl_ms: u64) -> u64 {
+    lease_ttl_ms
+        .saturating_mul(10)
+        .max(MIN_SESSION_TOKEN_TTL_MS)
 }
 
 /// Resolves scope, profile, owner and timings from the arguments.

@@ -14,7 +14,9 @@
 //! leases it acquired stay reachable) and rejects every placement but `in_process` with
 //! "<provider> does not support <placement> placement".
 
-use super::harness::{DirectAmaWorkerDriver, HarnessOutputSink, SandboxSupervisorTransport};
+use super::harness::{
+    DirectAmaWorkerDriver, HarnessEnvSource, HarnessOutputSink, SandboxSupervisorTransport,
+};
 use super::provider::ManagedSandboxProvider;
 use super::runtime::{ProviderManagedRuntime, ProviderManagedRuntimeOptions};
 use async_trait::async_trait;
@@ -167,6 +169,19 @@ impl ProviderManagedRuntimeDriver {
             harness,
             transport,
         })
+    }
+
+    /// Merges `source`'s variables over the declared env of every harness process this
+    /// driver spawns, on both lanes, at spawn time (see [`HarnessEnvSource`]). Set it before
+    /// the driver is admitted: `create` hands out the lanes as they are then.
+    pub fn with_harness_env(mut self, source: Arc<dyn HarnessEnvSource>) -> Self {
+        self.harness = Arc::new(
+            DirectAmaWorkerDriver::clone(&self.harness).with_harness_env(Arc::clone(&source)),
+        );
+        self.transport = self.transport.map(|transport| {
+            Arc::new(SandboxSupervisorTransport::clone(&transport).with_harness_env(source))
+        });
+        self
     }
 
     /// The managed runtime behind the ports (for tools that need the live tool sandbox of a

@@ -10,6 +10,12 @@
 //!   [`JsonLinesSupervisorChannel`]; the host's supervised driver (through the registry's
 //!   projection) speaks the protocol over it. An abort during spawn kills the child (SIGTERM,
 //!   errors ignored) and fails with the abort reason.
+//!
+//! Both lanes consult an optional [`HarnessEnvSource`] at spawn time: its variables are
+//! merged over the declared env of the process (`None` deletes). It is how a claim's session
+//! token reaches the harness (`HOSTED_INFERENCE_TOKEN`) without ever entering the driver
+//! declaration, the profile, the plan, the lease or any `Debug` output: the merged value
+//! exists only in the [`SandboxDuplexProcessSpec`] handed straight to the spawn (never logged).
 
 use super::runtime::ProviderManagedRuntime;
 use crate::process::{
@@ -18,12 +24,14 @@ use crate::process::{
 use crate::supervisor_channel::{JsonLinesSupervisorChannel, SupervisorKill};
 use async_trait::async_trait;
 use futures::FutureExt;
+use omabox_contract::SecretString;
 use omabox_contract::{
     HarnessDriverDeclaration, HarnessDriverType, HarnessSupervisorChannel,
     HarnessSupervisorTransportPort, ManagedWorkExecutionResult, OpenSupervisorInput, PortError,
     RunHarnessInput, RuntimeProcessDeclaration, RuntimeResourceScope,
     SandboxHarnessDriverCapabilities, SandboxHarnessDriverPort,
 };
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -67,19 +75,56 @@ async fn drain(
     }
 }
 
-/// The duplex spec of a declared process: only its declared fields.
-fn spec_of(process: &RuntimeProcessDeclaration) -> SandboxDuplexProcessSpec {
+/// Variables a harness process gets at spawn time on top of its declared env (module doc).
+///
+/// `generation` is the claim's work generation when the lane knows it (`ama_worker`: the
+/// fence of `RunHarnessInput`) and `None` when it does not (`openma_supervised`: the
+/// transport's `OpenSupervisorInput` carries only the scope) — then the source answers for
+/// the scope's current claim. That is exact, not a guess: a scope has one live claim at a
+/// time (the fence), and a newer generation's token revokes the older ones.
+///
+/// Implementations must not log the values.
+pub trait HarnessEnvSource: Send + Sync {
+    /// `Some(value)` sets a variable, `None` removes it (also from an inherited host env).
+    fn env_for(
+        &self,
+        scope: &RuntimeResourceScope,
+        generation: Option<u64>,
+    ) -> BTreeMap<String, Option<SecretString>>;
+}
+
+/// The duplex spec of a declared process: only its declared fields, with `extra` merged over
+/// its env.
+fn spec_of(
+    process: &RuntimeProcessDeclaration,
+    extra: BTreeMap<String, Option<SecretString>>,
+) -> SandboxDuplexProcessSpec {
+    let mut env: BTreeMap<String, Option<String>> = process
+        .env
+        .iter()
+        .flatten()
+        .map(|(key, value)| (key.clone(), Some(value.clone())))
+        .collect();
+    env.extend(
+        extra
+            .into_iter()
+            .map(|(key, value)| (key, value.map(|value| value.expose().to_owned()))),
+    );
     SandboxDuplexProcessSpec {
         command: process.command.clone(),
         args: process.args.clone().unwrap_or_default(),
-        env: process
-            .env
-            .iter()
-            .flatten()
-            .map(|(key, value)| (key.clone(), Some(value.clone())))
-            .collect(),
+        env,
         cwd: process.cwd.clone(),
     }
+}
+
+/// The spawn-time variables of `source` (none without a source).
+fn extra_env(
+    source: Option<&Arc<dyn HarnessEnvSource>>,
+    scope: &RuntimeResourceScope,
+    generation: Option<u64>,
+) -> BTreeMap<String, Option<SecretString>> {
+    source.map_or_else(BTreeMap::new, |source| source.env_for(scope, generation))
 }
 
 /// `ama_worker` over a runtime's duplex processes.
@@ -87,6 +132,7 @@ fn spec_of(process: &RuntimeProcessDeclaration) -> SandboxDuplexProcessSpec {
 pub struct DirectAmaWorkerDriver {
     runtime: Arc<ProviderManagedRuntime>,
     output: Option<Arc<dyn HarnessOutputSink>>,
+    harness_env: Option<Arc<dyn HarnessEnvSource>>,
 }
 
 impl std::fmt::Debug for DirectAmaWorkerDriver {
@@ -94,6 +140,7 @@ impl std::fmt::Debug for DirectAmaWorkerDriver {
         f.debug_struct("DirectAmaWorkerDriver")
             .field("provider", &self.runtime.provider_name())
             .field("output", &self.output.is_some())
+            .field("harness_env", &self.harness_env.is_some())
             .finish()
     }
 }
@@ -104,7 +151,17 @@ impl DirectAmaWorkerDriver {
         runtime: Arc<ProviderManagedRuntime>,
         output: Option<Arc<dyn HarnessOutputSink>>,
     ) -> Self {
-        Self { runtime, output }
+        Self {
+            runtime,
+            output,
+            harness_env: None,
+        }
+    }
+
+    /// Merges `source`'s variables over the declared env at every spawn.
+    pub fn with_harness_env(mut self, source: Arc<dyn HarnessEnvSource>) -> Self {
+        self.harness_env = Some(source);
+        self
     }
 
     async fn wait(
@@ -185,7 +242,12 @@ impl SandboxHarnessDriverPort for DirectAmaWorkerDriver {
                 "Provider advertised ama_worker but its runtime has no duplex process Port",
             )
         })?;
-        let spawned = duplex.spawn_duplex_process(spec_of(process)).await?;
+        let extra = extra_env(
+            self.harness_env.as_ref(),
+            &input.scope,
+            Some(input.fence.generation),
+        );
+        let spawned = duplex.spawn_duplex_process(spec_of(process, extra)).await?;
         self.wait(spawned, &input).await
     }
 }
@@ -195,6 +257,7 @@ impl SandboxHarnessDriverPort for DirectAmaWorkerDriver {
 pub struct SandboxSupervisorTransport {
     runtime: Arc<ProviderManagedRuntime>,
     output: Option<Arc<dyn HarnessOutputSink>>,
+    harness_env: Option<Arc<dyn HarnessEnvSource>>,
 }
 
 impl std::fmt::Debug for SandboxSupervisorTransport {
@@ -202,6 +265,7 @@ impl std::fmt::Debug for SandboxSupervisorTransport {
         f.debug_struct("SandboxSupervisorTransport")
             .field("provider", &self.runtime.provider_name())
             .field("output", &self.output.is_some())
+            .field("harness_env", &self.harness_env.is_some())
             .finish()
     }
 }
@@ -213,7 +277,17 @@ impl SandboxSupervisorTransport {
         runtime: Arc<ProviderManagedRuntime>,
         output: Option<Arc<dyn HarnessOutputSink>>,
     ) -> Self {
-        Self { runtime, output }
+        Self {
+            runtime,
+            output,
+            harness_env: None,
+        }
+    }
+
+    /// Merges `source`'s variables over the declared env at every spawn.
+    pub fn with_harness_env(mut self, source: Arc<dyn HarnessEnvSource>) -> Self {
+        self.harness_env = Some(source);
+        self
     }
 }
 
@@ -230,7 +304,10 @@ impl HarnessSupervisorTransportPort for SandboxSupervisorTransport {
                 "Provider advertised openma_supervised but its runtime has no duplex process Port",
             )
         })?;
-        let process = duplex.spawn_duplex_process(spec_of(&input.process)).await?;
+        let extra = extra_env(self.harness_env.as_ref(), &input.scope, None);
+        let process = duplex
+            .spawn_duplex_process(spec_of(&input.process, extra))
+            .await?;
         if let Some(reason) = input.signal.reason() {
             let _ = process.kill(DuplexKillSignal::Term).await;
             return Err(reason);
@@ -259,5 +336,38 @@ impl HarnessSupervisorTransportPort for SandboxSupervisorTransport {
             kill,
             input.signal,
         )))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn spawn_time_env_is_merged_over_the_declared_env() {
+        let process = RuntimeProcessDeclaration {
+            command: "sh".into(),
+            args: None,
+            cwd: None,
+            env: Some(BTreeMap::from([
+                ("KEEP".to_owned(), "1".to_owned()),
+                ("OPENAI_API_KEY".to_owned(), "declared".to_owned()),
+                ("TOKEN".to_owned(), "declared".to_owned()),
+            ])),
+        };
+        let extra = BTreeMap::from([
+            ("OPENAI_API_KEY".to_owned(), None),
+            ("TOKEN".to_owned(), Some(SecretString::new("omst_x"))),
+        ]);
+        let spec = spec_of(&process, extra);
+        assert_eq!(
+            spec.env,
+            BTreeMap::from([
+                ("KEEP".to_owned(), Some("1".to_owned())),
+                ("OPENAI_API_KEY".to_owned(), None),
+                ("TOKEN".to_owned(), Some("omst_x".to_owned())),
+            ])
+        );
+        assert!(spec_of(&process, BTreeMap::new()).env["TOKEN"].is_some());
     }
 }

@@ -34,7 +34,8 @@ pub use driver::{
     DRIVER_VERSION, ProviderManagedRuntimeDriver, ProviderManagedRuntimeDriverOptions,
 };
 pub use harness::{
-    DirectAmaWorkerDriver, HarnessOutputSink, HarnessStream, SandboxSupervisorTransport,
+    DirectAmaWorkerDriver, HarnessEnvSource, HarnessOutputSink, HarnessStream,
+    SandboxSupervisorTransport,
 };
 pub use provider::{
     AcquisitionContext, HOST_PATH_METADATA_KEY, ManagedSandboxProvider,
