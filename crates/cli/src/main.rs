@@ -37,6 +37,8 @@ enum Command {
     Outputs(commands::outputs::OutputsArgs),
     /// Benchmarks (`omabox bench run`: the demo's wall time, per step).
     Bench(commands::bench::BenchArgs),
+    /// Manage the local vault the MCP proxy takes credentials from (values via stdin).
+    Vault(commands::vault::VaultArgs),
     /// Show the usage ledger (sandbox_active_seconds per sandbox).
     Usage(commands::usage::UsageArgs),
     /// Print the managed-runtime provider conformance catalog.
@@ -78,6 +80,10 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Outputs(args) => {
             let data_dir = data_dir::resolve(cli.data_dir.as_deref())?;
             runtime()?.block_on(commands::outputs::run(&data_dir, &args))
+        }
+        Command::Vault(args) => {
+            let data_dir = data_dir::resolve(cli.data_dir.as_deref())?;
+            runtime()?.block_on(commands::vault::run(&data_dir, &args))
         }
         Command::Usage(args) => {
             let data_dir = data_dir::resolve(cli.data_dir.as_deref())?;

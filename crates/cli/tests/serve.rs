@@ -62,3 +62,173 @@ fn serve_starts_fresh_and_answers_healthz() {
     assert_eq!(rc, 0);
     assert!(child.wait().unwrap().success());
 }
+
+/// One HTTP/1.0 request (no chunked encoding) → (status code, body).
+fn request(addr: &str, method: &str, path: &str, body: &str) -> (u16, String) {
+    let mut stream = TcpStream::connect(addr).unwrap();
+    write!(
+        stream,
+        "{method} {path} HTTP/1.0\r\nhost: {addr}\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    let mut response = String::new();
+    stream.read_to_string(&mut response).unwrap();
+    let status = response
+        .split(' ')
+        .nth(1)
+        .and_then(|code| code.parse().ok())
+        .unwrap_or_else(|| panic!("no status line: {response:?}"));
+    let body = response
+        .split_once("\r\n\r\n")
+        .map(|(_, body)| body.to_owned())
+        .unwrap_or_default();
+    (status, body)
+}
+
+/// Starts `omabox serve` on a free loopback port; returns the child, its address, and its
+/// stderr (kept open so the server can still log while it shuts down).
+fn start_serve(
+    data_dir: &std::path::Path,
+) -> (
+    std::process::Child,
+    String,
+    BufReader<std::process::ChildStderr>,
+) {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_omabox"))
+        .arg("--data-dir")
+        .arg(data_dir)
+        .args(["serve", "--listen", "127.0.0.1:0"])
+        .env_remove("OMABOX_API_KEY")
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stderr = BufReader::new(child.stderr.take().unwrap());
+    let mut line = String::new();
+    stderr.read_line(&mut line).unwrap();
+    let addr = line
+        .trim()
+        .strip_prefix("omabox serve: listening on http://")
+        .unwrap_or_else(|| panic!("unexpected first line: {line:?}"))
+        .to_owned();
+    (child, addr, stderr)
+}
+
+#[test]
+fn a_published_output_is_promoted_into_a_stored_file() {
+    let data = tempfile::tempdir().unwrap();
+    let run = Command::new(env!("CARGO_BIN_EXE_omabox"))
+        .arg("--data-dir")
+        .arg(data.path())
+        .env("OMABOX_TEST_MODE", "1")
+        .args([
+            "run",
+            "--backend",
+            "local",
+            "--session",
+            "p1",
+            "--json",
+            "--",
+        ])
+        .args([
+            "sh",
+            "-c",
+            r#"echo promoted > "$OMA_OUTPUTS_DIR/r.txt"; echo kept > w.txt"#,
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        run.status.success(),
+        "{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+
+    let (mut child, addr, _stderr) = start_serve(data.path());
+    let (status, body) = request(
+        &addr,
+        "POST",
+        "/v1/sessions/p1/files",
+        r#"{"path":"/mnt/session/outputs/r.txt"}"#,
+    );
+    assert_eq!(status, 201, "{body}");
+    let created: serde_json::Value = serde_json::from_str(&body).unwrap();
+    let id = created["id"].as_str().unwrap().to_owned();
+    assert!(id.starts_with("file_"), "{created}");
+    assert_eq!(created["size"], 9);
+    let (status, content) = request(&addr, "GET", &format!("/v1/files/{id}/content"), "");
+    assert_eq!((status, content.as_str()), (200, "promoted\n"));
+
+    let (status, body) = request(
+        &addr,
+        "POST",
+        "/v1/sessions/p1/files",
+        r#"{"path":"/workspace/w.txt"}"#,
+    );
+    assert_eq!(status, 201, "workspace files promote too: {body}");
+
+    for absent in [
+        r#"{"path":"/mnt/session/outputs/missing.txt"}"#,
+        r#"{"path":"/etc/passwd"}"#,
+    ] {
+        let (status, body) = request(&addr, "POST", "/v1/sessions/p1/files", absent);
+        assert_eq!(status, 400, "{absent}: {body}");
+    }
+    let (status, _) = request(
+        &addr,
+        "POST",
+        "/v1/sessions/never-ran/files",
+        r#"{"path":"/mnt/session/outputs/r.txt"}"#,
+    );
+    assert_eq!(status, 400);
+
+    // SAFETY: plain kill(2) on our own child's pid.
+    let rc = unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGTERM) };
+    assert_eq!(rc, 0);
+    assert!(child.wait().unwrap().success());
+}
+
+#[test]
+fn the_vault_stores_secrets_from_stdin_and_never_prints_them() {
+    let data = tempfile::tempdir().unwrap();
+    let secret = "vault-value-3f9c2a7e";
+    let omabox = |args: &[&str], stdin: &str| {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_omabox"))
+            .arg("--data-dir")
+            .arg(data.path())
+            .args(args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(stdin.as_bytes())
+            .unwrap();
+        child.wait_with_output().unwrap()
+    };
+    let put = omabox(&["vault", "put", "github"], &format!("{secret}\n"));
+    assert!(put.status.success(), "{put:?}");
+    let names = omabox(&["vault", "names", "--json"], "");
+    assert!(names.status.success());
+    let listed: Vec<String> = serde_json::from_slice(&names.stdout).unwrap();
+    assert_eq!(listed, ["github"]);
+    for output in [&put, &names] {
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        );
+        assert!(!text.contains(secret), "{text}");
+    }
+    let empty = omabox(&["vault", "put", "empty"], "");
+    assert!(!empty.status.success());
+    assert!(omabox(&["vault", "delete", "github"], "").status.success());
+    let names = omabox(&["vault", "names", "--json"], "");
+    assert_eq!(
+        serde_json::from_slice::<Vec<String>>(&names.stdout).unwrap(),
+        Vec::<String>::new()
+    );
+}

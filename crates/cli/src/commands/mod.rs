@@ -9,4 +9,5 @@ pub mod sandbox;
 pub mod serve;
 pub mod sessions;
 pub mod usage;
+pub mod vault;
 pub mod workspace;

@@ -1,0 +1,78 @@
+//! `omabox vault`: the local secret store the MCP proxy substitutes credentials from.
+//!
+//! Values are read from standard input (never from the command line, where `ps` and shell
+//! history would see them) and are never printed: `names` lists names only.
+
+use crate::commands::run::open_store;
+use anyhow::Context as _;
+use clap::{Args, Subcommand};
+use omabox_contract::{SecretString, VaultSecretPort};
+use std::io::Read as _;
+use std::path::Path;
+use std::process::ExitCode;
+
+/// Options of `omabox vault`.
+#[derive(Debug, Args)]
+pub struct VaultArgs {
+    #[command(subcommand)]
+    command: VaultCommand,
+}
+
+#[derive(Debug, Subcommand)]
+enum VaultCommand {
+    /// Store a secret read from standard input (one trailing newline is dropped).
+    Put {
+        /// The secret's name (what `vault_secret` in the serve config refers to).
+        name: String,
+    },
+    /// List the stored names (never values).
+    Names {
+        /// Print a JSON array.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Delete a secret (no error when it is absent).
+    Delete {
+        /// The secret's name.
+        name: String,
+    },
+}
+
+/// Runs a vault subcommand against the data directory's store.
+pub async fn run(data_dir: &Path, args: &VaultArgs) -> anyhow::Result<ExitCode> {
+    let store = open_store(data_dir).await?;
+    match &args.command {
+        VaultCommand::Put { name } => {
+            let mut value = String::new();
+            std::io::stdin()
+                .read_to_string(&mut value)
+                .context("cannot read the secret from standard input (it must be UTF-8)")?;
+            let value = value
+                .strip_suffix('\n')
+                .map(|rest| rest.strip_suffix('\r').unwrap_or(rest))
+                .unwrap_or(&value);
+            if value.is_empty() {
+                anyhow::bail!(
+                    "no secret on standard input: pipe it in, e.g. `printf %s \"$TOKEN\" | omabox vault put {name}`"
+                );
+            }
+            store.put(name, SecretString::new(value)).await?;
+            eprintln!("omabox vault: stored {name}");
+        }
+        VaultCommand::Names { json } => {
+            let names = store.names().await?;
+            if *json {
+                println!("{}", serde_json::to_string_pretty(&names)?);
+            } else {
+                for name in names {
+                    println!("{name}");
+                }
+            }
+        }
+        VaultCommand::Delete { name } => {
+            store.delete(name).await?;
+            eprintln!("omabox vault: deleted {name}");
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
