@@ -7,22 +7,14 @@
 //! `omabox` (`cargo build --bins`); they skip with a printed reason where those are missing,
 //! and fail under `CI=true`. The basic two-run test also runs on `local` (test mode).
 
-use omabox_backend_linux::factory::{
-    CGROUP_PARENT_ENV, INIT_ENV, LinuxSandboxFactory, RUNTIME_DIR_ENV,
-};
-use omabox_sandbox::{SandboxFactoryContext, SandboxFactoryEnv};
+mod common;
+
+use common::{init_bin, omabox_bin};
+use omabox_backend_linux::factory::{CGROUP_PARENT_ENV, INIT_ENV, RUNTIME_DIR_ENV};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
-
-fn omabox_bin() -> PathBuf {
-    PathBuf::from(env!("CARGO_BIN_EXE_omabox"))
-}
-
-fn init_bin() -> PathBuf {
-    omabox_bin().with_file_name("omabox-sandbox-init")
-}
 
 /// Which backend a [`Setup`] runs on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -42,11 +34,7 @@ struct Setup {
 /// `Some` when linux sandboxes can run here; otherwise prints why and returns `None`, or
 /// fails under `CI=true`.
 fn linux() -> Option<Setup> {
-    if let Some(reason) = linux_unavailable_reason() {
-        if std::env::var("CI").is_ok_and(|value| value == "true") {
-            panic!("CI=true and linux sandboxes cannot run: {reason}");
-        }
-        eprintln!("SKIPPED: linux sandboxes cannot run here: {reason}");
+    if !common::linux_available() {
         return None;
     }
     Some(Setup::new(Backend::Linux))
@@ -54,32 +42,6 @@ fn linux() -> Option<Setup> {
 
 fn local() -> Setup {
     Setup::new(Backend::Local)
-}
-
-fn linux_unavailable_reason() -> Option<String> {
-    if !init_bin().is_file() {
-        return Some(format!(
-            "{} is missing (build it: cargo build --bins)",
-            init_bin().display()
-        ));
-    }
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
-        return Some("linux sandboxes need root (cgroup limits)".into());
-    }
-    let ctx = SandboxFactoryContext {
-        session_id: "probe".into(),
-        workdir: std::env::temp_dir(),
-        memory_root: None,
-        outputs_root: None,
-    };
-    let env: SandboxFactoryEnv = [(INIT_ENV, init_bin().display().to_string())]
-        .into_iter()
-        .collect();
-    LinuxSandboxFactory::new()
-        .check_host(&ctx, &env)
-        .err()
-        .map(|error| format!("{error}: {:?}", std::error::Error::source(&error)))
 }
 
 impl Setup {

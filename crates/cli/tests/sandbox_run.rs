@@ -11,18 +11,10 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use omabox_backend_linux::factory::{
-    CGROUP_PARENT_ENV, INIT_ENV, LinuxSandboxFactory, RUNTIME_DIR_ENV,
-};
-use omabox_sandbox::{SandboxFactoryContext, SandboxFactoryEnv};
+mod common;
 
-fn omabox_bin() -> PathBuf {
-    PathBuf::from(env!("CARGO_BIN_EXE_omabox"))
-}
-
-fn init_bin() -> PathBuf {
-    omabox_bin().with_file_name("omabox-sandbox-init")
-}
+use common::{init_bin, omabox_bin};
+use omabox_backend_linux::factory::{CGROUP_PARENT_ENV, INIT_ENV, RUNTIME_DIR_ENV};
 
 /// A private runtime dir, cgroup parent and TMPDIR for one test; checks on drop that
 /// nothing is left in any of them.
@@ -35,12 +27,7 @@ struct Linux {
 /// `Some` when linux sandboxes can run here; otherwise prints why and returns `None`,
 /// or fails under `CI=true`.
 fn linux() -> Option<Linux> {
-    let reason = linux_unavailable_reason();
-    if let Some(reason) = reason {
-        if std::env::var("CI").is_ok_and(|v| v == "true") {
-            panic!("CI=true and linux sandboxes cannot run: {reason}");
-        }
-        eprintln!("SKIPPED: linux sandboxes cannot run here: {reason}");
+    if !common::linux_available() {
         return None;
     }
     let runtime_dir = tempfile::tempdir().unwrap();
@@ -53,32 +40,6 @@ fn linux() -> Option<Linux> {
         tmp: tempfile::tempdir().unwrap(),
         cgroup_parent,
     })
-}
-
-fn linux_unavailable_reason() -> Option<String> {
-    if !init_bin().is_file() {
-        return Some(format!(
-            "{} is missing (build it: cargo build -p omabox-backend-linux --bins)",
-            init_bin().display()
-        ));
-    }
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
-        return Some("the tests need root (cgroup limits)".into());
-    }
-    let ctx = SandboxFactoryContext {
-        session_id: "probe".into(),
-        workdir: std::env::temp_dir(),
-        memory_root: None,
-        outputs_root: None,
-    };
-    let env: SandboxFactoryEnv = [(INIT_ENV, init_bin().display().to_string())]
-        .into_iter()
-        .collect();
-    LinuxSandboxFactory::new()
-        .check_host(&ctx, &env)
-        .err()
-        .map(|e| format!("{e}: {:?}", std::error::Error::source(&e)))
 }
 
 impl Linux {

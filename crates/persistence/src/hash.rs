@@ -113,3 +113,30 @@ mod tests {
         assert!(!has_hex_suffix("wsb_../", "wsb_", 32));
     }
 }
+
+/// Why a publication candidate does not name a manifest blob.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum CandidateHashError {
+    /// The id is not `<prefix><64 lowercase hex>`.
+    InvalidId,
+    /// The content hash is not `sha256:` + the id's hex.
+    Mismatch,
+}
+
+/// The manifest blob a candidate names: its id is `<prefix><hex>` and its content hash
+/// `sha256:<the same hex>`. Shared by workspace checkpoints (`wcp_`) and output manifests
+/// (`out_`), each mapping the two failures to its own error.
+pub(crate) fn candidate_manifest_hash(
+    candidate: &omabox_contract::RuntimePublicationCandidate,
+    prefix: &str,
+) -> Result<BlobHash, CandidateHashError> {
+    let hash = candidate
+        .id
+        .strip_prefix(prefix)
+        .and_then(BlobHash::from_hex)
+        .ok_or(CandidateHashError::InvalidId)?;
+    if BlobHash::from_content_hash(&candidate.content_hash) != Some(hash) {
+        return Err(CandidateHashError::Mismatch);
+    }
+    Ok(hash)
+}

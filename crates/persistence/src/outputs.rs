@@ -18,7 +18,7 @@
 use crate::blob::{BlobStore, COPY_BUFFER, DirSync};
 use crate::blocking;
 use crate::error::{IoContext, PersistenceError, Result};
-use crate::hash::BlobHash;
+use crate::hash::{BlobHash, CandidateHashError, candidate_manifest_hash};
 use crate::layout::{self, binding_metadata, check_host_path, prune_empty_parents};
 use crate::media_type::guess_media_type;
 use crate::safe_fs::{self, MAX_DEPTH, ParentCursor, remove_tree};
@@ -218,15 +218,10 @@ impl FilesystemSessionOutputPort {
 }
 
 fn manifest_hash(candidate: &RuntimePublicationCandidate) -> Result<BlobHash> {
-    let hash = candidate
-        .id
-        .strip_prefix(CANDIDATE_PREFIX)
-        .and_then(BlobHash::from_hex)
-        .ok_or(PersistenceError::InvalidOutputManifestId)?;
-    if BlobHash::from_content_hash(&candidate.content_hash) != Some(hash) {
-        return Err(PersistenceError::OutputManifestHashMismatch);
-    }
-    Ok(hash)
+    candidate_manifest_hash(candidate, CANDIDATE_PREFIX).map_err(|error| match error {
+        CandidateHashError::InvalidId => PersistenceError::InvalidOutputManifestId,
+        CandidateHashError::Mismatch => PersistenceError::OutputManifestHashMismatch,
+    })
 }
 
 fn load_manifest(store: &BlobStore, hash: &BlobHash) -> Result<SessionOutputManifest> {

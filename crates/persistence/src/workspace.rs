@@ -23,7 +23,7 @@
 use crate::blob::BlobStore;
 use crate::blocking;
 use crate::error::{IoContext, PersistenceError, Result};
-use crate::hash::{BlobHash, short_hash};
+use crate::hash::{BlobHash, CandidateHashError, candidate_manifest_hash, short_hash};
 use crate::layout::{self, binding_metadata, check_host_path, prune_empty_parents};
 use crate::manifest::WorkspaceManifest;
 use crate::progress::{ProgressObserver, ProgressPhase};
@@ -409,15 +409,10 @@ impl FilesystemWorkspacePort {
 
 /// The manifest hash a workspace candidate names, after the id and content-hash checks.
 fn checkpoint_hash(candidate: &RuntimePublicationCandidate) -> Result<BlobHash> {
-    let hash = candidate
-        .id
-        .strip_prefix(CANDIDATE_PREFIX)
-        .and_then(BlobHash::from_hex)
-        .ok_or(PersistenceError::InvalidCheckpointId)?;
-    if BlobHash::from_content_hash(&candidate.content_hash) != Some(hash) {
-        return Err(PersistenceError::CheckpointHashMismatch);
-    }
-    Ok(hash)
+    candidate_manifest_hash(candidate, CANDIDATE_PREFIX).map_err(|error| match error {
+        CandidateHashError::InvalidId => PersistenceError::InvalidCheckpointId,
+        CandidateHashError::Mismatch => PersistenceError::CheckpointHashMismatch,
+    })
 }
 
 /// Loads and parses the manifest blob `hash`, verifying its bytes hash to it.
