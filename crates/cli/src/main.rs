@@ -5,6 +5,7 @@ mod data_dir;
 mod harness_env;
 mod run_report;
 mod session;
+mod signals;
 mod terminal;
 mod timeline;
 mod wiring;

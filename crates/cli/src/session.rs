@@ -50,6 +50,31 @@ pub async fn publication(
         .context("cannot read the session's publication")
 }
 
+/// `--workspace DIR` seeds only a new session: DIR must be a directory and the session must
+/// have no publication yet.
+pub async fn check_seed(
+    store: &SqliteStore,
+    scope: &RuntimeResourceScope,
+    seed: &Path,
+) -> anyhow::Result<()> {
+    let metadata = std::fs::metadata(seed)
+        .with_context(|| format!("--workspace {}: cannot read it", seed.display()))?;
+    if !metadata.is_dir() {
+        anyhow::bail!("--workspace {} is not a directory", seed.display());
+    }
+    if let Some(publication) = publication(store, scope).await? {
+        anyhow::bail!(
+            "session {} already has a published workspace (revision {}); --workspace seeds \
+             only a new session. Run without --workspace to continue from revision {}, or \
+             choose a new --session",
+            scope.session_id,
+            publication.revision,
+            publication.revision
+        );
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -28,17 +28,16 @@
 //! signal exits at once and leaves the rest to `omabox reap`.
 
 use crate::harness_env::{SessionTokenEnv, check_gateway};
-use crate::run_report::{self, EXIT_CANCELLED, RunHeader};
-use crate::session::{check_id, open_store, publication};
+use crate::run_report::{self, RunHeader};
+use crate::session::{check_id, check_seed, open_store};
+use crate::signals::cancel_on_signals;
 use crate::terminal::{ProgressBars, TerminalHarnessOutput};
 use crate::timeline::Timeline;
 use crate::wiring::{self, Backend, DriverInputs, Persistence};
 use crate::work_profile;
-use anyhow::Context as _;
 use clap::Args;
 use omabox_contract::{
-    AbortController, HarnessDriverDeclaration, ManagedRuntimeProfile, PortError,
-    RuntimeResourceScope,
+    AbortController, HarnessDriverDeclaration, ManagedRuntimeProfile, RuntimeResourceScope,
 };
 use omabox_host::runtime_host::ManagedRuntimeRunInput;
 use omabox_host::session_tokens::SessionTokenSlots;
@@ -47,12 +46,10 @@ use omabox_host::work_item::{
 };
 use omabox_persistence::ProgressObserver;
 use omabox_sandbox::SandboxFactoryEnv;
-use omabox_store::SqliteStore;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use tokio::signal::unix::{SignalKind, signal};
 
 /// The session of the bundled demo.
 pub const DEMO_SESSION: &str = "demo";
@@ -240,60 +237,4 @@ fn print_banner(args: &RunArgs, request: &Request) {
 fn process_owner_id() -> String {
     let hostname = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
     owner_id(&hostname, std::process::id(), rand::random())
-}
-
-/// `--workspace DIR` seeds only a new session: DIR must be a directory and the session must
-/// have no publication yet.
-async fn check_seed(
-    store: &SqliteStore,
-    scope: &RuntimeResourceScope,
-    seed: &Path,
-) -> anyhow::Result<()> {
-    let metadata = std::fs::metadata(seed)
-        .with_context(|| format!("--workspace {}: cannot read it", seed.display()))?;
-    if !metadata.is_dir() {
-        anyhow::bail!("--workspace {} is not a directory", seed.display());
-    }
-    if let Some(publication) = publication(store, scope).await? {
-        anyhow::bail!(
-            "session {} already has a published workspace (revision {}); --workspace seeds \
-             only a new session. Run without --workspace to continue from revision {}, or \
-             choose a new --session",
-            scope.session_id,
-            publication.revision,
-            publication.revision
-        );
-    }
-    Ok(())
-}
-
-/// Waits for SIGINT/SIGTERM: the first cancels the run through its signal (full cleanup),
-/// the second exits at once.
-async fn cancel_on_signals(controller: AbortController, cancelled: Arc<AtomicBool>) {
-    let (Ok(mut interrupt), Ok(mut terminate)) = (
-        signal(SignalKind::interrupt()),
-        signal(SignalKind::terminate()),
-    ) else {
-        tracing::warn!("cannot listen for SIGINT/SIGTERM; Ctrl-C will not clean up");
-        return;
-    };
-    let name = tokio::select! {
-        _ = interrupt.recv() => "SIGINT",
-        _ = terminate.recv() => "SIGTERM",
-    };
-    cancelled.store(true, Ordering::SeqCst);
-    eprintln!(
-        "omabox: {name}: cancelling the run (terminating the sandbox, releasing the fence); \
-         press Ctrl-C again to exit at once"
-    );
-    controller.abort(PortError::new(format!("Run cancelled by {name}")));
-    tokio::select! {
-        _ = interrupt.recv() => {},
-        _ = terminate.recv() => {},
-    }
-    eprintln!(
-        "omabox: exiting without cleanup; the fence expires on its TTL and `omabox reap` \
-         terminates the sandbox"
-    );
-    std::process::exit(i32::from(EXIT_CANCELLED));
 }
