@@ -41,6 +41,7 @@ use omabox_backend_linux::factory::{
     parse_memory_size,
 };
 use omabox_contract::ErrorKind;
+use omabox_contract::signals::shell_exit_code;
 use omabox_sandbox::{
     DuplexKillSignal, LOCAL_SUBPROCESS, SANDBOX_PROVIDER_ENV, SandboxDuplexProcessControl,
     SandboxDuplexProcessSpec, SandboxFactoryContext, SandboxFactoryEnv, SandboxPort,
@@ -587,36 +588,7 @@ async fn feed_stdin<W: AsyncWrite + Unpin>(mut to: W) {
 
 /// The command's exit as a shell would report it.
 fn exit_code(exit: &SandboxProcessExit) -> u8 {
-    match (&exit.code, &exit.signal) {
-        (Some(code), _) => (code & 0xff) as u8,
-        (None, Some(name)) => signal_number(name).map_or(EXIT_OMABOX_FAILED, |n| 128 + n),
-        (None, None) => EXIT_OMABOX_FAILED,
-    }
-}
-
-fn signal_number(name: &str) -> Option<u8> {
-    let n = match name {
-        "SIGHUP" => libc::SIGHUP,
-        "SIGINT" => libc::SIGINT,
-        "SIGQUIT" => libc::SIGQUIT,
-        "SIGILL" => libc::SIGILL,
-        "SIGTRAP" => libc::SIGTRAP,
-        "SIGABRT" => libc::SIGABRT,
-        "SIGBUS" => libc::SIGBUS,
-        "SIGFPE" => libc::SIGFPE,
-        "SIGKILL" => libc::SIGKILL,
-        "SIGUSR1" => libc::SIGUSR1,
-        "SIGSEGV" => libc::SIGSEGV,
-        "SIGUSR2" => libc::SIGUSR2,
-        "SIGPIPE" => libc::SIGPIPE,
-        "SIGALRM" => libc::SIGALRM,
-        "SIGTERM" => libc::SIGTERM,
-        "SIGXCPU" => libc::SIGXCPU,
-        "SIGXFSZ" => libc::SIGXFSZ,
-        "SIGSYS" => libc::SIGSYS,
-        _ => return None,
-    };
-    u8::try_from(n).ok()
+    shell_exit_code(exit.code, exit.signal.as_deref()).unwrap_or(EXIT_OMABOX_FAILED)
 }
 
 #[cfg(test)]
