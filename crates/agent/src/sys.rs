@@ -143,43 +143,17 @@ pub fn set_cloexec(fd: RawFd) -> io::Result<()> {
     Ok(())
 }
 
-const SIGNALS: &[(i32, &str)] = &[
-    (libc::SIGHUP, "SIGHUP"),
-    (libc::SIGINT, "SIGINT"),
-    (libc::SIGQUIT, "SIGQUIT"),
-    (libc::SIGILL, "SIGILL"),
-    (libc::SIGTRAP, "SIGTRAP"),
-    (libc::SIGABRT, "SIGABRT"),
-    (libc::SIGBUS, "SIGBUS"),
-    (libc::SIGFPE, "SIGFPE"),
-    (libc::SIGKILL, "SIGKILL"),
-    (libc::SIGUSR1, "SIGUSR1"),
-    (libc::SIGSEGV, "SIGSEGV"),
-    (libc::SIGUSR2, "SIGUSR2"),
-    (libc::SIGPIPE, "SIGPIPE"),
-    (libc::SIGALRM, "SIGALRM"),
-    (libc::SIGTERM, "SIGTERM"),
-    (libc::SIGCHLD, "SIGCHLD"),
-    (libc::SIGCONT, "SIGCONT"),
-    (libc::SIGSTOP, "SIGSTOP"),
-    (libc::SIGTSTP, "SIGTSTP"),
-    (libc::SIGTTIN, "SIGTTIN"),
-    (libc::SIGTTOU, "SIGTTOU"),
-    (libc::SIGURG, "SIGURG"),
-    (libc::SIGXCPU, "SIGXCPU"),
-    (libc::SIGXFSZ, "SIGXFSZ"),
-    (libc::SIGVTALRM, "SIGVTALRM"),
-    (libc::SIGPROF, "SIGPROF"),
-    (libc::SIGWINCH, "SIGWINCH"),
-    (libc::SIGIO, "SIGIO"),
-    (libc::SIGPWR, "SIGPWR"),
-    (libc::SIGSYS, "SIGSYS"),
-];
+// The one signal table (see its module doc): shared with the contract crate by source, since
+// the agent depends on nothing of ours.
+// Not every helper of the table is used on this side (the shell exit code is the host's).
+#[path = "../../contract/src/signals.rs"]
+#[allow(dead_code)]
+mod signal_table;
 
 /// `SIGKILL` for 9; `SIGRTMIN+n` / `SIG<n>` for the rest.
 pub fn signal_name(sig: i32) -> String {
-    if let Some((_, name)) = SIGNALS.iter().find(|(n, _)| *n == sig) {
-        return (*name).to_owned();
+    if let Some(name) = signal_table::signal_name(sig) {
+        return name.to_owned();
     }
     let rtmin = libc::SIGRTMIN();
     if sig >= rtmin && sig <= libc::SIGRTMAX() {
@@ -199,7 +173,7 @@ pub fn signal_number(name: &str) -> Option<i32> {
     } else {
         format!("SIG{upper}")
     };
-    SIGNALS.iter().find(|(_, s)| *s == full).map(|(n, _)| *n)
+    signal_table::signal_number(&full)
 }
 
 #[cfg(test)]

@@ -3,10 +3,13 @@
 mod commands;
 mod data_dir;
 mod harness_env;
+mod run_report;
+mod session;
+mod signals;
 mod terminal;
-mod timed_ports;
 mod timeline;
 mod wiring;
+mod work_profile;
 
 use clap::{Parser, Subcommand};
 use std::path::PathBuf;

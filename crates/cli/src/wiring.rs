@@ -9,15 +9,18 @@
 //!   --backend local ── omabox_backend_local::managed  (test mode only, no isolation)
 //! ```
 //!
-//! The host never names a backend; this module is where names become drivers, both for
-//! running (`provider_driver`) and for reaping leases a dead host left behind
-//! (`sandbox_resolver`, which needs no live handle: leases carry what a reap needs).
+//! The host never names a backend; this module is where names become drivers — for
+//! running work items (`provider_driver`), for reaping leases a dead host left behind
+//! (`sandbox_resolver`, which needs no live handle: leases carry what a reap needs) and for
+//! plain tool sandboxes (`sandbox_factories`, the `SANDBOX_PROVIDER` map of
+//! `omabox sandbox run`). No other module names a backend crate's types for wiring.
 
 use anyhow::Context as _;
 use omabox_backend_linux::factory::LinuxSandboxFactory;
 use omabox_backend_linux::managed::{
     LINUX_PROVIDER, LinuxManagedProvider, LinuxManagedRuntimeOptions,
 };
+use omabox_backend_local::LocalSubprocessFactory;
 use omabox_backend_local::managed::{
     LOCAL_PROVIDER, LocalManagedProvider, LocalManagedRuntimeOptions,
 };
@@ -34,7 +37,10 @@ use omabox_sandbox::managed::{
     HarnessEnvSource, HarnessOutputSink, ProviderManagedRuntime, ProviderManagedRuntimeDriver,
     ProviderManagedRuntimeOptions,
 };
-use omabox_sandbox::{SandboxFactoryContext, SandboxFactoryEnv, is_test_mode};
+use omabox_sandbox::{
+    LOCAL_SUBPROCESS, SandboxFactoryContext, SandboxFactoryEnv, SandboxFactoryRegistry,
+    SandboxProviderName, is_test_mode,
+};
 use std::path::Path;
 use std::sync::Arc;
 
@@ -48,6 +54,16 @@ pub enum Backend {
 }
 
 impl Backend {
+    /// The backend a `--backend` name selects (`local-subprocess` is `local`'s OpenMA name);
+    /// `None` for every other name.
+    pub fn from_name(name: &str) -> Option<Self> {
+        match name {
+            LINUX_PROVIDER => Some(Self::Linux),
+            LOCAL_PROVIDER | LOCAL_SUBPROCESS => Some(Self::Local),
+            _ => None,
+        }
+    }
+
     /// The provider id in leases and descriptors.
     pub fn provider(self) -> &'static str {
         match self {
@@ -233,4 +249,27 @@ pub fn sandbox_resolver(
         LOCAL_PROVIDER => local.clone(),
         _ => None,
     })
+}
+
+/// The `SANDBOX_PROVIDER` map of this binary: every tool-sandbox backend it was built with
+/// (local-subprocess resolves only in test mode).
+pub fn sandbox_factories(linux: &LinuxSandboxFactory) -> SandboxFactoryRegistry {
+    let mut registry = SandboxFactoryRegistry::new();
+    registry.register(SandboxProviderName::Linux, Arc::new(linux.clone()));
+    registry.register_local_subprocess(Arc::new(LocalSubprocessFactory::new()));
+    registry
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backend_names_select_one_backend() {
+        assert_eq!(Backend::from_name("linux"), Some(Backend::Linux));
+        assert_eq!(Backend::from_name("local"), Some(Backend::Local));
+        assert_eq!(Backend::from_name("local-subprocess"), Some(Backend::Local));
+        assert_eq!(Backend::from_name("daytona"), None);
+        assert_eq!(Backend::Local.provider(), "local");
+    }
 }

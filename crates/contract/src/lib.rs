@@ -39,6 +39,7 @@ pub mod scope;
 pub mod secret;
 pub mod session_inputs;
 pub mod signal;
+pub mod signals;
 pub mod workspace;
 
 pub use capabilities::*;

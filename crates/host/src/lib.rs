@@ -13,6 +13,9 @@
 //!   lease and reaps those a dead host abandoned (omabox extension).
 //! - [`session_tokens`]: issues a claim's session token on fence acquire and revokes it on
 //!   release, handing it to the caller's harness-env projection (omabox extension).
+//! - [`run_observer`]: the named steps of a run, reported (redacted) to a front end;
+//!   [`work_item`]: one work item composed — scope policy, admission with decorated
+//!   resources, the transaction — the runner `omabox run` (and later `omabox serve`) uses.
 //! - [`catalog`]: the conformance catalog of known providers.
 //!
 //! This crate never names a concrete backend and does no I/O of its own beyond timers: every
@@ -27,7 +30,9 @@ pub mod provider_host;
 pub mod reconciler;
 pub mod registry;
 pub mod router;
+pub mod run_observer;
 pub mod runtime_host;
 pub mod scheduler;
 pub mod session_tokens;
 pub mod supervisor_driver;
+pub mod work_item;

@@ -13,18 +13,30 @@
 //!
 //! Resources are created for every run (admission calls `driver.create`); compute itself is
 //! allocated later, by `sandbox.acquire` inside the fenced transaction.
+//!
+//! omabox extensions: an optional [`ResourcesHook`] decorates the selected resources before
+//! the host runs with them (the lease journal), and a run's
+//! [`crate::run_observer::RunObserver`] is told how admission ended (step `admission`).
 
 use crate::registry::{ManagedRuntimeProviderRegistry, PrepareProviderInput};
+use crate::run_observer::{RunStep, StepEvent, StepFacts, StepOutcome};
 use crate::runtime_host::{
     ManagedRuntimeHost, ManagedRuntimeHostDependencies, ManagedRuntimeRunInput,
     ManagedRuntimeRunResult,
 };
 use omabox_contract::{
     CredentialEgressProfile, CredentialEgressRequirement, ManagedRuntimeProfile,
-    ManagedRuntimeProviderDriverPort, ManagedRuntimeProviderPlacement, PortError,
-    RuntimeOrphanPort, RuntimeResourceFencePort, RuntimeSchedulerPort, RuntimeSessionSnapshot,
+    ManagedRuntimeProviderDriverPort, ManagedRuntimeProviderPlacement,
+    ManagedRuntimeProviderResources, PortError, RuntimeOrphanPort, RuntimeResourceFencePort,
+    RuntimeSchedulerPort, RuntimeSessionSnapshot,
 };
 use std::sync::Arc;
+use std::time::Instant;
+
+/// Decorates the resources admission selected (e.g. journals the sandbox's leases) before
+/// the host runs with them. It must return ports that behave as the given ones do.
+pub type ResourcesHook =
+    Arc<dyn Fn(ManagedRuntimeProviderResources) -> ManagedRuntimeProviderResources + Send + Sync>;
 
 /// Session resource type whose credentials require enforced egress.
 const GITHUB_REPOSITORY: &str = "github_repository";
@@ -68,11 +80,22 @@ impl std::fmt::Debug for ManagedRuntimeProviderHostOptions {
 }
 
 /// `createManagedRuntimeProviderHost`.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct ManagedRuntimeProviderHost {
     registry: ManagedRuntimeProviderRegistry,
     provider: String,
     options: ManagedRuntimeProviderHostOptions,
+    decorate: Option<ResourcesHook>,
+}
+
+impl std::fmt::Debug for ManagedRuntimeProviderHost {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ManagedRuntimeProviderHost")
+            .field("provider", &self.provider)
+            .field("options", &self.options)
+            .field("decorate", &self.decorate.is_some())
+            .finish_non_exhaustive()
+    }
 }
 
 impl ManagedRuntimeProviderHost {
@@ -84,7 +107,14 @@ impl ManagedRuntimeProviderHost {
             registry,
             provider,
             options,
+            decorate: None,
         })
+    }
+
+    /// Passes every run's selected resources through `hook` first.
+    pub fn with_resources_hook(mut self, hook: ResourcesHook) -> Self {
+        self.decorate = Some(hook);
+        self
     }
 
     /// Admits the provider for this run, then runs `input` unchanged through a fresh host
@@ -93,6 +123,7 @@ impl ManagedRuntimeProviderHost {
         &self,
         input: ManagedRuntimeRunInput,
     ) -> Result<ManagedRuntimeRunResult, PortError> {
+        let began = Instant::now();
         let selection = self
             .registry
             .prepare(PrepareProviderInput {
@@ -102,8 +133,26 @@ impl ManagedRuntimeProviderHost {
                 profile: admission_profile(&input.profile, input.session.as_ref()),
                 provider_config: self.options.provider_config.clone(),
             })
-            .await?;
-        let resources = selection.resources;
+            .await;
+        if let Some(observer) = &input.observer {
+            // No fence is held yet: admission errors cannot contain a token.
+            let outcome = match &selection {
+                Ok(selection) => StepOutcome::Done(StepFacts::Admitted {
+                    provider: selection.descriptor.provider.clone(),
+                    plan: Box::new(selection.plan.clone()),
+                }),
+                Err(error) => StepOutcome::Failed(error.clone()),
+            };
+            observer.step(StepEvent {
+                step: RunStep::Admission,
+                elapsed: began.elapsed(),
+                outcome,
+            });
+        }
+        let resources = match &self.decorate {
+            Some(decorate) => decorate(selection?.resources),
+            None => selection?.resources,
+        };
         let host = ManagedRuntimeHost::new(ManagedRuntimeHostDependencies {
             owner_id: self.options.owner_id.clone(),
             lease_ttl_ms: self.options.lease_ttl_ms,

@@ -43,6 +43,7 @@ mod session_sync;
 mod state;
 mod transaction;
 
+use crate::run_observer::{RunObserver, RunStep, StepEvent, StepFacts, StepOutcome};
 use crate::scheduler::TimerScheduler;
 use omabox_contract::{
     AbortSignal, AcquireRuntimeFenceInput, AcquireRuntimeFenceResult, CredentialEgressPort,
@@ -126,6 +127,9 @@ pub struct ManagedRuntimeRunInput {
     pub session_input_access: Option<Arc<dyn SessionInputAccessPort>>,
     /// Cancels this generation and prevents publication.
     pub signal: Option<AbortSignal>,
+    /// Told about every step this run finishes (omabox extension; see
+    /// [`crate::run_observer`]).
+    pub observer: Option<Arc<dyn RunObserver>>,
 }
 
 impl ManagedRuntimeRunInput {
@@ -137,6 +141,7 @@ impl ManagedRuntimeRunInput {
             session: None,
             session_input_access: None,
             signal: None,
+            observer: None,
         }
     }
 }
@@ -149,6 +154,7 @@ impl std::fmt::Debug for ManagedRuntimeRunInput {
             .field("session", &self.session)
             .field("session_input_access", &self.session_input_access.is_some())
             .field("signal", &self.signal)
+            .field("observer", &self.observer.is_some())
             .finish()
     }
 }
@@ -249,11 +255,12 @@ impl ManagedRuntimeHost {
             session,
             session_input_access,
             signal,
+            observer,
         } = input;
         // §2.1 Pre-flight, steps 1–8: rejects; no fence is held.
         let admission = preflight::admit(&self.inner, &scope, &profile, session.as_ref()).await?;
         // §2.2 step 9: claim the fence; a conflict is returned unchanged.
-        let (fence, publication) = match self.claim_fence(&scope).await? {
+        let (fence, publication) = match self.claim_fence(&scope, observer.as_deref()).await? {
             AcquireRuntimeFenceResult::Conflict { expires_at } => {
                 tracing::debug!(step = "fence.acquire", work_id = %scope.work_id, "conflict");
                 return Ok(ManagedRuntimeRunResult::Conflict { expires_at });
@@ -270,6 +277,7 @@ impl ManagedRuntimeHost {
             profile,
             session,
             session_input_access,
+            observer,
         };
         // Step 10: the run's state.
         let context = RunContext::new(
@@ -297,19 +305,45 @@ impl ManagedRuntimeHost {
         .await
     }
 
-    /// Step 9.
+    /// Step 9. No fence is held yet, so there is no token to redact from a failure.
     async fn claim_fence(
         &self,
         scope: &RuntimeResourceScope,
+        observer: Option<&dyn RunObserver>,
     ) -> Result<AcquireRuntimeFenceResult, PortError> {
         let deps = &self.inner.deps;
-        deps.fences
+        let began = std::time::Instant::now();
+        let result = deps
+            .fences
             .acquire(AcquireRuntimeFenceInput {
                 scope: scope.clone(),
                 owner_id: deps.owner_id.clone(),
                 ttl_ms: deps.lease_ttl_ms,
             })
-            .await
+            .await;
+        if let Some(observer) = observer {
+            let outcome = match &result {
+                Ok(AcquireRuntimeFenceResult::Acquired { fence, publication }) => {
+                    // The token leaves with the claim result only; the event never holds it.
+                    StepOutcome::Done(StepFacts::FenceClaimed {
+                        generation: fence.generation,
+                        publication: publication.clone().map(Box::new),
+                    })
+                }
+                Ok(AcquireRuntimeFenceResult::Conflict { expires_at }) => {
+                    StepOutcome::Done(StepFacts::FenceConflict {
+                        expires_at: expires_at.clone(),
+                    })
+                }
+                Err(error) => StepOutcome::Failed(error.clone()),
+            };
+            observer.step(StepEvent {
+                step: RunStep::FenceAcquire,
+                elapsed: began.elapsed(),
+                outcome,
+            });
+        }
+        result
     }
 }
 

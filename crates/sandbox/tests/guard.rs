@@ -107,8 +107,10 @@ async fn an_abort_during_a_pending_call_fails_it_with_the_reason() {
     let controller = AbortController::new();
     let guard = guarded(sandbox.clone(), Some(&controller), None);
     let aborter = controller.clone();
+    let log = sandbox.log.clone();
     tokio::spawn(async move {
-        tokio::time::sleep(Duration::from_millis(20)).await;
+        // Abort while exec is pending in the provider.
+        log.wait_until(|entry| entry.starts_with("exec")).await;
         aborter.abort(PortError::new("lease lost"));
     });
     let error = guard.exec("sleep 100", None).await.unwrap_err();
@@ -225,12 +227,12 @@ async fn background_processes_are_terminated_when_the_signal_aborts() {
         .unwrap();
     assert_eq!(handle.id, "proc_1");
     controller.abort(PortError::new("fenced"));
-    for _ in 0..100 {
-        if sandbox.log.entries().contains(&"kill SIGTERM".to_owned()) {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+    tokio::time::timeout(
+        Duration::from_secs(10),
+        sandbox.log.wait_until(|entry| entry == "kill SIGTERM"),
+    )
+    .await
+    .expect("the process is terminated once the signal aborts");
     assert_eq!(
         sandbox.log.entries(),
         vec!["startProcess server", "kill SIGTERM"]

@@ -51,6 +51,8 @@ fn leaky(what: &str) -> PortError {
 /// Every artifact a run leaves, as text.
 fn artifacts(fixture: &Fixture, outcome: &Result<ManagedRuntimeRunResult, PortError>) -> String {
     let mut text = format!("{outcome:?}\n");
+    // The run observer's events (what `omabox run --json` renders).
+    text.push_str(&fixture.observer.text());
     text.push_str(&serde_json::to_string(&fixture.orphans.records()).expect("json"));
     for call in fixture.sandbox.terminate.calls() {
         text.push_str(&serde_json::to_string(&call.lease).expect("json"));
@@ -147,6 +149,30 @@ async fn the_fence_token_appears_in_no_orphan_record_error_text_lease_or_log_lin
     let outcome = lost.host().expect("host").run(lost.input()).await;
     assert_eq!(outcome, Ok(ManagedRuntimeRunResult::LeaseLost));
     outcomes.push(artifacts(&lost, &outcome));
+
+    // 7. a workspace checkpoint fails with the token → the observer sees only the redacted
+    //    text (the step's own event, before the run settles).
+    let checkpoint = fixture();
+    checkpoint.workspace.checkpoint.fails(leaky("checkpoint"));
+    let outcome = checkpoint
+        .host()
+        .expect("host")
+        .run(checkpoint.input())
+        .await;
+    assert!(matches!(
+        outcome,
+        Ok(ManagedRuntimeRunResult::Failed { .. })
+    ));
+    assert_eq!(
+        checkpoint.observer.errors(),
+        ["checkpoint failed for fence token [redacted]"]
+    );
+    outcomes.push(artifacts(&checkpoint, &outcome));
+    assert!(
+        outcomes[0].contains("terminate failed for fence token [redacted]"),
+        "the observer reports the failed terminate: {}",
+        outcomes[0]
+    );
 
     let log = String::from_utf8(buffer.0.lock().expect("buffer").clone()).expect("utf-8");
     assert!(

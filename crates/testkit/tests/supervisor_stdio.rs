@@ -137,14 +137,34 @@ async fn reports_a_real_supervisor_that_exits_early() {
 
 #[tokio::test]
 async fn stops_a_hanging_real_supervisor_when_cancelled() {
-    let driver = SupervisedSandboxHarnessDriver::new(Arc::new(ShellTransport {
-        script: r#"read start; printf '{"type":"ready","protocol":"openma-harness-supervisor-v1"}\n'; while :; do sleep 1; done"#,
-    }));
+    // The supervisor says it is running through a FIFO: the test blocks on reading it
+    // instead of sleeping, then cancels a supervisor that is certainly up.
+    let dir = tempfile::tempdir().unwrap();
+    let fifo = dir.path().join("running");
+    let made = std::process::Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .unwrap();
+    assert!(made.success());
+    let script: &'static str = Box::leak(
+        format!(
+            r#"read start; printf '{{"type":"ready","protocol":"openma-harness-supervisor-v1"}}\n'; echo up > '{}'; while :; do sleep 1; done"#,
+            fifo.display()
+        )
+        .into_boxed_str(),
+    );
+    let driver = SupervisedSandboxHarnessDriver::new(Arc::new(ShellTransport { script }));
     let controller = AbortController::new();
     let mut input = supervised_input();
     input.signal = controller.signal();
     let running = tokio::spawn(async move { driver.run(input).await });
-    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    let up = tokio::task::spawn_blocking(move || std::fs::read_to_string(fifo));
+    let up = tokio::time::timeout(std::time::Duration::from_secs(10), up)
+        .await
+        .expect("the supervisor starts")
+        .unwrap()
+        .unwrap();
+    assert_eq!(up.trim(), "up");
     controller.abort(PortError::new("lease lost"));
     let result = tokio::time::timeout(std::time::Duration::from_secs(10), running)
         .await

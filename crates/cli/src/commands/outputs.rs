@@ -2,14 +2,12 @@
 //! session's last publication (logical path, size, media type, content hash), and optionally
 //! one entry's bytes, copied from the blob store after checking its stored size.
 
-use crate::commands::run::{
-    ENVIRONMENT_ID, WORK_ID, WORKSPACE_ID, check_id, open_store, publication,
-};
+use crate::session::{check_id, open_store, publication};
 use crate::timeline::human_bytes;
 use crate::wiring::Persistence;
 use anyhow::Context as _;
 use clap::Args;
-use omabox_contract::RuntimeResourceScope;
+use omabox_host::work_item::session_scope;
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -35,7 +33,7 @@ pub struct OutputsArgs {
 pub async fn run(data_dir: &Path, args: &OutputsArgs) -> anyhow::Result<ExitCode> {
     check_id("--session", &args.session)?;
     let store = open_store(data_dir).await?;
-    let scope = RuntimeResourceScope::new(WORKSPACE_ID, ENVIRONMENT_ID, &args.session, WORK_ID);
+    let scope = session_scope(args.session.clone());
     let publication = publication(&store, &scope).await?.with_context(|| {
         format!(
             "session {} has published nothing (see `omabox sessions`)",

@@ -5,10 +5,9 @@
 //!                    [--pids N] [--env K=V]... -- CMD ARGS...
 //! ```
 //!
-//! The sandbox is made through the `SANDBOX_PROVIDER` map (this module is where the map
-//! is filled: `linux` → [`LinuxSandboxFactory`], local-subprocess →
-//! [`LocalSubprocessFactory`], selectable only in test mode), so `--backend` takes the
-//! map's names; the command runs as a duplex process. While it runs:
+//! The sandbox is made through the `SANDBOX_PROVIDER` map ([`wiring::sandbox_factories`]:
+//! `linux`, and local-subprocess only in test mode), so `--backend` takes the map's names;
+//! the command runs as a duplex process. While it runs:
 //!
 //! - its stdout and stderr are copied byte for byte to ours, as they arrive;
 //! - our stdin is copied to its stdin until EOF (a closed or `/dev/null` stdin is EOF at
@@ -34,19 +33,19 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::wiring::{self, Backend};
 use clap::Args;
 use futures::FutureExt;
 use omabox_backend_linux::factory::{
     IMAGE_ENV, LinuxFactoryError, LinuxSandboxFactory, MEMORY_ENV, PIDS_ENV, SANDBOX_IMAGE_ENV,
     parse_memory_size,
 };
-use omabox_backend_local::LocalSubprocessFactory;
 use omabox_contract::ErrorKind;
+use omabox_contract::signals::shell_exit_code;
 use omabox_sandbox::{
     DuplexKillSignal, LOCAL_SUBPROCESS, SANDBOX_PROVIDER_ENV, SandboxDuplexProcessControl,
-    SandboxDuplexProcessSpec, SandboxFactoryContext, SandboxFactoryEnv, SandboxFactoryRegistry,
-    SandboxPort, SandboxProcessExit, SandboxProviderName, TEST_SANDBOX_PROVIDER_ENV, is_test_mode,
-    resolve_sandbox_provider,
+    SandboxDuplexProcessSpec, SandboxFactoryContext, SandboxFactoryEnv, SandboxPort,
+    SandboxProcessExit, TEST_SANDBOX_PROVIDER_ENV, is_test_mode, resolve_sandbox_provider,
 };
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::signal::unix::{Signal, SignalKind, signal};
@@ -131,14 +130,6 @@ fn parse_env(text: &str) -> Result<(String, String), String> {
     Ok((key.to_owned(), value.to_owned()))
 }
 
-/// The provider map of this binary: every sandbox backend it was built with.
-pub fn sandbox_factories(linux: &LinuxSandboxFactory) -> SandboxFactoryRegistry {
-    let mut registry = SandboxFactoryRegistry::new();
-    registry.register(SandboxProviderName::Linux, Arc::new(linux.clone()));
-    registry.register_local_subprocess(Arc::new(LocalSubprocessFactory::new()));
-    registry
-}
-
 /// Runs `omabox sandbox ...`.
 pub async fn run(args: SandboxArgs) -> anyhow::Result<ExitCode> {
     match args.command {
@@ -176,23 +167,6 @@ fn report(failure: &Failure) -> ExitCode {
     ExitCode::from(failure.code)
 }
 
-/// Which backend `--backend` names, and the env that selects it in the provider map.
-enum Backend {
-    Linux,
-    Local,
-    Other(String),
-}
-
-impl Backend {
-    fn parse(name: &str) -> Self {
-        match name {
-            "linux" => Self::Linux,
-            "local" | LOCAL_SUBPROCESS => Self::Local,
-            other => Self::Other(other.to_owned()),
-        }
-    }
-}
-
 async fn run_command(args: RunArgs) -> ExitCode {
     // Signals are caught from here on: from now on a Ctrl-C can no longer kill omabox
     // before it has destroyed what it made.
@@ -204,8 +178,9 @@ async fn run_command(args: RunArgs) -> ExitCode {
             )));
         }
     };
-    let backend = Backend::parse(&args.backend);
-    let (env, workspace) = match prepare(&args, &backend) {
+    // `None`: a name only the provider map can judge (OpenMA's names, typos).
+    let backend = Backend::from_name(&args.backend);
+    let (env, workspace) = match prepare(&args, backend) {
         Ok(p) => p,
         Err(f) => return report(&f),
     };
@@ -216,12 +191,12 @@ async fn run_command(args: RunArgs) -> ExitCode {
         outputs_root: None,
     };
     let linux = LinuxSandboxFactory::new();
-    if matches!(backend, Backend::Linux)
+    if backend == Some(Backend::Linux)
         && let Err(e) = linux.check_host(&ctx, &env)
     {
         return report(&linux_failure(&e));
     }
-    let registry = sandbox_factories(&linux);
+    let registry = wiring::sandbox_factories(&linux);
     let factory = match resolve_sandbox_provider(&env, &registry) {
         Ok(f) => f,
         Err(e) => return report(&Failure::usage(e.to_string())),
@@ -233,7 +208,7 @@ async fn run_command(args: RunArgs) -> ExitCode {
             let root = unsafe { libc::geteuid() } == 0;
             let failure = if e.kind() == ErrorKind::InvalidArgument {
                 Failure::usage(e.message())
-            } else if matches!(backend, Backend::Linux) && !root {
+            } else if backend == Some(Backend::Linux) && !root {
                 Failure::omabox(format!(
                     "could not create the sandbox: {}\n{NOT_ROOT_HINT}",
                     e.message()
@@ -275,12 +250,15 @@ async fn run_command(args: RunArgs) -> ExitCode {
 }
 
 /// Validates the arguments against the backend and builds the factory env.
-fn prepare(args: &RunArgs, backend: &Backend) -> Result<(SandboxFactoryEnv, Workspace), Failure> {
+fn prepare(
+    args: &RunArgs,
+    backend: Option<Backend>,
+) -> Result<(SandboxFactoryEnv, Workspace), Failure> {
     let mut vars: BTreeMap<String, String> = std::env::vars_os()
         .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
         .collect();
     match backend {
-        Backend::Linux => {
+        Some(Backend::Linux) => {
             vars.remove(TEST_SANDBOX_PROVIDER_ENV);
             vars.insert(SANDBOX_PROVIDER_ENV.into(), "linux".into());
             if let Some(image) = &args.image {
@@ -294,7 +272,7 @@ fn prepare(args: &RunArgs, backend: &Backend) -> Result<(SandboxFactoryEnv, Work
                 vars.insert(PIDS_ENV.into(), pids.to_string());
             }
         }
-        Backend::Local => {
+        Some(Backend::Local) => {
             for (flag, given) in [
                 ("--image", args.image.is_some()),
                 ("--memory", args.memory.is_some()),
@@ -314,9 +292,9 @@ fn prepare(args: &RunArgs, backend: &Backend) -> Result<(SandboxFactoryEnv, Work
                 ));
             }
         }
-        Backend::Other(name) => {
+        None => {
             vars.remove(TEST_SANDBOX_PROVIDER_ENV);
-            vars.insert(SANDBOX_PROVIDER_ENV.into(), name.clone());
+            vars.insert(SANDBOX_PROVIDER_ENV.into(), args.backend.clone());
         }
     }
     let workspace = match &args.workspace {
@@ -610,36 +588,7 @@ async fn feed_stdin<W: AsyncWrite + Unpin>(mut to: W) {
 
 /// The command's exit as a shell would report it.
 fn exit_code(exit: &SandboxProcessExit) -> u8 {
-    match (&exit.code, &exit.signal) {
-        (Some(code), _) => (code & 0xff) as u8,
-        (None, Some(name)) => signal_number(name).map_or(EXIT_OMABOX_FAILED, |n| 128 + n),
-        (None, None) => EXIT_OMABOX_FAILED,
-    }
-}
-
-fn signal_number(name: &str) -> Option<u8> {
-    let n = match name {
-        "SIGHUP" => libc::SIGHUP,
-        "SIGINT" => libc::SIGINT,
-        "SIGQUIT" => libc::SIGQUIT,
-        "SIGILL" => libc::SIGILL,
-        "SIGTRAP" => libc::SIGTRAP,
-        "SIGABRT" => libc::SIGABRT,
-        "SIGBUS" => libc::SIGBUS,
-        "SIGFPE" => libc::SIGFPE,
-        "SIGKILL" => libc::SIGKILL,
-        "SIGUSR1" => libc::SIGUSR1,
-        "SIGSEGV" => libc::SIGSEGV,
-        "SIGUSR2" => libc::SIGUSR2,
-        "SIGPIPE" => libc::SIGPIPE,
-        "SIGALRM" => libc::SIGALRM,
-        "SIGTERM" => libc::SIGTERM,
-        "SIGXCPU" => libc::SIGXCPU,
-        "SIGXFSZ" => libc::SIGXFSZ,
-        "SIGSYS" => libc::SIGSYS,
-        _ => return None,
-    };
-    u8::try_from(n).ok()
+    shell_exit_code(exit.code, exit.signal.as_deref()).unwrap_or(EXIT_OMABOX_FAILED)
 }
 
 #[cfg(test)]

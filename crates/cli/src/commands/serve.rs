@@ -10,11 +10,12 @@
 //! `operator_api_key_env` / `operator_api_key`). Without a key, a loopback listener is open
 //! to local callers and any other listener refuses every operator request.
 
-use crate::commands::run::{ENVIRONMENT_ID, WORK_ID, WORKSPACE_ID, open_store, publication};
+use crate::session::{open_store, publication};
 use anyhow::Context as _;
 use async_trait::async_trait;
 use clap::Args;
-use omabox_contract::{PortError, RuntimeResourcePublication, RuntimeResourceScope, SecretString};
+use omabox_contract::{PortError, RuntimeResourcePublication, SecretString};
+use omabox_host::work_item::session_scope;
 use omabox_persistence::{BlobStore, FilesystemSessionOutputPort, FilesystemWorkspacePort};
 use omabox_proxy::files::{PublicationLookup, PublishedSessionFiles};
 use omabox_proxy::{OperatorAccess, ProxyDeps, ProxyState, ServeConfig};
@@ -123,7 +124,7 @@ impl PublicationLookup for StorePublications {
         &self,
         session_id: &str,
     ) -> Result<Option<RuntimeResourcePublication>, PortError> {
-        let scope = RuntimeResourceScope::new(WORKSPACE_ID, ENVIRONMENT_ID, session_id, WORK_ID);
+        let scope = session_scope(session_id);
         publication(&self.0, &scope)
             .await
             .map_err(|error| PortError::new(format!("{error:#}")))

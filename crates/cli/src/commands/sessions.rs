@@ -2,7 +2,7 @@
 //! publication (revision, the generation that made it, the workspace candidate and the
 //! number of outputs), read from the fence store. Read-only.
 
-use crate::commands::run::open_store;
+use crate::session::open_store;
 use crate::wiring::Persistence;
 use clap::Args;
 use serde::Serialize;

@@ -1,6 +1,6 @@
 //! `omabox usage`: the usage ledger (`sandbox_active_seconds` per sandbox).
 
-use crate::commands::run::open_store;
+use crate::session::open_store;
 use clap::Args;
 use omabox_contract::{UsageLedgerPort, UsageRecord};
 use std::path::Path;

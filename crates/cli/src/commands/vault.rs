@@ -3,7 +3,7 @@
 //! Values are read from standard input (never from the command line, where `ps` and shell
 //! history would see them) and are never printed: `names` lists names only.
 
-use crate::commands::run::open_store;
+use crate::session::open_store;
 use anyhow::Context as _;
 use clap::{Args, Subcommand};
 use omabox_contract::{SecretString, VaultSecretPort};

@@ -3,15 +3,13 @@
 //! checkpoint's content hashes. DIR must not exist or must be empty: an export never mixes
 //! with or overwrites other files.
 
-use crate::commands::run::{
-    ENVIRONMENT_ID, WORK_ID, WORKSPACE_ID, check_id, open_store, publication,
-};
+use crate::session::{check_id, open_store, publication};
 use crate::terminal::ProgressBars;
 use crate::timeline::{human_bytes, plural};
 use crate::wiring::Persistence;
 use anyhow::Context as _;
 use clap::{Args, Subcommand};
-use omabox_contract::RuntimeResourceScope;
+use omabox_host::work_item::session_scope;
 use omabox_persistence::ProgressObserver;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -52,7 +50,7 @@ async fn run_export(data_dir: &Path, args: &ExportArgs) -> anyhow::Result<ExitCo
     check_id("--session", &args.session)?;
     check_destination(&args.dir)?;
     let store = open_store(data_dir).await?;
-    let scope = RuntimeResourceScope::new(WORKSPACE_ID, ENVIRONMENT_ID, &args.session, WORK_ID);
+    let scope = session_scope(args.session.clone());
     let publication = publication(&store, &scope).await?.with_context(|| {
         format!(
             "session {} has no published workspace (see `omabox sessions`)",

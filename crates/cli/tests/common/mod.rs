@@ -17,16 +17,12 @@ pub fn init_bin() -> PathBuf {
 }
 
 /// `true` when linux sandboxes can run here. Otherwise prints why and returns `false`, or
-/// panics under `CI=true`.
+/// panics under `CI=true` ([`omabox_test_support::require_capability`]).
 pub fn linux_available() -> bool {
-    let Some(reason) = linux_unavailable_reason() else {
-        return true;
-    };
-    if std::env::var("CI").is_ok_and(|value| value == "true") {
-        panic!("CI=true and linux sandboxes cannot run: {reason}");
-    }
-    eprintln!("SKIPPED: linux sandboxes cannot run here: {reason}");
-    false
+    omabox_test_support::require_capability(
+        linux_unavailable_reason()
+            .map(|reason| format!("linux sandboxes cannot run here: {reason}")),
+    )
 }
 
 fn linux_unavailable_reason() -> Option<String> {

@@ -18,8 +18,9 @@
 //! rejects with it after all remaining cleanup, even over a `completed` result, because a
 //! credential grant or a leaked runtime that nobody will reap must not look like success.
 
-use super::state::RunContext;
+use super::state::{RunContext, observed};
 use super::transaction::Allocated;
+use crate::run_observer::{RunStep, StepFacts};
 use omabox_contract::{EnqueueRuntimeOrphanInput, OutputAbortReason, PortError, TerminationReason};
 use std::sync::Arc;
 use tokio::task::JoinHandle;
@@ -48,11 +49,13 @@ pub(super) async fn run(
     // 4. Revoke credential egress before compute stops or is retained.
     if let (Some(binding), Some(egress)) = (&allocated.egress, deps.credential_egress.as_ref()) {
         let reason = context.cleanup_reason();
-        tracing::debug!(step = "credential_egress.revoke", %reason);
-        if let Err(error) = egress
-            .revoke(&context.scope, &context.fence(), binding, reason)
-            .await
-        {
+        let fence = context.fence();
+        let call = egress.revoke(&context.scope, &fence, binding, reason);
+        let revoked = observed(context, RunStep::CredentialEgressRevoke, call, |_| {
+            StepFacts::Nothing
+        })
+        .await;
+        if let Err(error) = revoked {
             // A grant must not stay attached to a retained runtime: terminate it after all.
             context.ledger().retained_runtime_published = false;
             tracing::warn!(error = %context.redact(&error), "credential egress revoke failed");
@@ -66,28 +69,33 @@ pub(super) async fn run(
     if let Some(lease) = context.sandbox_lease().filter(|_| !retained) {
         let reason = context.cleanup_reason();
         let fence = context.fence();
-        tracing::debug!(step = "sandbox.terminate", %reason, generation = fence.generation);
-        if let Err(error) = deps
+        let call = deps
             .sandbox
-            .terminate(&context.scope, &fence, &lease, reason)
-            .await
-        {
+            .terminate(&context.scope, &fence, &lease, reason);
+        let runtime_id = lease.runtime_id.clone();
+        let terminated = observed(context, RunStep::SandboxTerminate, call, |()| {
+            StepFacts::Terminated { runtime_id, reason }
+        })
+        .await;
+        if let Err(error) = terminated {
             // Deliberate difference: the reference redacts only `Error` messages and enqueues
             // any other thrown value raw; a Rust port can only fail with a `PortError`, and
             // it is always redacted before it is persisted.
             let error = context.redact(&error);
             tracing::warn!(%error, runtime_id = %lease.runtime_id, "terminate failed; enqueueing an orphan");
-            let enqueued = deps
-                .orphans
-                .enqueue(EnqueueRuntimeOrphanInput {
-                    scope: context.scope.clone(),
-                    generation: fence.generation,
-                    owner_id: fence.owner_id.clone(),
-                    sandbox: lease,
-                    reason,
-                    error,
-                })
-                .await;
+            let runtime_id = lease.runtime_id.clone();
+            let call = deps.orphans.enqueue(EnqueueRuntimeOrphanInput {
+                scope: context.scope.clone(),
+                generation: fence.generation,
+                owner_id: fence.owner_id.clone(),
+                sandbox: lease,
+                reason,
+                error,
+            });
+            let enqueued = observed(context, RunStep::OrphansEnqueue, call, |()| {
+                StepFacts::Orphaned { runtime_id }
+            })
+            .await;
             if let Err(error) = enqueued {
                 tracing::warn!(error = %context.redact(&error), "orphan enqueue failed");
                 persistence_error = Some(error);
@@ -98,43 +106,54 @@ pub(super) async fn run(
     if let Some(binding) = &allocated.outputs {
         let fence = context.fence();
         if context.ledger().output_published {
-            tracing::debug!(step = "outputs.release");
-            let _ = deps.outputs.release(&context.scope, &fence, binding).await;
+            let call = deps.outputs.release(&context.scope, &fence, binding);
+            let _ = observed(context, RunStep::OutputsRelease, call, |()| {
+                StepFacts::Nothing
+            })
+            .await;
         } else {
             let reason = match context.cleanup_reason() {
                 TerminationReason::LeaseLost => OutputAbortReason::LeaseLost,
                 _ => OutputAbortReason::Failed,
             };
-            tracing::debug!(step = "outputs.abort", ?reason);
-            let _ = deps
-                .outputs
-                .abort(&context.scope, &fence, binding, reason)
-                .await;
+            let call = deps.outputs.abort(&context.scope, &fence, binding, reason);
+            let _ = observed(context, RunStep::OutputsAbort, call, |()| {
+                StepFacts::OutputsAborted(reason)
+            })
+            .await;
         }
     }
     // 8. Release credential egress; its error is kept only if none is recorded yet.
     if let (Some(binding), Some(egress)) = (&allocated.egress, deps.credential_egress.as_ref()) {
-        tracing::debug!(step = "credential_egress.release");
-        if let Err(error) = egress
-            .release(&context.scope, &context.fence(), binding)
-            .await
-        {
+        let fence = context.fence();
+        let call = egress.release(&context.scope, &fence, binding);
+        let released = observed(context, RunStep::CredentialEgressRelease, call, |()| {
+            StepFacts::Nothing
+        })
+        .await;
+        if let Err(error) = released {
             tracing::warn!(error = %context.redact(&error), "credential egress release failed");
             persistence_error.get_or_insert(error);
         }
     }
     // 9. Release the workspace binding. Errors are ignored.
     if let Some(binding) = &allocated.workspace {
-        tracing::debug!(step = "workspace.release");
-        let _ = deps
-            .workspace
-            .release(&context.scope, &context.fence(), binding)
-            .await;
+        let fence = context.fence();
+        let call = deps.workspace.release(&context.scope, &fence, binding);
+        let _ = observed(context, RunStep::WorkspaceRelease, call, |()| {
+            StepFacts::Nothing
+        })
+        .await;
     }
     // 10. Release the fence. Errors are ignored.
     let reason = context.cleanup_reason();
-    tracing::debug!(step = "fence.release", %reason);
-    let _ = deps.fences.release(&context.fence(), reason).await;
+    let fence = context.fence();
+    let generation = fence.generation;
+    let call = deps.fences.release(&fence, reason);
+    let _ = observed(context, RunStep::FenceRelease, call, |()| {
+        StepFacts::FenceReleased { generation, reason }
+    })
+    .await;
     // 11. Surface a cleanup-persistence error.
     match persistence_error {
         Some(error) => Err(context.redact(&error)),

@@ -12,8 +12,10 @@
 //! it only turns loss into cancellation, which the transaction observes.
 
 use super::state::RunContext;
+use crate::run_observer::{RunStep, StepFacts};
 use omabox_contract::{PortError, RenewRuntimeFenceResult, SandboxHeartbeatResult};
 use std::sync::Arc;
+use std::time::Instant;
 use tokio::task::JoinHandle;
 
 const FENCE_LOST: &str = "Runtime resource fence lost";
@@ -48,11 +50,22 @@ async fn heartbeat_loop(context: &RunContext) -> Result<(), PortError> {
         if context.is_aborted() {
             return Ok(());
         }
+        let began = Instant::now();
         let renewed = host
             .deps
             .fences
             .renew(&context.fence(), host.deps.lease_ttl_ms)
-            .await?;
+            .await;
+        context.observe(
+            RunStep::FenceRenew,
+            began,
+            &renewed,
+            |renewed| match renewed {
+                RenewRuntimeFenceResult::Lost => StepFacts::Lost,
+                RenewRuntimeFenceResult::Renewed { .. } => StepFacts::Nothing,
+            },
+        );
+        let renewed = renewed?;
         match renewed {
             RenewRuntimeFenceResult::Lost => {
                 context.lose_lease(FENCE_LOST);
@@ -69,11 +82,22 @@ async fn heartbeat_loop(context: &RunContext) -> Result<(), PortError> {
         let Some(lease) = context.sandbox_lease() else {
             continue;
         };
+        let began = Instant::now();
         let heartbeat = host
             .deps
             .sandbox
             .heartbeat(&context.scope, &context.fence(), &lease)
-            .await?;
+            .await;
+        context.observe(
+            RunStep::SandboxHeartbeat,
+            began,
+            &heartbeat,
+            |beat| match beat {
+                SandboxHeartbeatResult::Lost => StepFacts::Lost,
+                SandboxHeartbeatResult::Alive => StepFacts::Nothing,
+            },
+        );
+        let heartbeat = heartbeat?;
         if heartbeat == SandboxHeartbeatResult::Lost {
             context.lose_lease(SANDBOX_LOST);
             return Ok(());

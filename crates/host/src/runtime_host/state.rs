@@ -14,6 +14,7 @@
 
 use super::HostInner;
 use super::identity::RuntimeIdentity;
+use crate::run_observer::{RunObserver, RunStep, StepEvent, StepFacts, StepOutcome};
 use omabox_contract::{
     AbortController, AbortSignal, CredentialEgressRequirement, ManagedRuntimePlan,
     ManagedRuntimeProfile, ManagedSandboxLease, PortError, RuntimePublicationCandidate,
@@ -21,7 +22,9 @@ use omabox_contract::{
     SessionInputAccessPort, TerminationReason,
 };
 use std::collections::HashSet;
+use std::future::Future;
 use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Instant;
 
 /// `loseLease` reason of an external abort.
 pub(super) const EXECUTION_CANCELLED: &str = "Managed runtime execution cancelled";
@@ -71,6 +74,7 @@ pub(super) struct RunRequest {
     pub profile: ManagedRuntimeProfile,
     pub session: Option<RuntimeSessionSnapshot>,
     pub session_input_access: Option<Arc<dyn SessionInputAccessPort>>,
+    pub observer: Option<Arc<dyn RunObserver>>,
 }
 
 /// The shared state of one run.
@@ -80,6 +84,7 @@ pub(super) struct RunContext {
     pub profile: ManagedRuntimeProfile,
     pub session: Option<RuntimeSessionSnapshot>,
     pub session_input_access: Option<Arc<dyn SessionInputAccessPort>>,
+    observer: Option<Arc<dyn RunObserver>>,
     pub plan: ManagedRuntimePlan,
     pub egress_requirement: CredentialEgressRequirement,
     pub identity: RuntimeIdentity,
@@ -112,6 +117,7 @@ impl RunContext {
             profile: request.profile,
             session: request.session,
             session_input_access: request.session_input_access,
+            observer: request.observer,
             plan: admission.plan,
             egress_requirement: admission.egress_requirement,
             identity: admission.identity,
@@ -267,6 +273,44 @@ impl RunContext {
     pub fn redact(&self, error: &PortError) -> PortError {
         error.redacted(lock(&self.fence).token.expose())
     }
+
+    /// Tells the run's observer that `step`, begun at `began`, ended with `result`. An error
+    /// is redacted before the observer sees it.
+    pub fn observe<T>(
+        &self,
+        step: RunStep,
+        began: Instant,
+        result: &Result<T, PortError>,
+        facts: impl FnOnce(&T) -> StepFacts,
+    ) {
+        let Some(observer) = &self.observer else {
+            return;
+        };
+        let outcome = match result {
+            Ok(value) => StepOutcome::Done(facts(value)),
+            Err(error) => StepOutcome::Failed(self.redact(error)),
+        };
+        observer.step(StepEvent {
+            step,
+            elapsed: began.elapsed(),
+            outcome,
+        });
+    }
+}
+
+/// One named step: logs it, awaits its port call and reports the outcome to the observer.
+/// The port's answer is returned unchanged.
+pub(super) async fn observed<T>(
+    context: &RunContext,
+    step: RunStep,
+    call: impl Future<Output = Result<T, PortError>>,
+    facts: impl FnOnce(&T) -> StepFacts,
+) -> Result<T, PortError> {
+    tracing::debug!(step = step.name(), generation = context.generation());
+    let began = Instant::now();
+    let result = call.await;
+    context.observe(step, began, &result, facts);
+    result
 }
 
 /// Aborts the internal controller when the `run` future is dropped mid-transaction, so its

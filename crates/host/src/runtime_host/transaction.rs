@@ -10,7 +10,8 @@ use super::ManagedRuntimeRunResult;
 use super::identity::{self, CreatedCheckpointExpectation};
 use super::live_checkpoint::LiveTurns;
 use super::session_sync::{self, PeriodicSync, SessionInputSync};
-use super::state::RunContext;
+use super::state::{RunContext, observed};
+use crate::run_observer::{RunStep, StepFacts};
 use omabox_contract::{
     AcquireSandboxInput, AttachOutputsInput, AttachWorkspaceInput, CheckpointWorkspaceInput,
     CollectOutputsInput, CreateRuntimeCheckpointInput, CredentialEgressBinding,
@@ -23,6 +24,7 @@ use omabox_contract::{
     TerminationReason, WorkspaceBinding, WorkspaceCheckpointCandidate, WorkspaceStrategy,
 };
 use std::sync::Arc;
+use std::time::Instant;
 
 const HARNESS_SETTLED: &str = "Managed runtime harness settled";
 const EGRESS_NOT_PREPARED: &str =
@@ -191,13 +193,13 @@ pub(super) async fn run(
     Ok(ManagedRuntimeRunResult::Completed { revision })
 }
 
-fn step(context: &RunContext, name: &'static str) {
-    tracing::debug!(step = name, generation = context.generation());
-}
-
 async fn materialize_workspace(context: &RunContext) -> Result<WorkspaceBinding, PortError> {
-    step(context, "workspace.materialize");
-    context
+    let active_checkpoint = context
+        .publication
+        .as_ref()
+        .map(|publication| publication.workspace_candidate.clone());
+    let from_checkpoint = active_checkpoint.as_ref().map(|c| c.id.clone());
+    let call = context
         .host
         .deps
         .workspace
@@ -205,33 +207,34 @@ async fn materialize_workspace(context: &RunContext) -> Result<WorkspaceBinding,
             scope: context.scope.clone(),
             fence: context.fence(),
             strategy: context.plan.workspace_strategy,
-            active_checkpoint: context
-                .publication
-                .as_ref()
-                .map(|publication| publication.workspace_candidate.clone()),
+            active_checkpoint,
             idempotency_key: context.idempotency_key("workspace-materialize"),
             signal: context.signal(),
-        })
-        .await
+        });
+    observed(context, RunStep::WorkspaceMaterialize, call, |binding| {
+        StepFacts::Workspace {
+            binding: binding.clone(),
+            from_checkpoint,
+        }
+    })
+    .await
 }
 
 async fn prepare_outputs(context: &RunContext) -> Result<Option<SessionOutputBinding>, PortError> {
     let Some(strategy) = context.plan.output_strategy else {
         return Ok(None);
     };
-    step(context, "outputs.prepare");
-    let binding = context
-        .host
-        .deps
-        .outputs
-        .prepare(PrepareOutputsInput {
-            scope: context.scope.clone(),
-            fence: context.fence(),
-            strategy,
-            idempotency_key: context.idempotency_key("outputs-prepare"),
-            signal: context.signal(),
-        })
-        .await?;
+    let call = context.host.deps.outputs.prepare(PrepareOutputsInput {
+        scope: context.scope.clone(),
+        fence: context.fence(),
+        strategy,
+        idempotency_key: context.idempotency_key("outputs-prepare"),
+        signal: context.signal(),
+    });
+    let binding = observed(context, RunStep::OutputsPrepare, call, |binding| {
+        StepFacts::Outputs(binding.clone())
+    })
+    .await?;
     Ok(Some(binding))
 }
 
@@ -254,16 +257,17 @@ async fn prepare_credential_egress(
     let Some(egress) = context.host.deps.credential_egress.as_ref() else {
         return Ok(None);
     };
-    step(context, "credential_egress.prepare");
-    egress
-        .prepare(PrepareCredentialEgressInput {
-            scope: context.scope.clone(),
-            fence: context.fence(),
-            requirement,
-            idempotency_key: context.idempotency_key("credential-egress-prepare"),
-            signal: context.signal(),
-        })
-        .await
+    let call = egress.prepare(PrepareCredentialEgressInput {
+        scope: context.scope.clone(),
+        fence: context.fence(),
+        requirement,
+        idempotency_key: context.idempotency_key("credential-egress-prepare"),
+        signal: context.signal(),
+    });
+    observed(context, RunStep::CredentialEgressPrepare, call, |_| {
+        StepFacts::Nothing
+    })
+    .await
 }
 
 /// Step 16. A runtime checkpoint is an optimization: any restore failure falls back to a
@@ -284,11 +288,13 @@ async fn restore_runtime_checkpoint(context: &RunContext) -> Option<ManagedSandb
         return None;
     }
     let port = context.host.deps.runtime_checkpoint.as_ref()?;
-    step(context, "runtime_checkpoint.restore");
-    match port
-        .restore(&context.scope, &context.fence(), checkpoint)
-        .await
-    {
+    let fence = context.fence();
+    let call = port.restore(&context.scope, &fence, checkpoint);
+    let restored = observed(context, RunStep::RuntimeCheckpointRestore, call, |lease| {
+        StepFacts::Sandbox(Box::new(lease.clone()))
+    })
+    .await;
+    match restored {
         Ok(lease) => Some(lease),
         Err(error) => {
             tracing::debug!(error = %context.redact(&error), "runtime checkpoint restore failed; acquiring fresh compute");
@@ -302,21 +308,19 @@ async fn acquire_sandbox(
     workspace: &WorkspaceBinding,
     allocated: &Allocated,
 ) -> Result<ManagedSandboxLease, PortError> {
-    step(context, "sandbox.acquire");
-    context
-        .host
-        .deps
-        .sandbox
-        .acquire(AcquireSandboxInput {
-            scope: context.scope.clone(),
-            fence: context.fence(),
-            plan: context.plan.clone(),
-            workspace: workspace.clone(),
-            outputs: allocated.outputs.clone(),
-            credential_egress: allocated.egress.clone(),
-            signal: context.signal(),
-        })
-        .await
+    let call = context.host.deps.sandbox.acquire(AcquireSandboxInput {
+        scope: context.scope.clone(),
+        fence: context.fence(),
+        plan: context.plan.clone(),
+        workspace: workspace.clone(),
+        outputs: allocated.outputs.clone(),
+        credential_egress: allocated.egress.clone(),
+        signal: context.signal(),
+    });
+    observed(context, RunStep::SandboxAcquire, call, |lease| {
+        StepFacts::Sandbox(Box::new(lease.clone()))
+    })
+    .await
 }
 
 async fn attach_workspace(
@@ -324,20 +328,18 @@ async fn attach_workspace(
     workspace: &WorkspaceBinding,
     sandbox: &ManagedSandboxLease,
 ) -> Result<(), PortError> {
-    step(context, "workspace.attach");
-    context
-        .host
-        .deps
-        .workspace
-        .attach(AttachWorkspaceInput {
-            scope: context.scope.clone(),
-            fence: context.fence(),
-            strategy: context.plan.workspace_strategy,
-            binding: workspace.clone(),
-            sandbox: sandbox.clone(),
-            signal: context.signal(),
-        })
-        .await
+    let call = context.host.deps.workspace.attach(AttachWorkspaceInput {
+        scope: context.scope.clone(),
+        fence: context.fence(),
+        strategy: context.plan.workspace_strategy,
+        binding: workspace.clone(),
+        sandbox: sandbox.clone(),
+        signal: context.signal(),
+    });
+    observed(context, RunStep::WorkspaceAttach, call, |_| {
+        StepFacts::Nothing
+    })
+    .await
 }
 
 async fn attach_outputs(
@@ -348,20 +350,18 @@ async fn attach_outputs(
     let Some(strategy) = context.plan.output_strategy else {
         return Ok(());
     };
-    step(context, "outputs.attach");
-    context
-        .host
-        .deps
-        .outputs
-        .attach(AttachOutputsInput {
-            scope: context.scope.clone(),
-            fence: context.fence(),
-            strategy,
-            binding: binding.clone(),
-            sandbox: sandbox.clone(),
-            signal: context.signal(),
-        })
-        .await
+    let call = context.host.deps.outputs.attach(AttachOutputsInput {
+        scope: context.scope.clone(),
+        fence: context.fence(),
+        strategy,
+        binding: binding.clone(),
+        sandbox: sandbox.clone(),
+        signal: context.signal(),
+    });
+    observed(context, RunStep::OutputsAttach, call, |_| {
+        StepFacts::Nothing
+    })
+    .await
 }
 
 async fn attach_credential_egress(
@@ -372,16 +372,12 @@ async fn attach_credential_egress(
     let Some(egress) = context.host.deps.credential_egress.as_ref() else {
         return Ok(());
     };
-    step(context, "credential_egress.attach");
-    egress
-        .attach(
-            &context.scope,
-            &context.fence(),
-            binding,
-            sandbox,
-            context.signal(),
-        )
-        .await
+    let fence = context.fence();
+    let call = egress.attach(&context.scope, &fence, binding, sandbox, context.signal());
+    observed(context, RunStep::CredentialEgressAttach, call, |_| {
+        StepFacts::Nothing
+    })
+    .await
 }
 
 /// Step 21; `Ok(true)` when the materializer ran.
@@ -396,30 +392,28 @@ async fn materialize_session_inputs(
     ) else {
         return Ok(false);
     };
-    step(context, "session_inputs.materialize");
-    materializer
-        .materialize(MaterializeSessionInputsInput {
-            context: SessionInputLifecycleContext {
-                scope: context.scope.clone(),
-                fence: context.fence(),
-                session: session.clone(),
-                sandbox: sandbox.clone(),
-                resource_ownership: session_sync::resource_ownership(context),
-                access: context.session_input_access.clone(),
-                authorize: session_sync::authorize(
-                    context,
-                    session_sync::LOST_DURING_MATERIALIZATION,
-                ),
-                signal: context.signal(),
-            },
-            workspace: workspace.clone(),
-            active_workspace_checkpoint: context
-                .publication
-                .as_ref()
-                .map(|publication| publication.workspace_candidate.clone()),
-            idempotency_key: context.idempotency_key("session-inputs-materialize"),
-        })
-        .await?;
+    let call = materializer.materialize(MaterializeSessionInputsInput {
+        context: SessionInputLifecycleContext {
+            scope: context.scope.clone(),
+            fence: context.fence(),
+            session: session.clone(),
+            sandbox: sandbox.clone(),
+            resource_ownership: session_sync::resource_ownership(context),
+            access: context.session_input_access.clone(),
+            authorize: session_sync::authorize(context, session_sync::LOST_DURING_MATERIALIZATION),
+            signal: context.signal(),
+        },
+        workspace: workspace.clone(),
+        active_workspace_checkpoint: context
+            .publication
+            .as_ref()
+            .map(|publication| publication.workspace_candidate.clone()),
+        idempotency_key: context.idempotency_key("session-inputs-materialize"),
+    });
+    observed(context, RunStep::SessionInputsMaterialize, call, |_| {
+        StepFacts::Nothing
+    })
+    .await?;
     Ok(true)
 }
 
@@ -430,35 +424,36 @@ async fn run_harness(
     sandbox: &ManagedSandboxLease,
     live_turns: Arc<LiveTurns>,
 ) -> Result<ManagedWorkExecutionResult, PortError> {
-    step(context, "harness.run");
-    context
-        .host
-        .deps
-        .harness_driver
-        .run(RunHarnessInput {
-            scope: context.scope.clone(),
-            fence: context.fence(),
-            sandbox: sandbox.clone(),
-            workspace_path: workspace.mount_path.clone(),
-            output_path: outputs.map(|binding| binding.mount_path.clone()),
-            driver: context.plan.driver.clone(),
-            checkpoint: Some(live_turns.callback()),
-            signal: context.signal(),
-        })
-        .await
+    let call = context.host.deps.harness_driver.run(RunHarnessInput {
+        scope: context.scope.clone(),
+        fence: context.fence(),
+        sandbox: sandbox.clone(),
+        workspace_path: workspace.mount_path.clone(),
+        output_path: outputs.map(|binding| binding.mount_path.clone()),
+        driver: context.plan.driver.clone(),
+        checkpoint: Some(live_turns.callback()),
+        signal: context.signal(),
+    });
+    observed(context, RunStep::HarnessRun, call, |result| {
+        StepFacts::Harness(*result)
+    })
+    .await
 }
 
 async fn suspend_sandbox(
     context: &RunContext,
     sandbox: &ManagedSandboxLease,
 ) -> Result<ManagedSandboxLease, PortError> {
-    step(context, "sandbox.suspend");
-    context
+    let fence = context.fence();
+    let call = context
         .host
         .deps
         .sandbox
-        .suspend(&context.scope, &context.fence(), sandbox, context.signal())
-        .await
+        .suspend(&context.scope, &fence, sandbox, context.signal());
+    observed(context, RunStep::SandboxSuspend, call, |lease| {
+        StepFacts::Sandbox(Box::new(lease.clone()))
+    })
+    .await
 }
 
 async fn checkpoint_workspace(
@@ -466,8 +461,7 @@ async fn checkpoint_workspace(
     workspace: &WorkspaceBinding,
     sandbox: &ManagedSandboxLease,
 ) -> Result<WorkspaceCheckpointCandidate, PortError> {
-    step(context, "workspace.checkpoint");
-    context
+    let call = context
         .host
         .deps
         .workspace
@@ -479,8 +473,11 @@ async fn checkpoint_workspace(
             sandbox: sandbox.clone(),
             idempotency_key: context.idempotency_key("workspace-checkpoint"),
             signal: context.signal(),
-        })
-        .await
+        });
+    observed(context, RunStep::WorkspaceCheckpoint, call, |candidate| {
+        StepFacts::Checkpoint(candidate.clone())
+    })
+    .await
 }
 
 /// Step 33. An incompatible ref is an error; any error fails a `required` profile and is
@@ -496,7 +493,8 @@ async fn create_runtime_checkpoint(
     ) else {
         return Ok(None);
     };
-    step(context, "runtime_checkpoint.create");
+    tracing::debug!(step = RunStep::RuntimeCheckpointCreate.name());
+    let began = Instant::now();
     let fence = context.fence();
     let created = port
         .create(CreateRuntimeCheckpointInput {
@@ -524,6 +522,9 @@ async fn create_runtime_checkpoint(
                 Err(PortError::new(INCOMPATIBLE_CHECKPOINT))
             }
         });
+    context.observe(RunStep::RuntimeCheckpointCreate, began, &created, |_| {
+        StepFacts::Nothing
+    });
     match created {
         Ok(checkpoint) => Ok(Some(checkpoint)),
         Err(error)
@@ -547,29 +548,33 @@ async fn finalize_outputs(
         return Ok(None);
     };
     let outputs = &context.host.deps.outputs;
-    step(context, "outputs.collect");
-    let entries = outputs
-        .collect(CollectOutputsInput {
-            scope: context.scope.clone(),
-            fence: context.fence(),
-            strategy,
-            binding: binding.clone(),
-            signal: context.signal(),
-        })
-        .await?;
+    let call = outputs.collect(CollectOutputsInput {
+        scope: context.scope.clone(),
+        fence: context.fence(),
+        strategy,
+        binding: binding.clone(),
+        signal: context.signal(),
+    });
+    let entries = observed(context, RunStep::OutputsCollect, call, |entries| {
+        StepFacts::Collected(entries.clone())
+    })
+    .await?;
     context.throw_if_aborted()?;
-    step(context, "outputs.finalize");
-    let manifest = outputs
-        .finalize(FinalizeOutputsInput {
-            scope: context.scope.clone(),
-            fence: context.fence(),
-            strategy,
-            binding: binding.clone(),
-            entries,
-            idempotency_key: context.idempotency_key("outputs-finalize"),
-            signal: context.signal(),
-        })
-        .await?;
+    let call = outputs.finalize(FinalizeOutputsInput {
+        scope: context.scope.clone(),
+        fence: context.fence(),
+        strategy,
+        binding: binding.clone(),
+        entries,
+        idempotency_key: context.idempotency_key("outputs-finalize"),
+        signal: context.signal(),
+    });
+    let manifest = observed(context, RunStep::OutputsFinalize, call, |manifest| {
+        StepFacts::Finalized {
+            manifest_id: manifest.id.clone(),
+        }
+    })
+    .await?;
     context.throw_if_aborted()?;
     Ok(Some(manifest.to_publication_candidate()))
 }
@@ -581,8 +586,7 @@ async fn publish(
     output_candidate: Option<RuntimePublicationCandidate>,
     runtime_checkpoint: Option<RuntimeCheckpointRef>,
 ) -> Result<PublishRuntimeResourcesResult, PortError> {
-    step(context, "fence.publish");
-    context
+    let call = context
         .host
         .deps
         .fences
@@ -591,6 +595,17 @@ async fn publish(
             workspace_candidate: workspace_candidate.to_publication_candidate(),
             output_candidate,
             runtime_checkpoint: runtime_checkpoint.map_or(Nullable::Absent, Nullable::Value),
-        })
-        .await
+        });
+    observed(
+        context,
+        RunStep::FencePublish,
+        call,
+        |published| match published {
+            PublishRuntimeResourcesResult::Published { revision } => StepFacts::Published {
+                revision: *revision,
+            },
+            PublishRuntimeResourcesResult::Lost => StepFacts::Lost,
+        },
+    )
+    .await
 }

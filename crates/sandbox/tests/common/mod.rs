@@ -7,16 +7,33 @@ use omabox_sandbox::*;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 
-/// Shared call log.
+/// Shared call log; tests wait for an entry instead of sleeping.
 #[derive(Debug, Clone, Default)]
-pub struct Log(Arc<Mutex<Vec<String>>>);
+pub struct Log {
+    entries: Arc<Mutex<Vec<String>>>,
+    changed: Arc<tokio::sync::Notify>,
+}
 
 impl Log {
     pub fn push(&self, entry: impl Into<String>) {
-        self.0.lock().unwrap().push(entry.into());
+        self.entries.lock().unwrap().push(entry.into());
+        self.changed.notify_waiters();
     }
     pub fn entries(&self) -> Vec<String> {
-        self.0.lock().unwrap().clone()
+        self.entries.lock().unwrap().clone()
+    }
+    /// Resolves once an entry satisfies `found` (at once if one already does).
+    pub async fn wait_until(&self, found: impl Fn(&str) -> bool) {
+        loop {
+            let changed = self.changed.notified();
+            tokio::pin!(changed);
+            // Registered before the check, so a push between check and await is not missed.
+            changed.as_mut().enable();
+            if self.entries().iter().any(|entry| found(entry)) {
+                return;
+            }
+            changed.await;
+        }
     }
     pub fn names(&self) -> Vec<String> {
         self.entries()

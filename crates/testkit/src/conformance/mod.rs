@@ -23,21 +23,9 @@ pub use subject::{Acquired, BackendUnderTest, ProviderFactory, Subject, Tracking
 
 use omabox_sandbox::managed::ProviderManagedRuntimeDriver;
 
-/// Skips a backend that this machine cannot run, loudly; fails under `CI=true`.
-///
-/// `missing` is `None` when the capability is available (returns `true`), or the reason it
-/// is not: then the reason is printed and `false` returned, unless the environment has
-/// `CI=true`, where a missing capability is a failure (this panics with the reason).
-pub fn require_capability(missing: Option<String>) -> bool {
-    let Some(reason) = missing else {
-        return true;
-    };
-    if std::env::var("CI").is_ok_and(|value| value == "true") {
-        panic!("required capability missing under CI=true: {reason}");
-    }
-    eprintln!("skipped: {reason}");
-    false
-}
+/// Skips a backend that this machine cannot run, loudly; fails under `CI=true` (the one
+/// capability gate, [`omabox_test_support::require_capability`]).
+pub use omabox_test_support::require_capability;
 
 /// Instantiates the conformance suite for one backend: `conformance_suite!(name, expr)`
 /// where `expr: Option<BackendUnderTest>` is evaluated once per case.

@@ -15,6 +15,7 @@ use super::egress::{FakeCredentialEgress, enforced_binding};
 use super::fence::FakeFence;
 use super::harness::FakeHarness;
 use super::log::CallLog;
+use super::observer::RecordingObserver;
 use super::orphans::FakeOrphans;
 use super::outputs::FakeOutputs;
 use super::sandbox::FakeSandbox;
@@ -205,6 +206,8 @@ pub struct Fixture {
     pub credential_egress: Option<Arc<FakeCredentialEgress>>,
     /// The optional Session-input materializer.
     pub session_inputs: Option<Arc<FakeSessionInputs>>,
+    /// The run observer [`Fixture::input`] attaches.
+    pub observer: Arc<RecordingObserver>,
 }
 
 impl Fixture {
@@ -237,6 +240,7 @@ impl Fixture {
             runtime_checkpoint: None,
             credential_egress: None,
             session_inputs: None,
+            observer: Arc::new(RecordingObserver::default()),
             log,
             spec,
         }
@@ -311,8 +315,11 @@ impl Fixture {
         ManagedRuntimeHost::new(self.dependencies())
     }
 
-    /// A run of [`Fixture::profile`] for the fixture's scope.
+    /// A run of [`Fixture::profile`] for the fixture's scope, observed by
+    /// [`Fixture::observer`].
     pub fn input(&self) -> ManagedRuntimeRunInput {
-        ManagedRuntimeRunInput::new(self.scope(), self.profile.clone())
+        let mut input = ManagedRuntimeRunInput::new(self.scope(), self.profile.clone());
+        input.observer = Some(Arc::clone(&self.observer) as _);
+        input
     }
 }

@@ -18,6 +18,7 @@ mod fence;
 mod fixture;
 mod harness;
 mod log;
+mod observer;
 mod orphans;
 mod outputs;
 mod sandbox;
@@ -37,6 +38,7 @@ pub use fixture::{
 };
 pub use harness::{FakeHarness, live_checkpoint, request_checkpoint};
 pub use log::{CallLog, names};
+pub use observer::RecordingObserver;
 pub use orphans::{FakeOrphans, OrphanFailedCall};
 pub use outputs::{
     FakeOutputs, OutputsAbortCall, OutputsReleaseCall, manifest_candidate, outputs_binding,

@@ -17,15 +17,9 @@ pub const TEST_CGROUP_PARENT: &str = "omabox-test";
 /// Returns `false` (after printing why) when the sandbox cannot run here. Under
 /// `CI=true` a missing capability is a failure, never a skip.
 pub fn can_run() -> bool {
-    let reason = match probe_reason() {
-        None => return true,
-        Some(r) => r,
-    };
-    if std::env::var("CI").is_ok_and(|v| v == "true") {
-        panic!("CI=true and the linux sandbox cannot run: {reason}");
-    }
-    eprintln!("SKIPPED: the linux sandbox cannot run here: {reason}");
-    false
+    omabox_test_support::require_capability(
+        probe_reason().map(|reason| format!("the linux sandbox cannot run here: {reason}")),
+    )
 }
 
 fn probe_reason() -> Option<String> {

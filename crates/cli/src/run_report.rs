@@ -1,0 +1,257 @@
+//! How `omabox run` reports a finished work item: the human summary after the timeline, or
+//! one `--json` document (`result`, `session`, `workId`, `generation`, `outputs`, `timings`,
+//! `events`, …), and the exit code.
+//!
+//! Exit code: 0 when `completed`; 1 for `failed`, `lease_lost`, `conflict` or a rejected
+//! run; 130 when cancelled by SIGINT/SIGTERM.
+//!
+//! What this must never do: print a text that did not come through the host's redaction —
+//! results and rejections are the host's (redacted) values, events are the timeline's.
+
+use crate::session::publication;
+use crate::timeline::{Timeline, TimelineEvent, human_bytes};
+use crate::wiring::Persistence;
+use omabox_contract::{PortError, RuntimeResourceScope, SessionOutputEntryCandidate};
+use omabox_host::runtime_host::ManagedRuntimeRunResult;
+use omabox_store::SqliteStore;
+use serde::Serialize;
+use std::collections::BTreeMap;
+use std::process::ExitCode;
+
+/// Exit code of a run cancelled by a signal.
+pub const EXIT_CANCELLED: u8 = 130;
+
+/// What every report names.
+#[derive(Debug, Clone)]
+pub struct RunHeader {
+    /// The work item.
+    pub scope: RuntimeResourceScope,
+    /// The backend's provider id.
+    pub backend: &'static str,
+    /// The fence owner id.
+    pub owner_id: String,
+    /// One JSON document instead of the human summary.
+    pub json: bool,
+}
+
+/// The `--json` document.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+struct RunReport {
+    /// The contract's run result, or null when the run was rejected.
+    result: Option<ManagedRuntimeRunResult>,
+    /// Why the run was rejected (pre-flight admission or cleanup persistence).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    error: Option<PortError>,
+    session: String,
+    work_id: String,
+    generation: Option<u64>,
+    /// The revision this run started from (null: a new session).
+    restored_revision: Option<u64>,
+    outputs: Vec<SessionOutputEntryCandidate>,
+    timings: BTreeMap<String, f64>,
+    backend: &'static str,
+    owner_id: String,
+    runtime_id: Option<String>,
+    cancelled: bool,
+    events: Vec<TimelineEvent>,
+}
+
+/// The entries this run published (empty when it published nothing).
+pub async fn published_outputs(
+    store: &SqliteStore,
+    persistence: &Persistence,
+    scope: &RuntimeResourceScope,
+    timeline: &Timeline,
+) -> Vec<SessionOutputEntryCandidate> {
+    let Some(revision) = timeline.facts().published_revision else {
+        return Vec::new();
+    };
+    let Ok(Some(publication)) = publication(store, scope).await else {
+        return Vec::new();
+    };
+    let Some(candidate) = publication
+        .output_candidate
+        .filter(|_| publication.revision == revision)
+    else {
+        return Vec::new();
+    };
+    match persistence.outputs.read_manifest(&candidate).await {
+        Ok(manifest) => manifest.entries,
+        Err(error) => {
+            tracing::warn!(%error, "cannot read the published outputs manifest");
+            Vec::new()
+        }
+    }
+}
+
+/// Reports a run that resolved.
+pub fn result(
+    header: &RunHeader,
+    timeline: &Timeline,
+    result: ManagedRuntimeRunResult,
+    outputs: Vec<SessionOutputEntryCandidate>,
+    cancelled: bool,
+) -> anyhow::Result<ExitCode> {
+    let code = match (&result, cancelled) {
+        (ManagedRuntimeRunResult::Completed { .. }, _) => ExitCode::SUCCESS,
+        (_, true) => ExitCode::from(EXIT_CANCELLED),
+        _ => ExitCode::FAILURE,
+    };
+    if header.json {
+        print_json(header, timeline, Some(result), None, outputs, cancelled)?;
+        return Ok(code);
+    }
+    let total = timeline.elapsed().as_millis();
+    let session = &header.scope.session_id;
+    match &result {
+        ManagedRuntimeRunResult::Completed { revision } => {
+            println!("completed: revision {revision} published in {total} ms");
+            if !outputs.is_empty() {
+                println!("outputs:");
+                for entry in &outputs {
+                    println!(
+                        "  {:<32} {:>10}  {:<24} {}",
+                        entry.logical_path,
+                        human_bytes(entry.size),
+                        entry.media_type.as_deref().unwrap_or("-"),
+                        entry.content_hash
+                    );
+                }
+            }
+            println!(
+                "next: `omabox run --session {session} ...` continues from revision {revision}; \
+                 `omabox outputs --session {session}`; `omabox workspace export --session {session} DIR`"
+            );
+        }
+        ManagedRuntimeRunResult::Conflict { expires_at } => {
+            println!(
+                "conflict: session {session} is being run by another omabox process; its fence \
+                 expires at {} (if that process died, run again after that)",
+                expires_at.as_deref().unwrap_or("an unknown time")
+            );
+        }
+        ManagedRuntimeRunResult::LeaseLost => {
+            let why = if cancelled {
+                "the run was cancelled"
+            } else {
+                "the run lost ownership (fence, sandbox or heartbeat)"
+            };
+            println!("lease_lost: {why}; this run published nothing (took {total} ms)");
+        }
+        ManagedRuntimeRunResult::Failed { error } => {
+            println!(
+                "failed: {}; this run published nothing, its outputs were discarded (took {total} ms)",
+                error.message()
+            );
+        }
+    }
+    Ok(code)
+}
+
+/// Reports a rejected run (admission or cleanup persistence).
+pub fn rejection(
+    header: &RunHeader,
+    timeline: &Timeline,
+    error: PortError,
+) -> anyhow::Result<ExitCode> {
+    if header.json {
+        print_json(header, timeline, None, Some(error), Vec::new(), false)?;
+        return Ok(ExitCode::FAILURE);
+    }
+    Err(anyhow::anyhow!("the run was rejected: {}", error.message()))
+}
+
+fn print_json(
+    header: &RunHeader,
+    timeline: &Timeline,
+    result: Option<ManagedRuntimeRunResult>,
+    error: Option<PortError>,
+    outputs: Vec<SessionOutputEntryCandidate>,
+    cancelled: bool,
+) -> anyhow::Result<()> {
+    let report = report(header, timeline, result, error, outputs, cancelled);
+    println!("{}", serde_json::to_string_pretty(&report)?);
+    Ok(())
+}
+
+fn report(
+    header: &RunHeader,
+    timeline: &Timeline,
+    result: Option<ManagedRuntimeRunResult>,
+    error: Option<PortError>,
+    outputs: Vec<SessionOutputEntryCandidate>,
+    cancelled: bool,
+) -> RunReport {
+    let facts = timeline.facts();
+    RunReport {
+        result,
+        error,
+        session: header.scope.session_id.clone(),
+        work_id: header.scope.work_id.clone(),
+        generation: facts.generation,
+        restored_revision: facts.restored_revision,
+        outputs,
+        timings: timeline.timings(),
+        backend: header.backend,
+        owner_id: header.owner_id.clone(),
+        runtime_id: facts.runtime_id,
+        cancelled,
+        events: timeline.events(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use omabox_testkit::fakes::{Fixture, FixtureSpec};
+    use std::sync::Arc;
+
+    const TOKEN: &str = "fence-secret-0123456789";
+
+    #[tokio::test]
+    async fn the_json_report_carries_only_redacted_texts() {
+        let mut spec = FixtureSpec::fault_matrix();
+        spec.token = TOKEN.into();
+        let fixture = Fixture::new(spec);
+        let leaky = |what: &str| PortError::new(format!("{what} failed for fence token {TOKEN}"));
+        fixture.workspace.checkpoint.fails(leaky("checkpoint"));
+        fixture.sandbox.terminate.fails(leaky("terminate"));
+        let timeline = Arc::new(Timeline::new(false, None));
+        let mut input = fixture.input();
+        input.observer = Some(Arc::clone(&timeline) as _);
+        let result = fixture.host().unwrap().run(input).await.unwrap();
+        let header = RunHeader {
+            scope: fixture.scope(),
+            backend: "fake",
+            owner_id: fixture.owner_id.clone(),
+            json: true,
+        };
+        let json = serde_json::to_string(&report(
+            &header,
+            &timeline,
+            Some(result),
+            None,
+            Vec::new(),
+            false,
+        ))
+        .unwrap();
+        assert!(!json.contains(TOKEN), "the report leaks the token: {json}");
+        let events = timeline.events();
+        let checkpoint = events
+            .iter()
+            .find(|event| event.step == "workspace.checkpoint")
+            .expect("a checkpoint event");
+        assert_eq!(
+            checkpoint.detail,
+            "checkpoint failed for fence token [redacted]"
+        );
+        assert!(!checkpoint.ok);
+        assert!(
+            events.iter().any(|event| event.step == "sandbox.terminate"
+                && event.detail == "terminate failed for fence token [redacted]"),
+            "{events:?}"
+        );
+        assert!(json.contains(r#""type":"failed""#), "{json}");
+    }
+}
