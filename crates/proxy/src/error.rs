@@ -54,6 +54,12 @@ pub fn status_of(error: &ProxyError) -> StatusCode {
     }
 }
 
+impl From<crate::sub_path::PathRefused> for ProxyError {
+    fn from(error: crate::sub_path::PathRefused) -> Self {
+        Self::BadRequest(error.to_string())
+    }
+}
+
 impl From<omabox_contract::PortError> for ProxyError {
     fn from(error: omabox_contract::PortError) -> Self {
         Self::Internal(error.to_string())

@@ -23,6 +23,7 @@ pub mod mcp;
 pub mod metrics;
 mod routes;
 mod state;
+pub mod sub_path;
 
 pub use config::{ConfigError, McpServerConfig, ModelCard, ServeConfig};
 pub use error::{ProxyError, status_of};

@@ -83,8 +83,8 @@ async fn oneshot_reference_status_codes() {
                 "/v1/oma/inference-proxy/sess-a/anthropic/v1/../../admin",
                 &[("x-api-key", "tok-a-SESSION-111")],
             ),
-            StatusCode::FORBIDDEN,
-            r#"{"error":"forbidden"}"#,
+            StatusCode::BAD_REQUEST,
+            r#"{"error":"invalid proxy path: a segment is empty, '.' or '..', is not UTF-8, or contains '/', '\\', '?', '#', a control character or a percent-escape after decoding"}"#,
         ),
         (
             post(

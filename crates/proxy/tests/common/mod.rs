@@ -4,6 +4,7 @@
 
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
+pub mod escape;
 pub mod python;
 
 use async_trait::async_trait;
