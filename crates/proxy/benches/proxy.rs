@@ -15,7 +15,7 @@ use omabox_contract::{
     IssueSessionTokenInput, PortError, RuntimeResourceScope, SecretString, SessionTokenClaims,
     SessionTokenPort, VaultSecretPort,
 };
-use omabox_proxy::{OperatorAccess, ProxyDeps, ProxyState, ServeConfig};
+use omabox_proxy::{ProxyDeps, ProxyState, ServeConfig};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -181,7 +181,7 @@ fn main() {
             vault: Arc::new(NoVault),
             files: None,
             env: [("BENCH_KEY".to_owned(), SecretString::new("upstream-key"))].into(),
-            operator: OperatorAccess::Closed,
+            operator_key: SecretString::new("bench-operator-key"),
         })
         .unwrap();
         let proxy = start(omabox_proxy::router(state)).await;

@@ -3,9 +3,11 @@
 //! so an empty file (or none) is a valid configuration.
 //!
 //! ```toml
-//! # The origin sandboxes reach omabox at; used to rewrite MCP server URLs.
+//! # The origin sandboxes reach omabox at: MCP server URLs are rewritten to it, and a request
+//! # is served only when its Host (and Origin) is this origin or a loopback name.
 //! public_url = "http://10.0.2.2:8787"
-//! # Operator key for the session API (file promotion); OMABOX_API_KEY wins over it.
+//! # Operator key for the session API (file promotion); OMABOX_API_KEY wins over it. Without
+//! # one, `omabox serve` generates <data-dir>/serve-api-key on first start.
 //! operator_api_key_env = "OMABOX_API_KEY"
 //!
 //! [models.default]
@@ -164,6 +166,11 @@ impl ServeConfig {
     }
 
     fn validate(&self) -> Result<(), ConfigError> {
+        if crate::host_rule::HostRule::new(self.public_url.as_deref()).is_none() {
+            return Err(ConfigError::Invalid(
+                "public_url must be an absolute http(s) URL with a host".to_owned(),
+            ));
+        }
         let mut names = std::collections::BTreeSet::new();
         for server in &self.mcp_servers {
             let valid = !server.name.is_empty()

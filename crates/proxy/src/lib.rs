@@ -18,9 +18,12 @@ pub mod config;
 mod error;
 pub mod files;
 mod forward;
+pub mod host_rule;
 pub mod inference;
 pub mod mcp;
 pub mod metrics;
+pub mod operator_key;
+pub mod promoted;
 mod routes;
 mod state;
 pub mod sub_path;
@@ -28,7 +31,7 @@ pub mod sub_path;
 pub use config::{ConfigError, McpServerConfig, ModelCard, ServeConfig};
 pub use error::{ProxyError, status_of};
 pub use routes::{SENSITIVE_HEADERS, router};
-pub use state::{OperatorAccess, ProxyDeps, ProxyState, env_keys};
+pub use state::{ProxyDeps, ProxyState, env_keys};
 
 /// The OpenAPI document served at `/openapi.json`.
 pub use routes::ops::OPENAPI_JSON;

@@ -13,7 +13,7 @@ mod common;
 use common::escape::{check_path_under, check_raw_tail};
 use common::*;
 use omabox_contract::{SecretString, VaultSecretPort as _};
-use omabox_proxy::{OperatorAccess, ProxyDeps, ProxyState, ServeConfig};
+use omabox_proxy::{ProxyDeps, ProxyState, ServeConfig};
 use proptest::prelude::*;
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -65,7 +65,7 @@ async fn fixture() -> (Upstream, SocketAddr) {
         vault,
         files: None,
         env: BTreeMap::new(),
-        operator: OperatorAccess::Key(SecretString::new("operator-KEY-777")),
+        operator_key: SecretString::new("operator-KEY-777"),
     })
     .unwrap();
     let addr = start_proxy(state).await;

@@ -17,7 +17,7 @@ use omabox_contract::{
     IssueSessionTokenInput, PortError, RuntimeResourceScope, SecretString, SessionTokenClaims,
     SessionTokenPort, VaultSecretPort,
 };
-use omabox_proxy::{OperatorAccess, ProxyDeps, ProxyState, ServeConfig};
+use omabox_proxy::{ProxyDeps, ProxyState, ServeConfig};
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, OnceLock};
@@ -301,7 +301,7 @@ pub async fn standard_state(upstream: &Upstream) -> (ProxyState, Arc<MemoryToken
         vault,
         files: None,
         env,
-        operator: OperatorAccess::Key(SecretString::new("operator-KEY-777")),
+        operator_key: SecretString::new("operator-KEY-777"),
     })
     .unwrap();
     (state, tokens)
