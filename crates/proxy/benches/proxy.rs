@@ -59,6 +59,22 @@ impl VaultSecretPort for NoVault {
     }
 }
 
+/// Serves `app` through omabox's own server loop (limits at their defaults).
+async fn start_proxy(app: Router) -> String {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        omabox_proxy::serve(
+            listener,
+            app,
+            &omabox_proxy::Limits::default(),
+            std::future::pending(),
+        )
+        .await
+    });
+    format!("http://{addr}")
+}
+
 async fn start(app: Router) -> String {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
@@ -184,7 +200,7 @@ fn main() {
             operator_key: SecretString::new("bench-operator-key"),
         })
         .unwrap();
-        let proxy = start(omabox_proxy::router(state)).await;
+        let proxy = start_proxy(omabox_proxy::router(state)).await;
         let client = reqwest::Client::builder().pool_max_idle_per_host(256).tcp_nodelay(true).build().unwrap();
         let direct_fast = format!("{upstream}/fast");
         let proxied_fast = format!("{proxy}/v1/oma/inference-proxy/bench/fast");

@@ -80,13 +80,19 @@ impl std::fmt::Debug for Inner {
 }
 
 impl ProxyState {
-    /// Builds the state and its upstream client (rustls, redirects never followed).
+    /// Builds the state and its upstream client (rustls, redirects never followed, the
+    /// configured idle timeout between upstream reads).
     pub fn new(deps: ProxyDeps) -> Result<Self, ProxyError> {
         let host_rule = HostRule::new(deps.config.public_url.as_deref()).ok_or_else(|| {
             ProxyError::Internal("public_url must be an absolute http(s) URL".to_owned())
         })?;
         let client = reqwest::Client::builder()
             .redirect(reqwest::redirect::Policy::none())
+            // An upstream that sends nothing for the idle timeout is cut off like a client.
+            .read_timeout(std::time::Duration::from_millis(
+                deps.config.limits.idle_timeout_ms,
+            ))
+            .connect_timeout(std::time::Duration::from_secs(10))
             .pool_max_idle_per_host(256)
             .tcp_nodelay(true)
             .build()

@@ -203,7 +203,7 @@ fn cases() -> u32 {
     std::env::var("OMABOX_PATH_PROPTEST_CASES")
         .ok()
         .and_then(|n| n.parse().ok())
-        .unwrap_or(20_000)
+        .unwrap_or(10_000)
 }
 
 proptest! {

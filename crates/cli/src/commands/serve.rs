@@ -39,6 +39,48 @@ pub struct ServeArgs {
     /// fallback), no MCP servers.
     #[arg(long, value_name = "FILE")]
     config: Option<PathBuf>,
+    /// Time to receive a request head, in ms; also bounds keep-alive idleness (config
+    /// limits.header_read_timeout_ms; default 10000).
+    #[arg(long, value_name = "MS", env = "OMABOX_SERVE_HEADER_READ_TIMEOUT_MS")]
+    header_read_timeout_ms: Option<u64>,
+    /// Close a connection on which no byte moved either way for this long, in ms; bounds
+    /// streamed proxy bodies too (config limits.idle_timeout_ms; default 300000).
+    #[arg(long, value_name = "MS", env = "OMABOX_SERVE_IDLE_TIMEOUT_MS")]
+    idle_timeout_ms: Option<u64>,
+    /// Connections served at once; beyond it, accepting pauses (config
+    /// limits.max_connections; default 1024).
+    #[arg(long, value_name = "N", env = "OMABOX_SERVE_MAX_CONNECTIONS")]
+    max_connections: Option<usize>,
+    /// Largest buffered request body in bytes; proxy bodies stream and are excepted (config
+    /// limits.max_body_bytes; default 1048576).
+    #[arg(long, value_name = "BYTES", env = "OMABOX_SERVE_MAX_BODY_BYTES")]
+    max_body_bytes: Option<usize>,
+}
+
+impl ServeArgs {
+    /// The config's limits with the flags (or their env vars) applied over them.
+    fn apply_limits(&self, limits: &mut omabox_proxy::Limits) -> anyhow::Result<()> {
+        let overrides = [
+            (
+                self.header_read_timeout_ms,
+                &mut limits.header_read_timeout_ms,
+            ),
+            (self.idle_timeout_ms, &mut limits.idle_timeout_ms),
+        ];
+        for (flag, value) in overrides {
+            if let Some(flag) = flag {
+                *value = flag;
+            }
+        }
+        if let Some(max) = self.max_connections {
+            limits.max_connections = max;
+        }
+        if let Some(max) = self.max_body_bytes {
+            limits.max_body_bytes = max;
+        }
+        limits.validate().context("invalid serve limits")?;
+        Ok(())
+    }
 }
 
 /// The env var that holds the operator key.
@@ -46,11 +88,13 @@ const OPERATOR_KEY_ENV: &str = "OMABOX_API_KEY";
 
 /// Serves until SIGINT/SIGTERM.
 pub async fn run(data_dir: &Path, args: &ServeArgs) -> anyhow::Result<ExitCode> {
-    let config = match &args.config {
+    let mut config = match &args.config {
         Some(path) => ServeConfig::load(path)
             .with_context(|| format!("cannot load the configuration {}", path.display()))?,
         None => ServeConfig::default(),
     };
+    args.apply_limits(&mut config.limits)?;
+    let limits = config.limits.clone();
     std::fs::create_dir_all(data_dir)
         .with_context(|| format!("cannot create the data directory {}", data_dir.display()))?;
     let store = Arc::new(open_store(data_dir).await?);
@@ -99,6 +143,7 @@ pub async fn run(data_dir: &Path, args: &ServeArgs) -> anyhow::Result<ExitCode> 
     omabox_proxy::serve(
         listener,
         omabox_proxy::router(state),
+        &limits,
         omabox_proxy::shutdown_signal(),
     )
     .await

@@ -11,7 +11,7 @@ use crate::inference::TokenExtraction;
 use crate::inference::extract_hosted_inference_proxy_token;
 use crate::state::ProxyState;
 use axum::Router;
-use axum::extract::{MatchedPath, Request, State};
+use axum::extract::{DefaultBodyLimit, MatchedPath, Request, State};
 use axum::http::HeaderMap;
 use axum::http::header::{AUTHORIZATION, HeaderName, PROXY_AUTHORIZATION};
 use axum::middleware::{self, Next};
@@ -66,6 +66,9 @@ pub fn router(state: ProxyState) -> Router {
         .route_layer(middleware::from_fn_with_state(
             state.clone(),
             record_metrics,
+        ))
+        .layer(DefaultBodyLimit::max(
+            state.inner.config.limits.max_body_bytes,
         ))
         .layer(
             TraceLayer::new_for_http()
