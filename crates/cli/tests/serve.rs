@@ -63,12 +63,33 @@ fn serve_starts_fresh_and_answers_healthz() {
     assert!(child.wait().unwrap().success());
 }
 
-/// One HTTP/1.0 request (no chunked encoding) → (status code, body).
+/// One HTTP/1.0 request (no chunked encoding) with the data dir's operator key → (status
+/// code, body).
 fn request(addr: &str, method: &str, path: &str, body: &str) -> (u16, String) {
+    let key = KEY.with(|key| key.borrow().clone());
+    raw_request(addr, addr, Some(&key), method, path, body)
+}
+
+thread_local! {
+    static KEY: std::cell::RefCell<String> = const { std::cell::RefCell::new(String::new()) };
+}
+
+/// One HTTP/1.0 request with an explicit Host and key → (status code, body).
+fn raw_request(
+    addr: &str,
+    host: &str,
+    key: Option<&str>,
+    method: &str,
+    path: &str,
+    body: &str,
+) -> (u16, String) {
     let mut stream = TcpStream::connect(addr).unwrap();
+    let auth = key.map_or(String::new(), |key| {
+        format!("authorization: Bearer {key}\r\n")
+    });
     write!(
         stream,
-        "{method} {path} HTTP/1.0\r\nhost: {addr}\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
+        "{method} {path} HTTP/1.0\r\nhost: {host}\r\n{auth}content-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
         body.len()
     )
     .unwrap();
@@ -144,6 +165,8 @@ fn a_published_output_is_promoted_into_a_stored_file() {
     );
 
     let (mut child, addr, _stderr) = start_serve(data.path());
+    let key = std::fs::read_to_string(data.path().join("serve-api-key")).unwrap();
+    KEY.with(|slot| *slot.borrow_mut() = key.trim().to_owned());
     let (status, body) = request(
         &addr,
         "POST",
@@ -157,6 +180,24 @@ fn a_published_output_is_promoted_into_a_stored_file() {
     assert_eq!(created["size"], 9);
     let (status, content) = request(&addr, "GET", &format!("/v1/files/{id}/content"), "");
     assert_eq!((status, content.as_str()), (200, "promoted\n"));
+    let (status, _) = raw_request(
+        &addr,
+        &addr,
+        None,
+        "GET",
+        &format!("/v1/files/{id}/content"),
+        "",
+    );
+    assert_eq!(status, 401, "the content route needs the key");
+    let (status, _) = raw_request(
+        &addr,
+        "rebound.evil.test",
+        Some(&key),
+        "GET",
+        &format!("/v1/files/{id}/content"),
+        "",
+    );
+    assert_eq!(status, 421, "a foreign Host is refused");
 
     let (status, body) = request(
         &addr,
@@ -185,6 +226,42 @@ fn a_published_output_is_promoted_into_a_stored_file() {
     let rc = unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGTERM) };
     assert_eq!(rc, 0);
     assert!(child.wait().unwrap().success());
+}
+
+#[test]
+fn the_operator_key_is_generated_once_private_and_printed_only_then() {
+    use std::os::unix::fs::PermissionsExt as _;
+    let data = tempfile::tempdir().unwrap();
+    let mut printed = Vec::new();
+    for _ in 0..2 {
+        let (mut child, addr, mut stderr) = start_serve(data.path());
+        let (status, _) = raw_request(&addr, &addr, None, "POST", "/v1/sessions/s/files", "{}");
+        assert_eq!(status, 401, "no keyless mode");
+        // SAFETY: plain kill(2) on our own child's pid.
+        let rc = unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGTERM) };
+        assert_eq!(rc, 0);
+        assert!(child.wait().unwrap().success());
+        let mut rest = String::new();
+        stderr.read_to_string(&mut rest).unwrap();
+        printed.push(rest);
+    }
+    let path = data.path().join("serve-api-key");
+    let key = std::fs::read_to_string(&path).unwrap().trim().to_owned();
+    assert!(key.starts_with("omk_"), "{key}");
+    let mode = std::fs::metadata(&path).unwrap().permissions().mode();
+    assert_eq!(mode & 0o777, 0o600);
+    assert!(
+        printed[0].contains(&key),
+        "printed once when generated: {}",
+        printed[0]
+    );
+    assert!(
+        printed[0].contains("Authorization: Bearer"),
+        "{}",
+        printed[0]
+    );
+    assert!(!printed[1].contains(&key), "never again: {}", printed[1]);
+    assert!(printed[1].contains("serve-api-key"), "{}", printed[1]);
 }
 
 #[test]

@@ -15,7 +15,7 @@ use omabox_contract::{
     IssueSessionTokenInput, PortError, RuntimeResourceScope, SecretString, SessionTokenClaims,
     SessionTokenPort, VaultSecretPort,
 };
-use omabox_proxy::{OperatorAccess, ProxyDeps, ProxyState, ServeConfig};
+use omabox_proxy::{ProxyDeps, ProxyState, ServeConfig};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -57,6 +57,22 @@ impl VaultSecretPort for NoVault {
     async fn names(&self) -> Result<Vec<String>, PortError> {
         Ok(Vec::new())
     }
+}
+
+/// Serves `app` through omabox's own server loop (limits at their defaults).
+async fn start_proxy(app: Router) -> String {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        omabox_proxy::serve(
+            listener,
+            app,
+            &omabox_proxy::Limits::default(),
+            std::future::pending(),
+        )
+        .await
+    });
+    format!("http://{addr}")
 }
 
 async fn start(app: Router) -> String {
@@ -181,10 +197,10 @@ fn main() {
             vault: Arc::new(NoVault),
             files: None,
             env: [("BENCH_KEY".to_owned(), SecretString::new("upstream-key"))].into(),
-            operator: OperatorAccess::Closed,
+            operator_key: SecretString::new("bench-operator-key"),
         })
         .unwrap();
-        let proxy = start(omabox_proxy::router(state)).await;
+        let proxy = start_proxy(omabox_proxy::router(state)).await;
         let client = reqwest::Client::builder().pool_max_idle_per_host(256).tcp_nodelay(true).build().unwrap();
         let direct_fast = format!("{upstream}/fast");
         let proxied_fast = format!("{proxy}/v1/oma/inference-proxy/bench/fast");

@@ -3,9 +3,11 @@
 //! so an empty file (or none) is a valid configuration.
 //!
 //! ```toml
-//! # The origin sandboxes reach omabox at; used to rewrite MCP server URLs.
+//! # The origin sandboxes reach omabox at: MCP server URLs are rewritten to it, and a request
+//! # is served only when its Host (and Origin) is this origin or a loopback name.
 //! public_url = "http://10.0.2.2:8787"
-//! # Operator key for the session API (file promotion); OMABOX_API_KEY wins over it.
+//! # Operator key for the session API (file promotion); OMABOX_API_KEY wins over it. Without
+//! # one, `omabox serve` generates <data-dir>/serve-api-key on first start.
 //! operator_api_key_env = "OMABOX_API_KEY"
 //!
 //! [models.default]
@@ -19,6 +21,12 @@
 //! provider = "deepseek"
 //! api_key_env = "DEEPSEEK_API_KEY"
 //! protocol_endpoints = [{ protocol = "openai-chat", upstreamBaseUrl = "https://api.deepseek.com" }]
+//!
+//! [limits]                               # every key optional; the defaults:
+//! header_read_timeout_ms = 10000         # to receive a request head (also keep-alive idle)
+//! idle_timeout_ms = 300000               # no byte either way on a connection
+//! max_connections = 1024                 # served at once; beyond, accepting pauses
+//! max_body_bytes = 1048576               # buffered (JSON) bodies; proxy bodies stream
 //!
 //! [[mcp_servers]]
 //! name = "github"
@@ -79,6 +87,56 @@ pub struct ServeConfig {
     /// URL MCP servers of the agent.
     #[serde(default)]
     pub mcp_servers: Vec<McpServerConfig>,
+    /// Server limits.
+    #[serde(default)]
+    pub limits: Limits,
+}
+
+/// Server limits (see [`crate::server`]); every value must be positive.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Limits {
+    /// Time to receive a request head, counted from when the server waits for one (so it
+    /// also bounds keep-alive idleness). Default 10 s.
+    pub header_read_timeout_ms: u64,
+    /// A connection on which no byte moved either way for this long is closed (slow or
+    /// stalled bodies, streamed proxy bodies, awaited responses). Default 300 s.
+    pub idle_timeout_ms: u64,
+    /// Connections served at once; beyond it the server stops accepting until one ends.
+    /// Default 1024.
+    pub max_connections: usize,
+    /// Largest buffered request body (the JSON routes); streamed proxy bodies are excepted.
+    /// Default 1 MiB.
+    pub max_body_bytes: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self {
+            header_read_timeout_ms: 10_000,
+            idle_timeout_ms: 300_000,
+            max_connections: 1024,
+            max_body_bytes: 1024 * 1024,
+        }
+    }
+}
+
+impl Limits {
+    /// Fails when a value is zero.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let zero = [
+            ("header_read_timeout_ms", self.header_read_timeout_ms == 0),
+            ("idle_timeout_ms", self.idle_timeout_ms == 0),
+            ("max_connections", self.max_connections == 0),
+            ("max_body_bytes", self.max_body_bytes == 0),
+        ];
+        match zero.iter().find(|(_, is_zero)| *is_zero) {
+            Some((name, _)) => Err(ConfigError::Invalid(format!(
+                "limits.{name} must be positive"
+            ))),
+            None => Ok(()),
+        }
+    }
 }
 
 /// Model cards: a default and per-session overrides.
@@ -164,6 +222,12 @@ impl ServeConfig {
     }
 
     fn validate(&self) -> Result<(), ConfigError> {
+        self.limits.validate()?;
+        if crate::host_rule::HostRule::new(self.public_url.as_deref()).is_none() {
+            return Err(ConfigError::Invalid(
+                "public_url must be an absolute http(s) URL with a host".to_owned(),
+            ));
+        }
         let mut names = std::collections::BTreeSet::new();
         for server in &self.mcp_servers {
             let valid = !server.name.is_empty()

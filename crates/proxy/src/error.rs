@@ -31,6 +31,15 @@ pub enum ProxyError {
     /// No such resource.
     #[error("not_found")]
     NotFound,
+    /// The `Host` (or `Origin`) is neither the public origin nor a loopback name.
+    #[error("host_not_allowed")]
+    HostNotAllowed,
+    /// A JSON route got a body that is not declared `application/json`.
+    #[error("content-type must be application/json")]
+    NotJson,
+    /// The request body is larger than the configured cap.
+    #[error("request body too large")]
+    BodyTooLarge,
     /// The upstream could not be reached or failed mid-request.
     #[error("upstream_unavailable")]
     Upstream(#[source] reqwest::Error),
@@ -49,8 +58,17 @@ pub fn status_of(error: &ProxyError) -> StatusCode {
         ProxyError::ProtocolUnsupported => StatusCode::CONFLICT,
         ProxyError::BadRequest(_) => StatusCode::BAD_REQUEST,
         ProxyError::NotFound => StatusCode::NOT_FOUND,
+        ProxyError::HostNotAllowed => StatusCode::MISDIRECTED_REQUEST,
+        ProxyError::NotJson => StatusCode::UNSUPPORTED_MEDIA_TYPE,
+        ProxyError::BodyTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
         ProxyError::Upstream(_) => StatusCode::BAD_GATEWAY,
         ProxyError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
+    }
+}
+
+impl From<crate::sub_path::PathRefused> for ProxyError {
+    fn from(error: crate::sub_path::PathRefused) -> Self {
+        Self::BadRequest(error.to_string())
     }
 }
 

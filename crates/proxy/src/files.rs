@@ -1,11 +1,13 @@
 //! Session file promotion: the bytes of a sandbox path in a session's last publication,
-//! copied into the blob store as a file with an id.
+//! streamed (hash-verified) into the [`PromotedStore`] as a file with a random id, and read
+//! back only by that id.
 //!
 //! The managed runtime publishes `/workspace` as a checkpoint manifest and
 //! `/mnt/session/outputs` as an outputs manifest, both in the blob store; a sandbox path is
 //! resolved through the matching manifest of the session's last publication. Nothing here
-//! reads a live sandbox.
+//! reads a live sandbox, and no file is held in memory (one 64 KiB copy buffer).
 
+use crate::promoted::{PromotedError, PromotedRecord, PromotedStore};
 use async_trait::async_trait;
 use omabox_contract::{PortError, RuntimeResourcePublication};
 use omabox_persistence::{
@@ -37,25 +39,51 @@ pub enum FileError {
     Storage(#[source] Box<dyn std::error::Error + Send + Sync>),
 }
 
+impl From<PromotedError> for FileError {
+    fn from(error: PromotedError) -> Self {
+        Self::Storage(Box::new(error))
+    }
+}
+
 /// A promoted file.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct PromotedFile {
-    /// `file_<sha256 hex>`.
+    /// `file_<32 random hex>`.
     pub id: String,
     /// Size in bytes.
     pub size: u64,
-    /// Media type guessed from the path.
+    /// Media type guessed from the path at promotion, stored and served with the bytes.
     pub media_type: String,
+}
+
+impl From<&PromotedRecord> for PromotedFile {
+    fn from(record: &PromotedRecord) -> Self {
+        Self {
+            id: record.id.clone(),
+            size: record.size,
+            media_type: record.media_type.clone(),
+        }
+    }
+}
+
+/// The bytes of a promoted file, open for streaming, with what is served alongside.
+#[derive(Debug)]
+pub struct FileContent {
+    /// Id, size and media type.
+    pub file: PromotedFile,
+    /// The bytes (read from the start).
+    pub bytes: std::fs::File,
 }
 
 /// File promotion as the HTTP edge needs it.
 #[async_trait]
 pub trait SessionFilesPort: Send + Sync {
-    /// Copies the bytes of `path` from the session's last publication into the blob store.
+    /// Copies the bytes of `path` from the session's last publication into the promoted
+    /// store.
     async fn promote(&self, session_id: &str, path: &str) -> Result<PromotedFile, FileError>;
-    /// The bytes of a promoted file; `None` when unknown.
-    async fn content(&self, file_id: &str) -> Result<Option<Vec<u8>>, FileError>;
+    /// A promoted file by its id; `None` when no file was promoted under that id.
+    async fn content(&self, file_id: &str) -> Result<Option<FileContent>, FileError>;
 }
 
 /// Where the session's last publication comes from (the fence store).
@@ -68,13 +96,15 @@ pub trait PublicationLookup: Send + Sync {
     ) -> Result<Option<RuntimeResourcePublication>, PortError>;
 }
 
-/// [`SessionFilesPort`] over the filesystem persistence ports and the blob store.
+/// [`SessionFilesPort`] over the filesystem persistence ports, the blob store and the
+/// promoted store.
 #[derive(Clone)]
 pub struct PublishedSessionFiles {
     lookup: Arc<dyn PublicationLookup>,
     blobs: Arc<BlobStore>,
     workspace: Arc<FilesystemWorkspacePort>,
     outputs: Arc<FilesystemSessionOutputPort>,
+    promoted: PromotedStore,
 }
 
 impl std::fmt::Debug for PublishedSessionFiles {
@@ -85,22 +115,31 @@ impl std::fmt::Debug for PublishedSessionFiles {
 }
 
 impl PublishedSessionFiles {
-    /// Promotion over the persistence of `data_dir` (one blob store shared by all three).
+    /// Promotion over the persistence of a data dir (one blob store shared by the ports)
+    /// into `promoted`.
     pub fn new(
         lookup: Arc<dyn PublicationLookup>,
         blobs: Arc<BlobStore>,
         workspace: Arc<FilesystemWorkspacePort>,
         outputs: Arc<FilesystemSessionOutputPort>,
+        promoted: PromotedStore,
     ) -> Self {
         Self {
             lookup,
             blobs,
             workspace,
             outputs,
+            promoted,
         }
     }
 
-    async fn read_bytes(&self, session_id: &str, path: &str) -> Result<Vec<u8>, FileError> {
+    /// The open bytes of `path` in the session's last publication and the hash they must
+    /// have.
+    async fn open_source(
+        &self,
+        session_id: &str,
+        path: &str,
+    ) -> Result<(std::fs::File, BlobHash), FileError> {
         let (root, relative) = split_sandbox_path(path)?;
         let publication = self
             .lookup
@@ -113,12 +152,13 @@ impl PublishedSessionFiles {
             let candidate = publication
                 .output_candidate
                 .ok_or(FileError::NothingPublished("outputs"))?;
-            let (_, file) = self
+            let (entry, file) = self
                 .outputs
                 .open_entry(&candidate, relative)
                 .await
                 .map_err(|_| not_found())?;
-            return read_file(file).await;
+            let hash = BlobHash::from_content_hash(&entry.content_hash).ok_or_else(not_found)?;
+            return Ok((file, hash));
         }
         let manifest = self
             .workspace
@@ -131,26 +171,24 @@ impl PublishedSessionFiles {
             .find(|entry| entry.path == relative && entry.kind == EntryKind::File)
             .ok_or_else(not_found)?;
         let hash = entry.hash.ok_or_else(not_found)?;
-        self.get_blob(hash).await?.ok_or_else(not_found)
-    }
-
-    async fn get_blob(&self, hash: BlobHash) -> Result<Option<Vec<u8>>, FileError> {
         let blobs = Arc::clone(&self.blobs);
-        tokio::task::spawn_blocking(move || blobs.get(&hash))
-            .await
-            .map_err(|e| FileError::Storage(Box::new(e)))?
-            .map_err(|e| FileError::Storage(Box::new(e)))
+        let file = blocking(move || {
+            blobs
+                .open(&hash)
+                .map_err(|e| FileError::Storage(Box::new(e)))
+        })
+        .await?
+        .ok_or_else(not_found)?;
+        Ok((file, hash))
     }
 }
 
-async fn read_file(mut file: std::fs::File) -> Result<Vec<u8>, FileError> {
-    tokio::task::spawn_blocking(move || {
-        let mut bytes = Vec::new();
-        std::io::Read::read_to_end(&mut file, &mut bytes).map(|_| bytes)
-    })
-    .await
-    .map_err(|e| FileError::Storage(Box::new(e)))?
-    .map_err(|e| FileError::Storage(Box::new(e)))
+async fn blocking<T: Send + 'static>(
+    work: impl FnOnce() -> Result<T, FileError> + Send + 'static,
+) -> Result<T, FileError> {
+    tokio::task::spawn_blocking(work)
+        .await
+        .map_err(|e| FileError::Storage(Box::new(e)))?
 }
 
 /// Splits a sandbox path into its root and a relative path without empty, `.` or `..`
@@ -170,34 +208,28 @@ pub fn split_sandbox_path(path: &str) -> Result<(&'static str, &str), FileError>
     Ok((root, relative))
 }
 
-/// `file_<hex>` → the blob hash.
-fn parse_file_id(file_id: &str) -> Option<BlobHash> {
-    let hex = file_id.strip_prefix("file_")?;
-    BlobHash::from_content_hash(&format!("sha256:{hex}"))
-}
-
 #[async_trait]
 impl SessionFilesPort for PublishedSessionFiles {
     async fn promote(&self, session_id: &str, path: &str) -> Result<PromotedFile, FileError> {
-        let bytes = self.read_bytes(session_id, path).await?;
-        let size = bytes.len() as u64;
-        let blobs = Arc::clone(&self.blobs);
-        let outcome = tokio::task::spawn_blocking(move || blobs.put_bytes(&bytes))
-            .await
-            .map_err(|e| FileError::Storage(Box::new(e)))?
-            .map_err(|e| FileError::Storage(Box::new(e)))?;
-        Ok(PromotedFile {
-            id: format!("file_{}", outcome.hash.to_hex()),
-            size,
-            media_type: guess_media_type(path).to_owned(),
+        let (source, hash) = self.open_source(session_id, path).await?;
+        let promoted = self.promoted.clone();
+        let (session_id, path) = (session_id.to_owned(), path.to_owned());
+        let record = blocking(move || {
+            let media_type = guess_media_type(&path);
+            Ok(promoted.promote(source, hash.as_bytes(), media_type, &session_id, &path)?)
         })
+        .await?;
+        Ok(PromotedFile::from(&record))
     }
 
-    async fn content(&self, file_id: &str) -> Result<Option<Vec<u8>>, FileError> {
-        match parse_file_id(file_id) {
-            Some(hash) => self.get_blob(hash).await,
-            None => Ok(None),
-        }
+    async fn content(&self, file_id: &str) -> Result<Option<FileContent>, FileError> {
+        let promoted = self.promoted.clone();
+        let file_id = file_id.to_owned();
+        let opened = blocking(move || Ok(promoted.open_file(&file_id)?)).await?;
+        Ok(opened.map(|(record, bytes)| FileContent {
+            file: PromotedFile::from(&record),
+            bytes,
+        }))
     }
 }
 
@@ -224,11 +256,5 @@ mod tests {
         ] {
             assert!(split_sandbox_path(bad).is_err(), "{bad}");
         }
-    }
-
-    #[test]
-    fn file_ids() {
-        assert!(parse_file_id("file_zz").is_none());
-        assert!(parse_file_id(&format!("file_{}", "a".repeat(64))).is_some());
     }
 }

@@ -31,7 +31,7 @@ pub(crate) fn header_map(planned: Vec<(String, Vec<u8>)>, sensitive: &[&str]) ->
 pub(crate) async fn forward(
     state: &ProxyState,
     method: Method,
-    url: &str,
+    url: url::Url,
     headers: HeaderMap,
     body: Body,
     keep_response_header: fn(&str) -> bool,

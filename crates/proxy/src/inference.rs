@@ -5,6 +5,7 @@
 //!
 //! Must never: put a session token or an upstream key in an error, a URL or a log line.
 
+use crate::sub_path::{SubPath, base_segments, upstream_url};
 use std::collections::BTreeMap;
 
 /// Provider secret env keys removed from an agent's env when the proxy is enabled.
@@ -294,8 +295,8 @@ pub fn extract_hosted_inference_proxy_token(
 pub struct ParsedSubPath {
     /// The family named by the prefix; `None` for an un-prefixed (legacy) path.
     pub prefix: Option<ProtocolPrefix>,
-    /// The path after the prefix (no leading "/").
-    pub relative: String,
+    /// The segments after the prefix.
+    pub relative: Vec<String>,
 }
 
 /// A recognised protocol prefix.
@@ -311,9 +312,9 @@ pub enum ProtocolPrefix {
 
 impl ProtocolPrefix {
     /// The protocols the prefix may route to, preferred first for `relative`.
-    pub fn candidates(self, relative: &str) -> &'static [WireProtocol] {
+    pub fn candidates(self, relative: &[String]) -> &'static [WireProtocol] {
         match self {
-            Self::OpenAi if relative.starts_with("responses") => {
+            Self::OpenAi if relative.first().is_some_and(|s| s.starts_with("responses")) => {
                 &[WireProtocol::OpenAiResponses, WireProtocol::OpenAiChat]
             }
             Self::OpenAi => &[WireProtocol::OpenAiChat, WireProtocol::OpenAiResponses],
@@ -323,88 +324,89 @@ impl ProtocolPrefix {
     }
 }
 
-/// `parseHostedInferenceSubPath`: prefixes in order `openai/v1/`, `anthropic/`, `gemini/`;
-/// exactly a prefix without its trailing "/" leaves an empty relative path.
-pub fn parse_hosted_inference_sub_path(sub_path: &str) -> ParsedSubPath {
-    let path = sub_path.strip_prefix('/').unwrap_or(sub_path);
-    for (text, prefix) in [
-        ("openai/v1", ProtocolPrefix::OpenAi),
-        ("anthropic", ProtocolPrefix::Anthropic),
-        ("gemini", ProtocolPrefix::Gemini),
-    ] {
-        if path == text {
+/// `parseHostedInferenceSubPath` over decoded segments: prefixes in order `openai/v1/`,
+/// `anthropic/`, `gemini/`; exactly a prefix leaves an empty relative path.
+pub fn parse_hosted_inference_sub_path(sub_path: &SubPath) -> ParsedSubPath {
+    let segments = sub_path.segments();
+    let prefixes: [(&[&str], ProtocolPrefix); 3] = [
+        (&["openai", "v1"], ProtocolPrefix::OpenAi),
+        (&["anthropic"], ProtocolPrefix::Anthropic),
+        (&["gemini"], ProtocolPrefix::Gemini),
+    ];
+    for (text, prefix) in prefixes {
+        let matches = segments.len() >= text.len()
+            && segments
+                .iter()
+                .zip(text)
+                .all(|(segment, text)| segment == text);
+        if matches {
             return ParsedSubPath {
                 prefix: Some(prefix),
-                relative: String::new(),
-            };
-        }
-        if let Some(rest) = path.strip_prefix(text).and_then(|r| r.strip_prefix('/')) {
-            return ParsedSubPath {
-                prefix: Some(prefix),
-                relative: rest.to_owned(),
+                relative: segments[text.len()..].to_vec(),
             };
         }
     }
     ParsedSubPath {
         prefix: None,
-        relative: path.to_owned(),
+        relative: segments.to_vec(),
     }
 }
 
-/// A relative path the proxy refuses to route (traversal).
-fn is_unsafe_relative(relative: &str) -> bool {
-    relative.split('/').any(|segment| segment == "..") || relative.contains('\\')
+/// `relative` starts with "v1/" (a "v1" followed by something).
+fn starts_with_v1(relative: &[String]) -> bool {
+    relative.len() > 1 && relative[0] == "v1"
 }
 
-/// `resolveUpstreamInferenceUrl` (legacy, un-prefixed): `None` when the path is empty or
-/// contains "..", or when there is no base.
+/// A base URL's text without surrounding blanks and one trailing "/", and whether its path
+/// ends with a `v1` segment; `None` when empty or not an absolute URL.
+fn parse_base(base: &str) -> Option<(&str, bool)> {
+    let base = base.trim();
+    let base = base.strip_suffix('/').unwrap_or(base);
+    let url = url::Url::parse(base).ok()?;
+    let ends_with_v1 = base_segments(&url).last().is_some_and(|last| last == "v1");
+    Some((base, ends_with_v1))
+}
+
+/// `resolveUpstreamInferenceUrl` (legacy, un-prefixed) over decoded segments: `None` when
+/// the path is empty or a segment contains "..", or when there is no base.
 pub fn resolve_upstream_inference_url(
     base_url: Option<&str>,
     provider: Option<&str>,
-    sub_path: &str,
-) -> Option<String> {
-    let relative = sub_path.strip_prefix('/').unwrap_or(sub_path);
-    if relative.is_empty() || relative.contains("..") {
+    relative: &[String],
+    query: Option<&str>,
+) -> Option<url::Url> {
+    if relative.is_empty() || relative.iter().any(|segment| segment.contains("..")) {
         return None;
     }
     let root = match base_url.map(str::trim).filter(|base| !base.is_empty()) {
-        Some(base) => base.strip_suffix('/').unwrap_or(base).to_owned(),
-        None => default_provider_base(provider?)?.to_owned(),
+        Some(base) => base,
+        None => default_provider_base(provider?)?,
     };
+    let (root, ends_with_v1) = parse_base(root)?;
     let mut relative = relative;
-    while root.ends_with("/v1") {
-        match relative.strip_prefix("v1/") {
-            Some(rest) => relative = rest,
-            None => break,
-        }
+    while ends_with_v1 && starts_with_v1(relative) {
+        relative = &relative[1..];
     }
-    Some(format!("{root}/{relative}"))
+    upstream_url(root, relative, query)
 }
 
-/// The upstream URL of `relative` on an endpoint (protocol-prefixed edition); `None` when
-/// `relative` tries to traverse.
-pub fn endpoint_upstream_url(endpoint: &ProtocolEndpoint, relative: &str) -> Option<String> {
-    if is_unsafe_relative(relative) {
-        return None;
-    }
-    let base = endpoint.upstream_base_url.trim();
-    let base = base.strip_suffix('/').unwrap_or(base);
-    if base.is_empty() {
-        return None;
-    }
-    let mut relative = relative.strip_prefix('/').unwrap_or(relative).to_owned();
-    if relative.is_empty() {
-        return Some(base.to_owned());
-    }
-    if endpoint.protocol.is_openai() {
-        if !base.ends_with("/v1") && !relative.starts_with("v1/") {
-            relative.insert_str(0, "v1/");
+/// The upstream URL of `relative` on an endpoint (protocol-prefixed edition).
+pub fn endpoint_upstream_url(
+    endpoint: &ProtocolEndpoint,
+    relative: &[String],
+    query: Option<&str>,
+) -> Option<url::Url> {
+    let (base, ends_with_v1) = parse_base(&endpoint.upstream_base_url)?;
+    let mut relative = relative.to_vec();
+    if endpoint.protocol.is_openai() && !relative.is_empty() {
+        if !ends_with_v1 && !starts_with_v1(&relative) {
+            relative.insert(0, "v1".to_owned());
         }
-        while base.ends_with("/v1") && relative.starts_with("v1/") {
-            relative.drain(..3);
+        while ends_with_v1 && starts_with_v1(&relative) {
+            relative.remove(0);
         }
     }
-    Some(format!("{base}/{relative}"))
+    upstream_url(base, &relative, query)
 }
 
 /// The endpoint catalog of a model card: explicit non-empty `protocol_endpoints` win; else the
@@ -456,8 +458,8 @@ pub fn endpoint_catalog(
 /// Where a request goes, or why it cannot.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum UpstreamTarget {
-    /// The upstream URL (without query).
-    Url(String),
+    /// The upstream URL (with the inbound query).
+    Url(url::Url),
     /// No URL can be built: 403 `forbidden`.
     NoUrl,
     /// The requested protocol has no endpoint: 409 `inference_protocol_unsupported`.
@@ -491,15 +493,20 @@ impl std::fmt::Debug for UpstreamModel {
     }
 }
 
-/// Plans the upstream URL of `sub_path` for `upstream`: a protocol prefix routes through the
-/// endpoint catalog; an un-prefixed path uses the legacy rule.
-pub fn plan_upstream_target(upstream: &UpstreamModel, sub_path: &str) -> UpstreamTarget {
+/// Plans the upstream URL of `sub_path` (and the inbound `query`) for `upstream`: a protocol
+/// prefix routes through the endpoint catalog; an un-prefixed path uses the legacy rule.
+pub fn plan_upstream_target(
+    upstream: &UpstreamModel,
+    sub_path: &SubPath,
+    query: Option<&str>,
+) -> UpstreamTarget {
     let parsed = parse_hosted_inference_sub_path(sub_path);
     let Some(prefix) = parsed.prefix else {
         return resolve_upstream_inference_url(
             upstream.base_url.as_deref(),
             upstream.provider.as_deref(),
             &parsed.relative,
+            query,
         )
         .map_or(UpstreamTarget::NoUrl, UpstreamTarget::Url);
     };
@@ -514,7 +521,7 @@ pub fn plan_upstream_target(upstream: &UpstreamModel, sub_path: &str) -> Upstrea
         .find_map(|protocol| catalog.iter().find(|e| e.protocol == *protocol));
     match endpoint {
         None => UpstreamTarget::ProtocolUnsupported,
-        Some(endpoint) => endpoint_upstream_url(endpoint, &parsed.relative)
+        Some(endpoint) => endpoint_upstream_url(endpoint, &parsed.relative, query)
             .map_or(UpstreamTarget::NoUrl, UpstreamTarget::Url),
     }
 }
@@ -672,39 +679,71 @@ mod tests {
         assert!(!debug.contains("very-secret"));
     }
 
+    fn sp(raw: &str) -> SubPath {
+        SubPath::parse(raw).unwrap()
+    }
+
+    fn segs(raw: &str) -> Vec<String> {
+        sp(raw).segments().to_vec()
+    }
+
+    fn text(url: Option<url::Url>) -> Option<String> {
+        url.map(String::from)
+    }
+
     #[test]
     fn sub_path_prefixes() {
-        let parsed = parse_hosted_inference_sub_path("openai/v1/chat/completions");
+        let parsed = parse_hosted_inference_sub_path(&sp("openai/v1/chat/completions"));
         assert_eq!(parsed.prefix, Some(ProtocolPrefix::OpenAi));
-        assert_eq!(parsed.relative, "chat/completions");
-        let parsed = parse_hosted_inference_sub_path("anthropic");
+        assert_eq!(parsed.relative, ["chat", "completions"]);
+        let parsed = parse_hosted_inference_sub_path(&sp("anthropic"));
         assert_eq!(parsed.prefix, Some(ProtocolPrefix::Anthropic));
-        assert_eq!(parsed.relative, "");
-        let parsed = parse_hosted_inference_sub_path("gemini/v1beta/models");
+        assert!(parsed.relative.is_empty());
+        let parsed = parse_hosted_inference_sub_path(&sp("gemini/v1beta/models"));
         assert_eq!(parsed.prefix, Some(ProtocolPrefix::Gemini));
-        let parsed = parse_hosted_inference_sub_path("anthropicx/v1");
+        let parsed = parse_hosted_inference_sub_path(&sp("anthropicx/v1"));
         assert_eq!(parsed.prefix, None);
-        assert_eq!(parsed.relative, "anthropicx/v1");
+        assert_eq!(parsed.relative, ["anthropicx", "v1"]);
+        let parsed = parse_hosted_inference_sub_path(&sp("openai/v2"));
+        assert_eq!(parsed.prefix, None);
     }
 
     #[test]
     fn legacy_url_rule_dedups_v1() {
         assert_eq!(
-            resolve_upstream_inference_url(Some("https://x.test/v1/"), None, "/v1/v1/messages")
-                .as_deref(),
+            text(resolve_upstream_inference_url(
+                Some("https://x.test/v1/"),
+                None,
+                &segs("v1/v1/messages"),
+                None
+            ))
+            .as_deref(),
             Some("https://x.test/v1/messages")
         );
         assert_eq!(
-            resolve_upstream_inference_url(None, Some("anthropic"), "v1/messages").as_deref(),
-            Some("https://api.anthropic.com/v1/messages")
+            text(resolve_upstream_inference_url(
+                None,
+                Some("anthropic"),
+                &segs("v1/messages"),
+                Some("beta=true")
+            ))
+            .as_deref(),
+            Some("https://api.anthropic.com/v1/messages?beta=true")
         );
-        assert_eq!(resolve_upstream_inference_url(None, Some("x"), "a"), None);
         assert_eq!(
-            resolve_upstream_inference_url(Some("https://x"), None, ""),
+            resolve_upstream_inference_url(None, Some("x"), &segs("a"), None),
             None
         );
         assert_eq!(
-            resolve_upstream_inference_url(Some("https://x"), None, "a/../b"),
+            resolve_upstream_inference_url(Some("https://x"), None, &[], None),
+            None
+        );
+        assert_eq!(
+            resolve_upstream_inference_url(Some("https://x"), None, &segs("a/b..c"), None),
+            None
+        );
+        assert_eq!(
+            resolve_upstream_inference_url(Some("not a url"), None, &segs("a"), None),
             None
         );
     }
@@ -715,16 +754,20 @@ mod tests {
             provider: Some("deepseek".into()),
             ..UpstreamModel::default()
         };
+        let url = |raw: &str| match plan_upstream_target(&upstream, &sp(raw), None) {
+            UpstreamTarget::Url(url) => Some(String::from(url)),
+            _ => None,
+        };
         assert_eq!(
-            plan_upstream_target(&upstream, "openai/v1/chat/completions"),
-            UpstreamTarget::Url("https://api.deepseek.com/v1/chat/completions".into())
+            url("openai/v1/chat/completions").as_deref(),
+            Some("https://api.deepseek.com/v1/chat/completions")
         );
         assert_eq!(
-            plan_upstream_target(&upstream, "anthropic/v1/messages"),
-            UpstreamTarget::Url("https://api.deepseek.com/anthropic/v1/messages".into())
+            url("anthropic/v1/messages").as_deref(),
+            Some("https://api.deepseek.com/anthropic/v1/messages")
         );
         assert_eq!(
-            plan_upstream_target(&upstream, "gemini/v1beta/models"),
+            plan_upstream_target(&upstream, &sp("gemini/v1beta/models"), None),
             UpstreamTarget::ProtocolUnsupported
         );
     }
@@ -759,17 +802,21 @@ mod tests {
     fn openai_url_rules() {
         let endpoint = ProtocolEndpoint::new(WireProtocol::OpenAiChat, "https://o.test/v1/");
         assert_eq!(
-            endpoint_upstream_url(&endpoint, "v1/chat/completions").as_deref(),
+            text(endpoint_upstream_url(
+                &endpoint,
+                &segs("v1/chat/completions"),
+                None
+            ))
+            .as_deref(),
             Some("https://o.test/v1/chat/completions")
         );
         assert_eq!(
-            endpoint_upstream_url(&endpoint, "").as_deref(),
+            text(endpoint_upstream_url(&endpoint, &[], None)).as_deref(),
             Some("https://o.test/v1")
         );
-        assert_eq!(endpoint_upstream_url(&endpoint, "../admin"), None);
         let endpoint = ProtocolEndpoint::new(WireProtocol::OpenAiResponses, "https://o.test");
         assert_eq!(
-            endpoint_upstream_url(&endpoint, "responses").as_deref(),
+            text(endpoint_upstream_url(&endpoint, &segs("responses"), None)).as_deref(),
             Some("https://o.test/v1/responses")
         );
     }

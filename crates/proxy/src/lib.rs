@@ -18,31 +18,25 @@ pub mod config;
 mod error;
 pub mod files;
 mod forward;
+pub mod host_rule;
 pub mod inference;
 pub mod mcp;
 pub mod metrics;
+pub mod operator_key;
+pub mod promoted;
 mod routes;
+pub mod server;
 mod state;
+pub mod sub_path;
 
-pub use config::{ConfigError, McpServerConfig, ModelCard, ServeConfig};
+pub use config::{ConfigError, Limits, McpServerConfig, ModelCard, ServeConfig};
 pub use error::{ProxyError, status_of};
 pub use routes::{SENSITIVE_HEADERS, router};
-pub use state::{OperatorAccess, ProxyDeps, ProxyState, env_keys};
+pub use server::serve;
+pub use state::{ProxyDeps, ProxyState, env_keys};
 
 /// The OpenAPI document served at `/openapi.json`.
 pub use routes::ops::OPENAPI_JSON;
-
-/// Serves `router` on `listener` until `shutdown` resolves, then lets in-flight requests
-/// finish (graceful shutdown).
-pub async fn serve(
-    listener: tokio::net::TcpListener,
-    router: axum::Router,
-    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
-) -> std::io::Result<()> {
-    axum::serve(listener, router)
-        .with_graceful_shutdown(shutdown)
-        .await
-}
 
 /// Resolves on the first SIGINT or SIGTERM.
 pub async fn shutdown_signal() {

@@ -5,6 +5,7 @@
 
 use crate::config::McpServerConfig;
 use crate::inference::{base_url_with_path, encode_uri_component};
+use crate::sub_path::{SubPath, upstream_url};
 
 /// The proxy's mount point.
 pub const MCP_PROXY_PREFIX: &str = "/v1/oma/mcp-proxy";
@@ -41,24 +42,11 @@ pub fn rewrite_mcp_servers(
         .collect()
 }
 
-/// The upstream URL of `rest` (and the raw query) on a server's URL.
-pub fn mcp_upstream_url(server_url: &str, rest: &str, query: Option<&str>) -> Option<String> {
-    if rest.split('/').any(|segment| segment == "..") {
-        return None;
-    }
-    let mut url = server_url.to_owned();
-    let rest = rest.trim_start_matches('/');
-    if !rest.is_empty() {
-        if !url.ends_with('/') {
-            url.push('/');
-        }
-        url.push_str(rest);
-    }
-    if let Some(query) = query.filter(|q| !q.is_empty()) {
-        url.push(if url.contains('?') { '&' } else { '?' });
-        url.push_str(query);
-    }
-    Some(url)
+/// The upstream URL of a decoded sub-path (and the raw inbound query) on a server's URL:
+/// the segments are appended to the server URL's path; the queries are joined. `None` when
+/// the server URL is not an absolute http(s) URL.
+pub fn mcp_upstream_url(server_url: &str, rest: &SubPath, query: Option<&str>) -> Option<url::Url> {
+    upstream_url(server_url, rest.segments(), query)
 }
 
 /// The header name and value that carry a vault secret to an MCP server: `Authorization`
@@ -98,15 +86,22 @@ mod tests {
 
     #[test]
     fn upstream_urls() {
+        let url = |base: &str, raw: &str, query: Option<&str>| {
+            mcp_upstream_url(base, &SubPath::parse(raw).unwrap(), query).map(String::from)
+        };
         assert_eq!(
-            mcp_upstream_url("https://m/mcp", "", Some("a=1")).as_deref(),
+            url("https://m/mcp", "", Some("a=1")).as_deref(),
             Some("https://m/mcp?a=1")
         );
         assert_eq!(
-            mcp_upstream_url("https://m/mcp/", "/sse", None).as_deref(),
+            url("https://m/mcp/", "", None).as_deref(),
+            Some("https://m/mcp/")
+        );
+        assert_eq!(
+            url("https://m/mcp/", "sse", None).as_deref(),
             Some("https://m/mcp/sse")
         );
-        assert_eq!(mcp_upstream_url("https://m/mcp", "../x", None), None);
+        assert!(SubPath::parse("../x").is_err());
     }
 
     #[test]

@@ -4,23 +4,13 @@
 use crate::ProxyError;
 use crate::config::{ModelCard, ServeConfig};
 use crate::files::SessionFilesPort;
+use crate::host_rule::HostRule;
 use crate::inference::UpstreamModel;
 use crate::metrics::Metrics;
 use omabox_contract::{SecretString, SessionTokenPort, VaultSecretPort};
 use sha2::{Digest, Sha256};
 use std::collections::BTreeMap;
 use std::sync::Arc;
-
-/// Who may call the operator routes (file promotion).
-#[derive(Debug, Clone)]
-pub enum OperatorAccess {
-    /// A bearer (or `x-api-key`) equal to this key.
-    Key(SecretString),
-    /// Anyone: only chosen for loopback listeners without a configured key.
-    Open,
-    /// No one (a non-loopback listener without a key).
-    Closed,
-}
 
 /// Everything [`ProxyState::new`] needs.
 pub struct ProxyDeps {
@@ -35,8 +25,9 @@ pub struct ProxyDeps {
     /// The env values the config names (`api_key_env`) plus `ANTHROPIC_API_KEY` and
     /// `ANTHROPIC_BASE_URL`, snapshotted at start.
     pub env: BTreeMap<String, SecretString>,
-    /// Operator access.
-    pub operator: OperatorAccess,
+    /// The operator key: a bearer (or `x-api-key`) equal to it may call the operator routes
+    /// (file promotion and content). There is no keyless mode.
+    pub operator_key: SecretString,
 }
 
 impl std::fmt::Debug for ProxyDeps {
@@ -76,7 +67,8 @@ pub(crate) struct Inner {
     pub(crate) vault: Arc<dyn VaultSecretPort>,
     pub(crate) files: Option<Arc<dyn SessionFilesPort>>,
     pub(crate) env: BTreeMap<String, SecretString>,
-    pub(crate) operator: OperatorAccess,
+    pub(crate) operator_key: SecretString,
+    pub(crate) host_rule: HostRule,
     pub(crate) client: reqwest::Client,
     pub(crate) metrics: Metrics,
 }
@@ -88,10 +80,19 @@ impl std::fmt::Debug for Inner {
 }
 
 impl ProxyState {
-    /// Builds the state and its upstream client (rustls, redirects never followed).
+    /// Builds the state and its upstream client (rustls, redirects never followed, the
+    /// configured idle timeout between upstream reads).
     pub fn new(deps: ProxyDeps) -> Result<Self, ProxyError> {
+        let host_rule = HostRule::new(deps.config.public_url.as_deref()).ok_or_else(|| {
+            ProxyError::Internal("public_url must be an absolute http(s) URL".to_owned())
+        })?;
         let client = reqwest::Client::builder()
             .redirect(reqwest::redirect::Policy::none())
+            // An upstream that sends nothing for the idle timeout is cut off like a client.
+            .read_timeout(std::time::Duration::from_millis(
+                deps.config.limits.idle_timeout_ms,
+            ))
+            .connect_timeout(std::time::Duration::from_secs(10))
             .pool_max_idle_per_host(256)
             .tcp_nodelay(true)
             .build()
@@ -103,7 +104,8 @@ impl ProxyState {
                 vault: deps.vault,
                 files: deps.files,
                 env: deps.env,
-                operator: deps.operator,
+                operator_key: deps.operator_key,
+                host_rule,
                 client,
                 metrics: Metrics::default(),
             }),
@@ -171,13 +173,10 @@ impl ProxyState {
 
     /// Checks an operator credential (`None`: none presented).
     pub fn operator_allows(&self, presented: Option<&str>) -> bool {
-        match &self.inner.operator {
-            OperatorAccess::Open => true,
-            OperatorAccess::Closed => false,
-            OperatorAccess::Key(key) => presented.is_some_and(|presented| {
-                // Compare digests so the comparison time says nothing about the key.
-                Sha256::digest(presented.as_bytes()) == Sha256::digest(key.expose().as_bytes())
-            }),
-        }
+        let key = &self.inner.operator_key;
+        presented.is_some_and(|presented| {
+            // Compare digests so the comparison time says nothing about the key.
+            Sha256::digest(presented.as_bytes()) == Sha256::digest(key.expose().as_bytes())
+        })
     }
 }

@@ -1,6 +1,6 @@
 //! The routes over `tower::ServiceExt::oneshot` and over a real loopback socket: every status
 //! code of reference §5.5, header planning as the upstream sees it, redirects passed through,
-//! the MCP proxy, file promotion, and no secret in the TRACE logs.
+//! the MCP proxy, and no secret in the TRACE logs. (File promotion: `operator.rs`.)
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -9,12 +9,14 @@ mod common;
 use axum::body::Body;
 use axum::http::{Request, StatusCode};
 use common::*;
-use omabox_proxy::files::{FileError, PromotedFile, SessionFilesPort};
-use omabox_proxy::{OperatorAccess, ProxyDeps, ProxyState, router};
-use std::sync::Arc;
+use omabox_proxy::{ProxyState, router};
 use tower::ServiceExt as _;
 
-async fn oneshot(state: &ProxyState, request: Request<Body>) -> (StatusCode, String) {
+async fn oneshot(state: &ProxyState, mut request: Request<Body>) -> (StatusCode, String) {
+    request
+        .headers_mut()
+        .entry("host")
+        .or_insert(axum::http::HeaderValue::from_static("127.0.0.1"));
     let response = router(state.clone()).oneshot(request).await.unwrap();
     let status = response.status();
     let body = axum::body::to_bytes(response.into_body(), usize::MAX)
@@ -83,8 +85,8 @@ async fn oneshot_reference_status_codes() {
                 "/v1/oma/inference-proxy/sess-a/anthropic/v1/../../admin",
                 &[("x-api-key", "tok-a-SESSION-111")],
             ),
-            StatusCode::FORBIDDEN,
-            r#"{"error":"forbidden"}"#,
+            StatusCode::BAD_REQUEST,
+            r#"{"error":"invalid proxy path: a segment is empty, '.' or '..', is not UTF-8, or contains '/', '\\', '?', '#', a control character or a percent-escape after decoding"}"#,
         ),
         (
             post(
@@ -347,93 +349,4 @@ async fn mcp_proxy_adds_the_vault_credential() {
             .contains("mcp-secret")
     );
     assert_logs_clean(&logs);
-}
-
-struct FakeFiles;
-
-#[async_trait::async_trait]
-impl SessionFilesPort for FakeFiles {
-    async fn promote(&self, session_id: &str, path: &str) -> Result<PromotedFile, FileError> {
-        match (session_id, path) {
-            ("sess-a", "/mnt/session/outputs/report.md") => Ok(PromotedFile {
-                id: "file_abc".into(),
-                size: 5,
-                media_type: "text/markdown".into(),
-            }),
-            _ => Err(FileError::NotFound(path.to_owned())),
-        }
-    }
-    async fn content(&self, file_id: &str) -> Result<Option<Vec<u8>>, FileError> {
-        Ok((file_id == "file_abc").then(|| b"hello".to_vec()))
-    }
-}
-
-#[tokio::test]
-async fn file_promotion_needs_the_operator_key() {
-    let upstream = start_upstream().await;
-    let (base, _) = standard_state(&upstream).await;
-    drop(base);
-    let state = ProxyState::new(ProxyDeps {
-        config: common::standard_config(&upstream),
-        tokens: Arc::new(MemoryTokens::default()),
-        vault: Arc::new(MemoryVault::default()),
-        files: Some(Arc::new(FakeFiles)),
-        env: Default::default(),
-        operator: OperatorAccess::Key(omabox_contract::SecretString::new("operator-KEY-777")),
-    })
-    .unwrap();
-    let promote = |auth: Option<&str>, body: &str| {
-        let mut builder = Request::post("/v1/sessions/sess-a/files");
-        if let Some(auth) = auth {
-            builder = builder.header("authorization", auth);
-        }
-        builder.body(Body::from(body.to_owned())).unwrap()
-    };
-    let body = r#"{"path":"/mnt/session/outputs/report.md"}"#;
-    assert_eq!(
-        oneshot(&state, promote(None, body)).await.0,
-        StatusCode::UNAUTHORIZED
-    );
-    assert_eq!(
-        oneshot(&state, promote(Some("Bearer wrong"), body)).await.0,
-        StatusCode::FORBIDDEN
-    );
-    let (status, created) = oneshot(&state, promote(Some("Bearer operator-KEY-777"), body)).await;
-    assert_eq!(status, StatusCode::CREATED);
-    assert_eq!(
-        created,
-        r#"{"id":"file_abc","size":5,"mediaType":"text/markdown"}"#
-    );
-    let (status, error) = oneshot(
-        &state,
-        promote(
-            Some("Bearer operator-KEY-777"),
-            r#"{"path":"/mnt/session/outputs/absent"}"#,
-        ),
-    )
-    .await;
-    assert_eq!(status, StatusCode::BAD_REQUEST);
-    assert!(error.contains("no such file"), "{error}");
-    let (status, _) = oneshot(&state, promote(Some("Bearer operator-KEY-777"), "not json")).await;
-    assert_eq!(status, StatusCode::BAD_REQUEST);
-    let get = |id: &str| {
-        Request::get(format!("/v1/files/{id}/content"))
-            .header("x-api-key", "operator-KEY-777")
-            .body(Body::empty())
-            .unwrap()
-    };
-    assert_eq!(
-        oneshot(&state, get("file_abc")).await,
-        (StatusCode::OK, "hello".to_owned())
-    );
-    assert_eq!(
-        oneshot(&state, get("file_zzz")).await.0,
-        StatusCode::NOT_FOUND
-    );
-
-    // A backend that cannot read bytes answers 400.
-    let (state, _) = standard_state(&upstream).await;
-    let (status, error) = oneshot(&state, promote(Some("Bearer operator-KEY-777"), body)).await;
-    assert_eq!(status, StatusCode::BAD_REQUEST);
-    assert!(error.contains("cannot read"), "{error}");
 }

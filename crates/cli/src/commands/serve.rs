@@ -6,9 +6,10 @@
 //! hashed). File promotion reads the session's last publication from the same store and blob
 //! store `omabox run` publishes to.
 //!
-//! Operator access (file promotion): a bearer equal to `OMABOX_API_KEY` (or the config's
-//! `operator_api_key_env` / `operator_api_key`). Without a key, a loopback listener is open
-//! to local callers and any other listener refuses every operator request.
+//! Operator access (file promotion and content) always needs a key: `OMABOX_API_KEY` (or the
+//! config's `operator_api_key_env` / `operator_api_key`), else the key generated on first
+//! start into `<data-dir>/serve-api-key` (0600; printed once, when generated). Requests are
+//! served only when their Host is the config's `public_url` or a loopback name.
 
 use crate::session::{open_store, publication};
 use anyhow::Context as _;
@@ -18,7 +19,9 @@ use omabox_contract::{PortError, RuntimeResourcePublication, SecretString};
 use omabox_host::work_item::session_scope;
 use omabox_persistence::{BlobStore, FilesystemSessionOutputPort, FilesystemWorkspacePort};
 use omabox_proxy::files::{PublicationLookup, PublishedSessionFiles};
-use omabox_proxy::{OperatorAccess, ProxyDeps, ProxyState, ServeConfig};
+use omabox_proxy::operator_key::{self, KEY_FILE, KeyOrigin};
+use omabox_proxy::promoted::PromotedStore;
+use omabox_proxy::{ProxyDeps, ProxyState, ServeConfig};
 use omabox_store::SqliteStore;
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -37,6 +40,48 @@ pub struct ServeArgs {
     /// fallback), no MCP servers.
     #[arg(long, value_name = "FILE")]
     config: Option<PathBuf>,
+    /// Time to receive a request head, in ms; also bounds keep-alive idleness (config
+    /// limits.header_read_timeout_ms; default 10000).
+    #[arg(long, value_name = "MS", env = "OMABOX_SERVE_HEADER_READ_TIMEOUT_MS")]
+    header_read_timeout_ms: Option<u64>,
+    /// Close a connection on which no byte moved either way for this long, in ms; bounds
+    /// streamed proxy bodies too (config limits.idle_timeout_ms; default 300000).
+    #[arg(long, value_name = "MS", env = "OMABOX_SERVE_IDLE_TIMEOUT_MS")]
+    idle_timeout_ms: Option<u64>,
+    /// Connections served at once; beyond it, accepting pauses (config
+    /// limits.max_connections; default 1024).
+    #[arg(long, value_name = "N", env = "OMABOX_SERVE_MAX_CONNECTIONS")]
+    max_connections: Option<usize>,
+    /// Largest buffered request body in bytes; proxy bodies stream and are excepted (config
+    /// limits.max_body_bytes; default 1048576).
+    #[arg(long, value_name = "BYTES", env = "OMABOX_SERVE_MAX_BODY_BYTES")]
+    max_body_bytes: Option<usize>,
+}
+
+impl ServeArgs {
+    /// The config's limits with the flags (or their env vars) applied over them.
+    fn apply_limits(&self, limits: &mut omabox_proxy::Limits) -> anyhow::Result<()> {
+        let overrides = [
+            (
+                self.header_read_timeout_ms,
+                &mut limits.header_read_timeout_ms,
+            ),
+            (self.idle_timeout_ms, &mut limits.idle_timeout_ms),
+        ];
+        for (flag, value) in overrides {
+            if let Some(flag) = flag {
+                *value = flag;
+            }
+        }
+        if let Some(max) = self.max_connections {
+            limits.max_connections = max;
+        }
+        if let Some(max) = self.max_body_bytes {
+            limits.max_body_bytes = max;
+        }
+        limits.validate().context("invalid serve limits")?;
+        Ok(())
+    }
 }
 
 /// The env var that holds the operator key.
@@ -44,11 +89,13 @@ const OPERATOR_KEY_ENV: &str = "OMABOX_API_KEY";
 
 /// Serves until SIGINT/SIGTERM.
 pub async fn run(data_dir: &Path, args: &ServeArgs) -> anyhow::Result<ExitCode> {
-    let config = match &args.config {
+    let mut config = match &args.config {
         Some(path) => ServeConfig::load(path)
             .with_context(|| format!("cannot load the configuration {}", path.display()))?,
         None => ServeConfig::default(),
     };
+    args.apply_limits(&mut config.limits)?;
+    let limits = config.limits.clone();
     std::fs::create_dir_all(data_dir)
         .with_context(|| format!("cannot create the data directory {}", data_dir.display()))?;
     let store = Arc::new(open_store(data_dir).await?);
@@ -64,6 +111,7 @@ pub async fn run(data_dir: &Path, args: &ServeArgs) -> anyhow::Result<ExitCode> 
             Arc::clone(&blobs),
         )),
         Arc::new(FilesystemSessionOutputPort::with_store(data_dir, blobs)),
+        PromotedStore::open(data_dir).context("cannot open the promoted-file store")?,
     );
     let env: BTreeMap<String, SecretString> = omabox_proxy::env_keys(&config)
         .into_iter()
@@ -72,28 +120,31 @@ pub async fn run(data_dir: &Path, args: &ServeArgs) -> anyhow::Result<ExitCode> 
             Some((key, SecretString::new(value)))
         })
         .collect();
-    let operator = operator_access(&config, args.listen);
-    if matches!(operator, OperatorAccess::Closed) {
-        eprintln!(
-            "omabox serve: no operator key ({OPERATOR_KEY_ENV}) on a non-loopback listener: file promotion is refused"
-        );
-    }
+    let (operator_key, key_origin) = operator_key(&config, data_dir)?;
+    let public_url = config.public_url.clone();
     let state = ProxyState::new(ProxyDeps {
         config,
         tokens: store.clone(),
         vault: store,
         files: Some(Arc::new(files)),
         env,
-        operator,
+        operator_key: operator_key.clone(),
     })?;
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await
         .with_context(|| format!("cannot listen on {}", args.listen))?;
     let address = listener.local_addr()?;
     eprintln!("omabox serve: listening on http://{address}");
+    announce_key(data_dir, key_origin, &operator_key, address);
+    if public_url.is_none() && !address.ip().is_loopback() {
+        eprintln!(
+            "omabox serve: no public_url configured: only requests whose Host is a loopback name are served"
+        );
+    }
     omabox_proxy::serve(
         listener,
         omabox_proxy::router(state),
+        &limits,
         omabox_proxy::shutdown_signal(),
     )
     .await
@@ -102,15 +153,53 @@ pub async fn run(data_dir: &Path, args: &ServeArgs) -> anyhow::Result<ExitCode> 
     Ok(ExitCode::SUCCESS)
 }
 
-fn operator_access(config: &ServeConfig, listen: SocketAddr) -> OperatorAccess {
+/// Where the operator key came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum KeySource {
+    /// The environment or the configuration.
+    Given,
+    /// The data dir's key file.
+    File(KeyOrigin),
+}
+
+/// The operator key: `OMABOX_API_KEY`, the config's, or the data dir's (generated once).
+fn operator_key(
+    config: &ServeConfig,
+    data_dir: &Path,
+) -> anyhow::Result<(SecretString, KeySource)> {
     let from_env = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
-    let key = from_env(OPERATOR_KEY_ENV)
+    let given = from_env(OPERATOR_KEY_ENV)
         .or_else(|| config.operator_api_key_env.as_deref().and_then(from_env))
         .or_else(|| config.operator_api_key.clone());
-    match key {
-        Some(key) => OperatorAccess::Key(SecretString::new(key)),
-        None if listen.ip().is_loopback() => OperatorAccess::Open,
-        None => OperatorAccess::Closed,
+    if let Some(key) = given {
+        return Ok((SecretString::new(key), KeySource::Given));
+    }
+    let (key, origin) = operator_key::load_or_create(data_dir)?;
+    Ok((key, KeySource::File(origin)))
+}
+
+/// Tells the operator how to authenticate; the key itself only right after generating it.
+fn announce_key(data_dir: &Path, source: KeySource, key: &SecretString, address: SocketAddr) {
+    let path = data_dir.join(KEY_FILE);
+    let usage = format!(
+        "curl -H \"Authorization: Bearer $(cat {})\" http://{address}/v1/files/<id>/content",
+        path.display()
+    );
+    match source {
+        KeySource::Given => eprintln!(
+            "omabox serve: operator routes need the configured key ({OPERATOR_KEY_ENV}) as \"Authorization: Bearer <key>\""
+        ),
+        KeySource::File(KeyOrigin::Generated) => eprintln!(
+            "omabox serve: generated the operator key (shown this once; kept in {}, mode 0600):\n  {}\n  use it as: {usage}",
+            path.display(),
+            key.expose()
+        ),
+        KeySource::File(KeyOrigin::Existing) => {
+            eprintln!(
+                "omabox serve: operator key in {}; use it as: {usage}",
+                path.display()
+            );
+        }
     }
 }
 

@@ -1,15 +1,17 @@
-//! Session file promotion: `POST /v1/sessions/{id}/files {"path"}` and
-//! `GET /v1/files/{id}/content`, both behind the operator credential.
+//! Session file promotion: `POST /v1/sessions/{id}/files {"path"}` (JSON only) and
+//! `GET /v1/files/{id}/content` (streamed, with the media type stored at promotion), both
+//! behind the operator key.
 
-use super::authorize_operator;
+use super::{authorize_operator, require_json};
 use crate::ProxyError;
 use crate::files::{FileError, PromotedFile};
 use crate::state::ProxyState;
 use axum::Json;
-use axum::body::Bytes;
+use axum::body::{Body, Bytes};
 use axum::extract::{Path, State};
-use axum::http::{HeaderMap, StatusCode, header};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
+use tokio_util::io::ReaderStream;
 
 /// The request body of a promotion.
 #[derive(Debug, serde::Deserialize)]
@@ -34,6 +36,7 @@ pub(crate) async fn promote(
     body: Bytes,
 ) -> Result<(StatusCode, Json<PromotedFile>), ProxyError> {
     authorize_operator(&state, &headers)?;
+    require_json(&headers)?;
     let request: PromoteRequest = serde_json::from_slice(&body).map_err(|_| {
         ProxyError::BadRequest("body must be a JSON object {\"path\": string}".to_owned())
     })?;
@@ -52,6 +55,26 @@ pub(crate) async fn content(
 ) -> Result<Response, ProxyError> {
     authorize_operator(&state, &headers)?;
     let files = state.inner.files.as_ref().ok_or(ProxyError::NotFound)?;
-    let bytes = files.content(&file_id).await?.ok_or(ProxyError::NotFound)?;
-    Ok(([(header::CONTENT_TYPE, "application/octet-stream")], bytes).into_response())
+    let content = files.content(&file_id).await?.ok_or(ProxyError::NotFound)?;
+    let media_type = HeaderValue::from_str(&content.file.media_type)
+        .unwrap_or(HeaderValue::from_static("application/octet-stream"));
+    let stream = ReaderStream::with_capacity(tokio::fs::File::from_std(content.bytes), 64 * 1024);
+    let headers = [
+        (header::CONTENT_TYPE, media_type),
+        (header::CONTENT_LENGTH, HeaderValue::from(content.file.size)),
+        // A sandbox's file must not run as a page of this origin.
+        (
+            header::CONTENT_DISPOSITION,
+            HeaderValue::from_static("attachment"),
+        ),
+        (
+            header::X_CONTENT_TYPE_OPTIONS,
+            HeaderValue::from_static("nosniff"),
+        ),
+        (
+            header::CONTENT_SECURITY_POLICY,
+            HeaderValue::from_static("sandbox"),
+        ),
+    ];
+    Ok((headers, Body::from_stream(stream)).into_response())
 }

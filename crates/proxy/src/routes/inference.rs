@@ -10,6 +10,7 @@ use crate::inference::{
 };
 use crate::routes::SENSITIVE_HEADERS;
 use crate::state::ProxyState;
+use crate::sub_path::{SubPath, raw_tail};
 use axum::extract::{Path, Request, State};
 use axum::response::Response;
 
@@ -19,39 +20,39 @@ pub(crate) async fn proxy_root(
     Path(session_id): Path<String>,
     request: Request,
 ) -> Result<Response, ProxyError> {
-    handle(state, session_id, String::new(), request).await
+    handle(state, session_id, request).await
 }
 
 /// The route.
 pub(crate) async fn proxy(
     State(state): State<ProxyState>,
-    Path((session_id, rest)): Path<(String, String)>,
+    Path((session_id, _rest)): Path<(String, String)>,
     request: Request,
 ) -> Result<Response, ProxyError> {
-    handle(state, session_id, rest, request).await
+    // The sub-path is decoded from the raw URI (once), not from axum's decoded parameter.
+    handle(state, session_id, request).await
 }
+
+/// `/v1/oma/inference-proxy/{session}`: the route's fixed segments before the sub-path.
+const ROUTE_SEGMENTS: usize = 4;
 
 async fn handle(
     state: ProxyState,
     session_id: String,
-    sub_path: String,
     request: Request,
 ) -> Result<Response, ProxyError> {
     let (parts, body) = request.into_parts();
     authorize_session(&state, &parts.headers, &session_id).await?;
+    let sub_path = SubPath::parse(raw_tail(parts.uri.path(), ROUTE_SEGMENTS))?;
     let upstream = state
         .resolve_upstream(&session_id)
         .await?
         .ok_or(ProxyError::Forbidden)?;
-    let mut url = match plan_upstream_target(&upstream, &sub_path) {
+    let url = match plan_upstream_target(&upstream, &sub_path, parts.uri.query()) {
         UpstreamTarget::Url(url) => url,
         UpstreamTarget::NoUrl => return Err(ProxyError::Forbidden),
         UpstreamTarget::ProtocolUnsupported => return Err(ProxyError::ProtocolUnsupported),
     };
-    if let Some(query) = parts.uri.query().filter(|query| !query.is_empty()) {
-        url.push('?');
-        url.push_str(query);
-    }
     let planned = plan_upstream_headers(
         parts
             .headers
@@ -63,7 +64,7 @@ async fn handle(
     forward(
         &state,
         parts.method,
-        &url,
+        url,
         header_map(planned, &SENSITIVE_HEADERS),
         body,
         is_forwarded_response_header,

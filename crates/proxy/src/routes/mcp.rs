@@ -9,6 +9,7 @@ use crate::inference::{is_forwarded_request_header, is_forwarded_response_header
 use crate::mcp::{mcp_credential_header, mcp_upstream_url};
 use crate::routes::SENSITIVE_HEADERS;
 use crate::state::ProxyState;
+use crate::sub_path::{SubPath, raw_tail};
 use axum::extract::{Path, Request, State};
 use axum::response::Response;
 
@@ -18,27 +19,31 @@ pub(crate) async fn proxy_root(
     Path((session_id, server)): Path<(String, String)>,
     request: Request,
 ) -> Result<Response, ProxyError> {
-    handle(state, session_id, server, String::new(), request).await
+    handle(state, session_id, server, request).await
 }
 
 /// The route.
 pub(crate) async fn proxy(
     State(state): State<ProxyState>,
-    Path((session_id, server, rest)): Path<(String, String, String)>,
+    Path((session_id, server, _rest)): Path<(String, String, String)>,
     request: Request,
 ) -> Result<Response, ProxyError> {
-    handle(state, session_id, server, rest, request).await
+    // The sub-path is decoded from the raw URI (once), not from axum's decoded parameter.
+    handle(state, session_id, server, request).await
 }
+
+/// `/v1/oma/mcp-proxy/{session}/{server}`: the route's fixed segments before the sub-path.
+const ROUTE_SEGMENTS: usize = 5;
 
 async fn handle(
     state: ProxyState,
     session_id: String,
     server_name: String,
-    rest: String,
     request: Request,
 ) -> Result<Response, ProxyError> {
     let (parts, body) = request.into_parts();
     authorize_session(&state, &parts.headers, &session_id).await?;
+    let rest = SubPath::parse(raw_tail(parts.uri.path(), ROUTE_SEGMENTS))?;
     let server = state
         .inner
         .config
@@ -73,7 +78,7 @@ async fn handle(
     forward(
         &state,
         parts.method,
-        &url,
+        url,
         header_map(planned, &sensitive),
         body,
         is_forwarded_response_header,

@@ -11,11 +11,11 @@ use crate::inference::TokenExtraction;
 use crate::inference::extract_hosted_inference_proxy_token;
 use crate::state::ProxyState;
 use axum::Router;
-use axum::extract::{MatchedPath, Request, State};
+use axum::extract::{DefaultBodyLimit, MatchedPath, Request, State};
 use axum::http::HeaderMap;
 use axum::http::header::{AUTHORIZATION, HeaderName, PROXY_AUTHORIZATION};
 use axum::middleware::{self, Next};
-use axum::response::Response;
+use axum::response::{IntoResponse as _, Response};
 use axum::routing::{any, get, post};
 use omabox_contract::SessionTokenClaims;
 use std::time::Instant;
@@ -67,6 +67,9 @@ pub fn router(state: ProxyState) -> Router {
             state.clone(),
             record_metrics,
         ))
+        .layer(DefaultBodyLimit::max(
+            state.inner.config.limits.max_body_bytes,
+        ))
         .layer(
             TraceLayer::new_for_http()
                 .make_span_with(
@@ -76,8 +79,43 @@ pub fn router(state: ProxyState) -> Router {
                 )
                 .on_response(DefaultOnResponse::new().level(Level::DEBUG)),
         )
+        .layer(middleware::from_fn_with_state(state.clone(), check_host))
         .layer(SetSensitiveHeadersLayer::new(sensitive))
         .with_state(state)
+}
+
+/// The Host rule ([`crate::host_rule`]) before any route: a missing or foreign `Host`, or a
+/// foreign `Origin`, is refused. No CORS header is ever sent, so a browser page of another
+/// origin can neither read a response nor send a JSON request.
+async fn check_host(State(state): State<ProxyState>, request: Request, next: Next) -> Response {
+    let rule = &state.inner.host_rule;
+    let headers = request.headers();
+    let host_ok = header_str(headers, "host").is_some_and(|host| rule.allows_host(host));
+    let origin_ok = headers.get("origin").is_none_or(|origin| {
+        origin
+            .to_str()
+            .is_ok_and(|origin| rule.allows_origin(origin))
+    });
+    if host_ok && origin_ok {
+        next.run(request).await
+    } else {
+        ProxyError::HostNotAllowed.into_response()
+    }
+}
+
+/// The JSON rule of the operator's JSON routes: the body is declared `application/json`.
+pub(crate) fn require_json(headers: &HeaderMap) -> Result<(), ProxyError> {
+    let is_json = header_str(headers, "content-type").is_some_and(|value| {
+        value
+            .split(';')
+            .next()
+            .is_some_and(|media| media.trim().eq_ignore_ascii_case("application/json"))
+    });
+    if is_json {
+        Ok(())
+    } else {
+        Err(ProxyError::NotJson)
+    }
 }
 
 async fn record_metrics(State(state): State<ProxyState>, request: Request, next: Next) -> Response {
@@ -129,8 +167,7 @@ pub(crate) async fn authorize_session(
     Ok(claims)
 }
 
-/// The operator rule: a bearer (or `x-api-key`) equal to the operator key, unless access is
-/// open (loopback without a key).
+/// The operator rule: a bearer (or `x-api-key`) equal to the operator key (always required).
 pub(crate) fn authorize_operator(
     state: &ProxyState,
     headers: &HeaderMap,

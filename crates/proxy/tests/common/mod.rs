@@ -4,6 +4,7 @@
 
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
+pub mod escape;
 pub mod python;
 
 use async_trait::async_trait;
@@ -16,7 +17,7 @@ use omabox_contract::{
     IssueSessionTokenInput, PortError, RuntimeResourceScope, SecretString, SessionTokenClaims,
     SessionTokenPort, VaultSecretPort,
 };
-use omabox_proxy::{OperatorAccess, ProxyDeps, ProxyState, ServeConfig};
+use omabox_proxy::{ProxyDeps, ProxyState, ServeConfig};
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, OnceLock};
@@ -272,6 +273,11 @@ pub fn standard_config(upstream: &Upstream) -> ServeConfig {
 /// The standard state: tokens `tok-a` (sess-a), `tok-b` (sess-b), `tok-oai` (sess-oai),
 /// `tok-none` (sess-none).
 pub async fn standard_state(upstream: &Upstream) -> (ProxyState, Arc<MemoryTokens>) {
+    standard_state_with(standard_config(upstream)).await
+}
+
+/// [`standard_state`] over another configuration.
+pub async fn standard_state_with(config: ServeConfig) -> (ProxyState, Arc<MemoryTokens>) {
     let tokens = Arc::new(MemoryTokens::default());
     for (token, session) in [
         ("tok-a-SESSION-111", "sess-a"),
@@ -295,12 +301,12 @@ pub async fn standard_state(upstream: &Upstream) -> (ProxyState, Arc<MemoryToken
         SecretString::new(OPENAI_UPSTREAM_KEY),
     )]);
     let state = ProxyState::new(ProxyDeps {
-        config: standard_config(upstream),
+        config,
         tokens: tokens.clone(),
         vault,
         files: None,
         env,
-        operator: OperatorAccess::Key(SecretString::new("operator-KEY-777")),
+        operator_key: SecretString::new("operator-KEY-777"),
     })
     .unwrap();
     (state, tokens)
@@ -322,8 +328,11 @@ pub const ALL_SECRETS: &[&str] = &[
 pub async fn start_proxy(state: ProxyState) -> SocketAddr {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
+    let limits = omabox_proxy::Limits::default();
     let app = omabox_proxy::router(state);
-    tokio::spawn(omabox_proxy::serve(listener, app, std::future::pending()));
+    tokio::spawn(async move {
+        omabox_proxy::serve(listener, app, &limits, std::future::pending()).await
+    });
     addr
 }
 

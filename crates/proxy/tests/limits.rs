@@ -1,0 +1,156 @@
+//! Timeouts and caps of the server loop (issue 10 item 3): half-open clients are cut off by
+//! the header-read timeout, a stalled body by the idle timeout, the connection cap never
+//! locks out a new client for longer than those timeouts, and a buffered body over the cap
+//! is refused. Each wait below is a liveness bound (a hang fails the test), not a timing
+//! assertion.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use common::*;
+use omabox_proxy::Limits;
+use std::net::SocketAddr;
+use std::time::Duration;
+use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+use tokio::net::TcpStream;
+
+/// Bound for anything that must happen "eventually".
+const LIVENESS: Duration = Duration::from_secs(30);
+
+async fn start(limits: Limits) -> SocketAddr {
+    let upstream = start_upstream().await;
+    let mut config = standard_config(&upstream);
+    config.limits = limits.clone();
+    let (state, _) = standard_state_with(config).await;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let app = omabox_proxy::router(state);
+    tokio::spawn(async move {
+        omabox_proxy::serve(listener, app, &limits, std::future::pending()).await
+    });
+    addr
+}
+
+/// Opens a connection that sends `bytes` and then nothing more.
+async fn half_open(addr: SocketAddr, bytes: &str) -> TcpStream {
+    let mut stream = TcpStream::connect(addr).await.unwrap();
+    stream.write_all(bytes.as_bytes()).await.unwrap();
+    stream
+}
+
+/// Waits until the server closes `stream` (EOF or reset), within the liveness bound.
+async fn closed_by_server(mut stream: TcpStream) {
+    let mut sink = Vec::new();
+    tokio::time::timeout(LIVENESS, stream.read_to_end(&mut sink))
+        .await
+        .expect("the server never closed a stalled connection")
+        .ok();
+}
+
+async fn healthz(addr: SocketAddr) -> String {
+    let mut stream = TcpStream::connect(addr).await.unwrap();
+    stream
+        .write_all(b"GET /healthz HTTP/1.1\r\nhost: 127.0.0.1\r\nconnection: close\r\n\r\n")
+        .await
+        .unwrap();
+    let mut response = String::new();
+    stream.read_to_string(&mut response).await.unwrap();
+    response
+}
+
+const PARTIAL_HEAD: &str = "GET /healthz HTTP/1.1\r\nhost: 127.0.0.1\r\n";
+
+#[tokio::test]
+async fn half_open_requests_are_cut_off_by_the_header_read_timeout() {
+    let addr = start(Limits {
+        header_read_timeout_ms: 200,
+        ..Limits::default()
+    })
+    .await;
+    let stalled = half_open(addr, PARTIAL_HEAD).await;
+    let silent = half_open(addr, "").await;
+    closed_by_server(stalled).await;
+    closed_by_server(silent).await;
+}
+
+#[tokio::test]
+async fn a_stalled_body_is_cut_off_by_the_idle_timeout() {
+    let addr = start(Limits {
+        idle_timeout_ms: 200,
+        ..Limits::default()
+    })
+    .await;
+    // A complete head (so the header timeout is not what fires), then 10 of 100 bytes.
+    let stalled = half_open(
+        addr,
+        "POST /v1/sessions/s/files HTTP/1.1\r\nhost: 127.0.0.1\r\nauthorization: Bearer operator-KEY-777\r\ncontent-type: application/json\r\ncontent-length: 100\r\n\r\n{\"path\":\"",
+    )
+    .await;
+    closed_by_server(stalled).await;
+}
+
+#[tokio::test]
+async fn clients_beyond_the_connection_cap_are_served_once_stalled_ones_time_out() {
+    let addr = start(Limits {
+        max_connections: 3,
+        header_read_timeout_ms: 300,
+        ..Limits::default()
+    })
+    .await;
+    let mut stalled = Vec::new();
+    for _ in 0..6 {
+        stalled.push(half_open(addr, PARTIAL_HEAD).await);
+    }
+    let response = tokio::time::timeout(LIVENESS, healthz(addr))
+        .await
+        .expect("a new client stayed locked out");
+    assert!(response.starts_with("HTTP/1.1 200"), "{response}");
+    for stream in stalled {
+        closed_by_server(stream).await;
+    }
+}
+
+#[tokio::test]
+async fn a_buffered_body_over_the_cap_is_refused_but_proxy_bodies_stream() {
+    let addr = start(Limits {
+        max_body_bytes: 64,
+        ..Limits::default()
+    })
+    .await;
+    let client = reqwest::Client::new();
+    let promote = client
+        .post(format!("http://{addr}/v1/sessions/s/files"))
+        .header("authorization", "Bearer operator-KEY-777")
+        .header("content-type", "application/json")
+        .body(format!("{{\"path\":\"/workspace/{}\"}}", "a".repeat(100)))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(promote.status(), 413, "{:?}", promote.text().await);
+    // The inference proxy streams its body upstream: the cap does not apply.
+    let proxied = client
+        .post(format!(
+            "http://{addr}/v1/oma/inference-proxy/sess-a/anthropic/v1/echo"
+        ))
+        .header("x-api-key", "tok-a-SESSION-111")
+        .body(vec![b'x'; 4096])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(proxied.status(), 200);
+    assert_eq!(proxied.bytes().await.unwrap().len(), 4096);
+}
+
+#[test]
+fn zero_limits_are_refused() {
+    let error =
+        omabox_proxy::ServeConfig::from_toml("[limits]\nmax_connections = 0\n").unwrap_err();
+    assert!(
+        error.to_string().contains("limits.max_connections"),
+        "{error}"
+    );
+    let config = omabox_proxy::ServeConfig::from_toml("[limits]\nidle_timeout_ms = 5\n").unwrap();
+    assert_eq!(config.limits.idle_timeout_ms, 5);
+    assert_eq!(config.limits.max_connections, 1024);
+}
