@@ -3,6 +3,7 @@
 mod commands;
 mod data_dir;
 mod harness_env;
+mod profile_hint;
 mod terminal;
 mod timed_ports;
 mod timeline;

@@ -128,6 +128,11 @@ impl FilesystemWorkspacePort {
         Ok(self)
     }
 
+    /// The strategies this port offers.
+    pub fn strategies(&self) -> &[WorkspaceStrategy] {
+        &self.strategies
+    }
+
     /// Replaces the tunables.
     pub fn with_options(mut self, options: WorkspaceOptions) -> Self {
         self.options = options;

@@ -305,6 +305,11 @@ pub async fn run(data_dir: &Path, args: RunArgs) -> anyhow::Result<ExitCode> {
             selection
         }
         Err(error) => {
+            let error = crate::profile_hint::explain_rejection(
+                &plan.profile,
+                persistence.workspace.strategies(),
+                error,
+            );
             return report_rejection(&args, &plan, &timeline, error);
         }
     };
