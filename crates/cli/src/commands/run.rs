@@ -513,15 +513,9 @@ fn owner_id() -> String {
     )
 }
 
-/// Opens the store off the async workers.
+/// Opens the store off the async workers (see [`data_dir::open_store`]).
 pub async fn open_store(data_dir: &Path) -> anyhow::Result<SqliteStore> {
-    let path = data_dir::database_path(data_dir);
-    tokio::task::spawn_blocking(move || {
-        SqliteStore::open(&path)
-            .with_context(|| format!("cannot open the omabox store {}", path.display()))
-    })
-    .await
-    .context("the store task failed")?
+    data_dir::open_store(data_dir).await
 }
 
 /// `--workspace DIR` seeds only a new session: DIR must be a directory and the session must
