@@ -36,8 +36,10 @@ mod outputs;
 mod progress;
 mod restore;
 mod safe_fs;
+mod skipped;
 mod snapshot;
 mod stat_cache;
+mod walk;
 mod workspace;
 
 pub use blob::{BlobStore, BlobStoreOptions, GcReport, PutOutcome};
@@ -49,6 +51,7 @@ pub use media_type::guess_media_type;
 pub use outputs::{FilesystemSessionOutputPort, OutputLimits, SessionOutputManifest};
 pub use progress::{Progress, ProgressObserver, ProgressPhase};
 pub use restore::RestoreReport;
+pub use skipped::{SKIPPED_KEPT, SkipReason, SkippedEntries, SkippedEntry};
 pub use snapshot::CheckpointReport;
 pub use workspace::{FilesystemWorkspacePort, WorkspaceOptions};
 

@@ -1,8 +1,9 @@
 //! Capturing a directory tree into the blob store (the blocking half of `checkpoint`).
 //!
 //! 1. Walk the tree with directory fds, never following a symlink, names sorted by bytes:
-//!    directories, regular files and symlinks become entries; anything else is
-//!    "Unsupported workspace entry: <path>".
+//!    directories, regular files and symlinks become entries; FIFOs, sockets, devices,
+//!    non-UTF-8 names and the contents of directories nested deeper than `MAX_DEPTH` are
+//!    skipped and reported (`skipped`), never fatal.
 //! 2. Resolve each file's hash: from the stat cache when its stat is unchanged and its blob is
 //!    still stored (no read at all), else by reading it on a small thread pool. A file is
 //!    read through an fd, with `fstat` before and after: if the stat moved while we read, the
@@ -20,13 +21,15 @@ use crate::hash::BlobHash;
 use crate::manifest::{MANIFEST_VERSION, ManifestEntry, WorkspaceManifest};
 use crate::progress::{ProgressObserver, ProgressPhase, ProgressTracker};
 use crate::safe_fs::{self, EntryStat, ParentCursor, StatKey};
+use crate::skipped::{SkipReason, SkippedEntries};
 use crate::stat_cache::StatCache;
+use crate::walk::Descend;
 use omabox_contract::AbortSignal;
 use rustix::fs::FileType;
 use rustix::io::Errno;
 use sha2::{Digest, Sha256};
 use std::io::{self, Read};
-use std::os::fd::{AsFd, BorrowedFd};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
@@ -64,6 +67,8 @@ pub struct CheckpointReport {
     pub manifest_stored: bool,
     /// True when the candidate was returned from an earlier call with the same key.
     pub reused_candidate: bool,
+    /// Entries left out (special files, non-UTF-8 names, too deep); see `skipped`.
+    pub skipped: SkippedEntries,
     /// Wall time.
     pub duration: Duration,
 }
@@ -107,11 +112,28 @@ pub(crate) fn snapshot(input: SnapshotInput<'_>) -> Result<Snapshot> {
     let started = Instant::now();
     let root_fd =
         safe_fs::open_root(input.root).ctx(|| format!("Cannot open {}", input.root.display()))?;
-    let mut walked = Vec::new();
-    walk_dir(root_fd.as_fd(), "", 0, &mut walked, input.signal)?;
+    let mut walk = Walk {
+        out: Vec::new(),
+        skipped: SkippedEntries::default(),
+        signal: input.signal,
+    };
+    walk_tree(
+        root_fd
+            .try_clone()
+            .ctx(|| format!("Cannot open {}", input.root.display()))?,
+        &mut walk,
+    )?;
+    let Walk {
+        out: walked,
+        skipped,
+        ..
+    } = walk;
 
     let _lock = input.store.lock_shared()?;
-    let mut report = CheckpointReport::default();
+    let mut report = CheckpointReport {
+        skipped,
+        ..CheckpointReport::default()
+    };
     let (files_total, bytes_total) =
         walked
             .iter()
@@ -205,65 +227,59 @@ pub(crate) fn snapshot(input: SnapshotInput<'_>) -> Result<Snapshot> {
     })
 }
 
-fn join(prefix: &str, name: &str) -> String {
-    if prefix.is_empty() {
-        name.to_owned()
-    } else {
-        format!("{prefix}/{name}")
-    }
-}
-
-fn walk_dir(
-    dir: BorrowedFd<'_>,
-    prefix: &str,
-    depth: usize,
-    out: &mut Vec<Walked>,
-    signal: &AbortSignal,
-) -> Result<()> {
-    if depth >= safe_fs::MAX_DEPTH {
-        return Err(PersistenceError::TooDeep(prefix.to_owned()));
-    }
-    let names =
-        safe_fs::list_names(dir).ctx(|| format!("Cannot list workspace directory /{prefix}"))?;
-    for name in names {
-        signal
+/// Walks the tree into `walk`: see the module doc for what is kept and what is skipped.
+fn walk_tree(root: OwnedFd, walk: &mut Walk<'_>) -> Result<()> {
+    crate::walk::walk(root, "workspace", |visit| {
+        walk.signal
             .throw_if_aborted()
             .map_err(PersistenceError::Aborted)?;
-        let Ok(name) = name.to_str() else {
-            return Err(PersistenceError::UnsupportedEntry(join(
-                prefix,
-                &name.to_string_lossy(),
-            )));
+        let (Some(name), Some(stat)) = (visit.name, visit.stat) else {
+            walk.skipped.push(&visit.path, SkipReason::NotUtf8);
+            return Ok(Descend::No);
         };
-        let path = join(prefix, name);
-        let stat = match safe_fs::stat_at(dir, name) {
-            Ok(stat) => stat,
-            Err(error) if error.kind() == io::ErrorKind::NotFound => continue,
-            Err(error) => return Err(PersistenceError::io(format!("Cannot stat {path}"), error)),
-        };
+        let path = visit.path;
         match stat.file_type {
             FileType::Directory => {
-                let child =
-                    safe_fs::open_dir_at(dir, name).map_err(|error| changed_or_io(&path, error))?;
-                out.push(Walked::Directory {
+                walk.out.push(Walked::Directory {
                     path: path.clone(),
                     mode: stat.mode,
                 });
-                walk_dir(child.as_fd(), &path, depth + 1, out, signal)?;
+                // Entries below this directory would be more than MAX_DEPTH segments deep.
+                if visit.depth >= safe_fs::MAX_DEPTH {
+                    walk.skipped.push(&path, SkipReason::TooDeep);
+                    return Ok(Descend::No);
+                }
+                return Ok(Descend::Yes);
             }
-            FileType::RegularFile => out.push(Walked::File { path, stat }),
+            FileType::RegularFile => walk.out.push(Walked::File { path, stat }),
             FileType::Symlink => {
-                let target = rustix::fs::readlinkat(dir, name, Vec::new())
+                let target = rustix::fs::readlinkat(visit.dir, name, Vec::new())
                     .map_err(|error| changed_or_io(&path, error.into()))?;
-                let Ok(target) = target.into_string() else {
-                    return Err(PersistenceError::UnsupportedEntry(path));
-                };
-                out.push(Walked::Symlink { path, target });
+                match target.into_string() {
+                    Ok(target) => walk.out.push(Walked::Symlink { path, target }),
+                    Err(_) => walk.skipped.push(&path, SkipReason::NotUtf8),
+                }
             }
-            _ => return Err(PersistenceError::UnsupportedEntry(path)),
+            other => walk.skipped.push(&path, special_reason(other)),
         }
+        Ok(Descend::No)
+    })
+}
+
+/// Why a file type that is not a directory, regular file or symlink is skipped.
+pub(crate) fn special_reason(file_type: FileType) -> SkipReason {
+    match file_type {
+        FileType::Fifo => SkipReason::Fifo,
+        FileType::Socket => SkipReason::Socket,
+        _ => SkipReason::Device,
     }
-    Ok(())
+}
+
+/// The state of one walk.
+struct Walk<'a> {
+    out: Vec<Walked>,
+    skipped: SkippedEntries,
+    signal: &'a AbortSignal,
 }
 
 /// An error from opening an entry the walk just saw: a vanished or retyped entry means the

@@ -283,6 +283,10 @@ impl FilesystemWorkspacePort {
             metadata.insert("manifestBlob".into(), hash.to_hex().into());
             metadata.insert("entries".into(), captured.report.entries.into());
             metadata.insert("bytes".into(), captured.report.bytes.into());
+            if !captured.report.skipped.is_empty() {
+                metadata.insert("skippedEntries".into(), captured.report.skipped.total.into());
+                captured.report.skipped.warn("/workspace");
+            }
             let candidate = WorkspaceCheckpointCandidate {
                 id: format!("{CANDIDATE_PREFIX}{hash}"),
                 content_hash: hash.content_hash(),
