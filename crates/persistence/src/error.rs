@@ -38,6 +38,28 @@ pub enum PersistenceError {
     /// A workspace entry is not a regular file, directory or symlink (or has a non-UTF-8 name).
     #[error("Unsupported workspace entry: {0}")]
     UnsupportedEntry(String),
+    /// A checkpoint has more entries than its limit allows.
+    #[error(
+        "Workspace checkpoint exceeds its limit of {limit} entries (files, directories and links \
+         in /workspace); nothing was published and the last publication stays: remove entries \
+         from /workspace or raise the limit (omabox: OMABOX_CHECKPOINT_MAX_ENTRIES)"
+    )]
+    CheckpointEntryLimit {
+        /// The limit.
+        limit: u64,
+    },
+    /// A checkpoint would store more bytes than its limit allows.
+    #[error(
+        "Workspace checkpoint exceeds its limit of {limit} bytes (at least {found} bytes of file \
+         content in /workspace); nothing was published and the last publication stays: remove \
+         files from /workspace or raise the limit (omabox: OMABOX_CHECKPOINT_MAX_BYTES)"
+    )]
+    CheckpointByteLimit {
+        /// The limit.
+        limit: u64,
+        /// The bytes counted when the limit was passed.
+        found: u64,
+    },
     /// A workspace entry kept changing while it was read.
     #[error("Workspace entry changed during checkpoint: {0}")]
     EntryChanged(String),

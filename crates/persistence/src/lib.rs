@@ -30,6 +30,7 @@ mod blob;
 mod error;
 mod hash;
 mod layout;
+mod limits;
 mod manifest;
 mod media_type;
 mod outputs;
@@ -38,6 +39,7 @@ mod restore;
 mod safe_fs;
 mod skipped;
 mod snapshot;
+mod sparse;
 mod stat_cache;
 mod walk;
 mod workspace;
@@ -46,7 +48,11 @@ pub use blob::{BlobStore, BlobStoreOptions, GcReport, PutOutcome};
 pub use error::PersistenceError;
 pub use hash::BlobHash;
 pub use layout::binding_host_path;
-pub use manifest::{EntryKind, MANIFEST_VERSION, ManifestEntry, WorkspaceManifest};
+pub use limits::CheckpointLimits;
+pub use manifest::{
+    EntryKind, MANIFEST_VERSION, MANIFEST_VERSION_MIN, MAX_EXTENTS, ManifestEntry,
+    WorkspaceManifest,
+};
 pub use media_type::guess_media_type;
 pub use outputs::{FilesystemSessionOutputPort, OutputLimits, SessionOutputManifest};
 pub use progress::{Progress, ProgressObserver, ProgressPhase};

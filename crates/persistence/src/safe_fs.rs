@@ -33,6 +33,10 @@ pub(crate) struct EntryStat {
     pub file_type: FileType,
     pub mode: u32,
     pub key: StatKey,
+    /// Hard links to the inode.
+    pub nlink: u64,
+    /// Bytes allocated on disk (`st_blocks * 512`); less than the size for a sparse file.
+    pub allocated: u64,
 }
 
 // The field types of `struct stat` differ between architectures; the casts are lossless
@@ -42,6 +46,8 @@ pub(crate) fn entry_stat(stat: &Stat) -> EntryStat {
     EntryStat {
         file_type: FileType::from_raw_mode(stat.st_mode as _),
         mode: (stat.st_mode as u32) & 0o777,
+        nlink: stat.st_nlink as u64,
+        allocated: (stat.st_blocks.max(0) as u64).saturating_mul(512),
         key: StatKey {
             dev: stat.st_dev as u64,
             ino: stat.st_ino as u64,

@@ -18,16 +18,19 @@
 use crate::blob::{BlobStore, COPY_BUFFER, DirSync};
 use crate::error::{IoContext, PersistenceError, Result};
 use crate::hash::BlobHash;
-use crate::manifest::{MANIFEST_VERSION, ManifestEntry, WorkspaceManifest};
+use crate::limits::CheckpointLimits;
+use crate::manifest::{ManifestEntry, WorkspaceManifest};
 use crate::progress::{ProgressObserver, ProgressPhase, ProgressTracker};
 use crate::safe_fs::{self, EntryStat, ParentCursor, StatKey};
 use crate::skipped::{SkipReason, SkippedEntries};
+use crate::sparse::{self, ExtentReader};
 use crate::stat_cache::StatCache;
 use crate::walk::Descend;
 use omabox_contract::AbortSignal;
 use rustix::fs::FileType;
 use rustix::io::Errno;
 use sha2::{Digest, Sha256};
+use std::collections::HashMap;
 use std::io::{self, Read};
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::Path;
@@ -51,7 +54,11 @@ pub struct CheckpointReport {
     pub directories: u64,
     /// Symlinks.
     pub symlinks: u64,
-    /// Total size of all files.
+    /// Hard links to a file listed earlier (stored once).
+    pub hardlinks: u64,
+    /// Files stored as their data regions only.
+    pub sparse_files: u64,
+    /// Total size of all file blobs (the data regions of sparse files).
     pub bytes: u64,
     /// Files whose hash came from the stat cache (not read).
     pub cache_hits: u64,
@@ -76,6 +83,7 @@ pub struct CheckpointReport {
 /// Inputs of [`snapshot`].
 pub(crate) struct SnapshotInput<'a> {
     pub store: &'a BlobStore,
+    pub limits: CheckpointLimits,
     pub root: &'a Path,
     pub cache: Option<&'a StatCache>,
     pub racy_margin: Duration,
@@ -96,11 +104,17 @@ enum Walked {
     Directory { path: String, mode: u32 },
     File { path: String, stat: EntryStat },
     Symlink { path: String, target: String },
+    Hardlink { path: String, target: String },
 }
 
 struct Hashed {
     hash: BlobHash,
+    /// Logical size.
     size: u64,
+    /// Data regions of a sparse file (the blob holds only them).
+    extents: Option<Vec<[u64; 2]>>,
+    /// Bytes of the blob.
+    stored_size: u64,
     mode: u32,
     stat: StatKey,
     observed_ns: i64,
@@ -116,6 +130,9 @@ pub(crate) fn snapshot(input: SnapshotInput<'_>) -> Result<Snapshot> {
         out: Vec::new(),
         skipped: SkippedEntries::default(),
         signal: input.signal,
+        limits: input.limits,
+        inodes: HashMap::new(),
+        estimated_bytes: 0,
     };
     walk_tree(
         root_fd
@@ -157,6 +174,8 @@ pub(crate) fn snapshot(input: SnapshotInput<'_>) -> Result<Snapshot> {
             hit = Some(Hashed {
                 hash,
                 size: stat.key.size,
+                extents: None,
+                stored_size: stat.key.size,
                 mode: stat.mode,
                 stat: stat.key,
                 observed_ns: 0,
@@ -174,12 +193,15 @@ pub(crate) fn snapshot(input: SnapshotInput<'_>) -> Result<Snapshot> {
     input.store.sync_dirs(&dirs)?;
     for (index, hashed) in hashed_files {
         report.files_hashed += 1;
-        report.bytes_hashed += hashed.size;
+        report.bytes_hashed += hashed.stored_size;
         if hashed.stored {
             report.blobs_stored += 1;
-            report.bytes_stored += hashed.size;
+            report.bytes_stored += hashed.stored_size;
         }
+        // The cache holds hashes only, so a sparse file (whose blob also needs its regions)
+        // is re-read at every checkpoint; reading it costs only its data.
         if let Walked::File { path, .. } = &walked[index]
+            && hashed.extents.is_none()
             && hashed.stat.ctime_ns.saturating_add(margin) < hashed.observed_ns
         {
             new_cache.insert(path.clone(), hashed.stat, hashed.hash);
@@ -198,10 +220,19 @@ pub(crate) fn snapshot(input: SnapshotInput<'_>) -> Result<Snapshot> {
                 report.symlinks += 1;
                 ManifestEntry::symlink(path, target)
             }
+            (Walked::Hardlink { path, target }, _) => {
+                report.hardlinks += 1;
+                ManifestEntry::hardlink(path, target)
+            }
             (Walked::File { path, .. }, Some(hashed)) => {
                 report.files += 1;
-                report.bytes += hashed.size;
-                ManifestEntry::file(path, hashed.mode, hashed.size, hashed.hash)
+                report.bytes += hashed.stored_size;
+                let mut entry = ManifestEntry::file(path, hashed.mode, hashed.size, hashed.hash);
+                if hashed.extents.is_some() {
+                    report.sparse_files += 1;
+                }
+                entry.extents = hashed.extents;
+                entry
             }
             (Walked::File { path, .. }, None) => {
                 return Err(PersistenceError::EntryChanged(path));
@@ -209,12 +240,13 @@ pub(crate) fn snapshot(input: SnapshotInput<'_>) -> Result<Snapshot> {
         });
     }
     report.entries = entries.len() as u64;
+    input.limits.check_bytes(report.bytes)?;
     input
         .signal
         .throw_if_aborted()
         .map_err(PersistenceError::Aborted)?;
     let manifest = WorkspaceManifest {
-        version: MANIFEST_VERSION,
+        version: WorkspaceManifest::version_for(&entries),
         entries,
     };
     let stored = input.store.put_bytes_locked(&manifest.to_bytes(), None)?;
@@ -240,10 +272,10 @@ fn walk_tree(root: OwnedFd, walk: &mut Walk<'_>) -> Result<()> {
         let path = visit.path;
         match stat.file_type {
             FileType::Directory => {
-                walk.out.push(Walked::Directory {
+                walk.push(Walked::Directory {
                     path: path.clone(),
                     mode: stat.mode,
-                });
+                })?;
                 // Entries below this directory would be more than MAX_DEPTH segments deep.
                 if visit.depth >= safe_fs::MAX_DEPTH {
                     walk.skipped.push(&path, SkipReason::TooDeep);
@@ -251,12 +283,29 @@ fn walk_tree(root: OwnedFd, walk: &mut Walk<'_>) -> Result<()> {
                 }
                 return Ok(Descend::Yes);
             }
-            FileType::RegularFile => walk.out.push(Walked::File { path, stat }),
+            FileType::RegularFile => {
+                // Another name of an inode already listed is a link, stored once.
+                if stat.nlink > 1 {
+                    let inode = (stat.key.dev, stat.key.ino);
+                    if let Some(target) = walk.inodes.get(&inode) {
+                        let target = target.clone();
+                        walk.push(Walked::Hardlink { path, target })?;
+                        return Ok(Descend::No);
+                    }
+                    walk.inodes.insert(inode, path.clone());
+                }
+                // What the blob store will hold: the allocated bytes of a sparse file.
+                walk.estimated_bytes = walk
+                    .estimated_bytes
+                    .saturating_add(stat.key.size.min(stat.allocated.max(1)));
+                walk.limits.check_bytes(walk.estimated_bytes)?;
+                walk.push(Walked::File { path, stat })?;
+            }
             FileType::Symlink => {
                 let target = rustix::fs::readlinkat(visit.dir, name, Vec::new())
                     .map_err(|error| changed_or_io(&path, error.into()))?;
                 match target.into_string() {
-                    Ok(target) => walk.out.push(Walked::Symlink { path, target }),
+                    Ok(target) => walk.push(Walked::Symlink { path, target })?,
                     Err(_) => walk.skipped.push(&path, SkipReason::NotUtf8),
                 }
             }
@@ -280,6 +329,20 @@ struct Walk<'a> {
     out: Vec<Walked>,
     skipped: SkippedEntries,
     signal: &'a AbortSignal,
+    limits: CheckpointLimits,
+    /// The first path of every multiply-linked inode.
+    inodes: HashMap<(u64, u64), String>,
+    /// Blob bytes the files so far need, from their stat.
+    estimated_bytes: u64,
+}
+
+impl Walk<'_> {
+    /// Adds an entry, failing once the entry limit is passed (before memory grows further).
+    fn push(&mut self, walked: Walked) -> Result<()> {
+        self.limits.check_entries(self.out.len() as u64 + 1)?;
+        self.out.push(walked);
+        Ok(())
+    }
 }
 
 /// An error from opening an entry the walk just saw: a vanished or retyped entry means the
@@ -385,15 +448,31 @@ fn hash_file(
         if before.file_type != FileType::RegularFile {
             return Err(PersistenceError::EntryChanged(path.to_owned()));
         }
-        let Some((hash, size, stored)) = store_content(store, &file, before.key.size, path, dirs)?
-        else {
+        let extents = if before.allocated < before.key.size {
+            sparse::data_extents(&file, before.key.size).ctx(|| format!("Cannot read {path}"))?
+        } else {
+            None
+        };
+        let stored = match &extents {
+            Some(extents) => {
+                let outcome =
+                    store.put_reader_locked(ExtentReader::new(&file, extents), Some(dirs))?;
+                let expected: u64 = extents.iter().map(|[_, length]| *length).sum();
+                (outcome.size == expected).then_some((outcome.hash, outcome.size, outcome.stored))
+            }
+            None => store_content(store, &file, before.key.size, path, dirs)?
+                .filter(|(_, size, _)| *size == before.key.size),
+        };
+        let Some((hash, stored_size, stored)) = stored else {
             continue;
         };
         let after = safe_fs::stat_fd(&file).ctx(|| format!("Cannot stat {path}"))?;
-        if after.key == before.key && size == before.key.size {
+        if after.key == before.key {
             return Ok(Hashed {
                 hash,
-                size,
+                size: before.key.size,
+                extents,
+                stored_size,
                 mode: before.mode,
                 stat: before.key,
                 observed_ns,

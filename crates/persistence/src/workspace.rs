@@ -25,6 +25,7 @@ use crate::blocking;
 use crate::error::{IoContext, PersistenceError, Result};
 use crate::hash::{BlobHash, CandidateHashError, candidate_manifest_hash, short_hash};
 use crate::layout::{self, binding_metadata, check_host_path, prune_empty_parents};
+use crate::limits::CheckpointLimits;
 use crate::manifest::WorkspaceManifest;
 use crate::progress::{ProgressObserver, ProgressPhase};
 use crate::restore::{RestoreInput, RestoreReport, restore};
@@ -64,6 +65,8 @@ pub struct WorkspaceOptions {
     pub hash_threads: usize,
     /// Hash every restored byte against the manifest (else check sizes only). Default true.
     pub verify_restore: bool,
+    /// Limits of each checkpoint (and of a seed's capture).
+    pub limits: CheckpointLimits,
 }
 
 impl Default for WorkspaceOptions {
@@ -74,6 +77,7 @@ impl Default for WorkspaceOptions {
                 .map(|cores| (cores.get() * 2).min(8))
                 .unwrap_or(4),
             verify_restore: true,
+            limits: CheckpointLimits::default(),
         }
     }
 }
@@ -267,6 +271,7 @@ impl FilesystemWorkspacePort {
             let cache = StatCache::load(&cache_path);
             let captured = snapshot(SnapshotInput {
                 store: &store,
+                limits: options.limits,
                 root: &root.join("workspace"),
                 cache: Some(&cache),
                 racy_margin: options.racy_margin,
@@ -482,6 +487,7 @@ impl MaterializeJob {
             (None, Some(seed)) => {
                 let captured = snapshot(SnapshotInput {
                     store: &self.store,
+                    limits: self.options.limits,
                     root: seed,
                     cache: None,
                     racy_margin: self.options.racy_margin,

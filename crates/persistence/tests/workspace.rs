@@ -32,6 +32,7 @@ fn port(data: &Path, grace: Duration) -> FilesystemWorkspacePort {
         racy_margin: MARGIN,
         hash_threads: 2,
         verify_restore: true,
+        ..WorkspaceOptions::default()
     })
 }
 
@@ -532,6 +533,7 @@ async fn restore_rejects_bad_ids_tampering_and_traversal() {
         size: Some(1),
         hash: Some(file_hash),
         target: None,
+        extents: None,
     };
     let dir = |path: &str| ManifestEntry {
         path: path.into(),
@@ -540,6 +542,7 @@ async fn restore_rejects_bad_ids_tampering_and_traversal() {
         size: None,
         hash: None,
         target: None,
+        extents: None,
     };
     let link = |path: &str, target: &str| ManifestEntry {
         path: path.into(),
@@ -548,6 +551,7 @@ async fn restore_rejects_bad_ids_tampering_and_traversal() {
         size: None,
         hash: None,
         target: Some(target.into()),
+        extents: None,
     };
     let attacks: Vec<(Vec<ManifestEntry>, &str)> = vec![
         (vec![file("../x")], "../x"),
