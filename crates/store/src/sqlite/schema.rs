@@ -9,7 +9,8 @@
 //!
 //! To change the schema, append a [`Migration`] with the next version; never edit a released
 //! step. Planned: the blob index.
-//! (Version 3, session tokens and the vault, is described on its step.)
+//! (Version 3, session tokens and the vault, and version 4, the publication history, are
+//! described on their steps.)
 
 use crate::StoreError;
 use rusqlite::{Connection, TransactionBehavior};
@@ -145,6 +146,33 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
             created_at_ms   INTEGER NOT NULL,
             updated_at_ms   INTEGER NOT NULL
         ) STRICT;
+    "#,
+    },
+    Migration {
+        version: 4,
+        description: "the publication history",
+        sql: r#"
+        -- Every publication of a work item, one row per revision, written in the publish
+        -- transaction that advances runtime_fence.publication_json (so the newest row is always
+        -- the active publication). Rows are never updated; `omabox fsck` verifies each one and
+        -- `omabox run --from-revision N` restores an earlier one.
+        CREATE TABLE runtime_publication (
+            workspace_id      TEXT    NOT NULL,
+            environment_id    TEXT    NOT NULL,
+            session_id        TEXT    NOT NULL,
+            work_id           TEXT    NOT NULL,
+            revision          INTEGER NOT NULL CHECK (revision >= 1),
+            generation        INTEGER NOT NULL CHECK (generation >= 0),
+            publication_json  TEXT    NOT NULL,
+            PRIMARY KEY (workspace_id, environment_id, session_id, work_id, revision)
+        ) STRICT;
+        INSERT INTO runtime_publication
+            SELECT workspace_id, environment_id, session_id, work_id,
+                   json_extract(publication_json, '$.revision'),
+                   json_extract(publication_json, '$.generation'),
+                   publication_json
+              FROM runtime_fence
+             WHERE publication_json IS NOT NULL;
     "#,
     },
 ];
@@ -440,6 +468,30 @@ mod tests {
             .await
             .unwrap();
         assert_eq!(store.names().await.unwrap(), ["mcp/github"]);
+    }
+
+    /// A database as omabox 3 left it (a published work item) gains its history row.
+    #[test]
+    fn a_version_3_file_is_migrated_and_its_publication_enters_the_history() {
+        use crate::SqliteStore;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("omabox.db");
+        {
+            let mut conn = Connection::open(&path).unwrap();
+            migrate_through(&mut conn, &MIGRATIONS[..3], Path::new("t")).unwrap();
+            conn.execute_batch(
+                "INSERT INTO runtime_fence VALUES
+                     ('w', 'e', 's', 'k', 4, 3, NULL, NULL, NULL,
+                      '{\"generation\":4,\"revision\":2,\"workspaceCandidate\":{\"id\":\"wcp_2\",\"contentHash\":\"sha256:2\"},\"outputCandidate\":null}');",
+            )
+            .unwrap();
+        }
+        let store = SqliteStore::open(&path).unwrap();
+        assert_eq!(store.schema_version().unwrap(), SCHEMA_VERSION);
+        let history = store.publication_history().unwrap();
+        assert_eq!(history.len(), 1);
+        assert_eq!((history[0].1.revision, history[0].1.generation), (2, 4));
+        assert_eq!(history[0].1.workspace_candidate.id, "wcp_2");
     }
 
     #[test]
