@@ -5,6 +5,7 @@ mod commands;
 mod data_dir;
 mod harness_env;
 mod profile_hint;
+mod revision;
 mod terminal;
 mod timed_ports;
 mod timeline;
@@ -45,6 +46,9 @@ enum Command {
     Usage(commands::usage::UsageArgs),
     /// Print the managed-runtime provider conformance catalog.
     Catalog(commands::catalog::CatalogArgs),
+    /// Verify every published revision (manifests and blobs, hashes re-computed); exit 1 if
+    /// anything is damaged. Continue a damaged session with `omabox run --from-revision N`.
+    Fsck(commands::fsck::FsckArgs),
     /// Retry the termination of sandboxes whose terminate failed (the orphan queue).
     Reap(commands::reap::ReapArgs),
     /// Run commands in sandboxes (`omabox sandbox run -- CMD ARGS...`).
@@ -93,6 +97,10 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         }
         Command::Bench(args) => commands::bench::run(&args),
         Command::Catalog(args) => commands::catalog::run(&args),
+        Command::Fsck(args) => {
+            let data_dir = data_dir::resolve(cli.data_dir.as_deref())?;
+            runtime()?.block_on(commands::fsck::run(&data_dir, &args))
+        }
         Command::Reap(args) => {
             let data_dir = data_dir::resolve(cli.data_dir.as_deref())?;
             runtime()?.block_on(commands::reap::run(&data_dir, &args))

@@ -41,6 +41,7 @@ mod skipped;
 mod snapshot;
 mod sparse;
 mod stat_cache;
+mod verify;
 mod walk;
 mod workspace;
 
@@ -59,6 +60,9 @@ pub use progress::{Progress, ProgressObserver, ProgressPhase};
 pub use restore::RestoreReport;
 pub use skipped::{SKIPPED_KEPT, SkipReason, SkippedEntries, SkippedEntry};
 pub use snapshot::CheckpointReport;
+pub use verify::{
+    BlobState, BlobVerifier, Damage, referenced_blobs, verify_outputs, verify_workspace,
+};
 pub use workspace::{FilesystemWorkspacePort, WorkspaceOptions};
 
 /// Runs blocking filesystem work off the async runtime.

@@ -140,16 +140,22 @@ impl FilesystemSessionOutputPort {
             .ok_or_else(|| PersistenceError::InvalidOutputManifest(entry.logical_path.clone()))?;
         let store = Arc::clone(&self.store);
         let size = entry.size;
+        let logical_path = entry.logical_path.clone();
         let file = blocking(move || {
+            let damaged = |problem| PersistenceError::OutputContent {
+                path: logical_path.clone(),
+                blob: hash.to_hex(),
+                problem,
+            };
             let file = store
                 .open(&hash)?
-                .ok_or_else(|| PersistenceError::CorruptBlob(hash.to_hex()))?;
+                .ok_or_else(|| damaged("is not in the blob store"))?;
             let stored = file
                 .metadata()
                 .ctx(|| format!("Cannot stat blob {hash}"))?
                 .len();
             if stored != size {
-                return Err(PersistenceError::CorruptBlob(hash.to_hex()));
+                return Err(damaged("does not match its size"));
             }
             Ok(file)
         })

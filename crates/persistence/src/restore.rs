@@ -211,8 +211,17 @@ fn restore_file(
     size: u64,
     buffer: &mut [u8],
 ) -> Result<std::fs::File> {
-    let corrupt = || PersistenceError::CorruptContent(entry.path.clone());
-    let mut blob = input.store.open(&hash)?.ok_or_else(corrupt)?;
+    let corrupt = || PersistenceError::CorruptContent {
+        path: entry.path.clone(),
+        blob: hash.to_hex(),
+    };
+    let mut blob = input
+        .store
+        .open(&hash)?
+        .ok_or_else(|| PersistenceError::MissingContent {
+            path: entry.path.clone(),
+            blob: hash.to_hex(),
+        })?;
     let blob_size = blob
         .metadata()
         .ctx(|| format!("Cannot stat blob {hash}"))?

@@ -91,6 +91,17 @@ pub struct FilesystemWorkspacePort {
     options: WorkspaceOptions,
     observer: Option<Arc<dyn ProgressObserver>>,
     seeds: Mutex<HashMap<RuntimeResourceScope, PathBuf>>,
+    revisions: Mutex<HashMap<RuntimeResourceScope, RevisionChoice>>,
+}
+
+/// A published revision `materialize` knows about for a scope (see
+/// [`FilesystemWorkspacePort::restore_revision`] and [`FilesystemWorkspacePort::name_revision`]).
+#[derive(Debug, Clone)]
+struct RevisionChoice {
+    revision: u64,
+    candidate: RuntimePublicationCandidate,
+    /// Restore this instead of the scope's active checkpoint.
+    replace_active: bool,
 }
 
 impl FilesystemWorkspacePort {
@@ -113,6 +124,7 @@ impl FilesystemWorkspacePort {
             options: WorkspaceOptions::default(),
             observer: None,
             seeds: Mutex::new(HashMap::new()),
+            revisions: Mutex::new(HashMap::new()),
         }
     }
 
@@ -162,6 +174,48 @@ impl FilesystemWorkspacePort {
         }
     }
 
+    /// Makes `materialize` for `scope` restore `candidate`, published as `revision`, instead of
+    /// the scope's active checkpoint: continuing a session from an earlier revision
+    /// (`omabox run --from-revision N`). The run then publishes a new revision on top.
+    pub fn restore_revision(
+        &self,
+        scope: RuntimeResourceScope,
+        revision: u64,
+        candidate: RuntimePublicationCandidate,
+    ) {
+        self.remember_revision(scope, revision, candidate, true);
+    }
+
+    /// Tells the port that `candidate` of `scope` is its published `revision`, so that a failed
+    /// restore names the revision (not only the checkpoint id).
+    pub fn name_revision(
+        &self,
+        scope: RuntimeResourceScope,
+        revision: u64,
+        candidate: RuntimePublicationCandidate,
+    ) {
+        self.remember_revision(scope, revision, candidate, false);
+    }
+
+    fn remember_revision(
+        &self,
+        scope: RuntimeResourceScope,
+        revision: u64,
+        candidate: RuntimePublicationCandidate,
+        replace_active: bool,
+    ) {
+        if let Ok(mut revisions) = self.revisions.lock() {
+            revisions.insert(
+                scope,
+                RevisionChoice {
+                    revision,
+                    candidate,
+                    replace_active,
+                },
+            );
+        }
+    }
+
     /// `materialize`, also returning what a restore did (`None` when nothing was restored).
     pub async fn materialize_with_report(
         &self,
@@ -176,7 +230,22 @@ impl FilesystemWorkspacePort {
         let root = self.binding_root(&input.scope, input.fence.generation, &binding_id)?;
         let host_path = root.join("workspace");
         let restoring = input.strategy == WorkspaceStrategy::CheckpointRestore;
-        let active = match (&input.active_checkpoint, restoring) {
+        let choice = self
+            .revisions
+            .lock()
+            .ok()
+            .and_then(|revisions| revisions.get(&input.scope).cloned());
+        let candidate = match &choice {
+            Some(choice) if choice.replace_active => Some(choice.candidate.clone()),
+            _ => input.active_checkpoint.clone(),
+        };
+        let label = candidate.as_ref().map(|candidate| match &choice {
+            Some(choice) if choice.candidate.id == candidate.id => {
+                format!("revision {} ({})", choice.revision, candidate.id)
+            }
+            _ => candidate.id.clone(),
+        });
+        let active = match (&candidate, restoring) {
             (Some(candidate), true) => Some(checkpoint_hash(candidate)?),
             _ => None,
         };
@@ -198,6 +267,7 @@ impl FilesystemWorkspacePort {
             observer: self.observer.clone(),
             signal: input.signal.clone(),
         };
+        let restoring_active = job.active.is_some();
         let report = blocking(move || {
             let result = job.run();
             if result.is_err() {
@@ -205,7 +275,23 @@ impl FilesystemWorkspacePort {
             }
             result
         })
-        .await?;
+        .await
+        .map_err(|error| match (error, label) {
+            // Missing or damaged storage is named with session and revision; every other
+            // failure keeps its exact (contract) text.
+            (
+                error @ (PersistenceError::MissingContent { .. }
+                | PersistenceError::CorruptContent { .. }
+                | PersistenceError::CheckpointMissing(_)
+                | PersistenceError::Io { .. }),
+                Some(what),
+            ) if restoring_active => PersistenceError::Restore {
+                session: input.scope.session_id.clone(),
+                what,
+                detail: PortError::from(error).message().to_owned(),
+            },
+            (error, _) => error,
+        })?;
         Ok((
             WorkspaceBinding {
                 binding_id,

@@ -2,6 +2,7 @@
 
 pub mod bench;
 pub mod catalog;
+pub mod fsck;
 pub mod outputs;
 pub mod reap;
 pub mod run;

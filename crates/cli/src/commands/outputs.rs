@@ -65,7 +65,12 @@ pub async fn run(data_dir: &Path, args: &OutputsArgs) -> anyhow::Result<ExitCode
             .outputs
             .open_entry(&candidate, path)
             .await
-            .with_context(|| format!("cannot read output {path:?} of session {}", args.session))?;
+            .with_context(|| {
+                format!(
+                    "cannot read output {path:?} of session {} (revision {})",
+                    args.session, publication.revision
+                )
+            })?;
         copy_entry(file, to)?;
         if to.as_os_str() != "-" {
             eprintln!(

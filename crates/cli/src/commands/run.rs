@@ -3,7 +3,7 @@
 //! last publication and `/mnt/session/outputs` collected.
 //!
 //! ```text
-//! omabox run [--backend linux|local] [--session ID] [--workspace DIR] [--profile FILE]
+//! omabox run [--backend linux|local] [--session ID] [--workspace DIR | --from-revision N] [--profile FILE]
 //!            [--supervised] [--inference-gateway URL] [--json] [-- CMD ARGS...]
 //! ```
 //!
@@ -151,6 +151,11 @@ pub struct RunArgs {
     /// Seed a NEW session's /workspace from this directory (copied; never modified).
     #[arg(long, value_name = "DIR")]
     workspace: Option<PathBuf>,
+    /// Continue the session from its published revision N instead of its last one (for a
+    /// session whose last revision is damaged; see `omabox fsck`). The run publishes a new
+    /// revision on top.
+    #[arg(long, value_name = "N", conflicts_with = "workspace")]
+    from_revision: Option<u64>,
     /// A ManagedRuntimeProfile JSON file; CMD, when given, replaces its entry process.
     #[arg(long, value_name = "FILE", conflicts_with = "supervised")]
     profile: Option<PathBuf>,
@@ -233,6 +238,7 @@ pub async fn run(data_dir: &Path, args: RunArgs) -> anyhow::Result<ExitCode> {
             .workspace
             .seed_new_session(plan.scope.clone(), seed.clone());
     }
+    crate::revision::choose_restore(&store, &persistence, &plan.scope, args.from_revision).await?;
     let harness_output = Arc::new(TerminalHarnessOutput::new(args.json));
     let token_slots = SessionTokenSlots::new();
     let driver = wiring::provider_driver(

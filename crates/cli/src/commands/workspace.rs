@@ -72,7 +72,14 @@ async fn run_export(data_dir: &Path, args: &ExportArgs) -> anyhow::Result<ExitCo
         .workspace
         .export_candidate(&publication.workspace_candidate, &args.dir)
         .await
-        .with_context(|| format!("cannot export the workspace into {}", args.dir.display()))?;
+        .with_context(|| {
+            format!(
+                "cannot export revision {} of session {} into {}",
+                publication.revision,
+                args.session,
+                args.dir.display()
+            )
+        })?;
     println!(
         "exported revision {} of session {} into {}: {}, {} ({})",
         publication.revision,
