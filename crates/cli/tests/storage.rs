@@ -58,6 +58,17 @@ impl Data {
         (json, output)
     }
 
+    /// Bytes of all blobs in the store.
+    fn blob_bytes(&self) -> u64 {
+        let mut total = 0;
+        for shard in std::fs::read_dir(self.path().join("blobs/sha256")).unwrap() {
+            for blob in std::fs::read_dir(shard.unwrap().path()).unwrap() {
+                total += blob.unwrap().metadata().unwrap().len();
+            }
+        }
+        total
+    }
+
     fn blob_path(&self, content: &[u8]) -> PathBuf {
         let hex = omabox_persistence::BlobHash::of(content).to_hex();
         self.path().join("blobs/sha256").join(&hex[..2]).join(hex)
@@ -226,4 +237,90 @@ fn a_checkpoint_over_its_limit_fails_the_run_and_the_last_publication_stays() {
         .unwrap();
     assert!(!bad.status.success());
     assert!(String::from_utf8_lossy(&bad.stderr).contains("OMABOX_CHECKPOINT_MAX_BYTES"));
+}
+
+#[test]
+fn gc_keeps_exactly_what_the_last_revisions_need_and_both_still_restore() {
+    const MIB: u64 = 1 << 20;
+    let data = Data::new();
+    for round in 1..=10u64 {
+        // 1 MiB that changes every run, plus a marker of the round.
+        let script = format!(
+            "head -c 1048576 /dev/urandom > big; echo {round} > round; sha256sum big > big.sum; \
+             echo {round} > \"$OMA_OUTPUTS_DIR/out.txt\" 2>/dev/null || true"
+        );
+        let (json, output) = data.run("s", &[], &script);
+        assert_eq!(completed(&json, &output), round);
+    }
+    let before = data.blob_bytes();
+    assert!(before >= 10 * MIB, "{before}");
+
+    // Dry run: figures, per session, and nothing changes.
+    let (dry, output) = data.json(&["gc", "--keep", "2", "--grace", "0", "--dry-run", "--json"]);
+    assert!(output.status.success(), "{}", text(&output));
+    assert_eq!(dry["dryRun"], true);
+    assert_eq!(dry["revisionsForgotten"], 8);
+    assert_eq!(
+        dry["sessions"]["s"]["revisionsForgotten"],
+        serde_json::json!([1, 2, 3, 4, 5, 6, 7, 8])
+    );
+    let would = dry["bytesRemoved"].as_u64().unwrap();
+    assert!((8 * MIB..9 * MIB).contains(&would), "{would}");
+    assert_eq!(dry["sessions"]["s"]["bytes"].as_u64().unwrap(), would);
+    assert_eq!(data.blob_bytes(), before, "a dry run removed blobs");
+    let human = data.output(&["gc", "--keep", "2", "--grace", "0", "--dry-run"]);
+    let human = String::from_utf8_lossy(&human.stdout).into_owned();
+    assert!(
+        human.contains("session s: 8 revisions beyond the last 2"),
+        "{human}"
+    );
+    assert!(human.contains("would remove"), "{human}");
+
+    let (done, output) = data.json(&["gc", "--keep", "2", "--grace", "0", "--json"]);
+    assert!(output.status.success(), "{}", text(&output));
+    assert_eq!(done["bytesRemoved"].as_u64().unwrap(), would);
+    let after = data.blob_bytes();
+    assert!((2 * MIB..2 * MIB + 64 * 1024).contains(&after), "{after}");
+
+    // fsck sees exactly revisions 10 and 9, both intact.
+    let (fsck, output) = data.json(&["fsck", "--json"]);
+    assert!(output.status.success(), "{}", text(&output));
+    let revisions: Vec<u64> = fsck["revisions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|row| row["revision"].as_u64().unwrap())
+        .collect();
+    assert_eq!(revisions, [10, 9]);
+
+    // Both restore, byte for byte.
+    let (json, output) = data.run(
+        "s",
+        &["--from-revision", "9"],
+        "cat round; sha256sum -c big.sum",
+    );
+    assert_eq!(completed(&json, &output), 11);
+    assert!(
+        String::from_utf8_lossy(&output.stderr).contains("9\nbig: OK"),
+        "{}",
+        text(&output)
+    );
+    let (json, output) = data.run("s", &[], "cat round; sha256sum -c big.sum");
+    assert_eq!(completed(&json, &output), 12);
+    assert!(
+        String::from_utf8_lossy(&output.stderr).contains("9\nbig: OK"),
+        "{}",
+        text(&output)
+    );
+    let (_, output) = data.run("s", &["--from-revision", "8"], "true");
+    assert!(
+        String::from_utf8_lossy(&output.stderr).contains("has no revision 8"),
+        "{}",
+        text(&output)
+    );
+
+    // A second collection with the default grace removes nothing young.
+    let (again, output) = data.json(&["gc", "--keep", "2", "--json"]);
+    assert!(output.status.success(), "{}", text(&output));
+    assert_eq!(again["blobsRemoved"], 0, "{again}");
 }

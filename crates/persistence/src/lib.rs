@@ -27,6 +27,7 @@
 //! Layout on disk: see the `layout` module (binding roots) and [`BlobStore`] (blobs).
 
 mod blob;
+mod blob_scan;
 mod error;
 mod hash;
 mod layout;
@@ -46,6 +47,7 @@ mod walk;
 mod workspace;
 
 pub use blob::{BlobStore, BlobStoreOptions, GcReport, PutOutcome};
+pub use blob_scan::StoredBlob;
 pub use error::PersistenceError;
 pub use hash::BlobHash;
 pub use layout::binding_host_path;

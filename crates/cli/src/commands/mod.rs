@@ -3,6 +3,7 @@
 pub mod bench;
 pub mod catalog;
 pub mod fsck;
+pub mod gc;
 pub mod outputs;
 pub mod reap;
 pub mod run;

@@ -102,6 +102,39 @@ impl SqliteStore {
             .collect())
     }
 
+    /// Removes the given `(scope, revision)` rows from the publication history (what
+    /// `omabox gc` no longer retains), never the active publication of a work item. Returns
+    /// how many rows went. One transaction.
+    pub fn forget_revisions(
+        &self,
+        revisions: &[(RuntimeResourceScope, u64)],
+    ) -> Result<u64, StoreError> {
+        let mut inner = lock(&self.inner);
+        let tx = inner
+            .conn
+            .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+        let mut removed = 0u64;
+        for (scope, revision) in revisions {
+            removed += tx.execute(
+                "DELETE FROM runtime_publication
+                  WHERE workspace_id = ?1 AND environment_id = ?2 AND session_id = ?3
+                    AND work_id = ?4 AND revision = ?5
+                    AND revision < (SELECT coalesce(max(revision), 0) FROM runtime_publication
+                                     WHERE workspace_id = ?1 AND environment_id = ?2
+                                       AND session_id = ?3 AND work_id = ?4)",
+                rusqlite::params![
+                    scope.workspace_id,
+                    scope.environment_id,
+                    scope.session_id,
+                    scope.work_id,
+                    super::to_i64(*revision, "revision")?
+                ],
+            )? as u64;
+        }
+        tx.commit()?;
+        Ok(removed)
+    }
+
     fn history_where(
         &self,
         condition: &str,
@@ -247,5 +280,20 @@ mod tests {
         assert_eq!(summary, [(3, 3, "wcp_3"), (2, 2, "wcp_2"), (1, 1, "wcp_1")]);
         assert_eq!(store.publication_history().unwrap().len(), 3);
         assert_eq!(store.publication(&scope).unwrap().unwrap(), history[0]);
+
+        // Forgetting never removes the active (newest) revision.
+        assert_eq!(
+            store
+                .forget_revisions(&[(scope.clone(), 1), (scope.clone(), 3)])
+                .unwrap(),
+            1
+        );
+        let left: Vec<u64> = store
+            .publications_of(&scope)
+            .unwrap()
+            .iter()
+            .map(|p| p.revision)
+            .collect();
+        assert_eq!(left, [3, 2]);
     }
 }
