@@ -1,8 +1,12 @@
 //! `omabox`: the one binary. Wiring of stores, backends and the host lives only here.
 
+mod checkpoint_limits;
 mod commands;
 mod data_dir;
+mod gc;
 mod harness_env;
+mod profile_hint;
+mod revision;
 mod run_report;
 mod session;
 mod signals;
@@ -46,6 +50,12 @@ enum Command {
     Usage(commands::usage::UsageArgs),
     /// Print the managed-runtime provider conformance catalog.
     Catalog(commands::catalog::CatalogArgs),
+    /// Verify every published revision (manifests and blobs, hashes re-computed); exit 1 if
+    /// anything is damaged. Continue a damaged session with `omabox run --from-revision N`.
+    Fsck(commands::fsck::FsckArgs),
+    /// Remove blobs no retained revision needs (last N per session, default 5); --dry-run
+    /// shows what would go.
+    Gc(commands::gc::GcArgs),
     /// Retry the termination of sandboxes whose terminate failed (the orphan queue).
     Reap(commands::reap::ReapArgs),
     /// Run commands in sandboxes (`omabox sandbox run -- CMD ARGS...`).
@@ -94,6 +104,14 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         }
         Command::Bench(args) => commands::bench::run(&args),
         Command::Catalog(args) => commands::catalog::run(&args),
+        Command::Fsck(args) => {
+            let data_dir = data_dir::resolve(cli.data_dir.as_deref())?;
+            runtime()?.block_on(commands::fsck::run(&data_dir, &args))
+        }
+        Command::Gc(args) => {
+            let data_dir = data_dir::resolve(cli.data_dir.as_deref())?;
+            runtime()?.block_on(commands::gc::run(&data_dir, &args))
+        }
         Command::Reap(args) => {
             let data_dir = data_dir::resolve(cli.data_dir.as_deref())?;
             runtime()?.block_on(commands::reap::run(&data_dir, &args))

@@ -26,15 +26,9 @@ pub fn check_id(flag: &str, id: &str) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Opens the store off the async workers.
+/// Opens the store for a command that writes (see [`data_dir::open_store`]).
 pub async fn open_store(data_dir: &Path) -> anyhow::Result<SqliteStore> {
-    let path = data_dir::database_path(data_dir);
-    tokio::task::spawn_blocking(move || {
-        SqliteStore::open(&path)
-            .with_context(|| format!("cannot open the omabox store {}", path.display()))
-    })
-    .await
-    .context("the store task failed")?
+    data_dir::open_store(data_dir).await
 }
 
 /// The last publication of `scope`, read off the async workers.

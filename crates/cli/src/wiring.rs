@@ -32,6 +32,7 @@ use omabox_contract::{
 use omabox_host::reconciler::SandboxPortResolver;
 use omabox_persistence::{
     BlobStore, FilesystemSessionOutputPort, FilesystemWorkspacePort, ProgressObserver,
+    WorkspaceOptions,
 };
 use omabox_sandbox::managed::{
     HarnessEnvSource, HarnessOutputSink, ProviderManagedRuntime, ProviderManagedRuntimeDriver,
@@ -97,7 +98,11 @@ impl Persistence {
             Arc::new(BlobStore::new(data_dir).with_context(|| {
                 format!("cannot open the blob store in {}", data_dir.display())
             })?);
-        let mut workspace = FilesystemWorkspacePort::with_store(data_dir, Arc::clone(&blobs));
+        let mut workspace = FilesystemWorkspacePort::with_store(data_dir, Arc::clone(&blobs))
+            .with_options(WorkspaceOptions {
+                limits: crate::checkpoint_limits::from_env()?,
+                ..WorkspaceOptions::default()
+            });
         if let Some(progress) = progress {
             workspace = workspace.with_progress(progress);
         }

@@ -32,12 +32,75 @@ pub enum PersistenceError {
     /// A manifest entry would write outside its parent, through a symlink, or twice.
     #[error("Workspace checkpoint entry is unsafe: {0}")]
     UnsafeEntry(String),
-    /// A file's content blob is missing or does not match the manifest.
-    #[error("Workspace checkpoint content is missing or corrupt: {0}")]
-    CorruptContent(String),
+    /// A file's content blob is not in the blob store.
+    #[error(
+        "Workspace checkpoint content is missing: {path} needs blob {blob}, which is not in the blob store"
+    )]
+    MissingContent {
+        /// The file's manifest path.
+        path: String,
+        /// The blob's hash (hex).
+        blob: String,
+    },
+    /// A file's content blob does not match the manifest (size or hash).
+    #[error(
+        "Workspace checkpoint content is corrupt: blob {blob} of {path} does not match its hash or size"
+    )]
+    CorruptContent {
+        /// The file's manifest path.
+        path: String,
+        /// The blob's hash (hex).
+        blob: String,
+    },
+    /// Restoring the published workspace of a session failed; says which session, revision
+    /// and checkpoint, and what to do.
+    #[error(
+        "Cannot restore the workspace of session {session} from {what}: {detail}. `omabox fsck` \
+         shows which revisions are intact; `omabox run --from-revision N` continues from one"
+    )]
+    Restore {
+        /// The session.
+        session: String,
+        /// "revision N (wcp_…)" or the checkpoint id.
+        what: String,
+        /// Why (the underlying error's full text).
+        detail: String,
+    },
+    /// A Session output's content blob is missing or does not match the manifest.
+    #[error("Session output {path} is missing or corrupt: blob {blob} {problem}")]
+    OutputContent {
+        /// The output's logical path.
+        path: String,
+        /// The blob's hash (hex).
+        blob: String,
+        /// "is not in the blob store" or "does not match its size".
+        problem: &'static str,
+    },
     /// A workspace entry is not a regular file, directory or symlink (or has a non-UTF-8 name).
     #[error("Unsupported workspace entry: {0}")]
     UnsupportedEntry(String),
+    /// A checkpoint has more entries than its limit allows.
+    #[error(
+        "Workspace checkpoint exceeds its limit of {limit} entries (files, directories and links \
+         in /workspace); nothing was published and the last publication stays: remove entries \
+         from /workspace or raise the limit (omabox: OMABOX_CHECKPOINT_MAX_ENTRIES)"
+    )]
+    CheckpointEntryLimit {
+        /// The limit.
+        limit: u64,
+    },
+    /// A checkpoint would store more bytes than its limit allows.
+    #[error(
+        "Workspace checkpoint exceeds its limit of {limit} bytes (at least {found} bytes of file \
+         content in /workspace); nothing was published and the last publication stays: remove \
+         files from /workspace or raise the limit (omabox: OMABOX_CHECKPOINT_MAX_BYTES)"
+    )]
+    CheckpointByteLimit {
+        /// The limit.
+        limit: u64,
+        /// The bytes counted when the limit was passed.
+        found: u64,
+    },
     /// A workspace entry kept changing while it was read.
     #[error("Workspace entry changed during checkpoint: {0}")]
     EntryChanged(String),

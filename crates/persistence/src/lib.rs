@@ -27,29 +27,44 @@
 //! Layout on disk: see the `layout` module (binding roots) and [`BlobStore`] (blobs).
 
 mod blob;
+mod blob_scan;
 mod error;
 mod hash;
 mod layout;
+mod limits;
 mod manifest;
 mod media_type;
 mod outputs;
 mod progress;
 mod restore;
 mod safe_fs;
+mod skipped;
 mod snapshot;
+mod sparse;
 mod stat_cache;
+mod verify;
+mod walk;
 mod workspace;
 
 pub use blob::{BlobStore, BlobStoreOptions, GcReport, PutOutcome};
+pub use blob_scan::StoredBlob;
 pub use error::PersistenceError;
 pub use hash::BlobHash;
 pub use layout::binding_host_path;
-pub use manifest::{EntryKind, MANIFEST_VERSION, ManifestEntry, WorkspaceManifest};
+pub use limits::CheckpointLimits;
+pub use manifest::{
+    EntryKind, MANIFEST_VERSION, MANIFEST_VERSION_MIN, MAX_EXTENTS, ManifestEntry,
+    WorkspaceManifest,
+};
 pub use media_type::guess_media_type;
 pub use outputs::{FilesystemSessionOutputPort, OutputLimits, SessionOutputManifest};
 pub use progress::{Progress, ProgressObserver, ProgressPhase};
 pub use restore::RestoreReport;
+pub use skipped::{SKIPPED_KEPT, SkipReason, SkippedEntries, SkippedEntry};
 pub use snapshot::CheckpointReport;
+pub use verify::{
+    BlobState, BlobVerifier, Damage, referenced_blobs, verify_outputs, verify_workspace,
+};
 pub use workspace::{FilesystemWorkspacePort, WorkspaceOptions};
 
 /// Runs blocking filesystem work off the async runtime.

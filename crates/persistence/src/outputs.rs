@@ -3,8 +3,10 @@
 //!
 //! - `prepare` makes a fresh binding directory (metadata `hostPath`) that a host-directory
 //!   backend bind-mounts; `attach` is a no-op.
-//! - `collect` walks it without following links: regular files only ("Session output must be
-//!   a regular file: <path>"), at most `max_files` files and `max_bytes` bytes (reference
+//! - `collect` walks it without following links: regular files only; symlinks, FIFOs,
+//!   sockets, devices, non-UTF-8 names and directories nested too deeply are skipped and
+//!   logged as warnings (see `skipped`; the TypeScript adapter fails the collection instead),
+//!   at most `max_files` files and `max_bytes` bytes (reference
 //!   §1.15 texts), entries sorted by logical path (byte order).
 //! - `finalize` re-reads every entry while copying it into the blob store and fails with
 //!   "Session output changed during collection: <path>" when hash or size moved; then stores
@@ -22,7 +24,9 @@ use crate::hash::{BlobHash, CandidateHashError, candidate_manifest_hash};
 use crate::layout::{self, binding_metadata, check_host_path, prune_empty_parents};
 use crate::media_type::guess_media_type;
 use crate::safe_fs::{self, MAX_DEPTH, ParentCursor, remove_tree};
-use crate::snapshot::changed_or_io;
+use crate::skipped::{SkipReason, SkippedEntries};
+use crate::snapshot::special_reason;
+use crate::walk::Descend;
 use async_trait::async_trait;
 use omabox_contract::{
     AbortSignal, AttachOutputsInput, CollectOutputsInput, FinalizeOutputsInput, Meta,
@@ -36,7 +40,7 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use std::collections::HashSet;
 use std::io::{self, Read};
-use std::os::fd::{AsFd, BorrowedFd};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -136,16 +140,22 @@ impl FilesystemSessionOutputPort {
             .ok_or_else(|| PersistenceError::InvalidOutputManifest(entry.logical_path.clone()))?;
         let store = Arc::clone(&self.store);
         let size = entry.size;
+        let logical_path = entry.logical_path.clone();
         let file = blocking(move || {
+            let damaged = |problem| PersistenceError::OutputContent {
+                path: logical_path.clone(),
+                blob: hash.to_hex(),
+                problem,
+            };
             let file = store
                 .open(&hash)?
-                .ok_or_else(|| PersistenceError::CorruptBlob(hash.to_hex()))?;
+                .ok_or_else(|| damaged("is not in the blob store"))?;
             let stored = file
                 .metadata()
                 .ctx(|| format!("Cannot stat blob {hash}"))?
                 .len();
             if stored != size {
-                return Err(PersistenceError::CorruptBlob(hash.to_hex()));
+                return Err(damaged("does not match its size"));
             }
             Ok(file)
         })
@@ -246,57 +256,39 @@ fn check_logical_path(path: &str) -> Result<Vec<&str>> {
     safe_fs::split_relative(path).ok_or_else(|| PersistenceError::UnsafeOutputPath(path.to_owned()))
 }
 
-fn join(prefix: &str, name: &str) -> String {
-    if prefix.is_empty() {
-        name.to_owned()
-    } else {
-        format!("{prefix}/{name}")
-    }
-}
-
-/// Lists the regular files under `dir`, enforcing the file limit as it goes.
+/// Lists the regular files under `root`, enforcing the file limit as it goes; anything else
+/// (symlinks, special files, non-UTF-8 names, too deep) is skipped into `skipped`.
 fn list_outputs(
-    dir: BorrowedFd<'_>,
-    prefix: &str,
-    depth: usize,
+    root: OwnedFd,
     limits: &OutputLimits,
     out: &mut Vec<(String, u64)>,
+    skipped: &mut SkippedEntries,
     signal: &AbortSignal,
 ) -> Result<()> {
-    if depth >= MAX_DEPTH {
-        return Err(PersistenceError::TooDeep(prefix.to_owned()));
-    }
-    let names =
-        safe_fs::list_names(dir).ctx(|| format!("Cannot list outputs directory /{prefix}"))?;
-    for name in names {
+    crate::walk::walk(root, "outputs", |visit| {
         signal
             .throw_if_aborted()
             .map_err(PersistenceError::Aborted)?;
-        let name = name
-            .to_str()
-            .map_err(|_| PersistenceError::OutputPathNotUtf8)?;
-        let path = join(prefix, name);
-        let stat = match safe_fs::stat_at(dir, name) {
-            Ok(stat) => stat,
-            Err(error) if error.kind() == io::ErrorKind::NotFound => continue,
-            Err(error) => return Err(PersistenceError::io(format!("Cannot stat {path}"), error)),
+        let Some(stat) = visit.stat else {
+            skipped.push(&visit.path, SkipReason::NotUtf8);
+            return Ok(Descend::No);
         };
         match stat.file_type {
-            FileType::Directory => {
-                let child =
-                    safe_fs::open_dir_at(dir, name).map_err(|error| changed_or_io(&path, error))?;
-                list_outputs(child.as_fd(), &path, depth + 1, limits, out, signal)?;
+            FileType::Directory if visit.depth >= MAX_DEPTH => {
+                skipped.push(&visit.path, SkipReason::TooDeep);
             }
+            FileType::Directory => return Ok(Descend::Yes),
             FileType::RegularFile => {
                 if out.len() as u64 >= limits.max_files {
                     return Err(PersistenceError::OutputFileLimit(limits.max_files));
                 }
-                out.push((path, stat.key.size));
+                out.push((visit.path, stat.key.size));
             }
-            _ => return Err(PersistenceError::OutputNotRegular(path)),
+            FileType::Symlink => skipped.push(&visit.path, SkipReason::Symlink),
+            other => skipped.push(&visit.path, special_reason(other)),
         }
-    }
-    Ok(())
+        Ok(Descend::No)
+    })
 }
 
 /// Opens the output `parts` under `root` without following links; must be a regular file.
@@ -332,7 +324,12 @@ fn collect_blocking(
 ) -> Result<Vec<SessionOutputEntryCandidate>> {
     let root = safe_fs::open_root(outputs).ctx(|| format!("Cannot open {}", outputs.display()))?;
     let mut files = Vec::new();
-    list_outputs(root.as_fd(), "", 0, &limits, &mut files, signal)?;
+    let mut skipped = SkippedEntries::default();
+    let walk_root = root
+        .try_clone()
+        .ctx(|| format!("Cannot open {}", outputs.display()))?;
+    list_outputs(walk_root, &limits, &mut files, &mut skipped, signal)?;
+    skipped.warn("/mnt/session/outputs");
     files.sort_by(|a, b| a.0.as_bytes().cmp(b.0.as_bytes()));
     let listed: u64 = files.iter().map(|(_, size)| *size).sum();
     if listed > limits.max_bytes {

@@ -20,10 +20,12 @@ use crate::hash::BlobHash;
 use crate::manifest::{EntryKind, ManifestEntry, WorkspaceManifest};
 use crate::progress::{ProgressObserver, ProgressPhase, ProgressTracker};
 use crate::safe_fs::{self, ParentCursor};
+use crate::sparse;
 use crate::stat_cache::StatCache;
 use omabox_contract::AbortSignal;
-use rustix::fs::Mode;
+use rustix::fs::{AtFlags, Mode};
 use sha2::{Digest, Sha256};
+use std::collections::HashMap;
 use std::io::{self, Read, Write};
 use std::os::fd::{AsFd, BorrowedFd};
 use std::path::Path;
@@ -40,6 +42,8 @@ pub struct RestoreReport {
     pub directories: u64,
     /// Symlinks.
     pub symlinks: u64,
+    /// Hard links made to files restored earlier.
+    pub hardlinks: u64,
     /// Bytes written.
     pub bytes: u64,
     /// Wall time.
@@ -79,6 +83,8 @@ pub(crate) fn restore(input: RestoreInput<'_>) -> Result<(RestoreReport, StatCac
     let mut report = RestoreReport::default();
     let mut cache = StatCache::new();
     let mut cursor = ParentCursor::default();
+    let mut link_cursor = ParentCursor::default();
+    let mut file_hashes: HashMap<&str, BlobHash> = HashMap::new();
     let mut directories: Vec<(&ManifestEntry, u32)> = Vec::new();
     let mut buffer = vec![0u8; COPY_BUFFER];
 
@@ -112,24 +118,50 @@ pub(crate) fn restore(input: RestoreInput<'_>) -> Result<(RestoreReport, StatCac
                     .map_err(|error| create_error(&entry.path, error.into()))?;
                 report.symlinks += 1;
             }
+            EntryKind::Hardlink => {
+                // Validated: the target is a file entry restored before this one.
+                let target = entry.target.as_deref().ok_or_else(unsafe_entry)?;
+                let hash = *file_hashes.get(target).ok_or_else(unsafe_entry)?;
+                let target_parts = safe_fs::split_relative(target).ok_or_else(unsafe_entry)?;
+                let Some((target_name, target_parents)) = target_parts.split_last() else {
+                    return Err(unsafe_entry());
+                };
+                let target_dir = match link_cursor.open(root.as_fd(), target_parents) {
+                    Ok(dir) => dir,
+                    Err(_) => {
+                        link_cursor.reset();
+                        return Err(unsafe_entry());
+                    }
+                };
+                rustix::fs::linkat(target_dir, *target_name, parent, *name, AtFlags::empty())
+                    .map_err(|error| create_error(&entry.path, error.into()))?;
+                if input.record_cache {
+                    let stat = safe_fs::stat_at(parent, name)
+                        .ctx(|| format!("Cannot stat {}", entry.path))?;
+                    cache.insert(entry.path.clone(), stat.key, hash);
+                }
+                report.hardlinks += 1;
+            }
             EntryKind::File => {
                 let (Some(hash), Some(size)) = (entry.hash, entry.size) else {
                     return Err(unsafe_entry());
                 };
+                file_hashes.insert(&entry.path, hash);
                 let file = restore_file(&input, parent, name, entry, hash, size, &mut buffer)?;
                 rustix::fs::fchmod(
                     &file,
                     Mode::from_raw_mode(entry.mode.unwrap_or(0o644) & 0o777),
                 )
                 .ctx(|| format!("Cannot chmod {}", entry.path))?;
-                if input.record_cache {
+                // The cache holds hashes only; a sparse file is re-read at each checkpoint.
+                if input.record_cache && entry.extents.is_none() {
                     let stat =
                         safe_fs::stat_fd(&file).ctx(|| format!("Cannot stat {}", entry.path))?;
                     cache.insert(entry.path.clone(), stat.key, hash);
                 }
                 report.files += 1;
-                report.bytes += size;
-                progress.advance(1, size);
+                report.bytes += entry.stored_size();
+                progress.advance(1, entry.stored_size());
             }
         }
         report.entries += 1;
@@ -179,18 +211,39 @@ fn restore_file(
     size: u64,
     buffer: &mut [u8],
 ) -> Result<std::fs::File> {
-    let corrupt = || PersistenceError::CorruptContent(entry.path.clone());
-    let mut blob = input.store.open(&hash)?.ok_or_else(corrupt)?;
+    let corrupt = || PersistenceError::CorruptContent {
+        path: entry.path.clone(),
+        blob: hash.to_hex(),
+    };
+    let mut blob = input
+        .store
+        .open(&hash)?
+        .ok_or_else(|| PersistenceError::MissingContent {
+            path: entry.path.clone(),
+            blob: hash.to_hex(),
+        })?;
     let blob_size = blob
         .metadata()
         .ctx(|| format!("Cannot stat blob {hash}"))?
         .len();
-    if blob_size != size {
+    if blob_size != entry.stored_size() {
         return Err(corrupt());
     }
     let mut file =
         safe_fs::create_file_at(parent, name).map_err(|error| create_error(&entry.path, error))?;
-    if input.verify {
+    if let Some(extents) = &entry.extents {
+        let mut digest = input.verify.then(Sha256::new);
+        let copied = sparse::write_extents(&mut blob, &file, extents, size, buffer, |chunk| {
+            if let Some(digest) = digest.as_mut() {
+                digest.update(chunk);
+            }
+        })
+        .ctx(|| format!("Cannot write {}", entry.path))?;
+        if copied != blob_size || digest.is_some_and(|digest| BlobHash::from_digest(digest) != hash)
+        {
+            return Err(corrupt());
+        }
+    } else if input.verify {
         let mut digest = Sha256::new();
         let mut copied = 0u64;
         loop {

@@ -33,6 +33,10 @@ pub(crate) struct EntryStat {
     pub file_type: FileType,
     pub mode: u32,
     pub key: StatKey,
+    /// Hard links to the inode.
+    pub nlink: u64,
+    /// Bytes allocated on disk (`st_blocks * 512`); less than the size for a sparse file.
+    pub allocated: u64,
 }
 
 // The field types of `struct stat` differ between architectures; the casts are lossless
@@ -42,6 +46,8 @@ pub(crate) fn entry_stat(stat: &Stat) -> EntryStat {
     EntryStat {
         file_type: FileType::from_raw_mode(stat.st_mode as _),
         mode: (stat.st_mode as u32) & 0o777,
+        nlink: stat.st_nlink as u64,
+        allocated: (stat.st_blocks.max(0) as u64).saturating_mul(512),
         key: StatKey {
             dev: stat.st_dev as u64,
             ino: stat.st_ino as u64,
@@ -201,6 +207,11 @@ impl ParentCursor {
 /// Removes `path` and everything under it without following symlinks, making directories
 /// writable first so read-only trees restored from a manifest can be deleted too.
 /// A missing `path` is success.
+///
+/// A sandbox can nest directories deeper than any walk follows. So that such a tree can still
+/// be removed with a bounded number of open fds and stack frames, a directory met
+/// [`REMOVE_DEPTH`] levels down is renamed (within the same filesystem, by fd) up into `path`
+/// itself, and `path` is cleared again until it is empty.
 pub(crate) fn remove_tree(path: &Path) -> io::Result<()> {
     let stat = match rustix::fs::statat(rustix::fs::CWD, path, AtFlags::SYMLINK_NOFOLLOW) {
         Ok(stat) => entry_stat(&stat),
@@ -212,24 +223,36 @@ pub(crate) fn remove_tree(path: &Path) -> io::Result<()> {
     }
     let dir = open_root(path)?;
     let _ = rustix::fs::fchmod(&dir, Mode::from_raw_mode(0o700));
-    clear_dir(dir.as_fd(), 0)?;
+    let mut hoisted = 0u64;
+    // Each pass removes everything above REMOVE_DEPTH and hoists what is below, so the
+    // remaining depth shrinks by REMOVE_DEPTH per pass.
+    while !list_names(dir.as_fd())?.is_empty() {
+        clear_dir(dir.as_fd(), dir.as_fd(), 0, &mut hoisted)?;
+    }
     drop(dir);
     std::fs::remove_dir(path)
 }
 
-fn clear_dir(dir: BorrowedFd<'_>, depth: usize) -> io::Result<()> {
-    if depth > MAX_DEPTH {
-        return Err(io::Error::other(
-            "directory tree is nested too deeply to remove",
-        ));
-    }
+/// Nesting at which `remove_tree` hoists a subtree up to its root.
+const REMOVE_DEPTH: usize = 256;
+
+fn clear_dir(
+    root: BorrowedFd<'_>,
+    dir: BorrowedFd<'_>,
+    depth: usize,
+    hoisted: &mut u64,
+) -> io::Result<()> {
     for name in list_names(dir)? {
         let is_dir = match rustix::fs::statat(dir, name.as_c_str(), AtFlags::SYMLINK_NOFOLLOW) {
             Ok(stat) => entry_stat(&stat).file_type == FileType::Directory,
             Err(rustix::io::Errno::NOENT) => continue,
             Err(error) => return Err(error.into()),
         };
-        if is_dir {
+        if is_dir && depth + 1 >= REMOVE_DEPTH {
+            *hoisted += 1;
+            let target = format!(".omabox-hoisted-{}-{hoisted}", std::process::id());
+            rustix::fs::renameat(dir, name.as_c_str(), root, target.as_str())?;
+        } else if is_dir {
             let child = rustix::fs::openat(
                 dir,
                 name.as_c_str(),
@@ -237,7 +260,7 @@ fn clear_dir(dir: BorrowedFd<'_>, depth: usize) -> io::Result<()> {
                 Mode::empty(),
             )?;
             let _ = rustix::fs::fchmod(&child, Mode::from_raw_mode(0o700));
-            clear_dir(child.as_fd(), depth + 1)?;
+            clear_dir(root, child.as_fd(), depth + 1, hoisted)?;
             drop(child);
             rustix::fs::unlinkat(dir, name.as_c_str(), AtFlags::REMOVEDIR)?;
         } else {
@@ -292,5 +315,29 @@ mod tests {
         assert!(!tree.exists());
         assert!(outside.join("keep").exists());
         remove_tree(&tree).unwrap();
+    }
+
+    #[test]
+    fn remove_tree_removes_a_tree_deeper_than_any_walk() {
+        let temp = tempfile::tempdir().unwrap();
+        let tree = temp.path().join("tree");
+        // Built by fd so the path length does not matter.
+        std::fs::create_dir(&tree).unwrap();
+        let mut dir = open_root(&tree).unwrap();
+        for _ in 0..(MAX_DEPTH + 300) {
+            rustix::fs::mkdirat(&dir, "d", Mode::from_raw_mode(0o700)).unwrap();
+            dir = open_dir_at(dir.as_fd(), "d").unwrap();
+        }
+        let file = rustix::fs::openat(
+            &dir,
+            "f",
+            OFlags::CREATE | OFlags::WRONLY,
+            Mode::from_raw_mode(0o600),
+        )
+        .unwrap();
+        drop(file);
+        drop(dir);
+        remove_tree(&tree).unwrap();
+        assert!(!tree.exists());
     }
 }

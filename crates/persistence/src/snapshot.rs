@@ -1,8 +1,9 @@
 //! Capturing a directory tree into the blob store (the blocking half of `checkpoint`).
 //!
 //! 1. Walk the tree with directory fds, never following a symlink, names sorted by bytes:
-//!    directories, regular files and symlinks become entries; anything else is
-//!    "Unsupported workspace entry: <path>".
+//!    directories, regular files and symlinks become entries; FIFOs, sockets, devices,
+//!    non-UTF-8 names and the contents of directories nested deeper than `MAX_DEPTH` are
+//!    skipped and reported (`skipped`), never fatal.
 //! 2. Resolve each file's hash: from the stat cache when its stat is unchanged and its blob is
 //!    still stored (no read at all), else by reading it on a small thread pool. A file is
 //!    read through an fd, with `fstat` before and after: if the stat moved while we read, the
@@ -17,16 +18,21 @@
 use crate::blob::{BlobStore, COPY_BUFFER, DirSync};
 use crate::error::{IoContext, PersistenceError, Result};
 use crate::hash::BlobHash;
-use crate::manifest::{MANIFEST_VERSION, ManifestEntry, WorkspaceManifest};
+use crate::limits::CheckpointLimits;
+use crate::manifest::{ManifestEntry, WorkspaceManifest};
 use crate::progress::{ProgressObserver, ProgressPhase, ProgressTracker};
 use crate::safe_fs::{self, EntryStat, ParentCursor, StatKey};
+use crate::skipped::{SkipReason, SkippedEntries};
+use crate::sparse::{self, ExtentReader};
 use crate::stat_cache::StatCache;
+use crate::walk::Descend;
 use omabox_contract::AbortSignal;
 use rustix::fs::FileType;
 use rustix::io::Errno;
 use sha2::{Digest, Sha256};
+use std::collections::HashMap;
 use std::io::{self, Read};
-use std::os::fd::{AsFd, BorrowedFd};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
@@ -48,7 +54,11 @@ pub struct CheckpointReport {
     pub directories: u64,
     /// Symlinks.
     pub symlinks: u64,
-    /// Total size of all files.
+    /// Hard links to a file listed earlier (stored once).
+    pub hardlinks: u64,
+    /// Files stored as their data regions only.
+    pub sparse_files: u64,
+    /// Total size of all file blobs (the data regions of sparse files).
     pub bytes: u64,
     /// Files whose hash came from the stat cache (not read).
     pub cache_hits: u64,
@@ -64,6 +74,8 @@ pub struct CheckpointReport {
     pub manifest_stored: bool,
     /// True when the candidate was returned from an earlier call with the same key.
     pub reused_candidate: bool,
+    /// Entries left out (special files, non-UTF-8 names, too deep); see `skipped`.
+    pub skipped: SkippedEntries,
     /// Wall time.
     pub duration: Duration,
 }
@@ -71,6 +83,7 @@ pub struct CheckpointReport {
 /// Inputs of [`snapshot`].
 pub(crate) struct SnapshotInput<'a> {
     pub store: &'a BlobStore,
+    pub limits: CheckpointLimits,
     pub root: &'a Path,
     pub cache: Option<&'a StatCache>,
     pub racy_margin: Duration,
@@ -91,11 +104,17 @@ enum Walked {
     Directory { path: String, mode: u32 },
     File { path: String, stat: EntryStat },
     Symlink { path: String, target: String },
+    Hardlink { path: String, target: String },
 }
 
 struct Hashed {
     hash: BlobHash,
+    /// Logical size.
     size: u64,
+    /// Data regions of a sparse file (the blob holds only them).
+    extents: Option<Vec<[u64; 2]>>,
+    /// Bytes of the blob.
+    stored_size: u64,
     mode: u32,
     stat: StatKey,
     observed_ns: i64,
@@ -107,11 +126,31 @@ pub(crate) fn snapshot(input: SnapshotInput<'_>) -> Result<Snapshot> {
     let started = Instant::now();
     let root_fd =
         safe_fs::open_root(input.root).ctx(|| format!("Cannot open {}", input.root.display()))?;
-    let mut walked = Vec::new();
-    walk_dir(root_fd.as_fd(), "", 0, &mut walked, input.signal)?;
+    let mut walk = Walk {
+        out: Vec::new(),
+        skipped: SkippedEntries::default(),
+        signal: input.signal,
+        limits: input.limits,
+        inodes: HashMap::new(),
+        estimated_bytes: 0,
+    };
+    walk_tree(
+        root_fd
+            .try_clone()
+            .ctx(|| format!("Cannot open {}", input.root.display()))?,
+        &mut walk,
+    )?;
+    let Walk {
+        out: walked,
+        skipped,
+        ..
+    } = walk;
 
     let _lock = input.store.lock_shared()?;
-    let mut report = CheckpointReport::default();
+    let mut report = CheckpointReport {
+        skipped,
+        ..CheckpointReport::default()
+    };
     let (files_total, bytes_total) =
         walked
             .iter()
@@ -135,6 +174,8 @@ pub(crate) fn snapshot(input: SnapshotInput<'_>) -> Result<Snapshot> {
             hit = Some(Hashed {
                 hash,
                 size: stat.key.size,
+                extents: None,
+                stored_size: stat.key.size,
                 mode: stat.mode,
                 stat: stat.key,
                 observed_ns: 0,
@@ -152,12 +193,15 @@ pub(crate) fn snapshot(input: SnapshotInput<'_>) -> Result<Snapshot> {
     input.store.sync_dirs(&dirs)?;
     for (index, hashed) in hashed_files {
         report.files_hashed += 1;
-        report.bytes_hashed += hashed.size;
+        report.bytes_hashed += hashed.stored_size;
         if hashed.stored {
             report.blobs_stored += 1;
-            report.bytes_stored += hashed.size;
+            report.bytes_stored += hashed.stored_size;
         }
+        // The cache holds hashes only, so a sparse file (whose blob also needs its regions)
+        // is re-read at every checkpoint; reading it costs only its data.
         if let Walked::File { path, .. } = &walked[index]
+            && hashed.extents.is_none()
             && hashed.stat.ctime_ns.saturating_add(margin) < hashed.observed_ns
         {
             new_cache.insert(path.clone(), hashed.stat, hashed.hash);
@@ -176,10 +220,19 @@ pub(crate) fn snapshot(input: SnapshotInput<'_>) -> Result<Snapshot> {
                 report.symlinks += 1;
                 ManifestEntry::symlink(path, target)
             }
+            (Walked::Hardlink { path, target }, _) => {
+                report.hardlinks += 1;
+                ManifestEntry::hardlink(path, target)
+            }
             (Walked::File { path, .. }, Some(hashed)) => {
                 report.files += 1;
-                report.bytes += hashed.size;
-                ManifestEntry::file(path, hashed.mode, hashed.size, hashed.hash)
+                report.bytes += hashed.stored_size;
+                let mut entry = ManifestEntry::file(path, hashed.mode, hashed.size, hashed.hash);
+                if hashed.extents.is_some() {
+                    report.sparse_files += 1;
+                }
+                entry.extents = hashed.extents;
+                entry
             }
             (Walked::File { path, .. }, None) => {
                 return Err(PersistenceError::EntryChanged(path));
@@ -187,12 +240,13 @@ pub(crate) fn snapshot(input: SnapshotInput<'_>) -> Result<Snapshot> {
         });
     }
     report.entries = entries.len() as u64;
+    input.limits.check_bytes(report.bytes)?;
     input
         .signal
         .throw_if_aborted()
         .map_err(PersistenceError::Aborted)?;
     let manifest = WorkspaceManifest {
-        version: MANIFEST_VERSION,
+        version: WorkspaceManifest::version_for(&entries),
         entries,
     };
     let stored = input.store.put_bytes_locked(&manifest.to_bytes(), None)?;
@@ -205,65 +259,90 @@ pub(crate) fn snapshot(input: SnapshotInput<'_>) -> Result<Snapshot> {
     })
 }
 
-fn join(prefix: &str, name: &str) -> String {
-    if prefix.is_empty() {
-        name.to_owned()
-    } else {
-        format!("{prefix}/{name}")
+/// Walks the tree into `walk`: see the module doc for what is kept and what is skipped.
+fn walk_tree(root: OwnedFd, walk: &mut Walk<'_>) -> Result<()> {
+    crate::walk::walk(root, "workspace", |visit| {
+        walk.signal
+            .throw_if_aborted()
+            .map_err(PersistenceError::Aborted)?;
+        let (Some(name), Some(stat)) = (visit.name, visit.stat) else {
+            walk.skipped.push(&visit.path, SkipReason::NotUtf8);
+            return Ok(Descend::No);
+        };
+        let path = visit.path;
+        match stat.file_type {
+            FileType::Directory => {
+                walk.push(Walked::Directory {
+                    path: path.clone(),
+                    mode: stat.mode,
+                })?;
+                // Entries below this directory would be more than MAX_DEPTH segments deep.
+                if visit.depth >= safe_fs::MAX_DEPTH {
+                    walk.skipped.push(&path, SkipReason::TooDeep);
+                    return Ok(Descend::No);
+                }
+                return Ok(Descend::Yes);
+            }
+            FileType::RegularFile => {
+                // Another name of an inode already listed is a link, stored once.
+                if stat.nlink > 1 {
+                    let inode = (stat.key.dev, stat.key.ino);
+                    if let Some(target) = walk.inodes.get(&inode) {
+                        let target = target.clone();
+                        walk.push(Walked::Hardlink { path, target })?;
+                        return Ok(Descend::No);
+                    }
+                    walk.inodes.insert(inode, path.clone());
+                }
+                // What the blob store will hold: the allocated bytes of a sparse file.
+                walk.estimated_bytes = walk
+                    .estimated_bytes
+                    .saturating_add(stat.key.size.min(stat.allocated.max(1)));
+                walk.limits.check_bytes(walk.estimated_bytes)?;
+                walk.push(Walked::File { path, stat })?;
+            }
+            FileType::Symlink => {
+                let target = rustix::fs::readlinkat(visit.dir, name, Vec::new())
+                    .map_err(|error| changed_or_io(&path, error.into()))?;
+                match target.into_string() {
+                    Ok(target) => walk.push(Walked::Symlink { path, target })?,
+                    Err(_) => walk.skipped.push(&path, SkipReason::NotUtf8),
+                }
+            }
+            other => walk.skipped.push(&path, special_reason(other)),
+        }
+        Ok(Descend::No)
+    })
+}
+
+/// Why a file type that is not a directory, regular file or symlink is skipped.
+pub(crate) fn special_reason(file_type: FileType) -> SkipReason {
+    match file_type {
+        FileType::Fifo => SkipReason::Fifo,
+        FileType::Socket => SkipReason::Socket,
+        _ => SkipReason::Device,
     }
 }
 
-fn walk_dir(
-    dir: BorrowedFd<'_>,
-    prefix: &str,
-    depth: usize,
-    out: &mut Vec<Walked>,
-    signal: &AbortSignal,
-) -> Result<()> {
-    if depth >= safe_fs::MAX_DEPTH {
-        return Err(PersistenceError::TooDeep(prefix.to_owned()));
+/// The state of one walk.
+struct Walk<'a> {
+    out: Vec<Walked>,
+    skipped: SkippedEntries,
+    signal: &'a AbortSignal,
+    limits: CheckpointLimits,
+    /// The first path of every multiply-linked inode.
+    inodes: HashMap<(u64, u64), String>,
+    /// Blob bytes the files so far need, from their stat.
+    estimated_bytes: u64,
+}
+
+impl Walk<'_> {
+    /// Adds an entry, failing once the entry limit is passed (before memory grows further).
+    fn push(&mut self, walked: Walked) -> Result<()> {
+        self.limits.check_entries(self.out.len() as u64 + 1)?;
+        self.out.push(walked);
+        Ok(())
     }
-    let names =
-        safe_fs::list_names(dir).ctx(|| format!("Cannot list workspace directory /{prefix}"))?;
-    for name in names {
-        signal
-            .throw_if_aborted()
-            .map_err(PersistenceError::Aborted)?;
-        let Ok(name) = name.to_str() else {
-            return Err(PersistenceError::UnsupportedEntry(join(
-                prefix,
-                &name.to_string_lossy(),
-            )));
-        };
-        let path = join(prefix, name);
-        let stat = match safe_fs::stat_at(dir, name) {
-            Ok(stat) => stat,
-            Err(error) if error.kind() == io::ErrorKind::NotFound => continue,
-            Err(error) => return Err(PersistenceError::io(format!("Cannot stat {path}"), error)),
-        };
-        match stat.file_type {
-            FileType::Directory => {
-                let child =
-                    safe_fs::open_dir_at(dir, name).map_err(|error| changed_or_io(&path, error))?;
-                out.push(Walked::Directory {
-                    path: path.clone(),
-                    mode: stat.mode,
-                });
-                walk_dir(child.as_fd(), &path, depth + 1, out, signal)?;
-            }
-            FileType::RegularFile => out.push(Walked::File { path, stat }),
-            FileType::Symlink => {
-                let target = rustix::fs::readlinkat(dir, name, Vec::new())
-                    .map_err(|error| changed_or_io(&path, error.into()))?;
-                let Ok(target) = target.into_string() else {
-                    return Err(PersistenceError::UnsupportedEntry(path));
-                };
-                out.push(Walked::Symlink { path, target });
-            }
-            _ => return Err(PersistenceError::UnsupportedEntry(path)),
-        }
-    }
-    Ok(())
 }
 
 /// An error from opening an entry the walk just saw: a vanished or retyped entry means the
@@ -369,15 +448,31 @@ fn hash_file(
         if before.file_type != FileType::RegularFile {
             return Err(PersistenceError::EntryChanged(path.to_owned()));
         }
-        let Some((hash, size, stored)) = store_content(store, &file, before.key.size, path, dirs)?
-        else {
+        let extents = if before.allocated < before.key.size {
+            sparse::data_extents(&file, before.key.size).ctx(|| format!("Cannot read {path}"))?
+        } else {
+            None
+        };
+        let stored = match &extents {
+            Some(extents) => {
+                let outcome =
+                    store.put_reader_locked(ExtentReader::new(&file, extents), Some(dirs))?;
+                let expected: u64 = extents.iter().map(|[_, length]| *length).sum();
+                (outcome.size == expected).then_some((outcome.hash, outcome.size, outcome.stored))
+            }
+            None => store_content(store, &file, before.key.size, path, dirs)?
+                .filter(|(_, size, _)| *size == before.key.size),
+        };
+        let Some((hash, stored_size, stored)) = stored else {
             continue;
         };
         let after = safe_fs::stat_fd(&file).ctx(|| format!("Cannot stat {path}"))?;
-        if after.key == before.key && size == before.key.size {
+        if after.key == before.key {
             return Ok(Hashed {
                 hash,
-                size,
+                size: before.key.size,
+                extents,
+                stored_size,
                 mode: before.mode,
                 stat: before.key,
                 observed_ns,

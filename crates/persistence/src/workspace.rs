@@ -25,6 +25,7 @@ use crate::blocking;
 use crate::error::{IoContext, PersistenceError, Result};
 use crate::hash::{BlobHash, CandidateHashError, candidate_manifest_hash, short_hash};
 use crate::layout::{self, binding_metadata, check_host_path, prune_empty_parents};
+use crate::limits::CheckpointLimits;
 use crate::manifest::WorkspaceManifest;
 use crate::progress::{ProgressObserver, ProgressPhase};
 use crate::restore::{RestoreInput, RestoreReport, restore};
@@ -64,6 +65,8 @@ pub struct WorkspaceOptions {
     pub hash_threads: usize,
     /// Hash every restored byte against the manifest (else check sizes only). Default true.
     pub verify_restore: bool,
+    /// Limits of each checkpoint (and of a seed's capture).
+    pub limits: CheckpointLimits,
 }
 
 impl Default for WorkspaceOptions {
@@ -74,6 +77,7 @@ impl Default for WorkspaceOptions {
                 .map(|cores| (cores.get() * 2).min(8))
                 .unwrap_or(4),
             verify_restore: true,
+            limits: CheckpointLimits::default(),
         }
     }
 }
@@ -87,6 +91,17 @@ pub struct FilesystemWorkspacePort {
     options: WorkspaceOptions,
     observer: Option<Arc<dyn ProgressObserver>>,
     seeds: Mutex<HashMap<RuntimeResourceScope, PathBuf>>,
+    revisions: Mutex<HashMap<RuntimeResourceScope, RevisionChoice>>,
+}
+
+/// A published revision `materialize` knows about for a scope (see
+/// [`FilesystemWorkspacePort::restore_revision`] and [`FilesystemWorkspacePort::name_revision`]).
+#[derive(Debug, Clone)]
+struct RevisionChoice {
+    revision: u64,
+    candidate: RuntimePublicationCandidate,
+    /// Restore this instead of the scope's active checkpoint.
+    replace_active: bool,
 }
 
 impl FilesystemWorkspacePort {
@@ -109,6 +124,7 @@ impl FilesystemWorkspacePort {
             options: WorkspaceOptions::default(),
             observer: None,
             seeds: Mutex::new(HashMap::new()),
+            revisions: Mutex::new(HashMap::new()),
         }
     }
 
@@ -126,6 +142,11 @@ impl FilesystemWorkspacePort {
         }
         self.strategies = strategies.to_vec();
         Ok(self)
+    }
+
+    /// The strategies this port offers.
+    pub fn strategies(&self) -> &[WorkspaceStrategy] {
+        &self.strategies
     }
 
     /// Replaces the tunables.
@@ -153,6 +174,48 @@ impl FilesystemWorkspacePort {
         }
     }
 
+    /// Makes `materialize` for `scope` restore `candidate`, published as `revision`, instead of
+    /// the scope's active checkpoint: continuing a session from an earlier revision
+    /// (`omabox run --from-revision N`). The run then publishes a new revision on top.
+    pub fn restore_revision(
+        &self,
+        scope: RuntimeResourceScope,
+        revision: u64,
+        candidate: RuntimePublicationCandidate,
+    ) {
+        self.remember_revision(scope, revision, candidate, true);
+    }
+
+    /// Tells the port that `candidate` of `scope` is its published `revision`, so that a failed
+    /// restore names the revision (not only the checkpoint id).
+    pub fn name_revision(
+        &self,
+        scope: RuntimeResourceScope,
+        revision: u64,
+        candidate: RuntimePublicationCandidate,
+    ) {
+        self.remember_revision(scope, revision, candidate, false);
+    }
+
+    fn remember_revision(
+        &self,
+        scope: RuntimeResourceScope,
+        revision: u64,
+        candidate: RuntimePublicationCandidate,
+        replace_active: bool,
+    ) {
+        if let Ok(mut revisions) = self.revisions.lock() {
+            revisions.insert(
+                scope,
+                RevisionChoice {
+                    revision,
+                    candidate,
+                    replace_active,
+                },
+            );
+        }
+    }
+
     /// `materialize`, also returning what a restore did (`None` when nothing was restored).
     pub async fn materialize_with_report(
         &self,
@@ -167,7 +230,22 @@ impl FilesystemWorkspacePort {
         let root = self.binding_root(&input.scope, input.fence.generation, &binding_id)?;
         let host_path = root.join("workspace");
         let restoring = input.strategy == WorkspaceStrategy::CheckpointRestore;
-        let active = match (&input.active_checkpoint, restoring) {
+        let choice = self
+            .revisions
+            .lock()
+            .ok()
+            .and_then(|revisions| revisions.get(&input.scope).cloned());
+        let candidate = match &choice {
+            Some(choice) if choice.replace_active => Some(choice.candidate.clone()),
+            _ => input.active_checkpoint.clone(),
+        };
+        let label = candidate.as_ref().map(|candidate| match &choice {
+            Some(choice) if choice.candidate.id == candidate.id => {
+                format!("revision {} ({})", choice.revision, candidate.id)
+            }
+            _ => candidate.id.clone(),
+        });
+        let active = match (&candidate, restoring) {
             (Some(candidate), true) => Some(checkpoint_hash(candidate)?),
             _ => None,
         };
@@ -189,6 +267,7 @@ impl FilesystemWorkspacePort {
             observer: self.observer.clone(),
             signal: input.signal.clone(),
         };
+        let restoring_active = job.active.is_some();
         let report = blocking(move || {
             let result = job.run();
             if result.is_err() {
@@ -196,7 +275,23 @@ impl FilesystemWorkspacePort {
             }
             result
         })
-        .await?;
+        .await
+        .map_err(|error| match (error, label) {
+            // Missing or damaged storage is named with session and revision; every other
+            // failure keeps its exact (contract) text.
+            (
+                error @ (PersistenceError::MissingContent { .. }
+                | PersistenceError::CorruptContent { .. }
+                | PersistenceError::CheckpointMissing(_)
+                | PersistenceError::Io { .. }),
+                Some(what),
+            ) if restoring_active => PersistenceError::Restore {
+                session: input.scope.session_id.clone(),
+                what,
+                detail: PortError::from(error).message().to_owned(),
+            },
+            (error, _) => error,
+        })?;
         Ok((
             WorkspaceBinding {
                 binding_id,
@@ -262,6 +357,7 @@ impl FilesystemWorkspacePort {
             let cache = StatCache::load(&cache_path);
             let captured = snapshot(SnapshotInput {
                 store: &store,
+                limits: options.limits,
                 root: &root.join("workspace"),
                 cache: Some(&cache),
                 racy_margin: options.racy_margin,
@@ -278,6 +374,10 @@ impl FilesystemWorkspacePort {
             metadata.insert("manifestBlob".into(), hash.to_hex().into());
             metadata.insert("entries".into(), captured.report.entries.into());
             metadata.insert("bytes".into(), captured.report.bytes.into());
+            if !captured.report.skipped.is_empty() {
+                metadata.insert("skippedEntries".into(), captured.report.skipped.total.into());
+                captured.report.skipped.warn("/workspace");
+            }
             let candidate = WorkspaceCheckpointCandidate {
                 id: format!("{CANDIDATE_PREFIX}{hash}"),
                 content_hash: hash.content_hash(),
@@ -473,6 +573,7 @@ impl MaterializeJob {
             (None, Some(seed)) => {
                 let captured = snapshot(SnapshotInput {
                     store: &self.store,
+                    limits: self.options.limits,
                     root: seed,
                     cache: None,
                     racy_margin: self.options.racy_margin,

@@ -183,18 +183,13 @@ async fn finalize_detects_changes_after_collection() {
 }
 
 #[tokio::test]
-async fn collect_accepts_regular_files_only() {
+async fn collect_skips_symlinks_and_special_files_and_keeps_the_rest() {
     let data = tempfile::tempdir().unwrap();
     let port = port(data.path());
     let (binding, dir) = prepare(&port).await;
     std::fs::create_dir(dir.join("sub")).unwrap();
     std::os::unix::fs::symlink("/etc/passwd", dir.join("sub/link")).unwrap();
-    let error = collect(&port, &binding).await.unwrap_err();
-    assert_eq!(
-        error.message(),
-        "Session output must be a regular file: sub/link"
-    );
-    std::fs::remove_file(dir.join("sub/link")).unwrap();
+    std::fs::write(dir.join("sub/report.txt"), b"kept").unwrap();
     rustix::fs::mknodat(
         rustix::fs::CWD,
         dir.join("fifo"),
@@ -203,11 +198,12 @@ async fn collect_accepts_regular_files_only() {
         0,
     )
     .unwrap();
-    let error = collect(&port, &binding).await.unwrap_err();
-    assert_eq!(
-        error.message(),
-        "Session output must be a regular file: fifo"
-    );
+    let entries = collect(&port, &binding).await.unwrap();
+    let paths: Vec<&str> = entries
+        .iter()
+        .map(|entry| entry.logical_path.as_str())
+        .collect();
+    assert_eq!(paths, ["sub/report.txt"]);
 }
 
 #[tokio::test]

@@ -9,8 +9,9 @@ use omabox_contract::{
 };
 use omabox_persistence::{
     BlobHash, BlobStore, BlobStoreOptions, EntryKind, FilesystemWorkspacePort, ManifestEntry,
-    Progress, ProgressObserver, ProgressPhase, WorkspaceManifest, WorkspaceOptions,
+    Progress, ProgressObserver, ProgressPhase, SkipReason, WorkspaceManifest, WorkspaceOptions,
 };
+use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -31,6 +32,7 @@ fn port(data: &Path, grace: Duration) -> FilesystemWorkspacePort {
         racy_margin: MARGIN,
         hash_threads: 2,
         verify_restore: true,
+        ..WorkspaceOptions::default()
     })
 }
 
@@ -327,43 +329,129 @@ async fn checkpoint_is_idempotent_per_key() {
 }
 
 #[tokio::test]
-async fn unsupported_entries_fail_the_checkpoint_without_touching_the_published_one() {
+async fn special_files_and_too_deep_trees_are_skipped_and_reported_not_fatal() {
     let data = tempfile::tempdir().unwrap();
     let port = port(data.path(), Duration::from_secs(3600));
     let binding = port
         .materialize(materialize_input(1, CR, None))
         .await
         .unwrap();
-    std::fs::write(host_path(&binding).join("kept"), b"kept").unwrap();
-    let good = port
-        .checkpoint(checkpoint_input(1, CR, &binding, ""))
-        .await
-        .unwrap();
+    let root = host_path(&binding);
+    std::fs::write(root.join("kept"), b"kept").unwrap();
     rustix::fs::mknodat(
         rustix::fs::CWD,
-        host_path(&binding).join("fifo"),
+        root.join("fifo"),
         rustix::fs::FileType::Fifo,
         rustix::fs::Mode::from_raw_mode(0o644),
         0,
     )
     .unwrap();
-    let error = port
-        .checkpoint(checkpoint_input(1, CR, &binding, "-2"))
+    rustix::fs::mknodat(
+        rustix::fs::CWD,
+        root.join("sock"),
+        rustix::fs::FileType::Socket,
+        rustix::fs::Mode::from_raw_mode(0o644),
+        0,
+    )
+    .unwrap();
+    rustix::fs::mknodat(
+        rustix::fs::CWD,
+        root.join("null"),
+        rustix::fs::FileType::CharacterDevice,
+        rustix::fs::Mode::from_raw_mode(0o666),
+        rustix::fs::makedev(1, 3),
+    )
+    .unwrap();
+    std::fs::write(
+        root.join(std::ffi::OsStr::from_bytes(b"bad-\xff-name")),
+        b"x",
+    )
+    .unwrap();
+    // 1100 nested directories with a file at the bottom (built by fd: the path is long).
+    let mut dir = rustix::fs::open(
+        &root,
+        rustix::fs::OFlags::DIRECTORY | rustix::fs::OFlags::RDONLY,
+        rustix::fs::Mode::empty(),
+    )
+    .unwrap();
+    for _ in 0..1100 {
+        rustix::fs::mkdirat(&dir, "d", rustix::fs::Mode::from_raw_mode(0o755)).unwrap();
+        dir = rustix::fs::openat(
+            &dir,
+            "d",
+            rustix::fs::OFlags::DIRECTORY | rustix::fs::OFlags::RDONLY,
+            rustix::fs::Mode::empty(),
+        )
+        .unwrap();
+    }
+    let deep_file = rustix::fs::openat(
+        &dir,
+        "deep-file",
+        rustix::fs::OFlags::CREATE | rustix::fs::OFlags::WRONLY,
+        rustix::fs::Mode::from_raw_mode(0o644),
+    )
+    .unwrap();
+    drop(deep_file);
+    drop(dir);
+
+    let (candidate, report) = port
+        .checkpoint_with_report(&checkpoint_input(1, CR, &binding, ""))
         .await
-        .unwrap_err();
-    assert_eq!(error.message(), "Unsupported workspace entry: fifo");
+        .unwrap();
+    let mut reasons: Vec<(String, SkipReason)> = report
+        .skipped
+        .kept
+        .iter()
+        .map(|entry| (entry.path.clone(), entry.reason))
+        .collect();
+    reasons.sort_by(|a, b| a.0.cmp(&b.0));
+    // Reported paths are shortened to 512 characters.
+    let deep = format!("{}…", &vec!["d"; 1024].join("/")[..512]);
+    assert_eq!(
+        reasons,
+        vec![
+            ("bad-\u{fffd}-name".to_owned(), SkipReason::NotUtf8),
+            (deep, SkipReason::TooDeep),
+            ("fifo".to_owned(), SkipReason::Fifo),
+            ("null".to_owned(), SkipReason::Device),
+            ("sock".to_owned(), SkipReason::Socket),
+        ]
+    );
+    assert_eq!(report.skipped.total, 5);
+    assert_eq!(
+        serde_json::to_value(&candidate.metadata.as_ref().unwrap()["skippedEntries"]).unwrap(),
+        serde_json::json!(5)
+    );
+
+    // What was stored restores: the regular file and all 1024 storable directory levels.
     let restored = port
         .materialize(materialize_input(
             2,
             CR,
-            Some(good.to_publication_candidate()),
+            Some(candidate.to_publication_candidate()),
         ))
         .await
         .unwrap();
+    let restored_root = host_path(&restored);
+    assert_eq!(std::fs::read(restored_root.join("kept")).unwrap(), b"kept");
+    assert!(!restored_root.join("fifo").exists());
+    let manifest = port
+        .read_manifest(&candidate.to_publication_candidate())
+        .await
+        .unwrap();
     assert_eq!(
-        std::fs::read(host_path(&restored).join("kept")).unwrap(),
-        b"kept"
+        manifest
+            .entries
+            .iter()
+            .filter(|entry| entry.path.starts_with('d'))
+            .count(),
+        1024
     );
+    // Both bindings, deep trees included, are released without a trace.
+    port.release(&scope(), &fence(1), &binding).await.unwrap();
+    port.release(&scope(), &fence(2), &restored).await.unwrap();
+    assert!(!root.exists());
+    assert!(!restored_root.exists());
 }
 
 fn candidate_for(
@@ -445,6 +533,7 @@ async fn restore_rejects_bad_ids_tampering_and_traversal() {
         size: Some(1),
         hash: Some(file_hash),
         target: None,
+        extents: None,
     };
     let dir = |path: &str| ManifestEntry {
         path: path.into(),
@@ -453,6 +542,7 @@ async fn restore_rejects_bad_ids_tampering_and_traversal() {
         size: None,
         hash: None,
         target: None,
+        extents: None,
     };
     let link = |path: &str, target: &str| ManifestEntry {
         path: path.into(),
@@ -461,6 +551,7 @@ async fn restore_rejects_bad_ids_tampering_and_traversal() {
         size: None,
         hash: None,
         target: Some(target.into()),
+        extents: None,
     };
     let attacks: Vec<(Vec<ManifestEntry>, &str)> = vec![
         (vec![file("../x")], "../x"),
@@ -502,9 +593,17 @@ async fn restore_rejects_bad_ids_tampering_and_traversal() {
         }],
     };
     let candidate = candidate_for(&port, &missing.to_bytes());
-    assert_eq!(
-        restore(candidate).await,
-        "Workspace checkpoint content is missing or corrupt: f"
+    let message = restore(candidate).await;
+    assert!(
+        message.contains(&format!(
+            "Workspace checkpoint content is missing: f needs blob {}, which is not in the blob store",
+            BlobHash::of(b"never stored")
+        )),
+        "{message}"
+    );
+    assert!(
+        message.starts_with("Cannot restore the workspace of session session-1 from wcp_"),
+        "{message}"
     );
 
     let absent = BlobHash::of(b"no manifest");
@@ -513,9 +612,12 @@ async fn restore_rejects_bad_ids_tampering_and_traversal() {
         content_hash: absent.content_hash(),
         metadata: None,
     };
-    assert_eq!(
-        restore(candidate).await,
-        format!("Workspace checkpoint manifest is missing: wcp_{absent}")
+    let message = restore(candidate).await;
+    assert!(
+        message.contains(&format!(
+            "from wcp_{absent}: Workspace checkpoint manifest is missing: wcp_{absent}"
+        )),
+        "{message}"
     );
 }
 
@@ -575,7 +677,8 @@ async fn gc_removes_only_unreferenced_blobs() {
         .unwrap_err();
     assert!(
         gone.message()
-            .starts_with("Workspace checkpoint manifest is missing")
+            .contains("Workspace checkpoint manifest is missing"),
+        "{gone}"
     );
 }
 

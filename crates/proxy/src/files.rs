@@ -168,7 +168,11 @@ impl PublishedSessionFiles {
         let entry = manifest
             .entries
             .into_iter()
-            .find(|entry| entry.path == relative && entry.kind == EntryKind::File)
+            // A sparse file's blob holds only its data regions (manifest v2 `extents`): not
+            // promotable as bytes here yet, so it is not found rather than returned wrong.
+            .find(|entry| {
+                entry.path == relative && entry.kind == EntryKind::File && entry.extents.is_none()
+            })
             .ok_or_else(not_found)?;
         let hash = entry.hash.ok_or_else(not_found)?;
         let blobs = Arc::clone(&self.blobs);

@@ -35,12 +35,50 @@ pub enum StoreError {
         #[source]
         source: rusqlite::Error,
     },
+    /// An existing file where the database belongs is not an omabox store: empty, not
+    /// SQLite, or another application's database. It is never overwritten.
+    #[error(
+        "{path} is not an omabox store database ({reason}); omabox never overwrites or \
+         recreates it: move it aside (or restore it from a backup), or use another data directory"
+    )]
+    NotAStore {
+        /// The database file.
+        path: PathBuf,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// The database fails SQLite's `PRAGMA quick_check`.
+    #[error(
+        "the store database {path} is damaged (PRAGMA quick_check: {detail}); omabox does not \
+         repair or recreate it: restore it from a backup, or move it aside and use another data \
+         directory"
+    )]
+    Damaged {
+        /// The database file.
+        path: PathBuf,
+        /// The first problems `quick_check` reported.
+        detail: String,
+    },
+    /// The data directory (or the database in it) cannot be written.
+    #[error(
+        "the data directory {path} is not writable; omabox keeps its store database there: make \
+         it writable, or use another data directory"
+    )]
+    NotWritable {
+        /// The directory.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
     /// The database was written by a newer omabox.
     #[error(
-        "the store database has schema version {found}, newer than the {supported} this omabox \
-         understands; upgrade omabox or use another data directory"
+        "the store database {path} has schema version {found}, newer than the {supported} this \
+         omabox understands; upgrade omabox or use another data directory"
     )]
     SchemaTooNew {
+        /// The database file.
+        path: PathBuf,
         /// The version recorded in the database.
         found: u32,
         /// The newest version this build knows.

@@ -48,6 +48,11 @@
 //! - **Schema changes are explicit.** The schema version is `PRAGMA user_version`; ordered
 //!   migrations run in one transaction; a database newer than this build is refused
 //!   ([`StoreError::SchemaTooNew`]).
+//! - **An existing database is never recreated or used unchecked.** A missing database is
+//!   built in a temp file and linked into place whole; an existing one that is empty, not
+//!   SQLite, another application's, or fails `PRAGMA quick_check` is refused with an error
+//!   naming the file ([`StoreError::NotAStore`], [`StoreError::Damaged`]) and never modified;
+//!   [`SqliteStore::open_if_exists`] lets read-only commands create nothing.
 //!
 //! Known difference from the reference: a re-entrant `acquire` (same owner id, unexpired
 //! fence) returns the same fence only in the process that acquired it, because only that

@@ -293,12 +293,14 @@ fn a_database_from_a_newer_omabox_is_refused() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("omabox.db");
     let raw = rusqlite::Connection::open(&path).unwrap();
+    raw.pragma_update(None, "application_id", APPLICATION_ID)
+        .unwrap();
     raw.pragma_update(None, "user_version", SCHEMA_VERSION + 1)
         .unwrap();
     drop(raw);
     let error = SqliteStore::open(&path).unwrap_err();
     assert!(
-        matches!(error, StoreError::SchemaTooNew { found, supported } if found == SCHEMA_VERSION + 1 && supported == SCHEMA_VERSION),
+        matches!(error, StoreError::SchemaTooNew { found, supported, .. } if found == SCHEMA_VERSION + 1 && supported == SCHEMA_VERSION),
         "{error:?}"
     );
     assert!(error.to_string().contains("newer"), "{error}");

@@ -231,10 +231,7 @@ async fn the_database_and_its_wal_and_shm_are_owner_only() {
 
     // A database an older omabox left world-readable is narrowed on open.
     let old = dir.path().join("old.db");
-    rusqlite::Connection::open(&old)
-        .unwrap()
-        .execute_batch("CREATE TABLE t (x)")
-        .unwrap();
+    drop(SqliteStore::open(&old).unwrap());
     std::fs::set_permissions(&old, std::fs::Permissions::from_mode(0o644)).unwrap();
     let store = SqliteStore::open(&old).unwrap();
     store.put("k", SecretString::new("v")).await.unwrap();

@@ -2,6 +2,8 @@
 
 pub mod bench;
 pub mod catalog;
+pub mod fsck;
+pub mod gc;
 pub mod outputs;
 pub mod reap;
 pub mod run;

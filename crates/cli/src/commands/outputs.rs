@@ -2,7 +2,7 @@
 //! session's last publication (logical path, size, media type, content hash), and optionally
 //! one entry's bytes, copied from the blob store after checking its stored size.
 
-use crate::session::{check_id, open_store, publication};
+use crate::session::{check_id, publication};
 use crate::timeline::human_bytes;
 use crate::wiring::Persistence;
 use anyhow::Context as _;
@@ -32,7 +32,14 @@ pub struct OutputsArgs {
 /// Lists (or copies) a session's published outputs.
 pub async fn run(data_dir: &Path, args: &OutputsArgs) -> anyhow::Result<ExitCode> {
     check_id("--session", &args.session)?;
-    let store = open_store(data_dir).await?;
+    let Some(store) = crate::data_dir::open_existing_store(data_dir).await? else {
+        if args.json {
+            println!("[]");
+        } else {
+            println!("{}", crate::data_dir::no_data_yet(data_dir));
+        }
+        return Ok(ExitCode::SUCCESS);
+    };
     let scope = session_scope(args.session.clone());
     let publication = publication(&store, &scope).await?.with_context(|| {
         format!(
@@ -58,7 +65,12 @@ pub async fn run(data_dir: &Path, args: &OutputsArgs) -> anyhow::Result<ExitCode
             .outputs
             .open_entry(&candidate, path)
             .await
-            .with_context(|| format!("cannot read output {path:?} of session {}", args.session))?;
+            .with_context(|| {
+                format!(
+                    "cannot read output {path:?} of session {} (revision {})",
+                    args.session, publication.revision
+                )
+            })?;
         copy_entry(file, to)?;
         if to.as_os_str() != "-" {
             eprintln!(

@@ -3,7 +3,7 @@
 //! last publication and `/mnt/session/outputs` collected.
 //!
 //! ```text
-//! omabox run [--backend linux|local] [--session ID] [--workspace DIR] [--profile FILE]
+//! omabox run [--backend linux|local] [--session ID] [--workspace DIR | --from-revision N] [--profile FILE]
 //!            [--supervised] [--inference-gateway URL] [--json] [-- CMD ARGS...]
 //! ```
 //!
@@ -67,6 +67,11 @@ pub struct RunArgs {
     /// Seed a NEW session's /workspace from this directory (copied; never modified).
     #[arg(long, value_name = "DIR")]
     workspace: Option<PathBuf>,
+    /// Continue the session from its published revision N instead of its last one (for a
+    /// session whose last revision is damaged; see `omabox fsck`). The run publishes a new
+    /// revision on top.
+    #[arg(long, value_name = "N", conflicts_with = "workspace")]
+    from_revision: Option<u64>,
     /// A ManagedRuntimeProfile JSON file; CMD, when given, replaces its entry process.
     #[arg(long, value_name = "FILE", conflicts_with = "supervised")]
     profile: Option<PathBuf>,
@@ -121,6 +126,8 @@ pub async fn run(data_dir: &Path, args: RunArgs) -> anyhow::Result<ExitCode> {
         let (scope, seed) = (request.scope.clone(), seed.clone());
         persistence.workspace.seed_new_session(scope, seed);
     }
+    crate::revision::choose_restore(&store, &persistence, &request.scope, args.from_revision)
+        .await?;
     let harness_output = Arc::new(TerminalHarnessOutput::new(args.json));
     let token_slots = SessionTokenSlots::new();
     let driver = wiring::provider_driver(
@@ -168,6 +175,7 @@ pub async fn run(data_dir: &Path, args: RunArgs) -> anyhow::Result<ExitCode> {
         controller.clone(),
         Arc::clone(&cancelled),
     ));
+    let profile = request.profile.clone();
     let mut input = ManagedRuntimeRunInput::new(request.scope.clone(), request.profile);
     input.signal = Some(controller.signal());
     input.observer = Some(Arc::clone(&timeline) as _);
@@ -183,7 +191,11 @@ pub async fn run(data_dir: &Path, args: RunArgs) -> anyhow::Result<ExitCode> {
                     .await;
             run_report::result(&header, &timeline, result, outputs, cancelled)
         }
-        Err(error) => run_report::rejection(&header, &timeline, error),
+        Err(error) => {
+            let strategies = persistence.workspace.strategies();
+            let error = crate::profile_hint::explain_rejection(&profile, strategies, error);
+            run_report::rejection(&header, &timeline, error)
+        }
     }
 }
 

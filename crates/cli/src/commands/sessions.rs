@@ -2,7 +2,7 @@
 //! publication (revision, the generation that made it, the workspace candidate and the
 //! number of outputs), read from the fence store. Read-only.
 
-use crate::session::open_store;
+use crate::data_dir::{no_data_yet, open_existing_store};
 use crate::wiring::Persistence;
 use clap::Args;
 use serde::Serialize;
@@ -34,7 +34,14 @@ struct SessionRow {
 
 /// Lists the published sessions.
 pub async fn run(data_dir: &Path, args: &SessionsArgs) -> anyhow::Result<ExitCode> {
-    let store = open_store(data_dir).await?;
+    let Some(store) = open_existing_store(data_dir).await? else {
+        if args.json {
+            println!("[]");
+        } else {
+            println!("{}", no_data_yet(data_dir));
+        }
+        return Ok(ExitCode::SUCCESS);
+    };
     let listed = tokio::task::spawn_blocking(move || store.list_publications()).await??;
     let persistence = Persistence::open(data_dir, None)?;
     let mut rows = Vec::with_capacity(listed.len());

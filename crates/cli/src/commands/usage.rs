@@ -1,6 +1,6 @@
 //! `omabox usage`: the usage ledger (`sandbox_active_seconds` per sandbox).
 
-use crate::session::open_store;
+use crate::data_dir::{no_data_yet, open_existing_store};
 use clap::Args;
 use omabox_contract::{UsageLedgerPort, UsageRecord};
 use std::path::Path;
@@ -22,7 +22,14 @@ pub struct UsageArgs {
 
 /// Prints the recorded usage.
 pub async fn run(data_dir: &Path, args: &UsageArgs) -> anyhow::Result<ExitCode> {
-    let store = open_store(data_dir).await?;
+    let Some(store) = open_existing_store(data_dir).await? else {
+        if args.json {
+            println!("[]");
+        } else {
+            println!("{}", no_data_yet(data_dir));
+        }
+        return Ok(ExitCode::SUCCESS);
+    };
     let limit = usize::try_from(args.limit).unwrap_or(usize::MAX);
     let records: Vec<UsageRecord> = match &args.session {
         Some(session) => store.usage(session).await?,

@@ -3,7 +3,7 @@
 //! Values are read from standard input (never from the command line, where `ps` and shell
 //! history would see them) and are never printed: `names` lists names only.
 
-use crate::session::open_store;
+use crate::data_dir::{no_data_yet, open_existing_store, open_store};
 use anyhow::Context as _;
 use clap::{Args, Subcommand};
 use omabox_contract::{SecretString, VaultSecretPort};
@@ -40,7 +40,31 @@ enum VaultCommand {
 
 /// Runs a vault subcommand against the data directory's store.
 pub async fn run(data_dir: &Path, args: &VaultArgs) -> anyhow::Result<ExitCode> {
-    let store = open_store(data_dir).await?;
+    // Only `put` creates a data directory; the others have nothing to do without one.
+    let store = match &args.command {
+        VaultCommand::Put { .. } => open_store(data_dir).await?,
+        VaultCommand::Names { json } => {
+            let Some(store) = open_existing_store(data_dir).await? else {
+                if *json {
+                    println!("[]");
+                } else {
+                    eprintln!("omabox vault: {}", no_data_yet(data_dir));
+                }
+                return Ok(ExitCode::SUCCESS);
+            };
+            store
+        }
+        VaultCommand::Delete { name } => {
+            let Some(store) = open_existing_store(data_dir).await? else {
+                eprintln!(
+                    "omabox vault: {}; {name} is not stored",
+                    no_data_yet(data_dir)
+                );
+                return Ok(ExitCode::SUCCESS);
+            };
+            store
+        }
+    };
     match &args.command {
         VaultCommand::Put { name } => {
             let mut value = String::new();

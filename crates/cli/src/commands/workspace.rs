@@ -3,7 +3,7 @@
 //! checkpoint's content hashes. DIR must not exist or must be empty: an export never mixes
 //! with or overwrites other files.
 
-use crate::session::{check_id, open_store, publication};
+use crate::session::{check_id, publication};
 use crate::terminal::ProgressBars;
 use crate::timeline::{human_bytes, plural};
 use crate::wiring::Persistence;
@@ -49,7 +49,15 @@ pub async fn run(data_dir: &Path, args: &WorkspaceArgs) -> anyhow::Result<ExitCo
 async fn run_export(data_dir: &Path, args: &ExportArgs) -> anyhow::Result<ExitCode> {
     check_id("--session", &args.session)?;
     check_destination(&args.dir)?;
-    let store = open_store(data_dir).await?;
+    let store = crate::data_dir::open_existing_store(data_dir)
+        .await?
+        .with_context(|| {
+            format!(
+                "{}; session {} has no published workspace",
+                crate::data_dir::no_data_yet(data_dir),
+                args.session
+            )
+        })?;
     let scope = session_scope(args.session.clone());
     let publication = publication(&store, &scope).await?.with_context(|| {
         format!(
@@ -64,7 +72,14 @@ async fn run_export(data_dir: &Path, args: &ExportArgs) -> anyhow::Result<ExitCo
         .workspace
         .export_candidate(&publication.workspace_candidate, &args.dir)
         .await
-        .with_context(|| format!("cannot export the workspace into {}", args.dir.display()))?;
+        .with_context(|| {
+            format!(
+                "cannot export revision {} of session {} into {}",
+                publication.revision,
+                args.session,
+                args.dir.display()
+            )
+        })?;
     println!(
         "exported revision {} of session {} into {}: {}, {} ({})",
         publication.revision,

@@ -119,6 +119,25 @@ fn save(
             publication,
         ],
     )?;
+    // The history row of the publication, in the same transaction; a revision's publication
+    // never changes, so an existing row is the same one.
+    if let (Some(published), Some(json)) = (&record.publication, &publication) {
+        conn.execute(
+            "INSERT OR IGNORE INTO runtime_publication (workspace_id, environment_id, session_id,
+                                                        work_id, revision, generation,
+                                                        publication_json)
+                  VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+            params![
+                scope.workspace_id,
+                scope.environment_id,
+                scope.session_id,
+                scope.work_id,
+                to_i64(published.revision, "revision")?,
+                to_i64(published.generation, "generation")?,
+                json,
+            ],
+        )?;
+    }
     Ok(())
 }
 

@@ -23,6 +23,7 @@
 mod credentials;
 mod fence;
 mod journal;
+mod open;
 mod orphan;
 mod permissions;
 pub(crate) mod schema;
@@ -101,25 +102,22 @@ impl SqliteStore {
         busy_timeout: Duration,
     ) -> Result<Self, StoreError> {
         let path = path.as_ref();
-        if let Some(parent) = path.parent().filter(|dir| !dir.as_os_str().is_empty()) {
-            std::fs::create_dir_all(parent).map_err(|source| StoreError::CreateDir {
-                path: parent.to_owned(),
-                source,
-            })?;
+        let conn = open::open_or_create(path, busy_timeout)?;
+        Ok(Self::from_migrated(conn, Some(path.to_owned())))
+    }
+
+    /// Opens the database at `path` only if it exists (`None` otherwise): for commands that
+    /// only read and must not create a data directory. Checked and migrated like
+    /// [`SqliteStore::open`].
+    pub fn open_if_exists(path: impl AsRef<Path>) -> Result<Option<Self>, StoreError> {
+        let path = path.as_ref();
+        match std::fs::symlink_metadata(path) {
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            _ => {
+                let conn = open::open_existing(path, DEFAULT_BUSY_TIMEOUT)?;
+                Ok(Some(Self::from_migrated(conn, Some(path.to_owned()))))
+            }
         }
-        // The file holds vault secrets: owner-only from its creation (see `permissions`).
-        permissions::create_private(path).map_err(|source| StoreError::CreateFile {
-            path: path.to_owned(),
-            source,
-        })?;
-        let opened =
-            Connection::open(path).and_then(|conn| configure(&conn, busy_timeout).map(|()| conn));
-        let conn = opened.map_err(|source| StoreError::Open {
-            path: path.to_owned(),
-            source,
-        })?;
-        permissions::restrict(path);
-        Self::from_connection(conn, Some(path.to_owned()))
     }
 
     /// A private in-memory database (tests, dry runs). Not shared with any other connection.
@@ -134,8 +132,12 @@ impl SqliteStore {
     }
 
     fn from_connection(mut conn: Connection, path: Option<PathBuf>) -> Result<Self, StoreError> {
-        schema::migrate(&mut conn)?;
-        Ok(Self {
+        schema::migrate(&mut conn, Path::new(":memory:"))?;
+        Ok(Self::from_migrated(conn, path))
+    }
+
+    fn from_migrated(conn: Connection, path: Option<PathBuf>) -> Self {
+        Self {
             inner: Arc::new(Mutex::new(Inner {
                 conn,
                 issued: HashMap::new(),
@@ -143,7 +145,7 @@ impl SqliteStore {
             clock: Arc::new(SystemClock),
             tokens: Arc::new(RandomTokens),
             path,
-        })
+        }
     }
 
     /// Uses `clock` for "now" (for example a [`crate::ManualClock`]).

@@ -9,10 +9,12 @@
 //!
 //! To change the schema, append a [`Migration`] with the next version; never edit a released
 //! step. Planned: the blob index.
-//! (Version 3, session tokens and the vault, is described on its step.)
+//! (Version 3, session tokens and the vault, and version 4, the publication history, are
+//! described on their steps.)
 
 use crate::StoreError;
 use rusqlite::{Connection, TransactionBehavior};
+use std::path::Path;
 
 /// `PRAGMA application_id` of an omabox store ("omab").
 pub const APPLICATION_ID: i32 = 0x6f6d_6162;
@@ -146,30 +148,57 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
         ) STRICT;
     "#,
     },
+    Migration {
+        version: 4,
+        description: "the publication history",
+        sql: r#"
+        -- Every publication of a work item, one row per revision, written in the publish
+        -- transaction that advances runtime_fence.publication_json (so the newest row is always
+        -- the active publication). Rows are never updated; `omabox fsck` verifies each one and
+        -- `omabox run --from-revision N` restores an earlier one.
+        CREATE TABLE runtime_publication (
+            workspace_id      TEXT    NOT NULL,
+            environment_id    TEXT    NOT NULL,
+            session_id        TEXT    NOT NULL,
+            work_id           TEXT    NOT NULL,
+            revision          INTEGER NOT NULL CHECK (revision >= 1),
+            generation        INTEGER NOT NULL CHECK (generation >= 0),
+            publication_json  TEXT    NOT NULL,
+            PRIMARY KEY (workspace_id, environment_id, session_id, work_id, revision)
+        ) STRICT;
+        INSERT INTO runtime_publication
+            SELECT workspace_id, environment_id, session_id, work_id,
+                   json_extract(publication_json, '$.revision'),
+                   json_extract(publication_json, '$.generation'),
+                   publication_json
+              FROM runtime_fence
+             WHERE publication_json IS NOT NULL;
+    "#,
+    },
 ];
 
 /// The schema version this build writes and understands.
 pub const SCHEMA_VERSION: u32 = MIGRATIONS[MIGRATIONS.len() - 1].version;
 
-/// Brings the database to [`SCHEMA_VERSION`]; returns the version it found.
-pub(crate) fn migrate(conn: &mut Connection) -> Result<u32, StoreError> {
-    migrate_through(conn, MIGRATIONS)
+/// Brings the database to [`SCHEMA_VERSION`]; returns the version it found. `path` names the
+/// file in errors.
+pub(crate) fn migrate(conn: &mut Connection, path: &Path) -> Result<u32, StoreError> {
+    migrate_through(conn, MIGRATIONS, path)
 }
 
 /// Applies the steps of `migrations` (a prefix of [`MIGRATIONS`]) the database lacks. Tests
 /// pass a shorter prefix to build a database as an older omabox left it.
-fn migrate_through(conn: &mut Connection, migrations: &[Migration]) -> Result<u32, StoreError> {
+fn migrate_through(
+    conn: &mut Connection,
+    migrations: &[Migration],
+    path: &Path,
+) -> Result<u32, StoreError> {
     let newest = migrations.last().map_or(0, |step| step.version);
     let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-    let found: u32 = tx.pragma_query_value(None, "user_version", |row| row.get(0))?;
-    let application_id: i32 = tx.pragma_query_value(None, "application_id", |row| row.get(0))?;
-    if application_id != 0 && application_id != APPLICATION_ID {
-        return Err(StoreError::Corrupt(format!(
-            "the database has application_id {application_id:#x}; it is not an omabox store"
-        )));
-    }
+    let found = check_identity(&tx, path)?;
     if found > newest {
         return Err(StoreError::SchemaTooNew {
+            path: path.to_owned(),
             found,
             supported: newest,
         });
@@ -197,6 +226,52 @@ fn migrate_through(conn: &mut Connection, migrations: &[Migration]) -> Result<u3
     Ok(found)
 }
 
+/// The schema version of a database that is an omabox store (or still empty); anything else
+/// is [`StoreError::NotAStore`]. Only reads.
+///
+/// An omabox store has our `application_id` (every migration sets it in the transaction that
+/// creates the first table). A database with `application_id` 0 is ours only while it is
+/// empty: no schema objects and `user_version` 0. Any other `application_id`, or tables or a
+/// `user_version` without ours, is another application's database.
+pub(crate) fn check_identity(conn: &Connection, path: &Path) -> Result<u32, StoreError> {
+    let not_a_store = |reason: String| StoreError::NotAStore {
+        path: path.to_owned(),
+        reason,
+    };
+    let read = |conn: &Connection| -> rusqlite::Result<(u32, i32, i64)> {
+        let version: u32 = conn.pragma_query_value(None, "user_version", |row| row.get(0))?;
+        let application_id: i32 =
+            conn.pragma_query_value(None, "application_id", |row| row.get(0))?;
+        let objects: i64 =
+            conn.query_row("SELECT count(*) FROM sqlite_schema", [], |row| row.get(0))?;
+        Ok((version, application_id, objects))
+    };
+    let (version, application_id, objects) = match read(conn) {
+        Ok(found) => found,
+        Err(rusqlite::Error::SqliteFailure(failure, _))
+            if failure.code == rusqlite::ErrorCode::NotADatabase =>
+        {
+            return Err(not_a_store("the file is not a SQLite database".to_owned()));
+        }
+        Err(error) => return Err(error.into()),
+    };
+    if application_id == APPLICATION_ID {
+        return Ok(version);
+    }
+    if application_id != 0 {
+        return Err(not_a_store(format!(
+            "it is a SQLite database of another application (application_id {application_id:#x})"
+        )));
+    }
+    if objects != 0 || version != 0 {
+        return Err(not_a_store(format!(
+            "it is a SQLite database without omabox's application_id, with {objects} schema \
+             objects and user_version {version}"
+        )));
+    }
+    Ok(0)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -216,8 +291,11 @@ mod tests {
     #[test]
     fn migrating_twice_is_a_no_op() {
         let mut conn = Connection::open_in_memory().unwrap();
-        assert_eq!(migrate(&mut conn).unwrap(), 0);
-        assert_eq!(migrate(&mut conn).unwrap(), SCHEMA_VERSION);
+        assert_eq!(migrate(&mut conn, Path::new(":memory:")).unwrap(), 0);
+        assert_eq!(
+            migrate(&mut conn, Path::new(":memory:")).unwrap(),
+            SCHEMA_VERSION
+        );
         let version: u32 = conn
             .pragma_query_value(None, "user_version", |row| row.get(0))
             .unwrap();
@@ -241,7 +319,10 @@ mod tests {
         let path = dir.path().join("omabox.db");
         {
             let mut conn = Connection::open(&path).unwrap();
-            assert_eq!(migrate_through(&mut conn, &MIGRATIONS[..1]).unwrap(), 0);
+            assert_eq!(
+                migrate_through(&mut conn, &MIGRATIONS[..1], Path::new("t")).unwrap(),
+                0
+            );
             conn.execute_batch(&format!(
                 "INSERT INTO runtime_fence VALUES
                      ('w', 'e', 's', 'held', 3, 2, 'owner-a', zeroblob(32), {held_until},
@@ -342,7 +423,10 @@ mod tests {
         let path = dir.path().join("omabox.db");
         {
             let mut conn = Connection::open(&path).unwrap();
-            assert_eq!(migrate_through(&mut conn, &MIGRATIONS[..2]).unwrap(), 0);
+            assert_eq!(
+                migrate_through(&mut conn, &MIGRATIONS[..2], Path::new("t")).unwrap(),
+                0
+            );
             conn.execute_batch(&format!(
                 "INSERT INTO runtime_fence VALUES
                      ('w', 'e', 's', 'k', 2, 1, 'owner-a', zeroblob(32), {held_until}, NULL);
@@ -386,11 +470,35 @@ mod tests {
         assert_eq!(store.names().await.unwrap(), ["mcp/github"]);
     }
 
+    /// A database as omabox 3 left it (a published work item) gains its history row.
+    #[test]
+    fn a_version_3_file_is_migrated_and_its_publication_enters_the_history() {
+        use crate::SqliteStore;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("omabox.db");
+        {
+            let mut conn = Connection::open(&path).unwrap();
+            migrate_through(&mut conn, &MIGRATIONS[..3], Path::new("t")).unwrap();
+            conn.execute_batch(
+                "INSERT INTO runtime_fence VALUES
+                     ('w', 'e', 's', 'k', 4, 3, NULL, NULL, NULL,
+                      '{\"generation\":4,\"revision\":2,\"workspaceCandidate\":{\"id\":\"wcp_2\",\"contentHash\":\"sha256:2\"},\"outputCandidate\":null}');",
+            )
+            .unwrap();
+        }
+        let store = SqliteStore::open(&path).unwrap();
+        assert_eq!(store.schema_version().unwrap(), SCHEMA_VERSION);
+        let history = store.publication_history().unwrap();
+        assert_eq!(history.len(), 1);
+        assert_eq!((history[0].1.revision, history[0].1.generation), (2, 4));
+        assert_eq!(history[0].1.workspace_candidate.id, "wcp_2");
+    }
+
     #[test]
     fn a_foreign_database_is_refused() {
         let mut conn = Connection::open_in_memory().unwrap();
         conn.pragma_update(None, "application_id", 7).unwrap();
-        let error = migrate(&mut conn).unwrap_err();
+        let error = migrate(&mut conn, Path::new(":memory:")).unwrap_err();
         assert!(error.to_string().contains("not an omabox store"), "{error}");
     }
 }

@@ -73,6 +73,100 @@ impl SqliteStore {
     }
 }
 
+impl SqliteStore {
+    /// Every published revision of every work item (the publication history, migration 4),
+    /// ordered by scope and then newest revision first.
+    pub fn publication_history(
+        &self,
+    ) -> Result<Vec<(RuntimeResourceScope, RuntimeResourcePublication)>, StoreError> {
+        self.history_where("1 = 1", &[])
+    }
+
+    /// The published revisions of `scope`, newest first.
+    pub fn publications_of(
+        &self,
+        scope: &RuntimeResourceScope,
+    ) -> Result<Vec<RuntimeResourcePublication>, StoreError> {
+        Ok(self
+            .history_where(
+                "workspace_id = ?1 AND environment_id = ?2 AND session_id = ?3 AND work_id = ?4",
+                &[
+                    &scope.workspace_id,
+                    &scope.environment_id,
+                    &scope.session_id,
+                    &scope.work_id,
+                ],
+            )?
+            .into_iter()
+            .map(|(_, publication)| publication)
+            .collect())
+    }
+
+    /// Removes the given `(scope, revision)` rows from the publication history (what
+    /// `omabox gc` no longer retains), never the active publication of a work item. Returns
+    /// how many rows went. One transaction.
+    pub fn forget_revisions(
+        &self,
+        revisions: &[(RuntimeResourceScope, u64)],
+    ) -> Result<u64, StoreError> {
+        let mut inner = lock(&self.inner);
+        let tx = inner
+            .conn
+            .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+        let mut removed = 0u64;
+        for (scope, revision) in revisions {
+            removed += tx.execute(
+                "DELETE FROM runtime_publication
+                  WHERE workspace_id = ?1 AND environment_id = ?2 AND session_id = ?3
+                    AND work_id = ?4 AND revision = ?5
+                    AND revision < (SELECT coalesce(max(revision), 0) FROM runtime_publication
+                                     WHERE workspace_id = ?1 AND environment_id = ?2
+                                       AND session_id = ?3 AND work_id = ?4)",
+                rusqlite::params![
+                    scope.workspace_id,
+                    scope.environment_id,
+                    scope.session_id,
+                    scope.work_id,
+                    super::to_i64(*revision, "revision")?
+                ],
+            )? as u64;
+        }
+        tx.commit()?;
+        Ok(removed)
+    }
+
+    fn history_where(
+        &self,
+        condition: &str,
+        values: &[&dyn rusqlite::ToSql],
+    ) -> Result<Vec<(RuntimeResourceScope, RuntimeResourcePublication)>, StoreError> {
+        let inner = lock(&self.inner);
+        let mut statement = inner.conn.prepare(&format!(
+            "SELECT workspace_id, environment_id, session_id, work_id, publication_json
+               FROM runtime_publication
+              WHERE {condition}
+              ORDER BY workspace_id, environment_id, session_id, work_id, revision DESC"
+        ))?;
+        let rows = statement.query_map(values, |row| {
+            Ok((
+                RuntimeResourceScope::new(
+                    row.get::<_, String>(0)?,
+                    row.get::<_, String>(1)?,
+                    row.get::<_, String>(2)?,
+                    row.get::<_, String>(3)?,
+                ),
+                row.get::<_, String>(4)?,
+            ))
+        })?;
+        let mut history = Vec::new();
+        for row in rows {
+            let (scope, json) = row?;
+            history.push((scope, parse_publication(&json)?));
+        }
+        Ok(history)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -127,5 +221,79 @@ mod tests {
         );
         assert_eq!(store.publication(&scope("a")).unwrap(), None);
         assert_eq!(store.publication(&scope("never")).unwrap(), None);
+    }
+
+    #[tokio::test]
+    async fn every_publication_is_kept_in_the_history_and_a_lost_one_is_not() {
+        let store = SqliteStore::open_in_memory().unwrap();
+        let scope = RuntimeResourceScope::new("w", "e", "s", "main");
+        let claim = || AcquireRuntimeFenceInput {
+            scope: scope.clone(),
+            owner_id: "owner".into(),
+            ttl_ms: 60_000,
+        };
+        let publish = |fence, id: &str| PublishRuntimeResourcesInput {
+            fence,
+            workspace_candidate: RuntimePublicationCandidate {
+                id: id.into(),
+                content_hash: format!("sha256:{id}"),
+                metadata: None,
+            },
+            output_candidate: None,
+            runtime_checkpoint: Nullable::Absent,
+        };
+        let mut stale = None;
+        for round in 1..=3 {
+            let AcquireRuntimeFenceResult::Acquired { fence, .. } =
+                store.acquire(claim()).await.unwrap()
+            else {
+                panic!("acquired");
+            };
+            store
+                .publish(publish(fence.clone(), &format!("wcp_{round}")))
+                .await
+                .unwrap();
+            store
+                .release(&fence, omabox_contract::TerminationReason::Completed)
+                .await
+                .unwrap();
+            stale = Some(fence);
+        }
+        // A publish by a generation that no longer holds the fence is lost: no history row.
+        let AcquireRuntimeFenceResult::Acquired { .. } = store.acquire(claim()).await.unwrap()
+        else {
+            panic!("acquired");
+        };
+        assert_eq!(
+            store
+                .publish(publish(stale.unwrap(), "wcp_lost"))
+                .await
+                .unwrap(),
+            PublishRuntimeResourcesResult::Lost
+        );
+
+        let history = store.publications_of(&scope).unwrap();
+        let summary: Vec<(u64, u64, &str)> = history
+            .iter()
+            .map(|p| (p.revision, p.generation, p.workspace_candidate.id.as_str()))
+            .collect();
+        assert_eq!(summary, [(3, 3, "wcp_3"), (2, 2, "wcp_2"), (1, 1, "wcp_1")]);
+        assert_eq!(store.publication_history().unwrap().len(), 3);
+        assert_eq!(store.publication(&scope).unwrap().unwrap(), history[0]);
+
+        // Forgetting never removes the active (newest) revision.
+        assert_eq!(
+            store
+                .forget_revisions(&[(scope.clone(), 1), (scope.clone(), 3)])
+                .unwrap(),
+            1
+        );
+        let left: Vec<u64> = store
+            .publications_of(&scope)
+            .unwrap()
+            .iter()
+            .map(|p| p.revision)
+            .collect();
+        assert_eq!(left, [3, 2]);
     }
 }

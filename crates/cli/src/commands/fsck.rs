@@ -1,0 +1,187 @@
+//! `omabox fsck [--session ID] [--json]`: verifies every published revision of every session
+//! (or of one): its workspace manifest and every blob it names, its outputs manifest and every
+//! output blob, each hash re-computed. Says per session and revision what is damaged; exits 1
+//! when anything is. Read-only: it never repairs, removes or creates anything (without a data
+//! directory it says there is no data yet).
+//!
+//! A damaged session continues from an intact revision with `omabox run --from-revision N`.
+
+use crate::data_dir::{no_data_yet, open_existing_store};
+use crate::session::check_id;
+use crate::wiring::Persistence;
+use anyhow::Context;
+use clap::Args;
+use omabox_persistence::{BlobVerifier, Damage, verify_outputs, verify_workspace};
+use serde::Serialize;
+use std::path::Path;
+use std::process::ExitCode;
+use std::sync::Arc;
+
+/// Options of `omabox fsck`.
+#[derive(Debug, Args)]
+pub struct FsckArgs {
+    /// Verify only this session.
+    #[arg(long, value_name = "ID")]
+    session: Option<String>,
+    /// Print one JSON document.
+    #[arg(long)]
+    json: bool,
+}
+
+/// One verified revision.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+struct RevisionRow {
+    session: String,
+    work_id: String,
+    revision: u64,
+    generation: u64,
+    /// True for the session's last (active) publication.
+    active: bool,
+    intact: bool,
+    damages: Vec<Damage>,
+}
+
+/// The `--json` document.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+struct FsckReport {
+    revisions: Vec<RevisionRow>,
+    damaged_revisions: usize,
+    blobs_read: u64,
+    bytes_read: u64,
+}
+
+/// Verifies the published revisions.
+pub async fn run(data_dir: &Path, args: &FsckArgs) -> anyhow::Result<ExitCode> {
+    if let Some(session) = &args.session {
+        check_id("--session", session)?;
+    }
+    let Some(store) = open_existing_store(data_dir).await? else {
+        if args.json {
+            println!(
+                "{}",
+                serde_json::to_string_pretty(&FsckReport {
+                    revisions: Vec::new(),
+                    damaged_revisions: 0,
+                    blobs_read: 0,
+                    bytes_read: 0,
+                })?
+            );
+        } else {
+            println!("{}", no_data_yet(data_dir));
+        }
+        return Ok(ExitCode::SUCCESS);
+    };
+    let history = tokio::task::spawn_blocking(move || store.publication_history())
+        .await
+        .context("the store task failed")?
+        .context("cannot read the publication history")?;
+    let blobs = Arc::clone(Persistence::open(data_dir, None)?.workspace.store());
+    let session = args.session.clone();
+    let report = tokio::task::spawn_blocking(move || -> anyhow::Result<FsckReport> {
+        let mut verifier = BlobVerifier::new(&blobs);
+        let mut revisions = Vec::new();
+        let mut last_scope = None;
+        for (scope, publication) in history {
+            if session.as_ref().is_some_and(|s| *s != scope.session_id) {
+                continue;
+            }
+            // The history is newest first per work item: the first row of a scope is active.
+            let active = last_scope.as_ref() != Some(&scope);
+            last_scope = Some(scope.clone());
+            let mut damages = verify_workspace(&mut verifier, &publication.workspace_candidate)?;
+            if let Some(outputs) = &publication.output_candidate {
+                damages.extend(verify_outputs(&mut verifier, outputs)?);
+            }
+            revisions.push(RevisionRow {
+                session: scope.session_id,
+                work_id: scope.work_id,
+                revision: publication.revision,
+                generation: publication.generation,
+                active,
+                intact: damages.is_empty(),
+                damages,
+            });
+        }
+        Ok(FsckReport {
+            damaged_revisions: revisions.iter().filter(|row| !row.intact).count(),
+            revisions,
+            blobs_read: verifier.blobs_read,
+            bytes_read: verifier.bytes_read,
+        })
+    })
+    .await
+    .context("the verification task failed")??;
+
+    let code = if report.damaged_revisions == 0 {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    };
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+        return Ok(code);
+    }
+    print_human(&report, args.session.as_deref());
+    Ok(code)
+}
+
+fn print_human(report: &FsckReport, session: Option<&str>) {
+    if report.revisions.is_empty() {
+        match session {
+            Some(session) => println!("session {session} has no published revision"),
+            None => println!("no published revisions yet"),
+        }
+        return;
+    }
+    for row in &report.revisions {
+        let active = if row.active { " (last)" } else { "" };
+        if row.intact {
+            println!(
+                "session {} revision {}{active}: intact",
+                row.session, row.revision
+            );
+            continue;
+        }
+        println!(
+            "session {} revision {}{active}: DAMAGED ({} problem{})",
+            row.session,
+            row.revision,
+            row.damages.len(),
+            if row.damages.len() == 1 { "" } else { "s" }
+        );
+        for damage in &row.damages {
+            match &damage.path {
+                Some(path) => println!(
+                    "    {} (needed by {path}): {}",
+                    damage.object, damage.problem
+                ),
+                None => println!("    {}: {}", damage.object, damage.problem),
+            }
+        }
+    }
+    let sessions: std::collections::BTreeSet<&str> = report
+        .revisions
+        .iter()
+        .map(|row| row.session.as_str())
+        .collect();
+    println!(
+        "{} revision{} of {} session{} verified ({} blob{}, {} bytes read): {}",
+        report.revisions.len(),
+        if report.revisions.len() == 1 { "" } else { "s" },
+        sessions.len(),
+        if sessions.len() == 1 { "" } else { "s" },
+        report.blobs_read,
+        if report.blobs_read == 1 { "" } else { "s" },
+        report.bytes_read,
+        if report.damaged_revisions == 0 {
+            "all intact".to_owned()
+        } else {
+            format!(
+                "{} damaged; continue a damaged session from an intact revision with `omabox run --session ID --from-revision N`",
+                report.damaged_revisions
+            )
+        }
+    );
+}

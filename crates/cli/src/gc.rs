@@ -1,0 +1,218 @@
+//! Garbage collection of the blob store with a retention policy: what `omabox gc` runs, and
+//! what `omabox reap` and `omabox run` can call ([`collect_garbage`]).
+//!
+//! Kept: every blob the last `keep` published revisions of each work item need (manifests and
+//! content; the active revision always, `keep` is at least 1), plus every blob younger than the
+//! grace period (in-flight checkpoints and candidates not yet published; see `BlobStore`).
+//! Revisions beyond `keep` are forgotten from the publication history first (so `omabox fsck`
+//! and `--from-revision` never offer a revision whose blobs may be gone), then `BlobStore::gc`
+//! removes the unreferenced blobs under its exclusive lock. A crash between the two leaves
+//! only unreferenced blobs, which the next collection removes.
+//!
+//! `dry_run` computes the same figures (count, bytes, per session) and changes nothing.
+
+use anyhow::Context;
+use omabox_contract::RuntimeResourceScope;
+use omabox_persistence::{BlobHash, BlobStore, BlobStoreOptions, referenced_blobs};
+use omabox_store::SqliteStore;
+use serde::Serialize;
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::path::Path;
+use std::time::{Duration, SystemTime};
+
+/// Default revisions kept per work item.
+pub const DEFAULT_KEEP: u64 = 5;
+/// Environment variable overriding [`DEFAULT_KEEP`].
+pub const KEEP_ENV: &str = "OMABOX_GC_KEEP";
+/// Default grace period: unreferenced blobs younger than this stay.
+pub const DEFAULT_GRACE: Duration = Duration::from_secs(3600);
+
+/// What to collect.
+#[derive(Debug, Clone, Copy)]
+pub struct GcOptions {
+    /// Published revisions kept per work item (at least 1).
+    pub keep: u64,
+    /// Unreferenced blobs younger than this stay.
+    pub grace: Duration,
+    /// Report only; change nothing.
+    pub dry_run: bool,
+}
+
+/// What a collection did (or, dry, would do).
+#[derive(Debug, Clone, Default, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct GcSummary {
+    /// True when nothing was changed.
+    pub dry_run: bool,
+    /// Revisions kept per work item.
+    pub keep: u64,
+    /// Published revisions kept in all.
+    pub revisions_kept: u64,
+    /// Published revisions forgotten (beyond `keep`).
+    pub revisions_forgotten: u64,
+    /// Blobs in the store before.
+    pub blobs_scanned: u64,
+    /// Blobs removed (dry: that would be).
+    pub blobs_removed: u64,
+    /// Their bytes.
+    pub bytes_removed: u64,
+    /// Unreferenced blobs kept because they are younger than the grace period.
+    pub blobs_kept_young: u64,
+    /// Per session: forgotten revisions and the blobs only they needed.
+    pub sessions: BTreeMap<String, SessionGc>,
+    /// Blobs no retained or forgotten revision names (failed runs, abandoned checkpoints).
+    pub unreferenced: BlobFigures,
+}
+
+/// One session's share of a collection.
+#[derive(Debug, Clone, Default, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SessionGc {
+    /// Revisions forgotten, oldest first.
+    pub revisions_forgotten: Vec<u64>,
+    /// Blobs removed (dry: that would be) that only those revisions needed.
+    pub blobs: u64,
+    /// Their bytes.
+    pub bytes: u64,
+}
+
+/// A count and bytes.
+#[derive(Debug, Clone, Copy, Default, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct BlobFigures {
+    /// Blobs.
+    pub blobs: u64,
+    /// Bytes.
+    pub bytes: u64,
+}
+
+/// `keep` from `OMABOX_GC_KEEP`, else [`DEFAULT_KEEP`].
+pub fn keep_from_env() -> anyhow::Result<u64> {
+    match std::env::var(KEEP_ENV) {
+        Ok(value) => value
+            .trim()
+            .parse::<u64>()
+            .ok()
+            .filter(|keep| *keep >= 1)
+            .with_context(|| {
+                format!("{KEEP_ENV}={value:?} is not a whole number of revisions ≥ 1")
+            }),
+        Err(_) => Ok(DEFAULT_KEEP),
+    }
+}
+
+/// Collects the blob store of `data_dir` (see the module doc). Blocks: call it from
+/// `spawn_blocking`.
+pub fn collect_garbage(
+    data_dir: &Path,
+    store: &SqliteStore,
+    options: GcOptions,
+) -> anyhow::Result<GcSummary> {
+    let keep = options.keep.max(1);
+    let blobs = BlobStore::with_options(
+        data_dir,
+        BlobStoreOptions {
+            gc_grace: options.grace,
+            fsync: true,
+        },
+    )
+    .with_context(|| format!("cannot open the blob store in {}", data_dir.display()))?;
+    let history = store
+        .publication_history()
+        .context("cannot read the publication history")?;
+
+    // Newest first per work item: the first `keep` rows of each scope are retained.
+    let mut seen: HashMap<RuntimeResourceScope, u64> = HashMap::new();
+    let mut referenced: HashSet<BlobHash> = HashSet::new();
+    let mut forgotten = Vec::new();
+    let mut summary = GcSummary {
+        dry_run: options.dry_run,
+        keep,
+        ..GcSummary::default()
+    };
+    for (scope, publication) in &history {
+        let rank = seen.entry(scope.clone()).or_insert(0);
+        *rank += 1;
+        if *rank <= keep {
+            summary.revisions_kept += 1;
+            referenced_blobs(
+                &blobs,
+                &publication.workspace_candidate,
+                publication.output_candidate.as_ref(),
+                &mut referenced,
+            );
+        } else {
+            forgotten.push((scope.clone(), publication));
+        }
+    }
+
+    // Which session each blob only a forgotten revision needs belongs to (first one wins).
+    let mut owner: HashMap<BlobHash, String> = HashMap::new();
+    for (scope, publication) in forgotten.iter().rev() {
+        let mut needed = HashSet::new();
+        referenced_blobs(
+            &blobs,
+            &publication.workspace_candidate,
+            publication.output_candidate.as_ref(),
+            &mut needed,
+        );
+        for hash in needed.difference(&referenced) {
+            owner
+                .entry(*hash)
+                .or_insert_with(|| scope.session_id.clone());
+        }
+        let session = summary
+            .sessions
+            .entry(scope.session_id.clone())
+            .or_default();
+        session.revisions_forgotten.push(publication.revision);
+    }
+    summary.revisions_forgotten = forgotten.len() as u64;
+
+    let cutoff = SystemTime::now()
+        .checked_sub(options.grace)
+        .unwrap_or(SystemTime::UNIX_EPOCH);
+    for blob in blobs.scan()? {
+        summary.blobs_scanned += 1;
+        if referenced.contains(&blob.hash) {
+            continue;
+        }
+        if blob.modified > cutoff {
+            summary.blobs_kept_young += 1;
+            continue;
+        }
+        summary.blobs_removed += 1;
+        summary.bytes_removed += blob.size;
+        let figures = match owner.get(&blob.hash) {
+            Some(session) => {
+                let session = summary.sessions.entry(session.clone()).or_default();
+                (&mut session.blobs, &mut session.bytes)
+            }
+            None => (
+                &mut summary.unreferenced.blobs,
+                &mut summary.unreferenced.bytes,
+            ),
+        };
+        *figures.0 += 1;
+        *figures.1 += blob.size;
+    }
+    if options.dry_run {
+        return Ok(summary);
+    }
+
+    let rows: Vec<(RuntimeResourceScope, u64)> = forgotten
+        .iter()
+        .map(|(scope, publication)| (scope.clone(), publication.revision))
+        .collect();
+    store
+        .forget_revisions(&rows)
+        .context("cannot forget the revisions beyond the retention")?;
+    let report = blobs
+        .gc(&referenced)
+        .context("cannot garbage-collect the blob store")?;
+    // The store's own figures are the truth (a blob may have been refreshed meanwhile).
+    summary.blobs_removed = report.removed;
+    summary.bytes_removed = report.removed_bytes;
+    summary.blobs_kept_young = report.kept_recent;
+    Ok(summary)
+}

@@ -1,0 +1,214 @@
+//! The data directory's integrity, driven through the `omabox` binary: an existing database
+//! that is not a healthy omabox store is refused (never recreated), read-only commands never
+//! create a data directory, and a read-only data directory is named as such.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn omabox(data_dir: &Path, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_omabox"))
+        .arg("--data-dir")
+        .arg(data_dir)
+        .args(args)
+        .env("OMABOX_TEST_MODE", "1")
+        .env_remove("OMABOX_DATA_DIR")
+        .output()
+        .expect("the omabox binary runs")
+}
+
+fn stderr(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stderr).into_owned()
+}
+
+fn stdout(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+/// Every command that opens the store refuses `db` with a message naming it and containing
+/// `expected`, and leaves the file exactly as it was.
+fn refused_by_every_command(data_dir: &Path, expected: &str) {
+    let db = data_dir.join("omabox.db");
+    let before = std::fs::read(&db).unwrap();
+    for args in [
+        &["sessions"][..],
+        &["sessions", "--json"],
+        &["usage"],
+        &["outputs", "--session", "s"],
+        &["vault", "names"],
+        &["run", "--backend", "local", "--", "true"],
+    ] {
+        let output = omabox(data_dir, args);
+        let text = stderr(&output);
+        assert!(
+            !output.status.success(),
+            "{args:?} succeeded: {}",
+            stdout(&output)
+        );
+        assert!(text.contains(&db.display().to_string()), "{args:?}: {text}");
+        assert!(text.contains(expected), "{args:?}: {text}");
+        assert!(!text.contains("panicked"), "{args:?}: {text}");
+        assert_eq!(
+            std::fs::read(&db).unwrap(),
+            before,
+            "{args:?} modified the file"
+        );
+    }
+}
+
+fn data_dir_with_db(bytes: &[u8]) -> (tempfile::TempDir, PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    std::fs::create_dir(&data).unwrap();
+    std::fs::write(data.join("omabox.db"), bytes).unwrap();
+    (dir, data)
+}
+
+#[test]
+fn an_empty_database_file_is_refused_not_recreated() {
+    let (_dir, data) = data_dir_with_db(b"");
+    refused_by_every_command(&data, "empty (0 bytes)");
+    let output = omabox(&data, &["sessions"]);
+    assert!(
+        stderr(&output).contains("move it aside"),
+        "{}",
+        stderr(&output)
+    );
+}
+
+#[test]
+fn a_garbage_database_file_is_refused() {
+    let (_dir, data) = data_dir_with_db(&[0x42; 10_000]);
+    refused_by_every_command(&data, "not a SQLite database");
+}
+
+#[test]
+fn another_applications_sqlite_database_is_refused() {
+    let (_dir, data) = data_dir_with_db(b"");
+    let db = data.join("omabox.db");
+    std::fs::remove_file(&db).unwrap();
+    let conn = rusqlite::Connection::open(&db).unwrap();
+    conn.execute_batch("CREATE TABLE bookmarks (url TEXT); INSERT INTO bookmarks VALUES ('x');")
+        .unwrap();
+    drop(conn);
+    refused_by_every_command(&data, "is not an omabox store database");
+}
+
+#[test]
+fn a_database_from_a_newer_omabox_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let created = omabox(&data, &["vault", "put", "k"]);
+    assert!(!created.status.success(), "an empty stdin is refused");
+    let db = data.join("omabox.db");
+    assert!(db.is_file(), "vault put creates the store");
+    let conn = rusqlite::Connection::open(&db).unwrap();
+    let version: u32 = conn
+        .pragma_query_value(None, "user_version", |row| row.get(0))
+        .unwrap();
+    conn.pragma_update(None, "user_version", version + 1)
+        .unwrap();
+    drop(conn);
+    refused_by_every_command(&data, "upgrade omabox");
+}
+
+#[test]
+fn a_database_failing_its_integrity_check_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    std::fs::create_dir(&data).unwrap();
+    let db = data.join("omabox.db");
+    // A real store (made by the binary), then grown and damaged in its middle pages.
+    let _ = omabox(&data, &["vault", "put", "k"]);
+    {
+        let conn = rusqlite::Connection::open(&db).unwrap();
+        conn.execute_batch(
+            "WITH RECURSIVE c(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM c WHERE n < 2000)
+             INSERT INTO vault_secret SELECT printf('name-%d', n), zeroblob(200), 0, 0 FROM c;
+             PRAGMA wal_checkpoint(TRUNCATE);",
+        )
+        .unwrap();
+    }
+    let mut bytes = std::fs::read(&db).unwrap();
+    assert!(bytes.len() > 16 * 4096, "{}", bytes.len());
+    bytes[8 * 4096..12 * 4096].fill(0xa5);
+    std::fs::write(&db, &bytes).unwrap();
+    refused_by_every_command(&data, "is damaged");
+}
+
+#[test]
+fn read_only_commands_on_a_missing_data_dir_say_so_and_create_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("never-used");
+    for (args, expected) in [
+        (&["sessions"][..], "no data yet"),
+        (&["sessions", "--json"], "[]"),
+        (&["usage"], "no data yet"),
+        (&["usage", "--json"], "[]"),
+        (&["outputs", "--session", "s"], "no data yet"),
+        (&["outputs", "--session", "s", "--json"], "[]"),
+        (&["vault", "names", "--json"], "[]"),
+    ] {
+        let output = omabox(&data, args);
+        assert!(output.status.success(), "{args:?}: {}", stderr(&output));
+        assert!(
+            stdout(&output).contains(expected),
+            "{args:?}: {}",
+            stdout(&output)
+        );
+        assert!(!data.exists(), "{args:?} created the data directory");
+    }
+    let export = omabox(
+        &data,
+        &[
+            "workspace",
+            "export",
+            "--session",
+            "s",
+            dir.path().join("out").to_str().unwrap(),
+        ],
+    );
+    assert!(!export.status.success());
+    assert!(
+        stderr(&export).contains("no data yet"),
+        "{}",
+        stderr(&export)
+    );
+    assert!(!data.exists(), "export created the data directory");
+
+    // A command that writes creates it.
+    let mut put = Command::new(env!("CARGO_BIN_EXE_omabox"))
+        .arg("--data-dir")
+        .arg(&data)
+        .args(["vault", "put", "k"])
+        .stdin(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    use std::io::Write as _;
+    put.stdin.take().unwrap().write_all(b"value").unwrap();
+    assert!(put.wait().unwrap().success());
+    assert!(data.join("omabox.db").is_file());
+}
+
+#[test]
+fn a_read_only_data_dir_is_named_as_such() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    std::fs::create_dir(&data).unwrap();
+    // `chattr +i`: even root cannot create files in the directory.
+    let set = Command::new("chattr").arg("+i").arg(&data).status();
+    if !set.is_ok_and(|status| status.success()) {
+        assert!(
+            std::env::var("CI").as_deref() != Ok("true"),
+            "CI=true and chattr +i does not work here"
+        );
+        eprintln!("SKIPPED: chattr +i does not work here");
+        return;
+    }
+    let output = omabox(&data, &["run", "--backend", "local", "--", "true"]);
+    let _ = Command::new("chattr").arg("-i").arg(&data).status();
+    let text = stderr(&output);
+    assert!(!output.status.success());
+    assert!(text.contains("is not writable"), "{text}");
+    assert!(text.contains(&data.display().to_string()), "{text}");
+    assert!(!text.contains("cannot create the store database"), "{text}");
+}

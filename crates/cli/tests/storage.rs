@@ -1,0 +1,326 @@
+//! Storage integrity through the `omabox` binary on the `local` backend (test mode): a
+//! missing blob is named with its session, revision and object; `omabox fsck` says which
+//! revisions are damaged; `omabox run --from-revision N` continues from an intact one;
+//! checkpoint limits fail the run and keep the last publication; `omabox gc --keep N` keeps
+//! exactly what the last N revisions need.
+
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+struct Data {
+    dir: tempfile::TempDir,
+}
+
+impl Data {
+    fn new() -> Self {
+        Self {
+            dir: tempfile::tempdir().unwrap(),
+        }
+    }
+
+    fn path(&self) -> &Path {
+        self.dir.path()
+    }
+
+    fn command(&self, args: &[&str]) -> Command {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_omabox"));
+        command
+            .arg("--data-dir")
+            .arg(self.path())
+            .args(args)
+            .env("OMABOX_TEST_MODE", "1")
+            .env_remove("OMABOX_DATA_DIR")
+            .env_remove("OMABOX_CHECKPOINT_MAX_ENTRIES")
+            .env_remove("OMABOX_CHECKPOINT_MAX_BYTES")
+            .env_remove("OMABOX_GC_KEEP");
+        command
+    }
+
+    fn output(&self, args: &[&str]) -> Output {
+        self.command(args).output().expect("omabox runs")
+    }
+
+    /// `omabox run --backend local --session S [extra] --json -- sh -c SCRIPT` (cwd: the workspace).
+    fn run(&self, session: &str, extra: &[&str], script: &str) -> (Value, Output) {
+        let mut args = vec!["run", "--backend", "local", "--session", session, "--json"];
+        args.extend_from_slice(extra);
+        args.extend_from_slice(&["--", "sh", "-c", script]);
+        let output = self.output(&args);
+        let json = serde_json::from_slice(&output.stdout).unwrap_or(Value::Null);
+        (json, output)
+    }
+
+    fn json(&self, args: &[&str]) -> (Value, Output) {
+        let output = self.output(args);
+        let json = serde_json::from_slice(&output.stdout)
+            .unwrap_or_else(|error| panic!("{args:?}: {error}: {}", text(&output)));
+        (json, output)
+    }
+
+    /// Bytes of all blobs in the store.
+    fn blob_bytes(&self) -> u64 {
+        let mut total = 0;
+        for shard in std::fs::read_dir(self.path().join("blobs/sha256")).unwrap() {
+            for blob in std::fs::read_dir(shard.unwrap().path()).unwrap() {
+                total += blob.unwrap().metadata().unwrap().len();
+            }
+        }
+        total
+    }
+
+    fn blob_path(&self, content: &[u8]) -> PathBuf {
+        let hex = omabox_persistence::BlobHash::of(content).to_hex();
+        self.path().join("blobs/sha256").join(&hex[..2]).join(hex)
+    }
+}
+
+fn text(output: &Output) -> String {
+    format!(
+        "status {:?}\nstdout: {}\nstderr: {}",
+        output.status,
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    )
+}
+
+fn completed(json: &Value, output: &Output) -> u64 {
+    assert!(output.status.success(), "{}", text(output));
+    assert_eq!(json["result"]["type"], "completed", "{}", text(output));
+    json["result"]["revision"].as_u64().unwrap()
+}
+
+#[test]
+fn a_missing_blob_is_named_fsck_finds_it_and_the_session_continues_from_an_earlier_revision() {
+    let data = Data::new();
+    for round in 1..=3 {
+        let (json, output) = data.run(
+            "s",
+            &[],
+            &format!("echo v{round} > f{round}; echo keep > k"),
+        );
+        assert_eq!(completed(&json, &output), round);
+    }
+    let (fsck, output) = data.json(&["fsck", "--json"]);
+    assert!(output.status.success(), "{}", text(&output));
+    assert_eq!(fsck["damagedRevisions"], 0);
+    assert_eq!(fsck["revisions"].as_array().unwrap().len(), 3);
+
+    // Revision 3 alone needs the blob of f3.
+    std::fs::remove_file(data.blob_path(b"v3\n")).unwrap();
+    let (fsck, output) = data.json(&["fsck", "--json"]);
+    assert_eq!(output.status.code(), Some(1), "{}", text(&output));
+    assert_eq!(fsck["damagedRevisions"], 1);
+    let damaged = &fsck["revisions"][0];
+    assert_eq!(
+        (damaged["revision"].as_u64(), damaged["intact"].as_bool()),
+        (Some(3), Some(false))
+    );
+    assert_eq!(damaged["damages"][0]["path"], "f3");
+    assert!(
+        damaged["damages"][0]["problem"]
+            .as_str()
+            .unwrap()
+            .contains("not in the blob store")
+    );
+    assert_eq!(fsck["revisions"][1]["intact"], true);
+    let human = data.output(&["fsck"]);
+    let human = String::from_utf8_lossy(&human.stdout).into_owned();
+    assert!(
+        human.contains("session s revision 3 (last): DAMAGED"),
+        "{human}"
+    );
+    assert!(human.contains("--from-revision"), "{human}");
+
+    // The next run names session, revision and the missing object.
+    let (failed, output) = data.run("s", &[], "ls");
+    assert!(!output.status.success());
+    let message = failed["result"]["error"]["message"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    for expected in [
+        "session s",
+        "revision 3",
+        "f3 needs blob",
+        "not in the blob store",
+        "--from-revision",
+    ] {
+        assert!(message.contains(expected), "{expected:?} not in {message}");
+    }
+    assert!(!message.contains("Blob is corrupt"), "{message}");
+
+    // A damaged or unknown revision is refused before anything runs.
+    let (_, output) = data.run("s", &["--from-revision", "3"], "true");
+    assert!(
+        String::from_utf8_lossy(&output.stderr).contains("is damaged"),
+        "{}",
+        text(&output)
+    );
+    let (_, output) = data.run("s", &["--from-revision", "7"], "true");
+    assert!(
+        String::from_utf8_lossy(&output.stderr)
+            .contains("has no revision 7 (its revisions: 1, 2, 3"),
+        "{}",
+        text(&output)
+    );
+
+    // Continuing from revision 2 restores its workspace and publishes revision 4 on top.
+    let (json, output) = data.run(
+        "s",
+        &["--from-revision", "2"],
+        "cat f1 f2; test ! -e f3; echo v4 > f4",
+    );
+    assert_eq!(completed(&json, &output), 4);
+    assert!(
+        String::from_utf8_lossy(&output.stderr).contains("v1\nv2"),
+        "{}",
+        text(&output)
+    );
+    let (json, output) = data.run("s", &[], "cat f4");
+    assert_eq!(completed(&json, &output), 5);
+    assert!(String::from_utf8_lossy(&output.stderr).contains("v4"));
+
+    // `workspace export` of the damaged revision is not reachable any more; of the last it works.
+    let out = data.path().join("export");
+    let export = data.output(&[
+        "workspace",
+        "export",
+        "--session",
+        "s",
+        out.to_str().unwrap(),
+    ]);
+    assert!(export.status.success(), "{}", text(&export));
+}
+
+#[test]
+fn a_checkpoint_over_its_limit_fails_the_run_and_the_last_publication_stays() {
+    let data = Data::new();
+    let (json, output) = data.run("s", &[], "echo one > a");
+    assert_eq!(completed(&json, &output), 1);
+    let output = data
+        .command(&[
+            "run",
+            "--backend",
+            "local",
+            "--session",
+            "s",
+            "--json",
+            "--",
+            "sh",
+            "-c",
+        ])
+        .arg("for i in 1 2 3 4 5 6 7 8; do echo $i > f$i; done")
+        .env("OMABOX_CHECKPOINT_MAX_ENTRIES", "5")
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(1), "{}", text(&output));
+    let json: Value = serde_json::from_slice(&output.stdout).unwrap();
+    let message = json["result"]["error"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("exceeds its limit of 5 entries"),
+        "{message}"
+    );
+    assert!(
+        message.contains("OMABOX_CHECKPOINT_MAX_ENTRIES"),
+        "{message}"
+    );
+    let (json, output) = data.run("s", &[], "ls; cat a");
+    assert_eq!(completed(&json, &output), 2);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("one") && !stderr.contains("f1"), "{stderr}");
+
+    let bad = data
+        .command(&["run", "--backend", "local", "--session", "s", "--", "true"])
+        .env("OMABOX_CHECKPOINT_MAX_BYTES", "lots")
+        .output()
+        .unwrap();
+    assert!(!bad.status.success());
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("OMABOX_CHECKPOINT_MAX_BYTES"));
+}
+
+#[test]
+fn gc_keeps_exactly_what_the_last_revisions_need_and_both_still_restore() {
+    const MIB: u64 = 1 << 20;
+    let data = Data::new();
+    for round in 1..=10u64 {
+        // 1 MiB that changes every run, plus a marker of the round.
+        let script = format!(
+            "head -c 1048576 /dev/urandom > big; echo {round} > round; sha256sum big > big.sum; \
+             echo {round} > \"$OMA_OUTPUTS_DIR/out.txt\" 2>/dev/null || true"
+        );
+        let (json, output) = data.run("s", &[], &script);
+        assert_eq!(completed(&json, &output), round);
+    }
+    let before = data.blob_bytes();
+    assert!(before >= 10 * MIB, "{before}");
+
+    // Dry run: figures, per session, and nothing changes.
+    let (dry, output) = data.json(&["gc", "--keep", "2", "--grace", "0", "--dry-run", "--json"]);
+    assert!(output.status.success(), "{}", text(&output));
+    assert_eq!(dry["dryRun"], true);
+    assert_eq!(dry["revisionsForgotten"], 8);
+    assert_eq!(
+        dry["sessions"]["s"]["revisionsForgotten"],
+        serde_json::json!([1, 2, 3, 4, 5, 6, 7, 8])
+    );
+    let would = dry["bytesRemoved"].as_u64().unwrap();
+    assert!((8 * MIB..9 * MIB).contains(&would), "{would}");
+    assert_eq!(dry["sessions"]["s"]["bytes"].as_u64().unwrap(), would);
+    assert_eq!(data.blob_bytes(), before, "a dry run removed blobs");
+    let human = data.output(&["gc", "--keep", "2", "--grace", "0", "--dry-run"]);
+    let human = String::from_utf8_lossy(&human.stdout).into_owned();
+    assert!(
+        human.contains("session s: 8 revisions beyond the last 2"),
+        "{human}"
+    );
+    assert!(human.contains("would remove"), "{human}");
+
+    let (done, output) = data.json(&["gc", "--keep", "2", "--grace", "0", "--json"]);
+    assert!(output.status.success(), "{}", text(&output));
+    assert_eq!(done["bytesRemoved"].as_u64().unwrap(), would);
+    let after = data.blob_bytes();
+    assert!((2 * MIB..2 * MIB + 64 * 1024).contains(&after), "{after}");
+
+    // fsck sees exactly revisions 10 and 9, both intact.
+    let (fsck, output) = data.json(&["fsck", "--json"]);
+    assert!(output.status.success(), "{}", text(&output));
+    let revisions: Vec<u64> = fsck["revisions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|row| row["revision"].as_u64().unwrap())
+        .collect();
+    assert_eq!(revisions, [10, 9]);
+
+    // Both restore, byte for byte.
+    let (json, output) = data.run(
+        "s",
+        &["--from-revision", "9"],
+        "cat round; sha256sum -c big.sum",
+    );
+    assert_eq!(completed(&json, &output), 11);
+    assert!(
+        String::from_utf8_lossy(&output.stderr).contains("9\nbig: OK"),
+        "{}",
+        text(&output)
+    );
+    let (json, output) = data.run("s", &[], "cat round; sha256sum -c big.sum");
+    assert_eq!(completed(&json, &output), 12);
+    assert!(
+        String::from_utf8_lossy(&output.stderr).contains("9\nbig: OK"),
+        "{}",
+        text(&output)
+    );
+    let (_, output) = data.run("s", &["--from-revision", "8"], "true");
+    assert!(
+        String::from_utf8_lossy(&output.stderr).contains("has no revision 8"),
+        "{}",
+        text(&output)
+    );
+
+    // A second collection with the default grace removes nothing young.
+    let (again, output) = data.json(&["gc", "--keep", "2", "--json"]);
+    assert!(output.status.success(), "{}", text(&output));
+    assert_eq!(again["blobsRemoved"], 0, "{again}");
+}
