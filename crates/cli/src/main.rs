@@ -3,6 +3,7 @@
 mod commands;
 mod data_dir;
 mod harness_env;
+mod leftovers;
 mod terminal;
 mod timed_ports;
 mod timeline;
@@ -43,7 +44,9 @@ enum Command {
     Usage(commands::usage::UsageArgs),
     /// Print the managed-runtime provider conformance catalog.
     Catalog(commands::catalog::CatalogArgs),
-    /// Retry the termination of sandboxes whose terminate failed (the orphan queue).
+    /// Clean up after crashed runs: retry failed terminations (the orphan queue), reap the
+    /// sandboxes of dead hosts (lease journal and linux runtime dir, also those killed while
+    /// starting), remove binding dirs of dead generations and abandoned temp blobs.
     Reap(commands::reap::ReapArgs),
     /// Run commands in sandboxes (`omabox sandbox run -- CMD ARGS...`).
     Sandbox(commands::sandbox::SandboxArgs),

@@ -28,6 +28,7 @@
 
 mod blob;
 mod error;
+mod fault;
 mod hash;
 mod layout;
 mod manifest;
@@ -40,7 +41,7 @@ mod snapshot;
 mod stat_cache;
 mod workspace;
 
-pub use blob::{BlobStore, BlobStoreOptions, GcReport, PutOutcome};
+pub use blob::{BlobStore, BlobStoreOptions, GcReport, PutOutcome, TEMP_GRACE};
 pub use error::PersistenceError;
 pub use hash::BlobHash;
 pub use layout::binding_host_path;

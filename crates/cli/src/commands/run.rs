@@ -220,6 +220,7 @@ pub async fn run(data_dir: &Path, args: RunArgs) -> anyhow::Result<ExitCode> {
         check_gateway(gateway)?;
     }
     let store = open_store(data_dir).await?;
+    crate::leftovers::before_run(data_dir, &store).await;
     if let Some(seed) = &args.workspace {
         check_seed(&store, &plan.scope, seed).await?;
     }
