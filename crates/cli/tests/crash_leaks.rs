@@ -302,3 +302,68 @@ fn a_run_killed_at_any_step_leaves_nothing_after_reap() {
     );
     assert!(setup.leftovers().is_empty(), "{:?}", setup.leftovers());
 }
+
+#[test]
+fn a_killed_runs_usage_stops_at_its_last_sign_of_life_and_says_it_is_estimated() {
+    if !common::linux_available() {
+        return;
+    }
+    let setup = Setup::new();
+    let mut run = setup.run("billed", HOLDING_HARNESS).spawn().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while find(&setup.data.path().join("runtime"), "started").is_none() {
+        assert!(Instant::now() < deadline, "the harness never started");
+        if let Ok(Some(status)) = run.try_wait() {
+            panic!("omabox run ended ({status}) before the harness started");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    run.kill().unwrap(); // SIGKILL
+    run.wait().unwrap();
+    // The host is dead from here on: nothing it could have stamped is later than this.
+    let killed_at = omabox_store::iso_millis(
+        u64::try_from(
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_millis(),
+        )
+        .unwrap(),
+    );
+
+    // Its lease is reaped once its fence expired (polled).
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut reaps = 0;
+    loop {
+        let report = setup.reap();
+        reaps += 1;
+        if report["abandoned"]["reaped"] == 1 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "never reaped: {report}");
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    let output = setup
+        .command(&["usage", "--json", "--session", "billed"])
+        .output()
+        .unwrap();
+    let records: Value = serde_json::from_slice(&output.stdout).unwrap();
+    let records = records.as_array().unwrap();
+    assert_eq!(records.len(), 1, "{records:?}");
+    let record = &records[0];
+    println!(
+        "killed run billed {} s ({} → {}), host killed at {killed_at}, reaped after {reaps} reap(s)",
+        record["seconds"], record["startedAt"], record["stoppedAt"]
+    );
+    assert_eq!(record["stopEstimated"], true, "{record}");
+    let stopped_at = record["stoppedAt"].as_str().unwrap();
+    assert!(
+        stopped_at <= killed_at.as_str(),
+        "billed until {stopped_at}, after its host died ({killed_at}): {record}"
+    );
+    assert!(
+        stopped_at >= record["startedAt"].as_str().unwrap(),
+        "{record}"
+    );
+    assert!(setup.leftovers().is_empty(), "{:?}", setup.leftovers());
+}

@@ -23,6 +23,11 @@
 //!   [`UNOWNED_GRACE`] and nothing in it is alive (no live recorded init, no task in its
 //!   cgroup). Otherwise it is reported and kept.
 //!
+//! The owner also refreshes its owner files' mtime every [`OWNER_HEARTBEAT`] (one background
+//! thread per host process), so [`last_alive_ms`] tells, after a crash, the last moment the
+//! host — and so its sandbox, whose agent exits when the host's connection closes — was
+//! alive, to within one heartbeat. The usage ledger bills a crashed run's sandbox up to there.
+//!
 //! It must never kill a sandbox whose owner is alive, follow a symlink out of the runtime dir,
 //! or delete anything recursively (the state dir is removed file by known file).
 
@@ -44,6 +49,67 @@ pub const OWNER_FILE: &str = "owner.json";
 /// owner file is written microseconds after the dir is made, so this only has to cover a
 /// slow disk.
 pub const UNOWNED_GRACE: Duration = Duration::from_secs(60);
+
+/// How often the owning host refreshes the mtime of its owner files.
+pub const OWNER_HEARTBEAT: Duration = Duration::from_secs(2);
+
+/// The state dirs this process owns, refreshed by the heartbeat thread.
+static OWNED: std::sync::Mutex<Vec<PathBuf>> = std::sync::Mutex::new(Vec::new());
+static HEARTBEAT: std::sync::Once = std::sync::Once::new();
+
+/// Adds `state_dir` to the heartbeat (starting its thread on first use). A dir whose owner
+/// file is gone (the sandbox was destroyed) drops out by itself.
+fn keep_alive(state_dir: &Path) {
+    OWNED
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .push(state_dir.to_path_buf());
+    HEARTBEAT.call_once(|| {
+        let _ = std::thread::Builder::new()
+            .name("omabox-owner-heartbeat".into())
+            .spawn(|| {
+                loop {
+                    std::thread::sleep(OWNER_HEARTBEAT);
+                    let dirs = OWNED
+                        .lock()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner)
+                        .clone();
+                    let gone: Vec<PathBuf> = dirs
+                        .into_iter()
+                        .filter(|dir| touch(&dir.join(OWNER_FILE)).is_err())
+                        .collect();
+                    if !gone.is_empty() {
+                        OWNED
+                            .lock()
+                            .unwrap_or_else(std::sync::PoisonError::into_inner)
+                            .retain(|dir| !gone.contains(dir));
+                    }
+                }
+            });
+    });
+}
+
+/// Sets `path`'s mtime to now (never following a symlink).
+fn touch(path: &Path) -> io::Result<()> {
+    use std::os::unix::fs::OpenOptionsExt as _;
+    std::fs::OpenOptions::new()
+        .write(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .open(path)?
+        .set_modified(SystemTime::now())
+}
+
+/// The last moment the owner of `state_dir` was known alive (ms since the epoch): its owner
+/// file's mtime, refreshed every [`OWNER_HEARTBEAT`] while the owner runs. `None` when the
+/// file is gone.
+pub fn last_alive_ms(state_dir: &Path) -> Option<u64> {
+    let modified = std::fs::symlink_metadata(state_dir.join(OWNER_FILE))
+        .ok()?
+        .modified()
+        .ok()?;
+    let since_epoch = modified.duration_since(SystemTime::UNIX_EPOCH).ok()?;
+    u64::try_from(since_epoch.as_millis()).ok()
+}
 
 /// How long one leftover's teardown may wait for its tasks and cgroup to go.
 const DESTROY_TIMEOUT: Duration = Duration::from_secs(10);
@@ -74,7 +140,9 @@ impl Owner {
             .create_new(true)
             .mode(0o600)
             .open(state_dir.join(OWNER_FILE))?
-            .write_all(&bytes)
+            .write_all(&bytes)?;
+        keep_alive(state_dir);
+        Ok(())
     }
 
     fn read(state_dir: &Path) -> Option<Self> {
@@ -312,6 +380,28 @@ mod tests {
         assert!(sweep.kept.is_empty(), "{:?}", sweep.kept);
         assert!(live.join(OWNER_FILE).exists());
         assert!(!dead.exists());
+    }
+
+    #[test]
+    fn the_owner_file_tells_when_its_owner_was_last_alive() {
+        let root = tempfile::tempdir().unwrap();
+        let dir = state_dir(root.path(), "00000000000000a2");
+        assert_eq!(last_alive_ms(&dir), None);
+        Owner::record(&dir, &sys::boot_id().unwrap()).unwrap();
+        let written = last_alive_ms(&dir).unwrap();
+        // The heartbeat moves it forward while we own it (polled, not timed).
+        let old = SystemTime::now() - Duration::from_secs(3600);
+        std::fs::File::open(dir.join(OWNER_FILE))
+            .unwrap()
+            .set_modified(old)
+            .unwrap();
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        while last_alive_ms(&dir).unwrap() < written {
+            assert!(std::time::Instant::now() < deadline, "no heartbeat");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        std::fs::remove_file(dir.join(OWNER_FILE)).unwrap();
+        assert_eq!(last_alive_ms(&dir), None);
     }
 
     #[test]
