@@ -27,7 +27,8 @@ pub struct ReapArgs {
     /// Reap at most this many orphans in this pass.
     #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u64).range(1..))]
     limit: u64,
-    /// Print one JSON document: the pass summary and the orphans still queued.
+    /// Print one JSON document: the orphan pass summary, the orphans still queued, the
+    /// abandoned-lease pass (`abandoned`) and the leftover sweep (`leftovers`).
     #[arg(long)]
     json: bool,
 }
