@@ -5,6 +5,7 @@ mod commands;
 mod data_dir;
 mod gc;
 mod harness_env;
+mod leftovers;
 mod profile_hint;
 mod revision;
 mod run_report;
@@ -56,7 +57,19 @@ enum Command {
     /// Remove blobs no retained revision needs (last N per session, default 5); --dry-run
     /// shows what would go.
     Gc(commands::gc::GcArgs),
-    /// Retry the termination of sandboxes whose terminate failed (the orphan queue).
+    /// Clean up after crashed runs: retry failed terminations (the orphan queue), reap the
+    /// sandboxes of dead hosts (lease journal and linux runtime dir, also those killed while
+    /// starting), remove binding dirs of dead generations and abandoned temp blobs.
+    ///
+    /// In order: re-tries failed terminations (the orphan queue); reaps every journaled lease
+    /// whose fence is no longer held (a sandbox found already dead is billed up to its host's
+    /// last heartbeat, marked stopEstimated); removes linux sandboxes under the runtime dir
+    /// (OMABOX_LINUX_RUNTIME_DIR, default /run/omabox) whose owner process is dead and that no
+    /// lease names, including those killed while starting (init, cgroups, state dir); removes
+    /// the /workspace and outputs binding dirs under <data-dir>/runtime*/ of generations that
+    /// no longer hold their fence; removes temp blobs of interrupted puts. Never touches a held
+    /// lease, a sandbox whose owner is alive or a live generation's bindings; token-free and
+    /// safe to repeat. `omabox run` does all but the orphan pass before it starts.
     Reap(commands::reap::ReapArgs),
     /// Run commands in sandboxes (`omabox sandbox run -- CMD ARGS...`).
     Sandbox(commands::sandbox::SandboxArgs),

@@ -16,12 +16,26 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 /// The indent of harness output under the timeline.
 const HARNESS_PREFIX: &str = "           │ ";
 
+/// The longest unfinished line held back per stream (human mode). A longer line is written
+/// out as it arrives, continued without a new prefix, so a harness that never prints a
+/// newline costs at most this much host memory and linear time.
+pub const MAX_PENDING_LINE: usize = 64 * 1024;
+
+/// Per-stream line state (human mode).
+#[derive(Debug, Default)]
+struct LineState {
+    /// Bytes of the current line not yet written (never more than [`MAX_PENDING_LINE`]).
+    pending: Vec<u8>,
+    /// Part of the current line was already written (its prefix with it).
+    continued: bool,
+}
+
 /// Streams harness output to the terminal (see the module doc).
 #[derive(Debug)]
 pub struct TerminalHarnessOutput {
     json: bool,
     /// Unfinished last lines of stdout and stderr (human mode only).
-    partial: Mutex<[Vec<u8>; 2]>,
+    lines: Mutex<[LineState; 2]>,
 }
 
 impl TerminalHarnessOutput {
@@ -29,25 +43,26 @@ impl TerminalHarnessOutput {
     pub fn new(json: bool) -> Self {
         Self {
             json,
-            partial: Mutex::new([Vec::new(), Vec::new()]),
+            lines: Mutex::new([LineState::default(), LineState::default()]),
         }
     }
 
-    fn partial(&self) -> MutexGuard<'_, [Vec<u8>; 2]> {
-        self.partial.lock().unwrap_or_else(PoisonError::into_inner)
+    fn lines(&self) -> MutexGuard<'_, [LineState; 2]> {
+        self.lines.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// Writes out unfinished lines (call when the harness has ended).
     pub fn flush(&self) {
-        let mut partial = self.partial();
+        let mut lines = self.lines();
         for (index, stream) in [HarnessStream::Stdout, HarnessStream::Stderr]
             .into_iter()
             .enumerate()
         {
-            if !partial[index].is_empty() {
-                let mut line = std::mem::take(&mut partial[index]);
-                line.push(b'\n');
-                write_prefixed(stream, &line);
+            let state = &mut lines[index];
+            if !state.pending.is_empty() || state.continued {
+                let mut text = Vec::new();
+                render(state, b"\n", &mut text);
+                write_raw(stream, &text);
             }
         }
     }
@@ -66,14 +81,37 @@ fn write_raw(stream: HarnessStream, bytes: &[u8]) {
     };
 }
 
-/// Writes complete lines, each behind the harness prefix.
-fn write_prefixed(stream: HarnessStream, lines: &[u8]) {
-    let mut text = Vec::with_capacity(lines.len() + 16);
-    for line in lines.split_inclusive(|byte| *byte == b'\n') {
-        text.extend_from_slice(HARNESS_PREFIX.as_bytes());
-        text.extend_from_slice(line);
+/// Feeds `bytes` into one stream's line state and appends to `text` what can be written
+/// now: every completed line behind the harness prefix, and an over-long unfinished line.
+/// Linear in `bytes`: only the new bytes are scanned for newlines.
+fn render(state: &mut LineState, bytes: &[u8], text: &mut Vec<u8>) {
+    let (complete, rest) = match bytes.iter().rposition(|byte| *byte == b'\n') {
+        Some(end) => bytes.split_at(end + 1),
+        None => (&[][..], bytes),
+    };
+    if !complete.is_empty() {
+        let pending = std::mem::take(&mut state.pending);
+        let mut first = true;
+        for line in complete.split_inclusive(|byte| *byte == b'\n') {
+            if !(first && state.continued) {
+                text.extend_from_slice(HARNESS_PREFIX.as_bytes());
+            }
+            if first {
+                text.extend_from_slice(&pending);
+                first = false;
+            }
+            text.extend_from_slice(line);
+        }
+        state.continued = false;
     }
-    write_raw(stream, &text);
+    state.pending.extend_from_slice(rest);
+    if state.pending.len() > MAX_PENDING_LINE {
+        if !state.continued {
+            text.extend_from_slice(HARNESS_PREFIX.as_bytes());
+        }
+        text.append(&mut state.pending);
+        state.continued = true;
+    }
 }
 
 impl HarnessOutputSink for TerminalHarnessOutput {
@@ -86,13 +124,12 @@ impl HarnessOutputSink for TerminalHarnessOutput {
             HarnessStream::Stdout => 0,
             HarnessStream::Stderr => 1,
         };
-        let mut partial = self.partial();
-        let buffer = &mut partial[index];
-        buffer.extend_from_slice(bytes);
-        if let Some(end) = buffer.iter().rposition(|byte| *byte == b'\n') {
-            let complete: Vec<u8> = buffer.drain(..=end).collect();
-            drop(partial);
-            write_prefixed(stream, &complete);
+        let mut text = Vec::new();
+        let mut lines = self.lines();
+        render(&mut lines[index], bytes, &mut text);
+        drop(lines);
+        if !text.is_empty() {
+            write_raw(stream, &text);
         }
     }
 }
@@ -162,5 +199,62 @@ impl ProgressObserver for ProgressBars {
                 bars.push((progress.phase, bar));
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Feeds `chunks` through one stream's state, then flushes; returns what was written.
+    fn rendered(chunks: &[&[u8]]) -> (Vec<u8>, usize) {
+        let mut state = LineState::default();
+        let mut text = Vec::new();
+        let mut held = 0;
+        for chunk in chunks {
+            render(&mut state, chunk, &mut text);
+            held = held.max(state.pending.capacity());
+        }
+        if !state.pending.is_empty() || state.continued {
+            render(&mut state, b"\n", &mut text);
+        }
+        (text, held)
+    }
+
+    fn prefixed(lines: &[&str]) -> Vec<u8> {
+        lines
+            .iter()
+            .flat_map(|line| format!("{HARNESS_PREFIX}{line}\n").into_bytes())
+            .collect()
+    }
+
+    #[test]
+    fn lines_split_across_chunks_are_prefixed_once() {
+        let (text, _) = rendered(&[b"he", b"llo\nwor", b"ld\n\nlast"]);
+        assert_eq!(text, prefixed(&["hello", "world", "", "last"]));
+    }
+
+    #[test]
+    fn a_line_without_newline_is_written_through_past_the_cap_and_never_held() {
+        let chunk = vec![b'x'; 16 * 1024];
+        let chunks: Vec<&[u8]> = std::iter::repeat_n(&chunk[..], 1024)
+            .chain([&b"y\nnext\n"[..]])
+            .collect();
+        let (text, held) = rendered(&chunks);
+        assert!(
+            held <= 2 * MAX_PENDING_LINE,
+            "held {held} bytes of a 16 MiB line"
+        );
+        let mut line = "x".repeat(16 * 1024 * 1024);
+        line.push('y');
+        assert_eq!(text, prefixed(&[&line, "next"]), "one line, one prefix");
+    }
+
+    #[test]
+    fn an_over_long_line_cut_by_the_end_of_output_gets_its_newline() {
+        let long = vec![b'z'; MAX_PENDING_LINE + 1];
+        let (text, _) = rendered(&[&long]);
+        let expected = prefixed(&[std::str::from_utf8(&long).unwrap()]);
+        assert_eq!(text, expected);
     }
 }

@@ -154,6 +154,11 @@ pub struct UsageRecord {
     pub started_at: String,
     /// Observed stop, ISO-8601.
     pub stopped_at: String,
+    /// `stopped_at` is an estimate, not an observation: the runtime was found already dead
+    /// (its host crashed), and the stop is the last moment it was known alive, or — when not
+    /// even that is known — the moment it was found dead (an upper bound).
+    #[serde(default)]
+    pub stop_estimated: bool,
 }
 
 impl UsageRecord {
@@ -248,6 +253,7 @@ mod tests {
             seconds: 100_000,
             started_at: "a".into(),
             stopped_at: "b".into(),
+            stop_estimated: false,
         };
         assert_eq!(record.clamped().seconds, MAX_USAGE_SECONDS_PER_RECORD);
     }

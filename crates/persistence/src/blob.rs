@@ -39,6 +39,21 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, SystemTime};
 
+/// While puts are in flight, a temp file whose writer is gone must also be this old before
+/// [`BlobStore::remove_abandoned_temps`] removes it (a writer in another pid namespace).
+pub const TEMP_GRACE: Duration = Duration::from_secs(600);
+
+/// The writer pid of a temp file named `put-<pid>-<n>-<nanos>`.
+fn temp_writer_pid(path: &Path) -> Option<u32> {
+    path.file_name()?
+        .to_str()?
+        .strip_prefix("put-")?
+        .split('-')
+        .next()?
+        .parse()
+        .ok()
+}
+
 /// Copy buffer size for streaming puts and restores.
 pub(crate) const COPY_BUFFER: usize = 1 << 20;
 
@@ -339,6 +354,40 @@ impl BlobStore {
         Ok(report)
     }
 
+    /// Removes the temp files of puts that can no longer finish: all of them when no put is in
+    /// flight (the exclusive lock is free: every put holds the shared lock from its temp
+    /// file's creation to its removal), otherwise those whose writer pid (in the name) is gone
+    /// and that are older than [`TEMP_GRACE`]. Never waits for the lock, so it is cheap enough
+    /// to run before every `omabox run`. Returns how many were removed.
+    pub fn remove_abandoned_temps(&self) -> Result<u64> {
+        let path = self.root.join(".lock");
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&path)
+            .ctx(|| format!("Cannot open {}", path.display()))?;
+        let idle = rustix::fs::flock(&file, FlockOperation::NonBlockingLockExclusive).is_ok();
+        let cutoff = SystemTime::now()
+            .checked_sub(TEMP_GRACE)
+            .unwrap_or(SystemTime::UNIX_EPOCH);
+        let mut removed = 0;
+        for temp in read_dir_sorted(&self.root.join("tmp"))? {
+            let abandoned = idle || {
+                let writer_gone = temp_writer_pid(&temp)
+                    .is_none_or(|pid| !Path::new(&format!("/proc/{pid}")).exists());
+                let old = std::fs::symlink_metadata(&temp)
+                    .and_then(|meta| meta.modified())
+                    .is_ok_and(|time| time <= cutoff);
+                writer_gone && old
+            };
+            if abandoned && std::fs::remove_file(&temp).is_ok() {
+                removed += 1;
+            }
+        }
+        Ok(removed)
+    }
+
     pub(crate) fn lock_shared(&self) -> Result<BlobLock> {
         self.lock(FlockOperation::LockShared)
     }
@@ -489,7 +538,10 @@ impl BlobStore {
                 .create_new(true)
                 .open(&path)
             {
-                Ok(file) => return Ok((path, file)),
+                Ok(file) => {
+                    crate::fault::point("blob-temp-created");
+                    return Ok((path, file));
+                }
                 Err(error) if error.kind() == io::ErrorKind::AlreadyExists => continue,
                 Err(error) => {
                     return Err(PersistenceError::io(

@@ -29,6 +29,7 @@
 mod blob;
 mod blob_scan;
 mod error;
+mod fault;
 mod hash;
 mod layout;
 mod limits;
@@ -46,7 +47,7 @@ mod verify;
 mod walk;
 mod workspace;
 
-pub use blob::{BlobStore, BlobStoreOptions, GcReport, PutOutcome};
+pub use blob::{BlobStore, BlobStoreOptions, GcReport, PutOutcome, TEMP_GRACE};
 pub use blob_scan::StoredBlob;
 pub use error::PersistenceError;
 pub use hash::BlobHash;

@@ -31,6 +31,7 @@
 //! - Put anything secret into a handle, log line or error: env values are never printed.
 
 mod factory;
+pub mod fault;
 mod guard;
 mod lease;
 pub mod managed;

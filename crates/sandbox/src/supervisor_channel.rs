@@ -8,6 +8,9 @@
 //! - stdout is split on `"\n"`, each line trimmed, empty lines skipped, and a trailing
 //!   unterminated record at end of file still parsed; every record is validated by
 //!   [`HarnessSupervisorEvent::parse_line`] (its error ends the stream);
+//! - a line longer than [`MAX_SUPERVISOR_LINE`] bytes is never buffered: it is rejected as
+//!   invalid JSON (the contract's text, with the limit named) as soon as the cap is passed,
+//!   and the stream ends there like for any other invalid record;
 //! - the event stream can be taken once, and ends with the consumer's abort reason as soon as
 //!   the consumer's signal fires;
 //! - `send` fails after `close` and once the signal given at open time fired;
@@ -27,6 +30,10 @@ use omabox_contract::{
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
 use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWrite, AsyncWriteExt, BufReader};
+
+/// The longest event line (bytes, newline excluded) the host buffers. Every event of
+/// `openma-harness-supervisor-v1` is a small object; a longer line is hostile or broken.
+pub const MAX_SUPERVISOR_LINE: usize = 1024 * 1024;
 
 /// The supervisor's stdin.
 pub type SupervisorStdin = Box<dyn AsyncWrite + Send + Unpin>;
@@ -89,28 +96,70 @@ struct EventReader {
     done: bool,
 }
 
+/// How reading one line ended.
+enum LineRead {
+    /// A line (newline excluded) is in the buffer; `false` when end of file came first.
+    Line(bool),
+    /// The line passed [`MAX_SUPERVISOR_LINE`]; what was read of it is discarded.
+    TooLong,
+}
+
+/// Reads one line into `line` (cleared first), never buffering more than
+/// [`MAX_SUPERVISOR_LINE`] + one read buffer.
+async fn read_line_capped(
+    reader: &mut BufReader<SupervisorOutput>,
+    line: &mut Vec<u8>,
+) -> std::io::Result<LineRead> {
+    line.clear();
+    loop {
+        let available = reader.fill_buf().await?;
+        if available.is_empty() {
+            return Ok(LineRead::Line(!line.is_empty()));
+        }
+        let (taken, ended) = match available.iter().position(|byte| *byte == b'\n') {
+            Some(end) => (end, true),
+            None => (available.len(), false),
+        };
+        if line.len() + taken > MAX_SUPERVISOR_LINE {
+            line.clear();
+            return Ok(LineRead::TooLong);
+        }
+        line.extend_from_slice(&available[..taken]);
+        reader.consume(taken + usize::from(ended));
+        if ended {
+            return Ok(LineRead::Line(true));
+        }
+    }
+}
+
 impl EventReader {
     /// The next validated event, `None` at end of file, or the error that ends the stream.
     async fn next_event(&mut self) -> Option<Result<HarnessSupervisorEvent, PortError>> {
         while !self.done {
-            self.line.clear();
             let read = tokio::select! {
                 biased;
                 reason = self.signal.aborted() => Err(reason),
-                read = self.reader.read_until(b'\n', &mut self.line) => read.map_err(PortError::from),
+                read = read_line_capped(&mut self.reader, &mut self.line) => read.map_err(PortError::from),
             };
             let record = match read {
                 Err(error) => {
                     self.done = true;
                     return Some(Err(error));
                 }
+                Ok(LineRead::TooLong) => {
+                    self.done = true;
+                    return Some(Err(PortError::new(format!(
+                        "Harness supervisor emitted invalid JSON (a line longer than \
+                         {MAX_SUPERVISOR_LINE} bytes)"
+                    ))));
+                }
                 // End of file with nothing pending.
-                Ok(0) => {
+                Ok(LineRead::Line(false)) => {
                     self.done = true;
                     return None;
                 }
                 // A terminated line, or the unterminated last record at end of file.
-                Ok(_) => String::from_utf8_lossy(&self.line).trim().to_owned(),
+                Ok(LineRead::Line(true)) => String::from_utf8_lossy(&self.line).trim().to_owned(),
             };
             if record.is_empty() {
                 continue;
@@ -321,6 +370,59 @@ mod tests {
             assert_eq!(events.len(), 1, "{line}: the stream ends at the bad record");
             assert_eq!(events[0].as_ref().unwrap_err().message(), message, "{line}");
         }
+    }
+
+    #[tokio::test]
+    async fn a_line_past_the_cap_is_rejected_without_being_buffered() {
+        let mut h = harness(Ok(()));
+        // 96 MiB without a newline, written while the reader consumes: the writer finishing
+        // is not required (the reader must answer at the cap, not at the end of the line).
+        let writer = tokio::spawn(async move {
+            h.supervisor_stdout
+                .write_all(b"{\"type\":\"heartbeat\",\"sequence\":1}\n")
+                .await
+                .unwrap();
+            let chunk = vec![b' '; 64 * 1024];
+            for _ in 0..(96 * 16) {
+                if h.supervisor_stdout.write_all(&chunk).await.is_err() {
+                    return;
+                }
+            }
+        });
+        let mut events = h.channel.events(AbortSignal::never()).await.unwrap();
+        assert_eq!(
+            events.next().await,
+            Some(Ok(HarnessSupervisorEvent::Heartbeat { sequence: 1 }))
+        );
+        let error = events.next().await.unwrap().unwrap_err();
+        assert_eq!(
+            error.message(),
+            format!(
+                "Harness supervisor emitted invalid JSON (a line longer than \
+                 {MAX_SUPERVISOR_LINE} bytes)"
+            )
+        );
+        assert!(
+            events.next().await.is_none(),
+            "the stream ends at the bad line"
+        );
+        drop(events);
+        writer.await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn a_line_of_exactly_the_cap_is_still_parsed() {
+        let mut h = harness(Ok(()));
+        let event = b"{\"type\":\"drained\"}";
+        let mut line = vec![b' '; MAX_SUPERVISOR_LINE - event.len()];
+        line.extend_from_slice(event);
+        line.push(b'\n');
+        let writer = tokio::spawn(async move {
+            h.supervisor_stdout.write_all(&line).await.unwrap();
+        });
+        let events = collect(&h.channel).await;
+        writer.await.unwrap();
+        assert_eq!(events, vec![Ok(HarnessSupervisorEvent::Drained)]);
     }
 
     #[tokio::test]

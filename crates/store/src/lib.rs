@@ -77,7 +77,9 @@ pub use memory::{
 pub use session_token::{
     SESSION_TOKEN_LEN, SESSION_TOKEN_PREFIX, new_session_token, session_token_hash,
 };
-pub use sqlite::{APPLICATION_ID, DEFAULT_BUSY_TIMEOUT, SCHEMA_VERSION, SqliteStore};
+pub use sqlite::{
+    APPLICATION_ID, DEFAULT_BUSY_TIMEOUT, SCHEMA_VERSION, SqliteStore, WorkItemClaim,
+};
 pub use token::{RandomTokens, TokenHash, TokenSource};
 
 #[doc(no_inline)]

@@ -20,7 +20,10 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::mpsc;
 
 pub use files::{FileReader, WriteOptions};
-pub use process::{BackgroundProcess, DuplexProcess, ExecOutput, ExecRequest, ProcessKiller};
+pub use process::{
+    BackgroundProcess, DEFAULT_MAX_EXEC_OUTPUT, DuplexProcess, ExecOutput, ExecRequest,
+    ProcessKiller,
+};
 pub use stream::{DataReader, DataWriter};
 
 use crate::flow::{DEFAULT_WINDOW, RecvWindow, SendWindow};

@@ -3,6 +3,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
+use std::sync::atomic::AtomicUsize;
 use std::time::Duration;
 
 use tokio::sync::mpsc;
@@ -15,10 +16,17 @@ use crate::message::{
     Event, ProcessExit, Request, SpawnSpec, StreamControl,
 };
 
+/// The most output [`AgentClient::exec`] keeps by default: stdout and stderr together.
+/// Whatever the process writes beyond it is read and dropped (the process never blocks on
+/// a full pipe) and the result says [`ExecOutput::truncated`].
+pub const DEFAULT_MAX_EXEC_OUTPUT: usize = 16 * 1024 * 1024;
+
 /// What to run, and how.
 #[derive(Debug, Clone)]
 pub struct ExecRequest {
     spec: SpawnSpec,
+    /// Host-side only: the output cap of [`AgentClient::exec`].
+    max_output: usize,
 }
 
 impl ExecRequest {
@@ -56,7 +64,16 @@ impl ExecRequest {
                 stdin: false,
                 timeout_ms: None,
             },
+            max_output: DEFAULT_MAX_EXEC_OUTPUT,
         }
+    }
+
+    /// Caps what [`AgentClient::exec`] keeps of stdout and stderr together (default
+    /// [`DEFAULT_MAX_EXEC_OUTPUT`]); duplex and background processes ignore it.
+    #[must_use]
+    pub fn max_output(mut self, bytes: usize) -> Self {
+        self.max_output = bytes;
+        self
     }
 
     /// Appends arguments (argv commands only; ignored for shell scripts).
@@ -134,6 +151,9 @@ pub struct ExecOutput {
     pub stderr: Vec<u8>,
     /// How it ended.
     pub exit: ProcessExit,
+    /// The process wrote more than the request's output cap; `stdout` and `stderr` hold
+    /// what arrived first within it, the rest was dropped.
+    pub truncated: bool,
 }
 
 impl ExecOutput {
@@ -290,12 +310,15 @@ impl AgentClient {
         self.start(req.into(), true).await
     }
 
-    /// Runs a command to completion with stdin at `/dev/null` and collects its output.
+    /// Runs a command to completion with stdin at `/dev/null` and collects its output, at
+    /// most the request's `max_output` bytes of it (see [`ExecOutput::truncated`]).
     ///
     /// A program that cannot be started is reported the way a shell would: exit code
     /// 127 (not found) or 126 (anything else) with the reason on stderr.
     pub async fn exec(&self, req: impl Into<ExecRequest>) -> Result<ExecOutput, ClientError> {
-        let mut p = match self.start(req.into(), false).await {
+        let req = req.into();
+        let budget = AtomicUsize::new(req.max_output);
+        let mut p = match self.start(req, false).await {
             Ok(p) => p,
             Err(ClientError::Remote(e)) if e.kind == ErrorKind::SpawnFailed => {
                 let code = if e.errno == Some(libc::ENOENT) {
@@ -310,6 +333,7 @@ impl AgentClient {
                         code: Some(code),
                         ..ProcessExit::default()
                     },
+                    truncated: false,
                 });
             }
             Err(e) => return Err(e),
@@ -322,12 +346,14 @@ impl AgentClient {
                 ));
             }
         };
-        let (stdout, stderr) = tokio::try_join!(out.read_to_end(), err.read_to_end())?;
+        let ((stdout, out_cut), (stderr, err_cut)) =
+            tokio::try_join!(out.read_capped(&budget), err.read_capped(&budget))?;
         let exit = p.wait().await?;
         Ok(ExecOutput {
             stdout,
             stderr,
             exit,
+            truncated: out_cut || err_cut,
         })
     }
 

@@ -3,6 +3,7 @@
 
 use std::pin::Pin;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::task::{Context, Poll, ready};
 
 use bytes::Bytes;
@@ -134,6 +135,28 @@ impl DataReader {
             out.extend_from_slice(&b);
         }
         Ok(out)
+    }
+
+    /// Reads everything that is left, keeping only as many bytes as `budget` still allows
+    /// (a budget several readers may share) and dropping the rest as it arrives, so the
+    /// producer never stalls and memory stays bounded. `true` when bytes were dropped.
+    pub(crate) async fn read_capped(
+        &mut self,
+        budget: &AtomicUsize,
+    ) -> Result<(Vec<u8>, bool), ClientError> {
+        let mut out = Vec::new();
+        let mut dropped = false;
+        while let Some(b) = self.chunk().await? {
+            let wanted = b.len();
+            let granted = budget
+                .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |left| {
+                    Some(left - left.min(wanted))
+                })
+                .map_or(0, |left| left.min(wanted));
+            out.extend_from_slice(&b[..granted]);
+            dropped |= granted < wanted;
+        }
+        Ok((out, dropped))
     }
 
     /// Reads and discards everything that is left, returning the byte count.

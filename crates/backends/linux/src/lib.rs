@@ -42,6 +42,7 @@ pub mod cgroup;
 pub mod factory;
 pub mod handoff;
 pub mod image;
+pub mod leftovers;
 pub mod managed;
 pub mod plan;
 pub mod port;

@@ -181,6 +181,11 @@ impl ManagedSandboxProvider for LinuxManagedProvider {
             SandboxRuntimeStatus::Stopped
         })
     }
+
+    async fn last_alive_ms(&self, lease: &ManagedSandboxLease) -> Option<u64> {
+        let identity = Self::identity_of(lease).ok()?;
+        crate::leftovers::last_alive_ms(&identity.state_dir)
+    }
 }
 
 /// Options of the `linux` provider driver.

@@ -185,6 +185,13 @@ pub fn format_exec_output(output: &ExecOutput, timeout: Duration) -> String {
             "\n[output truncated: a process the command started kept stdout/stderr open]",
         );
     }
+    if output.truncated {
+        let _ = write!(
+            text,
+            "\n[output truncated: more than {} bytes]",
+            omabox_agent::DEFAULT_MAX_EXEC_OUTPUT
+        );
+    }
     let status = if output.exit.timed_out {
         let _ = write!(text, "\n[timed out after {} ms]", timeout.as_millis());
         TIMEOUT_EXIT
@@ -773,6 +780,7 @@ mod tests {
             stdout: stdout.as_bytes().to_vec(),
             stderr: stderr.as_bytes().to_vec(),
             exit,
+            truncated: false,
         }
     }
 

@@ -39,7 +39,7 @@ use crate::sys::{self, Reaped};
 
 /// File name of the setup-stage binary.
 pub const INIT_BINARY: &str = "omabox-sandbox-init";
-const IDENTITY_FILE: &str = "identity.json";
+pub(crate) const IDENTITY_FILE: &str = "identity.json";
 const SCRATCH_DIR: &str = "scratch";
 
 /// Host-side settings (policy-free: where things go, not what a sandbox may do).
@@ -224,11 +224,14 @@ impl SandboxIdentity {
     }
 }
 
-/// Removes a state dir without ever recursing: it holds only the identity file and the
-/// empty scratch mount point (mounts happen in the sandbox's own namespace). Anything
+/// Removes a state dir without ever recursing: it holds only the identity and owner files
+/// and the empty scratch mount point (mounts happen in the sandbox's own namespace). Anything
 /// else there is an error, not something to delete blindly.
 fn remove_state_dir(dir: &Path) -> io::Result<()> {
-    for f in [dir.join(IDENTITY_FILE)] {
+    for f in [
+        dir.join(IDENTITY_FILE),
+        dir.join(crate::leftovers::OWNER_FILE),
+    ] {
         match std::fs::remove_file(&f) {
             Ok(()) => {}
             Err(e) if e.kind() == io::ErrorKind::NotFound => {}
@@ -318,6 +321,11 @@ impl LinuxRuntime {
             destroy_timeout: self.config.destroy_timeout,
             destroyed: false,
         };
+        // The owner record first: a host killed from here on leaves a state dir that
+        // `leftovers::reap_leftovers` knows to be abandoned.
+        crate::leftovers::Owner::record(&state_dir, &self.boot_id)
+            .map_err(host("write owner record"))?;
+        omabox_sandbox::fault::point("linux-start-state-dir");
         let scratch = state_dir.join(SCRATCH_DIR);
         std::fs::DirBuilder::new()
             .mode(0o700)
@@ -372,6 +380,7 @@ impl LinuxRuntime {
         sandbox.identity.pid = child.pid;
         sandbox.pidfd = Some(child.pidfd);
         drop((plan_r, status_w, agent_child, null));
+        omabox_sandbox::fault::point("linux-start-cloned");
 
         // 4. The cgroup (created while the child execs, on the other core), the child
         //    moved into it, then released with the plan.
@@ -384,6 +393,7 @@ impl LinuxRuntime {
                     .map_err(host("create cgroup"))?;
         }
         timeline.push(("host cgroup create", sys::monotonic_us()));
+        omabox_sandbox::fault::point("linux-start-cgroup");
         // On cgroup v1 (as root) the setup stage joins the cgroup itself, first thing
         // after reading the plan (see `setup::join_cgroups` for why); otherwise the
         // host moves it now.
@@ -410,6 +420,7 @@ impl LinuxRuntime {
         let _ = plan_w.write_all(&json);
         drop(plan_w);
         timeline.push(("host plan sent", sys::monotonic_us()));
+        omabox_sandbox::fault::point("linux-start-plan-sent");
 
         // 5. Record the identity for out-of-process teardown while the setup stage works
         //    (it is complete now: pid, start time, cgroup; the start time is read only
@@ -424,6 +435,7 @@ impl LinuxRuntime {
         std::fs::write(state_dir.join(IDENTITY_FILE), identity_json)
             .map_err(host("write identity"))?;
         timeline.push(("host identity written", sys::monotonic_us()));
+        omabox_sandbox::fault::point("linux-start-identity");
 
         // 6. Wait for the verdict.
         let msg = read_status(status_r, self.config.ready_timeout)?;

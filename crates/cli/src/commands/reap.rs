@@ -1,9 +1,14 @@
 //! `omabox reap`: one pass of the orphan reconciler over the local store, then one pass of
 //! the abandoned-lease reaper: every journaled lease whose fence is no longer held by its
-//! generation (its host died: kill -9, power loss) is reaped. Both passes are token-free and
-//! safe to repeat, and safe while other runs are going on (held leases are never touched).
+//! generation (its host died: kill -9, power loss) is reaped; then the leftover sweep
+//! ([`crate::leftovers`]): linux sandboxes under the runtime dir whose owner process is gone
+//! (also those killed during their start, which no journal knows), binding directories of
+//! generations that no longer hold their fence, and temp blobs of interrupted puts. Every pass
+//! is token-free and safe to repeat, and safe while other runs are going on (held leases,
+//! live owners' sandboxes and live generations' bindings are never touched).
 
 use crate::data_dir;
+use crate::leftovers::{self, LeftoverReport};
 use crate::wiring;
 use clap::Args;
 use omabox_contract::{RuntimeLeaseJournalPort, RuntimeOrphanPort, RuntimeOrphanRecord};
@@ -22,7 +27,8 @@ pub struct ReapArgs {
     /// Reap at most this many orphans in this pass.
     #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u64).range(1..))]
     limit: u64,
-    /// Print one JSON document: the pass summary and the orphans still queued.
+    /// Print one JSON document: the orphan pass summary, the orphans still queued, the
+    /// abandoned-lease pass (`abandoned`) and the leftover sweep (`leftovers`).
     #[arg(long)]
     json: bool,
 }
@@ -35,30 +41,32 @@ struct ReapReport {
     queued: Vec<RuntimeOrphanRecord>,
     /// The abandoned-lease pass.
     abandoned: AbandonedLeaseSummary,
+    /// The leftover sweep: sandboxes, binding dirs, temp blobs.
+    leftovers: LeftoverReport,
 }
 
 /// Runs one reconcile pass and reports what is still queued.
 pub async fn run(data_dir: &Path, args: &ReapArgs) -> anyhow::Result<ExitCode> {
     let store = SqliteStore::open(data_dir::database_path(data_dir))?;
-    let resolver = wiring::sandbox_resolver(
-        &SandboxFactoryEnv::from_process_env(),
-        Arc::new(store.clone()),
-    );
+    let env = SandboxFactoryEnv::from_process_env();
+    let resolver = wiring::sandbox_resolver(&env, Arc::new(store.clone()));
     let orphans: Arc<dyn RuntimeOrphanPort> = Arc::new(store.clone());
     let reconciler =
         ManagedRuntimeOrphanReconciler::with_resolver(Arc::clone(&orphans), Arc::clone(&resolver));
     let summary = reconciler.run_once(args.limit).await?;
     let limit = usize::try_from(args.limit).unwrap_or(usize::MAX);
     let queued = orphans.list(limit).await?;
-    let journal: Arc<dyn RuntimeLeaseJournalPort> = Arc::new(store);
+    let journal: Arc<dyn RuntimeLeaseJournalPort> = Arc::new(store.clone());
     let abandoned = AbandonedLeaseReaper::new(journal, resolver)
         .run_once(args.limit)
         .await?;
+    let leftovers = leftovers::sweep(data_dir, &store, &env).await;
     if args.json {
         let report = ReapReport {
             summary,
             queued,
             abandoned,
+            leftovers,
         };
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {
@@ -87,6 +95,37 @@ pub async fn run(data_dir: &Path, args: &ReapArgs) -> anyhow::Result<ExitCode> {
                 failure.provider, failure.runtime_id, failure.error
             );
         }
+        print_leftovers(&leftovers);
     }
     Ok(ExitCode::SUCCESS)
+}
+
+fn print_leftovers(report: &LeftoverReport) {
+    let sandboxes = &report.sandboxes;
+    println!(
+        "sandboxes in the runtime dir: inspected {}, removed {}, owner alive {}, leased {}, kept {}",
+        sandboxes.inspected,
+        sandboxes.removed.len(),
+        sandboxes.live,
+        sandboxes.journaled,
+        sandboxes.kept.len()
+    );
+    for id in &sandboxes.removed {
+        println!("  removed sandbox {id}");
+    }
+    for kept in &sandboxes.kept {
+        println!("  kept sandbox {}: {}", kept.id, kept.reason);
+    }
+    println!(
+        "binding dirs: removed {}, live {}",
+        report.bindings_removed.len(),
+        report.bindings_live
+    );
+    for relative in &report.bindings_removed {
+        println!("  removed {relative}");
+    }
+    println!("temp blobs removed: {}", report.temp_blobs_removed);
+    for error in &report.errors {
+        println!("  error: {error}");
+    }
 }

@@ -115,6 +115,7 @@ pub async fn run(data_dir: &Path, args: RunArgs) -> anyhow::Result<ExitCode> {
         check_gateway(gateway)?;
     }
     let store = open_store(data_dir).await?;
+    crate::leftovers::before_run(data_dir, &store).await;
     if let Some(seed) = &args.workspace {
         check_seed(&store, &request.scope, seed).await?;
     }

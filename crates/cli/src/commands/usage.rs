@@ -1,4 +1,6 @@
-//! `omabox usage`: the usage ledger (`sandbox_active_seconds` per sandbox).
+//! `omabox usage`: the usage ledger (`sandbox_active_seconds` per sandbox). A record whose
+//! sandbox was found already dead (its host crashed) has an estimated stop — the host's last
+//! sign of life — and says so (`stopEstimated`, "stop estimated").
 
 use crate::data_dir::{no_data_yet, open_existing_store};
 use clap::Args;
@@ -46,7 +48,7 @@ pub async fn run(data_dir: &Path, args: &UsageArgs) -> anyhow::Result<ExitCode> 
     let total: u64 = records.iter().map(|record| record.seconds).sum();
     for record in &records {
         println!(
-            "{}  {}  {} {}  session {}  {} s  ({} → {})",
+            "{}  {}  {} {}  session {}  {} s  ({} → {}{})",
             record.kind.as_str(),
             record.provider,
             record.runtime_id,
@@ -54,7 +56,12 @@ pub async fn run(data_dir: &Path, args: &UsageArgs) -> anyhow::Result<ExitCode> 
             record.scope.session_id,
             record.seconds,
             record.started_at,
-            record.stopped_at
+            record.stopped_at,
+            if record.stop_estimated {
+                ", stop estimated"
+            } else {
+                ""
+            }
         );
     }
     println!("{} records, {} s in all", records.len(), total);

@@ -98,4 +98,11 @@ pub trait ManagedSandboxProvider: Send + Sync {
 
     /// Observes the runtime without waking it.
     async fn status(&self, lease: &ManagedSandboxLease) -> Result<SandboxRuntimeStatus, PortError>;
+
+    /// For a runtime found already stopped: the last moment (ms since the epoch) it is known
+    /// to have been alive, if the provider can tell (e.g. its host's last heartbeat). The
+    /// usage ledger bills a crashed runtime up to there. Default: it cannot tell.
+    async fn last_alive_ms(&self, _lease: &ManagedSandboxLease) -> Option<u64> {
+        None
+    }
 }

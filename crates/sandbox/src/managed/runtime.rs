@@ -94,6 +94,15 @@ struct RuntimeTable {
     terminated: HashSet<String>,
 }
 
+/// When a runtime's usage interval ends.
+#[derive(Debug, Clone, Copy)]
+enum Stop {
+    /// Now: it was running until this teardown.
+    Now,
+    /// It was found already stopped: at its last sign of life when known, else now.
+    Estimated(Option<u64>),
+}
+
 /// The managed compute lifecycle over a provider of tool sandboxes.
 pub struct ProviderManagedRuntime {
     provider: Arc<dyn ManagedSandboxProvider>,
@@ -141,11 +150,24 @@ impl ProviderManagedRuntime {
         let _ = self.usage.set(ledger);
     }
 
+    /// How a runtime this process does not hold (a reap of a crashed host's lease) stopped:
+    /// still running means it stops now; already stopped means the stop is an estimate — the
+    /// provider's last sign of life, or now as an upper bound.
+    async fn observed_stop(&self, lease: &ManagedSandboxLease) -> Stop {
+        match self.provider.status(lease).await {
+            Ok(SandboxRuntimeStatus::Stopped) => {
+                Stop::Estimated(self.provider.last_alive_ms(lease).await)
+            }
+            _ => Stop::Now,
+        }
+    }
+
     /// Best effort: a ledger failure is logged and never fails or delays teardown further.
     async fn record_active_seconds(
         &self,
         scope: &RuntimeResourceScope,
         lease: &ManagedSandboxLease,
+        stop: Stop,
     ) {
         let Some(ledger) = self.usage.get() else {
             return;
@@ -161,7 +183,14 @@ impl ProviderManagedRuntime {
         let Some(started_ms) = started_ms else {
             return;
         };
-        let stopped_ms = now_ms();
+        let now = now_ms();
+        let (stopped_ms, stop_estimated) = match stop {
+            Stop::Now => (now, false),
+            Stop::Estimated(last_alive) => (
+                last_alive.map_or(now, |last| last.clamp(started_ms, now)),
+                true,
+            ),
+        };
         let record = UsageRecord {
             kind: UsageKind::SandboxActiveSeconds,
             scope: scope.clone(),
@@ -170,6 +199,7 @@ impl ProviderManagedRuntime {
             seconds: UsageRecord::seconds_between(started_ms, stopped_ms),
             started_at: iso_ms(started_ms),
             stopped_at: iso_ms(stopped_ms),
+            stop_estimated,
         };
         if let Err(error) = ledger.record_usage(record).await {
             tracing::warn!(provider = %lease.provider, runtime = %lease.runtime_id, %error, "recording sandbox_active_seconds failed");
@@ -276,6 +306,11 @@ impl ProviderManagedRuntime {
             return Ok(());
         }
         let live = self.table().live.get(&lease.runtime_id).cloned();
+        let stop = if live.is_none() && self.usage.get().is_some() {
+            self.observed_stop(lease).await
+        } else {
+            Stop::Now
+        };
         if let Some(destroy) = live.as_deref().and_then(|sandbox| sandbox.as_destroy()) {
             destroy.destroy().await?;
         }
@@ -285,7 +320,7 @@ impl ProviderManagedRuntime {
             table.live.remove(&lease.runtime_id);
             table.terminated.insert(lease.runtime_id.clone());
         }
-        self.record_active_seconds(scope, lease).await;
+        self.record_active_seconds(scope, lease, stop).await;
         Ok(())
     }
 

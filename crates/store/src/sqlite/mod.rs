@@ -20,6 +20,8 @@
 //! requires, and so that a token accidentally left in an orphan's error text is redacted
 //! before it is written.
 
+mod claims;
+pub use claims::WorkItemClaim;
 mod credentials;
 mod fence;
 mod journal;

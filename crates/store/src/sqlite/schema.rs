@@ -175,6 +175,17 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
              WHERE publication_json IS NOT NULL;
     "#,
     },
+    Migration {
+        version: 5,
+        description: "usage records say whether their stop was estimated",
+        sql: r#"
+        -- 1 when the runtime was found already dead and `stopped_at` is the last moment it was
+        -- known alive (or, failing that, when it was found dead): see UsageRecord.
+        ALTER TABLE usage_record
+            ADD COLUMN stop_estimated INTEGER NOT NULL DEFAULT 0
+                CHECK (stop_estimated IN (0, 1));
+    "#,
+    },
 ];
 
 /// The schema version this build writes and understands.
@@ -403,10 +414,13 @@ mod tests {
                 seconds: 5,
                 started_at: crate::iso_millis(NOW as u64),
                 stopped_at: crate::iso_millis(NOW as u64 + 5_000),
+                stop_estimated: true,
             })
             .await
             .unwrap();
-        assert_eq!(store.usage("s").await.unwrap().len(), 1);
+        let usage = store.usage("s").await.unwrap();
+        assert_eq!(usage.len(), 1);
+        assert!(usage[0].stop_estimated, "the migrated column round-trips");
     }
 
     /// A database file as omabox 2 left it (a fence, a lease) opens at the current version

@@ -14,7 +14,7 @@ fn read_records(
 ) -> Result<Vec<UsageRecord>, StoreError> {
     let mut statement = conn.prepare_cached(&format!(
         "SELECT kind, workspace_id, environment_id, session_id, work_id, provider, runtime_id,
-                seconds, started_at, stopped_at
+                seconds, started_at, stopped_at, stop_estimated
            FROM usage_record
           {filter}"
     ))?;
@@ -32,11 +32,13 @@ fn read_records(
             row.get::<_, i64>(7)?,
             row.get::<_, String>(8)?,
             row.get::<_, String>(9)?,
+            row.get::<_, bool>(10)?,
         ))
     })?;
     let mut records = Vec::new();
     for row in rows {
-        let (kind, scope, provider, runtime_id, seconds, started_at, stopped_at) = row?;
+        let (kind, scope, provider, runtime_id, seconds, started_at, stopped_at, stop_estimated) =
+            row?;
         let kind = UsageKind::parse(&kind)
             .ok_or_else(|| StoreError::Corrupt(format!("unknown usage kind {kind:?}")))?;
         records.push(UsageRecord {
@@ -47,6 +49,7 @@ fn read_records(
             seconds: to_u64(seconds, "usage seconds")?,
             started_at,
             stopped_at,
+            stop_estimated,
         });
     }
     Ok(records)
@@ -59,8 +62,9 @@ impl UsageLedgerPort for SqliteStore {
             let record = record.clamped();
             inner.conn.execute(
                 "INSERT INTO usage_record (kind, workspace_id, environment_id, session_id, work_id,
-                                           provider, runtime_id, seconds, started_at, stopped_at)
-                      VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)
+                                           provider, runtime_id, seconds, started_at, stopped_at,
+                                           stop_estimated)
+                      VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)
                  ON CONFLICT (kind, provider, runtime_id) DO NOTHING",
                 params![
                     record.kind.as_str(),
@@ -73,6 +77,7 @@ impl UsageLedgerPort for SqliteStore {
                     to_i64(record.seconds, "usage seconds")?,
                     record.started_at,
                     record.stopped_at,
+                    record.stop_estimated,
                 ],
             )?;
             Ok(())

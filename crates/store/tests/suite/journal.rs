@@ -200,6 +200,7 @@ fn usage(kind: UsageKind, runtime_id: &str, seconds: u64) -> UsageRecord {
         seconds,
         started_at: iso_millis(T0),
         stopped_at: iso_millis(T0 + seconds * 1_000),
+        stop_estimated: false,
     }
 }
 
@@ -217,9 +218,10 @@ pub async fn usage_is_clamped_idempotent_and_read_back(s: Subject) {
     // Another kind of the same runtime is its own record.
     let alive = usage(UsageKind::SessionAliveSeconds, "r1", 7);
     s.usage.record_usage(alive.clone()).await.unwrap();
-    // Another session.
+    // Another session, with an estimated stop (a runtime found dead).
     let other = UsageRecord {
         scope: RuntimeResourceScope::new("workspace", "environment", "other-session", "work"),
+        stop_estimated: true,
         ..usage(UsageKind::BrowserActiveSeconds, "b1", 3)
     };
     s.usage.record_usage(other.clone()).await.unwrap();

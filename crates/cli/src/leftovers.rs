@@ -1,0 +1,362 @@
+//! What a crashed host (kill -9, power loss, a second Ctrl-C) leaves behind, found without
+//! any record the crashed process would have had to write on its way out:
+//!
+//! - **sandboxes** under the linux runtime dir whose owner process is gone and that no
+//!   journaled lease names (those are the abandoned-lease reaper's, which bills them): one
+//!   killed half-way through its start, or before its lease was journaled
+//!   (`omabox_backend_linux::leftovers`);
+//! - **binding directories** `<data-dir>/runtime/<scope>/<generation>/wsb_…` and
+//!   `<data-dir>/runtime-outputs/<scope>/<generation>/outb_…` of a generation that no longer
+//!   holds its work item's fence (an older generation, or the latest one released or
+//!   expired): it can never publish again, so its `/workspace` and outputs are garbage. The
+//!   directories are listed *before* the fences are read, so a run that claims its fence and
+//!   makes its binding meanwhile is seen holding it;
+//! - **temp blobs** `<data-dir>/blobs/tmp/put-…` of puts that cannot finish
+//!   (`BlobStore::remove_abandoned_temps`).
+//!
+//! `omabox reap` runs [`sweep`] after its lease passes; `omabox run` runs [`before_run`]
+//! (abandoned leases, then the sweep) before it claims anything: a few directory listings and
+//! one query when there is nothing to do. This module must never remove anything of a
+//! generation that holds its fence or of a sandbox whose owner is alive, follow a symlink, or
+//! fail a run because a leftover could not be removed.
+
+use crate::wiring;
+use omabox_backend_linux::factory::LinuxSandboxFactory;
+use omabox_backend_linux::leftovers::{LeftoverSweep, reap_leftovers};
+use omabox_backend_linux::managed::LINUX_PROVIDER;
+use omabox_contract::RuntimeLeaseJournalPort;
+use omabox_host::lease_journal::AbandonedLeaseReaper;
+use omabox_persistence::{BlobHash, BlobStore};
+use omabox_sandbox::{SandboxFactoryContext, SandboxFactoryEnv};
+use omabox_store::SqliteStore;
+use serde::Serialize;
+use std::collections::{HashMap, HashSet};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+/// The binding areas under the data dir and the binding id prefix of each.
+const BINDING_AREAS: [(&str, &str); 2] = [("runtime", "wsb_"), ("runtime-outputs", "outb_")];
+
+/// Abandoned leases reaped per `omabox run` start (the rest wait for the next run or reap).
+const LEASES_PER_RUN: u64 = 16;
+
+/// What one sweep found and removed.
+#[derive(Debug, Default, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct LeftoverReport {
+    /// Linux sandboxes under the runtime dir.
+    pub sandboxes: LeftoverSweep,
+    /// Binding directories removed, relative to the data dir.
+    pub bindings_removed: Vec<String>,
+    /// Binding directories of generations that hold their fence (kept).
+    pub bindings_live: usize,
+    /// Abandoned temp blobs removed.
+    pub temp_blobs_removed: u64,
+    /// What could not be looked at or removed.
+    pub errors: Vec<String>,
+}
+
+/// Finds and removes every leftover of a dead host (module doc). Never fails: what could not
+/// be done is in the report's `errors`.
+pub async fn sweep(
+    data_dir: &Path,
+    store: &SqliteStore,
+    env: &SandboxFactoryEnv,
+) -> LeftoverReport {
+    let data_dir = data_dir.to_path_buf();
+    let store = store.clone();
+    let env = env.clone();
+    tokio::task::spawn_blocking(move || sweep_blocking(&data_dir, &store, &env))
+        .await
+        .unwrap_or_else(|error| LeftoverReport {
+            errors: vec![format!("the leftover sweep failed: {error}")],
+            ..LeftoverReport::default()
+        })
+}
+
+/// `omabox run`'s start: reaps a few abandoned leases, then [`sweep`]s. Problems are printed
+/// as one warning on stderr and never stop the run.
+pub async fn before_run(data_dir: &Path, store: &SqliteStore) {
+    let env = SandboxFactoryEnv::from_process_env();
+    let resolver = wiring::sandbox_resolver(&env, Arc::new(store.clone()));
+    let journal: Arc<dyn RuntimeLeaseJournalPort> = Arc::new(store.clone());
+    let mut errors = match AbandonedLeaseReaper::new(journal, resolver)
+        .run_once(LEASES_PER_RUN)
+        .await
+    {
+        Ok(summary) => summary
+            .errors
+            .into_iter()
+            .map(|failure| format!("lease {}: {}", failure.runtime_id, failure.error))
+            .collect(),
+        Err(error) => vec![format!("abandoned leases: {error}")],
+    };
+    errors.extend(sweep(data_dir, store, &env).await.errors);
+    if !errors.is_empty() {
+        eprintln!(
+            "omabox: warning: leftovers of earlier runs could not all be removed ({}); see `omabox reap`",
+            errors.join("; ")
+        );
+    }
+}
+
+fn sweep_blocking(data_dir: &Path, store: &SqliteStore, env: &SandboxFactoryEnv) -> LeftoverReport {
+    let mut report = LeftoverReport::default();
+    // Sandboxes a journaled lease names are the lease reaper's: it bills them too.
+    let journaled: HashSet<String> = match store.journaled_runtime_ids(LINUX_PROVIDER) {
+        Ok(ids) => ids,
+        Err(error) => {
+            report.errors.push(format!("lease journal: {error}"));
+            return report;
+        }
+    };
+    match linux_runtime_config(env) {
+        Ok(config) => match reap_leftovers(&config, &|id| journaled.contains(id)) {
+            Ok(sandboxes) => report.sandboxes = sandboxes,
+            Err(error) => report.errors.push(format!(
+                "cannot list the sandboxes in {}: {error}",
+                config.runtime_dir.display()
+            )),
+        },
+        Err(error) => report.errors.push(error),
+    }
+    sweep_bindings(data_dir, store, &mut report);
+    if data_dir.join("blobs").is_dir() {
+        match BlobStore::new(data_dir).map(|blobs| blobs.remove_abandoned_temps()) {
+            Ok(Ok(removed)) => report.temp_blobs_removed = removed,
+            Ok(Err(error)) | Err(error) => report.errors.push(format!("temp blobs: {error}")),
+        }
+    }
+    report
+}
+
+/// The linux runtime settings (runtime dir, cgroup parent) the factory's env keys select.
+fn linux_runtime_config(
+    env: &SandboxFactoryEnv,
+) -> Result<omabox_backend_linux::RuntimeConfig, String> {
+    let context = SandboxFactoryContext {
+        session_id: "reap".into(),
+        workdir: PathBuf::from("/"),
+        memory_root: None,
+        outputs_root: None,
+    };
+    LinuxSandboxFactory::new()
+        .settings(&context, env)
+        .map(|settings| settings.runtime)
+        .map_err(|error| format!("linux runtime settings: {error}"))
+}
+
+/// One binding directory found on disk.
+struct Binding {
+    /// Relative to the data dir.
+    relative: String,
+    path: PathBuf,
+    scope_dir: String,
+    generation: u64,
+}
+
+fn is_hex(text: &str, len: usize) -> bool {
+    text.len() == len
+        && text
+            .bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+}
+
+/// The real (non-symlink) subdirectories of `dir` whose names `keep` accepts.
+fn subdirs(dir: &Path, keep: impl Fn(&str) -> bool) -> Vec<(String, PathBuf)> {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    entries
+        .flatten()
+        .filter_map(|entry| {
+            let name = entry.file_name().to_str()?.to_owned();
+            let is_dir = entry.file_type().ok()?.is_dir();
+            (is_dir && keep(&name)).then(|| (name, entry.path()))
+        })
+        .collect()
+}
+
+fn list_bindings(data_dir: &Path) -> Vec<Binding> {
+    let mut found = Vec::new();
+    for (area, prefix) in BINDING_AREAS {
+        for (scope_dir, scope_path) in subdirs(&data_dir.join(area), |name| is_hex(name, 64)) {
+            let generations = subdirs(&scope_path, |name| {
+                !name.is_empty() && name.len() <= 20 && name.bytes().all(|b| b.is_ascii_digit())
+            });
+            for (generation_name, generation_path) in generations {
+                let Ok(generation) = generation_name.parse::<u64>() else {
+                    continue;
+                };
+                let bindings = subdirs(&generation_path, |name| {
+                    name.strip_prefix(prefix).is_some_and(|hex| is_hex(hex, 32))
+                });
+                for (binding, path) in bindings {
+                    found.push(Binding {
+                        relative: format!("{area}/{scope_dir}/{generation}/{binding}"),
+                        path,
+                        scope_dir: scope_dir.clone(),
+                        generation,
+                    });
+                }
+            }
+        }
+    }
+    found
+}
+
+fn sweep_bindings(data_dir: &Path, store: &SqliteStore, report: &mut LeftoverReport) {
+    // Listed first, fences read second (module doc).
+    let bindings = list_bindings(data_dir);
+    if bindings.is_empty() {
+        return;
+    }
+    let claims: HashMap<String, (u64, bool)> = match store.work_item_claims() {
+        Ok(claims) => claims
+            .into_iter()
+            .map(|claim| {
+                let scope_dir = BlobHash::of(claim.scope.key().as_bytes()).to_hex();
+                (scope_dir, (claim.generation, claim.held))
+            })
+            .collect(),
+        Err(error) => {
+            report.errors.push(format!("binding dirs: {error}"));
+            return;
+        }
+    };
+    for binding in bindings {
+        let dead = match claims.get(&binding.scope_dir) {
+            Some(&(latest, held)) => {
+                binding.generation < latest || (binding.generation == latest && !held)
+            }
+            // Every binding is made after its fence was claimed, so a work item unknown to
+            // this store's fence table has no run that could use it.
+            None => true,
+        };
+        if !dead {
+            report.bindings_live += 1;
+            continue;
+        }
+        // `remove_dir_all` never follows a symlink inside the tree.
+        match std::fs::remove_dir_all(&binding.path) {
+            Ok(()) => {
+                prune_empty_parents(&binding.path);
+                report.bindings_removed.push(binding.relative);
+            }
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => {}
+            Err(error) => report
+                .errors
+                .push(format!("cannot remove {}: {error}", binding.relative)),
+        }
+    }
+}
+
+/// Removes the generation and scope directories above `binding` when they became empty.
+fn prune_empty_parents(binding: &Path) {
+    let mut dir = binding.parent();
+    for _ in 0..2 {
+        let Some(current) = dir else { return };
+        if std::fs::remove_dir(current).is_err() {
+            return;
+        }
+        dir = current.parent();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use omabox_contract::{
+        AcquireRuntimeFenceInput, RuntimeResourceFencePort, RuntimeResourceScope, TerminationReason,
+    };
+
+    fn binding(data: &Path, area: &str, scope: &RuntimeResourceScope, generation: u64) -> PathBuf {
+        let prefix = if area == "runtime" { "wsb_" } else { "outb_" };
+        let dir = data
+            .join(area)
+            .join(BlobHash::of(scope.key().as_bytes()).to_hex())
+            .join(generation.to_string())
+            .join(format!("{prefix}{}", "0".repeat(32)));
+        std::fs::create_dir_all(dir.join("workspace/deep")).unwrap();
+        std::fs::write(dir.join("workspace/deep/file"), b"x").unwrap();
+        dir
+    }
+
+    async fn claim(
+        store: &SqliteStore,
+        scope: &RuntimeResourceScope,
+    ) -> omabox_contract::RuntimeResourceFence {
+        match store
+            .acquire(AcquireRuntimeFenceInput {
+                scope: scope.clone(),
+                owner_id: "host".into(),
+                ttl_ms: 60_000,
+            })
+            .await
+            .unwrap()
+        {
+            omabox_contract::AcquireRuntimeFenceResult::Acquired { fence, .. } => fence,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[tokio::test]
+    async fn only_bindings_of_generations_that_hold_their_fence_survive() {
+        let data = tempfile::tempdir().unwrap();
+        let store = SqliteStore::open_in_memory().unwrap();
+        let live = RuntimeResourceScope::new("local", "default", "live", "main");
+        let done = RuntimeResourceScope::new("local", "default", "done", "main");
+        let unknown = RuntimeResourceScope::new("local", "default", "unknown", "main");
+
+        let first = claim(&store, &live).await;
+        store
+            .release(&first, TerminationReason::LeaseLost)
+            .await
+            .unwrap();
+        let _second = claim(&store, &live).await; // generation 2 holds the fence
+        let older = binding(data.path(), "runtime", &live, 1);
+        let current_ws = binding(data.path(), "runtime", &live, 2);
+        let current_out = binding(data.path(), "runtime-outputs", &live, 2);
+        let fence = claim(&store, &done).await;
+        store
+            .release(&fence, TerminationReason::Completed)
+            .await
+            .unwrap();
+        let released = binding(data.path(), "runtime", &done, 1);
+        let stray = binding(data.path(), "runtime-outputs", &unknown, 7);
+        // A symlink where a binding would be is not a binding.
+        let link_parent = data
+            .path()
+            .join("runtime")
+            .join(BlobHash::of(done.key().as_bytes()).to_hex())
+            .join("3");
+        std::fs::create_dir_all(&link_parent).unwrap();
+        let outside = tempfile::tempdir().unwrap();
+        std::os::unix::fs::symlink(
+            outside.path(),
+            link_parent.join(format!("wsb_{}", "1".repeat(32))),
+        )
+        .unwrap();
+
+        let mut report = LeftoverReport::default();
+        sweep_bindings(data.path(), &store, &mut report);
+        assert!(report.errors.is_empty(), "{:?}", report.errors);
+        assert_eq!(report.bindings_live, 2);
+        assert_eq!(
+            report.bindings_removed.len(),
+            3,
+            "{:?}",
+            report.bindings_removed
+        );
+        assert!(current_ws.join("workspace/deep/file").exists());
+        assert!(current_out.exists());
+        for gone in [&older, &released, &stray] {
+            assert!(!gone.exists(), "{}", gone.display());
+            assert!(
+                !gone.parent().unwrap().exists(),
+                "empty generation dir pruned"
+            );
+        }
+        assert!(outside.path().exists());
+    }
+}
