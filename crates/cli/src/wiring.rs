@@ -29,6 +29,7 @@ use omabox_contract::{
     ManagedRuntimeProviderDriverPort, ManagedSandboxPort, SessionOutputPort,
     WorkspacePersistencePort,
 };
+use omabox_host::catalog::ConformanceCatalog;
 use omabox_host::reconciler::SandboxPortResolver;
 use omabox_persistence::{
     BlobStore, FilesystemSessionOutputPort, FilesystemWorkspacePort, ProgressObserver,
@@ -256,6 +257,19 @@ pub fn sandbox_resolver(
     })
 }
 
+/// The conformance catalog of this binary: OpenMA's twelve rows, then each backend's own
+/// (`linux`, `local`).
+pub fn catalog() -> ConformanceCatalog {
+    let mut catalog = ConformanceCatalog::openma();
+    catalog
+        .extend([
+            omabox_backend_linux::catalog::conformance_row(),
+            omabox_backend_local::catalog::conformance_row(),
+        ])
+        .expect("backend ids are distinct from OpenMA's");
+    catalog
+}
+
 /// The `SANDBOX_PROVIDER` map of this binary: every tool-sandbox backend it was built with
 /// (local-subprocess resolves only in test mode).
 pub fn sandbox_factories(linux: &LinuxSandboxFactory) -> SandboxFactoryRegistry {
@@ -276,5 +290,21 @@ mod tests {
         assert_eq!(Backend::from_name("local-subprocess"), Some(Backend::Local));
         assert_eq!(Backend::from_name("daytona"), None);
         assert_eq!(Backend::Local.provider(), "local");
+    }
+
+    #[test]
+    fn the_catalog_appends_every_backend_after_the_openma_rows() {
+        let catalog = catalog();
+        let ids: Vec<&str> = catalog.rows().iter().map(|row| row.id.as_str()).collect();
+        assert_eq!(ids.len(), 14);
+        assert_eq!(&ids[12..], ["linux", "local"]);
+        assert_eq!(
+            catalog.rows()[..12],
+            omabox_host::catalog::openma_rows()[..]
+        );
+        for backend in [Backend::Linux, Backend::Local] {
+            let row = catalog.require(backend.provider()).unwrap();
+            assert!(row.runtime_checkpoints.is_empty());
+        }
     }
 }

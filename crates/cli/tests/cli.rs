@@ -27,7 +27,7 @@ fn stdout_json(output: &Output) -> serde_json::Value {
 }
 
 #[test]
-fn catalog_json_lists_the_twelve_openma_providers_with_every_column() {
+fn catalog_json_lists_the_twelve_openma_providers_then_omaboxs_own_with_every_column() {
     let dir = tempfile::tempdir().unwrap();
     let rows = stdout_json(&omabox(dir.path(), &["catalog", "--json"]));
     let rows = rows.as_array().expect("an array of rows");
@@ -46,7 +46,9 @@ fn catalog_json_lists_the_twelve_openma_providers_with_every_column() {
             "sprites",
             "vercel",
             "modal",
-            "superserve"
+            "superserve",
+            "linux",
+            "local"
         ]
     );
     for row in rows {
@@ -71,8 +73,16 @@ fn catalog_prints_a_readable_table() {
     let output = omabox(dir.path(), &["catalog"]);
     assert!(output.status.success());
     let text = String::from_utf8(output.stdout).unwrap();
-    assert!(text.lines().count() >= 13, "{text}");
+    assert_eq!(text.lines().count(), 15, "{text}");
     assert!(text.contains("superserve"));
+    assert!(
+        text.lines().any(|line| line.starts_with("linux ")),
+        "{text}"
+    );
+    assert!(
+        text.lines().any(|line| line.starts_with("local ")),
+        "{text}"
+    );
 }
 
 #[tokio::test]

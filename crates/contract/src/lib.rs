@@ -20,6 +20,7 @@
 //!   `Display` are redacted; it is serialized only where the fence itself crosses a wire.
 
 pub mod capabilities;
+pub mod catalog;
 pub mod checkpoint;
 pub mod credentials;
 pub mod egress;

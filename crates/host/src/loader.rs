@@ -134,7 +134,9 @@ fn empty_specifier() -> PortError {
 mod tests {
     use super::*;
     use omabox_contract::ErrorKind;
-    use omabox_testkit::drivers::{FakeProviderDriver, provider_descriptor, provider_resources};
+    use omabox_test_support::drivers::{
+        FakeProviderDriver, provider_descriptor, provider_resources,
+    };
     use std::sync::Mutex;
 
     fn loader_with(

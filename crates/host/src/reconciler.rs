@@ -150,7 +150,7 @@ mod tests {
         EnqueueRuntimeOrphanInput, ManagedSandboxLease, RuntimeResourceScope, TerminationReason,
         runtime_orphan_id,
     };
-    use omabox_testkit::drivers::CapabilityOnlySandbox;
+    use omabox_test_support::drivers::CapabilityOnlySandbox;
     use std::collections::BTreeMap;
     use std::sync::Mutex;
 

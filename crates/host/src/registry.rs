@@ -276,7 +276,7 @@ mod tests {
         OutputRequirement, OutputStrategy, OutputsProfile, RuntimeCheckpointRequirement,
         RuntimeProcessDeclaration, WorkspaceProfile, WorkspaceRequirement, WorkspaceStrategy,
     };
-    use omabox_testkit::drivers::{
+    use omabox_test_support::drivers::{
         FakeProviderDriver, ScriptedSupervisorTransport, StaticHarnessDriver, provider_descriptor,
         provider_resources,
     };

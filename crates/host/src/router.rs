@@ -104,7 +104,7 @@ mod tests {
         AbortSignal, HarnessDriverDeclaration, HarnessIdentity, ManagedSandboxLease,
         RuntimeProcessDeclaration, RuntimeResourceFence, SecretString, SupervisorProtocol,
     };
-    use omabox_testkit::drivers::StaticHarnessDriver;
+    use omabox_test_support::drivers::StaticHarnessDriver;
 
     fn scope() -> RuntimeResourceScope {
         RuntimeResourceScope::new("w", "e", "s", "k")

@@ -1,4 +1,4 @@
-//! omabox's own conformance rows (`omabox_host::catalog::omabox_rows`) checked against the
+//! omabox's own conformance rows (each backend's `catalog::conformance_row`) checked against the
 //! live drivers: a row is a claim, and the driver's descriptor and ports must make it true.
 
 use omabox_backend_local::managed::{
@@ -123,8 +123,9 @@ async fn the_local_row_matches_the_live_local_driver() {
     })
     .await
     .expect("local driver");
-    let catalog = ConformanceCatalog::omabox();
-    assert_row_matches_driver(catalog.require("local").unwrap(), driver.as_ref()).await;
+    let row = omabox_backend_local::catalog::conformance_row();
+    assert_row_matches_driver(&row, driver.as_ref()).await;
+    assert_managed_and_appendable(row);
 }
 
 #[tokio::test]
@@ -145,6 +146,15 @@ async fn the_linux_row_matches_the_live_linux_driver() {
     )
     .await
     .expect("linux driver");
-    let catalog = ConformanceCatalog::omabox();
-    assert_row_matches_driver(catalog.require("linux").unwrap(), driver.as_ref()).await;
+    let row = omabox_backend_linux::catalog::conformance_row();
+    assert_row_matches_driver(&row, driver.as_ref()).await;
+    assert_managed_and_appendable(row);
+}
+
+/// The row is a managed-runtime row that extends the OpenMA catalog without a clash.
+fn assert_managed_and_appendable(row: ManagedRuntimeProviderConformance) {
+    let id = row.id.clone();
+    let mut catalog = ConformanceCatalog::openma();
+    catalog.extend([row]).expect("a new id");
+    assert!(catalog.require(&id).is_ok());
 }

@@ -38,6 +38,7 @@
 //! See `SECURITY.md` at the repository root for the escape tests and what is not
 //! defended yet.
 
+pub mod catalog;
 pub mod cgroup;
 pub mod factory;
 pub mod handoff;

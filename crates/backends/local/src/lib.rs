@@ -47,6 +47,7 @@
 //! capability it does not really implement (it has no memory mounts, outputs mount, backup
 //! or runtime lifecycle).
 
+pub mod catalog;
 mod error;
 mod factory;
 mod group;

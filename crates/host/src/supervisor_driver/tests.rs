@@ -6,7 +6,7 @@ use omabox_contract::{
     ErrorKind, HarnessIdentity, LiveCheckpointCallback, ManagedSandboxLease,
     RuntimeProcessDeclaration, RuntimeResourceFence, SecretString,
 };
-use omabox_testkit::drivers::{ScriptEnd, ScriptedSupervisorTransport};
+use omabox_test_support::drivers::{ScriptEnd, ScriptedSupervisorTransport};
 use std::sync::Mutex;
 
 const FENCE_TOKEN: &str = "must-not-enter-sandbox";
