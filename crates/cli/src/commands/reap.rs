@@ -50,8 +50,9 @@ pub async fn run(data_dir: &Path, args: &ReapArgs) -> anyhow::Result<ExitCode> {
     let summary = reconciler.run_once(args.limit).await?;
     let limit = usize::try_from(args.limit).unwrap_or(usize::MAX);
     let queued = orphans.list(limit).await?;
-    let journal: Arc<dyn RuntimeLeaseJournalPort> = Arc::new(store);
+    let journal: Arc<dyn RuntimeLeaseJournalPort> = Arc::new(store.clone());
     let abandoned = AbandonedLeaseReaper::new(journal, resolver)
+        .with_session_tokens(Arc::new(store))
         .run_once(args.limit)
         .await?;
     if args.json {
