@@ -309,3 +309,116 @@ fn the_vault_stores_secrets_from_stdin_and_never_prints_them() {
         Vec::<String>::new()
     );
 }
+
+/// Kills the server if the test fails before stopping it.
+struct KillOnDrop(std::process::Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// The peak resident set (VmHWM) of a process, in KiB.
+fn peak_rss_kib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    status
+        .lines()
+        .find_map(|line| line.strip_prefix("VmHWM:"))
+        .and_then(|value| value.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap()
+}
+
+#[test]
+fn a_large_file_is_promoted_and_served_in_constant_memory() {
+    const MIB: u64 = 1024 * 1024;
+    const SIZE_MIB: u64 = 128;
+    let data = tempfile::tempdir().unwrap();
+    let run = Command::new(env!("CARGO_BIN_EXE_omabox"))
+        .arg("--data-dir")
+        .arg(data.path())
+        .env("OMABOX_TEST_MODE", "1")
+        .args([
+            "run",
+            "--backend",
+            "local",
+            "--session",
+            "big",
+            "--json",
+            "--",
+        ])
+        .args([
+            "sh",
+            "-c",
+            &format!(
+                r#"head -c {} /dev/urandom > "$OMA_OUTPUTS_DIR/big.bin""#,
+                SIZE_MIB * MIB
+            ),
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        run.status.success(),
+        "{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+
+    let (child, addr, _stderr) = start_serve(data.path());
+    let mut child = KillOnDrop(child);
+    let child = &mut child.0;
+    let key = std::fs::read_to_string(data.path().join("serve-api-key")).unwrap();
+    let key = key.trim();
+    let baseline = peak_rss_kib(child.id());
+    let (status, body) = raw_request(
+        &addr,
+        &addr,
+        Some(key),
+        "POST",
+        "/v1/sessions/big/files",
+        r#"{"path":"/mnt/session/outputs/big.bin"}"#,
+    );
+    assert_eq!(status, 201, "{body}");
+    let created: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(created["size"], SIZE_MIB * MIB);
+    assert_eq!(created["mediaType"], "application/octet-stream");
+    let id = created["id"].as_str().unwrap();
+
+    // Three concurrent reads, each drained without keeping the bytes.
+    let readers: Vec<_> = (0..3)
+        .map(|_| {
+            let (addr, key, id) = (addr.clone(), key.to_owned(), id.to_owned());
+            std::thread::spawn(move || {
+                let mut stream = TcpStream::connect(&addr).unwrap();
+                write!(
+                    stream,
+                    "GET /v1/files/{id}/content HTTP/1.0\r\nhost: {addr}\r\nauthorization: Bearer {key}\r\n\r\n"
+                )
+                .unwrap();
+                let mut reader = BufReader::new(stream);
+                let mut head = String::new();
+                reader.read_line(&mut head).unwrap();
+                assert!(head.contains(" 200 "), "{head}");
+                std::io::copy(&mut reader, &mut std::io::sink()).unwrap()
+            })
+        })
+        .collect();
+    for reader in readers {
+        assert!(reader.join().unwrap() > SIZE_MIB * MIB);
+    }
+    let peak = peak_rss_kib(child.id());
+    println!(
+        "omabox serve peak RSS: {} MiB at start, {} MiB after promoting one {SIZE_MIB} MiB file and serving it 3x concurrently",
+        baseline / 1024,
+        peak / 1024
+    );
+    assert!(
+        peak < baseline + 32 * 1024,
+        "peak RSS grew by {} MiB for a {SIZE_MIB} MiB file",
+        (peak - baseline) / 1024
+    );
+    // SAFETY: plain kill(2) on our own child's pid.
+    let rc = unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGTERM) };
+    assert_eq!(rc, 0);
+    assert!(child.wait().unwrap().success());
+}

@@ -38,7 +38,8 @@ pub struct IssueSessionTokenInput {
 
 /// Short-lived bearer tokens bound to (session, work generation): the Work `sessions_token`
 /// of the contract. Issued by the host when it claims a work item, rotated on reclaim (a new
-/// generation's token invalidates every older one of the same work item), revoked at cleanup.
+/// generation's token invalidates every older one of the same work item), extended when the
+/// claim's fence is renewed, revoked at cleanup or when the claim is reaped.
 #[async_trait]
 pub trait SessionTokenPort: Send + Sync {
     /// Issues a fresh token for a claim and revokes every token of older generations of the
@@ -50,6 +51,17 @@ pub trait SessionTokenPort: Send + Sync {
 
     /// Revokes the tokens of one claim. Idempotent.
     async fn revoke(&self, scope: &RuntimeResourceScope, generation: u64) -> Result<(), PortError>;
+
+    /// Sets the expiry of the live (unrevoked, unexpired) tokens of one claim to `ttl_ms`
+    /// from now: called when the claim's fence is renewed, so a token lives as long as its
+    /// fence and no longer. A claim without live tokens is left as it is (an expired or
+    /// revoked token never comes back). Idempotent.
+    async fn extend(
+        &self,
+        scope: &RuntimeResourceScope,
+        generation: u64,
+        ttl_ms: u64,
+    ) -> Result<(), PortError>;
 }
 
 /// A vault: named secrets the control plane substitutes on the sandbox's behalf (MCP

@@ -10,7 +10,8 @@
 //!
 //! ```text
 //!   acquire ─► journal.record ─► … ─► terminate ok ─► journal.forget
-//!        host dies ─► fence expires ─► journal.abandoned ─► reap(lease_lost) ─► forget
+//!        host dies ─► fence expires ─► journal.abandoned ─► [revoke the claim's session
+//!        tokens] ─► reap(lease_lost) ─► forget
 //! ```
 //!
 //! Invariants:
@@ -40,7 +41,8 @@ use async_trait::async_trait;
 use omabox_contract::{
     AbortSignal, AcquireSandboxInput, LeaseJournalEntry, ManagedSandboxLease, ManagedSandboxPort,
     PortError, RuntimeLeaseJournalPort, RuntimeResourceFence, RuntimeResourceScope,
-    SandboxHeartbeatResult, SandboxObservation, SandboxResourceCapabilities, TerminationReason,
+    SandboxHeartbeatResult, SandboxObservation, SandboxResourceCapabilities, SessionTokenPort,
+    TerminationReason,
 };
 use serde::{Deserialize, Serialize};
 use std::sync::Arc;
@@ -247,11 +249,13 @@ pub struct AbandonedLeaseSummary {
     pub errors: Vec<AbandonedLeaseFailure>,
 }
 
-/// Reaps the journaled leases whose fence is no longer held (see the module doc).
+/// Reaps the journaled leases whose fence is no longer held (see the module doc), and revokes
+/// the session tokens of the claims it reaps.
 #[derive(Clone)]
 pub struct AbandonedLeaseReaper {
     journal: Arc<dyn RuntimeLeaseJournalPort>,
     resolver: SandboxPortResolver,
+    tokens: Option<Arc<dyn SessionTokenPort>>,
 }
 
 impl std::fmt::Debug for AbandonedLeaseReaper {
@@ -265,7 +269,19 @@ impl AbandonedLeaseReaper {
     /// Reaps each abandoned lease through the port `resolver` returns for its provider (the
     /// bare backend port or a [`JournaledSandbox`]; either forgets the entry).
     pub fn new(journal: Arc<dyn RuntimeLeaseJournalPort>, resolver: SandboxPortResolver) -> Self {
-        Self { journal, resolver }
+        Self {
+            journal,
+            resolver,
+            tokens: None,
+        }
+    }
+
+    /// Also revokes, before reaping each lease, the session tokens of its claim (scope,
+    /// generation): a dead host's token dies with its reaped lease. A failed revoke keeps
+    /// the entry for the next pass.
+    pub fn with_session_tokens(mut self, tokens: Arc<dyn SessionTokenPort>) -> Self {
+        self.tokens = Some(tokens);
+        self
     }
 
     /// One pass over up to `limit` abandoned leases: each is reaped with `lease_lost` and
@@ -306,6 +322,16 @@ impl AbandonedLeaseReaper {
     }
 
     async fn reap(&self, entry: &LeaseJournalEntry) -> Result<(), PortError> {
+        if let Some(tokens) = &self.tokens {
+            tokens
+                .revoke(&entry.scope, entry.generation)
+                .await
+                .map_err(|error| {
+                    PortError::new(format!(
+                        "Revoking the claim's session token failed: {error}"
+                    ))
+                })?;
+        }
         let provider = &entry.lease.provider;
         let sandbox = (self.resolver)(provider).ok_or_else(|| {
             PortError::new(format!(

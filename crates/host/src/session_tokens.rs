@@ -4,9 +4,11 @@
 //! harness presents as `HOSTED_INFERENCE_TOKEN` and to the MCP proxy).
 //!
 //! ```text
-//!   fence.acquire ─► acquired ─► tokens.issue(scope, generation, ttl) ─► sink.deliver
+//!   fence.acquire(ttl) ─► acquired ─► tokens.issue(scope, generation, ttl) ─► sink.deliver
 //!        │ (issue fails) ─► fence.release(failed) ─► acquire fails (the host rejects)
+//!   fence.renew(ttl) ─► renewed ─► tokens.extend(scope, generation, ttl)
 //!   fence.release ─► sink.withdraw ─► tokens.revoke(scope, generation) ─► fence.release
+//!   (host died) fence expires ─► token expires with it; `AbandonedLeaseReaper` revokes it
 //! ```
 //!
 //! The token travels from the store to the [`SessionTokenSink`] and nowhere else: the
@@ -25,11 +27,13 @@
 //! - **Release never fails because of tokens.** The token is withdrawn and revoked *before*
 //!   the fence is released (so it dies no later than the claim); a failed revoke is logged and
 //!   the token lapses at its expiry (or at the next generation's issue).
-//! - **TTL semantics.** The token's TTL is fixed at issue (`ttl_ms`, default
-//!   [`DEFAULT_SESSION_TOKEN_TTL_MS`]) and is *not* extended on `renew`: the harness reads the
-//!   token from its environment once, so re-issuing on renew could not reach it, and the
-//!   token port has no "extend". Choose `ttl_ms` ≥ the longest run; the TTL only bounds a
-//!   host that died without releasing (whose token the next claim also rotates out).
+//! - **A token expires with its fence.** It is issued with the fence's TTL and, each time the
+//!   fence is renewed, extended to the renewed fence's TTL (the same token: the harness read
+//!   it from its environment once). So a host that died stops its token no later than its
+//!   fence expires; the lease reaper also revokes it. `with_ttl_ms` only caps the TTL (a
+//!   token never outlives its last issue or renewal by more than the cap). A failed extend
+//!   is logged and does not fail the renewal: the token then lapses at the fence's previous
+//!   expiry, which only ends the harness's model access early, never extends it.
 //! - Nothing here logs a token: log fields are the scope's ids, the generation and errors
 //!   from the token store (which never carry a token).
 
@@ -44,7 +48,8 @@ use std::collections::HashMap;
 use std::fmt;
 use std::sync::{Arc, Mutex, MutexGuard};
 
-/// Default session-token TTL: 12 hours, longer than any run omabox drives today.
+/// Default cap on a session token's TTL: 12 hours (the fence's TTL is normally far shorter
+/// and is what applies).
 pub const DEFAULT_SESSION_TOKEN_TTL_MS: u64 = 12 * 60 * 60 * 1000;
 
 /// Where the decorator hands a freshly issued token: the caller's side of the harness env.
@@ -158,7 +163,7 @@ impl SessionTokenFence {
         }
     }
 
-    /// Issues tokens that live `ttl_ms` (see "TTL semantics" in the module doc).
+    /// Caps the TTL of issued and extended tokens at `ttl_ms` (module doc).
     pub fn with_ttl_ms(mut self, ttl_ms: u64) -> Self {
         self.ttl_ms = ttl_ms;
         self
@@ -191,6 +196,7 @@ impl RuntimeResourceFencePort for SessionTokenFence {
         &self,
         input: AcquireRuntimeFenceInput,
     ) -> Result<AcquireRuntimeFenceResult, PortError> {
+        let ttl_ms = input.ttl_ms.min(self.ttl_ms);
         let acquired = self.inner.acquire(input).await?;
         let AcquireRuntimeFenceResult::Acquired { fence, .. } = &acquired else {
             return Ok(acquired);
@@ -201,7 +207,7 @@ impl RuntimeResourceFencePort for SessionTokenFence {
             .issue(IssueSessionTokenInput {
                 scope: scope.clone(),
                 generation: fence.generation,
-                ttl_ms: self.ttl_ms,
+                ttl_ms,
             })
             .await;
         match issued {
@@ -227,8 +233,23 @@ impl RuntimeResourceFencePort for SessionTokenFence {
         fence: &RuntimeResourceFence,
         ttl_ms: u64,
     ) -> Result<RenewRuntimeFenceResult, PortError> {
-        // The token's TTL is fixed at issue (module doc).
-        self.inner.renew(fence, ttl_ms).await
+        let renewed = self.inner.renew(fence, ttl_ms).await?;
+        if let RenewRuntimeFenceResult::Renewed { .. } = &renewed {
+            let scope = fence.scope();
+            let extended = self
+                .tokens
+                .extend(&scope, fence.generation, ttl_ms.min(self.ttl_ms))
+                .await;
+            if let Err(error) = extended {
+                tracing::warn!(
+                    error = %error.redacted(fence.token.expose()),
+                    work_id = %scope.work_id,
+                    generation = fence.generation,
+                    "extending the session token failed; it lapses at the fence's previous expiry"
+                );
+            }
+        }
+        Ok(renewed)
     }
 
     async fn publish(

@@ -39,6 +39,9 @@ impl SessionTokenPort for OneToken {
     async fn revoke(&self, _: &RuntimeResourceScope, _: u64) -> Result<(), PortError> {
         Ok(())
     }
+    async fn extend(&self, _: &RuntimeResourceScope, _: u64, _: u64) -> Result<(), PortError> {
+        Ok(())
+    }
 }
 
 struct NoVault;

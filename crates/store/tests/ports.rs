@@ -47,6 +47,7 @@ port_suite!(
     a_new_generation_rotates_the_work_items_tokens,
     a_superseded_generation_cannot_issue,
     session_tokens_expire_by_the_clock,
+    extend_moves_the_expiry_of_live_tokens_only,
     garbage_tokens_do_not_verify,
     vault_puts_gets_replaces_deletes_and_lists_names,
     vault_errors_never_carry_a_value,

@@ -381,3 +381,47 @@ async fn suspend_forgets_a_retained_runtime_and_reap_forgets_a_reaped_one() {
 
     assert!(h.journaled().await.is_empty());
 }
+
+#[tokio::test]
+async fn the_reaper_revokes_the_session_tokens_of_the_claims_it_reaps() {
+    use omabox_contract::{IssueSessionTokenInput, SessionTokenPort};
+    let h = Harness::new();
+    let tokens = Arc::new(omabox_store::MemorySessionTokens::new().with_clock(h.clock.clone()));
+    let issue = |scope: RuntimeResourceScope, generation: u64| {
+        let tokens = Arc::clone(&tokens);
+        async move {
+            tokens
+                .issue(IssueSessionTokenInput {
+                    scope,
+                    generation,
+                    ttl_ms: 10 * 3_600_000,
+                })
+                .await
+                .unwrap()
+        }
+    };
+    // A dead host's claim (no fence holds generation 7) with a long-lived token, and a live
+    // token of another work item.
+    let dead = issue(h.scope(), 7).await;
+    let other_scope = RuntimeResourceScope::new("w", "e", "other-session", "main");
+    let other = issue(other_scope, 1).await;
+    h.journal
+        .record(LeaseJournalEntry {
+            scope: h.scope(),
+            generation: 7,
+            owner_id: "dead-host".into(),
+            lease: h.lease(),
+            acquired_at: "2026-12-02T14:39:12.000Z".into(),
+        })
+        .await
+        .unwrap();
+    // A reap that fails still revokes first (the claim is dead either way) and keeps the
+    // entry; the next pass reaps it.
+    h.fixture.sandbox.reap.fails(PortError::new("partitioned"));
+    let reaper = h.reaper().with_session_tokens(tokens.clone());
+    assert_eq!(reaper.run_once(10).await.unwrap().remaining, 1);
+    assert_eq!(tokens.verify(dead.expose()).await.unwrap(), None);
+    h.fixture.sandbox.reap.returns(());
+    assert_eq!(reaper.run_once(10).await.unwrap().reaped, 1);
+    assert!(tokens.verify(other.expose()).await.unwrap().is_some());
+}

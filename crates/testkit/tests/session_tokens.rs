@@ -150,7 +150,11 @@ async fn a_run_holds_one_token_for_its_claim_and_revokes_it_at_cleanup() {
     let (token, claims) = seen[0].clone();
     let claims = claims.expect("the token verified while the harness ran");
     assert_eq!((claims.scope, claims.generation), (h.scope(), 1));
-    assert_eq!(claims.expires_at, omabox_store::iso_millis(T0 + TOKEN_TTL));
+    // Issued with the fence's TTL (shorter than the cap): it expires with the fence.
+    assert_eq!(
+        claims.expires_at,
+        omabox_store::iso_millis(T0 + h.fixture.lease_ttl_ms)
+    );
     assert!(token.expose().starts_with("omst_"));
 
     // After the run: revoked, and the slot is empty.
@@ -284,6 +288,15 @@ impl SessionTokenPort for Faulty {
         }
         self.inner.revoke(scope, generation).await
     }
+
+    async fn extend(
+        &self,
+        scope: &RuntimeResourceScope,
+        generation: u64,
+        ttl_ms: u64,
+    ) -> Result<(), PortError> {
+        self.inner.extend(scope, generation, ttl_ms).await
+    }
 }
 
 fn faulty(clock: &ManualClock, fail_issue: bool, fail_revoke: bool) -> Arc<dyn SessionTokenPort> {
@@ -345,8 +358,83 @@ async fn a_failed_revoke_never_fails_the_release() {
     assert!(h.slots.is_empty(), "withdrawn even so");
     let (token, claims) = h.seen()[0].clone();
     assert!(claims.is_some());
-    // Not revoked, so it lapses at its expiry.
+    // Not revoked, so it lapses at its expiry: the fence's.
     assert!(h.verifies(&token).await.is_some());
-    clock.advance(TOKEN_TTL);
+    clock.advance(h.fixture.lease_ttl_ms);
     assert_eq!(h.verifies(&token).await, None);
+}
+
+/// The decorator alone over the in-memory fence and token stores on one clock.
+fn token_fence(
+    clock: &ManualClock,
+) -> (
+    SessionTokenFence,
+    Arc<MemorySessionTokens>,
+    SessionTokenSlots,
+) {
+    let tokens = Arc::new(MemorySessionTokens::new().with_clock(clock.clone()));
+    let slots = SessionTokenSlots::new();
+    let fence = SessionTokenFence::new(
+        Arc::new(MemoryFenceStore::new().with_clock(clock.clone())),
+        tokens.clone(),
+        Arc::new(slots.clone()),
+    )
+    .with_ttl_ms(TOKEN_TTL);
+    (fence, tokens, slots)
+}
+
+#[tokio::test]
+async fn a_token_is_renewed_with_its_fence_and_expires_with_it() {
+    use omabox_contract::{
+        AcquireRuntimeFenceInput, AcquireRuntimeFenceResult, RenewRuntimeFenceResult,
+        RuntimeResourceFencePort as _,
+    };
+    const FENCE_TTL: u64 = 30_000;
+    let clock = ManualClock::new(T0);
+    let (fences, tokens, slots) = token_fence(&clock);
+    let scope = RuntimeResourceScope::new("local", "default", "s", "main");
+    let AcquireRuntimeFenceResult::Acquired { fence, .. } = fences
+        .acquire(AcquireRuntimeFenceInput {
+            scope: scope.clone(),
+            owner_id: "host-a".into(),
+            ttl_ms: FENCE_TTL,
+        })
+        .await
+        .unwrap()
+    else {
+        panic!("not acquired");
+    };
+    let token = slots.get(&scope, fence.generation).unwrap();
+    let expiry = |claims: Option<SessionTokenClaims>| claims.map(|claims| claims.expires_at);
+    assert_eq!(
+        expiry(tokens.verify(token.expose()).await.unwrap()),
+        Some(omabox_store::iso_millis(T0 + FENCE_TTL))
+    );
+
+    // Two heartbeats: each renewal moves the token's expiry with the fence's.
+    for beat in 1..=2 {
+        clock.advance(FENCE_TTL - 1);
+        let renewed = fences.renew(&fence, FENCE_TTL).await.unwrap();
+        let RenewRuntimeFenceResult::Renewed { fence: renewed } = renewed else {
+            panic!("lost");
+        };
+        let claims = tokens.verify(token.expose()).await.unwrap();
+        assert_eq!(
+            expiry(claims),
+            Some(renewed.expires_at.clone()),
+            "beat {beat}"
+        );
+    }
+    // The host dies: no more renewals. The token dies with the fence, not a TTL later.
+    clock.advance(FENCE_TTL - 1);
+    assert!(tokens.verify(token.expose()).await.unwrap().is_some());
+    clock.advance(1);
+    assert!(!fences.is_current(&fence).await.unwrap());
+    assert_eq!(tokens.verify(token.expose()).await.unwrap(), None);
+    // A renewal after the fence was lost extends nothing.
+    assert!(matches!(
+        fences.renew(&fence, FENCE_TTL).await.unwrap(),
+        RenewRuntimeFenceResult::Lost
+    ));
+    assert_eq!(tokens.verify(token.expose()).await.unwrap(), None);
 }

@@ -71,6 +71,10 @@ impl SessionTokenPort for MemoryTokens {
             .retain(|_, claims| claims.scope != *scope);
         Ok(())
     }
+
+    async fn extend(&self, _: &RuntimeResourceScope, _: u64, _: u64) -> Result<(), PortError> {
+        Ok(())
+    }
 }
 
 /// A vault in memory.

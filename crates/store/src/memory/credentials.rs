@@ -123,6 +123,22 @@ impl SessionTokenPort for MemorySessionTokens {
         }
         Ok(())
     }
+
+    async fn extend(
+        &self,
+        scope: &RuntimeResourceScope,
+        generation: u64,
+        ttl_ms: u64,
+    ) -> Result<(), PortError> {
+        let now = self.clock.now_ms();
+        for row in lock(&self.rows).values_mut() {
+            let live = !row.revoked && now < row.expires_at_ms;
+            if live && &row.scope == scope && row.generation == generation {
+                row.expires_at_ms = expiry(now, ttl_ms);
+            }
+        }
+        Ok(())
+    }
 }
 
 /// The error of issuing for a generation older than one already issued for the work item: a

@@ -160,6 +160,35 @@ impl SessionTokenPort for SqliteStore {
         })
         .await
     }
+
+    async fn extend(
+        &self,
+        scope: &RuntimeResourceScope,
+        generation: u64,
+        ttl_ms: u64,
+    ) -> Result<(), PortError> {
+        let scope = scope.clone();
+        self.run("session token extend", move |inner, env| {
+            let now = env.clock.now_ms();
+            inner.conn.execute(
+                "UPDATE session_token SET expires_at_ms = ?7
+                  WHERE workspace_id = ?1 AND environment_id = ?2 AND session_id = ?3
+                    AND work_id = ?4 AND generation = ?5 AND revoked = 0
+                    AND expires_at_ms > ?6",
+                params![
+                    scope.workspace_id,
+                    scope.environment_id,
+                    scope.session_id,
+                    scope.work_id,
+                    to_i64(generation, "generation")?,
+                    to_i64(now, "time")?,
+                    to_i64(expiry(now, ttl_ms), "expiry")?
+                ],
+            )?;
+            Ok(())
+        })
+        .await
+    }
 }
 
 #[async_trait]

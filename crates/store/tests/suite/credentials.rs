@@ -91,6 +91,39 @@ pub async fn a_superseded_generation_cannot_issue(s: Subject) {
     assert_eq!(s.claim_of(&current).await, Some((scope(), 3)));
 }
 
+pub async fn extend_moves_the_expiry_of_live_tokens_only(s: Subject) {
+    let token = s.issue(scope(), 1).await;
+    let other = s.issue(other_scope(), 1).await;
+    s.clock.advance(TOKEN_TTL - 1);
+    // The fence was renewed for 3 × TTL: the claim's token now lives exactly as long.
+    s.tokens.extend(&scope(), 1, 3 * TOKEN_TTL).await.unwrap();
+    let claims = s.tokens.verify(token.expose()).await.unwrap().unwrap();
+    assert_eq!(
+        claims.expires_at,
+        iso_millis(T0 + TOKEN_TTL - 1 + 3 * TOKEN_TTL)
+    );
+    s.clock.advance(1);
+    assert_eq!(s.claim_of(&token).await, Some((scope(), 1)), "extended");
+    assert_eq!(s.claim_of(&other).await, None, "another claim is untouched");
+    // Another generation of the same work item is untouched.
+    s.tokens.extend(&scope(), 2, 10 * TOKEN_TTL).await.unwrap();
+    s.clock.advance(3 * TOKEN_TTL - 1);
+    assert_eq!(
+        s.claim_of(&token).await,
+        None,
+        "expires with the renewed fence"
+    );
+    // Neither an expired nor a revoked token comes back.
+    s.tokens.extend(&scope(), 1, TOKEN_TTL).await.unwrap();
+    s.tokens.extend(&other_scope(), 1, TOKEN_TTL).await.unwrap();
+    assert_eq!(s.claim_of(&token).await, None);
+    assert_eq!(s.claim_of(&other).await, None);
+    let fresh = s.issue(other_scope(), 2).await;
+    s.tokens.revoke(&other_scope(), 2).await.unwrap();
+    s.tokens.extend(&other_scope(), 2, TOKEN_TTL).await.unwrap();
+    assert_eq!(s.claim_of(&fresh).await, None);
+}
+
 pub async fn session_tokens_expire_by_the_clock(s: Subject) {
     let token = s.issue(scope(), 1).await;
     s.clock.advance(TOKEN_TTL - 1);
