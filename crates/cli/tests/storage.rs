@@ -356,3 +356,17 @@ fn gc_removes_nothing_while_a_retained_manifest_cannot_be_read() {
     assert!(stderr.contains("nothing was removed"), "{stderr}");
     assert_eq!(data.blob_bytes(), before);
 }
+
+#[test]
+fn a_fifo_in_the_workspace_is_skipped_with_a_warning_and_the_run_publishes() {
+    let data = Data::new();
+    let (json, output) = data.run("s", &[], "mkfifo pipe; echo kept > a");
+    assert_eq!(completed(&json, &output), 1);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("/workspace: skipped pipe: a FIFO"),
+        "{stderr}"
+    );
+    let (json, output) = data.run("s", &[], "cat a; test ! -e pipe");
+    assert_eq!(completed(&json, &output), 2);
+}
