@@ -9,7 +9,8 @@
 //! removes the unreferenced blobs under its exclusive lock. A crash between the two leaves
 //! only unreferenced blobs, which the next collection removes.
 //!
-//! `dry_run` computes the same figures (count, bytes, per session) and changes nothing.
+//! A retained revision whose manifest cannot be read stops the collection (nothing removed):
+//! its content is unknown. `dry_run` computes the same figures (count, bytes, per session) and changes nothing.
 
 use anyhow::Context;
 use omabox_contract::RuntimeResourceScope;
@@ -135,12 +136,27 @@ pub fn collect_garbage(
         *rank += 1;
         if *rank <= keep {
             summary.revisions_kept += 1;
-            referenced_blobs(
+            let unreadable = referenced_blobs(
                 &blobs,
                 &publication.workspace_candidate,
                 publication.output_candidate.as_ref(),
                 &mut referenced,
             );
+            // Without a retained manifest its content is unknown: removing anything could
+            // remove what it needs (and what a repair of the manifest would need).
+            if !unreadable.is_empty() {
+                anyhow::bail!(
+                    "cannot collect: the manifest {} of session {} revision {} cannot be read \
+                     (see `omabox fsck --session {}`); nothing was removed. Continue the session \
+                     from an intact revision (`omabox run --session {} --from-revision N`) or \
+                     retain fewer revisions with --keep",
+                    unreadable.join(", "),
+                    scope.session_id,
+                    publication.revision,
+                    scope.session_id,
+                    scope.session_id
+                );
+            }
         } else {
             forgotten.push((scope.clone(), publication));
         }
@@ -150,7 +166,7 @@ pub fn collect_garbage(
     let mut owner: HashMap<BlobHash, String> = HashMap::new();
     for (scope, publication) in forgotten.iter().rev() {
         let mut needed = HashSet::new();
-        referenced_blobs(
+        let _unknown = referenced_blobs(
             &blobs,
             &publication.workspace_candidate,
             publication.output_candidate.as_ref(),

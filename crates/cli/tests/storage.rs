@@ -324,3 +324,49 @@ fn gc_keeps_exactly_what_the_last_revisions_need_and_both_still_restore() {
     assert!(output.status.success(), "{}", text(&output));
     assert_eq!(again["blobsRemoved"], 0, "{again}");
 }
+
+#[test]
+fn gc_removes_nothing_while_a_retained_manifest_cannot_be_read() {
+    let data = Data::new();
+    for round in 1..=3 {
+        let (json, output) = data.run("s", &[], &format!("echo {round} > f"));
+        assert_eq!(completed(&json, &output), round);
+    }
+    let (sessions, _) = data.json(&["sessions", "--json"]);
+    let candidate = sessions[0]["workspaceCandidate"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let manifest = candidate.strip_prefix("wcp_").unwrap();
+    std::fs::remove_file(
+        data.path()
+            .join("blobs/sha256")
+            .join(&manifest[..2])
+            .join(manifest),
+    )
+    .unwrap();
+    let before = data.blob_bytes();
+    let output = data.output(&["gc", "--keep", "1", "--grace", "0"]);
+    assert!(!output.status.success(), "{}", text(&output));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("session s revision 3 cannot be read"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("nothing was removed"), "{stderr}");
+    assert_eq!(data.blob_bytes(), before);
+}
+
+#[test]
+fn a_fifo_in_the_workspace_is_skipped_with_a_warning_and_the_run_publishes() {
+    let data = Data::new();
+    let (json, output) = data.run("s", &[], "mkfifo pipe; echo kept > a");
+    assert_eq!(completed(&json, &output), 1);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("/workspace: skipped pipe: a FIFO"),
+        "{stderr}"
+    );
+    let (json, output) = data.run("s", &[], "cat a; test ! -e pipe");
+    assert_eq!(completed(&json, &output), 2);
+}

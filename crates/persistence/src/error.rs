@@ -128,6 +128,9 @@ pub enum PersistenceError {
     /// More files than `maxFiles`.
     #[error("Provider output file limit exceeded ({0})")]
     OutputFileLimit(u64),
+    /// Far more entries (directories, skipped entries) than files allowed.
+    #[error("Provider outputs hold too many entries (directories and non-files) to collect")]
+    OutputEntryLimit,
     /// More bytes than `maxBytes`.
     #[error("Provider output byte limit exceeded ({0})")]
     OutputByteLimit(u64),

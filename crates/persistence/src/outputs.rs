@@ -26,7 +26,7 @@ use crate::media_type::guess_media_type;
 use crate::safe_fs::{self, MAX_DEPTH, ParentCursor, remove_tree};
 use crate::skipped::{SkipReason, SkippedEntries};
 use crate::snapshot::special_reason;
-use crate::walk::Descend;
+use crate::walk::{Descend, WalkLimits};
 use async_trait::async_trait;
 use omabox_contract::{
     AbortSignal, AttachOutputsInput, CollectOutputsInput, FinalizeOutputsInput, Meta,
@@ -265,7 +265,12 @@ fn list_outputs(
     skipped: &mut SkippedEntries,
     signal: &AbortSignal,
 ) -> Result<()> {
-    crate::walk::walk(root, "outputs", |visit| {
+    // Directories and skipped entries are not files; they are bounded at ten per file allowed.
+    let bounds = WalkLimits {
+        max_entries: limits.max_files.saturating_mul(10).max(100_000),
+        too_many: |_| PersistenceError::OutputEntryLimit,
+    };
+    crate::walk::walk(root, "outputs", bounds, |visit| {
         signal
             .throw_if_aborted()
             .map_err(PersistenceError::Aborted)?;

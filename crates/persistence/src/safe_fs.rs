@@ -127,6 +127,25 @@ pub(crate) fn stat_fd(fd: impl AsFd) -> io::Result<EntryStat> {
     Ok(entry_stat(&rustix::fs::fstat(fd)?))
 }
 
+/// [`list_names`], or `None` as soon as `dir` holds more than `cap` entries (so a directory
+/// of millions of entries never grows host memory past the caller's limit).
+pub(crate) fn list_names_capped(dir: BorrowedFd<'_>, cap: u64) -> io::Result<Option<Vec<CString>>> {
+    let mut names = Vec::new();
+    for entry in rustix::fs::Dir::read_from(dir)? {
+        let entry = entry?;
+        let name = entry.file_name();
+        if name.to_bytes() == b"." || name.to_bytes() == b".." {
+            continue;
+        }
+        if names.len() as u64 >= cap {
+            return Ok(None);
+        }
+        names.push(name.to_owned());
+    }
+    names.sort_unstable_by(|a, b| a.as_bytes().cmp(b.as_bytes()));
+    Ok(Some(names))
+}
+
 /// The entry names of `dir` (without `.` and `..`), sorted by bytes.
 pub(crate) fn list_names(dir: BorrowedFd<'_>) -> io::Result<Vec<CString>> {
     let mut names = Vec::new();

@@ -25,7 +25,7 @@ use crate::safe_fs::{self, EntryStat, ParentCursor, StatKey};
 use crate::skipped::{SkipReason, SkippedEntries};
 use crate::sparse::{self, ExtentReader};
 use crate::stat_cache::StatCache;
-use crate::walk::Descend;
+use crate::walk::{Descend, WalkLimits};
 use omabox_contract::AbortSignal;
 use rustix::fs::FileType;
 use rustix::io::Errno;
@@ -261,7 +261,11 @@ pub(crate) fn snapshot(input: SnapshotInput<'_>) -> Result<Snapshot> {
 
 /// Walks the tree into `walk`: see the module doc for what is kept and what is skipped.
 fn walk_tree(root: OwnedFd, walk: &mut Walk<'_>) -> Result<()> {
-    crate::walk::walk(root, "workspace", |visit| {
+    let limits = WalkLimits {
+        max_entries: walk.limits.max_entries,
+        too_many: |limit| PersistenceError::CheckpointEntryLimit { limit },
+    };
+    crate::walk::walk(root, "workspace", limits, |visit| {
         walk.signal
             .throw_if_aborted()
             .map_err(PersistenceError::Aborted)?;

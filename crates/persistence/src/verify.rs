@@ -230,35 +230,46 @@ pub fn verify_outputs(
     Ok(damages)
 }
 
-/// Every blob a publication needs that is present: its manifests and their content, for
-/// `gc`. Missing or unreadable manifests contribute what they can (nothing).
+/// Adds every blob a publication needs to `into`: its manifests and their content, for `gc`.
+/// Returns the candidate ids whose manifest could not be read (missing, corrupt, invalid):
+/// their content is unknown, so a collector must not remove anything then.
 pub fn referenced_blobs(
     store: &BlobStore,
     workspace: &RuntimePublicationCandidate,
     outputs: Option<&RuntimePublicationCandidate>,
     into: &mut std::collections::HashSet<BlobHash>,
-) {
-    if let Ok(hash) = candidate_manifest_hash(workspace, "wcp_") {
-        into.insert(hash);
-        if let Ok(Some(bytes)) = store.get(&hash)
-            && let Ok(manifest) = WorkspaceManifest::parse(&bytes)
-        {
-            into.extend(manifest.file_hashes());
+) -> Vec<String> {
+    let mut unreadable = Vec::new();
+    if workspace.id.starts_with("wcp_") {
+        let manifest = candidate_manifest_hash(workspace, "wcp_")
+            .ok()
+            .inspect(|hash| {
+                into.insert(*hash);
+            })
+            .and_then(|hash| store.get(&hash).ok().flatten())
+            .and_then(|bytes| WorkspaceManifest::parse(&bytes).ok());
+        match manifest {
+            Some(manifest) => into.extend(manifest.file_hashes()),
+            None => unreadable.push(workspace.id.clone()),
         }
     }
-    if let Some(outputs) = outputs
-        && let Ok(hash) = candidate_manifest_hash(outputs, "out_")
-    {
-        into.insert(hash);
-        if let Ok(Some(bytes)) = store.get(&hash)
-            && let Ok(manifest) = serde_json::from_slice::<SessionOutputManifest>(&bytes)
-        {
-            into.extend(
+    if let Some(outputs) = outputs {
+        let manifest = candidate_manifest_hash(outputs, "out_")
+            .ok()
+            .inspect(|hash| {
+                into.insert(*hash);
+            })
+            .and_then(|hash| store.get(&hash).ok().flatten())
+            .and_then(|bytes| serde_json::from_slice::<SessionOutputManifest>(&bytes).ok());
+        match manifest {
+            Some(manifest) => into.extend(
                 manifest
                     .entries
                     .iter()
                     .filter_map(|entry| BlobHash::from_content_hash(&entry.content_hash)),
-            );
+            ),
+            None => unreadable.push(outputs.id.clone()),
         }
     }
+    unreadable
 }

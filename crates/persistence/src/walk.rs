@@ -45,16 +45,34 @@ struct Frame {
     names: std::vec::IntoIter<CString>,
 }
 
+/// Bounds of one walk.
+pub(crate) struct WalkLimits {
+    /// Most entries listed in all (each directory's listing is capped by what is left).
+    pub max_entries: u64,
+    /// The error once `max_entries` is passed.
+    pub too_many: fn(u64) -> PersistenceError,
+}
+
 /// Walks `root`; `what` names the tree in errors ("workspace", "outputs"). Entries that vanish
 /// between listing and stat are left out. The visitor is called for every entry; for a
-/// directory its answer decides whether the walk descends (never past [`MAX_DEPTH`]).
+/// directory its answer decides whether the walk descends (never past [`MAX_DEPTH`]). More
+/// than `limits.max_entries` listed entries fail the walk before they are all held in memory.
 pub(crate) fn walk(
     root: OwnedFd,
     what: &str,
+    limits: WalkLimits,
     mut visit: impl FnMut(Visit<'_>) -> Result<Descend>,
 ) -> Result<()> {
-    let names =
-        safe_fs::list_names(root.as_fd()).ctx(|| format!("Cannot list {what} directory /"))?;
+    let mut listed = 0u64;
+    let mut list = |dir: BorrowedFd<'_>, path: &str| -> Result<Vec<CString>> {
+        let left = limits.max_entries.saturating_sub(listed);
+        let names = safe_fs::list_names_capped(dir, left)
+            .ctx(|| format!("Cannot list {what} directory /{path}"))?
+            .ok_or_else(|| (limits.too_many)(limits.max_entries))?;
+        listed += names.len() as u64;
+        Ok(names)
+    };
+    let names = list(root.as_fd(), "")?;
     let mut stack = vec![Frame {
         fd: root,
         prefix: String::new(),
@@ -96,8 +114,7 @@ pub(crate) fn walk(
         }
         let child = safe_fs::open_dir_at(frame.fd.as_fd(), text)
             .map_err(|error| changed_or_io(&path, error))?;
-        let names = safe_fs::list_names(child.as_fd())
-            .ctx(|| format!("Cannot list {what} directory /{path}"))?;
+        let names = list(child.as_fd(), &path)?;
         stack.push(Frame {
             fd: child,
             prefix: path,

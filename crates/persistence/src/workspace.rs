@@ -582,6 +582,7 @@ impl MaterializeJob {
                     phase: ProgressPhase::Seed,
                     signal: &self.signal,
                 })?;
+                captured.report.skipped.warn("--workspace seed");
                 Some(load_manifest(&self.store, &captured.manifest_hash)?)
             }
             (None, None) => None,
