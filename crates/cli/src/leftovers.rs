@@ -237,8 +237,7 @@ fn sweep_bindings(data_dir: &Path, store: &SqliteStore, report: &mut LeftoverRep
             report.bindings_live += 1;
             continue;
         }
-        // `remove_dir_all` never follows a symlink inside the tree.
-        match std::fs::remove_dir_all(&binding.path) {
+        match remove_tree(&binding.path) {
             Ok(()) => {
                 prune_empty_parents(&binding.path);
                 report.bindings_removed.push(binding.relative);
@@ -248,6 +247,61 @@ fn sweep_bindings(data_dir: &Path, store: &SqliteStore, report: &mut LeftoverRep
                 .errors
                 .push(format!("cannot remove {}: {error}", binding.relative)),
         }
+    }
+}
+
+/// Removes the directory tree at `root`, which a sandbox filled (hostile: any depth, any
+/// width, symlinks anywhere). Never recursive, so neither the stack nor the open file
+/// descriptors grow with the tree's depth (a chain of any depth is as easy as a flat dir; the
+/// std `remove_dir_all` holds one fd and one stack frame per level): each pass deletes every
+/// non-directory and empty directory at the top level and moves the children of every
+/// non-empty top-level directory up to the top level (a rename on one filesystem), so every
+/// path this touches is at most two levels below `root`. Symlinks are removed, never followed.
+fn remove_tree(root: &Path) -> std::io::Result<()> {
+    let mut hoisted: u64 = 0;
+    loop {
+        let mut deeper = false;
+        for entry in std::fs::read_dir(root)? {
+            let entry = entry?;
+            let path = entry.path();
+            if !entry.file_type()?.is_dir() {
+                remove_if_present(std::fs::remove_file(&path))?;
+                continue;
+            }
+            match std::fs::remove_dir(&path) {
+                Ok(()) => continue,
+                Err(error) if error.kind() == std::io::ErrorKind::NotFound => continue,
+                Err(error) if error.kind() != std::io::ErrorKind::DirectoryNotEmpty => {
+                    return Err(error);
+                }
+                Err(_) => {}
+            }
+            deeper = true;
+            for child in std::fs::read_dir(&path)? {
+                let child = child?.path();
+                // A fresh name at the top level; `rename` replaces a file or empty dir that
+                // happens to have it (we delete everything anyway) and fails on a non-empty one.
+                loop {
+                    hoisted += 1;
+                    let target = root.join(format!(".omabox-removing-{hoisted}"));
+                    match std::fs::rename(&child, &target) {
+                        Ok(()) => break,
+                        Err(error) if error.kind() == std::io::ErrorKind::DirectoryNotEmpty => {}
+                        Err(error) => return Err(error),
+                    }
+                }
+            }
+        }
+        if !deeper {
+            return std::fs::remove_dir(root);
+        }
+    }
+}
+
+fn remove_if_present(result: std::io::Result<()>) -> std::io::Result<()> {
+    match result {
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        other => other,
     }
 }
 
@@ -298,6 +352,45 @@ mod tests {
             omabox_contract::AcquireRuntimeFenceResult::Acquired { fence, .. } => fence,
             other => panic!("{other:?}"),
         }
+    }
+
+    #[test]
+    fn a_deep_and_hostile_tree_is_removed_without_recursion() {
+        let base = tempfile::tempdir().unwrap();
+        let root = base.path().join("tree");
+        std::fs::create_dir(&root).unwrap();
+        // A 3 000-deep chain (deeper than PATH_MAX allows to name), built bottom-up with
+        // short paths only.
+        let mut chain = root.join("link0");
+        std::fs::create_dir(&chain).unwrap();
+        std::fs::write(chain.join("leaf"), b"x").unwrap();
+        for depth in 1..3_000 {
+            let next = root.join(format!("link{depth}"));
+            std::fs::create_dir(&next).unwrap();
+            std::fs::rename(&chain, next.join("d")).unwrap();
+            chain = next;
+        }
+        // Wide, with names that collide with the hoisting names, and symlinks out.
+        let outside = tempfile::tempdir().unwrap();
+        std::fs::write(outside.path().join("keep"), b"keep").unwrap();
+        std::os::unix::fs::symlink(outside.path(), root.join("escape")).unwrap();
+        let wide = root.join("wide");
+        std::fs::create_dir(&wide).unwrap();
+        for i in 0..200 {
+            let dir = wide.join(format!(".omabox-removing-{i}"));
+            std::fs::create_dir(&dir).unwrap();
+            std::fs::write(dir.join("f"), b"x").unwrap();
+            std::os::unix::fs::symlink(outside.path(), dir.join("out")).unwrap();
+        }
+        std::fs::create_dir(root.join(".omabox-removing-3")).unwrap();
+        std::fs::write(root.join(".omabox-removing-3/f"), b"x").unwrap();
+
+        remove_tree(&root).unwrap();
+        assert!(!root.exists());
+        assert!(
+            outside.path().join("keep").exists(),
+            "a symlink was followed"
+        );
     }
 
     #[tokio::test]
