@@ -58,7 +58,7 @@ pub async fn run(data_dir: &Path, args: &ReapArgs) -> anyhow::Result<ExitCode> {
     let queued = orphans.list(limit).await?;
     let journal: Arc<dyn RuntimeLeaseJournalPort> = Arc::new(store.clone());
     let abandoned = AbandonedLeaseReaper::new(journal, resolver)
-        .with_session_tokens(Arc::new(store))
+        .with_session_tokens(Arc::new(store.clone()))
         .run_once(args.limit)
         .await?;
     let leftovers = leftovers::sweep(data_dir, &store, &env).await;
