@@ -172,6 +172,7 @@ fn a_missing_blob_is_named_fsck_finds_it_and_the_session_continues_from_an_earli
         "cat f1 f2; test ! -e f3; echo v4 > f4",
     );
     assert_eq!(completed(&json, &output), 4);
+    assert_eq!(json["restoredRevision"], 2, "{json}");
     assert!(
         String::from_utf8_lossy(&output.stderr).contains("v1\nv2"),
         "{}",

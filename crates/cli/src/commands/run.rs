@@ -714,7 +714,9 @@ fn print_json(
         session: plan.scope.session_id.clone(),
         work_id: plan.scope.work_id.clone(),
         generation: facts.generation,
-        restored_revision: facts.restored_revision,
+        restored_revision: facts
+            .restored_revision
+            .map(|last| args.from_revision.unwrap_or(last)),
         outputs,
         timings: timeline.timings(),
         backend: args.backend.provider(),
