@@ -371,3 +371,51 @@ fn a_fifo_in_the_workspace_is_skipped_with_a_warning_and_the_run_publishes() {
     let (json, output) = data.run("s", &[], "cat a; test ! -e pipe");
     assert_eq!(completed(&json, &output), 2);
 }
+
+#[test]
+fn gc_with_a_short_grace_refuses_while_a_run_is_in_progress() {
+    let data = Data::new();
+    let sync = tempfile::tempdir().unwrap();
+    let started = sync.path().join("started");
+    let go = sync.path().join("go");
+    let script = format!(
+        "echo x > a; touch {started}; while [ ! -e {go} ]; do sleep 0.02; done",
+        started = started.display(),
+        go = go.display()
+    );
+    let mut run = data
+        .command(&[
+            "run",
+            "--backend",
+            "local",
+            "--session",
+            "s",
+            "--json",
+            "--",
+            "sh",
+            "-c",
+        ])
+        .arg(&script)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    // The harness runs, so the fence is held (bounded wait for the harness's marker).
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while !started.exists() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the harness never started"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    let output = data.output(&["gc", "--keep", "1", "--grace", "0"]);
+    std::fs::write(&go, b"").unwrap();
+    assert!(run.wait().unwrap().success());
+    assert!(!output.status.success(), "{}", text(&output));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("1 run is in progress"), "{stderr}");
+    // Once it finished, the same collection runs.
+    let output = data.output(&["gc", "--keep", "1", "--grace", "0"]);
+    assert!(output.status.success(), "{}", text(&output));
+}
