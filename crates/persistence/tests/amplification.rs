@@ -365,3 +365,43 @@ fn version_1_manifests_are_read_and_cannot_carry_version_2_fields() {
     };
     assert!(to_itself.validate().is_err());
 }
+
+/// A file with more data regions than a manifest lists is stored dense; the byte limit is
+/// checked before it is read, so its logical size never reaches the blob store.
+#[tokio::test]
+async fn a_fragmented_sparse_file_over_the_byte_limit_is_refused_before_it_is_copied() {
+    let data = tempfile::tempdir().unwrap();
+    if !sparse_supported(data.path()) {
+        return;
+    }
+    let port = port(
+        data.path(),
+        CheckpointLimits {
+            max_entries: 100,
+            max_bytes: 20 * MIB,
+        },
+    );
+    let binding = port
+        .materialize(materialize_input(1, CR, None))
+        .await
+        .unwrap();
+    let root = host_path(&binding);
+    let extents = omabox_persistence::MAX_EXTENTS as u64 + 1;
+    let block = vec![7u8; 4096];
+    let regions: Vec<(u64, &[u8])> = (0..extents).map(|i| (i * 8192, &block[..])).collect();
+    sparse_file(&root.join("fragmented"), extents * 8192, &regions);
+    let allocated = std::fs::metadata(root.join("fragmented")).unwrap().blocks() * 512;
+    assert!(allocated < 20 * MIB, "{allocated}");
+
+    let error = port
+        .checkpoint(checkpoint_input(1, CR, &binding, ""))
+        .await
+        .unwrap_err();
+    assert!(
+        error
+            .message()
+            .contains("exceeds its limit of 20971520 bytes"),
+        "{error}"
+    );
+    assert!(allocated_bytes(&data.path().join("blobs")) < MIB);
+}
