@@ -419,3 +419,26 @@ fn gc_with_a_short_grace_refuses_while_a_run_is_in_progress() {
     let output = data.output(&["gc", "--keep", "1", "--grace", "0"]);
     assert!(output.status.success(), "{}", text(&output));
 }
+
+#[test]
+fn a_missing_output_blob_is_named_with_session_revision_and_object() {
+    let data = Data::new();
+    let (json, output) = data.run("o", &[], "echo report > \"$OMA_OUTPUTS_DIR/r.txt\"");
+    assert_eq!(completed(&json, &output), 1);
+    std::fs::remove_file(data.blob_path(b"report\n")).unwrap();
+    let output = data.output(&["outputs", "--session", "o", "--get", "r.txt", "--to", "-"]);
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    let blob = omabox_persistence::BlobHash::of(b"report\n").to_hex();
+    for expected in [
+        "session o (revision 1)",
+        "Session output r.txt is missing or corrupt",
+        blob.as_str(),
+        "not in the blob store",
+    ] {
+        assert!(stderr.contains(expected), "{expected:?} not in {stderr}");
+    }
+    let (fsck, output) = data.json(&["fsck", "--json"]);
+    assert_eq!(output.status.code(), Some(1));
+    assert_eq!(fsck["revisions"][0]["damages"][0]["path"], "r.txt");
+}
