@@ -252,6 +252,13 @@ async fn a_checkpoint_over_a_limit_fails_naming_it_and_the_last_publication_stay
         .checkpoint(checkpoint_input(1, CR, &binding, ""))
         .await
         .unwrap();
+    // A tree without sparse files or hard links is still written as version 1 (readable by
+    // an older omabox).
+    let manifest = port
+        .read_manifest(&good.to_publication_candidate())
+        .await
+        .unwrap();
+    assert_eq!(manifest.version, 1);
 
     for index in 0..20 {
         std::fs::write(root.join(format!("f{index}")), b"x").unwrap();
