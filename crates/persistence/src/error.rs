@@ -66,6 +66,16 @@ pub enum PersistenceError {
         /// Why (the underlying error's full text).
         detail: String,
     },
+    /// A file asked for in memory is larger than the caller's cap.
+    #[error("{path} has {size} bytes, more than the {limit} that can be read into memory")]
+    FileTooLarge {
+        /// The file's manifest path.
+        path: String,
+        /// Its size.
+        size: u64,
+        /// The cap.
+        limit: u64,
+    },
     /// A Session output's content blob is missing or does not match the manifest.
     #[error("Session output {path} is missing or corrupt: blob {blob} {problem}")]
     OutputContent {

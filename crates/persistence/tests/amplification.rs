@@ -227,6 +227,34 @@ async fn hard_links_are_stored_once_and_restored_as_links() {
         assert_eq!(meta.len(), 64 * MIB);
     }
     assert_eq!(std::fs::metadata(out.join("big")).unwrap().nlink(), 101);
+
+    // Read in memory through a link: the logical bytes, holes as zeros, under a cap.
+    let published = candidate.to_publication_candidate();
+    let bytes = port
+        .read_file(&published, "links/042", 64 * MIB)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(bytes.len() as u64, 64 * MIB);
+    assert_eq!(&bytes[..4096], &noise(7, 4096)[..]);
+    assert!(bytes[4096..].iter().all(|byte| *byte == 0));
+    let error = port.read_file(&published, "big", MIB).await.unwrap_err();
+    assert!(
+        error.to_string().contains("more than the 1048576"),
+        "{error}"
+    );
+    assert!(
+        port.read_file(&published, "nope", MIB)
+            .await
+            .unwrap()
+            .is_none()
+    );
+    assert!(
+        port.read_file(&published, "links", MIB)
+            .await
+            .unwrap()
+            .is_none()
+    );
     assert!(
         allocated_bytes(&out) < MIB,
         "restored {} bytes",
