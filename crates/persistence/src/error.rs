@@ -91,8 +91,8 @@ pub enum PersistenceError {
     UnsupportedEntry(String),
     /// A checkpoint has more entries than its limit allows.
     #[error(
-        "Workspace checkpoint exceeds its limit of {limit} entries (files, directories and links \
-         in /workspace); nothing was published and the last publication stays: remove entries \
+        "Workspace checkpoint exceeds its limit of {limit} entries (found more than {limit} files, \
+         directories and links in /workspace); nothing was published and the last publication stays: remove entries \
          from /workspace or raise the limit (omabox: OMABOX_CHECKPOINT_MAX_ENTRIES)"
     )]
     CheckpointEntryLimit {
