@@ -118,6 +118,22 @@ pub fn collect_garbage(
         },
     )
     .with_context(|| format!("cannot open the blob store in {}", data_dir.display()))?;
+    // A short grace could remove the blobs a run in progress checkpointed and is about to
+    // publish; with runs in progress only the default (or longer) is safe.
+    if options.grace < DEFAULT_GRACE && !options.dry_run {
+        let active = store
+            .active_fence_count()
+            .context("cannot read the fences")?;
+        if active > 0 {
+            anyhow::bail!(
+                "{active} run{} in progress (an unexpired fence); a grace period shorter than {} s \
+                 could remove blobs it is about to publish: wait until it finished (and, after a \
+                 kill, until `omabox reap` ran) or leave --grace at its default",
+                if active == 1 { " is" } else { "s are" },
+                DEFAULT_GRACE.as_secs()
+            );
+        }
+    }
     let history = store
         .publication_history()
         .context("cannot read the publication history")?;

@@ -32,6 +32,8 @@ pub struct RunHeader {
     pub owner_id: String,
     /// One JSON document instead of the human summary.
     pub json: bool,
+    /// `--from-revision N`: the revision restored instead of the last one.
+    pub from_revision: Option<u64>,
 }
 
 /// The `--json` document.
@@ -190,7 +192,9 @@ fn report(
         session: header.scope.session_id.clone(),
         work_id: header.scope.work_id.clone(),
         generation: facts.generation,
-        restored_revision: facts.restored_revision,
+        restored_revision: facts
+            .restored_revision
+            .map(|last| header.from_revision.unwrap_or(last)),
         outputs,
         timings: timeline.timings(),
         backend: header.backend,
@@ -226,6 +230,7 @@ mod tests {
             backend: "fake",
             owner_id: fixture.owner_id.clone(),
             json: true,
+            from_revision: None,
         };
         let json = serde_json::to_string(&report(
             &header,

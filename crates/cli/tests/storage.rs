@@ -172,6 +172,7 @@ fn a_missing_blob_is_named_fsck_finds_it_and_the_session_continues_from_an_earli
         "cat f1 f2; test ! -e f3; echo v4 > f4",
     );
     assert_eq!(completed(&json, &output), 4);
+    assert_eq!(json["restoredRevision"], 2, "{json}");
     assert!(
         String::from_utf8_lossy(&output.stderr).contains("v1\nv2"),
         "{}",
@@ -369,4 +370,75 @@ fn a_fifo_in_the_workspace_is_skipped_with_a_warning_and_the_run_publishes() {
     );
     let (json, output) = data.run("s", &[], "cat a; test ! -e pipe");
     assert_eq!(completed(&json, &output), 2);
+}
+
+#[test]
+fn gc_with_a_short_grace_refuses_while_a_run_is_in_progress() {
+    let data = Data::new();
+    let sync = tempfile::tempdir().unwrap();
+    let started = sync.path().join("started");
+    let go = sync.path().join("go");
+    let script = format!(
+        "echo x > a; touch {started}; while [ ! -e {go} ]; do sleep 0.02; done",
+        started = started.display(),
+        go = go.display()
+    );
+    let mut run = data
+        .command(&[
+            "run",
+            "--backend",
+            "local",
+            "--session",
+            "s",
+            "--json",
+            "--",
+            "sh",
+            "-c",
+        ])
+        .arg(&script)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    // The harness runs, so the fence is held (bounded wait for the harness's marker).
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while !started.exists() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the harness never started"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    let output = data.output(&["gc", "--keep", "1", "--grace", "0"]);
+    std::fs::write(&go, b"").unwrap();
+    assert!(run.wait().unwrap().success());
+    assert!(!output.status.success(), "{}", text(&output));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("1 run is in progress"), "{stderr}");
+    // Once it finished, the same collection runs.
+    let output = data.output(&["gc", "--keep", "1", "--grace", "0"]);
+    assert!(output.status.success(), "{}", text(&output));
+}
+
+#[test]
+fn a_missing_output_blob_is_named_with_session_revision_and_object() {
+    let data = Data::new();
+    let (json, output) = data.run("o", &[], "echo report > \"$OMA_OUTPUTS_DIR/r.txt\"");
+    assert_eq!(completed(&json, &output), 1);
+    std::fs::remove_file(data.blob_path(b"report\n")).unwrap();
+    let output = data.output(&["outputs", "--session", "o", "--get", "r.txt", "--to", "-"]);
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    let blob = omabox_persistence::BlobHash::of(b"report\n").to_hex();
+    for expected in [
+        "session o (revision 1)",
+        "Session output r.txt is missing or corrupt",
+        blob.as_str(),
+        "not in the blob store",
+    ] {
+        assert!(stderr.contains(expected), "{expected:?} not in {stderr}");
+    }
+    let (fsck, output) = data.json(&["fsck", "--json"]);
+    assert_eq!(output.status.code(), Some(1));
+    assert_eq!(fsck["revisions"][0]["damages"][0]["path"], "r.txt");
 }

@@ -66,6 +66,16 @@ pub enum PersistenceError {
         /// Why (the underlying error's full text).
         detail: String,
     },
+    /// A file asked for in memory is larger than the caller's cap.
+    #[error("{path} has {size} bytes, more than the {limit} that can be read into memory")]
+    FileTooLarge {
+        /// The file's manifest path.
+        path: String,
+        /// Its size.
+        size: u64,
+        /// The cap.
+        limit: u64,
+    },
     /// A Session output's content blob is missing or does not match the manifest.
     #[error("Session output {path} is missing or corrupt: blob {blob} {problem}")]
     OutputContent {
@@ -81,8 +91,8 @@ pub enum PersistenceError {
     UnsupportedEntry(String),
     /// A checkpoint has more entries than its limit allows.
     #[error(
-        "Workspace checkpoint exceeds its limit of {limit} entries (files, directories and links \
-         in /workspace); nothing was published and the last publication stays: remove entries \
+        "Workspace checkpoint exceeds its limit of {limit} entries (found more than {limit} files, \
+         directories and links in /workspace); nothing was published and the last publication stays: remove entries \
          from /workspace or raise the limit (omabox: OMABOX_CHECKPOINT_MAX_ENTRIES)"
     )]
     CheckpointEntryLimit {

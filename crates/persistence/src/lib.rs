@@ -6,8 +6,12 @@
 //!   write-once, with a garbage collector that never removes a referenced blob.
 //! - [`FilesystemWorkspacePort`]: `WorkspacePersistencePort` with `checkpoint_restore` (a
 //!   checkpoint is a manifest of paths, types, modes, sizes, content hashes and symlink
-//!   targets, plus deduplicated content; incremental through a per-binding stat cache) and
-//!   `ephemeral`.
+//!   targets, plus deduplicated content; incremental through a per-binding stat cache;
+//!   sparse files stored as their data extents and hard links as links, so neither is
+//!   amplified on the host; bounded by [`CheckpointLimits`]; special files, non-UTF-8 names
+//!   and too-deep contents skipped and reported, see [`SkippedEntries`]) and `ephemeral`.
+//! - [`verify_workspace`] / [`verify_outputs`]: re-hash a published revision (`omabox fsck`);
+//!   [`referenced_blobs`] and [`BlobStore::scan`] for retention-based `gc`.
 //! - [`FilesystemSessionOutputPort`]: `SessionOutputPort` with `final_collect`.
 //!
 //! What this crate must never do:

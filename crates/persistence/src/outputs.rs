@@ -9,7 +9,7 @@
 //!   at most `max_files` files and `max_bytes` bytes (reference
 //!   §1.15 texts), entries sorted by logical path (byte order).
 //! - `finalize` re-reads every entry while copying it into the blob store and fails with
-//!   "Session output changed during collection: <path>" when hash or size moved; then stores
+//!   `"Session output changed during collection: <path>"` when hash or size moved; then stores
 //!   the manifest `{version:1, sessionId, workId, generation, entries}` plus `"\n"` as a blob.
 //!   The candidate (`out_<hash>`) is inert until the host publishes it.
 //! - `release` and `abort` delete the binding directory; stored blobs stay for `gc`.

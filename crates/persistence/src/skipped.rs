@@ -88,12 +88,7 @@ impl SkippedEntries {
     /// ("/workspace", "/mnt/session/outputs").
     pub(crate) fn warn(&self, what: &str) {
         for entry in &self.kept {
-            tracing::warn!(
-                path = %entry.path,
-                "{what}: skipped {}: {}",
-                entry.path,
-                entry.reason
-            );
+            tracing::warn!("{what}: skipped {}: {}", entry.path, entry.reason);
         }
         let rest = self.total - self.kept.len() as u64;
         if rest > 0 {

@@ -34,7 +34,7 @@ use std::collections::HashMap;
 use std::io::{self, Read};
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 /// Files up to this size are read into memory, hashed, and written only if their blob is new.
@@ -189,7 +189,20 @@ pub(crate) fn snapshot(input: SnapshotInput<'_>) -> Result<Snapshot> {
 
     let margin = i64::try_from(input.racy_margin.as_nanos()).unwrap_or(i64::MAX);
     let dirs = DirSync::default();
-    let hashed_files = hash_files(&input, root_fd.as_fd(), &walked, &todo, &progress, &dirs)?;
+    let reused: u64 = resolved.iter().flatten().map(|hit| hit.stored_size).sum();
+    let budget = ByteBudget {
+        used: AtomicU64::new(reused),
+        limits: input.limits,
+    };
+    let hashed_files = hash_files(
+        &input,
+        root_fd.as_fd(),
+        &walked,
+        &todo,
+        &progress,
+        &dirs,
+        &budget,
+    )?;
     input.store.sync_dirs(&dirs)?;
     for (index, hashed) in hashed_files {
         report.files_hashed += 1;
@@ -362,6 +375,31 @@ pub(crate) fn changed_or_io(path: &str, error: io::Error) -> PersistenceError {
 
 type HashedFiles = Vec<(usize, Hashed)>;
 
+/// Bytes the checkpoint's files need in the blob store, reserved before each file is read so
+/// that no file (however its stat lied to the walk's estimate) is stored past the byte limit.
+struct ByteBudget {
+    used: AtomicU64,
+    limits: CheckpointLimits,
+}
+
+impl ByteBudget {
+    fn reserve(&self, bytes: u64) -> Result<()> {
+        let total = self
+            .used
+            .fetch_add(bytes, Ordering::Relaxed)
+            .saturating_add(bytes);
+        if let Err(error) = self.limits.check_bytes(total) {
+            self.release(bytes);
+            return Err(error);
+        }
+        Ok(())
+    }
+
+    fn release(&self, bytes: u64) {
+        self.used.fetch_sub(bytes, Ordering::Relaxed);
+    }
+}
+
 fn hash_files(
     input: &SnapshotInput<'_>,
     root: BorrowedFd<'_>,
@@ -369,6 +407,7 @@ fn hash_files(
     todo: &[usize],
     progress: &ProgressTracker<'_>,
     dirs: &DirSync,
+    budget: &ByteBudget,
 ) -> Result<HashedFiles> {
     let next = AtomicUsize::new(0);
     let failed = AtomicBool::new(false);
@@ -388,7 +427,7 @@ fn hash_files(
                 .signal
                 .throw_if_aborted()
                 .map_err(PersistenceError::Aborted)
-                .and_then(|()| hash_file(input.store, root, &mut cursor, path, dirs));
+                .and_then(|()| hash_file(input.store, root, &mut cursor, path, dirs, budget));
             match result {
                 Ok(hashed) => {
                     progress.advance(1, hashed.size);
@@ -433,6 +472,7 @@ fn hash_file(
     cursor: &mut ParentCursor,
     path: &str,
     dirs: &DirSync,
+    budget: &ByteBudget,
 ) -> Result<Hashed> {
     let parts: Vec<&str> = path.split('/').collect();
     let Some((name, parents)) = parts.split_last() else {
@@ -457,6 +497,10 @@ fn hash_file(
         } else {
             None
         };
+        let needed = extents.as_ref().map_or(before.key.size, |extents| {
+            extents.iter().map(|[_, length]| *length).sum()
+        });
+        budget.reserve(needed)?;
         let stored = match &extents {
             Some(extents) => {
                 let outcome =
@@ -468,21 +512,24 @@ fn hash_file(
                 .filter(|(_, size, _)| *size == before.key.size),
         };
         let Some((hash, stored_size, stored)) = stored else {
+            budget.release(needed);
             continue;
         };
         let after = safe_fs::stat_fd(&file).ctx(|| format!("Cannot stat {path}"))?;
-        if after.key == before.key {
-            return Ok(Hashed {
-                hash,
-                size: before.key.size,
-                extents,
-                stored_size,
-                mode: before.mode,
-                stat: before.key,
-                observed_ns,
-                stored,
-            });
+        if after.key != before.key {
+            budget.release(needed);
+            continue;
         }
+        return Ok(Hashed {
+            hash,
+            size: before.key.size,
+            extents,
+            stored_size,
+            mode: before.mode,
+            stat: before.key,
+            observed_ns,
+            stored,
+        });
     }
     Err(PersistenceError::EntryChanged(path.to_owned()))
 }
@@ -495,16 +542,18 @@ fn store_content(
     path: &str,
     dirs: &DirSync,
 ) -> Result<Option<(BlobHash, u64, bool)>> {
-    let mut reader = file;
     if size_hint <= IN_MEMORY_LIMIT {
         let mut bytes = Vec::with_capacity(usize::try_from(size_hint).unwrap_or(0) + 1);
-        reader
-            .take(IN_MEMORY_LIMIT + 1)
+        file.take(IN_MEMORY_LIMIT + 1)
             .read_to_end(&mut bytes)
             .ctx(|| format!("Cannot read {path}"))?;
         let outcome = store.put_bytes_locked(&bytes, Some(dirs))?;
         return Ok(Some((outcome.hash, outcome.size, outcome.stored)));
     }
+    // Never read past the size the file had when opened (plus one byte, to notice growth): a
+    // file a sandbox keeps appending to cannot grow host memory, CPU or the blob store.
+    let bound = size_hint.saturating_add(1);
+    let mut reader = file.take(bound);
     // First pass: hash only, so content already stored is never copied again.
     let mut digest = Sha256::new();
     let mut buffer = vec![0u8; COPY_BUFFER];
@@ -524,9 +573,10 @@ fn store_content(
         return Ok(Some((hash, size, false)));
     }
     // Second pass: copy while hashing; the blob's name is what was actually copied.
-    std::io::Seek::seek(&mut reader, std::io::SeekFrom::Start(0))
+    let mut file = file;
+    std::io::Seek::seek(&mut file, std::io::SeekFrom::Start(0))
         .ctx(|| format!("Cannot rewind {path}"))?;
-    let outcome = store.put_reader_locked(reader, Some(dirs))?;
+    let outcome = store.put_reader_locked(file.take(bound), Some(dirs))?;
     if outcome.hash != hash || outcome.size != size {
         return Ok(None);
     }

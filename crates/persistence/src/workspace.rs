@@ -26,7 +26,7 @@ use crate::error::{IoContext, PersistenceError, Result};
 use crate::hash::{BlobHash, CandidateHashError, candidate_manifest_hash, short_hash};
 use crate::layout::{self, binding_metadata, check_host_path, prune_empty_parents};
 use crate::limits::CheckpointLimits;
-use crate::manifest::WorkspaceManifest;
+use crate::manifest::{EntryKind, WorkspaceManifest};
 use crate::progress::{ProgressObserver, ProgressPhase};
 use crate::restore::{RestoreInput, RestoreReport, restore};
 use crate::safe_fs::remove_tree;
@@ -428,6 +428,67 @@ impl FilesystemWorkspacePort {
         let hash = checkpoint_hash(candidate)?;
         let store = Arc::clone(&self.store);
         blocking(move || load_manifest(&store, &hash)).await
+    }
+
+    /// The logical bytes of the file `path` of a checkpoint candidate (a hard link read as its
+    /// target, a sparse file with its holes as zeros), verified against the manifest; `None`
+    /// when the manifest has no such file. Refuses a file larger than `max_bytes` (the caller's
+    /// memory cap) with [`PersistenceError::FileTooLarge`].
+    pub async fn read_file(
+        &self,
+        candidate: &RuntimePublicationCandidate,
+        path: &str,
+        max_bytes: u64,
+    ) -> Result<Option<Vec<u8>>> {
+        let manifest = self.read_manifest(candidate).await?;
+        let mut entry = manifest.entries.iter().find(|entry| entry.path == path);
+        if let Some(link) = entry.filter(|entry| entry.kind == EntryKind::Hardlink) {
+            let target = link.target.as_deref();
+            entry = manifest
+                .entries
+                .iter()
+                .find(|entry| Some(entry.path.as_str()) == target);
+        }
+        let Some(entry) = entry.filter(|entry| entry.kind == EntryKind::File).cloned() else {
+            return Ok(None);
+        };
+        let (Some(hash), Some(size)) = (entry.hash, entry.size) else {
+            return Ok(None);
+        };
+        if size > max_bytes {
+            return Err(PersistenceError::FileTooLarge {
+                path: path.to_owned(),
+                size,
+                limit: max_bytes,
+            });
+        }
+        let store = Arc::clone(&self.store);
+        let path = path.to_owned();
+        blocking(move || {
+            let missing = || PersistenceError::MissingContent {
+                path: path.clone(),
+                blob: hash.to_hex(),
+            };
+            let stored = store.get(&hash)?.ok_or_else(missing)?;
+            if stored.len() as u64 != entry.stored_size() {
+                return Err(PersistenceError::CorruptContent {
+                    path,
+                    blob: hash.to_hex(),
+                });
+            }
+            let Some(extents) = &entry.extents else {
+                return Ok(Some(stored));
+            };
+            let mut bytes = vec![0u8; usize::try_from(size).unwrap_or(usize::MAX)];
+            let mut from = 0usize;
+            for [offset, length] in extents {
+                let (offset, length) = (*offset as usize, *length as usize);
+                bytes[offset..offset + length].copy_from_slice(&stored[from..from + length]);
+                from += length;
+            }
+            Ok(Some(bytes))
+        })
+        .await
     }
 
     /// Every blob a checkpoint candidate needs (its manifest and its files), for `gc`.

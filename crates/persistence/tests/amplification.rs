@@ -227,6 +227,34 @@ async fn hard_links_are_stored_once_and_restored_as_links() {
         assert_eq!(meta.len(), 64 * MIB);
     }
     assert_eq!(std::fs::metadata(out.join("big")).unwrap().nlink(), 101);
+
+    // Read in memory through a link: the logical bytes, holes as zeros, under a cap.
+    let published = candidate.to_publication_candidate();
+    let bytes = port
+        .read_file(&published, "links/042", 64 * MIB)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(bytes.len() as u64, 64 * MIB);
+    assert_eq!(&bytes[..4096], &noise(7, 4096)[..]);
+    assert!(bytes[4096..].iter().all(|byte| *byte == 0));
+    let error = port.read_file(&published, "big", MIB).await.unwrap_err();
+    assert!(
+        error.to_string().contains("more than the 1048576"),
+        "{error}"
+    );
+    assert!(
+        port.read_file(&published, "nope", MIB)
+            .await
+            .unwrap()
+            .is_none()
+    );
+    assert!(
+        port.read_file(&published, "links", MIB)
+            .await
+            .unwrap()
+            .is_none()
+    );
     assert!(
         allocated_bytes(&out) < MIB,
         "restored {} bytes",
@@ -252,6 +280,13 @@ async fn a_checkpoint_over_a_limit_fails_naming_it_and_the_last_publication_stay
         .checkpoint(checkpoint_input(1, CR, &binding, ""))
         .await
         .unwrap();
+    // A tree without sparse files or hard links is still written as version 1 (readable by
+    // an older omabox).
+    let manifest = port
+        .read_manifest(&good.to_publication_candidate())
+        .await
+        .unwrap();
+    assert_eq!(manifest.version, 1);
 
     for index in 0..20 {
         std::fs::write(root.join(format!("f{index}")), b"x").unwrap();
@@ -364,4 +399,44 @@ fn version_1_manifests_are_read_and_cannot_carry_version_2_fields() {
         }],
     };
     assert!(to_itself.validate().is_err());
+}
+
+/// A file with more data regions than a manifest lists is stored dense; the byte limit is
+/// checked before it is read, so its logical size never reaches the blob store.
+#[tokio::test]
+async fn a_fragmented_sparse_file_over_the_byte_limit_is_refused_before_it_is_copied() {
+    let data = tempfile::tempdir().unwrap();
+    if !sparse_supported(data.path()) {
+        return;
+    }
+    let port = port(
+        data.path(),
+        CheckpointLimits {
+            max_entries: 100,
+            max_bytes: 20 * MIB,
+        },
+    );
+    let binding = port
+        .materialize(materialize_input(1, CR, None))
+        .await
+        .unwrap();
+    let root = host_path(&binding);
+    let extents = omabox_persistence::MAX_EXTENTS as u64 + 1;
+    let block = vec![7u8; 4096];
+    let regions: Vec<(u64, &[u8])> = (0..extents).map(|i| (i * 8192, &block[..])).collect();
+    sparse_file(&root.join("fragmented"), extents * 8192, &regions);
+    let allocated = std::fs::metadata(root.join("fragmented")).unwrap().blocks() * 512;
+    assert!(allocated < 20 * MIB, "{allocated}");
+
+    let error = port
+        .checkpoint(checkpoint_input(1, CR, &binding, ""))
+        .await
+        .unwrap_err();
+    assert!(
+        error
+            .message()
+            .contains("exceeds its limit of 20971520 bytes"),
+        "{error}"
+    );
+    assert!(allocated_bytes(&data.path().join("blobs")) < MIB);
 }

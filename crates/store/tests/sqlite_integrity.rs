@@ -203,3 +203,21 @@ fn a_read_only_data_directory_is_named_as_such() {
         assert!(text.contains(&data.display().to_string()), "{text}");
     });
 }
+
+#[test]
+fn a_crashed_creations_temp_file_is_removed_by_the_next_open() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = db_in(&dir);
+    drop(SqliteStore::open(&path).unwrap());
+    let stale = dir.path().join(".omabox.db.new-999999-0000000000000000");
+    std::fs::write(&stale, b"half a database").unwrap();
+    let old = std::time::SystemTime::now() - std::time::Duration::from_secs(3600);
+    std::fs::File::options()
+        .write(true)
+        .open(&stale)
+        .unwrap()
+        .set_modified(old)
+        .unwrap();
+    drop(SqliteStore::open(&path).unwrap());
+    assert!(!stale.exists());
+}

@@ -152,6 +152,7 @@ pub async fn run(data_dir: &Path, args: RunArgs) -> anyhow::Result<ExitCode> {
         backend: args.backend.provider(),
         owner_id: policy.owner_id.clone(),
         json: args.json,
+        from_revision: args.from_revision,
     };
     let runner = WorkItemRunner::new(
         policy,

@@ -4,7 +4,7 @@
 //!   to it (`.omabox.db.new-<pid>-<random>`, mode `0600`), checkpointed into the main file and
 //!   closed, then hard-linked to its name (no-clobber). So the name only ever holds a complete
 //!   omabox store; a racing creator that loses the link opens the winner's file. A crash leaves
-//!   at most a temp file, which the next creation removes once it is older than a minute.
+//!   at most a temp file, which the next open removes once it is older than a minute.
 //! - **An existing file is checked before anything writes to it**: not empty, a SQLite file,
 //!   omabox's `application_id` (or an empty database), and `PRAGMA quick_check` clean. Anything
 //!   else is refused with an error naming the file and what to do ([`StoreError::NotAStore`],
@@ -34,7 +34,8 @@ pub(super) fn open_or_create(
     busy_timeout: Duration,
 ) -> Result<Connection, StoreError> {
     match std::fs::symlink_metadata(path) {
-        Ok(_) => {}
+        // A creation that crashed left its temp file next to the database: remove it now.
+        Ok(_) => remove_stale_temps(path.parent().unwrap_or(Path::new("."))),
         Err(error)
             if matches!(
                 error.kind(),

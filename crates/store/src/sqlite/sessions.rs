@@ -102,6 +102,20 @@ impl SqliteStore {
             .collect())
     }
 
+    /// How many work items hold an unexpired fence right now (runs in progress, or killed
+    /// runs whose fence has not expired yet).
+    pub fn active_fence_count(&self) -> Result<u64, StoreError> {
+        let now = super::to_i64(self.clock.now_ms(), "now")?;
+        let inner = lock(&self.inner);
+        let count: i64 = inner.conn.query_row(
+            "SELECT count(*) FROM runtime_fence
+              WHERE active_owner_id IS NOT NULL AND active_expires_at_ms > ?1",
+            [now],
+            |row| row.get(0),
+        )?;
+        super::to_u64(count, "count")
+    }
+
     /// Removes the given `(scope, revision)` rows from the publication history (what
     /// `omabox gc` no longer retains), never the active publication of a work item. Returns
     /// how many rows went. One transaction.
@@ -280,6 +294,9 @@ mod tests {
         assert_eq!(summary, [(3, 3, "wcp_3"), (2, 2, "wcp_2"), (1, 1, "wcp_1")]);
         assert_eq!(store.publication_history().unwrap().len(), 3);
         assert_eq!(store.publication(&scope).unwrap().unwrap(), history[0]);
+
+        // The fence acquired last is still held.
+        assert_eq!(store.active_fence_count().unwrap(), 1);
 
         // Forgetting never removes the active (newest) revision.
         assert_eq!(
