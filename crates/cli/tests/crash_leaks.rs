@@ -367,3 +367,43 @@ fn a_killed_runs_usage_stops_at_its_last_sign_of_life_and_says_it_is_estimated()
     );
     assert!(setup.leftovers().is_empty(), "{:?}", setup.leftovers());
 }
+
+#[test]
+fn a_double_ctrl_c_leaves_nothing_after_reap() {
+    if !common::linux_available() {
+        return;
+    }
+    let setup = Setup::new();
+    let mut run = setup.run("interrupted", HOLDING_HARNESS).spawn().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while find(&setup.data.path().join("runtime"), "started").is_none() {
+        assert!(Instant::now() < deadline, "the harness never started");
+        if let Ok(Some(status)) = run.try_wait() {
+            panic!("omabox run ended ({status}) before the harness started");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let pid = i32::try_from(run.id()).unwrap();
+    for _ in 0..2 {
+        // SAFETY: kill(2) on our own child's pid.
+        unsafe {
+            libc::kill(pid, libc::SIGINT);
+        }
+    }
+    let status = run.wait().unwrap();
+    assert!(!status.success(), "{status}");
+
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let report = setup.reap();
+        if setup.leftovers().is_empty() && report["abandoned"]["inspected"] == 0 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "still left: {:?}\nlast report: {report}",
+            setup.leftovers()
+        );
+        std::thread::sleep(Duration::from_millis(250));
+    }
+}
