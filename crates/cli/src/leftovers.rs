@@ -37,6 +37,9 @@ use std::sync::Arc;
 /// The binding areas under the data dir and the binding id prefix of each.
 const BINDING_AREAS: [(&str, &str); 2] = [("runtime", "wsb_"), ("runtime-outputs", "outb_")];
 
+/// The error text of a runtime dir this user may not list.
+const PERMISSION_DENIED_RUNTIME_DIR: &str = "no permission to list the sandboxes in";
+
 /// Abandoned leases reaped per `omabox run` start (the rest wait for the next run or reap).
 const LEASES_PER_RUN: u64 = 16;
 
@@ -91,7 +94,15 @@ pub async fn before_run(data_dir: &Path, store: &SqliteStore) {
             .collect(),
         Err(error) => vec![format!("abandoned leases: {error}")],
     };
-    errors.extend(sweep(data_dir, store, &env).await.errors);
+    let report = sweep(data_dir, store, &env).await;
+    // A runtime dir this user may not read (root's /run/omabox under a non-root run) holds
+    // nothing this run could clean up; `omabox reap` still reports it.
+    errors.extend(
+        report
+            .errors
+            .into_iter()
+            .filter(|error| !error.contains(PERMISSION_DENIED_RUNTIME_DIR)),
+    );
     if !errors.is_empty() {
         eprintln!(
             "omabox: warning: leftovers of earlier runs could not all be removed ({}); see `omabox reap`",
@@ -113,6 +124,12 @@ fn sweep_blocking(data_dir: &Path, store: &SqliteStore, env: &SandboxFactoryEnv)
     match linux_runtime_config(env) {
         Ok(config) => match reap_leftovers(&config, &|id| journaled.contains(id)) {
             Ok(sandboxes) => report.sandboxes = sandboxes,
+            Err(error) if error.kind() == std::io::ErrorKind::PermissionDenied => {
+                report.errors.push(format!(
+                    "{PERMISSION_DENIED_RUNTIME_DIR} {}",
+                    config.runtime_dir.display()
+                ));
+            }
             Err(error) => report.errors.push(format!(
                 "cannot list the sandboxes in {}: {error}",
                 config.runtime_dir.display()

@@ -367,3 +367,113 @@ fn a_killed_runs_usage_stops_at_its_last_sign_of_life_and_says_it_is_estimated()
     );
     assert!(setup.leftovers().is_empty(), "{:?}", setup.leftovers());
 }
+
+#[test]
+fn a_double_ctrl_c_leaves_nothing_after_reap() {
+    if !common::linux_available() {
+        return;
+    }
+    let setup = Setup::new();
+    let mut run = setup.run("interrupted", HOLDING_HARNESS).spawn().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while find(&setup.data.path().join("runtime"), "started").is_none() {
+        assert!(Instant::now() < deadline, "the harness never started");
+        if let Ok(Some(status)) = run.try_wait() {
+            panic!("omabox run ended ({status}) before the harness started");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let pid = i32::try_from(run.id()).unwrap();
+    for _ in 0..2 {
+        // SAFETY: kill(2) on our own child's pid.
+        unsafe {
+            libc::kill(pid, libc::SIGINT);
+        }
+    }
+    let status = run.wait().unwrap();
+    assert!(!status.success(), "{status}");
+
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let report = setup.reap();
+        if setup.leftovers().is_empty() && report["abandoned"]["inspected"] == 0 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "still left: {:?}\nlast report: {report}",
+            setup.leftovers()
+        );
+        std::thread::sleep(Duration::from_millis(250));
+    }
+}
+
+#[test]
+fn reap_during_a_live_run_touches_nothing_of_it() {
+    if !common::linux_available() {
+        return;
+    }
+    let setup = Setup::new();
+    let mut run = setup.run("live", HOLDING_HARNESS).spawn().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while find(&setup.data.path().join("runtime"), "started").is_none() {
+        assert!(Instant::now() < deadline, "the harness never started");
+        if let Ok(Some(status)) = run.try_wait() {
+            panic!("omabox run ended ({status}) before the harness started");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // Processes come and go inside a live sandbox; its files, cgroups and bindings do not.
+    let state = || -> Vec<String> {
+        setup
+            .leftovers()
+            .into_iter()
+            .filter(|item| !item.starts_with("process"))
+            .collect()
+    };
+    let before = state();
+    assert!(
+        before.iter().any(|item| item.starts_with("state dir")),
+        "{before:?}"
+    );
+    assert!(
+        before.iter().any(|item| item.starts_with("binding")),
+        "{before:?}"
+    );
+    for _ in 0..3 {
+        let report = setup.reap();
+        let leftovers = &report["leftovers"];
+        assert_eq!(
+            leftovers["sandboxes"]["removed"],
+            serde_json::json!([]),
+            "{report}"
+        );
+        assert_eq!(
+            leftovers["bindingsRemoved"],
+            serde_json::json!([]),
+            "{report}"
+        );
+        assert_eq!(report["abandoned"]["inspected"], 0, "{report}");
+    }
+    assert_eq!(state(), before, "reap changed a live run's state");
+    assert!(
+        setup
+            .leftovers()
+            .iter()
+            .any(|item| item.starts_with("process")),
+        "the live sandbox's processes were killed"
+    );
+    assert!(
+        run.try_wait().unwrap().is_none(),
+        "the live run was disturbed"
+    );
+
+    // Ctrl-C: the run cleans up after itself.
+    let pid = i32::try_from(run.id()).unwrap();
+    // SAFETY: kill(2) on our own child's pid.
+    unsafe {
+        libc::kill(pid, libc::SIGINT);
+    }
+    assert_eq!(run.wait().unwrap().code(), Some(130));
+    assert!(setup.leftovers().is_empty(), "{:?}", setup.leftovers());
+}

@@ -10,7 +10,9 @@
 //!   [`HarnessSupervisorEvent::parse_line`] (its error ends the stream);
 //! - a line longer than [`MAX_SUPERVISOR_LINE`] bytes is never buffered: it is rejected as
 //!   invalid JSON (the contract's text, with the limit named) as soon as the cap is passed,
-//!   and the stream ends there like for any other invalid record;
+//!   and the stream ends there like for any other invalid record; the rest of stdout is then
+//!   read and discarded in the background, so the supervisor never blocks on a full pipe
+//!   before `close` stops it;
 //! - the event stream can be taken once, and ends with the consumer's abort reason as soon as
 //!   the consumer's signal fires;
 //! - `send` fails after `close` and once the signal given at open time fired;
@@ -90,7 +92,8 @@ impl JsonLinesSupervisorChannel {
 
 /// Reader state of the event stream.
 struct EventReader {
-    reader: BufReader<SupervisorOutput>,
+    /// `None` once handed to the background drain.
+    reader: Option<BufReader<SupervisorOutput>>,
     signal: AbortSignal,
     line: Vec<u8>,
     done: bool,
@@ -136,10 +139,11 @@ impl EventReader {
     /// The next validated event, `None` at end of file, or the error that ends the stream.
     async fn next_event(&mut self) -> Option<Result<HarnessSupervisorEvent, PortError>> {
         while !self.done {
+            let reader = self.reader.as_mut()?;
             let read = tokio::select! {
                 biased;
                 reason = self.signal.aborted() => Err(reason),
-                read = read_line_capped(&mut self.reader, &mut self.line) => read.map_err(PortError::from),
+                read = read_line_capped(reader, &mut self.line) => read.map_err(PortError::from),
             };
             let record = match read {
                 Err(error) => {
@@ -148,6 +152,11 @@ impl EventReader {
                 }
                 Ok(LineRead::TooLong) => {
                     self.done = true;
+                    if let Some(mut rest) = self.reader.take() {
+                        tokio::spawn(async move {
+                            let _ = tokio::io::copy(&mut rest, &mut tokio::io::sink()).await;
+                        });
+                    }
                     return Some(Err(PortError::new(format!(
                         "Harness supervisor emitted invalid JSON (a line longer than \
                          {MAX_SUPERVISOR_LINE} bytes)"
@@ -201,7 +210,7 @@ impl HarnessSupervisorChannel for JsonLinesSupervisorChannel {
                 PortError::new("Harness supervisor event stream can only be consumed once")
             })?;
         let reader = EventReader {
-            reader: BufReader::new(stdout),
+            reader: Some(BufReader::new(stdout)),
             signal,
             line: Vec::new(),
             done: false,
@@ -375,8 +384,8 @@ mod tests {
     #[tokio::test]
     async fn a_line_past_the_cap_is_rejected_without_being_buffered() {
         let mut h = harness(Ok(()));
-        // 96 MiB without a newline, written while the reader consumes: the writer finishing
-        // is not required (the reader must answer at the cap, not at the end of the line).
+        // 96 MiB without a newline: the reader answers at the cap, not at the end of the line,
+        // and then discards the rest without buffering it.
         let writer = tokio::spawn(async move {
             h.supervisor_stdout
                 .write_all(b"{\"type\":\"heartbeat\",\"sequence\":1}\n")
@@ -384,9 +393,7 @@ mod tests {
                 .unwrap();
             let chunk = vec![b' '; 64 * 1024];
             for _ in 0..(96 * 16) {
-                if h.supervisor_stdout.write_all(&chunk).await.is_err() {
-                    return;
-                }
+                h.supervisor_stdout.write_all(&chunk).await.unwrap();
             }
         });
         let mut events = h.channel.events(AbortSignal::never()).await.unwrap();
@@ -406,8 +413,9 @@ mod tests {
             events.next().await.is_none(),
             "the stream ends at the bad line"
         );
-        drop(events);
+        // The rest is drained while the stream is still held: the writer finishes all 96 MiB.
         writer.await.unwrap();
+        drop(events);
     }
 
     #[tokio::test]

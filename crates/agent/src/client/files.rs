@@ -9,6 +9,11 @@ use super::{AgentClient, ClientError, Opened, decode_ok};
 use crate::frame::channel;
 use crate::message::{DirEntry, ErrorKind, Event, FileStat, Request, TarInDone, WriteDone};
 
+/// The most [`AgentClient::read_file_bytes`], [`AgentClient::read_file`] and
+/// [`AgentClient::tar_out_bytes`] hold in host memory: the sandbox decides how big its files
+/// are, so a whole-file read is capped; the streaming forms have no cap.
+pub const MAX_WHOLE_READ: usize = 64 * 1024 * 1024;
+
 /// Options for writes.
 #[derive(Debug, Clone, Copy)]
 pub struct WriteOptions {
@@ -74,10 +79,17 @@ impl AgentClient {
         }
     }
 
-    /// Reads a whole file as bytes.
+    /// Reads a whole file as bytes, at most [`MAX_WHOLE_READ`] of them (a larger file fails
+    /// with [`ClientError::TooLarge`]; stream it with [`AgentClient::open_file`] instead).
     pub async fn read_file_bytes(&self, path: &str) -> Result<Vec<u8>, ClientError> {
         let mut f = self.open_file(path).await?;
-        f.content.read_to_end().await
+        f.content
+            .read_to_end_within(MAX_WHOLE_READ)
+            .await?
+            .ok_or_else(|| ClientError::TooLarge {
+                what: path.to_owned(),
+                limit: MAX_WHOLE_READ,
+            })
     }
 
     /// Reads a whole file as UTF-8 text.
@@ -191,9 +203,16 @@ impl AgentClient {
         Ok(self.reader_of(opened).0)
     }
 
-    /// A whole tar archive of a directory in memory.
+    /// A whole tar archive of a directory in memory, at most [`MAX_WHOLE_READ`] bytes (a larger
+    /// one fails with [`ClientError::TooLarge`]; stream it with [`AgentClient::tar_out`]).
     pub async fn tar_out_bytes(&self, path: &str) -> Result<Vec<u8>, ClientError> {
-        self.tar_out(path)?.read_to_end().await
+        self.tar_out(path)?
+            .read_to_end_within(MAX_WHOLE_READ)
+            .await?
+            .ok_or_else(|| ClientError::TooLarge {
+                what: format!("a tar archive of {path}"),
+                limit: MAX_WHOLE_READ,
+            })
     }
 
     /// Extracts a tar stream into a directory (created if missing). Entries that would

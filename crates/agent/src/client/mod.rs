@@ -19,7 +19,7 @@ use serde::de::DeserializeOwned;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::mpsc;
 
-pub use files::{FileReader, WriteOptions};
+pub use files::{FileReader, MAX_WHOLE_READ, WriteOptions};
 pub use process::{
     BackgroundProcess, DEFAULT_MAX_EXEC_OUTPUT, DuplexProcess, ExecOutput, ExecRequest,
     ProcessKiller,
@@ -82,6 +82,14 @@ pub enum ClientError {
     NotUtf8 {
         /// Path.
         path: String,
+    },
+    /// A whole read would hold more than its cap in host memory.
+    #[error("{what} is larger than {limit} bytes; stream it instead")]
+    TooLarge {
+        /// What was read (a sandbox path, or an archive of one).
+        what: String,
+        /// The cap.
+        limit: usize,
     },
     /// A signal name the agent would not know.
     #[error("unknown signal `{0}`")]

@@ -159,6 +159,22 @@ impl DataReader {
         Ok((out, dropped))
     }
 
+    /// Reads everything that is left if it is at most `limit` bytes; `None` (and the rest
+    /// left unread: drop the reader to discard it) as soon as it is more.
+    pub(crate) async fn read_to_end_within(
+        &mut self,
+        limit: usize,
+    ) -> Result<Option<Vec<u8>>, ClientError> {
+        let mut out = Vec::new();
+        while let Some(b) = self.chunk().await? {
+            if out.len() + b.len() > limit {
+                return Ok(None);
+            }
+            out.extend_from_slice(&b);
+        }
+        Ok(Some(out))
+    }
+
     /// Reads and discards everything that is left, returning the byte count.
     pub async fn drain(&mut self) -> Result<u64, ClientError> {
         let mut n = 0u64;

@@ -5,7 +5,8 @@
 //! Start, as a checklist:
 //!
 //! 1. validate the plan and check it against the probed capabilities;
-//! 2. create the state dir (`<runtime_dir>/<id>`);
+//! 2. create the state dir (`<runtime_dir>/<id>`) and, first in it, `owner.json` (this host
+//!    process; see `leftovers`, which reaps the state dirs of dead owners);
 //! 3. clone a child into new mount/pid/ipc/uts namespaces that execs the setup stage at
 //!    once (see `spawn`); the setup stage enters a new network namespace first thing;
 //! 4. create the cgroup with its limits (overlapping the child's network namespace

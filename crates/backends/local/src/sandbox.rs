@@ -256,10 +256,16 @@ impl Drop for KillGroupOnDrop {
     }
 }
 
+/// The most of each exec output stream kept in memory; the rest is read and dropped, so the
+/// process never blocks on a full pipe.
+const MAX_EXEC_STREAM: u64 = 8 * 1024 * 1024;
+
 async fn read_all<R: tokio::io::AsyncRead + Unpin>(reader: Option<R>) -> Vec<u8> {
     let mut buffer = Vec::new();
     if let Some(mut reader) = reader {
-        let _ = reader.read_to_end(&mut buffer).await;
+        let mut kept = (&mut reader).take(MAX_EXEC_STREAM);
+        let _ = kept.read_to_end(&mut buffer).await;
+        let _ = tokio::io::copy(&mut reader, &mut tokio::io::sink()).await;
     }
     buffer
 }
@@ -433,5 +439,23 @@ impl SandboxDuplexProcessPort for LocalSubprocessSandbox {
 impl SandboxProcessPort for LocalSubprocessSandbox {
     async fn start_process(&self, command: &str) -> Result<ProcessHandle, PortError> {
         Ok(spawn_background(self, command)?)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn exec_output_is_capped_and_the_rest_drained() {
+        let mut source = tokio::io::repeat(b'x').take(3 * MAX_EXEC_STREAM);
+        let kept = read_all(Some(&mut source)).await;
+        assert_eq!(kept.len() as u64, MAX_EXEC_STREAM);
+        let mut rest = Vec::new();
+        source.read_to_end(&mut rest).await.unwrap();
+        assert!(
+            rest.is_empty(),
+            "everything past the cap was read and dropped"
+        );
     }
 }
