@@ -84,6 +84,7 @@ pub async fn before_run(data_dir: &Path, store: &SqliteStore) {
     let resolver = wiring::sandbox_resolver(&env, Arc::new(store.clone()));
     let journal: Arc<dyn RuntimeLeaseJournalPort> = Arc::new(store.clone());
     let mut errors = match AbandonedLeaseReaper::new(journal, resolver)
+        .with_session_tokens(Arc::new(store.clone()))
         .run_once(LEASES_PER_RUN)
         .await
     {

@@ -3,13 +3,16 @@
 //! generation (its host died: kill -9, power loss) is reaped; then the leftover sweep
 //! ([`crate::leftovers`]): linux sandboxes under the runtime dir whose owner process is gone
 //! (also those killed during their start, which no journal knows), binding directories of
-//! generations that no longer hold their fence, and temp blobs of interrupted puts. Every pass
+//! generations that no longer hold their fence, and temp blobs of interrupted puts; last, the
+//! blob collection of `omabox gc` with its default retention ([`crate::gc`]). Every pass
 //! is token-free and safe to repeat, and safe while other runs are going on (held leases,
 //! live owners' sandboxes and live generations' bindings are never touched).
 
 use crate::data_dir;
+use crate::gc::{DEFAULT_GRACE, GcOptions, GcSummary, collect_garbage, keep_from_env};
 use crate::leftovers::{self, LeftoverReport};
 use crate::wiring;
+use anyhow::Context as _;
 use clap::Args;
 use omabox_contract::{RuntimeLeaseJournalPort, RuntimeOrphanPort, RuntimeOrphanRecord};
 use omabox_host::lease_journal::{AbandonedLeaseReaper, AbandonedLeaseSummary};
@@ -28,7 +31,8 @@ pub struct ReapArgs {
     #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u64).range(1..))]
     limit: u64,
     /// Print one JSON document: the orphan pass summary, the orphans still queued, the
-    /// abandoned-lease pass (`abandoned`) and the leftover sweep (`leftovers`).
+    /// abandoned-lease pass (`abandoned`), the leftover sweep (`leftovers`) and the blob
+    /// collection (`gc`).
     #[arg(long)]
     json: bool,
 }
@@ -43,6 +47,8 @@ struct ReapReport {
     abandoned: AbandonedLeaseSummary,
     /// The leftover sweep: sandboxes, binding dirs, temp blobs.
     leftovers: LeftoverReport,
+    /// The blob collection with the default retention (`omabox gc`).
+    gc: GcSummary,
 }
 
 /// Runs one reconcile pass and reports what is still queued.
@@ -62,12 +68,14 @@ pub async fn run(data_dir: &Path, args: &ReapArgs) -> anyhow::Result<ExitCode> {
         .run_once(args.limit)
         .await?;
     let leftovers = leftovers::sweep(data_dir, &store, &env).await;
+    let gc = collect_with_default_retention(data_dir, &store).await?;
     if args.json {
         let report = ReapReport {
             summary,
             queued,
             abandoned,
             leftovers,
+            gc,
         };
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {
@@ -97,8 +105,29 @@ pub async fn run(data_dir: &Path, args: &ReapArgs) -> anyhow::Result<ExitCode> {
             );
         }
         print_leftovers(&leftovers);
+        println!(
+            "blobs: removed {} ({} bytes), kept {} revision(s) ({} per session); older revisions forgotten: {}",
+            gc.blobs_removed, gc.bytes_removed, gc.revisions_kept, gc.keep, gc.revisions_forgotten
+        );
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// The last pass of a reap: `omabox gc` with its defaults (`OMABOX_GC_KEEP` revisions per
+/// session, the default grace period), so blobs of forgotten revisions and failed runs go.
+async fn collect_with_default_retention(
+    data_dir: &Path,
+    store: &SqliteStore,
+) -> anyhow::Result<GcSummary> {
+    let options = GcOptions {
+        keep: keep_from_env()?,
+        grace: DEFAULT_GRACE,
+        dry_run: false,
+    };
+    let (data_dir, store) = (data_dir.to_path_buf(), store.clone());
+    tokio::task::spawn_blocking(move || collect_garbage(&data_dir, &store, options))
+        .await
+        .context("the gc task failed")?
 }
 
 fn print_leftovers(report: &LeftoverReport) {
