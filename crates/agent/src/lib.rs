@@ -1,12 +1,14 @@
 //! `omabox-agent`: the one in-sandbox agent and its wire protocol, both sides.
 //!
-//! Every isolating backend (linux namespaces now; gVisor, Docker and microVMs later)
-//! boots its isolation boundary with the `omabox-agent` binary as PID 1 and hands the
-//! host a byte stream to it: a unix socketpair today, vsock or an attach stream later.
-//! Exec, duplex stdin/stdout/stderr, background processes, file bytes, tar in/out,
-//! stat/list, env and readiness are implemented once, here. The host side is
-//! [`client::AgentClient`]; the agent side is [`agent::Agent`]; a backend starts the
-//! binary with the agent end of a socketpair (see [`transport`]).
+//! Every isolating backend (linux namespaces now; gVisor, Docker and microVMs later) runs
+//! this agent as PID 1 of its isolation boundary and hands the host a byte stream to it: a
+//! unix socketpair today, vsock or an attach stream later. The linux backend boots its own
+//! init binary, `omabox-sandbox-init`, which sets the sandbox up and then serves this
+//! protocol in-process with [`agent::Agent`]; the standalone `omabox-agent` binary
+//! (`src/main.rs`) is the same agent for a boundary that only needs a PID 1 started with the
+//! agent end of a socketpair (see [`transport`]). Exec, duplex stdin/stdout/stderr,
+//! background processes, file bytes, tar in/out, stat/list, env and readiness are
+//! implemented once, here. The host side is [`client::AgentClient`].
 //!
 //! # Frame format
 //!

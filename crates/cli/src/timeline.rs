@@ -180,6 +180,7 @@ impl Timeline {
         };
         Context {
             lane: state.lane.clone().unwrap_or_else(|| "harness".to_owned()),
+            runtime_id: state.facts.runtime_id.clone(),
             progress,
         }
     }
@@ -234,6 +235,7 @@ fn phase_key(phase: ProgressPhase) -> u8 {
 /// What a step's detail needs beyond its facts.
 struct Context {
     lane: String,
+    runtime_id: Option<String>,
     progress: Option<Progress>,
 }
 
@@ -302,9 +304,14 @@ fn done(step: RunStep, facts: &StepFacts, context: &Context) -> Option<Line> {
         (RunStep::FencePublish, StepFacts::Lost) => {
             line("publish refused", "the fence is no longer current", false)
         }
-        (RunStep::SandboxHeartbeat, StepFacts::Lost) => {
-            line("sandbox lost", "the sandbox is no longer running", false)
-        }
+        (RunStep::SandboxHeartbeat, StepFacts::Lost) => line(
+            "sandbox lost",
+            format!(
+                "{} is no longer running",
+                context.runtime_id.as_deref().unwrap_or("the sandbox")
+            ),
+            false,
+        ),
         (_, StepFacts::Published { revision }) => {
             line("published", format!("revision {revision}"), true)
         }
@@ -615,5 +622,31 @@ mod tests {
             timeline.events()[0].detail,
             "generation 4; nothing published yet"
         );
+    }
+
+    #[test]
+    fn a_lost_sandbox_is_named_by_its_runtime_id() {
+        let timeline = Timeline::new(false, None);
+        let lease = omabox_testkit::fakes::lease("fake", "rt-7");
+        timeline.step(event(
+            RunStep::SandboxAcquire,
+            1,
+            StepOutcome::Done(StepFacts::Sandbox(Box::new(lease))),
+        ));
+        timeline.step(event(
+            RunStep::SandboxHeartbeat,
+            1,
+            StepOutcome::Done(StepFacts::Nothing),
+        ));
+        timeline.step(event(
+            RunStep::SandboxHeartbeat,
+            1,
+            StepOutcome::Done(StepFacts::Lost),
+        ));
+        let events = timeline.events();
+        assert_eq!(events.len(), 2, "a live heartbeat is only timed");
+        assert_eq!(events[1].detail, "rt-7 is no longer running");
+        assert!(!events[1].ok);
+        assert_eq!(timeline.facts().runtime_id.as_deref(), Some("rt-7"));
     }
 }

@@ -24,54 +24,73 @@ pub fn in_ci() -> bool {
 }
 
 /// Gates a test on a capability: `missing` is `None` when it is present, else the reason it
-/// is not (see the crate doc for what happens then).
+/// is not (see the module doc for what happens then).
 pub fn require_capability(missing: Option<String>) -> bool {
-    let Some(reason) = missing else {
-        return true;
-    };
+    let log = std::env::var_os(SKIP_LOG_ENV).filter(|path| !path.is_empty());
     let test = std::thread::current().name().unwrap_or("a test").to_owned();
-    if in_ci() {
-        panic!("CI=true and a required capability is missing for {test}: {reason}");
-    }
-    let line = format!("SKIP: {test}: {reason}");
-    eprintln!("{line}");
-    if let Some(path) = std::env::var_os(SKIP_LOG_ENV).filter(|path| !path.is_empty()) {
-        // Best effort: a skip log that cannot be written must not fail the test.
-        if let Ok(mut file) = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(path)
-        {
-            let _ = writeln!(file, "{line}");
+    match decide(&test, missing, in_ci()) {
+        Decision::Run => true,
+        Decision::Fail(message) => panic!("{message}"),
+        Decision::Skip(line) => {
+            eprintln!("{line}");
+            if let Some(path) = log {
+                // Best effort: a skip log that cannot be written must not fail the test.
+                if let Ok(mut file) = std::fs::OpenOptions::new()
+                    .create(true)
+                    .append(true)
+                    .open(path)
+                {
+                    let _ = writeln!(file, "{line}");
+                }
+            }
+            false
         }
     }
-    false
+}
+
+/// What the gate does for `test`.
+#[derive(Debug, PartialEq, Eq)]
+enum Decision {
+    Run,
+    /// The `SKIP:` line to print.
+    Skip(String),
+    /// The panic message.
+    Fail(String),
+}
+
+fn decide(test: &str, missing: Option<String>, ci: bool) -> Decision {
+    match missing {
+        None => Decision::Run,
+        Some(reason) if ci => Decision::Fail(format!(
+            "CI=true and a required capability is missing for {test}: {reason}"
+        )),
+        Some(reason) => Decision::Skip(format!("SKIP: {test}: {reason}")),
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    // These tests change no environment (the CI variable belongs to the process that runs
-    // them); they run the branch the current environment selects.
     #[test]
     fn a_present_capability_runs_the_test() {
         assert!(require_capability(None));
+        assert_eq!(decide("t", None, true), Decision::Run);
     }
 
     #[test]
-    fn a_missing_capability_skips_locally_and_fails_in_ci() {
-        let outcome = std::panic::catch_unwind(|| require_capability(Some("no widget".into())));
-        match outcome {
-            Ok(ran) => {
-                assert!(!in_ci());
-                assert!(!ran, "a missing capability skips");
-            }
-            Err(panic) => {
-                assert!(in_ci(), "only CI=true turns a skip into a failure");
-                let message = panic.downcast_ref::<String>().cloned().unwrap_or_default();
-                assert!(message.contains("no widget"), "{message}");
-            }
-        }
+    fn a_missing_capability_skips_with_its_reason_locally() {
+        assert_eq!(
+            decide("suite::case", Some("no widget".into()), false),
+            Decision::Skip("SKIP: suite::case: no widget".into())
+        );
+    }
+
+    #[test]
+    fn a_missing_capability_fails_under_ci() {
+        let Decision::Fail(message) = decide("suite::case", Some("no widget".into()), true) else {
+            panic!("CI=true never skips");
+        };
+        assert!(message.contains("suite::case") && message.contains("no widget"));
     }
 }

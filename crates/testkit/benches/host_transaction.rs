@@ -2,11 +2,14 @@
 //! steps 13–36 with a live checkpoint-free happy path, and the complete cleanup) against
 //! in-memory fakes that answer immediately, so the figure is the host's own cost.
 //!
-//! Prints µs per run (mean, p50, p99) and runs per second; never asserts. Goal: ≤ 200 µs per
-//! run. Fixture construction is outside the timed region; the fakes' call recording is
-//! inside it (it is part of every port call here), so the figure is an upper bound.
+//! Prints µs per run (mean, p50, p99) and runs per second, without and with a run observer
+//! (the fixture's `RecordingObserver`, which keeps every step event); never asserts. Goal:
+//! ≤ 200 µs per run. Fixture construction is outside the timed region; the fakes' call
+//! recording is inside it (it is part of every port call here), so the figure is an upper
+//! bound.
 //!
-//! `cargo bench -p omabox-host` (set `OMABOX_BENCH_RUNS` to change the run count).
+//! `cargo bench -p omabox-testkit --bench host_transaction` (set `OMABOX_BENCH_RUNS` to
+//! change the run count).
 
 use omabox_contract::{CredentialEgressProfile, CredentialEgressRequirement};
 use omabox_host::runtime_host::ManagedRuntimeRunResult;
@@ -26,7 +29,7 @@ fn fixture() -> Fixture {
     fixture
 }
 
-async fn one_run() -> Duration {
+async fn one_run(observed: bool) -> Duration {
     let fixture = fixture();
     let host = match fixture.host() {
         Ok(host) => host,
@@ -35,7 +38,10 @@ async fn one_run() -> Duration {
             return Duration::ZERO;
         }
     };
-    let input = fixture.input();
+    let mut input = fixture.input();
+    if !observed {
+        input.observer = None;
+    }
     let started = Instant::now();
     let result = host.run(input).await;
     let elapsed = started.elapsed();
@@ -73,39 +79,54 @@ fn main() {
             return;
         }
     };
-    let mut samples = runtime.block_on(async {
-        for _ in 0..WARM_UP_RUNS {
-            one_run().await;
-        }
-        let mut samples = Vec::with_capacity(runs);
-        for _ in 0..runs {
-            samples.push(one_run().await);
-        }
-        samples
-    });
-    samples.sort_unstable();
-    let total: Duration = samples.iter().sum();
-    let mean = total / u32::try_from(samples.len()).unwrap_or(u32::MAX);
     println!(
         "host_transaction: full ManagedRuntimeHost::run with fake ports (current-thread tokio)"
     );
     println!("  runs        {runs} (after {WARM_UP_RUNS} warm-up runs)");
-    println!("  mean        {:.1} µs/run", micros(mean));
+    for observed in [false, true] {
+        let samples = runtime.block_on(async {
+            for _ in 0..WARM_UP_RUNS {
+                one_run(observed).await;
+            }
+            let mut samples = Vec::with_capacity(runs);
+            for _ in 0..runs {
+                samples.push(one_run(observed).await);
+            }
+            samples
+        });
+        report(
+            if observed {
+                "with a run observer"
+            } else {
+                "without an observer"
+            },
+            samples,
+        );
+    }
+    println!("  goal        ≤ 200 µs/run");
+}
+
+fn report(label: &str, mut samples: Vec<Duration>) {
+    samples.sort_unstable();
+    let runs = samples.len();
+    let total: Duration = samples.iter().sum();
+    let mean = total / u32::try_from(runs).unwrap_or(u32::MAX).max(1);
+    println!("  {label}:");
+    println!("    mean        {:.1} µs/run", micros(mean));
     println!(
-        "  p50         {:.1} µs/run",
+        "    p50         {:.1} µs/run",
         micros(percentile(&samples, 0.50))
     );
     println!(
-        "  p99         {:.1} µs/run",
+        "    p99         {:.1} µs/run",
         micros(percentile(&samples, 0.99))
     );
     println!(
-        "  throughput  {:.0} runs/s (sequential)",
+        "    throughput  {:.0} runs/s (sequential)",
         if total.is_zero() {
             0.0
         } else {
             runs as f64 / total.as_secs_f64()
         }
     );
-    println!("  goal        ≤ 200 µs/run");
 }

@@ -101,19 +101,30 @@ impl Harness {
     }
 }
 
-/// Captures everything `tracing` writes on this thread while the guard lives.
+/// Captures everything `tracing` writes in this test binary: one global subscriber, installed
+/// once. (A per-thread subscriber loses events under `cargo test`, whose parallel test
+/// threads without a subscriber can cache a callsite's interest as "never".) Other tests'
+/// lines land here too, which only widens the leak check.
 #[derive(Clone, Default)]
 struct Captured(Arc<Mutex<Vec<u8>>>);
 
 impl Captured {
-    fn install(&self) -> tracing::subscriber::DefaultGuard {
-        let sink = self.clone();
-        let subscriber = tracing_subscriber::fmt()
-            .with_max_level(tracing::Level::TRACE)
-            .with_ansi(false)
-            .with_writer(move || sink.clone())
-            .finish();
-        tracing::subscriber::set_default(subscriber)
+    fn global() -> Self {
+        static GLOBAL: std::sync::OnceLock<Captured> = std::sync::OnceLock::new();
+        GLOBAL
+            .get_or_init(|| {
+                let captured = Captured::default();
+                let sink = captured.clone();
+                let subscriber = tracing_subscriber::fmt()
+                    .with_max_level(tracing::Level::TRACE)
+                    .with_ansi(false)
+                    .with_writer(move || sink.clone())
+                    .finish();
+                tracing::subscriber::set_global_default(subscriber)
+                    .expect("the only global subscriber of this binary");
+                captured
+            })
+            .clone()
     }
 
     fn text(&self) -> String {
@@ -133,8 +144,7 @@ impl Write for Captured {
 
 #[tokio::test]
 async fn a_run_holds_one_token_for_its_claim_and_revokes_it_at_cleanup() {
-    let captured = Captured::default();
-    let _guard = captured.install();
+    let captured = Captured::global();
     let h = Harness::new();
     // Terminate fails, so the run also leaves an orphan record to inspect.
     h.fixture
