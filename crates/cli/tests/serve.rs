@@ -422,3 +422,26 @@ fn a_large_file_is_promoted_and_served_in_constant_memory() {
     assert_eq!(rc, 0);
     assert!(child.wait().unwrap().success());
 }
+
+#[test]
+fn zero_limits_from_flags_or_env_are_refused_clearly() {
+    let data = tempfile::tempdir().unwrap();
+    for (flag, env) in [
+        (Some("--max-connections=0"), None),
+        (None, Some(("OMABOX_SERVE_IDLE_TIMEOUT_MS", "0"))),
+    ] {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_omabox"));
+        command
+            .arg("--data-dir")
+            .arg(data.path())
+            .args(["serve", "--listen", "127.0.0.1:0"]);
+        command.args(flag);
+        if let Some((name, value)) = env {
+            command.env(name, value);
+        }
+        let output = command.output().unwrap();
+        assert!(!output.status.success());
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(stderr.contains("must be positive"), "{stderr}");
+    }
+}
