@@ -10,16 +10,16 @@
 //!
 //! The token comes from [`SessionTokenSlots`], filled by the `SessionTokenFence` when the
 //! host claims the work item and emptied when it releases it; nothing here copies, logs or
-//! persists it. With a gateway the projection is the proxy crate's
+//! persists it. With a gateway the projection is the contract's
 //! [`apply_hosted_inference_to_agent_env`]; the provider keys are removed even if no token
 //! is found (fail closed: the harness never falls back to a host model key).
 
-use omabox_contract::{RuntimeResourceScope, SecretString};
-use omabox_host::session_tokens::SessionTokenSlots;
-use omabox_proxy::inference::{
+use omabox_contract::hosted_inference::{
     HOSTED_INFERENCE_TOKEN_ENV, HostedInferenceCapability, MODEL_PROVIDER_SECRET_ENV_KEYS,
     OPENAI_BASE_URL_ENV, apply_hosted_inference_to_agent_env, build_hosted_inference_base_url,
 };
+use omabox_contract::{RuntimeResourceScope, SecretString};
+use omabox_host::session_tokens::SessionTokenSlots;
 use omabox_sandbox::managed::HarnessEnvSource;
 use std::collections::BTreeMap;
 
@@ -104,8 +104,8 @@ impl HarnessEnvSource for SessionTokenEnv {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use omabox_contract::hosted_inference::HOSTED_INFERENCE_URL_ENV;
     use omabox_host::session_tokens::SessionTokenSink;
-    use omabox_proxy::inference::HOSTED_INFERENCE_URL_ENV;
 
     fn scope() -> RuntimeResourceScope {
         RuntimeResourceScope::new("w", "e", "sess one", "main")

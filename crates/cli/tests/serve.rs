@@ -63,15 +63,9 @@ fn serve_starts_fresh_and_answers_healthz() {
     assert!(child.wait().unwrap().success());
 }
 
-/// One HTTP/1.0 request (no chunked encoding) with the data dir's operator key → (status
-/// code, body).
-fn request(addr: &str, method: &str, path: &str, body: &str) -> (u16, String) {
-    let key = KEY.with(|key| key.borrow().clone());
-    raw_request(addr, addr, Some(&key), method, path, body)
-}
-
-thread_local! {
-    static KEY: std::cell::RefCell<String> = const { std::cell::RefCell::new(String::new()) };
+/// One HTTP/1.0 request (no chunked encoding) with the operator key → (status code, body).
+fn request(addr: &str, key: &str, method: &str, path: &str, body: &str) -> (u16, String) {
+    raw_request(addr, addr, Some(key), method, path, body)
 }
 
 /// One HTTP/1.0 request with an explicit Host and key → (status code, body).
@@ -166,9 +160,10 @@ fn a_published_output_is_promoted_into_a_stored_file() {
 
     let (mut child, addr, _stderr) = start_serve(data.path());
     let key = std::fs::read_to_string(data.path().join("serve-api-key")).unwrap();
-    KEY.with(|slot| *slot.borrow_mut() = key.trim().to_owned());
+    let key = key.trim();
     let (status, body) = request(
         &addr,
+        key,
         "POST",
         "/v1/sessions/p1/files",
         r#"{"path":"/mnt/session/outputs/r.txt"}"#,
@@ -178,7 +173,7 @@ fn a_published_output_is_promoted_into_a_stored_file() {
     let id = created["id"].as_str().unwrap().to_owned();
     assert!(id.starts_with("file_"), "{created}");
     assert_eq!(created["size"], 9);
-    let (status, content) = request(&addr, "GET", &format!("/v1/files/{id}/content"), "");
+    let (status, content) = request(&addr, key, "GET", &format!("/v1/files/{id}/content"), "");
     assert_eq!((status, content.as_str()), (200, "promoted\n"));
     let (status, _) = raw_request(
         &addr,
@@ -192,7 +187,7 @@ fn a_published_output_is_promoted_into_a_stored_file() {
     let (status, _) = raw_request(
         &addr,
         "rebound.evil.test",
-        Some(&key),
+        Some(key),
         "GET",
         &format!("/v1/files/{id}/content"),
         "",
@@ -201,6 +196,7 @@ fn a_published_output_is_promoted_into_a_stored_file() {
 
     let (status, body) = request(
         &addr,
+        key,
         "POST",
         "/v1/sessions/p1/files",
         r#"{"path":"/workspace/w.txt"}"#,
@@ -211,11 +207,12 @@ fn a_published_output_is_promoted_into_a_stored_file() {
         r#"{"path":"/mnt/session/outputs/missing.txt"}"#,
         r#"{"path":"/etc/passwd"}"#,
     ] {
-        let (status, body) = request(&addr, "POST", "/v1/sessions/p1/files", absent);
+        let (status, body) = request(&addr, key, "POST", "/v1/sessions/p1/files", absent);
         assert_eq!(status, 400, "{absent}: {body}");
     }
     let (status, _) = request(
         &addr,
+        key,
         "POST",
         "/v1/sessions/never-ran/files",
         r#"{"path":"/mnt/session/outputs/r.txt"}"#,
@@ -421,4 +418,27 @@ fn a_large_file_is_promoted_and_served_in_constant_memory() {
     let rc = unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGTERM) };
     assert_eq!(rc, 0);
     assert!(child.wait().unwrap().success());
+}
+
+#[test]
+fn zero_limits_from_flags_or_env_are_refused_clearly() {
+    let data = tempfile::tempdir().unwrap();
+    for (flag, env) in [
+        (Some("--max-connections=0"), None),
+        (None, Some(("OMABOX_SERVE_IDLE_TIMEOUT_MS", "0"))),
+    ] {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_omabox"));
+        command
+            .arg("--data-dir")
+            .arg(data.path())
+            .args(["serve", "--listen", "127.0.0.1:0"]);
+        command.args(flag);
+        if let Some((name, value)) = env {
+            command.env(name, value);
+        }
+        let output = command.output().unwrap();
+        assert!(!output.status.success());
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(stderr.contains("must be positive"), "{stderr}");
+    }
 }

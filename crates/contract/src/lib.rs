@@ -27,6 +27,7 @@ pub mod egress;
 pub mod error;
 pub mod fence;
 pub mod harness;
+pub mod hosted_inference;
 pub mod installation;
 pub mod journal;
 pub mod json;

@@ -4,8 +4,8 @@
 //! Must never: return a vault secret or its value in a rewritten server.
 
 use crate::config::McpServerConfig;
-use crate::inference::{base_url_with_path, encode_uri_component};
 use crate::sub_path::{SubPath, upstream_url};
+use omabox_contract::hosted_inference::{base_url_with_path, encode_uri_component};
 
 /// The proxy's mount point.
 pub const MCP_PROXY_PREFIX: &str = "/v1/oma/mcp-proxy";

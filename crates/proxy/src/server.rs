@@ -100,10 +100,14 @@ async fn accept_failed(error: &io::Error) {
 }
 
 /// A stream that fails with `TimedOut` once no byte has moved either way for `timeout`.
+///
+/// Progress only stamps `last_progress` (no timer operation per read or write); the timer is
+/// re-armed lazily, when it fires early because bytes moved since it was set.
 #[derive(Debug)]
 struct IdleTimeout {
     stream: TcpStream,
     timeout: Duration,
+    last_progress: Instant,
     deadline: Pin<Box<Sleep>>,
 }
 
@@ -112,21 +116,28 @@ impl IdleTimeout {
         Self {
             stream,
             timeout,
+            last_progress: Instant::now(),
             deadline: Box::pin(tokio::time::sleep(timeout)),
         }
     }
 
     fn progressed(&mut self) {
-        self.deadline.as_mut().reset(Instant::now() + self.timeout);
+        self.last_progress = Instant::now();
     }
 
-    /// Called when the stream would block: an error once the deadline passed.
+    /// Called when the stream would block: an error once `timeout` passed without progress.
     fn check_idle(&mut self, cx: &mut Context<'_>) -> Poll<io::Error> {
-        ready!(self.deadline.as_mut().poll(cx));
-        Poll::Ready(io::Error::new(
-            io::ErrorKind::TimedOut,
-            "connection idle timeout",
-        ))
+        loop {
+            ready!(self.deadline.as_mut().poll(cx));
+            let due = self.last_progress + self.timeout;
+            if Instant::now() >= due {
+                return Poll::Ready(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    "connection idle timeout",
+                ));
+            }
+            self.deadline.as_mut().reset(due);
+        }
     }
 }
 

@@ -61,17 +61,11 @@ pub struct ServeArgs {
 impl ServeArgs {
     /// The config's limits with the flags (or their env vars) applied over them.
     fn apply_limits(&self, limits: &mut omabox_proxy::Limits) -> anyhow::Result<()> {
-        let overrides = [
-            (
-                self.header_read_timeout_ms,
-                &mut limits.header_read_timeout_ms,
-            ),
-            (self.idle_timeout_ms, &mut limits.idle_timeout_ms),
-        ];
-        for (flag, value) in overrides {
-            if let Some(flag) = flag {
-                *value = flag;
-            }
+        if let Some(ms) = self.header_read_timeout_ms {
+            limits.header_read_timeout_ms = ms;
+        }
+        if let Some(ms) = self.idle_timeout_ms {
+            limits.idle_timeout_ms = ms;
         }
         if let Some(max) = self.max_connections {
             limits.max_connections = max;
