@@ -601,3 +601,132 @@ impl Drop for Remove {
         let _ = std::fs::remove_file(&self.0);
     }
 }
+
+/// Set in the re-executed test process that runs a sandbox from a terminal.
+const TTY_PROBE_OUT: &str = "OMABOX_TEST_TTY_PROBE_OUT";
+
+/// Inside the sandbox: open `/dev/tty`, take its foreground process group, read a line.
+const TTY_PROBE: &str = r#"python3 - <<'PY'
+import errno, fcntl, os, select, struct, termios
+try:
+    fd = os.open("/dev/tty", os.O_RDWR | os.O_NOCTTY)
+except OSError as e:
+    print("open:" + errno.errorcode[e.errno])
+    raise SystemExit
+print("open:OK")
+try:
+    fcntl.ioctl(fd, termios.TIOCSPGRP, struct.pack("i", os.getpgrp()))
+    print("tiocspgrp:OK")
+except OSError as e:
+    print("tiocspgrp:" + errno.errorcode[e.errno])
+r, _, _ = select.select([fd], [], [], 2)
+print("read:" + (os.read(fd, 100).decode(errors="replace").strip() if r else "nothing"))
+PY"#;
+
+/// The test process is re-executed in a session of its own whose controlling terminal
+/// is a pty the test created (as if a user ran omabox from a terminal); that process
+/// starts a sandbox and probes the terminal from inside while the test types a secret.
+#[test]
+fn the_host_terminal_does_not_reach_the_sandbox() {
+    if let Some(out) = std::env::var_os(TTY_PROBE_OUT) {
+        return tty_probe_from_a_terminal(std::path::Path::new(&out));
+    }
+    if !can_run() {
+        return;
+    }
+    use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+    use std::os::unix::process::CommandExt;
+    let (mut master, mut slave) = (-1, -1);
+    // SAFETY: openpty writes two fds into the given ints; the other pointers may be null.
+    let r = unsafe {
+        libc::openpty(
+            &mut master,
+            &mut slave,
+            std::ptr::null_mut(),
+            std::ptr::null(),
+            std::ptr::null(),
+        )
+    };
+    assert_eq!(r, 0, "openpty: {}", std::io::Error::last_os_error());
+    // SAFETY: openpty returned two fresh fds that nothing else owns.
+    let (master, slave) = unsafe { (OwnedFd::from_raw_fd(master), OwnedFd::from_raw_fd(slave)) };
+    let out = tempfile::NamedTempFile::new().unwrap();
+    let slave_fd = slave.as_raw_fd();
+    let mut cmd = std::process::Command::new(std::env::current_exe().unwrap());
+    cmd.args([
+        "the_host_terminal_does_not_reach_the_sandbox",
+        "--exact",
+        "--nocapture",
+        "--test-threads=1",
+    ])
+    .env(TTY_PROBE_OUT, out.path())
+    .stdin(slave.try_clone().unwrap())
+    .stdout(slave.try_clone().unwrap())
+    .stderr(slave.try_clone().unwrap());
+    // SAFETY: setsid and ioctl are async-signal-safe raw syscalls on an inherited fd.
+    unsafe {
+        cmd.pre_exec(move || {
+            if libc::setsid() < 0 || libc::ioctl(slave_fd, libc::TIOCSCTTY, 0) < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let mut child = cmd.spawn().unwrap();
+    // Only the child may hold the terminal, so reading the master ends when it exits.
+    drop((cmd, slave));
+    // Type a secret, and keep draining the terminal so the child never blocks on it.
+    let mut typist = std::fs::File::from(master);
+    use std::io::{Read, Write};
+    typist.write_all(b"typed-secret\n").unwrap();
+    let drain = std::thread::spawn(move || {
+        let mut all = Vec::new();
+        let mut buf = [0u8; 4096];
+        while let Ok(n) = typist.read(&mut buf) {
+            if n == 0 {
+                break;
+            }
+            all.extend_from_slice(&buf[..n]);
+        }
+        String::from_utf8_lossy(&all).into_owned()
+    });
+    let status = child.wait().unwrap();
+    let transcript = drain.join().unwrap();
+    assert!(status.success(), "probe process failed: {transcript}");
+    let report = std::fs::read_to_string(out.path()).unwrap();
+    assert!(
+        report.contains("open:ENXIO"),
+        "the sandbox opened the host terminal: {report}\n{transcript}"
+    );
+    assert!(!report.contains("typed-secret"), "{report}");
+    assert!(report.contains("init-tty:0\n"), "{report}");
+    assert!(report.contains("same-session:false\n"), "{report}");
+}
+
+/// The re-executed side of `the_host_terminal_does_not_reach_the_sandbox`.
+fn tty_probe_from_a_terminal(out: &std::path::Path) {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let mut sb = Sandboxed::start(test_plan()).await;
+        let probe = sb.sh(TTY_PROBE).await;
+        // The sandbox init as the host sees it: its session and controlling terminal.
+        let stat = std::fs::read_to_string(format!("/proc/{}/stat", sb.identity.pid)).unwrap();
+        let fields: Vec<&str> = stat
+            .rsplit_once(')')
+            .unwrap()
+            .1
+            .split_whitespace()
+            .collect();
+        // SAFETY: getsid(0) only queries the caller.
+        let own_session = unsafe { libc::getsid(0) };
+        let report = format!(
+            "{}{}init-tty:{}\nsame-session:{}\n",
+            String::from_utf8_lossy(&probe.stdout),
+            String::from_utf8_lossy(&probe.stderr),
+            fields[4],
+            fields[3] == own_session.to_string(),
+        );
+        std::fs::write(out, report).unwrap();
+        sb.destroy();
+    });
+}
