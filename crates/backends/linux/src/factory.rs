@@ -19,6 +19,7 @@
 //! | `SANDBOX_IMAGE` | OpenMA's name, read when `OMABOX_LINUX_IMAGE` is unset | |
 //! | `OMABOX_LINUX_IMAGE_CACHE` | absolute path of the cache tarballs and OCI layouts are unpacked into | [`ImageCache::default_dir`]: `/var/lib/omabox/images` as root, else `$XDG_CACHE_HOME/omabox/images` |
 //! | `OMABOX_LINUX_MEMORY` | memory limit: bytes, or with a `K`/`M`/`G`/`T` suffix (binary: `512M` = 512 MiB), or `unlimited` | 512M |
+//! | `OMABOX_LINUX_CPUS` | CPU quota in CPUs (`1`, `0.5`, `1.25`: at least 0.01), or `unlimited` | 2, or the host's CPU count if smaller |
 //! | `OMABOX_LINUX_PIDS` | maximum tasks (processes + threads, the agent included), or `unlimited` | 512 |
 //! | `OMABOX_LINUX_EXEC_TIMEOUT_MS` | default exec timeout in ms | 120000 |
 //! | `OMABOX_LINUX_RUNTIME_DIR` | absolute parent of the sandboxes' state dirs | `/run/omabox` |
@@ -51,7 +52,7 @@ use omabox_sandbox::{
 };
 
 use crate::image::{ImageCache, ImageError, ImageKind, ResolvedImage};
-use crate::plan::{RootfsSource, SandboxPlan};
+use crate::plan::{CpuLimit, RootfsSource, SandboxPlan};
 use crate::port::{DEFAULT_EXEC_TIMEOUT, LinuxPortError, LinuxSandboxPort, PROVIDER};
 use crate::sandbox::{LinuxRuntime, RuntimeConfig, StartError};
 
@@ -63,6 +64,8 @@ pub const SANDBOX_IMAGE_ENV: &str = "SANDBOX_IMAGE";
 pub const IMAGE_CACHE_ENV: &str = "OMABOX_LINUX_IMAGE_CACHE";
 /// `OMABOX_LINUX_MEMORY`: memory limit.
 pub const MEMORY_ENV: &str = "OMABOX_LINUX_MEMORY";
+/// `OMABOX_LINUX_CPUS`: CPU quota.
+pub const CPUS_ENV: &str = "OMABOX_LINUX_CPUS";
 /// `OMABOX_LINUX_PIDS`: task limit.
 pub const PIDS_ENV: &str = "OMABOX_LINUX_PIDS";
 /// `OMABOX_LINUX_EXEC_TIMEOUT_MS`: default exec timeout.
@@ -80,6 +83,7 @@ pub const ENV_KEYS: &[&str] = &[
     SANDBOX_IMAGE_ENV,
     IMAGE_CACHE_ENV,
     MEMORY_ENV,
+    CPUS_ENV,
     PIDS_ENV,
     EXEC_TIMEOUT_ENV,
     RUNTIME_DIR_ENV,
@@ -180,6 +184,36 @@ fn message_chain(error: &dyn std::error::Error) -> String {
         next = s.source();
     }
     message
+}
+
+/// Parses a CPU count with at most three decimals (`2`, `0.5`, `1.25`) into
+/// thousandths of a CPU; at least 0.01 (the kernel's smallest quota is 1 ms per 100 ms).
+pub fn parse_millicpus(text: &str) -> Result<u64, String> {
+    let bad = || format!("{text:?} is not a CPU count; expected e.g. 1, 0.5 or 2.25");
+    let t = text.trim();
+    let (whole, frac) = t.split_once('.').unwrap_or((t, ""));
+    let digits = |s: &str| s.bytes().all(|b| b.is_ascii_digit());
+    if (whole.is_empty() && frac.is_empty()) || !digits(whole) || !digits(frac) {
+        return Err(bad());
+    }
+    if frac.len() > 3 {
+        return Err(format!("{text:?}: at most three decimals"));
+    }
+    let whole: u64 = if whole.is_empty() {
+        0
+    } else {
+        whole.parse().map_err(|_| bad())?
+    };
+    let frac: u64 = format!("{frac:0<3}").parse().map_err(|_| bad())?;
+    let milli = whole
+        .checked_mul(1000)
+        .and_then(|w| w.checked_add(frac))
+        .filter(|m| *m <= 1 << 20)
+        .ok_or_else(|| format!("{text:?} is too many CPUs"))?;
+    if milli < 10 {
+        return Err(format!("{text:?} is below the smallest quota of 0.01 CPU"));
+    }
+    Ok(milli)
 }
 
 /// Parses a memory size: bytes, or a number with a binary `K`, `M`, `G` or `T` suffix
@@ -367,6 +401,15 @@ impl LinuxSandboxFactory {
                     parse_memory_size(memory)
                         .map_err(|reason| invalid(MEMORY_ENV, memory, &reason))?,
                 )
+            };
+        }
+        if let Some(cpus) = nonempty(env, CPUS_ENV) {
+            plan.limits.cpu = if cpus.eq_ignore_ascii_case("unlimited") {
+                None
+            } else {
+                Some(CpuLimit::millicpus(
+                    parse_millicpus(cpus).map_err(|reason| invalid(CPUS_ENV, cpus, &reason))?,
+                ))
             };
         }
         if let Some(pids) = nonempty(env, PIDS_ENV) {
@@ -673,6 +716,7 @@ mod tests {
                 &env(&[
                     (MEMORY_ENV, "1G"),
                     (PIDS_ENV, "100"),
+                    (CPUS_ENV, "1.5"),
                     (RUNTIME_DIR_ENV, "/run/x"),
                     (CGROUP_PARENT_ENV, "omabox-x"),
                     (EXEC_TIMEOUT_ENV, "5000"),
@@ -685,6 +729,13 @@ mod tests {
         assert_eq!(s.plan.rootfs, RootfsSource::Preinstalled);
         assert_eq!(s.plan.limits.memory_bytes, Some(1 << 30));
         assert_eq!(s.plan.limits.pids_max, Some(100));
+        assert_eq!(
+            s.plan.limits.cpu,
+            Some(CpuLimit::Quota {
+                quota_us: 150_000,
+                period_us: 100_000
+            })
+        );
         assert_eq!(s.runtime.runtime_dir, PathBuf::from("/run/x"));
         assert_eq!(s.runtime.cgroup_parent, "omabox-x");
         assert_eq!(s.exec_timeout, Duration::from_secs(5));
@@ -692,6 +743,44 @@ mod tests {
             .settings(&ctx(), &env(&[(MEMORY_ENV, "unlimited")]))
             .unwrap();
         assert_eq!(s.plan.limits.memory_bytes, None);
+        // A CPU quota by default; `unlimited` removes it.
+        let s = f.settings(&ctx(), &env(&[])).unwrap();
+        assert_eq!(s.plan.limits.cpu, Some(CpuLimit::default_quota()));
+        let s = f
+            .settings(&ctx(), &env(&[(CPUS_ENV, "unlimited")]))
+            .unwrap();
+        assert_eq!(s.plan.limits.cpu, None);
+    }
+
+    #[test]
+    fn cpu_counts_parse_to_thousandths() {
+        for (text, milli) in [
+            ("1", 1000),
+            ("0.5", 500),
+            ("2.25", 2250),
+            (".01", 10),
+            ("3.", 3000),
+        ] {
+            assert_eq!(parse_millicpus(text), Ok(milli), "{text}");
+        }
+        for text in [
+            "",
+            ".",
+            "0",
+            "0.001",
+            "1.2345",
+            "-1",
+            "1e3",
+            "two",
+            "99999999999",
+        ] {
+            assert!(parse_millicpus(text).is_err(), "{text}");
+        }
+        let host = std::thread::available_parallelism().unwrap().get() as u64;
+        assert_eq!(
+            CpuLimit::default_quota(),
+            CpuLimit::millicpus(host.min(2) * 1000)
+        );
     }
 
     #[test]
@@ -700,6 +789,7 @@ mod tests {
         for (key, value) in [
             (MEMORY_ENV, "huge"),
             (PIDS_ENV, "1"),
+            (CPUS_ENV, "0"),
             (RUNTIME_DIR_ENV, "relative"),
             (CGROUP_PARENT_ENV, "../escape"),
             (EXEC_TIMEOUT_ENV, "-1"),

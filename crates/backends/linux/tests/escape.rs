@@ -730,3 +730,156 @@ fn tty_probe_from_a_terminal(out: &std::path::Path) {
         sb.destroy();
     });
 }
+
+/// Creates a socket of each (name, family, type, protocol) inside and prints
+/// `name:OK` or `name:<errno>` per line.
+fn socket_probe(cases: &[(&str, i32, i32, i32)]) -> String {
+    let cases: Vec<String> = cases
+        .iter()
+        .map(|(n, f, t, p)| format!("(\"{n}\",{f},{t},{p})"))
+        .collect();
+    format!(
+        "python3 -c 'import ctypes,errno\nl=ctypes.CDLL(None,use_errno=True)\n\
+         for n,f,t,p in [{}]:\n r=l.socket(f,t,p); e=ctypes.get_errno()\n \
+         print(n+\":\"+(\"OK\" if r>=0 else errno.errorcode[e]))'",
+        cases.join(",")
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn socket_families_are_an_allow_list() {
+    let Some(mut sb) = start().await else { return };
+    let (stream, dgram, raw) = (libc::SOCK_STREAM, libc::SOCK_DGRAM, libc::SOCK_RAW);
+    let allowed = [
+        ("unix", libc::AF_UNIX, stream, 0),
+        ("inet-tcp", libc::AF_INET, stream, 0),
+        ("inet-udp", libc::AF_INET, dgram, libc::IPPROTO_UDP),
+        ("inet6", libc::AF_INET6, stream, libc::IPPROTO_TCP),
+        ("netlink-route", libc::AF_NETLINK, raw, libc::NETLINK_ROUTE),
+    ];
+    let out = sb.ok(&socket_probe(&allowed)).await;
+    for (name, ..) in allowed {
+        assert!(out.contains(&format!("{name}:OK")), "{name}: {out}");
+    }
+    let refused = [
+        ("vsock", libc::AF_VSOCK, stream, 0),
+        ("packet", libc::AF_PACKET, dgram, 0),
+        ("bluetooth", libc::AF_BLUETOOTH, raw, 0),
+        ("alg", libc::AF_ALG, libc::SOCK_SEQPACKET, 0),
+        ("key", libc::AF_KEY, raw, 2),
+        ("appletalk", libc::AF_APPLETALK, dgram, 0),
+        ("can", libc::AF_CAN, raw, 1),
+        ("tipc", libc::AF_TIPC, libc::SOCK_RDM, 0),
+        ("rds", libc::AF_RDS, libc::SOCK_SEQPACKET, 0),
+        ("xdp", libc::AF_XDP, raw, 0),
+        (
+            "uevent",
+            libc::AF_NETLINK,
+            dgram,
+            libc::NETLINK_KOBJECT_UEVENT,
+        ),
+        ("audit", libc::AF_NETLINK, raw, libc::NETLINK_AUDIT),
+        ("nl-generic", libc::AF_NETLINK, raw, libc::NETLINK_GENERIC),
+        ("sock-packet", libc::AF_INET, 10, 0),
+        ("sctp", libc::AF_INET, stream, libc::IPPROTO_SCTP),
+        ("inet6-raw", libc::AF_INET6, raw, libc::IPPROTO_ICMPV6),
+    ];
+    let out = sb.ok(&socket_probe(&refused)).await;
+    for (name, ..) in refused {
+        assert!(
+            out.contains(&format!("{name}:EPERM")) || out.contains(&format!("{name}:EAFNOSUPPORT")),
+            "{name} was not refused: {out}"
+        );
+    }
+    // socketpair: unix only.
+    let pair = sb
+        .ok("python3 -c 'import socket; socket.socketpair(); print(\"ok\")'")
+        .await;
+    assert_eq!(pair, "ok");
+    sb.destroy();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn host_wide_kernel_resources_are_denied_or_bounded() {
+    let Some(mut sb) = start().await else { return };
+    // AIO contexts come from the host-wide fs.aio-max-nr: no io_setup at all.
+    let ctx = sb.ok(&syscall_probe(libc::SYS_io_setup, &[1, 0])).await;
+    assert_eq!(ctx, "ENOSYS", "io_setup");
+    for (what, nr, args) in [
+        ("io_uring_setup", libc::SYS_io_uring_setup, vec![1, 0]),
+        ("memfd_secret", libc::SYS_memfd_secret, vec![0]),
+    ] {
+        assert_eq!(sb.ok(&syscall_probe(nr, &args)).await, "ENOSYS", "{what}");
+    }
+    for (what, nr) in [
+        ("userfaultfd", libc::SYS_userfaultfd),
+        ("fanotify_init", libc::SYS_fanotify_init),
+        ("keyctl", libc::SYS_keyctl),
+        ("add_key", libc::SYS_add_key),
+        ("request_key", libc::SYS_request_key),
+        ("bpf", libc::SYS_bpf),
+        ("perf_event_open", libc::SYS_perf_event_open),
+    ] {
+        assert_denied(&sb, what, nr, &[0, 0, 0, 0, 0]).await;
+    }
+    // SysV IPC and mqueue limits of the sandbox's own IPC namespace; the host's are
+    // untouched.
+    let inside = sb
+        .ok("cat /proc/sys/kernel/shmmni /proc/sys/kernel/msgmni /proc/sys/fs/mqueue/queues_max; cut -f4 /proc/sys/kernel/sem")
+        .await;
+    assert_eq!(
+        inside.split_whitespace().collect::<Vec<_>>(),
+        ["256", "256", "64", "128"]
+    );
+    let host_shmmni = std::fs::read_to_string("/proc/sys/kernel/shmmni").unwrap();
+    assert_ne!(
+        host_shmmni.trim(),
+        "256",
+        "the host's own limit was changed"
+    );
+    // Per-user counters: small rlimits, no real-time priority.
+    let limits = sb
+        .ok("grep -E '^Max (pending signals|msgqueue size|realtime priority) ' /proc/self/limits | awk '{print ($NF ~ /^([0-9]+|unlimited)$/) ? $(NF-1) : $(NF-2)}'")
+        .await;
+    assert_eq!(
+        limits.split_whitespace().collect::<Vec<_>>(),
+        ["1024", "819200", "0"]
+    );
+    sb.destroy();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_default_plan_has_a_cpu_quota_in_its_cgroup() {
+    let Some(mut sb) = start().await else { return };
+    let expected = omabox_backend_linux::CpuLimit::default_quota();
+    let omabox_backend_linux::CpuLimit::Quota {
+        quota_us,
+        period_us,
+    } = expected
+    else {
+        panic!("the default is a quota");
+    };
+    let dirs = &sb.identity.cgroup.dirs;
+    let (quota, period) = if sb.identity.cgroup.unified {
+        let max = std::fs::read_to_string(dirs[0].join("cpu.max")).unwrap();
+        let (q, p) = max.trim().split_once(' ').unwrap();
+        (q.to_owned(), p.to_owned())
+    } else {
+        let cpu = dirs
+            .iter()
+            .find(|d| d.join("cpu.cfs_quota_us").exists())
+            .expect("a cpu controller dir");
+        let read = |f: &str| {
+            std::fs::read_to_string(cpu.join(f))
+                .unwrap()
+                .trim()
+                .to_owned()
+        };
+        (read("cpu.cfs_quota_us"), read("cpu.cfs_period_us"))
+    };
+    assert_eq!(
+        (quota, period),
+        (quota_us.to_string(), period_us.to_string())
+    );
+    sb.destroy();
+}

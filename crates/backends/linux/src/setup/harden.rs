@@ -26,12 +26,59 @@ fn err(step: &str) -> impl FnOnce(io::Error) -> SetupError + '_ {
     }
 }
 
-/// Lowers `RLIMIT_NOFILE` (fd exhaustion stays inside the sandbox) and disables core
-/// dumps.
+/// POSIX message queue bytes the sandbox's user may hold (the kernel's default), so a
+/// host whose own limit is higher does not hand that on.
+const MSGQUEUE_BYTES: u64 = 800 << 10;
+/// Queued signals (real-time ones included) the sandbox's user may have pending. The
+/// count is per user: without a user namespace of its own, a sandbox would otherwise
+/// fill the counter its host uid shares with host processes.
+const SIGPENDING: u64 = 1024;
+
+/// Lowers `RLIMIT_NOFILE` (fd exhaustion stays inside the sandbox), `RLIMIT_MSGQUEUE`,
+/// `RLIMIT_SIGPENDING` and `RLIMIT_RTPRIO` (no real-time scheduling: a spinning
+/// SCHED_FIFO task would starve host tasks on its CPU whatever the CPU quota), and
+/// disables core dumps.
 pub(super) fn rlimits(plan: &SandboxPlan) -> Result<(), SetupError> {
-    sys::lower_rlimit(libc::RLIMIT_NOFILE, plan.limits.nofile)
-        .map_err(err("lower RLIMIT_NOFILE"))?;
-    sys::lower_rlimit(libc::RLIMIT_CORE, 0).map_err(err("lower RLIMIT_CORE"))
+    for (resource, value, step) in [
+        (
+            libc::RLIMIT_NOFILE,
+            plan.limits.nofile,
+            "lower RLIMIT_NOFILE",
+        ),
+        (
+            libc::RLIMIT_MSGQUEUE,
+            MSGQUEUE_BYTES,
+            "lower RLIMIT_MSGQUEUE",
+        ),
+        (
+            libc::RLIMIT_SIGPENDING,
+            SIGPENDING,
+            "lower RLIMIT_SIGPENDING",
+        ),
+        (libc::RLIMIT_RTPRIO, 0, "lower RLIMIT_RTPRIO"),
+        (libc::RLIMIT_CORE, 0, "lower RLIMIT_CORE"),
+    ] {
+        sys::lower_rlimit(resource, value).map_err(err(step))?;
+    }
+    Ok(())
+}
+
+/// SysV IPC and POSIX mqueue limits of the sandbox's own IPC namespace (the defaults
+/// allow 32,000 queues and semaphore sets and 4,096 shared memory segments). Their
+/// memory is charged to the sandbox's memory cgroup anyway; these keep the object
+/// counts small too. Written through `/proc/sys`, which addresses the IPC namespace of
+/// the writer: the setup stage's own, created by the clone.
+pub(super) fn ipc_limits() -> Result<(), SetupError> {
+    for (file, value) in [
+        ("/proc/sys/kernel/shmmni", "256"),
+        ("/proc/sys/kernel/msgmni", "256"),
+        // semmsl semmns semopm semmni
+        ("/proc/sys/kernel/sem", "250 8192 32 128"),
+        ("/proc/sys/fs/mqueue/queues_max", "64"),
+    ] {
+        std::fs::write(file, value).map_err(err(file))?;
+    }
+    Ok(())
 }
 
 const SECBIT_NOROOT: libc::c_ulong = 1 << 0;
@@ -230,12 +277,29 @@ fn open(p: &Path) -> Result<PathFd, SetupError> {
     PathFd::new(p).map_err(|e| SetupError::Landlock(format!("open {}: {e}", p.display())))
 }
 
+/// Syscalls answered ENOSYS, as if the kernel lacked them (programs fall back):
+/// `clone3` (its flags live in memory a filter cannot inspect; libc falls back to
+/// `clone`, whose flags the filter checks); `io_setup`, whose contexts come out of the
+/// host-wide `fs.aio-max-nr` pool (a sandbox could take every slot and make host
+/// processes fail); `io_uring_*` (its requests bypass this filter by design);
+/// `memfd_secret` (unswappable memory removed from the kernel's direct map).
+fn unimplemented_syscalls() -> Vec<i64> {
+    vec![
+        libc::SYS_clone3,
+        libc::SYS_io_setup,
+        libc::SYS_io_uring_setup,
+        libc::SYS_io_uring_enter,
+        libc::SYS_io_uring_register,
+        libc::SYS_memfd_secret,
+    ]
+}
+
 /// Syscalls refused with EPERM unconditionally: mount-table changes, kernel keyring,
 /// BPF, perf, kexec, kernel modules, reboot, swap, handle-based opens (which bypass path
 /// checks), ptrace and cross-process memory access, namespace changes, raw I/O ports,
-/// userfaultfd, io_uring (which bypasses this filter by design), clock setting, kernel
-/// log, accounting and quotas. Mostly also stopped by the missing capabilities; the
-/// filter holds even if a capability ever leaked.
+/// userfaultfd, fanotify, clock setting, kernel log, accounting and quotas. Mostly also
+/// stopped by the missing capabilities; the filter holds even if a capability ever
+/// leaked.
 fn denied_syscalls() -> Vec<i64> {
     let mut v = vec![
         libc::SYS_mount,
@@ -270,9 +334,6 @@ fn denied_syscalls() -> Vec<i64> {
         libc::SYS_unshare,
         libc::SYS_setns,
         libc::SYS_userfaultfd,
-        libc::SYS_io_uring_setup,
-        libc::SYS_io_uring_enter,
-        libc::SYS_io_uring_register,
         libc::SYS_acct,
         libc::SYS_quotactl,
         libc::SYS_syslog,
@@ -302,7 +363,77 @@ fn cond(arg: u8, op: SeccompCmpOp, value: u64) -> Result<SeccompCondition, Setup
 }
 
 fn rule(c: SeccompCondition) -> Result<SeccompRule, SetupError> {
-    SeccompRule::new(vec![c]).map_err(|e| SetupError::Seccomp(e.to_string()))
+    all_of(vec![c])
+}
+
+/// A rule that matches when every condition holds.
+fn all_of(conditions: Vec<SeccompCondition>) -> Result<SeccompRule, SetupError> {
+    SeccompRule::new(conditions).map_err(|e| SetupError::Seccomp(e.to_string()))
+}
+
+/// Address families `socket` may create: what an ordinary program needs. Everything
+/// else (`AF_VSOCK`, `AF_PACKET`, `AF_BLUETOOTH`, `AF_ALG`, `AF_KEY`, …) is refused:
+/// families are not all namespaced (vsock reaches the hypervisor), and each one is
+/// kernel attack surface.
+const SOCKET_FAMILIES: [libc::c_int; 4] = [
+    libc::AF_UNIX,
+    libc::AF_INET,
+    libc::AF_INET6,
+    libc::AF_NETLINK,
+];
+/// IP protocols an inet socket may use: the default for its type, TCP, UDP, ICMP(v6)
+/// (ping sockets). SCTP, DCCP, MPTCP, … are refused (rarely needed, and loading their
+/// modules on demand is a classic way into buggy kernel code).
+const IP_PROTOCOLS: [libc::c_int; 5] = [
+    0,
+    libc::IPPROTO_TCP,
+    libc::IPPROTO_UDP,
+    libc::IPPROTO_ICMP,
+    libc::IPPROTO_ICMPV6,
+];
+
+/// The obsolete `SOCK_PACKET` type (`libc` deprecates its constant).
+const SOCK_PACKET: libc::c_int = 10;
+/// `SOCK_DCCP` (not in `libc`).
+const SOCK_DCCP: libc::c_int = 6;
+
+/// `socket` and `socketpair` refusals: an allow list of families and, within them, of
+/// types and protocols. The only netlink protocol is `NETLINK_ROUTE` (interfaces and
+/// addresses; `NETLINK_KOBJECT_UEVENT` would deliver host device events, `NETLINK_AUDIT`
+/// reaches the host's audit log, …); raw sockets only for netlink (inet raw sockets
+/// forge packets); `SOCK_PACKET` (which the kernel turns into `AF_PACKET`), `SOCK_RDM`
+/// and `SOCK_DCCP` never. `socketpair` only for `AF_UNIX`, the only family that has it.
+fn socket_rules() -> Result<Vec<(i64, Vec<SeccompRule>)>, SetupError> {
+    let other_family = SOCKET_FAMILIES
+        .iter()
+        .map(|f| cond(0, SeccompCmpOp::Ne, *f as u64))
+        .collect::<Result<Vec<_>, _>>()?;
+    let mut socket = vec![
+        all_of(other_family)?,
+        all_of(vec![
+            cond(0, SeccompCmpOp::Eq, libc::AF_NETLINK as u64)?,
+            cond(2, SeccompCmpOp::Ne, libc::NETLINK_ROUTE as u64)?,
+        ])?,
+        all_of(vec![
+            cond(0, SeccompCmpOp::Ne, libc::AF_NETLINK as u64)?,
+            cond(1, SeccompCmpOp::MaskedEq(0xf), libc::SOCK_RAW as u64)?,
+        ])?,
+    ];
+    for t in [SOCK_PACKET, libc::SOCK_RDM, SOCK_DCCP] {
+        socket.push(rule(cond(1, SeccompCmpOp::MaskedEq(0xf), t as u64)?)?);
+    }
+    for f in [libc::AF_INET, libc::AF_INET6] {
+        let mut c = vec![cond(0, SeccompCmpOp::Eq, f as u64)?];
+        for p in IP_PROTOCOLS {
+            c.push(cond(2, SeccompCmpOp::Ne, p as u64)?);
+        }
+        socket.push(all_of(c)?);
+    }
+    let socketpair = vec![rule(cond(0, SeccompCmpOp::Ne, libc::AF_UNIX as u64)?)?];
+    Ok(vec![
+        (libc::SYS_socket, socket),
+        (libc::SYS_socketpair, socketpair),
+    ])
 }
 
 /// The main filter's rules: syscall number → conditions (none: always refused).
@@ -311,15 +442,7 @@ fn rules() -> Result<BTreeMap<i64, Vec<SeccompRule>>, SetupError> {
     for nr in denied_syscalls() {
         rules.insert(nr, Vec::new());
     }
-    // socket(AF_PACKET, …) and socket(…, SOCK_RAW | flags, …): no link-layer or raw IP
-    // access even inside the sandbox's own network namespace.
-    rules.insert(
-        libc::SYS_socket,
-        vec![
-            rule(cond(0, SeccompCmpOp::Eq, libc::AF_PACKET as u64)?)?,
-            rule(cond(1, SeccompCmpOp::MaskedEq(0xf), libc::SOCK_RAW as u64)?)?,
-        ],
-    );
+    rules.extend(socket_rules()?);
     // clone(CLONE_NEW*): no new namespaces (a user namespace would hand back
     // capabilities over a fresh set of kernel attack surface).
     let ns_flags = [
@@ -365,6 +488,7 @@ const BPF_LD_W_ABS: u16 = (libc::BPF_LD | libc::BPF_W | libc::BPF_ABS) as u16;
 const BPF_JEQ_K: u16 = (libc::BPF_JMP | libc::BPF_JEQ | libc::BPF_K) as u16;
 const BPF_JGE_K: u16 = (libc::BPF_JMP | libc::BPF_JGE | libc::BPF_K) as u16;
 const BPF_RET_K: u16 = (libc::BPF_RET | libc::BPF_K) as u16;
+const BPF_JA: u16 = (libc::BPF_JMP | libc::BPF_JA) as u16;
 const SECCOMP_RET_ERRNO: u32 = 0x0005_0000;
 const SECCOMP_RET_ALLOW: u32 = 0x7fff_0000;
 
@@ -372,10 +496,10 @@ fn ins(code: u16, jt: u8, jf: u8, k: u32) -> seccompiler::sock_filter {
     seccompiler::sock_filter { code, jt, jf, k }
 }
 
-/// Hand-written checks for what seccompiler cannot say: `clone3` gets ENOSYS (its flags
-/// live in memory a filter cannot inspect; libc falls back to `clone`, whose flags the
-/// main filter checks), and on x86_64 every x32-ABI syscall number is refused so no
-/// listed call can be reached under its x32 alias. Falls through when neither applies.
+/// Hand-written checks for what seccompiler cannot say (its filter has one action for
+/// every match): the [`unimplemented_syscalls`] get ENOSYS, and on x86_64 every x32-ABI
+/// syscall number is refused so no listed call can be reached under its x32 alias.
+/// Falls through when neither applies.
 fn prelude() -> BpfProgram {
     // seccomp_data: nr at offset 0.
     let mut p = vec![ins(BPF_LD_W_ABS, 0, 0, 0)];
@@ -383,7 +507,14 @@ fn prelude() -> BpfProgram {
         p.push(ins(BPF_JGE_K, 0, 1, 0x4000_0000));
         p.push(ins(BPF_RET_K, 0, 0, SECCOMP_RET_ERRNO | libc::EPERM as u32));
     }
-    p.push(ins(BPF_JEQ_K, 0, 1, libc::SYS_clone3 as u32));
+    let enosys = unimplemented_syscalls();
+    let n = enosys.len();
+    for (i, nr) in enosys.into_iter().enumerate() {
+        // Matched: jump past the remaining comparisons to the ENOSYS return.
+        p.push(ins(BPF_JEQ_K, (n - 1 - i + 1) as u8, 0, nr as u32));
+    }
+    // None matched: skip the ENOSYS return.
+    p.push(ins(BPF_JA, 0, 0, 1));
     p.push(ins(
         BPF_RET_K,
         0,
@@ -556,6 +687,16 @@ mod tests {
             ],
             [libc::AF_INET as u64, libc::SOCK_STREAM as u64, 0, 0, 0, 0],
             [libc::AF_UNIX as u64, libc::SOCK_DGRAM as u64, 0, 0, 0, 0],
+            [libc::AF_VSOCK as u64, libc::SOCK_STREAM as u64, 0, 0, 0, 0],
+            [
+                libc::AF_NETLINK as u64,
+                libc::SOCK_RAW as u64,
+                libc::NETLINK_KOBJECT_UEVENT as u64,
+                0,
+                0,
+                0,
+            ],
+            [libc::AF_NETLINK as u64, libc::SOCK_RAW as u64, 0, 0, 0, 0],
         ];
         let clone = [
             libc::CLONE_NEWNS,
@@ -602,16 +743,75 @@ mod tests {
             .filter(|nr| run(&p, *nr, NATIVE, [0; 6]) == EPERM)
             .collect();
         let mut expected: Vec<u32> = denied_syscalls().iter().map(|n| *n as u32).collect();
+        // socket(AF_UNSPEC) and socketpair(AF_UNSPEC): not an allowed family.
+        expected.extend([libc::SYS_socket as u32, libc::SYS_socketpair as u32]);
         expected.sort_unstable();
         assert_eq!(denied, expected);
+        let enosys: Vec<u32> = (0..1200u32)
+            .filter(|nr| run(&p, *nr, NATIVE, [0; 6]) == SECCOMP_RET_ERRNO | libc::ENOSYS as u32)
+            .collect();
+        let mut expected: Vec<u32> = unimplemented_syscalls().iter().map(|n| *n as u32).collect();
+        expected.sort_unstable();
+        assert_eq!(enosys, expected);
         // Argument-dependent refusals.
-        let sock = |a: u64, b: u64| run(&p, libc::SYS_socket as u32, NATIVE, [a, b, 0, 0, 0, 0]);
+        let sock3 = |a: i32, b: i32, c: i32| {
+            run(
+                &p,
+                libc::SYS_socket as u32,
+                NATIVE,
+                [a as u64, b as u64, c as u64, 0, 0, 0],
+            )
+        };
+        let sock = |a: u64, b: u64| sock3(a as i32, b as i32, 0);
         assert_eq!(sock(libc::AF_PACKET as u64, libc::SOCK_DGRAM as u64), EPERM);
         assert_eq!(sock(libc::AF_INET as u64, libc::SOCK_RAW as u64), EPERM);
         assert_eq!(
             sock(libc::AF_INET as u64, libc::SOCK_STREAM as u64),
             SECCOMP_RET_ALLOW
         );
+        let (stream, dgram, raw) = (libc::SOCK_STREAM, libc::SOCK_DGRAM, libc::SOCK_RAW);
+        let cloexec = libc::SOCK_CLOEXEC | libc::SOCK_NONBLOCK;
+        for (family, ty, proto) in [
+            (libc::AF_UNIX, stream | cloexec, 0),
+            (libc::AF_UNIX, libc::SOCK_SEQPACKET, 0),
+            (libc::AF_INET, dgram | cloexec, libc::IPPROTO_UDP),
+            (libc::AF_INET6, stream, libc::IPPROTO_TCP),
+            (libc::AF_INET, dgram, libc::IPPROTO_ICMP),
+            (libc::AF_NETLINK, raw | cloexec, libc::NETLINK_ROUTE),
+            (libc::AF_NETLINK, dgram, libc::NETLINK_ROUTE),
+        ] {
+            assert_eq!(
+                sock3(family, ty, proto),
+                SECCOMP_RET_ALLOW,
+                "{family} {ty} {proto}"
+            );
+        }
+        for (family, ty, proto) in [
+            (libc::AF_VSOCK, stream, 0),
+            (libc::AF_BLUETOOTH, raw, 0),
+            (libc::AF_ALG, libc::SOCK_SEQPACKET, 0),
+            (libc::AF_KEY, raw, 2),
+            (libc::AF_NETLINK, dgram, libc::NETLINK_KOBJECT_UEVENT),
+            (libc::AF_NETLINK, raw, libc::NETLINK_AUDIT),
+            (libc::AF_INET, SOCK_PACKET, 0),
+            (libc::AF_INET6, raw | cloexec, 0),
+            (libc::AF_INET, stream, libc::IPPROTO_SCTP),
+            (libc::AF_INET, 6, 33),
+            (libc::AF_UNSPEC, stream, 0),
+            (1000, stream, 0),
+        ] {
+            assert_eq!(sock3(family, ty, proto), EPERM, "{family} {ty} {proto}");
+        }
+        let pair = |f: i32| {
+            run(
+                &p,
+                libc::SYS_socketpair as u32,
+                NATIVE,
+                [f as u64, libc::SOCK_STREAM as u64, 0, 0, 0, 0],
+            )
+        };
+        assert_eq!(pair(libc::AF_UNIX), SECCOMP_RET_ALLOW);
+        assert_eq!(pair(libc::AF_INET), EPERM);
         let clone = |f: libc::c_int| {
             run(
                 &p,

@@ -62,6 +62,9 @@ pub fn run(spec: &InitSpec) -> Result<SetupReport, SetupError> {
     // 0. Into the sandbox cgroup (v1), before this process allocates anything more.
     join_cgroups(&spec.cgroup_join)?;
     clock.lap("join cgroup");
+    // Small SysV IPC / mqueue limits for our own IPC namespace, while /proc/sys is
+    // still writable.
+    harden::ipc_limits()?;
     // 1. Our own cgroup namespace, rooted at the sandbox cgroup we are now in.
     sys::unshare(libc::CLONE_NEWCGROUP).map_err(|source| SetupError::Step {
         step: "unshare cgroup namespace".into(),
