@@ -15,6 +15,8 @@
 //! `<n>` is the exit code, or `128 + signal number` when a signal ended the command (the
 //! shell's convention, so `[exit 137]` is SIGKILL), or `124` when the command ran past its
 //! timeout (GNU `timeout`'s convention; a `[timed out after <ms> ms]` line precedes it).
+//! When the kernel's OOM killer killed a process of the sandbox during a command that
+//! ended by SIGKILL, a `[killed by the memory limit of <n> MiB]` line precedes it.
 //! When a process the command left behind kept the output pipes open, a line
 //! `[output truncated: ...]` says so: output is never cut silently.
 //!
@@ -177,13 +179,35 @@ impl From<LinuxPortError> for PortError {
     }
 }
 
+/// What the sandbox's memory cgroup saw during one exec.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OomKill {
+    /// The memory limit in bytes, when known.
+    pub limit_bytes: Option<u64>,
+}
+
 /// The contract's combined output of an exec (see the module doc for the exact form).
-pub fn format_exec_output(output: &ExecOutput, timeout: Duration) -> String {
+/// `oom`: the kernel's OOM killer killed a process of the sandbox while the command
+/// ran; a SIGKILL exit then says it was the memory limit.
+pub fn format_exec_output(output: &ExecOutput, timeout: Duration, oom: Option<OomKill>) -> String {
     let mut text = output.combined();
     if output.exit.output_truncated {
         text.push_str(
             "\n[output truncated: a process the command started kept stdout/stderr open]",
         );
+    }
+    let killed = output.exit.signal.as_deref() == Some("SIGKILL") || output.exit.code == Some(137);
+    if let Some(oom) = oom.filter(|_| killed && !output.exit.timed_out) {
+        match oom.limit_bytes {
+            Some(bytes) => {
+                let _ = write!(
+                    text,
+                    "\n[killed by the memory limit of {} MiB]",
+                    bytes.div_ceil(1 << 20)
+                );
+            }
+            None => text.push_str("\n[killed by the memory limit]"),
+        }
     }
     let status = if output.exit.timed_out {
         let _ = write!(text, "\n[timed out after {} ms]", timeout.as_millis());
@@ -372,6 +396,7 @@ impl LinuxSandboxPort {
         let timeout = timeout.unwrap_or(self.default_timeout);
         let waited = timeout.saturating_add(AGENT_GRACE);
         let request = ExecRequest::shell(command).timeout(timeout);
+        let oom_before = self.identity.cgroup.oom_kills();
         let output = tokio::time::timeout(waited, self.client.exec(request))
             .await
             .map_err(|_| LinuxPortError::Unresponsive {
@@ -380,7 +405,10 @@ impl LinuxSandboxPort {
                 waited,
             })?
             .map_err(self.agent_error("exec", command))?;
-        Ok(format_exec_output(&output, timeout))
+        let oom = (self.identity.cgroup.oom_kills() > oom_before).then(|| OomKill {
+            limit_bytes: self.identity.cgroup.memory_limit(),
+        });
+        Ok(format_exec_output(&output, timeout, oom))
     }
 
     async fn spawn_duplex(
@@ -787,9 +815,12 @@ mod tests {
 
     #[test]
     fn success_is_the_trimmed_combined_output() {
-        assert_eq!(format_exec_output(&output("hi\n\n", "", code(0)), T), "hi");
         assert_eq!(
-            format_exec_output(&output("out\n", "err\n", code(0)), T),
+            format_exec_output(&output("hi\n\n", "", code(0)), T, None),
+            "hi"
+        );
+        assert_eq!(
+            format_exec_output(&output("out\n", "err\n", code(0)), T, None),
             "out\n\nerr"
         );
     }
@@ -797,11 +828,11 @@ mod tests {
     #[test]
     fn failure_appends_the_exit_line() {
         assert_eq!(
-            format_exec_output(&output("out", "err", code(2)), T),
+            format_exec_output(&output("out", "err", code(2)), T, None),
             "out\nerr\n[exit 2]"
         );
         assert_eq!(
-            format_exec_output(&output("", "", code(3)), T),
+            format_exec_output(&output("", "", code(3)), T, None),
             "\n[exit 3]"
         );
     }
@@ -813,15 +844,24 @@ mod tests {
             ..ProcessExit::default()
         };
         assert_eq!(
-            format_exec_output(&output("x", "", killed.clone()), T),
+            format_exec_output(&output("x", "", killed.clone()), T, None),
             "x\n[exit 137]"
         );
+        let oom = Some(OomKill {
+            limit_bytes: Some(128 << 20),
+        });
+        assert_eq!(
+            format_exec_output(&output("x", "", killed.clone()), T, oom),
+            "x\n[killed by the memory limit of 128 MiB]\n[exit 137]"
+        );
+        // An OOM kill elsewhere in the sandbox does not explain a clean exit.
+        assert_eq!(format_exec_output(&output("x", "", code(0)), T, oom), "x");
         let timed_out = ProcessExit {
             timed_out: true,
             ..killed
         };
         assert_eq!(
-            format_exec_output(&output("x", "", timed_out), T),
+            format_exec_output(&output("x", "", timed_out), T, None),
             "x\n[timed out after 1000 ms]\n[exit 124]"
         );
     }

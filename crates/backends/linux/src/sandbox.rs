@@ -85,7 +85,7 @@ pub enum StartError {
     Probe(#[from] ProbeError),
     /// The setup-stage binary was not found.
     #[error(
-        "{INIT_BINARY} not found (looked for {0}): install it next to the omabox binary or on PATH, or set RuntimeConfig::init_binary"
+        "{INIT_BINARY} not found (looked for {0}): install it next to the omabox binary or on PATH, or set OMABOX_LINUX_INIT to its path"
     )]
     InitBinaryMissing(String),
     /// A host-side step failed.
@@ -680,5 +680,18 @@ impl Drop for LinuxSandbox {
                 std::error::Error::source(&e)
             );
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_missing_init_binary_names_the_setting() {
+        let e = locate_init(Some(Path::new("/nonexistent/omabox-sandbox-init"))).unwrap_err();
+        let text = e.to_string();
+        assert!(text.contains("OMABOX_LINUX_INIT"), "{text}");
+        assert!(text.contains("/nonexistent/omabox-sandbox-init"), "{text}");
     }
 }
