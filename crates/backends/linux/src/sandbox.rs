@@ -403,6 +403,8 @@ impl LinuxRuntime {
             plan: plan.clone(),
             scratch_dir: scratch,
             cgroup_join,
+            userns: false,
+            idmapped: 0,
         };
         let json = serde_json::to_vec(&spec).map_err(|e| host("encode plan")(e.into()))?;
         let mut plan_w = std::fs::File::from(plan_w);

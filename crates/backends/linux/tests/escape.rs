@@ -883,3 +883,126 @@ async fn a_default_plan_has_a_cpu_quota_in_its_cgroup() {
     );
     sb.destroy();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn root_only_proc_files_are_unreadable() {
+    let Some(mut sb) = start().await else { return };
+    for f in [
+        "kpageflags",
+        "kpagecount",
+        "kpagecgroup",
+        "slabinfo",
+        "vmallocinfo",
+        "pagetypeinfo",
+        "iomem",
+        "ioports",
+        "config.gz",
+        "modules",
+        "kmsg",
+    ] {
+        let out = sb.sh(&format!("head -c 64 /proc/{f} | wc -c")).await;
+        let n = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+        assert!(n == "0" || n.is_empty(), "/proc/{f}: read {n} bytes");
+    }
+    sb.destroy();
+}
+
+/// Sets the mode bits of a file in every way a mode reaches the kernel, as Python can.
+const SETUID_PROBE: &str = r##"python3 - <<'PY'
+import ctypes, errno, os
+l = ctypes.CDLL(None, use_errno=True)
+def attempt(name, f):
+    try:
+        f()
+        print(name + ":OK")
+    except OSError as e:
+        print(name + ":" + errno.errorcode[e.errno])
+open("/workspace/plain", "w").write("#!/bin/sh\nid -u\n")
+os.chmod("/workspace/plain", 0o755)
+attempt("chmod-suid", lambda: os.chmod("/workspace/plain", 0o4755))
+attempt("chmod-sgid", lambda: os.chmod("/workspace/plain", 0o2755))
+fd = os.open("/workspace/plain", os.O_RDONLY)
+attempt("fchmod-suid", lambda: os.fchmod(fd, 0o4755))
+attempt("open-suid", lambda: os.close(os.open("/workspace/created", os.O_CREAT | os.O_WRONLY, 0o4755)))
+attempt("mkdir-sgid", lambda: os.mkdir("/workspace/dir", 0o2775))
+attempt("mknod-suid", lambda: os.mknod("/workspace/fifo", 0o4644 | 0o010000))
+def openat2():
+    r = l.syscall(437, -100, b"/workspace/o2", b"\0" * 24, 24)
+    if r < 0:
+        raise OSError(ctypes.get_errno(), "openat2")
+attempt("openat2", openat2)
+attempt("chmod-plain", lambda: os.chmod("/workspace/plain", 0o750))
+PY"##;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_sandbox_cannot_leave_setuid_or_setgid_files_in_host_dirs() {
+    if !can_run() {
+        return;
+    }
+    let ws = tempfile::tempdir().unwrap();
+    let mut plan = test_plan();
+    plan.workspace = Some(ws.path().to_path_buf());
+    let mut sb = Sandboxed::start(plan).await;
+    let out = sb.ok(SETUID_PROBE).await;
+    for refused in [
+        "chmod-suid",
+        "chmod-sgid",
+        "fchmod-suid",
+        "open-suid",
+        "mkdir-sgid",
+        "mknod-suid",
+    ] {
+        assert!(
+            out.contains(&format!("{refused}:EPERM")),
+            "{refused} was not refused: {out}"
+        );
+    }
+    assert!(out.contains("openat2:ENOSYS"), "{out}");
+    assert!(out.contains("chmod-plain:OK"), "{out}");
+    // A tarball with setuid/setgid members is extracted without those bits.
+    let mut tar = tar_member("suid-tool", 0o4755, b"#!/bin/sh\n");
+    tar.extend(tar_member("sgid-tool", 0o2755, b"#!/bin/sh\n"));
+    tar.extend([0u8; 1024]);
+    sb.client
+        .tar_in_bytes("/workspace", tar)
+        .await
+        .expect("tar in");
+    sb.destroy();
+    // From the host: nothing the sandbox left is setuid or setgid.
+    use std::os::unix::fs::PermissionsExt;
+    let mut seen = 0;
+    for entry in walk(ws.path()) {
+        let mode = std::fs::symlink_metadata(&entry)
+            .unwrap()
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o6000, 0, "{} has mode {mode:o}", entry.display());
+        seen += 1;
+    }
+    assert!(seen >= 3, "the sandbox wrote its files: {seen}");
+}
+
+fn tar_member(name: &str, mode: u32, body: &[u8]) -> Vec<u8> {
+    let mut h = tar::Header::new_ustar();
+    h.set_path(name).unwrap();
+    h.set_size(body.len() as u64);
+    h.set_mode(mode);
+    h.set_entry_type(tar::EntryType::Regular);
+    h.set_cksum();
+    let mut v = h.as_bytes().to_vec();
+    v.extend_from_slice(body);
+    v.resize(v.len().div_ceil(512) * 512, 0);
+    v
+}
+
+fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).unwrap().flatten() {
+        let p = e.path();
+        if e.file_type().unwrap().is_dir() {
+            out.extend(walk(&p));
+        }
+        out.push(p);
+    }
+    out
+}

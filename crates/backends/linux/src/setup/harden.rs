@@ -282,7 +282,8 @@ fn open(p: &Path) -> Result<PathFd, SetupError> {
 /// `clone`, whose flags the filter checks); `io_setup`, whose contexts come out of the
 /// host-wide `fs.aio-max-nr` pool (a sandbox could take every slot and make host
 /// processes fail); `io_uring_*` (its requests bypass this filter by design);
-/// `memfd_secret` (unswappable memory removed from the kernel's direct map).
+/// `memfd_secret` (unswappable memory removed from the kernel's direct map);
+/// `openat2` (its mode cannot be inspected, see [`mode_rules`]).
 fn unimplemented_syscalls() -> Vec<i64> {
     vec![
         libc::SYS_clone3,
@@ -291,6 +292,7 @@ fn unimplemented_syscalls() -> Vec<i64> {
         libc::SYS_io_uring_enter,
         libc::SYS_io_uring_register,
         libc::SYS_memfd_secret,
+        libc::SYS_openat2,
     ]
 }
 
@@ -392,6 +394,40 @@ const IP_PROTOCOLS: [libc::c_int; 5] = [
     libc::IPPROTO_ICMPV6,
 ];
 
+/// Refusals of setuid/setgid mode bits wherever a mode is passed: `chmod`, `fchmod`,
+/// `fchmodat`, `fchmodat2`, `open`/`openat`/`creat` (the mode of a created file),
+/// `mkdir`/`mkdirat`, `mknod`/`mknodat`. A sandbox writes into host directories (the
+/// workspace and outputs binds, where its uid 0 acts as the directory's host owner),
+/// and a host user must never find a setuid or setgid file there. `openat2` carries
+/// its mode in memory a filter cannot read: it gets ENOSYS (libc falls back to
+/// `openat`). Writes by the sandbox to an existing setuid file clear the bits (it has no
+/// `CAP_FSETID`), and it cannot `chown` or set file capabilities (no capabilities).
+fn mode_rules() -> Result<Vec<(i64, Vec<SeccompRule>)>, SetupError> {
+    let privileged = |arg: u8| -> Result<Vec<SeccompRule>, SetupError> {
+        [libc::S_ISUID, libc::S_ISGID]
+            .iter()
+            .map(|bit| rule(cond(arg, SeccompCmpOp::MaskedEq(*bit as u64), *bit as u64)?))
+            .collect()
+    };
+    let mut v = vec![
+        (libc::SYS_fchmod, privileged(1)?),
+        (libc::SYS_fchmodat, privileged(2)?),
+        (libc::SYS_fchmodat2, privileged(2)?),
+        (libc::SYS_openat, privileged(3)?),
+        (libc::SYS_mkdirat, privileged(2)?),
+        (libc::SYS_mknodat, privileged(2)?),
+    ];
+    #[cfg(target_arch = "x86_64")]
+    v.extend([
+        (libc::SYS_chmod, privileged(1)?),
+        (libc::SYS_open, privileged(2)?),
+        (libc::SYS_creat, privileged(1)?),
+        (libc::SYS_mkdir, privileged(1)?),
+        (libc::SYS_mknod, privileged(1)?),
+    ]);
+    Ok(v)
+}
+
 /// The obsolete `SOCK_PACKET` type (`libc` deprecates its constant).
 const SOCK_PACKET: libc::c_int = 10;
 /// `SOCK_DCCP` (not in `libc`).
@@ -443,6 +479,7 @@ fn rules() -> Result<BTreeMap<i64, Vec<SeccompRule>>, SetupError> {
         rules.insert(nr, Vec::new());
     }
     rules.extend(socket_rules()?);
+    rules.extend(mode_rules()?);
     // clone(CLONE_NEW*): no new namespaces (a user namespace would hand back
     // capabilities over a fresh set of kernel attack surface).
     let ns_flags = [

@@ -22,7 +22,10 @@ const PREINSTALLED_DIRS: &[&str] = &["usr", "bin", "sbin", "lib", "lib64", "lib3
 const PREINSTALLED_ETC_BINDS: &[&str] = &["ld.so.cache", "alternatives", "localtime"];
 /// Device nodes bound from the host's `/dev`.
 const DEVICES: &[&str] = &["null", "zero", "full", "random", "urandom", "tty"];
-/// `/proc` files hidden behind `/dev/null` (kernel memory, keys, timers, scheduler).
+/// `/proc` files hidden behind `/dev/null`: kernel memory, keys, timers, scheduler, and
+/// the host-wide files only host root may read (physical page state, slab and vmalloc
+/// layout, physical memory and I/O maps, the kernel config, module addresses, the
+/// kernel log).
 const PROC_MASKED_FILES: &[&str] = &[
     "kcore",
     "keys",
@@ -30,6 +33,18 @@ const PROC_MASKED_FILES: &[&str] = &[
     "sched_debug",
     "latency_stats",
     "kallsyms",
+    "kpagecount",
+    "kpageflags",
+    "kpagecgroup",
+    "slabinfo",
+    "vmallocinfo",
+    "pagetypeinfo",
+    "iomem",
+    "ioports",
+    "mtrr",
+    "config.gz",
+    "modules",
+    "kmsg",
 ];
 /// `/proc` directories hidden behind an empty read-only tmpfs.
 const PROC_MASKED_DIRS: &[&str] = &["acpi", "scsi", "asound"];
