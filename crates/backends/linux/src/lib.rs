@@ -41,6 +41,7 @@
 pub mod cgroup;
 pub mod factory;
 pub mod handoff;
+pub mod idmap;
 pub mod image;
 pub mod managed;
 pub mod plan;

@@ -32,6 +32,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::cgroup::CgroupPaths;
 use crate::handoff::{self, InitSpec, SetupReport};
+use crate::idmap;
 use crate::plan::{PlanError, SandboxPlan};
 use crate::probe::{LinuxCapabilities, MissingRequirement, ProbeError};
 use crate::spawn::{self, ExecSpec};
@@ -148,6 +149,10 @@ pub struct SandboxIdentity {
     pub cgroup: CgroupPaths,
     /// Host-side state directory.
     pub state_dir: PathBuf,
+    /// First host id of the sandbox's user namespace range (see `idmap`), when it has
+    /// one of its own (always as root). Freed on destroy.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub id_base: Option<u32>,
 }
 
 /// What a destroy found.
@@ -180,8 +185,17 @@ impl SandboxIdentity {
         self.cgroup
             .remove(timeout)
             .map_err(destroy_err("remove cgroup"))?;
-        remove_state_dir(&self.state_dir).map_err(destroy_err("remove state dir"))?;
+        self.release().map_err(destroy_err("remove state dir"))?;
         Ok(DestroyOutcome { killed })
+    }
+
+    /// Frees the id range (first: a crash in between leaves a slot whose state dir
+    /// still exists, which `destroy` frees again) and removes the state dir.
+    fn release(&self) -> io::Result<()> {
+        if let Some(base) = self.id_base {
+            idmap::free(idmap::IdRange { base }, &self.state_dir)?;
+        }
+        remove_state_dir(&self.state_dir)
     }
 
     /// Whether the sandbox's PID 1 is still this identity's process (a zombie counts as
@@ -310,6 +324,7 @@ impl LinuxRuntime {
                     unified: false,
                 },
                 state_dir: state_dir.clone(),
+                id_base: None,
             },
             pidfd: None,
             agent: None,
@@ -323,6 +338,15 @@ impl LinuxRuntime {
             .mode(0o700)
             .create(&scratch)
             .map_err(host("create scratch dir"))?;
+
+        // As root: a host id range of its own for the sandbox's user namespace.
+        let ids = if self.caps.root {
+            let r = idmap::allocate(&state_dir).map_err(host("allocate sandbox id range"))?;
+            sandbox.identity.id_base = Some(r.base);
+            Some(r)
+        } else {
+            None
+        };
 
         timeline.push(("host state dir", sys::monotonic_us()));
 
@@ -360,6 +384,8 @@ impl LinuxRuntime {
         };
         // No CLONE_NEWNET here: the setup stage unshares its network namespace itself,
         // before it reads the plan (see `setup::isolate_network`).
+        // As root, the setup stage enters the sandbox's own user namespace itself once it
+        // has built the sandbox (see `setup::run`); otherwise the clone creates one.
         let mut ns =
             libc::CLONE_NEWNS | libc::CLONE_NEWPID | libc::CLONE_NEWIPC | libc::CLONE_NEWUTS;
         if !self.caps.root {
@@ -403,8 +429,7 @@ impl LinuxRuntime {
             plan: plan.clone(),
             scratch_dir: scratch,
             cgroup_join,
-            userns: false,
-            idmapped: 0,
+            id_base: ids.map(|r| r.base),
         };
         let json = serde_json::to_vec(&spec).map_err(|e| host("encode plan")(e.into()))?;
         let mut plan_w = std::fs::File::from(plan_w);
@@ -646,7 +671,9 @@ impl LinuxSandbox {
             .cgroup
             .remove(self.destroy_timeout)
             .map_err(destroy_err("remove cgroup"))?;
-        remove_state_dir(&self.identity.state_dir).map_err(destroy_err("remove state dir"))?;
+        self.identity
+            .release()
+            .map_err(destroy_err("remove state dir"))?;
         self.destroyed = true;
         Ok(())
     }

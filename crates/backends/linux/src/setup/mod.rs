@@ -12,6 +12,7 @@ use std::io;
 use std::path::PathBuf;
 
 use crate::handoff::{InitSpec, SetupReport};
+use crate::idmap::{self, IdRange};
 use crate::sys;
 
 /// Why the sandbox could not be set up. Sent to the host as text.
@@ -70,9 +71,23 @@ pub fn run(spec: &InitSpec) -> Result<SetupReport, SetupError> {
         step: "unshare cgroup namespace".into(),
         source,
     })?;
-    // 2. The mount tree, then the pivot into it.
     clock.lap("cgroup namespace");
-    let root = mounts::build(plan, &spec.scratch_dir)?;
+    // 2. The sandbox's user namespace (as root): created now, so the writable binds can
+    //    be idmapped through it; entered last, once the sandbox is built.
+    let userns = match spec.id_base {
+        Some(base) => {
+            let range = IdRange { base };
+            let ns = idmap::create_userns(range).map_err(|source| SetupError::Step {
+                step: "create user namespace".into(),
+                source,
+            })?;
+            Some((ns, range))
+        }
+        None => None,
+    };
+    clock.lap("user namespace");
+    // 3. The mount tree, then the pivot into it.
+    let root = mounts::build(plan, &spec.scratch_dir, userns.as_ref())?;
     clock.lap("build mount tree");
     mounts::pivot(&root)?;
     clock.lap("pivot_root");
@@ -97,7 +112,16 @@ pub fn run(spec: &InitSpec) -> Result<SetupReport, SetupError> {
         source,
     })?;
     clock.lap("hostname, loopback, chdir");
-    // 4. Hardening, most powerful rights last to go.
+    // 4. Into the user namespace, as its root: from here this process and everything
+    //    it starts are the sandbox's unprivileged host ids.
+    if let Some((ns, _)) = userns {
+        idmap::enter(&ns).map_err(|source| SetupError::Step {
+            step: "enter user namespace".into(),
+            source,
+        })?;
+        clock.lap("enter user namespace");
+    }
+    // 5. Hardening, most powerful rights last to go.
     harden::rlimits(plan)?;
     let bounding_caps = harden::drop_capabilities()?;
     harden::no_new_privs()?;
