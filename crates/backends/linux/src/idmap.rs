@@ -256,10 +256,10 @@ pub fn idmapped_tree(source: &Path, userns: &OwnedFd) -> io::Result<OwnedFd> {
     Ok(tree)
 }
 
-/// A new user namespace whose ids `0..65536` map to `range`: a helper child is cloned
-/// into it (fork semantics, the caller is single-threaded), its maps are written (the
-/// caller is root of the parent namespace), the namespace is kept by an fd, and the
-/// helper is killed and reaped.
+/// A new user namespace whose ids `0..65536` map to `range` and whose owner is the
+/// range's base: a helper child (fork semantics, the caller is single-threaded)
+/// becomes the base uid and unshares it, the caller (root of the parent namespace)
+/// writes its maps and keeps it by an fd, and the helper is killed and reaped.
 pub fn create_userns(range: IdRange) -> io::Result<OwnedFd> {
     // The helper tells its pid as `/proc` (still the host's here) knows it: the pid
     // clone returns is one of the sandbox's pid namespace.
@@ -269,7 +269,7 @@ pub fn create_userns(range: IdRange) -> io::Result<OwnedFd> {
     let pid = unsafe {
         libc::syscall(
             libc::SYS_clone,
-            (libc::CLONE_NEWUSER | libc::SIGCHLD) as libc::c_ulong,
+            libc::SIGCHLD as libc::c_ulong,
             0usize,
             0usize,
             0usize,
@@ -280,8 +280,19 @@ pub fn create_userns(range: IdRange) -> io::Result<OwnedFd> {
         return Err(io::Error::last_os_error());
     }
     if pid == 0 {
-        // SAFETY: readlink into a stack buffer, write of what it returned, pause.
+        // SAFETY: id syscalls, unshare, readlink into a stack buffer, write of what it
+        // returned, pause; on any failure the helper exits without reporting.
         unsafe {
+            // The namespace's owner is its creator's euid, and the kernel charges the
+            // per-user counters (inotify, pending signals, …) of everything inside to
+            // the owner one level up: so the range's base must create it, not root.
+            if libc::setgroups(0, std::ptr::null()) < 0
+                || libc::setresgid(range.base, range.base, range.base) < 0
+                || libc::setresuid(range.base, range.base, range.base) < 0
+                || libc::unshare(libc::CLONE_NEWUSER) < 0
+            {
+                libc::_exit(1);
+            }
             let mut buf = [0u8; 32];
             let n = libc::readlink(c"/proc/self".as_ptr(), buf.as_mut_ptr().cast(), buf.len());
             if n > 0 {

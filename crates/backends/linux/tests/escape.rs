@@ -967,6 +967,26 @@ async fn the_sandbox_cannot_leave_setuid_or_setgid_files_in_host_dirs() {
         .tar_in_bytes("/workspace", tar)
         .await
         .expect("tar in");
+    // A real binary the sandbox tries to make setuid (its owner on the host is root:
+    // the workspace is an idmapped mount).
+    sb.sh("cp /usr/bin/id /workspace/id-copy; chmod u+s /workspace/id-copy")
+        .await;
+    // Live state of the sandbox is not reachable by other host users.
+    use std::os::unix::process::CommandExt;
+    let runtime_dir = std::path::Path::new(common::TEST_RUNTIME_DIR);
+    let nobody_ls = std::process::Command::new("ls")
+        .arg(sb.identity.state_dir.as_os_str())
+        .uid(65534)
+        .gid(65534)
+        .output()
+        .unwrap();
+    assert!(
+        !nobody_ls.status.success(),
+        "a host user listed the state dir"
+    );
+    use std::os::unix::fs::PermissionsExt as _;
+    let mode = std::fs::metadata(runtime_dir).unwrap().permissions().mode();
+    assert_eq!(mode & 0o077, 0, "runtime dir mode {mode:o}");
     sb.destroy();
     // From the host: nothing the sandbox left is setuid or setgid.
     use std::os::unix::fs::PermissionsExt;
@@ -980,6 +1000,17 @@ async fn the_sandbox_cannot_leave_setuid_or_setgid_files_in_host_dirs() {
         seen += 1;
     }
     assert!(seen >= 3, "the sandbox wrote its files: {seen}");
+    // From a host user's side: running what the sandbox left gains nothing.
+    std::fs::set_permissions(ws.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let copy = ws.path().join("id-copy");
+    assert!(copy.exists(), "the sandbox copied the binary");
+    let ran = std::process::Command::new(&copy)
+        .arg("-u")
+        .uid(65534)
+        .gid(65534)
+        .output()
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&ran.stdout).trim(), "65534");
 }
 
 fn tar_member(name: &str, mode: u32, body: &[u8]) -> Vec<u8> {
@@ -1005,4 +1036,113 @@ fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
         out.push(p);
     }
     out
+}
+
+/// The `Uid:`/`Gid:` lines of a host process: (real, effective, saved, fs) each.
+fn host_ids_of(pid: i32) -> (Vec<u32>, Vec<u32>) {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let ids = |key: &str| -> Vec<u32> {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(key))
+            .unwrap()
+            .split_whitespace()
+            .map(|n| n.parse().unwrap())
+            .collect()
+    };
+    (ids("Uid:"), ids("Gid:"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_sandbox_runs_as_its_own_unprivileged_host_ids() {
+    if !can_run() {
+        return;
+    }
+    let (mut a, mut b) = tokio::join!(Sandboxed::start(test_plan()), Sandboxed::start(test_plan()));
+    let passwd = std::fs::read_to_string("/etc/passwd").unwrap();
+    let mut bases = Vec::new();
+    for sb in [&a, &b] {
+        let base = sb.identity.id_base.expect("an id range as root");
+        assert!(base >= omabox_backend_linux::idmap::FIRST_BASE);
+        // Inside: uid 0 of a namespace mapping 65536 ids onto the range.
+        let map = sb.ok("cat /proc/self/uid_map /proc/self/gid_map").await;
+        let lines: Vec<Vec<&str>> = map
+            .lines()
+            .map(|l| l.split_whitespace().collect())
+            .collect();
+        assert_eq!(lines.len(), 2, "{map}");
+        for l in &lines {
+            assert_eq!(l, &["0", &base.to_string(), "65536"], "{map}");
+        }
+        assert_eq!(sb.ok("id -u; id -g").await, "0\n0");
+        // From the host: the agent (PID 1) and a command it runs have only range ids.
+        let (uids, gids) = host_ids_of(sb.identity.pid);
+        assert!(
+            uids.iter().chain(&gids).all(|id| *id == base),
+            "{uids:?} {gids:?}"
+        );
+        let groups = sb.ok("cat /proc/self/status | grep ^Groups:").await;
+        assert_eq!(
+            groups.trim(),
+            "Groups:",
+            "supplementary groups left: {groups}"
+        );
+        // No host account uses the range.
+        for line in passwd.lines() {
+            let id: u32 = line.split(':').nth(2).unwrap().parse().unwrap();
+            assert!(!(base..base + 65536).contains(&id), "{line}");
+        }
+        bases.push(base);
+    }
+    assert_ne!(bases[0], bases[1], "two live sandboxes share an id range");
+    let slot = |base: u32| {
+        std::path::Path::new(omabox_backend_linux::idmap::SLOTS_DIR)
+            .join(((base - omabox_backend_linux::idmap::FIRST_BASE) / 65536).to_string())
+    };
+    assert!(slot(bases[0]).exists());
+    a.destroy();
+    b.destroy();
+    assert!(
+        !slot(bases[0]).exists() && !slot(bases[1]).exists(),
+        "ranges not freed"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn per_user_kernel_counters_are_not_host_roots() {
+    let Some(mut sb) = start().await else { return };
+    // Take every inotify instance the sandbox's user may have and hold them.
+    let mut holder = sb
+        .client
+        .spawn(omabox_agent::client::ExecRequest::shell(
+            "exec python3 -c 'import ctypes,sys,time\nl=ctypes.CDLL(None)\nfds=[l.inotify_init() for _ in range(100000)]\nprint(sum(f>=0 for f in fds)); sys.stdout.flush(); time.sleep(600)'",
+        ))
+        .await
+        .unwrap();
+    let mut stdout = holder.stdout.take().unwrap();
+    let mut line = Vec::new();
+    let mut byte = [0u8; 1];
+    use tokio::io::AsyncReadExt;
+    while stdout.read(&mut byte).await.unwrap() == 1 && byte[0] != b'\n' {
+        line.push(byte[0]);
+    }
+    let held: usize = String::from_utf8_lossy(&line).parse().unwrap();
+    let max: usize = std::fs::read_to_string("/proc/sys/fs/inotify/max_user_instances")
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    assert!(held > 0 && held <= max, "held {held} of {max}");
+    // Host root (this test) can still create one: the sandbox's count is its own uid's.
+    // SAFETY: inotify_init1 takes flags only; the fd is closed right away.
+    let fd = unsafe { libc::inotify_init1(libc::IN_CLOEXEC) };
+    assert!(
+        fd >= 0,
+        "host root cannot create an inotify instance: {}",
+        std::io::Error::last_os_error()
+    );
+    // SAFETY: closes the fd just created.
+    unsafe { libc::close(fd) };
+    holder.kill("SIGKILL").unwrap();
+    sb.destroy();
 }
