@@ -984,7 +984,6 @@ async fn the_sandbox_cannot_leave_setuid_or_setgid_files_in_host_dirs() {
         !nobody_ls.status.success(),
         "a host user listed the state dir"
     );
-    use std::os::unix::fs::PermissionsExt as _;
     let mode = std::fs::metadata(runtime_dir).unwrap().permissions().mode();
     assert_eq!(mode & 0o077, 0, "runtime dir mode {mode:o}");
     sb.destroy();
