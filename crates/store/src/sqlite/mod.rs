@@ -102,7 +102,14 @@ impl SqliteStore {
     ) -> Result<Self, StoreError> {
         let path = path.as_ref();
         if let Some(parent) = path.parent().filter(|dir| !dir.as_os_str().is_empty()) {
-            std::fs::create_dir_all(parent).map_err(|source| StoreError::CreateDir {
+            // Owner-only: the data dir holds the live workspace/outputs binding dirs a
+            // sandbox writes into, which no other host user may traverse.
+            std::os::unix::fs::DirBuilderExt::mode(
+                std::fs::DirBuilder::new().recursive(true),
+                0o700,
+            )
+            .create(parent)
+            .map_err(|source| StoreError::CreateDir {
                 path: parent.to_owned(),
                 source,
             })?;
