@@ -5,9 +5,11 @@
 //! Start, as a checklist:
 //!
 //! 1. validate the plan and check it against the probed capabilities;
-//! 2. create the state dir (`<runtime_dir>/<id>`);
+//! 2. create the state dir (`<runtime_dir>/<id>`) and, as root, claim the sandbox's
+//!    host id range (see `idmap`);
 //! 3. clone a child into new mount/pid/ipc/uts namespaces that execs the setup stage at
-//!    once (see `spawn`); the setup stage enters a new network namespace first thing;
+//!    once (see `spawn`) in a session of its own; the setup stage enters a new network
+//!    namespace first thing, and its own user namespace last (with the range);
 //! 4. create the cgroup with its limits (overlapping the child's network namespace
 //!    creation), then release the child by writing the plan into its plan pipe (it
 //!    blocks on that read, so no plan-controlled code runs before it is in the cgroup).
