@@ -76,8 +76,9 @@ use omabox_sandbox::{
 };
 
 use crate::handoff::SetupReport;
+use crate::identity::{DestroyError, SandboxIdentity};
 use crate::plan::SandboxPlan;
-use crate::sandbox::{DestroyError, LinuxRuntime, LinuxSandbox, SandboxIdentity, StartError};
+use crate::sandbox::{LinuxRuntime, LinuxSandbox, StartError};
 
 /// The provider name of linux sandboxes (`SANDBOX_PROVIDER=linux`, runtime handles).
 pub const PROVIDER: &str = "linux";
