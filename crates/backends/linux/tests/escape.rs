@@ -1145,3 +1145,19 @@ async fn per_user_kernel_counters_are_not_host_roots() {
     holder.kill("SIGKILL").unwrap();
     sb.destroy();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn syscalls_newer_than_the_filter_are_enosys() {
+    let Some(mut sb) = start().await else { return };
+    // open_tree_attr (6.15), file_getattr/file_setattr (6.17), and numbers no kernel has
+    // yet: never reached, whatever this kernel offers.
+    for nr in [467i64, 468, 469, 470, 500, 1000] {
+        let out = sb.ok(&syscall_probe(nr, &[0, 0, 0, 0, 0])).await;
+        assert_eq!(out, "ENOSYS", "syscall {nr}");
+    }
+    // The newest known ones still reach the kernel (which answers for itself).
+    let out = sb.ok(&syscall_probe(libc::SYS_mseal, &[0, 0, 0])).await;
+    assert_ne!(out, "ENOSYS", "mseal");
+    assert_denied(&sb, "quotactl_fd", libc::SYS_quotactl_fd, &[0, 0, 0, 0]).await;
+    sb.destroy();
+}

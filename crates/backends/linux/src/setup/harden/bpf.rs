@@ -7,12 +7,13 @@ use seccompiler::BpfProgram;
 
 use super::SetupError;
 
+use super::seccomp::{NEWEST_KNOWN_SYSCALL, build_filter, rules, unimplemented_syscalls};
 #[cfg(test)]
 use super::seccomp::{SOCK_PACKET, denied_syscalls};
-use super::seccomp::{build_filter, rules, unimplemented_syscalls};
 
 const BPF_LD_W_ABS: u16 = (libc::BPF_LD | libc::BPF_W | libc::BPF_ABS) as u16;
 const BPF_JEQ_K: u16 = (libc::BPF_JMP | libc::BPF_JEQ | libc::BPF_K) as u16;
+const BPF_JGT_K: u16 = (libc::BPF_JMP | libc::BPF_JGT | libc::BPF_K) as u16;
 const BPF_JGE_K: u16 = (libc::BPF_JMP | libc::BPF_JGE | libc::BPF_K) as u16;
 const BPF_RET_K: u16 = (libc::BPF_RET | libc::BPF_K) as u16;
 const BPF_JA: u16 = (libc::BPF_JMP | libc::BPF_JA) as u16;
@@ -24,7 +25,8 @@ fn ins(code: u16, jt: u8, jf: u8, k: u32) -> seccompiler::sock_filter {
 }
 
 /// Hand-written checks for what seccompiler cannot say (its filter has one action for
-/// every match): the [`unimplemented_syscalls`] get ENOSYS, and on x86_64 every x32-ABI
+/// every match): the [`unimplemented_syscalls`] and every syscall newer than
+/// [`NEWEST_KNOWN_SYSCALL`] get ENOSYS, and on x86_64 every x32-ABI
 /// syscall number is refused so no listed call can be reached under its x32 alias.
 /// Falls through when neither applies.
 fn prelude() -> BpfProgram {
@@ -36,6 +38,8 @@ fn prelude() -> BpfProgram {
     }
     let enosys = unimplemented_syscalls();
     let n = enosys.len();
+    // Newer than this build knows: skip the comparisons and the JA to the ENOSYS return.
+    p.push(ins(BPF_JGT_K, (n + 1) as u8, 0, NEWEST_KNOWN_SYSCALL));
     for (i, nr) in enosys.into_iter().enumerate() {
         // Matched: jump past the remaining comparisons to the ENOSYS return.
         p.push(ins(BPF_JEQ_K, (n - 1 - i + 1) as u8, 0, nr as u32));
@@ -278,8 +282,14 @@ mod tests {
             .filter(|nr| run(&p, *nr, NATIVE, [0; 6]) == SECCOMP_RET_ERRNO | libc::ENOSYS as u32)
             .collect();
         let mut expected: Vec<u32> = unimplemented_syscalls().iter().map(|n| *n as u32).collect();
+        // Every number past the newest syscall this build knows.
+        expected.extend(NEWEST_KNOWN_SYSCALL + 1..1200);
         expected.sort_unstable();
         assert_eq!(enosys, expected);
+        assert_ne!(
+            run(&p, NEWEST_KNOWN_SYSCALL, NATIVE, [0; 6]),
+            SECCOMP_RET_ERRNO | libc::ENOSYS as u32
+        );
         // Argument-dependent refusals.
         let sock3 = |a: i32, b: i32, c: i32| {
             run(

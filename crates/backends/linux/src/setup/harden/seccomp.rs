@@ -13,6 +13,12 @@ use seccompiler::{
 
 use super::SetupError;
 
+/// The newest syscall number this filter was written against (`removexattrat`, Linux
+/// 6.13; numbers are shared by every architecture from 424 on). Anything newer is
+/// answered ENOSYS: a syscall added to the kernel later is new attack surface this deny
+/// list has never looked at, and programs treat ENOSYS as "not on this kernel".
+pub(super) const NEWEST_KNOWN_SYSCALL: u32 = 466;
+
 /// Syscalls answered ENOSYS, as if the kernel lacked them (programs fall back):
 /// `clone3` (its flags live in memory a filter cannot inspect; libc falls back to
 /// `clone`, whose flags the filter checks); `io_setup`, whose contexts come out of the
@@ -74,6 +80,7 @@ pub(super) fn denied_syscalls() -> Vec<i64> {
         libc::SYS_userfaultfd,
         libc::SYS_acct,
         libc::SYS_quotactl,
+        libc::SYS_quotactl_fd,
         libc::SYS_syslog,
         libc::SYS_vhangup,
         libc::SYS_settimeofday,
