@@ -41,6 +41,49 @@ async fn exec_output_and_exit_code(h: Harness) {
 }
 both_modes!(exec_output_and_exit_code);
 
+async fn a_bad_cwd_is_named(h: Harness) {
+    for cwd in ["no/such/dir", "/no/such/absolute"] {
+        let out = h
+            .client
+            .exec(ExecRequest::shell("true").cwd(cwd))
+            .await
+            .unwrap();
+        assert_eq!(out.exit.code, Some(127));
+        let text = out.combined();
+        assert!(
+            text.contains("working directory") && text.contains(cwd),
+            "{text}"
+        );
+        let err = h
+            .client
+            .spawn(ExecRequest::shell("true").cwd(cwd))
+            .await
+            .unwrap_err();
+        assert_eq!(err.remote_kind(), Some(ErrorKind::SpawnFailed), "{err}");
+        assert!(err.to_string().contains(cwd), "{err}");
+    }
+    // A relative cwd says what it is relative to.
+    let out = h
+        .client
+        .exec(ExecRequest::shell("true").cwd("missing"))
+        .await
+        .unwrap();
+    assert!(out.combined().contains("relative to"), "{}", out.combined());
+    // A file is not a working directory either.
+    std::fs::write(h.dir.path().join("file"), "x").unwrap();
+    let out = h
+        .client
+        .exec(ExecRequest::shell("true").cwd("file"))
+        .await
+        .unwrap();
+    assert!(
+        out.combined().contains("working directory"),
+        "{}",
+        out.combined()
+    );
+}
+both_modes!(a_bad_cwd_is_named);
+
 async fn exec_missing_binary(h: Harness) {
     let out = h
         .client

@@ -223,6 +223,8 @@ fn workspace_writes_land_in_the_given_directory_and_env_flags_apply() {
         "256M",
         "--pids",
         "64",
+        "--cpus",
+        "0.5",
         "--",
         "sh",
         "-c",
@@ -324,6 +326,13 @@ fn bad_arguments_fail_clearly_before_anything_starts() {
     assert_eq!(out.status.code(), Some(2));
     assert!(
         text(&out.stderr).contains("--memory") && text(&out.stderr).contains("not a size"),
+        "{}",
+        text(&out.stderr)
+    );
+    let out = lx.run(&["--cpus", "0", "--", "true"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        text(&out.stderr).contains("--cpus"),
         "{}",
         text(&out.stderr)
     );

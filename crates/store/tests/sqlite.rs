@@ -362,3 +362,15 @@ async fn same_owner_in_another_process_waits_for_expiry() {
         PublishRuntimeResourcesResult::Lost
     );
 }
+
+#[test]
+fn a_new_data_dir_is_owner_only() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data/omabox");
+    drop(SqliteStore::open(data.join("omabox.db")).unwrap());
+    for d in [dir.path().join("data"), data] {
+        let mode = std::fs::metadata(&d).unwrap().permissions().mode();
+        assert_eq!(mode & 0o077, 0, "{} has mode {mode:o}", d.display());
+    }
+}

@@ -250,103 +250,119 @@ impl Conn {
         }
     }
 
+    /// Routes one frame to the handler of its kind. Only connection-level faults are
+    /// errors (they end the connection); a stream's faults reset that stream.
     fn dispatch(self: &Arc<Self>, frame: Frame) -> Result<(), ProtocolError> {
-        let id = frame.stream;
         match frame.kind {
             FrameKind::Hello => Err(ProtocolError::Unexpected("second hello".into())),
-            FrameKind::Goaway => {
-                let why: RemoteError = frame
-                    .decode_json("goaway")
-                    .unwrap_or_else(|_| RemoteError::new(ErrorKind::Protocol, "(unreadable)"));
-                Err(ProtocolError::Goaway(why.message))
-            }
-            _ if id == CONNECTION_STREAM => Err(ProtocolError::Unexpected(format!(
+            FrameKind::Goaway => Err(on_goaway(&frame)),
+            _ if frame.stream == CONNECTION_STREAM => Err(ProtocolError::Unexpected(format!(
                 "{:?} frame on stream 0",
                 frame.kind
             ))),
-            FrameKind::Open => {
-                if self.has_stream(id) {
-                    return Err(ProtocolError::Unexpected(format!(
-                        "stream {id} is already open"
-                    )));
-                }
-                match parse_request(&frame) {
-                    Ok(req) => self.open(id, req),
-                    Err(err) => self.send_event(id, &Event::Error(err)),
-                }
-                Ok(())
-            }
+            FrameKind::Open => self.on_open(frame),
             FrameKind::Control => {
-                if !self.has_stream(id) {
-                    return Ok(()); // raced with the stream's end
-                }
-                match frame.decode_json::<StreamControl>("stream control") {
-                    Ok(StreamControl::Cancel) => {
-                        if let Some(entry) = lock(&self.streams).remove(&id) {
-                            entry.shut();
-                        }
-                    }
-                    Ok(ctl) => self.to_stream(id, Inbound::Control(ctl)),
-                    Err(e) => self.reset(
-                        id,
-                        RemoteError::new(ErrorKind::InvalidRequest, e.to_string()),
-                    ),
-                }
+                self.on_control(frame);
                 Ok(())
             }
             FrameKind::Data => {
-                let verdict = {
-                    let streams = lock(&self.streams);
-                    match streams.get(&id) {
-                        None => return Ok(()),
-                        Some(_) if frame.flags != channel::INPUT => Err(format!(
-                            "data on channel {} of stream {id}; the host may only send on channel 0",
-                            frame.flags
-                        )),
-                        Some(e) if !e.recv.on_data(frame.body.len()) => {
-                            Err(ProtocolError::FlowControl {
-                                stream: id,
-                                channel: frame.flags,
-                            }
-                            .to_string())
-                        }
-                        Some(e) => {
-                            let _ = e.inbound.send(Inbound::Data(frame.body));
-                            Ok(())
-                        }
-                    }
-                };
-                if let Err(msg) = verdict {
-                    self.reset(id, RemoteError::new(ErrorKind::Protocol, msg));
-                }
+                self.on_data(frame);
                 Ok(())
             }
             FrameKind::Eof => {
                 if frame.flags == channel::INPUT {
-                    self.to_stream(id, Inbound::Eof);
+                    self.to_stream(frame.stream, Inbound::Eof);
                 }
                 Ok(())
             }
             FrameKind::Window => {
-                let verdict = match frame.window_increment() {
-                    Ok(inc) => {
-                        let streams = lock(&self.streams);
-                        match streams.get(&id) {
-                            None => Ok(()),
-                            Some(e) => match e.send.get(usize::from(frame.flags)) {
-                                Some(w) if w.grant(inc) => Ok(()),
-                                Some(_) => Err("window grown past 2^32-1".to_owned()),
-                                None => Err(format!("window for unknown channel {}", frame.flags)),
-                            },
-                        }
-                    }
-                    Err(e) => Err(e.to_string()),
-                };
-                if let Err(msg) = verdict {
-                    self.reset(id, RemoteError::new(ErrorKind::Protocol, msg));
-                }
+                self.on_window(&frame);
                 Ok(())
             }
+        }
+    }
+
+    /// A request on a new stream; reopening a live stream ends the connection.
+    fn on_open(self: &Arc<Self>, frame: Frame) -> Result<(), ProtocolError> {
+        let id = frame.stream;
+        if self.has_stream(id) {
+            return Err(ProtocolError::Unexpected(format!(
+                "stream {id} is already open"
+            )));
+        }
+        match parse_request(&frame) {
+            Ok(req) => self.open(id, req),
+            Err(err) => self.send_event(id, &Event::Error(err)),
+        }
+        Ok(())
+    }
+
+    /// A control message for a stream: cancel ends it here, the rest go to its task.
+    fn on_control(&self, frame: Frame) {
+        let id = frame.stream;
+        if !self.has_stream(id) {
+            return; // raced with the stream's end
+        }
+        match frame.decode_json::<StreamControl>("stream control") {
+            Ok(StreamControl::Cancel) => {
+                if let Some(entry) = lock(&self.streams).remove(&id) {
+                    entry.shut();
+                }
+            }
+            Ok(ctl) => self.to_stream(id, Inbound::Control(ctl)),
+            Err(e) => self.reset(
+                id,
+                RemoteError::new(ErrorKind::InvalidRequest, e.to_string()),
+            ),
+        }
+    }
+
+    /// Input bytes for a stream, within its receive window and on channel 0 only.
+    fn on_data(&self, frame: Frame) {
+        let id = frame.stream;
+        let verdict = {
+            let streams = lock(&self.streams);
+            match streams.get(&id) {
+                None => return,
+                Some(_) if frame.flags != channel::INPUT => Err(format!(
+                    "data on channel {} of stream {id}; the host may only send on channel 0",
+                    frame.flags
+                )),
+                Some(e) if !e.recv.on_data(frame.body.len()) => Err(ProtocolError::FlowControl {
+                    stream: id,
+                    channel: frame.flags,
+                }
+                .to_string()),
+                Some(e) => {
+                    let _ = e.inbound.send(Inbound::Data(frame.body));
+                    Ok(())
+                }
+            }
+        };
+        if let Err(msg) = verdict {
+            self.reset(id, RemoteError::new(ErrorKind::Protocol, msg));
+        }
+    }
+
+    /// Send credit for one of a stream's output channels.
+    fn on_window(&self, frame: &Frame) {
+        let id = frame.stream;
+        let verdict = match frame.window_increment() {
+            Ok(inc) => {
+                let streams = lock(&self.streams);
+                match streams.get(&id) {
+                    None => Ok(()),
+                    Some(e) => match e.send.get(usize::from(frame.flags)) {
+                        Some(w) if w.grant(inc) => Ok(()),
+                        Some(_) => Err("window grown past 2^32-1".to_owned()),
+                        None => Err(format!("window for unknown channel {}", frame.flags)),
+                    },
+                }
+            }
+            Err(e) => Err(e.to_string()),
+        };
+        if let Err(msg) = verdict {
+            self.reset(id, RemoteError::new(ErrorKind::Protocol, msg));
         }
     }
 
@@ -389,6 +405,14 @@ impl Conn {
         }
         lock(&self.background).clear();
     }
+}
+
+/// The host ends the connection, saying why.
+fn on_goaway(frame: &Frame) -> ProtocolError {
+    let why: RemoteError = frame
+        .decode_json("goaway")
+        .unwrap_or_else(|_| RemoteError::new(ErrorKind::Protocol, "(unreadable)"));
+    ProtocolError::Goaway(why.message)
 }
 
 fn parse_request(frame: &Frame) -> Result<Request, RemoteError> {

@@ -118,9 +118,10 @@ pub(crate) async fn write_file(
     let sync = async {
         f.flush().await?;
         f.sync_all().await?;
+        // Never setuid/setgid: a file written here may be run by a host user later.
         let perm = match (mode, &existing) {
-            (Some(m), _) => m & 0o7777,
-            (None, Some(meta)) => meta.mode() & 0o7777,
+            (Some(m), _) => m & 0o1777,
+            (None, Some(meta)) => meta.mode() & 0o1777,
             (None, None) => 0o644,
         };
         tokio::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(perm)).await?;

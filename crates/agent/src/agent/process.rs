@@ -6,6 +6,7 @@
 
 use std::os::fd::OwnedFd;
 use std::os::unix::process::CommandExt;
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::sync::Arc;
 
@@ -69,6 +70,31 @@ pub(crate) fn spawn(
         Some(c) => agent.resolve(c),
         None => agent.config.workdir.clone(),
     };
+    // Named here: a missing cwd would otherwise read as the program being missing
+    // ("cannot start …: No such file or directory").
+    if let Err(e) = std::fs::metadata(&cwd).and_then(|m| {
+        if m.is_dir() {
+            Ok(())
+        } else {
+            Err(std::io::Error::from(std::io::ErrorKind::NotADirectory))
+        }
+    }) {
+        let given = spec.cwd.as_deref().unwrap_or("");
+        let shown = if Path::new(given).is_relative() && !given.is_empty() {
+            format!("{given:?} (relative to {:?})", agent.config.workdir)
+        } else {
+            format!("{cwd:?}")
+        };
+        let mut err = RemoteError::io(
+            format!(
+                "cannot start {}: working directory {shown} is not usable",
+                describe(&spec.command)
+            ),
+            &e,
+        );
+        err.kind = ErrorKind::SpawnFailed;
+        return Err(err);
+    }
     cmd.current_dir(&cwd)
         .stdin(if spec.stdin {
             Stdio::piped()

@@ -286,7 +286,9 @@ fn unpack_safe<R: Read>(reader: R, dst: &Path) -> Result<u64, RemoteError> {
         }
         check_parents(dst, &rel)?;
         let target = dst.join(&rel);
-        let mode = entry.header().mode().unwrap_or(0o644) & 0o7777;
+        // setuid/setgid bits are dropped: an extracted file may be run by a host user
+        // later (the linux sandbox's seccomp filter would refuse them anyway).
+        let mode = entry.header().mode().unwrap_or(0o644) & 0o1777;
         let ctx = |e: io::Error| RemoteError::io(format!("cannot extract {}", rel.display()), &e);
         if kind.is_dir() {
             match std::fs::symlink_metadata(&target) {
@@ -311,7 +313,9 @@ fn unpack_safe<R: Read>(reader: R, dst: &Path) -> Result<u64, RemoteError> {
             || kind.is_symlink()
         {
             clear_slot(&target)?;
-            entry.set_preserve_permissions(true);
+            // Not preserved: the tar crate then applies `mode & 0o777`, so no
+            // setuid/setgid bit is ever set.
+            entry.set_preserve_permissions(false);
             entry.set_preserve_mtime(true);
             entry.set_unpack_xattrs(false);
             entry.unpack(&target).map_err(ctx)?;

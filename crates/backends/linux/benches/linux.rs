@@ -7,7 +7,9 @@
 //!
 //! `cargo bench -p omabox-backend-linux` (as root). `OMABOX_BENCH_N` sets the number of
 //! starts (default 200), `OMABOX_BENCH_IDLE` the number of idle sandboxes (default 100),
-//! `OMABOX_BENCH_SPACED` the number of starts spaced 50 ms apart (default 30).
+//! `OMABOX_BENCH_SPACED` the number of starts spaced 50 ms apart (default 30),
+//! `OMABOX_BENCH_CLI` the `omabox` binary whose whole `sandbox run -- /bin/echo x`
+//! process is timed against bwrap's (default: `omabox` in the same target profile dir).
 
 use std::io::Read;
 use std::path::PathBuf;
@@ -269,6 +271,49 @@ fn run_tool(tool: &str, args: &[String]) -> Option<(Duration, Duration)> {
     status.success().then_some((ready, total))
 }
 
+/// The `omabox` binary whose whole `sandbox run` process is timed: `OMABOX_BENCH_CLI`,
+/// else an `omabox` in this benchmark's target profile dir (after
+/// `cargo build --release -p omabox`).
+fn cli_binary() -> Option<PathBuf> {
+    if let Some(p) = std::env::var_os("OMABOX_BENCH_CLI") {
+        return Some(PathBuf::from(p));
+    }
+    let exe = std::env::current_exe().ok()?;
+    let candidate = exe.parent()?.parent()?.join("omabox");
+    candidate.is_file().then_some(candidate)
+}
+
+/// Spawns `omabox sandbox run --backend linux -- /bin/echo x` (the benchmark's runtime
+/// dir, cgroup parent and init); returns (first output byte, exit) like [`run_tool`].
+fn run_cli(cli: &PathBuf, init: &PathBuf) -> Option<(Duration, Duration)> {
+    let t0 = Instant::now();
+    let mut child = Command::new(cli)
+        .args([
+            "sandbox",
+            "run",
+            "--backend",
+            "linux",
+            "--",
+            "/bin/echo",
+            "x",
+        ])
+        .env("OMABOX_LINUX_RUNTIME_DIR", "/run/omabox-bench")
+        .env("OMABOX_LINUX_CGROUP_PARENT", "omabox-bench")
+        .env("OMABOX_LINUX_INIT", init)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .ok()?;
+    let mut out = child.stdout.take()?;
+    let mut b = [0u8; 1];
+    out.read_exact(&mut b).ok()?;
+    let ready = t0.elapsed();
+    let status = child.wait().ok()?;
+    let total = t0.elapsed();
+    status.success().then_some((ready, total))
+}
+
 fn tool_available(tool: &str, args: &[String]) -> bool {
     run_tool(tool, args).is_some()
 }
@@ -372,6 +417,27 @@ fn main() {
         if have_unshare && let Some((r, t)) = run_tool("unshare", &us) {
             us_ready.push(r);
             us_total.push(t);
+        }
+    }
+
+    // 1b. Whole processes: `omabox sandbox run -- /bin/echo x` against bwrap doing the
+    //     same, interleaved (what a user waits for).
+    let cli = cli_binary();
+    let (mut cli_ready, mut cli_total, mut bw2_total) =
+        (Samples::default(), Samples::default(), Samples::default());
+    if let Some(cli) = &cli {
+        let init = PathBuf::from(env!("CARGO_BIN_EXE_omabox-sandbox-init"));
+        for _ in 0..5 {
+            let _ = run_cli(cli, &init);
+        }
+        for _ in 0..n {
+            if let Some((r, t)) = run_cli(cli, &init) {
+                cli_ready.push(r);
+                cli_total.push(t);
+            }
+            if have_bwrap && let Some((_, t)) = run_tool("bwrap", &bw) {
+                bw2_total.push(t);
+            }
         }
     }
 
@@ -504,6 +570,30 @@ fn main() {
         );
     } else {
         println!("bwrap: not installed (apt-get install -y bubblewrap)");
+    }
+    match &cli {
+        Some(cli) if !cli_total.0.is_empty() => {
+            println!(
+                "{:<36} {:>11} {:>11} {:>9}",
+                "omabox sandbox run (whole process)",
+                ms(cli_total.p50()),
+                ms(cli_total.p99()),
+                if have_bwrap {
+                    ratio(cli_total.p50(), bw2_total.p50())
+                } else {
+                    "-".into()
+                }
+            );
+            println!(
+                "  ({}; first output byte p50 {}; ratio against bwrap's whole process)",
+                cli.display(),
+                ms(cli_ready.p50())
+            );
+        }
+        Some(cli) => println!("{}: `sandbox run` failed", cli.display()),
+        None => println!(
+            "omabox sandbox run: no omabox binary (cargo build --release -p omabox, or set OMABOX_BENCH_CLI)"
+        ),
     }
     if have_unshare {
         println!(

@@ -286,6 +286,35 @@ impl CgroupPaths {
         self.dirs.iter().any(|d| d.exists())
     }
 
+    /// How many processes the kernel's OOM killer has killed in this cgroup so far
+    /// (`oom_kill` of v2 `memory.events` / v1 `memory.oom_control`); `None` without a
+    /// memory controller or on a kernel that does not count.
+    pub fn oom_kills(&self) -> Option<u64> {
+        self.dirs.iter().find_map(|d| {
+            ["memory.events", "memory.oom_control"]
+                .iter()
+                .find_map(|f| std::fs::read_to_string(d.join(f)).ok())
+                .and_then(|text| {
+                    text.lines()
+                        .find_map(|l| l.strip_prefix("oom_kill "))
+                        .and_then(|n| n.trim().parse().ok())
+                })
+        })
+    }
+
+    /// The memory limit in bytes (v2 `memory.max`, v1 `memory.limit_in_bytes`); `None`
+    /// when unlimited or unknown.
+    pub fn memory_limit(&self) -> Option<u64> {
+        self.dirs.iter().find_map(|d| {
+            ["memory.max", "memory.limit_in_bytes"]
+                .iter()
+                .find_map(|f| std::fs::read_to_string(d.join(f)).ok())
+                // v1 says "unlimited" with a huge page-rounded number.
+                .and_then(|text| text.trim().parse::<u64>().ok())
+                .filter(|n| *n < 1 << 60)
+        })
+    }
+
     /// Current memory usage in bytes (v1 `memory.usage_in_bytes`, v2 `memory.current`).
     pub fn memory_usage(&self) -> Option<u64> {
         self.dirs.iter().find_map(|d| {

@@ -37,6 +37,11 @@ pub struct InitSpec {
     /// host moved it already (cgroup v2, or no cgroups).
     #[serde(default)]
     pub cgroup_join: Vec<PathBuf>,
+    /// First host id of the sandbox's own user namespace range (as root): once the
+    /// sandbox is built, the setup stage enters a user namespace mapping `0..65536` to
+    /// it and becomes its uid/gid 0 (see `idmap`).
+    #[serde(default)]
+    pub id_base: Option<u32>,
 }
 
 /// What the setup stage actually enforced.

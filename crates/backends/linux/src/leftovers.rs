@@ -39,7 +39,8 @@ use std::time::{Duration, SystemTime};
 use serde::{Deserialize, Serialize};
 
 use crate::cgroup::{CgroupLayout, CgroupPaths, V1_CONTROLLERS};
-use crate::sandbox::{IDENTITY_FILE, RuntimeConfig, SandboxIdentity};
+use crate::identity::{IDENTITY_FILE, SandboxIdentity};
+use crate::sandbox::RuntimeConfig;
 use crate::sys;
 
 /// The owner record in every state dir.
@@ -324,6 +325,7 @@ pub fn reap_leftovers(
                 boot_id: String::new(),
                 cgroup,
                 state_dir,
+                id_base: None,
             },
         };
         match target.destroy(DESTROY_TIMEOUT) {
@@ -333,6 +335,14 @@ pub fn reap_leftovers(
                 reason: format!("teardown failed: {error}: {}", error.source),
             }),
         }
+    }
+    // A sandbox killed before its identity was written held an id range that no identity
+    // names: its slot is stale now that the state dir is gone.
+    if let Err(error) = crate::idmap::free_stale() {
+        sweep.kept.push(LeftoverProblem {
+            id: "id-range slots".into(),
+            reason: format!("freeing stale slots failed: {error}"),
+        });
     }
     Ok(sweep)
 }

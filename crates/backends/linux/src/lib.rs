@@ -42,6 +42,8 @@ pub mod catalog;
 pub mod cgroup;
 pub mod factory;
 pub mod handoff;
+mod identity;
+pub mod idmap;
 pub mod image;
 pub mod leftovers;
 pub mod managed;
@@ -56,12 +58,10 @@ mod sys;
 
 pub use cgroup::{CgroupLayout, CgroupPaths};
 pub use handoff::SetupReport;
+pub use identity::{DestroyError, DestroyOutcome, SandboxIdentity};
 pub use image::{CachedImage, ImageCache, ImageError, ImageKind, ResolvedImage};
 pub use plan::{
     BindMount, CpuLimit, Hardening, Limits, NetworkPolicy, PlanError, RootfsSource, SandboxPlan,
 };
 pub use probe::{LinuxCapabilities, MissingRequirement, ProbeError};
-pub use sandbox::{
-    DestroyError, DestroyOutcome, INIT_BINARY, LinuxRuntime, LinuxSandbox, RuntimeConfig,
-    SandboxIdentity, StartError,
-};
+pub use sandbox::{INIT_BINARY, LinuxRuntime, LinuxSandbox, RuntimeConfig, StartError};

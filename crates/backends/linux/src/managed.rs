@@ -16,8 +16,8 @@
 //! identity does not match the lease's runtime id.
 
 use crate::factory::LinuxSandboxFactory;
+use crate::identity::SandboxIdentity;
 use crate::port::LinuxSandboxPort;
-use crate::sandbox::SandboxIdentity;
 use async_trait::async_trait;
 use omabox_contract::{
     ManagedRuntimeProviderDriverPort, ManagedSandboxLease, Meta, MetaValue, PortError,

@@ -166,7 +166,7 @@ impl Default for Limits {
         Self {
             memory_bytes: Some(512 << 20),
             pids_max: Some(512),
-            cpu: None,
+            cpu: Some(CpuLimit::default_quota()),
             tmp_bytes: 256 << 20,
             scratch_bytes: 64 << 20,
             nofile: 4096,
@@ -192,6 +192,30 @@ pub enum CpuLimit {
         /// Weight.
         shares: u64,
     },
+}
+
+impl CpuLimit {
+    /// CFS period of the quotas made here (the kernel's default).
+    pub const PERIOD_US: u64 = 100_000;
+    /// CPUs a sandbox gets when nothing says otherwise: two, or every CPU of a smaller
+    /// host (so no single sandbox can take a larger host whole).
+    pub const DEFAULT_CPUS: u64 = 2;
+
+    /// A quota of `millicpus / 1000` CPUs.
+    pub fn millicpus(millicpus: u64) -> Self {
+        Self::Quota {
+            quota_us: (millicpus.saturating_mul(Self::PERIOD_US) / 1000).max(1000),
+            period_us: Self::PERIOD_US,
+        }
+    }
+
+    /// The default: [`Self::DEFAULT_CPUS`], at most the host's CPU count.
+    pub fn default_quota() -> Self {
+        let host = std::thread::available_parallelism()
+            .map(|n| n.get() as u64)
+            .unwrap_or(1);
+        Self::millicpus(Self::DEFAULT_CPUS.min(host) * 1000)
+    }
 }
 
 /// Network policy.

@@ -1,14 +1,16 @@
 //! The host side: [`LinuxRuntime`] starts sandboxes, [`LinuxSandbox`] owns one and tears
-//! it down (explicitly or on drop), [`SandboxIdentity`] lets a fresh process tear one
-//! down with no handle at all.
+//! it down (explicitly or on drop); `identity` lets a fresh process tear one down with
+//! no handle at all.
 //!
 //! Start, as a checklist:
 //!
 //! 1. validate the plan and check it against the probed capabilities;
 //! 2. create the state dir (`<runtime_dir>/<id>`) and, first in it, `owner.json` (this host
-//!    process; see `leftovers`, which reaps the state dirs of dead owners);
+//!    process; see `leftovers`, which reaps the state dirs of dead owners); as root, claim
+//!    the sandbox's host id range (see `idmap`);
 //! 3. clone a child into new mount/pid/ipc/uts namespaces that execs the setup stage at
-//!    once (see `spawn`); the setup stage enters a new network namespace first thing;
+//!    once (see `spawn`) in a session of its own; the setup stage enters a new network
+//!    namespace first thing, and its own user namespace last (with the range);
 //! 4. create the cgroup with its limits (overlapping the child's network namespace
 //!    creation), then release the child by writing the plan into its plan pipe (it
 //!    blocks on that read, so no plan-controlled code runs before it is in the cgroup).
@@ -29,10 +31,10 @@ use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use serde::{Deserialize, Serialize};
-
 use crate::cgroup::CgroupPaths;
 use crate::handoff::{self, InitSpec, SetupReport};
+use crate::identity::{DestroyError, IDENTITY_FILE, SCRATCH_DIR, SandboxIdentity, destroy_err};
+use crate::idmap;
 use crate::plan::{PlanError, SandboxPlan};
 use crate::probe::{LinuxCapabilities, MissingRequirement, ProbeError};
 use crate::spawn::{self, ExecSpec};
@@ -40,8 +42,6 @@ use crate::sys::{self, Reaped};
 
 /// File name of the setup-stage binary.
 pub const INIT_BINARY: &str = "omabox-sandbox-init";
-pub(crate) const IDENTITY_FILE: &str = "identity.json";
-const SCRATCH_DIR: &str = "scratch";
 
 /// Host-side settings (policy-free: where things go, not what a sandbox may do).
 #[derive(Debug, Clone)]
@@ -86,7 +86,7 @@ pub enum StartError {
     Probe(#[from] ProbeError),
     /// The setup-stage binary was not found.
     #[error(
-        "{INIT_BINARY} not found (looked for {0}): install it next to the omabox binary or on PATH, or set RuntimeConfig::init_binary"
+        "{INIT_BINARY} not found (looked for {0}): install it next to the omabox binary or on PATH, or set OMABOX_LINUX_INIT to its path"
     )]
     InitBinaryMissing(String),
     /// A host-side step failed.
@@ -114,139 +114,6 @@ pub enum StartError {
 
 fn host(step: &'static str) -> impl FnOnce(io::Error) -> StartError {
     move |source| StartError::Host { step, source }
-}
-
-/// Why a teardown did not complete. Retrying is safe.
-#[derive(Debug, thiserror::Error)]
-#[error("{step}")]
-pub struct DestroyError {
-    /// What was being done.
-    pub step: &'static str,
-    /// Why it failed.
-    #[source]
-    pub source: io::Error,
-}
-
-fn destroy_err(step: &'static str) -> impl FnOnce(io::Error) -> DestroyError {
-    move |source| DestroyError { step, source }
-}
-
-/// Everything needed to find and destroy a sandbox from another process. No handle,
-/// token or secret: safe to put in a lease or a log.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct SandboxIdentity {
-    /// Sandbox id.
-    pub id: String,
-    /// Host pid of the sandbox's PID 1 (the agent).
-    pub pid: i32,
-    /// Its start time in clock ticks since boot (`/proc/<pid>/stat` field 22): with the
-    /// boot id, tells it apart from a later process that reuses the pid.
-    pub start_time: u64,
-    /// `/proc/sys/kernel/random/boot_id` at start.
-    pub boot_id: String,
-    /// The sandbox's cgroup directories.
-    pub cgroup: CgroupPaths,
-    /// Host-side state directory.
-    pub state_dir: PathBuf,
-}
-
-/// What a destroy found.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct DestroyOutcome {
-    /// The sandbox's PID 1 was still running and got killed.
-    pub killed: bool,
-}
-
-impl SandboxIdentity {
-    /// Destroys the sandbox from any process: kills its PID 1 if it is still the same
-    /// process (boot id and start time match), which takes the whole pid namespace with
-    /// it; kills whatever is left in its cgroup; removes the cgroup and the state dir.
-    /// Idempotent: destroying twice, or a sandbox that already died, is fine.
-    pub fn destroy(&self, timeout: Duration) -> Result<DestroyOutcome, DestroyError> {
-        let mut killed = false;
-        if self.is_alive() {
-            // pidfd first, then re-check: the pidfd pins the process, so if the start time
-            // still matches now, the signal cannot reach a recycled pid.
-            if let Ok(pidfd) = sys::pidfd_open(self.pid)
-                && self.is_alive()
-            {
-                killed = sys::pidfd_kill(pidfd.as_fd(), libc::SIGKILL)
-                    .map_err(destroy_err("kill sandbox init"))?;
-                let ms = timeout.as_millis().min(i32::MAX as u128) as i32;
-                sys::pidfd_wait_exit(pidfd.as_fd(), ms)
-                    .map_err(destroy_err("wait for sandbox init"))?;
-            }
-        }
-        self.cgroup
-            .remove(timeout)
-            .map_err(destroy_err("remove cgroup"))?;
-        remove_state_dir(&self.state_dir).map_err(destroy_err("remove state dir"))?;
-        Ok(DestroyOutcome { killed })
-    }
-
-    /// Whether the sandbox's PID 1 is still this identity's process (a zombie counts as
-    /// dead).
-    pub fn is_alive(&self) -> bool {
-        if sys::boot_id().ok().as_deref() != Some(self.boot_id.as_str()) {
-            return false;
-        }
-        if sys::process_start_time(self.pid).ok().flatten() != Some(self.start_time) {
-            return false;
-        }
-        // A zombie still has its stat entry; state 'Z' means it is gone for our purposes.
-        std::fs::read_to_string(format!("/proc/{}/stat", self.pid))
-            .ok()
-            .and_then(|s| {
-                s.rsplit_once(')')
-                    .and_then(|(_, r)| r.split_whitespace().next().map(|st| st != "Z"))
-            })
-            .unwrap_or(false)
-    }
-
-    /// Identities of every sandbox with a state dir under `runtime_dir` (leftovers of
-    /// crashed hosts included). Unreadable entries are skipped.
-    pub fn list(runtime_dir: &Path) -> io::Result<Vec<Self>> {
-        let mut out = Vec::new();
-        let entries = match std::fs::read_dir(runtime_dir) {
-            Ok(e) => e,
-            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(out),
-            Err(e) => return Err(e),
-        };
-        for entry in entries {
-            let path = entry?.path().join(IDENTITY_FILE);
-            if let Ok(bytes) = std::fs::read(&path)
-                && let Ok(id) = serde_json::from_slice(&bytes)
-            {
-                out.push(id);
-            }
-        }
-        Ok(out)
-    }
-}
-
-/// Removes a state dir without ever recursing: it holds only the identity and owner files
-/// and the empty scratch mount point (mounts happen in the sandbox's own namespace). Anything
-/// else there is an error, not something to delete blindly.
-fn remove_state_dir(dir: &Path) -> io::Result<()> {
-    for f in [
-        dir.join(IDENTITY_FILE),
-        dir.join(crate::leftovers::OWNER_FILE),
-    ] {
-        match std::fs::remove_file(&f) {
-            Ok(()) => {}
-            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-            Err(e) => return Err(e),
-        }
-    }
-    for d in [dir.join(SCRATCH_DIR), dir.to_path_buf()] {
-        match std::fs::remove_dir(&d) {
-            Ok(()) => {}
-            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-            Err(e) => return Err(e),
-        }
-    }
-    Ok(())
 }
 
 /// Starts sandboxes with one probed set of capabilities.
@@ -284,15 +151,50 @@ impl LinuxRuntime {
     }
 
     /// Starts a sandbox and returns once its setup stage reported ready. Blocking
-    /// (a few milliseconds); from async code call it on `spawn_blocking`.
+    /// (a few milliseconds); from async code call it on `spawn_blocking`. The steps are
+    /// the module doc's checklist; the half-built sandbox owns every resource from the
+    /// moment it exists, so a failing step drops it and its `Drop` cleans up.
     pub fn start(&self, plan: &SandboxPlan) -> Result<LinuxSandbox, StartError> {
-        let mut timeline = vec![("host start", sys::monotonic_us())];
-        // 1. Admission.
+        let mut clock = vec![("host start", sys::monotonic_us())];
+        let mut mark = |what| clock.push((what, sys::monotonic_us()));
         plan.validate()?;
         self.caps.check(plan)?;
-        let id = uuid::Uuid::new_v4().simple().to_string()[..16].to_owned();
+        let (mut sandbox, ids) = self.create_state()?;
+        mark("host state dir");
+        let init = self.prepare_init(plan)?;
+        mark("host fds, argv");
+        let channels = self.spawn_init(&mut sandbox, init)?;
+        mark("host clone");
+        omabox_sandbox::fault::point("linux-start-cloned");
+        let cgroup_join = self.create_cgroup(&mut sandbox, plan)?;
+        mark("host cgroup create");
+        omabox_sandbox::fault::point("linux-start-cgroup");
+        let spec = InitSpec {
+            id: sandbox.identity.id.clone(),
+            plan: plan.clone(),
+            scratch_dir: sandbox.identity.state_dir.join(SCRATCH_DIR),
+            cgroup_join,
+            id_base: ids.map(|r| r.base),
+        };
+        send_plan(channels.plan, &spec)?;
+        mark("host plan sent");
+        omabox_sandbox::fault::point("linux-start-plan-sent");
+        sandbox.record_identity()?;
+        mark("host identity written");
+        omabox_sandbox::fault::point("linux-start-identity");
+        let msg = read_status(channels.status, self.config.ready_timeout)?;
+        mark("host ready read");
+        sandbox.accept_status(&msg)?;
+        sandbox.agent = Some(channels.agent);
+        mark("host done");
+        sandbox.timeline = merge_timelines(clock, sandbox.report.as_ref());
+        Ok(sandbox)
+    }
 
-        // 2. State dir and cgroup, owned by the half-built sandbox from here on.
+    /// Step 2: the runtime and state dirs (owner-only), the half-built sandbox that owns
+    /// them from here on, and, as root, its host id range.
+    fn create_state(&self) -> Result<(LinuxSandbox, Option<idmap::IdRange>), StartError> {
+        let id = uuid::Uuid::new_v4().simple().to_string()[..16].to_owned();
         std::fs::DirBuilder::new()
             .recursive(true)
             .mode(0o700)
@@ -305,7 +207,7 @@ impl LinuxRuntime {
             .map_err(host("create state dir"))?;
         let mut sandbox = LinuxSandbox {
             identity: SandboxIdentity {
-                id: id.clone(),
+                id,
                 pid: 0,
                 start_time: 0,
                 boot_id: self.boot_id.clone(),
@@ -314,6 +216,7 @@ impl LinuxRuntime {
                     unified: false,
                 },
                 state_dir: state_dir.clone(),
+                id_base: None,
             },
             pidfd: None,
             agent: None,
@@ -327,15 +230,23 @@ impl LinuxRuntime {
         crate::leftovers::Owner::record(&state_dir, &self.boot_id)
             .map_err(host("write owner record"))?;
         omabox_sandbox::fault::point("linux-start-state-dir");
-        let scratch = state_dir.join(SCRATCH_DIR);
         std::fs::DirBuilder::new()
             .mode(0o700)
-            .create(&scratch)
+            .create(state_dir.join(SCRATCH_DIR))
             .map_err(host("create scratch dir"))?;
+        let ids = if self.caps.root {
+            let r = idmap::allocate(&state_dir).map_err(host("allocate sandbox id range"))?;
+            sandbox.identity.id_base = Some(r.base);
+            Some(r)
+        } else {
+            None
+        };
+        Ok((sandbox, ids))
+    }
 
-        timeline.push(("host state dir", sys::monotonic_us()));
-
-        // 3. Clone + exec the setup stage.
+    /// Step 3a: the three channels and what the child will exec, all built before the
+    /// clone (the child may not allocate).
+    fn prepare_init(&self, plan: &SandboxPlan) -> Result<PreparedInit, StartError> {
         let (agent_host, agent_child) = sys::socketpair().map_err(host("create socketpair"))?;
         let (plan_r, plan_w) = sys::pipe().map_err(host("create plan pipe"))?;
         let (status_r, status_w) = sys::pipe().map_err(host("create status pipe"))?;
@@ -367,114 +278,111 @@ impl LinuxRuntime {
             stdio: null.as_raw_fd(),
             error_fd: status_w.as_raw_fd(),
         };
-        // No CLONE_NEWNET here: the setup stage unshares its network namespace itself,
-        // before it reads the plan (see `setup::isolate_network`).
+        Ok(PreparedInit {
+            exec,
+            child_ends: vec![plan_r, status_w, agent_child, null],
+            host_ends: Channels {
+                plan: plan_w,
+                status: status_r,
+                agent: agent_host,
+            },
+        })
+    }
+
+    /// Step 3b: clone + exec the setup stage into new namespaces. No CLONE_NEWNET: the
+    /// setup stage unshares its network namespace itself, before it reads the plan (see
+    /// `setup::isolate_network`). As root, it also enters the sandbox's own user
+    /// namespace itself once it has built the sandbox (see `setup::run`); otherwise the
+    /// clone creates one, mapped to the caller's uid.
+    fn spawn_init(
+        &self,
+        sandbox: &mut LinuxSandbox,
+        init: PreparedInit,
+    ) -> Result<Channels, StartError> {
         let mut ns =
             libc::CLONE_NEWNS | libc::CLONE_NEWPID | libc::CLONE_NEWIPC | libc::CLONE_NEWUTS;
         if !self.caps.root {
             ns |= libc::CLONE_NEWUSER;
         }
-        timeline.push(("host fds, argv", sys::monotonic_us()));
-        let child = spawn::clone_exec(&exec, ns).map_err(host("clone sandbox init"))?;
-        timeline.push(("host clone", sys::monotonic_us()));
-        let child_pid = child.pid;
+        let child = spawn::clone_exec(&init.exec, ns).map_err(host("clone sandbox init"))?;
         sandbox.identity.pid = child.pid;
         sandbox.pidfd = Some(child.pidfd);
-        drop((plan_r, status_w, agent_child, null));
-        omabox_sandbox::fault::point("linux-start-cloned");
-
-        // 4. The cgroup (created while the child execs, on the other core), the child
-        //    moved into it, then released with the plan.
+        drop(init.child_ends);
         if !self.caps.root {
             write_id_maps(child.pid).map_err(host("write user namespace id maps"))?;
         }
+        Ok(init.host_ends)
+    }
+
+    /// Step 4: the cgroup with its limits (created while the child execs, on the other
+    /// core). On cgroup v1 (as root) the setup stage joins it itself, first thing after
+    /// reading the plan (see `setup::join_cgroups` for why): returns the files it writes.
+    /// Otherwise the host moves it now.
+    fn create_cgroup(
+        &self,
+        sandbox: &mut LinuxSandbox,
+        plan: &SandboxPlan,
+    ) -> Result<Vec<PathBuf>, StartError> {
         if let Some(layout) = &self.caps.cgroup {
-            sandbox.identity.cgroup =
-                CgroupPaths::create(layout, &self.config.cgroup_parent, &id, &plan.limits)
-                    .map_err(host("create cgroup"))?;
+            sandbox.identity.cgroup = CgroupPaths::create(
+                layout,
+                &self.config.cgroup_parent,
+                &sandbox.identity.id,
+                &plan.limits,
+            )
+            .map_err(host("create cgroup"))?;
         }
-        timeline.push(("host cgroup create", sys::monotonic_us()));
-        omabox_sandbox::fault::point("linux-start-cgroup");
-        // On cgroup v1 (as root) the setup stage joins the cgroup itself, first thing
-        // after reading the plan (see `setup::join_cgroups` for why); otherwise the
-        // host moves it now.
-        let cgroup_join = match sandbox.identity.cgroup.self_join_files() {
-            Some(files) if self.caps.root => files,
+        match sandbox.identity.cgroup.self_join_files() {
+            Some(files) if self.caps.root => Ok(files),
             _ => {
                 sandbox
                     .identity
                     .cgroup
-                    .add(child.pid)
+                    .add(sandbox.identity.pid)
                     .map_err(host("move init into cgroup"))?;
-                Vec::new()
-            }
-        };
-        let spec = InitSpec {
-            id: id.clone(),
-            plan: plan.clone(),
-            scratch_dir: scratch,
-            cgroup_join,
-        };
-        let json = serde_json::to_vec(&spec).map_err(|e| host("encode plan")(e.into()))?;
-        let mut plan_w = std::fs::File::from(plan_w);
-        // EPIPE here means the child already died; its status message says why.
-        let _ = plan_w.write_all(&json);
-        drop(plan_w);
-        timeline.push(("host plan sent", sys::monotonic_us()));
-        omabox_sandbox::fault::point("linux-start-plan-sent");
-
-        // 5. Record the identity for out-of-process teardown while the setup stage works
-        //    (it is complete now: pid, start time, cgroup; the start time is read only
-        //    after the clone returned, i.e. after the child's exec, because reading
-        //    /proc/<pid>/stat during an exec can stall). From here a crashed host's
-        //    leftover is found and reaped by `SandboxIdentity::list`.
-        sandbox.identity.start_time = sys::process_start_time(child_pid)
-            .map_err(host("read init start time"))?
-            .unwrap_or(0);
-        let identity_json = serde_json::to_vec_pretty(&sandbox.identity)
-            .map_err(|e| host("encode identity")(e.into()))?;
-        std::fs::write(state_dir.join(IDENTITY_FILE), identity_json)
-            .map_err(host("write identity"))?;
-        timeline.push(("host identity written", sys::monotonic_us()));
-        omabox_sandbox::fault::point("linux-start-identity");
-
-        // 6. Wait for the verdict.
-        let msg = read_status(status_r, self.config.ready_timeout)?;
-        timeline.push(("host ready read", sys::monotonic_us()));
-        match msg.first() {
-            Some(&handoff::READY) => {
-                let report: SetupReport = serde_json::from_slice(&msg[1..])
-                    .map_err(|e| StartError::Setup(format!("malformed ready message: {e}")))?;
-                sandbox.report = Some(report);
-            }
-            Some(&handoff::FAILED) => {
-                return Err(StartError::Setup(
-                    String::from_utf8_lossy(&msg[1..]).into_owned(),
-                ));
-            }
-            Some(&handoff::EXEC_FAILED) if msg.len() == 5 => {
-                let errno = i32::from_ne_bytes([msg[1], msg[2], msg[3], msg[4]]);
-                return Err(StartError::Exec(io::Error::from_raw_os_error(errno)));
-            }
-            _ => {
-                let why = sandbox.exit_status();
-                return Err(StartError::Died(why));
+                Ok(Vec::new())
             }
         }
-
-        sandbox.agent = Some(agent_host);
-        timeline.push(("host done", sys::monotonic_us()));
-        let mut timeline: Vec<(String, u64)> = timeline
-            .into_iter()
-            .map(|(what, t)| (what.to_owned(), t))
-            .collect();
-        if let Some(r) = &sandbox.report {
-            timeline.extend(r.clock_us.iter().cloned());
-        }
-        timeline.sort_by_key(|(_, t)| *t);
-        sandbox.timeline = timeline;
-        Ok(sandbox)
     }
+}
+
+/// The host's ends of the three channels to the setup stage.
+struct Channels {
+    plan: OwnedFd,
+    status: OwnedFd,
+    agent: OwnedFd,
+}
+
+/// What [`LinuxRuntime::spawn_init`] needs, prepared before the clone.
+struct PreparedInit {
+    exec: ExecSpec,
+    /// The child's ends (and its stdio), closed in the host once it has exec'd.
+    child_ends: Vec<OwnedFd>,
+    host_ends: Channels,
+}
+
+/// Step 4 (end): releases the setup stage with the plan. EPIPE means the child already
+/// died; its status message says why.
+fn send_plan(plan_w: OwnedFd, spec: &InitSpec) -> Result<(), StartError> {
+    let json = serde_json::to_vec(spec).map_err(|e| host("encode plan")(e.into()))?;
+    let _ = std::fs::File::from(plan_w).write_all(&json);
+    Ok(())
+}
+
+/// The host's milestones and the setup stage's, in time order.
+fn merge_timelines(
+    host: Vec<(&'static str, u64)>,
+    report: Option<&SetupReport>,
+) -> Vec<(String, u64)> {
+    let mut timeline: Vec<(String, u64)> = host
+        .into_iter()
+        .map(|(what, t)| (what.to_owned(), t))
+        .collect();
+    if let Some(r) = report {
+        timeline.extend(r.clock_us.iter().cloned());
+    }
+    timeline.sort_by_key(|(_, t)| *t);
+    timeline
 }
 
 fn locate_init(explicit: Option<&Path>) -> Result<PathBuf, StartError> {
@@ -657,9 +565,47 @@ impl LinuxSandbox {
             .cgroup
             .remove(self.destroy_timeout)
             .map_err(destroy_err("remove cgroup"))?;
-        remove_state_dir(&self.identity.state_dir).map_err(destroy_err("remove state dir"))?;
+        self.identity
+            .release()
+            .map_err(destroy_err("remove state dir"))?;
         self.destroyed = true;
         Ok(())
+    }
+
+    /// Step 5: records the identity for out-of-process teardown while the setup stage
+    /// works (it is complete now: pid, start time, cgroup; the start time is read only
+    /// after the clone returned, i.e. after the child's exec, because reading
+    /// /proc/<pid>/stat during an exec can stall). From here a crashed host's leftover is
+    /// found and reaped by `SandboxIdentity::list`.
+    fn record_identity(&mut self) -> Result<(), StartError> {
+        self.identity.start_time = sys::process_start_time(self.identity.pid)
+            .map_err(host("read init start time"))?
+            .unwrap_or(0);
+        let json = serde_json::to_vec_pretty(&self.identity)
+            .map_err(|e| host("encode identity")(e.into()))?;
+        std::fs::write(self.identity.state_dir.join(IDENTITY_FILE), json)
+            .map_err(host("write identity"))
+    }
+
+    /// Step 6: the setup stage's one status message: ready (with what it enforced) or
+    /// why it failed.
+    fn accept_status(&mut self, msg: &[u8]) -> Result<(), StartError> {
+        match msg.first() {
+            Some(&handoff::READY) => {
+                let report: SetupReport = serde_json::from_slice(&msg[1..])
+                    .map_err(|e| StartError::Setup(format!("malformed ready message: {e}")))?;
+                self.report = Some(report);
+                Ok(())
+            }
+            Some(&handoff::FAILED) => Err(StartError::Setup(
+                String::from_utf8_lossy(&msg[1..]).into_owned(),
+            )),
+            Some(&handoff::EXEC_FAILED) if msg.len() == 5 => {
+                let errno = i32::from_ne_bytes([msg[1], msg[2], msg[3], msg[4]]);
+                Err(StartError::Exec(io::Error::from_raw_os_error(errno)))
+            }
+            _ => Err(StartError::Died(self.exit_status())),
+        }
     }
 
     /// Describes how PID 1 ended (after killing it if it is still running).
@@ -693,5 +639,18 @@ impl Drop for LinuxSandbox {
                 std::error::Error::source(&e)
             );
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_missing_init_binary_names_the_setting() {
+        let e = locate_init(Some(Path::new("/nonexistent/omabox-sandbox-init"))).unwrap_err();
+        let text = e.to_string();
+        assert!(text.contains("OMABOX_LINUX_INIT"), "{text}");
+        assert!(text.contains("/nonexistent/omabox-sandbox-init"), "{text}");
     }
 }

@@ -7,7 +7,7 @@
 //! thread sleeps until the child has exec'd or died, so nothing the child reads changes
 //! under it. Other host threads keep running, so between `clone` and `execve` the child
 //! does only raw, async-signal-safe syscalls on data prepared before the clone:
-//! `sigaction`, `sigprocmask`, `dup2`, `close_range`, `fcntl`, `execve`, `write`,
+//! `sigaction`, `sigprocmask`, `setsid`, `dup2`, `close_range`, `fcntl`, `execve`, `write`,
 //! `_exit`. No allocation, no panic paths, no locks, and no writes to memory but its own
 //! stack (errno lands in the calling thread's TLS, which sleeps until the exec).
 //! Everything else (network namespace, mounts, cgroup namespace, hardening) happens after
@@ -180,7 +180,15 @@ unsafe fn child_after_clone(
             libc::sigaction(sig, &dfl, std::ptr::null_mut());
         }
         libc::sigprocmask(libc::SIG_SETMASK, empty_mask, std::ptr::null_mut());
-        // stdio first, so nothing of the host's terminal reaches the sandbox (a host tty
+        // A session of its own: out of the host's session and process group, with no
+        // controlling terminal, so `/dev/tty` inside opens nothing (ENXIO) and no
+        // sandbox process can take the host terminal's foreground or read what is
+        // typed there. Cannot fail in a fresh child (it leads no process group); if it
+        // ever does, the start fails rather than run in the host's session.
+        if libc::setsid() < 0 {
+            exec_failed(spec.error_fd);
+        }
+        // stdio next, so nothing of the host's terminal reaches the sandbox (a host tty
         // would allow TIOCSTI input injection).
         libc::dup2(spec.stdio, 0);
         libc::dup2(spec.stdio, 1);
@@ -197,12 +205,23 @@ unsafe fn child_after_clone(
             libc::fcntl(fd, libc::F_SETFD, 0);
         }
         libc::execve(spec.program.as_ptr(), argv.as_ptr(), envp.as_ptr());
-        // exec failed: tell the parent why, then die without running atexit handlers.
+        exec_failed(spec.error_fd)
+    }
+}
+
+/// Tells the parent the errno of the failed step, then dies without running atexit
+/// handlers.
+///
+/// # Safety
+/// Only in the cloned child (raw `write` and `_exit`, no allocation).
+unsafe fn exec_failed(error_fd: RawFd) -> ! {
+    // SAFETY: errno is this thread's; `msg` lives on the child's stack.
+    unsafe {
         let errno = *libc::__errno_location();
         let mut msg = [0u8; 5];
         msg[0] = b'X';
         msg[1..].copy_from_slice(&errno.to_ne_bytes());
-        libc::write(spec.error_fd, msg.as_ptr().cast(), msg.len());
+        libc::write(error_fd, msg.as_ptr().cast(), msg.len());
         libc::_exit(127)
     }
 }

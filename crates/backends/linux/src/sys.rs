@@ -12,7 +12,7 @@ pub(crate) fn cstr(p: impl AsRef<std::ffi::OsStr>) -> io::Result<CString> {
         .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "path contains a NUL byte"))
 }
 
-fn check(r: libc::c_int) -> io::Result<()> {
+pub(crate) fn check(r: libc::c_int) -> io::Result<()> {
     if r < 0 {
         Err(io::Error::last_os_error())
     } else {

@@ -601,3 +601,563 @@ impl Drop for Remove {
         let _ = std::fs::remove_file(&self.0);
     }
 }
+
+/// Set in the re-executed test process that runs a sandbox from a terminal.
+const TTY_PROBE_OUT: &str = "OMABOX_TEST_TTY_PROBE_OUT";
+
+/// Inside the sandbox: open `/dev/tty`, take its foreground process group, read a line.
+const TTY_PROBE: &str = r#"python3 - <<'PY'
+import errno, fcntl, os, select, struct, termios
+try:
+    fd = os.open("/dev/tty", os.O_RDWR | os.O_NOCTTY)
+except OSError as e:
+    print("open:" + errno.errorcode[e.errno])
+    raise SystemExit
+print("open:OK")
+try:
+    fcntl.ioctl(fd, termios.TIOCSPGRP, struct.pack("i", os.getpgrp()))
+    print("tiocspgrp:OK")
+except OSError as e:
+    print("tiocspgrp:" + errno.errorcode[e.errno])
+r, _, _ = select.select([fd], [], [], 2)
+print("read:" + (os.read(fd, 100).decode(errors="replace").strip() if r else "nothing"))
+PY"#;
+
+/// The test process is re-executed in a session of its own whose controlling terminal
+/// is a pty the test created (as if a user ran omabox from a terminal); that process
+/// starts a sandbox and probes the terminal from inside while the test types a secret.
+#[test]
+fn the_host_terminal_does_not_reach_the_sandbox() {
+    if let Some(out) = std::env::var_os(TTY_PROBE_OUT) {
+        return tty_probe_from_a_terminal(std::path::Path::new(&out));
+    }
+    if !can_run() {
+        return;
+    }
+    use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+    use std::os::unix::process::CommandExt;
+    let (mut master, mut slave) = (-1, -1);
+    // SAFETY: openpty writes two fds into the given ints; the other pointers may be null.
+    let r = unsafe {
+        libc::openpty(
+            &mut master,
+            &mut slave,
+            std::ptr::null_mut(),
+            std::ptr::null(),
+            std::ptr::null(),
+        )
+    };
+    assert_eq!(r, 0, "openpty: {}", std::io::Error::last_os_error());
+    // SAFETY: openpty returned two fresh fds that nothing else owns.
+    let (master, slave) = unsafe { (OwnedFd::from_raw_fd(master), OwnedFd::from_raw_fd(slave)) };
+    let out = tempfile::NamedTempFile::new().unwrap();
+    let slave_fd = slave.as_raw_fd();
+    let mut cmd = std::process::Command::new(std::env::current_exe().unwrap());
+    cmd.args([
+        "the_host_terminal_does_not_reach_the_sandbox",
+        "--exact",
+        "--nocapture",
+        "--test-threads=1",
+    ])
+    .env(TTY_PROBE_OUT, out.path())
+    .stdin(slave.try_clone().unwrap())
+    .stdout(slave.try_clone().unwrap())
+    .stderr(slave.try_clone().unwrap());
+    // SAFETY: setsid and ioctl are async-signal-safe raw syscalls on an inherited fd.
+    unsafe {
+        cmd.pre_exec(move || {
+            if libc::setsid() < 0 || libc::ioctl(slave_fd, libc::TIOCSCTTY, 0) < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let mut child = cmd.spawn().unwrap();
+    // Only the child may hold the terminal, so reading the master ends when it exits.
+    drop((cmd, slave));
+    // Type a secret, and keep draining the terminal so the child never blocks on it.
+    let mut typist = std::fs::File::from(master);
+    use std::io::{Read, Write};
+    typist.write_all(b"typed-secret\n").unwrap();
+    let drain = std::thread::spawn(move || {
+        let mut all = Vec::new();
+        let mut buf = [0u8; 4096];
+        while let Ok(n) = typist.read(&mut buf) {
+            if n == 0 {
+                break;
+            }
+            all.extend_from_slice(&buf[..n]);
+        }
+        String::from_utf8_lossy(&all).into_owned()
+    });
+    let status = child.wait().unwrap();
+    let transcript = drain.join().unwrap();
+    assert!(status.success(), "probe process failed: {transcript}");
+    let report = std::fs::read_to_string(out.path()).unwrap();
+    assert!(
+        report.contains("open:ENXIO"),
+        "the sandbox opened the host terminal: {report}\n{transcript}"
+    );
+    assert!(!report.contains("typed-secret"), "{report}");
+    assert!(report.contains("init-tty:0\n"), "{report}");
+    assert!(report.contains("same-session:false\n"), "{report}");
+}
+
+/// The re-executed side of `the_host_terminal_does_not_reach_the_sandbox`.
+fn tty_probe_from_a_terminal(out: &std::path::Path) {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let mut sb = Sandboxed::start(test_plan()).await;
+        let probe = sb.sh(TTY_PROBE).await;
+        // The sandbox init as the host sees it: its session and controlling terminal.
+        let stat = std::fs::read_to_string(format!("/proc/{}/stat", sb.identity.pid)).unwrap();
+        let fields: Vec<&str> = stat
+            .rsplit_once(')')
+            .unwrap()
+            .1
+            .split_whitespace()
+            .collect();
+        // SAFETY: getsid(0) only queries the caller.
+        let own_session = unsafe { libc::getsid(0) };
+        let report = format!(
+            "{}{}init-tty:{}\nsame-session:{}\n",
+            String::from_utf8_lossy(&probe.stdout),
+            String::from_utf8_lossy(&probe.stderr),
+            fields[4],
+            fields[3] == own_session.to_string(),
+        );
+        std::fs::write(out, report).unwrap();
+        sb.destroy();
+    });
+}
+
+/// Creates a socket of each (name, family, type, protocol) inside and prints
+/// `name:OK` or `name:<errno>` per line.
+fn socket_probe(cases: &[(&str, i32, i32, i32)]) -> String {
+    let cases: Vec<String> = cases
+        .iter()
+        .map(|(n, f, t, p)| format!("(\"{n}\",{f},{t},{p})"))
+        .collect();
+    format!(
+        "python3 -c 'import ctypes,errno\nl=ctypes.CDLL(None,use_errno=True)\n\
+         for n,f,t,p in [{}]:\n r=l.socket(f,t,p); e=ctypes.get_errno()\n \
+         print(n+\":\"+(\"OK\" if r>=0 else errno.errorcode[e]))'",
+        cases.join(",")
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn socket_families_are_an_allow_list() {
+    let Some(mut sb) = start().await else { return };
+    let (stream, dgram, raw) = (libc::SOCK_STREAM, libc::SOCK_DGRAM, libc::SOCK_RAW);
+    let allowed = [
+        ("unix", libc::AF_UNIX, stream, 0),
+        ("inet-tcp", libc::AF_INET, stream, 0),
+        ("inet-udp", libc::AF_INET, dgram, libc::IPPROTO_UDP),
+        ("inet6", libc::AF_INET6, stream, libc::IPPROTO_TCP),
+        ("netlink-route", libc::AF_NETLINK, raw, libc::NETLINK_ROUTE),
+    ];
+    let out = sb.ok(&socket_probe(&allowed)).await;
+    for (name, ..) in allowed {
+        assert!(out.contains(&format!("{name}:OK")), "{name}: {out}");
+    }
+    let refused = [
+        ("vsock", libc::AF_VSOCK, stream, 0),
+        ("packet", libc::AF_PACKET, dgram, 0),
+        ("bluetooth", libc::AF_BLUETOOTH, raw, 0),
+        ("alg", libc::AF_ALG, libc::SOCK_SEQPACKET, 0),
+        ("key", libc::AF_KEY, raw, 2),
+        ("appletalk", libc::AF_APPLETALK, dgram, 0),
+        ("can", libc::AF_CAN, raw, 1),
+        ("tipc", libc::AF_TIPC, libc::SOCK_RDM, 0),
+        ("rds", libc::AF_RDS, libc::SOCK_SEQPACKET, 0),
+        ("xdp", libc::AF_XDP, raw, 0),
+        (
+            "uevent",
+            libc::AF_NETLINK,
+            dgram,
+            libc::NETLINK_KOBJECT_UEVENT,
+        ),
+        ("audit", libc::AF_NETLINK, raw, libc::NETLINK_AUDIT),
+        ("nl-generic", libc::AF_NETLINK, raw, libc::NETLINK_GENERIC),
+        ("sock-packet", libc::AF_INET, 10, 0),
+        ("sctp", libc::AF_INET, stream, libc::IPPROTO_SCTP),
+        ("inet6-raw", libc::AF_INET6, raw, libc::IPPROTO_ICMPV6),
+    ];
+    let out = sb.ok(&socket_probe(&refused)).await;
+    for (name, ..) in refused {
+        assert!(
+            out.contains(&format!("{name}:EPERM")) || out.contains(&format!("{name}:EAFNOSUPPORT")),
+            "{name} was not refused: {out}"
+        );
+    }
+    // socketpair: unix only.
+    let pair = sb
+        .ok("python3 -c 'import socket; socket.socketpair(); print(\"ok\")'")
+        .await;
+    assert_eq!(pair, "ok");
+    sb.destroy();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn host_wide_kernel_resources_are_denied_or_bounded() {
+    let Some(mut sb) = start().await else { return };
+    // AIO contexts come from the host-wide fs.aio-max-nr: no io_setup at all.
+    let ctx = sb.ok(&syscall_probe(libc::SYS_io_setup, &[1, 0])).await;
+    assert_eq!(ctx, "ENOSYS", "io_setup");
+    for (what, nr, args) in [
+        ("io_uring_setup", libc::SYS_io_uring_setup, vec![1, 0]),
+        ("memfd_secret", libc::SYS_memfd_secret, vec![0]),
+    ] {
+        assert_eq!(sb.ok(&syscall_probe(nr, &args)).await, "ENOSYS", "{what}");
+    }
+    for (what, nr) in [
+        ("userfaultfd", libc::SYS_userfaultfd),
+        ("fanotify_init", libc::SYS_fanotify_init),
+        ("keyctl", libc::SYS_keyctl),
+        ("add_key", libc::SYS_add_key),
+        ("request_key", libc::SYS_request_key),
+        ("bpf", libc::SYS_bpf),
+        ("perf_event_open", libc::SYS_perf_event_open),
+    ] {
+        assert_denied(&sb, what, nr, &[0, 0, 0, 0, 0]).await;
+    }
+    // SysV IPC and mqueue limits of the sandbox's own IPC namespace; the host's are
+    // untouched.
+    let inside = sb
+        .ok("cat /proc/sys/kernel/shmmni /proc/sys/kernel/msgmni /proc/sys/fs/mqueue/queues_max; cut -f4 /proc/sys/kernel/sem")
+        .await;
+    assert_eq!(
+        inside.split_whitespace().collect::<Vec<_>>(),
+        ["256", "256", "64", "128"]
+    );
+    let host_shmmni = std::fs::read_to_string("/proc/sys/kernel/shmmni").unwrap();
+    assert_ne!(
+        host_shmmni.trim(),
+        "256",
+        "the host's own limit was changed"
+    );
+    // Per-user counters: small rlimits, no real-time priority.
+    let limits = sb
+        .ok("grep -E '^Max (pending signals|msgqueue size|realtime priority) ' /proc/self/limits | awk '{print ($NF ~ /^([0-9]+|unlimited)$/) ? $(NF-1) : $(NF-2)}'")
+        .await;
+    assert_eq!(
+        limits.split_whitespace().collect::<Vec<_>>(),
+        ["1024", "819200", "0"]
+    );
+    sb.destroy();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_default_plan_has_a_cpu_quota_in_its_cgroup() {
+    let Some(mut sb) = start().await else { return };
+    let expected = omabox_backend_linux::CpuLimit::default_quota();
+    let omabox_backend_linux::CpuLimit::Quota {
+        quota_us,
+        period_us,
+    } = expected
+    else {
+        panic!("the default is a quota");
+    };
+    let dirs = &sb.identity.cgroup.dirs;
+    let (quota, period) = if sb.identity.cgroup.unified {
+        let max = std::fs::read_to_string(dirs[0].join("cpu.max")).unwrap();
+        let (q, p) = max.trim().split_once(' ').unwrap();
+        (q.to_owned(), p.to_owned())
+    } else {
+        let cpu = dirs
+            .iter()
+            .find(|d| d.join("cpu.cfs_quota_us").exists())
+            .expect("a cpu controller dir");
+        let read = |f: &str| {
+            std::fs::read_to_string(cpu.join(f))
+                .unwrap()
+                .trim()
+                .to_owned()
+        };
+        (read("cpu.cfs_quota_us"), read("cpu.cfs_period_us"))
+    };
+    assert_eq!(
+        (quota, period),
+        (quota_us.to_string(), period_us.to_string())
+    );
+    sb.destroy();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn root_only_proc_files_are_unreadable() {
+    let Some(mut sb) = start().await else { return };
+    for f in [
+        "kpageflags",
+        "kpagecount",
+        "kpagecgroup",
+        "slabinfo",
+        "vmallocinfo",
+        "pagetypeinfo",
+        "iomem",
+        "ioports",
+        "config.gz",
+        "modules",
+        "kmsg",
+    ] {
+        let out = sb.sh(&format!("head -c 64 /proc/{f} | wc -c")).await;
+        let n = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+        assert!(n == "0" || n.is_empty(), "/proc/{f}: read {n} bytes");
+    }
+    sb.destroy();
+}
+
+/// Sets the mode bits of a file in every way a mode reaches the kernel, as Python can.
+const SETUID_PROBE: &str = r##"python3 - <<'PY'
+import ctypes, errno, os
+l = ctypes.CDLL(None, use_errno=True)
+def attempt(name, f):
+    try:
+        f()
+        print(name + ":OK")
+    except OSError as e:
+        print(name + ":" + errno.errorcode[e.errno])
+open("/workspace/plain", "w").write("#!/bin/sh\nid -u\n")
+os.chmod("/workspace/plain", 0o755)
+attempt("chmod-suid", lambda: os.chmod("/workspace/plain", 0o4755))
+attempt("chmod-sgid", lambda: os.chmod("/workspace/plain", 0o2755))
+fd = os.open("/workspace/plain", os.O_RDONLY)
+attempt("fchmod-suid", lambda: os.fchmod(fd, 0o4755))
+attempt("open-suid", lambda: os.close(os.open("/workspace/created", os.O_CREAT | os.O_WRONLY, 0o4755)))
+attempt("mkdir-sgid", lambda: os.mkdir("/workspace/dir", 0o2775))
+attempt("mknod-suid", lambda: os.mknod("/workspace/fifo", 0o4644 | 0o010000))
+def openat2():
+    r = l.syscall(437, -100, b"/workspace/o2", b"\0" * 24, 24)
+    if r < 0:
+        raise OSError(ctypes.get_errno(), "openat2")
+attempt("openat2", openat2)
+attempt("chmod-plain", lambda: os.chmod("/workspace/plain", 0o750))
+PY"##;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_sandbox_cannot_leave_setuid_or_setgid_files_in_host_dirs() {
+    if !can_run() {
+        return;
+    }
+    let ws = tempfile::tempdir().unwrap();
+    let mut plan = test_plan();
+    plan.workspace = Some(ws.path().to_path_buf());
+    let mut sb = Sandboxed::start(plan).await;
+    let out = sb.ok(SETUID_PROBE).await;
+    for refused in [
+        "chmod-suid",
+        "chmod-sgid",
+        "fchmod-suid",
+        "open-suid",
+        "mkdir-sgid",
+        "mknod-suid",
+    ] {
+        assert!(
+            out.contains(&format!("{refused}:EPERM")),
+            "{refused} was not refused: {out}"
+        );
+    }
+    assert!(out.contains("openat2:ENOSYS"), "{out}");
+    assert!(out.contains("chmod-plain:OK"), "{out}");
+    // A tarball with setuid/setgid members is extracted without those bits.
+    let mut tar = tar_member("suid-tool", 0o4755, b"#!/bin/sh\n");
+    tar.extend(tar_member("sgid-tool", 0o2755, b"#!/bin/sh\n"));
+    tar.extend([0u8; 1024]);
+    sb.client
+        .tar_in_bytes("/workspace", tar)
+        .await
+        .expect("tar in");
+    // A real binary the sandbox tries to make setuid (its owner on the host is root:
+    // the workspace is an idmapped mount).
+    sb.sh("cp /usr/bin/id /workspace/id-copy; chmod u+s /workspace/id-copy")
+        .await;
+    // Live state of the sandbox is not reachable by other host users.
+    use std::os::unix::process::CommandExt;
+    let runtime_dir = std::path::Path::new(common::TEST_RUNTIME_DIR);
+    let nobody_ls = std::process::Command::new("ls")
+        .arg(sb.identity.state_dir.as_os_str())
+        .uid(65534)
+        .gid(65534)
+        .output()
+        .unwrap();
+    assert!(
+        !nobody_ls.status.success(),
+        "a host user listed the state dir"
+    );
+    let mode = std::fs::metadata(runtime_dir).unwrap().permissions().mode();
+    assert_eq!(mode & 0o077, 0, "runtime dir mode {mode:o}");
+    sb.destroy();
+    // From the host: nothing the sandbox left is setuid or setgid.
+    use std::os::unix::fs::PermissionsExt;
+    let mut seen = 0;
+    for entry in walk(ws.path()) {
+        let mode = std::fs::symlink_metadata(&entry)
+            .unwrap()
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o6000, 0, "{} has mode {mode:o}", entry.display());
+        seen += 1;
+    }
+    assert!(seen >= 3, "the sandbox wrote its files: {seen}");
+    // From a host user's side: running what the sandbox left gains nothing.
+    std::fs::set_permissions(ws.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let copy = ws.path().join("id-copy");
+    assert!(copy.exists(), "the sandbox copied the binary");
+    let ran = std::process::Command::new(&copy)
+        .arg("-u")
+        .uid(65534)
+        .gid(65534)
+        .output()
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&ran.stdout).trim(), "65534");
+}
+
+fn tar_member(name: &str, mode: u32, body: &[u8]) -> Vec<u8> {
+    let mut h = tar::Header::new_ustar();
+    h.set_path(name).unwrap();
+    h.set_size(body.len() as u64);
+    h.set_mode(mode);
+    h.set_entry_type(tar::EntryType::Regular);
+    h.set_cksum();
+    let mut v = h.as_bytes().to_vec();
+    v.extend_from_slice(body);
+    v.resize(v.len().div_ceil(512) * 512, 0);
+    v
+}
+
+fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).unwrap().flatten() {
+        let p = e.path();
+        if e.file_type().unwrap().is_dir() {
+            out.extend(walk(&p));
+        }
+        out.push(p);
+    }
+    out
+}
+
+/// The `Uid:`/`Gid:` lines of a host process: (real, effective, saved, fs) each.
+fn host_ids_of(pid: i32) -> (Vec<u32>, Vec<u32>) {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let ids = |key: &str| -> Vec<u32> {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(key))
+            .unwrap()
+            .split_whitespace()
+            .map(|n| n.parse().unwrap())
+            .collect()
+    };
+    (ids("Uid:"), ids("Gid:"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_sandbox_runs_as_its_own_unprivileged_host_ids() {
+    if !can_run() {
+        return;
+    }
+    let (mut a, mut b) = tokio::join!(Sandboxed::start(test_plan()), Sandboxed::start(test_plan()));
+    let passwd = std::fs::read_to_string("/etc/passwd").unwrap();
+    let mut bases = Vec::new();
+    for sb in [&a, &b] {
+        let base = sb.identity.id_base.expect("an id range as root");
+        assert!(base >= omabox_backend_linux::idmap::FIRST_BASE);
+        // Inside: uid 0 of a namespace mapping 65536 ids onto the range.
+        let map = sb.ok("cat /proc/self/uid_map /proc/self/gid_map").await;
+        let lines: Vec<Vec<&str>> = map
+            .lines()
+            .map(|l| l.split_whitespace().collect())
+            .collect();
+        assert_eq!(lines.len(), 2, "{map}");
+        for l in &lines {
+            assert_eq!(l, &["0", &base.to_string(), "65536"], "{map}");
+        }
+        assert_eq!(sb.ok("id -u; id -g").await, "0\n0");
+        // From the host: the agent (PID 1) and a command it runs have only range ids.
+        let (uids, gids) = host_ids_of(sb.identity.pid);
+        assert!(
+            uids.iter().chain(&gids).all(|id| *id == base),
+            "{uids:?} {gids:?}"
+        );
+        let groups = sb.ok("cat /proc/self/status | grep ^Groups:").await;
+        assert_eq!(
+            groups.trim(),
+            "Groups:",
+            "supplementary groups left: {groups}"
+        );
+        // No host account uses the range.
+        for line in passwd.lines() {
+            let id: u32 = line.split(':').nth(2).unwrap().parse().unwrap();
+            assert!(!(base..base + 65536).contains(&id), "{line}");
+        }
+        bases.push(base);
+    }
+    assert_ne!(bases[0], bases[1], "two live sandboxes share an id range");
+    let slot = |base: u32| {
+        std::path::Path::new(omabox_backend_linux::idmap::SLOTS_DIR)
+            .join(((base - omabox_backend_linux::idmap::FIRST_BASE) / 65536).to_string())
+    };
+    assert!(slot(bases[0]).exists());
+    a.destroy();
+    b.destroy();
+    assert!(
+        !slot(bases[0]).exists() && !slot(bases[1]).exists(),
+        "ranges not freed"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn per_user_kernel_counters_are_not_host_roots() {
+    let Some(mut sb) = start().await else { return };
+    // Take every inotify instance the sandbox's user may have and hold them.
+    let mut holder = sb
+        .client
+        .spawn(omabox_agent::client::ExecRequest::shell(
+            "exec python3 -c 'import ctypes,sys,time\nl=ctypes.CDLL(None)\nfds=[l.inotify_init() for _ in range(100000)]\nprint(sum(f>=0 for f in fds)); sys.stdout.flush(); time.sleep(600)'",
+        ))
+        .await
+        .unwrap();
+    let mut stdout = holder.stdout.take().unwrap();
+    let mut line = Vec::new();
+    let mut byte = [0u8; 1];
+    use tokio::io::AsyncReadExt;
+    while stdout.read(&mut byte).await.unwrap() == 1 && byte[0] != b'\n' {
+        line.push(byte[0]);
+    }
+    let held: usize = String::from_utf8_lossy(&line).parse().unwrap();
+    let max: usize = std::fs::read_to_string("/proc/sys/fs/inotify/max_user_instances")
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    assert!(held > 0 && held <= max, "held {held} of {max}");
+    // Host root (this test) can still create one: the sandbox's count is its own uid's.
+    // SAFETY: inotify_init1 takes flags only; the fd is closed right away.
+    let fd = unsafe { libc::inotify_init1(libc::IN_CLOEXEC) };
+    assert!(
+        fd >= 0,
+        "host root cannot create an inotify instance: {}",
+        std::io::Error::last_os_error()
+    );
+    // SAFETY: closes the fd just created.
+    unsafe { libc::close(fd) };
+    holder.kill("SIGKILL").unwrap();
+    sb.destroy();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn syscalls_newer_than_the_filter_are_enosys() {
+    let Some(mut sb) = start().await else { return };
+    // open_tree_attr (6.15), file_getattr/file_setattr (6.17), and numbers no kernel has
+    // yet: never reached, whatever this kernel offers.
+    for nr in [467i64, 468, 469, 470, 500, 1000] {
+        let out = sb.ok(&syscall_probe(nr, &[0, 0, 0, 0, 0])).await;
+        assert_eq!(out, "ENOSYS", "syscall {nr}");
+    }
+    // The newest known ones still reach the kernel (which answers for itself).
+    let out = sb.ok(&syscall_probe(libc::SYS_mseal, &[0, 0, 0])).await;
+    assert_ne!(out, "ENOSYS", "mseal");
+    assert_denied(&sb, "quotactl_fd", libc::SYS_quotactl_fd, &[0, 0, 0, 0]).await;
+    sb.destroy();
+}

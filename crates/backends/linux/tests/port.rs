@@ -336,3 +336,26 @@ async fn dropping_the_port_tears_the_sandbox_down() {
     assert_gone(&identity);
     iso.assert_empty();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_oom_kill_names_the_memory_limit() {
+    if !can_run() {
+        return;
+    }
+    let fx = Fixture::start(test_plan()).await;
+    let port: &dyn SandboxPort = &fx.port;
+    let out = port
+        .exec(
+            "exec python3 -c 'b=[]\nwhile True: b.append(bytearray(16<<20))'",
+            None,
+        )
+        .await
+        .unwrap();
+    assert!(
+        out.ends_with("[killed by the memory limit of 128 MiB]\n[exit 137]"),
+        "{out:?}"
+    );
+    // A plain SIGKILL says only that.
+    assert_eq!(port.exec("kill -9 $$", None).await.unwrap(), "\n[exit 137]");
+    fx.finish().await;
+}

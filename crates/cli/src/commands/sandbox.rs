@@ -2,7 +2,7 @@
 //!
 //! ```text
 //! omabox sandbox run [--backend B] [--image REF] [--workspace DIR] [--memory BYTES]
-//!                    [--pids N] [--env K=V]... -- CMD ARGS...
+//!                    [--pids N] [--cpus N] [--env K=V]... -- CMD ARGS...
 //! ```
 //!
 //! The sandbox is made through the `SANDBOX_PROVIDER` map ([`wiring::sandbox_factories`]:
@@ -22,9 +22,9 @@
 //! arguments. The sandbox is destroyed on every path, signals included, and the default
 //! temporary workspace is removed afterwards (a `--workspace` directory is kept).
 //!
-//! Flags `--image`, `--memory` and `--pids` are handed to the linux factory as its own
-//! env keys (`OMABOX_LINUX_IMAGE`, `OMABOX_LINUX_MEMORY`, `OMABOX_LINUX_PIDS`), so the
-//! same values can come from the environment; a flag wins.
+//! Flags `--image`, `--memory`, `--pids` and `--cpus` are handed to the linux factory as
+//! its own env keys (`OMABOX_LINUX_IMAGE`, `OMABOX_LINUX_MEMORY`, `OMABOX_LINUX_PIDS`,
+//! `OMABOX_LINUX_CPUS`), so the same values can come from the environment; a flag wins.
 
 use std::collections::BTreeMap;
 use std::io::Read as _;
@@ -37,8 +37,8 @@ use crate::wiring::{self, Backend};
 use clap::Args;
 use futures::FutureExt;
 use omabox_backend_linux::factory::{
-    IMAGE_ENV, LinuxFactoryError, LinuxSandboxFactory, MEMORY_ENV, PIDS_ENV, SANDBOX_IMAGE_ENV,
-    parse_memory_size,
+    CPUS_ENV, IMAGE_ENV, LinuxFactoryError, LinuxSandboxFactory, MEMORY_ENV, PIDS_ENV,
+    SANDBOX_IMAGE_ENV, parse_memory_size, parse_millicpus,
 };
 use omabox_contract::ErrorKind;
 use omabox_contract::signals::shell_exit_code;
@@ -106,6 +106,10 @@ struct RunArgs {
     /// Maximum number of processes and threads in the sandbox.
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(2..))]
     pids: Option<u64>,
+    /// CPU quota in CPUs (1, 0.5, 2.25) or `unlimited`. Default: 2, or the host's CPU
+    /// count if smaller.
+    #[arg(long, value_name = "N", value_parser = parse_cpus)]
+    cpus: Option<String>,
     /// Set an environment variable for the command (repeatable).
     #[arg(long = "env", short = 'e', value_name = "K=V", value_parser = parse_env)]
     env: Vec<(String, String)>,
@@ -118,6 +122,14 @@ struct RunArgs {
         allow_hyphen_values = true
     )]
     command: Vec<String>,
+}
+
+/// `--cpus`: a CPU count the factory accepts, or `unlimited`.
+fn parse_cpus(text: &str) -> Result<String, String> {
+    if text.eq_ignore_ascii_case("unlimited") {
+        return Ok("unlimited".into());
+    }
+    parse_millicpus(text).map(|_| text.trim().to_owned())
 }
 
 fn parse_env(text: &str) -> Result<(String, String), String> {
@@ -271,12 +283,16 @@ fn prepare(
             if let Some(pids) = args.pids {
                 vars.insert(PIDS_ENV.into(), pids.to_string());
             }
+            if let Some(cpus) = &args.cpus {
+                vars.insert(CPUS_ENV.into(), cpus.clone());
+            }
         }
         Some(Backend::Local) => {
             for (flag, given) in [
                 ("--image", args.image.is_some()),
                 ("--memory", args.memory.is_some()),
                 ("--pids", args.pids.is_some()),
+                ("--cpus", args.cpus.is_some()),
             ] {
                 if given {
                     return Err(Failure::usage(format!(

@@ -82,7 +82,11 @@ fn create(path: &Path, busy_timeout: Duration) -> Result<(), StoreError> {
         Some(dir) => dir.to_owned(),
         None => PathBuf::from("."),
     };
-    std::fs::create_dir_all(&dir).map_err(|source| {
+    // Owner-only: the data dir holds the live workspace/outputs binding dirs a sandbox
+    // writes into, which no other host user may traverse.
+    let mut builder = std::fs::DirBuilder::new();
+    std::os::unix::fs::DirBuilderExt::mode(builder.recursive(true), 0o700);
+    builder.create(&dir).map_err(|source| {
         if is_read_only(&source) {
             StoreError::NotWritable {
                 path: dir.clone(),

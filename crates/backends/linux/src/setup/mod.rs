@@ -12,6 +12,7 @@ use std::io;
 use std::path::PathBuf;
 
 use crate::handoff::{InitSpec, SetupReport};
+use crate::idmap::{self, IdRange};
 use crate::sys;
 
 /// Why the sandbox could not be set up. Sent to the host as text.
@@ -62,14 +63,31 @@ pub fn run(spec: &InitSpec) -> Result<SetupReport, SetupError> {
     // 0. Into the sandbox cgroup (v1), before this process allocates anything more.
     join_cgroups(&spec.cgroup_join)?;
     clock.lap("join cgroup");
+    // Small SysV IPC / mqueue limits for our own IPC namespace, while /proc/sys is
+    // still writable.
+    harden::ipc_limits()?;
     // 1. Our own cgroup namespace, rooted at the sandbox cgroup we are now in.
     sys::unshare(libc::CLONE_NEWCGROUP).map_err(|source| SetupError::Step {
         step: "unshare cgroup namespace".into(),
         source,
     })?;
-    // 2. The mount tree, then the pivot into it.
     clock.lap("cgroup namespace");
-    let root = mounts::build(plan, &spec.scratch_dir)?;
+    // 2. The sandbox's user namespace (as root): created now, so the writable binds can
+    //    be idmapped through it; entered last, once the sandbox is built.
+    let userns = match spec.id_base {
+        Some(base) => {
+            let range = IdRange { base };
+            let ns = idmap::create_userns(range).map_err(|source| SetupError::Step {
+                step: "create user namespace".into(),
+                source,
+            })?;
+            Some((ns, range))
+        }
+        None => None,
+    };
+    clock.lap("user namespace");
+    // 3. The mount tree, then the pivot into it.
+    let root = mounts::build(plan, &spec.scratch_dir, userns.as_ref())?;
     clock.lap("build mount tree");
     mounts::pivot(&root)?;
     clock.lap("pivot_root");
@@ -94,7 +112,16 @@ pub fn run(spec: &InitSpec) -> Result<SetupReport, SetupError> {
         source,
     })?;
     clock.lap("hostname, loopback, chdir");
-    // 4. Hardening, most powerful rights last to go.
+    // 4. Into the user namespace, as its root: from here this process and everything
+    //    it starts are the sandbox's unprivileged host ids.
+    if let Some((ns, _)) = userns {
+        idmap::enter(&ns).map_err(|source| SetupError::Step {
+            step: "enter user namespace".into(),
+            source,
+        })?;
+        clock.lap("enter user namespace");
+    }
+    // 5. Hardening, most powerful rights last to go.
     harden::rlimits(plan)?;
     let bounding_caps = harden::drop_capabilities()?;
     harden::no_new_privs()?;

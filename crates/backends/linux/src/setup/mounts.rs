@@ -2,10 +2,12 @@
 //! into it. Runs in the setup stage only (never in the host process).
 
 use std::io;
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::fs::{DirBuilderExt, symlink};
 use std::path::{Component, Path, PathBuf};
 
 use super::{SetupError, etc};
+use crate::idmap::{self, IdRange};
 use crate::plan::{RootfsSource, SandboxPlan};
 use crate::sys::{self, mount, umount2};
 
@@ -22,7 +24,10 @@ const PREINSTALLED_DIRS: &[&str] = &["usr", "bin", "sbin", "lib", "lib64", "lib3
 const PREINSTALLED_ETC_BINDS: &[&str] = &["ld.so.cache", "alternatives", "localtime"];
 /// Device nodes bound from the host's `/dev`.
 const DEVICES: &[&str] = &["null", "zero", "full", "random", "urandom", "tty"];
-/// `/proc` files hidden behind `/dev/null` (kernel memory, keys, timers, scheduler).
+/// `/proc` files hidden behind `/dev/null`: kernel memory, keys, timers, scheduler, and
+/// the host-wide files only host root may read (physical page state, slab and vmalloc
+/// layout, physical memory and I/O maps, the kernel config, module addresses, the
+/// kernel log).
 const PROC_MASKED_FILES: &[&str] = &[
     "kcore",
     "keys",
@@ -30,6 +35,18 @@ const PROC_MASKED_FILES: &[&str] = &[
     "sched_debug",
     "latency_stats",
     "kallsyms",
+    "kpagecount",
+    "kpageflags",
+    "kpagecgroup",
+    "slabinfo",
+    "vmallocinfo",
+    "pagetypeinfo",
+    "iomem",
+    "ioports",
+    "mtrr",
+    "config.gz",
+    "modules",
+    "kmsg",
 ];
 /// `/proc` directories hidden behind an empty read-only tmpfs.
 const PROC_MASKED_DIRS: &[&str] = &["acpi", "scsi", "asound"];
@@ -147,8 +164,58 @@ fn bind(root: &Path, source: &Path, inside: &Path, attrs: u64) -> Result<(), Set
     )
 }
 
+/// Attaches a detached (idmapped) mount tree the host prepared at `inside` below
+/// `root`, with `attrs` added to the whole tree.
+fn attach(root: &Path, tree: OwnedFd, inside: &Path, attrs: u64) -> Result<(), SetupError> {
+    let is_file = !step(
+        || format!("inspect mount for {}", inside.display()),
+        std::fs::File::from(tree.try_clone().map_err(|source| SetupError::Step {
+            step: format!("inspect mount for {}", inside.display()),
+            source,
+        })?)
+        .metadata(),
+    )?
+    .is_dir();
+    let target = make_target(root, inside, is_file)?;
+    let c = step(|| "mount target".into(), sys::cstr(&target))?;
+    let empty = c"";
+    // SAFETY: `tree` is a mount fd, `empty` and `c` valid C strings; the kernel only
+    // reads them.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_move_mount,
+            tree.as_raw_fd(),
+            empty.as_ptr(),
+            libc::AT_FDCWD,
+            c.as_ptr(),
+            MOVE_MOUNT_F_EMPTY_PATH,
+        )
+    };
+    if r < 0 {
+        return step(
+            || format!("attach {}", inside.display()),
+            Err(io::Error::last_os_error()),
+        );
+    }
+    step(
+        || format!("set flags of {}", inside.display()),
+        set_attr(&target, attrs, true),
+    )
+}
+
+const MOVE_MOUNT_F_EMPTY_PATH: libc::c_uint = 0x4;
+
 /// Builds the whole tree under `scratch` and returns the new root (not yet pivoted).
-pub(super) fn build(plan: &SandboxPlan, scratch: &Path) -> Result<PathBuf, SetupError> {
+///
+/// With `userns` (the sandbox's own user namespace and id range, as root), the
+/// workspace, outputs, binds and an overlay's lower layer are attached as idmapped
+/// mounts through it, so the sandbox's uid 0 (an unprivileged host id) acts as host
+/// uid 0 there and only there; the overlay's upper layer belongs to the sandbox's root.
+pub(super) fn build(
+    plan: &SandboxPlan,
+    scratch: &Path,
+    userns: Option<&(OwnedFd, IdRange)>,
+) -> Result<PathBuf, SetupError> {
     // Nothing we mount may propagate back to the host.
     step(
         || "make mounts private".into(),
@@ -181,14 +248,28 @@ pub(super) fn build(plan: &SandboxPlan, scratch: &Path) -> Result<PathBuf, Setup
 
     match &plan.rootfs {
         RootfsSource::Preinstalled => preinstalled_root(plan, &root)?,
-        RootfsSource::Directory { path } => overlay_root(path, scratch, &root)?,
+        RootfsSource::Directory { path } => {
+            let lower = match userns {
+                Some((ns, _)) => {
+                    let tree = idmapped(path, ns)?;
+                    attach(scratch, tree, Path::new("lower"), MOUNT_ATTR_RDONLY)?;
+                    scratch.join("lower")
+                }
+                None => path.clone(),
+            };
+            overlay_root(&lower, scratch, &root, userns.map(|(_, r)| *r))?
+        }
     }
     let rw = MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV;
+    let place = |source: &Path, inside: &Path, attrs: u64| match userns {
+        Some((ns, _)) => attach(&root, idmapped(source, ns)?, inside, attrs),
+        None => bind(&root, source, inside, attrs),
+    };
     if let Some(ws) = &plan.workspace {
-        bind(&root, ws, Path::new("/workspace"), rw)?;
+        place(ws, Path::new("/workspace"), rw)?;
     }
     if let Some(out) = &plan.outputs {
-        bind(&root, out, Path::new("/mnt/session/outputs"), rw)?;
+        place(out, Path::new("/mnt/session/outputs"), rw)?;
     }
     for b in &plan.binds {
         let attrs = if b.writable {
@@ -196,7 +277,7 @@ pub(super) fn build(plan: &SandboxPlan, scratch: &Path) -> Result<PathBuf, Setup
         } else {
             rw | MOUNT_ATTR_RDONLY
         };
-        bind(&root, &b.source, &b.target, attrs)?;
+        place(&b.source, &b.target, attrs)?;
     }
     proc_mount(&root)?;
     dev(&root, plan.limits.scratch_bytes)?;
@@ -213,6 +294,18 @@ pub(super) fn build(plan: &SandboxPlan, scratch: &Path) -> Result<PathBuf, Setup
         ),
     )?;
     Ok(root)
+}
+
+fn idmapped(source: &Path, userns: &OwnedFd) -> Result<OwnedFd, SetupError> {
+    step(
+        || {
+            format!(
+                "idmap {} (needs a filesystem with idmapped mounts)",
+                source.display()
+            )
+        },
+        idmap::idmapped_tree(source, userns),
+    )
 }
 
 fn preinstalled_root(plan: &SandboxPlan, root: &Path) -> Result<(), SetupError> {
@@ -260,7 +353,12 @@ fn preinstalled_root(plan: &SandboxPlan, root: &Path) -> Result<(), SetupError> 
     Ok(())
 }
 
-fn overlay_root(lower: &Path, scratch: &Path, root: &Path) -> Result<(), SetupError> {
+fn overlay_root(
+    lower: &Path,
+    scratch: &Path,
+    root: &Path,
+    owner: Option<IdRange>,
+) -> Result<(), SetupError> {
     let lower_s = lower.to_string_lossy();
     if lower_s.contains([',', ':', '\\']) {
         return Err(SetupError::Step {
@@ -278,6 +376,13 @@ fn overlay_root(lower: &Path, scratch: &Path, root: &Path) -> Result<(), SetupEr
             || "create overlay dirs".into(),
             std::fs::DirBuilder::new().mode(0o755).create(d),
         )?;
+        // The upper layer's root is the merged root's: the sandbox's root owns it.
+        if let Some(r) = owner {
+            step(
+                || "chown overlay dirs".into(),
+                std::os::unix::fs::chown(d, Some(r.base), Some(r.base)),
+            )?;
+        }
     }
     let opts = format!(
         "lowerdir={lower_s},upperdir={},workdir={}",

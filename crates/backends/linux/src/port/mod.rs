@@ -15,6 +15,8 @@
 //! `<n>` is the exit code, or `128 + signal number` when a signal ended the command (the
 //! shell's convention, so `[exit 137]` is SIGKILL), or `124` when the command ran past its
 //! timeout (GNU `timeout`'s convention; a `[timed out after <ms> ms]` line precedes it).
+//! When the kernel's OOM killer killed a process of the sandbox during a command that
+//! ended by SIGKILL, a `[killed by the memory limit of <n> MiB]` line precedes it.
 //! When a process the command left behind kept the output pipes open, a line
 //! `[output truncated: ...]` says so: output is never cut silently.
 //!
@@ -56,26 +58,27 @@ use std::time::Duration;
 use async_trait::async_trait;
 use bytes::Bytes;
 use futures::FutureExt;
-use futures::future::{BoxFuture, Shared};
-use omabox_agent::client::{
-    AgentClient, BackgroundProcess, ClientError, ExecOutput, ExecRequest, ProcessKiller,
-    WriteOptions,
-};
-use omabox_agent::message::{BackgroundStatus, ErrorKind, ProcessExit};
+use omabox_agent::client::{AgentClient, ClientError, ExecRequest, WriteOptions};
+use omabox_agent::message::ErrorKind;
 use omabox_contract::PortError;
 use omabox_sandbox::{
-    DuplexKillSignal, ProcessHandle, ProcessLogs, ProcessSignal, ProcessStatus,
-    SandboxCheckpointHandle, SandboxCheckpointKind, SandboxDestroyPort, SandboxDuplexProcess,
-    SandboxDuplexProcessControl, SandboxDuplexProcessPort, SandboxDuplexProcessSpec,
-    SandboxEnvVarsPort, SandboxFileBytesPort, SandboxPort, SandboxProcessControl,
-    SandboxProcessExit, SandboxProcessPort, SandboxRuntimeCapabilities, SandboxRuntimeHandle,
-    SandboxRuntimePort, SandboxRuntimeStatus, SandboxSessionOutputMountPort,
+    ProcessHandle, SandboxCheckpointHandle, SandboxCheckpointKind, SandboxDestroyPort,
+    SandboxDuplexProcess, SandboxDuplexProcessPort, SandboxDuplexProcessSpec, SandboxEnvVarsPort,
+    SandboxFileBytesPort, SandboxPort, SandboxProcessPort, SandboxRuntimeCapabilities,
+    SandboxRuntimeHandle, SandboxRuntimePort, SandboxRuntimeStatus, SandboxSessionOutputMountPort,
     SessionOutputMountCapabilities, SessionOutputMountDurability, SessionOutputMountRequest,
 };
 
 use crate::handoff::SetupReport;
+use crate::identity::{DestroyError, SandboxIdentity};
 use crate::plan::SandboxPlan;
-use crate::sandbox::{DestroyError, LinuxRuntime, LinuxSandbox, SandboxIdentity, StartError};
+use crate::sandbox::{LinuxRuntime, LinuxSandbox, StartError};
+
+mod exec_output;
+mod process;
+
+pub use exec_output::{OomKill, exit_number, format_exec_output};
+use process::{BackgroundControl, DuplexControl, ExitFuture, sandbox_exit};
 
 /// The provider name of linux sandboxes (`SANDBOX_PROVIDER=linux`, runtime handles).
 pub const PROVIDER: &str = "linux";
@@ -86,13 +89,6 @@ pub const DEFAULT_EXEC_TIMEOUT: Duration = Duration::from_secs(120);
 /// How long the host waits for the agent beyond a command's own timeout before it
 /// declares the agent unresponsive.
 pub const AGENT_GRACE: Duration = Duration::from_secs(10);
-
-/// How long a duplex kill waits for the exit before escalating to `SIGKILL` (and after
-/// it).
-const KILL_WAIT: Duration = Duration::from_secs(2);
-
-/// Exit number reported for a command killed by its timeout.
-const TIMEOUT_EXIT: i32 = 124;
 
 /// Why an operation on a linux sandbox failed.
 #[derive(Debug, thiserror::Error)]
@@ -174,50 +170,6 @@ impl From<LinuxPortError> for PortError {
         } else {
             PortError::new(message)
         }
-    }
-}
-
-/// The contract's combined output of an exec (see the module doc for the exact form).
-pub fn format_exec_output(output: &ExecOutput, timeout: Duration) -> String {
-    let mut text = output.combined();
-    if output.exit.output_truncated {
-        text.push_str(
-            "\n[output truncated: a process the command started kept stdout/stderr open]",
-        );
-    }
-    if output.truncated {
-        let _ = write!(
-            text,
-            "\n[output truncated: more than {} bytes]",
-            omabox_agent::DEFAULT_MAX_EXEC_OUTPUT
-        );
-    }
-    let status = if output.exit.timed_out {
-        let _ = write!(text, "\n[timed out after {} ms]", timeout.as_millis());
-        TIMEOUT_EXIT
-    } else {
-        exit_number(&output.exit)
-    };
-    if status != 0 {
-        let _ = write!(text, "\n[exit {status}]");
-    }
-    text
-}
-
-/// The shell's number for an exit: the code, `128 + signal` for a signal, 255 when the
-/// agent could tell neither.
-pub fn exit_number(exit: &ProcessExit) -> i32 {
-    match (&exit.code, &exit.signal) {
-        (Some(code), _) => *code,
-        (None, Some(signal)) => omabox_agent::sys::signal_number(signal).map_or(255, |n| 128 + n),
-        (None, None) => 255,
-    }
-}
-
-fn sandbox_exit(exit: &ProcessExit) -> SandboxProcessExit {
-    SandboxProcessExit {
-        code: exit.code,
-        signal: exit.signal.clone(),
     }
 }
 
@@ -379,6 +331,7 @@ impl LinuxSandboxPort {
         let timeout = timeout.unwrap_or(self.default_timeout);
         let waited = timeout.saturating_add(AGENT_GRACE);
         let request = ExecRequest::shell(command).timeout(timeout);
+        let oom_before = self.identity.cgroup.oom_kills();
         let output = tokio::time::timeout(waited, self.client.exec(request))
             .await
             .map_err(|_| LinuxPortError::Unresponsive {
@@ -387,7 +340,10 @@ impl LinuxSandboxPort {
                 waited,
             })?
             .map_err(self.agent_error("exec", command))?;
-        Ok(format_exec_output(&output, timeout))
+        let oom = (self.identity.cgroup.oom_kills() > oom_before).then(|| OomKill {
+            limit_bytes: self.identity.cgroup.memory_limit(),
+        });
+        Ok(format_exec_output(&output, timeout, oom))
     }
 
     async fn spawn_duplex(
@@ -451,103 +407,6 @@ impl LinuxSandboxPort {
             control,
             exited,
         ))
-    }
-}
-
-type ExitFuture = Shared<BoxFuture<'static, Result<SandboxProcessExit, PortError>>>;
-
-/// Signals a duplex process and waits for it to go.
-struct DuplexControl {
-    killer: ProcessKiller,
-    exited: ExitFuture,
-}
-
-impl DuplexControl {
-    async fn exited_within(&self, limit: Duration) -> bool {
-        tokio::time::timeout(limit, self.exited.clone())
-            .await
-            .is_ok()
-    }
-}
-
-#[async_trait]
-impl SandboxDuplexProcessControl for DuplexControl {
-    /// Sends `signal` to the process group; after a `SIGTERM` that is not obeyed within
-    /// two seconds, sends `SIGKILL`. Returns once the process exited or the waits ran out
-    /// (an exit is only observed after stdout and stderr were read to their end).
-    async fn kill(&self, signal: DuplexKillSignal) -> Result<(), PortError> {
-        if self.exited.peek().is_some() {
-            return Ok(());
-        }
-        self.killer
-            .kill(signal.as_str())
-            .map_err(|source| LinuxPortError::Agent {
-                op: "kill",
-                target: signal.as_str().to_owned(),
-                source,
-            })?;
-        if self.exited_within(KILL_WAIT).await {
-            return Ok(());
-        }
-        if signal != DuplexKillSignal::Kill {
-            self.killer
-                .kill("SIGKILL")
-                .map_err(|source| LinuxPortError::Agent {
-                    op: "kill",
-                    target: "SIGKILL".to_owned(),
-                    source,
-                })?;
-            self.exited_within(KILL_WAIT).await;
-        }
-        Ok(())
-    }
-}
-
-/// A background process kept by the agent.
-struct BackgroundControl {
-    process: BackgroundProcess,
-}
-
-impl BackgroundControl {
-    fn error(&self, op: &'static str) -> impl FnOnce(ClientError) -> PortError {
-        let target = self.process.id().to_owned();
-        move |source| LinuxPortError::Agent { op, target, source }.into()
-    }
-}
-
-#[async_trait]
-impl SandboxProcessControl for BackgroundControl {
-    async fn kill(&self, signal: ProcessSignal) -> Result<(), PortError> {
-        self.process
-            .kill(signal.as_str())
-            .await
-            .map_err(self.error("kill background process"))
-    }
-
-    async fn logs(&self) -> Result<ProcessLogs, PortError> {
-        let logs = self
-            .process
-            .logs()
-            .await
-            .map_err(self.error("read logs of background process"))?;
-        Ok(ProcessLogs {
-            stdout: logs.stdout,
-            stderr: logs.stderr,
-        })
-    }
-
-    async fn status(&self) -> Result<ProcessStatus, PortError> {
-        let status = self
-            .process
-            .status()
-            .await
-            .map_err(self.error("read status of background process"))?;
-        Ok(match status {
-            BackgroundStatus::Running => ProcessStatus::Running,
-            BackgroundStatus::Completed => ProcessStatus::Completed,
-            BackgroundStatus::Error => ProcessStatus::Error,
-            BackgroundStatus::Killed => ProcessStatus::Killed,
-        })
     }
 }
 
@@ -774,65 +633,6 @@ impl SandboxRuntimePort for LinuxSandboxPort {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn output(stdout: &str, stderr: &str, exit: ProcessExit) -> ExecOutput {
-        ExecOutput {
-            stdout: stdout.as_bytes().to_vec(),
-            stderr: stderr.as_bytes().to_vec(),
-            exit,
-            truncated: false,
-        }
-    }
-
-    fn code(n: i32) -> ProcessExit {
-        ProcessExit {
-            code: Some(n),
-            ..ProcessExit::default()
-        }
-    }
-
-    const T: Duration = Duration::from_secs(1);
-
-    #[test]
-    fn success_is_the_trimmed_combined_output() {
-        assert_eq!(format_exec_output(&output("hi\n\n", "", code(0)), T), "hi");
-        assert_eq!(
-            format_exec_output(&output("out\n", "err\n", code(0)), T),
-            "out\n\nerr"
-        );
-    }
-
-    #[test]
-    fn failure_appends_the_exit_line() {
-        assert_eq!(
-            format_exec_output(&output("out", "err", code(2)), T),
-            "out\nerr\n[exit 2]"
-        );
-        assert_eq!(
-            format_exec_output(&output("", "", code(3)), T),
-            "\n[exit 3]"
-        );
-    }
-
-    #[test]
-    fn signals_and_timeouts_use_the_shell_numbers() {
-        let killed = ProcessExit {
-            signal: Some("SIGKILL".into()),
-            ..ProcessExit::default()
-        };
-        assert_eq!(
-            format_exec_output(&output("x", "", killed.clone()), T),
-            "x\n[exit 137]"
-        );
-        let timed_out = ProcessExit {
-            timed_out: true,
-            ..killed
-        };
-        assert_eq!(
-            format_exec_output(&output("x", "", timed_out), T),
-            "x\n[timed out after 1000 ms]\n[exit 124]"
-        );
-    }
 
     #[test]
     fn port_errors_carry_the_whole_chain() {

@@ -19,6 +19,7 @@
 //! | `SANDBOX_IMAGE` | OpenMA's name, read when `OMABOX_LINUX_IMAGE` is unset | |
 //! | `OMABOX_LINUX_IMAGE_CACHE` | absolute path of the cache tarballs and OCI layouts are unpacked into | [`ImageCache::default_dir`]: `/var/lib/omabox/images` as root, else `$XDG_CACHE_HOME/omabox/images` |
 //! | `OMABOX_LINUX_MEMORY` | memory limit: bytes, or with a `K`/`M`/`G`/`T` suffix (binary: `512M` = 512 MiB), or `unlimited` | 512M |
+//! | `OMABOX_LINUX_CPUS` | CPU quota in CPUs (`1`, `0.5`, `1.25`: at least 0.01), or `unlimited` | 2, or the host's CPU count if smaller |
 //! | `OMABOX_LINUX_PIDS` | maximum tasks (processes + threads, the agent included), or `unlimited` | 512 |
 //! | `OMABOX_LINUX_EXEC_TIMEOUT_MS` | default exec timeout in ms | 120000 |
 //! | `OMABOX_LINUX_RUNTIME_DIR` | absolute parent of the sandboxes' state dirs | `/run/omabox` |
@@ -38,54 +39,24 @@
 //! - Read a key that is not in the table above, or print an env value of another key.
 //! - Leave a sandbox behind when `create` fails.
 
-use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, PoisonError, Weak};
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
 use omabox_contract::PortError;
-use omabox_sandbox::{
-    SandboxCheckpointHandle, SandboxFactory, SandboxFactoryContext, SandboxFactoryEnv, SandboxPort,
-    SandboxProviderPort, SandboxRuntimeHandle,
-};
+use omabox_sandbox::{SandboxFactory, SandboxFactoryContext, SandboxFactoryEnv, SandboxPort};
 
 use crate::image::{ImageCache, ImageError, ImageKind, ResolvedImage};
-use crate::plan::{RootfsSource, SandboxPlan};
-use crate::port::{DEFAULT_EXEC_TIMEOUT, LinuxPortError, LinuxSandboxPort, PROVIDER};
+use crate::plan::{CpuLimit, RootfsSource, SandboxPlan};
+use crate::port::{DEFAULT_EXEC_TIMEOUT, LinuxPortError, LinuxSandboxPort};
 use crate::sandbox::{LinuxRuntime, RuntimeConfig, StartError};
 
-/// `OMABOX_LINUX_IMAGE`: a local rootfs directory.
-pub const IMAGE_ENV: &str = "OMABOX_LINUX_IMAGE";
-/// `SANDBOX_IMAGE`: OpenMA's image key, read when [`IMAGE_ENV`] is unset.
-pub const SANDBOX_IMAGE_ENV: &str = "SANDBOX_IMAGE";
-/// `OMABOX_LINUX_IMAGE_CACHE`: where image artifacts are unpacked.
-pub const IMAGE_CACHE_ENV: &str = "OMABOX_LINUX_IMAGE_CACHE";
-/// `OMABOX_LINUX_MEMORY`: memory limit.
-pub const MEMORY_ENV: &str = "OMABOX_LINUX_MEMORY";
-/// `OMABOX_LINUX_PIDS`: task limit.
-pub const PIDS_ENV: &str = "OMABOX_LINUX_PIDS";
-/// `OMABOX_LINUX_EXEC_TIMEOUT_MS`: default exec timeout.
-pub const EXEC_TIMEOUT_ENV: &str = "OMABOX_LINUX_EXEC_TIMEOUT_MS";
-/// `OMABOX_LINUX_RUNTIME_DIR`: parent of the state dirs.
-pub const RUNTIME_DIR_ENV: &str = "OMABOX_LINUX_RUNTIME_DIR";
-/// `OMABOX_LINUX_CGROUP_PARENT`: cgroup parent directory name.
-pub const CGROUP_PARENT_ENV: &str = "OMABOX_LINUX_CGROUP_PARENT";
-/// `OMABOX_LINUX_INIT`: the setup-stage binary.
-pub const INIT_ENV: &str = "OMABOX_LINUX_INIT";
+mod env;
+mod provider;
 
-/// Every key the factory reads, in documentation order.
-pub const ENV_KEYS: &[&str] = &[
-    IMAGE_ENV,
-    SANDBOX_IMAGE_ENV,
-    IMAGE_CACHE_ENV,
-    MEMORY_ENV,
-    PIDS_ENV,
-    EXEC_TIMEOUT_ENV,
-    RUNTIME_DIR_ENV,
-    CGROUP_PARENT_ENV,
-    INIT_ENV,
-];
+pub use env::*;
+pub use provider::LinuxSandboxProvider;
 
 /// Why the factory could not make a sandbox.
 #[derive(Debug, thiserror::Error)]
@@ -180,41 +151,6 @@ fn message_chain(error: &dyn std::error::Error) -> String {
         next = s.source();
     }
     message
-}
-
-/// Parses a memory size: bytes, or a number with a binary `K`, `M`, `G` or `T` suffix
-/// (optionally followed by `B` or `iB`; case-insensitive). Zero is refused.
-pub fn parse_memory_size(text: &str) -> Result<u64, String> {
-    let t = text.trim();
-    let digits_end = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
-    let (number, suffix) = t.split_at(digits_end);
-    if number.is_empty() {
-        return Err(format!(
-            "{text:?} is not a size; expected bytes or a number with K, M, G or T (e.g. 512M, 1G)"
-        ));
-    }
-    let shift = match suffix.to_ascii_lowercase().as_str() {
-        "" | "b" => 0,
-        "k" | "kb" | "kib" => 10,
-        "m" | "mb" | "mib" => 20,
-        "g" | "gb" | "gib" => 30,
-        "t" | "tb" | "tib" => 40,
-        _ => {
-            return Err(format!(
-                "{text:?} has an unknown unit {suffix:?}; use K, M, G or T (e.g. 512M, 1G)"
-            ));
-        }
-    };
-    let n: u64 = number
-        .parse()
-        .map_err(|_| format!("{text:?} is too large"))?;
-    let bytes = n
-        .checked_mul(1u64 << shift)
-        .ok_or_else(|| format!("{text:?} is too large"))?;
-    if bytes == 0 {
-        return Err("a memory limit of 0 bytes leaves no room to run anything".into());
-    }
-    Ok(bytes)
 }
 
 /// Everything one `create` needs, derived from the context and the env without touching
@@ -367,6 +303,15 @@ impl LinuxSandboxFactory {
                     parse_memory_size(memory)
                         .map_err(|reason| invalid(MEMORY_ENV, memory, &reason))?,
                 )
+            };
+        }
+        if let Some(cpus) = nonempty(env, CPUS_ENV) {
+            plan.limits.cpu = if cpus.eq_ignore_ascii_case("unlimited") {
+                None
+            } else {
+                Some(CpuLimit::millicpus(
+                    parse_millicpus(cpus).map_err(|reason| invalid(CPUS_ENV, cpus, &reason))?,
+                ))
             };
         }
         if let Some(pids) = nonempty(env, PIDS_ENV) {
@@ -533,100 +478,11 @@ impl SandboxFactory for LinuxSandboxFactory {
     }
 }
 
-/// The provider trio over [`LinuxSandboxFactory`].
-///
-/// - `create` starts a sandbox (as the factory does) and remembers it, weakly;
-/// - `resume` hands back a sandbox this provider created that is still alive in this
-///   process (a linux sandbox's agent serves exactly one connection, owned by the
-///   process that started it, so no other process can reattach to it);
-/// - `restore` rejects every checkpoint: linux sandboxes take none.
-///
-/// Another provider's handle or checkpoint is rejected by name.
-#[derive(Debug, Default)]
-pub struct LinuxSandboxProvider {
-    factory: LinuxSandboxFactory,
-    live: Mutex<HashMap<String, Weak<LinuxSandboxPort>>>,
-}
-
-impl LinuxSandboxProvider {
-    /// A provider over `factory`.
-    pub fn new(factory: LinuxSandboxFactory) -> Self {
-        Self {
-            factory,
-            live: Mutex::new(HashMap::new()),
-        }
-    }
-
-    fn live(&self) -> std::sync::MutexGuard<'_, HashMap<String, Weak<LinuxSandboxPort>>> {
-        self.live.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-}
-
-#[async_trait]
-impl SandboxProviderPort for LinuxSandboxProvider {
-    async fn create(
-        &self,
-        ctx: &SandboxFactoryContext,
-        env: &SandboxFactoryEnv,
-    ) -> Result<Arc<dyn SandboxPort>, PortError> {
-        let port = Arc::new(self.factory.create_port(ctx, env).await?);
-        let mut live = self.live();
-        live.retain(|_, weak| weak.strong_count() > 0);
-        live.insert(port.id().to_owned(), Arc::downgrade(&port));
-        Ok(port)
-    }
-
-    async fn resume(
-        &self,
-        handle: &SandboxRuntimeHandle,
-        _ctx: &SandboxFactoryContext,
-        _env: &SandboxFactoryEnv,
-    ) -> Result<Arc<dyn SandboxPort>, PortError> {
-        if handle.provider != PROVIDER {
-            return Err(PortError::invalid_argument(format!(
-                "runtime handle of provider {:?} cannot be resumed by the {PROVIDER} provider",
-                handle.provider
-            )));
-        }
-        let port = self
-            .live()
-            .get(&handle.runtime_id)
-            .and_then(Weak::upgrade)
-            .filter(|port| port.is_alive());
-        match port {
-            Some(port) => Ok(port),
-            None => Err(PortError::new(format!(
-                "linux sandbox {:?} is not running in this process (linux sandboxes cannot be \
-                 reattached from another process)",
-                handle.runtime_id
-            ))),
-        }
-    }
-
-    async fn restore(
-        &self,
-        checkpoint: &SandboxCheckpointHandle,
-        _ctx: &SandboxFactoryContext,
-        _env: &SandboxFactoryEnv,
-    ) -> Result<Arc<dyn SandboxPort>, PortError> {
-        if checkpoint.provider != PROVIDER {
-            return Err(PortError::invalid_argument(format!(
-                "checkpoint of provider {:?} cannot be restored by the {PROVIDER} provider",
-                checkpoint.provider
-            )));
-        }
-        Err(PortError::invalid_argument(format!(
-            "linux sandboxes take no checkpoints, so {:?} cannot be restored",
-            checkpoint.checkpoint_id
-        )))
-    }
-}
-
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
 
-    fn ctx() -> SandboxFactoryContext {
+    pub(super) fn ctx() -> SandboxFactoryContext {
         SandboxFactoryContext {
             session_id: "s".into(),
             workdir: "/srv/ws".into(),
@@ -635,33 +491,8 @@ mod tests {
         }
     }
 
-    fn env(pairs: &[(&str, &str)]) -> SandboxFactoryEnv {
+    pub(super) fn env(pairs: &[(&str, &str)]) -> SandboxFactoryEnv {
         pairs.iter().copied().collect()
-    }
-
-    #[test]
-    fn memory_sizes_take_binary_suffixes() {
-        assert_eq!(parse_memory_size("1024"), Ok(1024));
-        assert_eq!(parse_memory_size("512M"), Ok(512 << 20));
-        assert_eq!(parse_memory_size("1g"), Ok(1 << 30));
-        assert_eq!(parse_memory_size("2GiB"), Ok(2 << 30));
-        assert_eq!(parse_memory_size("64kb"), Ok(64 << 10));
-        assert!(parse_memory_size("0").is_err());
-        assert!(
-            parse_memory_size("lots")
-                .unwrap_err()
-                .contains("not a size")
-        );
-        assert!(
-            parse_memory_size("5X")
-                .unwrap_err()
-                .contains("unknown unit")
-        );
-        assert!(
-            parse_memory_size("99999999999T")
-                .unwrap_err()
-                .contains("too large")
-        );
     }
 
     #[test]
@@ -673,6 +504,7 @@ mod tests {
                 &env(&[
                     (MEMORY_ENV, "1G"),
                     (PIDS_ENV, "100"),
+                    (CPUS_ENV, "1.5"),
                     (RUNTIME_DIR_ENV, "/run/x"),
                     (CGROUP_PARENT_ENV, "omabox-x"),
                     (EXEC_TIMEOUT_ENV, "5000"),
@@ -685,6 +517,13 @@ mod tests {
         assert_eq!(s.plan.rootfs, RootfsSource::Preinstalled);
         assert_eq!(s.plan.limits.memory_bytes, Some(1 << 30));
         assert_eq!(s.plan.limits.pids_max, Some(100));
+        assert_eq!(
+            s.plan.limits.cpu,
+            Some(CpuLimit::Quota {
+                quota_us: 150_000,
+                period_us: 100_000
+            })
+        );
         assert_eq!(s.runtime.runtime_dir, PathBuf::from("/run/x"));
         assert_eq!(s.runtime.cgroup_parent, "omabox-x");
         assert_eq!(s.exec_timeout, Duration::from_secs(5));
@@ -692,6 +531,13 @@ mod tests {
             .settings(&ctx(), &env(&[(MEMORY_ENV, "unlimited")]))
             .unwrap();
         assert_eq!(s.plan.limits.memory_bytes, None);
+        // A CPU quota by default; `unlimited` removes it.
+        let s = f.settings(&ctx(), &env(&[])).unwrap();
+        assert_eq!(s.plan.limits.cpu, Some(CpuLimit::default_quota()));
+        let s = f
+            .settings(&ctx(), &env(&[(CPUS_ENV, "unlimited")]))
+            .unwrap();
+        assert_eq!(s.plan.limits.cpu, None);
     }
 
     #[test]
@@ -700,6 +546,7 @@ mod tests {
         for (key, value) in [
             (MEMORY_ENV, "huge"),
             (PIDS_ENV, "1"),
+            (CPUS_ENV, "0"),
             (RUNTIME_DIR_ENV, "relative"),
             (CGROUP_PARENT_ENV, "../escape"),
             (EXEC_TIMEOUT_ENV, "-1"),
@@ -785,52 +632,5 @@ mod tests {
             .settings(&ctx(), &env(&[(IMAGE_ENV, "/no/such/rootfs")]))
             .unwrap_err();
         assert!(e.to_string().starts_with(IMAGE_ENV), "{e}");
-    }
-
-    #[tokio::test]
-    async fn the_provider_rejects_foreign_and_unknown_handles() {
-        use omabox_sandbox::{SandboxCheckpointKind, SandboxCheckpointScope};
-        let provider = LinuxSandboxProvider::default();
-        let foreign = SandboxRuntimeHandle {
-            provider: "e2b".into(),
-            runtime_id: "x".into(),
-        };
-        let e = provider
-            .resume(&foreign, &ctx(), &env(&[]))
-            .await
-            .err()
-            .unwrap();
-        assert!(e.message().contains("\"e2b\""), "{e}");
-        let unknown = SandboxRuntimeHandle {
-            provider: "linux".into(),
-            runtime_id: "nope".into(),
-        };
-        let e = provider
-            .resume(&unknown, &ctx(), &env(&[]))
-            .await
-            .err()
-            .unwrap();
-        assert!(e.message().contains("not running in this process"), "{e}");
-        let mut checkpoint = SandboxCheckpointHandle {
-            provider: "daytona".into(),
-            checkpoint_id: "c".into(),
-            source_runtime_id: "r".into(),
-            kind: SandboxCheckpointKind::Filesystem,
-            scope: SandboxCheckpointScope::Portable,
-            metadata: None,
-        };
-        let e = provider
-            .restore(&checkpoint, &ctx(), &env(&[]))
-            .await
-            .err()
-            .unwrap();
-        assert!(e.message().contains("\"daytona\""), "{e}");
-        checkpoint.provider = "linux".into();
-        let e = provider
-            .restore(&checkpoint, &ctx(), &env(&[]))
-            .await
-            .err()
-            .unwrap();
-        assert!(e.message().contains("take no checkpoints"), "{e}");
     }
 }

@@ -1,0 +1,165 @@
+//! The factory's env settings: the keys it reads and the pure parsers of their values.
+//! Must never touch the system (no file, no probe): settings are checked before anything
+//! is created.
+
+/// `OMABOX_LINUX_IMAGE`: a local rootfs directory.
+pub const IMAGE_ENV: &str = "OMABOX_LINUX_IMAGE";
+/// `SANDBOX_IMAGE`: OpenMA's image key, read when [`IMAGE_ENV`] is unset.
+pub const SANDBOX_IMAGE_ENV: &str = "SANDBOX_IMAGE";
+/// `OMABOX_LINUX_IMAGE_CACHE`: where image artifacts are unpacked.
+pub const IMAGE_CACHE_ENV: &str = "OMABOX_LINUX_IMAGE_CACHE";
+/// `OMABOX_LINUX_MEMORY`: memory limit.
+pub const MEMORY_ENV: &str = "OMABOX_LINUX_MEMORY";
+/// `OMABOX_LINUX_CPUS`: CPU quota.
+pub const CPUS_ENV: &str = "OMABOX_LINUX_CPUS";
+/// `OMABOX_LINUX_PIDS`: task limit.
+pub const PIDS_ENV: &str = "OMABOX_LINUX_PIDS";
+/// `OMABOX_LINUX_EXEC_TIMEOUT_MS`: default exec timeout.
+pub const EXEC_TIMEOUT_ENV: &str = "OMABOX_LINUX_EXEC_TIMEOUT_MS";
+/// `OMABOX_LINUX_RUNTIME_DIR`: parent of the state dirs.
+pub const RUNTIME_DIR_ENV: &str = "OMABOX_LINUX_RUNTIME_DIR";
+/// `OMABOX_LINUX_CGROUP_PARENT`: cgroup parent directory name.
+pub const CGROUP_PARENT_ENV: &str = "OMABOX_LINUX_CGROUP_PARENT";
+/// `OMABOX_LINUX_INIT`: the setup-stage binary.
+pub const INIT_ENV: &str = "OMABOX_LINUX_INIT";
+
+/// Every key the factory reads, in documentation order.
+pub const ENV_KEYS: &[&str] = &[
+    IMAGE_ENV,
+    SANDBOX_IMAGE_ENV,
+    IMAGE_CACHE_ENV,
+    MEMORY_ENV,
+    CPUS_ENV,
+    PIDS_ENV,
+    EXEC_TIMEOUT_ENV,
+    RUNTIME_DIR_ENV,
+    CGROUP_PARENT_ENV,
+    INIT_ENV,
+];
+
+/// Parses a CPU count with at most three decimals (`2`, `0.5`, `1.25`) into
+/// thousandths of a CPU; at least 0.01 (the kernel's smallest quota is 1 ms per 100 ms).
+pub fn parse_millicpus(text: &str) -> Result<u64, String> {
+    let bad = || format!("{text:?} is not a CPU count; expected e.g. 1, 0.5 or 2.25");
+    let t = text.trim();
+    let (whole, frac) = t.split_once('.').unwrap_or((t, ""));
+    let digits = |s: &str| s.bytes().all(|b| b.is_ascii_digit());
+    if (whole.is_empty() && frac.is_empty()) || !digits(whole) || !digits(frac) {
+        return Err(bad());
+    }
+    if frac.len() > 3 {
+        return Err(format!("{text:?}: at most three decimals"));
+    }
+    let whole: u64 = if whole.is_empty() {
+        0
+    } else {
+        whole.parse().map_err(|_| bad())?
+    };
+    let frac: u64 = format!("{frac:0<3}").parse().map_err(|_| bad())?;
+    let milli = whole
+        .checked_mul(1000)
+        .and_then(|w| w.checked_add(frac))
+        .filter(|m| *m <= 1 << 20)
+        .ok_or_else(|| format!("{text:?} is too many CPUs"))?;
+    if milli < 10 {
+        return Err(format!("{text:?} is below the smallest quota of 0.01 CPU"));
+    }
+    Ok(milli)
+}
+
+/// Parses a memory size: bytes, or a number with a binary `K`, `M`, `G` or `T` suffix
+/// (optionally followed by `B` or `iB`; case-insensitive). Zero is refused.
+pub fn parse_memory_size(text: &str) -> Result<u64, String> {
+    let t = text.trim();
+    let digits_end = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+    let (number, suffix) = t.split_at(digits_end);
+    if number.is_empty() {
+        return Err(format!(
+            "{text:?} is not a size; expected bytes or a number with K, M, G or T (e.g. 512M, 1G)"
+        ));
+    }
+    let shift = match suffix.to_ascii_lowercase().as_str() {
+        "" | "b" => 0,
+        "k" | "kb" | "kib" => 10,
+        "m" | "mb" | "mib" => 20,
+        "g" | "gb" | "gib" => 30,
+        "t" | "tb" | "tib" => 40,
+        _ => {
+            return Err(format!(
+                "{text:?} has an unknown unit {suffix:?}; use K, M, G or T (e.g. 512M, 1G)"
+            ));
+        }
+    };
+    let n: u64 = number
+        .parse()
+        .map_err(|_| format!("{text:?} is too large"))?;
+    let bytes = n
+        .checked_mul(1u64 << shift)
+        .ok_or_else(|| format!("{text:?} is too large"))?;
+    if bytes == 0 {
+        return Err("a memory limit of 0 bytes leaves no room to run anything".into());
+    }
+    Ok(bytes)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::plan::CpuLimit;
+
+    #[test]
+    fn memory_sizes_take_binary_suffixes() {
+        assert_eq!(parse_memory_size("1024"), Ok(1024));
+        assert_eq!(parse_memory_size("512M"), Ok(512 << 20));
+        assert_eq!(parse_memory_size("1g"), Ok(1 << 30));
+        assert_eq!(parse_memory_size("2GiB"), Ok(2 << 30));
+        assert_eq!(parse_memory_size("64kb"), Ok(64 << 10));
+        assert!(parse_memory_size("0").is_err());
+        assert!(
+            parse_memory_size("lots")
+                .unwrap_err()
+                .contains("not a size")
+        );
+        assert!(
+            parse_memory_size("5X")
+                .unwrap_err()
+                .contains("unknown unit")
+        );
+        assert!(
+            parse_memory_size("99999999999T")
+                .unwrap_err()
+                .contains("too large")
+        );
+    }
+
+    #[test]
+    fn cpu_counts_parse_to_thousandths() {
+        for (text, milli) in [
+            ("1", 1000),
+            ("0.5", 500),
+            ("2.25", 2250),
+            (".01", 10),
+            ("3.", 3000),
+        ] {
+            assert_eq!(parse_millicpus(text), Ok(milli), "{text}");
+        }
+        for text in [
+            "",
+            ".",
+            "0",
+            "0.001",
+            "1.2345",
+            "-1",
+            "1e3",
+            "two",
+            "99999999999",
+        ] {
+            assert!(parse_millicpus(text).is_err(), "{text}");
+        }
+        let host = std::thread::available_parallelism().unwrap().get() as u64;
+        assert_eq!(
+            CpuLimit::default_quota(),
+            CpuLimit::millicpus(host.min(2) * 1000)
+        );
+    }
+}

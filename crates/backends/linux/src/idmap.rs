@@ -1,0 +1,439 @@
+//! Each sandbox's own host id range, and the idmapped mounts that let it write its
+//! writable binds.
+//!
+//! As root, every sandbox runs in a user namespace of its own whose ids `0..65536` map
+//! to a host range `base..base + 65536` that no host account and no other sandbox uses:
+//! its uid 0 is an unprivileged host uid, so files it leaves behind, per-user kernel
+//! counters (inotify, pending signals, mqueue bytes) and `/proc` permission checks are
+//! those of a nobody. Ranges are slots above [`FIRST_BASE`], claimed by creating
+//! [`SLOTS_DIR`]`/<slot>` (holding the sandbox's state dir) under a lock, host-wide so
+//! no two runtime dirs hand out the same range; the slot is freed when the sandbox is
+//! destroyed, and a slot whose state dir is gone (a crash in between) is reclaimed by
+//! the next allocation that probes it.
+//!
+//! The setup stage (host root, before it runs anything of the sandbox) creates the
+//! namespace with a short-lived helper child ([`create_userns`]), attaches the
+//! workspace, outputs, binds and an image's lower layer as idmapped mounts through it
+//! (`open_tree` + `mount_setattr(MOUNT_ATTR_IDMAP)` + `move_mount`: host id `k` appears
+//! as the sandbox's `k`, so its uid 0 acts as host uid 0 there and only there), builds
+//! the rest as root, and finally [`enter`]s it as its uid 0. The other namespaces stay
+//! owned by the host's user namespace, where the sandbox has no capability.
+//!
+//! What this must never do: map a sandbox id to a host id outside its range, attach a
+//! writable mount that is not `nosuid`/`nodev`, or let a file created through an
+//! idmapped mount carry setuid/setgid bits (the seccomp filter refuses those modes, see
+//! `setup::harden`).
+
+use std::fs::File;
+use std::io::{self, Write};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::path::Path;
+
+use crate::sys;
+
+/// Ids per sandbox: a full 16-bit range, as a container image expects.
+pub const RANGE: u32 = 65_536;
+/// First host id handed to sandboxes: far above any account (`/etc/passwd`,
+/// `/etc/subuid` entries up there make the allocator skip the slots they touch).
+pub const FIRST_BASE: u32 = 0x4000_0000;
+/// Concurrent sandboxes per runtime dir.
+const SLOTS: u32 = 16_384;
+/// Host-wide slot files, one per live sandbox, naming its state dir.
+pub const SLOTS_DIR: &str = "/run/omabox-idmap";
+
+/// A claimed host id range.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct IdRange {
+    /// First host id (the sandbox's uid and gid 0).
+    pub base: u32,
+}
+
+impl IdRange {
+    fn slot(self) -> u32 {
+        (self.base - FIRST_BASE) / RANGE
+    }
+
+    /// The `uid_map` / `gid_map` line.
+    pub fn map_line(self) -> String {
+        format!("0 {} {RANGE}\n", self.base)
+    }
+}
+
+/// Claims a free id range for the sandbox whose state dir is `state_dir` (which
+/// exists already). Host-wide: every runtime dir draws from [`SLOTS_DIR`].
+pub fn allocate(state_dir: &Path) -> io::Result<IdRange> {
+    allocate_in(Path::new(SLOTS_DIR), state_dir)
+}
+
+/// Frees the range held by the sandbox of `state_dir` (no-op when it is not the
+/// holder, or was freed already).
+pub fn free(range: IdRange, state_dir: &Path) -> io::Result<()> {
+    free_in(Path::new(SLOTS_DIR), range, state_dir)
+}
+
+/// Removes every slot whose sandbox has no state dir any more (see `is_stale`), so a
+/// crashed host leaves no slot behind once `reap` ran. Returns how many went.
+pub fn free_stale() -> io::Result<usize> {
+    free_stale_in(Path::new(SLOTS_DIR))
+}
+
+fn free_stale_in(dir: &Path) -> io::Result<usize> {
+    let entries = match std::fs::read_dir(dir) {
+        Ok(entries) => entries,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(0),
+        Err(e) => return Err(e),
+    };
+    let _lock = Lock::take(&dir.join("lock"))?;
+    let mut freed = 0;
+    for entry in entries {
+        let path = entry?.path();
+        let is_slot = path
+            .file_name()
+            .and_then(|n| n.to_str())
+            .is_some_and(|n| n.parse::<u32>().is_ok());
+        if is_slot && is_stale(&path) {
+            std::fs::remove_file(&path)?;
+            freed += 1;
+        }
+    }
+    Ok(freed)
+}
+
+fn claim(path: &Path, holder: &Path) -> io::Result<()> {
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)?;
+    f.write_all(holder.as_os_str().as_bytes())
+}
+
+fn allocate_in(dir: &Path, state_dir: &Path) -> io::Result<IdRange> {
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)?;
+    let _lock = Lock::take(&dir.join("lock"))?;
+    let used = host_ids();
+    // Start at a spot derived from the holder so allocations rarely probe the same
+    // slots first; every slot is tried once.
+    let start = state_dir
+        .as_os_str()
+        .as_bytes()
+        .iter()
+        .fold(0u32, |h, b| h.wrapping_mul(31).wrapping_add(*b as u32))
+        % SLOTS;
+    for i in 0..SLOTS {
+        let slot = (start + i) % SLOTS;
+        let base = FIRST_BASE + slot * RANGE;
+        if used.iter().any(|&(lo, hi)| lo < base + RANGE && hi > base) {
+            continue;
+        }
+        let path = dir.join(slot.to_string());
+        match claim(&path, state_dir) {
+            Ok(()) => return Ok(IdRange { base }),
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
+                if is_stale(&path) {
+                    std::fs::remove_file(&path)?;
+                    claim(&path, state_dir)?;
+                    return Ok(IdRange { base });
+                }
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    Err(io::Error::other(format!(
+        "all {SLOTS} sandbox id ranges are in use"
+    )))
+}
+
+fn free_in(dir: &Path, range: IdRange, state_dir: &Path) -> io::Result<()> {
+    let path = dir.join(range.slot().to_string());
+    match std::fs::read(&path) {
+        Ok(holder) if holder == state_dir.as_os_str().as_bytes() => std::fs::remove_file(&path),
+        Ok(_) => Ok(()),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(e),
+    }
+}
+
+/// A slot whose sandbox has no state dir any more (a crash between destroy's steps,
+/// or before the identity was written).
+fn is_stale(slot: &Path) -> bool {
+    match std::fs::read(slot) {
+        Ok(holder) => {
+            let holder = Path::new(std::ffi::OsStr::from_bytes(&holder));
+            !holder.is_absolute() || !holder.exists()
+        }
+        Err(_) => false,
+    }
+}
+
+/// Id ranges (`[lo, hi)`) of host accounts and subordinate ranges.
+fn host_ids() -> Vec<(u32, u32)> {
+    let mut out = Vec::new();
+    for f in ["/etc/passwd", "/etc/group"] {
+        for line in std::fs::read_to_string(f).unwrap_or_default().lines() {
+            if let Some(id) = line.split(':').nth(2).and_then(|s| s.parse::<u32>().ok()) {
+                out.push((id, id.saturating_add(1)));
+            }
+        }
+    }
+    for f in ["/etc/subuid", "/etc/subgid"] {
+        for line in std::fs::read_to_string(f).unwrap_or_default().lines() {
+            let mut p = line.split(':').skip(1);
+            if let (Some(Ok(lo)), Some(Ok(n))) = (
+                p.next().map(str::parse::<u32>),
+                p.next().map(str::parse::<u32>),
+            ) {
+                out.push((lo, lo.saturating_add(n)));
+            }
+        }
+    }
+    out
+}
+
+/// An exclusive `flock` held until drop.
+struct Lock(#[allow(dead_code)] File);
+
+impl Lock {
+    fn take(path: &Path) -> io::Result<Self> {
+        let f = std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .mode(0o600)
+            .open(path)?;
+        loop {
+            // SAFETY: flock on an fd we own; no memory effects.
+            if unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX) } == 0 {
+                return Ok(Self(f));
+            }
+            let e = io::Error::last_os_error();
+            if e.kind() != io::ErrorKind::Interrupted {
+                return Err(e);
+            }
+        }
+    }
+}
+
+/// Writes the id maps of the user namespace of `pid` (a child just cloned with
+/// `CLONE_NEWUSER`).
+fn write_maps(pid: &str, range: IdRange) -> io::Result<()> {
+    let line = range.map_line();
+    std::fs::write(format!("/proc/{pid}/gid_map"), &line)?;
+    std::fs::write(format!("/proc/{pid}/uid_map"), &line)
+}
+
+const OPEN_TREE_CLONE: libc::c_uint = 1;
+const MOUNT_ATTR_NOSUID: u64 = 0x2;
+const MOUNT_ATTR_NODEV: u64 = 0x4;
+const MOUNT_ATTR_IDMAP: u64 = 0x0010_0000;
+
+#[repr(C)]
+struct MountAttr {
+    attr_set: u64,
+    attr_clr: u64,
+    propagation: u64,
+    userns_fd: u64,
+}
+
+/// A detached, `nosuid`/`nodev` copy of the mount tree at `source`, idmapped through
+/// `userns`: host id `k` appears inside as the sandbox's `k`, so the
+/// sandbox's uid 0 owns what host root owns there. Attach it with `move_mount`.
+pub fn idmapped_tree(source: &Path, userns: &OwnedFd) -> io::Result<OwnedFd> {
+    let c = sys::cstr(source)?;
+    // SAFETY: `c` is a valid C string; the result is checked below.
+    let fd = unsafe {
+        libc::syscall(
+            libc::SYS_open_tree,
+            libc::AT_FDCWD,
+            c.as_ptr(),
+            OPEN_TREE_CLONE | libc::O_CLOEXEC as libc::c_uint | libc::AT_RECURSIVE as libc::c_uint,
+        )
+    };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: open_tree returned a fresh fd that only we own.
+    let tree = unsafe { OwnedFd::from_raw_fd(fd as i32) };
+    let attr = MountAttr {
+        attr_set: MOUNT_ATTR_IDMAP | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV,
+        attr_clr: 0,
+        propagation: libc::MS_PRIVATE,
+        userns_fd: userns.as_raw_fd() as u64,
+    };
+    let empty = c"";
+    // SAFETY: `tree` is a valid mount fd, `empty` a valid C string, `attr` a valid
+    // mount_attr of the size passed; the kernel only reads them.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_mount_setattr,
+            tree.as_raw_fd(),
+            empty.as_ptr(),
+            (libc::AT_EMPTY_PATH | libc::AT_RECURSIVE) as libc::c_uint,
+            &attr as *const MountAttr,
+            std::mem::size_of::<MountAttr>(),
+        )
+    };
+    if r < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(tree)
+}
+
+/// A new user namespace whose ids `0..65536` map to `range` and whose owner is the
+/// range's base: a helper child (fork semantics, the caller is single-threaded)
+/// becomes the base uid and unshares it, the caller (root of the parent namespace)
+/// writes its maps and keeps it by an fd, and the helper is killed and reaped.
+pub fn create_userns(range: IdRange) -> io::Result<OwnedFd> {
+    // The helper tells its pid as `/proc` (still the host's here) knows it: the pid
+    // clone returns is one of the sandbox's pid namespace.
+    let (r, w) = sys::pipe()?;
+    // SAFETY: a raw fork-style clone (no CLONE_VM) of a single-threaded process; the
+    // child only reads a link, writes a pipe and sleeps until it is killed.
+    let pid = unsafe {
+        libc::syscall(
+            libc::SYS_clone,
+            libc::SIGCHLD as libc::c_ulong,
+            0usize,
+            0usize,
+            0usize,
+            0usize,
+        )
+    };
+    if pid < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    if pid == 0 {
+        // SAFETY: id syscalls, unshare, readlink into a stack buffer, write of what it
+        // returned, pause; on any failure the helper exits without reporting.
+        unsafe {
+            // The namespace's owner is its creator's euid, and the kernel charges the
+            // per-user counters (inotify, pending signals, …) of everything inside to
+            // the owner one level up: so the range's base must create it, not root.
+            if libc::setgroups(0, std::ptr::null()) < 0
+                || libc::setresgid(range.base, range.base, range.base) < 0
+                || libc::setresuid(range.base, range.base, range.base) < 0
+                || libc::unshare(libc::CLONE_NEWUSER) < 0
+            {
+                libc::_exit(1);
+            }
+            let mut buf = [0u8; 32];
+            let n = libc::readlink(c"/proc/self".as_ptr(), buf.as_mut_ptr().cast(), buf.len());
+            if n > 0 {
+                libc::write(w.as_raw_fd(), buf.as_ptr().cast(), n as usize);
+            }
+            // The parent reads to EOF.
+            libc::close(w.as_raw_fd());
+            loop {
+                libc::pause();
+            }
+        }
+    }
+    let pid = pid as i32;
+    drop(w);
+    let ns = (|| {
+        let mut host_pid = String::new();
+        std::io::Read::read_to_string(&mut File::from(r), &mut host_pid)?;
+        if host_pid.is_empty() || !host_pid.bytes().all(|b| b.is_ascii_digit()) {
+            return Err(io::Error::other("the user namespace helper did not report"));
+        }
+        write_maps(&host_pid, range)?;
+        Ok(OwnedFd::from(File::open(format!(
+            "/proc/{host_pid}/ns/user"
+        ))?))
+    })();
+    // SAFETY: kill and waitpid on our own child.
+    unsafe {
+        libc::kill(pid, libc::SIGKILL);
+        libc::waitpid(pid, std::ptr::null_mut(), 0);
+    }
+    ns
+}
+
+/// Enters `userns` and becomes its uid/gid 0 with no supplementary groups (the host's
+/// would otherwise stay effective). Needs a single-threaded caller that is root of the
+/// parent namespace and not chrooted (after `pivot_root` it is not).
+pub fn enter(userns: &OwnedFd) -> io::Result<()> {
+    let check = |r: libc::c_int| {
+        if r < 0 {
+            Err(io::Error::last_os_error())
+        } else {
+            Ok(())
+        }
+    };
+    // SAFETY: setns on an fd we own; plain id syscalls with no memory arguments but a
+    // null group list of length 0.
+    unsafe {
+        check(libc::setns(userns.as_raw_fd(), libc::CLONE_NEWUSER))?;
+        check(libc::setgroups(0, std::ptr::null()))?;
+        check(libc::setresgid(0, 0, 0))?;
+        check(libc::setresuid(0, 0, 0))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ranges_are_distinct_freed_and_reclaimed_after_a_crash() {
+        let dir = tempfile::tempdir().unwrap();
+        let slots = dir.path().join("slots");
+        let state = |n: &str| {
+            let p = dir.path().join(n);
+            std::fs::create_dir_all(&p).unwrap();
+            p
+        };
+        let (a_dir, b_dir) = (state("a"), state("b"));
+        let a = allocate_in(&slots, &a_dir).unwrap();
+        let b = allocate_in(&slots, &b_dir).unwrap();
+        assert_ne!(a, b);
+        for r in [a, b] {
+            assert!(r.base >= FIRST_BASE && r.base % RANGE == 0);
+            assert!(
+                host_ids()
+                    .iter()
+                    .all(|&(lo, hi)| hi <= r.base || lo >= r.base + RANGE)
+            );
+        }
+        // Freeing by a non-holder does nothing; by the holder frees it.
+        free_in(&slots, a, &b_dir).unwrap();
+        assert!(slots.join(a.slot().to_string()).exists());
+        free_in(&slots, a, &a_dir).unwrap();
+        assert!(!slots.join(a.slot().to_string()).exists());
+        // b's sandbox crashed: its state dir is gone, its slot is stale and reclaimed by
+        // an allocation that probes it.
+        let b_slot = slots.join(b.slot().to_string());
+        assert!(!is_stale(&b_slot));
+        std::fs::remove_dir(&b_dir).unwrap();
+        assert!(is_stale(&b_slot));
+        // The holder whose hash starts at b's slot gets it back.
+        let c_dir = (0..)
+            .map(|i| dir.path().join(format!("c{i}")))
+            .find(|p| {
+                let start = p
+                    .as_os_str()
+                    .as_bytes()
+                    .iter()
+                    .fold(0u32, |h, b| h.wrapping_mul(31).wrapping_add(*b as u32))
+                    % SLOTS;
+                start == b.slot()
+            })
+            .unwrap();
+        std::fs::create_dir(&c_dir).unwrap();
+        assert_eq!(allocate_in(&slots, &c_dir).unwrap(), b);
+        assert_eq!(a.map_line(), format!("0 {} 65536\n", a.base));
+        // The reaper's pass frees stale slots and only those.
+        let d_dir = state("d");
+        let d = allocate_in(&slots, &d_dir).unwrap();
+        std::fs::remove_dir(&c_dir).unwrap();
+        assert_eq!(free_stale_in(&slots).unwrap(), 1);
+        assert!(!slots.join(b.slot().to_string()).exists());
+        assert!(slots.join(d.slot().to_string()).exists());
+        assert_eq!(free_stale_in(&dir.path().join("none")).unwrap(), 0);
+    }
+}
