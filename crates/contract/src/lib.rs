@@ -31,6 +31,7 @@ pub mod hosted_inference;
 pub mod installation;
 pub mod journal;
 pub mod json;
+pub mod networking;
 pub mod orphan;
 pub mod outputs;
 pub mod profile;
