@@ -142,6 +142,49 @@ async fn a_buffered_body_over_the_cap_is_refused_but_proxy_bodies_stream() {
     assert_eq!(proxied.bytes().await.unwrap().len(), 4096);
 }
 
+/// The head of a promotion that declares a body it never sends.
+fn promotion_head(authorization: &str, length: u64) -> String {
+    format!(
+        "POST /v1/sessions/s/files HTTP/1.1\r\nhost: 127.0.0.1\r\n{authorization}content-type: application/json\r\ncontent-length: {length}\r\n\r\n"
+    )
+}
+
+/// Reads the status line of the response to what was sent on `stream`.
+async fn status_of(mut stream: TcpStream) -> String {
+    let mut buf = vec![0u8; 256];
+    let n = tokio::time::timeout(LIVENESS, stream.read(&mut buf))
+        .await
+        .expect("no answer while the body was still owed")
+        .unwrap();
+    String::from_utf8_lossy(&buf[..n])
+        .lines()
+        .next()
+        .unwrap_or("")
+        .to_owned()
+}
+
+#[tokio::test]
+async fn a_buffered_body_is_judged_before_it_is_read() {
+    // Idle timeout far beyond the liveness bound: an answer must come without the body.
+    let addr = start(Limits {
+        max_body_bytes: 64,
+        idle_timeout_ms: 600_000,
+        header_read_timeout_ms: 600_000,
+        ..Limits::default()
+    })
+    .await;
+    // Anonymous: refused at once, nothing buffered.
+    let anonymous = half_open(addr, &promotion_head("", 1 << 30)).await;
+    assert!(status_of(anonymous).await.contains(" 401 "));
+    // Authorized but declaring more than the cap: 413 before any body byte.
+    let oversized = half_open(
+        addr,
+        &promotion_head("authorization: Bearer operator-KEY-777\r\n", 1 << 30),
+    )
+    .await;
+    assert!(status_of(oversized).await.contains(" 413 "));
+}
+
 #[test]
 fn zero_limits_are_refused() {
     let error =

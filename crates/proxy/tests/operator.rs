@@ -214,12 +214,14 @@ async fn a_foreign_host_or_origin_is_refused_on_every_route_and_no_cors_is_sent(
         ("POST", "/v1/oma/mcp-proxy/sess-a/tools"),
         ("GET", "/no/such/route"),
     ];
-    let bad: [&[(&str, &str)]; 5] = [
+    let bad: [&[(&str, &str)]; 6] = [
         &[("host", "evil.test")],
         &[("host", "evil.test:8787")],
         &[("host", "10.0.2.2:9999")],
         &[],
         &[("host", "127.0.0.1:8787"), ("origin", "http://evil.test")],
+        // Two Host headers: ambiguous, whichever one a later hop reads.
+        &[("host", "127.0.0.1:8787"), ("host", "evil.test")],
     ];
     for (method, uri) in routes {
         for headers in bad {
@@ -239,6 +241,21 @@ async fn a_foreign_host_or_origin_is_refused_on_every_route_and_no_cors_is_sent(
             );
             assert_eq!(reply.body, br#"{"error":"host_not_allowed"}"#);
         }
+    }
+    // An absolute-form target names its own authority (RFC 9112 §3.2.2): it must pass the
+    // rule too, whatever the Host header says.
+    for (method, uri) in routes {
+        let absolute = format!("http://evil.test{uri}");
+        let request = Request::builder()
+            .method(method)
+            .uri(absolute.as_str())
+            .header("host", "127.0.0.1:8787")
+            .header("authorization", "Bearer operator-KEY-777")
+            .header("content-type", "application/json")
+            .body(Body::from("{}"))
+            .unwrap();
+        let reply = send(state, request).await;
+        assert_eq!(reply.status, StatusCode::MISDIRECTED_REQUEST, "{absolute}");
     }
     for host in ["10.0.2.2:8787", "localhost:1234", "127.0.0.1", "[::1]:8787"] {
         let request = Request::get("/healthz")

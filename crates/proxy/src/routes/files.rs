@@ -2,12 +2,12 @@
 //! `GET /v1/files/{id}/content` (streamed, with the media type stored at promotion), both
 //! behind the operator key.
 
-use super::{authorize_operator, require_json};
+use super::{authorize_operator, read_capped, require_json};
 use crate::ProxyError;
 use crate::files::{FileError, PromotedFile};
 use crate::state::ProxyState;
 use axum::Json;
-use axum::body::{Body, Bytes};
+use axum::body::Body;
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
@@ -33,10 +33,11 @@ pub(crate) async fn promote(
     State(state): State<ProxyState>,
     Path(session_id): Path<String>,
     headers: HeaderMap,
-    body: Bytes,
+    body: Body,
 ) -> Result<(StatusCode, Json<PromotedFile>), ProxyError> {
     authorize_operator(&state, &headers)?;
     require_json(&headers)?;
+    let body = read_capped(&headers, body, state.inner.config.limits.max_body_bytes).await?;
     let request: PromoteRequest = serde_json::from_slice(&body).map_err(|_| {
         ProxyError::BadRequest("body must be a JSON object {\"path\": string}".to_owned())
     })?;

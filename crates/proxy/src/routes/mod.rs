@@ -90,7 +90,17 @@ pub fn router(state: ProxyState) -> Router {
 async fn check_host(State(state): State<ProxyState>, request: Request, next: Next) -> Response {
     let rule = &state.inner.host_rule;
     let headers = request.headers();
-    let host_ok = header_str(headers, "host").is_some_and(|host| rule.allows_host(host));
+    // Exactly one Host header; an absolute-form target's authority must pass as well.
+    let mut hosts = headers.get_all(axum::http::header::HOST).iter();
+    let host = match (hosts.next(), hosts.next()) {
+        (Some(host), None) => host.to_str().ok(),
+        _ => None,
+    };
+    let host_ok = host.is_some_and(|host| rule.allows_host(host))
+        && request
+            .uri()
+            .authority()
+            .is_none_or(|authority| rule.allows_host(authority.as_str()));
     let origin_ok = headers.get("origin").is_none_or(|origin| {
         origin
             .to_str()
@@ -101,6 +111,23 @@ async fn check_host(State(state): State<ProxyState>, request: Request, next: Nex
     } else {
         ProxyError::HostNotAllowed.into_response()
     }
+}
+
+/// Reads a buffered (JSON) body of at most `limit` bytes. Called only after the request is
+/// authorized, so an anonymous client never makes the server buffer anything; a declared
+/// length over the cap is refused before a byte is read.
+pub(crate) async fn read_capped(
+    headers: &HeaderMap,
+    body: axum::body::Body,
+    limit: usize,
+) -> Result<axum::body::Bytes, ProxyError> {
+    let declared = header_str(headers, "content-length").and_then(|v| v.trim().parse::<u64>().ok());
+    if declared.is_some_and(|length| length > limit as u64) {
+        return Err(ProxyError::BodyTooLarge);
+    }
+    axum::body::to_bytes(body, limit)
+        .await
+        .map_err(|_| ProxyError::BodyTooLarge)
 }
 
 /// The JSON rule of the operator's JSON routes: the body is declared `application/json`.
