@@ -47,6 +47,7 @@ pub mod idmap;
 pub mod image;
 pub mod leftovers;
 pub mod managed;
+pub mod netns;
 pub mod plan;
 pub mod port;
 pub mod probe;

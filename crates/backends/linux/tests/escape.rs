@@ -6,7 +6,11 @@
 
 mod common;
 
+use std::io::Read as _;
+use std::os::fd::AsFd as _;
 use std::time::Duration;
+
+use omabox_backend_linux::netns;
 
 use common::{Sandboxed, can_run, test_plan};
 
@@ -1159,5 +1163,63 @@ async fn syscalls_newer_than_the_filter_are_enosys() {
     let out = sb.ok(&syscall_probe(libc::SYS_mseal, &[0, 0, 0])).await;
     assert_ne!(out, "ENOSYS", "mseal");
     assert_denied(&sb, "quotactl_fd", libc::SYS_quotactl_fd, &[0, 0, 0, 0]).await;
+    sb.destroy();
+}
+
+/// Issue 12's enforced path, its base: a sandbox's namespace has no route out, and the
+/// only way out is a socket the host bound inside it (a listener on a loopback address,
+/// the DNS stub's UDP socket). The sandbox can neither squat a privileged port next to
+/// them nor reach any other address.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_host_owned_sockets_lead_out_of_the_namespace() {
+    let Some(mut sb) = start().await else { return };
+    let identity = sb.sandbox.as_ref().unwrap().identity().clone();
+    let pidfd = identity.pidfd().unwrap();
+    let listener = netns::listen_tcp(pidfd.as_fd(), "127.0.0.1:80".parse().unwrap()).unwrap();
+    let accepted = std::thread::spawn(move || {
+        let (mut stream, _) = listener.accept().unwrap();
+        let mut text = String::new();
+        stream.read_to_string(&mut text).unwrap();
+        text
+    });
+    sb.ok("python3 -c 'import socket; s=socket.create_connection((\"127.0.0.1\",80),timeout=5); s.sendall(b\"through the host\"); s.close()'")
+        .await;
+    assert_eq!(accepted.join().unwrap(), "through the host");
+
+    let udp = netns::bind_udp(pidfd.as_fd(), "127.0.0.53:53".parse().unwrap()).unwrap();
+    udp.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    sb.ok("python3 -c 'import socket; socket.socket(socket.AF_INET, socket.SOCK_DGRAM).sendto(b\"query\", (\"127.0.0.53\",53))'")
+        .await;
+    let mut buf = [0u8; 64];
+    let (n, _) = udp.recv_from(&mut buf).unwrap();
+    assert_eq!(&buf[..n], b"query");
+
+    let errno_of = |code: &str| {
+        format!(
+            "python3 -c 'import socket,errno\ntry:\n {code}\n print(\"DONE\")\nexcept OSError as e: print(errno.errorcode[e.errno])'"
+        )
+    };
+    // No privileged port for the sandbox, so no squatting next to the host's listeners.
+    let bind = sb
+        .ok(&errno_of("s=socket.socket(); s.bind((\"127.0.0.2\",443))"))
+        .await;
+    assert_eq!(bind, "EACCES");
+    // No route anywhere but loopback, for IPv4 and IPv6.
+    for target in ["(\"198.18.0.1\",80)", "(\"2001:db8::1\",80)"] {
+        let family = if target.contains(':') {
+            "AF_INET6"
+        } else {
+            "AF_INET"
+        };
+        let out = sb
+            .ok(&errno_of(&format!(
+                "s=socket.socket(socket.{family}); s.settimeout(5); s.connect({target})"
+            )))
+            .await;
+        assert!(
+            out == "ENETUNREACH" || out == "EADDRNOTAVAIL",
+            "{target}: {out}"
+        );
+    }
     sb.destroy();
 }
