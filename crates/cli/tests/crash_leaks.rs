@@ -17,6 +17,7 @@ mod common;
 use common::{init_bin, omabox_bin};
 use omabox_backend_linux::factory::{CGROUP_PARENT_ENV, INIT_ENV, RUNTIME_DIR_ENV};
 use serde_json::Value;
+use std::os::unix::ffi::OsStrExt as _;
 use std::os::unix::process::ExitStatusExt as _;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -151,6 +152,19 @@ impl Setup {
         for area in ["runtime", "runtime-outputs"] {
             for binding in bindings(&self.data.path().join(area)) {
                 left.push(format!("binding {}", binding.display()));
+            }
+        }
+        // Id-range slots are host-wide (other tests hold some): ours name a state dir
+        // under this test's runtime dir.
+        for entry in std::fs::read_dir(omabox_backend_linux::idmap::SLOTS_DIR)
+            .into_iter()
+            .flatten()
+            .flatten()
+        {
+            let holder = std::fs::read(entry.path()).unwrap_or_default();
+            if Path::new(std::ffi::OsStr::from_bytes(&holder)).starts_with(self.runtime_dir.path())
+            {
+                left.push(format!("id-range slot {}", entry.path().display()));
             }
         }
         for entry in std::fs::read_dir(self.data.path().join("blobs/tmp"))
