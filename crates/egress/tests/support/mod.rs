@@ -172,6 +172,46 @@ pub async fn tcp_echo_server(bind: SocketAddr) -> Upstream {
     upstream
 }
 
+/// A server that reads a request head, then sends `bytes` bytes and closes (the benchmark's
+/// download).
+pub async fn source_server(bind: SocketAddr, bytes: usize) -> Upstream {
+    let listener = TcpListener::bind(bind).await.unwrap();
+    let upstream = Upstream {
+        addr: listener.local_addr().unwrap(),
+        accepts: Arc::default(),
+    };
+    let accepts = Arc::clone(&upstream.accepts);
+    tokio::spawn(async move {
+        loop {
+            let Ok((mut stream, _)) = listener.accept().await else {
+                return;
+            };
+            accepts.fetch_add(1, Ordering::SeqCst);
+            tokio::spawn(async move {
+                let mut head = Vec::new();
+                let mut buf = [0u8; 1024];
+                while !head.ends_with(b"\r\n\r\n") {
+                    match stream.read(&mut buf).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => head.extend_from_slice(&buf[..n]),
+                    }
+                }
+                let chunk = vec![0x5au8; 256 * 1024];
+                let mut left = bytes;
+                while left > 0 {
+                    let n = left.min(chunk.len());
+                    if stream.write_all(&chunk[..n]).await.is_err() {
+                        return;
+                    }
+                    left -= n;
+                }
+                let _ = stream.shutdown().await;
+            });
+        }
+    });
+    upstream
+}
+
 /// An HTTP/1.1 server answering `hello` to one request per connection and recording each
 /// request head exactly as received.
 pub async fn http_server(bind: SocketAddr) -> (Upstream, Arc<Mutex<Vec<Vec<u8>>>>) {
