@@ -31,6 +31,7 @@ use tokio::net::UdpSocket;
 use tokio::sync::Semaphore;
 
 use crate::addresses::AddressRules;
+use crate::names::ResolvedNames;
 use crate::resolve::Resolver;
 
 /// The largest response sent (the classic UDP limit, which every client accepts).
@@ -49,6 +50,7 @@ pub struct DnsStub {
     addresses: AddressRules,
     resolve_timeout: Duration,
     in_flight: Arc<Semaphore>,
+    names: Option<Arc<ResolvedNames>>,
 }
 
 impl std::fmt::Debug for DnsStub {
@@ -74,7 +76,15 @@ impl DnsStub {
             addresses,
             resolve_timeout: Duration::from_secs(5),
             in_flight: Arc::new(Semaphore::new(64)),
+            names: None,
         }
+    }
+
+    /// Records every answer in `names` (share it with the [`crate::Relay`] so it admits
+    /// name-less connections to the addresses answered).
+    pub fn with_resolved_names(mut self, names: Arc<ResolvedNames>) -> Self {
+        self.names = Some(names);
+        self
     }
 
     /// The policy in force.
@@ -154,6 +164,11 @@ impl DnsStub {
                 ANSWER_TTL,
                 rdata,
             ));
+        }
+        if let Some(names) = &self.names
+            && !names.record(&name, &addresses)
+        {
+            tracing::warn!(name = %name, "resolved-names table full: not recorded");
         }
         tracing::info!(%peer, name = %name, qtype = %question.query_type(), answers = addresses.len(), verdict = "answered", "dns");
         encode(message)

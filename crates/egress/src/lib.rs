@@ -6,7 +6,8 @@
 //!   connection by the *name* it asks for ([`omabox_contract::networking::NetworkPolicy`]),
 //!   connects to an address the host resolved for that name, and replays the sniffed bytes.
 //! - [`dns`]: the sandbox's DNS stub; it answers only names the policy answers, and never
-//!   forwards a question.
+//!   forwards a question; [`names`] keeps its recent answers so the relay can admit a
+//!   connection that names nothing by the name its address was resolved for.
 //! - [`addresses`]: addresses no name opens (the contract's never-reachable set plus the
 //!   backend's deny list); [`resolve`]: the host's resolver, as a port.
 //!
@@ -17,12 +18,14 @@
 
 pub mod addresses;
 pub mod dns;
+pub mod names;
 pub mod original_dst;
 pub mod relay;
 pub mod resolve;
 pub mod sniff;
 
 pub use addresses::{AddressRange, AddressRules};
+pub use names::ResolvedNames;
 pub use original_dst::{FixedDestination, OriginalDestination, SoOriginalDst};
 pub use relay::{Refusal, Relay, RelayConfig, Verdict};
 pub use resolve::{Resolver, SystemResolver};

@@ -40,6 +40,7 @@ use tokio::sync::Semaphore;
 use tokio::time::Instant;
 
 use crate::addresses::AddressRules;
+use crate::names::ResolvedNames;
 use crate::original_dst::OriginalDestination;
 use crate::resolve::Resolver;
 use crate::sniff::{NoName, Protocol, SniffLimits, sniff};
@@ -125,6 +126,7 @@ pub struct Relay {
     addresses: AddressRules,
     config: RelayConfig,
     slots: Arc<Semaphore>,
+    names: Option<Arc<ResolvedNames>>,
 }
 
 impl std::fmt::Debug for Relay {
@@ -151,7 +153,15 @@ impl Relay {
             addresses,
             slots: Arc::new(Semaphore::new(config.max_connections)),
             config,
+            names: None,
         }
+    }
+
+    /// Admits a connection whose first bytes name nothing by the names the DNS stub
+    /// recently answered its destination address for (see [`crate::names`]).
+    pub fn with_resolved_names(mut self, names: Arc<ResolvedNames>) -> Self {
+        self.names = Some(names);
+        self
     }
 
     /// The policy in force.
@@ -204,11 +214,19 @@ impl Relay {
         let sniffed = sniff(&mut client, self.config.sniff).await;
         let requested = match sniffed.outcome {
             Ok(requested) => requested,
-            Err(no_name) => return refused(None, original, Refusal::NoName(no_name)),
+            Err(no_name) => match self.admit_answered(original).await {
+                Some(Ok((server, name))) => {
+                    return self
+                        .relay(client, server, original, name, &sniffed.bytes, "dns")
+                        .await;
+                }
+                Some(Err((name, reason))) => return refused(Some(name), original, reason),
+                None => return refused(None, original, Refusal::NoName(no_name)),
+            },
         };
         let name = requested.name;
-        let upstream = match self.admit(&name, original).await {
-            Ok(upstream) => upstream,
+        let server = match self.admit(&name, original).await {
+            Ok(server) => server,
             Err(reason) => {
                 if requested.protocol == Protocol::Http
                     && self.config.http_forbidden
@@ -220,14 +238,33 @@ impl Relay {
                 return refused(Some(name), original, reason);
             }
         };
+        let via = match requested.protocol {
+            Protocol::Tls => "sni",
+            Protocol::Http => "host",
+        };
+        self.relay(client, server, original, name, &sniffed.bytes, via)
+            .await
+    }
+
+    /// Step 4: replay the sniffed bytes, then copy both ways.
+    async fn relay(
+        &self,
+        mut client: TcpStream,
+        upstream: (TcpStream, SocketAddr),
+        original: SocketAddr,
+        name: String,
+        sniffed: &[u8],
+        via: &'static str,
+    ) -> Verdict {
         let (mut server, upstream_addr) = upstream;
         tracing::info!(
             name = %name,
             port = original.port(),
             verdict = "admitted",
+            via,
             upstream = %upstream_addr,
         );
-        if server.write_all(&sniffed.bytes).await.is_ok() {
+        if server.write_all(sniffed).await.is_ok() {
             let _ = server.set_nodelay(true);
             let _ = client.set_nodelay(true);
             if let Err(e) =
@@ -239,6 +276,32 @@ impl Relay {
         Verdict::Relayed {
             name,
             upstream: upstream_addr,
+        }
+    }
+
+    /// A name-less connection: admitted when the DNS stub recently answered one of its
+    /// admitted names with the dialed address, which is then connected to (it is the
+    /// address the stub handed out; the rules are checked again). `None`: no such answer.
+    async fn admit_answered(
+        &self,
+        original: SocketAddr,
+    ) -> Option<Result<((TcpStream, SocketAddr), String), (String, Refusal)>> {
+        let names = self.names.as_ref()?.names_for(original.ip());
+        let first = names.first()?.clone();
+        let policy = self.policy();
+        let Some(name) = names
+            .into_iter()
+            .find(|n| policy.admits(n, original.port()))
+        else {
+            return Some(Err((first, Refusal::NotAdmitted)));
+        };
+        if !self.addresses.permits(original.ip()) {
+            return Some(Err((name, Refusal::AddressRefused)));
+        }
+        match tokio::time::timeout(self.config.connect_timeout, TcpStream::connect(original)).await
+        {
+            Ok(Ok(stream)) => Some(Ok(((stream, original), name))),
+            _ => Some(Err((name, Refusal::UpstreamUnreachable))),
         }
     }
 
