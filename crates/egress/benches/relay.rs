@@ -17,6 +17,9 @@ use tokio::net::{TcpListener, TcpStream};
 
 const CONNECTS: usize = 300;
 const BULK_BYTES: usize = 256 << 20;
+/// Throughput runs alternate direct and relayed this many times; the best of each counts
+/// (the machine is shared: the best run is the least disturbed one).
+const ROUNDS: usize = 5;
 const HEAD: &[u8] = b"GET / HTTP/1.1\r\nHost: bench.test\r\n\r\n";
 
 fn load() -> String {
@@ -120,10 +123,13 @@ fn main() {
             ms(relay_p50.saturating_sub(direct_p50)),
         );
 
-        let direct = throughput(upstream.addr).await;
-        let relayed = throughput(relay_addr).await;
+        let (mut direct, mut relayed) = (0f64, 0f64);
+        for _ in 0..ROUNDS {
+            direct = direct.max(throughput(upstream.addr).await);
+            relayed = relayed.max(throughput(relay_addr).await);
+        }
         println!(
-            "bulk echo throughput ({} MiB each way, one connection): direct {:.0} MiB/s, relay {:.0} MiB/s ({:.0}% of direct)",
+            "bulk echo throughput ({} MiB each way, one connection, best of {ROUNDS} alternated runs): direct {:.0} MiB/s, relay {:.0} MiB/s ({:.0}% of direct)",
             BULK_BYTES >> 20,
             direct / f64::from(1 << 20),
             relayed / f64::from(1 << 20),
@@ -136,10 +142,13 @@ fn main() {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let source_relay = listener.local_addr().unwrap();
         tokio::spawn(relay.serve(listener, Arc::new(FixedDestination(source.addr))));
-        let direct = download(source.addr).await;
-        let relayed = download(source_relay).await;
+        let (mut direct, mut relayed) = (0f64, 0f64);
+        for _ in 0..ROUNDS {
+            direct = direct.max(download(source.addr).await);
+            relayed = relayed.max(download(source_relay).await);
+        }
         println!(
-            "bulk download throughput ({} MiB, one connection): direct {:.0} MiB/s, relay {:.0} MiB/s ({:.0}% of direct)",
+            "bulk download throughput ({} MiB, one connection, best of {ROUNDS} alternated runs): direct {:.0} MiB/s, relay {:.0} MiB/s ({:.0}% of direct)",
             BULK_BYTES >> 20,
             direct / f64::from(1 << 20),
             relayed / f64::from(1 << 20),

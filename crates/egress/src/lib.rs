@@ -23,6 +23,8 @@ pub mod original_dst;
 pub mod relay;
 pub mod resolve;
 pub mod sniff;
+#[cfg(target_os = "linux")]
+mod splice;
 
 pub use addresses::{AddressRange, AddressRules};
 pub use names::ResolvedNames;

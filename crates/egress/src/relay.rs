@@ -30,11 +30,10 @@ use std::io;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
-use std::task::{Context, Poll};
 use std::time::Duration;
 
 use omabox_contract::networking::NetworkPolicy;
-use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, ReadBuf};
+use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Semaphore;
 use tokio::time::Instant;
@@ -380,16 +379,11 @@ async fn relay_until_idle(
     idle: Duration,
 ) -> io::Result<(u64, u64)> {
     let activity = Activity::new();
-    let mut client = Tracked {
-        inner: client,
-        activity: &activity,
-    };
-    let mut server = Tracked {
-        inner: server,
-        activity: &activity,
-    };
-    let copy =
-        tokio::io::copy_bidirectional_with_sizes(&mut client, &mut server, 64 * 1024, 64 * 1024);
+    let touch = || activity.touch();
+    #[cfg(target_os = "linux")]
+    let copy = crate::splice::splice_bidirectional(client, server, &touch);
+    #[cfg(not(target_os = "linux"))]
+    let copy = portable::copy_bidirectional(client, server, &activity);
     tokio::pin!(copy);
     loop {
         let deadline = activity.last() + idle;
@@ -428,49 +422,78 @@ impl Activity {
     }
 }
 
-/// A stream that records reads in an [`Activity`].
-struct Tracked<'a, S> {
-    inner: S,
-    activity: &'a Activity,
-}
+/// The copy where `splice(2)` is not available.
+#[cfg(not(target_os = "linux"))]
+mod portable {
+    use std::io;
+    use std::task::{Context, Poll};
 
-impl<S: AsyncRead + Unpin> AsyncRead for Tracked<'_, S> {
-    fn poll_read(
-        mut self: std::pin::Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<io::Result<()>> {
-        let before = buf.filled().len();
-        let this = &mut *self;
-        let poll = std::pin::Pin::new(&mut this.inner).poll_read(cx, buf);
-        if buf.filled().len() > before {
-            this.activity.touch();
+    use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+    use tokio::net::TcpStream;
+
+    use super::Activity;
+
+    pub(super) async fn copy_bidirectional(
+        client: &mut TcpStream,
+        server: &mut TcpStream,
+        activity: &Activity,
+    ) -> io::Result<(u64, u64)> {
+        let mut client = Tracked {
+            inner: client,
+            activity,
+        };
+        let mut server = Tracked {
+            inner: server,
+            activity,
+        };
+        tokio::io::copy_bidirectional_with_sizes(&mut client, &mut server, 64 * 1024, 64 * 1024)
+            .await
+    }
+
+    /// A stream that records reads in an [`Activity`].
+    struct Tracked<'a, S> {
+        inner: S,
+        activity: &'a Activity,
+    }
+
+    impl<S: AsyncRead + Unpin> AsyncRead for Tracked<'_, S> {
+        fn poll_read(
+            mut self: std::pin::Pin<&mut Self>,
+            cx: &mut Context<'_>,
+            buf: &mut ReadBuf<'_>,
+        ) -> Poll<io::Result<()>> {
+            let before = buf.filled().len();
+            let this = &mut *self;
+            let poll = std::pin::Pin::new(&mut this.inner).poll_read(cx, buf);
+            if buf.filled().len() > before {
+                this.activity.touch();
+            }
+            poll
         }
-        poll
-    }
-}
-
-impl<S: AsyncWrite + Unpin> AsyncWrite for Tracked<'_, S> {
-    fn poll_write(
-        mut self: std::pin::Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<io::Result<usize>> {
-        std::pin::Pin::new(&mut self.inner).poll_write(cx, buf)
     }
 
-    fn poll_flush(
-        mut self: std::pin::Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<io::Result<()>> {
-        std::pin::Pin::new(&mut self.inner).poll_flush(cx)
-    }
+    impl<S: AsyncWrite + Unpin> AsyncWrite for Tracked<'_, S> {
+        fn poll_write(
+            mut self: std::pin::Pin<&mut Self>,
+            cx: &mut Context<'_>,
+            buf: &[u8],
+        ) -> Poll<io::Result<usize>> {
+            std::pin::Pin::new(&mut self.inner).poll_write(cx, buf)
+        }
 
-    fn poll_shutdown(
-        mut self: std::pin::Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<io::Result<()>> {
-        std::pin::Pin::new(&mut self.inner).poll_shutdown(cx)
+        fn poll_flush(
+            mut self: std::pin::Pin<&mut Self>,
+            cx: &mut Context<'_>,
+        ) -> Poll<io::Result<()>> {
+            std::pin::Pin::new(&mut self.inner).poll_flush(cx)
+        }
+
+        fn poll_shutdown(
+            mut self: std::pin::Pin<&mut Self>,
+            cx: &mut Context<'_>,
+        ) -> Poll<io::Result<()>> {
+            std::pin::Pin::new(&mut self.inner).poll_shutdown(cx)
+        }
     }
 }
 

@@ -382,3 +382,43 @@ async fn an_idle_relayed_connection_is_closed() {
     );
     assert!(matches!(verdict.await.unwrap(), Verdict::Relayed { .. }));
 }
+
+/// The client half-closes after its request; the upstream answers only after reading to
+/// EOF, and the client still gets the whole answer and then EOF.
+#[tokio::test]
+async fn a_half_close_is_passed_on_and_the_answer_still_arrives() {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let upstream = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        let (mut stream, _) = listener.accept().await.unwrap();
+        let mut request = Vec::new();
+        stream.read_to_end(&mut request).await.unwrap();
+        let answer: Vec<u8> = request
+            .iter()
+            .rev()
+            .copied()
+            .cycle()
+            .take(3 << 20)
+            .collect();
+        stream.write_all(&answer).await.unwrap();
+        stream.shutdown().await.unwrap();
+    });
+    let resolver = CountingResolver::new(&[("web.test", &["127.0.0.1"])]);
+    let policy = limited(&[format!("web.test:{}", upstream.port())]);
+    let relay = Arc::new(Relay::new(policy, resolver, loopback_rules(), config()));
+    let (mut client, verdict) = one(relay, upstream).await;
+    let mut request = b"PUT / HTTP/1.1\r\nHost: web.test\r\n\r\n".to_vec();
+    request.extend(pattern(200_000));
+    client.write_all(&request).await.unwrap();
+    client.shutdown().await.unwrap();
+    let answer = support::read_to_end(&mut client, 4 << 20).await;
+    let expected: Vec<u8> = request
+        .iter()
+        .rev()
+        .copied()
+        .cycle()
+        .take(3 << 20)
+        .collect();
+    assert!(answer == expected, "{} bytes back", answer.len());
+    assert!(matches!(verdict.await.unwrap(), Verdict::Relayed { .. }));
+}
