@@ -1,7 +1,7 @@
 //! omabox's enforced egress path, userland part: what a sandbox's connections and DNS
 //! questions are checked against on the host side.
 //!
-//! - [`sniff`]: the name a client asks for, from its first bytes (TLS SNI, HTTP `Host`).
+//! - [`mod@sniff`]: the name a client asks for, from its first bytes (TLS SNI, HTTP `Host`).
 //! - [`relay`]: the TCP relay a sandbox's redirected connections arrive at; it admits a
 //!   connection by the *name* it asks for ([`omabox_contract::networking::NetworkPolicy`]),
 //!   connects to an address the host resolved for that name, and replays the sniffed bytes.

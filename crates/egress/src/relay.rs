@@ -2,13 +2,15 @@
 //! redirects it) and goes out only if the *name* it asks for is admitted.
 //!
 //! For each connection, in order:
-//! 1. [`sniff`] the name (TLS SNI, else HTTP `Host`); no name → closed.
+//! 1. [`sniff`] the name (TLS SNI, else HTTP `Host`). No name → closed, unless the relay
+//!    shares the DNS stub's [`ResolvedNames`] and the stub recently answered an admitted
+//!    name with the dialed address: then that name decides and that address is connected to.
 //! 2. `policy.admits(name, port)`, the port being the original destination's → else closed
 //!    (an HTTP client is told `403` when [`RelayConfig::http_forbidden`]).
 //! 3. Resolve the name on the host ([`Resolver`]); keep the addresses [`AddressRules`]
 //!    permits; none left → closed.
-//! 4. Connect, replay the sniffed bytes unchanged, then copy both ways until either side
-//!    closes or nothing moves for [`RelayConfig::idle_timeout`].
+//! 4. Connect, replay the sniffed bytes unchanged, then copy both ways (`splice(2)` on
+//!    linux) until both sides closed or nothing moved for [`RelayConfig::idle_timeout`].
 //!
 //! The resolved address, not the dialed one, is connected to. The address the sandbox
 //! dialed (its original destination) decides nothing but the port: the relay connects to
@@ -22,6 +24,12 @@
 //! - requiring the dialed address to be among the resolved ones would add no safety (the
 //!   relay never connects to it otherwise) and would break names whose address sets rotate
 //!   between the sandbox's lookup and the relay's (CDNs).
+//!
+//! Only the first bytes are read: what follows on an admitted connection (a second HTTP/1.1
+//! request with another `Host`, an HTTP `Host` inside TLS that differs from the SNI) goes to
+//! the same upstream address and is that server's business (domain fronting through a shared
+//! front end is not prevented without terminating TLS, which the credential egress increment
+//! does for bound hosts).
 //!
 //! Never logged: payload bytes. Logged (tracing, target `omabox_egress::relay`): name,
 //! port, verdict, reason, upstream address.
@@ -185,8 +193,11 @@ impl Relay {
         loop {
             let (client, peer) = match listener.accept().await {
                 Ok(accepted) => accepted,
-                // A connection reset before accept is the client's problem, not the loop's.
-                Err(e) if e.kind() == io::ErrorKind::ConnectionAborted => continue,
+                Err(e) if accept_error_is_transient(&e) => {
+                    tracing::warn!(error = %e, "accept failed; retrying");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
                 Err(e) => return Err(e),
             };
             let original = match destinations.original_destination(&client) {
@@ -335,6 +346,21 @@ impl Relay {
         }
         Err(Refusal::UpstreamUnreachable)
     }
+}
+
+/// A connection reset before accept, or a momentary lack of descriptors or memory, must not
+/// end the accept loop.
+fn accept_error_is_transient(e: &io::Error) -> bool {
+    matches!(
+        e.kind(),
+        io::ErrorKind::ConnectionAborted
+            | io::ErrorKind::ConnectionReset
+            | io::ErrorKind::Interrupted
+            | io::ErrorKind::OutOfMemory
+    ) || matches!(
+        e.raw_os_error(),
+        Some(libc::EMFILE | libc::ENFILE | libc::ENOBUFS | libc::ENOMEM)
+    )
 }
 
 /// The addresses to try: those the rules permit, the dialed one first if it is among them,
