@@ -67,6 +67,10 @@ pub struct RelayConfig {
     pub max_connections: usize,
     /// Answer a refused HTTP request with `403 Forbidden` before closing.
     pub http_forbidden: bool,
+    /// How long to wait for a name when the dialed address was recently answered by the
+    /// DNS stub (a server-speaks-first protocol sends nothing: it is admitted by the
+    /// answered name after this wait instead of the whole sniff timeout).
+    pub answered_wait: Duration,
 }
 
 impl Default for RelayConfig {
@@ -78,6 +82,7 @@ impl Default for RelayConfig {
             idle_timeout: Duration::from_secs(300),
             max_connections: 1024,
             http_forbidden: true,
+            answered_wait: Duration::from_secs(1),
         }
     }
 }
@@ -221,7 +226,15 @@ impl Relay {
 
     /// Serves one accepted connection whose original destination was `original`.
     pub async fn handle(&self, mut client: TcpStream, original: SocketAddr) -> Verdict {
-        let sniffed = sniff(&mut client, self.config.sniff).await;
+        let mut limits = self.config.sniff;
+        if self
+            .names
+            .as_ref()
+            .is_some_and(|names| !names.names_for(original.ip()).is_empty())
+        {
+            limits.timeout = limits.timeout.min(self.config.answered_wait);
+        }
+        let sniffed = sniff(&mut client, limits).await;
         let requested = match sniffed.outcome {
             Ok(requested) => requested,
             Err(no_name) => match self.admit_answered(original).await {

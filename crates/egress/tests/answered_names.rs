@@ -122,3 +122,55 @@ async fn a_nameless_connection_is_admitted_only_to_a_freshly_answered_allowed_ad
     );
     assert_eq!(upstream.accepts(), 1);
 }
+
+/// A server-speaks-first protocol (the client sends nothing) to an answered address is
+/// admitted after `answered_wait`, not the whole sniff timeout.
+#[tokio::test]
+async fn a_server_speaks_first_protocol_waits_only_the_answered_wait() {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let upstream = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        let (mut stream, _) = listener.accept().await.unwrap();
+        stream.write_all(b"220 smtp.test ready\r\n").await.unwrap();
+        let _ = stream.shutdown().await;
+    });
+    let resolver = CountingResolver::new(&[("smtp.test", &["127.0.0.1"])]);
+    let names = Arc::new(ResolvedNames::new(Duration::from_secs(60), 64));
+    let policy = || limited(&[format!("smtp.test:{}", upstream.port())]);
+    let stub = DnsStub::new(policy(), resolver.clone(), loopback_rules())
+        .with_resolved_names(Arc::clone(&names));
+    assert!(
+        stub.answer(&query("smtp.test"), "127.0.0.1:5353".parse().unwrap())
+            .await
+            .is_some()
+    );
+    let config = RelayConfig {
+        answered_wait: Duration::from_millis(200),
+        ..RelayConfig::default()
+    };
+    let relay = Arc::new(
+        Relay::new(policy(), resolver, loopback_rules(), config).with_resolved_names(names),
+    );
+    let front = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let mut client = TcpStream::connect(front.local_addr().unwrap())
+        .await
+        .unwrap();
+    let (accepted, _) = front.accept().await.unwrap();
+    let started = std::time::Instant::now();
+    let verdict = tokio::spawn(async move { relay.handle(accepted, upstream).await });
+    let banner = support::read_to_end(&mut client, 1024).await;
+    assert_eq!(banner, b"220 smtp.test ready\r\n");
+    let waited = started.elapsed();
+    assert!(
+        waited >= Duration::from_millis(150) && waited < Duration::from_secs(5),
+        "{waited:?}"
+    );
+    drop(client);
+    assert_eq!(
+        verdict.await.unwrap(),
+        Verdict::Relayed {
+            name: "smtp.test".into(),
+            upstream
+        }
+    );
+}
