@@ -1,0 +1,204 @@
+//! The sandbox's DNS stub (UDP): the only resolver a sandbox can reach.
+//!
+//! Contract, per datagram:
+//! - not a well-formed single-question standard query → dropped, no answer;
+//! - a name the policy does not answer ([`NetworkPolicy::answers`]), or not class `IN`, or
+//!   not a DNS name → `REFUSED`, and the question goes nowhere: a refused name never reaches
+//!   the [`Resolver`], so lookups of `<data>.attacker.example` carry nothing out;
+//! - an answered name, type `A`/`AAAA` → the host resolver's addresses of that family that
+//!   [`AddressRules`] permits (none left: `NOERROR` with no answer), TTL [`ANSWER_TTL`];
+//!   lookup failure → `SERVFAIL`;
+//! - an answered name, any other type → `NOERROR` with no answer, not looked up;
+//! - a response never exceeds [`MAX_RESPONSE`] bytes (answers are dropped and `TC` set).
+//!
+//! REFUSED, not NXDOMAIN: the stub refuses for policy reasons (RFC 1035's meaning of
+//! REFUSED) and does not claim the name does not exist. NXDOMAIN is cached negatively by
+//! resolvers and caches inside the sandbox (RFC 2308), so after the policy is widened on a
+//! live sandbox a cached NXDOMAIN would go on failing the newly allowed name; REFUSED is
+//! not cached. The cost: glibc reports REFUSED as a temporary failure (`EAI_AGAIN`), which
+//! some clients retry before giving up.
+
+use std::io;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use hickory_proto::op::{Message, MessageType, OpCode, ResponseCode};
+use hickory_proto::rr::rdata::{A, AAAA};
+use hickory_proto::rr::{DNSClass, RData, Record, RecordType};
+use omabox_contract::networking::{NetworkPolicy, normalize_name};
+use tokio::net::UdpSocket;
+use tokio::sync::Semaphore;
+
+use crate::addresses::AddressRules;
+use crate::names::ResolvedNames;
+use crate::resolve::Resolver;
+
+/// The largest response sent (the classic UDP limit, which every client accepts).
+pub const MAX_RESPONSE: usize = 512;
+/// The TTL of every answer: short, so a live policy change and address rotation show soon.
+pub const ANSWER_TTL: u32 = 30;
+/// Addresses given per answer at most.
+const MAX_ANSWERS: usize = 8;
+/// Datagrams larger than this are dropped (truncated on receive, so malformed).
+const MAX_QUERY: usize = 1232;
+
+/// The stub. Share it in an [`Arc`] to [`DnsStub::serve`].
+pub struct DnsStub {
+    policy: RwLock<Arc<NetworkPolicy>>,
+    resolver: Arc<dyn Resolver>,
+    addresses: AddressRules,
+    resolve_timeout: Duration,
+    in_flight: Arc<Semaphore>,
+    names: Option<Arc<ResolvedNames>>,
+}
+
+impl std::fmt::Debug for DnsStub {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DnsStub")
+            .field("policy", &self.policy())
+            .field("addresses", &self.addresses)
+            .finish_non_exhaustive()
+    }
+}
+
+impl DnsStub {
+    /// A stub answering by `policy`, resolving with `resolver`, handing out only addresses
+    /// `addresses` permits.
+    pub fn new(
+        policy: NetworkPolicy,
+        resolver: Arc<dyn Resolver>,
+        addresses: AddressRules,
+    ) -> Self {
+        Self {
+            policy: RwLock::new(Arc::new(policy)),
+            resolver,
+            addresses,
+            resolve_timeout: Duration::from_secs(5),
+            in_flight: Arc::new(Semaphore::new(64)),
+            names: None,
+        }
+    }
+
+    /// Records every answer in `names` (share it with the [`crate::Relay`] so it admits
+    /// name-less connections to the addresses answered).
+    pub fn with_resolved_names(mut self, names: Arc<ResolvedNames>) -> Self {
+        self.names = Some(names);
+        self
+    }
+
+    /// The policy in force.
+    pub fn policy(&self) -> Arc<NetworkPolicy> {
+        Arc::clone(&self.policy.read().unwrap_or_else(|e| e.into_inner()))
+    }
+
+    /// Replaces the policy for questions received from now on.
+    pub fn set_policy(&self, policy: NetworkPolicy) {
+        *self.policy.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(policy);
+    }
+
+    /// Answers datagrams on `socket` until it fails; at most 64 questions are being
+    /// resolved at once (more are dropped: the client retries).
+    pub async fn serve(self: Arc<Self>, socket: UdpSocket) -> io::Result<()> {
+        let socket = Arc::new(socket);
+        let mut buf = vec![0u8; MAX_QUERY + 1];
+        loop {
+            let (n, peer) = socket.recv_from(&mut buf).await?;
+            if n > MAX_QUERY {
+                continue;
+            }
+            let Ok(slot) = Arc::clone(&self.in_flight).try_acquire_owned() else {
+                continue;
+            };
+            let packet = buf[..n].to_vec();
+            let (stub, socket) = (Arc::clone(&self), Arc::clone(&socket));
+            tokio::spawn(async move {
+                if let Some(response) = stub.answer(&packet, peer).await {
+                    let _ = socket.send_to(&response, peer).await;
+                }
+                drop(slot);
+            });
+        }
+    }
+
+    /// The response to one datagram from `peer`, or `None` to drop it.
+    pub async fn answer(&self, packet: &[u8], peer: SocketAddr) -> Option<Vec<u8>> {
+        let query = Message::from_vec(packet).ok()?;
+        if query.message_type() != MessageType::Query || query.queries().len() != 1 {
+            return None;
+        }
+        if query.op_code() != OpCode::Query {
+            return encode(response(&query, ResponseCode::NotImp));
+        }
+        let question = &query.queries()[0];
+        let name = normalize_name(&question.name().to_ascii())
+            .filter(|name| question.query_class() == DNSClass::IN && self.policy().answers(name));
+        let Some(name) = name else {
+            tracing::info!(%peer, qtype = %question.query_type(), verdict = "refused", "dns");
+            return encode(response(&query, ResponseCode::Refused));
+        };
+        let family = match question.query_type() {
+            RecordType::A => IpAddr::is_ipv4,
+            RecordType::AAAA => IpAddr::is_ipv6,
+            _ => return encode(response(&query, ResponseCode::NoError)),
+        };
+        let resolved =
+            tokio::time::timeout(self.resolve_timeout, self.resolver.resolve(&name)).await;
+        let Ok(Ok(resolved)) = resolved else {
+            tracing::info!(%peer, name = %name, verdict = "servfail", "dns");
+            return encode(response(&query, ResponseCode::ServFail));
+        };
+        let mut message = response(&query, ResponseCode::NoError);
+        let addresses: Vec<IpAddr> = resolved
+            .into_iter()
+            .filter(|ip| family(ip) && self.addresses.permits(*ip))
+            .take(MAX_ANSWERS)
+            .collect();
+        for ip in &addresses {
+            let rdata = match ip {
+                IpAddr::V4(v4) => RData::A(A::from(*v4)),
+                IpAddr::V6(v6) => RData::AAAA(AAAA::from(*v6)),
+            };
+            message.add_answer(Record::from_rdata(
+                question.name().clone(),
+                ANSWER_TTL,
+                rdata,
+            ));
+        }
+        if let Some(names) = &self.names
+            && !names.record(&name, &addresses)
+        {
+            tracing::warn!(name = %name, "resolved-names table full: not recorded");
+        }
+        tracing::info!(%peer, name = %name, qtype = %question.query_type(), answers = addresses.len(), verdict = "answered", "dns");
+        encode(message)
+    }
+}
+
+/// A response header for `query` with its question echoed.
+fn response(query: &Message, code: ResponseCode) -> Message {
+    let mut message = Message::new();
+    message
+        .set_id(query.id())
+        .set_message_type(MessageType::Response)
+        .set_op_code(query.op_code())
+        .set_recursion_desired(query.recursion_desired())
+        .set_recursion_available(true)
+        .set_response_code(code)
+        .add_queries(query.queries().iter().cloned());
+    message
+}
+
+/// The wire form, dropping answers (and setting `TC`) until it fits [`MAX_RESPONSE`].
+fn encode(mut message: Message) -> Option<Vec<u8>> {
+    loop {
+        let bytes = message.to_vec().ok()?;
+        if bytes.len() <= MAX_RESPONSE {
+            return Some(bytes);
+        }
+        let mut answers = message.take_answers();
+        answers.pop()?;
+        message.add_answers(answers);
+        message.set_truncated(true);
+    }
+}

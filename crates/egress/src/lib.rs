@@ -1,0 +1,34 @@
+//! omabox's enforced egress path, userland part: what a sandbox's connections and DNS
+//! questions are checked against on the host side.
+//!
+//! - [`mod@sniff`]: the name a client asks for, from its first bytes (TLS SNI, HTTP `Host`).
+//! - [`relay`]: the TCP relay a sandbox's redirected connections arrive at; it admits a
+//!   connection by the *name* it asks for ([`omabox_contract::networking::NetworkPolicy`]),
+//!   connects to an address the host resolved for that name, and replays the sniffed bytes.
+//! - [`dns`]: the sandbox's DNS stub; it answers only names the policy answers, and never
+//!   forwards a question; [`names`] keeps its recent answers so the relay can admit a
+//!   connection that names nothing by the name its address was resolved for.
+//! - [`addresses`]: addresses no name opens (the contract's never-reachable set plus the
+//!   backend's deny list); [`resolve`]: the host's resolver, as a port.
+//!
+//! This crate decides; it does not plumb. Redirecting a sandbox's packets here (veth,
+//! nftables, `SO_ORIGINAL_DST`'s source), dropping everything else, and credential
+//! injection (`CredentialEgressPort`) belong to the linux backend and later increments.
+//! It never logs payload bytes, and never sends a refused name to any resolver.
+
+pub mod addresses;
+pub mod dns;
+pub mod names;
+pub mod original_dst;
+pub mod relay;
+pub mod resolve;
+pub mod sniff;
+#[cfg(target_os = "linux")]
+mod splice;
+
+pub use addresses::{AddressRange, AddressRules};
+pub use names::ResolvedNames;
+pub use original_dst::{FixedDestination, OriginalDestination, SoOriginalDst};
+pub use relay::{Refusal, Relay, RelayConfig, Verdict};
+pub use resolve::{Resolver, SystemResolver};
+pub use sniff::{NoName, Protocol, RequestedName, SniffLimits, Sniffed, sniff};

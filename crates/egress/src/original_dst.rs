@@ -1,0 +1,88 @@
+//! Where a redirected connection was going: the lookup the relay's accept loop makes for
+//! each connection, behind a port so tests (and the benchmark) name the destination
+//! themselves.
+
+use std::io;
+use std::net::SocketAddr;
+
+use tokio::net::TcpStream;
+
+/// The destination the sandbox dialed before the host redirected it to the relay.
+pub trait OriginalDestination: Send + Sync {
+    /// The `(ip, port)` the client connected to.
+    fn original_destination(&self, stream: &TcpStream) -> io::Result<SocketAddr>;
+}
+
+/// Every connection had this destination (tests, benchmarks, a relay in front of one
+/// service).
+#[derive(Debug, Clone, Copy)]
+pub struct FixedDestination(pub SocketAddr);
+
+impl OriginalDestination for FixedDestination {
+    fn original_destination(&self, _: &TcpStream) -> io::Result<SocketAddr> {
+        Ok(self.0)
+    }
+}
+
+/// Netfilter's record of the destination before a `redirect`/`dnat` rule rewrote it
+/// (`SO_ORIGINAL_DST`, or `IP6T_SO_ORIGINAL_DST` on an IPv6 socket).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct SoOriginalDst;
+
+#[cfg(target_os = "linux")]
+impl OriginalDestination for SoOriginalDst {
+    fn original_destination(&self, stream: &TcpStream) -> io::Result<SocketAddr> {
+        use std::os::fd::AsRawFd;
+        let fd = stream.as_raw_fd();
+        if stream.local_addr()?.is_ipv4() {
+            // SAFETY: an all-zero sockaddr_in is a valid value of the type.
+            let mut addr: libc::sockaddr_in = unsafe { std::mem::zeroed() };
+            getsockopt(fd, libc::SOL_IP, libc::SO_ORIGINAL_DST, &mut addr)?;
+            Ok(SocketAddr::from((
+                u32::from_be(addr.sin_addr.s_addr).to_be_bytes(),
+                u16::from_be(addr.sin_port),
+            )))
+        } else {
+            // SAFETY: an all-zero sockaddr_in6 is a valid value of the type.
+            let mut addr: libc::sockaddr_in6 = unsafe { std::mem::zeroed() };
+            getsockopt(fd, libc::SOL_IPV6, libc::IP6T_SO_ORIGINAL_DST, &mut addr)?;
+            Ok(SocketAddr::from((
+                addr.sin6_addr.s6_addr,
+                u16::from_be(addr.sin6_port),
+            )))
+        }
+    }
+}
+
+#[cfg(target_os = "linux")]
+fn getsockopt<T>(fd: i32, level: i32, name: i32, value: &mut T) -> io::Result<()> {
+    let mut len = std::mem::size_of::<T>() as libc::socklen_t;
+    // SAFETY: `value` is a valid, writable `T` of `len` bytes that outlives the call, and
+    // the kernel writes at most `len` bytes into it.
+    let rc = unsafe { libc::getsockopt(fd, level, name, (value as *mut T).cast(), &mut len) };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Without a netfilter redirect there is nothing to find, or (with conntrack loaded) the
+    /// destination is the socket's own address; either way the lookup does not panic.
+    #[cfg(target_os = "linux")]
+    #[tokio::test]
+    async fn so_original_dst_without_a_redirect_is_the_local_address_or_an_error() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let _client = TcpStream::connect(addr).await.unwrap();
+        let (server, _) = listener.accept().await.unwrap();
+        match SoOriginalDst.original_destination(&server) {
+            Ok(found) => assert_eq!(found, addr),
+            Err(e) => eprintln!("no SO_ORIGINAL_DST without a redirect: {e}"),
+        }
+    }
+}
