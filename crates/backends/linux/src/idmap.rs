@@ -285,55 +285,42 @@ pub fn idmapped_tree(source: &Path, userns: &OwnedFd) -> io::Result<OwnedFd> {
 }
 
 /// A new user namespace whose ids `0..65536` map to `range` and whose owner is the
-/// range's base: a helper child (fork semantics, the caller is single-threaded)
-/// becomes the base uid and unshares it, the caller (root of the parent namespace)
-/// writes its maps and keeps it by an fd, and the helper is killed and reaped.
+/// range's base: a helper child becomes the base uid and unshares it, the caller (root
+/// of the parent namespace) writes its maps and keeps it by an fd, and the helper is
+/// killed and reaped.
+///
+/// The helper is a `CLONE_VM` child on a small stack of its own (like `spawn`'s), not a
+/// fork: no page tables are copied for it and none torn down when it dies, which made
+/// up most of this step's cost. It shares the caller's memory, so it makes only raw
+/// syscalls on its own stack and on [`HelperArgs`], which stays alive and unchanged
+/// until it is reaped. The caller is single-threaded (the setup stage), and sits in a
+/// blocking `read` of the helper's pipe while the helper runs anything that can fail,
+/// so the helper's `errno` writes (it shares the caller's TLS) land while the caller
+/// reads none.
 pub fn create_userns(range: IdRange) -> io::Result<OwnedFd> {
     // The helper tells its pid as `/proc` (still the host's here) knows it: the pid
     // clone returns is one of the sandbox's pid namespace.
     let (r, w) = sys::pipe()?;
-    // SAFETY: a raw fork-style clone (no CLONE_VM) of a single-threaded process; the
-    // child only reads a link, writes a pipe and sleeps until it is killed.
+    let stack = crate::spawn::ChildStack::new()?;
+    let args = HelperArgs {
+        base: range.base,
+        pipe_w: w.as_raw_fd(),
+    };
+    // SAFETY: `userns_helper` runs on `stack` (its top, 16-byte aligned) in a child
+    // sharing our memory; it reads only `args` and its own stack, and makes only raw
+    // syscalls (see the fn doc). `args` and `stack` outlive it: it is killed and reaped
+    // below before either is dropped.
     let pid = unsafe {
-        libc::syscall(
-            libc::SYS_clone,
-            libc::SIGCHLD as libc::c_ulong,
-            0usize,
-            0usize,
-            0usize,
-            0usize,
+        libc::clone(
+            userns_helper,
+            stack.top(),
+            libc::CLONE_VM | libc::SIGCHLD,
+            &args as *const HelperArgs as *mut libc::c_void,
         )
     };
     if pid < 0 {
         return Err(io::Error::last_os_error());
     }
-    if pid == 0 {
-        // SAFETY: id syscalls, unshare, readlink into a stack buffer, write of what it
-        // returned, pause; on any failure the helper exits without reporting.
-        unsafe {
-            // The namespace's owner is its creator's euid, and the kernel charges the
-            // per-user counters (inotify, pending signals, …) of everything inside to
-            // the owner one level up: so the range's base must create it, not root.
-            if libc::setgroups(0, std::ptr::null()) < 0
-                || libc::setresgid(range.base, range.base, range.base) < 0
-                || libc::setresuid(range.base, range.base, range.base) < 0
-                || libc::unshare(libc::CLONE_NEWUSER) < 0
-            {
-                libc::_exit(1);
-            }
-            let mut buf = [0u8; 32];
-            let n = libc::readlink(c"/proc/self".as_ptr(), buf.as_mut_ptr().cast(), buf.len());
-            if n > 0 {
-                libc::write(w.as_raw_fd(), buf.as_ptr().cast(), n as usize);
-            }
-            // The parent reads to EOF.
-            libc::close(w.as_raw_fd());
-            loop {
-                libc::pause();
-            }
-        }
-    }
-    let pid = pid as i32;
     drop(w);
     let ns = (|| {
         let mut host_pid = String::new();
@@ -349,9 +336,74 @@ pub fn create_userns(range: IdRange) -> io::Result<OwnedFd> {
     // SAFETY: kill and waitpid on our own child.
     unsafe {
         libc::kill(pid, libc::SIGKILL);
-        libc::waitpid(pid, std::ptr::null_mut(), 0);
+        while libc::waitpid(pid, std::ptr::null_mut(), 0) < 0
+            && io::Error::last_os_error().raw_os_error() == Some(libc::EINTR)
+        {}
     }
+    drop(stack);
     ns
+}
+
+/// What the user namespace helper reads (in the caller's memory, which it shares).
+struct HelperArgs {
+    base: u32,
+    pipe_w: libc::c_int,
+}
+
+/// The user namespace helper: becomes the range's base uid/gid, unshares a user
+/// namespace, writes its host pid (`/proc/self`) into the pipe, closes it and sleeps
+/// until it is killed. On any failure it exits without reporting (the caller reads EOF).
+extern "C" fn userns_helper(arg: *mut libc::c_void) -> libc::c_int {
+    // SAFETY: `arg` is the `HelperArgs` `create_userns` passed to clone, alive and
+    // unchanged until this child is reaped. Raw syscalls only, on integers, on C string
+    // literals and on a buffer of this stack: no allocation, no lock, no libc state.
+    unsafe {
+        let args = &*(arg as *const HelperArgs);
+        let base = args.base as libc::c_long;
+        // The namespace's owner is its creator's euid, and the kernel charges the
+        // per-user counters (inotify, pending signals, …) of everything inside to the
+        // owner one level up: so the range's base must create it, not root.
+        if libc::syscall(
+            libc::SYS_setgroups,
+            0 as libc::c_long,
+            std::ptr::null::<u8>(),
+        ) < 0
+            || libc::syscall(libc::SYS_setresgid, base, base, base) < 0
+            || libc::syscall(libc::SYS_setresuid, base, base, base) < 0
+            || libc::syscall(libc::SYS_unshare, libc::CLONE_NEWUSER as libc::c_long) < 0
+        {
+            libc::syscall(libc::SYS_exit, 1 as libc::c_long);
+        }
+        let mut buf = [0u8; 32];
+        let n = libc::syscall(
+            libc::SYS_readlinkat,
+            libc::AT_FDCWD as libc::c_long,
+            c"/proc/self".as_ptr(),
+            buf.as_mut_ptr(),
+            buf.len(),
+        );
+        if n > 0 {
+            libc::syscall(
+                libc::SYS_write,
+                args.pipe_w as libc::c_long,
+                buf.as_ptr(),
+                n as usize,
+            );
+        }
+        // The parent reads to EOF.
+        libc::syscall(libc::SYS_close, args.pipe_w as libc::c_long);
+        loop {
+            // No fds, no timeout: sleeps until the SIGKILL.
+            libc::syscall(
+                libc::SYS_ppoll,
+                std::ptr::null::<u8>(),
+                0 as libc::c_long,
+                std::ptr::null::<u8>(),
+                std::ptr::null::<u8>(),
+                0 as libc::c_long,
+            );
+        }
+    }
 }
 
 /// Enters `userns` and becomes its uid/gid 0 with no supplementary groups (the host's
