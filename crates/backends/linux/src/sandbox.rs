@@ -44,7 +44,7 @@ use crate::sys::{self, Reaped};
 pub const INIT_BINARY: &str = "omabox-sandbox-init";
 
 /// Host-side settings (policy-free: where things go, not what a sandbox may do).
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RuntimeConfig {
     /// Parent of every sandbox's state dir; leftovers are found here.
     pub runtime_dir: PathBuf,
