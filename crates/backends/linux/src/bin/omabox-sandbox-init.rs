@@ -107,7 +107,23 @@ fn run() -> u8 {
         }
     };
     let plan_read = handoff::monotonic_us();
-    let mut report = match setup::run(&spec) {
+    // The user namespace the host made for us (sent before the plan, so it is there).
+    let userns = if spec.userns_sent {
+        match handoff::recv_fd(std::os::fd::AsFd::as_fd(&fds.agent)) {
+            Ok(fd) => Some(fd),
+            Err(e) => {
+                let _ = write!(
+                    status,
+                    "{}receiving the user namespace: {e}",
+                    handoff::FAILED as char
+                );
+                return 1;
+            }
+        }
+    } else {
+        None
+    };
+    let mut report = match setup::run(&spec, userns) {
         Ok(r) => r,
         Err(e) => {
             let _ = write!(status, "{}{e}", handoff::FAILED as char);
