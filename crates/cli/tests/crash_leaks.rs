@@ -28,6 +28,7 @@ const FAULT_POINTS: &[&str] = &[
     "linux-start-state-dir",
     "linux-start-cloned",
     "linux-start-cgroup",
+    "linux-start-userns",
     "linux-start-plan-sent",
     "linux-start-identity",
     "blob-temp-created",

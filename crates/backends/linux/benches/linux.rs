@@ -112,8 +112,13 @@ impl Segments {
             at("host cgroup create"),
         );
         seg(
-            "host: plan encode+send",
+            "host: user namespace",
             at("host cgroup create"),
+            at("host user namespace"),
+        );
+        seg(
+            "host: plan encode+send",
+            at("host user namespace").or(at("host cgroup create")),
             at("host plan sent"),
         );
         seg(

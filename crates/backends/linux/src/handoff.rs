@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::plan::SandboxPlan;
 
-pub use crate::sys::monotonic_us;
+pub use crate::sys::{monotonic_us, recv_fd};
 
 /// Tag of a ready message.
 pub const READY: u8 = b'R';
@@ -42,6 +42,13 @@ pub struct InitSpec {
     /// it and becomes its uid/gid 0 (see `idmap`).
     #[serde(default)]
     pub id_base: Option<u32>,
+    /// The host created that user namespace already (see `LinuxRuntime::start`) and
+    /// sent it, before this spec, as one byte with the namespace fd attached
+    /// (`SCM_RIGHTS`) on the agent socket, where the setup stage takes it
+    /// ([`recv_fd`]) instead of creating one. The host does that while the setup stage
+    /// still execs and starts, off the start's critical path.
+    #[serde(default)]
+    pub userns_sent: bool,
 }
 
 /// What the setup stage actually enforced.

@@ -11,8 +11,10 @@
 //! destroyed, and a slot whose state dir is gone (a crash in between) is reclaimed by
 //! the next allocation that probes it.
 //!
-//! The setup stage (host root, before it runs anything of the sandbox) creates the
-//! namespace with a short-lived helper child ([`create_userns`]), attaches the
+//! The host creates the namespace with a short-lived helper child ([`create_userns`])
+//! while the setup stage execs, and hands it over on the agent socket (a setup stage
+//! whose host sent none creates it itself, the same way). The setup stage (host root,
+//! before it runs anything of the sandbox) attaches the
 //! workspace, outputs, binds and an image's lower layer as idmapped mounts through it
 //! (`open_tree` + `mount_setattr(MOUNT_ATTR_IDMAP)` + `move_mount`: host id `k` appears
 //! as the sandbox's `k`, so its uid 0 acts as host uid 0 there and only there), builds
@@ -285,63 +287,80 @@ pub fn idmapped_tree(source: &Path, userns: &OwnedFd) -> io::Result<OwnedFd> {
 }
 
 /// A new user namespace whose ids `0..65536` map to `range` and whose owner is the
-/// range's base: a helper child (fork semantics, the caller is single-threaded)
-/// becomes the base uid and unshares it, the caller (root of the parent namespace)
-/// writes its maps and keeps it by an fd, and the helper is killed and reaped.
+/// range's base: a helper child becomes the base uid and unshares it, the caller (root
+/// of the parent namespace) writes its maps and keeps it by an fd, and the helper is
+/// killed and reaped.
+///
+/// The helper is a `CLONE_VM` child on a small stack of its own (like `spawn`'s), not a
+/// fork: no page tables are copied for it and none torn down when it dies, which made
+/// up most of this step's cost. It shares the caller's memory, so it makes only raw
+/// syscalls on its own stack and on `HelperArgs`, which stays alive and unchanged
+/// until it is reaped. It starts with every signal blocked and never unblocks one (only
+/// the SIGKILL that ends it reaches it), so no signal handler of the caller (the host's
+/// runtime, say) ever runs on it. Its only write to shared memory is `errno` (it shares
+/// the calling thread's TLS), on a failed syscall just before it exits: the caller then
+/// sees EOF on the pipe and reports that, not an errno. Callers: the host (`LinuxRuntime
+/// ::start`, any thread) and, for a sandbox whose host did not send one, the setup stage.
 pub fn create_userns(range: IdRange) -> io::Result<OwnedFd> {
     // The helper tells its pid as `/proc` (still the host's here) knows it: the pid
     // clone returns is one of the sandbox's pid namespace.
     let (r, w) = sys::pipe()?;
-    // SAFETY: a raw fork-style clone (no CLONE_VM) of a single-threaded process; the
-    // child only reads a link, writes a pipe and sleeps until it is killed.
+    let stack = crate::spawn::ChildStack::new()?;
+    let args = HelperArgs {
+        base: range.base,
+        pipe_w: w.as_raw_fd(),
+        // SAFETY: getpid has no preconditions.
+        parent: unsafe { libc::getpid() },
+    };
+    // SAFETY: sigset_t is plain data; sigfillset initializes it.
+    let (mut all, mut old): (libc::sigset_t, libc::sigset_t) =
+        unsafe { (std::mem::zeroed(), std::mem::zeroed()) };
+    // SAFETY: valid, writable sigset_t values; only this thread's mask changes.
+    unsafe {
+        libc::sigfillset(&mut all);
+        libc::pthread_sigmask(libc::SIG_SETMASK, &all, &mut old);
+    }
+    // SAFETY: `userns_helper` runs on `stack` (its top, 16-byte aligned) in a child
+    // sharing our memory; it reads only `args` and its own stack, and makes only raw
+    // syscalls (see the fn doc). `args` and `stack` outlive it: it is killed and reaped
+    // below before either is dropped.
     let pid = unsafe {
-        libc::syscall(
-            libc::SYS_clone,
-            libc::SIGCHLD as libc::c_ulong,
-            0usize,
-            0usize,
-            0usize,
-            0usize,
+        libc::clone(
+            userns_helper,
+            stack.top(),
+            libc::CLONE_VM | libc::SIGCHLD,
+            &args as *const HelperArgs as *mut libc::c_void,
         )
     };
+    let clone_err = io::Error::last_os_error();
+    // SAFETY: restores this thread's previous mask from a valid sigset_t.
+    unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut()) };
     if pid < 0 {
-        return Err(io::Error::last_os_error());
+        return Err(clone_err);
     }
-    if pid == 0 {
-        // SAFETY: id syscalls, unshare, readlink into a stack buffer, write of what it
-        // returned, pause; on any failure the helper exits without reporting.
-        unsafe {
-            // The namespace's owner is its creator's euid, and the kernel charges the
-            // per-user counters (inotify, pending signals, …) of everything inside to
-            // the owner one level up: so the range's base must create it, not root.
-            if libc::setgroups(0, std::ptr::null()) < 0
-                || libc::setresgid(range.base, range.base, range.base) < 0
-                || libc::setresuid(range.base, range.base, range.base) < 0
-                || libc::unshare(libc::CLONE_NEWUSER) < 0
-            {
-                libc::_exit(1);
-            }
-            let mut buf = [0u8; 32];
-            let n = libc::readlink(c"/proc/self".as_ptr(), buf.as_mut_ptr().cast(), buf.len());
-            if n > 0 {
-                libc::write(w.as_raw_fd(), buf.as_ptr().cast(), n as usize);
-            }
-            // The parent reads to EOF.
-            libc::close(w.as_raw_fd());
-            loop {
-                libc::pause();
-            }
-        }
-    }
-    let pid = pid as i32;
     drop(w);
     let ns = (|| {
-        let mut host_pid = String::new();
-        std::io::Read::read_to_string(&mut File::from(r), &mut host_pid)?;
+        // Up to the newline, not to EOF: a helper another host thread cloned meanwhile
+        // may hold a copy of `w` for a moment.
+        let mut host_pid = Vec::new();
+        let mut pipe = File::from(r);
+        let mut buf = [0u8; 32];
+        while !host_pid.ends_with(b"\n") && host_pid.len() <= 32 {
+            match std::io::Read::read(&mut pipe, &mut buf) {
+                Ok(0) => break,
+                Ok(n) => host_pid.extend_from_slice(&buf[..n]),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+        let host_pid = String::from_utf8_lossy(host_pid.strip_suffix(b"\n").unwrap_or(&[]));
         if host_pid.is_empty() || !host_pid.bytes().all(|b| b.is_ascii_digit()) {
             return Err(io::Error::other("the user namespace helper did not report"));
         }
         write_maps(&host_pid, range)?;
+        // A host killed here leaves the helper behind only until its parent-death
+        // signal (the crash tests kill one here).
+        omabox_sandbox::fault::point("linux-start-userns");
         Ok(OwnedFd::from(File::open(format!(
             "/proc/{host_pid}/ns/user"
         ))?))
@@ -349,9 +368,107 @@ pub fn create_userns(range: IdRange) -> io::Result<OwnedFd> {
     // SAFETY: kill and waitpid on our own child.
     unsafe {
         libc::kill(pid, libc::SIGKILL);
-        libc::waitpid(pid, std::ptr::null_mut(), 0);
+        while libc::waitpid(pid, std::ptr::null_mut(), 0) < 0
+            && io::Error::last_os_error().raw_os_error() == Some(libc::EINTR)
+        {}
     }
+    drop(stack);
     ns
+}
+
+/// What the user namespace helper reads (in the caller's memory, which it shares).
+struct HelperArgs {
+    base: u32,
+    pipe_w: libc::c_int,
+    /// The caller's pid: the helper dies with it.
+    parent: libc::pid_t,
+}
+
+/// The user namespace helper: dies with its caller, becomes the range's base uid/gid,
+/// unshares a user namespace, writes its host pid (`/proc/self`) into the pipe, closes it and sleeps
+/// until it is killed. On any failure it exits without reporting (the caller reads EOF).
+extern "C" fn userns_helper(arg: *mut libc::c_void) -> libc::c_int {
+    // SAFETY: `arg` is the `HelperArgs` `create_userns` passed to clone, alive and
+    // unchanged until this child is reaped. Raw syscalls only, on integers, on C string
+    // literals and on a buffer of this stack: no allocation, no lock, no libc state.
+    unsafe {
+        let args = &*(arg as *const HelperArgs);
+        let base = args.base as libc::c_long;
+        // None of the caller's other fds (a copy of its table) stays open in here.
+        let w = args.pipe_w as libc::c_uint;
+        if w > 0 {
+            libc::syscall(
+                libc::SYS_close_range,
+                0 as libc::c_uint,
+                w - 1,
+                0 as libc::c_uint,
+            );
+        }
+        libc::syscall(
+            libc::SYS_close_range,
+            w + 1,
+            libc::c_uint::MAX,
+            0 as libc::c_uint,
+        );
+        // The namespace's owner is its creator's euid, and the kernel charges the
+        // per-user counters (inotify, pending signals, …) of everything inside to the
+        // owner one level up: so the range's base must create it, not root.
+        if libc::syscall(
+            libc::SYS_setgroups,
+            0 as libc::c_long,
+            std::ptr::null::<u8>(),
+        ) < 0
+            || libc::syscall(libc::SYS_setresgid, base, base, base) < 0
+            || libc::syscall(libc::SYS_setresuid, base, base, base) < 0
+            || libc::syscall(libc::SYS_unshare, libc::CLONE_NEWUSER as libc::c_long) < 0
+        {
+            libc::syscall(libc::SYS_exit, 1 as libc::c_long);
+        }
+        // Killed with its caller, should that die first (a host killed mid-start): no
+        // helper is ever left sleeping. Set after the id changes (which clear it), and
+        // checked after, for a caller that died before.
+        libc::syscall(
+            libc::SYS_prctl,
+            libc::PR_SET_PDEATHSIG as libc::c_long,
+            libc::SIGKILL as libc::c_long,
+        );
+        if libc::syscall(libc::SYS_getppid) != args.parent as libc::c_long {
+            libc::syscall(libc::SYS_exit, 1 as libc::c_long);
+        }
+        let mut buf = [0u8; 32];
+        let n = libc::syscall(
+            libc::SYS_readlinkat,
+            libc::AT_FDCWD as libc::c_long,
+            c"/proc/self".as_ptr(),
+            buf.as_mut_ptr(),
+            buf.len() - 1,
+        );
+        if n > 0 {
+            // Newline-terminated: the caller reads up to it (`n` < 32: room is left).
+            if let Some(end) = buf.get_mut(n as usize) {
+                *end = b'\n';
+            }
+            let n = n + 1;
+            libc::syscall(
+                libc::SYS_write,
+                args.pipe_w as libc::c_long,
+                buf.as_ptr(),
+                n as usize,
+            );
+        }
+        libc::syscall(libc::SYS_close, args.pipe_w as libc::c_long);
+        loop {
+            // No fds, no timeout: sleeps until the SIGKILL.
+            libc::syscall(
+                libc::SYS_ppoll,
+                std::ptr::null::<u8>(),
+                0 as libc::c_long,
+                std::ptr::null::<u8>(),
+                std::ptr::null::<u8>(),
+                0 as libc::c_long,
+            );
+        }
+    }
 }
 
 /// Enters `userns` and becomes its uid/gid 0 with no supplementary groups (the host's

@@ -11,8 +11,10 @@
 //! 3. clone a child into new mount/pid/ipc/uts namespaces that execs the setup stage at
 //!    once (see `spawn`) in a session of its own; the setup stage enters a new network
 //!    namespace first thing, and its own user namespace last (with the range);
-//! 4. create the cgroup with its limits (overlapping the child's network namespace
-//!    creation), then release the child by writing the plan into its plan pipe (it
+//! 4. create the cgroup with its limits and, as root, the sandbox's user namespace
+//!    (mapped to its range; sent to the child on the agent socket), both overlapping the
+//!    child's exec and network namespace creation, then release the child by writing the
+//!    plan into its plan pipe (it
 //!    blocks on that read, so no plan-controlled code runs before it is in the cgroup).
 //!    On cgroup v1 the child joins the cgroup itself as the first step after that read
 //!    (`setup::join_cgroups` says why); otherwise the host moves it in before the write;
@@ -44,7 +46,7 @@ use crate::sys::{self, Reaped};
 pub const INIT_BINARY: &str = "omabox-sandbox-init";
 
 /// Host-side settings (policy-free: where things go, not what a sandbox may do).
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RuntimeConfig {
     /// Parent of every sandbox's state dir; leftovers are found here.
     pub runtime_dir: PathBuf,
@@ -169,12 +171,15 @@ impl LinuxRuntime {
         let cgroup_join = self.create_cgroup(&mut sandbox, plan)?;
         mark("host cgroup create");
         omabox_sandbox::fault::point("linux-start-cgroup");
+        let userns_sent = self.send_userns(ids, &channels)?;
+        mark("host user namespace");
         let spec = InitSpec {
             id: sandbox.identity.id.clone(),
             plan: plan.clone(),
             scratch_dir: sandbox.identity.state_dir.join(SCRATCH_DIR),
             cgroup_join,
             id_base: ids.map(|r| r.base),
+            userns_sent,
         };
         send_plan(channels.plan, &spec)?;
         mark("host plan sent");
@@ -342,6 +347,35 @@ impl LinuxRuntime {
                     .map_err(host("move init into cgroup"))?;
                 Ok(Vec::new())
             }
+        }
+    }
+}
+
+impl LinuxRuntime {
+    /// Step 4 (as root): the sandbox's user namespace, mapped to its id range, made
+    /// here while the child still execs and starts (the setup stage would otherwise make
+    /// it itself, on the start's critical path), and sent to it on the agent socket
+    /// ahead of the plan. Returns whether it was sent.
+    fn send_userns(
+        &self,
+        ids: Option<idmap::IdRange>,
+        channels: &Channels,
+    ) -> Result<bool, StartError> {
+        let Some(range) = ids else {
+            return Ok(false);
+        };
+        let ns = idmap::create_userns(range).map_err(host("create user namespace"))?;
+        match sys::send_fd(channels.agent.as_fd(), ns.as_fd()) {
+            // The child already died (as for the plan): its status message says why.
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::BrokenPipe | io::ErrorKind::ConnectionReset
+                ) =>
+            {
+                Ok(true)
+            }
+            r => r.map(|()| true).map_err(host("send user namespace")),
         }
     }
 }

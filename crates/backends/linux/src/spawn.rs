@@ -109,14 +109,14 @@ struct ChildArgs<'a> {
     empty_mask: libc::sigset_t,
 }
 
-/// An anonymous mapping for the child's stack, unmapped on drop (after the child has
-/// exec'd: CLONE_VFORK).
-struct ChildStack {
+/// An anonymous mapping for a `CLONE_VM` child's stack, unmapped on drop (the owner
+/// keeps it until the child has exec'd or is dead).
+pub(crate) struct ChildStack {
     base: *mut libc::c_void,
 }
 
 impl ChildStack {
-    fn new() -> io::Result<Self> {
+    pub(crate) fn new() -> io::Result<Self> {
         // SAFETY: a fresh private anonymous mapping; no existing memory is affected.
         let base = unsafe {
             libc::mmap(
@@ -135,7 +135,7 @@ impl ChildStack {
     }
 
     /// The highest address (stacks grow down); page-aligned, hence 16-byte aligned.
-    fn top(&self) -> *mut libc::c_void {
+    pub(crate) fn top(&self) -> *mut libc::c_void {
         // SAFETY: one past the end of the mapping, which is what clone expects.
         unsafe { self.base.cast::<u8>().add(CHILD_STACK_BYTES).cast() }
     }

@@ -307,3 +307,96 @@ pub(crate) fn process_start_time(pid: i32) -> io::Result<Option<u64>> {
         .map(Some)
         .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "malformed stat"))
 }
+
+/// Sends one byte carrying `fd` (`SCM_RIGHTS`) on the unix stream socket `sock`.
+pub(crate) fn send_fd(sock: BorrowedFd<'_>, fd: BorrowedFd<'_>) -> io::Result<()> {
+    let byte = [0u8; 1];
+    let mut iov = libc::iovec {
+        iov_base: byte.as_ptr() as *mut libc::c_void,
+        iov_len: 1,
+    };
+    // u64 elements keep the control buffer aligned for cmsghdr.
+    let mut control = [0u64; 4];
+    // SAFETY: CMSG_SPACE only computes a size.
+    let space = unsafe { libc::CMSG_SPACE(std::mem::size_of::<RawFd>() as u32) } as usize;
+    debug_assert!(space <= std::mem::size_of_val(&control));
+    // SAFETY: msghdr is plain data; zeroed is a valid empty header.
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_iov = &mut iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control.as_mut_ptr().cast();
+    msg.msg_controllen = space as _;
+    // SAFETY: `msg` points at `control`, which has room for one cmsghdr with one fd
+    // (checked above), so CMSG_FIRSTHDR is non-null and CMSG_DATA within it; sendmsg
+    // only reads `msg`, `iov` and `control`, all alive here.
+    let sent = unsafe {
+        let cmsg = libc::CMSG_FIRSTHDR(&msg);
+        (*cmsg).cmsg_level = libc::SOL_SOCKET;
+        (*cmsg).cmsg_type = libc::SCM_RIGHTS;
+        (*cmsg).cmsg_len = libc::CMSG_LEN(std::mem::size_of::<RawFd>() as u32) as _;
+        std::ptr::write_unaligned(libc::CMSG_DATA(cmsg).cast::<RawFd>(), fd.as_raw_fd());
+        libc::sendmsg(sock.as_raw_fd(), &msg, libc::MSG_NOSIGNAL)
+    };
+    match sent {
+        1 => Ok(()),
+        n if n < 0 => Err(io::Error::last_os_error()),
+        _ => Err(io::Error::other("short send of a file descriptor")),
+    }
+}
+
+/// Receives the one byte `send_fd` sent on `sock` and the fd it carries (close-on-exec).
+pub fn recv_fd(sock: BorrowedFd<'_>) -> io::Result<OwnedFd> {
+    let mut byte = [0u8; 1];
+    let mut iov = libc::iovec {
+        iov_base: byte.as_mut_ptr().cast(),
+        iov_len: 1,
+    };
+    let mut control = [0u64; 4];
+    // SAFETY: msghdr is plain data; zeroed is a valid empty header.
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_iov = &mut iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control.as_mut_ptr().cast();
+    msg.msg_controllen = std::mem::size_of_val(&control) as _;
+    loop {
+        // SAFETY: `msg` points at `iov` (one writable byte) and `control` (writable),
+        // both alive for the call.
+        let n = unsafe { libc::recvmsg(sock.as_raw_fd(), &mut msg, libc::MSG_CMSG_CLOEXEC) };
+        if n < 0 {
+            let e = io::Error::last_os_error();
+            if e.kind() == io::ErrorKind::Interrupted {
+                continue;
+            }
+            return Err(e);
+        }
+        if n == 0 {
+            return Err(io::Error::other("no file descriptor: the peer closed"));
+        }
+        break;
+    }
+    // SAFETY: the kernel filled `control` (msg_controllen says how much); CMSG_FIRSTHDR
+    // and CMSG_NXTHDR stay within it, and CMSG_DATA of an SCM_RIGHTS header holds fds.
+    unsafe {
+        let mut cmsg = libc::CMSG_FIRSTHDR(&msg);
+        let mut found = None;
+        while !cmsg.is_null() {
+            if (*cmsg).cmsg_level == libc::SOL_SOCKET && (*cmsg).cmsg_type == libc::SCM_RIGHTS {
+                let data = libc::CMSG_DATA(cmsg).cast::<RawFd>();
+                let count = ((*cmsg).cmsg_len as usize - libc::CMSG_LEN(0) as usize)
+                    / std::mem::size_of::<RawFd>();
+                for i in 0..count {
+                    // Every fd received is ours now: keep the first, close the rest.
+                    let fd = OwnedFd::from_raw_fd(std::ptr::read_unaligned(data.add(i)));
+                    if found.is_none() {
+                        found = Some(fd);
+                    }
+                }
+            }
+            cmsg = libc::CMSG_NXTHDR(&msg, cmsg);
+        }
+        if msg.msg_flags & libc::MSG_CTRUNC != 0 {
+            return Err(io::Error::other("file descriptor message truncated"));
+        }
+        found.ok_or_else(|| io::Error::other("no file descriptor in the message"))
+    }
+}

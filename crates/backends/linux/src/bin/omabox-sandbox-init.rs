@@ -7,9 +7,10 @@
 //! Not meant to be run by hand; the host side (`LinuxRuntime::start`) passes
 //! `--plan-fd N --status-fd N --agent-fd N`.
 
+#![no_main]
+
 use std::io::{Read, Write};
 use std::os::fd::{FromRawFd, OwnedFd, RawFd};
-use std::process::ExitCode;
 
 use omabox_agent::agent::{Agent, AgentConfig, ReapMode};
 use omabox_backend_linux::handoff::{self, InitSpec};
@@ -55,20 +56,38 @@ fn parse_fds() -> Result<Fds, String> {
     })
 }
 
-fn main() -> ExitCode {
+// No `std` runtime start-up (`#![no_main]`): it costs this binary, which every sandbox
+// start execs, a parse of `/proc/self/maps` (glibc's `pthread_getattr_np` on the main
+// thread, for std's stack guard) and signal handler set-up before `main`. What of it
+// matters here is done by hand in `main`: SIGPIPE ignored (so a write to a closed pipe
+// is an EPIPE error, as under the std runtime; processes the agent starts get the
+// default back, std's spawn resets it), and a panic ends the process with code 101
+// after the panic hook printed it. `std::env::args` works as usual (glibc hands
+// argc/argv to std's init_array hook).
+#[unsafe(no_mangle)]
+extern "C" fn main(_argc: libc::c_int, _argv: *const *const libc::c_char) -> libc::c_int {
+    // SAFETY: setting a signal's disposition to ignore has no memory effects.
+    unsafe { libc::signal(libc::SIGPIPE, libc::SIG_IGN) };
+    match std::panic::catch_unwind(run) {
+        Ok(code) => libc::c_int::from(code),
+        Err(_) => 101,
+    }
+}
+
+fn run() -> u8 {
     let entered = handoff::monotonic_us();
     let fds = match parse_fds() {
         Ok(f) => f,
         Err(e) => {
             eprintln!("{}: {e}", omabox_backend_linux::INIT_BINARY);
-            return ExitCode::from(2);
+            return 2;
         }
     };
     let mut status = std::fs::File::from(fds.status);
     // Our own network namespace first, while the host prepares the cgroup.
     if let Err(e) = setup::isolate_network() {
         let _ = write!(status, "{}{e}", handoff::FAILED as char);
-        return ExitCode::from(1);
+        return 1;
     }
     let netns = handoff::monotonic_us();
     // Blocks until the host has moved us into the sandbox cgroup and written the plan.
@@ -77,22 +96,38 @@ fn main() -> ExitCode {
         let mut plan = std::fs::File::from(fds.plan);
         if let Err(e) = plan.read_to_end(&mut bytes) {
             let _ = write!(status, "{}reading plan: {e}", handoff::FAILED as char);
-            return ExitCode::from(1);
+            return 1;
         }
         match serde_json::from_slice(&bytes) {
             Ok(s) => s,
             Err(e) => {
                 let _ = write!(status, "{}decoding plan: {e}", handoff::FAILED as char);
-                return ExitCode::from(1);
+                return 1;
             }
         }
     };
     let plan_read = handoff::monotonic_us();
-    let mut report = match setup::run(&spec) {
+    // The user namespace the host made for us (sent before the plan, so it is there).
+    let userns = if spec.userns_sent {
+        match handoff::recv_fd(std::os::fd::AsFd::as_fd(&fds.agent)) {
+            Ok(fd) => Some(fd),
+            Err(e) => {
+                let _ = write!(
+                    status,
+                    "{}receiving the user namespace: {e}",
+                    handoff::FAILED as char
+                );
+                return 1;
+            }
+        }
+    } else {
+        None
+    };
+    let mut report = match setup::run(&spec, userns) {
         Ok(r) => r,
         Err(e) => {
             let _ = write!(status, "{}{e}", handoff::FAILED as char);
-            return ExitCode::from(1);
+            return 1;
         }
     };
     report.clock_us = vec![
@@ -104,14 +139,14 @@ fn main() -> ExitCode {
     let mut msg = vec![handoff::READY];
     msg.extend(serde_json::to_vec(&report).unwrap_or_default());
     if status.write_all(&msg).is_err() {
-        return ExitCode::from(1);
+        return 1;
     }
     drop(status);
     serve(fds.agent)
 }
 
 /// Runs the agent on the inherited socket until the host closes it.
-fn serve(agent_fd: OwnedFd) -> ExitCode {
+fn serve(agent_fd: OwnedFd) -> u8 {
     let stream = std::os::unix::net::UnixStream::from(agent_fd);
     // Processes the agent starts must not inherit the control socket.
     // SAFETY: F_SETFD on the fd `stream` owns; no memory effects.
@@ -127,21 +162,21 @@ fn serve(agent_fd: OwnedFd) -> ExitCode {
         .build()
     {
         Ok(rt) => rt,
-        Err(_) => return ExitCode::from(1),
+        Err(_) => return 1,
     };
     rt.block_on(async move {
         if stream.set_nonblocking(true).is_err() {
-            return ExitCode::from(1);
+            return 1;
         }
         let Ok(stream) = tokio::net::UnixStream::from_std(stream) else {
-            return ExitCode::from(1);
+            return 1;
         };
         let config = AgentConfig {
             reap: ReapMode::AllChildren,
             ..AgentConfig::default()
         };
         let Ok(agent) = Agent::new(config) else {
-            return ExitCode::from(1);
+            return 1;
         };
         let mut term =
             tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
@@ -156,6 +191,6 @@ fn serve(agent_fd: OwnedFd) -> ExitCode {
             }
         }
         agent.kill_all();
-        ExitCode::SUCCESS
+        0
     })
 }

@@ -40,7 +40,7 @@
 //! - Leave a sandbox behind when `create` fails.
 
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -213,6 +213,11 @@ impl LinuxSandboxSettings {
 pub struct LinuxSandboxFactory {
     defaults: RuntimeConfig,
     image_cache: Option<PathBuf>,
+    /// The runtime [`check_host`](Self::check_host) probed, for the next
+    /// [`create_port`](Self::create_port) with the same settings to take (once), so a
+    /// check followed by a create (`omabox sandbox run`) probes the machine once. Shared
+    /// by the factory's clones (the provider map holds one).
+    checked: Arc<Mutex<Option<LinuxRuntime>>>,
 }
 
 impl LinuxSandboxFactory {
@@ -226,6 +231,7 @@ impl LinuxSandboxFactory {
         Self {
             defaults: config,
             image_cache: None,
+            checked: Arc::default(),
         }
     }
 
@@ -366,7 +372,18 @@ impl LinuxSandboxFactory {
         runtime
             .capabilities()
             .check(&settings.plan)
-            .map_err(|e| LinuxFactoryError::Runtime(StartError::Missing(e)))
+            .map_err(|e| LinuxFactoryError::Runtime(StartError::Missing(e)))?;
+        *self.checked.lock().unwrap_or_else(PoisonError::into_inner) = Some(runtime);
+        Ok(())
+    }
+
+    /// The runtime `check_host` just probed with `config`, if any (taken: used once).
+    fn take_checked(&self, config: &RuntimeConfig) -> Option<LinuxRuntime> {
+        self.checked
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take()
+            .filter(|runtime| runtime.config() == config)
     }
 
     /// Creates the sandbox and returns the concrete port (the provider map gets it as a
@@ -385,6 +402,7 @@ impl LinuxSandboxFactory {
             dirs.push(("outputs", o));
         }
         let runtime_config = settings.runtime;
+        let checked = self.take_checked(&runtime_config);
         let pending_image = settings.image.take();
         let (runtime, prepared, image) = tokio::task::spawn_blocking(move || {
             let image = pending_image.map(|p| p.resolve()).transpose()?;
@@ -392,7 +410,10 @@ impl LinuxSandboxFactory {
             for (what, dir) in dirs {
                 prepared.push((what, prepare_dir(what, &dir)?));
             }
-            let runtime = LinuxRuntime::new(runtime_config).map_err(LinuxFactoryError::Runtime)?;
+            let runtime = match checked {
+                Some(runtime) => runtime,
+                None => LinuxRuntime::new(runtime_config).map_err(LinuxFactoryError::Runtime)?,
+            };
             Ok::<_, LinuxFactoryError>((runtime, prepared, image))
         })
         .await
@@ -493,6 +514,29 @@ pub(super) mod tests {
 
     pub(super) fn env(pairs: &[(&str, &str)]) -> SandboxFactoryEnv {
         pairs.iter().copied().collect()
+    }
+
+    #[test]
+    fn a_checked_runtime_is_taken_once_and_only_with_the_same_settings() {
+        let f = LinuxSandboxFactory::new();
+        let clone = f.clone();
+        let config = RuntimeConfig {
+            init_binary: Some("/bin/true".into()),
+            ..RuntimeConfig::default()
+        };
+        let runtime = LinuxRuntime::new(config.clone()).unwrap();
+        *f.checked.lock().unwrap() = Some(runtime.clone());
+        let other = RuntimeConfig {
+            cgroup_parent: "other".into(),
+            ..config.clone()
+        };
+        assert!(
+            clone.take_checked(&other).is_none(),
+            "other settings probe anew"
+        );
+        *f.checked.lock().unwrap() = Some(runtime);
+        assert!(clone.take_checked(&config).is_some(), "shared by clones");
+        assert!(f.take_checked(&config).is_none(), "used once");
     }
 
     #[test]

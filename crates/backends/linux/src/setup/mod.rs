@@ -9,6 +9,7 @@ pub mod harden;
 mod mounts;
 
 use std::io;
+use std::os::fd::OwnedFd;
 use std::path::PathBuf;
 
 use crate::handoff::{InitSpec, SetupReport};
@@ -57,7 +58,9 @@ pub fn isolate_network() -> Result<(), SetupError> {
 
 /// Carries out the plan. On success the calling process is PID 1 of a fully built and
 /// locked-down sandbox; on error the caller reports and exits (the host tears down).
-pub fn run(spec: &InitSpec) -> Result<SetupReport, SetupError> {
+/// `userns`: the sandbox's user namespace as the host sent it (`spec.userns_sent`);
+/// `None` with an `id_base`: created here.
+pub fn run(spec: &InitSpec, userns: Option<OwnedFd>) -> Result<SetupReport, SetupError> {
     let plan = &spec.plan;
     let mut clock = StepClock::new();
     // 0. Into the sandbox cgroup (v1), before this process allocates anything more.
@@ -72,10 +75,12 @@ pub fn run(spec: &InitSpec) -> Result<SetupReport, SetupError> {
         source,
     })?;
     clock.lap("cgroup namespace");
-    // 2. The sandbox's user namespace (as root): created now, so the writable binds can
-    //    be idmapped through it; entered last, once the sandbox is built.
-    let userns = match spec.id_base {
-        Some(base) => {
+    // 2. The sandbox's user namespace (as root): the host's, or created now, so the
+    //    writable binds can be idmapped through it; entered last, once the sandbox is
+    //    built.
+    let userns = match (spec.id_base, userns) {
+        (Some(base), Some(ns)) => Some((ns, IdRange { base })),
+        (Some(base), None) => {
             let range = IdRange { base };
             let ns = idmap::create_userns(range).map_err(|source| SetupError::Step {
                 step: "create user namespace".into(),
@@ -83,7 +88,7 @@ pub fn run(spec: &InitSpec) -> Result<SetupReport, SetupError> {
             })?;
             Some((ns, range))
         }
-        None => None,
+        (None, _) => None,
     };
     clock.lap("user namespace");
     // 3. The mount tree, then the pivot into it.
