@@ -59,7 +59,8 @@ enum Command {
     Gc(commands::gc::GcArgs),
     /// Clean up after crashed runs: retry failed terminations (the orphan queue), reap the
     /// sandboxes of dead hosts (lease journal and linux runtime dir, also those killed while
-    /// starting), remove binding dirs of dead generations and abandoned temp blobs.
+    /// starting, and their id-range slots), remove binding dirs of dead generations and
+    /// abandoned temp blobs, then collect the blob store like `omabox gc` (its defaults).
     ///
     /// In order: re-tries failed terminations (the orphan queue); reaps every journaled lease
     /// whose fence is no longer held (a sandbox found already dead is billed up to its host's
