@@ -9,7 +9,11 @@
 //!   [`AddressRules`] permits (none left: `NOERROR` with no answer), TTL [`ANSWER_TTL`];
 //!   lookup failure → `SERVFAIL`;
 //! - an answered name, any other type → `NOERROR` with no answer, not looked up;
-//! - a response never exceeds [`MAX_RESPONSE`] bytes (answers are dropped and `TC` set).
+//! - a response never exceeds [`MAX_RESPONSE`] bytes (answers are dropped and `TC` set);
+//! - with a [`SyntheticAddresses`] pool (a namespace with no route out): an answered name
+//!   that resolves on the host to at least one permitted address gets its synthetic IPv4
+//!   address instead (recorded in [`ResolvedNames`] so the relay maps it back), `AAAA` gets
+//!   no answer (IPv6 has no path there), and a full pool answers no address.
 //!
 //! REFUSED, not NXDOMAIN: the stub refuses for policy reasons (RFC 1035's meaning of
 //! REFUSED) and does not claim the name does not exist. NXDOMAIN is cached negatively by
@@ -33,6 +37,7 @@ use tokio::sync::Semaphore;
 use crate::addresses::AddressRules;
 use crate::names::ResolvedNames;
 use crate::resolve::Resolver;
+use crate::synthetic::SyntheticAddresses;
 
 /// The largest response sent (the classic UDP limit, which every client accepts).
 pub const MAX_RESPONSE: usize = 512;
@@ -51,6 +56,7 @@ pub struct DnsStub {
     resolve_timeout: Duration,
     in_flight: Arc<Semaphore>,
     names: Option<Arc<ResolvedNames>>,
+    synthetic: Option<Arc<SyntheticAddresses>>,
 }
 
 impl std::fmt::Debug for DnsStub {
@@ -77,7 +83,15 @@ impl DnsStub {
             resolve_timeout: Duration::from_secs(5),
             in_flight: Arc::new(Semaphore::new(64)),
             names: None,
+            synthetic: None,
         }
+    }
+
+    /// Answers with synthetic addresses from `pool` (see the module doc); share the pool
+    /// with nothing else, and give the stub a [`ResolvedNames`] the relay shares.
+    pub fn with_synthetic(mut self, pool: Arc<SyntheticAddresses>) -> Self {
+        self.synthetic = Some(pool);
+        self
     }
 
     /// Records every answer in `names` (share it with the [`crate::Relay`] so it admits
@@ -149,11 +163,25 @@ impl DnsStub {
             return encode(response(&query, ResponseCode::ServFail));
         };
         let mut message = response(&query, ResponseCode::NoError);
-        let addresses: Vec<IpAddr> = resolved
-            .into_iter()
-            .filter(|ip| family(ip) && self.addresses.permits(*ip))
-            .take(MAX_ANSWERS)
-            .collect();
+        let addresses: Vec<IpAddr> = match &self.synthetic {
+            None => resolved
+                .into_iter()
+                .filter(|ip| family(ip) && self.addresses.permits(*ip))
+                .take(MAX_ANSWERS)
+                .collect(),
+            // One synthetic IPv4 address, if the host could reach the name at all.
+            Some(pool) => {
+                let reachable = resolved.iter().any(|ip| self.addresses.permits(*ip));
+                if reachable && question.query_type() == RecordType::A {
+                    pool.address_for(&name)
+                        .map(IpAddr::V4)
+                        .into_iter()
+                        .collect()
+                } else {
+                    Vec::new()
+                }
+            }
+        };
         for ip in &addresses {
             let rdata = match ip {
                 IpAddr::V4(v4) => RData::A(A::from(*v4)),

@@ -8,6 +8,8 @@
 //! - [`dns`]: the sandbox's DNS stub; it answers only names the policy answers, and never
 //!   forwards a question; [`names`] keeps its recent answers so the relay can admit a
 //!   connection that names nothing by the name its address was resolved for.
+//! - [`synthetic`]: for a namespace with no route out, the stub answers admitted names with
+//!   loopback addresses of the sandbox's own, which the relay maps back to the name.
 //! - [`addresses`]: addresses no name opens (the contract's never-reachable set plus the
 //!   backend's deny list); [`resolve`]: the host's resolver, as a port.
 //!
@@ -25,6 +27,7 @@ pub mod resolve;
 pub mod sniff;
 #[cfg(target_os = "linux")]
 mod splice;
+pub mod synthetic;
 
 pub use addresses::{AddressRange, AddressRules};
 pub use names::ResolvedNames;
@@ -32,3 +35,4 @@ pub use original_dst::{FixedDestination, OriginalDestination, SoOriginalDst};
 pub use relay::{Refusal, Relay, RelayConfig, Verdict};
 pub use resolve::{Resolver, SystemResolver};
 pub use sniff::{NoName, Protocol, RequestedName, SniffLimits, Sniffed, sniff};
+pub use synthetic::SyntheticAddresses;

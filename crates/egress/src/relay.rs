@@ -51,6 +51,7 @@ use crate::names::ResolvedNames;
 use crate::original_dst::OriginalDestination;
 use crate::resolve::Resolver;
 use crate::sniff::{NoName, Protocol, SniffLimits, sniff};
+use crate::synthetic::SyntheticAddresses;
 
 /// The relay's limits.
 #[derive(Debug, Clone)]
@@ -318,6 +319,15 @@ impl Relay {
         else {
             return Some(Err((first, Refusal::NotAdmitted)));
         };
+        // A synthetic address leads nowhere: connect to the host's resolution of the name.
+        if SyntheticAddresses::contains(original.ip()) {
+            return Some(
+                self.admit(&name, original)
+                    .await
+                    .map(|server| (server, name.clone()))
+                    .map_err(|reason| (name, reason)),
+            );
+        }
         if !self.addresses.permits(original.ip()) {
             return Some(Err((name, Refusal::AddressRefused)));
         }

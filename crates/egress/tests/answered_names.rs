@@ -10,7 +10,9 @@ use std::time::Duration;
 use hickory_proto::op::{Message, MessageType, OpCode, Query};
 use hickory_proto::rr::{Name, RecordType};
 use omabox_egress::dns::DnsStub;
-use omabox_egress::{NoName, Refusal, Relay, RelayConfig, ResolvedNames, SniffLimits, Verdict};
+use omabox_egress::{
+    NoName, Refusal, Relay, RelayConfig, ResolvedNames, SniffLimits, SyntheticAddresses, Verdict,
+};
 use support::{CountingResolver, limited, loopback_rules};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
@@ -173,4 +175,89 @@ async fn a_server_speaks_first_protocol_waits_only_the_answered_wait() {
             upstream
         }
     );
+}
+
+/// The answer's addresses, as the client reads them.
+fn answered(response: Vec<u8>) -> Vec<std::net::IpAddr> {
+    Message::from_vec(&response)
+        .unwrap()
+        .answers()
+        .iter()
+        .filter_map(|r| match r.data() {
+            hickory_proto::rr::RData::A(a) => Some(std::net::IpAddr::V4(a.0)),
+            hickory_proto::rr::RData::AAAA(a) => Some(std::net::IpAddr::V6(a.0)),
+            _ => None,
+        })
+        .collect()
+}
+
+/// A namespace with no route out: the stub hands out a synthetic loopback address per
+/// admitted name, and the relay takes a connection to it to the host's own resolution of
+/// that name (never to the synthetic address, where nothing listens).
+#[tokio::test]
+async fn a_synthetic_answer_leads_to_the_hosts_resolution_of_its_name() {
+    let upstream = support::tcp_echo_server("127.0.0.1:0".parse().unwrap()).await;
+    let port = upstream.addr.port();
+    let resolver =
+        CountingResolver::new(&[("git.test", &["127.0.0.1"]), ("other.test", &["127.0.0.1"])]);
+    let names = Arc::new(ResolvedNames::new(Duration::from_secs(60), 64));
+    let pool = Arc::new(SyntheticAddresses::new(16));
+    let policy = || limited(&[format!("git.test:{port}"), "other.test".to_owned()]);
+    let stub = DnsStub::new(policy(), resolver.clone(), loopback_rules())
+        .with_resolved_names(Arc::clone(&names))
+        .with_synthetic(Arc::clone(&pool));
+    let peer: SocketAddr = "127.0.0.1:5353".parse().unwrap();
+
+    let a = answered(stub.answer(&query("git.test"), peer).await.unwrap());
+    assert_eq!(a, ["127.64.0.1".parse::<std::net::IpAddr>().unwrap()]);
+    // Stable per name, distinct across names, no IPv6 answer.
+    assert_eq!(
+        answered(stub.answer(&query("git.test"), peer).await.unwrap()),
+        a
+    );
+    let b = answered(stub.answer(&query("other.test"), peer).await.unwrap());
+    assert_eq!(b.len(), 1);
+    assert_ne!(a, b);
+    let mut aaaa = Message::new();
+    aaaa.set_id(2)
+        .set_message_type(MessageType::Query)
+        .set_op_code(OpCode::Query)
+        .add_query(Query::query(
+            Name::from_ascii("git.test").unwrap(),
+            RecordType::AAAA,
+        ));
+    assert!(answered(stub.answer(&aaaa.to_vec().unwrap(), peer).await.unwrap()).is_empty());
+
+    let relay = Arc::new(
+        Relay::new(policy(), resolver, loopback_rules(), RelayConfig::default())
+            .with_resolved_names(Arc::clone(&names)),
+    );
+    // A name-less connection to git.test's synthetic address reaches the upstream the host
+    // resolved git.test to.
+    let dialed = SocketAddr::new(a[0], port);
+    let (verdict, echoed) = raw(Arc::clone(&relay), dialed).await;
+    assert_eq!(echoed, b"\x00SSH-ish raw bytes");
+    assert_eq!(
+        verdict,
+        Verdict::Relayed {
+            name: "git.test".into(),
+            upstream: upstream.addr
+        }
+    );
+    // other.test's address on git.test's port: judged as other.test (80/443 only): refused.
+    let (verdict, _) = raw(Arc::clone(&relay), SocketAddr::new(b[0], port)).await;
+    assert_eq!(
+        verdict,
+        Verdict::Refused {
+            name: Some("other.test".into()),
+            reason: Refusal::NotAdmitted
+        }
+    );
+    // A synthetic address the stub never handed out names nothing.
+    let (verdict, _) = raw(relay, SocketAddr::new("127.64.9.9".parse().unwrap(), port)).await;
+    assert!(
+        matches!(verdict, Verdict::Refused { name: None, .. }),
+        "{verdict:?}"
+    );
+    assert_eq!(upstream.accepts(), 1);
 }
