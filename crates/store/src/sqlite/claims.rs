@@ -7,6 +7,7 @@
 //! hold its fence can never publish again, so nothing of it is worth keeping. Read-only; never
 //! reads a token hash.
 
+use super::scope_at;
 use super::{SqliteStore, lock, to_i64, to_u64};
 use crate::StoreError;
 use omabox_contract::RuntimeResourceScope;
@@ -52,12 +53,7 @@ impl SqliteStore {
         )?;
         let rows = statement.query_map([now_ms], |row| {
             Ok((
-                RuntimeResourceScope::new(
-                    row.get::<_, String>(0)?,
-                    row.get::<_, String>(1)?,
-                    row.get::<_, String>(2)?,
-                    row.get::<_, String>(3)?,
-                ),
+                scope_at(row, 0)?,
                 row.get::<_, i64>(4)?,
                 row.get::<_, bool>(5)?,
             ))

@@ -10,6 +10,7 @@
 //! statement parameters, which SQLite never copies into an error message; no error built here
 //! formats a value, and `names` never reads the value column.
 
+use super::scope_at;
 use super::{SqliteStore, to_i64, to_u64};
 use crate::StoreError;
 use crate::clock::{expiry, iso_millis};
@@ -114,12 +115,7 @@ impl SessionTokenPort for SqliteStore {
                 )?
                 .query_row(params![hash.as_bytes().as_slice()], |row| {
                     Ok((
-                        RuntimeResourceScope::new(
-                            row.get::<_, String>(0)?,
-                            row.get::<_, String>(1)?,
-                            row.get::<_, String>(2)?,
-                            row.get::<_, String>(3)?,
-                        ),
+                        scope_at(row, 0)?,
                         row.get::<_, i64>(4)?,
                         row.get::<_, i64>(5)?,
                     ))

@@ -2,6 +2,7 @@
 //! `abandoned` as one query joining the work item's `runtime_fence` row, with "now" read from
 //! the store's clock inside the same statement's connection lock.
 
+use super::scope_at;
 use super::{SqliteStore, to_i64, to_u64};
 use crate::StoreError;
 use async_trait::async_trait;
@@ -24,12 +25,7 @@ fn read_entries(
     let rows = statement.query_map(params, |row| {
         Ok((
             row.get::<_, String>(0)?,
-            RuntimeResourceScope::new(
-                row.get::<_, String>(1)?,
-                row.get::<_, String>(2)?,
-                row.get::<_, String>(3)?,
-                row.get::<_, String>(4)?,
-            ),
+            scope_at(row, 1)?,
             row.get::<_, i64>(5)?,
             row.get::<_, String>(6)?,
             row.get::<_, String>(7)?,

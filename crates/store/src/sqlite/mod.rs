@@ -256,3 +256,17 @@ fn to_i64(value: u64, what: &str) -> Result<i64, StoreError> {
     i64::try_from(value)
         .map_err(|_| StoreError::Corrupt(format!("{what} {value} does not fit SQLite's INTEGER")))
 }
+
+/// The scope stored in four consecutive columns (workspace, environment, session, work id)
+/// starting at `first`: the layout of every table keyed by a work item.
+pub(super) fn scope_at(
+    row: &rusqlite::Row<'_>,
+    first: usize,
+) -> rusqlite::Result<omabox_contract::scope::RuntimeResourceScope> {
+    Ok(omabox_contract::scope::RuntimeResourceScope::new(
+        row.get::<_, String>(first)?,
+        row.get::<_, String>(first + 1)?,
+        row.get::<_, String>(first + 2)?,
+        row.get::<_, String>(first + 3)?,
+    ))
+}

@@ -1,12 +1,13 @@
 //! The orphan queue over SQLite: one row per `runtimeOrphanId`, listed in id order (byte
 //! order of the UTF-8 id, like the in-memory twin).
 
+use super::scope_at;
 use super::{SqliteStore, to_i64, to_u64};
 use crate::StoreError;
 use async_trait::async_trait;
 use omabox_contract::{
     EnqueueRuntimeOrphanInput, ManagedSandboxLease, PortError, RuntimeOrphanPort,
-    RuntimeOrphanRecord, RuntimeResourceScope, TerminationReason, runtime_orphan_id,
+    RuntimeOrphanRecord, TerminationReason, runtime_orphan_id,
 };
 use rusqlite::params;
 
@@ -77,12 +78,7 @@ impl RuntimeOrphanPort for SqliteStore {
             let rows = statement.query_map([limit], |row| {
                 Ok((
                     row.get::<_, String>(0)?,
-                    RuntimeResourceScope::new(
-                        row.get::<_, String>(1)?,
-                        row.get::<_, String>(2)?,
-                        row.get::<_, String>(3)?,
-                        row.get::<_, String>(4)?,
-                    ),
+                    scope_at(row, 1)?,
                     row.get::<_, i64>(5)?,
                     row.get::<_, String>(6)?,
                     row.get::<_, String>(7)?,

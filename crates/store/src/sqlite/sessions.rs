@@ -6,6 +6,7 @@
 //! beyond SQLite's own read snapshot. They block: call them from `spawn_blocking` or at
 //! startup, like [`SqliteStore::open`].
 
+use super::scope_at;
 use super::{SqliteStore, lock};
 use crate::StoreError;
 use omabox_contract::{RuntimeResourcePublication, RuntimeResourceScope};
@@ -29,17 +30,8 @@ impl SqliteStore {
               WHERE publication_json IS NOT NULL
               ORDER BY workspace_id, environment_id, session_id, work_id",
         )?;
-        let rows = statement.query_map([], |row| {
-            Ok((
-                RuntimeResourceScope::new(
-                    row.get::<_, String>(0)?,
-                    row.get::<_, String>(1)?,
-                    row.get::<_, String>(2)?,
-                    row.get::<_, String>(3)?,
-                ),
-                row.get::<_, String>(4)?,
-            ))
-        })?;
+        let rows =
+            statement.query_map([], |row| Ok((scope_at(row, 0)?, row.get::<_, String>(4)?)))?;
         let mut publications = Vec::new();
         for row in rows {
             let (scope, json) = row?;
@@ -162,15 +154,7 @@ impl SqliteStore {
               ORDER BY workspace_id, environment_id, session_id, work_id, revision DESC"
         ))?;
         let rows = statement.query_map(values, |row| {
-            Ok((
-                RuntimeResourceScope::new(
-                    row.get::<_, String>(0)?,
-                    row.get::<_, String>(1)?,
-                    row.get::<_, String>(2)?,
-                    row.get::<_, String>(3)?,
-                ),
-                row.get::<_, String>(4)?,
-            ))
+            Ok((scope_at(row, 0)?, row.get::<_, String>(4)?))
         })?;
         let mut history = Vec::new();
         for row in rows {

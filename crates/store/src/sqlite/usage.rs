@@ -1,10 +1,11 @@
 //! The usage ledger over SQLite: `usage_record` rows, unique per `(kind, provider,
 //! runtime_id)` (the first record wins), read back in the order they were recorded.
 
+use super::scope_at;
 use super::{SqliteStore, to_i64, to_u64};
 use crate::StoreError;
 use async_trait::async_trait;
-use omabox_contract::{PortError, RuntimeResourceScope, UsageKind, UsageLedgerPort, UsageRecord};
+use omabox_contract::{PortError, UsageKind, UsageLedgerPort, UsageRecord};
 use rusqlite::{Connection, params};
 
 fn read_records(
@@ -21,12 +22,7 @@ fn read_records(
     let rows = statement.query_map(params, |row| {
         Ok((
             row.get::<_, String>(0)?,
-            RuntimeResourceScope::new(
-                row.get::<_, String>(1)?,
-                row.get::<_, String>(2)?,
-                row.get::<_, String>(3)?,
-                row.get::<_, String>(4)?,
-            ),
+            scope_at(row, 1)?,
             row.get::<_, String>(5)?,
             row.get::<_, String>(6)?,
             row.get::<_, i64>(7)?,
