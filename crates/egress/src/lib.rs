@@ -13,9 +13,10 @@
 //! - [`addresses`]: addresses no name opens (the contract's never-reachable set plus the
 //!   backend's deny list); [`resolve`]: the host's resolver, as a port.
 //!
-//! This crate decides; it does not plumb. Redirecting a sandbox's packets here (veth,
-//! nftables, `SO_ORIGINAL_DST`'s source), dropping everything else, and credential
-//! injection (`CredentialEgressPort`) belong to the linux backend and later increments.
+//! This crate decides; it does not plumb. Binding the relay's listeners and the stub's socket
+//! inside each sandbox's network namespace (which has no route out: the linux backend's
+//! `netns`), and credential injection (`CredentialEgressPort`), belong to the linux backend
+//! and later increments. [`original_dst`] serves a redirect-based backend, should one come.
 //! It never logs payload bytes, and never sends a refused name to any resolver.
 
 pub mod addresses;
