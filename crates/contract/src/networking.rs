@@ -76,6 +76,10 @@ pub const PACKAGE_MANAGER_HOSTS: &[(&str, &[&str])] = &[
 /// Ports a host entry without `:PORT` admits.
 pub const DEFAULT_PORTS: [u16; 2] = [80, 443];
 
+/// The ports an enforcing backend that cannot take every port (one listener per port)
+/// relays under `unrestricted`: ssh (git), http, https.
+pub const UNRESTRICTED_PORTS: [u16; 3] = [22, 80, 443];
+
 /// Why a networking config or host entry was refused. Names the entry, never more.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum NetworkingError {
@@ -270,6 +274,24 @@ impl NetworkPolicy {
         }
     }
 
+    /// The destination ports some connection could be admitted on, for a backend that
+    /// listens per port: [`DEFAULT_PORTS`] and every port a `limited` rule names;
+    /// [`UNRESTRICTED_PORTS`] under `unrestricted` (which admits any port, but a backend
+    /// listening per port reaches only these); none under `none`.
+    pub fn ports(&self) -> std::collections::BTreeSet<u16> {
+        match self {
+            Self::Unrestricted => UNRESTRICTED_PORTS.into_iter().collect(),
+            Self::None => std::collections::BTreeSet::new(),
+            Self::Limited(rules) => rules
+                .iter()
+                .flat_map(|r| match r.port {
+                    Some(port) => vec![port],
+                    None => DEFAULT_PORTS.to_vec(),
+                })
+                .collect(),
+        }
+    }
+
     /// Whether the DNS stub may resolve `host`: under `limited`, only names a rule admits on
     /// some port, so a lookup of anything else never leaves the host.
     pub fn answers(&self, host: &str) -> bool {
@@ -375,6 +397,23 @@ mod tests {
                 "{bad}"
             );
         }
+    }
+
+    #[test]
+    fn listened_ports_are_the_default_ones_plus_every_port_a_rule_names() {
+        let ports = |p: &NetworkPolicy| p.ports().into_iter().collect::<Vec<_>>();
+        assert_eq!(ports(&limited(&[], false)), Vec::<u16>::new());
+        assert_eq!(ports(&limited(&["a.example"], false)), [80, 443]);
+        assert_eq!(
+            ports(&limited(&["a.example:8443", "b.example:22"], false)),
+            [22, 8443]
+        );
+        assert_eq!(
+            ports(&limited(&["a.example", "b.example:8443"], false)),
+            [80, 443, 8443]
+        );
+        assert_eq!(ports(&NetworkPolicy::Unrestricted), [22, 80, 443]);
+        assert!(NetworkPolicy::None.ports().is_empty());
     }
 
     #[test]

@@ -116,7 +116,10 @@ impl DnsStub {
     pub async fn serve(self: Arc<Self>, socket: UdpSocket) -> io::Result<()> {
         let socket = Arc::new(socket);
         let mut buf = vec![0u8; MAX_QUERY + 1];
+        // The questions' tasks belong to this future (dropping it ends them).
+        let mut questions = tokio::task::JoinSet::new();
         loop {
+            while questions.try_join_next().is_some() {}
             let (n, peer) = socket.recv_from(&mut buf).await?;
             if n > MAX_QUERY {
                 continue;
@@ -126,7 +129,7 @@ impl DnsStub {
             };
             let packet = buf[..n].to_vec();
             let (stub, socket) = (Arc::clone(&self), Arc::clone(&socket));
-            tokio::spawn(async move {
+            questions.spawn(async move {
                 if let Some(response) = stub.answer(&packet, peer).await {
                     let _ = socket.send_to(&response, peer).await;
                 }

@@ -32,8 +32,8 @@ pub mod synthetic;
 
 pub use addresses::{AddressRange, AddressRules};
 pub use names::ResolvedNames;
-pub use original_dst::{FixedDestination, OriginalDestination, SoOriginalDst};
-pub use relay::{Refusal, Relay, RelayConfig, Verdict};
+pub use original_dst::{FixedDestination, LocalAddress, OriginalDestination, SoOriginalDst};
+pub use relay::{Gateway, Refusal, Relay, RelayConfig, Verdict};
 pub use resolve::{Resolver, SystemResolver};
 pub use sniff::{NoName, Protocol, RequestedName, SniffLimits, Sniffed, sniff};
 pub use synthetic::SyntheticAddresses;

@@ -24,6 +24,19 @@ impl OriginalDestination for FixedDestination {
     }
 }
 
+/// The address the client dialed is the listener's own: the socket's local address. Right
+/// for a listener bound to a wildcard address inside the sandbox's namespace (the linux
+/// backend's plumbing), where `getsockname` of an accepted connection is the address and
+/// port the sandbox connected to.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct LocalAddress;
+
+impl OriginalDestination for LocalAddress {
+    fn original_destination(&self, stream: &TcpStream) -> io::Result<SocketAddr> {
+        stream.local_addr()
+    }
+}
+
 /// Netfilter's record of the destination before a `redirect`/`dnat` rule rewrote it
 /// (`SO_ORIGINAL_DST`, or `IP6T_SO_ORIGINAL_DST` on an IPv6 socket).
 #[derive(Debug, Clone, Copy, Default)]

@@ -12,6 +12,11 @@
 //! 4. Connect, replay the sniffed bytes unchanged, then copy both ways (`splice(2)` on
 //!    linux) until both sides closed or nothing moved for [`RelayConfig::idle_timeout`].
 //!
+//! One exception comes first: a connection to the [`Gateway`]'s address inside the sandbox
+//! (the omabox gateway: hosted inference and MCP proxies) is forwarded unchanged to the
+//! gateway's host address under every policy but `none`, without sniffing (the gateway may
+//! speak TLS under any name).
+//!
 //! The resolved address, not the dialed one, is connected to. The address the sandbox
 //! dialed (its original destination) decides nothing but the port: the relay connects to
 //! an address the *host* resolved for the admitted name, trying the dialed address first
@@ -115,6 +120,11 @@ pub enum Refusal {
 /// What became of one connection.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Verdict {
+    /// Forwarded to the omabox gateway until one side closed (or went idle).
+    Gateway {
+        /// The gateway's host address.
+        upstream: SocketAddr,
+    },
     /// Admitted and relayed until one side closed (or went idle).
     Relayed {
         /// The admitted name.
@@ -131,6 +141,16 @@ pub enum Verdict {
     },
 }
 
+/// The omabox gateway as a sandbox reaches it: connections to `dialed` (an address inside
+/// the sandbox's namespace) go to `upstream` (where the gateway listens on the host).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Gateway {
+    /// The address the sandbox connects to.
+    pub dialed: SocketAddr,
+    /// The gateway's own address, as the host connects to it.
+    pub upstream: SocketAddr,
+}
+
 /// The relay. Share it in an [`Arc`]; [`Relay::set_policy`] changes what a live sandbox
 /// may reach for every connection accepted afterwards.
 pub struct Relay {
@@ -140,6 +160,7 @@ pub struct Relay {
     config: RelayConfig,
     slots: Arc<Semaphore>,
     names: Option<Arc<ResolvedNames>>,
+    gateway: Option<Gateway>,
 }
 
 impl std::fmt::Debug for Relay {
@@ -167,7 +188,14 @@ impl Relay {
             slots: Arc::new(Semaphore::new(config.max_connections)),
             config,
             names: None,
+            gateway: None,
         }
+    }
+
+    /// Forwards connections to `gateway.dialed` to `gateway.upstream` (see the module doc).
+    pub fn with_gateway(mut self, gateway: Gateway) -> Self {
+        self.gateway = Some(gateway);
+        self
     }
 
     /// Admits a connection whose first bytes name nothing by the names the DNS stub
@@ -190,13 +218,17 @@ impl Relay {
 
     /// Accepts connections on `listener` until it fails, each served on its own task, at
     /// most [`RelayConfig::max_connections`] at once. `destinations` names each one's
-    /// original destination.
+    /// original destination. The connections' tasks belong to this future: dropping it
+    /// (aborting its task) closes every connection it accepted, so nothing of a sandbox's
+    /// namespace outlives the owner of its listeners.
     pub async fn serve(
         self: Arc<Self>,
         listener: TcpListener,
         destinations: Arc<dyn OriginalDestination>,
     ) -> io::Result<()> {
+        let mut connections = tokio::task::JoinSet::new();
         loop {
+            while connections.try_join_next().is_some() {}
             let (client, peer) = match listener.accept().await {
                 Ok(accepted) => accepted,
                 Err(e) if accept_error_is_transient(&e) => {
@@ -218,7 +250,7 @@ impl Relay {
                 continue;
             };
             let relay = Arc::clone(&self);
-            tokio::spawn(async move {
+            connections.spawn(async move {
                 relay.handle(client, original).await;
                 drop(slot);
             });
@@ -227,6 +259,9 @@ impl Relay {
 
     /// Serves one accepted connection whose original destination was `original`.
     pub async fn handle(&self, mut client: TcpStream, original: SocketAddr) -> Verdict {
+        if let Some(gateway) = self.gateway.filter(|g| g.dialed == original) {
+            return self.forward_to_gateway(client, gateway).await;
+        }
         let mut limits = self.config.sniff;
         if self
             .names
@@ -268,6 +303,27 @@ impl Relay {
         };
         self.relay(client, server, original, name, &sniffed.bytes, via)
             .await
+    }
+
+    /// The gateway exception: no sniffing, no name; closed under `none`.
+    async fn forward_to_gateway(&self, mut client: TcpStream, gateway: Gateway) -> Verdict {
+        if *self.policy() == NetworkPolicy::None {
+            return refused(None, gateway.dialed, Refusal::NotAdmitted);
+        }
+        let connect = TcpStream::connect(gateway.upstream);
+        let mut server = match tokio::time::timeout(self.config.connect_timeout, connect).await {
+            Ok(Ok(server)) => server,
+            _ => return refused(None, gateway.dialed, Refusal::UpstreamUnreachable),
+        };
+        tracing::debug!(verdict = "gateway", upstream = %gateway.upstream);
+        let _ = server.set_nodelay(true);
+        let _ = client.set_nodelay(true);
+        if let Err(e) = relay_until_idle(&mut client, &mut server, self.config.idle_timeout).await {
+            tracing::debug!(error = %e, "gateway relay ended");
+        }
+        Verdict::Gateway {
+            upstream: gateway.upstream,
+        }
     }
 
     /// Step 4: replay the sniffed bytes, then copy both ways.
