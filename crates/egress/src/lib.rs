@@ -31,6 +31,7 @@ mod splice;
 pub mod synthetic;
 
 pub use addresses::{AddressRange, AddressRules};
+pub use dns::DnsStub;
 pub use names::ResolvedNames;
 pub use original_dst::{FixedDestination, LocalAddress, OriginalDestination, SoOriginalDst};
 pub use relay::{Gateway, Refusal, Relay, RelayConfig, Verdict};

@@ -19,7 +19,9 @@
 //!   tmpfs `/tmp`. After `pivot_root` the host tree is detached, not hidden.
 //! - Its memory, task count and CPU are bounded by its own cgroup (v1 or v2), which the
 //!   sandbox joins before it runs any code the plan controls.
-//! - Only loopback networking exists (other network policies are refused).
+//! - Its network namespace has loopback only and no route out. What it reaches beyond
+//!   that is what the host binds inside it ([`SandboxNetwork`], for every networking
+//!   config but `none`): a DNS stub and relay listeners that admit by name.
 //! - Every process runs with no capabilities in any set, locked securebits,
 //!   `no_new_privs`, a seccomp filter refusing mount/keyring/bpf/perf/module/ptrace/
 //!   namespace/raw-socket and similar calls with EPERM, Landlock (where the kernel has
@@ -48,6 +50,7 @@ pub mod image;
 pub mod leftovers;
 pub mod managed;
 pub mod netns;
+pub mod network;
 pub mod plan;
 pub mod port;
 pub mod probe;
@@ -61,8 +64,9 @@ pub use cgroup::{CgroupLayout, CgroupPaths};
 pub use handoff::SetupReport;
 pub use identity::{DestroyError, DestroyOutcome, SandboxIdentity};
 pub use image::{CachedImage, ImageCache, ImageError, ImageKind, ResolvedImage};
+pub use network::{NetworkError, SandboxNetwork};
 pub use plan::{
-    BindMount, CpuLimit, Hardening, Limits, NetworkPolicy, PlanError, RootfsSource, SandboxPlan,
+    BindMount, CpuLimit, Hardening, Limits, Networking, PlanError, RootfsSource, SandboxPlan,
 };
 pub use probe::{LinuxCapabilities, MissingRequirement, ProbeError};
 pub use sandbox::{INIT_BINARY, LinuxRuntime, LinuxSandbox, RuntimeConfig, StartError};

@@ -6,8 +6,10 @@
 //! serde data and nothing here holds an fd or a handle.
 
 use std::collections::BTreeMap;
+use std::net::SocketAddr;
 use std::path::{Component, Path, PathBuf};
 
+use omabox_contract::networking::{NetworkPolicy, NetworkingConfig, NetworkingError};
 use serde::{Deserialize, Serialize};
 
 /// Everything the sandbox is made of.
@@ -26,9 +28,9 @@ pub struct SandboxPlan {
     /// Resource limits.
     #[serde(default)]
     pub limits: Limits,
-    /// Network policy.
+    /// What the sandbox may reach besides its own loopback.
     #[serde(default)]
-    pub network: NetworkPolicy,
+    pub network: Networking,
     /// Environment of the agent and so of every process it starts. Nothing of the host's
     /// environment is inherited.
     #[serde(default)]
@@ -49,21 +51,17 @@ impl SandboxPlan {
             outputs: None,
             binds: Vec::new(),
             limits: Limits::default(),
-            network: NetworkPolicy::None,
+            network: Networking::default(),
             env: default_env(),
             hostname: hostname.into(),
             hardening: Hardening::default(),
         }
     }
 
-    /// Checks what can be checked without touching the system: the network policy is
-    /// one this build implements, paths are absolute and normal, the hostname is valid.
+    /// Checks what can be checked without touching the system: the network config
+    /// compiles, paths are absolute and normal, the hostname is valid.
     pub fn validate(&self) -> Result<(), PlanError> {
-        if self.network != NetworkPolicy::None {
-            return Err(PlanError::NetworkUnavailable(
-                self.network.name().to_owned(),
-            ));
-        }
+        self.network.policy()?;
         if self.hostname.is_empty()
             || self.hostname.len() > 64
             || !self
@@ -218,30 +216,55 @@ impl CpuLimit {
     }
 }
 
-/// Network policy.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(tag = "type", rename_all = "camelCase")]
-pub enum NetworkPolicy {
-    /// A fresh network namespace with only loopback, up.
-    #[default]
-    None,
-    /// Share the host's network (not implemented; refused).
-    Host,
-    /// Egress only to an allowlist through a proxy (not implemented; refused).
-    Allowlist {
-        /// Allowed host names or CIDRs.
-        allow: Vec<String>,
-    },
+/// A sandbox's network: the Environment's `networking` config and the omabox gateway.
+///
+/// The namespace the setup stage builds is the same for every config (loopback only, no
+/// route out, `/etc/resolv.conf` naming `127.0.0.1`); what differs is what the host binds
+/// inside it afterwards ([`crate::SandboxNetwork`]): nothing under `none`, else the DNS
+/// stub on `127.0.0.1:53`, one relay listener per port the policy admits, and the
+/// gateway's port.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Networking {
+    /// The Environment's `networking` object (`none` when absent).
+    pub config: NetworkingConfig,
+    /// Host entries (`HOST[:PORT]`) of the session's MCP servers, opened by
+    /// `allow_mcp_servers`.
+    #[serde(default)]
+    pub mcp_hosts: Vec<String>,
+    /// Where the omabox gateway (hosted inference and MCP proxies) listens, as the host
+    /// connects to it. The sandbox reaches it at `127.0.0.1` on the same port under every
+    /// config but `none`.
+    #[serde(default)]
+    pub gateway: Option<SocketAddr>,
 }
 
-impl NetworkPolicy {
-    /// Name used in messages.
-    pub fn name(&self) -> &'static str {
-        match self {
-            Self::None => "none",
-            Self::Host => "host",
-            Self::Allowlist { .. } => "allowlist",
+impl Default for Networking {
+    fn default() -> Self {
+        Self {
+            config: NetworkingConfig::None,
+            mcp_hosts: Vec::new(),
+            gateway: None,
         }
+    }
+}
+
+impl Networking {
+    /// The name rules this config compiles to.
+    pub fn policy(&self) -> Result<NetworkPolicy, PlanError> {
+        let mcp: Vec<&str> = self.mcp_hosts.iter().map(String::as_str).collect();
+        NetworkPolicy::compile(&self.config, &mcp).map_err(PlanError::Network)
+    }
+
+    /// Whether the host binds anything in the sandbox's namespace.
+    pub fn reaches_out(&self) -> bool {
+        self.config != NetworkingConfig::None
+    }
+
+    /// The address the sandbox dials for the gateway (`127.0.0.1:<gateway port>`).
+    pub fn gateway_in_sandbox(&self) -> Option<SocketAddr> {
+        self.gateway
+            .map(|g| SocketAddr::from((std::net::Ipv4Addr::LOCALHOST, g.port())))
     }
 }
 
@@ -271,9 +294,9 @@ impl Default for Hardening {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum PlanError {
-    /// A network policy other than `none`.
-    #[error("network policy {0} is not available yet")]
-    NetworkUnavailable(String),
+    /// A networking config that does not compile (a bad host entry).
+    #[error("networking: {0}")]
+    Network(#[from] NetworkingError),
     /// A host path that is relative or holds `..`.
     #[error("{what} path {path:?} must be absolute and free of `..`")]
     HostPath {
@@ -325,13 +348,36 @@ mod tests {
     use super::*;
 
     #[test]
-    fn other_network_policies_are_refused_clearly() {
+    fn a_bad_host_entry_is_refused_naming_the_entry() {
         let mut plan = SandboxPlan::preinstalled("box");
-        plan.network = NetworkPolicy::Host;
+        plan.network.config = NetworkingConfig::Limited {
+            allowed_hosts: vec!["10.0.0.1".into()],
+            allow_package_managers: false,
+            allow_mcp_servers: false,
+        };
+        let text = plan.validate().unwrap_err().to_string();
+        assert!(text.starts_with("networking: "), "{text}");
+        assert!(text.contains("10.0.0.1"), "{text}");
+    }
+
+    #[test]
+    fn the_plan_json_carries_the_environment_networking_object() {
+        let mut plan = SandboxPlan::preinstalled("box");
+        plan.network.config = NetworkingConfig::Unrestricted;
+        plan.network.gateway = Some("10.1.2.3:8787".parse().unwrap());
+        let json = serde_json::to_value(&plan).unwrap();
+        assert_eq!(json["network"]["config"]["type"], "unrestricted");
+        let back: SandboxPlan = serde_json::from_value(json).unwrap();
+        assert_eq!(back, plan);
         assert_eq!(
-            plan.validate().unwrap_err().to_string(),
-            "network policy host is not available yet"
+            plan.network.gateway_in_sandbox(),
+            Some("127.0.0.1:8787".parse().unwrap())
         );
+        // A plan without the field is loopback only.
+        let mut json = serde_json::to_value(SandboxPlan::preinstalled("box")).unwrap();
+        json.as_object_mut().unwrap().remove("network");
+        let back: SandboxPlan = serde_json::from_value(json).unwrap();
+        assert!(!back.network.reaches_out());
     }
 
     #[test]

@@ -140,6 +140,44 @@ pub(crate) fn loopback_up() -> io::Result<()> {
     check(unsafe { libc::ioctl(sock.as_raw_fd(), libc::SIOCSIFFLAGS, &req) })
 }
 
+/// Adds `address` to the loopback interface as the alias `lo:1` (class-A netmask, inside
+/// 127.0.0.0/8 it changes no route). Why: glibc's `getaddrinfo` with `AI_ADDRCONFIG`
+/// (used by `getent ahosts`, apt and others) returns no IPv4 address at all unless the
+/// namespace has an IPv4 address other than 127.0.0.1, and a sandbox's namespace has only
+/// that one.
+pub(crate) fn loopback_alias(address: std::net::Ipv4Addr) -> io::Result<()> {
+    // SAFETY: socket(2) with constant arguments; the result is checked below.
+    let fd = unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: `fd` is a fresh socket we own; OwnedFd closes it.
+    let sock = unsafe { OwnedFd::from_raw_fd(fd) };
+    // SAFETY: ifreq is a plain C struct; all-zero is a valid value.
+    let mut req: libc::ifreq = unsafe { std::mem::zeroed() };
+    for (dst, src) in req.ifr_name.iter_mut().zip(b"lo:1\0") {
+        *dst = *src as libc::c_char;
+    }
+    let sin = libc::sockaddr_in {
+        sin_family: libc::AF_INET as libc::sa_family_t,
+        sin_port: 0,
+        sin_addr: libc::in_addr {
+            s_addr: u32::from(address).to_be(),
+        },
+        sin_zero: [0; 8],
+    };
+    // SAFETY: ifru_addr is a `sockaddr`, which a `sockaddr_in` fits exactly (both 16
+    // bytes); the write covers only that union member.
+    unsafe {
+        std::ptr::write(
+            std::ptr::addr_of_mut!(req.ifr_ifru.ifru_addr).cast::<libc::sockaddr_in>(),
+            sin,
+        );
+    }
+    // SAFETY: SIOCSIFADDR reads the valid `req`.
+    check(unsafe { libc::ioctl(sock.as_raw_fd(), libc::SIOCSIFADDR, &req) })
+}
+
 /// `pidfd_open(2)`.
 pub(crate) fn pidfd_open(pid: i32) -> io::Result<OwnedFd> {
     // SAFETY: pidfd_open takes integers; a non-negative result is a new fd we own.

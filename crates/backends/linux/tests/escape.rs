@@ -580,22 +580,26 @@ async fn destroy_from_a_serialized_identity_without_the_handle() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn other_network_policies_are_refused_before_anything_is_created() {
+async fn a_bad_networking_config_is_refused_before_anything_is_created() {
     if !can_run() {
         return;
     }
     let mut plan = test_plan();
-    plan.network = omabox_backend_linux::NetworkPolicy::Host;
-    let before =
-        omabox_backend_linux::SandboxIdentity::list(std::path::Path::new(common::TEST_RUNTIME_DIR))
-            .unwrap()
-            .len();
+    plan.network.config = omabox_contract::networking::NetworkingConfig::Limited {
+        allowed_hosts: vec!["169.254.169.254".into()],
+        allow_package_managers: false,
+        allow_mcp_servers: false,
+    };
     let err = common::runtime().start(&plan).unwrap_err();
-    assert_eq!(
-        std::error::Error::source(&err).unwrap().to_string(),
-        "network policy host is not available yet"
+    let text = std::error::Error::source(&err).unwrap().to_string();
+    assert!(
+        text.starts_with("networking: ") && text.contains("169.254.169.254"),
+        "{text}"
     );
-    let _ = before;
+    assert!(
+        matches!(err, omabox_backend_linux::StartError::Plan(_)),
+        "refused at validation, before any state dir: {err:?}"
+    );
 }
 
 struct Remove(std::path::PathBuf);

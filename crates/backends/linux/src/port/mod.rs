@@ -61,6 +61,8 @@ use futures::FutureExt;
 use omabox_agent::client::{AgentClient, ClientError, ExecRequest, WriteOptions};
 use omabox_agent::message::ErrorKind;
 use omabox_contract::PortError;
+use omabox_contract::networking::NetworkPolicy;
+use omabox_egress::{Resolver, SystemResolver};
 use omabox_sandbox::{
     ProcessHandle, SandboxCheckpointHandle, SandboxCheckpointKind, SandboxDestroyPort,
     SandboxDuplexProcess, SandboxDuplexProcessPort, SandboxDuplexProcessSpec, SandboxEnvVarsPort,
@@ -71,7 +73,8 @@ use omabox_sandbox::{
 
 use crate::handoff::SetupReport;
 use crate::identity::{DestroyError, SandboxIdentity};
-use crate::plan::SandboxPlan;
+use crate::network::{NetworkError, SandboxNetwork};
+use crate::plan::{Networking, SandboxPlan};
 use crate::sandbox::{LinuxRuntime, LinuxSandbox, StartError};
 
 mod exec_output;
@@ -137,6 +140,10 @@ pub enum LinuxPortError {
         #[source]
         source: DestroyError,
     },
+    /// The sandbox's network could not be set up or changed (the sandbox was destroyed
+    /// again when this happened at start).
+    #[error("the linux sandbox's network")]
+    Network(#[source] crate::network::NetworkError),
     /// A blocking helper task of the host died (a bug; the sandbox is torn down by its
     /// owner's `Drop`).
     #[error("a linux sandbox helper task failed: {0}")]
@@ -178,6 +185,8 @@ impl From<LinuxPortError> for PortError {
 pub struct LinuxSandboxPort {
     client: AgentClient,
     sandbox: tokio::sync::Mutex<Option<LinuxSandbox>>,
+    /// The host side of its network (`None` under networking `none`).
+    network: std::sync::Mutex<Option<SandboxNetwork>>,
     identity: SandboxIdentity,
     report: Option<SetupReport>,
     default_timeout: Duration,
@@ -189,22 +198,75 @@ impl LinuxSandboxPort {
     /// Starts a sandbox from `plan` and connects to its agent. Nothing is left behind
     /// when this fails.
     pub async fn start(runtime: &LinuxRuntime, plan: &SandboxPlan) -> Result<Self, LinuxPortError> {
+        Self::start_resolving(runtime, plan, Arc::new(SystemResolver)).await
+    }
+
+    /// [`start`](Self::start) with the sandbox's names resolved by `resolver` instead of
+    /// the host's resolver (tests stand up their own "internet").
+    pub async fn start_resolving(
+        runtime: &LinuxRuntime,
+        plan: &SandboxPlan,
+        resolver: Arc<dyn Resolver>,
+    ) -> Result<Self, LinuxPortError> {
         let runtime = runtime.clone();
         let owned_plan = plan.clone();
         let mut sandbox = tokio::task::spawn_blocking(move || runtime.start(&owned_plan))
             .await
             .map_err(|e| LinuxPortError::Task(e.to_string()))??;
+        // The network before the agent: nothing runs in the sandbox until the host asks
+        // the agent, so no process sees the namespace before its listeners exist.
+        let network = if plan.network.reaches_out() {
+            let started = sandbox
+                .identity()
+                .pidfd()
+                .map_err(NetworkError::Sandbox)
+                .and_then(|pidfd| SandboxNetwork::start(pidfd, &plan.network, resolver));
+            match started {
+                Ok(network) => Some(network),
+                Err(e) => {
+                    let _ = tokio::task::spawn_blocking(move || sandbox.destroy()).await;
+                    return Err(LinuxPortError::Network(e));
+                }
+            }
+        } else {
+            None
+        };
         match sandbox.connect_agent().await {
             Ok(client) => {
-                Ok(Self::new(sandbox, client).with_session_outputs(plan.outputs.is_some()))
+                let port = Self::new(sandbox, client).with_session_outputs(plan.outputs.is_some());
+                *port.network.lock().unwrap_or_else(|e| e.into_inner()) = network;
+                Ok(port)
             }
             Err(source) => {
+                drop(network);
                 // Tear down off the async threads; a failed teardown is reported by the
                 // sandbox's Drop and must not hide why the start failed.
                 let _ = tokio::task::spawn_blocking(move || sandbox.destroy()).await;
                 Err(LinuxPortError::Connect(source))
             }
         }
+    }
+
+    /// Changes what the live sandbox may reach (see [`SandboxNetwork::set_policy`]). A
+    /// sandbox started under `none` has no network to change: starting one later would
+    /// let its processes see the namespace change under them, so it is refused.
+    pub fn set_networking(&self, networking: &Networking) -> Result<(), LinuxPortError> {
+        self.check_open()?;
+        let slot = self.network.lock().unwrap_or_else(|e| e.into_inner());
+        match slot.as_ref() {
+            Some(network) => network
+                .set_policy(networking)
+                .map_err(LinuxPortError::Network),
+            None => Err(LinuxPortError::Network(NetworkError::NotStarted)),
+        }
+    }
+
+    /// The policy the sandbox's network applies now (`none` when it has none).
+    pub fn network_policy(&self) -> Arc<NetworkPolicy> {
+        let slot = self.network.lock().unwrap_or_else(|e| e.into_inner());
+        slot.as_ref()
+            .map(SandboxNetwork::policy)
+            .unwrap_or_else(|| Arc::new(NetworkPolicy::None))
     }
 
     /// Wraps a started sandbox and a client connected to its agent.
@@ -214,6 +276,7 @@ impl LinuxSandboxPort {
             identity: sandbox.identity().clone(),
             report: sandbox.report().cloned(),
             sandbox: tokio::sync::Mutex::new(Some(sandbox)),
+            network: std::sync::Mutex::new(None),
             default_timeout: DEFAULT_EXEC_TIMEOUT,
             session_outputs: false,
             destroyed: AtomicBool::new(false),
@@ -274,6 +337,13 @@ impl LinuxSandboxPort {
         let Some(mut sandbox) = slot.take() else {
             return Ok(());
         };
+        // Its sockets first, so nothing keeps the namespace once the processes are gone.
+        drop(
+            self.network
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .take(),
+        );
         let (sandbox, result) = tokio::task::spawn_blocking(move || {
             let result = sandbox.destroy();
             (sandbox, result)

