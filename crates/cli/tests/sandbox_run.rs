@@ -358,6 +358,60 @@ fn bad_arguments_fail_clearly_before_anything_starts() {
     assert!(text(&out.stderr).contains("no-such-command-omabox"));
     let out = lx.run(&[]);
     assert_eq!(out.status.code(), Some(2));
+    let out = lx.run(&["--allow-host", "10.0.0.1", "--", "true"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        text(&out.stderr).contains("IP addresses are not allowed"),
+        "{}",
+        text(&out.stderr)
+    );
+    let out = lx.run(&["--network", "none", "--allow-host", "pypi.org", "--", "true"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        text(&out.stderr).contains("need --network limited"),
+        "{}",
+        text(&out.stderr)
+    );
+    lx.assert_nothing_left();
+}
+
+/// The real registries through their own clients (the one kind of outside host these
+/// tests reach): `pip download` and `npm pack` of one small package each, from a `limited`
+/// sandbox that allows the package managers, and the same refused without.
+#[test]
+fn package_registries_are_reached_only_when_the_network_allows_them() {
+    let Some(lx) = linux() else { return };
+    let workspace = tempfile::tempdir().unwrap();
+    let ws = workspace.path().to_str().unwrap();
+    let fetch = "cd /workspace && rm -rf dl *.tgz; \
+        pip download --no-deps --no-cache-dir --retries 0 --timeout 20 -d dl six==1.16.0 >pip.log 2>&1; \
+        npm pack is-number@7.0.0 --fetch-retries=0 >npm.log 2>&1; \
+        ls dl *.tgz 2>/dev/null; true";
+    for (flags, reached) in [
+        (&["--allow-package-managers"][..], true),
+        (&["--network", "limited"][..], false),
+        (&["--network", "none"][..], false),
+    ] {
+        let mut args = vec!["--workspace", ws, "-e", "HOME=/tmp"];
+        args.extend_from_slice(flags);
+        args.extend(["--", "sh", "-c", fetch]);
+        let out = lx.run(&args);
+        assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+        let listed = text(&out.stdout);
+        let logs = || {
+            ["pip.log", "npm.log"]
+                .map(|f| std::fs::read_to_string(workspace.path().join(f)).unwrap_or_default())
+                .join("\n")
+        };
+        for artifact in ["six-1.16.0-py2.py3-none-any.whl", "is-number-7.0.0.tgz"] {
+            assert_eq!(
+                listed.contains(artifact),
+                reached,
+                "{flags:?}: {artifact} in {listed:?}; logs:\n{}",
+                logs()
+            );
+        }
+    }
     lx.assert_nothing_left();
 }
 

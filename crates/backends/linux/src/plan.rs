@@ -112,6 +112,22 @@ pub fn default_env() -> BTreeMap<String, String> {
     .collect()
 }
 
+/// The system CA bundle of the preinstalled rootfs (the host's `/etc/ssl/certs`, bound
+/// read-only).
+pub const CA_BUNDLE: &str = "/etc/ssl/certs/ca-certificates.crt";
+
+/// Variables that make common TLS clients use [`CA_BUNDLE`] instead of a bundle of their
+/// own (pip's and requests' certifi, node's built-in list, git, curl, OpenSSL). The
+/// factory sets them for the preinstalled rootfs, where that bundle is the host's.
+pub const CA_ENV: &[&str] = &[
+    "SSL_CERT_FILE",
+    "REQUESTS_CA_BUNDLE",
+    "PIP_CERT",
+    "NODE_EXTRA_CA_CERTS",
+    "GIT_SSL_CAINFO",
+    "CURL_CA_BUNDLE",
+];
+
 /// Where the root filesystem comes from.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "camelCase")]

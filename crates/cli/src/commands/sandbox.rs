@@ -2,7 +2,9 @@
 //!
 //! ```text
 //! omabox sandbox run [--backend B] [--image REF] [--workspace DIR] [--memory BYTES]
-//!                    [--pids N] [--cpus N] [--env K=V]... -- CMD ARGS...
+//!                    [--pids N] [--cpus N] [--env K=V]...
+//!                    [--network none|limited|unrestricted] [--allow-host HOST[:PORT]]...
+//!                    [--allow-package-managers] -- CMD ARGS...
 //! ```
 //!
 //! The sandbox is made through the `SANDBOX_PROVIDER` map ([`wiring::sandbox_factories`]:
@@ -25,6 +27,10 @@
 //! Flags `--image`, `--memory`, `--pids` and `--cpus` are handed to the linux factory as
 //! its own env keys (`OMABOX_LINUX_IMAGE`, `OMABOX_LINUX_MEMORY`, `OMABOX_LINUX_PIDS`,
 //! `OMABOX_LINUX_CPUS`), so the same values can come from the environment; a flag wins.
+//! So are the network flags, as one Environment `networking` object in
+//! `OMABOX_LINUX_NETWORK`: `--allow-host` and `--allow-package-managers` imply
+//! `--network limited`; without any network flag the sandbox has loopback only (`none`,
+//! or what `OMABOX_LINUX_NETWORK` says).
 
 use std::collections::BTreeMap;
 use std::io::Read as _;
@@ -37,10 +43,11 @@ use crate::wiring::{self, Backend};
 use clap::Args;
 use futures::FutureExt;
 use omabox_backend_linux::factory::{
-    CPUS_ENV, IMAGE_ENV, LinuxFactoryError, LinuxSandboxFactory, MEMORY_ENV, PIDS_ENV,
+    CPUS_ENV, IMAGE_ENV, LinuxFactoryError, LinuxSandboxFactory, MEMORY_ENV, NETWORK_ENV, PIDS_ENV,
     SANDBOX_IMAGE_ENV, parse_memory_size, parse_millicpus,
 };
 use omabox_contract::ErrorKind;
+use omabox_contract::networking::{NetworkPolicy, NetworkingConfig};
 use omabox_contract::signals::shell_exit_code;
 use omabox_sandbox::{
     DuplexKillSignal, LOCAL_SUBPROCESS, SANDBOX_PROVIDER_ENV, SandboxDuplexProcessControl,
@@ -110,6 +117,20 @@ struct RunArgs {
     /// count if smaller.
     #[arg(long, value_name = "N", value_parser = parse_cpus)]
     cpus: Option<String>,
+    /// What the sandbox may reach besides its loopback: `none` (the default), `limited`
+    /// (only the `--allow-host` names and, with `--allow-package-managers`, the package
+    /// registries) or `unrestricted` (any host name on ports 22, 80 and 443; never the
+    /// host's own addresses, loopback or cloud metadata). Enforced by name on the host.
+    #[arg(long, value_name = "POLICY", value_parser = ["none", "limited", "unrestricted"])]
+    network: Option<String>,
+    /// Let the sandbox reach HOST (on ports 80 and 443, or PORT), by name; `*.SUFFIX`
+    /// matches subdomains (repeatable; implies `--network limited`).
+    #[arg(long = "allow-host", value_name = "HOST[:PORT]")]
+    allow_hosts: Vec<String>,
+    /// Let the sandbox reach the registries of pip, npm, apt, cargo, go and gem (implies
+    /// `--network limited`).
+    #[arg(long)]
+    allow_package_managers: bool,
     /// Set an environment variable for the command (repeatable).
     #[arg(long = "env", short = 'e', value_name = "K=V", value_parser = parse_env)]
     env: Vec<(String, String)>,
@@ -261,6 +282,35 @@ async fn run_command(args: RunArgs) -> ExitCode {
     code
 }
 
+/// The network flags as an Environment `networking` object (JSON), or `None` when no
+/// network flag was given.
+fn networking(args: &RunArgs) -> Result<Option<String>, Failure> {
+    let limited_flags = !args.allow_hosts.is_empty() || args.allow_package_managers;
+    let config = match (args.network.as_deref(), limited_flags) {
+        (None, false) => return Ok(None),
+        (Some("none"), false) => NetworkingConfig::None,
+        (Some("unrestricted"), false) => NetworkingConfig::Unrestricted,
+        (Some("limited") | None, _) => NetworkingConfig::Limited {
+            allowed_hosts: args.allow_hosts.clone(),
+            allow_package_managers: args.allow_package_managers,
+            allow_mcp_servers: false,
+        },
+        (Some(other), true) => {
+            return Err(Failure::usage(format!(
+                "--allow-host and --allow-package-managers need --network limited, not --network {other}"
+            )));
+        }
+        (Some(other), false) => {
+            return Err(Failure::usage(format!("unknown --network {other}")));
+        }
+    };
+    NetworkPolicy::compile(&config, &[])
+        .map_err(|e| Failure::usage(format!("--allow-host: {e}")))?;
+    serde_json::to_string(&config)
+        .map(Some)
+        .map_err(|e| Failure::omabox(format!("encoding the network flags: {e}")))
+}
+
 /// Validates the arguments against the backend and builds the factory env.
 fn prepare(
     args: &RunArgs,
@@ -286,6 +336,9 @@ fn prepare(
             if let Some(cpus) = &args.cpus {
                 vars.insert(CPUS_ENV.into(), cpus.clone());
             }
+            if let Some(networking) = networking(args)? {
+                vars.insert(NETWORK_ENV.into(), networking);
+            }
         }
         Some(Backend::Local) => {
             for (flag, given) in [
@@ -293,6 +346,9 @@ fn prepare(
                 ("--memory", args.memory.is_some()),
                 ("--pids", args.pids.is_some()),
                 ("--cpus", args.cpus.is_some()),
+                ("--network", args.network.is_some()),
+                ("--allow-host", !args.allow_hosts.is_empty()),
+                ("--allow-package-managers", args.allow_package_managers),
             ] {
                 if given {
                     return Err(Failure::usage(format!(

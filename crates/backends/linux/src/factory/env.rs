@@ -23,6 +23,11 @@ pub const CGROUP_PARENT_ENV: &str = "OMABOX_LINUX_CGROUP_PARENT";
 /// `OMABOX_LINUX_INIT`: the setup-stage binary.
 pub const INIT_ENV: &str = "OMABOX_LINUX_INIT";
 
+/// `OMABOX_LINUX_NETWORK`: the sandbox's networking config.
+pub const NETWORK_ENV: &str = "OMABOX_LINUX_NETWORK";
+/// `OMABOX_LINUX_GATEWAY`: where the omabox gateway listens, as the host reaches it.
+pub const GATEWAY_ENV: &str = "OMABOX_LINUX_GATEWAY";
+
 /// Every key the factory reads, in documentation order.
 pub const ENV_KEYS: &[&str] = &[
     IMAGE_ENV,
@@ -32,10 +37,46 @@ pub const ENV_KEYS: &[&str] = &[
     CPUS_ENV,
     PIDS_ENV,
     EXEC_TIMEOUT_ENV,
+    NETWORK_ENV,
+    GATEWAY_ENV,
     RUNTIME_DIR_ENV,
     CGROUP_PARENT_ENV,
     INIT_ENV,
 ];
+
+/// Parses [`NETWORK_ENV`]: `none`, `unrestricted`, `limited` (nothing but the gateway), or
+/// an Environment `networking` JSON object (`{"type":"limited","allowed_hosts":[...]}`).
+/// Host entries are checked here, so a bad one fails before anything starts.
+pub fn parse_networking(
+    text: &str,
+) -> Result<omabox_contract::networking::NetworkingConfig, String> {
+    use omabox_contract::networking::{NetworkPolicy, NetworkingConfig};
+    let text = text.trim();
+    let config = match text {
+        "none" => NetworkingConfig::None,
+        "unrestricted" => NetworkingConfig::Unrestricted,
+        "limited" => NetworkingConfig::Limited {
+            allowed_hosts: Vec::new(),
+            allow_package_managers: false,
+            allow_mcp_servers: false,
+        },
+        json if json.starts_with('{') => {
+            serde_json::from_str(json).map_err(|e| format!("not a networking object: {e}"))?
+        }
+        _ => {
+            return Err("must be none, limited, unrestricted or a networking JSON object".into());
+        }
+    };
+    NetworkPolicy::compile(&config, &[]).map_err(|e| e.to_string())?;
+    Ok(config)
+}
+
+/// Parses [`GATEWAY_ENV`]: an `IP:PORT` socket address (`127.0.0.1:8787`, `[::1]:8787`).
+pub fn parse_gateway(text: &str) -> Result<std::net::SocketAddr, String> {
+    text.trim()
+        .parse()
+        .map_err(|_| "must be an IP:PORT socket address such as 127.0.0.1:8787".into())
+}
 
 /// Parses a CPU count with at most three decimals (`2`, `0.5`, `1.25`) into
 /// thousandths of a CPU; at least 0.01 (the kernel's smallest quota is 1 ms per 100 ms).
@@ -106,6 +147,52 @@ pub fn parse_memory_size(text: &str) -> Result<u64, String> {
 mod tests {
     use super::*;
     use crate::plan::CpuLimit;
+
+    #[test]
+    fn networking_takes_a_name_or_the_environment_json() {
+        use omabox_contract::networking::NetworkingConfig;
+        assert_eq!(parse_networking(" none "), Ok(NetworkingConfig::None));
+        assert_eq!(
+            parse_networking("unrestricted"),
+            Ok(NetworkingConfig::Unrestricted)
+        );
+        assert_eq!(
+            parse_networking("limited"),
+            Ok(NetworkingConfig::Limited {
+                allowed_hosts: vec![],
+                allow_package_managers: false,
+                allow_mcp_servers: false
+            })
+        );
+        assert_eq!(
+            parse_networking(r#"{"type":"limited","allowed_hosts":["pypi.org:443"]}"#),
+            Ok(NetworkingConfig::Limited {
+                allowed_hosts: vec!["pypi.org:443".into()],
+                allow_package_managers: false,
+                allow_mcp_servers: false
+            })
+        );
+        assert!(
+            parse_networking("open")
+                .unwrap_err()
+                .contains("must be none")
+        );
+        assert!(
+            parse_networking(r#"{"type":"limited","allowed_hosts":["10.0.0.1"]}"#)
+                .unwrap_err()
+                .contains("10.0.0.1")
+        );
+        assert!(
+            parse_networking(r#"{"type":"limited","hosts":[]}"#)
+                .unwrap_err()
+                .contains("not a networking object")
+        );
+        assert_eq!(
+            parse_gateway("127.0.0.1:8787"),
+            Ok("127.0.0.1:8787".parse().unwrap())
+        );
+        assert!(parse_gateway("localhost:8787").is_err());
+    }
 
     #[test]
     fn memory_sizes_take_binary_suffixes() {

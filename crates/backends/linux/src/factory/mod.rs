@@ -22,6 +22,8 @@
 //! | `OMABOX_LINUX_CPUS` | CPU quota in CPUs (`1`, `0.5`, `1.25`: at least 0.01), or `unlimited` | 2, or the host's CPU count if smaller |
 //! | `OMABOX_LINUX_PIDS` | maximum tasks (processes + threads, the agent included), or `unlimited` | 512 |
 //! | `OMABOX_LINUX_EXEC_TIMEOUT_MS` | default exec timeout in ms | 120000 |
+//! | `OMABOX_LINUX_NETWORK` | what the sandbox reaches besides its loopback: `none`, `limited` (nothing but the gateway), `unrestricted`, or an Environment `networking` JSON object (`{"type":"limited","allowed_hosts":["pypi.org"],"allow_package_managers":true}`); see [`crate::network`] | `none` |
+//! | `OMABOX_LINUX_GATEWAY` | `IP:PORT` where the omabox gateway (hosted inference and MCP proxies) listens, as the host reaches it; the sandbox reaches it at `127.0.0.1:PORT` under every networking config but `none` | no gateway |
 //! | `OMABOX_LINUX_RUNTIME_DIR` | absolute parent of the sandboxes' state dirs | `/run/omabox` |
 //! | `OMABOX_LINUX_CGROUP_PARENT` | cgroup directory (below each hierarchy root) holding the sandboxes' cgroups | `omabox` |
 //! | `OMABOX_LINUX_INIT` | path of the `omabox-sandbox-init` binary | next to the running executable, then `PATH` |
@@ -48,7 +50,7 @@ use omabox_contract::PortError;
 use omabox_sandbox::{SandboxFactory, SandboxFactoryContext, SandboxFactoryEnv, SandboxPort};
 
 use crate::image::{ImageCache, ImageError, ImageKind, ResolvedImage};
-use crate::plan::{CpuLimit, RootfsSource, SandboxPlan};
+use crate::plan::{CA_BUNDLE, CA_ENV, CpuLimit, RootfsSource, SandboxPlan};
 use crate::port::{DEFAULT_EXEC_TIMEOUT, LinuxPortError, LinuxSandboxPort};
 use crate::sandbox::{LinuxRuntime, RuntimeConfig, StartError};
 
@@ -350,6 +352,20 @@ impl LinuxSandboxFactory {
                 }
             },
         };
+        if plan.rootfs == RootfsSource::Preinstalled && pending.is_none() {
+            for key in CA_ENV {
+                plan.env.insert((*key).to_owned(), CA_BUNDLE.to_owned());
+            }
+        }
+        if let Some(network) = nonempty(env, NETWORK_ENV) {
+            plan.network.config = parse_networking(network)
+                .map_err(|reason| invalid(NETWORK_ENV, network, &reason))?;
+        }
+        if let Some(gateway) = nonempty(env, GATEWAY_ENV) {
+            plan.network.gateway = Some(
+                parse_gateway(gateway).map_err(|reason| invalid(GATEWAY_ENV, gateway, &reason))?,
+            );
+        }
         plan.workspace = Some(ctx.workdir.clone());
         plan.outputs = ctx.outputs_root.clone();
         Ok(LinuxSandboxSettings {

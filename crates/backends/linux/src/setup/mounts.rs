@@ -20,8 +20,9 @@ const MOUNT_ATTR_NOEXEC: u64 = 0x8;
 const PREINSTALLED_DIRS: &[&str] = &["usr", "bin", "sbin", "lib", "lib64", "lib32", "libx32"];
 /// Non-secret host `/etc` entries the preinstalled rootfs binds read-only, where present:
 /// the loader cache (libraries in non-default directories), Debian's alternatives
-/// symlinks (`awk`, `editor`, …) and the time zone.
-const PREINSTALLED_ETC_BINDS: &[&str] = &["ld.so.cache", "alternatives", "localtime"];
+/// symlinks (`awk`, `editor`, …), the time zone, and the TLS trust store (the host's CA
+/// certificates, so a sandbox trusts what the host trusts).
+const PREINSTALLED_ETC_BINDS: &[&str] = &["ld.so.cache", "alternatives", "localtime", "ssl/certs"];
 /// Device nodes bound from the host's `/dev`.
 const DEVICES: &[&str] = &["null", "zero", "full", "random", "urandom", "tty"];
 /// `/proc` files hidden behind `/dev/null`: kernel memory, keys, timers, scheduler, and
