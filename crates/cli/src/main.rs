@@ -3,6 +3,7 @@
 mod checkpoint_limits;
 mod commands;
 mod data_dir;
+mod environment;
 mod gc;
 mod harness_env;
 mod leftovers;

@@ -741,3 +741,75 @@ fn linux_session_tokens_are_issued_projected_revoked_and_rotated() {
     let Some(setup) = linux() else { return };
     session_tokens_are_issued_projected_revoked_and_rotated(&setup);
 }
+
+/// A stand-in for the omabox gateway on the host's loopback: answers every request with
+/// `gateway saw <request line>`; returns its port.
+fn fake_gateway() -> u16 {
+    use std::io::{BufRead as _, Write as _};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for stream in listener.incoming().flatten() {
+            let mut reader = std::io::BufReader::new(&stream);
+            let mut line = String::new();
+            let _ = reader.read_line(&mut line);
+            let body = format!("gateway saw {}", line.trim());
+            let _ = (&stream).write_all(
+                format!(
+                    "HTTP/1.1 200 OK\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                    body.len()
+                )
+                .as_bytes(),
+            );
+        }
+    });
+    port
+}
+
+/// A linux run reaches the gateway at its `HOSTED_INFERENCE_URL` (the host's loopback) and,
+/// by default, nothing else; an environment with networking `none` reaches nothing.
+#[test]
+fn linux_harness_reaches_the_gateway_and_by_default_nothing_else() {
+    let Some(setup) = linux() else { return };
+    let port = fake_gateway();
+    let gateway = format!("http://127.0.0.1:{port}/");
+    let probe = "curl -fsS -m 5 \"$HOSTED_INFERENCE_URL/v1/messages\" > gw.txt 2>&1 || echo unreachable > gw.txt; \
+                 curl -fsS -m 5 https://pypi.org/simple/six/ > /dev/null 2>&1 && echo reached > pypi.txt || echo blocked > pypi.txt";
+    let read = |session: &str| {
+        let (_, output) = setup.run(session, &["cat", "gw.txt", "pypi.txt"]);
+        String::from_utf8_lossy(&output.stderr).into_owned()
+    };
+
+    let output = setup
+        .run_command("gw", &["--inference-gateway", &gateway], &["sh", "-c", probe])
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{}", describe(&output));
+    let seen = read("gw");
+    assert!(
+        seen.contains("gateway saw GET /v1/oma/inference-proxy/gw/v1/messages"),
+        "{seen}"
+    );
+    assert!(seen.contains("blocked"), "{seen}");
+
+    let environment = setup.data.path().join("env.json");
+    std::fs::write(&environment, r#"{"config":{"type":"cloud","networking":{"type":"none"}}}"#)
+        .unwrap();
+    let output = setup
+        .run_command(
+            "gw-none",
+            &[
+                "--inference-gateway",
+                &gateway,
+                "--environment",
+                environment.to_str().unwrap(),
+            ],
+            &["sh", "-c", probe],
+        )
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{}", describe(&output));
+    let seen = read("gw-none");
+    assert!(seen.contains("unreachable") && seen.contains("blocked"), "{seen}");
+    setup.assert_no_sandbox_left();
+}

@@ -365,7 +365,14 @@ fn bad_arguments_fail_clearly_before_anything_starts() {
         "{}",
         text(&out.stderr)
     );
-    let out = lx.run(&["--network", "none", "--allow-host", "pypi.org", "--", "true"]);
+    let out = lx.run(&[
+        "--network",
+        "none",
+        "--allow-host",
+        "pypi.org",
+        "--",
+        "true",
+    ]);
     assert_eq!(out.status.code(), Some(2));
     assert!(
         text(&out.stderr).contains("need --network limited"),

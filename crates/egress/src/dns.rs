@@ -23,7 +23,7 @@
 //! some clients retry before giving up.
 
 use std::io;
-use std::net::{IpAddr, SocketAddr};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
@@ -57,6 +57,7 @@ pub struct DnsStub {
     in_flight: Arc<Semaphore>,
     names: Option<Arc<ResolvedNames>>,
     synthetic: Option<Arc<SyntheticAddresses>>,
+    pinned: Option<(String, Ipv4Addr)>,
 }
 
 impl std::fmt::Debug for DnsStub {
@@ -84,7 +85,16 @@ impl DnsStub {
             in_flight: Arc::new(Semaphore::new(64)),
             names: None,
             synthetic: None,
+            pinned: None,
         }
+    }
+
+    /// Answers `name` with `address` under every policy but `none`, without asking the
+    /// resolver: the gateway's host name, which the sandbox reaches at a loopback address
+    /// of its own (see [`crate::Gateway`]). `name` is normalized (case, trailing dot).
+    pub fn with_pinned(mut self, name: &str, address: Ipv4Addr) -> Self {
+        self.pinned = normalize_name(name).map(|name| (name, address));
+        self
     }
 
     /// Answers with synthetic addresses from `pool` (see the module doc); share the pool
@@ -148,6 +158,9 @@ impl DnsStub {
             return encode(response(&query, ResponseCode::NotImp));
         }
         let question = &query.queries()[0];
+        if let Some(response) = self.answer_pinned(&query) {
+            return encode(response);
+        }
         let name = normalize_name(&question.name().to_ascii())
             .filter(|name| question.query_class() == DNSClass::IN && self.policy().answers(name));
         let Some(name) = name else {
@@ -203,6 +216,30 @@ impl DnsStub {
         }
         tracing::info!(%peer, name = %name, qtype = %question.query_type(), answers = addresses.len(), verdict = "answered", "dns");
         encode(message)
+    }
+}
+
+impl DnsStub {
+    /// The pinned name's answer, if `query` asks for it (and the policy is not `none`).
+    fn answer_pinned(&self, query: &Message) -> Option<Message> {
+        let (pinned, address) = self.pinned.as_ref()?;
+        let question = &query.queries()[0];
+        let name = normalize_name(&question.name().to_ascii())?;
+        if name != *pinned
+            || question.query_class() != DNSClass::IN
+            || *self.policy() == NetworkPolicy::None
+        {
+            return None;
+        }
+        let mut message = response(query, ResponseCode::NoError);
+        if question.query_type() == RecordType::A {
+            message.add_answer(Record::from_rdata(
+                question.name().clone(),
+                ANSWER_TTL,
+                RData::A(A::from(*address)),
+            ));
+        }
+        Some(message)
     }
 }
 

@@ -242,6 +242,34 @@ async fn a_policy_change_applies_to_the_next_question() {
     assert_eq!(resolver.calls(), 1);
 }
 
+#[tokio::test]
+async fn the_gateway_name_is_pinned_to_its_loopback_address_but_not_under_none() {
+    let resolver = CountingResolver::new(&[]);
+    let stub = DnsStub::new(limited(&[]), resolver.clone(), AddressRules::default())
+        .with_pinned("Gateway.Example.", "127.0.0.1".parse().unwrap());
+    let answer = |qtype| {
+        let packet = query(7, "gateway.example", qtype);
+        let stub = &stub;
+        async move { Message::from_vec(&stub.answer(&packet, peer()).await.unwrap()).unwrap() }
+    };
+    let a = answer(RecordType::A).await;
+    assert_eq!(a.response_code(), ResponseCode::NoError);
+    assert_eq!(addresses(&a), ips(&["127.0.0.1"]));
+    let aaaa = answer(RecordType::AAAA).await;
+    assert_eq!(aaaa.response_code(), ResponseCode::NoError);
+    assert!(addresses(&aaaa).is_empty());
+    stub.set_policy(NetworkPolicy::None);
+    assert_eq!(
+        answer(RecordType::A).await.response_code(),
+        ResponseCode::Refused
+    );
+    assert_eq!(
+        resolver.calls(),
+        0,
+        "a pinned name never reaches the resolver"
+    );
+}
+
 fn peer() -> SocketAddr {
     "127.0.0.1:5353".parse().unwrap()
 }

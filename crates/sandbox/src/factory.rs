@@ -56,6 +56,14 @@ impl SandboxFactoryEnv {
         self.vars.get(key).map(String::as_str)
     }
 
+    /// This map with `key` set to `value` (the host adds keys it decided, e.g. a policy
+    /// from a command line flag).
+    #[must_use]
+    pub fn with_var(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
+        self.vars.insert(key.into(), value.into());
+        self
+    }
+
     /// Every key, sorted.
     pub fn keys(&self) -> impl Iterator<Item = &str> {
         self.vars.keys().map(String::as_str)

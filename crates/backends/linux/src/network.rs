@@ -10,7 +10,8 @@
 //!   host entry names; 22, 80, 443 under `unrestricted`) lands on a host listener
 //!   `0.0.0.0:<port>`, which admits it by the name it asks for (TLS SNI, HTTP Host, or the
 //!   name its synthetic address was handed out for) and connects out from the host;
-//! - `127.0.0.1:<gateway port>` reaches the omabox gateway (hosted inference, MCP proxy).
+//! - `127.0.0.1:<gateway port>` reaches the omabox gateway (hosted inference, MCP proxy);
+//!   the gateway's host name, when it has one, resolves to `127.0.0.1` there.
 //!
 //! Nothing else leads anywhere: the namespace has no route, no other interface, and the
 //! sandbox cannot bind below port 1024 there nor change the namespace (it has no
@@ -119,9 +120,12 @@ impl SandboxNetwork {
         let runtime = tokio::runtime::Handle::try_current().map_err(|_| NetworkError::NoRuntime)?;
         let rules = AddressRules::default().deny(host_addresses());
         let names = Arc::new(ResolvedNames::new(ANSWER_MEMORY, SYNTHETIC_NAMES));
-        let stub = DnsStub::new(policy.clone(), Arc::clone(&resolver), rules.clone())
+        let mut stub = DnsStub::new(policy.clone(), Arc::clone(&resolver), rules.clone())
             .with_resolved_names(Arc::clone(&names))
             .with_synthetic(Arc::new(SyntheticAddresses::new(SYNTHETIC_NAMES)));
+        if let (Some(name), Some(_)) = (&networking.gateway_name, networking.gateway) {
+            stub = stub.with_pinned(name, std::net::Ipv4Addr::LOCALHOST);
+        }
         let mut relay = Relay::new(policy.clone(), resolver, rules, RelayConfig::default())
             .with_resolved_names(names);
         if let (Some(upstream), Some(dialed)) =

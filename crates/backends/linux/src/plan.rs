@@ -253,6 +253,11 @@ pub struct Networking {
     /// config but `none`.
     #[serde(default)]
     pub gateway: Option<SocketAddr>,
+    /// The host name the sandbox knows the gateway by (the host of its URL, when that is a
+    /// name): the DNS stub answers it with `127.0.0.1`, so a URL naming it (TLS included)
+    /// works unchanged inside.
+    #[serde(default)]
+    pub gateway_name: Option<String>,
 }
 
 impl Default for Networking {
@@ -261,6 +266,7 @@ impl Default for Networking {
             config: NetworkingConfig::None,
             mcp_hosts: Vec::new(),
             gateway: None,
+            gateway_name: None,
         }
     }
 }

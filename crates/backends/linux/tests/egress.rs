@@ -320,6 +320,7 @@ async fn the_gateway_is_reached_at_its_port_on_loopback_and_nothing_else_of_the_
     let networking = Networking {
         config: limited(&[]),
         gateway: Some(gateway.addr),
+        gateway_name: Some("gateway.test".into()),
         ..Networking::default()
     };
     let fx = Fixture::start(networking, TestResolver::new(&[])).await;

@@ -4,7 +4,8 @@
 //!
 //! ```text
 //! omabox run [--backend linux|local] [--session ID] [--workspace DIR | --from-revision N] [--profile FILE]
-//!            [--supervised] [--inference-gateway URL] [--json] [-- CMD ARGS...]
+//!            [--supervised] [--inference-gateway URL] [--environment FILE] [--json]
+//!            [-- CMD ARGS...]
 //! ```
 //!
 //! This file is a front end: it parses arguments, wires the backend once
@@ -24,9 +25,16 @@
 //! fence TTL for tests; a run killed with `kill -9` leaves its fence to expire and its
 //! sandbox in the lease journal, where `omabox reap` finds it.
 //!
+//! Network (linux): `--environment FILE` (an Environment `config` JSON) gives the sandbox its
+//! `networking`; without it the operator's `OMABOX_LINUX_NETWORK`, else `limited` with
+//! nothing allowed but the gateway. The gateway is reachable from the sandbox under every
+//! policy but `none`, and `HOSTED_INFERENCE_URL` is a URL that works from there
+//! ([`crate::environment`]).
+//!
 //! SIGINT/SIGTERM cancel the run through its signal (full cleanup, exit 130); a second
 //! signal exits at once and leaves the rest to `omabox reap`.
 
+use crate::environment::{self, EnvironmentConfig};
 use crate::harness_env::{SessionTokenEnv, check_gateway};
 use crate::run_report::{self, RunHeader};
 use crate::session::{check_id, check_seed, open_store};
@@ -36,6 +44,7 @@ use crate::timeline::Timeline;
 use crate::wiring::{self, Backend, DriverInputs, Persistence};
 use crate::work_profile;
 use clap::Args;
+use omabox_backend_linux::factory::NETWORK_ENV;
 use omabox_contract::{
     AbortController, HarnessDriverDeclaration, ManagedRuntimeProfile, RuntimeResourceScope,
 };
@@ -90,6 +99,11 @@ pub struct RunArgs {
         value_name = "URL"
     )]
     inference_gateway: Option<String>,
+    /// An Environment `config` JSON file (or an Environment object holding one): its
+    /// `networking` decides what the sandbox may reach (linux). Default: `limited` with
+    /// nothing allowed but the inference gateway.
+    #[arg(long, value_name = "FILE")]
+    environment: Option<PathBuf>,
     /// Fence time to live in milliseconds (tests shorten it).
     #[arg(long, hide = true, env = "OMABOX_LEASE_TTL_MS", value_name = "MS",
           value_parser = clap::value_parser!(u64).range(100..))]
@@ -108,11 +122,41 @@ struct Request {
 
 /// Runs one work item and reports it.
 pub async fn run(data_dir: &Path, args: RunArgs) -> anyhow::Result<ExitCode> {
-    let env = SandboxFactoryEnv::from_process_env();
+    let mut env = SandboxFactoryEnv::from_process_env();
     wiring::check_backend(args.backend, &env)?;
     let request = request(&args)?;
     if let Some(gateway) = &args.inference_gateway {
         check_gateway(gateway)?;
+    }
+    let environment = args
+        .environment
+        .as_deref()
+        .map(EnvironmentConfig::load)
+        .transpose()?;
+    let mut harness_gateway = args.inference_gateway.clone();
+    match args.backend {
+        Backend::Linux => {
+            let route = match &args.inference_gateway {
+                Some(url) => Some(environment::gateway_route(url).await?),
+                None => None,
+            };
+            let keys = environment::linux_factory_keys(
+                environment.as_ref(),
+                env.get(NETWORK_ENV),
+                route.as_ref(),
+            )?;
+            for (key, value) in keys {
+                env = env.with_var(key, value);
+            }
+            harness_gateway = route.map(|r| r.sandbox_url).or(harness_gateway);
+        }
+        Backend::Local => {
+            if environment.as_ref().is_some_and(|e| e.networking.is_some()) {
+                anyhow::bail!(
+                    "--environment networking: the local backend has no isolation and enforces no network policy"
+                );
+            }
+        }
     }
     let store = open_store(data_dir).await?;
     crate::leftovers::before_run(data_dir, &store).await;
@@ -139,10 +183,9 @@ pub async fn run(data_dir: &Path, args: RunArgs) -> anyhow::Result<ExitCode> {
             outputs: Arc::clone(&persistence.outputs) as _,
             harness_output: Some(Arc::clone(&harness_output) as _),
             usage: Some(Arc::new(store.clone()) as _),
-            harness_env: Some(Arc::new(SessionTokenEnv::new(
-                token_slots.clone(),
-                args.inference_gateway.clone(),
-            )) as _),
+            harness_env: Some(
+                Arc::new(SessionTokenEnv::new(token_slots.clone(), harness_gateway)) as _,
+            ),
         },
     )
     .await?;

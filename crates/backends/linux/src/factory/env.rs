@@ -71,11 +71,23 @@ pub fn parse_networking(
     Ok(config)
 }
 
-/// Parses [`GATEWAY_ENV`]: an `IP:PORT` socket address (`127.0.0.1:8787`, `[::1]:8787`).
-pub fn parse_gateway(text: &str) -> Result<std::net::SocketAddr, String> {
-    text.trim()
+/// Parses [`GATEWAY_ENV`]: `IP:PORT` (`127.0.0.1:8787`, `[::1]:8787`), or `NAME=IP:PORT`
+/// when the sandbox knows the gateway by a host name (its URL's host), which the sandbox's
+/// DNS then answers with its own loopback.
+pub fn parse_gateway(text: &str) -> Result<(std::net::SocketAddr, Option<String>), String> {
+    let text = text.trim();
+    let (name, addr) = match text.split_once('=') {
+        Some((name, addr)) => {
+            let name = omabox_contract::networking::normalize_name(name)
+                .ok_or_else(|| format!("{name:?} is not a host name"))?;
+            (Some(name), addr)
+        }
+        None => (None, text),
+    };
+    let addr = addr
         .parse()
-        .map_err(|_| "must be an IP:PORT socket address such as 127.0.0.1:8787".into())
+        .map_err(|_| "must be IP:PORT or NAME=IP:PORT, such as 127.0.0.1:8787".to_owned())?;
+    Ok((addr, name))
 }
 
 /// Parses a CPU count with at most three decimals (`2`, `0.5`, `1.25`) into
@@ -189,9 +201,14 @@ mod tests {
         );
         assert_eq!(
             parse_gateway("127.0.0.1:8787"),
-            Ok("127.0.0.1:8787".parse().unwrap())
+            Ok(("127.0.0.1:8787".parse().unwrap(), None))
+        );
+        assert_eq!(
+            parse_gateway("Gw.Example=10.0.0.5:443"),
+            Ok(("10.0.0.5:443".parse().unwrap(), Some("gw.example".into())))
         );
         assert!(parse_gateway("localhost:8787").is_err());
+        assert!(parse_gateway("bad name=10.0.0.5:443").is_err());
     }
 
     #[test]

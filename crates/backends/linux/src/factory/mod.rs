@@ -23,7 +23,7 @@
 //! | `OMABOX_LINUX_PIDS` | maximum tasks (processes + threads, the agent included), or `unlimited` | 512 |
 //! | `OMABOX_LINUX_EXEC_TIMEOUT_MS` | default exec timeout in ms | 120000 |
 //! | `OMABOX_LINUX_NETWORK` | what the sandbox reaches besides its loopback: `none`, `limited` (nothing but the gateway), `unrestricted`, or an Environment `networking` JSON object (`{"type":"limited","allowed_hosts":["pypi.org"],"allow_package_managers":true}`); see [`crate::network`] | `none` |
-//! | `OMABOX_LINUX_GATEWAY` | `IP:PORT` where the omabox gateway (hosted inference and MCP proxies) listens, as the host reaches it; the sandbox reaches it at `127.0.0.1:PORT` under every networking config but `none` | no gateway |
+//! | `OMABOX_LINUX_GATEWAY` | `IP:PORT` (or `NAME=IP:PORT`, NAME being the host name of the gateway's URL, which then resolves to `127.0.0.1` inside) where the omabox gateway (hosted inference and MCP proxies) listens, as the host reaches it; the sandbox reaches it at `127.0.0.1:PORT` under every networking config but `none` | no gateway |
 //! | `OMABOX_LINUX_RUNTIME_DIR` | absolute parent of the sandboxes' state dirs | `/run/omabox` |
 //! | `OMABOX_LINUX_CGROUP_PARENT` | cgroup directory (below each hierarchy root) holding the sandboxes' cgroups | `omabox` |
 //! | `OMABOX_LINUX_INIT` | path of the `omabox-sandbox-init` binary | next to the running executable, then `PATH` |
@@ -362,9 +362,10 @@ impl LinuxSandboxFactory {
                 .map_err(|reason| invalid(NETWORK_ENV, network, &reason))?;
         }
         if let Some(gateway) = nonempty(env, GATEWAY_ENV) {
-            plan.network.gateway = Some(
-                parse_gateway(gateway).map_err(|reason| invalid(GATEWAY_ENV, gateway, &reason))?,
-            );
+            let (addr, name) =
+                parse_gateway(gateway).map_err(|reason| invalid(GATEWAY_ENV, gateway, &reason))?;
+            plan.network.gateway = Some(addr);
+            plan.network.gateway_name = name;
         }
         plan.workspace = Some(ctx.workdir.clone());
         plan.outputs = ctx.outputs_root.clone();

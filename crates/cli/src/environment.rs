@@ -1,0 +1,241 @@
+//! What a linux sandbox of `omabox run` may reach: `--environment FILE` (an Environment's
+//! `config`) and the inference gateway, turned into the linux factory's env keys.
+//!
+//! | source | factory key | default |
+//! |--------|-------------|---------|
+//! | `--environment FILE`'s `networking` | `OMABOX_LINUX_NETWORK` | the operator's `OMABOX_LINUX_NETWORK`, else `limited` with nothing allowed (the gateway only) |
+//! | `--inference-gateway URL` | `OMABOX_LINUX_GATEWAY` (`[NAME=]IP:PORT`) | none |
+//!
+//! The file holds either the Environment object (`{"config": {...}}`) or its `config`
+//! (`{"type": "cloud", "networking": {...}, "packages": {...}}`), as the public Environment
+//! API spells them. `packages` and `dockerfile` are refused when they ask for anything:
+//! omabox installs no environment packages yet, and a silently ignored package list would
+//! fail later and further from its cause.
+//!
+//! The gateway URL as the sandbox sees it: a URL naming a host keeps its name (the
+//! sandbox's DNS answers it with its own loopback, where the gateway listener is, so TLS
+//! with that name works); one naming an IP address other than `127.0.0.1` is rewritten to
+//! `127.0.0.1` on the same port, since the sandbox has no route to any other address.
+
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::path::Path;
+
+use anyhow::Context as _;
+use omabox_backend_linux::factory::{GATEWAY_ENV, NETWORK_ENV};
+use omabox_contract::networking::{NetworkPolicy, NetworkingConfig};
+use serde::Deserialize;
+
+/// An Environment's `config`, as far as omabox reads it.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EnvironmentConfig {
+    /// `cloud` in the public API; any value is accepted.
+    #[serde(rename = "type", default)]
+    pub kind: Option<String>,
+    /// What the sandbox may reach.
+    #[serde(default)]
+    pub networking: Option<NetworkingConfig>,
+    /// Packages to install (refused when not empty).
+    #[serde(default)]
+    pub packages: Option<serde_json::Value>,
+    /// A Dockerfile (refused when set).
+    #[serde(default)]
+    pub dockerfile: Option<String>,
+}
+
+impl EnvironmentConfig {
+    /// Reads `path`: an Environment object or its `config`.
+    pub fn load(path: &Path) -> anyhow::Result<Self> {
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("--environment {}", path.display()))?;
+        Self::parse(&text).with_context(|| format!("--environment {}", path.display()))
+    }
+
+    fn parse(text: &str) -> anyhow::Result<Self> {
+        let value: serde_json::Value = serde_json::from_str(text).context("not JSON")?;
+        let config = match value.get("config") {
+            Some(config) => config.clone(),
+            None => value,
+        };
+        let config: Self = serde_json::from_value(config).context("not an Environment config")?;
+        if config.packages.as_ref().is_some_and(asks_for_something) {
+            anyhow::bail!(
+                "`packages` is not supported yet: omabox installs no environment packages (install them in the harness command, or use an image that has them)"
+            );
+        }
+        if config
+            .dockerfile
+            .as_deref()
+            .is_some_and(|d| !d.trim().is_empty())
+        {
+            anyhow::bail!(
+                "`dockerfile` is not supported: omabox builds no images (pass a local image with OMABOX_LINUX_IMAGE)"
+            );
+        }
+        if let Some(networking) = &config.networking {
+            NetworkPolicy::compile(networking, &[]).context("networking")?;
+        }
+        Ok(config)
+    }
+}
+
+/// `null`, `{}`, `[]` and objects of empty lists ask for nothing.
+fn asks_for_something(value: &serde_json::Value) -> bool {
+    match value {
+        serde_json::Value::Null => false,
+        serde_json::Value::Array(items) => !items.is_empty(),
+        serde_json::Value::Object(fields) => fields.values().any(asks_for_something),
+        serde_json::Value::String(s) => !s.trim().is_empty(),
+        _ => true,
+    }
+}
+
+/// The gateway as the host reaches it and as the sandbox does.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GatewayRoute {
+    /// `OMABOX_LINUX_GATEWAY`'s value.
+    pub factory_value: String,
+    /// The URL the harness in the sandbox is given.
+    pub sandbox_url: String,
+}
+
+/// Routes `url` (checked by `check_gateway`) into a linux sandbox: resolves its host on
+/// the host side.
+pub async fn gateway_route(url: &str) -> anyhow::Result<GatewayRoute> {
+    let mut parsed = url::Url::parse(url).context("--inference-gateway")?;
+    let port = parsed
+        .port_or_known_default()
+        .context("--inference-gateway names no port")?;
+    let host = parsed
+        .host()
+        .context("--inference-gateway names no host")?
+        .to_owned();
+    let (addr, name) = match host {
+        url::Host::Ipv4(ip) => (SocketAddr::new(IpAddr::V4(ip), port), None),
+        url::Host::Ipv6(ip) => (SocketAddr::new(IpAddr::V6(ip), port), None),
+        url::Host::Domain(name) => {
+            let addr = tokio::net::lookup_host((name.as_str(), port))
+                .await
+                .ok()
+                .and_then(|mut addrs| addrs.next())
+                .with_context(|| format!("--inference-gateway: {name} does not resolve"))?;
+            (addr, Some(name))
+        }
+    };
+    let factory_value = match &name {
+        Some(name) => format!("{name}={addr}"),
+        None => addr.to_string(),
+    };
+    if name.is_none() && addr.ip() != IpAddr::V4(Ipv4Addr::LOCALHOST) {
+        let _ = parsed.set_ip_host(IpAddr::V4(Ipv4Addr::LOCALHOST));
+    }
+    Ok(GatewayRoute {
+        factory_value,
+        sandbox_url: parsed.to_string(),
+    })
+}
+
+/// The factory keys for a linux run: `environment`'s networking (else the operator's
+/// `OMABOX_LINUX_NETWORK`, else `limited`), and the gateway's route.
+pub fn linux_factory_keys(
+    environment: Option<&EnvironmentConfig>,
+    operator_network: Option<&str>,
+    gateway: Option<&GatewayRoute>,
+) -> anyhow::Result<Vec<(String, String)>> {
+    let mut keys = Vec::new();
+    let networking = environment.and_then(|e| e.networking.as_ref());
+    match (networking, operator_network) {
+        (Some(config), _) => keys.push((NETWORK_ENV.to_owned(), serde_json::to_string(config)?)),
+        (None, Some(_)) => {}
+        (None, None) => keys.push((NETWORK_ENV.to_owned(), "limited".to_owned())),
+    }
+    if let Some(route) = gateway {
+        keys.push((GATEWAY_ENV.to_owned(), route.factory_value.clone()));
+    }
+    Ok(keys)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_environment_or_its_config_is_read() {
+        let limited = NetworkingConfig::Limited {
+            allowed_hosts: vec!["api.example.com".into()],
+            allow_package_managers: true,
+            allow_mcp_servers: false,
+        };
+        for text in [
+            r#"{"type":"cloud","networking":{"type":"limited","allowed_hosts":["api.example.com"],"allow_package_managers":true}}"#,
+            r#"{"config":{"type":"cloud","networking":{"type":"limited","allowed_hosts":["api.example.com"],"allow_package_managers":true},"packages":{"pip":[]}}}"#,
+        ] {
+            let config = EnvironmentConfig::parse(text).unwrap();
+            assert_eq!(config.networking, Some(limited.clone()));
+        }
+        assert_eq!(
+            EnvironmentConfig::parse("{}").unwrap(),
+            EnvironmentConfig::default()
+        );
+    }
+
+    #[test]
+    fn what_omabox_cannot_do_is_refused_naming_it() {
+        for (text, says) in [
+            (r#"{"packages":{"pip":["requests"]}}"#, "`packages`"),
+            (r#"{"dockerfile":"FROM debian"}"#, "`dockerfile`"),
+            (
+                r#"{"networking":{"type":"open"}}"#,
+                "not an Environment config",
+            ),
+            (
+                r#"{"networking":{"type":"limited","allowed_hosts":["10.0.0.1"]}}"#,
+                "networking",
+            ),
+            (r#"{"network":{}}"#, "not an Environment config"),
+            ("[", "not JSON"),
+        ] {
+            let err = format!("{:#}", EnvironmentConfig::parse(text).unwrap_err());
+            assert!(err.contains(says), "{text}: {err}");
+        }
+    }
+
+    #[tokio::test]
+    async fn the_gateway_keeps_its_name_or_moves_to_the_sandbox_loopback() {
+        let route = gateway_route("http://127.0.0.1:8787/").await.unwrap();
+        assert_eq!(route.factory_value, "127.0.0.1:8787");
+        assert_eq!(route.sandbox_url, "http://127.0.0.1:8787/");
+        let route = gateway_route("http://10.1.2.3:9000/x").await.unwrap();
+        assert_eq!(route.factory_value, "10.1.2.3:9000");
+        assert_eq!(route.sandbox_url, "http://127.0.0.1:9000/x");
+        let route = gateway_route("http://[::1]:8787/").await.unwrap();
+        assert_eq!(route.factory_value, "[::1]:8787");
+        assert_eq!(route.sandbox_url, "http://127.0.0.1:8787/");
+        let route = gateway_route("http://localhost:8787/").await.unwrap();
+        assert!(route.factory_value.starts_with("localhost="), "{route:?}");
+        assert_eq!(route.sandbox_url, "http://localhost:8787/");
+    }
+
+    #[test]
+    fn a_run_defaults_to_limited_unless_the_operator_or_the_environment_says() {
+        let keys = linux_factory_keys(None, None, None).unwrap();
+        assert_eq!(keys, [(NETWORK_ENV.to_owned(), "limited".to_owned())]);
+        assert!(
+            linux_factory_keys(None, Some("none"), None)
+                .unwrap()
+                .is_empty()
+        );
+        let env = EnvironmentConfig {
+            networking: Some(NetworkingConfig::Unrestricted),
+            ..EnvironmentConfig::default()
+        };
+        let keys = linux_factory_keys(Some(&env), Some("none"), None).unwrap();
+        assert_eq!(
+            keys,
+            [(
+                NETWORK_ENV.to_owned(),
+                r#"{"type":"unrestricted"}"#.to_owned()
+            )]
+        );
+    }
+}
