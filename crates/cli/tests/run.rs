@@ -781,7 +781,11 @@ fn linux_harness_reaches_the_gateway_and_by_default_nothing_else() {
     };
 
     let output = setup
-        .run_command("gw", &["--inference-gateway", &gateway], &["sh", "-c", probe])
+        .run_command(
+            "gw",
+            &["--inference-gateway", &gateway],
+            &["sh", "-c", probe],
+        )
         .output()
         .unwrap();
     assert!(output.status.success(), "{}", describe(&output));
@@ -793,8 +797,11 @@ fn linux_harness_reaches_the_gateway_and_by_default_nothing_else() {
     assert!(seen.contains("blocked"), "{seen}");
 
     let environment = setup.data.path().join("env.json");
-    std::fs::write(&environment, r#"{"config":{"type":"cloud","networking":{"type":"none"}}}"#)
-        .unwrap();
+    std::fs::write(
+        &environment,
+        r#"{"config":{"type":"cloud","networking":{"type":"none"}}}"#,
+    )
+    .unwrap();
     let output = setup
         .run_command(
             "gw-none",
@@ -810,6 +817,9 @@ fn linux_harness_reaches_the_gateway_and_by_default_nothing_else() {
         .unwrap();
     assert!(output.status.success(), "{}", describe(&output));
     let seen = read("gw-none");
-    assert!(seen.contains("unreachable") && seen.contains("blocked"), "{seen}");
+    assert!(
+        seen.contains("unreachable") && seen.contains("blocked"),
+        "{seen}"
+    );
     setup.assert_no_sandbox_left();
 }

@@ -29,18 +29,19 @@ pub fn conformance_row() -> ManagedRuntimeProviderConformance {
             "host_directory_workspace_bind",
             "content_addressed_workspace_checkpoint",
             "serialized_identity_reap",
-            "loopback_only_network",
+            "network_egress_policy",
         ],
         &[
             "provider_suspend_resume",
             "process_memory_checkpoint",
             "credential_egress",
-            "network_egress_policy",
         ],
         Some(
             "omabox's namespace sandbox with its agent as PID 1; /workspace and \
              /mnt/session/outputs are host directories bound from the persistence ports; \
-             leases carry the serialized sandbox identity so a fresh process can reap them.",
+             leases carry the serialized sandbox identity so a fresh process can reap them; \
+             networking none/limited/unrestricted is enforced by name on the host (DNS stub \
+             and relay bound in the sandbox's routeless namespace).",
         ),
     )
 }

@@ -46,6 +46,9 @@ pub const DNS_STUB: SocketAddr = SocketAddr::new(IpAddr::V4(std::net::Ipv4Addr::
 pub const LOOPBACK_ALIAS: std::net::Ipv4Addr = std::net::Ipv4Addr::new(127, 0, 0, 2);
 /// Names the stub hands synthetic addresses for, per sandbox, at most.
 const SYNTHETIC_NAMES: usize = 4096;
+/// Connections one sandbox has through the relay at once (each holds two host fds); one
+/// more is closed at accept.
+const MAX_CONNECTIONS: usize = 256;
 /// How long the relay remembers what the stub answered.
 const ANSWER_MEMORY: Duration = Duration::from_secs(600);
 
@@ -126,8 +129,12 @@ impl SandboxNetwork {
         if let (Some(name), Some(_)) = (&networking.gateway_name, networking.gateway) {
             stub = stub.with_pinned(name, std::net::Ipv4Addr::LOCALHOST);
         }
-        let mut relay = Relay::new(policy.clone(), resolver, rules, RelayConfig::default())
-            .with_resolved_names(names);
+        let config = RelayConfig {
+            max_connections: MAX_CONNECTIONS,
+            ..RelayConfig::default()
+        };
+        let mut relay =
+            Relay::new(policy.clone(), resolver, rules, config).with_resolved_names(names);
         if let (Some(upstream), Some(dialed)) =
             (networking.gateway, networking.gateway_in_sandbox())
         {
