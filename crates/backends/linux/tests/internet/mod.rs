@@ -81,6 +81,12 @@ impl Internet {
         .expect("inside the fake internet")
     }
 
+    /// A listener at `far:port`, for a server of the caller's own.
+    pub fn listener(&self, port: u16) -> std::net::TcpListener {
+        let addr = SocketAddr::from((self.far, port));
+        self.inside(move || std::net::TcpListener::bind(addr))
+    }
+
     /// An HTTP server at `far:port` answering every request `200 <name> saw host <Host>`.
     pub fn http(&self, port: u16, name: &'static str) -> Server {
         let addr = SocketAddr::from((self.far, port));
