@@ -21,10 +21,12 @@
 
 pub mod addresses;
 pub mod dns;
+pub mod intercept;
 pub mod names;
 pub mod original_dst;
 pub mod relay;
 pub mod resolve;
+mod rewind;
 pub mod sniff;
 #[cfg(target_os = "linux")]
 mod splice;

@@ -52,6 +52,7 @@ use tokio::sync::Semaphore;
 use tokio::time::Instant;
 
 use crate::addresses::AddressRules;
+use crate::intercept::Credentials;
 use crate::names::ResolvedNames;
 use crate::original_dst::OriginalDestination;
 use crate::resolve::Resolver;
@@ -120,6 +121,14 @@ pub enum Refusal {
 /// What became of one connection.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Verdict {
+    /// Admitted for a name a credential binding covers: TLS terminated, requests carried
+    /// with the binding's header injected (see [`crate::intercept`]).
+    Intercepted {
+        /// The admitted name.
+        name: String,
+        /// The address connected to.
+        upstream: SocketAddr,
+    },
     /// Forwarded to the omabox gateway until one side closed (or went idle).
     Gateway {
         /// The gateway's host address.
@@ -161,6 +170,7 @@ pub struct Relay {
     slots: Arc<Semaphore>,
     names: Option<Arc<ResolvedNames>>,
     gateway: Option<Gateway>,
+    credentials: RwLock<Option<Arc<Credentials>>>,
 }
 
 impl std::fmt::Debug for Relay {
@@ -189,7 +199,24 @@ impl Relay {
             config,
             names: None,
             gateway: None,
+            credentials: RwLock::new(None),
         }
+    }
+
+    /// Intercepts TLS connections to the names `credentials` binds (see [`crate::intercept`])
+    /// from the next connection on; `None` stops intercepting new connections (revoke the
+    /// credentials themselves to cut the open ones).
+    pub fn set_credentials(&self, credentials: Option<Arc<Credentials>>) {
+        *self.credentials.write().unwrap_or_else(|e| e.into_inner()) = credentials;
+    }
+
+    fn credentials_for(&self, name: &str) -> Option<Arc<Credentials>> {
+        self.credentials
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .as_ref()
+            .filter(|c| c.binds(name))
+            .cloned()
     }
 
     /// Forwards connections to `gateway.dialed` to `gateway.upstream` (see the module doc).
@@ -297,6 +324,19 @@ impl Relay {
                 return refused(Some(name), original, reason);
             }
         };
+        if requested.protocol == Protocol::Tls
+            && let Some(credentials) = self.credentials_for(&name)
+        {
+            let (server, upstream) = server;
+            tracing::info!(name = %name, port = original.port(), verdict = "intercepted", %upstream);
+            if let Err(e) = credentials
+                .intercept(client, sniffed.bytes, name.clone(), server)
+                .await
+            {
+                tracing::debug!(name = %name, error = %e, "intercepted connection ended");
+            }
+            return Verdict::Intercepted { name, upstream };
+        }
         let via = match requested.protocol {
             Protocol::Tls => "sni",
             Protocol::Http => "host",

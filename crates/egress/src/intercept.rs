@@ -1,0 +1,328 @@
+//! Credential injection for bound hosts: the relay terminates the sandbox's TLS with a
+//! certificate from the binding's own CA, injects the bound header into each HTTP request
+//! whose path is under the bound prefix, and re-encrypts upstream with the host's roots.
+//!
+//! The secret lives only here, in host memory: the sandbox holds nothing but trust in the
+//! binding's CA certificate (public). A request's own header of the bound name is dropped
+//! before injection, so the sandbox can neither read nor replace the secret; a request
+//! whose `Host` is not the name the connection was admitted for is answered `421` (no
+//! fronting through an intercepted connection). [`Credentials::revoke`] drops the secrets:
+//! every request from then on, on new and on open connections, goes out without them.
+//!
+//! HTTP/1.1 only (the sandbox is offered ALPN `http/1.1`); upgrades (WebSocket) are not
+//! carried. Never logged: header values, bodies.
+
+use std::collections::HashMap;
+use std::io;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full, combinators::BoxBody};
+use hyper::body::Incoming;
+use hyper::header::{HOST, HeaderName, HeaderValue};
+use hyper::{Request, Response, StatusCode};
+use hyper_util::rt::TokioIo;
+use omabox_contract::SecretString;
+use omabox_contract::networking::normalize_name;
+use rustls::RootCertStore;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer, ServerName};
+use rustls::server::{ClientHello, ResolvesServerCert};
+use rustls::sign::CertifiedKey;
+use tokio::net::TcpStream;
+
+use crate::rewind::Rewind;
+
+/// Why a CA or a leaf could not be made.
+#[derive(Debug, thiserror::Error)]
+#[error("credential egress certificate: {0}")]
+pub struct CertificateError(String);
+
+/// A binding's certificate authority. Its key never leaves this process.
+pub struct InterceptCa {
+    cert: rcgen::Certificate,
+    key: rcgen::KeyPair,
+}
+
+impl std::fmt::Debug for InterceptCa {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("InterceptCa").finish_non_exhaustive()
+    }
+}
+
+impl InterceptCa {
+    /// A fresh CA named after `label` (a binding id: not secret).
+    pub fn generate(label: &str) -> Result<Self, CertificateError> {
+        let err = |e: rcgen::Error| CertificateError(e.to_string());
+        let key = rcgen::KeyPair::generate().map_err(err)?;
+        let mut params = rcgen::CertificateParams::default();
+        params.distinguished_name.push(
+            rcgen::DnType::CommonName,
+            format!("omabox credential egress {label}"),
+        );
+        params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Constrained(0));
+        params.key_usages = vec![
+            rcgen::KeyUsagePurpose::KeyCertSign,
+            rcgen::KeyUsagePurpose::CrlSign,
+        ];
+        let cert = params.self_signed(&key).map_err(err)?;
+        Ok(Self { cert, key })
+    }
+
+    /// The CA certificate the sandbox trusts (PEM).
+    pub fn certificate_pem(&self) -> String {
+        self.cert.pem()
+    }
+
+    /// A leaf certificate for `name`, signed by this CA.
+    fn issue(&self, name: &str) -> Result<Arc<CertifiedKey>, CertificateError> {
+        let err = |e: rcgen::Error| CertificateError(e.to_string());
+        let key = rcgen::KeyPair::generate().map_err(err)?;
+        let mut params = rcgen::CertificateParams::new(vec![name.to_owned()]).map_err(err)?;
+        params.is_ca = rcgen::IsCa::ExplicitNoCa;
+        let leaf = params.signed_by(&key, &self.cert, &self.key).map_err(err)?;
+        let der = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(key.serialize_der()));
+        let signer = rustls::crypto::ring::sign::any_supported_type(&der)
+            .map_err(|e| CertificateError(e.to_string()))?;
+        Ok(Arc::new(CertifiedKey::new(
+            vec![leaf.der().clone(), self.cert.der().clone()],
+            signer,
+        )))
+    }
+}
+
+/// Requests to `host` whose path starts with `path_prefix` get `header: value`.
+#[derive(Clone)]
+pub struct InjectionRule {
+    /// The bound host name (normalized when compared).
+    pub host: String,
+    /// Path prefix (`/` for every path).
+    pub path_prefix: String,
+    /// The header set (e.g. `authorization`).
+    pub header: HeaderName,
+    /// Its whole value (e.g. `Bearer <token>`).
+    pub value: SecretString,
+}
+
+impl std::fmt::Debug for InjectionRule {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("InjectionRule")
+            .field("host", &self.host)
+            .field("path_prefix", &self.path_prefix)
+            .field("header", &self.header)
+            .finish_non_exhaustive()
+    }
+}
+
+/// One binding's credentials: its CA, its rules, the roots upstream servers are checked
+/// against. Share it in an [`Arc`] with the relay ([`crate::Relay::set_credentials`]).
+pub struct Credentials {
+    ca: InterceptCa,
+    rules: RwLock<Vec<InjectionRule>>,
+    revoked: AtomicBool,
+    leaves: Mutex<HashMap<String, Arc<CertifiedKey>>>,
+    upstream: Arc<rustls::ClientConfig>,
+}
+
+impl std::fmt::Debug for Credentials {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Credentials")
+            .field(
+                "rules",
+                &*self.rules.read().unwrap_or_else(|e| e.into_inner()),
+            )
+            .field("revoked", &self.revoked.load(Ordering::SeqCst))
+            .finish_non_exhaustive()
+    }
+}
+
+impl Credentials {
+    /// Credentials injecting `rules`, intercepting with `ca`, trusting `upstream_roots`
+    /// for the real servers.
+    pub fn new(
+        ca: InterceptCa,
+        rules: Vec<InjectionRule>,
+        upstream_roots: RootCertStore,
+    ) -> Result<Self, CertificateError> {
+        let mut upstream = rustls::ClientConfig::builder_with_provider(Arc::new(
+            rustls::crypto::ring::default_provider(),
+        ))
+        .with_safe_default_protocol_versions()
+        .map_err(|e| CertificateError(e.to_string()))?
+        .with_root_certificates(upstream_roots)
+        .with_no_client_auth();
+        upstream.alpn_protocols = vec![b"http/1.1".to_vec()];
+        Ok(Self {
+            ca,
+            rules: RwLock::new(rules),
+            revoked: AtomicBool::new(false),
+            leaves: Mutex::new(HashMap::new()),
+            upstream: Arc::new(upstream),
+        })
+    }
+
+    /// The CA certificate the sandbox must trust (PEM).
+    pub fn ca_pem(&self) -> String {
+        self.ca.certificate_pem()
+    }
+
+    /// Whether connections to `name` are intercepted (a rule binds it and the binding is
+    /// not revoked).
+    pub fn binds(&self, name: &str) -> bool {
+        let Some(name) = normalize_name(name) else {
+            return false;
+        };
+        !self.revoked.load(Ordering::SeqCst)
+            && self
+                .rules
+                .read()
+                .unwrap_or_else(|e| e.into_inner())
+                .iter()
+                .any(|r| normalize_name(&r.host).as_deref() == Some(name.as_str()))
+    }
+
+    /// Drops every secret: from now on no request gets one, on any connection.
+    pub fn revoke(&self) {
+        self.revoked.store(true, Ordering::SeqCst);
+        self.rules
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .clear();
+    }
+
+    /// Whether [`revoke`](Self::revoke) was called.
+    pub fn is_revoked(&self) -> bool {
+        self.revoked.load(Ordering::SeqCst)
+    }
+
+    /// Removes the request's own headers of every bound name, then sets the matching rule's
+    /// header (first match) when the request is for `name` under its prefix.
+    fn inject(&self, name: &str, request: &mut Request<Incoming>) {
+        let rules = self.rules.read().unwrap_or_else(|e| e.into_inner());
+        for rule in rules.iter() {
+            request.headers_mut().remove(&rule.header);
+        }
+        if self.revoked.load(Ordering::SeqCst) {
+            return;
+        }
+        let path = request.uri().path().to_owned();
+        let rule = rules.iter().find(|r| {
+            normalize_name(&r.host).as_deref() == Some(name) && path.starts_with(&r.path_prefix)
+        });
+        if let Some(rule) = rule
+            && let Ok(mut value) = HeaderValue::from_str(rule.value.expose())
+        {
+            value.set_sensitive(true);
+            request.headers_mut().insert(rule.header.clone(), value);
+        }
+    }
+
+    fn leaf(&self, name: &str) -> Option<Arc<CertifiedKey>> {
+        let mut leaves = self.leaves.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(leaf) = leaves.get(name) {
+            return Some(Arc::clone(leaf));
+        }
+        let leaf = self.ca.issue(name).ok()?;
+        leaves.insert(name.to_owned(), Arc::clone(&leaf));
+        Some(leaf)
+    }
+
+    /// Serves one admitted connection for bound `name`: TLS from the sandbox (its first
+    /// bytes already read into `sniffed`), TLS to `upstream`, HTTP/1.1 between, with
+    /// injection. Returns when either side is done.
+    pub async fn intercept(
+        self: Arc<Self>,
+        client: TcpStream,
+        sniffed: Vec<u8>,
+        name: String,
+        upstream: TcpStream,
+    ) -> io::Result<()> {
+        let mut server_config = rustls::ServerConfig::builder_with_provider(Arc::new(
+            rustls::crypto::ring::default_provider(),
+        ))
+        .with_safe_default_protocol_versions()
+        .map_err(io::Error::other)?
+        .with_no_client_auth()
+        .with_cert_resolver(Arc::new(LeafResolver {
+            credentials: Arc::clone(&self),
+            name: name.clone(),
+        }));
+        server_config.alpn_protocols = vec![b"http/1.1".to_vec()];
+        let client = tokio_rustls::TlsAcceptor::from(Arc::new(server_config))
+            .accept(Rewind::new(sniffed, client))
+            .await?;
+        let server_name = ServerName::try_from(name.clone()).map_err(io::Error::other)?;
+        let upstream = tokio_rustls::TlsConnector::from(Arc::clone(&self.upstream))
+            .connect(server_name, upstream)
+            .await?;
+        let (sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(upstream))
+            .await
+            .map_err(io::Error::other)?;
+        let upstream_done = tokio::spawn(connection);
+        let sender = Arc::new(tokio::sync::Mutex::new(sender));
+        let service = hyper::service::service_fn(move |mut request: Request<Incoming>| {
+            let (credentials, sender, name) =
+                (Arc::clone(&self), Arc::clone(&sender), name.clone());
+            async move {
+                let host = request
+                    .headers()
+                    .get(HOST)
+                    .and_then(|h| h.to_str().ok())
+                    .map(|h| h.rsplit_once(':').map_or(h, |(host, _)| host))
+                    .and_then(normalize_name);
+                if host.as_deref() != Some(name.as_str()) {
+                    return Ok::<_, hyper::Error>(status(StatusCode::MISDIRECTED_REQUEST));
+                }
+                credentials.inject(&name, &mut request);
+                let mut sender = sender.lock().await;
+                match sender.send_request(request).await {
+                    Ok(response) => Ok(response.map(|body| body.boxed())),
+                    Err(e) => {
+                        tracing::debug!(error = %e, "upstream request failed");
+                        Ok(status(StatusCode::BAD_GATEWAY))
+                    }
+                }
+            }
+        });
+        let served = hyper::server::conn::http1::Builder::new()
+            .serve_connection(TokioIo::new(client), service)
+            .await;
+        upstream_done.abort();
+        served.map_err(io::Error::other)
+    }
+}
+
+/// A bodiless response with `code`.
+fn status(code: StatusCode) -> Response<BoxBody<Bytes, hyper::Error>> {
+    let mut response = Response::new(
+        Full::new(Bytes::new())
+            .map_err(|never| match never {})
+            .boxed(),
+    );
+    *response.status_mut() = code;
+    response
+}
+
+/// Presents the bound name's leaf, whatever SNI the client sent (the relay admitted the
+/// connection by that name).
+#[derive(Debug)]
+struct LeafResolver {
+    credentials: Arc<Credentials>,
+    name: String,
+}
+
+impl ResolvesServerCert for LeafResolver {
+    fn resolve(&self, _hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
+        self.credentials.leaf(&self.name)
+    }
+}
+
+/// Parses PEM certificates (a CA bundle) into a root store; unparsable entries are skipped.
+pub fn roots_from_pem(pem: &[u8]) -> RootCertStore {
+    use rustls::pki_types::pem::PemObject;
+    let mut roots = RootCertStore::empty();
+    for cert in CertificateDer::pem_slice_iter(pem).flatten() {
+        let _ = roots.add(cert);
+    }
+    roots
+}
