@@ -130,6 +130,8 @@ pub struct DriverInputs {
     pub usage: Option<Arc<dyn UsageLedgerPort>>,
     /// Variables merged over the harness process's env at spawn time (the session token).
     pub harness_env: Option<Arc<dyn HarnessEnvSource>>,
+    /// Credential egress of linux sandboxes (`omabox run --credential`).
+    pub credential_egress: Option<omabox_backend_linux::managed::CredentialEgressOptions>,
 }
 
 impl std::fmt::Debug for DriverInputs {
@@ -193,6 +195,7 @@ pub async fn provider_driver(
         harness_output,
         usage,
         harness_env,
+        credential_egress,
     } = inputs;
     let with_env = |driver: ProviderManagedRuntimeDriver| match &harness_env {
         Some(source) => driver.with_harness_env(Arc::clone(source)),
@@ -218,6 +221,7 @@ pub async fn provider_driver(
                 outputs,
                 readiness_timeout: None,
                 harness_output,
+                credential_egress,
             },
         )
         .await

@@ -104,6 +104,34 @@ pub struct InjectionRule {
     pub value: SecretString,
 }
 
+impl InjectionRule {
+    /// A rule from plain parts: `host` a DNS name, `path_prefix` starting with `/`,
+    /// `header` a valid header name, `value` a valid header value. The error names the
+    /// part, never the value.
+    pub fn new(
+        host: &str,
+        path_prefix: &str,
+        header: &str,
+        value: SecretString,
+    ) -> Result<Self, String> {
+        let host = normalize_name(host).ok_or_else(|| format!("{host:?} is not a host name"))?;
+        if !path_prefix.starts_with('/') {
+            return Err(format!("path prefix {path_prefix:?} must start with /"));
+        }
+        let header = HeaderName::from_bytes(header.as_bytes())
+            .map_err(|_| format!("{header:?} is not a header name"))?;
+        if HeaderValue::from_str(value.expose()).is_err() {
+            return Err(format!("the value for {host} is not a valid {header} header value"));
+        }
+        Ok(Self {
+            host,
+            path_prefix: path_prefix.to_owned(),
+            header,
+            value,
+        })
+    }
+}
+
 impl std::fmt::Debug for InjectionRule {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("InjectionRule")

@@ -142,6 +142,7 @@ async fn the_linux_row_matches_the_live_linux_driver() {
             outputs: Arc::new(FilesystemSessionOutputPort::new(data.path()).unwrap()),
             readiness_timeout: None,
             harness_output: None,
+            credential_egress: None,
         },
     )
     .await

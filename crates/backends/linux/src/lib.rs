@@ -49,6 +49,7 @@ pub mod idmap;
 pub mod image;
 pub mod leftovers;
 pub mod managed;
+pub mod credential_egress;
 pub mod netns;
 pub mod network;
 pub mod plan;

@@ -59,6 +59,11 @@ impl LinuxManagedProvider {
         }
     }
 
+    /// The live tool sandbox of runtime `id`, when this process created it.
+    pub fn live_port(&self, id: &str) -> Option<Arc<LinuxSandboxPort>> {
+        self.live().get(id).cloned()
+    }
+
     fn live(&self) -> MutexGuard<'_, HashMap<String, Arc<LinuxSandboxPort>>> {
         self.live.lock().unwrap_or_else(PoisonError::into_inner)
     }
@@ -203,6 +208,28 @@ pub struct LinuxManagedRuntimeOptions {
     pub readiness_timeout: Option<Duration>,
     /// Where harness output goes as it arrives.
     pub harness_output: Option<Arc<dyn HarnessOutputSink>>,
+    /// Credential egress: vault secrets injected for bound hosts (see
+    /// [`crate::credential_egress`]). `None`: credential egress is `unsupported`.
+    pub credential_egress: Option<CredentialEgressOptions>,
+}
+
+/// What the credential egress port of the driver injects, from where.
+#[derive(Clone)]
+pub struct CredentialEgressOptions {
+    /// Where the secrets are read (at every attach).
+    pub vault: Arc<dyn omabox_contract::VaultSecretPort>,
+    /// The bindings' rules.
+    pub rules: Vec<crate::credential_egress::EgressCredential>,
+    /// PEM roots upstream servers are checked against (`None`: the host's bundle).
+    pub upstream_roots: Option<Vec<u8>>,
+}
+
+impl std::fmt::Debug for CredentialEgressOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CredentialEgressOptions")
+            .field("rules", &self.rules)
+            .finish_non_exhaustive()
+    }
 }
 
 impl std::fmt::Debug for LinuxManagedRuntimeOptions {
@@ -220,14 +247,29 @@ pub async fn managed_runtime_provider_driver(
     options: LinuxManagedRuntimeOptions,
 ) -> Result<ProviderManagedRuntimeDriver, PortError> {
     let provider = Arc::new(LinuxManagedProvider::new(options.factory, options.env));
-    ProviderManagedRuntimeDriver::new(ProviderManagedRuntimeDriverOptions {
-        provider,
+    let driver = ProviderManagedRuntimeDriver::new(ProviderManagedRuntimeDriverOptions {
+        provider: Arc::clone(&provider) as _,
         workspace: options.workspace,
         outputs: options.outputs,
         readiness_timeout: options.readiness_timeout,
         harness_output: options.harness_output,
     })
-    .await
+    .await?;
+    Ok(match options.credential_egress {
+        None => driver,
+        Some(egress) => {
+            let port = crate::credential_egress::LinuxCredentialEgress::new(
+                provider,
+                egress.vault,
+                egress.rules,
+                egress.upstream_roots,
+            );
+            driver.with_credential_egress(
+                Arc::new(port),
+                crate::credential_egress::LinuxCredentialEgress::capabilities_value(),
+            )
+        }
+    })
 }
 
 /// `createManagedRuntimeProviderDriver` of the `linux` backend.

@@ -185,6 +185,11 @@ impl SandboxNetwork {
         Ok(())
     }
 
+    /// Intercepts the names `credentials` binds from the next connection on (`None`: stop).
+    pub fn set_credentials(&self, credentials: Option<Arc<omabox_egress::intercept::Credentials>>) {
+        self.relay.set_credentials(credentials);
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }

@@ -45,6 +45,7 @@ use crate::wiring::{self, Backend, DriverInputs, Persistence};
 use crate::work_profile;
 use clap::Args;
 use omabox_backend_linux::factory::NETWORK_ENV;
+use omabox_backend_linux::managed::CredentialEgressOptions;
 use omabox_contract::{
     AbortController, HarnessDriverDeclaration, ManagedRuntimeProfile, RuntimeResourceScope,
 };
@@ -104,6 +105,13 @@ pub struct RunArgs {
     /// nothing allowed but the inference gateway.
     #[arg(long, value_name = "FILE")]
     environment: Option<PathBuf>,
+    /// Inject a vault secret into the sandbox's HTTPS requests to HOST (under PREFIX):
+    /// `HOST[/PREFIX]=SECRET[:bearer|basic|token]` (repeatable; linux; the host must be
+    /// allowed by the networking). The sandbox never holds the secret; the work item then
+    /// requires enforced credential egress.
+    #[arg(long = "credential", value_name = "HOST[/PREFIX]=SECRET",
+          value_parser = omabox_backend_linux::credential_egress::EgressCredential::parse)]
+    credentials: Vec<omabox_backend_linux::credential_egress::EgressCredential>,
     /// Fence time to live in milliseconds (tests shorten it).
     #[arg(long, hide = true, env = "OMABOX_LEASE_TTL_MS", value_name = "MS",
           value_parser = clap::value_parser!(u64).range(100..))]
@@ -186,6 +194,11 @@ pub async fn run(data_dir: &Path, args: RunArgs) -> anyhow::Result<ExitCode> {
             harness_env: Some(
                 Arc::new(SessionTokenEnv::new(token_slots.clone(), harness_gateway)) as _,
             ),
+            credential_egress: (!args.credentials.is_empty()).then(|| CredentialEgressOptions {
+                vault: Arc::new(store.clone()),
+                rules: args.credentials.clone(),
+                upstream_roots: None,
+            }),
         },
     )
     .await?;
@@ -260,11 +273,19 @@ fn request(args: &RunArgs) -> anyhow::Result<Request> {
         None if demo => DEMO_SESSION.to_owned(),
         None => format!("sess_{:016x}", rand::random::<u64>()),
     };
-    let profile = match &args.profile {
+    let mut profile = match &args.profile {
         Some(path) => work_profile::from_file(path, &args.command)?,
         None if demo => work_profile::demo(),
         None => work_profile::for_command(&args.command, args.supervised),
     };
+    if !args.credentials.is_empty() {
+        if args.backend != Backend::Linux {
+            anyhow::bail!("--credential needs the linux backend (its enforced egress path)");
+        }
+        profile.credential_egress = Some(omabox_contract::CredentialEgressProfile {
+            requirement: omabox_contract::CredentialEgressRequirement::Required,
+        });
+    }
     Ok(Request {
         scope: session_scope(session),
         profile,

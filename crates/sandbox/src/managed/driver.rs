@@ -8,7 +8,7 @@
 //! | workspace strategies    | whatever the workspace port reports (read once at build)     |
 //! | outputs                 | whatever the outputs port reports (read once at build)       |
 //! | harness lanes           | `ama_worker`, `openma_supervised` iff the provider's sandboxes have duplex processes, else none |
-//! | credential egress       | `unsupported` (fail closed; no egress port)                  |
+//! | credential egress       | `unsupported` (fail closed; no egress port) unless the backend composes its port with `with_credential_egress` |
 //!
 //! `create` returns the same ports every time (one [`ProviderManagedRuntime`] per driver, so
 //! leases it acquired stay reachable) and rejects every placement but `in_process` with
@@ -21,7 +21,7 @@ use super::provider::ManagedSandboxProvider;
 use super::runtime::{ProviderManagedRuntime, ProviderManagedRuntimeOptions};
 use async_trait::async_trait;
 use omabox_contract::{
-    CredentialEgressCapabilities, HarnessDriverType, ManagedRuntimeProviderCreateInput,
+    CredentialEgressCapabilities, CredentialEgressPort, HarnessDriverType, ManagedRuntimeProviderCreateInput,
     ManagedRuntimeProviderDriverDescriptor, ManagedRuntimeProviderDriverPort,
     ManagedRuntimeProviderPlacement, ManagedRuntimeProviderResources,
     ManagedRuntimeResourceCapabilities, ManagedSandboxPort, PortError, RuntimeResourceScope,
@@ -97,6 +97,7 @@ pub struct ProviderManagedRuntimeDriver {
     outputs: Arc<dyn SessionOutputPort>,
     harness: Arc<DirectAmaWorkerDriver>,
     transport: Option<Arc<SandboxSupervisorTransport>>,
+    credential_egress: Option<Arc<dyn CredentialEgressPort>>,
 }
 
 impl std::fmt::Debug for ProviderManagedRuntimeDriver {
@@ -168,7 +169,22 @@ impl ProviderManagedRuntimeDriver {
             outputs,
             harness,
             transport,
+            credential_egress: None,
         })
+    }
+
+    /// Composes the provider's credential egress port: the descriptor advertises
+    /// `capabilities` (what the port proves), `resources` hands out the port, and acquires
+    /// carrying a binding are accepted (the port attaches it to the lease afterwards).
+    pub fn with_credential_egress(
+        mut self,
+        port: Arc<dyn CredentialEgressPort>,
+        capabilities: CredentialEgressCapabilities,
+    ) -> Self {
+        self.descriptor.credential_egress = capabilities;
+        self.runtime.accept_credential_egress();
+        self.credential_egress = Some(port);
+        self
     }
 
     /// Merges `source`'s variables over the declared env of every harness process this
@@ -199,7 +215,7 @@ impl ProviderManagedRuntimeDriver {
             harness_driver: Arc::clone(&self.harness) as _,
             supervisor_transport: self.transport.clone().map(|transport| transport as _),
             runtime_checkpoint: None,
-            credential_egress: None,
+            credential_egress: self.credential_egress.clone(),
             session_inputs: None,
         }
     }

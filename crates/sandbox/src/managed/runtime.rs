@@ -13,8 +13,10 @@
 //! `{provider, runtimeId, metadata}` with the provider's non-secret identity data, so
 //! `reap` works from a serialized lease in a fresh process.
 //!
-//! Not implemented (and not advertised): suspend/resume, runtime checkpoints, credential
-//! egress. `sandbox_active_seconds` is not recorded yet: the place for it is
+//! Not implemented (and not advertised): suspend/resume, runtime checkpoints. Credential
+//! egress is the provider's own port, composed by the driver
+//! (`ProviderManagedRuntimeDriver::with_credential_egress`); without one, an acquire that
+//! carries a binding is refused. `sandbox_active_seconds` is not recorded yet: the place for it is
 //! [`ProviderManagedRuntime::destroy`] (the one path terminate and reap share), once the
 //! runtime observes a start it can carry in the lease.
 
@@ -109,6 +111,7 @@ pub struct ProviderManagedRuntime {
     readiness_timeout: Duration,
     table: Mutex<RuntimeTable>,
     usage: OnceLock<Arc<dyn UsageLedgerPort>>,
+    credential_egress: std::sync::atomic::AtomicBool,
 }
 
 impl std::fmt::Debug for ProviderManagedRuntime {
@@ -139,7 +142,15 @@ impl ProviderManagedRuntime {
             readiness_timeout: options.readiness_timeout,
             table: Mutex::new(RuntimeTable::default()),
             usage: OnceLock::new(),
+            credential_egress: std::sync::atomic::AtomicBool::new(false),
         }
+    }
+
+    /// Accepts acquires that carry a credential egress binding: the driver composed an
+    /// egress port that attaches it after the acquire.
+    pub fn accept_credential_egress(&self) {
+        self.credential_egress
+            .store(true, std::sync::atomic::Ordering::SeqCst);
     }
 
     /// Records `sandbox_active_seconds` into `ledger` whenever terminate or reap stops a
@@ -259,7 +270,11 @@ impl ProviderManagedRuntime {
     }
 
     fn acquisition(&self, input: &AcquireSandboxInput) -> Result<AcquisitionContext, PortError> {
-        if input.credential_egress.is_some() {
+        if input.credential_egress.is_some()
+            && !self
+                .credential_egress
+                .load(std::sync::atomic::Ordering::SeqCst)
+        {
             return Err(PortError::capability(format!(
                 "{} does not support credential egress",
                 self.provider.name()

@@ -261,6 +261,42 @@ impl LinuxSandboxPort {
         }
     }
 
+    /// Attaches a credential egress binding's `credentials` (see
+    /// [`crate::credential_egress`]): the relay intercepts their hosts, and every process
+    /// started afterwards trusts their CA through [`crate::credential_egress::SANDBOX_CA_FILE`]
+    /// (the host bundle plus that CA) and the usual CA variables. Needs a network.
+    pub async fn attach_credentials(
+        &self,
+        credentials: Arc<omabox_egress::intercept::Credentials>,
+    ) -> Result<(), PortError> {
+        self.check_open()?;
+        let mut bundle = std::fs::read(crate::plan::CA_BUNDLE).unwrap_or_default();
+        if !bundle.is_empty() && !bundle.ends_with(b"\n") {
+            bundle.push(b'\n');
+        }
+        bundle.extend_from_slice(credentials.ca_pem().as_bytes());
+        let path = crate::credential_egress::SANDBOX_CA_FILE;
+        self.client
+            .write_file_bytes(path, Bytes::from(bundle), WriteOptions::default())
+            .await
+            .map_err(self.agent_error("write file", path))?;
+        let vars = crate::plan::CA_ENV
+            .iter()
+            .map(|key| ((*key).to_owned(), Some(path.to_owned())));
+        self.client
+            .set_env(vars)
+            .await
+            .map_err(self.agent_error("set env vars", "CA variables"))?;
+        let slot = self.network.lock().unwrap_or_else(|e| e.into_inner());
+        match slot.as_ref() {
+            Some(network) => {
+                network.set_credentials(Some(credentials));
+                Ok(())
+            }
+            None => Err(LinuxPortError::Network(NetworkError::NotStarted).into()),
+        }
+    }
+
     /// The policy the sandbox's network applies now (`none` when it has none).
     pub fn network_policy(&self) -> Arc<NetworkPolicy> {
         let slot = self.network.lock().unwrap_or_else(|e| e.into_inner());
