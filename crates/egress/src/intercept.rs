@@ -121,7 +121,9 @@ impl InjectionRule {
         let header = HeaderName::from_bytes(header.as_bytes())
             .map_err(|_| format!("{header:?} is not a header name"))?;
         if HeaderValue::from_str(value.expose()).is_err() {
-            return Err(format!("the value for {host} is not a valid {header} header value"));
+            return Err(format!(
+                "the value for {host} is not a valid {header} header value"
+            ));
         }
         Ok(Self {
             host,

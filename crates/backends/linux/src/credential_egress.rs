@@ -73,7 +73,9 @@ impl EgressCredential {
             Some((name, "bearer")) => (name, AuthScheme::Bearer),
             Some((name, "basic")) => (name, AuthScheme::Basic),
             Some((name, "token")) => (name, AuthScheme::Token),
-            Some((_, other)) => return Err(format!("unknown scheme {other:?} (bearer, basic, token)")),
+            Some((_, other)) => {
+                return Err(format!("unknown scheme {other:?} (bearer, basic, token)"));
+            }
             None => (secret, AuthScheme::Bearer),
         };
         if secret.is_empty() {
@@ -194,8 +196,7 @@ impl LinuxCredentialEgress {
                     .map_err(|e| PortError::new(format!("credential egress: {e}")))?,
             );
         }
-        let ca = InterceptCa::generate(binding_id)
-            .map_err(|e| PortError::new(e.to_string()))?;
+        let ca = InterceptCa::generate(binding_id).map_err(|e| PortError::new(e.to_string()))?;
         let credentials = Credentials::new(ca, rules, roots_from_pem(&self.upstream_roots))
             .map_err(|e| PortError::new(e.to_string()))?;
         Ok(Arc::new(credentials))
@@ -230,11 +231,13 @@ impl CredentialEgressPort for LinuxCredentialEgress {
             "linux-egress-{}",
             hex::encode(Sha256::digest(key.to_string().as_bytes()))
         );
-        self.bindings().entry(binding_id.clone()).or_insert(Binding {
-            scope: scope.clone(),
-            generation: input.fence.generation,
-            credentials: None,
-        });
+        self.bindings()
+            .entry(binding_id.clone())
+            .or_insert(Binding {
+                scope: scope.clone(),
+                generation: input.fence.generation,
+                credentials: None,
+            });
         Ok(Some(CredentialEgressBinding {
             binding_id,
             enforcement: CredentialEgressBindingEnforcement::Enforced,
@@ -252,12 +255,15 @@ impl CredentialEgressPort for LinuxCredentialEgress {
     ) -> Result<(), PortError> {
         signal.throw_if_aborted()?;
         self.check(scope, fence, binding)?;
-        let port = self.provider.live_port(&sandbox.runtime_id).ok_or_else(|| {
-            PortError::new(format!(
-                "credential egress: linux sandbox {} is not live in this process",
-                sandbox.runtime_id
-            ))
-        })?;
+        let port = self
+            .provider
+            .live_port(&sandbox.runtime_id)
+            .ok_or_else(|| {
+                PortError::new(format!(
+                    "credential egress: linux sandbox {} is not live in this process",
+                    sandbox.runtime_id
+                ))
+            })?;
         let credentials = self.credentials(&binding.binding_id).await?;
         port.attach_credentials(Arc::clone(&credentials)).await?;
         if let Some(known) = self.bindings().get_mut(&binding.binding_id) {
@@ -323,7 +329,9 @@ mod tests {
             }
         );
         assert_eq!(
-            EgressCredential::parse("api.example.com=key").unwrap().scheme,
+            EgressCredential::parse("api.example.com=key")
+                .unwrap()
+                .scheme,
             AuthScheme::Bearer
         );
         for bad in ["nohost", "=x", "a.com=", "a.com=x:digest", "a b=x"] {

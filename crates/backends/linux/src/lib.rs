@@ -42,6 +42,7 @@
 
 pub mod catalog;
 pub mod cgroup;
+pub mod credential_egress;
 pub mod factory;
 pub mod handoff;
 mod identity;
@@ -49,7 +50,6 @@ pub mod idmap;
 pub mod image;
 pub mod leftovers;
 pub mod managed;
-pub mod credential_egress;
 pub mod netns;
 pub mod network;
 pub mod plan;

@@ -21,11 +21,12 @@ use super::provider::ManagedSandboxProvider;
 use super::runtime::{ProviderManagedRuntime, ProviderManagedRuntimeOptions};
 use async_trait::async_trait;
 use omabox_contract::{
-    CredentialEgressCapabilities, CredentialEgressPort, HarnessDriverType, ManagedRuntimeProviderCreateInput,
-    ManagedRuntimeProviderDriverDescriptor, ManagedRuntimeProviderDriverPort,
-    ManagedRuntimeProviderPlacement, ManagedRuntimeProviderResources,
-    ManagedRuntimeResourceCapabilities, ManagedSandboxPort, PortError, RuntimeResourceScope,
-    SandboxHarnessDriverCapabilities, SessionOutputPort, WorkspacePersistencePort,
+    CredentialEgressCapabilities, CredentialEgressPort, HarnessDriverType,
+    ManagedRuntimeProviderCreateInput, ManagedRuntimeProviderDriverDescriptor,
+    ManagedRuntimeProviderDriverPort, ManagedRuntimeProviderPlacement,
+    ManagedRuntimeProviderResources, ManagedRuntimeResourceCapabilities, ManagedSandboxPort,
+    PortError, RuntimeResourceScope, SandboxHarnessDriverCapabilities, SessionOutputPort,
+    WorkspacePersistencePort,
 };
 use std::sync::Arc;
 use std::time::Duration;

@@ -13,6 +13,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use omabox_egress::Resolver;
+
+pub mod https;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 fn ip(args: &[&str]) {
@@ -26,7 +28,8 @@ fn ip(args: &[&str]) {
 
 /// The namespace and the host's end of the link. Dropping it deletes both.
 pub struct Internet {
-    name: String,
+    /// The namespace's name (`ip netns exec NAME ...`).
+    pub name: String,
     /// The host's address on the link (one of the host's own addresses).
     pub host: Ipv4Addr,
     /// The far end's address, where the servers listen.
