@@ -823,3 +823,94 @@ fn linux_harness_reaches_the_gateway_and_by_default_nothing_else() {
     );
     setup.assert_no_sandbox_left();
 }
+
+/// The fake internet of the linux backend's egress tests (a namespace on 198.18.0.0/15 with
+/// an HTTPS origin that demands a bearer token).
+#[path = "../../backends/linux/tests/internet/mod.rs"]
+mod internet;
+
+/// `omabox run --credential`: the contract's credential egress (prepare → attach → revoke →
+/// release) around a harness that reaches a token-protected HTTPS origin with `curl` and
+/// `git clone` holding no token; the token is in no output, log, published workspace or
+/// runtime file.
+#[test]
+fn linux_credential_egress_injects_a_vault_secret_the_harness_never_sees() {
+    let Some(setup) = linux() else { return };
+    const SECRET: &str = "omabox-cli-secret-8d2e47";
+    let inet = internet::Internet::new();
+    let origin = internet::https::Origin::start(&inet, SECRET);
+    let mut put = setup
+        .command(&["vault", "put", "api-token"])
+        .stdin(Stdio::piped())
+        .spawn()
+        .unwrap();
+    use std::io::Write as _;
+    put.stdin
+        .take()
+        .unwrap()
+        .write_all(SECRET.as_bytes())
+        .unwrap();
+    assert!(put.wait().unwrap().success());
+    let environment = setup.data.path().join("env.json");
+    std::fs::write(
+        &environment,
+        r#"{"networking":{"type":"limited","allowed_hosts":["api.test"]}}"#,
+    )
+    .unwrap();
+    let harness = "curl -fsS -m 10 https://api.test/hello.txt > got.txt 2>&1; \
+                   git clone -q https://api.test/repo.git clone >> got.txt 2>&1; \
+                   cat clone/file.txt >> got.txt; rm -rf clone";
+    let output = setup
+        .run_command(
+            "cred",
+            &[
+                "--environment",
+                environment.to_str().unwrap(),
+                "--credential",
+                "api.test=api-token",
+            ],
+            &["sh", "-c", harness],
+        )
+        .env("OMABOX_LINUX_TEST_HOSTS", format!("api.test={}", inet.far))
+        .env("SSL_CERT_FILE", origin.ca_path())
+        .env("OMABOX_LOG", "trace")
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{}", describe(&output));
+    let report = json_of(&output);
+    let steps = steps(&report);
+    for step in [
+        "credential_egress.prepare",
+        "credential_egress.attach",
+        "credential_egress.revoke",
+        "credential_egress.release",
+    ] {
+        assert!(
+            steps.iter().any(|s| s == step),
+            "{step} missing from {steps:?}"
+        );
+    }
+    let (_, shown) = setup.run("cred", &["cat", "got.txt"]);
+    let shown = String::from_utf8_lossy(&shown.stderr);
+    assert!(
+        shown.contains("hello from api") && shown.contains("cloned through the relay"),
+        "{shown}"
+    );
+    for stream in [&output.stdout, &output.stderr] {
+        assert!(
+            !String::from_utf8_lossy(stream).contains(SECRET),
+            "the secret was printed"
+        );
+    }
+    // Only the vault (the store) holds it: no blob, no runtime file.
+    let leaked: Vec<_> = files_containing(setup.data.path(), SECRET)
+        .into_iter()
+        .filter(|p| {
+            !p.file_name()
+                .is_some_and(|n| n.to_string_lossy().starts_with("omabox.db"))
+        })
+        .collect();
+    assert!(leaked.is_empty(), "secret stored in {leaked:?}");
+    assert!(files_containing(setup.runtime_dir.path(), SECRET).is_empty());
+    setup.assert_no_sandbox_left();
+}

@@ -37,6 +37,6 @@ pub use dns::DnsStub;
 pub use names::ResolvedNames;
 pub use original_dst::{FixedDestination, LocalAddress, OriginalDestination, SoOriginalDst};
 pub use relay::{Gateway, Refusal, Relay, RelayConfig, Verdict};
-pub use resolve::{Resolver, SystemResolver};
+pub use resolve::{FixedNames, Resolver, SystemResolver};
 pub use sniff::{NoName, Protocol, RequestedName, SniffLimits, Sniffed, sniff};
 pub use synthetic::SyntheticAddresses;

@@ -30,18 +30,21 @@ pub fn conformance_row() -> ManagedRuntimeProviderConformance {
             "content_addressed_workspace_checkpoint",
             "serialized_identity_reap",
             "network_egress_policy",
+            "credential_egress_https",
         ],
         &[
             "provider_suspend_resume",
             "process_memory_checkpoint",
-            "credential_egress",
+            "credential_egress_http_tcp",
         ],
         Some(
             "omabox's namespace sandbox with its agent as PID 1; /workspace and \
              /mnt/session/outputs are host directories bound from the persistence ports; \
              leases carry the serialized sandbox identity so a fresh process can reap them; \
              networking none/limited/unrestricted is enforced by name on the host (DNS stub \
-             and relay bound in the sandbox's routeless namespace).",
+             and relay bound in the sandbox's routeless namespace); credential egress is \
+             enforced for HTTPS when the driver is given rules (omabox run --credential): \
+             TLS terminated with a per-binding CA, vault secrets injected on the host.",
         ),
     )
 }

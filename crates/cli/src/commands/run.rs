@@ -197,7 +197,10 @@ pub async fn run(data_dir: &Path, args: RunArgs) -> anyhow::Result<ExitCode> {
             credential_egress: (!args.credentials.is_empty()).then(|| CredentialEgressOptions {
                 vault: Arc::new(store.clone()),
                 rules: args.credentials.clone(),
-                upstream_roots: None,
+                // The roots real servers are checked against: SSL_CERT_FILE's bundle when
+                // set (the usual knob for a host behind its own CA), else the system's.
+                upstream_roots: std::env::var_os("SSL_CERT_FILE")
+                    .and_then(|p| std::fs::read(p).ok()),
             }),
         },
     )

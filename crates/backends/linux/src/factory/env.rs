@@ -28,6 +28,9 @@ pub const NETWORK_ENV: &str = "OMABOX_LINUX_NETWORK";
 /// `OMABOX_LINUX_GATEWAY`: where the omabox gateway listens, as the host reaches it.
 pub const GATEWAY_ENV: &str = "OMABOX_LINUX_GATEWAY";
 
+/// `OMABOX_LINUX_TEST_HOSTS`: test mode only, fixed names for the sandboxes' networks.
+pub const TEST_HOSTS_ENV: &str = "OMABOX_LINUX_TEST_HOSTS";
+
 /// Every key the factory reads, in documentation order.
 pub const ENV_KEYS: &[&str] = &[
     IMAGE_ENV,
@@ -39,6 +42,7 @@ pub const ENV_KEYS: &[&str] = &[
     EXEC_TIMEOUT_ENV,
     NETWORK_ENV,
     GATEWAY_ENV,
+    TEST_HOSTS_ENV,
     RUNTIME_DIR_ENV,
     CGROUP_PARENT_ENV,
     INIT_ENV,

@@ -24,6 +24,7 @@
 //! | `OMABOX_LINUX_EXEC_TIMEOUT_MS` | default exec timeout in ms | 120000 |
 //! | `OMABOX_LINUX_NETWORK` | what the sandbox reaches besides its loopback: `none`, `limited` (nothing but the gateway), `unrestricted`, or an Environment `networking` JSON object (`{"type":"limited","allowed_hosts":["pypi.org"],"allow_package_managers":true}`); see [`crate::network`] | `none` |
 //! | `OMABOX_LINUX_GATEWAY` | `IP:PORT` (or `NAME=IP:PORT`, NAME being the host name of the gateway's URL, which then resolves to `127.0.0.1` inside) where the omabox gateway (hosted inference and MCP proxies) listens, as the host reaches it; the sandbox reaches it at `127.0.0.1:PORT` under every networking config but `none` | no gateway |
+//! | `OMABOX_LINUX_TEST_HOSTS` | test mode only (`OMABOX_TEST_MODE=1`; refused otherwise): `NAME=IP,...` answered before the host's resolver, for tests whose upstream servers live in namespaces they made | none |
 //! | `OMABOX_LINUX_RUNTIME_DIR` | absolute parent of the sandboxes' state dirs | `/run/omabox` |
 //! | `OMABOX_LINUX_CGROUP_PARENT` | cgroup directory (below each hierarchy root) holding the sandboxes' cgroups | `omabox` |
 //! | `OMABOX_LINUX_INIT` | path of the `omabox-sandbox-init` binary | next to the running executable, then `PATH` |
@@ -168,6 +169,9 @@ pub struct LinuxSandboxSettings {
     /// A tarball or OCI layout still to be unpacked: until
     /// [`LinuxSandboxSettings::resolve_image`] ran, `plan.rootfs` is not the image's.
     pub image: Option<PendingImage>,
+    /// Test mode only: `OMABOX_LINUX_TEST_HOSTS` (`NAME=IP,...`), names the sandbox's network
+    /// resolves before asking the host's resolver.
+    pub test_hosts: Option<String>,
 }
 
 /// An image artifact named by the env, checked but not unpacked yet.
@@ -367,6 +371,21 @@ impl LinuxSandboxFactory {
             plan.network.gateway = Some(addr);
             plan.network.gateway_name = name;
         }
+        let test_hosts = match nonempty(env, TEST_HOSTS_ENV) {
+            None => None,
+            Some(_) if !omabox_sandbox::is_test_mode(env) => {
+                return Err(invalid(
+                    TEST_HOSTS_ENV,
+                    "<set>",
+                    "is honoured only in test mode (OMABOX_TEST_MODE=1)",
+                ));
+            }
+            Some(hosts) => {
+                omabox_egress::FixedNames::parse(hosts, Arc::new(omabox_egress::SystemResolver))
+                    .map_err(|reason| invalid(TEST_HOSTS_ENV, hosts, &reason))?;
+                Some(hosts.to_owned())
+            }
+        };
         plan.workspace = Some(ctx.workdir.clone());
         plan.outputs = ctx.outputs_root.clone();
         Ok(LinuxSandboxSettings {
@@ -374,6 +393,7 @@ impl LinuxSandboxFactory {
             plan,
             exec_timeout,
             image: pending,
+            test_hosts,
         })
     }
 
@@ -446,7 +466,14 @@ impl LinuxSandboxFactory {
                 _ => settings.plan.outputs = Some(dir),
             }
         }
-        let port = LinuxSandboxPort::start(&runtime, &settings.plan).await?;
+        let resolver: Arc<dyn omabox_egress::Resolver> = match &settings.test_hosts {
+            Some(hosts) => Arc::new(
+                omabox_egress::FixedNames::parse(hosts, Arc::new(omabox_egress::SystemResolver))
+                    .map_err(|reason| invalid(TEST_HOSTS_ENV, hosts, &reason))?,
+            ),
+            None => Arc::new(omabox_egress::SystemResolver),
+        };
+        let port = LinuxSandboxPort::start_resolving(&runtime, &settings.plan, resolver).await?;
         Ok(port.with_default_timeout(settings.exec_timeout))
     }
 }
