@@ -35,16 +35,10 @@ pub fn bind_udp(pidfd: BorrowedFd<'_>, addr: SocketAddr) -> io::Result<UdpSocket
     in_netns(pidfd, move || UdpSocket::bind(addr))
 }
 
-/// Gives the sandbox's loopback a second IPv4 address (see `sys::loopback_alias`) so name
-/// lookups with `AI_ADDRCONFIG` answer IPv4 there.
-pub fn add_loopback_address(pidfd: BorrowedFd<'_>, address: std::net::Ipv4Addr) -> io::Result<()> {
-    in_netns(pidfd, move || sys::loopback_alias(address))
-}
-
 /// Runs `make` on a fresh thread that first enters the network namespace of the process
 /// `pidfd` refers to. The thread ends right after, so no other work of this process ever
-/// runs in the sandbox's namespace.
-fn in_netns<T: Send + 'static>(
+/// runs in the sandbox's namespace. (One thread for many sockets: each spawn costs.)
+pub(crate) fn in_netns<T: Send + 'static>(
     pidfd: BorrowedFd<'_>,
     make: impl FnOnce() -> io::Result<T> + Send + 'static,
 ) -> io::Result<T> {

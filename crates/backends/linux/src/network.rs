@@ -36,8 +36,8 @@ use omabox_egress::{
 };
 use tokio::task::AbortHandle;
 
-use crate::netns;
 use crate::plan::{Networking, PlanError};
+use crate::{netns, sys};
 
 /// Where the stub listens inside the sandbox (`/etc/resolv.conf` names it).
 pub const DNS_STUB: SocketAddr = SocketAddr::new(IpAddr::V4(std::net::Ipv4Addr::LOCALHOST), 53);
@@ -151,15 +151,7 @@ impl SandboxNetwork {
                 tasks: tokio::task::JoinSet::new(),
             }),
         };
-        netns::add_loopback_address(network.pidfd.as_fd(), LOOPBACK_ALIAS).map_err(|source| {
-            NetworkError::Bind {
-                what: "a loopback address",
-                addr: SocketAddr::from((LOOPBACK_ALIAS, 0)),
-                source,
-            }
-        })?;
-        network.serve_dns()?;
-        network.listen(&policy)?;
+        network.open(&policy)?;
         Ok(network)
     }
 
@@ -194,40 +186,76 @@ impl SandboxNetwork {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    fn serve_dns(&self) -> Result<(), NetworkError> {
+    /// First start: the loopback alias, the stub's socket and the policy's listeners, made
+    /// in one visit of the namespace.
+    fn open(&self, policy: &NetworkPolicy) -> Result<(), NetworkError> {
+        let ports = self.missing_ports(policy);
+        let (udp, tcp) = netns::in_netns(self.pidfd.as_fd(), move || {
+            let alias = sys::loopback_alias(LOOPBACK_ALIAS).map_err(|source| NetworkError::Bind {
+                what: "a loopback address",
+                addr: SocketAddr::from((LOOPBACK_ALIAS, 0)),
+                source,
+            });
+            let udp = alias.and_then(|()| {
+                std::net::UdpSocket::bind(DNS_STUB).map_err(|source| NetworkError::Bind {
+                    what: "the DNS stub",
+                    addr: DNS_STUB,
+                    source,
+                })
+            });
+            Ok((udp, bind_listeners(&ports)))
+        })
+        .map_err(NetworkError::Sandbox)?;
+        let udp = udp?;
         let bind = |source| NetworkError::Bind {
             what: "the DNS stub",
             addr: DNS_STUB,
             source,
         };
-        let socket = netns::bind_udp(self.pidfd.as_fd(), DNS_STUB).map_err(bind)?;
-        socket.set_nonblocking(true).map_err(bind)?;
+        udp.set_nonblocking(true).map_err(bind)?;
         let _entered = self.runtime.enter();
-        let socket = tokio::net::UdpSocket::from_std(socket).map_err(bind)?;
+        let socket = tokio::net::UdpSocket::from_std(udp).map_err(bind)?;
         let stub = Arc::clone(&self.stub);
         self.lock().tasks.spawn_on(
             async move { log_end("dns stub", stub.serve(socket).await) },
             &self.runtime,
         );
-        Ok(())
+        self.serve_listeners(tcp?)
     }
 
     /// A listener for every port `policy` admits (and the gateway's) that has none yet.
     fn listen(&self, policy: &NetworkPolicy) -> Result<(), NetworkError> {
+        let ports = self.missing_ports(policy);
+        if ports.is_empty() {
+            return Ok(());
+        }
+        let listeners = netns::in_netns(self.pidfd.as_fd(), move || Ok(bind_listeners(&ports)))
+            .map_err(NetworkError::Sandbox)??;
+        self.serve_listeners(listeners)
+    }
+
+    fn missing_ports(&self, policy: &NetworkPolicy) -> Vec<u16> {
         let mut ports = policy.ports();
         ports.extend(self.gateway);
+        let state = self.lock();
+        ports
+            .into_iter()
+            .filter(|p| !state.listeners.contains_key(p))
+            .collect()
+    }
+
+    fn serve_listeners(
+        &self,
+        listeners: Vec<(u16, std::net::TcpListener)>,
+    ) -> Result<(), NetworkError> {
         let mut state = self.lock();
-        for port in ports {
-            if state.listeners.contains_key(&port) {
-                continue;
-            }
+        for (port, listener) in listeners {
             let addr = SocketAddr::from(([0, 0, 0, 0], port));
             let bind = |source| NetworkError::Bind {
                 what: "a relay listener",
                 addr,
                 source,
             };
-            let listener = netns::listen_tcp(self.pidfd.as_fd(), addr).map_err(bind)?;
             listener.set_nonblocking(true).map_err(bind)?;
             let _entered = self.runtime.enter();
             let listener = tokio::net::TcpListener::from_std(listener).map_err(bind)?;
@@ -240,6 +268,23 @@ impl SandboxNetwork {
         }
         Ok(())
     }
+}
+
+/// Binds `0.0.0.0:<port>` for each port (on the thread inside the namespace).
+fn bind_listeners(ports: &[u16]) -> Result<Vec<(u16, std::net::TcpListener)>, NetworkError> {
+    ports
+        .iter()
+        .map(|&port| {
+            let addr = SocketAddr::from(([0, 0, 0, 0], port));
+            std::net::TcpListener::bind(addr)
+                .map(|l| (port, l))
+                .map_err(|source| NetworkError::Bind {
+                    what: "a relay listener",
+                    addr,
+                    source,
+                })
+        })
+        .collect()
 }
 
 impl Drop for SandboxNetwork {
