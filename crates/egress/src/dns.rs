@@ -47,6 +47,8 @@ pub const ANSWER_TTL: u32 = 30;
 const MAX_ANSWERS: usize = 8;
 /// Datagrams larger than this are dropped (truncated on receive, so malformed).
 const MAX_QUERY: usize = 1232;
+/// A TCP connection without a complete question this long is closed.
+const TCP_IDLE: Duration = Duration::from_secs(10);
 
 /// The stub. Share it in an [`Arc`] to [`DnsStub::serve`].
 pub struct DnsStub {
@@ -145,6 +147,58 @@ impl DnsStub {
                 }
                 drop(slot);
             });
+        }
+    }
+
+    /// Answers DNS over TCP on `listener` (RFC 7766 framing: a two-byte length before each
+    /// message) until it fails: what a client falls back to on a truncated answer. At most
+    /// 16 connections at once, each closed after 10 s without a complete question; the
+    /// same limits and answers as over UDP.
+    pub async fn serve_tcp(self: Arc<Self>, listener: tokio::net::TcpListener) -> io::Result<()> {
+        let slots = Arc::new(Semaphore::new(16));
+        let mut connections = tokio::task::JoinSet::new();
+        loop {
+            while connections.try_join_next().is_some() {}
+            let (stream, peer) = listener.accept().await?;
+            let Ok(slot) = Arc::clone(&slots).try_acquire_owned() else {
+                continue;
+            };
+            let stub = Arc::clone(&self);
+            connections.spawn(async move {
+                let _ = stub.serve_tcp_connection(stream, peer).await;
+                drop(slot);
+            });
+        }
+    }
+
+    async fn serve_tcp_connection(
+        &self,
+        mut stream: tokio::net::TcpStream,
+        peer: SocketAddr,
+    ) -> io::Result<()> {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        loop {
+            let read = async {
+                let len = usize::from(stream.read_u16().await?);
+                if len > MAX_QUERY {
+                    return Err(io::Error::new(
+                        io::ErrorKind::InvalidData,
+                        "query too large",
+                    ));
+                }
+                let mut packet = vec![0u8; len];
+                stream.read_exact(&mut packet).await?;
+                Ok::<_, io::Error>(packet)
+            };
+            let packet = tokio::time::timeout(TCP_IDLE, read)
+                .await
+                .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "idle"))??;
+            let Some(response) = self.answer(&packet, peer).await else {
+                return Ok(());
+            };
+            let len = u16::try_from(response.len()).unwrap_or(u16::MAX);
+            stream.write_u16(len).await?;
+            stream.write_all(&response[..usize::from(len)]).await?;
         }
     }
 

@@ -33,6 +33,9 @@ use tokio::net::TcpStream;
 
 use crate::rewind::Rewind;
 
+/// How long an intercepted connection may wait for the next request head.
+const HEADER_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(120);
+
 /// Why a CA or a leaf could not be made.
 #[derive(Debug, thiserror::Error)]
 #[error("credential egress certificate: {0}")]
@@ -314,7 +317,11 @@ impl Credentials {
                 }
             }
         });
+        // An idle keep-alive connection (no request head within the timeout) is closed;
+        // a long body (a clone) is not cut.
         let served = hyper::server::conn::http1::Builder::new()
+            .timer(hyper_util::rt::TokioTimer::new())
+            .header_read_timeout(HEADER_TIMEOUT)
             .serve_connection(TokioIo::new(client), service)
             .await;
         upstream_done.abort();

@@ -270,6 +270,43 @@ async fn the_gateway_name_is_pinned_to_its_loopback_address_but_not_under_none()
     );
 }
 
+#[tokio::test]
+async fn dns_over_tcp_answers_like_udp_and_drops_oversized_or_silent_clients() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let resolver = CountingResolver::new(&[("api.allowed.test", &["192.0.2.10"])]);
+    let stub = Arc::new(DnsStub::new(
+        limited(&["api.allowed.test".into()]),
+        resolver,
+        AddressRules::default(),
+    ));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(Arc::clone(&stub).serve_tcp(listener));
+    let mut tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+    // Two questions on one connection, each length-prefixed.
+    for (id, name, code) in [
+        (1, "api.allowed.test", ResponseCode::NoError),
+        (2, "exfil.denied.test", ResponseCode::Refused),
+    ] {
+        let q = query(id, name, RecordType::A);
+        tcp.write_u16(q.len() as u16).await.unwrap();
+        tcp.write_all(&q).await.unwrap();
+        let len = tcp.read_u16().await.unwrap() as usize;
+        let mut buf = vec![0u8; len];
+        tcp.read_exact(&mut buf).await.unwrap();
+        let m = Message::from_vec(&buf).unwrap();
+        assert_eq!((m.id(), m.response_code()), (id, code));
+    }
+    // A length beyond the cap closes the connection without reading the body.
+    tcp.write_u16(60000).await.unwrap();
+    let mut rest = Vec::new();
+    let n = tokio::time::timeout(Duration::from_secs(5), tcp.read_to_end(&mut rest))
+        .await
+        .expect("closed, not hung")
+        .unwrap_or(0);
+    assert_eq!(n, 0);
+}
+
 fn peer() -> SocketAddr {
     "127.0.0.1:5353".parse().unwrap()
 }

@@ -3,7 +3,8 @@
 //! host's tokio runtime.
 //!
 //! What the sandbox sees, for every config but `none`:
-//! - `/etc/resolv.conf` names `127.0.0.1`; the host's DNS stub answers there (UDP port 53),
+//! - `/etc/resolv.conf` names `127.0.0.1`; the host's DNS stub answers there (port 53, UDP
+//!   and TCP),
 //!   only for names the policy answers, each with a synthetic loopback address of its own
 //!   (`127.64.0.0/10`, no AAAA);
 //! - a connection to any address on a port the policy admits (80 and 443, and every port a
@@ -196,30 +197,41 @@ impl SandboxNetwork {
                 addr: SocketAddr::from((LOOPBACK_ALIAS, 0)),
                 source,
             });
-            let udp = alias.and_then(|()| {
-                std::net::UdpSocket::bind(DNS_STUB).map_err(|source| NetworkError::Bind {
-                    what: "the DNS stub",
-                    addr: DNS_STUB,
-                    source,
-                })
+            let stub = |source| NetworkError::Bind {
+                what: "the DNS stub",
+                addr: DNS_STUB,
+                source,
+            };
+            let sockets = alias.and_then(|()| {
+                let udp = std::net::UdpSocket::bind(DNS_STUB).map_err(stub)?;
+                let tcp = std::net::TcpListener::bind(DNS_STUB).map_err(stub)?;
+                Ok((udp, tcp))
             });
-            Ok((udp, bind_listeners(&ports)))
+            Ok((sockets, bind_listeners(&ports)))
         })
         .map_err(NetworkError::Sandbox)?;
-        let udp = udp?;
+        let (udp, dns_tcp) = udp?;
         let bind = |source| NetworkError::Bind {
             what: "the DNS stub",
             addr: DNS_STUB,
             source,
         };
         udp.set_nonblocking(true).map_err(bind)?;
+        dns_tcp.set_nonblocking(true).map_err(bind)?;
         let _entered = self.runtime.enter();
         let socket = tokio::net::UdpSocket::from_std(udp).map_err(bind)?;
-        let stub = Arc::clone(&self.stub);
-        self.lock().tasks.spawn_on(
+        let dns_tcp = tokio::net::TcpListener::from_std(dns_tcp).map_err(bind)?;
+        let (stub, tcp_stub) = (Arc::clone(&self.stub), Arc::clone(&self.stub));
+        let mut state = self.lock();
+        state.tasks.spawn_on(
             async move { log_end("dns stub", stub.serve(socket).await) },
             &self.runtime,
         );
+        state.tasks.spawn_on(
+            async move { log_end("dns stub (tcp)", tcp_stub.serve_tcp(dns_tcp).await) },
+            &self.runtime,
+        );
+        drop(state);
         self.serve_listeners(tcp?)
     }
 

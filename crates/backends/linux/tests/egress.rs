@@ -216,6 +216,21 @@ async fn lookups_of_denied_names_never_reach_a_resolver() {
     assert!(!out.contains("LEAKED"), "{out}");
     // The allowed name resolves to a synthetic loopback address of the sandbox's own.
     assert!(out.starts_with("127.64."), "{out}");
+    // Over TCP too (what a resolver falls back to): answered for the allowed name only.
+    let tcp = fx
+        .sh(r#"python3 -c "
+import socket, struct
+def ask(name):
+    q = struct.pack('>HHHHHH', 7, 0x100, 1, 0, 0, 0) + b''.join(bytes([len(p)]) + p.encode() for p in name.split('.')) + b'\0' + struct.pack('>HH', 1, 1)
+    s = socket.create_connection(('127.0.0.1', 53))
+    s.sendall(struct.pack('>H', len(q)) + q)
+    n = struct.unpack('>H', s.recv(2))[0]
+    r = s.recv(n)
+    return r[3] & 15, struct.unpack('>H', r[6:8])[0]
+print(ask('allowed.test'), ask('tcp-exfil.denied.test'))
+""#)
+        .await;
+    assert_eq!(tcp.trim(), "(0, 1) (5, 0)", "rcode and answer count: {tcp}");
     let asked = resolver.asked();
     assert!(asked.iter().all(|n| n == "allowed.test"), "{asked:?}");
     fx.finish().await;
