@@ -116,8 +116,9 @@ pub(crate) fn lower_rlimit(resource: libc::__rlimit_resource_t, value: u64) -> i
     check(unsafe { libc::setrlimit(resource, &new) })
 }
 
-/// Brings the loopback interface up (the only interface of a fresh network namespace).
-pub(crate) fn loopback_up() -> io::Result<()> {
+/// A socket for interface ioctls and a zeroed request naming interface `name`
+/// (NUL-terminated, shorter than `IFNAMSIZ`).
+fn interface_request(name: &[u8]) -> io::Result<(OwnedFd, libc::ifreq)> {
     // SAFETY: socket(2) with constant arguments; the result is checked below.
     let fd = unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
     if fd < 0 {
@@ -127,9 +128,15 @@ pub(crate) fn loopback_up() -> io::Result<()> {
     let sock = unsafe { OwnedFd::from_raw_fd(fd) };
     // SAFETY: ifreq is a plain C struct; all-zero is a valid value.
     let mut req: libc::ifreq = unsafe { std::mem::zeroed() };
-    for (dst, src) in req.ifr_name.iter_mut().zip(b"lo\0") {
+    for (dst, src) in req.ifr_name.iter_mut().zip(name) {
         *dst = *src as libc::c_char;
     }
+    Ok((sock, req))
+}
+
+/// Brings the loopback interface up (the only interface of a fresh network namespace).
+pub(crate) fn loopback_up() -> io::Result<()> {
+    let (sock, mut req) = interface_request(b"lo\0")?;
     // SAFETY: SIOCGIFFLAGS reads ifr_name and writes ifr_flags of the valid `req`.
     check(unsafe { libc::ioctl(sock.as_raw_fd(), libc::SIOCGIFFLAGS, &mut req) })?;
     // SAFETY: the union member written by SIOCGIFFLAGS is ifru_flags.
@@ -146,18 +153,7 @@ pub(crate) fn loopback_up() -> io::Result<()> {
 /// namespace has an IPv4 address other than 127.0.0.1, and a sandbox's namespace has only
 /// that one.
 pub(crate) fn loopback_alias(address: std::net::Ipv4Addr) -> io::Result<()> {
-    // SAFETY: socket(2) with constant arguments; the result is checked below.
-    let fd = unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
-    if fd < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: `fd` is a fresh socket we own; OwnedFd closes it.
-    let sock = unsafe { OwnedFd::from_raw_fd(fd) };
-    // SAFETY: ifreq is a plain C struct; all-zero is a valid value.
-    let mut req: libc::ifreq = unsafe { std::mem::zeroed() };
-    for (dst, src) in req.ifr_name.iter_mut().zip(b"lo:1\0") {
-        *dst = *src as libc::c_char;
-    }
+    let (sock, mut req) = interface_request(b"lo:1\0")?;
     let sin = libc::sockaddr_in {
         sin_family: libc::AF_INET as libc::sa_family_t,
         sin_port: 0,
