@@ -77,8 +77,11 @@ pub const PACKAGE_MANAGER_HOSTS: &[(&str, &[&str])] = &[
 pub const DEFAULT_PORTS: [u16; 2] = [80, 443];
 
 /// The ports an enforcing backend that cannot take every port (one listener per port)
-/// relays under `unrestricted`: ssh (git), http, https.
-pub const UNRESTRICTED_PORTS: [u16; 3] = [22, 80, 443];
+/// relays under `unrestricted`: ftp, ssh, http, https, rsync, mysql, postgres, redis, the
+/// usual development HTTP ports, git, mongodb.
+pub const UNRESTRICTED_PORTS: [u16; 13] = [
+    21, 22, 80, 443, 873, 3306, 5432, 6379, 8000, 8080, 8443, 9418, 27017,
+];
 
 /// Why a networking config or host entry was refused. Names the entry, never more.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -412,7 +415,7 @@ mod tests {
             ports(&limited(&["a.example", "b.example:8443"], false)),
             [80, 443, 8443]
         );
-        assert_eq!(ports(&NetworkPolicy::Unrestricted), [22, 80, 443]);
+        assert_eq!(ports(&NetworkPolicy::Unrestricted), UNRESTRICTED_PORTS);
         assert!(NetworkPolicy::None.ports().is_empty());
     }
 

@@ -8,7 +8,7 @@
 //!   only for names the policy answers, each with a synthetic loopback address of its own
 //!   (`127.64.0.0/10`, no AAAA);
 //! - a connection to any address on a port the policy admits (80 and 443, and every port a
-//!   host entry names; 22, 80, 443 under `unrestricted`) lands on a host listener
+//!   host entry names; `UNRESTRICTED_PORTS` under `unrestricted`) lands on a host listener
 //!   `0.0.0.0:<port>`, which admits it by the name it asks for (TLS SNI, HTTP Host, or the
 //!   name its synthetic address was handed out for) and connects out from the host;
 //! - `127.0.0.1:<gateway port>` reaches the omabox gateway (hosted inference, MCP proxy);
