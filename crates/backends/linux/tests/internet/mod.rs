@@ -38,12 +38,15 @@ pub struct Internet {
 
 impl Internet {
     pub fn new() -> Self {
+        // Unique per instance: `cargo test` runs a file's tests as threads of one process.
+        static NEXT: AtomicUsize = AtomicUsize::new(0);
+        let n = NEXT.fetch_add(1, Ordering::SeqCst) as u32;
         let pid = std::process::id();
-        let block = (pid % 32768) * 4;
-        let base = u32::from(Ipv4Addr::new(198, 18, 0, 0)) + block;
+        let id = (pid % 4096) * 8 + n % 8;
+        let base = u32::from(Ipv4Addr::new(198, 18, 0, 0)) + id * 4;
         let (host, far) = (Ipv4Addr::from(base + 1), Ipv4Addr::from(base + 2));
-        let name = format!("omabox-inet-{pid}");
-        let (vh, vf) = (format!("obh{pid}"), format!("obf{pid}"));
+        let name = format!("omabox-inet-{pid}-{n}");
+        let (vh, vf) = (format!("obh{id}"), format!("obf{id}"));
         let _ = Command::new("ip").args(["netns", "del", &name]).output();
         ip(&["netns", "add", &name]);
         let net = Self { name, host, far };
