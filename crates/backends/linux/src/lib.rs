@@ -58,6 +58,7 @@ pub mod probe;
 mod sandbox;
 #[doc(hidden)]
 pub mod setup;
+mod sk_lookup;
 mod spawn;
 mod sys;
 

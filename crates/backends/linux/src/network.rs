@@ -7,10 +7,12 @@
 //!   and TCP),
 //!   only for names the policy answers, each with a synthetic loopback address of its own
 //!   (`127.64.0.0/10`, no AAAA);
-//! - a connection to any address on a port the policy admits (80 and 443, and every port a
-//!   host entry names; `UNRESTRICTED_PORTS` under `unrestricted`) lands on a host listener
-//!   `0.0.0.0:<port>`, which admits it by the name it asks for (TLS SNI, HTTP Host, or the
-//!   name its synthetic address was handed out for) and connects out from the host;
+//! - a connection to a synthetic address on any port lands on the host's catch-all listener
+//!   (an sk_lookup program, see [`crate::sk_lookup`]), and one to any loopback address on a
+//!   listened port (80 and 443, every port a host entry names, `UNRESTRICTED_PORTS` under
+//!   `unrestricted`) on a host listener `0.0.0.0:<port>`; the relay admits it by the name it
+//!   asks for (TLS SNI, HTTP Host, or the name its synthetic address was handed out for) on
+//!   the dialed port, and connects out from the host;
 //! - `127.0.0.1:<gateway port>` reaches the omabox gateway (hosted inference, MCP proxy);
 //!   the gateway's host name, when it has one, resolves to `127.0.0.1` there.
 //!
@@ -45,6 +47,9 @@ pub const DNS_STUB: SocketAddr = SocketAddr::new(IpAddr::V4(std::net::Ipv4Addr::
 /// A second loopback address, so `AI_ADDRCONFIG` lookups answer IPv4 (see
 /// `sys::loopback_alias`).
 pub const LOOPBACK_ALIAS: std::net::Ipv4Addr = std::net::Ipv4Addr::new(127, 0, 0, 2);
+/// The catch-all listener the sk_lookup redirect hands connections to (a loopback address
+/// of its own, a privileged port the sandbox cannot take).
+const CATCH_ALL: SocketAddr = SocketAddr::new(IpAddr::V4(std::net::Ipv4Addr::new(127, 0, 0, 3)), 1);
 /// Names the stub hands synthetic addresses for, per sandbox, at most.
 const SYNTHETIC_NAMES: usize = 4096;
 /// Connections one sandbox has through the relay at once (each holds two host fds); one
@@ -95,8 +100,11 @@ pub struct SandboxNetwork {
 }
 
 struct State {
-    /// The relay's listeners by port.
+    /// The relay's listeners by port (the catch-all's port included).
     listeners: BTreeMap<u16, AbortHandle>,
+    /// Every port of the synthetic addresses to the catch-all listener, when the kernel
+    /// allows it (see [`crate::sk_lookup`]).
+    redirect: Option<crate::sk_lookup::Redirect>,
     /// Every task serving a socket of the namespace.
     tasks: tokio::task::JoinSet<()>,
 }
@@ -149,6 +157,7 @@ impl SandboxNetwork {
             gateway: networking.gateway.map(|g| g.port()),
             state: Mutex::new(State {
                 listeners: BTreeMap::new(),
+                redirect: None,
                 tasks: tokio::task::JoinSet::new(),
             }),
         };
@@ -164,6 +173,12 @@ impl SandboxNetwork {
     /// The ports the relay listens on inside the sandbox (the gateway's included).
     pub fn ports(&self) -> Vec<u16> {
         self.lock().listeners.keys().copied().collect()
+    }
+
+    /// Whether every port of a synthetic address leads to the relay (the sk_lookup
+    /// redirect is attached); otherwise only [`ports`](Self::ports) do.
+    pub fn reaches_every_port(&self) -> bool {
+        self.lock().redirect.is_some()
     }
 
     /// Changes what the live sandbox may reach: every connection and question from now on
@@ -191,7 +206,7 @@ impl SandboxNetwork {
     /// in one visit of the namespace.
     fn open(&self, policy: &NetworkPolicy) -> Result<(), NetworkError> {
         let ports = self.missing_ports(policy);
-        let (udp, tcp) = netns::in_netns(self.pidfd.as_fd(), move || {
+        let (udp, tcp, catch_all) = netns::in_netns(self.pidfd.as_fd(), move || {
             let alias = sys::loopback_alias(LOOPBACK_ALIAS).map_err(|source| NetworkError::Bind {
                 what: "a loopback address",
                 addr: SocketAddr::from((LOOPBACK_ALIAS, 0)),
@@ -207,10 +222,23 @@ impl SandboxNetwork {
                 let tcp = std::net::TcpListener::bind(DNS_STUB).map_err(stub)?;
                 Ok((udp, tcp))
             });
-            Ok((sockets, bind_listeners(&ports)))
+            Ok((sockets, bind_listeners(&ports), catch_all()))
         })
         .map_err(NetworkError::Sandbox)?;
         let (udp, dns_tcp) = udp?;
+        let catch_all = match catch_all {
+            Ok((listener, redirect)) => {
+                self.lock().redirect = Some(redirect);
+                vec![(CATCH_ALL.port(), listener)]
+            }
+            Err(e) => {
+                tracing::warn!(
+                    error = %e,
+                    "no sk_lookup redirect: the sandbox reaches only the listened ports"
+                );
+                Vec::new()
+            }
+        };
         let bind = |source| NetworkError::Bind {
             what: "the DNS stub",
             addr: DNS_STUB,
@@ -232,6 +260,7 @@ impl SandboxNetwork {
             &self.runtime,
         );
         drop(state);
+        self.serve_listeners(catch_all)?;
         self.serve_listeners(tcp?)
     }
 
@@ -280,6 +309,15 @@ impl SandboxNetwork {
         }
         Ok(())
     }
+}
+
+/// The catch-all listener and the sk_lookup redirect sending it every TCP connection to a
+/// synthetic address, any port (on the thread inside the namespace).
+fn catch_all() -> std::io::Result<(std::net::TcpListener, crate::sk_lookup::Redirect)> {
+    let listener = std::net::TcpListener::bind(CATCH_ALL)?;
+    let netns = OwnedFd::from(std::fs::File::open("/proc/thread-self/ns/net")?);
+    let redirect = crate::sk_lookup::Redirect::attach(&netns, &listener)?;
+    Ok((listener, redirect))
 }
 
 /// Binds `0.0.0.0:<port>` for each port (on the thread inside the namespace).

@@ -119,7 +119,7 @@ struct RunArgs {
     cpus: Option<String>,
     /// What the sandbox may reach besides its loopback: `none` (the default), `limited`
     /// (only the `--allow-host` names and, with `--allow-package-managers`, the package
-    /// registries) or `unrestricted` (any host name on 13 common ports: ssh, http, https, git, databases; never the
+    /// registries) or `unrestricted` (any host name on any port; never the
     /// host's own addresses, loopback or cloud metadata). Enforced by name on the host.
     #[arg(long, value_name = "POLICY", value_parser = ["none", "limited", "unrestricted"])]
     network: Option<String>,
