@@ -48,6 +48,7 @@ pub mod image;
 pub mod leftovers;
 pub mod managed;
 pub mod netns;
+pub mod oneshot;
 pub mod plan;
 pub mod port;
 pub mod probe;

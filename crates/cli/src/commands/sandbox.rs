@@ -33,6 +33,8 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
+mod one_shot;
+
 use crate::wiring::{self, Backend};
 use clap::Args;
 use futures::FutureExt;
@@ -142,10 +144,21 @@ fn parse_env(text: &str) -> Result<(String, String), String> {
     Ok((key.to_owned(), value.to_owned()))
 }
 
-/// Runs `omabox sandbox ...`.
-pub async fn run(args: SandboxArgs) -> anyhow::Result<ExitCode> {
+/// Runs `omabox sandbox ...`. The linux backend takes the one-shot path (`one_shot.rs`:
+/// no async runtime, no agent); any other backend runs the command through its factory
+/// and the duplex process port on a current-thread runtime (blocking work still goes to
+/// `spawn_blocking` threads), which starts no worker threads.
+pub fn run(args: SandboxArgs) -> anyhow::Result<ExitCode> {
     match args.command {
-        SandboxCommand::Run(run) => Ok(run_command(run).await),
+        SandboxCommand::Run(run) => {
+            if Backend::from_name(&run.backend) == Some(Backend::Linux) {
+                return Ok(one_shot::run(&run));
+            }
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()?;
+            Ok(runtime.block_on(run_command(run)))
+        }
     }
 }
 

@@ -90,6 +90,8 @@ fn run() -> u8 {
         return 1;
     }
     let netns = handoff::monotonic_us();
+    // What needs no plan, while the host prepares the cgroup.
+    let early = setup::Early::prepare();
     // Blocks until the host has moved us into the sandbox cgroup and written the plan.
     let spec: InitSpec = {
         let mut bytes = Vec::new();
@@ -123,7 +125,7 @@ fn run() -> u8 {
     } else {
         None
     };
-    let mut report = match setup::run(&spec, userns) {
+    let mut report = match setup::run(&spec, userns, early) {
         Ok(r) => r,
         Err(e) => {
             let _ = write!(status, "{}{e}", handoff::FAILED as char);
