@@ -240,6 +240,59 @@ fn workspace_writes_land_in_the_given_directory_and_env_flags_apply() {
     assert!(ws.path().exists(), "a given workspace is kept");
 }
 
+/// The one-shot path (PID 1 forked from `omabox` itself) isolates like the agent path:
+/// no capabilities, no_new_privs, seccomp, its own user ids, no terminal, only `lo`, no
+/// fd of ours, and nothing of our command line or environment readable through PID 1.
+#[test]
+fn the_command_is_isolated_and_sees_nothing_of_the_host_process() {
+    let Some(lx) = linux() else { return };
+    let script = "grep -E '^(CapEff|CapPrm|CapBnd|NoNewPrivs|Seccomp):' /proc/self/status; \
+                  echo uid_map $(cat /proc/self/uid_map); \
+                  set -- /proc/$$/fd/*; echo fds $#; \
+                  echo pid1 $(tr '\\0' ' ' < /proc/1/cmdline); \
+                  cat /proc/1/environ >/dev/null 2>&1 && echo environ readable; \
+                  echo ifaces $(ls /sys/class/net 2>/dev/null || cut -d: -f1 /proc/net/dev | tail -n +3); \
+                  (exec 3</dev/tty) 2>/dev/null && echo tty opened; \
+                  env | grep -c OMABOX_TEST_SECRET";
+    let out = lx
+        .command(&["--", "sh", "-c", script])
+        .env("OMABOX_TEST_SECRET", "do-not-leak-4711")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let stdout = text(&out.stdout);
+    assert!(!stdout.contains("do-not-leak"), "{stdout}");
+    for line in [
+        "CapEff:\t0000000000000000",
+        "CapPrm:\t0000000000000000",
+        "CapBnd:\t0000000000000000",
+        "NoNewPrivs:\t1",
+        "Seccomp:\t2",
+        // 0, 1, 2 and the glob's own directory fd: nothing else is open.
+        "fds 4\n",
+        "pid1 omabox-sandbox-init",
+    ] {
+        assert!(stdout.contains(line), "{line:?} missing in {stdout}");
+    }
+    assert!(!stdout.contains("environ readable"), "{stdout}");
+    assert!(!stdout.contains("tty opened"), "{stdout}");
+    assert!(stdout.contains("ifaces lo\n"), "{stdout}");
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } == 0 {
+        // As root: uid 0 inside is a range of its own, far from host root.
+        let map = stdout
+            .lines()
+            .find_map(|l| l.strip_prefix("uid_map "))
+            .unwrap();
+        let base: u64 = map.split_whitespace().nth(1).unwrap().parse().unwrap();
+        assert!(base >= 1 << 30, "{map}");
+    }
+    // The env the command sees is the plan's plus --env, never ours.
+    assert!(stdout.ends_with("0\n"), "{stdout}");
+    assert_eq!(out.status.code(), Some(1), "grep -c exits 1 on no match");
+    lx.assert_nothing_left();
+}
+
 /// A tiny rootfs from the host (dash as /bin/sh, cat, their libraries, a marker file)
 /// packed by GNU tar as a gzip tarball.
 fn tiny_rootfs_tarball(dir: &std::path::Path) -> PathBuf {

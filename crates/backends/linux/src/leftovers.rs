@@ -91,7 +91,7 @@ pub(crate) fn keep_alive(state_dir: &Path) {
 }
 
 /// Sets `path`'s mtime to now (never following a symlink).
-fn touch(path: &Path) -> io::Result<()> {
+pub(crate) fn touch(path: &Path) -> io::Result<()> {
     use std::os::unix::fs::OpenOptionsExt as _;
     std::fs::OpenOptions::new()
         .write(true)
@@ -405,6 +405,7 @@ mod tests {
         let dir = state_dir(root.path(), "00000000000000a2");
         assert_eq!(last_alive_ms(&dir), None);
         Owner::record(&dir, &sys::boot_id().unwrap()).unwrap();
+        keep_alive(&dir);
         let written = last_alive_ms(&dir).unwrap();
         // The heartbeat moves it forward while we own it (polled, not timed).
         let old = SystemTime::now() - Duration::from_secs(3600);

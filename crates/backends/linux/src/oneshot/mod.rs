@@ -13,7 +13,8 @@
 //!   group, reaps, and reports its exit on the status pipe.
 //!
 //! The host side reads [`OneShotEvent`]s from the status pipe and relays stdio itself
-//! (the caller's loop, e.g. the CLI's). Status messages are lines: `R` + the
+//! (the caller's loop, e.g. the CLI's), which also refreshes the owner record
+//! ([`OneShotSandbox::heartbeat`]): no heartbeat thread, the caller stays single-threaded. Status messages are lines: `R` + the
 //! [`SetupReport`] JSON when the sandbox is ready, then exactly one of `X<code>` (exited),
 //! `S<signal>` (killed by a signal), `N<text>` (the command could not be started) or `I`
 //! (the host asked to stop before the command started). A setup failure is `E` + text
@@ -158,12 +159,11 @@ impl LinuxRuntime {
         if !self.caps.root {
             ns |= libc::CLONE_NEWUSER;
         }
-        // Nothing of this start may create a thread before the fork (the owner heartbeat
-        // starts after it); the caller must not have one either.
+        // Nothing of this start creates a thread (the owner record's heartbeat is the
+        // caller's: `OneShotSandbox::heartbeat`); the caller must not have one either.
         single_threaded()?;
         let (pid, pidfd) = fork_into(ns, &child_plan).map_err(host("clone sandbox init"))?;
         sandbox.adopt_init(pid, pidfd);
-        crate::leftovers::keep_alive(&sandbox.identity().state_dir);
         clock.push(("host clone", sys::monotonic_us()));
         let host_ends = fds.close_child_ends();
         omabox_sandbox::fault::point("linux-start-cloned");
@@ -297,6 +297,19 @@ impl OneShotSandbox {
                 )));
             }
         })
+    }
+
+    /// Refreshes the owner record's mtime (what `leftovers::last_alive_ms` reads). A
+    /// one-shot host has no heartbeat thread (it stays single-threaded): its loop calls
+    /// this every [`OWNER_HEARTBEAT`](crate::leftovers::OWNER_HEARTBEAT).
+    pub fn heartbeat(&self) -> io::Result<()> {
+        crate::leftovers::touch(
+            &self
+                .sandbox
+                .identity()
+                .state_dir
+                .join(crate::leftovers::OWNER_FILE),
+        )
     }
 
     /// Asks PID 1 to send SIGTERM (`kill == false`) or SIGKILL to the command's process

@@ -17,6 +17,7 @@ use std::time::{Duration, Instant};
 
 use omabox_backend_linux::StartError;
 use omabox_backend_linux::factory::LinuxSandboxFactory;
+use omabox_backend_linux::leftovers::OWNER_HEARTBEAT;
 use omabox_backend_linux::oneshot::{OneShotCommand, OneShotEvent, OneShotSandbox};
 use omabox_contract::signals::{shell_exit_code, signal_name};
 use omabox_sandbox::SandboxFactoryContext;
@@ -190,6 +191,8 @@ struct Relay {
     started: Instant,
     exited_at: Option<Instant>,
     last_output: Instant,
+    /// When the owner record was last refreshed (this process has no heartbeat thread).
+    heartbeat_at: Instant,
 }
 
 impl Relay {
@@ -214,6 +217,7 @@ impl Relay {
             started: Instant::now(),
             exited_at: None,
             last_output: Instant::now(),
+            heartbeat_at: Instant::now(),
         }
     }
 
@@ -226,6 +230,10 @@ impl Relay {
             let now = Instant::now();
             if !self.ready && now.duration_since(self.started) > READY_TIMEOUT {
                 return Err(start_failure(&StartError::Timeout(READY_TIMEOUT)));
+            }
+            if now.duration_since(self.heartbeat_at) >= OWNER_HEARTBEAT {
+                self.heartbeat_at = now;
+                let _ = sandbox.heartbeat();
             }
             if self.exit.is_none() && self.escalate_at.is_some_and(|t| now >= t) {
                 self.escalate_at = None;
@@ -296,11 +304,10 @@ impl Relay {
 
     fn timeout_ms(&self) -> i32 {
         let now = Instant::now();
-        let mut next = if self.ready {
-            now + Duration::from_secs(3600)
-        } else {
-            self.started + READY_TIMEOUT
-        };
+        let mut next = self.heartbeat_at + OWNER_HEARTBEAT;
+        if !self.ready {
+            next = next.min(self.started + READY_TIMEOUT);
+        }
         if let Some(t) = self.escalate_at {
             next = next.min(t);
         }
