@@ -79,9 +79,18 @@ enum Command {
 }
 
 fn main() -> ExitCode {
+    // `omabox sandbox run` parses its own arguments only (see `parse_sandbox_run`).
+    if let Some(args) = commands::sandbox::parse_sandbox_run() {
+        init_tracing();
+        return finish(commands::sandbox::run(args));
+    }
     let cli = Cli::parse();
     init_tracing();
-    match run(cli) {
+    finish(run(cli))
+}
+
+fn finish(result: anyhow::Result<ExitCode>) -> ExitCode {
+    match result {
         Ok(code) => code,
         Err(error) => {
             eprintln!("omabox: error: {error:#}");

@@ -35,7 +35,7 @@ use std::time::Duration;
 
 use crate::cgroup::CgroupPaths;
 use crate::handoff::{self, InitSpec, SetupReport};
-use crate::identity::{DestroyError, IDENTITY_FILE, SCRATCH_DIR, SandboxIdentity, destroy_err};
+use crate::identity::{DestroyError, IDENTITY_FILE, SandboxIdentity, destroy_err};
 use crate::idmap;
 use crate::plan::{PlanError, SandboxPlan};
 use crate::probe::{LinuxCapabilities, MissingRequirement, ProbeError};
@@ -199,7 +199,7 @@ impl LinuxRuntime {
         let spec = InitSpec {
             id: sandbox.identity.id.clone(),
             plan: plan.clone(),
-            scratch_dir: sandbox.identity.state_dir.join(SCRATCH_DIR),
+            scratch_dir: sandbox.identity.state_dir.clone(),
             cgroup_join,
             id_base: ids.map(|r| r.base),
             userns_sent,
@@ -273,10 +273,6 @@ impl LinuxRuntime {
         crate::leftovers::Owner::record(&state_dir, &self.boot_id)
             .map_err(host("write owner record"))?;
         omabox_sandbox::fault::point("linux-start-state-dir");
-        std::fs::DirBuilder::new()
-            .mode(0o700)
-            .create(state_dir.join(SCRATCH_DIR))
-            .map_err(host("create scratch dir"))?;
         let ids = if self.caps.root {
             let r = idmap::allocate(&state_dir).map_err(host("allocate sandbox id range"))?;
             sandbox.identity.id_base = Some(r.base);

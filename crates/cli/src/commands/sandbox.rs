@@ -144,6 +144,32 @@ fn parse_env(text: &str) -> Result<(String, String), String> {
     Ok((key.to_owned(), value.to_owned()))
 }
 
+/// `omabox sandbox run` alone, for [`parse_sandbox_run`].
+#[derive(Debug, clap::Parser)]
+#[command(name = "omabox sandbox run")]
+struct SandboxRunOnly {
+    #[command(flatten)]
+    run: RunArgs,
+}
+
+/// `omabox sandbox run ARGS…` parsed by a parser of `sandbox run`'s own arguments,
+/// without building the whole command tree (a sandbox start is a few milliseconds; the
+/// whole tree is a sizeable part of one). `None` for any other command line and for one
+/// this parser does not accept (`--help`, a global option, a usage error): the full
+/// parser then handles it, with its messages.
+pub fn parse_sandbox_run() -> Option<SandboxArgs> {
+    let mut args = std::env::args_os();
+    args.next()?;
+    if args.next()? != "sandbox" || args.next()? != "run" {
+        return None;
+    }
+    let argv = std::iter::once(std::ffi::OsString::from("omabox sandbox run")).chain(args);
+    let parsed = <SandboxRunOnly as clap::Parser>::try_parse_from(argv).ok()?;
+    Some(SandboxArgs {
+        command: SandboxCommand::Run(parsed.run),
+    })
+}
+
 /// Runs `omabox sandbox ...`. The linux backend takes the one-shot path (`one_shot.rs`:
 /// no async runtime, no agent); any other backend runs the command through its factory
 /// and the duplex process port on a current-thread runtime (blocking work still goes to

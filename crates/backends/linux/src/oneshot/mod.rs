@@ -27,7 +27,7 @@ use std::io::{self, Read};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 
 use crate::handoff::{self, InitSpec, SetupReport};
-use crate::identity::{DestroyError, SCRATCH_DIR};
+use crate::identity::DestroyError;
 use crate::plan::{PlanError, SandboxPlan};
 use crate::sandbox::{LinuxRuntime, LinuxSandbox, StartError, host};
 use crate::sys;
@@ -137,7 +137,7 @@ impl LinuxRuntime {
         let spec = InitSpec {
             id: sandbox.id().to_owned(),
             plan: plan.clone(),
-            scratch_dir: sandbox.identity().state_dir.join(SCRATCH_DIR),
+            scratch_dir: sandbox.identity().state_dir.clone(),
             cgroup_join: cgroup_join.clone(),
             id_base: ids.map(|r| r.base),
             userns_sent: ids.is_some(),
