@@ -148,6 +148,11 @@ fn parse_env(text: &str) -> Result<(String, String), String> {
 #[derive(Debug, clap::Parser)]
 #[command(name = "omabox sandbox run")]
 struct SandboxRunOnly {
+    /// The global option, accepted as the full parser accepts it (`sandbox run` does
+    /// not use it).
+    #[arg(long, env = "OMABOX_DATA_DIR", value_name = "DIR")]
+    #[allow(dead_code)]
+    data_dir: Option<PathBuf>,
     #[command(flatten)]
     run: RunArgs,
 }
