@@ -100,6 +100,16 @@ impl Zygote {
         if n != 4 {
             return Err(io::Error::other("the zygote closed its socket"));
         }
+        // With an error, every fd is a spare the zygote discarded; else, after the
+        // child's pidfd. Spares are our children: killed and reaped here.
+        let spares = if pid <= 0 {
+            std::mem::take(&mut got)
+        } else {
+            got.split_off(got.len().min(1))
+        };
+        for spare in spares {
+            kill_and_reap(&spare);
+        }
         if pid <= 0 {
             return Err(io::Error::from_raw_os_error(-pid));
         }
@@ -110,8 +120,32 @@ impl Zygote {
     }
 }
 
+/// Kills and reaps a child of ours through its pidfd.
+fn kill_and_reap(pidfd: &OwnedFd) {
+    let _ = sys::pidfd_kill(pidfd.as_fd(), libc::SIGKILL);
+    let _ = sys::pidfd_wait_exit(pidfd.as_fd(), 1000);
+    let _ = sys::pidfd_reap(pidfd.as_fd(), true);
+}
+
 impl Drop for Zygote {
     fn drop(&mut self) {
+        // Its spare (our child) comes back with the answer to SHUTDOWN, to be reaped.
+        if send_with_fds(self.sock.as_fd(), &SHUTDOWN.to_ne_bytes(), &[]).is_ok() {
+            let mut pfd = libc::pollfd {
+                fd: self.sock.as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            };
+            // SAFETY: one valid pollfd.
+            if unsafe { libc::poll(&mut pfd, 1, 1000) } > 0 {
+                let mut data = [0u8; 4];
+                if let Ok((_, spares)) = recv_with_fds(self.sock.as_fd(), &mut data) {
+                    for spare in spares {
+                        kill_and_reap(&spare);
+                    }
+                }
+            }
+        }
         // EOF on its socket ends it; it is our child, so reap it (kill it if it lingers).
         // SAFETY: shutdown on a socket we own.
         unsafe { libc::shutdown(self.sock.as_raw_fd(), libc::SHUT_RDWR) };
@@ -158,23 +192,64 @@ pub struct ChildFds {
     pub status: OwnedFd,
     /// The agent socket.
     pub agent: OwnedFd,
+    /// A spare child made its network namespace before it was handed out: how that went.
+    /// `None`: not done yet (the setup stage does it first thing).
+    pub network: Option<Result<(), crate::setup::SetupError>>,
 }
 
-/// The zygote's loop (in `omabox-sandbox-init --zygote-fd N`, single-threaded): forks a
-/// child per request. Returns in the child, set up like an exec'd init; returns `None`
-/// in the zygote once the host closed the socket.
+/// The request that ends a zygote (instead of namespace flags): it answers with the
+/// spare child's pidfd, if it has one, for the host to kill and reap (the spare is the
+/// host's child), and exits.
+const SHUTDOWN: libc::c_int = -1;
+
+/// A child forked ahead of the next request, in the namespaces of the last one, with its
+/// network namespace made; it waits on its socket for its handoff fds.
+struct Spare {
+    ns: libc::c_int,
+    sock: OwnedFd,
+    pid: i32,
+    pidfd: OwnedFd,
+}
+
+/// The zygote's loop (in `omabox-sandbox-init --zygote-fd N`, single-threaded): hands
+/// out a child per request — the spare forked after the previous request when there is
+/// one (so a start does not wait for a fork and a network namespace), else a fresh
+/// fork. Returns in the child, set up like an exec'd init; returns `None` in the zygote
+/// once the host closed the socket or asked it to stop.
 pub fn serve(sock: OwnedFd) -> Option<ChildFds> {
+    let mut spare: Option<Spare> = None;
+    let mut last_ns = None;
     loop {
+        if spare.is_none()
+            && let Some(ns) = last_ns
+        {
+            match prefork(ns) {
+                Ok(Prefork::Spare(s)) => spare = Some(s),
+                Ok(Prefork::Child(fds)) => {
+                    // The spare closed every fd of the zygote's (`close_range`).
+                    std::mem::forget(sock);
+                    return Some(fds);
+                }
+                // Forks on request instead.
+                Err(_) => last_ns = None,
+            }
+        }
         let mut data = [0u8; 4];
         let (n, fds) = match recv_with_fds(sock.as_fd(), &mut data) {
             Ok(r) => r,
             Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
             Err(_) => return None,
         };
-        if n == 0 {
+        let ns = libc::c_int::from_ne_bytes(data);
+        if n == 0 || (n == 4 && ns == SHUTDOWN) {
+            if let Some(s) = spare.take() {
+                let _ = sys::pidfd_kill(s.pidfd.as_fd(), libc::SIGKILL);
+                let _ = send_with_fds(sock.as_fd(), &s.pid.to_ne_bytes(), &[s.pidfd.as_raw_fd()]);
+            } else {
+                let _ = send_with_fds(sock.as_fd(), &0i32.to_ne_bytes(), &[]);
+            }
             return None;
         }
-        let ns = libc::c_int::from_ne_bytes(data);
         let Ok([plan, status, agent, null]) = <[OwnedFd; 4]>::try_from(fds) else {
             let _ = send_with_fds(sock.as_fd(), &(-libc::EINVAL).to_ne_bytes(), &[]);
             continue;
@@ -183,10 +258,31 @@ pub fn serve(sock: OwnedFd) -> Option<ChildFds> {
             let _ = send_with_fds(sock.as_fd(), &(-libc::EINVAL).to_ne_bytes(), &[]);
             continue;
         }
+        last_ns = Some(ns);
+        // A spare that cannot be used is killed; the host reaps it (its pidfd rides
+        // along with the answer).
+        let mut discarded = None;
+        if let Some(s) = spare.take() {
+            let handed = s.ns == ns
+                && send_with_fds(
+                    s.sock.as_fd(),
+                    &[0; 4],
+                    &[plan.as_raw_fd(), status.as_raw_fd(), agent.as_raw_fd()],
+                )
+                .is_ok();
+            if handed {
+                let _ = send_with_fds(sock.as_fd(), &s.pid.to_ne_bytes(), &[s.pidfd.as_raw_fd()]);
+                continue;
+            }
+            let _ = sys::pidfd_kill(s.pidfd.as_fd(), libc::SIGKILL);
+            discarded = Some(s.pidfd);
+        }
+        let extra: Vec<RawFd> = discarded.iter().map(|fd| fd.as_raw_fd()).collect();
         match fork_child(ns) {
             Ok(None) => {
-                // The child: the zygote's socket is not its to keep.
+                // The child: the zygote's sockets are not its to keep.
                 drop(sock);
+                drop(discarded);
                 let ready = become_init(&plan, &status, &agent, &null);
                 drop(null);
                 return match ready {
@@ -194,18 +290,88 @@ pub fn serve(sock: OwnedFd) -> Option<ChildFds> {
                         plan,
                         status,
                         agent,
+                        network: None,
                     }),
                     // SAFETY: ends the half-made child; the host sees its status pipe close.
                     Err(_) => unsafe { libc::_exit(127) },
                 };
             }
             Ok(Some((pid, pidfd))) => {
-                let _ = send_with_fds(sock.as_fd(), &pid.to_ne_bytes(), &[pidfd.as_raw_fd()]);
+                let mut sent = vec![pidfd.as_raw_fd()];
+                sent.extend(&extra);
+                let _ = send_with_fds(sock.as_fd(), &pid.to_ne_bytes(), &sent);
             }
             Err(e) => {
                 let errno = e.raw_os_error().unwrap_or(libc::EIO);
-                let _ = send_with_fds(sock.as_fd(), &(-errno).to_ne_bytes(), &[]);
+                let _ = send_with_fds(sock.as_fd(), &(-errno).to_ne_bytes(), &extra);
             }
+        }
+    }
+}
+
+enum Prefork {
+    /// In the zygote: the spare.
+    Spare(Spare),
+    /// In the spare, once it got its fds.
+    Child(ChildFds),
+}
+
+/// Forks a spare into `ns`. The spare makes its session, mask and fds like
+/// [`become_init`] (its stdio is the zygote's `/dev/null`), makes its network namespace
+/// and waits for its handoff fds; it exits if the zygote goes away first.
+fn prefork(ns: libc::c_int) -> io::Result<Prefork> {
+    let (mine, its) = seqpacket_pair()?;
+    match fork_child(ns)? {
+        Some((pid, pidfd)) => Ok(Prefork::Spare(Spare {
+            ns,
+            sock: mine,
+            pid,
+            pidfd,
+        })),
+        None => {
+            // SAFETY (whole block): in the spare; session and mask syscalls on a local,
+            // initialized sigset_t.
+            unsafe {
+                let mut empty: libc::sigset_t = std::mem::zeroed();
+                libc::sigemptyset(&mut empty);
+                libc::sigprocmask(libc::SIG_SETMASK, &empty, std::ptr::null_mut());
+                if libc::setsid() < 0 {
+                    libc::_exit(127);
+                }
+            }
+            let keep = its.as_raw_fd() as libc::c_uint;
+            // Every fd but 0-2 (the zygote's /dev/null) and the spare's own socket.
+            if close_range(3, keep - 1).is_err()
+                || close_range(keep + 1, libc::c_uint::MAX).is_err()
+            {
+                // SAFETY: ends the spare before it was handed out.
+                unsafe { libc::_exit(127) }
+            }
+            // Closed above: not ours to close again.
+            std::mem::forget(mine);
+            let network = crate::setup::isolate_network();
+            let mut data = [0u8; 4];
+            let fds = loop {
+                match recv_with_fds(its.as_fd(), &mut data) {
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                    Ok((0, _)) | Err(_) => {
+                        // SAFETY: the zygote went away before handing this spare out.
+                        unsafe { libc::_exit(0) }
+                    }
+                    Ok((_, fds)) => break fds,
+                }
+            };
+            drop(its);
+            let Ok([plan, status, agent]) = <[OwnedFd; 3]>::try_from(fds) else {
+                // SAFETY: a malformed handoff; the host sees the status pipe close.
+                unsafe { libc::_exit(127) }
+            };
+            Ok(Prefork::Child(ChildFds {
+                plan,
+                status,
+                agent,
+                network: Some(network),
+            }))
         }
     }
 }

@@ -107,7 +107,7 @@ fn run() -> u8 {
     // A zygote forks a child per sandbox, which continues below like an exec'd init
     // (with the plan's environment still to take: see `take_plan_env`). It prepares
     // what needs no plan once, for every child it forks.
-    let (fds, forked, mut early) = match zygote_fd() {
+    let (fds, forked, mut early, mut network) = match zygote_fd() {
         Some(Ok(sock)) => {
             let early = setup::Early::prepare();
             match omabox_backend_linux::zygote::serve(sock) {
@@ -119,6 +119,7 @@ fn run() -> u8 {
                     },
                     true,
                     Some(early),
+                    child.network,
                 ),
                 None => return 0,
             }
@@ -128,7 +129,7 @@ fn run() -> u8 {
             return 2;
         }
         None => match parse_fds() {
-            Ok(f) => (f, false, None),
+            Ok(f) => (f, false, None, None),
             Err(e) => {
                 eprintln!("{}: {e}", omabox_backend_linux::INIT_BINARY);
                 return 2;
@@ -137,8 +138,9 @@ fn run() -> u8 {
     };
     let entered = handoff::monotonic_us();
     let mut status = std::fs::File::from(fds.status);
-    // Our own network namespace first, while the host prepares the cgroup.
-    if let Err(e) = setup::isolate_network() {
+    // Our own network namespace first, while the host prepares the cgroup (a zygote's
+    // spare made it before it was handed out).
+    if let Err(e) = network.take().unwrap_or_else(setup::isolate_network) {
         let _ = write!(status, "{}{e}", handoff::FAILED as char);
         return 1;
     }
