@@ -4,18 +4,23 @@
 //! `main` runs (the dynamic loader and libc's start-up, `cpuid` included). So a
 //! [`LinuxRuntime`](crate::LinuxRuntime) keeps one `omabox-sandbox-init --zygote-fd N`
 //! process, exec'd once (with an empty environment, `/dev/null` stdio, a session of its
-//! own, like every init) and single-threaded for life: per start the host sends it the
-//! child's three handoff fds and `/dev/null` over a `SOCK_SEQPACKET` socket, and it
-//! forks a child into the new namespaces with `CLONE_PARENT` (so the child is the
-//! host's, which waits for and reaps it through the pidfd the zygote sends back) that
-//! continues exactly like an exec'd init: default signal mask, a session of its own,
-//! `/dev/null` stdio, no fd but the three. It then takes the plan's environment once it
-//! has read the plan. The zygote itself never runs code of a plan and holds nothing of
-//! the host's but its socket; it exits when the host closes it (the host dropped the
-//! runtime, or died).
+//! own, like every init) and single-threaded for life, that forks children into the new
+//! namespaces with `CLONE_PARENT`: each is the host's child, which waits for and reaps it
+//! through the pidfd the zygote sends back. On the host's `SOCK_SEQPACKET` socket:
 //!
-//! The first start of a runtime execs as before and then starts the zygote for the
-//! next; a zygote that fails is dropped and the start falls back to the exec.
+//! - `FORK ns` + the child's three handoff fds and `/dev/null` → a child that continues
+//!   at once exactly like an exec'd init (default signal mask, a session of its own,
+//!   `/dev/null` stdio, no fd but the three); answer: its pid and pidfd.
+//! - `SPARE ns` → a child forked ahead: it does the same, makes its network namespace,
+//!   and waits on a socket of its own for its handoff fds; answer: its pid, pidfd and that
+//!   socket. The host keeps one spare and hands the next start's fds to it directly, so a
+//!   start waits for neither the zygote, a fork nor a network namespace.
+//!
+//! A child takes the plan's environment once it has read the plan. The zygote never runs
+//! code of a plan and holds nothing of the host's but its socket; it exits when the host
+//! closes it (the host dropped the runtime, or died); a spare exits when its socket
+//! closes. The first start of a runtime execs as before and then starts the zygote for
+//! the next; a zygote that fails is dropped and the start falls back to the exec.
 
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
@@ -35,6 +40,10 @@ const ALLOWED_NS: libc::c_int = libc::CLONE_NEWNS
     | libc::CLONE_NEWUTS
     | libc::CLONE_NEWUSER;
 
+/// Request kinds (the first 4 bytes; the namespace flags follow).
+const FORK: u32 = 1;
+const SPARE: u32 = 2;
+
 /// The runtime's zygote, shared by its clones; `None` until the first start made one.
 pub(crate) type SharedZygote = Arc<Mutex<Option<Zygote>>>;
 
@@ -42,6 +51,19 @@ pub(crate) type SharedZygote = Arc<Mutex<Option<Zygote>>>;
 #[derive(Debug)]
 pub(crate) struct Zygote {
     sock: OwnedFd,
+    pidfd: OwnedFd,
+    /// A child forked ahead, waiting for its fds.
+    spare: Option<Spare>,
+    /// A `SPARE` request whose answer is not read yet (its namespaces).
+    asked: Option<libc::c_int>,
+}
+
+/// A spare child, as the host holds it.
+#[derive(Debug)]
+struct Spare {
+    ns: libc::c_int,
+    sock: OwnedFd,
+    pid: i32,
     pidfd: OwnedFd,
 }
 
@@ -74,14 +96,82 @@ impl Zygote {
         Ok(Self {
             sock: host,
             pidfd: spawned.pidfd,
+            spare: None,
+            asked: None,
         })
     }
 
-    /// Asks the zygote for a child in `ns` whose handoff fds are `fds` (plan read end,
-    /// status write end, agent socket, `/dev/null`).
-    fn fork(&self, fds: [BorrowedFd<'_>; 4], ns: libc::c_int) -> io::Result<Spawned> {
-        let raw = fds.map(|f| f.as_raw_fd());
-        send_with_fds(self.sock.as_fd(), &ns.to_ne_bytes(), &raw)?;
+    /// A child in `ns` whose handoff fds are `fds` (plan read end, status write end,
+    /// agent socket, `/dev/null`): the spare if it fits, else a fresh fork; then asks for
+    /// the next spare.
+    fn fork(&mut self, fds: [BorrowedFd<'_>; 4], ns: libc::c_int) -> io::Result<Spawned> {
+        if let Some(asked) = self.asked.take() {
+            let (pid, mut got) = self.answer()?;
+            if pid > 0 && got.len() == 2 {
+                let sock = got.pop().unwrap_or_else(|| unreachable!());
+                let pidfd = got.pop().unwrap_or_else(|| unreachable!());
+                self.spare = Some(Spare {
+                    ns: asked,
+                    sock,
+                    pid,
+                    pidfd,
+                });
+            } else {
+                got.iter().for_each(kill_and_reap);
+            }
+        }
+        let spawned = match self.spare.take() {
+            Some(spare) if spare.ns == ns => {
+                let handed = send_with_fds(
+                    spare.sock.as_fd(),
+                    &[0; 4],
+                    &[fds[0].as_raw_fd(), fds[1].as_raw_fd(), fds[2].as_raw_fd()],
+                );
+                match handed {
+                    Ok(()) => Some(Spawned {
+                        pid: spare.pid,
+                        pidfd: spare.pidfd,
+                    }),
+                    Err(_) => {
+                        kill_and_reap(&spare.pidfd);
+                        None
+                    }
+                }
+            }
+            Some(spare) => {
+                kill_and_reap(&spare.pidfd);
+                None
+            }
+            None => None,
+        };
+        let spawned = match spawned {
+            Some(s) => s,
+            None => {
+                send_with_fds(
+                    self.sock.as_fd(),
+                    &request(FORK, ns),
+                    &fds.map(|f| f.as_raw_fd()),
+                )?;
+                let (pid, mut got) = self.answer()?;
+                if pid <= 0 {
+                    got.iter().for_each(kill_and_reap);
+                    return Err(io::Error::from_raw_os_error(-pid));
+                }
+                let pidfd = got
+                    .pop()
+                    .ok_or_else(|| io::Error::other("the zygote sent no pidfd"))?;
+                Spawned { pid, pidfd }
+            }
+        };
+        // The next start's spare, forked while this sandbox sets itself up.
+        if send_with_fds(self.sock.as_fd(), &request(SPARE, ns), &[]).is_ok() {
+            self.asked = Some(ns);
+        }
+        Ok(spawned)
+    }
+
+    /// The zygote's next answer: a pid (or -errno) and the fds it carried.
+    fn answer(&self) -> io::Result<(i32, Vec<OwnedFd>)> {
         let mut pfd = libc::pollfd {
             fd: self.sock.as_raw_fd(),
             events: libc::POLLIN,
@@ -95,29 +185,20 @@ impl Zygote {
             ));
         }
         let mut data = [0u8; 4];
-        let (n, mut got) = recv_with_fds(self.sock.as_fd(), &mut data)?;
-        let pid = i32::from_ne_bytes(data);
+        let (n, got) = recv_with_fds(self.sock.as_fd(), &mut data)?;
         if n != 4 {
             return Err(io::Error::other("the zygote closed its socket"));
         }
-        // With an error, every fd is a spare the zygote discarded; else, after the
-        // child's pidfd. Spares are our children: killed and reaped here.
-        let spares = if pid <= 0 {
-            std::mem::take(&mut got)
-        } else {
-            got.split_off(got.len().min(1))
-        };
-        for spare in spares {
-            kill_and_reap(&spare);
-        }
-        if pid <= 0 {
-            return Err(io::Error::from_raw_os_error(-pid));
-        }
-        let pidfd = got
-            .pop()
-            .ok_or_else(|| io::Error::other("the zygote sent no pidfd"))?;
-        Ok(Spawned { pid, pidfd })
+        Ok((i32::from_ne_bytes(data), got))
     }
+}
+
+/// A request: its kind and the namespace flags.
+fn request(kind: u32, ns: libc::c_int) -> [u8; 8] {
+    let mut r = [0u8; 8];
+    r[..4].copy_from_slice(&kind.to_ne_bytes());
+    r[4..].copy_from_slice(&ns.to_ne_bytes());
+    r
 }
 
 /// Kills and reaps a child of ours through its pidfd.
@@ -129,22 +210,15 @@ fn kill_and_reap(pidfd: &OwnedFd) {
 
 impl Drop for Zygote {
     fn drop(&mut self) {
-        // Its spare (our child) comes back with the answer to SHUTDOWN, to be reaped.
-        if send_with_fds(self.sock.as_fd(), &SHUTDOWN.to_ne_bytes(), &[]).is_ok() {
-            let mut pfd = libc::pollfd {
-                fd: self.sock.as_raw_fd(),
-                events: libc::POLLIN,
-                revents: 0,
-            };
-            // SAFETY: one valid pollfd.
-            if unsafe { libc::poll(&mut pfd, 1, 1000) } > 0 {
-                let mut data = [0u8; 4];
-                if let Ok((_, spares)) = recv_with_fds(self.sock.as_fd(), &mut data) {
-                    for spare in spares {
-                        kill_and_reap(&spare);
-                    }
-                }
-            }
+        // Spares are our children: a requested one is collected first, then killed and
+        // reaped.
+        if self.asked.take().is_some()
+            && let Ok((_, got)) = self.answer()
+        {
+            got.iter().for_each(kill_and_reap);
+        }
+        if let Some(spare) = self.spare.take() {
+            kill_and_reap(&spare.pidfd);
         }
         // EOF on its socket ends it; it is our child, so reap it (kill it if it lingers).
         // SAFETY: shutdown on a socket we own.
@@ -165,7 +239,7 @@ pub(crate) fn fork(
     ns: libc::c_int,
 ) -> Option<Spawned> {
     let mut slot = zygote.lock().unwrap_or_else(PoisonError::into_inner);
-    let result = slot.as_ref()?.fork(fds, ns);
+    let result = slot.as_mut()?.fork(fds, ns);
     match result {
         Ok(spawned) => Some(spawned),
         Err(_) => {
@@ -192,97 +266,64 @@ pub struct ChildFds {
     pub status: OwnedFd,
     /// The agent socket.
     pub agent: OwnedFd,
-    /// A spare child made its network namespace before it was handed out: how that went.
+    /// A spare made its network namespace before it was handed out: how that went.
     /// `None`: not done yet (the setup stage does it first thing).
     pub network: Option<Result<(), crate::setup::SetupError>>,
 }
 
-/// The request that ends a zygote (instead of namespace flags): it answers with the
-/// spare child's pidfd, if it has one, for the host to kill and reap (the spare is the
-/// host's child), and exits.
-const SHUTDOWN: libc::c_int = -1;
-
-/// A child forked ahead of the next request, in the namespaces of the last one, with its
-/// network namespace made; it waits on its socket for its handoff fds.
-struct Spare {
-    ns: libc::c_int,
-    sock: OwnedFd,
-    pid: i32,
-    pidfd: OwnedFd,
-}
-
-/// The zygote's loop (in `omabox-sandbox-init --zygote-fd N`, single-threaded): hands
-/// out a child per request — the spare forked after the previous request when there is
-/// one (so a start does not wait for a fork and a network namespace), else a fresh
-/// fork. Returns in the child, set up like an exec'd init; returns `None` in the zygote
-/// once the host closed the socket or asked it to stop.
+/// The zygote's loop (in `omabox-sandbox-init --zygote-fd N`, single-threaded): answers
+/// `FORK` and `SPARE` requests (module doc). Returns in a child, set up like an exec'd
+/// init; returns `None` in the zygote once the host closed the socket.
 pub fn serve(sock: OwnedFd) -> Option<ChildFds> {
-    let mut spare: Option<Spare> = None;
-    let mut last_ns = None;
     loop {
-        if spare.is_none()
-            && let Some(ns) = last_ns
-        {
-            match prefork(ns) {
-                Ok(Prefork::Spare(s)) => spare = Some(s),
-                Ok(Prefork::Child(fds)) => {
-                    // The spare closed every fd of the zygote's (`close_range`).
-                    std::mem::forget(sock);
-                    return Some(fds);
-                }
-                // Forks on request instead.
-                Err(_) => last_ns = None,
-            }
-        }
-        let mut data = [0u8; 4];
+        let mut data = [0u8; 8];
         let (n, fds) = match recv_with_fds(sock.as_fd(), &mut data) {
             Ok(r) => r,
             Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
             Err(_) => return None,
         };
-        let ns = libc::c_int::from_ne_bytes(data);
-        if n == 0 || (n == 4 && ns == SHUTDOWN) {
-            if let Some(s) = spare.take() {
-                let _ = sys::pidfd_kill(s.pidfd.as_fd(), libc::SIGKILL);
-                let _ = send_with_fds(sock.as_fd(), &s.pid.to_ne_bytes(), &[s.pidfd.as_raw_fd()]);
-            } else {
-                let _ = send_with_fds(sock.as_fd(), &0i32.to_ne_bytes(), &[]);
-            }
+        if n == 0 {
             return None;
         }
+        let kind = u32::from_ne_bytes([data[0], data[1], data[2], data[3]]);
+        let ns = libc::c_int::from_ne_bytes([data[4], data[5], data[6], data[7]]);
+        let refuse = |errno: libc::c_int| {
+            let _ = send_with_fds(sock.as_fd(), &(-errno).to_ne_bytes(), &[]);
+        };
+        if n != 8 || ns & !ALLOWED_NS != 0 {
+            refuse(libc::EINVAL);
+            continue;
+        }
+        if kind == SPARE && fds.is_empty() {
+            match spare(ns) {
+                Ok(Forked::Parent(pid, pidfd, its_sock)) => {
+                    let _ = send_with_fds(
+                        sock.as_fd(),
+                        &pid.to_ne_bytes(),
+                        &[pidfd.as_raw_fd(), its_sock.as_raw_fd()],
+                    );
+                }
+                Ok(Forked::Child(fds)) => {
+                    // The spare closed every fd of the zygote's (`close_range`).
+                    std::mem::forget(sock);
+                    return Some(fds);
+                }
+                Err(e) => refuse(e.raw_os_error().unwrap_or(libc::EIO)),
+            }
+            continue;
+        }
         let Ok([plan, status, agent, null]) = <[OwnedFd; 4]>::try_from(fds) else {
-            let _ = send_with_fds(sock.as_fd(), &(-libc::EINVAL).to_ne_bytes(), &[]);
+            refuse(libc::EINVAL);
             continue;
         };
-        if n != 4 || ns & !ALLOWED_NS != 0 {
-            let _ = send_with_fds(sock.as_fd(), &(-libc::EINVAL).to_ne_bytes(), &[]);
+        if kind != FORK {
+            refuse(libc::EINVAL);
             continue;
         }
-        last_ns = Some(ns);
-        // A spare that cannot be used is killed; the host reaps it (its pidfd rides
-        // along with the answer).
-        let mut discarded = None;
-        if let Some(s) = spare.take() {
-            let handed = s.ns == ns
-                && send_with_fds(
-                    s.sock.as_fd(),
-                    &[0; 4],
-                    &[plan.as_raw_fd(), status.as_raw_fd(), agent.as_raw_fd()],
-                )
-                .is_ok();
-            if handed {
-                let _ = send_with_fds(sock.as_fd(), &s.pid.to_ne_bytes(), &[s.pidfd.as_raw_fd()]);
-                continue;
-            }
-            let _ = sys::pidfd_kill(s.pidfd.as_fd(), libc::SIGKILL);
-            discarded = Some(s.pidfd);
-        }
-        let extra: Vec<RawFd> = discarded.iter().map(|fd| fd.as_raw_fd()).collect();
         match fork_child(ns) {
             Ok(None) => {
-                // The child: the zygote's sockets are not its to keep.
+                // The child: the zygote's socket is not its to keep.
                 drop(sock);
-                drop(discarded);
                 let ready = become_init(&plan, &status, &agent, &null);
                 drop(null);
                 return match ready {
@@ -297,83 +338,70 @@ pub fn serve(sock: OwnedFd) -> Option<ChildFds> {
                 };
             }
             Ok(Some((pid, pidfd))) => {
-                let mut sent = vec![pidfd.as_raw_fd()];
-                sent.extend(&extra);
-                let _ = send_with_fds(sock.as_fd(), &pid.to_ne_bytes(), &sent);
+                let _ = send_with_fds(sock.as_fd(), &pid.to_ne_bytes(), &[pidfd.as_raw_fd()]);
             }
-            Err(e) => {
-                let errno = e.raw_os_error().unwrap_or(libc::EIO);
-                let _ = send_with_fds(sock.as_fd(), &(-errno).to_ne_bytes(), &extra);
-            }
+            Err(e) => refuse(e.raw_os_error().unwrap_or(libc::EIO)),
         }
     }
 }
 
-enum Prefork {
-    /// In the zygote: the spare.
-    Spare(Spare),
+enum Forked {
+    /// In the zygote: the spare's pid, pidfd and the host's end of its socket.
+    Parent(i32, OwnedFd, OwnedFd),
     /// In the spare, once it got its fds.
     Child(ChildFds),
 }
 
 /// Forks a spare into `ns`. The spare makes its session, mask and fds like
 /// [`become_init`] (its stdio is the zygote's `/dev/null`), makes its network namespace
-/// and waits for its handoff fds; it exits if the zygote goes away first.
-fn prefork(ns: libc::c_int) -> io::Result<Prefork> {
-    let (mine, its) = seqpacket_pair()?;
-    match fork_child(ns)? {
-        Some((pid, pidfd)) => Ok(Prefork::Spare(Spare {
-            ns,
-            sock: mine,
-            pid,
-            pidfd,
-        })),
-        None => {
-            // SAFETY (whole block): in the spare; session and mask syscalls on a local,
-            // initialized sigset_t.
-            unsafe {
-                let mut empty: libc::sigset_t = std::mem::zeroed();
-                libc::sigemptyset(&mut empty);
-                libc::sigprocmask(libc::SIG_SETMASK, &empty, std::ptr::null_mut());
-                if libc::setsid() < 0 {
-                    libc::_exit(127);
-                }
-            }
-            let keep = its.as_raw_fd() as libc::c_uint;
-            // Every fd but 0-2 (the zygote's /dev/null) and the spare's own socket.
-            if close_range(3, keep - 1).is_err()
-                || close_range(keep + 1, libc::c_uint::MAX).is_err()
-            {
-                // SAFETY: ends the spare before it was handed out.
-                unsafe { libc::_exit(127) }
-            }
-            // Closed above: not ours to close again.
-            std::mem::forget(mine);
-            let network = crate::setup::isolate_network();
-            let mut data = [0u8; 4];
-            let fds = loop {
-                match recv_with_fds(its.as_fd(), &mut data) {
-                    Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                    Ok((0, _)) | Err(_) => {
-                        // SAFETY: the zygote went away before handing this spare out.
-                        unsafe { libc::_exit(0) }
-                    }
-                    Ok((_, fds)) => break fds,
-                }
-            };
-            drop(its);
-            let Ok([plan, status, agent]) = <[OwnedFd; 3]>::try_from(fds) else {
-                // SAFETY: a malformed handoff; the host sees the status pipe close.
-                unsafe { libc::_exit(127) }
-            };
-            Ok(Prefork::Child(ChildFds {
-                plan,
-                status,
-                agent,
-                network: Some(network),
-            }))
+/// and waits for its handoff fds; it exits if its socket closes first.
+fn spare(ns: libc::c_int) -> io::Result<Forked> {
+    let (host_end, its) = seqpacket_pair()?;
+    if let Some((pid, pidfd)) = fork_child(ns)? {
+        drop(its);
+        return Ok(Forked::Parent(pid, pidfd, host_end));
+    }
+    // SAFETY (whole block): in the spare; session and mask syscalls on a local,
+    // initialized sigset_t.
+    unsafe {
+        let mut empty: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut empty);
+        libc::sigprocmask(libc::SIG_SETMASK, &empty, std::ptr::null_mut());
+        if libc::setsid() < 0 {
+            libc::_exit(127);
         }
     }
+    // Every fd but 0-2 (the zygote's /dev/null) and the spare's own socket.
+    let keep = its.as_raw_fd() as libc::c_uint;
+    let closed = (keep <= 3 || close_range(3, keep - 1).is_ok())
+        && close_range(keep + 1, libc::c_uint::MAX).is_ok();
+    if !closed {
+        // SAFETY: ends the spare before it was handed out.
+        unsafe { libc::_exit(127) }
+    }
+    // Closed above: not ours to close again.
+    std::mem::forget(host_end);
+    let network = crate::setup::isolate_network();
+    let mut data = [0u8; 4];
+    let fds = loop {
+        match recv_with_fds(its.as_fd(), &mut data) {
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            // SAFETY: the host let go of this spare before handing it out.
+            Ok((0, _)) | Err(_) => unsafe { libc::_exit(0) },
+            Ok((_, fds)) => break fds,
+        }
+    };
+    drop(its);
+    let Ok([plan, status, agent]) = <[OwnedFd; 3]>::try_from(fds) else {
+        // SAFETY: a malformed handoff; the host sees the status pipe close.
+        unsafe { libc::_exit(127) }
+    };
+    Ok(Forked::Child(ChildFds {
+        plan,
+        status,
+        agent,
+        network: Some(network),
+    }))
 }
 
 /// `clone3(ns | CLONE_PARENT | CLONE_PIDFD)` without a stack (fork semantics; this
