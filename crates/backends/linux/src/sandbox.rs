@@ -226,17 +226,17 @@ impl LinuxRuntime {
     /// Step 2: the runtime and state dirs (owner-only), the half-built sandbox that owns
     /// them from here on, and, as root, its host id range.
     fn create_state(&self) -> Result<(LinuxSandbox, Option<idmap::IdRange>), StartError> {
-        let (sandbox, ids) = self.create_state_without_heartbeat()?;
+        let (sandbox, ids) = self.create_state_for(new_id())?;
         crate::leftovers::keep_alive(&sandbox.identity.state_dir);
         Ok((sandbox, ids))
     }
 
-    /// [`Self::create_state`] but the owner record is not yet in the heartbeat (the
-    /// caller adds it with `leftovers::keep_alive`): starts no thread.
-    pub(crate) fn create_state_without_heartbeat(
+    /// [`Self::create_state`] for a given id, without adding the owner record to the
+    /// heartbeat (a one-shot host has no heartbeat thread): starts no thread.
+    pub(crate) fn create_state_for(
         &self,
+        id: String,
     ) -> Result<(LinuxSandbox, Option<idmap::IdRange>), StartError> {
-        let id = uuid::Uuid::new_v4().simple().to_string()[..16].to_owned();
         std::fs::DirBuilder::new()
             .recursive(true)
             .mode(0o700)
@@ -444,6 +444,11 @@ fn send_plan(plan_w: OwnedFd, spec: &InitSpec) -> Result<(), StartError> {
     let json = serde_json::to_vec(spec).map_err(|e| host("encode plan")(e.into()))?;
     let _ = std::fs::File::from(plan_w).write_all(&json);
     Ok(())
+}
+
+/// A fresh sandbox id: 16 hex digits.
+pub(crate) fn new_id() -> String {
+    uuid::Uuid::new_v4().simple().to_string()[..16].to_owned()
 }
 
 /// The host's milestones and the setup stage's, in time order.

@@ -66,12 +66,14 @@ fn run(plan: &ChildPlan) -> i32 {
     // SAFETY: `control` is open in this process and owned by nothing else here.
     let control = unsafe { OwnedFd::from_raw_fd(plan.control) };
     // Blocks until the host made the cgroup (and, as root, the user namespace).
-    let userns = match wait_for_go(control.as_fd(), plan.spec.userns_sent) {
-        Ok(ns) => ns,
+    let (userns, id_base) = match wait_for_go(control.as_fd(), plan.spec.userns_sent) {
+        Ok(go) => go,
         Err(e) => return fail(&mut status, format!("waiting for the host: {e}")),
     };
     let go = handoff::monotonic_us();
-    let mut report = match setup::run(&plan.spec, userns, early) {
+    let mut spec = plan.spec.clone();
+    spec.id_base = id_base;
+    let mut report = match setup::run(&spec, userns, early) {
         Ok(r) => r,
         Err(e) => return fail(&mut status, e.to_string()),
     };
@@ -183,16 +185,31 @@ fn hide_host_argv() {
     }
 }
 
-/// Waits for the host's go: one byte, carrying the user namespace when one was made.
-fn wait_for_go(control: BorrowedFd<'_>, userns: bool) -> std::io::Result<Option<OwnedFd>> {
-    if userns {
-        return handoff::recv_fd(control).map(Some);
+/// Waits for the host's go: one byte (carrying the user namespace when one was made),
+/// then the id range's base (4 bytes, native endian; 0: none).
+fn wait_for_go(
+    control: BorrowedFd<'_>,
+    userns: bool,
+) -> std::io::Result<(Option<OwnedFd>, Option<u32>)> {
+    let ns = if userns {
+        Some(handoff::recv_fd(control)?)
+    } else {
+        let mut byte = [0u8; 1];
+        if read_some(control.as_raw_fd(), &mut byte)? == 0 {
+            return Err(std::io::Error::other("the host closed the control channel"));
+        }
+        None
+    };
+    let mut base = [0u8; 4];
+    let mut got = 0;
+    while got < 4 {
+        match read_some(control.as_raw_fd(), &mut base[got..])? {
+            0 => return Err(std::io::Error::other("the host closed the control channel")),
+            n => got += n,
+        }
     }
-    let mut byte = [0u8; 1];
-    match read_some(control.as_raw_fd(), &mut byte)? {
-        0 => Err(std::io::Error::other("the host closed the control channel")),
-        _ => Ok(None),
-    }
+    let base = u32::from_ne_bytes(base);
+    Ok((ns, (base != 0).then_some(base)))
 }
 
 fn read_some(fd: RawFd, buf: &mut [u8]) -> std::io::Result<usize> {

@@ -2,7 +2,10 @@
 //!
 //! [`LinuxRuntime::start_one_shot`] builds the same sandbox as [`LinuxRuntime::start`]
 //! (same state dir with `owner.json` first, id range, cgroup, user namespace, setup
-//! stage, identity record, teardown), with two differences that save most of a start:
+//! stage, identity record, teardown), with two differences that save most of a start
+//! (and PID 1 is forked before the state dir exists, so its own start-up overlaps the
+//! host's: until the host's go it only makes its network namespace and waits, and it
+//! exits if the host goes away, leaving nothing):
 //!
 //! - PID 1 is a fork of the calling process that runs the setup stage in place
 //!   (`child.rs`), not an exec of `omabox-sandbox-init`: no second binary is loaded. A
@@ -121,13 +124,16 @@ impl LinuxRuntime {
                 .map(String::as_str),
         )
         .ok_or(PlanError::Env("<NUL>".into()))?;
-        let (mut sandbox, ids) = self.create_state_without_heartbeat()?;
-        clock.push(("host state dir", sys::monotonic_us()));
+        // The child is forked first, so its start-up (network namespace, seccomp filter)
+        // overlaps the host's state dir, id range, cgroup and user namespace. Its id, and
+        // with it the state dir and cgroup paths, is known now; a host that dies before
+        // the go leaves only the child, which exits when the control socket closes.
+        let id = crate::sandbox::new_id();
         // On cgroup v1 as root the setup stage joins the cgroup itself; its directories
         // follow from layout, parent and id, so the child knows them before they exist.
         let cgroup_join = match &self.caps.cgroup {
             Some(layout) if self.caps.root => {
-                crate::leftovers::planned_cgroup(layout, &self.config.cgroup_parent, sandbox.id())
+                crate::leftovers::planned_cgroup(layout, &self.config.cgroup_parent, &id)
                     .self_join_files()
                     .unwrap_or_default()
             }
@@ -135,12 +141,13 @@ impl LinuxRuntime {
         };
         let fds = OneShotFds::new()?;
         let spec = InitSpec {
-            id: sandbox.id().to_owned(),
+            id: id.clone(),
             plan: plan.clone(),
-            scratch_dir: sandbox.identity().state_dir.clone(),
+            scratch_dir: self.config.runtime_dir.join(&id),
             cgroup_join: cgroup_join.clone(),
-            id_base: ids.map(|r| r.base),
-            userns_sent: ids.is_some(),
+            // Sent with the go (the range is claimed once the state dir exists).
+            id_base: None,
+            userns_sent: self.caps.root,
         };
         let child_plan = child::ChildPlan {
             spec,
@@ -163,10 +170,20 @@ impl LinuxRuntime {
         // caller's: `OneShotSandbox::heartbeat`); the caller must not have one either.
         single_threaded()?;
         let (pid, pidfd) = fork_into(ns, &child_plan).map_err(host("clone sandbox init"))?;
-        sandbox.adopt_init(pid, pidfd);
         clock.push(("host clone", sys::monotonic_us()));
         let host_ends = fds.close_child_ends();
         omabox_sandbox::fault::point("linux-start-cloned");
+        let (mut sandbox, ids) = match self.create_state_for(id) {
+            Ok(state) => state,
+            Err(e) => {
+                let _ = sys::pidfd_kill(pidfd.as_fd(), libc::SIGKILL);
+                let _ = sys::pidfd_wait_exit(pidfd.as_fd(), 1000);
+                let _ = sys::pidfd_reap(pidfd.as_fd(), true);
+                return Err(e);
+            }
+        };
+        sandbox.adopt_init(pid, pidfd);
+        clock.push(("host state dir", sys::monotonic_us()));
         if !self.caps.root {
             crate::sandbox::write_id_maps(pid).map_err(host("write user namespace id maps"))?;
         }
@@ -182,6 +199,9 @@ impl LinuxRuntime {
             // No user namespace to hand over: the go is a plain byte.
             let _ = sys::write_all_fd(host_ends.control.as_fd(), &[0]);
         }
+        // Then the id range's base (0: none). EPIPE: the child died; its status says why.
+        let base = ids.map_or(0, |r| r.base);
+        let _ = sys::write_all_fd(host_ends.control.as_fd(), &base.to_ne_bytes());
         clock.push(("host plan sent", sys::monotonic_us()));
         omabox_sandbox::fault::point("linux-start-plan-sent");
         sandbox.record_identity()?;
