@@ -80,9 +80,18 @@ enum Command {
 }
 
 fn main() -> ExitCode {
+    // `omabox sandbox run` parses its own arguments only (see `parse_sandbox_run`).
+    if let Some(args) = commands::sandbox::parse_sandbox_run() {
+        init_tracing();
+        return finish(commands::sandbox::run(args));
+    }
     let cli = Cli::parse();
     init_tracing();
-    match run(cli) {
+    finish(run(cli))
+}
+
+fn finish(result: anyhow::Result<ExitCode>) -> ExitCode {
+    match result {
         Ok(code) => code,
         Err(error) => {
             eprintln!("omabox: error: {error:#}");
@@ -135,18 +144,9 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             let data_dir = data_dir::resolve(cli.data_dir.as_deref())?;
             runtime()?.block_on(commands::serve::run(&data_dir, &args))
         }
-        Command::Sandbox(args) => one_shot_runtime()?.block_on(commands::sandbox::run(args)),
+        // One sandbox, one command, then exit: its own (for linux, runtime-free) path.
+        Command::Sandbox(args) => commands::sandbox::run(args),
     }
-}
-
-/// For `omabox sandbox run`: one sandbox, one command, then exit. A current-thread
-/// runtime (blocking work still goes to `spawn_blocking` threads) starts no worker
-/// threads and reads no cgroup CPU quota to size them: less to do before the sandbox
-/// starts, and nothing competing with its setup stage for the CPU.
-fn one_shot_runtime() -> anyhow::Result<tokio::runtime::Runtime> {
-    Ok(tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()?)
 }
 
 fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {

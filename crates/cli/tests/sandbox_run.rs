@@ -57,6 +57,20 @@ impl Linux {
         c
     }
 
+    /// `omabox reap` over this test's runtime dir and cgroup parent.
+    fn reap_command(&self, data_dir: &std::path::Path) -> Command {
+        let mut c = Command::new(omabox_bin());
+        c.arg("--data-dir")
+            .arg(data_dir)
+            .arg("reap")
+            .env(RUNTIME_DIR_ENV, self.runtime_dir.path())
+            .env(CGROUP_PARENT_ENV, &self.cgroup_parent)
+            .env(INIT_ENV, init_bin())
+            .env_remove("OMABOX_FAULT_POINT")
+            .stdin(Stdio::null());
+        c
+    }
+
     /// Runs with stdin at /dev/null and collects the output.
     fn run(&self, args: &[&str]) -> Output {
         self.command(args)
@@ -82,6 +96,17 @@ impl Linux {
 
     /// No state dir, no sandbox cgroup, no process in one, no temporary workspace.
     fn assert_nothing_left(&self) {
+        self.assert_no_sandbox_left();
+        let tmp: Vec<_> = std::fs::read_dir(self.tmp.path())
+            .unwrap()
+            .flatten()
+            .map(|e| e.path())
+            .collect();
+        assert!(tmp.is_empty(), "temporary workspace left: {tmp:?}");
+    }
+
+    /// No state dir, no sandbox cgroup, no process in one.
+    fn assert_no_sandbox_left(&self) {
         let state: Vec<_> = std::fs::read_dir(self.runtime_dir.path())
             .unwrap()
             .flatten()
@@ -108,12 +133,6 @@ impl Linux {
             .map(|e| e.file_name())
             .collect();
         assert!(in_cgroup.is_empty(), "processes left: {in_cgroup:?}");
-        let tmp: Vec<_> = std::fs::read_dir(self.tmp.path())
-            .unwrap()
-            .flatten()
-            .map(|e| e.path())
-            .collect();
-        assert!(tmp.is_empty(), "temporary workspace left: {tmp:?}");
     }
 }
 
@@ -238,6 +257,96 @@ fn workspace_writes_land_in_the_given_directory_and_env_flags_apply() {
     );
     lx.assert_nothing_left();
     assert!(ws.path().exists(), "a given workspace is kept");
+}
+
+/// The one-shot path (PID 1 forked from `omabox` itself) isolates like the agent path:
+/// no capabilities, no_new_privs, seccomp, its own user ids, no terminal, only `lo`, no
+/// fd of ours, and nothing of our command line or environment readable through PID 1.
+#[test]
+fn the_command_is_isolated_and_sees_nothing_of_the_host_process() {
+    let Some(lx) = linux() else { return };
+    let script = "grep -E '^(CapEff|CapPrm|CapBnd|NoNewPrivs|Seccomp):' /proc/self/status; \
+                  echo uid_map $(cat /proc/self/uid_map); \
+                  set -- /proc/$$/fd/*; echo fds $#; \
+                  echo pid1 $(tr '\\0' ' ' < /proc/1/cmdline); \
+                  cat /proc/1/environ >/dev/null 2>&1 && echo environ readable; \
+                  echo ifaces $(ls /sys/class/net 2>/dev/null || cut -d: -f1 /proc/net/dev | tail -n +3); \
+                  (exec 3</dev/tty) 2>/dev/null && echo tty opened; \
+                  env | grep -c OMABOX_TEST_SECRET";
+    let out = lx
+        .command(&["--", "sh", "-c", script])
+        .env("OMABOX_TEST_SECRET", "do-not-leak-4711")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let stdout = text(&out.stdout);
+    assert!(!stdout.contains("do-not-leak"), "{stdout}");
+    for line in [
+        "CapEff:\t0000000000000000",
+        "CapPrm:\t0000000000000000",
+        "CapBnd:\t0000000000000000",
+        "NoNewPrivs:\t1",
+        "Seccomp:\t2",
+        // 0, 1, 2 and the glob's own directory fd: nothing else is open.
+        "fds 4\n",
+        "pid1 omabox-sandbox-init",
+    ] {
+        assert!(stdout.contains(line), "{line:?} missing in {stdout}");
+    }
+    assert!(!stdout.contains("environ readable"), "{stdout}");
+    assert!(!stdout.contains("tty opened"), "{stdout}");
+    assert!(stdout.contains("ifaces lo\n"), "{stdout}");
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } == 0 {
+        // As root: uid 0 inside is a range of its own, far from host root.
+        let map = stdout
+            .lines()
+            .find_map(|l| l.strip_prefix("uid_map "))
+            .unwrap();
+        let base: u64 = map.split_whitespace().nth(1).unwrap().parse().unwrap();
+        assert!(base >= 1 << 30, "{map}");
+    }
+    // The env the command sees is the plan's plus --env, never ours.
+    assert!(stdout.ends_with("0\n"), "{stdout}");
+    assert_eq!(out.status.code(), Some(1), "grep -c exits 1 on no match");
+    lx.assert_nothing_left();
+}
+
+/// `omabox sandbox run` killed at every step of its start leaves nothing `omabox reap`
+/// does not remove: the one-shot PID 1, forked before the state dir exists, dies with
+/// its host; from the owner record on, the reap finds the rest.
+#[test]
+fn a_killed_run_leaves_nothing_reap_cannot_find() {
+    let Some(lx) = linux() else { return };
+    let data = tempfile::tempdir().unwrap();
+    for point in [
+        "linux-start-cloned",
+        "linux-start-state-dir",
+        "linux-start-cgroup",
+        "linux-start-userns",
+        "linux-start-plan-sent",
+        "linux-start-identity",
+    ] {
+        let out = lx
+            .command(&["--", "sleep", "30"])
+            .env("OMABOX_TEST_MODE", "1")
+            .env("OMABOX_FAULT_POINT", point)
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        use std::os::unix::process::ExitStatusExt as _;
+        assert_eq!(out.status.signal(), Some(libc::SIGKILL), "{point}");
+    }
+    let reap = lx
+        .reap_command(data.path())
+        .output()
+        .expect("omabox reap runs");
+    assert!(reap.status.success(), "{}", text(&reap.stderr));
+    lx.assert_no_sandbox_left();
+    // The killed runs' temporary workspaces are theirs to remove; not a sandbox's.
+    for e in std::fs::read_dir(lx.tmp.path()).unwrap().flatten() {
+        let _ = std::fs::remove_dir(e.path());
+    }
 }
 
 /// A tiny rootfs from the host (dash as /bin/sh, cat, their libraries, a marker file)

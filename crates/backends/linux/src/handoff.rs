@@ -29,8 +29,9 @@ pub struct InitSpec {
     pub id: String,
     /// The plan to carry out.
     pub plan: SandboxPlan,
-    /// Host directory (empty, owned by this sandbox) where the setup stage mounts its
-    /// scratch tmpfs, inside its private mount namespace; the host never sees the mount.
+    /// Host directory owned by this sandbox (its state dir) where the setup stage mounts
+    /// its scratch tmpfs, inside its private mount namespace; the host never sees the
+    /// mount (nor does the sandbox see what the directory holds on the host).
     pub scratch_dir: PathBuf,
     /// cgroup v1 `tasks` files the setup stage writes `0` into before anything else,
     /// joining the sandbox cgroup itself (see `setup::join_cgroups`). Empty when the

@@ -15,6 +15,8 @@ use crate::idmap;
 use crate::sys;
 
 pub(crate) const IDENTITY_FILE: &str = "identity.json";
+/// The scratch mount point older versions made in each state dir (now the state dir
+/// itself is the mount point); still removed if found.
 pub(crate) const SCRATCH_DIR: &str = "scratch";
 
 /// Why a teardown did not complete. Retrying is safe.
@@ -140,8 +142,9 @@ impl SandboxIdentity {
 }
 
 /// Removes a state dir without ever recursing: it holds only the identity and owner files
-/// and the empty scratch mount point (mounts happen in the sandbox's own namespace).
-/// Anything else there is an error, not something to delete blindly.
+/// (and, made by older versions, an empty `scratch` mount point; mounts happen in the
+/// sandbox's own namespace). Anything else there is an error, not something to delete
+/// blindly.
 pub(crate) fn remove_state_dir(dir: &Path) -> io::Result<()> {
     for f in [
         dir.join(IDENTITY_FILE),

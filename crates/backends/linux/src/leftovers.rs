@@ -60,7 +60,7 @@ static HEARTBEAT: std::sync::Once = std::sync::Once::new();
 
 /// Adds `state_dir` to the heartbeat (starting its thread on first use). A dir whose owner
 /// file is gone (the sandbox was destroyed) drops out by itself.
-fn keep_alive(state_dir: &Path) {
+pub(crate) fn keep_alive(state_dir: &Path) {
     OWNED
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner)
@@ -91,7 +91,7 @@ fn keep_alive(state_dir: &Path) {
 }
 
 /// Sets `path`'s mtime to now (never following a symlink).
-fn touch(path: &Path) -> io::Result<()> {
+pub(crate) fn touch(path: &Path) -> io::Result<()> {
     use std::os::unix::fs::OpenOptionsExt as _;
     std::fs::OpenOptions::new()
         .write(true)
@@ -126,6 +126,8 @@ pub(crate) struct Owner {
 
 impl Owner {
     /// Writes this process as the owner of `state_dir` (mode 0600, created exclusively).
+    /// The caller then adds it to the heartbeat ([`keep_alive`]) — not here, because a
+    /// one-shot start must stay single-threaded until it has forked.
     pub(crate) fn record(state_dir: &Path, boot_id: &str) -> io::Result<()> {
         use std::io::Write as _;
         use std::os::unix::fs::OpenOptionsExt as _;
@@ -141,9 +143,7 @@ impl Owner {
             .create_new(true)
             .mode(0o600)
             .open(state_dir.join(OWNER_FILE))?
-            .write_all(&bytes)?;
-        keep_alive(state_dir);
-        Ok(())
+            .write_all(&bytes)
     }
 
     fn read(state_dir: &Path) -> Option<Self> {
@@ -220,6 +220,14 @@ fn is_sandbox_id(name: &str) -> bool {
 
 /// The cgroup directories `LinuxRuntime::start` would create for `id` (those that exist).
 pub fn cgroup_of(layout: &CgroupLayout, parent: &str, id: &str) -> CgroupPaths {
+    let mut paths = planned_cgroup(layout, parent, id);
+    paths.dirs.retain(|dir| dir.is_dir());
+    paths
+}
+
+/// The cgroup directories `LinuxRuntime::start` creates for `id`, whether they exist or
+/// not (pure).
+pub(crate) fn planned_cgroup(layout: &CgroupLayout, parent: &str, id: &str) -> CgroupPaths {
     let mut dirs: Vec<PathBuf> = Vec::new();
     match layout {
         CgroupLayout::V1 { controllers } => {
@@ -234,7 +242,6 @@ pub fn cgroup_of(layout: &CgroupLayout, parent: &str, id: &str) -> CgroupPaths {
         }
         CgroupLayout::V2 { root, .. } => dirs.push(root.join(parent).join(id)),
     }
-    dirs.retain(|dir| dir.is_dir());
     CgroupPaths {
         dirs,
         unified: matches!(layout, CgroupLayout::V2 { .. }),
@@ -398,6 +405,7 @@ mod tests {
         let dir = state_dir(root.path(), "00000000000000a2");
         assert_eq!(last_alive_ms(&dir), None);
         Owner::record(&dir, &sys::boot_id().unwrap()).unwrap();
+        keep_alive(&dir);
         let written = last_alive_ms(&dir).unwrap();
         // The heartbeat moves it forward while we own it (polled, not timed).
         let old = SystemTime::now() - Duration::from_secs(3600);

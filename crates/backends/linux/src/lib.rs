@@ -8,8 +8,9 @@
 //! # What a running sandbox guarantees
 //!
 //! - Its processes live in their own mount, pid, network, ipc, uts and cgroup namespaces
-//!   (plus a user namespace when the host is not root). PID 1 is the agent; host
-//!   processes are invisible and unsignallable; killing PID 1 kills every process in it.
+//!   (plus a user namespace when the host is not root). PID 1 is the agent (or, for a
+//!   [`oneshot`] sandbox, a supervisor of its one command); host processes are
+//!   invisible and unsignallable; killing PID 1 kills every process in it.
 //! - Its filesystem is built from the plan alone: read-only host `/usr` & co. or an
 //!   overlay over a rootfs directory (a local directory, or a rootfs tarball or OCI image
 //!   layout that [`image::ImageCache`] unpacked once into its content-addressed cache,
@@ -34,7 +35,9 @@
 //! - Run anything of the plan's before the sandbox is in its cgroup and namespaces.
 //! - Put a host secret into the sandbox (the host's `/etc/shadow`, ssh keys,
 //!   machine-id, environment, terminal or open fds) or into a [`SandboxIdentity`].
-//! - Allocate, lock or panic between `clone` and `execve` in the host process.
+//! - Allocate, lock or panic between `clone` and `execve` in the host process (a
+//!   one-shot start, [`oneshot`], does not exec: it forks only a process it has checked
+//!   to be single-threaded).
 //! - Recursively delete a host directory during teardown.
 //!
 //! See `SECURITY.md` at the repository root for the escape tests and what is not
@@ -52,6 +55,7 @@ pub mod leftovers;
 pub mod managed;
 pub mod netns;
 pub mod network;
+pub mod oneshot;
 pub mod plan;
 pub mod port;
 pub mod probe;
@@ -61,6 +65,8 @@ pub mod setup;
 mod sk_lookup;
 mod spawn;
 mod sys;
+#[doc(hidden)]
+pub mod zygote;
 
 pub use cgroup::{CgroupLayout, CgroupPaths};
 pub use handoff::SetupReport;

@@ -35,7 +35,7 @@ use std::time::Duration;
 
 use crate::cgroup::CgroupPaths;
 use crate::handoff::{self, InitSpec, SetupReport};
-use crate::identity::{DestroyError, IDENTITY_FILE, SCRATCH_DIR, SandboxIdentity, destroy_err};
+use crate::identity::{DestroyError, IDENTITY_FILE, SandboxIdentity, destroy_err};
 use crate::idmap;
 use crate::plan::{PlanError, SandboxPlan};
 use crate::probe::{LinuxCapabilities, MissingRequirement, ProbeError};
@@ -109,36 +109,59 @@ pub enum StartError {
     /// The setup stage exited without a word.
     #[error("sandbox setup stage exited before it was ready ({0})")]
     Died(String),
+    /// The one-shot command cannot be run.
+    #[error("invalid command: {0}")]
+    Command(String),
     /// The setup stage did not report within the timeout.
     #[error("sandbox setup did not finish within {0:?}")]
     Timeout(Duration),
 }
 
-fn host(step: &'static str) -> impl FnOnce(io::Error) -> StartError {
+pub(crate) fn host(step: &'static str) -> impl Fn(io::Error) -> StartError {
     move |source| StartError::Host { step, source }
 }
 
 /// Starts sandboxes with one probed set of capabilities.
 #[derive(Debug, Clone)]
 pub struct LinuxRuntime {
-    config: RuntimeConfig,
-    caps: LinuxCapabilities,
-    init_binary: PathBuf,
+    pub(crate) config: RuntimeConfig,
+    pub(crate) caps: LinuxCapabilities,
+    /// `None` for a runtime that only starts one-shot sandboxes (no exec).
+    init_binary: Option<PathBuf>,
     /// Read once: it cannot change while this process runs.
     boot_id: String,
+    /// The pre-started setup stage starts fork from (see `zygote`), shared by clones.
+    zygote: crate::zygote::SharedZygote,
 }
 
 impl LinuxRuntime {
     /// Probes the machine and locates the setup-stage binary.
     pub fn new(config: RuntimeConfig) -> Result<Self, StartError> {
         let caps = LinuxCapabilities::probe()?;
-        let init_binary = locate_init(config.init_binary.as_deref())?;
+        let init_binary = Some(locate_init(config.init_binary.as_deref())?);
         let boot_id = sys::boot_id().map_err(host("read boot id"))?;
         Ok(Self {
             config,
             caps,
             init_binary,
             boot_id,
+            zygote: Default::default(),
+        })
+    }
+
+    /// Probes the machine for a runtime that starts only one-shot sandboxes
+    /// ([`LinuxRuntime::start_one_shot`]): their PID 1 is a fork of this process, so no
+    /// setup-stage binary is needed; [`LinuxRuntime::start`] then fails with
+    /// [`StartError::InitBinaryMissing`].
+    pub fn new_one_shot(config: RuntimeConfig) -> Result<Self, StartError> {
+        let caps = LinuxCapabilities::probe()?;
+        let boot_id = sys::boot_id().map_err(host("read boot id"))?;
+        Ok(Self {
+            config,
+            caps,
+            init_binary: None,
+            boot_id,
+            zygote: Default::default(),
         })
     }
 
@@ -171,12 +194,12 @@ impl LinuxRuntime {
         let cgroup_join = self.create_cgroup(&mut sandbox, plan)?;
         mark("host cgroup create");
         omabox_sandbox::fault::point("linux-start-cgroup");
-        let userns_sent = self.send_userns(ids, &channels)?;
+        let userns_sent = self.send_userns(ids, channels.agent.as_fd())?;
         mark("host user namespace");
         let spec = InitSpec {
             id: sandbox.identity.id.clone(),
             plan: plan.clone(),
-            scratch_dir: sandbox.identity.state_dir.join(SCRATCH_DIR),
+            scratch_dir: sandbox.identity.state_dir.clone(),
             cgroup_join,
             id_base: ids.map(|r| r.base),
             userns_sent,
@@ -193,13 +216,27 @@ impl LinuxRuntime {
         sandbox.agent = Some(channels.agent);
         mark("host done");
         sandbox.timeline = merge_timelines(clock, sandbox.report.as_ref());
+        if let Some(init) = &self.init_binary {
+            // For the next start (after this one: its cost is not this start's).
+            crate::zygote::ensure(&self.zygote, init);
+        }
         Ok(sandbox)
     }
 
     /// Step 2: the runtime and state dirs (owner-only), the half-built sandbox that owns
     /// them from here on, and, as root, its host id range.
     fn create_state(&self) -> Result<(LinuxSandbox, Option<idmap::IdRange>), StartError> {
-        let id = uuid::Uuid::new_v4().simple().to_string()[..16].to_owned();
+        let (sandbox, ids) = self.create_state_for(new_id())?;
+        crate::leftovers::keep_alive(&sandbox.identity.state_dir);
+        Ok((sandbox, ids))
+    }
+
+    /// [`Self::create_state`] for a given id, without adding the owner record to the
+    /// heartbeat (a one-shot host has no heartbeat thread): starts no thread.
+    pub(crate) fn create_state_for(
+        &self,
+        id: String,
+    ) -> Result<(LinuxSandbox, Option<idmap::IdRange>), StartError> {
         std::fs::DirBuilder::new()
             .recursive(true)
             .mode(0o700)
@@ -227,6 +264,7 @@ impl LinuxRuntime {
             agent: None,
             report: None,
             timeline: Vec::new(),
+            host_clock: Vec::new(),
             destroy_timeout: self.config.destroy_timeout,
             destroyed: false,
         };
@@ -235,10 +273,6 @@ impl LinuxRuntime {
         crate::leftovers::Owner::record(&state_dir, &self.boot_id)
             .map_err(host("write owner record"))?;
         omabox_sandbox::fault::point("linux-start-state-dir");
-        std::fs::DirBuilder::new()
-            .mode(0o700)
-            .create(state_dir.join(SCRATCH_DIR))
-            .map_err(host("create scratch dir"))?;
         let ids = if self.caps.root {
             let r = idmap::allocate(&state_dir).map_err(host("allocate sandbox id range"))?;
             sandbox.identity.id_base = Some(r.base);
@@ -256,7 +290,12 @@ impl LinuxRuntime {
         let (plan_r, plan_w) = sys::pipe().map_err(host("create plan pipe"))?;
         let (status_r, status_w) = sys::pipe().map_err(host("create status pipe"))?;
         let null = spawn::dev_null().map_err(host("open /dev/null"))?;
-        let mut argv = vec![sys::cstr(&self.init_binary).map_err(host("init path"))?];
+        let Some(init_binary) = &self.init_binary else {
+            return Err(StartError::InitBinaryMissing(
+                "nowhere: this runtime starts one-shot sandboxes only".into(),
+            ));
+        };
+        let mut argv = vec![sys::cstr(init_binary).map_err(host("init path"))?];
         for (flag, fd) in [
             ("--plan-fd", &plan_r),
             ("--status-fd", &status_w),
@@ -309,7 +348,11 @@ impl LinuxRuntime {
         if !self.caps.root {
             ns |= libc::CLONE_NEWUSER;
         }
-        let child = spawn::clone_exec(&init.exec, ns).map_err(host("clone sandbox init"))?;
+        let fds = [0, 1, 2, 3].map(|i| init.child_ends[i].as_fd());
+        let child = match crate::zygote::fork(&self.zygote, fds, ns) {
+            Some(child) => child,
+            None => spawn::clone_exec(&init.exec, ns).map_err(host("clone sandbox init"))?,
+        };
         sandbox.identity.pid = child.pid;
         sandbox.pidfd = Some(child.pidfd);
         drop(init.child_ends);
@@ -323,7 +366,7 @@ impl LinuxRuntime {
     /// core). On cgroup v1 (as root) the setup stage joins it itself, first thing after
     /// reading the plan (see `setup::join_cgroups` for why): returns the files it writes.
     /// Otherwise the host moves it now.
-    fn create_cgroup(
+    pub(crate) fn create_cgroup(
         &self,
         sandbox: &mut LinuxSandbox,
         plan: &SandboxPlan,
@@ -356,16 +399,16 @@ impl LinuxRuntime {
     /// here while the child still execs and starts (the setup stage would otherwise make
     /// it itself, on the start's critical path), and sent to it on the agent socket
     /// ahead of the plan. Returns whether it was sent.
-    fn send_userns(
+    pub(crate) fn send_userns(
         &self,
         ids: Option<idmap::IdRange>,
-        channels: &Channels,
+        to: std::os::fd::BorrowedFd<'_>,
     ) -> Result<bool, StartError> {
         let Some(range) = ids else {
             return Ok(false);
         };
         let ns = idmap::create_userns(range).map_err(host("create user namespace"))?;
-        match sys::send_fd(channels.agent.as_fd(), ns.as_fd()) {
+        match sys::send_fd(to, ns.as_fd()) {
             // The child already died (as for the plan): its status message says why.
             Err(e)
                 if matches!(
@@ -401,6 +444,11 @@ fn send_plan(plan_w: OwnedFd, spec: &InitSpec) -> Result<(), StartError> {
     let json = serde_json::to_vec(spec).map_err(|e| host("encode plan")(e.into()))?;
     let _ = std::fs::File::from(plan_w).write_all(&json);
     Ok(())
+}
+
+/// A fresh sandbox id: 16 hex digits.
+pub(crate) fn new_id() -> String {
+    uuid::Uuid::new_v4().simple().to_string()[..16].to_owned()
 }
 
 /// The host's milestones and the setup stage's, in time order.
@@ -446,7 +494,7 @@ fn locate_init(explicit: Option<&Path>) -> Result<PathBuf, StartError> {
     Err(StartError::InitBinaryMissing(tried.join(", ")))
 }
 
-fn write_id_maps(pid: i32) -> io::Result<()> {
+pub(crate) fn write_id_maps(pid: i32) -> io::Result<()> {
     // SAFETY: getuid/getgid have no preconditions.
     let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
     std::fs::write(format!("/proc/{pid}/setgroups"), "deny")?;
@@ -502,6 +550,8 @@ pub struct LinuxSandbox {
     agent: Option<OwnedFd>,
     report: Option<SetupReport>,
     timeline: Vec<(String, u64)>,
+    /// The host's milestones of a one-shot start, merged into `timeline` when ready.
+    host_clock: Vec<(&'static str, u64)>,
     destroy_timeout: Duration,
     destroyed: bool,
 }
@@ -611,7 +661,7 @@ impl LinuxSandbox {
     /// after the clone returned, i.e. after the child's exec, because reading
     /// /proc/<pid>/stat during an exec can stall). From here a crashed host's leftover is
     /// found and reaped by `SandboxIdentity::list`.
-    fn record_identity(&mut self) -> Result<(), StartError> {
+    pub(crate) fn record_identity(&mut self) -> Result<(), StartError> {
         self.identity.start_time = sys::process_start_time(self.identity.pid)
             .map_err(host("read init start time"))?
             .unwrap_or(0);
@@ -623,7 +673,7 @@ impl LinuxSandbox {
 
     /// Step 6: the setup stage's one status message: ready (with what it enforced) or
     /// why it failed.
-    fn accept_status(&mut self, msg: &[u8]) -> Result<(), StartError> {
+    pub(crate) fn accept_status(&mut self, msg: &[u8]) -> Result<(), StartError> {
         match msg.first() {
             Some(&handoff::READY) => {
                 let report: SetupReport = serde_json::from_slice(&msg[1..])
@@ -640,6 +690,31 @@ impl LinuxSandbox {
             }
             _ => Err(StartError::Died(self.exit_status())),
         }
+    }
+
+    /// A one-shot start's PID 1, cloned by `oneshot`.
+    pub(crate) fn adopt_init(&mut self, pid: i32, pidfd: OwnedFd) {
+        self.identity.pid = pid;
+        self.pidfd = Some(pidfd);
+    }
+
+    /// A one-shot start's host milestones so far.
+    pub(crate) fn set_host_clock(&mut self, clock: Vec<(&'static str, u64)>) {
+        self.host_clock = clock;
+    }
+
+    /// A one-shot sandbox reported ready with `report`.
+    pub(crate) fn set_ready(&mut self, report: SetupReport) {
+        let mut clock = std::mem::take(&mut self.host_clock);
+        clock.push(("host ready read", sys::monotonic_us()));
+        clock.push(("host done", sys::monotonic_us()));
+        self.timeline = merge_timelines(clock, Some(&report));
+        self.report = Some(report);
+    }
+
+    /// PID 1 ended without a word: how (reaps it).
+    pub(crate) fn died(&mut self) -> StartError {
+        StartError::Died(self.exit_status())
     }
 
     /// Describes how PID 1 ended (after killing it if it is still running).

@@ -434,3 +434,33 @@ pub fn recv_fd(sock: BorrowedFd<'_>) -> io::Result<OwnedFd> {
         found.ok_or_else(|| io::Error::other("no file descriptor in the message"))
     }
 }
+
+/// Writes all of `bytes` to `fd` (a pipe or stream socket; never raises SIGPIPE).
+pub(crate) fn write_all_fd(fd: BorrowedFd<'_>, mut bytes: &[u8]) -> io::Result<()> {
+    while !bytes.is_empty() {
+        // SAFETY: `bytes` is a valid buffer of its length; MSG_NOSIGNAL has no effect on
+        // memory. `send` fails with ENOTSOCK on a pipe, where `write` is used instead.
+        let n = unsafe {
+            let n = libc::send(
+                fd.as_raw_fd(),
+                bytes.as_ptr().cast(),
+                bytes.len(),
+                libc::MSG_NOSIGNAL,
+            );
+            if n < 0 && *libc::__errno_location() == libc::ENOTSOCK {
+                libc::write(fd.as_raw_fd(), bytes.as_ptr().cast(), bytes.len())
+            } else {
+                n
+            }
+        };
+        if n < 0 {
+            let e = io::Error::last_os_error();
+            if e.kind() == io::ErrorKind::Interrupted {
+                continue;
+            }
+            return Err(e);
+        }
+        bytes = &bytes[n as usize..];
+    }
+    Ok(())
+}

@@ -39,6 +39,8 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
+mod one_shot;
+
 use crate::wiring::{self, Backend};
 use clap::Args;
 use futures::FutureExt;
@@ -163,10 +165,54 @@ fn parse_env(text: &str) -> Result<(String, String), String> {
     Ok((key.to_owned(), value.to_owned()))
 }
 
-/// Runs `omabox sandbox ...`.
-pub async fn run(args: SandboxArgs) -> anyhow::Result<ExitCode> {
+/// `omabox sandbox run` alone, for [`parse_sandbox_run`].
+#[derive(Debug, clap::Parser)]
+#[command(name = "omabox sandbox run")]
+struct SandboxRunOnly {
+    /// The global option, accepted as the full parser accepts it (`sandbox run` does
+    /// not use it).
+    #[arg(long, env = "OMABOX_DATA_DIR", value_name = "DIR")]
+    #[allow(dead_code)]
+    data_dir: Option<PathBuf>,
+    #[command(flatten)]
+    run: RunArgs,
+}
+
+/// `omabox sandbox run ARGS…` parsed by a parser of `sandbox run`'s own arguments,
+/// without building the whole command tree (a sandbox start is a few milliseconds; the
+/// whole tree is a sizeable part of one). `None` for any other command line and for one
+/// this parser does not accept (`--help`, a global option, a usage error): the full
+/// parser then handles it, with its messages.
+pub fn parse_sandbox_run() -> Option<SandboxArgs> {
+    let mut args = std::env::args_os();
+    args.next()?;
+    if args.next()? != "sandbox" || args.next()? != "run" {
+        return None;
+    }
+    let argv = std::iter::once(std::ffi::OsString::from("omabox sandbox run")).chain(args);
+    let parsed = <SandboxRunOnly as clap::Parser>::try_parse_from(argv).ok()?;
+    Some(SandboxArgs {
+        command: SandboxCommand::Run(parsed.run),
+    })
+}
+
+/// Runs `omabox sandbox ...`. The linux backend takes the one-shot path (`one_shot.rs`:
+/// no async runtime, no agent); any other backend runs the command through its factory
+/// and the duplex process port on a current-thread runtime (blocking work still goes to
+/// `spawn_blocking` threads), which starts no worker threads.
+pub fn run(args: SandboxArgs) -> anyhow::Result<ExitCode> {
     match args.command {
-        SandboxCommand::Run(run) => Ok(run_command(run).await),
+        SandboxCommand::Run(run) => {
+            // The one-shot path has no network: a sandbox that reaches out needs the host's
+            // relay and DNS stub, served on an async runtime by the factory's port.
+            if Backend::from_name(&run.backend) == Some(Backend::Linux) && !reaches_out(&run) {
+                return Ok(one_shot::run(&run));
+            }
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()?;
+            Ok(runtime.block_on(run_command(run)))
+        }
     }
 }
 
@@ -280,6 +326,20 @@ async fn run_command(args: RunArgs) -> ExitCode {
         return report(&Failure::omabox(e));
     }
     code
+}
+
+/// Whether the sandbox gets a network beyond its loopback (from the flags, else from
+/// `OMABOX_LINUX_NETWORK`). Bad flags count as reaching out: the full path reports them.
+fn reaches_out(args: &RunArgs) -> bool {
+    let from_env = || std::env::var(NETWORK_ENV).ok();
+    match networking(args) {
+        Ok(Some(json)) => json != r#"{"type":"none"}"#,
+        Ok(None) => from_env().is_some_and(|v| {
+            let v = v.trim();
+            !v.is_empty() && v != "none" && v.replace(' ', "") != r#"{"type":"none"}"#
+        }),
+        Err(_) => true,
+    }
 }
 
 /// The network flags as an Environment `networking` object (JSON), or `None` when no

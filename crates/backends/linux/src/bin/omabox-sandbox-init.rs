@@ -56,6 +56,35 @@ fn parse_fds() -> Result<Fds, String> {
     })
 }
 
+/// `--zygote-fd N`: run as the runtime's zygote on the socket `N` (see
+/// `omabox_backend_linux::zygote`).
+fn zygote_fd() -> Option<Result<OwnedFd, String>> {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let i = args.iter().position(|a| a == "--zygote-fd")?;
+    let fd = args
+        .get(i + 1)
+        .and_then(|v| v.parse::<RawFd>().ok())
+        .filter(|fd| *fd > 2);
+    Some(match fd {
+        // SAFETY: F_GETFD on an integer fd has no memory effects.
+        Some(fd) if unsafe { libc::fcntl(fd, libc::F_GETFD) } >= 0 => {
+            // SAFETY: the fd is open and was passed to this process for it to own.
+            Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+        }
+        _ => Err("bad value for --zygote-fd".into()),
+    })
+}
+
+/// A child forked by the zygote starts with the zygote's (empty) environment: the
+/// plan's is what an exec'd init would have had.
+fn take_plan_env(env: &std::collections::BTreeMap<String, String>) {
+    let valid = |k: &str, v: &str| !k.is_empty() && !k.contains(['=', '\0']) && !v.contains('\0');
+    for (k, v) in env.iter().filter(|(k, v)| valid(k, v)) {
+        // SAFETY: this process is single-threaded (the setup stage; no runtime yet).
+        unsafe { std::env::set_var(k, v) };
+    }
+}
+
 // No `std` runtime start-up (`#![no_main]`): it costs this binary, which every sandbox
 // start execs, a parse of `/proc/self/maps` (glibc's `pthread_getattr_np` on the main
 // thread, for std's stack guard) and signal handler set-up before `main`. What of it
@@ -75,21 +104,49 @@ extern "C" fn main(_argc: libc::c_int, _argv: *const *const libc::c_char) -> lib
 }
 
 fn run() -> u8 {
-    let entered = handoff::monotonic_us();
-    let fds = match parse_fds() {
-        Ok(f) => f,
-        Err(e) => {
+    // A zygote forks a child per sandbox, which continues below like an exec'd init
+    // (with the plan's environment still to take: see `take_plan_env`). It prepares
+    // what needs no plan once, for every child it forks.
+    let (fds, forked, mut early, mut network) = match zygote_fd() {
+        Some(Ok(sock)) => {
+            let early = setup::Early::prepare();
+            match omabox_backend_linux::zygote::serve(sock) {
+                Some(child) => (
+                    Fds {
+                        plan: child.plan,
+                        status: child.status,
+                        agent: child.agent,
+                    },
+                    true,
+                    Some(early),
+                    child.network,
+                ),
+                None => return 0,
+            }
+        }
+        Some(Err(e)) => {
             eprintln!("{}: {e}", omabox_backend_linux::INIT_BINARY);
             return 2;
         }
+        None => match parse_fds() {
+            Ok(f) => (f, false, None, None),
+            Err(e) => {
+                eprintln!("{}: {e}", omabox_backend_linux::INIT_BINARY);
+                return 2;
+            }
+        },
     };
+    let entered = handoff::monotonic_us();
     let mut status = std::fs::File::from(fds.status);
-    // Our own network namespace first, while the host prepares the cgroup.
-    if let Err(e) = setup::isolate_network() {
+    // Our own network namespace first, while the host prepares the cgroup (a zygote's
+    // spare made it before it was handed out).
+    if let Err(e) = network.take().unwrap_or_else(setup::isolate_network) {
         let _ = write!(status, "{}{e}", handoff::FAILED as char);
         return 1;
     }
     let netns = handoff::monotonic_us();
+    // What needs no plan, while the host prepares the cgroup (done already in a zygote).
+    let early = early.take().unwrap_or_else(setup::Early::prepare);
     // Blocks until the host has moved us into the sandbox cgroup and written the plan.
     let spec: InitSpec = {
         let mut bytes = Vec::new();
@@ -106,6 +163,9 @@ fn run() -> u8 {
             }
         }
     };
+    if forked {
+        take_plan_env(&spec.plan.env);
+    }
     let plan_read = handoff::monotonic_us();
     // The user namespace the host made for us (sent before the plan, so it is there).
     let userns = if spec.userns_sent {
@@ -123,7 +183,7 @@ fn run() -> u8 {
     } else {
         None
     };
-    let mut report = match setup::run(&spec, userns) {
+    let mut report = match setup::run(&spec, userns, early) {
         Ok(r) => r,
         Err(e) => {
             let _ = write!(status, "{}{e}", handoff::FAILED as char);

@@ -478,6 +478,38 @@ impl LinuxSandboxFactory {
     }
 }
 
+impl LinuxSandboxFactory {
+    /// Everything [`LinuxRuntime::start_one_shot`] needs, blocking: the settings, the
+    /// probed runtime (one-shot only: no setup-stage binary needed), the plan checked
+    /// against it, the image unpacked and the context directories created. For a
+    /// single-threaded caller that runs one command (`omabox sandbox run`).
+    pub fn prepare_one_shot(
+        &self,
+        ctx: &SandboxFactoryContext,
+        env: &SandboxFactoryEnv,
+    ) -> Result<(LinuxRuntime, SandboxPlan), LinuxFactoryError> {
+        let mut settings = self.settings(ctx, env)?;
+        let runtime =
+            LinuxRuntime::new_one_shot(settings.runtime).map_err(LinuxFactoryError::Runtime)?;
+        runtime
+            .capabilities()
+            .check(&settings.plan)
+            .map_err(|e| LinuxFactoryError::Runtime(StartError::Missing(e)))?;
+        if let Some(image) = settings.image.take() {
+            settings.plan.rootfs = RootfsSource::Directory {
+                path: image.resolve()?.rootfs_dir,
+            };
+        }
+        if let Some(w) = settings.plan.workspace.take() {
+            settings.plan.workspace = Some(prepare_dir("workspace", &w)?);
+        }
+        if let Some(o) = settings.plan.outputs.take() {
+            settings.plan.outputs = Some(prepare_dir("outputs", &o)?);
+        }
+        Ok((runtime, settings.plan))
+    }
+}
+
 fn nonempty<'a>(env: &'a SandboxFactoryEnv, key: &str) -> Option<&'a str> {
     env.get(key).map(str::trim).filter(|v| !v.is_empty())
 }

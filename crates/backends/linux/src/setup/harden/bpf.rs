@@ -133,9 +133,8 @@ fn assemble(fast_path: bool) -> Result<BpfProgram, SetupError> {
 }
 
 /// Installs the filter on the calling (only) thread; inherited by every child.
-pub(in crate::setup) fn seccomp() -> Result<(), SetupError> {
-    let program = build_program()?;
-    seccompiler::apply_filter(&program).map_err(|e| SetupError::Seccomp(e.to_string()))
+pub(in crate::setup) fn seccomp(program: &BpfProgram) -> Result<(), SetupError> {
+    seccompiler::apply_filter(program).map_err(|e| SetupError::Seccomp(e.to_string()))
 }
 
 #[cfg(test)]

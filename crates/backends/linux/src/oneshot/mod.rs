@@ -1,0 +1,504 @@
+//! One command in a fresh sandbox, without an agent: what `omabox sandbox run` needs.
+//!
+//! [`LinuxRuntime::start_one_shot`] builds the same sandbox as [`LinuxRuntime::start`]
+//! (same state dir with `owner.json` first, id range, cgroup, user namespace, setup
+//! stage, identity record, teardown), with two differences that save most of a start
+//! (and PID 1 is forked before the state dir exists, so its own start-up overlaps the
+//! host's: until the host's go it only makes its network namespace and waits, and it
+//! exits if the host goes away, leaving nothing):
+//!
+//! - PID 1 is a fork of the calling process that runs the setup stage in place
+//!   (`child.rs`), not an exec of `omabox-sandbox-init`: no second binary is loaded. A
+//!   fork is only safe from a single-threaded process (the child allocates), so the
+//!   start refuses to run in a process with more than one thread.
+//! - Instead of serving the agent protocol, PID 1 starts the one command with three
+//!   host pipes as its stdin, stdout and stderr, forwards kill requests to its process
+//!   group, reaps, and reports its exit on the status pipe.
+//!
+//! The host side reads [`OneShotEvent`]s from the status pipe and relays stdio itself
+//! (the caller's loop, e.g. the CLI's), which also refreshes the owner record
+//! ([`OneShotSandbox::heartbeat`]): no heartbeat thread, the caller stays single-threaded. Status messages are lines: `R` + the
+//! [`SetupReport`] JSON when the sandbox is ready, then exactly one of `X<code>` (exited),
+//! `S<signal>` (killed by a signal), `N<text>` (the command could not be started) or `I`
+//! (the host asked to stop before the command started). A setup failure is `E` + text
+//! up to EOF, as for the init binary.
+
+mod child;
+
+use std::ffi::CString;
+use std::io::{self, Read};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
+
+use crate::handoff::{self, InitSpec, SetupReport};
+use crate::identity::DestroyError;
+use crate::plan::{PlanError, SandboxPlan};
+use crate::sandbox::{LinuxRuntime, LinuxSandbox, StartError, host};
+use crate::sys;
+
+/// The status and control bytes between the host and a one-shot PID 1.
+mod wire {
+    /// Control: SIGTERM the command's process group (or, before it started, run nothing).
+    pub(super) const TERM: u8 = b'T';
+    /// Control: SIGKILL the command's process group.
+    pub(super) const KILL: u8 = b'K';
+    /// Status: the command exited with a code.
+    pub(super) const EXITED: u8 = b'X';
+    /// Status: a signal ended the command.
+    pub(super) const SIGNALED: u8 = b'S';
+    /// Status: the command could not be started.
+    pub(super) const NOT_STARTED: u8 = b'N';
+    /// Status: stopped before the command started.
+    pub(super) const INTERRUPTED: u8 = b'I';
+
+    /// The status line for a `waitpid` status.
+    pub(super) fn exit_line(status: i32) -> String {
+        if libc::WIFSIGNALED(status) {
+            format!("{}{}\n", SIGNALED as char, libc::WTERMSIG(status))
+        } else {
+            format!("{}{}\n", EXITED as char, libc::WEXITSTATUS(status))
+        }
+    }
+}
+
+/// The command a one-shot sandbox runs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OneShotCommand {
+    /// Program (searched in the env's `PATH` unless it holds a `/`) and arguments.
+    pub argv: Vec<String>,
+    /// Set on top of the plan's env.
+    pub env: Vec<(String, String)>,
+}
+
+/// What the status pipe says.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum OneShotEvent {
+    /// The sandbox is built; the command is starting.
+    Ready(SetupReport),
+    /// The command exited with `code`.
+    Exited(i32),
+    /// Signal `n` ended the command.
+    Signaled(i32),
+    /// The command could not be started (why, e.g. "cannot start [..]: No such file").
+    NotStarted(String),
+    /// A kill request arrived before the command started: nothing ran.
+    Interrupted,
+}
+
+/// A one-shot sandbox: the command's stdio pipes, its status, and the sandbox, which
+/// dropping (or [`OneShotSandbox::destroy`]) tears down.
+#[derive(Debug)]
+pub struct OneShotSandbox {
+    sandbox: LinuxSandbox,
+    stdin: Option<OwnedFd>,
+    stdout: Option<OwnedFd>,
+    stderr: Option<OwnedFd>,
+    status: std::fs::File,
+    pending: Vec<u8>,
+    status_eof: bool,
+    control: OwnedFd,
+}
+
+impl LinuxRuntime {
+    /// Starts a sandbox whose PID 1 runs `command` and reports its exit (see the module
+    /// doc). Returns once the setup stage is released, before it is ready: the ready
+    /// message is the first [`OneShotEvent`]. The caller must be single-threaded.
+    pub fn start_one_shot(
+        &self,
+        plan: &SandboxPlan,
+        command: &OneShotCommand,
+    ) -> Result<OneShotSandbox, StartError> {
+        let mut clock = vec![("host start", sys::monotonic_us())];
+        plan.validate()?;
+        self.caps.check(plan)?;
+        let argv = cstrings(command.argv.iter().map(String::as_str))
+            .filter(|a| !a.is_empty())
+            .ok_or_else(|| StartError::Command("needs a program, without NUL bytes".into()))?;
+        let envp = cstrings(
+            plan.env
+                .iter()
+                .filter(|(k, _)| !command.env.iter().any(|(c, _)| c == *k))
+                .chain(command.env.iter().map(|(k, v)| (k, v)))
+                .map(|(k, v)| format!("{k}={v}"))
+                .collect::<Vec<_>>()
+                .iter()
+                .map(String::as_str),
+        )
+        .ok_or(PlanError::Env("<NUL>".into()))?;
+        // The child is forked first, so its start-up (network namespace, seccomp filter)
+        // overlaps the host's state dir, id range, cgroup and user namespace. Its id, and
+        // with it the state dir and cgroup paths, is known now; a host that dies before
+        // the go leaves only the child, which exits when the control socket closes.
+        let id = crate::sandbox::new_id();
+        // On cgroup v1 as root the setup stage joins the cgroup itself; its directories
+        // follow from layout, parent and id, so the child knows them before they exist.
+        let cgroup_join = match &self.caps.cgroup {
+            Some(layout) if self.caps.root => {
+                crate::leftovers::planned_cgroup(layout, &self.config.cgroup_parent, &id)
+                    .self_join_files()
+                    .unwrap_or_default()
+            }
+            _ => Vec::new(),
+        };
+        let fds = OneShotFds::new()?;
+        let spec = InitSpec {
+            id: id.clone(),
+            plan: plan.clone(),
+            scratch_dir: self.config.runtime_dir.join(&id),
+            cgroup_join: cgroup_join.clone(),
+            // Sent with the go (the range is claimed once the state dir exists).
+            id_base: None,
+            userns_sent: self.caps.root,
+        };
+        let child_plan = child::ChildPlan {
+            spec,
+            status: fds.status_w.as_raw_fd(),
+            control: fds.control_child.as_raw_fd(),
+            stdin: fds.stdin_r.as_raw_fd(),
+            stdout: fds.stdout_w.as_raw_fd(),
+            stderr: fds.stderr_w.as_raw_fd(),
+            null: fds.null.as_raw_fd(),
+            argv,
+            envp,
+        };
+        clock.push(("host fds, argv", sys::monotonic_us()));
+        let mut ns =
+            libc::CLONE_NEWNS | libc::CLONE_NEWPID | libc::CLONE_NEWIPC | libc::CLONE_NEWUTS;
+        if !self.caps.root {
+            ns |= libc::CLONE_NEWUSER;
+        }
+        // Nothing of this start creates a thread (the owner record's heartbeat is the
+        // caller's: `OneShotSandbox::heartbeat`); the caller must not have one either.
+        single_threaded()?;
+        let (pid, pidfd) = fork_into(ns, &child_plan).map_err(host("clone sandbox init"))?;
+        clock.push(("host clone", sys::monotonic_us()));
+        let host_ends = fds.close_child_ends();
+        omabox_sandbox::fault::point("linux-start-cloned");
+        let (mut sandbox, ids) = match self.create_state_for(id) {
+            Ok(state) => state,
+            Err(e) => {
+                let _ = sys::pidfd_kill(pidfd.as_fd(), libc::SIGKILL);
+                let _ = sys::pidfd_wait_exit(pidfd.as_fd(), 1000);
+                let _ = sys::pidfd_reap(pidfd.as_fd(), true);
+                return Err(e);
+            }
+        };
+        sandbox.adopt_init(pid, pidfd);
+        clock.push(("host state dir", sys::monotonic_us()));
+        if !self.caps.root {
+            crate::sandbox::write_id_maps(pid).map_err(host("write user namespace id maps"))?;
+        }
+        let joined = self.create_cgroup(&mut sandbox, plan)?;
+        if joined != cgroup_join {
+            return Err(host("create cgroup")(io::Error::other(
+                "the cgroup directories differ from the ones the setup stage was given",
+            )));
+        }
+        clock.push(("host cgroup create", sys::monotonic_us()));
+        omabox_sandbox::fault::point("linux-start-cgroup");
+        if !self.send_userns(ids, host_ends.control.as_fd())? {
+            // No user namespace to hand over: the go is a plain byte.
+            let _ = sys::write_all_fd(host_ends.control.as_fd(), &[0]);
+        }
+        // Then the id range's base (0: none). EPIPE: the child died; its status says why.
+        let base = ids.map_or(0, |r| r.base);
+        let _ = sys::write_all_fd(host_ends.control.as_fd(), &base.to_ne_bytes());
+        clock.push(("host plan sent", sys::monotonic_us()));
+        omabox_sandbox::fault::point("linux-start-plan-sent");
+        sandbox.record_identity()?;
+        clock.push(("host identity written", sys::monotonic_us()));
+        omabox_sandbox::fault::point("linux-start-identity");
+        sandbox.set_host_clock(clock);
+        Ok(OneShotSandbox {
+            sandbox,
+            stdin: Some(host_ends.stdin),
+            stdout: Some(host_ends.stdout),
+            stderr: Some(host_ends.stderr),
+            status: std::fs::File::from(host_ends.status),
+            pending: Vec::new(),
+            status_eof: false,
+            control: host_ends.control,
+        })
+    }
+}
+
+impl OneShotSandbox {
+    /// The sandbox (id, pid, identity, start timeline once ready).
+    pub fn sandbox(&self) -> &LinuxSandbox {
+        &self.sandbox
+    }
+
+    /// The write end of the command's stdin (once).
+    pub fn take_stdin(&mut self) -> Option<OwnedFd> {
+        self.stdin.take()
+    }
+
+    /// The read end of the command's stdout (once).
+    pub fn take_stdout(&mut self) -> Option<OwnedFd> {
+        self.stdout.take()
+    }
+
+    /// The read end of the command's stderr (once).
+    pub fn take_stderr(&mut self) -> Option<OwnedFd> {
+        self.stderr.take()
+    }
+
+    /// Poll this for readability, then call [`OneShotSandbox::read_events`].
+    pub fn status_fd(&self) -> BorrowedFd<'_> {
+        self.status.as_fd()
+    }
+
+    /// Reads what the status pipe holds (one read; call when it polled readable) and
+    /// returns the complete events in it. A setup failure, or PID 1 ending without a
+    /// word, is the error. After the command's exit, EOF only means PID 1 is gone.
+    pub fn read_events(&mut self) -> Result<Vec<OneShotEvent>, StartError> {
+        let mut buf = [0u8; 4096];
+        let n = loop {
+            match self.status.read(&mut buf) {
+                Ok(n) => break n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(host("read sandbox status")(e)),
+            }
+        };
+        self.pending.extend_from_slice(&buf[..n]);
+        if self.pending.len() > 1 << 20 {
+            return Err(StartError::Setup("oversized status message".into()));
+        }
+        if n == 0 {
+            self.status_eof = true;
+        }
+        let mut events = Vec::new();
+        while let Some(end) = self.pending.iter().position(|&b| b == b'\n') {
+            let line: Vec<u8> = self.pending.drain(..=end).collect();
+            events.push(self.parse(&line[..line.len() - 1])?);
+        }
+        if self.status_eof && !self.pending.is_empty() {
+            // An unterminated message before EOF: the setup stage's failure (or a
+            // malformed message, which `accept_status` reports).
+            let msg = std::mem::take(&mut self.pending);
+            self.sandbox.accept_status(&msg)?;
+            return Err(StartError::Setup("malformed status message".into()));
+        }
+        Ok(events)
+    }
+
+    /// Whether the status pipe reached EOF (PID 1 has exited or closed it).
+    pub fn status_closed(&self) -> bool {
+        self.status_eof
+    }
+
+    /// Why PID 1 ended before the command's exit was reported (reaps it).
+    pub fn died(&mut self) -> StartError {
+        self.sandbox.died()
+    }
+
+    fn parse(&mut self, line: &[u8]) -> Result<OneShotEvent, StartError> {
+        let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+        let number = |b: &[u8]| {
+            std::str::from_utf8(b)
+                .ok()
+                .and_then(|s| s.parse::<i32>().ok())
+                .ok_or_else(|| StartError::Setup(format!("malformed status line {:?}", text(b))))
+        };
+        Ok(match line.first() {
+            Some(&handoff::READY) => {
+                let report: SetupReport = serde_json::from_slice(&line[1..])
+                    .map_err(|e| StartError::Setup(format!("malformed ready message: {e}")))?;
+                self.sandbox.set_ready(report.clone());
+                OneShotEvent::Ready(report)
+            }
+            Some(&wire::EXITED) => OneShotEvent::Exited(number(&line[1..])?),
+            Some(&wire::SIGNALED) => OneShotEvent::Signaled(number(&line[1..])?),
+            Some(&wire::NOT_STARTED) => OneShotEvent::NotStarted(text(&line[1..])),
+            Some(&wire::INTERRUPTED) => OneShotEvent::Interrupted,
+            _ => {
+                return Err(StartError::Setup(format!(
+                    "malformed status line {:?}",
+                    text(line)
+                )));
+            }
+        })
+    }
+
+    /// Refreshes the owner record's mtime (what `leftovers::last_alive_ms` reads). A
+    /// one-shot host has no heartbeat thread (it stays single-threaded): its loop calls
+    /// this every [`OWNER_HEARTBEAT`](crate::leftovers::OWNER_HEARTBEAT).
+    pub fn heartbeat(&self) -> io::Result<()> {
+        crate::leftovers::touch(
+            &self
+                .sandbox
+                .identity()
+                .state_dir
+                .join(crate::leftovers::OWNER_FILE),
+        )
+    }
+
+    /// Asks PID 1 to send SIGTERM (`kill == false`) or SIGKILL to the command's process
+    /// group; before the command started, a request means it never starts.
+    pub fn kill(&self, kill: bool) -> io::Result<()> {
+        let byte = if kill { wire::KILL } else { wire::TERM };
+        sys::write_all_fd(self.control.as_fd(), &[byte])
+    }
+
+    /// Kills everything in the sandbox and removes its cgroup, state dir and id range.
+    pub fn destroy(mut self) -> Result<(), DestroyError> {
+        self.sandbox.destroy()
+    }
+}
+
+/// The pipes and sockets of a one-shot start, every fd above stdio (the child puts
+/// `/dev/null` on 0–2 first thing).
+struct OneShotFds {
+    status_r: OwnedFd,
+    status_w: OwnedFd,
+    control_host: OwnedFd,
+    control_child: OwnedFd,
+    stdin_r: OwnedFd,
+    stdin_w: OwnedFd,
+    stdout_r: OwnedFd,
+    stdout_w: OwnedFd,
+    stderr_r: OwnedFd,
+    stderr_w: OwnedFd,
+    null: OwnedFd,
+}
+
+/// The host's ends, once the child's are closed.
+struct HostEnds {
+    status: OwnedFd,
+    control: OwnedFd,
+    stdin: OwnedFd,
+    stdout: OwnedFd,
+    stderr: OwnedFd,
+}
+
+impl OneShotFds {
+    fn new() -> Result<Self, StartError> {
+        let pipe = || -> io::Result<(OwnedFd, OwnedFd)> {
+            let (r, w) = sys::pipe()?;
+            Ok((above_stdio(r)?, above_stdio(w)?))
+        };
+        let err = host("create one-shot pipes");
+        let (status_r, status_w) = pipe().map_err(&err)?;
+        let (stdin_r, stdin_w) = pipe().map_err(&err)?;
+        let (stdout_r, stdout_w) = pipe().map_err(&err)?;
+        let (stderr_r, stderr_w) = pipe().map_err(&err)?;
+        let (control_host, control_child) = sys::socketpair().map_err(&err)?;
+        Ok(Self {
+            status_r,
+            status_w,
+            control_host,
+            control_child: above_stdio(control_child).map_err(&err)?,
+            stdin_r,
+            stdin_w,
+            stdout_r,
+            stdout_w,
+            stderr_r,
+            stderr_w,
+            null: crate::spawn::dev_null().map_err(host("open /dev/null"))?,
+        })
+    }
+
+    fn close_child_ends(self) -> HostEnds {
+        HostEnds {
+            status: self.status_r,
+            control: self.control_host,
+            stdin: self.stdin_w,
+            stdout: self.stdout_r,
+            stderr: self.stderr_r,
+        }
+    }
+}
+
+/// `fd` itself if it is above 2, else a close-on-exec duplicate that is.
+fn above_stdio(fd: OwnedFd) -> io::Result<OwnedFd> {
+    if fd.as_raw_fd() > 2 {
+        return Ok(fd);
+    }
+    // SAFETY: F_DUPFD_CLOEXEC on an open fd returns a new fd only we own.
+    let dup = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_DUPFD_CLOEXEC, 3) };
+    if dup < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: fresh fd from the kernel.
+    Ok(unsafe { OwnedFd::from_raw_fd(dup) })
+}
+
+fn cstrings<'a>(items: impl Iterator<Item = &'a str>) -> Option<Vec<CString>> {
+    items.map(|s| CString::new(s).ok()).collect()
+}
+
+/// Refuses to fork from a process with other threads: the child could find a lock
+/// (malloc's, say) held by a thread that does not exist in it.
+fn single_threaded() -> Result<(), StartError> {
+    use std::os::unix::fs::MetadataExt;
+    // A task directory's link count is its number of threads plus two.
+    let links = std::fs::metadata("/proc/self/task")
+        .map_err(host("count threads"))?
+        .nlink();
+    if links != 3 {
+        return Err(StartError::Host {
+            step: "one-shot start",
+            source: io::Error::other(format!(
+                "needs a single-threaded process; this one has {} threads",
+                links.saturating_sub(2)
+            )),
+        });
+    }
+    Ok(())
+}
+
+/// `clone3` into new namespaces without `CLONE_VM`: a fork whose child runs
+/// `child::main` and never returns. Returns the child's pid and a pidfd for it.
+fn fork_into(ns_flags: libc::c_int, plan: &child::ChildPlan) -> io::Result<(i32, OwnedFd)> {
+    let mut pidfd: libc::c_int = -1;
+    let mut args = CloneArgs {
+        flags: (ns_flags | libc::CLONE_PIDFD) as u64,
+        pidfd: &mut pidfd as *mut libc::c_int as u64,
+        exit_signal: libc::SIGCHLD as u64,
+        ..CloneArgs::default()
+    };
+    // Every signal blocked across the clone, so no handler of ours runs in the child
+    // before it has reset them (`child::detach_from_host`).
+    // SAFETY: sigset_t is plain data, initialized by sigfillset; only this thread's mask
+    // changes, and it is restored below.
+    let mut old: libc::sigset_t = unsafe { std::mem::zeroed() };
+    unsafe {
+        let mut all: libc::sigset_t = std::mem::zeroed();
+        libc::sigfillset(&mut all);
+        libc::pthread_sigmask(libc::SIG_SETMASK, &all, &mut old);
+    }
+    // SAFETY: clone3 with a valid, live `clone_args` and no stack: fork semantics, the
+    // child continues on a copy of this stack. The process is single-threaded (checked
+    // by the caller), so the child may allocate; it never returns from here.
+    let ret = unsafe {
+        libc::syscall(
+            libc::SYS_clone3,
+            &mut args as *mut CloneArgs,
+            std::mem::size_of::<CloneArgs>(),
+        )
+    };
+    if ret == 0 {
+        child::main(plan);
+    }
+    let err = io::Error::last_os_error();
+    // SAFETY: restores the mask saved above.
+    unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut()) };
+    if ret < 0 {
+        return Err(err);
+    }
+    // SAFETY: the kernel stored a fresh pidfd that only we own.
+    Ok((ret as i32, unsafe { OwnedFd::from_raw_fd(pidfd) }))
+}
+
+/// `struct clone_args` of `clone3(2)` (the first, 64-byte version).
+#[repr(C)]
+#[derive(Default)]
+struct CloneArgs {
+    flags: u64,
+    pidfd: u64,
+    child_tid: u64,
+    parent_tid: u64,
+    exit_signal: u64,
+    stack: u64,
+    stack_size: u64,
+    tls: u64,
+}
