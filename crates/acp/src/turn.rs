@@ -62,11 +62,11 @@ pub(crate) enum TurnOutcome {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum AcpTurnError {
     /// `initialize` got no answer in time.
-    #[error("the ACP agent did not answer initialize within {0}s")]
-    InitializeTimeout(u64),
+    #[error("the ACP agent did not answer initialize within {}", human(.0))]
+    InitializeTimeout(Duration),
     /// The agent kept running its turn after `session/cancel`.
-    #[error("the ACP agent did not end its turn within {0}s of session/cancel")]
-    CancelIgnored(u64),
+    #[error("the ACP agent did not end its turn within {} of session/cancel", human(.0))]
+    CancelIgnored(Duration),
     /// A request failed (the agent answered with an error, or the connection broke).
     #[error("ACP {step} failed: {message}")]
     Request {
@@ -78,6 +78,15 @@ pub enum AcpTurnError {
     /// The connection itself failed.
     #[error("the ACP connection failed: {0}")]
     Connection(String),
+}
+
+/// `60s`, or `500ms` when not whole seconds.
+fn human(duration: &Duration) -> String {
+    if duration.subsec_millis() == 0 {
+        format!("{}s", duration.as_secs())
+    } else {
+        format!("{}ms", duration.as_millis())
+    }
 }
 
 /// At most 1 KiB of an error text that may come from the agent.
@@ -237,7 +246,7 @@ async fn conversation(
         answer = tokio::time::timeout(request.initialize_timeout, initialize) => answer,
     };
     let initialized = initialized
-        .map_err(|_| AcpTurnError::InitializeTimeout(request.initialize_timeout.as_secs()))?
+        .map_err(|_| AcpTurnError::InitializeTimeout(request.initialize_timeout))?
         .map_err(request_error("initialize"))?;
     let can_load = initialized.agent_capabilities.load_session;
 
@@ -304,7 +313,7 @@ async fn conversation(
                 .map_err(request_error("session/cancel"))?;
             tokio::time::timeout(request.cancel_grace, &mut prompt)
                 .await
-                .map_err(|_| AcpTurnError::CancelIgnored(request.cancel_grace.as_secs()))?
+                .map_err(|_| AcpTurnError::CancelIgnored(request.cancel_grace))?
         }
     };
     let answer = answer.map_err(request_error("session/prompt"))?;

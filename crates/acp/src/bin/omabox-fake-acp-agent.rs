@@ -7,8 +7,10 @@
 //!   `write-1`, asks permission, writes `agent-was-here.txt` in its working directory when
 //!   allowed, completes (or fails) the tool call and ends the turn with `end_turn`.
 //! - `no-initialize`: never answers `initialize`.
-//! - `exit-mid-prompt`: sends one message chunk on prompt, then exits with code 3.
-//! - `hang`: on prompt, waits until `session/cancel`, then ends the turn `cancelled`.
+//! - `exit-mid-prompt`: sends one message chunk on prompt, writes
+//!   `crashed-agent-was-here.txt`, then exits with code 3.
+//! - `hang`: on prompt, writes `agent-waiting-for-cancel`, waits until `session/cancel`,
+//!   then ends the turn `cancelled`.
 
 use agent_client_protocol::v1::ConnectionTo;
 use agent_client_protocol::v1::schema::{
@@ -116,8 +118,12 @@ async fn prompt(
     };
     cx.send_notification(text(session, format!("hello from the fake agent, {how}")))?;
     match mode {
-        "exit-mid-prompt" => std::process::exit(3),
+        "exit-mid-prompt" => {
+            let _ = std::fs::write("crashed-agent-was-here.txt", "");
+            std::process::exit(3)
+        }
         "hang" => {
+            let _ = std::fs::write("agent-waiting-for-cancel", "");
             let _ = cancelled.wait_for(|cancelled| *cancelled).await;
             return Ok(StopReason::Cancelled);
         }
