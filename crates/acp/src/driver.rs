@@ -26,7 +26,10 @@ use omabox_sandbox::managed::{
     HarnessEnvSource, HarnessOutputSink, HarnessStream, ProviderManagedRuntime, drain,
     harness_process_spec,
 };
-use omabox_sandbox::{DuplexKillSignal, SandboxDuplexProcess, SandboxPort, SandboxProcessExit};
+use omabox_sandbox::{
+    DuplexKillSignal, SandboxDuplexProcess, SandboxDuplexProcessPort, SandboxPort,
+    SandboxProcessExit,
+};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -140,9 +143,7 @@ impl AcpHarnessDriver {
         process: &RuntimeProcessDeclaration,
         input: &RunHarnessInput,
     ) -> Result<ManagedWorkExecutionResult, PortError> {
-        let duplex = sandbox
-            .as_duplex_process()
-            .ok_or_else(|| PortError::capability(SANDBOX_ACP_UNSUPPORTED))?;
+        let duplex = duplex_of(&*sandbox)?;
         let events = EventEmitter::new(self.events.clone());
         let resume = self.saved_session(&*sandbox, process, &events).await;
         let spec = harness_process_spec(
@@ -219,6 +220,13 @@ impl AcpHarnessDriver {
     }
 }
 
+/// The sandbox's duplex process port, or the contract's `SandboxAcpUnsupportedError`.
+fn duplex_of(sandbox: &dyn SandboxPort) -> Result<&dyn SandboxDuplexProcessPort, PortError> {
+    sandbox
+        .as_duplex_process()
+        .ok_or_else(|| PortError::capability(SANDBOX_ACP_UNSUPPORTED))
+}
+
 fn describe_exit(exit: &SandboxProcessExit) -> String {
     match (&exit.code, &exit.signal) {
         (Some(code), _) => format!("code {code}"),
@@ -251,5 +259,49 @@ impl SandboxHarnessDriverPort for AcpHarnessDriver {
         input.signal.throw_if_aborted()?;
         let sandbox = self.runtime.sandbox(&input.sandbox).await?;
         self.turn(sandbox, process, &input).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A sandbox without duplex processes.
+    struct PlainSandbox;
+
+    #[async_trait]
+    impl SandboxPort for PlainSandbox {
+        async fn exec(&self, _: &str, _: Option<u64>) -> Result<String, PortError> {
+            Ok(String::new())
+        }
+        async fn read_file(&self, _: &str) -> Result<String, PortError> {
+            Ok(String::new())
+        }
+        async fn write_file(&self, path: &str, _: &str) -> Result<String, PortError> {
+            Ok(path.to_owned())
+        }
+    }
+
+    #[test]
+    fn a_sandbox_without_duplex_processes_cannot_run_acp() {
+        let error = duplex_of(&PlainSandbox).err().expect("unsupported");
+        assert_eq!(
+            error.message(),
+            "sandbox does not support duplex processes required by ACP"
+        );
+    }
+
+    #[test]
+    fn exits_are_described() {
+        let exit = |code, signal: Option<&str>| SandboxProcessExit {
+            code,
+            signal: signal.map(str::to_owned),
+        };
+        assert_eq!(describe_exit(&exit(Some(3), None)), "code 3");
+        assert_eq!(
+            describe_exit(&exit(None, Some("SIGKILL"))),
+            "signal SIGKILL"
+        );
+        assert_eq!(describe_exit(&exit(None, None)), "status unknown");
     }
 }
