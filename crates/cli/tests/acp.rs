@@ -101,15 +101,21 @@ impl Setup {
 
     /// `omabox run --json` of one ACP turn in `session` (seeded on its first run).
     fn acp_command(&self, session: &str, mode: &str, extra: &[&str]) -> Command {
+        self.run_command(session, mode, extra, true)
+    }
+
+    fn run_command(&self, session: &str, mode: &str, extra: &[&str], json: bool) -> Command {
         let backend = match self.backend {
             Backend::Linux => "linux",
             Backend::Local => "local",
         };
         let agent = self.agent();
         let seed = self.seed.path().to_str().unwrap().to_owned();
-        let mut args = vec![
-            "run",
-            "--json",
+        let mut args = vec!["run"];
+        if json {
+            args.push("--json");
+        }
+        args.extend([
             "--backend",
             backend,
             "--session",
@@ -118,7 +124,7 @@ impl Setup {
             &agent,
             "--prompt",
             "write the file",
-        ];
+        ]);
         if !self.session_exists(session) {
             args.extend(["--workspace", &seed]);
         }
@@ -281,7 +287,7 @@ fn a_turn_publishes_and_the_next_run_resumes(setup: &Setup) {
     let ws = exported.path().join("ws");
     assert_eq!(
         std::fs::read_to_string(ws.join("agent-was-here.txt")).unwrap(),
-        format!("new session {id}\n")
+        format!("new session {id}\ntoken in env: true\n")
     );
     let state = std::fs::read_to_string(ws.join(".openma/harness-state/acp.json")).unwrap();
     let state: Value = serde_json::from_str(&state).unwrap();
@@ -370,10 +376,27 @@ fn local_a_crashed_agent_fails_the_run_and_publishes_nothing() {
 }
 
 #[test]
+fn linux_a_crashed_agent_fails_the_run_and_publishes_nothing() {
+    if let Some(setup) = Setup::new(Backend::Linux) {
+        a_crashed_agent_fails_the_run_and_publishes_nothing(&setup);
+    }
+}
+
+#[test]
 fn local_an_agent_that_never_initializes_times_out() {
-    let Some(setup) = Setup::new(Backend::Local) else {
-        return;
-    };
+    if let Some(setup) = Setup::new(Backend::Local) {
+        an_agent_that_never_initializes_times_out(&setup);
+    }
+}
+
+#[test]
+fn linux_an_agent_that_never_initializes_times_out() {
+    if let Some(setup) = Setup::new(Backend::Linux) {
+        an_agent_that_never_initializes_times_out(&setup);
+    }
+}
+
+fn an_agent_that_never_initializes_times_out(setup: &Setup) {
     let output = setup
         .acp_command("t", "no-initialize", &[])
         .env("OMABOX_ACP_INITIALIZE_TIMEOUT_MS", "500")
@@ -424,6 +447,30 @@ fn local_cancel_mid_prompt_ends_the_turn() {
 fn linux_cancel_mid_prompt_ends_the_turn() {
     if let Some(setup) = Setup::new(Backend::Linux) {
         cancel_mid_prompt_ends_the_turn(&setup);
+    }
+}
+
+#[test]
+fn human_mode_streams_messages_and_tool_calls() {
+    let Some(setup) = Setup::new(Backend::Local) else {
+        return;
+    };
+    let output = setup
+        .run_command("h", "normal", &[], false)
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{}", describe(&output));
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    for expected in [
+        "[session] new ACP session fake-",
+        "\nhello from the fake agent, new session fake-",
+        "\n[tool] write agent-was-here.txt (edit, pending) #write-1\n",
+        "\n[permission] #write-1 allowed\n",
+        "\n[tool] #write-1 completed\n",
+        "\n[stop] end_turn\n",
+        "completed: revision 1 published",
+    ] {
+        assert!(stdout.contains(expected), "no {expected:?} in:\n{stdout}");
     }
 }
 

@@ -5,7 +5,7 @@
 //! - `normal` (default): supports `session/load`; on prompt it says which session it is in
 //!   (`loaded session <id>` or `new session <id>`), publishes a plan, starts tool call
 //!   `write-1`, asks permission, writes `agent-was-here.txt` in its working directory when
-//!   allowed, completes (or fails) the tool call and ends the turn with `end_turn`.
+//!   allowed (the session, and whether `HOSTED_INFERENCE_TOKEN` is in its env), completes (or fails) the tool call and ends the turn with `end_turn`.
 //! - `no-initialize`: never answers `initialize`.
 //! - `exit-mid-prompt`: sends one message chunk on prompt, writes
 //!   `crashed-agent-was-here.txt`, then exits with code 3.
@@ -156,7 +156,7 @@ async fn prompt(
         .await?;
     let allowed = matches!(&answer.outcome,
         RequestPermissionOutcome::Selected(selected) if selected.option_id.0.as_ref() == "allow");
-    let status = if allowed && std::fs::write("agent-was-here.txt", format!("{how}\n")).is_ok() {
+    let status = if allowed && std::fs::write("agent-was-here.txt", written(&how)).is_ok() {
         ToolCallStatus::Completed
     } else {
         ToolCallStatus::Failed
@@ -169,6 +169,13 @@ async fn prompt(
         )),
     ))?;
     Ok(StopReason::EndTurn)
+}
+
+/// What `agent-was-here.txt` says: the session, and whether the session token reached the
+/// agent's env (never its value).
+fn written(how: &str) -> String {
+    let token = std::env::var_os("HOSTED_INFERENCE_TOKEN").is_some();
+    format!("{how}\ntoken in env: {token}\n")
 }
 
 fn rand_suffix() -> u128 {
