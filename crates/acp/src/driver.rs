@@ -48,9 +48,13 @@ pub struct AcpTurnOptions {
     pub prompt: String,
     /// How the agent's permission requests are answered.
     pub permission: PermissionPolicy,
-    /// How long `initialize` may take (default 60 s: agents started through a package
-    /// runner can be slow).
+    /// How long `initialize` may take, and then `session/new` or `session/load` (default
+    /// 60 s each: agents started through a package runner can be slow).
     pub initialize_timeout: Duration,
+    /// How long the prompt's turn may take before it is cancelled and the run fails
+    /// (default 30 min; OpenMA's in-worker harness uses 5 min per turn, but here the turn is
+    /// the whole work item).
+    pub turn_timeout: Duration,
     /// How long the agent may take to end its turn after `session/cancel` (default 10 s).
     pub cancel_grace: Duration,
 }
@@ -62,6 +66,7 @@ impl AcpTurnOptions {
             prompt: prompt.into(),
             permission: PermissionPolicy::Allow,
             initialize_timeout: Duration::from_secs(60),
+            turn_timeout: Duration::from_secs(30 * 60),
             cancel_grace: Duration::from_secs(10),
         }
     }
@@ -171,6 +176,7 @@ impl AcpHarnessDriver {
             resume,
             permission: self.turn.permission,
             initialize_timeout: self.turn.initialize_timeout,
+            turn_timeout: self.turn.turn_timeout,
             cancel_grace: self.turn.cancel_grace,
         };
         let outcome = run_turn(
@@ -210,7 +216,7 @@ impl AcpHarnessDriver {
             Ok(TurnOutcome::AbortedBeforePrompt) => Ok(ManagedWorkExecutionResult::Aborted),
             Err(_) if input.signal.is_aborted() => Ok(ManagedWorkExecutionResult::Aborted),
             Err(error) => Err(PortError::new(match exit {
-                Some(Ok(exit)) => format!(
+                Some(Ok(exit)) if !error.is_timeout() => format!(
                     "the ACP agent exited ({}) before its turn ended: {error}",
                     describe_exit(&exit)
                 ),

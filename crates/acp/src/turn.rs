@@ -42,6 +42,7 @@ pub(crate) struct TurnRequest {
     pub resume: Option<String>,
     pub permission: PermissionPolicy,
     pub initialize_timeout: Duration,
+    pub turn_timeout: Duration,
     pub cancel_grace: Duration,
 }
 
@@ -64,6 +65,17 @@ pub enum AcpTurnError {
     /// `initialize` got no answer in time.
     #[error("the ACP agent did not answer initialize within {}", human(.0))]
     InitializeTimeout(Duration),
+    /// `session/new` or `session/load` got no answer in time (the initialize timeout).
+    #[error("the ACP agent did not answer {step} within {}", human(.timeout))]
+    SetupTimeout {
+        /// The ACP method.
+        step: &'static str,
+        /// The timeout.
+        timeout: Duration,
+    },
+    /// The prompt's turn ran past the turn timeout (the agent was sent `session/cancel`).
+    #[error("the ACP agent's turn did not end within {}", human(.0))]
+    TurnTimeout(Duration),
     /// The agent kept running its turn after `session/cancel`.
     #[error("the ACP agent did not end its turn within {} of session/cancel", human(.0))]
     CancelIgnored(Duration),
@@ -78,6 +90,19 @@ pub enum AcpTurnError {
     /// The connection itself failed.
     #[error("the ACP connection failed: {0}")]
     Connection(String),
+}
+
+impl AcpTurnError {
+    /// A timeout of omabox's (the agent may well be alive): not to be blamed on its exit.
+    pub fn is_timeout(&self) -> bool {
+        matches!(
+            self,
+            Self::InitializeTimeout(_)
+                | Self::SetupTimeout { .. }
+                | Self::TurnTimeout(_)
+                | Self::CancelIgnored(_)
+        )
+    }
 }
 
 /// `60s`, or `500ms` when not whole seconds.
@@ -260,8 +285,12 @@ async fn conversation(
             let loaded = tokio::select! {
                 biased;
                 _ = signal.aborted() => return Ok(TurnOutcome::AbortedBeforePrompt),
-                loaded = load => loaded,
+                loaded = tokio::time::timeout(request.initialize_timeout, load) => loaded,
             };
+            let loaded = loaded.map_err(|_| AcpTurnError::SetupTimeout {
+                step: "session/load",
+                timeout: request.initialize_timeout,
+            })?;
             replaying.store(false, Ordering::SeqCst);
             match loaded {
                 Ok(_) => session = Some((saved.clone(), true)),
@@ -287,8 +316,14 @@ async fn conversation(
             let created = tokio::select! {
                 biased;
                 _ = signal.aborted() => return Ok(TurnOutcome::AbortedBeforePrompt),
-                created = new => created.map_err(request_error("session/new"))?,
+                created = tokio::time::timeout(request.initialize_timeout, new) => created,
             };
+            let created = created
+                .map_err(|_| AcpTurnError::SetupTimeout {
+                    step: "session/new",
+                    timeout: request.initialize_timeout,
+                })?
+                .map_err(request_error("session/new"))?;
             (name_of(&created.session_id), false)
         }
     };
@@ -314,6 +349,11 @@ async fn conversation(
             tokio::time::timeout(request.cancel_grace, &mut prompt)
                 .await
                 .map_err(|_| AcpTurnError::CancelIgnored(request.cancel_grace))?
+        }
+        _ = tokio::time::sleep(request.turn_timeout) => {
+            let _ = cx.send_notification(CancelNotification::new(session_id.clone()));
+            let _ = tokio::time::timeout(request.cancel_grace, &mut prompt).await;
+            return Err(AcpTurnError::TurnTimeout(request.turn_timeout));
         }
     };
     let answer = answer.map_err(request_error("session/prompt"))?;

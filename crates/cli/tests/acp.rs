@@ -85,6 +85,7 @@ impl Setup {
             .env("OMABOX_TEST_MODE", "1")
             .env_remove("OMABOX_LEASE_TTL_MS")
             .env_remove("OMABOX_ACP_INITIALIZE_TIMEOUT_MS")
+            .env_remove("OMABOX_ACP_TURN_TIMEOUT_MS")
             .env_remove("OMABOX_LINUX_IMAGE")
             .env_remove("SANDBOX_IMAGE")
             .stdin(Stdio::null());
@@ -246,6 +247,14 @@ fn json_of(output: &Output) -> Value {
     })
 }
 
+/// The error message of a `failed` run result.
+fn failure(report: &Value) -> &str {
+    assert_eq!(report["result"]["type"], "failed", "{report}");
+    report["result"]["error"]["message"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no error message in {report}"))
+}
+
 fn acp_events(report: &Value) -> Vec<Value> {
     report["acpEvents"]
         .as_array()
@@ -350,10 +359,7 @@ fn a_crashed_agent_fails_the_run_and_publishes_nothing(setup: &Setup) {
     let (crashed, output) = setup.acp("c", "exit-mid-prompt", &[]);
     assert_eq!(output.status.code(), Some(1), "{}", describe(&output));
     assert_eq!(crashed["result"]["type"], "failed", "{crashed}");
-    let message = crashed["result"]["error"]["message"]
-        .as_str()
-        .or_else(|| crashed["result"]["message"].as_str())
-        .unwrap_or_else(|| panic!("no error message in {crashed}"));
+    let message = failure(&crashed);
     assert!(
         message.starts_with("the ACP agent exited (code 3) before its turn ended"),
         "{message}"
@@ -405,11 +411,9 @@ fn an_agent_that_never_initializes_times_out(setup: &Setup) {
     assert_eq!(output.status.code(), Some(1), "{}", describe(&output));
     let report = json_of(&output);
     assert_eq!(report["result"]["type"], "failed", "{report}");
-    assert!(
-        report
-            .to_string()
-            .contains("the ACP agent did not answer initialize within 500ms"),
-        "{report}"
+    assert_eq!(
+        failure(&report),
+        "the ACP agent did not answer initialize within 500ms"
     );
     setup.assert_no_lease_left();
 }
@@ -448,6 +452,26 @@ fn linux_cancel_mid_prompt_ends_the_turn() {
     if let Some(setup) = Setup::new(Backend::Linux) {
         cancel_mid_prompt_ends_the_turn(&setup);
     }
+}
+
+#[test]
+fn local_a_turn_over_its_timeout_is_cancelled_and_fails() {
+    let Some(setup) = Setup::new(Backend::Local) else {
+        return;
+    };
+    let output = setup
+        .acp_command("slow", "hang", &[])
+        .env("OMABOX_ACP_TURN_TIMEOUT_MS", "500")
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(1), "{}", describe(&output));
+    let report = json_of(&output);
+    assert_eq!(report["result"]["type"], "failed", "{report}");
+    assert_eq!(
+        failure(&report),
+        "the ACP agent's turn did not end within 500ms"
+    );
+    setup.assert_no_lease_left();
 }
 
 #[test]

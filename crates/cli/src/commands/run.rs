@@ -14,7 +14,8 @@
 //! messages, tool calls, plan and stop reason stream to stdout in human mode and are the
 //! `--json` document's `acpEvents` array ([`crate::acp_events`]). The next run of the session
 //! resumes the agent's ACP session (`/workspace/.openma/harness-state/acp.json`).
-//! `OMABOX_ACP_INITIALIZE_TIMEOUT_MS` (hidden flag) bounds `initialize` (default 60 s).
+//! `OMABOX_ACP_INITIALIZE_TIMEOUT_MS` (hidden flag) bounds `initialize` and the session
+//! setup (default 60 s each), `OMABOX_ACP_TURN_TIMEOUT_MS` the prompt's turn (default 30 min).
 //!
 //! This file is a front end: it parses arguments, wires the backend once
 //! ([`crate::wiring`]), and hands the work item to the host's
@@ -142,6 +143,11 @@ pub struct RunArgs {
     #[arg(long, hide = true, env = "OMABOX_ACP_INITIALIZE_TIMEOUT_MS", value_name = "MS",
           value_parser = clap::value_parser!(u64).range(100..))]
     acp_initialize_timeout_ms: Option<u64>,
+    /// How long the ACP agent's turn may take, in milliseconds (then it is cancelled and the
+    /// run fails).
+    #[arg(long, hide = true, env = "OMABOX_ACP_TURN_TIMEOUT_MS", value_name = "MS",
+          value_parser = clap::value_parser!(u64).range(100..))]
+    acp_turn_timeout_ms: Option<u64>,
     /// The harness command and its arguments (with --acp-command: the agent's arguments).
     /// None: the bundled demo.
     #[arg(last = true, value_name = "CMD")]
@@ -168,6 +174,9 @@ impl RunArgs {
         };
         if let Some(ms) = self.acp_initialize_timeout_ms {
             turn.initialize_timeout = Duration::from_millis(ms);
+        }
+        if let Some(ms) = self.acp_turn_timeout_ms {
+            turn.turn_timeout = Duration::from_millis(ms);
         }
         Some((turn, Arc::new(AcpEventLog::new(!self.json))))
     }
