@@ -375,6 +375,45 @@ mod tests {
         PermissionOption, ToolCallUpdate, ToolCallUpdateFields,
     };
 
+    #[test]
+    fn updates_become_capped_events() {
+        use agent_client_protocol::v1::schema::{ContentChunk, ToolCall, ToolKind};
+        let long = "x".repeat(crate::events::MAX_TEXT_BYTES + 10);
+        let chunk = SessionUpdate::AgentMessageChunk(ContentChunk::new(ContentBlock::Text(
+            TextContent::new(long),
+        )));
+        let Some(AcpEvent::AgentMessage { text }) = event_of(chunk) else {
+            panic!("a message event");
+        };
+        assert!(text.ends_with("…[truncated]"));
+        let call = SessionUpdate::ToolCall(ToolCall::new("t", "run tests").kind(ToolKind::Execute));
+        assert_eq!(
+            event_of(call),
+            Some(AcpEvent::ToolCall {
+                tool_call_id: "t".into(),
+                title: "run tests".into(),
+                kind: "execute".into(),
+                status: "pending".into(),
+            })
+        );
+        let plan = agent_client_protocol::v1::schema::Plan::new(
+            (0..MAX_PLAN_ENTRIES + 5)
+                .map(|i| {
+                    agent_client_protocol::v1::schema::PlanEntry::new(
+                        format!("step {i}"),
+                        agent_client_protocol::v1::schema::PlanEntryPriority::Low,
+                        agent_client_protocol::v1::schema::PlanEntryStatus::Pending,
+                    )
+                })
+                .collect(),
+        );
+        let Some(AcpEvent::Plan { entries }) = event_of(SessionUpdate::Plan(plan)) else {
+            panic!("a plan event");
+        };
+        assert_eq!(entries.len(), MAX_PLAN_ENTRIES);
+        assert_eq!(entries[0].priority, "low");
+    }
+
     fn request(options: Vec<PermissionOption>) -> RequestPermissionRequest {
         RequestPermissionRequest::new(
             "s",

@@ -337,6 +337,30 @@ fn linux_a_turn_publishes_and_the_next_run_resumes() {
 }
 
 #[test]
+fn local_a_failed_load_falls_back_to_a_new_session_with_a_warning() {
+    let Some(setup) = Setup::new(Backend::Local) else {
+        return;
+    };
+    std::fs::write(setup.seed.path().join("fail-load"), "").unwrap();
+    let (first, output) = setup.acp("f", "normal", &[]);
+    assert!(output.status.success(), "{}", describe(&output));
+    let first_id = event(&acp_events(&first), "session")["acpSessionId"].clone();
+    let (second, output) = setup.acp("f", "normal", &[]);
+    assert!(output.status.success(), "{}", describe(&output));
+    let events = acp_events(&second);
+    let warning = event(&events, "warning")["message"].as_str().unwrap();
+    assert!(
+        warning.starts_with("session/load of the saved ACP session failed")
+            && warning.ends_with("starting a new session"),
+        "{warning}"
+    );
+    let session = event(&events, "session");
+    assert_eq!(session["resumed"], false);
+    assert_ne!(session["acpSessionId"], first_id);
+    assert_eq!(event(&events, "stop")["reason"], "end_turn");
+}
+
+#[test]
 fn local_deny_policy_rejects_the_permission_request() {
     let Some(setup) = Setup::new(Backend::Local) else {
         return;

@@ -2,7 +2,8 @@
 //! on stdio through the `agent-client-protocol` crate's agent side. The first argument picks
 //! the behaviour:
 //!
-//! - `normal` (default): supports `session/load`; on prompt it says which session it is in
+//! - `normal` (default): supports `session/load` (and fails it when a file `fail-load` is
+//!   in its working directory); on prompt it says which session it is in
 //!   (`loaded session <id>` or `new session <id>`), publishes a plan, starts tool call
 //!   `write-1`, asks permission, writes `agent-was-here.txt` in its working directory when
 //!   allowed (the session, and whether `HOSTED_INFERENCE_TOKEN` is in its env), completes (or fails) the tool call and ends the turn with `end_turn`.
@@ -73,6 +74,12 @@ async fn main() -> agent_client_protocol::Result<()> {
         )
         .on_receive_request(
             async move |request: LoadSessionRequest, responder, _cx| {
+                if std::path::Path::new("fail-load").exists() {
+                    return responder.respond_with_error(
+                        agent_client_protocol::Error::internal_error()
+                            .data(serde_json::Value::from("told to fail session/load")),
+                    );
+                }
                 let mut state = s2.lock().unwrap();
                 state.session = Some((request.session_id.0.to_string(), true));
                 responder.respond(LoadSessionResponse::new())
