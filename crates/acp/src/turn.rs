@@ -114,9 +114,14 @@ fn human(duration: &Duration) -> String {
     }
 }
 
-/// At most 1 KiB of an error text that may come from the agent.
+/// At most 1 KiB of an error text that may come from the agent, on one line (the crate's
+/// errors carry pretty-printed JSON data).
 fn short(error: impl std::fmt::Display) -> String {
-    let text = error.to_string();
+    let text = error
+        .to_string()
+        .split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ");
     if text.len() <= 1024 {
         return text;
     }
@@ -374,6 +379,13 @@ mod tests {
     use agent_client_protocol::v1::schema::{
         PermissionOption, ToolCallUpdate, ToolCallUpdateFields,
     };
+
+    #[test]
+    fn error_texts_are_one_short_line() {
+        assert_eq!(short("a {\n  \"b\": 1\n}"), "a { \"b\": 1 }");
+        let long = short("é".repeat(2000));
+        assert!(long.len() <= 1024 + "…".len() && long.ends_with('…'));
+    }
 
     #[test]
     fn updates_become_capped_events() {
