@@ -207,7 +207,8 @@ impl ProviderManagedRuntimeDriver {
     /// Runs the `ama_worker` lane with `driver` instead of [`DirectAmaWorkerDriver`] (for
     /// example the ACP harness, which speaks a protocol to the declared process). The
     /// descriptor is unchanged: the replacement must serve the same lane over the same
-    /// runtime's duplex processes.
+    /// runtime's duplex processes. `with_harness_env` does not reach the replacement: give
+    /// it its own env source.
     pub fn with_harness_driver(mut self, driver: Arc<dyn SandboxHarnessDriverPort>) -> Self {
         self.harness_override = Some(driver);
         self
