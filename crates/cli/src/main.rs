@@ -1,5 +1,6 @@
 //! `omabox`: the one binary. Wiring of stores, backends and the host lives only here.
 
+mod acp_events;
 mod checkpoint_limits;
 mod commands;
 mod data_dir;

@@ -8,15 +8,18 @@
 //! What this must never do: print a text that did not come through the host's redaction —
 //! results and rejections are the host's (redacted) values, events are the timeline's.
 
+use crate::acp_events::AcpEventLog;
 use crate::session::publication;
 use crate::timeline::{Timeline, TimelineEvent, human_bytes};
 use crate::wiring::Persistence;
+use omabox_acp::AcpEvent;
 use omabox_contract::{PortError, RuntimeResourceScope, SessionOutputEntryCandidate};
 use omabox_host::runtime_host::ManagedRuntimeRunResult;
 use omabox_store::SqliteStore;
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::process::ExitCode;
+use std::sync::Arc;
 
 /// Exit code of a run cancelled by a signal.
 pub const EXIT_CANCELLED: u8 = 130;
@@ -34,6 +37,8 @@ pub struct RunHeader {
     pub json: bool,
     /// `--from-revision N`: the revision restored instead of the last one.
     pub from_revision: Option<u64>,
+    /// The ACP harness's event log (`--acp-command`).
+    pub acp_events: Option<Arc<AcpEventLog>>,
 }
 
 /// The `--json` document.
@@ -57,6 +62,9 @@ struct RunReport {
     runtime_id: Option<String>,
     cancelled: bool,
     events: Vec<TimelineEvent>,
+    /// The ACP harness's canonical event log (`--acp-command` only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    acp_events: Option<Vec<AcpEvent>>,
 }
 
 /// The entries this run published (empty when it published nothing).
@@ -202,6 +210,7 @@ fn report(
         runtime_id: facts.runtime_id,
         cancelled,
         events: timeline.events(),
+        acp_events: header.acp_events.as_ref().map(|log| log.events()),
     }
 }
 
@@ -209,7 +218,6 @@ fn report(
 mod tests {
     use super::*;
     use omabox_testkit::fakes::{Fixture, FixtureSpec};
-    use std::sync::Arc;
 
     const TOKEN: &str = "fence-secret-0123456789";
 
@@ -231,6 +239,7 @@ mod tests {
             owner_id: fixture.owner_id.clone(),
             json: true,
             from_revision: None,
+            acp_events: None,
         };
         let json = serde_json::to_string(&report(
             &header,

@@ -16,6 +16,7 @@
 //! `omabox sandbox run`). No other module names a backend crate's types for wiring.
 
 use anyhow::Context as _;
+use omabox_acp::{AcpEventSink, AcpHarnessDriver, AcpTurnOptions};
 use omabox_backend_linux::factory::LinuxSandboxFactory;
 use omabox_backend_linux::managed::{
     LINUX_PROVIDER, LinuxManagedProvider, LinuxManagedRuntimeOptions,
@@ -132,6 +133,17 @@ pub struct DriverInputs {
     pub harness_env: Option<Arc<dyn HarnessEnvSource>>,
     /// Credential egress of linux sandboxes (`omabox run --credential`).
     pub credential_egress: Option<omabox_backend_linux::managed::CredentialEgressOptions>,
+    /// Run the `ama_worker` lane as the ACP harness (`omabox run --acp-command`).
+    pub acp: Option<AcpInputs>,
+}
+
+/// What the ACP harness is built from.
+#[derive(Clone)]
+pub struct AcpInputs {
+    /// The turn: prompt, permission policy, timeouts.
+    pub turn: AcpTurnOptions,
+    /// Where the turn's events go.
+    pub events: Arc<dyn AcpEventSink>,
 }
 
 impl std::fmt::Debug for DriverInputs {
@@ -196,10 +208,24 @@ pub async fn provider_driver(
         usage,
         harness_env,
         credential_egress,
+        acp,
     } = inputs;
-    let with_env = |driver: ProviderManagedRuntimeDriver| match &harness_env {
-        Some(source) => driver.with_harness_env(Arc::clone(source)),
-        None => driver,
+    let acp_output = harness_output.clone();
+    let with_env = |driver: ProviderManagedRuntimeDriver| {
+        let driver = match &harness_env {
+            Some(source) => driver.with_harness_env(Arc::clone(source)),
+            None => driver,
+        };
+        let Some(acp) = &acp else { return driver };
+        let mut harness = AcpHarnessDriver::new(Arc::clone(driver.runtime()), acp.turn.clone())
+            .with_events(Arc::clone(&acp.events));
+        if let Some(output) = &acp_output {
+            harness = harness.with_output(Arc::clone(output));
+        }
+        if let Some(source) = &harness_env {
+            harness = harness.with_harness_env(Arc::clone(source));
+        }
+        driver.with_harness_driver(Arc::new(harness))
     };
     let driver = match backend {
         Backend::Local => omabox_backend_local::managed::managed_runtime_provider_driver(

@@ -6,7 +6,16 @@
 //! omabox run [--backend linux|local] [--session ID] [--workspace DIR | --from-revision N] [--profile FILE]
 //!            [--supervised] [--inference-gateway URL] [--environment FILE] [--json]
 //!            [-- CMD ARGS...]
+//! omabox run ... --acp-command CMD [--acp-permission allow|deny] --prompt TEXT [-- ARGS...]
 //! ```
+//!
+//! ACP (`--acp-command`): the harness is an ACP agent (CMD with ARGS, cwd `/workspace`, run in
+//! the sandbox like any `ama_worker` process) driven for one turn by `omabox_acp`: its
+//! messages, tool calls, plan and stop reason stream to stdout in human mode and are the
+//! `--json` document's `acpEvents` array ([`crate::acp_events`]). The next run of the session
+//! resumes the agent's ACP session (`/workspace/.openma/harness-state/acp.json`).
+//! `OMABOX_ACP_INITIALIZE_TIMEOUT_MS` (hidden flag) bounds `initialize` and the session
+//! setup (default 60 s each), `OMABOX_ACP_TURN_TIMEOUT_MS` the prompt's turn (default 30 min).
 //!
 //! This file is a front end: it parses arguments, wires the backend once
 //! ([`crate::wiring`]), and hands the work item to the host's
@@ -34,6 +43,7 @@
 //! SIGINT/SIGTERM cancel the run through its signal (full cleanup, exit 130); a second
 //! signal exits at once and leaves the rest to `omabox reap`.
 
+use crate::acp_events::AcpEventLog;
 use crate::environment::{self, EnvironmentConfig};
 use crate::harness_env::{SessionTokenEnv, check_gateway};
 use crate::run_report::{self, RunHeader};
@@ -41,9 +51,10 @@ use crate::session::{check_id, check_seed, open_store};
 use crate::signals::cancel_on_signals;
 use crate::terminal::{ProgressBars, TerminalHarnessOutput};
 use crate::timeline::Timeline;
-use crate::wiring::{self, Backend, DriverInputs, Persistence};
+use crate::wiring::{self, AcpInputs, Backend, DriverInputs, Persistence};
 use crate::work_profile;
 use clap::Args;
+use omabox_acp::{AcpTurnOptions, PermissionPolicy};
 use omabox_backend_linux::factory::NETWORK_ENV;
 use omabox_backend_linux::managed::CredentialEgressOptions;
 use omabox_contract::{
@@ -60,6 +71,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
 
 /// The session of the bundled demo.
 pub const DEMO_SESSION: &str = "demo";
@@ -116,9 +128,58 @@ pub struct RunArgs {
     #[arg(long, hide = true, env = "OMABOX_LEASE_TTL_MS", value_name = "MS",
           value_parser = clap::value_parser!(u64).range(100..))]
     lease_ttl_ms: Option<u64>,
-    /// The harness command and its arguments. None: the bundled demo.
+    /// Run an ACP agent as the harness for one turn: CMD is the agent's command (in the
+    /// sandbox), the arguments after `--` are its arguments. Needs --prompt.
+    #[arg(long, value_name = "CMD", conflicts_with_all = ["supervised", "profile"])]
+    acp_command: Option<String>,
+    /// The user's prompt for the ACP agent's turn (with --acp-command).
+    #[arg(long, value_name = "TEXT")]
+    prompt: Option<String>,
+    /// How the ACP agent's permission requests are answered: `allow` (the sandbox is the
+    /// boundary; default) or `deny`.
+    #[arg(long, value_enum, default_value_t = AcpPermission::Allow, value_name = "POLICY")]
+    acp_permission: AcpPermission,
+    /// How long the ACP agent may take to answer `initialize`, in milliseconds.
+    #[arg(long, hide = true, env = "OMABOX_ACP_INITIALIZE_TIMEOUT_MS", value_name = "MS",
+          value_parser = clap::value_parser!(u64).range(100..))]
+    acp_initialize_timeout_ms: Option<u64>,
+    /// How long the ACP agent's turn may take, in milliseconds (then it is cancelled and the
+    /// run fails).
+    #[arg(long, hide = true, env = "OMABOX_ACP_TURN_TIMEOUT_MS", value_name = "MS",
+          value_parser = clap::value_parser!(u64).range(100..))]
+    acp_turn_timeout_ms: Option<u64>,
+    /// The harness command and its arguments (with --acp-command: the agent's arguments).
+    /// None: the bundled demo.
     #[arg(last = true, value_name = "CMD")]
     command: Vec<String>,
+}
+
+/// `--acp-permission`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum AcpPermission {
+    /// Select the agent's first allow option.
+    Allow,
+    /// Select the agent's first reject option.
+    Deny,
+}
+
+impl RunArgs {
+    /// The ACP harness of `--acp-command`, with its event log.
+    fn acp(&self) -> Option<(AcpTurnOptions, Arc<AcpEventLog>)> {
+        self.acp_command.as_ref()?;
+        let mut turn = AcpTurnOptions::new(self.prompt.clone().unwrap_or_default());
+        turn.permission = match self.acp_permission {
+            AcpPermission::Allow => PermissionPolicy::Allow,
+            AcpPermission::Deny => PermissionPolicy::Deny,
+        };
+        if let Some(ms) = self.acp_initialize_timeout_ms {
+            turn.initialize_timeout = Duration::from_millis(ms);
+        }
+        if let Some(ms) = self.acp_turn_timeout_ms {
+            turn.turn_timeout = Duration::from_millis(ms);
+        }
+        Some((turn, Arc::new(AcpEventLog::new(!self.json))))
+    }
 }
 
 /// The work item the arguments ask for, resolved before anything runs.
@@ -183,6 +244,7 @@ pub async fn run(data_dir: &Path, args: RunArgs) -> anyhow::Result<ExitCode> {
         .await?;
     let harness_output = Arc::new(TerminalHarnessOutput::new(args.json));
     let token_slots = SessionTokenSlots::new();
+    let acp = args.acp();
     let driver = wiring::provider_driver(
         args.backend,
         DriverInputs {
@@ -202,6 +264,10 @@ pub async fn run(data_dir: &Path, args: RunArgs) -> anyhow::Result<ExitCode> {
                 upstream_roots: std::env::var_os("SSL_CERT_FILE")
                     .and_then(|p| std::fs::read(p).ok()),
             }),
+            acp: acp.as_ref().map(|(turn, log)| AcpInputs {
+                turn: turn.clone(),
+                events: Arc::clone(log) as _,
+            }),
         },
     )
     .await?;
@@ -212,6 +278,7 @@ pub async fn run(data_dir: &Path, args: RunArgs) -> anyhow::Result<ExitCode> {
         owner_id: policy.owner_id.clone(),
         json: args.json,
         from_revision: args.from_revision,
+        acp_events: acp.map(|(_, log)| log),
     };
     let runner = WorkItemRunner::new(
         policy,
@@ -243,6 +310,9 @@ pub async fn run(data_dir: &Path, args: RunArgs) -> anyhow::Result<ExitCode> {
     let outcome = runner.run(input).await;
     signals.abort();
     harness_output.flush();
+    if let Some(log) = &header.acp_events {
+        log.finish();
+    }
     let cancelled = cancelled.load(Ordering::SeqCst);
 
     match outcome {
@@ -262,7 +332,24 @@ pub async fn run(data_dir: &Path, args: RunArgs) -> anyhow::Result<ExitCode> {
 
 /// Resolves the work item (scope and profile) from the arguments.
 fn request(args: &RunArgs) -> anyhow::Result<Request> {
-    let demo = args.command.is_empty() && args.profile.is_none();
+    match (&args.acp_command, &args.prompt) {
+        (Some(_), None) => anyhow::bail!(
+            "--acp-command needs --prompt TEXT: omabox run --acp-command CMD --prompt \"…\" [-- ARGS...]"
+        ),
+        (None, Some(_)) => anyhow::bail!(
+            "--prompt is for an ACP agent: omabox run --acp-command CMD --prompt \"…\" [-- ARGS...]"
+        ),
+        _ => {}
+    }
+    let acp_command: Option<Vec<String>> = args.acp_command.as_ref().map(|command| {
+        std::iter::once(command.clone())
+            .chain(args.command.iter().cloned())
+            .collect()
+    });
+    if acp_command.as_ref().is_some_and(|c| c[0].trim().is_empty()) {
+        anyhow::bail!("--acp-command needs a command");
+    }
+    let demo = args.command.is_empty() && args.profile.is_none() && acp_command.is_none();
     if demo && args.supervised {
         anyhow::bail!(
             "--supervised needs a supervisor command: omabox run --supervised -- CMD ARGS..."
@@ -279,7 +366,10 @@ fn request(args: &RunArgs) -> anyhow::Result<Request> {
     let mut profile = match &args.profile {
         Some(path) => work_profile::from_file(path, &args.command)?,
         None if demo => work_profile::demo(),
-        None => work_profile::for_command(&args.command, args.supervised),
+        None => match &acp_command {
+            Some(command) => work_profile::for_command(command, false),
+            None => work_profile::for_command(&args.command, args.supervised),
+        },
     };
     if !args.credentials.is_empty() {
         if args.backend != Backend::Linux {

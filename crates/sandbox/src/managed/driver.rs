@@ -25,8 +25,8 @@ use omabox_contract::{
     ManagedRuntimeProviderCreateInput, ManagedRuntimeProviderDriverDescriptor,
     ManagedRuntimeProviderDriverPort, ManagedRuntimeProviderPlacement,
     ManagedRuntimeProviderResources, ManagedRuntimeResourceCapabilities, ManagedSandboxPort,
-    PortError, RuntimeResourceScope, SandboxHarnessDriverCapabilities, SessionOutputPort,
-    WorkspacePersistencePort,
+    PortError, RuntimeResourceScope, SandboxHarnessDriverCapabilities, SandboxHarnessDriverPort,
+    SessionOutputPort, WorkspacePersistencePort,
 };
 use std::sync::Arc;
 use std::time::Duration;
@@ -97,6 +97,8 @@ pub struct ProviderManagedRuntimeDriver {
     workspace: Arc<dyn WorkspacePersistencePort>,
     outputs: Arc<dyn SessionOutputPort>,
     harness: Arc<DirectAmaWorkerDriver>,
+    /// Replaces the `ama_worker` lane's driver (`with_harness_driver`).
+    harness_override: Option<Arc<dyn SandboxHarnessDriverPort>>,
     transport: Option<Arc<SandboxSupervisorTransport>>,
     credential_egress: Option<Arc<dyn CredentialEgressPort>>,
 }
@@ -169,6 +171,7 @@ impl ProviderManagedRuntimeDriver {
             workspace,
             outputs,
             harness,
+            harness_override: None,
             transport,
             credential_egress: None,
         })
@@ -201,6 +204,16 @@ impl ProviderManagedRuntimeDriver {
         self
     }
 
+    /// Runs the `ama_worker` lane with `driver` instead of [`DirectAmaWorkerDriver`] (for
+    /// example the ACP harness, which speaks a protocol to the declared process). The
+    /// descriptor is unchanged: the replacement must serve the same lane over the same
+    /// runtime's duplex processes. `with_harness_env` does not reach the replacement: give
+    /// it its own env source.
+    pub fn with_harness_driver(mut self, driver: Arc<dyn SandboxHarnessDriverPort>) -> Self {
+        self.harness_override = Some(driver);
+        self
+    }
+
     /// The managed runtime behind the ports (for tools that need the live tool sandbox of a
     /// lease, like the conformance suite).
     pub fn runtime(&self) -> &Arc<ProviderManagedRuntime> {
@@ -213,7 +226,10 @@ impl ProviderManagedRuntimeDriver {
             sandbox: Arc::clone(&self.runtime) as Arc<dyn ManagedSandboxPort>,
             workspace: Arc::clone(&self.workspace),
             outputs: Arc::clone(&self.outputs),
-            harness_driver: Arc::clone(&self.harness) as _,
+            harness_driver: match &self.harness_override {
+                Some(driver) => Arc::clone(driver),
+                None => Arc::clone(&self.harness) as _,
+            },
             supervisor_transport: self.transport.clone().map(|transport| transport as _),
             runtime_checkpoint: None,
             credential_egress: self.credential_egress.clone(),

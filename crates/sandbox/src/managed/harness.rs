@@ -56,8 +56,9 @@ pub trait HarnessOutputSink: Send + Sync {
     fn output(&self, stream: HarnessStream, bytes: &[u8]);
 }
 
-/// Reads `reader` to its end, forwarding every chunk to `sink`.
-async fn drain(
+/// Reads `reader` to its end, forwarding every chunk to `sink` (harness lanes built outside
+/// this crate, like the ACP harness, drain the agent's stderr with it).
+pub async fn drain(
     mut reader: SandboxByteReader,
     stream: HarnessStream,
     sink: Option<Arc<dyn HarnessOutputSink>>,
@@ -95,7 +96,7 @@ pub trait HarnessEnvSource: Send + Sync {
 
 /// The duplex spec of a declared process: only its declared fields, with `extra` merged over
 /// its env.
-fn spec_of(
+pub(crate) fn spec_of(
     process: &RuntimeProcessDeclaration,
     extra: BTreeMap<String, Option<SecretString>>,
 ) -> SandboxDuplexProcessSpec {
@@ -125,6 +126,18 @@ fn extra_env(
     generation: Option<u64>,
 ) -> BTreeMap<String, Option<SecretString>> {
     source.map_or_else(BTreeMap::new, |source| source.env_for(scope, generation))
+}
+
+/// The duplex spec of a declared harness process with `source`'s spawn-time variables merged
+/// over its env (see [`HarnessEnvSource`]): for harness lanes built outside this crate. The
+/// spec holds secret values; hand it straight to the spawn and never log it.
+pub fn harness_process_spec(
+    process: &RuntimeProcessDeclaration,
+    source: Option<&Arc<dyn HarnessEnvSource>>,
+    scope: &RuntimeResourceScope,
+    generation: Option<u64>,
+) -> SandboxDuplexProcessSpec {
+    spec_of(process, extra_env(source, scope, generation))
 }
 
 /// `ama_worker` over a runtime's duplex processes.

@@ -35,7 +35,7 @@ pub use driver::{
 };
 pub use harness::{
     DirectAmaWorkerDriver, HarnessEnvSource, HarnessOutputSink, HarnessStream,
-    SandboxSupervisorTransport,
+    SandboxSupervisorTransport, drain, harness_process_spec,
 };
 pub use provider::{
     AcquisitionContext, HOST_PATH_METADATA_KEY, ManagedSandboxProvider,

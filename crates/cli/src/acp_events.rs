@@ -1,0 +1,147 @@
+//! The ACP harness's event log as `omabox run --acp-command` shows it.
+//!
+//! Human mode prints each event on stdout as it arrives: agent message chunks as plain text
+//! (joined), every other event on its own `[kind] …` line. `--json` prints nothing while the
+//! run goes; the whole log (bounded by `omabox_acp::events::MAX_EVENTS`) is the document's
+//! `acpEvents` array, each element one canonical event (`omabox_acp::events`).
+
+use omabox_acp::{AcpEvent, AcpEventSink};
+use std::io::Write as _;
+use std::sync::Mutex;
+
+/// Collects the events and, in human mode, prints them.
+#[derive(Debug)]
+pub struct AcpEventLog {
+    human: bool,
+    state: Mutex<LogState>,
+}
+
+#[derive(Debug, Default)]
+struct LogState {
+    events: Vec<AcpEvent>,
+    /// A message is being printed (the next non-message event starts a new line).
+    in_message: bool,
+}
+
+impl AcpEventLog {
+    /// A log that prints in human mode (`human`) or only collects (`--json`).
+    pub fn new(human: bool) -> Self {
+        Self {
+            human,
+            state: Mutex::new(LogState::default()),
+        }
+    }
+
+    /// Every event so far.
+    pub fn events(&self) -> Vec<AcpEvent> {
+        self.state
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .events
+            .clone()
+    }
+
+    /// Ends an unfinished message line.
+    pub fn finish(&self) {
+        let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        if self.human && state.in_message {
+            println!();
+            state.in_message = false;
+        }
+    }
+}
+
+/// The human line of a non-message event.
+fn line_of(event: &AcpEvent) -> String {
+    match event {
+        AcpEvent::Session {
+            acp_session_id,
+            resumed,
+        } => {
+            let how = if *resumed { "resumed" } else { "new" };
+            format!("[session] {how} ACP session {acp_session_id}")
+        }
+        AcpEvent::AgentMessage { text } => text.clone(),
+        AcpEvent::ToolCall {
+            tool_call_id,
+            title,
+            kind,
+            status,
+        } => format!("[tool] {title} ({kind}, {status}) #{tool_call_id}"),
+        AcpEvent::ToolCallUpdate {
+            tool_call_id,
+            status,
+            title,
+        } => format!(
+            "[tool] #{tool_call_id} {}{}",
+            status.as_deref().unwrap_or("updated"),
+            title
+                .as_deref()
+                .map(|t| format!(": {t}"))
+                .unwrap_or_default()
+        ),
+        AcpEvent::Plan { entries } => {
+            let mut text = "[plan]".to_owned();
+            for entry in entries {
+                text.push_str(&format!(
+                    "\n  - [{}] {} ({})",
+                    entry.status, entry.content, entry.priority
+                ));
+            }
+            text
+        }
+        AcpEvent::Permission {
+            tool_call_id,
+            decision,
+            ..
+        } => format!("[permission] #{tool_call_id} {decision}"),
+        AcpEvent::Warning { message } => format!("[warning] {message}"),
+        AcpEvent::Stop { reason } => format!("[stop] {reason}"),
+    }
+}
+
+impl AcpEventSink for AcpEventLog {
+    fn event(&self, event: &AcpEvent) {
+        let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        state.events.push(event.clone());
+        if !self.human {
+            return;
+        }
+        let mut out = std::io::stdout().lock();
+        match event {
+            AcpEvent::AgentMessage { text } => {
+                let _ = write!(out, "{text}");
+                state.in_message = true;
+            }
+            other => {
+                if state.in_message {
+                    let _ = writeln!(out);
+                    state.in_message = false;
+                }
+                let _ = writeln!(out, "{}", line_of(other));
+            }
+        }
+        let _ = out.flush();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn events_are_collected_in_order() {
+        let log = AcpEventLog::new(false);
+        log.event(&AcpEvent::AgentMessage { text: "hi".into() });
+        log.event(&AcpEvent::Stop {
+            reason: "end_turn".into(),
+        });
+        assert_eq!(log.events().len(), 2);
+        assert_eq!(
+            line_of(&AcpEvent::Stop {
+                reason: "end_turn".into()
+            }),
+            "[stop] end_turn"
+        );
+    }
+}

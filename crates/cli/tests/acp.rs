@@ -1,0 +1,552 @@
+//! `omabox run --acp-command` end to end: the real binary driving the scripted ACP agent
+//! (`omabox-fake-acp-agent`, built from `omabox-acp`, which speaks real ACP through the same
+//! crate) in a real sandbox, on `local` (test mode) and `linux`.
+//!
+//! The agent binary must be visible inside the sandbox: on linux the test seeds a new
+//! session's `/workspace` with a copy (`--workspace DIR`) and runs `/workspace/<agent>`; on
+//! local (no isolation) it runs the host path. The linux tests need root, cgroups and
+//! `omabox-sandbox-init`; they skip with a printed reason where those are missing, and fail
+//! under `CI=true`. The agent binary itself must sit next to `omabox` (`cargo build --bins`,
+//! which `cargo nextest run --workspace` does); a missing one skips the same way.
+
+mod common;
+
+use common::{init_bin, omabox_bin};
+use omabox_backend_linux::factory::{CGROUP_PARENT_ENV, INIT_ENV, RUNTIME_DIR_ENV};
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+const AGENT: &str = "omabox-fake-acp-agent";
+
+fn agent_bin() -> PathBuf {
+    omabox_bin().with_file_name(AGENT)
+}
+
+/// `true` when the fake agent is built; otherwise skips (fails under `CI=true`).
+fn agent_available() -> bool {
+    omabox_test_support::require_capability((!agent_bin().is_file()).then(|| {
+        format!(
+            "{} is missing (build it: cargo build --bins)",
+            agent_bin().display()
+        )
+    }))
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Backend {
+    Linux,
+    Local,
+}
+
+/// One test's data dir, runtime dir, cgroup parent and seed workspace (with the agent).
+struct Setup {
+    backend: Backend,
+    data: tempfile::TempDir,
+    runtime_dir: tempfile::TempDir,
+    seed: tempfile::TempDir,
+    cgroup_parent: String,
+}
+
+impl Setup {
+    fn new(backend: Backend) -> Option<Self> {
+        if !agent_available() || (backend == Backend::Linux && !common::linux_available()) {
+            return None;
+        }
+        let runtime_dir = tempfile::tempdir().unwrap();
+        let cgroup_parent = format!(
+            "omabox-acp-test-{}",
+            runtime_dir.path().file_name().unwrap().to_string_lossy()
+        );
+        let seed = tempfile::tempdir().unwrap();
+        if backend == Backend::Linux {
+            std::fs::copy(agent_bin(), seed.path().join(AGENT)).unwrap();
+        }
+        std::fs::write(seed.path().join("README"), "seeded\n").unwrap();
+        Some(Self {
+            backend,
+            data: tempfile::tempdir().unwrap(),
+            runtime_dir,
+            seed,
+            cgroup_parent,
+        })
+    }
+
+    fn command(&self, args: &[&str]) -> Command {
+        let mut command = Command::new(omabox_bin());
+        command
+            .arg("--data-dir")
+            .arg(self.data.path())
+            .args(args)
+            .env(RUNTIME_DIR_ENV, self.runtime_dir.path())
+            .env(CGROUP_PARENT_ENV, &self.cgroup_parent)
+            .env(INIT_ENV, init_bin())
+            .env("OMABOX_TEST_MODE", "1")
+            .env_remove("OMABOX_LEASE_TTL_MS")
+            .env_remove("OMABOX_ACP_INITIALIZE_TIMEOUT_MS")
+            .env_remove("OMABOX_ACP_TURN_TIMEOUT_MS")
+            .env_remove("OMABOX_LINUX_IMAGE")
+            .env_remove("SANDBOX_IMAGE")
+            .stdin(Stdio::null());
+        command
+    }
+
+    /// The agent command as the sandbox sees it.
+    fn agent(&self) -> String {
+        match self.backend {
+            Backend::Linux => format!("/workspace/{AGENT}"),
+            Backend::Local => agent_bin().display().to_string(),
+        }
+    }
+
+    /// `omabox run --json` of one ACP turn in `session` (seeded on its first run).
+    fn acp_command(&self, session: &str, mode: &str, extra: &[&str]) -> Command {
+        self.run_command(session, mode, extra, true)
+    }
+
+    fn run_command(&self, session: &str, mode: &str, extra: &[&str], json: bool) -> Command {
+        let backend = match self.backend {
+            Backend::Linux => "linux",
+            Backend::Local => "local",
+        };
+        let agent = self.agent();
+        let seed = self.seed.path().to_str().unwrap().to_owned();
+        let mut args = vec!["run"];
+        if json {
+            args.push("--json");
+        }
+        args.extend([
+            "--backend",
+            backend,
+            "--session",
+            session,
+            "--acp-command",
+            &agent,
+            "--prompt",
+            "write the file",
+        ]);
+        if !self.session_exists(session) {
+            args.extend(["--workspace", &seed]);
+        }
+        args.extend_from_slice(extra);
+        args.extend(["--", mode]);
+        self.command(&args)
+    }
+
+    fn acp(&self, session: &str, mode: &str, extra: &[&str]) -> (Value, Output) {
+        let output = self
+            .acp_command(session, mode, extra)
+            .output()
+            .expect("omabox runs");
+        (json_of(&output), output)
+    }
+
+    fn session_exists(&self, session: &str) -> bool {
+        let output = self.command(&["sessions", "--json"]).output().unwrap();
+        serde_json::from_slice::<Value>(&output.stdout)
+            .ok()
+            .and_then(|rows| rows.as_array().cloned())
+            .unwrap_or_default()
+            .iter()
+            .any(|row| row["session"] == session)
+    }
+
+    /// The session's published workspace, exported.
+    fn export(&self, session: &str) -> tempfile::TempDir {
+        let dir = tempfile::tempdir().unwrap();
+        let target = dir.path().join("ws");
+        let output = self
+            .command(&["workspace", "export", "--session", session])
+            .arg(&target)
+            .output()
+            .unwrap();
+        assert!(output.status.success(), "{}", describe(&output));
+        dir
+    }
+
+    fn wait_for_workspace_file(&self, name: &str, child: &mut Child) {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            if find_file(&self.data.path().join("runtime"), name)
+                || find_file(self.runtime_dir.path(), name)
+            {
+                return;
+            }
+            if let Ok(Some(status)) = child.try_wait() {
+                panic!("omabox run ended ({status}) before the agent wrote {name}");
+            }
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!("the agent never wrote {name}");
+            }
+            std::thread::sleep(Duration::from_millis(25));
+        }
+    }
+
+    fn assert_no_lease_left(&self) {
+        let output = self.command(&["reap", "--json"]).output().unwrap();
+        assert!(output.status.success(), "{}", describe(&output));
+        let reap = json_of(&output);
+        assert_eq!(reap["abandoned"]["inspected"], 0, "leases left: {reap}");
+        if self.backend == Backend::Linux {
+            let left: Vec<_> = std::fs::read_dir(self.runtime_dir.path())
+                .map(|entries| entries.flatten().map(|e| e.path()).collect())
+                .unwrap_or_default();
+            assert!(left.is_empty(), "sandbox state dirs left: {left:?}");
+        }
+    }
+}
+
+impl Drop for Setup {
+    fn drop(&mut self) {
+        let Ok(Some(layout)) = omabox_backend_linux::CgroupLayout::detect() else {
+            return;
+        };
+        let parents: Vec<PathBuf> = match layout {
+            omabox_backend_linux::CgroupLayout::V1 { controllers } => controllers
+                .values()
+                .map(|mount| mount.join(&self.cgroup_parent))
+                .collect(),
+            omabox_backend_linux::CgroupLayout::V2 { root, .. } => {
+                vec![root.join(&self.cgroup_parent)]
+            }
+        };
+        for parent in parents {
+            let _ = std::fs::remove_dir(parent);
+        }
+    }
+}
+
+fn find_file(dir: &Path, name: &str) -> bool {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return false;
+    };
+    entries.flatten().any(|entry| {
+        let is_dir = entry.file_type().is_ok_and(|kind| kind.is_dir());
+        (is_dir && find_file(&entry.path(), name)) || (!is_dir && entry.file_name() == name)
+    })
+}
+
+fn describe(output: &Output) -> String {
+    format!(
+        "status {:?}\nstdout:\n{}\nstderr:\n{}",
+        output.status.code(),
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    )
+}
+
+fn json_of(output: &Output) -> Value {
+    serde_json::from_slice(&output.stdout).unwrap_or_else(|error| {
+        panic!(
+            "stdout is not one JSON document ({error}): {}",
+            describe(output)
+        )
+    })
+}
+
+/// The error message of a `failed` run result.
+fn failure(report: &Value) -> &str {
+    assert_eq!(report["result"]["type"], "failed", "{report}");
+    report["result"]["error"]["message"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no error message in {report}"))
+}
+
+fn acp_events(report: &Value) -> Vec<Value> {
+    report["acpEvents"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no acpEvents in {report}"))
+        .clone()
+}
+
+fn event<'a>(events: &'a [Value], kind: &str) -> &'a Value {
+    events
+        .iter()
+        .find(|event| event["type"] == kind)
+        .unwrap_or_else(|| panic!("no {kind} event in {events:?}"))
+}
+
+/// One turn writes the file (published), logs message, tool call and stop; the second run
+/// of the session loads the same ACP session; the saved state holds no token.
+fn a_turn_publishes_and_the_next_run_resumes(setup: &Setup) {
+    let (first, output) = setup.acp("s1", "normal", &[]);
+    assert!(output.status.success(), "{}", describe(&output));
+    assert_eq!(first["result"]["type"], "completed", "{first}");
+    let events = acp_events(&first);
+    let session = event(&events, "session");
+    assert_eq!(session["resumed"], false);
+    let id = session["acpSessionId"].as_str().unwrap().to_owned();
+    let message = event(&events, "agent_message")["text"].as_str().unwrap();
+    assert_eq!(
+        message,
+        format!("hello from the fake agent, new session {id}")
+    );
+    let call = event(&events, "tool_call");
+    assert_eq!(call["toolCallId"], "write-1");
+    assert_eq!(call["kind"], "edit");
+    assert_eq!(event(&events, "permission")["decision"], "allowed");
+    assert_eq!(event(&events, "tool_call_update")["status"], "completed");
+    assert_eq!(event(&events, "plan")["entries"][0]["priority"], "high");
+    assert_eq!(event(&events, "stop")["reason"], "end_turn");
+
+    let exported = setup.export("s1");
+    let ws = exported.path().join("ws");
+    assert_eq!(
+        std::fs::read_to_string(ws.join("agent-was-here.txt")).unwrap(),
+        format!("new session {id}\ntoken in env: true\n")
+    );
+    let state = std::fs::read_to_string(ws.join(".openma/harness-state/acp.json")).unwrap();
+    let state: Value = serde_json::from_str(&state).unwrap();
+    assert_eq!(state["version"], 1);
+    assert_eq!(state["acpSessionId"], id.as_str());
+    assert_eq!(state.as_object().unwrap().len(), 3, "{state}");
+    let text = state.to_string();
+    assert!(
+        !text.contains("omst_") && !text.contains("HOSTED_INFERENCE"),
+        "{text}"
+    );
+
+    let (second, output) = setup.acp("s1", "normal", &[]);
+    assert!(output.status.success(), "{}", describe(&output));
+    let events = acp_events(&second);
+    let session = event(&events, "session");
+    assert_eq!(session["resumed"], true, "{events:?}");
+    assert_eq!(session["acpSessionId"], id.as_str());
+    assert_eq!(
+        event(&events, "agent_message")["text"],
+        format!("hello from the fake agent, loaded session {id}")
+    );
+    setup.assert_no_lease_left();
+}
+
+#[test]
+fn local_a_turn_publishes_and_the_next_run_resumes() {
+    if let Some(setup) = Setup::new(Backend::Local) {
+        a_turn_publishes_and_the_next_run_resumes(&setup);
+    }
+}
+
+#[test]
+fn linux_a_turn_publishes_and_the_next_run_resumes() {
+    if let Some(setup) = Setup::new(Backend::Linux) {
+        a_turn_publishes_and_the_next_run_resumes(&setup);
+    }
+}
+
+#[test]
+fn local_a_failed_load_falls_back_to_a_new_session_with_a_warning() {
+    let Some(setup) = Setup::new(Backend::Local) else {
+        return;
+    };
+    std::fs::write(setup.seed.path().join("fail-load"), "").unwrap();
+    let (first, output) = setup.acp("f", "normal", &[]);
+    assert!(output.status.success(), "{}", describe(&output));
+    let first_id = event(&acp_events(&first), "session")["acpSessionId"].clone();
+    let (second, output) = setup.acp("f", "normal", &[]);
+    assert!(output.status.success(), "{}", describe(&output));
+    let events = acp_events(&second);
+    let warning = event(&events, "warning")["message"].as_str().unwrap();
+    assert!(
+        warning.starts_with("session/load of the saved ACP session failed")
+            && warning.ends_with("starting a new session"),
+        "{warning}"
+    );
+    let session = event(&events, "session");
+    assert_eq!(session["resumed"], false);
+    assert_ne!(session["acpSessionId"], first_id);
+    assert_eq!(event(&events, "stop")["reason"], "end_turn");
+}
+
+#[test]
+fn local_deny_policy_rejects_the_permission_request() {
+    let Some(setup) = Setup::new(Backend::Local) else {
+        return;
+    };
+    let (report, output) = setup.acp("d", "normal", &["--acp-permission", "deny"]);
+    assert!(output.status.success(), "{}", describe(&output));
+    let events = acp_events(&report);
+    assert_eq!(event(&events, "permission")["decision"], "denied");
+    assert_eq!(event(&events, "tool_call_update")["status"], "failed");
+    let exported = setup.export("d");
+    assert!(!exported.path().join("ws/agent-was-here.txt").exists());
+}
+
+/// The agent exits mid-prompt: the run fails with a message naming the exit, and nothing of
+/// it is published (a later run's workspace has no trace of it).
+fn a_crashed_agent_fails_the_run_and_publishes_nothing(setup: &Setup) {
+    let (first, output) = setup.acp("c", "normal", &[]);
+    assert!(output.status.success(), "{}", describe(&output));
+    assert_eq!(first["result"]["revision"], 1);
+    let (crashed, output) = setup.acp("c", "exit-mid-prompt", &[]);
+    assert_eq!(output.status.code(), Some(1), "{}", describe(&output));
+    assert_eq!(crashed["result"]["type"], "failed", "{crashed}");
+    let message = failure(&crashed);
+    assert!(
+        message.starts_with("the ACP agent exited (code 3) before its turn ended"),
+        "{message}"
+    );
+    let exported = setup.export("c");
+    let ws = exported.path().join("ws");
+    assert!(ws.join("agent-was-here.txt").exists());
+    assert!(
+        !ws.join("crashed-agent-was-here.txt").exists(),
+        "the failed run published its workspace"
+    );
+    setup.assert_no_lease_left();
+}
+
+#[test]
+fn local_a_crashed_agent_fails_the_run_and_publishes_nothing() {
+    if let Some(setup) = Setup::new(Backend::Local) {
+        a_crashed_agent_fails_the_run_and_publishes_nothing(&setup);
+    }
+}
+
+#[test]
+fn linux_a_crashed_agent_fails_the_run_and_publishes_nothing() {
+    if let Some(setup) = Setup::new(Backend::Linux) {
+        a_crashed_agent_fails_the_run_and_publishes_nothing(&setup);
+    }
+}
+
+#[test]
+fn local_an_agent_that_never_initializes_times_out() {
+    if let Some(setup) = Setup::new(Backend::Local) {
+        an_agent_that_never_initializes_times_out(&setup);
+    }
+}
+
+#[test]
+fn linux_an_agent_that_never_initializes_times_out() {
+    if let Some(setup) = Setup::new(Backend::Linux) {
+        an_agent_that_never_initializes_times_out(&setup);
+    }
+}
+
+fn an_agent_that_never_initializes_times_out(setup: &Setup) {
+    let output = setup
+        .acp_command("t", "no-initialize", &[])
+        .env("OMABOX_ACP_INITIALIZE_TIMEOUT_MS", "500")
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(1), "{}", describe(&output));
+    let report = json_of(&output);
+    assert_eq!(report["result"]["type"], "failed", "{report}");
+    assert_eq!(
+        failure(&report),
+        "the ACP agent did not answer initialize within 500ms"
+    );
+    setup.assert_no_lease_left();
+}
+
+/// Ctrl-C while the agent is mid-prompt: `session/cancel`, the turn ends `cancelled`, the run
+/// is cancelled (exit 130) and cleaned up.
+fn cancel_mid_prompt_ends_the_turn(setup: &Setup) {
+    let mut child = setup
+        .acp_command("x", "hang", &[])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    setup.wait_for_workspace_file("agent-waiting-for-cancel", &mut child);
+    // SAFETY: kill has no memory-safety preconditions; the pid is our child's.
+    let sent = unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGINT) };
+    assert_eq!(sent, 0);
+    let output = child.wait_with_output().unwrap();
+    assert_eq!(output.status.code(), Some(130), "{}", describe(&output));
+    let report = json_of(&output);
+    assert_eq!(report["cancelled"], true, "{report}");
+    let events = acp_events(&report);
+    assert_eq!(event(&events, "stop")["reason"], "cancelled", "{events:?}");
+    setup.assert_no_lease_left();
+}
+
+#[test]
+fn local_cancel_mid_prompt_ends_the_turn() {
+    if let Some(setup) = Setup::new(Backend::Local) {
+        cancel_mid_prompt_ends_the_turn(&setup);
+    }
+}
+
+#[test]
+fn linux_cancel_mid_prompt_ends_the_turn() {
+    if let Some(setup) = Setup::new(Backend::Linux) {
+        cancel_mid_prompt_ends_the_turn(&setup);
+    }
+}
+
+#[test]
+fn local_a_turn_over_its_timeout_is_cancelled_and_fails() {
+    let Some(setup) = Setup::new(Backend::Local) else {
+        return;
+    };
+    let output = setup
+        .acp_command("slow", "hang", &[])
+        .env("OMABOX_ACP_TURN_TIMEOUT_MS", "500")
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(1), "{}", describe(&output));
+    let report = json_of(&output);
+    assert_eq!(report["result"]["type"], "failed", "{report}");
+    assert_eq!(
+        failure(&report),
+        "the ACP agent's turn did not end within 500ms"
+    );
+    setup.assert_no_lease_left();
+}
+
+#[test]
+fn human_mode_streams_messages_and_tool_calls() {
+    let Some(setup) = Setup::new(Backend::Local) else {
+        return;
+    };
+    let output = setup
+        .run_command("h", "normal", &[], false)
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{}", describe(&output));
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    for expected in [
+        "[session] new ACP session fake-",
+        "\nhello from the fake agent, new session fake-",
+        "\n[tool] write agent-was-here.txt (edit, pending) #write-1\n",
+        "\n[permission] #write-1 allowed\n",
+        "\n[tool] #write-1 completed\n",
+        "\n[stop] end_turn\n",
+        "completed: revision 1 published",
+    ] {
+        assert!(stdout.contains(expected), "no {expected:?} in:\n{stdout}");
+    }
+}
+
+#[test]
+fn usage_errors_are_clear() {
+    let setup = tempfile::tempdir().unwrap();
+    let run = |args: &[&str]| {
+        Command::new(omabox_bin())
+            .arg("--data-dir")
+            .arg(setup.path())
+            .args(args)
+            .env("OMABOX_TEST_MODE", "1")
+            .stdin(Stdio::null())
+            .output()
+            .unwrap()
+    };
+    let output = run(&["run", "--backend", "local", "--prompt", "hi", "--", "true"]);
+    assert!(!output.status.success());
+    assert!(
+        String::from_utf8_lossy(&output.stderr).contains("--prompt is for an ACP agent"),
+        "{}",
+        describe(&output)
+    );
+    let output = run(&["run", "--backend", "local", "--acp-command", "agent"]);
+    assert!(!output.status.success());
+    assert!(
+        String::from_utf8_lossy(&output.stderr).contains("--acp-command needs --prompt"),
+        "{}",
+        describe(&output)
+    );
+}
