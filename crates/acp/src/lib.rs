@@ -16,8 +16,12 @@
 //! never logs or stores an env value: the session token reaches the agent only through the
 //! spawn-time env ([`omabox_sandbox::managed::HarnessEnvSource`]).
 //!
+//! [`agents`] names the agents omabox installs itself (`--agent claude|codex`) and their
+//! inference adapters (pure data: the CLI installs the package and mounts it).
+//!
 //! Depends on `contract` and `sandbox` only; the CLI wires it.
 
+pub mod agents;
 mod driver;
 pub mod events;
 pub mod state;

@@ -14,9 +14,11 @@
 //! [`apply_hosted_inference_to_agent_env`]; the provider keys are removed even if no token
 //! is found (fail closed: the harness never falls back to a host model key).
 
+use omabox_acp::agents::KnownAgent;
 use omabox_contract::hosted_inference::{
-    HOSTED_INFERENCE_TOKEN_ENV, HostedInferenceCapability, MODEL_PROVIDER_SECRET_ENV_KEYS,
-    OPENAI_BASE_URL_ENV, apply_hosted_inference_to_agent_env, build_hosted_inference_base_url,
+    HOSTED_INFERENCE_TOKEN_ENV, HOSTED_INFERENCE_URL_ENV, HostedInferenceCapability,
+    MODEL_PROVIDER_SECRET_ENV_KEYS, OPENAI_BASE_URL_ENV, apply_hosted_inference_to_agent_env,
+    build_hosted_inference_base_url,
 };
 use omabox_contract::{RuntimeResourceScope, SecretString};
 use omabox_host::session_tokens::SessionTokenSlots;
@@ -27,6 +29,7 @@ use std::collections::BTreeMap;
 pub struct SessionTokenEnv {
     slots: SessionTokenSlots,
     gateway: Option<String>,
+    agent: Option<&'static KnownAgent>,
 }
 
 impl std::fmt::Debug for SessionTokenEnv {
@@ -42,7 +45,18 @@ impl SessionTokenEnv {
     /// Projects the tokens of `slots`; `gateway` (an absolute URL, checked by
     /// [`check_gateway`]) enables the hosted inference projection.
     pub fn new(slots: SessionTokenSlots, gateway: Option<String>) -> Self {
-        Self { slots, gateway }
+        Self {
+            slots,
+            gateway,
+            agent: None,
+        }
+    }
+
+    /// Also projects `agent`'s inference adapter (its native base URL and token variables,
+    /// see [`omabox_acp::agents`]) when a gateway and a token are there.
+    pub fn with_agent(mut self, agent: Option<&'static KnownAgent>) -> Self {
+        self.agent = agent;
+        self
     }
 }
 
@@ -92,6 +106,9 @@ impl HarnessEnvSource for SessionTokenEnv {
             true,
         )
         .unwrap_or_default();
+        if let (Some(agent), Some(url)) = (self.agent, projected.get(HOSTED_INFERENCE_URL_ENV)) {
+            env.extend(agent.inference_env(url, &capability.sessions_token));
+        }
         env.extend(
             projected
                 .into_iter()
@@ -104,7 +121,6 @@ impl HarnessEnvSource for SessionTokenEnv {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use omabox_contract::hosted_inference::HOSTED_INFERENCE_URL_ENV;
     use omabox_host::session_tokens::SessionTokenSink;
 
     fn scope() -> RuntimeResourceScope {
@@ -156,6 +172,22 @@ mod tests {
         }
         assert_eq!(env[OPENAI_BASE_URL_ENV], None);
         assert_eq!(env.len(), 12);
+    }
+
+    #[test]
+    fn an_agent_adapter_adds_its_native_variables() {
+        let slots = SessionTokenSlots::new();
+        slots.deliver(&scope(), 1, SecretString::new("omst_a"));
+        let claude = omabox_acp::agents::known_agent("claude");
+        let env =
+            SessionTokenEnv::new(slots, Some("http://127.0.0.1:9/".into())).with_agent(claude);
+        let env = exposed(&env.env_for(&scope(), Some(1)));
+        assert_eq!(
+            env["ANTHROPIC_BASE_URL"].as_deref(),
+            Some("http://127.0.0.1:9/v1/oma/inference-proxy/sess%20one/anthropic")
+        );
+        assert_eq!(env["ANTHROPIC_AUTH_TOKEN"].as_deref(), Some("omst_a"));
+        assert_eq!(env["ANTHROPIC_API_KEY"], None);
     }
 
     #[test]

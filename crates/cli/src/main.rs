@@ -1,12 +1,14 @@
 //! `omabox`: the one binary. Wiring of stores, backends and the host lives only here.
 
 mod acp_events;
+mod agent_cache;
 mod checkpoint_limits;
 mod commands;
 mod data_dir;
 mod environment;
 mod gc;
 mod harness_env;
+mod inference_server;
 mod leftovers;
 mod profile_hint;
 mod revision;

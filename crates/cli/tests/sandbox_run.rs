@@ -259,6 +259,40 @@ fn workspace_writes_land_in_the_given_directory_and_env_flags_apply() {
     assert!(ws.path().exists(), "a given workspace is kept");
 }
 
+#[test]
+fn readonly_binds_are_seen_but_cannot_be_written() {
+    let Some(lx) = linux() else { return };
+    let shared = tempfile::tempdir().unwrap();
+    std::fs::write(shared.path().join("tool.txt"), "from the host\n").unwrap();
+    let out = lx
+        .command(&[
+            "--",
+            "sh",
+            "-c",
+            "cat /opt/omabox/tool/tool.txt; touch /opt/omabox/tool/new 2>/dev/null && echo WROTE; \
+             echo x >> /opt/omabox/tool/tool.txt 2>/dev/null && echo APPENDED; true",
+        ])
+        .env(
+            "OMABOX_LINUX_READONLY_BINDS",
+            format!("{}:/opt/omabox/tool", shared.path().display()),
+        )
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "stderr: {}", text(&out.stderr));
+    assert_eq!(text(&out.stdout), "from the host\n");
+    assert!(!shared.path().join("new").exists());
+    let bad = lx
+        .command(&["--", "true"])
+        .env("OMABOX_LINUX_READONLY_BINDS", "/etc:relative")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert_eq!(bad.status.code(), Some(2), "stderr: {}", text(&bad.stderr));
+    assert!(text(&bad.stderr).contains("OMABOX_LINUX_READONLY_BINDS"));
+    lx.assert_nothing_left();
+}
+
 /// The one-shot path (PID 1 forked from `omabox` itself) isolates like the agent path:
 /// no capabilities, no_new_privs, seccomp, its own user ids, no terminal, only `lo`, no
 /// fd of ours, and nothing of our command line or environment readable through PID 1.

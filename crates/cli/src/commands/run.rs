@@ -44,8 +44,10 @@
 //! signal exits at once and leaves the rest to `omabox reap`.
 
 use crate::acp_events::AcpEventLog;
+use crate::agent_cache;
 use crate::environment::{self, EnvironmentConfig};
 use crate::harness_env::{SessionTokenEnv, check_gateway};
+use crate::inference_server;
 use crate::run_report::{self, RunHeader};
 use crate::session::{check_id, check_seed, open_store};
 use crate::signals::cancel_on_signals;
@@ -54,9 +56,11 @@ use crate::timeline::Timeline;
 use crate::wiring::{self, AcpInputs, Backend, DriverInputs, Persistence};
 use crate::work_profile;
 use clap::Args;
+use omabox_acp::agents::{AGENT_MOUNT, KnownAgent, known_agent};
 use omabox_acp::{AcpTurnOptions, PermissionPolicy};
-use omabox_backend_linux::factory::NETWORK_ENV;
+use omabox_backend_linux::factory::{NETWORK_ENV, READONLY_BINDS_ENV};
 use omabox_backend_linux::managed::CredentialEgressOptions;
+use omabox_contract::hosted_inference::build_hosted_inference_base_url;
 use omabox_contract::{
     AbortController, HarnessDriverDeclaration, ManagedRuntimeProfile, RuntimeResourceScope,
 };
@@ -132,7 +136,21 @@ pub struct RunArgs {
     /// sandbox), the arguments after `--` are its arguments. Needs --prompt.
     #[arg(long, value_name = "CMD", conflicts_with_all = ["supervised", "profile"])]
     acp_command: Option<String>,
-    /// The user's prompt for the ACP agent's turn (with --acp-command).
+    /// Run a known ACP agent for one turn: `claude` (Claude Code through
+    /// @zed-industries/claude-code-acp) or `codex` (@zed-industries/codex-acp). Its npm
+    /// package is installed once into a host cache (OMABOX_AGENT_CACHE, default
+    /// <data-dir>/agents) and mounted read-only; its model calls go to the hosted inference
+    /// proxy. Needs --prompt.
+    #[arg(long, value_name = "NAME", value_parser = ["claude", "codex"],
+          conflicts_with_all = ["supervised", "profile", "acp_command"])]
+    agent: Option<String>,
+    /// Where the in-process inference proxy sends the agent's model calls (without
+    /// --inference-gateway): an `omabox serve` configuration file (its `models` section).
+    /// Default: ANTHROPIC_API_KEY/ANTHROPIC_BASE_URL (claude), OPENAI_API_KEY/OPENAI_BASE_URL
+    /// (codex) of this process's environment.
+    #[arg(long, value_name = "FILE", conflicts_with = "inference_gateway")]
+    inference_config: Option<PathBuf>,
+    /// The user's prompt for the ACP agent's turn (with --acp-command or --agent).
     #[arg(long, value_name = "TEXT")]
     prompt: Option<String>,
     /// How the ACP agent's permission requests are answered: `allow` (the sandbox is the
@@ -164,9 +182,16 @@ enum AcpPermission {
 }
 
 impl RunArgs {
-    /// The ACP harness of `--acp-command`, with its event log.
+    /// The known agent of `--agent`.
+    fn known_agent(&self) -> Option<&'static KnownAgent> {
+        self.agent.as_deref().and_then(known_agent)
+    }
+
+    /// The ACP harness of `--acp-command` or `--agent`, with its event log.
     fn acp(&self) -> Option<(AcpTurnOptions, Arc<AcpEventLog>)> {
-        self.acp_command.as_ref()?;
+        if self.acp_command.is_none() && self.agent.is_none() {
+            return None;
+        }
         let mut turn = AcpTurnOptions::new(self.prompt.clone().unwrap_or_default());
         turn.permission = match self.acp_permission {
             AcpPermission::Allow => PermissionPolicy::Allow,
@@ -193,19 +218,39 @@ struct Request {
 pub async fn run(data_dir: &Path, args: RunArgs) -> anyhow::Result<ExitCode> {
     let mut env = SandboxFactoryEnv::from_process_env();
     wiring::check_backend(args.backend, &env)?;
-    let request = request(&args)?;
+    let mut request = request(&args)?;
     if let Some(gateway) = &args.inference_gateway {
         check_gateway(gateway)?;
     }
+    let agent = args.known_agent();
+    let store = open_store(data_dir).await?;
+    // An agent turn without a gateway gets the proxy served by this process.
+    let mut inference_gateway = args.inference_gateway.clone();
+    let mut _inference_server = None;
+    if args.acp().is_some() && inference_gateway.is_none() {
+        let provider = agent.map_or("anthropic", |a| a.provider);
+        let config = inference_server::config(args.inference_config.as_deref(), provider)?;
+        let server = inference_server::start(&store, config).await?;
+        inference_gateway = Some(server.url().to_owned());
+        _inference_server = Some(server);
+    }
+    let agent_dir = match agent {
+        Some(agent) => Some(agent_cache::ensure_installed(
+            &agent_cache::cache_dir(data_dir)?,
+            agent,
+            args.json,
+        )?),
+        None => None,
+    };
     let environment = args
         .environment
         .as_deref()
         .map(EnvironmentConfig::load)
         .transpose()?;
-    let mut harness_gateway = args.inference_gateway.clone();
+    let mut harness_gateway = inference_gateway.clone();
     match args.backend {
         Backend::Linux => {
-            let route = match &args.inference_gateway {
+            let route = match &inference_gateway {
                 Some(url) => Some(environment::gateway_route(url).await?),
                 None => None,
             };
@@ -217,6 +262,14 @@ pub async fn run(data_dir: &Path, args: RunArgs) -> anyhow::Result<ExitCode> {
             for (key, value) in keys {
                 env = env.with_var(key, value);
             }
+            if let Some(dir) = &agent_dir {
+                let bind = format!("{}:{AGENT_MOUNT}", dir.display());
+                let binds = match env.get(READONLY_BINDS_ENV) {
+                    Some(existing) if !existing.trim().is_empty() => format!("{existing},{bind}"),
+                    _ => bind,
+                };
+                env = env.with_var(READONLY_BINDS_ENV, binds);
+            }
             harness_gateway = route.map(|r| r.sandbox_url).or(harness_gateway);
         }
         Backend::Local => {
@@ -227,7 +280,13 @@ pub async fn run(data_dir: &Path, args: RunArgs) -> anyhow::Result<ExitCode> {
             }
         }
     }
-    let store = open_store(data_dir).await?;
+    if let (Some(agent), Some(_)) = (agent, &agent_dir) {
+        // Mounted at AGENT_MOUNT (--agent is linux only, checked in request()).
+        let url = harness_gateway
+            .as_deref()
+            .and_then(|g| build_hosted_inference_base_url(g, &request.scope.session_id));
+        set_agent_process(&mut request.profile, agent, AGENT_MOUNT, url.as_deref());
+    }
     crate::leftovers::before_run(data_dir, &store).await;
     if let Some(seed) = &args.workspace {
         check_seed(&store, &request.scope, seed).await?;
@@ -253,9 +312,9 @@ pub async fn run(data_dir: &Path, args: RunArgs) -> anyhow::Result<ExitCode> {
             outputs: Arc::clone(&persistence.outputs) as _,
             harness_output: Some(Arc::clone(&harness_output) as _),
             usage: Some(Arc::new(store.clone()) as _),
-            harness_env: Some(
-                Arc::new(SessionTokenEnv::new(token_slots.clone(), harness_gateway)) as _,
-            ),
+            harness_env: Some(Arc::new(
+                SessionTokenEnv::new(token_slots.clone(), harness_gateway).with_agent(agent),
+            ) as _),
             credential_egress: (!args.credentials.is_empty()).then(|| CredentialEgressOptions {
                 vault: Arc::new(store.clone()),
                 rules: args.credentials.clone(),
@@ -332,20 +391,36 @@ pub async fn run(data_dir: &Path, args: RunArgs) -> anyhow::Result<ExitCode> {
 
 /// Resolves the work item (scope and profile) from the arguments.
 fn request(args: &RunArgs) -> anyhow::Result<Request> {
+    if args.agent.is_some() && args.prompt.is_none() {
+        anyhow::bail!("--agent needs --prompt TEXT: omabox run --agent NAME --prompt \"…\"");
+    }
+    if args.agent.is_some() && args.backend != Backend::Linux {
+        anyhow::bail!(
+            "--agent needs the linux backend (the agent's package is mounted into the sandbox)"
+        );
+    }
+    if args.agent.is_some() && !args.command.is_empty() {
+        anyhow::bail!("--agent takes no command after `--` (use --acp-command CMD -- ARGS...)");
+    }
     match (&args.acp_command, &args.prompt) {
         (Some(_), None) => anyhow::bail!(
             "--acp-command needs --prompt TEXT: omabox run --acp-command CMD --prompt \"…\" [-- ARGS...]"
         ),
-        (None, Some(_)) => anyhow::bail!(
+        (None, Some(_)) if args.agent.is_none() => anyhow::bail!(
             "--prompt is for an ACP agent: omabox run --acp-command CMD --prompt \"…\" [-- ARGS...]"
         ),
         _ => {}
     }
-    let acp_command: Option<Vec<String>> = args.acp_command.as_ref().map(|command| {
-        std::iter::once(command.clone())
-            .chain(args.command.iter().cloned())
-            .collect()
-    });
+    let acp_command: Option<Vec<String>> = match (args.known_agent(), &args.acp_command) {
+        // The real command is set once the package is installed (set_agent_process).
+        (Some(agent), _) => Some(agent.command(AGENT_MOUNT, None)),
+        (None, Some(command)) => Some(
+            std::iter::once(command.clone())
+                .chain(args.command.iter().cloned())
+                .collect(),
+        ),
+        (None, None) => None,
+    };
     if acp_command.as_ref().is_some_and(|c| c[0].trim().is_empty()) {
         anyhow::bail!("--acp-command needs a command");
     }
@@ -402,6 +477,22 @@ fn print_banner(args: &RunArgs, request: &Request) {
         request.scope.session_id,
         request.scope.work_id
     );
+}
+
+/// Makes `agent` (its package at `mount`) the profile's process, with its declared env.
+fn set_agent_process(
+    profile: &mut ManagedRuntimeProfile,
+    agent: &KnownAgent,
+    mount: &str,
+    inference_url: Option<&str>,
+) {
+    let HarnessDriverDeclaration::AmaWorker { process } = &mut profile.driver else {
+        return;
+    };
+    let mut command = agent.command(mount, inference_url);
+    process.command = command.remove(0);
+    process.args = Some(command);
+    process.env = Some(agent.env());
 }
 
 /// This process's fence owner id (`<hostname>:<pid>:<random>`).

@@ -23,6 +23,9 @@ pub const CGROUP_PARENT_ENV: &str = "OMABOX_LINUX_CGROUP_PARENT";
 /// `OMABOX_LINUX_INIT`: the setup-stage binary.
 pub const INIT_ENV: &str = "OMABOX_LINUX_INIT";
 
+/// `OMABOX_LINUX_READONLY_BINDS`: host directories bound read-only into the sandbox.
+pub const READONLY_BINDS_ENV: &str = "OMABOX_LINUX_READONLY_BINDS";
+
 /// `OMABOX_LINUX_NETWORK`: the sandbox's networking config.
 pub const NETWORK_ENV: &str = "OMABOX_LINUX_NETWORK";
 /// `OMABOX_LINUX_GATEWAY`: where the omabox gateway listens, as the host reaches it.
@@ -40,6 +43,7 @@ pub const ENV_KEYS: &[&str] = &[
     CPUS_ENV,
     PIDS_ENV,
     EXEC_TIMEOUT_ENV,
+    READONLY_BINDS_ENV,
     NETWORK_ENV,
     GATEWAY_ENV,
     TEST_HOSTS_ENV,
@@ -47,6 +51,28 @@ pub const ENV_KEYS: &[&str] = &[
     CGROUP_PARENT_ENV,
     INIT_ENV,
 ];
+
+/// Parses [`READONLY_BINDS_ENV`]: `HOST_DIR:SANDBOX_DIR` pairs separated by `,` (both
+/// absolute, without `..`; the host side must exist when the sandbox starts; the sandbox
+/// side may not be `/`, `/proc`, `/dev` or `/tmp`, checked with the plan). Each is mounted
+/// read-only, nosuid, nodev, idmapped like the workspace.
+pub fn parse_readonly_binds(text: &str) -> Result<Vec<(String, String)>, String> {
+    let mut binds = Vec::new();
+    for entry in text.split(',').map(str::trim).filter(|e| !e.is_empty()) {
+        let Some((host, inside)) = entry.split_once(':') else {
+            return Err(format!("`{entry}` is not HOST_DIR:SANDBOX_DIR"));
+        };
+        for (what, path) in [("host", host), ("sandbox", inside)] {
+            if !path.starts_with('/') || path.split('/').any(|c| c == "..") {
+                return Err(format!(
+                    "the {what} path of `{entry}` must be absolute, without `..`"
+                ));
+            }
+        }
+        binds.push((host.to_owned(), inside.to_owned()));
+    }
+    Ok(binds)
+}
 
 /// Parses [`NETWORK_ENV`]: `none`, `unrestricted`, `limited` (nothing but the gateway), or
 /// an Environment `networking` JSON object (`{"type":"limited","allowed_hosts":[...]}`).
@@ -163,6 +189,21 @@ pub fn parse_memory_size(text: &str) -> Result<u64, String> {
 mod tests {
     use super::*;
     use crate::plan::CpuLimit;
+
+    #[test]
+    fn readonly_binds_are_pairs_of_absolute_paths() {
+        assert_eq!(
+            parse_readonly_binds(" /var/cache/a:/opt/a , /b:/opt/b,"),
+            Ok(vec![
+                ("/var/cache/a".to_owned(), "/opt/a".to_owned()),
+                ("/b".to_owned(), "/opt/b".to_owned()),
+            ])
+        );
+        assert_eq!(parse_readonly_binds(""), Ok(vec![]));
+        for bad in ["/a", "a:/b", "/a:b", "/a/..:/b", "/a:/b/../c"] {
+            assert!(parse_readonly_binds(bad).is_err(), "{bad}");
+        }
+    }
 
     #[test]
     fn networking_takes_a_name_or_the_environment_json() {

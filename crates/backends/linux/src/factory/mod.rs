@@ -22,6 +22,7 @@
 //! | `OMABOX_LINUX_CPUS` | CPU quota in CPUs (`1`, `0.5`, `1.25`: at least 0.01), or `unlimited` | 2, or the host's CPU count if smaller |
 //! | `OMABOX_LINUX_PIDS` | maximum tasks (processes + threads, the agent included), or `unlimited` | 512 |
 //! | `OMABOX_LINUX_EXEC_TIMEOUT_MS` | default exec timeout in ms | 120000 |
+//! | `OMABOX_LINUX_READONLY_BINDS` | `HOST_DIR:SANDBOX_DIR[,…]`: host directories mounted read-only (nosuid, nodev, idmapped) in the sandbox, e.g. an agent's package cache | none |
 //! | `OMABOX_LINUX_NETWORK` | what the sandbox reaches besides its loopback: `none`, `limited` (nothing but the gateway), `unrestricted`, or an Environment `networking` JSON object (`{"type":"limited","allowed_hosts":["pypi.org"],"allow_package_managers":true}`); see [`crate::network`] | `none` |
 //! | `OMABOX_LINUX_GATEWAY` | `IP:PORT` (or `NAME=IP:PORT`, NAME being the host name of the gateway's URL, which then resolves to `127.0.0.1` inside) where the omabox gateway (hosted inference and MCP proxies) listens, as the host reaches it; the sandbox reaches it at `127.0.0.1:PORT` under every networking config but `none` | no gateway |
 //! | `OMABOX_LINUX_TEST_HOSTS` | test mode only (`OMABOX_TEST_MODE=1`; refused otherwise): `NAME=IP,...` answered before the host's resolver, for tests whose upstream servers live in namespaces they made | none |
@@ -51,7 +52,7 @@ use omabox_contract::PortError;
 use omabox_sandbox::{SandboxFactory, SandboxFactoryContext, SandboxFactoryEnv, SandboxPort};
 
 use crate::image::{ImageCache, ImageError, ImageKind, ResolvedImage};
-use crate::plan::{CA_BUNDLE, CA_ENV, CpuLimit, RootfsSource, SandboxPlan};
+use crate::plan::{BindMount, CA_BUNDLE, CA_ENV, CpuLimit, RootfsSource, SandboxPlan};
 use crate::port::{DEFAULT_EXEC_TIMEOUT, LinuxPortError, LinuxSandboxPort};
 use crate::sandbox::{LinuxRuntime, RuntimeConfig, StartError};
 
@@ -360,6 +361,16 @@ impl LinuxSandboxFactory {
             for key in CA_ENV {
                 plan.env.insert((*key).to_owned(), CA_BUNDLE.to_owned());
             }
+        }
+        if let Some(binds) = nonempty(env, READONLY_BINDS_ENV) {
+            let parsed = parse_readonly_binds(binds)
+                .map_err(|reason| invalid(READONLY_BINDS_ENV, binds, &reason))?;
+            plan.binds
+                .extend(parsed.into_iter().map(|(source, target)| BindMount {
+                    source: source.into(),
+                    target: target.into(),
+                    writable: false,
+                }));
         }
         if let Some(network) = nonempty(env, NETWORK_ENV) {
             plan.network.config = parse_networking(network)
@@ -670,6 +681,9 @@ pub(super) mod tests {
             (RUNTIME_DIR_ENV, "relative"),
             (CGROUP_PARENT_ENV, "../escape"),
             (EXEC_TIMEOUT_ENV, "-1"),
+            (READONLY_BINDS_ENV, "relative:/opt/x"),
+            (READONLY_BINDS_ENV, "/opt/x"),
+            (READONLY_BINDS_ENV, "/a:/opt/../etc"),
         ] {
             let e = f.settings(&ctx(), &env(&[(key, value)])).unwrap_err();
             assert!(e.to_string().starts_with(key), "{e}");
