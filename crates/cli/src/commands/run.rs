@@ -7,7 +7,17 @@
 //!            [--supervised] [--inference-gateway URL] [--environment FILE] [--json]
 //!            [-- CMD ARGS...]
 //! omabox run ... --acp-command CMD [--acp-permission allow|deny] --prompt TEXT [-- ARGS...]
+//! omabox run ... --agent claude|codex [--inference-config FILE] --prompt TEXT
 //! ```
+//!
+//! Agents by name (`--agent`, linux): the agent's pinned npm package is installed once into
+//! the host cache ([`crate::agent_cache`]) and mounted read-only at `/opt/omabox/agent`; its
+//! inference adapter ([`omabox_acp::agents`]) points its model calls at
+//! `HOSTED_INFERENCE_URL` with the session token; its native session files live under
+//! `/workspace/.openma/harness-state/<agent>` so the next run resumes them. The sandbox gets
+//! 2G of memory unless `OMABOX_LINUX_MEMORY` says otherwise. Without `--inference-gateway`
+//! an ACP run serves the hosted inference proxy itself ([`crate::inference_server`]) on the
+//! host's loopback; the model key stays in this process.
 //!
 //! ACP (`--acp-command`): the harness is an ACP agent (CMD with ARGS, cwd `/workspace`, run in
 //! the sandbox like any `ama_worker` process) driven for one turn by `omabox_acp`: its
@@ -58,7 +68,7 @@ use crate::work_profile;
 use clap::Args;
 use omabox_acp::agents::{AGENT_MOUNT, KnownAgent, known_agent};
 use omabox_acp::{AcpTurnOptions, PermissionPolicy};
-use omabox_backend_linux::factory::{NETWORK_ENV, READONLY_BINDS_ENV};
+use omabox_backend_linux::factory::{MEMORY_ENV, NETWORK_ENV, READONLY_BINDS_ENV};
 use omabox_backend_linux::managed::CredentialEgressOptions;
 use omabox_contract::hosted_inference::build_hosted_inference_base_url;
 use omabox_contract::{
@@ -76,6 +86,9 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
+
+/// The sandbox memory limit of an `--agent` run unless `OMABOX_LINUX_MEMORY` says otherwise.
+const AGENT_MEMORY: &str = "2G";
 
 /// The session of the bundled demo.
 pub const DEMO_SESSION: &str = "demo";
@@ -269,6 +282,10 @@ pub async fn run(data_dir: &Path, args: RunArgs) -> anyhow::Result<ExitCode> {
                     _ => bind,
                 };
                 env = env.with_var(READONLY_BINDS_ENV, binds);
+                // A coding agent (node + its tools) outgrows the 512M default.
+                if env.get(MEMORY_ENV).is_none_or(|m| m.trim().is_empty()) {
+                    env = env.with_var(MEMORY_ENV, AGENT_MEMORY);
+                }
             }
             harness_gateway = route.map(|r| r.sandbox_url).or(harness_gateway);
         }

@@ -1,0 +1,542 @@
+//! `omabox run --agent claude` end to end: the real ACP agent from npm
+//! (`@zed-industries/claude-code-acp`, Claude Code inside) installed into the host cache,
+//! run in a linux sandbox, its model calls going through the in-process hosted inference
+//! proxy to a scripted Anthropic Messages upstream on this machine. No test reaches a real
+//! model provider.
+//!
+//! The upstream (below) speaks the Messages API, streaming (SSE) or not, and is scripted
+//! by the conversation it is sent: a user prompt containing "write the file" → a `Write`
+//! tool call for `/workspace/hello.txt`; that tool's result → a `Bash` tool call dumping
+//! the agent's env into `/workspace/env.txt`; that result → a final message; any other
+//! prompt → a final message quoting the conversation's first user prompt (so the resumed
+//! turn proves the agent saw the earlier one).
+//!
+//! Needs root, linux sandboxes, `node` and `npm` on the host and the npm registry (the
+//! package is installed once into `target/omabox-test-agents`); skips with a printed reason
+//! where one is missing, fails under `CI=true`.
+
+mod common;
+
+use axum::Router;
+use axum::body::Body;
+use axum::extract::State;
+use axum::http::{HeaderMap, Response, StatusCode};
+use axum::routing::post;
+use common::{init_bin, omabox_bin};
+use omabox_backend_linux::factory::{CGROUP_PARENT_ENV, INIT_ENV, RUNTIME_DIR_ENV};
+use serde_json::{Value, json};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::sync::{Arc, Mutex};
+
+/// The operator's model key: only the upstream may ever see it.
+const OPERATOR_KEY: &str = "sk-ant-operator-3f9c1e0d7b";
+
+/// One request the upstream received.
+#[derive(Debug, Clone)]
+struct Seen {
+    path: String,
+    headers: Vec<(String, String)>,
+    body: Value,
+}
+
+/// The scripted Anthropic upstream on `127.0.0.1:<port>`, served by its own runtime.
+struct Upstream {
+    port: u16,
+    seen: Arc<Mutex<Vec<Seen>>>,
+    _runtime: tokio::runtime::Runtime,
+}
+
+impl Upstream {
+    fn start() -> Self {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .unwrap();
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let app = Router::new()
+            .route("/v1/messages", post(messages))
+            .route("/v1/messages/count_tokens", post(count_tokens))
+            .fallback(record_other)
+            .with_state(Arc::clone(&seen));
+        let listener = runtime
+            .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
+            .unwrap();
+        let port = listener.local_addr().unwrap().port();
+        runtime.spawn(async move { axum::serve(listener, app).await });
+        Self {
+            port,
+            seen,
+            _runtime: runtime,
+        }
+    }
+
+    fn seen(&self) -> Vec<Seen> {
+        self.seen.lock().unwrap().clone()
+    }
+
+    fn clear(&self) {
+        self.seen.lock().unwrap().clear();
+    }
+}
+
+/// What the upstream saw, shared with its handlers.
+type Log = Arc<Mutex<Vec<Seen>>>;
+
+fn record(seen: &Log, path: &str, headers: &HeaderMap, body: &Value) {
+    seen.lock().unwrap().push(Seen {
+        path: path.to_owned(),
+        headers: headers
+            .iter()
+            .map(|(k, v)| (k.to_string(), String::from_utf8_lossy(v.as_bytes()).into()))
+            .collect(),
+        body: body.clone(),
+    });
+}
+
+async fn record_other(State(seen): State<Log>, request: axum::extract::Request) -> StatusCode {
+    record(&seen, request.uri().path(), request.headers(), &Value::Null);
+    StatusCode::NOT_FOUND
+}
+
+async fn count_tokens(
+    State(seen): State<Log>,
+    headers: HeaderMap,
+    axum::Json(body): axum::Json<Value>,
+) -> axum::Json<Value> {
+    record(&seen, "/v1/messages/count_tokens", &headers, &body);
+    axum::Json(json!({ "input_tokens": 12 }))
+}
+
+async fn messages(
+    State(seen): State<Log>,
+    headers: HeaderMap,
+    axum::Json(body): axum::Json<Value>,
+) -> Response<Body> {
+    record(&seen, "/v1/messages", &headers, &body);
+    let (blocks, stop) = script(&body);
+    // Every answer is a new message (agents merge blocks of one message id).
+    let id = format!("msg_{:016x}", rand_id());
+    if body["stream"] == true {
+        Response::builder()
+            .header("content-type", "text/event-stream")
+            .body(Body::from(sse(&id, &blocks, stop)))
+            .unwrap()
+    } else {
+        let message = json!({
+            "id": id, "type": "message", "role": "assistant",
+            "model": "claude-scripted", "content": blocks, "stop_reason": stop,
+            "stop_sequence": null, "usage": { "input_tokens": 12, "output_tokens": 3 },
+        });
+        Response::builder()
+            .header("content-type", "application/json")
+            .body(Body::from(message.to_string()))
+            .unwrap()
+    }
+}
+
+/// The scripted answer (module doc): content blocks and the stop reason.
+fn script(body: &Value) -> (Vec<Value>, &'static str) {
+    let messages = body["messages"].as_array().cloned().unwrap_or_default();
+    let texts = |message: &Value| -> String {
+        match &message["content"] {
+            Value::String(text) => text.clone(),
+            Value::Array(blocks) => blocks
+                .iter()
+                .filter_map(|b| b["text"].as_str())
+                .collect::<Vec<_>>()
+                .join("\n"),
+            _ => String::new(),
+        }
+    };
+    // The newest result: an agent may merge consecutive results into one message.
+    let tool_result_of = |message: &Value| -> Option<String> {
+        message["content"]
+            .as_array()?
+            .iter()
+            .rfind(|b| b["type"] == "tool_result")
+            .and_then(|b| b["tool_use_id"].as_str().map(str::to_owned))
+    };
+    let tools: Vec<String> = body["tools"]
+        .as_array()
+        .map(|tools| {
+            tools
+                .iter()
+                .filter_map(|t| t["name"].as_str().map(str::to_owned))
+                .collect()
+        })
+        .unwrap_or_default();
+    let tool = |suffix: &str| tools.iter().find(|t| t.ends_with(suffix)).cloned();
+    let Some(last) = messages.iter().rev().find(|m| m["role"] == "user") else {
+        return (vec![text_block("hello")], "end_turn");
+    };
+    match tool_result_of(last).as_deref() {
+        Some("toolu_write") => {
+            if let Some(bash) = tool("Bash") {
+                return (
+                    vec![json!({
+                        "type": "tool_use", "id": "toolu_env", "name": bash,
+                        "input": { "command": "env > /workspace/env.txt", "description": "dump env" },
+                    })],
+                    "tool_use",
+                );
+            }
+            return (vec![text_block("wrote hello.txt")], "end_turn");
+        }
+        Some(_) => return (vec![text_block("wrote hello.txt")], "end_turn"),
+        None => {}
+    }
+    if texts(last).contains("write the file")
+        && let Some(write) = tool("Write")
+    {
+        return (
+            vec![json!({
+                "type": "tool_use", "id": "toolu_write", "name": write,
+                "input": { "file_path": "/workspace/hello.txt", "content": "written by the agent\n" },
+            })],
+            "tool_use",
+        );
+    }
+    let first = messages
+        .iter()
+        .find(|m| m["role"] == "user")
+        .map(texts)
+        .unwrap_or_default();
+    let remembered = if first.contains("write the file") {
+        "you first asked me to write the file"
+    } else {
+        "this is our first exchange"
+    };
+    (vec![text_block(remembered)], "end_turn")
+}
+
+/// A fresh message id.
+fn rand_id() -> u64 {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static NEXT: AtomicU64 = AtomicU64::new(1);
+    NEXT.fetch_add(1, Ordering::Relaxed) ^ u64::from(std::process::id()) << 32
+}
+
+fn text_block(text: &str) -> Value {
+    json!({ "type": "text", "text": text })
+}
+
+/// The Messages streaming events for `blocks`.
+fn sse(id: &str, blocks: &[Value], stop: &str) -> String {
+    let mut events = vec![(
+        "message_start",
+        json!({"type": "message_start", "message": {
+            "id": id, "type": "message", "role": "assistant",
+            "model": "claude-scripted", "content": [], "stop_reason": null,
+            "stop_sequence": null, "usage": {"input_tokens": 12, "output_tokens": 1}}}),
+    )];
+    for (index, block) in blocks.iter().enumerate() {
+        if block["type"] == "text" {
+            events.push((
+                "content_block_start",
+                json!({"type": "content_block_start", "index": index,
+                       "content_block": {"type": "text", "text": ""}}),
+            ));
+            events.push((
+                "content_block_delta",
+                json!({"type": "content_block_delta", "index": index,
+                       "delta": {"type": "text_delta", "text": block["text"]}}),
+            ));
+        } else {
+            events.push((
+                "content_block_start",
+                json!({"type": "content_block_start", "index": index, "content_block": {
+                    "type": "tool_use", "id": block["id"], "name": block["name"], "input": {}}}),
+            ));
+            events.push((
+                "content_block_delta",
+                json!({"type": "content_block_delta", "index": index, "delta": {
+                    "type": "input_json_delta", "partial_json": block["input"].to_string()}}),
+            ));
+        }
+        events.push((
+            "content_block_stop",
+            json!({"type": "content_block_stop", "index": index}),
+        ));
+    }
+    events.push((
+        "message_delta",
+        json!({"type": "message_delta", "delta": {"stop_reason": stop, "stop_sequence": null},
+               "usage": {"output_tokens": 3}}),
+    ));
+    events.push(("message_stop", json!({"type": "message_stop"})));
+    events
+        .iter()
+        .map(|(name, data)| format!("event: {name}\ndata: {data}\n\n"))
+        .collect()
+}
+
+/// The shared package cache of these tests (installed once per target dir).
+fn agent_cache() -> PathBuf {
+    let target = omabox_bin()
+        .parent()
+        .and_then(Path::parent)
+        .map(Path::to_path_buf)
+        .unwrap_or_else(std::env::temp_dir);
+    target.join("omabox-test-agents")
+}
+
+/// `true` when this machine can run the test (root, sandboxes, node, npm).
+fn available() -> bool {
+    if !common::linux_available() {
+        return false;
+    }
+    let missing = ["node", "npm"].into_iter().find(|tool| {
+        !Command::new(tool)
+            .arg("--version")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success())
+    });
+    omabox_test_support::require_capability(
+        missing.map(|tool| format!("`{tool}` is not on the host's PATH (apt install nodejs npm)")),
+    )
+}
+
+struct Setup {
+    data: tempfile::TempDir,
+    runtime_dir: tempfile::TempDir,
+    cgroup_parent: String,
+    upstream: Upstream,
+}
+
+impl Setup {
+    fn new() -> Option<Self> {
+        if !available() {
+            return None;
+        }
+        let runtime_dir = tempfile::tempdir().unwrap();
+        let cgroup_parent = format!(
+            "omabox-agent-test-{}",
+            runtime_dir.path().file_name().unwrap().to_string_lossy()
+        );
+        Some(Self {
+            data: tempfile::tempdir().unwrap(),
+            runtime_dir,
+            cgroup_parent,
+            upstream: Upstream::start(),
+        })
+    }
+
+    fn command(&self, args: &[&str]) -> Command {
+        let mut command = Command::new(omabox_bin());
+        command
+            .arg("--data-dir")
+            .arg(self.data.path())
+            .args(args)
+            .env(RUNTIME_DIR_ENV, self.runtime_dir.path())
+            .env(CGROUP_PARENT_ENV, &self.cgroup_parent)
+            .env(INIT_ENV, init_bin())
+            .env("OMABOX_AGENT_CACHE", agent_cache())
+            .env("ANTHROPIC_API_KEY", OPERATOR_KEY)
+            .env(
+                "ANTHROPIC_BASE_URL",
+                format!("http://127.0.0.1:{}", self.upstream.port),
+            )
+            .env("OMABOX_LOG", "debug")
+            .env_remove("OMABOX_LINUX_MEMORY")
+            .env_remove("OMABOX_INFERENCE_GATEWAY")
+            .env_remove("OMABOX_LINUX_NETWORK")
+            .env_remove("OMABOX_LINUX_IMAGE")
+            .env_remove("SANDBOX_IMAGE")
+            .env_remove("OMABOX_ACP_TURN_TIMEOUT_MS")
+            .stdin(Stdio::null());
+        command
+    }
+
+    fn turn(&self, session: &str, prompt: &str) -> (Value, Output) {
+        let output = self
+            .command(&[
+                "run",
+                "--json",
+                "--agent",
+                "claude",
+                "--session",
+                session,
+                "--prompt",
+                prompt,
+            ])
+            .output()
+            .expect("omabox runs");
+        let report = serde_json::from_slice(&output.stdout).unwrap_or(Value::Null);
+        (report, output)
+    }
+
+    fn export(&self, session: &str) -> tempfile::TempDir {
+        let dir = tempfile::tempdir().unwrap();
+        let output = self
+            .command(&["workspace", "export", "--session", session])
+            .arg(dir.path().join("ws"))
+            .output()
+            .unwrap();
+        assert!(output.status.success(), "{}", describe(&output));
+        dir
+    }
+}
+
+impl Drop for Setup {
+    fn drop(&mut self) {
+        if let Ok(Some(omabox_backend_linux::CgroupLayout::V1 { controllers })) =
+            omabox_backend_linux::CgroupLayout::detect()
+        {
+            for mount in controllers.values() {
+                let _ = std::fs::remove_dir(mount.join(&self.cgroup_parent));
+            }
+        }
+    }
+}
+
+fn describe(output: &Output) -> String {
+    format!(
+        "status {:?}\nstdout: {}\nstderr: {}",
+        output.status.code(),
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    )
+}
+
+fn events(report: &Value) -> Vec<Value> {
+    report["acpEvents"].as_array().cloned().unwrap_or_default()
+}
+
+/// Every file under `dir` with its bytes.
+fn files(dir: &Path) -> Vec<(PathBuf, Vec<u8>)> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        for entry in std::fs::read_dir(&dir).unwrap().flatten() {
+            let path = entry.path();
+            if entry.file_type().unwrap().is_dir() {
+                stack.push(path);
+            } else if entry.file_type().unwrap().is_file() {
+                out.push((path.clone(), std::fs::read(&path).unwrap()));
+            }
+        }
+    }
+    out
+}
+
+fn contains(haystack: &[u8], needle: &str) -> bool {
+    haystack
+        .windows(needle.len())
+        .any(|window| window == needle.as_bytes())
+}
+
+#[test]
+fn claude_writes_a_file_through_the_proxy_and_resumes_its_session() {
+    let Some(setup) = Setup::new() else { return };
+
+    // Turn 1: the agent writes the file and dumps its env.
+    let (first, output) = setup.turn("agent-s1", "please write the file");
+    assert!(output.status.success(), "{}", describe(&output));
+    assert_eq!(first["result"]["type"], "completed", "{first}");
+    let turn = events(&first);
+    let session = turn.iter().find(|e| e["type"] == "session").unwrap();
+    assert_eq!(session["resumed"], false);
+    let acp_session = session["acpSessionId"].as_str().unwrap().to_owned();
+    let write = turn
+        .iter()
+        .find(|e| e["type"] == "tool_call" && e["kind"] == "edit")
+        .unwrap_or_else(|| panic!("no Write tool call: {turn:?}"));
+    assert_eq!(write["toolCallId"], "toolu_write");
+    assert!(
+        turn.iter()
+            .any(|e| e["type"] == "tool_call_update" && e["status"] == "completed"),
+        "{turn:?}"
+    );
+    assert!(
+        turn.iter()
+            .any(|e| e["type"] == "stop" && e["reason"] == "end_turn")
+    );
+
+    // The upstream saw the operator's key on every call, and nothing of the session token.
+    let seen = setup.upstream.seen();
+    let calls: Vec<&Seen> = seen.iter().filter(|s| s.path == "/v1/messages").collect();
+    assert!(
+        calls.len() >= 3,
+        "expected write, bash and final calls: {seen:?}"
+    );
+    for call in &seen {
+        let key = call.headers.iter().find(|(k, _)| k == "x-api-key");
+        assert_eq!(key.map(|(_, v)| v.as_str()), Some(OPERATOR_KEY), "{call:?}");
+        assert!(
+            !call.headers.iter().any(|(k, _)| k == "authorization"),
+            "{call:?}"
+        );
+        let all = format!("{:?}{}", call.headers, call.body);
+        assert!(
+            !all.contains("omst_"),
+            "the session token reached the upstream"
+        );
+    }
+
+    // The file is in the published workspace; the sandbox never held the operator key.
+    let exported = setup.export("agent-s1");
+    let ws = exported.path().join("ws");
+    assert_eq!(
+        std::fs::read_to_string(ws.join("hello.txt")).unwrap(),
+        "written by the agent\n"
+    );
+    let env = std::fs::read_to_string(ws.join("env.txt")).expect("the agent dumped its env");
+    assert!(!env.contains(OPERATOR_KEY), "{env}");
+    assert!(!env.contains("ANTHROPIC_API_KEY"), "{env}");
+    assert!(
+        env.contains("ANTHROPIC_BASE_URL=http://127.0.0.1:"),
+        "{env}"
+    );
+    assert!(
+        env.contains("/v1/oma/inference-proxy/agent-s1/anthropic"),
+        "{env}"
+    );
+    for (path, bytes) in files(&ws) {
+        assert!(!contains(&bytes, OPERATOR_KEY), "operator key in {path:?}");
+        if !path.ends_with("env.txt") {
+            assert!(!contains(&bytes, "omst_"), "session token kept in {path:?}");
+        }
+    }
+    assert!(
+        ws.join(".openma/harness-state/claude/projects/-workspace")
+            .join(format!("{acp_session}.jsonl"))
+            .is_file(),
+        "the agent's session transcript is checkpointed"
+    );
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!stderr.contains(OPERATOR_KEY) && !stderr.contains("omst_"));
+
+    // Turn 2: the same ACP session, and the agent sees the first turn.
+    setup.upstream.clear();
+    let (second, output) = setup.turn("agent-s1", "what did I ask before?");
+    assert!(output.status.success(), "{}", describe(&output));
+    let turn = events(&second);
+    let session = turn.iter().find(|e| e["type"] == "session").unwrap();
+    assert_eq!(session["resumed"], true, "{turn:?}");
+    assert_eq!(session["acpSessionId"], acp_session.as_str());
+    let seen = setup.upstream.seen();
+    let last = seen
+        .iter()
+        .rfind(|s| s.path == "/v1/messages")
+        .expect("a model call");
+    assert!(
+        last.body["messages"]
+            .to_string()
+            .contains("please write the file"),
+        "the resumed turn does not carry the first: {}",
+        last.body["messages"]
+    );
+    let message: String = turn
+        .iter()
+        .filter(|e| e["type"] == "agent_message")
+        .filter_map(|e| e["text"].as_str())
+        .collect();
+    assert!(
+        message.contains("you first asked me to write the file"),
+        "{turn:?}"
+    );
+}
