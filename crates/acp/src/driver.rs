@@ -5,6 +5,7 @@
 //!    │ read /workspace/.openma/harness-state/acp.json (resume candidate)
 //!    │ spawn the declared process (declared env + HarnessEnvSource, e.g. the session token)
 //!    │ ACP turn over its stdio (turn.rs); its stderr to the HarnessOutputSink
+//!    │ (a runtime with leases: renewed for 90 s every 30 s while the turn runs)
 //!    │ turn ended → write acp.json, close stdin, wait briefly, SIGTERM → completed / aborted
 //!    └ turn failed → SIGTERM; the error names the agent's exit when it died → the run fails
 //! ```
@@ -17,6 +18,7 @@ use crate::state::{ACP_STATE_PATH, AcpHarnessState};
 use crate::turn::{PermissionPolicy, TurnOutcome, TurnRequest, run_turn};
 use crate::wire::transport;
 use async_trait::async_trait;
+use omabox_contract::AbortSignal;
 use omabox_contract::{
     HarnessDriverDeclaration, HarnessDriverType, ManagedWorkExecutionResult, PortError,
     RunHarnessInput, RuntimeProcessDeclaration, RuntimeResourceScope,
@@ -27,8 +29,8 @@ use omabox_sandbox::managed::{
     harness_process_spec,
 };
 use omabox_sandbox::{
-    DuplexKillSignal, SandboxDuplexProcess, SandboxDuplexProcessPort, SandboxPort,
-    SandboxProcessExit,
+    DuplexKillSignal, SandboxDuplexProcess, SandboxDuplexProcessPort, SandboxLeaseOptions,
+    SandboxPort, SandboxProcessExit, run_with_sandbox_lease,
 };
 use std::sync::Arc;
 use std::time::Duration;
@@ -40,6 +42,10 @@ pub const SANDBOX_ACP_UNSUPPORTED: &str =
 /// How long the agent may take to exit once its stdin closed (or to be seen dead after its
 /// connection broke) before it gets SIGTERM.
 const EXIT_GRACE: Duration = Duration::from_secs(2);
+
+/// The runtime lease the harness holds while a prompt runs, and how often it renews it.
+const LEASE_TTL: Duration = Duration::from_secs(90);
+const LEASE_RENEWAL: Duration = Duration::from_secs(30);
 
 /// What one ACP turn is asked to do.
 #[derive(Debug, Clone)]
@@ -179,12 +185,10 @@ impl AcpHarnessDriver {
             turn_timeout: self.turn.turn_timeout,
             cancel_grace: self.turn.cancel_grace,
         };
-        let outcome = run_turn(
-            transport(stdin, stdout),
-            request,
-            events.clone(),
-            input.signal.clone(),
-        )
+        let turn_events = events.clone();
+        let outcome = under_lease(&*sandbox, &input.signal, move |signal| {
+            run_turn(transport(stdin, stdout), request, turn_events, signal)
+        })
         .await;
         // The connection is closed (the agent's stdin with it): a well-behaved agent exits.
         let exit = tokio::time::timeout(EXIT_GRACE, exited.clone()).await.ok();
@@ -192,6 +196,7 @@ impl AcpHarnessDriver {
             let _ = control.kill(DuplexKillSignal::Term).await;
         }
         let _ = tokio::time::timeout(EXIT_GRACE, stderr).await;
+        let outcome = outcome?; // the lease was lost: the run fails
         match outcome {
             Ok(TurnOutcome::Ended {
                 session_id,
@@ -224,6 +229,38 @@ impl AcpHarnessDriver {
             })),
         }
     }
+}
+
+/// Runs `turn` while renewing the sandbox runtime's lease (90 s, every 30 s) when the
+/// runtime has leases; otherwise just runs it. A lost lease aborts the turn's signal and
+/// fails with "sandbox runtime <id> lost its lease".
+async fn under_lease<T, F, Fut>(
+    sandbox: &dyn SandboxPort,
+    signal: &AbortSignal,
+    turn: F,
+) -> Result<T, PortError>
+where
+    F: FnOnce(AbortSignal) -> Fut,
+    Fut: Future<Output = T>,
+{
+    let Some(runtime) = sandbox
+        .as_runtime()
+        .filter(|runtime| runtime.runtime_capabilities().lease)
+    else {
+        return Ok(turn(signal.clone()).await);
+    };
+    let options = SandboxLeaseOptions {
+        ttl_ms: LEASE_TTL.as_millis() as u64,
+        interval_ms: Some(LEASE_RENEWAL.as_millis() as u64),
+        signal: Some(signal.clone()),
+    };
+    run_with_sandbox_lease(
+        runtime,
+        options,
+        |signal| async move { Ok(turn(signal).await) },
+    )
+    .await
+    .map_err(PortError::from)
 }
 
 /// The sandbox's duplex process port, or the contract's `SandboxAcpUnsupportedError`.
@@ -295,6 +332,126 @@ mod tests {
             error.message(),
             "sandbox does not support duplex processes required by ACP"
         );
+    }
+
+    /// A runtime whose lease renewals are counted; renewals fail from `fail_from` on.
+    struct LeasedSandbox {
+        lease: bool,
+        renewals: std::sync::atomic::AtomicU32,
+        fail_from: u32,
+    }
+
+    impl LeasedSandbox {
+        fn new(lease: bool, fail_from: u32) -> Self {
+            Self {
+                lease,
+                renewals: Default::default(),
+                fail_from,
+            }
+        }
+
+        fn renewals(&self) -> u32 {
+            self.renewals.load(std::sync::atomic::Ordering::SeqCst)
+        }
+    }
+
+    #[async_trait]
+    impl SandboxPort for LeasedSandbox {
+        async fn exec(&self, _: &str, _: Option<u64>) -> Result<String, PortError> {
+            Ok(String::new())
+        }
+        async fn read_file(&self, _: &str) -> Result<String, PortError> {
+            Ok(String::new())
+        }
+        async fn write_file(&self, path: &str, _: &str) -> Result<String, PortError> {
+            Ok(path.to_owned())
+        }
+        fn as_runtime(&self) -> Option<&dyn omabox_sandbox::SandboxRuntimePort> {
+            Some(self)
+        }
+    }
+
+    #[async_trait]
+    impl omabox_sandbox::SandboxRuntimePort for LeasedSandbox {
+        fn runtime_handle(&self) -> omabox_sandbox::SandboxRuntimeHandle {
+            omabox_sandbox::SandboxRuntimeHandle {
+                provider: "fake".into(),
+                runtime_id: "rt-1".into(),
+            }
+        }
+        fn runtime_capabilities(&self) -> omabox_sandbox::SandboxRuntimeCapabilities {
+            omabox_sandbox::SandboxRuntimeCapabilities {
+                lease: self.lease,
+                suspend: vec![],
+                checkpoint: vec![],
+            }
+        }
+        async fn status(&self) -> Result<omabox_sandbox::SandboxRuntimeStatus, PortError> {
+            Ok(omabox_sandbox::SandboxRuntimeStatus::Running)
+        }
+        async fn renew_lease(&self, ttl_ms: u64) -> Result<(), PortError> {
+            assert_eq!(ttl_ms, 90_000);
+            let n = self
+                .renewals
+                .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            if n >= self.fail_from {
+                return Err(PortError::new("gone"));
+            }
+            Ok(())
+        }
+        async fn suspend(
+            &self,
+            _: omabox_sandbox::SandboxCheckpointKind,
+        ) -> Result<omabox_sandbox::SandboxCheckpointHandle, PortError> {
+            Err(PortError::new("unsupported"))
+        }
+        async fn resume(
+            &self,
+            _: &omabox_sandbox::SandboxCheckpointHandle,
+        ) -> Result<(), PortError> {
+            Err(PortError::new("unsupported"))
+        }
+        async fn checkpoint(
+            &self,
+            _: omabox_sandbox::SandboxCheckpointKind,
+            _: Option<&str>,
+        ) -> Result<omabox_sandbox::SandboxCheckpointHandle, PortError> {
+            Err(PortError::new("unsupported"))
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_leased_runtime_is_renewed_every_30_s_while_the_turn_runs() {
+        let sandbox = LeasedSandbox::new(true, u32::MAX);
+        let signal = omabox_contract::AbortController::new().signal();
+        let turn = |_| async {
+            tokio::time::sleep(Duration::from_secs(100)).await;
+            "ended"
+        };
+        assert_eq!(under_lease(&sandbox, &signal, turn).await.unwrap(), "ended");
+        // Once before the turn, then at 30, 60 and 90 s.
+        assert_eq!(sandbox.renewals(), 4);
+
+        let unleased = LeasedSandbox::new(false, 0);
+        let turn = |_| async { "ended" };
+        assert_eq!(
+            under_lease(&unleased, &signal, turn).await.unwrap(),
+            "ended"
+        );
+        assert_eq!(unleased.renewals(), 0);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_lost_lease_aborts_the_turn_and_fails_the_run() {
+        let sandbox = LeasedSandbox::new(true, 2);
+        let signal = omabox_contract::AbortController::new().signal();
+        let turn = |_| async {
+            tokio::time::sleep(Duration::from_secs(600)).await;
+            "ended"
+        };
+        let error = under_lease(&sandbox, &signal, turn).await.unwrap_err();
+        assert_eq!(error.message(), "sandbox runtime rt-1 lost its lease");
+        assert_eq!(sandbox.renewals(), 3);
     }
 
     #[test]
