@@ -1,15 +1,17 @@
 //! The ACP harness's event log as `omabox run --acp-command` shows it.
 //!
 //! Human mode prints each event on stdout as it arrives: agent message chunks as plain text
-//! (joined), every other event on its own `[kind] …` line. `--json` prints nothing while the
-//! run goes; the whole log (bounded by `omabox_acp::events::MAX_EVENTS`) is the document's
-//! `acpEvents` array, each element one canonical event (`omabox_acp::events`).
+//! (joined), every other event on its own `[kind] …` line. `--json` streams JSON Lines: each
+//! event, as it arrives, is one line holding one canonical event (`omabox_acp::events`,
+//! `{"type":"tool_call",…}`), and the run's report ends the stream as one more line (the
+//! object with `result`), whose `acpEvents` array repeats the whole log (bounded by
+//! `omabox_acp::events::MAX_EVENTS`).
 
 use omabox_acp::{AcpEvent, AcpEventSink};
 use std::io::Write as _;
 use std::sync::Mutex;
 
-/// Collects the events and, in human mode, prints them.
+/// Collects the events and prints them (human lines, or JSON Lines with `--json`).
 #[derive(Debug)]
 pub struct AcpEventLog {
     human: bool,
@@ -24,7 +26,7 @@ struct LogState {
 }
 
 impl AcpEventLog {
-    /// A log that prints in human mode (`human`) or only collects (`--json`).
+    /// A log that prints human lines (`human`) or JSON Lines (`--json`).
     pub fn new(human: bool) -> Self {
         Self {
             human,
@@ -104,10 +106,14 @@ impl AcpEventSink for AcpEventLog {
     fn event(&self, event: &AcpEvent) {
         let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
         state.events.push(event.clone());
+        let mut out = std::io::stdout().lock();
         if !self.human {
+            if let Ok(line) = serde_json::to_string(event) {
+                let _ = writeln!(out, "{line}");
+                let _ = out.flush();
+            }
             return;
         }
-        let mut out = std::io::stdout().lock();
         match event {
             AcpEvent::AgentMessage { text } => {
                 let _ = write!(out, "{text}");

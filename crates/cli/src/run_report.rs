@@ -181,7 +181,12 @@ fn print_json(
     cancelled: bool,
 ) -> anyhow::Result<()> {
     let report = report(header, timeline, result, error, outputs, cancelled);
-    println!("{}", serde_json::to_string_pretty(&report)?);
+    if header.acp_events.is_some() {
+        // The last line of the ACP run's JSON Lines stream (crate::acp_events).
+        println!("{}", serde_json::to_string(&report)?);
+    } else {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    }
     Ok(())
 }
 

@@ -238,13 +238,36 @@ fn describe(output: &Output) -> String {
     )
 }
 
+/// One JSON document (e.g. `reap --json`), or the report of a run: the last line of the
+/// `--json` JSON Lines stream, whose earlier lines are the events as they arrived (checked
+/// to be the report's `acpEvents`).
 fn json_of(output: &Output) -> Value {
-    serde_json::from_slice(&output.stdout).unwrap_or_else(|error| {
-        panic!(
-            "stdout is not one JSON document ({error}): {}",
-            describe(output)
-        )
-    })
+    if let Ok(document) = serde_json::from_slice::<Value>(&output.stdout) {
+        return document;
+    }
+    let text = String::from_utf8_lossy(&output.stdout);
+    let lines: Vec<Value> = text
+        .lines()
+        .map(|line| {
+            serde_json::from_str(line).unwrap_or_else(|error| {
+                panic!(
+                    "stdout line is not JSON ({error}): {line}\n{}",
+                    describe(output)
+                )
+            })
+        })
+        .collect();
+    let (report, streamed) = lines
+        .split_last()
+        .unwrap_or_else(|| panic!("no JSON on stdout: {}", describe(output)));
+    assert!(
+        report.get("result").is_some(),
+        "the last line is the report"
+    );
+    if let Some(events) = report["acpEvents"].as_array() {
+        assert_eq!(streamed, events.as_slice(), "streamed events = acpEvents");
+    }
+    report.clone()
 }
 
 /// The error message of a `failed` run result.

@@ -365,7 +365,13 @@ impl Setup {
             ])
             .output()
             .expect("omabox runs");
-        let report = serde_json::from_slice(&output.stdout).unwrap_or(Value::Null);
+        // JSON Lines: the events as they arrived, then the report.
+        let stdout = String::from_utf8_lossy(&output.stdout);
+        let report = stdout
+            .lines()
+            .last()
+            .and_then(|line| serde_json::from_str(line).ok())
+            .unwrap_or(Value::Null);
         (report, output)
     }
 

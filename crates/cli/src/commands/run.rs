@@ -21,8 +21,8 @@
 //!
 //! ACP (`--acp-command`): the harness is an ACP agent (CMD with ARGS, cwd `/workspace`, run in
 //! the sandbox like any `ama_worker` process) driven for one turn by `omabox_acp`: its
-//! messages, tool calls, plan and stop reason stream to stdout in human mode and are the
-//! `--json` document's `acpEvents` array ([`crate::acp_events`]). The next run of the session
+//! messages, tool calls, plan and stop reason stream to stdout in human mode, and as JSON
+//! Lines with `--json` (the report is the last line; [`crate::acp_events`]). The next run of the session
 //! resumes the agent's ACP session (`/workspace/.openma/harness-state/acp.json`).
 //! `OMABOX_ACP_INITIALIZE_TIMEOUT_MS` (hidden flag) bounds `initialize` and the session
 //! setup (default 60 s each), `OMABOX_ACP_TURN_TIMEOUT_MS` the prompt's turn (default 30 min).
