@@ -5,7 +5,7 @@
 //! | agent    | package (pinned)                      | model calls go to                          | token from |
 //! |----------|---------------------------------------|--------------------------------------------|------------|
 //! | `claude` | `@zed-industries/claude-code-acp`     | `ANTHROPIC_BASE_URL` = `<proxy>/anthropic` | `ANTHROPIC_AUTH_TOKEN` (spawn-time copy of the session token) |
-//! | `codex`  | `@zed-industries/codex-acp`           | provider `omabox` (`-c model_providers.omabox…`), base `<proxy>/openai/v1`, Responses API | `HOSTED_INFERENCE_TOKEN` itself (`env_key`) |
+//! | `codex`  | `@zed-industries/codex-acp`           | provider `omabox` (`-c model_providers.omabox…`), base `<proxy>/openai/v1`, Responses API; `sandbox_mode="danger-full-access"` (omabox's sandbox is the boundary) | `HOSTED_INFERENCE_TOKEN` itself (`env_key`) |
 //!
 //! `<proxy>` is `HOSTED_INFERENCE_URL`. Each agent keeps its native session files under
 //! [`HARNESS_STATE_DIR`] in `/workspace`, so the checkpoint carries them to the next run of
@@ -109,9 +109,10 @@ impl KnownAgent {
     }
 
     /// The command and arguments, the package directory being at `mount` ([`AGENT_MOUNT`]
-    /// in a sandbox). `inference_url` is `HOSTED_INFERENCE_URL` as the agent reaches it
-    /// (codex names it in its provider config; claude reads it from the env).
-    pub fn command(&self, mount: &str, inference_url: Option<&str>) -> Vec<String> {
+    /// in a sandbox). They never change between runs (the ACP state's configuration hash
+    /// covers them): what varies, such as `HOSTED_INFERENCE_URL`, is read from the env when
+    /// the agent starts.
+    pub fn command(&self, mount: &str) -> Vec<String> {
         let mount = mount.trim_end_matches('/');
         let mut command = match self.entry {
             AgentEntry::Node(script) => {
@@ -119,17 +120,32 @@ impl KnownAgent {
             }
             AgentEntry::Binary(binary) => vec![format!("{mount}/node_modules/{binary}")],
         };
-        if let (InferenceAdapter::Codex, Some(url)) = (self.adapter, inference_url) {
-            let base = format!("{}/openai/v1", url.trim_end_matches('/'));
+        if self.adapter == InferenceAdapter::Codex {
+            // codex refuses a CODEX_HOME that does not exist (a new session has none), and
+            // its provider's base URL is config, not env: the shell makes both from the env.
+            let script = concat!(
+                "mkdir -p \"$CODEX_HOME\" && exec \"$0\" -c ",
+                "\"model_providers.omabox.base_url=\\\"${HOSTED_INFERENCE_URL%/}/openai/v1\\\"\" \"$@\""
+            );
+            command.splice(
+                0..0,
+                ["/bin/sh".to_owned(), "-c".to_owned(), script.to_owned()],
+            );
             for setting in [
-                "model_provider=\"omabox\"".to_owned(),
-                "model_providers.omabox.name=\"omabox\"".to_owned(),
-                format!("model_providers.omabox.base_url={}", toml_string(&base)),
-                "model_providers.omabox.env_key=\"HOSTED_INFERENCE_TOKEN\"".to_owned(),
-                "model_providers.omabox.wire_api=\"responses\"".to_owned(),
+                "model_provider=\"omabox\"",
+                "model_providers.omabox.name=\"omabox\"",
+                "model_providers.omabox.env_key=\"HOSTED_INFERENCE_TOKEN\"",
+                "model_providers.omabox.wire_api=\"responses\"",
+                // The sandbox is the boundary; codex's own (nested) sandbox cannot work in it.
+                "sandbox_mode=\"danger-full-access\"",
+                // The commands codex runs never see the session token, and no shell
+                // snapshot (an env dump codex keeps in CODEX_HOME, which is checkpointed)
+                // records it.
+                "shell_environment_policy.exclude=[\"HOSTED_INFERENCE_TOKEN\"]",
+                "features.shell_snapshot=false",
             ] {
                 command.push("-c".to_owned());
-                command.push(setting);
+                command.push(setting.to_owned());
             }
         }
         command
@@ -178,22 +194,6 @@ impl KnownAgent {
     }
 }
 
-/// `text` as a TOML basic string.
-fn toml_string(text: &str) -> String {
-    let mut out = String::with_capacity(text.len() + 2);
-    out.push('"');
-    for c in text.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            c if c.is_control() => out.push_str(&format!("\\u{:04X}", c as u32)),
-            c => out.push(c),
-        }
-    }
-    out.push('"');
-    out
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -202,10 +202,7 @@ mod tests {
     fn claude_reads_the_proxy_from_its_native_env() {
         let claude = known_agent("claude").unwrap();
         assert_eq!(
-            claude.command(
-                AGENT_MOUNT,
-                Some("http://127.0.0.1:9/v1/oma/inference-proxy/s1")
-            ),
+            claude.command(AGENT_MOUNT),
             [
                 "node",
                 "/opt/omabox/agent/node_modules/@zed-industries/claude-code-acp/dist/index.js"
@@ -227,12 +224,10 @@ mod tests {
     #[test]
     fn codex_names_the_proxy_in_its_provider_config_and_the_token_by_variable() {
         let codex = known_agent("codex").unwrap();
-        let command = codex.command(AGENT_MOUNT, Some("http://h:1/v1/oma/inference-proxy/s\"1"));
-        assert!(command[0].ends_with("/bin/codex-acp"));
-        assert!(command.contains(
-            &"model_providers.omabox.base_url=\"http://h:1/v1/oma/inference-proxy/s\\\"1/openai/v1\""
-                .to_owned()
-        ));
+        let command = codex.command(AGENT_MOUNT);
+        assert_eq!(command[..2], ["/bin/sh", "-c"]);
+        assert!(command[2].contains("${HOSTED_INFERENCE_URL%/}/openai/v1"));
+        assert!(command[3].ends_with("/bin/codex-acp"));
         assert!(
             command
                 .contains(&"model_providers.omabox.env_key=\"HOSTED_INFERENCE_TOKEN\"".to_owned())
@@ -240,5 +235,32 @@ mod tests {
         let token = SecretString::new("tok".to_owned());
         assert!(codex.inference_env("http://h:1/x", &token).is_empty());
         assert!(known_agent("gemini").is_none());
+    }
+
+    #[test]
+    fn codex_reads_the_proxy_url_from_the_env_when_it_starts() {
+        // The wrapper's expansion, checked with the real shell (codex itself replaced).
+        let mut command = known_agent("codex").unwrap().command(AGENT_MOUNT);
+        command[3] = "echo".to_owned();
+        let out = std::process::Command::new(&command[0])
+            .args(&command[1..])
+            .env(
+                "CODEX_HOME",
+                std::env::temp_dir().join("omabox-codex-home-test"),
+            )
+            .env(
+                "HOSTED_INFERENCE_URL",
+                "http://127.0.0.1:9/v1/oma/inference-proxy/s%201/",
+            )
+            .output()
+            .unwrap();
+        let text = String::from_utf8(out.stdout).unwrap();
+        assert!(
+            text.starts_with(
+                "-c model_providers.omabox.base_url=\"http://127.0.0.1:9/v1/oma/inference-proxy/s%201/openai/v1\" -c model_provider="
+            ),
+            "{text}"
+        );
+        let _ = std::fs::remove_dir(std::env::temp_dir().join("omabox-codex-home-test"));
     }
 }

@@ -1,15 +1,17 @@
-//! `omabox run --agent claude` end to end: the real ACP agent from npm
-//! (`@zed-industries/claude-code-acp`, Claude Code inside) installed into the host cache,
-//! run in a linux sandbox, its model calls going through the in-process hosted inference
-//! proxy to a scripted Anthropic Messages upstream on this machine. No test reaches a real
-//! model provider.
+//! `omabox run --agent claude|codex` end to end: the real ACP agents from npm
+//! (`@zed-industries/claude-code-acp`, Claude Code inside; `@zed-industries/codex-acp`)
+//! installed into the host cache, run in a linux sandbox, their model calls going through the
+//! in-process hosted inference proxy to a scripted upstream on this machine speaking the
+//! Anthropic Messages API (claude) and the OpenAI Responses API (codex). No test reaches a
+//! real model provider.
 //!
 //! The upstream (below) speaks the Messages API, streaming (SSE) or not, and is scripted
 //! by the conversation it is sent: a user prompt containing "write the file" → a `Write`
 //! tool call for `/workspace/hello.txt`; that tool's result → a `Bash` tool call dumping
 //! the agent's env into `/workspace/env.txt`; that result → a final message; any other
 //! prompt → a final message quoting the conversation's first user prompt (so the resumed
-//! turn proves the agent saw the earlier one).
+//! turn proves the agent saw the earlier one). The Responses script does the same with
+//! `exec_command` calls (codex's shell tool).
 //!
 //! Needs root, linux sandboxes, `node` and `npm` on the host and the npm registry (the
 //! package is installed once into `target/omabox-test-agents`); skips with a printed reason
@@ -58,6 +60,7 @@ impl Upstream {
         let app = Router::new()
             .route("/v1/messages", post(messages))
             .route("/v1/messages/count_tokens", post(count_tokens))
+            .route("/v1/responses", post(responses))
             .fallback(record_other)
             .with_state(Arc::clone(&seen));
         let listener = runtime
@@ -211,6 +214,89 @@ fn script(body: &Value) -> (Vec<Value>, &'static str) {
     (vec![text_block(remembered)], "end_turn")
 }
 
+/// The OpenAI Responses endpoint (codex streams every call), scripted like [`script`]:
+/// what follows the newest user message decides.
+async fn responses(
+    State(seen): State<Log>,
+    headers: HeaderMap,
+    axum::Json(body): axum::Json<Value>,
+) -> Response<Body> {
+    record(&seen, "/v1/responses", &headers, &body);
+    let input = body["input"].as_array().cloned().unwrap_or_default();
+    let text_of = |item: &Value| -> String {
+        item["content"]
+            .as_array()
+            .map(|parts| {
+                parts
+                    .iter()
+                    .filter_map(|p| p["text"].as_str())
+                    .collect::<Vec<_>>()
+                    .join("\n")
+            })
+            .unwrap_or_default()
+    };
+    let is_user = |item: &&Value| item["type"] == "message" && item["role"] == "user";
+    let last_user = input.iter().rposition(|item| is_user(&item)).unwrap_or(0);
+    let outputs: Vec<&str> = input[last_user..]
+        .iter()
+        .filter(|item| item["type"] == "function_call_output")
+        .filter_map(|item| item["call_id"].as_str())
+        .collect();
+    let call = |id: &str, cmd: &str| {
+        json!({"type": "function_call", "id": format!("fc_{id}"), "call_id": id,
+               "name": "exec_command", "arguments": json!({"cmd": cmd}).to_string()})
+    };
+    let prompt = input.get(last_user).map(text_of).unwrap_or_default();
+    let item = if outputs.contains(&"call_env") {
+        message_item("wrote hello.txt")
+    } else if outputs.contains(&"call_write") {
+        call("call_env", "env > /workspace/env.txt")
+    } else if prompt.contains("write the file") {
+        call(
+            "call_write",
+            "printf 'written by the agent\\n' > /workspace/hello.txt",
+        )
+    } else if input
+        .iter()
+        .filter(is_user)
+        .any(|item| text_of(item).contains("please write the file"))
+    {
+        message_item("you first asked me to write the file")
+    } else {
+        message_item("this is our first exchange")
+    };
+    let id = format!("resp_{:016x}", rand_id());
+    let events = [
+        (
+            "response.created",
+            json!({"type": "response.created", "response": {"id": id}}),
+        ),
+        (
+            "response.output_item.done",
+            json!({"type": "response.output_item.done", "output_index": 0, "item": item}),
+        ),
+        (
+            "response.completed",
+            json!({"type": "response.completed", "response": {"id": id, "usage": {
+                "input_tokens": 12, "input_tokens_details": null, "output_tokens": 3,
+                "output_tokens_details": null, "total_tokens": 15}}}),
+        ),
+    ];
+    let stream: String = events
+        .iter()
+        .map(|(name, data)| format!("event: {name}\ndata: {data}\n\n"))
+        .collect();
+    Response::builder()
+        .header("content-type", "text/event-stream")
+        .body(Body::from(stream))
+        .unwrap()
+}
+
+fn message_item(text: &str) -> Value {
+    json!({"type": "message", "id": format!("msg_{:016x}", rand_id()), "role": "assistant",
+           "content": [{"type": "output_text", "text": text}]})
+}
+
 /// A fresh message id.
 fn rand_id() -> u64 {
     use std::sync::atomic::{AtomicU64, Ordering};
@@ -340,6 +426,11 @@ impl Setup {
                 "ANTHROPIC_BASE_URL",
                 format!("http://127.0.0.1:{}", self.upstream.port),
             )
+            .env("OPENAI_API_KEY", OPERATOR_KEY)
+            .env(
+                "OPENAI_BASE_URL",
+                format!("http://127.0.0.1:{}", self.upstream.port),
+            )
             .env("OMABOX_LOG", "debug")
             .env_remove("OMABOX_LINUX_MEMORY")
             .env_remove("OMABOX_INFERENCE_GATEWAY")
@@ -351,13 +442,13 @@ impl Setup {
         command
     }
 
-    fn turn(&self, session: &str, prompt: &str) -> (Value, Output) {
+    fn turn(&self, agent: &str, session: &str, prompt: &str) -> (Value, Output) {
         let output = self
             .command(&[
                 "run",
                 "--json",
                 "--agent",
-                "claude",
+                agent,
                 "--session",
                 session,
                 "--prompt",
@@ -435,12 +526,61 @@ fn contains(haystack: &[u8], needle: &str) -> bool {
         .any(|window| window == needle.as_bytes())
 }
 
+/// How one agent shows up in the test's checks.
+struct Expect {
+    agent: &'static str,
+    /// The model endpoint it calls.
+    path: &'static str,
+    /// The credential header the upstream must see (the operator key), and the one it
+    /// must not see at all.
+    key_header: (&'static str, String),
+    other_header: &'static str,
+    /// The tool call that writes the file.
+    write_kind: &'static str,
+    write_id: &'static str,
+    /// What its env must show, and where its own session files live.
+    env_line: &'static str,
+    provider_key: &'static str,
+    native_state: &'static str,
+}
+
 #[test]
 fn claude_writes_a_file_through_the_proxy_and_resumes_its_session() {
+    agent_turns(&Expect {
+        agent: "claude",
+        path: "/v1/messages",
+        key_header: ("x-api-key", OPERATOR_KEY.to_owned()),
+        other_header: "authorization",
+        write_kind: "edit",
+        write_id: "toolu_write",
+        env_line: "ANTHROPIC_BASE_URL=http://127.0.0.1:",
+        provider_key: "ANTHROPIC_API_KEY",
+        native_state: ".openma/harness-state/claude/projects/-workspace",
+    });
+}
+
+#[test]
+fn codex_writes_a_file_through_the_proxy_and_resumes_its_session() {
+    agent_turns(&Expect {
+        agent: "codex",
+        path: "/v1/responses",
+        key_header: ("authorization", format!("Bearer {OPERATOR_KEY}")),
+        other_header: "x-api-key",
+        write_kind: "execute",
+        write_id: "call_write",
+        env_line: "HOSTED_INFERENCE_URL=http://127.0.0.1:",
+        provider_key: "OPENAI_API_KEY",
+        native_state: ".openma/harness-state/codex/sessions",
+    });
+}
+
+/// Two turns of `expect.agent` in one session (module doc).
+fn agent_turns(expect: &Expect) {
     let Some(setup) = Setup::new() else { return };
+    let session_id = format!("agent-{}", expect.agent);
 
     // Turn 1: the agent writes the file and dumps its env.
-    let (first, output) = setup.turn("agent-s1", "please write the file");
+    let (first, output) = setup.turn(expect.agent, &session_id, "please write the file");
     assert!(output.status.success(), "{}", describe(&output));
     assert_eq!(first["result"]["type"], "completed", "{first}");
     let turn = events(&first);
@@ -449,9 +589,9 @@ fn claude_writes_a_file_through_the_proxy_and_resumes_its_session() {
     let acp_session = session["acpSessionId"].as_str().unwrap().to_owned();
     let write = turn
         .iter()
-        .find(|e| e["type"] == "tool_call" && e["kind"] == "edit")
-        .unwrap_or_else(|| panic!("no Write tool call: {turn:?}"));
-    assert_eq!(write["toolCallId"], "toolu_write");
+        .find(|e| e["type"] == "tool_call" && e["kind"] == expect.write_kind)
+        .unwrap_or_else(|| panic!("no writing tool call: {turn:?}"));
+    assert_eq!(write["toolCallId"], expect.write_id);
     assert!(
         turn.iter()
             .any(|e| e["type"] == "tool_call_update" && e["status"] == "completed"),
@@ -464,16 +604,17 @@ fn claude_writes_a_file_through_the_proxy_and_resumes_its_session() {
 
     // The upstream saw the operator's key on every call, and nothing of the session token.
     let seen = setup.upstream.seen();
-    let calls: Vec<&Seen> = seen.iter().filter(|s| s.path == "/v1/messages").collect();
+    let calls: Vec<&Seen> = seen.iter().filter(|s| s.path == expect.path).collect();
     assert!(
         calls.len() >= 3,
-        "expected write, bash and final calls: {seen:?}"
+        "expected write, env-dump and final calls: {seen:?}"
     );
     for call in &seen {
-        let key = call.headers.iter().find(|(k, _)| k == "x-api-key");
-        assert_eq!(key.map(|(_, v)| v.as_str()), Some(OPERATOR_KEY), "{call:?}");
+        let (name, value) = &expect.key_header;
+        let key = call.headers.iter().find(|(k, _)| k == name);
+        assert_eq!(key.map(|(_, v)| v), Some(value), "{call:?}");
         assert!(
-            !call.headers.iter().any(|(k, _)| k == "authorization"),
+            !call.headers.iter().any(|(k, _)| k == expect.other_header),
             "{call:?}"
         );
         let all = format!("{:?}{}", call.headers, call.body);
@@ -484,7 +625,7 @@ fn claude_writes_a_file_through_the_proxy_and_resumes_its_session() {
     }
 
     // The file is in the published workspace; the sandbox never held the operator key.
-    let exported = setup.export("agent-s1");
+    let exported = setup.export(&session_id);
     let ws = exported.path().join("ws");
     assert_eq!(
         std::fs::read_to_string(ws.join("hello.txt")).unwrap(),
@@ -492,13 +633,10 @@ fn claude_writes_a_file_through_the_proxy_and_resumes_its_session() {
     );
     let env = std::fs::read_to_string(ws.join("env.txt")).expect("the agent dumped its env");
     assert!(!env.contains(OPERATOR_KEY), "{env}");
-    assert!(!env.contains("ANTHROPIC_API_KEY"), "{env}");
+    assert!(!env.contains(expect.provider_key), "{env}");
+    assert!(env.contains(expect.env_line), "{env}");
     assert!(
-        env.contains("ANTHROPIC_BASE_URL=http://127.0.0.1:"),
-        "{env}"
-    );
-    assert!(
-        env.contains("/v1/oma/inference-proxy/agent-s1/anthropic"),
+        env.contains(&format!("/v1/oma/inference-proxy/{session_id}")),
         "{env}"
     );
     for (path, bytes) in files(&ws) {
@@ -508,17 +646,15 @@ fn claude_writes_a_file_through_the_proxy_and_resumes_its_session() {
         }
     }
     assert!(
-        ws.join(".openma/harness-state/claude/projects/-workspace")
-            .join(format!("{acp_session}.jsonl"))
-            .is_file(),
-        "the agent's session transcript is checkpointed"
+        ws.join(expect.native_state).is_dir(),
+        "the agent's own session files are checkpointed"
     );
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(!stderr.contains(OPERATOR_KEY) && !stderr.contains("omst_"));
 
     // Turn 2: the same ACP session, and the agent sees the first turn.
     setup.upstream.clear();
-    let (second, output) = setup.turn("agent-s1", "what did I ask before?");
+    let (second, output) = setup.turn(expect.agent, &session_id, "what did I ask before?");
     assert!(output.status.success(), "{}", describe(&output));
     let turn = events(&second);
     let session = turn.iter().find(|e| e["type"] == "session").unwrap();
@@ -527,14 +663,12 @@ fn claude_writes_a_file_through_the_proxy_and_resumes_its_session() {
     let seen = setup.upstream.seen();
     let last = seen
         .iter()
-        .rfind(|s| s.path == "/v1/messages")
+        .rfind(|s| s.path == expect.path)
         .expect("a model call");
     assert!(
-        last.body["messages"]
-            .to_string()
-            .contains("please write the file"),
+        last.body.to_string().contains("please write the file"),
         "the resumed turn does not carry the first: {}",
-        last.body["messages"]
+        last.body
     );
     let message: String = turn
         .iter()

@@ -70,7 +70,6 @@ use omabox_acp::agents::{AGENT_MOUNT, KnownAgent, known_agent};
 use omabox_acp::{AcpTurnOptions, PermissionPolicy};
 use omabox_backend_linux::factory::{MEMORY_ENV, NETWORK_ENV, READONLY_BINDS_ENV};
 use omabox_backend_linux::managed::CredentialEgressOptions;
-use omabox_contract::hosted_inference::build_hosted_inference_base_url;
 use omabox_contract::{
     AbortController, HarnessDriverDeclaration, ManagedRuntimeProfile, RuntimeResourceScope,
 };
@@ -231,7 +230,7 @@ struct Request {
 pub async fn run(data_dir: &Path, args: RunArgs) -> anyhow::Result<ExitCode> {
     let mut env = SandboxFactoryEnv::from_process_env();
     wiring::check_backend(args.backend, &env)?;
-    let mut request = request(&args)?;
+    let request = request(&args)?;
     if let Some(gateway) = &args.inference_gateway {
         check_gateway(gateway)?;
     }
@@ -296,13 +295,6 @@ pub async fn run(data_dir: &Path, args: RunArgs) -> anyhow::Result<ExitCode> {
                 );
             }
         }
-    }
-    if let (Some(agent), Some(_)) = (agent, &agent_dir) {
-        // Mounted at AGENT_MOUNT (--agent is linux only, checked in request()).
-        let url = harness_gateway
-            .as_deref()
-            .and_then(|g| build_hosted_inference_base_url(g, &request.scope.session_id));
-        set_agent_process(&mut request.profile, agent, AGENT_MOUNT, url.as_deref());
     }
     crate::leftovers::before_run(data_dir, &store).await;
     if let Some(seed) = &args.workspace {
@@ -429,8 +421,8 @@ fn request(args: &RunArgs) -> anyhow::Result<Request> {
         _ => {}
     }
     let acp_command: Option<Vec<String>> = match (args.known_agent(), &args.acp_command) {
-        // The real command is set once the package is installed (set_agent_process).
-        (Some(agent), _) => Some(agent.command(AGENT_MOUNT, None)),
+        // Its package is mounted at AGENT_MOUNT (--agent is linux only).
+        (Some(agent), _) => Some(agent.command(AGENT_MOUNT)),
         (None, Some(command)) => Some(
             std::iter::once(command.clone())
                 .chain(args.command.iter().cloned())
@@ -463,6 +455,11 @@ fn request(args: &RunArgs) -> anyhow::Result<Request> {
             None => work_profile::for_command(&args.command, args.supervised),
         },
     };
+    if let (Some(agent), HarnessDriverDeclaration::AmaWorker { process }) =
+        (args.known_agent(), &mut profile.driver)
+    {
+        process.env = Some(agent.env());
+    }
     if !args.credentials.is_empty() {
         if args.backend != Backend::Linux {
             anyhow::bail!("--credential needs the linux backend (its enforced egress path)");
@@ -494,22 +491,6 @@ fn print_banner(args: &RunArgs, request: &Request) {
         request.scope.session_id,
         request.scope.work_id
     );
-}
-
-/// Makes `agent` (its package at `mount`) the profile's process, with its declared env.
-fn set_agent_process(
-    profile: &mut ManagedRuntimeProfile,
-    agent: &KnownAgent,
-    mount: &str,
-    inference_url: Option<&str>,
-) {
-    let HarnessDriverDeclaration::AmaWorker { process } = &mut profile.driver else {
-        return;
-    };
-    let mut command = agent.command(mount, inference_url);
-    process.command = command.remove(0);
-    process.args = Some(command);
-    process.env = Some(agent.env());
 }
 
 /// This process's fence owner id (`<hostname>:<pid>:<random>`).
