@@ -3,6 +3,7 @@
 //! ```text
 //! run(input) ── sandbox of the lease ── duplex port? ── no → SandboxAcpUnsupportedError text
 //!    │ read /workspace/.openma/harness-state/acp.json (resume candidate)
+//!    │ a system prompt → /workspace/AGENTS.md
 //!    │ spawn the declared process (declared env + HarnessEnvSource, e.g. the session token)
 //!    │ ACP turn over its stdio (turn.rs); its stderr to the HarnessOutputSink
 //!    │ (a runtime with leases: renewed for 90 s every 30 s while the turn runs)
@@ -43,6 +44,9 @@ pub const SANDBOX_ACP_UNSUPPORTED: &str =
 /// connection broke) before it gets SIGTERM.
 const EXIT_GRACE: Duration = Duration::from_secs(2);
 
+/// Where the system prompt goes.
+pub const AGENTS_MD_PATH: &str = "/workspace/AGENTS.md";
+
 /// The runtime lease the harness holds while a prompt runs, and how often it renews it.
 const LEASE_TTL: Duration = Duration::from_secs(90);
 const LEASE_RENEWAL: Duration = Duration::from_secs(30);
@@ -52,6 +56,9 @@ const LEASE_RENEWAL: Duration = Duration::from_secs(30);
 pub struct AcpTurnOptions {
     /// The user's prompt text.
     pub prompt: String,
+    /// The agent's system prompt, written to `/workspace/AGENTS.md` before it starts (as
+    /// OpenMA's acp-sandbox harness does); `None` leaves the workspace's own file alone.
+    pub system_prompt: Option<String>,
     /// How the agent's permission requests are answered.
     pub permission: PermissionPolicy,
     /// How long `initialize` may take, and then `session/new` or `session/load` (default
@@ -70,6 +77,7 @@ impl AcpTurnOptions {
     pub fn new(prompt: impl Into<String>) -> Self {
         Self {
             prompt: prompt.into(),
+            system_prompt: None,
             permission: PermissionPolicy::Allow,
             initialize_timeout: Duration::from_secs(60),
             turn_timeout: Duration::from_secs(30 * 60),
@@ -157,6 +165,17 @@ impl AcpHarnessDriver {
         let duplex = duplex_of(&*sandbox)?;
         let events = EventEmitter::new(self.events.clone());
         let resume = self.saved_session(&*sandbox, process, &events).await;
+        if let Some(system) = &self.turn.system_prompt {
+            sandbox
+                .write_file(AGENTS_MD_PATH, system)
+                .await
+                .map_err(|error| {
+                    PortError::new(format!(
+                        "cannot write the system prompt to {AGENTS_MD_PATH}: {}",
+                        error.message()
+                    ))
+                })?;
+        }
         let spec = harness_process_spec(
             process,
             self.harness_env.as_ref(),

@@ -10,6 +10,7 @@ mod gc;
 mod harness_env;
 mod inference_server;
 mod leftovers;
+mod oma_agent;
 mod profile_hint;
 mod revision;
 mod run_report;

@@ -359,6 +359,78 @@ fn linux_a_turn_publishes_and_the_next_run_resumes() {
     }
 }
 
+/// An OpenMA agent definition: `_oma.acp.agent` is the process, `system` the AGENTS.md.
+fn an_agent_definition_runs_its_acp_agent_with_its_system_prompt(setup: &Setup) {
+    let definition = setup.seed.path().join("agent.json");
+    let agent = serde_json::json!({
+        "name": "coder",
+        "system": "You write tests first.",
+        "_oma": {"harness": "acp-sandbox", "acp": {"agent": {
+            "command": setup.agent(), "args": ["normal"], "env": {"FROM_DEFINITION": "1"}}}},
+    });
+    std::fs::write(&definition, agent.to_string()).unwrap();
+    let backend = match setup.backend {
+        Backend::Linux => "linux",
+        Backend::Local => "local",
+    };
+    let seed = setup.seed.path().to_str().unwrap().to_owned();
+    let output = setup
+        .command(&[
+            "run",
+            "--json",
+            "--backend",
+            backend,
+            "--session",
+            "def",
+            "--workspace",
+            &seed,
+            "--prompt",
+            "write the file",
+            "--agent-json",
+        ])
+        .arg(&definition)
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{}", describe(&output));
+    let report = json_of(&output);
+    assert_eq!(report["result"]["type"], "completed", "{report}");
+    assert_eq!(event(&acp_events(&report), "stop")["reason"], "end_turn");
+    let ws = setup.export("def");
+    assert_eq!(
+        std::fs::read_to_string(ws.path().join("ws/AGENTS.md")).unwrap(),
+        "You write tests first."
+    );
+
+    // A definition without a command is refused before anything runs.
+    std::fs::write(&definition, r#"{"_oma":{"acp":{"agent":{}}}}"#).unwrap();
+    let output = setup
+        .command(&["run", "--backend", backend, "--prompt", "x", "--agent-json"])
+        .arg(&definition)
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(1), "{}", describe(&output));
+    assert!(
+        String::from_utf8_lossy(&output.stderr)
+            .contains("acp-sandbox requires _oma.acp.agent.command"),
+        "{}",
+        describe(&output)
+    );
+}
+
+#[test]
+fn local_an_agent_definition_runs_its_acp_agent_with_its_system_prompt() {
+    if let Some(setup) = Setup::new(Backend::Local) {
+        an_agent_definition_runs_its_acp_agent_with_its_system_prompt(&setup);
+    }
+}
+
+#[test]
+fn linux_an_agent_definition_runs_its_acp_agent_with_its_system_prompt() {
+    if let Some(setup) = Setup::new(Backend::Linux) {
+        an_agent_definition_runs_its_acp_agent_with_its_system_prompt(&setup);
+    }
+}
+
 #[test]
 fn local_a_failed_load_falls_back_to_a_new_session_with_a_warning() {
     let Some(setup) = Setup::new(Backend::Local) else {
@@ -572,4 +644,54 @@ fn usage_errors_are_clear() {
         "{}",
         describe(&output)
     );
+    for (args, expected) in [
+        (
+            &["run", "--backend", "local", "--agent", "claude"][..],
+            "--agent needs --prompt",
+        ),
+        (
+            &[
+                "run",
+                "--backend",
+                "local",
+                "--agent",
+                "claude",
+                "--prompt",
+                "x",
+            ][..],
+            "--agent needs the linux backend",
+        ),
+        (
+            &[
+                "run",
+                "--backend",
+                "local",
+                "--agent",
+                "gemini",
+                "--prompt",
+                "x",
+            ][..],
+            "invalid value 'gemini'",
+        ),
+        (
+            &[
+                "run",
+                "--backend",
+                "local",
+                "--system-prompt",
+                "x",
+                "--",
+                "true",
+            ][..],
+            "--system-prompt is for an ACP agent",
+        ),
+    ] {
+        let output = run(args);
+        assert!(!output.status.success(), "{args:?}");
+        assert!(
+            String::from_utf8_lossy(&output.stderr).contains(expected),
+            "{args:?}: {}",
+            describe(&output)
+        );
+    }
 }

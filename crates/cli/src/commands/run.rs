@@ -8,7 +8,12 @@
 //!            [-- CMD ARGS...]
 //! omabox run ... --acp-command CMD [--acp-permission allow|deny] --prompt TEXT [-- ARGS...]
 //! omabox run ... --agent claude|codex [--inference-config FILE] --prompt TEXT
+//! omabox run ... --agent-json FILE --prompt TEXT       # an OpenMA agent definition
 //! ```
+//!
+//! Any ACP run takes `--system-prompt TEXT` (written to `/workspace/AGENTS.md` before the
+//! agent starts); `--agent-json` takes the definition's `_oma.acp.agent` process and its
+//! `system` ([`crate::oma_agent`]).
 //!
 //! Agents by name (`--agent`, linux): the agent's pinned npm package is installed once into
 //! the host cache ([`crate::agent_cache`]) and mounted read-only at `/opt/omabox/agent`; its
@@ -58,6 +63,7 @@ use crate::agent_cache;
 use crate::environment::{self, EnvironmentConfig};
 use crate::harness_env::{SessionTokenEnv, check_gateway};
 use crate::inference_server;
+use crate::oma_agent::OmaAgent;
 use crate::run_report::{self, RunHeader};
 use crate::session::{check_id, check_seed, open_store};
 use crate::signals::cancel_on_signals;
@@ -156,6 +162,15 @@ pub struct RunArgs {
     #[arg(long, value_name = "NAME", value_parser = ["claude", "codex"],
           conflicts_with_all = ["supervised", "profile", "acp_command"])]
     agent: Option<String>,
+    /// Run the ACP agent an OpenMA agent definition (JSON) declares: its
+    /// `_oma.acp.agent` {command, args, env, cwd} (harness `acp-sandbox`), its `system` as
+    /// /workspace/AGENTS.md. Needs --prompt.
+    #[arg(long, value_name = "FILE",
+          conflicts_with_all = ["supervised", "profile", "acp_command", "agent"])]
+    agent_json: Option<PathBuf>,
+    /// The ACP agent's system prompt, written to /workspace/AGENTS.md before it starts.
+    #[arg(long, value_name = "TEXT")]
+    system_prompt: Option<String>,
     /// Where the in-process inference proxy sends the agent's model calls (without
     /// --inference-gateway): an `omabox serve` configuration file (its `models` section).
     /// Default: ANTHROPIC_API_KEY/ANTHROPIC_BASE_URL (claude), OPENAI_API_KEY/OPENAI_BASE_URL
@@ -199,12 +214,19 @@ impl RunArgs {
         self.agent.as_deref().and_then(known_agent)
     }
 
-    /// The ACP harness of `--acp-command` or `--agent`, with its event log.
-    fn acp(&self) -> Option<(AcpTurnOptions, Arc<AcpEventLog>)> {
-        if self.acp_command.is_none() && self.agent.is_none() {
+    /// Whether the harness is an ACP agent.
+    fn is_acp(&self) -> bool {
+        self.acp_command.is_some() || self.agent.is_some() || self.agent_json.is_some()
+    }
+
+    /// The ACP harness of `--acp-command`, `--agent` or `--agent-json` (its `system`, if
+    /// any, under `--system-prompt`), with its event log.
+    fn acp(&self, system: Option<String>) -> Option<(AcpTurnOptions, Arc<AcpEventLog>)> {
+        if !self.is_acp() {
             return None;
         }
         let mut turn = AcpTurnOptions::new(self.prompt.clone().unwrap_or_default());
+        turn.system_prompt = self.system_prompt.clone().or(system);
         turn.permission = match self.acp_permission {
             AcpPermission::Allow => PermissionPolicy::Allow,
             AcpPermission::Deny => PermissionPolicy::Deny,
@@ -224,6 +246,8 @@ struct Request {
     scope: RuntimeResourceScope,
     profile: ManagedRuntimeProfile,
     demo: bool,
+    /// `--agent-json`'s system prompt.
+    system: Option<String>,
 }
 
 /// Runs one work item and reports it.
@@ -239,7 +263,7 @@ pub async fn run(data_dir: &Path, args: RunArgs) -> anyhow::Result<ExitCode> {
     // An agent turn without a gateway gets the proxy served by this process.
     let mut inference_gateway = args.inference_gateway.clone();
     let mut _inference_server = None;
-    if args.acp().is_some() && inference_gateway.is_none() {
+    if args.is_acp() && inference_gateway.is_none() {
         let provider = agent.map_or("anthropic", |a| a.provider);
         let config = inference_server::config(args.inference_config.as_deref(), provider)?;
         let server = inference_server::start(&store, config).await?;
@@ -312,7 +336,7 @@ pub async fn run(data_dir: &Path, args: RunArgs) -> anyhow::Result<ExitCode> {
         .await?;
     let harness_output = Arc::new(TerminalHarnessOutput::new(args.json));
     let token_slots = SessionTokenSlots::new();
-    let acp = args.acp();
+    let acp = args.acp(request.system.clone());
     let driver = wiring::provider_driver(
         args.backend,
         DriverInputs {
@@ -403,6 +427,20 @@ fn request(args: &RunArgs) -> anyhow::Result<Request> {
     if args.agent.is_some() && args.prompt.is_none() {
         anyhow::bail!("--agent needs --prompt TEXT: omabox run --agent NAME --prompt \"…\"");
     }
+    if args.agent_json.is_some() && args.prompt.is_none() {
+        anyhow::bail!(
+            "--agent-json needs --prompt TEXT: omabox run --agent-json FILE --prompt \"…\""
+        );
+    }
+    if args.system_prompt.is_some() && !args.is_acp() {
+        anyhow::bail!(
+            "--system-prompt is for an ACP agent (--agent, --acp-command or --agent-json)"
+        );
+    }
+    let oma_agent = args.agent_json.as_deref().map(OmaAgent::load).transpose()?;
+    if oma_agent.is_some() && !args.command.is_empty() {
+        anyhow::bail!("--agent-json takes no command after `--` (the definition names it)");
+    }
     if args.agent.is_some() && args.backend != Backend::Linux {
         anyhow::bail!(
             "--agent needs the linux backend (the agent's package is mounted into the sandbox)"
@@ -415,7 +453,7 @@ fn request(args: &RunArgs) -> anyhow::Result<Request> {
         (Some(_), None) => anyhow::bail!(
             "--acp-command needs --prompt TEXT: omabox run --acp-command CMD --prompt \"…\" [-- ARGS...]"
         ),
-        (None, Some(_)) if args.agent.is_none() => anyhow::bail!(
+        (None, Some(_)) if args.agent.is_none() && oma_agent.is_none() => anyhow::bail!(
             "--prompt is for an ACP agent: omabox run --acp-command CMD --prompt \"…\" [-- ARGS...]"
         ),
         _ => {}
@@ -428,7 +466,11 @@ fn request(args: &RunArgs) -> anyhow::Result<Request> {
                 .chain(args.command.iter().cloned())
                 .collect(),
         ),
-        (None, None) => None,
+        (None, None) => oma_agent.as_ref().map(|agent| {
+            std::iter::once(agent.process.command.clone())
+                .chain(agent.process.args.clone().unwrap_or_default())
+                .collect()
+        }),
     };
     if acp_command.as_ref().is_some_and(|c| c[0].trim().is_empty()) {
         anyhow::bail!("--acp-command needs a command");
@@ -460,6 +502,11 @@ fn request(args: &RunArgs) -> anyhow::Result<Request> {
     {
         process.env = Some(agent.env());
     }
+    if let (Some(agent), HarnessDriverDeclaration::AmaWorker { process }) =
+        (&oma_agent, &mut profile.driver)
+    {
+        process.clone_from(&agent.process);
+    }
     if !args.credentials.is_empty() {
         if args.backend != Backend::Linux {
             anyhow::bail!("--credential needs the linux backend (its enforced egress path)");
@@ -472,6 +519,7 @@ fn request(args: &RunArgs) -> anyhow::Result<Request> {
         scope: session_scope(session),
         profile,
         demo,
+        system: oma_agent.and_then(|agent| agent.system),
     })
 }
 
