@@ -103,6 +103,28 @@ pub fn ensure_installed(cache: &Path, agent: &KnownAgent, quiet: bool) -> anyhow
     Ok(installed)
 }
 
+/// Fails clearly when `agent` needs `node` and the host has none (the preinstalled root
+/// filesystem shows the host's `/usr`, so the host's node is the sandbox's).
+pub fn check_node(agent: &KnownAgent) -> anyhow::Result<()> {
+    if !matches!(agent.entry, omabox_acp::agents::AgentEntry::Node(_)) {
+        return Ok(());
+    }
+    let found = Command::new("node")
+        .arg("--version")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|status| status.success());
+    if !found {
+        bail!(
+            "--agent {} runs on node, which is not on this host's PATH (Debian: apt install nodejs)",
+            agent.name
+        );
+    }
+    Ok(())
+}
+
 /// Refuses a cache another user owns (its content runs in sandboxes).
 fn check_owned(cache: &Path) -> anyhow::Result<()> {
     let meta = std::fs::metadata(cache)

@@ -680,3 +680,19 @@ fn agent_turns(expect: &Expect) {
         "{turn:?}"
     );
 }
+
+#[test]
+fn an_agent_without_node_on_the_host_fails_clearly() {
+    let Some(setup) = Setup::new() else { return };
+    let output = setup
+        .command(&["run", "--agent", "claude", "--prompt", "hi"])
+        .env("PATH", "/nonexistent")
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(1), "{}", describe(&output));
+    assert!(
+        String::from_utf8_lossy(&output.stderr).contains("--agent claude runs on node"),
+        "{}",
+        describe(&output)
+    );
+}

@@ -270,6 +270,12 @@ pub async fn run(data_dir: &Path, args: RunArgs) -> anyhow::Result<ExitCode> {
         inference_gateway = Some(server.url().to_owned());
         _inference_server = Some(server);
     }
+    if let Some(agent) = agent
+        && env.get("OMABOX_LINUX_IMAGE").is_none()
+        && env.get("SANDBOX_IMAGE").is_none()
+    {
+        agent_cache::check_node(agent)?;
+    }
     let agent_dir = match agent {
         Some(agent) => Some(agent_cache::ensure_installed(
             &agent_cache::cache_dir(data_dir)?,
