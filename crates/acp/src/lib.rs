@@ -5,7 +5,7 @@
 //! command, spawned in the session sandbox as a duplex process (no duplex support → the
 //! contract's `SandboxAcpUnsupportedError` text), and omabox is the ACP client on its stdio
 //! (the `agent-client-protocol` crate; no hand-rolled JSON-RPC). One turn: `initialize`
-//! (bounded), `session/load` of the saved session or `session/new`, one `session/prompt`,
+//! (bounded), `session/resume` (or `session/load`) of the saved session, or `session/new`, one `session/prompt`,
 //! `session/cancel` on abort, close. The agent's updates become the canonical event log
 //! ([`events`]); its permission requests are answered by a [`PermissionPolicy`]; after the
 //! turn the session id is saved in `/workspace/.openma/harness-state/acp.json` ([`state`])

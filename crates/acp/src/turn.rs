@@ -1,5 +1,6 @@
-//! One ACP turn as the client: `initialize` (bounded by a timeout), `session/load` of the
-//! saved session when the agent can load sessions (else, or when it fails, `session/new`),
+//! One ACP turn as the client: `initialize` (bounded by a timeout), `session/resume` of the
+//! saved session when the agent advertises `sessionCapabilities.resume`, else `session/load`
+//! when it can load sessions (neither, or a failure: `session/new`),
 //! one `session/prompt`, `session/cancel` when the run is aborted, then close (returning
 //! from the connection closes the agent's stdin).
 //!
@@ -13,8 +14,8 @@ use agent_client_protocol::v1::ConnectionTo;
 use agent_client_protocol::v1::schema::{
     CancelNotification, ContentBlock, InitializeRequest, LoadSessionRequest, NewSessionRequest,
     PermissionOptionKind, PromptRequest, RequestPermissionOutcome, RequestPermissionRequest,
-    RequestPermissionResponse, SelectedPermissionOutcome, SessionNotification, SessionUpdate,
-    TextContent,
+    RequestPermissionResponse, ResumeSessionRequest, SelectedPermissionOutcome,
+    SessionNotification, SessionUpdate, TextContent,
 };
 use agent_client_protocol::{Agent, Client, ConnectTo};
 use omabox_contract::AbortSignal;
@@ -279,10 +280,42 @@ async fn conversation(
         .map_err(|_| AcpTurnError::InitializeTimeout(request.initialize_timeout))?
         .map_err(request_error("initialize"))?;
     let can_load = initialized.agent_capabilities.load_session;
+    let can_resume = initialized
+        .agent_capabilities
+        .session_capabilities
+        .resume
+        .is_some();
 
     let mut session = None;
-    match (&request.resume, can_load) {
-        (Some(saved), true) => {
+    match (&request.resume, can_resume, can_load) {
+        // session/resume: the agent reopens the session without replaying its history.
+        (Some(saved), true, _) => {
+            let resume = cx
+                .send_request(ResumeSessionRequest::new(
+                    saved.clone(),
+                    request.cwd.clone(),
+                ))
+                .block_task();
+            let resumed = tokio::select! {
+                biased;
+                _ = signal.aborted() => return Ok(TurnOutcome::AbortedBeforePrompt),
+                resumed = tokio::time::timeout(request.initialize_timeout, resume) => resumed,
+            };
+            let resumed = resumed.map_err(|_| AcpTurnError::SetupTimeout {
+                step: "session/resume",
+                timeout: request.initialize_timeout,
+            })?;
+            match resumed {
+                Ok(_) => session = Some((saved.clone(), true)),
+                Err(error) => events.emit(AcpEvent::Warning {
+                    message: format!(
+                        "session/resume of the saved ACP session failed ({}); starting a new session",
+                        short(error)
+                    ),
+                }),
+            }
+        }
+        (Some(saved), false, true) => {
             replaying.store(true, Ordering::SeqCst);
             let load = cx
                 .send_request(LoadSessionRequest::new(saved.clone(), request.cwd.clone()))
@@ -307,10 +340,11 @@ async fn conversation(
                 }),
             }
         }
-        (Some(_), false) => events.emit(AcpEvent::Warning {
-            message: "the ACP agent cannot load sessions; starting a new session".to_owned(),
+        (Some(_), false, false) => events.emit(AcpEvent::Warning {
+            message: "the ACP agent can neither resume nor load sessions; starting a new session"
+                .to_owned(),
         }),
-        (None, _) => {}
+        (None, _, _) => {}
     }
     let (session_id, resumed) = match session {
         Some(session) => session,
