@@ -41,8 +41,13 @@ pub const SANDBOX_ACP_UNSUPPORTED: &str =
     "sandbox does not support duplex processes required by ACP";
 
 /// How long the agent may take to exit once its stdin closed (or to be seen dead after its
-/// connection broke) before it gets SIGTERM.
-const EXIT_GRACE: Duration = Duration::from_secs(2);
+/// connection broke) before it gets SIGTERM. Short: the turn has ended and every agent
+/// measured (claude-code-acp, codex-acp) keeps running on a closed stdin, so this is pure
+/// wait; an agent persists its session as the turn goes, and SIGTERM lets it exit cleanly.
+const EXIT_GRACE: Duration = Duration::from_millis(500);
+
+/// How long the agent's stderr may take to drain after it exited or was signalled.
+const DRAIN_GRACE: Duration = Duration::from_secs(2);
 
 /// Where the system prompt goes.
 pub const AGENTS_MD_PATH: &str = "/workspace/AGENTS.md";
@@ -214,7 +219,7 @@ impl AcpHarnessDriver {
         if exit.is_none() {
             let _ = control.kill(DuplexKillSignal::Term).await;
         }
-        let _ = tokio::time::timeout(EXIT_GRACE, stderr).await;
+        let _ = tokio::time::timeout(DRAIN_GRACE, stderr).await;
         let outcome = outcome?; // the lease was lost: the run fails
         match outcome {
             Ok(TurnOutcome::Ended {

@@ -670,6 +670,13 @@ fn agent_turns(expect: &Expect) {
         "the resumed turn does not carry the first: {}",
         last.body
     );
+    // ... down to the first turn's last message: nothing was lost when the agent was
+    // stopped after its turn.
+    assert!(
+        last.body.to_string().contains("wrote hello.txt"),
+        "the resumed turn lost the end of the first: {}",
+        last.body
+    );
     let message: String = turn
         .iter()
         .filter(|e| e["type"] == "agent_message")
