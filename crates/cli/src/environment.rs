@@ -8,9 +8,11 @@
 //!
 //! The file holds either the Environment object (`{"config": {...}}`) or its `config`
 //! (`{"type": "cloud", "networking": {...}, "packages": {...}}`), as the public Environment
-//! API spells them. `packages` and `dockerfile` are refused when they ask for anything:
-//! omabox installs no environment packages yet, and a silently ignored package list would
-//! fail later and further from its cause.
+//! API spells them. `packages` ({pip, npm, apt, cargo, gem, go}) are installed in the
+//! sandbox before the harness starts (`omabox_sandbox::packages`; the networking must let
+//! the package managers through, e.g. `allow_package_managers`); `dockerfile` is refused
+//! when set: omabox builds no images yet, and a silently ignored one would fail later and
+//! further from its cause.
 //!
 //! The gateway URL as the sandbox sees it: a URL naming a host keeps its name (the
 //! sandbox's DNS answers it with its own loopback, where the gateway listener is, so TLS
@@ -23,6 +25,7 @@ use std::path::Path;
 use anyhow::Context as _;
 use omabox_backend_linux::factory::{GATEWAY_ENV, NETWORK_ENV};
 use omabox_contract::networking::{NetworkPolicy, NetworkingConfig};
+use omabox_sandbox::packages::EnvironmentPackages;
 use serde::Deserialize;
 
 /// An Environment's `config`, as far as omabox reads it.
@@ -35,9 +38,9 @@ pub struct EnvironmentConfig {
     /// What the sandbox may reach.
     #[serde(default)]
     pub networking: Option<NetworkingConfig>,
-    /// Packages to install (refused when not empty).
+    /// Packages to install before the harness starts.
     #[serde(default)]
-    pub packages: Option<serde_json::Value>,
+    pub packages: Option<EnvironmentPackages>,
     /// A Dockerfile (refused when set).
     #[serde(default)]
     pub dockerfile: Option<String>,
@@ -58,10 +61,8 @@ impl EnvironmentConfig {
             None => value,
         };
         let config: Self = serde_json::from_value(config).context("not an Environment config")?;
-        if config.packages.as_ref().is_some_and(asks_for_something) {
-            anyhow::bail!(
-                "`packages` is not supported yet: omabox installs no environment packages (install them in the harness command, or use an image that has them)"
-            );
+        if let Some(packages) = &config.packages {
+            packages.validate().context("packages")?;
         }
         if config
             .dockerfile
@@ -76,17 +77,6 @@ impl EnvironmentConfig {
             NetworkPolicy::compile(networking, &[]).context("networking")?;
         }
         Ok(config)
-    }
-}
-
-/// `null`, `{}`, `[]` and objects of empty lists ask for nothing.
-fn asks_for_something(value: &serde_json::Value) -> bool {
-    match value {
-        serde_json::Value::Null => false,
-        serde_json::Value::Array(items) => !items.is_empty(),
-        serde_json::Value::Object(fields) => fields.values().any(asks_for_something),
-        serde_json::Value::String(s) => !s.trim().is_empty(),
-        _ => true,
     }
 }
 
@@ -182,7 +172,14 @@ mod tests {
     #[test]
     fn what_omabox_cannot_do_is_refused_naming_it() {
         for (text, says) in [
-            (r#"{"packages":{"pip":["requests"]}}"#, "`packages`"),
+            (
+                r#"{"packages":{"pip":["--pre"]}}"#,
+                "invalid pip package name",
+            ),
+            (
+                r#"{"packages":{"brew":["x"]}}"#,
+                "not an Environment config",
+            ),
             (r#"{"dockerfile":"FROM debian"}"#, "`dockerfile`"),
             (
                 r#"{"networking":{"type":"open"}}"#,

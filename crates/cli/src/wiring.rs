@@ -135,6 +135,8 @@ pub struct DriverInputs {
     pub credential_egress: Option<omabox_backend_linux::managed::CredentialEgressOptions>,
     /// Run the `ama_worker` lane as the ACP harness (`omabox run --acp-command`).
     pub acp: Option<AcpInputs>,
+    /// `Environment.config.packages`, installed before the harness lane runs.
+    pub packages: Option<omabox_sandbox::packages::EnvironmentPackages>,
 }
 
 /// What the ACP harness is built from.
@@ -209,11 +211,16 @@ pub async fn provider_driver(
         harness_env,
         credential_egress,
         acp,
+        packages,
     } = inputs;
     let acp_output = harness_output.clone();
     let with_env = |driver: ProviderManagedRuntimeDriver| {
         let driver = match &harness_env {
             Some(source) => driver.with_harness_env(Arc::clone(source)),
+            None => driver,
+        };
+        let driver = match packages.clone().filter(|p| !p.is_empty()) {
+            Some(packages) => driver.with_environment_packages(packages),
             None => driver,
         };
         let Some(acp) = &acp else { return driver };

@@ -36,6 +36,7 @@ mod guard;
 mod lease;
 pub mod managed;
 mod orchestrator;
+pub mod packages;
 mod port;
 pub mod probe;
 mod process;

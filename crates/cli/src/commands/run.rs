@@ -304,6 +304,17 @@ pub async fn run(data_dir: &Path, args: RunArgs) -> anyhow::Result<ExitCode> {
             for (key, value) in keys {
                 env = env.with_var(key, value);
             }
+            let apt = environment
+                .as_ref()
+                .and_then(|e| e.packages.as_ref())
+                .and_then(|p| p.apt.as_ref())
+                .is_some_and(|apt| !apt.is_empty());
+            if apt && env.get("OMABOX_LINUX_IMAGE").is_none() && env.get("SANDBOX_IMAGE").is_none()
+            {
+                anyhow::bail!(
+                    "--environment packages.apt needs an image root filesystem (OMABOX_LINUX_IMAGE or SANDBOX_IMAGE): the default root shows the host's /usr read-only"
+                );
+            }
             if let Some(dir) = &agent_dir {
                 let bind = format!("{}:{AGENT_MOUNT}", dir.display());
                 let binds = match env.get(READONLY_BINDS_ENV) {
@@ -319,6 +330,15 @@ pub async fn run(data_dir: &Path, args: RunArgs) -> anyhow::Result<ExitCode> {
             harness_gateway = route.map(|r| r.sandbox_url).or(harness_gateway);
         }
         Backend::Local => {
+            if environment
+                .as_ref()
+                .and_then(|e| e.packages.as_ref())
+                .is_some_and(|p| !p.is_empty())
+            {
+                anyhow::bail!(
+                    "--environment packages: the local backend runs on the host; packages are installed in linux sandboxes only"
+                );
+            }
             if environment.as_ref().is_some_and(|e| e.networking.is_some()) {
                 anyhow::bail!(
                     "--environment networking: the local backend has no isolation and enforces no network policy"
@@ -362,6 +382,7 @@ pub async fn run(data_dir: &Path, args: RunArgs) -> anyhow::Result<ExitCode> {
                 upstream_roots: std::env::var_os("SSL_CERT_FILE")
                     .and_then(|p| std::fs::read(p).ok()),
             }),
+            packages: environment.as_ref().and_then(|e| e.packages.clone()),
             acp: acp.as_ref().map(|(turn, log)| AcpInputs {
                 turn: turn.clone(),
                 events: Arc::clone(log) as _,

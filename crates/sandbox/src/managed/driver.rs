@@ -99,6 +99,7 @@ pub struct ProviderManagedRuntimeDriver {
     harness: Arc<DirectAmaWorkerDriver>,
     /// Replaces the `ama_worker` lane's driver (`with_harness_driver`).
     harness_override: Option<Arc<dyn SandboxHarnessDriverPort>>,
+    packages: Option<crate::packages::EnvironmentPackages>,
     transport: Option<Arc<SandboxSupervisorTransport>>,
     credential_egress: Option<Arc<dyn CredentialEgressPort>>,
 }
@@ -172,6 +173,7 @@ impl ProviderManagedRuntimeDriver {
             outputs,
             harness,
             harness_override: None,
+            packages: None,
             transport,
             credential_egress: None,
         })
@@ -214,6 +216,16 @@ impl ProviderManagedRuntimeDriver {
         self
     }
 
+    /// Installs `packages` (`Environment.config.packages`) in the lease's sandbox before the
+    /// harness lane runs ([`crate::packages::PackagesHarnessDriver`]).
+    pub fn with_environment_packages(
+        mut self,
+        packages: crate::packages::EnvironmentPackages,
+    ) -> Self {
+        self.packages = Some(packages);
+        self
+    }
+
     /// The managed runtime behind the ports (for tools that need the live tool sandbox of a
     /// lease, like the conformance suite).
     pub fn runtime(&self) -> &Arc<ProviderManagedRuntime> {
@@ -226,9 +238,19 @@ impl ProviderManagedRuntimeDriver {
             sandbox: Arc::clone(&self.runtime) as Arc<dyn ManagedSandboxPort>,
             workspace: Arc::clone(&self.workspace),
             outputs: Arc::clone(&self.outputs),
-            harness_driver: match &self.harness_override {
-                Some(driver) => Arc::clone(driver),
-                None => Arc::clone(&self.harness) as _,
+            harness_driver: {
+                let lane: Arc<dyn SandboxHarnessDriverPort> = match &self.harness_override {
+                    Some(driver) => Arc::clone(driver),
+                    None => Arc::clone(&self.harness) as _,
+                };
+                match &self.packages {
+                    Some(packages) => Arc::new(crate::packages::PackagesHarnessDriver::new(
+                        lane,
+                        Arc::clone(&self.runtime),
+                        packages.clone(),
+                    )),
+                    None => lane,
+                }
             },
             supervisor_transport: self.transport.clone().map(|transport| transport as _),
             runtime_checkpoint: None,

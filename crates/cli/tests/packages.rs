@@ -1,0 +1,154 @@
+//! `omabox run --environment FILE` with `packages`: real installs from PyPI and the npm
+//! registry (through `allow_package_managers`) into `/workspace` before the harness starts,
+//! the tool directories on the harness's PATH, the restored path on the session's next run,
+//! and a failed install failing the run with the package manager's error.
+//!
+//! Needs root and linux sandboxes (skips with a reason elsewhere, fails under `CI=true`);
+//! reaches pypi.org / files.pythonhosted.org and registry.npmjs.org only.
+
+mod common;
+
+use common::{init_bin, omabox_bin};
+use omabox_backend_linux::factory::{CGROUP_PARENT_ENV, INIT_ENV, RUNTIME_DIR_ENV};
+use serde_json::Value;
+use std::process::{Command, Output, Stdio};
+
+struct Setup {
+    data: tempfile::TempDir,
+    runtime_dir: tempfile::TempDir,
+    cgroup_parent: String,
+}
+
+impl Setup {
+    fn new() -> Option<Self> {
+        if !common::linux_available() {
+            return None;
+        }
+        let runtime_dir = tempfile::tempdir().unwrap();
+        let cgroup_parent = format!(
+            "omabox-packages-test-{}",
+            runtime_dir.path().file_name().unwrap().to_string_lossy()
+        );
+        Some(Self {
+            data: tempfile::tempdir().unwrap(),
+            runtime_dir,
+            cgroup_parent,
+        })
+    }
+
+    /// `omabox run --json --session S --environment E -- sh -c SCRIPT`.
+    fn run(&self, session: &str, environment: &str, script: &str) -> (Value, Output) {
+        let file = self.data.path().join(format!("{session}-env.json"));
+        std::fs::write(&file, environment).unwrap();
+        let output = Command::new(omabox_bin())
+            .arg("--data-dir")
+            .arg(self.data.path())
+            .args(["run", "--json", "--session", session, "--environment"])
+            .arg(&file)
+            .args(["--", "sh", "-c", script])
+            .env(RUNTIME_DIR_ENV, self.runtime_dir.path())
+            .env(CGROUP_PARENT_ENV, &self.cgroup_parent)
+            .env(INIT_ENV, init_bin())
+            .env("OMABOX_LOG", "info")
+            .env_remove("OMABOX_LINUX_IMAGE")
+            .env_remove("SANDBOX_IMAGE")
+            .env_remove("OMABOX_LINUX_NETWORK")
+            .stdin(Stdio::null())
+            .output()
+            .expect("omabox runs");
+        let report = serde_json::from_slice(&output.stdout).unwrap_or(Value::Null);
+        (report, output)
+    }
+}
+
+impl Drop for Setup {
+    fn drop(&mut self) {
+        if let Ok(Some(omabox_backend_linux::CgroupLayout::V1 { controllers })) =
+            omabox_backend_linux::CgroupLayout::detect()
+        {
+            for mount in controllers.values() {
+                let _ = std::fs::remove_dir(mount.join(&self.cgroup_parent));
+            }
+        }
+    }
+}
+
+fn describe(output: &Output) -> String {
+    format!(
+        "status {:?}\nstdout: {}\nstderr: {}",
+        output.status.code(),
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    )
+}
+
+const ENVIRONMENT: &str = r#"{"config":{"type":"cloud",
+    "networking":{"type":"limited","allowed_hosts":[],"allow_package_managers":true},
+    "packages":{"pip":["six==1.16.0"],"npm":["semver@7.6.0"],"gem":["rake"]}}}"#;
+
+/// The harness proves the tools are there: the venv's python imports six, npm's bin dir
+/// has `semver`, and both markers hold hashes.
+const PROBE: &str = "python -c 'import six; print(\"six\", six.__version__)' \
+    && semver 1.2.3 && test -s /tmp/.oma-setup-warm && test -s /workspace/.oma-setup-restored \
+    && grep -q npm-global /workspace/.oma-env && echo tools-ok";
+
+#[test]
+fn packages_are_installed_before_the_harness_and_come_back_with_the_workspace() {
+    let Some(setup) = Setup::new() else { return };
+    let (report, output) = setup.run("pkgs", ENVIRONMENT, PROBE);
+    assert!(output.status.success(), "{}", describe(&output));
+    assert_eq!(report["result"]["type"], "completed", "{report}");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("six 1.16.0"), "{}", describe(&output));
+    assert!(
+        stderr.contains("1.2.3") && stderr.contains("tools-ok"),
+        "{stderr}"
+    );
+    assert!(logged_path(&stderr, "Fresh"), "{stderr}");
+
+    // The next run restores the workspace (venv, npm globals, markers) into a new sandbox:
+    // the restored path re-runs apt only (none here), and the tools still work.
+    let (report, output) = setup.run("pkgs", ENVIRONMENT, PROBE);
+    assert!(output.status.success(), "{}", describe(&output));
+    assert_eq!(report["result"]["type"], "completed", "{report}");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(logged_path(&stderr, "Restored"), "{stderr}");
+    assert!(stderr.contains("tools-ok"), "{stderr}");
+}
+
+#[test]
+fn a_failed_install_fails_the_run_with_the_package_managers_error() {
+    let Some(setup) = Setup::new() else { return };
+    let environment = r#"{"networking":{"type":"limited","allow_package_managers":true},
+        "packages":{"pip":["omabox-no-such-package-7f3e9c==0.0.1"]}}"#;
+    let (report, output) = setup.run("bad", environment, "echo harness-ran");
+    assert_eq!(output.status.code(), Some(1), "{}", describe(&output));
+    assert_eq!(report["result"]["type"], "failed", "{report}");
+    let message = report["result"]["error"]["message"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(
+        message.contains("full_setup_failed exit=1")
+            && message.contains("omabox-no-such-package-7f3e9c"),
+        "{message}"
+    );
+    assert!(!String::from_utf8_lossy(&output.stderr).contains("harness-ran"));
+    assert!(report["outputs"].as_array().is_none_or(Vec::is_empty));
+
+    // apt needs an image root (the default root's /usr is the host's, read-only).
+    let apt = r#"{"packages":{"apt":["jq"]}}"#;
+    let (_, output) = setup.run("apt", apt, "true");
+    assert_eq!(output.status.code(), Some(1), "{}", describe(&output));
+    assert!(
+        String::from_utf8_lossy(&output.stderr).contains("packages.apt needs an image root"),
+        "{}",
+        describe(&output)
+    );
+}
+
+/// Whether the installer's log line says it took `path` (the line may carry ANSI styling).
+fn logged_path(stderr: &str, path: &str) -> bool {
+    stderr
+        .lines()
+        .any(|line| line.contains("environment packages") && line.contains(path))
+}
