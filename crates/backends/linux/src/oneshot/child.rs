@@ -113,34 +113,14 @@ fn detach_from_host(plan: &ChildPlan) -> std::io::Result<()> {
             sys::check(libc::dup2(plan.null, target))?;
         }
     }
-    let mut keep = [
+    sys::close_all_but(&mut [
         plan.status,
         plan.control,
         plan.stdin,
         plan.stdout,
         plan.stderr,
-    ];
-    keep.sort_unstable();
-    let mut from: libc::c_uint = 3;
-    for fd in keep {
-        let fd = fd as libc::c_uint;
-        if fd > from {
-            close_range(from, fd - 1)?;
-        }
-        from = fd + 1;
-    }
-    close_range(from, libc::c_uint::MAX)?;
+    ])?;
     hide_host_argv();
-    Ok(())
-}
-
-fn close_range(first: libc::c_uint, last: libc::c_uint) -> std::io::Result<()> {
-    // SAFETY: closes fds of this process only; none of them is used by Rust code
-    // (every fd still needed is outside the range).
-    let r = unsafe { libc::syscall(libc::SYS_close_range, first, last, 0 as libc::c_uint) };
-    if r < 0 {
-        return Err(std::io::Error::last_os_error());
-    }
     Ok(())
 }
 
