@@ -204,13 +204,16 @@ impl LinuxRuntime {
         }
         clock.push(("host cgroup create", sys::monotonic_us()));
         omabox_sandbox::fault::point("linux-start-cgroup");
-        if !self.send_userns(ids, host_ends.control.as_fd())? {
+        let userns_helper = self.send_userns(ids, host_ends.control.as_fd())?;
+        if userns_helper.is_none() {
             // No user namespace to hand over: the go is a plain byte.
             let _ = sys::write_all_fd(host_ends.control.as_fd(), &[0]);
         }
         // Then the id range's base (0: none). EPIPE: the child died; its status says why.
         let base = ids.map_or(0, |r| r.base);
         let _ = sys::write_all_fd(host_ends.control.as_fd(), &base.to_ne_bytes());
+        // The child is released: the namespace's helper goes now, off its path.
+        drop(userns_helper);
         clock.push(("host plan sent", sys::monotonic_us()));
         omabox_sandbox::fault::point("linux-start-plan-sent");
         sandbox.record_identity()?;
