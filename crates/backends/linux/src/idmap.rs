@@ -289,7 +289,9 @@ pub fn idmapped_tree(source: &Path, userns: &OwnedFd) -> io::Result<OwnedFd> {
 /// A new user namespace whose ids `0..65536` map to `range` and whose owner is the
 /// range's base: a helper child becomes the base uid and unshares it, the caller (root
 /// of the parent namespace) writes its maps and keeps it by an fd, and the helper is
-/// killed and reaped.
+/// killed and reaped when the returned [`UsernsHelper`] is dropped (a host drops it once
+/// it has handed the namespace on and released the sandbox, so the helper's exit is not
+/// on the start's critical path).
 ///
 /// The helper is a `CLONE_VM` child on a small stack of its own (like `spawn`'s), not a
 /// fork: no page tables are copied for it and none torn down when it dies, which made
@@ -301,17 +303,19 @@ pub fn idmapped_tree(source: &Path, userns: &OwnedFd) -> io::Result<OwnedFd> {
 /// the calling thread's TLS), on a failed syscall just before it exits: the caller then
 /// sees EOF on the pipe and reports that, not an errno. Callers: the host (`LinuxRuntime
 /// ::start`, any thread) and, for a sandbox whose host did not send one, the setup stage.
-pub fn create_userns(range: IdRange) -> io::Result<OwnedFd> {
+pub fn create_userns(range: IdRange) -> io::Result<(OwnedFd, UsernsHelper)> {
     // The helper tells its pid as `/proc` (still the host's here) knows it: the pid
     // clone returns is one of the sandbox's pid namespace.
     let (r, w) = sys::pipe()?;
     let stack = crate::spawn::ChildStack::new()?;
-    let args = HelperArgs {
+    // Boxed: it must stay where it is until the helper is reaped, which may be after
+    // this function returned (`UsernsHelper` owns it).
+    let args = Box::new(HelperArgs {
         base: range.base,
         pipe_w: w.as_raw_fd(),
         // SAFETY: getpid has no preconditions.
         parent: unsafe { libc::getpid() },
-    };
+    });
     // SAFETY: sigset_t is plain data; sigfillset initializes it.
     let (mut all, mut old): (libc::sigset_t, libc::sigset_t) =
         unsafe { (std::mem::zeroed(), std::mem::zeroed()) };
@@ -322,14 +326,15 @@ pub fn create_userns(range: IdRange) -> io::Result<OwnedFd> {
     }
     // SAFETY: `userns_helper` runs on `stack` (its top, 16-byte aligned) in a child
     // sharing our memory; it reads only `args` and its own stack, and makes only raw
-    // syscalls (see the fn doc). `args` and `stack` outlive it: it is killed and reaped
-    // below before either is dropped.
+    // syscalls (see the fn doc). `args` and `stack` outlive it: both move into the
+    // `UsernsHelper` (or are dropped below only after it was reaped on failure), whose
+    // drop kills and reaps it before freeing either.
     let pid = unsafe {
         libc::clone(
             userns_helper,
             stack.top(),
             libc::CLONE_VM | libc::SIGCHLD,
-            &args as *const HelperArgs as *mut libc::c_void,
+            &*args as *const HelperArgs as *mut libc::c_void,
         )
     };
     let clone_err = io::Error::last_os_error();
@@ -339,6 +344,11 @@ pub fn create_userns(range: IdRange) -> io::Result<OwnedFd> {
         return Err(clone_err);
     }
     drop(w);
+    let helper = UsernsHelper {
+        pid,
+        _stack: stack,
+        _args: args,
+    };
     let ns = (|| {
         // Up to the newline, not to EOF: a helper another host thread cloned meanwhile
         // may hold a copy of `w` for a moment.
@@ -365,15 +375,39 @@ pub fn create_userns(range: IdRange) -> io::Result<OwnedFd> {
             "/proc/{host_pid}/ns/user"
         ))?))
     })();
-    // SAFETY: kill and waitpid on our own child.
-    unsafe {
-        libc::kill(pid, libc::SIGKILL);
-        while libc::waitpid(pid, std::ptr::null_mut(), 0) < 0
-            && io::Error::last_os_error().raw_os_error() == Some(libc::EINTR)
-        {}
+    // On failure the helper goes now (dropped with the error).
+    ns.map(|ns| (ns, helper))
+}
+
+/// The sleeping helper of a [`create_userns`] namespace, with the stack and arguments
+/// it runs on: dropping it kills and reaps the helper, then frees them. Until then it
+/// only sleeps (every signal blocked, no fd open); it also dies with its caller
+/// (`PR_SET_PDEATHSIG`), so a host killed before the drop leaves nothing.
+pub struct UsernsHelper {
+    pid: libc::pid_t,
+    _stack: crate::spawn::ChildStack,
+    _args: Box<HelperArgs>,
+}
+
+impl std::fmt::Debug for UsernsHelper {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("UsernsHelper")
+            .field("pid", &self.pid)
+            .finish()
     }
-    drop(stack);
-    ns
+}
+
+impl Drop for UsernsHelper {
+    fn drop(&mut self) {
+        // SAFETY: kill and waitpid on our own child; the stack and arguments it uses
+        // are freed only after it was reaped (fields drop after this body).
+        unsafe {
+            libc::kill(self.pid, libc::SIGKILL);
+            while libc::waitpid(self.pid, std::ptr::null_mut(), 0) < 0
+                && io::Error::last_os_error().raw_os_error() == Some(libc::EINTR)
+            {}
+        }
+    }
 }
 
 /// What the user namespace helper reads (in the caller's memory, which it shares).

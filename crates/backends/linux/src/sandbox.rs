@@ -194,7 +194,8 @@ impl LinuxRuntime {
         let cgroup_join = self.create_cgroup(&mut sandbox, plan)?;
         mark("host cgroup create");
         omabox_sandbox::fault::point("linux-start-cgroup");
-        let userns_sent = self.send_userns(ids, channels.agent.as_fd())?;
+        let userns_helper = self.send_userns(ids, channels.agent.as_fd())?;
+        let userns_sent = userns_helper.is_some();
         mark("host user namespace");
         let spec = InitSpec {
             id: sandbox.identity.id.clone(),
@@ -205,6 +206,8 @@ impl LinuxRuntime {
             userns_sent,
         };
         send_plan(channels.plan, &spec)?;
+        // The child has the namespace and its go: the helper goes now, off its path.
+        drop(userns_helper);
         mark("host plan sent");
         omabox_sandbox::fault::point("linux-start-plan-sent");
         sandbox.record_identity()?;
@@ -397,17 +400,19 @@ impl LinuxRuntime {
 impl LinuxRuntime {
     /// Step 4 (as root): the sandbox's user namespace, mapped to its id range, made
     /// here while the child still execs and starts (the setup stage would otherwise make
-    /// it itself, on the start's critical path), and sent to it on the agent socket
-    /// ahead of the plan. Returns whether it was sent.
+    /// it itself, on the start's critical path), and sent to it on `to` ahead of the
+    /// plan. `None`: no id range, nothing sent. Else the helper that made the namespace,
+    /// for the caller to drop once the child is released (see
+    /// [`idmap::create_userns`]).
     pub(crate) fn send_userns(
         &self,
         ids: Option<idmap::IdRange>,
         to: std::os::fd::BorrowedFd<'_>,
-    ) -> Result<bool, StartError> {
+    ) -> Result<Option<idmap::UsernsHelper>, StartError> {
         let Some(range) = ids else {
-            return Ok(false);
+            return Ok(None);
         };
-        let ns = idmap::create_userns(range).map_err(host("create user namespace"))?;
+        let (ns, helper) = idmap::create_userns(range).map_err(host("create user namespace"))?;
         match sys::send_fd(to, ns.as_fd()) {
             // The child already died (as for the plan): its status message says why.
             Err(e)
@@ -416,9 +421,11 @@ impl LinuxRuntime {
                     io::ErrorKind::BrokenPipe | io::ErrorKind::ConnectionReset
                 ) =>
             {
-                Ok(true)
+                Ok(Some(helper))
             }
-            r => r.map(|()| true).map_err(host("send user namespace")),
+            r => r
+                .map(|()| Some(helper))
+                .map_err(host("send user namespace")),
         }
     }
 }

@@ -289,6 +289,35 @@ pub(crate) fn kill(pid: i32, sig: libc::c_int) -> io::Result<bool> {
     }
 }
 
+/// Closes every fd of this process from 3 up except those in `keep` (sorted in place;
+/// entries below 3 and duplicates change nothing), with one `close_range(2)` per gap.
+/// Raw syscalls only, no allocation: a freshly forked child of a multi-threaded
+/// process may call it.
+///
+/// The caller must own every fd it closes this way: nothing else (an `OwnedFd` still
+/// alive, a library) may use or close one again afterwards.
+pub(crate) fn close_all_but(keep: &mut [RawFd]) -> io::Result<()> {
+    keep.sort_unstable();
+    let mut from: libc::c_uint = 3;
+    for &fd in keep.iter() {
+        let Ok(fd) = libc::c_uint::try_from(fd) else {
+            continue;
+        };
+        if fd > from {
+            close_range(from, fd - 1)?;
+        }
+        from = from.max(fd.saturating_add(1));
+    }
+    close_range(from, libc::c_uint::MAX)
+}
+
+fn close_range(first: libc::c_uint, last: libc::c_uint) -> io::Result<()> {
+    // SAFETY: closes fds of this process in `first..=last`; `close_all_but`'s caller owns
+    // every one of them and uses none again.
+    check_long(unsafe { libc::syscall(libc::SYS_close_range, first, last, 0 as libc::c_uint) })
+        .map(drop)
+}
+
 /// A pipe whose both ends are close-on-exec.
 pub(crate) fn pipe() -> io::Result<(OwnedFd, OwnedFd)> {
     let mut fds = [0 as RawFd; 2];
@@ -463,4 +492,56 @@ pub(crate) fn write_all_fd(fd: BorrowedFd<'_>, mut bytes: &[u8]) -> io::Result<(
         bytes = &bytes[n as usize..];
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Whether `fd` is open in this process.
+    fn is_open(fd: RawFd) -> bool {
+        // SAFETY: F_GETFD on an integer only reads the fd table.
+        unsafe { libc::fcntl(fd, libc::F_GETFD) >= 0 }
+    }
+
+    #[test]
+    fn close_all_but_keeps_exactly_the_listed_fds() {
+        // Eight fds at known numbers, far above what the test harness holds.
+        let (r, _w) = pipe().unwrap();
+        let base = 200;
+        for i in 0..8 {
+            // SAFETY: dup2 onto a free number; the child below is the only one to close it.
+            assert!(unsafe { libc::dup2(r.as_raw_fd(), base + i) } >= 0);
+        }
+        let stdio = [is_open(0), is_open(1), is_open(2)];
+        // In a fork, so this (multi-threaded) test process keeps its own fds.
+        // SAFETY: the child only makes raw syscalls and `_exit`s.
+        let pid = unsafe { libc::fork() };
+        assert!(pid >= 0);
+        if pid == 0 {
+            let mut keep = [base + 5, base + 1, base + 1, 2, base + 7];
+            let closed = close_all_but(&mut keep).is_ok();
+            let mut code = if closed { 0 } else { 1 };
+            for i in 0..8 {
+                if is_open(base + i) != [1, 5, 7].contains(&i) {
+                    code |= 2;
+                }
+            }
+            // 0-2 are never closed; `r` (below 200) is not kept.
+            if stdio != [is_open(0), is_open(1), is_open(2)] || is_open(r.as_raw_fd()) {
+                code |= 4;
+            }
+            // SAFETY: ends the forked child without running the parent's destructors.
+            unsafe { libc::_exit(code) };
+        }
+        let mut status = 0;
+        // SAFETY: waits for our own child into a local int.
+        assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
+        for i in 0..8 {
+            // SAFETY: these dups are ours and closed once here.
+            unsafe { libc::close(base + i) };
+        }
+        assert!(libc::WIFEXITED(status));
+        assert_eq!(libc::WEXITSTATUS(status), 0);
+    }
 }

@@ -372,10 +372,7 @@ fn spare(ns: libc::c_int) -> io::Result<Forked> {
         }
     }
     // Every fd but 0-2 (the zygote's /dev/null) and the spare's own socket.
-    let keep = its.as_raw_fd() as libc::c_uint;
-    let closed = (keep <= 3 || close_range(3, keep - 1).is_ok())
-        && close_range(keep + 1, libc::c_uint::MAX).is_ok();
-    if !closed {
+    if sys::close_all_but(&mut [its.as_raw_fd()]).is_err() {
         // SAFETY: ends the spare before it was handed out.
         unsafe { libc::_exit(127) }
     }
@@ -450,32 +447,12 @@ fn become_init(
         }
     }
     // `null` stays open here (its owner closes it): Rust owns it.
-    let mut keep = [
+    sys::close_all_but(&mut [
         plan.as_raw_fd(),
         status.as_raw_fd(),
         agent.as_raw_fd(),
         null.as_raw_fd(),
-    ];
-    keep.sort_unstable();
-    let mut from: libc::c_uint = 3;
-    for fd in keep {
-        let fd = fd as libc::c_uint;
-        if fd > from {
-            close_range(from, fd - 1)?;
-        }
-        from = fd + 1;
-    }
-    close_range(from, libc::c_uint::MAX)
-}
-
-fn close_range(first: libc::c_uint, last: libc::c_uint) -> io::Result<()> {
-    // SAFETY: closes fds of this process that nothing here uses or owns (every fd still
-    // needed is outside the range).
-    let r = unsafe { libc::syscall(libc::SYS_close_range, first, last, 0 as libc::c_uint) };
-    if r < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(())
+    ])
 }
 
 fn seqpacket_pair() -> io::Result<(OwnedFd, OwnedFd)> {

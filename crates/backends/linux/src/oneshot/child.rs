@@ -113,34 +113,14 @@ fn detach_from_host(plan: &ChildPlan) -> std::io::Result<()> {
             sys::check(libc::dup2(plan.null, target))?;
         }
     }
-    let mut keep = [
+    sys::close_all_but(&mut [
         plan.status,
         plan.control,
         plan.stdin,
         plan.stdout,
         plan.stderr,
-    ];
-    keep.sort_unstable();
-    let mut from: libc::c_uint = 3;
-    for fd in keep {
-        let fd = fd as libc::c_uint;
-        if fd > from {
-            close_range(from, fd - 1)?;
-        }
-        from = fd + 1;
-    }
-    close_range(from, libc::c_uint::MAX)?;
+    ])?;
     hide_host_argv();
-    Ok(())
-}
-
-fn close_range(first: libc::c_uint, last: libc::c_uint) -> std::io::Result<()> {
-    // SAFETY: closes fds of this process only; none of them is used by Rust code
-    // (every fd still needed is outside the range).
-    let r = unsafe { libc::syscall(libc::SYS_close_range, first, last, 0 as libc::c_uint) };
-    if r < 0 {
-        return Err(std::io::Error::last_os_error());
-    }
     Ok(())
 }
 
@@ -227,7 +207,11 @@ fn read_some(fd: RawFd, buf: &mut [u8]) -> std::io::Result<usize> {
 }
 
 /// Starts the command (unless the host asked to stop first), then reaps and forwards
-/// kill requests until the host closes the control channel or kills us.
+/// kill requests until the host closes the control channel or kills us, or until the
+/// command has exited and no process is left in the namespace: then this process exits
+/// on its own (nothing could write the command's pipes or need a kill request any more,
+/// and its exit, the namespaces' teardown included, overlaps the host reading the exit
+/// status instead of starting only at the host's kill).
 fn supervise(plan: &ChildPlan, status: &mut std::fs::File, control: &OwnedFd) -> i32 {
     let mut pending = [0u8; 16];
     // SAFETY: a non-blocking read of what the host sent so far into a local buffer.
@@ -298,17 +282,34 @@ fn supervise(plan: &ChildPlan, status: &mut std::fs::File, control: &OwnedFd) ->
         if fds[1].revents != 0 {
             let mut info = [0u8; 128];
             while read_some(sigfd.as_raw_fd(), &mut info).is_ok_and(|n| n > 0) {}
-            loop {
+            // The exit line and, once nothing is left, the `D` line go in one write, so
+            // the host reads them together.
+            let mut report = Vec::new();
+            let empty = loop {
                 let mut st = 0;
                 // SAFETY: waitpid with a valid status pointer; reaps our children only.
                 let r = unsafe { libc::waitpid(-1, &mut st, libc::WNOHANG) };
-                if r <= 0 {
-                    break;
+                if r > 0 {
+                    if r == pid && running {
+                        running = false;
+                        report.extend_from_slice(wire::exit_line(st).as_bytes());
+                    }
+                    continue;
                 }
-                if r == pid && running {
-                    running = false;
-                    let _ = status.write_all(wire::exit_line(st).as_bytes());
-                }
+                // Every process of the namespace descends from this one (orphans are
+                // reparented here): no child means nothing is left.
+                break r < 0
+                    && std::io::Error::last_os_error().raw_os_error() == Some(libc::ECHILD);
+            };
+            let done = empty && !running;
+            if done {
+                report.extend_from_slice(&[wire::EMPTY, b'\n']);
+            }
+            if !report.is_empty() {
+                let _ = status.write_all(&report);
+            }
+            if done {
+                return 0;
             }
         }
         if fds[0].revents != 0 {

@@ -13,14 +13,17 @@
 //!   start refuses to run in a process with more than one thread.
 //! - Instead of serving the agent protocol, PID 1 starts the one command with three
 //!   host pipes as its stdin, stdout and stderr, forwards kill requests to its process
-//!   group, reaps, and reports its exit on the status pipe.
+//!   group, reaps, and reports its exit on the status pipe. Once the command has exited
+//!   and no process is left in the namespace, PID 1 exits without waiting for the
+//!   host's kill, so its teardown overlaps the host's reading of the exit.
 //!
 //! The host side reads [`OneShotEvent`]s from the status pipe and relays stdio itself
 //! (the caller's loop, e.g. the CLI's), which also refreshes the owner record
 //! ([`OneShotSandbox::heartbeat`]): no heartbeat thread, the caller stays single-threaded. Status messages are lines: `R` + the
 //! [`SetupReport`] JSON when the sandbox is ready, then exactly one of `X<code>` (exited),
 //! `S<signal>` (killed by a signal), `N<text>` (the command could not be started) or `I`
-//! (the host asked to stop before the command started). A setup failure is `E` + text
+//! (the host asked to stop before the command started), and after an exit `D` once no
+//! process is left in the sandbox (PID 1 then exits). A setup failure is `E` + text
 //! up to EOF, as for the init binary.
 
 mod child;
@@ -49,6 +52,9 @@ mod wire {
     pub(super) const NOT_STARTED: u8 = b'N';
     /// Status: stopped before the command started.
     pub(super) const INTERRUPTED: u8 = b'I';
+    /// Status: after the command's exit, no process is left in the sandbox (PID 1 is
+    /// exiting).
+    pub(super) const EMPTY: u8 = b'D';
 
     /// The status line for a `waitpid` status.
     pub(super) fn exit_line(status: i32) -> String {
@@ -82,6 +88,9 @@ pub enum OneShotEvent {
     NotStarted(String),
     /// A kill request arrived before the command started: nothing ran.
     Interrupted,
+    /// After the command's exit: no process of the sandbox is left (its PID 1 is
+    /// exiting), so nothing can write to its stdio or its workspace any more.
+    Empty,
 }
 
 /// A one-shot sandbox: the command's stdio pipes, its status, and the sandbox, which
@@ -195,13 +204,16 @@ impl LinuxRuntime {
         }
         clock.push(("host cgroup create", sys::monotonic_us()));
         omabox_sandbox::fault::point("linux-start-cgroup");
-        if !self.send_userns(ids, host_ends.control.as_fd())? {
+        let userns_helper = self.send_userns(ids, host_ends.control.as_fd())?;
+        if userns_helper.is_none() {
             // No user namespace to hand over: the go is a plain byte.
             let _ = sys::write_all_fd(host_ends.control.as_fd(), &[0]);
         }
         // Then the id range's base (0: none). EPIPE: the child died; its status says why.
         let base = ids.map_or(0, |r| r.base);
         let _ = sys::write_all_fd(host_ends.control.as_fd(), &base.to_ne_bytes());
+        // The child is released: the namespace's helper goes now, off its path.
+        drop(userns_helper);
         clock.push(("host plan sent", sys::monotonic_us()));
         omabox_sandbox::fault::point("linux-start-plan-sent");
         sandbox.record_identity()?;
@@ -310,6 +322,7 @@ impl OneShotSandbox {
             Some(&wire::SIGNALED) => OneShotEvent::Signaled(number(&line[1..])?),
             Some(&wire::NOT_STARTED) => OneShotEvent::NotStarted(text(&line[1..])),
             Some(&wire::INTERRUPTED) => OneShotEvent::Interrupted,
+            Some(&wire::EMPTY) => OneShotEvent::Empty,
             _ => {
                 return Err(StartError::Setup(format!(
                     "malformed status line {:?}",

@@ -115,10 +115,11 @@ pub fn run(
         (Some(base), Some(ns)) => Some((ns, IdRange { base })),
         (Some(base), None) => {
             let range = IdRange { base };
-            let ns = idmap::create_userns(range).map_err(|source| SetupError::Step {
+            let (ns, helper) = idmap::create_userns(range).map_err(|source| SetupError::Step {
                 step: "create user namespace".into(),
                 source,
             })?;
+            drop(helper);
             Some((ns, range))
         }
         (None, _) => None,

@@ -91,6 +91,17 @@ fn set_attr(path: &Path, set: u64, recursive: bool) -> io::Result<()> {
     Ok(())
 }
 
+/// Whether a mount was made: `false` when its target does not exist (ENOENT, or one of
+/// `also`), any other error as it is.
+fn unless_absent(r: io::Result<()>, also: &[i32]) -> io::Result<bool> {
+    match r {
+        Ok(()) => Ok(true),
+        Err(e) if e.raw_os_error() == Some(libc::ENOENT) => Ok(false),
+        Err(e) if e.raw_os_error().is_some_and(|n| also.contains(&n)) => Ok(false),
+        Err(e) => Err(e),
+    }
+}
+
 fn step<T>(what: impl FnOnce() -> String, r: io::Result<T>) -> Result<T, SetupError> {
     r.map_err(|source| SetupError::Step {
         step: what(),
@@ -518,21 +529,21 @@ pub(super) fn pivot(root: &Path) -> Result<(), SetupError> {
 /// After the pivot: hide or freeze sensitive `/proc` entries, and make a preinstalled
 /// root read-only.
 pub(super) fn finish(plan: &SandboxPlan) -> Result<(), SetupError> {
+    // Each mask is tried at once, an absent entry skipped (no stat first: that would be
+    // a second lookup of every entry in this fresh /proc, where each first one is slow).
     let null = Path::new("/dev/null");
     for f in PROC_MASKED_FILES {
         let p = Path::new("/proc").join(f);
-        if p.exists() {
-            step(
-                || format!("mask /proc/{f}"),
-                mount(Some(null), &p, None, libc::MS_BIND, None),
-            )?;
-        }
+        step(
+            || format!("mask /proc/{f}"),
+            unless_absent(mount(Some(null), &p, None, libc::MS_BIND, None), &[]),
+        )?;
     }
     for d in PROC_MASKED_DIRS {
         let p = Path::new("/proc").join(d);
-        if p.is_dir() {
-            step(
-                || format!("mask /proc/{d}"),
+        step(
+            || format!("mask /proc/{d}"),
+            unless_absent(
                 mount(
                     Some(Path::new("tmpfs")),
                     &p,
@@ -540,16 +551,21 @@ pub(super) fn finish(plan: &SandboxPlan) -> Result<(), SetupError> {
                     libc::MS_RDONLY | libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
                     Some("size=0"),
                 ),
-            )?;
-        }
+                // Not a directory: nothing to hide behind a tmpfs, as before.
+                &[libc::ENOTDIR],
+            ),
+        )?;
     }
     for e in PROC_READONLY {
         let p = Path::new("/proc").join(e);
-        if p.exists() {
-            step(
-                || format!("freeze /proc/{e}"),
+        let bound = step(
+            || format!("freeze /proc/{e}"),
+            unless_absent(
                 mount(Some(&p), &p, None, libc::MS_BIND | libc::MS_REC, None),
-            )?;
+                &[],
+            ),
+        )?;
+        if bound {
             step(
                 || format!("freeze /proc/{e}"),
                 set_attr(

@@ -70,9 +70,16 @@ pub(super) fn run(args: &RunArgs) -> ExitCode {
         argv: args.command.clone(),
         env: args.env.clone(),
     };
+    let mut workspace = Some(workspace);
+    let mut removed = Ok(());
     let outcome = match runtime.start_one_shot(&plan, &command) {
         Ok(mut sandbox) => {
-            let outcome = Relay::new(&mut sandbox, args).run(&mut sandbox, &signals);
+            let (outcome, empty) = Relay::new(&mut sandbox, args).run(&mut sandbox, &signals);
+            if empty && let Some(w) = workspace.take() {
+                // No process of the sandbox is left to write to the workspace: it goes
+                // while the sandbox's PID 1 finishes exiting, not after.
+                removed = w.finish();
+            }
             let teardown = sandbox.destroy();
             match (outcome, teardown) {
                 (outcome, Ok(())) => outcome,
@@ -85,7 +92,9 @@ pub(super) fn run(args: &RunArgs) -> ExitCode {
         }
         Err(e) => Err(start_failure(&e)),
     };
-    let removed = workspace.finish();
+    if let Some(w) = workspace {
+        removed = w.finish();
+    }
     let code = match outcome {
         Ok(code) => ExitCode::from(code),
         Err(f) => return report(&f),
@@ -193,6 +202,8 @@ struct Relay {
     last_output: Instant,
     /// When the owner record was last refreshed (this process has no heartbeat thread).
     heartbeat_at: Instant,
+    /// The sandbox said no process of it is left ([`OneShotEvent::Empty`]).
+    empty: bool,
 }
 
 impl Relay {
@@ -218,11 +229,22 @@ impl Relay {
             exited_at: None,
             last_output: Instant::now(),
             heartbeat_at: Instant::now(),
+            empty: false,
         }
     }
 
-    /// Until the command's exit is reported and its output drained: the exit code.
-    fn run(mut self, sandbox: &mut OneShotSandbox, signals: &Signals) -> Result<u8, Failure> {
+    /// Until the command's exit is reported and its output drained: the exit code, and
+    /// whether the sandbox said no process of it is left.
+    fn run(
+        mut self,
+        sandbox: &mut OneShotSandbox,
+        signals: &Signals,
+    ) -> (Result<u8, Failure>, bool) {
+        let outcome = self.relay(sandbox, signals);
+        (outcome, self.empty)
+    }
+
+    fn relay(&mut self, sandbox: &mut OneShotSandbox, signals: &Signals) -> Result<u8, Failure> {
         loop {
             if let Some(code) = self.finished() {
                 return Ok(code);
@@ -334,6 +356,7 @@ impl Relay {
                     self.exited(Some(EXIT_NOT_STARTED));
                 }
                 OneShotEvent::Interrupted => self.exited(Some(128 + libc::SIGINT as u8)),
+                OneShotEvent::Empty => self.empty = true,
             }
         }
         if sandbox.status_closed() && self.exit.is_none() {
