@@ -46,7 +46,7 @@ pub(super) struct Platform {
 #[derive(Debug, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub(super) struct ImageIndex {
-    /// Required by the spec (2); its value is not checked.
+    /// Required by the spec (2); its value is not checked, as before.
     #[allow(dead_code)]
     schema_version: u32,
     pub(super) manifests: Vec<Descriptor>,
@@ -56,7 +56,7 @@ pub(super) struct ImageIndex {
 #[derive(Debug, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub(super) struct ImageManifest {
-    /// Required by the spec (2); its value is not checked.
+    /// Required by the spec (2); its value is not checked, as before.
     #[allow(dead_code)]
     schema_version: u32,
     /// Required by the spec; this backend builds no container config from it.
