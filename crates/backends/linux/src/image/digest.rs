@@ -6,10 +6,10 @@ use std::fs::File;
 use std::io::{self, BufReader, Read};
 use std::path::Path;
 
+use oci_spec::image::Descriptor;
 use sha2::{Digest as _, Sha256};
 
 use super::ImageError;
-use super::spec::Descriptor;
 
 /// Hashes everything read through it.
 pub(super) struct HashingReader<R> {
@@ -60,13 +60,14 @@ pub(super) fn is_sha256_hex(s: &str) -> bool {
 /// The hex part of a descriptor's sha256 digest; anything else is refused (the hex is a
 /// file name below `blobs/sha256` and a cache entry name).
 pub(super) fn sha256_hex_of(desc: &Descriptor) -> Result<String, String> {
-    let digest = &desc.digest;
-    match digest.strip_prefix("sha256:") {
-        Some(hex) if is_sha256_hex(hex) => Ok(hex.to_owned()),
-        _ => Err(format!(
+    let digest = desc.digest();
+    let hex = digest.digest();
+    if digest.algorithm().to_string() != "sha256" || !is_sha256_hex(hex) {
+        return Err(format!(
             "digest {digest} is not a sha256 digest (only sha256 is supported)"
-        )),
+        ));
     }
+    Ok(hex.to_owned())
 }
 
 #[cfg(test)]

@@ -70,7 +70,6 @@ use serde::{Deserialize, Serialize};
 
 mod digest;
 mod oci;
-mod spec;
 mod unpack;
 
 use digest::{is_sha256_hex, sha256_file, sha256_hex_of};

@@ -7,10 +7,10 @@ use std::fs::File;
 use std::io::Read;
 use std::path::{Path, PathBuf};
 
+use oci_spec::image::{Arch, Descriptor, ImageIndex, ImageManifest, MediaType, Os};
 use sha2::{Digest as _, Sha256};
 
 use super::digest::{HashingReader, sha256_hex_of};
-use super::spec::{self, Descriptor, ImageIndex, ImageManifest};
 use super::unpack::{Unpacker, tar_stream};
 use super::{ImageError, MAX_INDEX_DEPTH, MAX_JSON_BLOB};
 
@@ -59,11 +59,11 @@ impl OciLayout {
         if manifests.len() == 1 {
             return Ok(manifests.remove(0));
         }
-        let arch = spec::host_architecture();
+        let arch = Arch::default();
         let matching = manifests.iter().find(|d| {
-            d.platform
+            d.platform()
                 .as_ref()
-                .is_some_and(|p| p.os == "linux" && p.architecture == arch)
+                .is_some_and(|p| *p.os() == Os::Linux && *p.architecture() == arch)
         });
         match matching {
             Some(d) => Ok(d.clone()),
@@ -75,8 +75,8 @@ impl OciLayout {
                 } else {
                     manifests
                         .iter()
-                        .map(|d| match &d.platform {
-                            Some(p) => format!("{}/{}", p.os, p.architecture),
+                        .map(|d| match d.platform() {
+                            Some(p) => format!("{}/{}", p.os(), p.architecture()),
                             None => "unknown platform".into(),
                         })
                         .collect::<Vec<_>>()
@@ -92,10 +92,24 @@ impl OciLayout {
         depth: usize,
         out: &mut Vec<Descriptor>,
     ) -> Result<(), ImageError> {
-        for desc in &index.manifests {
-            match desc.media_type.as_str() {
-                spec::MANIFEST | spec::DOCKER_MANIFEST => out.push(desc.clone()),
-                spec::INDEX | spec::DOCKER_MANIFEST_LIST => {
+        for desc in index.manifests() {
+            match desc.media_type() {
+                MediaType::ImageManifest => out.push(desc.clone()),
+                MediaType::Other(m)
+                    if m == "application/vnd.docker.distribution.manifest.v2+json" =>
+                {
+                    out.push(desc.clone());
+                }
+                MediaType::ImageIndex => {
+                    if depth >= MAX_INDEX_DEPTH {
+                        return Err(self.invalid("image indexes nest too deeply".into()));
+                    }
+                    let nested: ImageIndex = self.read_json(desc)?;
+                    self.collect_manifests(&nested, depth + 1, out)?;
+                }
+                MediaType::Other(m)
+                    if m == "application/vnd.docker.distribution.manifest.list.v2+json" =>
+                {
                     if depth >= MAX_INDEX_DEPTH {
                         return Err(self.invalid("image indexes nest too deeply".into()));
                     }
@@ -120,17 +134,18 @@ impl OciLayout {
         desc: &Descriptor,
     ) -> Result<T, ImageError> {
         let path = self.blob_path(desc)?;
-        if desc.size > MAX_JSON_BLOB {
+        if desc.size() > MAX_JSON_BLOB {
             return Err(self.invalid(format!(
                 "blob {} is {} bytes, more than a manifest may be",
-                desc.digest, desc.size
+                desc.digest(),
+                desc.size()
             )));
         }
         let bytes = read_limited(&path, MAX_JSON_BLOB)?;
         let actual = hex::encode(Sha256::digest(&bytes));
         check_blob(desc, &actual, bytes.len() as u64)?;
         serde_json::from_slice(&bytes)
-            .map_err(|e| self.invalid(format!("blob {}: {e}", desc.digest)))
+            .map_err(|e| self.invalid(format!("blob {}: {e}", desc.digest())))
     }
 
     pub(super) fn unpack(
@@ -140,12 +155,15 @@ impl OciLayout {
     ) -> Result<(), ImageError> {
         let manifest: ImageManifest = self.read_json(manifest_desc)?;
         let mut unpacker = Unpacker::new(rootfs);
-        for (i, layer) in manifest.layers.iter().enumerate() {
-            let context = format!("layer {} ({})", i + 1, layer.digest);
-            if spec::ZSTD_LAYERS.contains(&layer.media_type.as_str()) {
-                return Err(ImageError::Unsupported(format!(
-                    "{context} is zstd-compressed; only plain and gzip-compressed layers are supported"
-                )));
+        for (i, layer) in manifest.layers().iter().enumerate() {
+            let context = format!("layer {} ({})", i + 1, layer.digest());
+            match layer.media_type() {
+                MediaType::ImageLayerZstd | MediaType::ImageLayerNonDistributableZstd => {
+                    return Err(ImageError::Unsupported(format!(
+                        "{context} is zstd-compressed; only plain and gzip-compressed layers are supported"
+                    )));
+                }
+                _ => {}
             }
             let path = self.blob_path(layer)?;
             let file = File::open(&path).map_err(|e| ImageError::io(&path, e))?;
@@ -163,17 +181,17 @@ impl OciLayout {
 }
 
 pub(super) fn check_blob(desc: &Descriptor, actual_hex: &str, len: u64) -> Result<(), ImageError> {
-    let expected = desc.digest.clone();
-    if desc.digest.strip_prefix("sha256:") != Some(actual_hex) {
+    let expected = desc.digest().to_string();
+    if desc.digest().digest() != actual_hex {
         return Err(ImageError::DigestMismatch {
             expected,
             actual: format!("content hashes to sha256:{actual_hex}"),
         });
     }
-    if desc.size != len {
+    if desc.size() != len {
         return Err(ImageError::DigestMismatch {
             expected,
-            actual: format!("{len} bytes, not {}", desc.size),
+            actual: format!("{len} bytes, not {}", desc.size()),
         });
     }
     Ok(())
