@@ -298,9 +298,15 @@ pub async fn ensure_environment_packages(
                 .iter()
                 .collect()
         };
+        // Sandbox output: one line, no control characters (no terminal escapes).
+        let tail: String = tail
+            .trim()
+            .chars()
+            .map(|c| if c.is_control() { ' ' } else { c })
+            .collect();
+        let code: String = code.chars().filter(|c| !c.is_control()).take(32).collect();
         return Err(PackageSetupError::Failed(format!(
-            "{label} exit={code}: {}",
-            tail.trim()
+            "{label} exit={code}: {tail}"
         )));
     }
     let markers =
@@ -535,7 +541,7 @@ mod tests {
     async fn a_failed_install_names_the_step_and_writes_no_marker() {
         let p = packages(r#"{"pip":["no-such-package-xyz"]}"#);
         let long = "x".repeat(400);
-        let output = format!("{long}\nERROR: No matching distribution\n[exit 1]");
+        let output = format!("{long}\x1b]0;pwned\x07\nERROR: No matching distribution\n[exit 1]");
         let sandbox = Scripted::new(&["", &output]);
         let error = ensure_environment_packages(&sandbox, &p).await.unwrap_err();
         let text = error.to_string();
@@ -545,6 +551,7 @@ mod tests {
         );
         assert!(text.ends_with("ERROR: No matching distribution"), "{text}");
         assert!(text.len() < 400, "the tail is bounded: {text}");
+        assert!(!text.chars().any(char::is_control), "no escapes: {text:?}");
         assert_eq!(sandbox.commands().len(), 2, "no marker written");
     }
 
