@@ -1,7 +1,8 @@
 //! The ACP harness's event log as `omabox run --acp-command` shows it.
 //!
 //! Human mode prints each event on stdout as it arrives: agent message chunks as plain text
-//! (joined), every other event on its own `[kind] …` line. `--json` streams JSON Lines: each
+//! (joined), every other event on its own `[kind] …` line; control characters other than
+//! newline and tab are shown as U+FFFD (the agent is untrusted). `--json` streams JSON Lines: each
 //! event, as it arrives, is one line holding one canonical event (`omabox_acp::events`,
 //! `{"type":"tool_call",…}`), and the run's report ends the stream as one more line (the
 //! object with `result`), whose `acpEvents` array repeats the whole log (bounded by
@@ -51,6 +52,21 @@ impl AcpEventLog {
             state.in_message = false;
         }
     }
+}
+
+/// `text` as it may reach a terminal: the agent is untrusted, so control characters other
+/// than newline and tab (escape sequences could retitle the terminal, write the clipboard,
+/// or hide lines) become U+FFFD.
+fn printable(text: &str) -> std::borrow::Cow<'_, str> {
+    let hostile = |c: char| c.is_control() && c != '\n' && c != '\t';
+    if !text.chars().any(hostile) {
+        return std::borrow::Cow::Borrowed(text);
+    }
+    std::borrow::Cow::Owned(
+        text.chars()
+            .map(|c| if hostile(c) { '\u{fffd}' } else { c })
+            .collect(),
+    )
 }
 
 /// The human line of a non-message event.
@@ -116,7 +132,7 @@ impl AcpEventSink for AcpEventLog {
         }
         match event {
             AcpEvent::AgentMessage { text } => {
-                let _ = write!(out, "{text}");
+                let _ = write!(out, "{}", printable(text));
                 state.in_message = true;
             }
             other => {
@@ -124,7 +140,7 @@ impl AcpEventSink for AcpEventLog {
                     let _ = writeln!(out);
                     state.in_message = false;
                 }
-                let _ = writeln!(out, "{}", line_of(other));
+                let _ = writeln!(out, "{}", printable(&line_of(other)));
             }
         }
         let _ = out.flush();
@@ -134,6 +150,15 @@ impl AcpEventSink for AcpEventLog {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn control_characters_never_reach_the_terminal() {
+        assert_eq!(printable("plain\ttext\n"), "plain\ttext\n");
+        assert_eq!(
+            printable("\x1b]52;c;cHduZWQ=\x07title\r\u{9b}2J"),
+            "\u{fffd}]52;c;cHduZWQ=\u{fffd}title\u{fffd}\u{fffd}2J"
+        );
+    }
 
     #[test]
     fn events_are_collected_in_order() {
