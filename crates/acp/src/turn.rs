@@ -133,6 +133,26 @@ fn short(error: impl std::fmt::Display) -> String {
     format!("{}…", &text[..end])
 }
 
+/// Waits for the answer to a session setup request (bounded by the initialize timeout):
+/// `None` when the run was aborted meanwhile.
+async fn setup_step<T>(
+    answer: impl Future<Output = Result<T, agent_client_protocol::Error>>,
+    step: &'static str,
+    request: &TurnRequest,
+    signal: &AbortSignal,
+) -> Result<Option<Result<T, agent_client_protocol::Error>>, AcpTurnError> {
+    tokio::select! {
+        biased;
+        _ = signal.aborted() => Ok(None),
+        answer = tokio::time::timeout(request.initialize_timeout, answer) => answer
+            .map(Some)
+            .map_err(|_| AcpTurnError::SetupTimeout {
+                step,
+                timeout: request.initialize_timeout,
+            }),
+    }
+}
+
 fn request_error(step: &'static str) -> impl Fn(agent_client_protocol::Error) -> AcpTurnError {
     move |error| AcpTurnError::Request {
         step,
@@ -286,65 +306,41 @@ async fn conversation(
         .resume
         .is_some();
 
+    // The saved session, reopened: session/resume (no history replay) when the agent
+    // advertises it, else session/load (its replayed history is not this turn's log).
     let mut session = None;
-    match (&request.resume, can_resume, can_load) {
-        // session/resume: the agent reopens the session without replaying its history.
-        (Some(saved), true, _) => {
-            let resume = cx
-                .send_request(ResumeSessionRequest::new(
-                    saved.clone(),
-                    request.cwd.clone(),
-                ))
-                .block_task();
-            let resumed = tokio::select! {
-                biased;
-                _ = signal.aborted() => return Ok(TurnOutcome::AbortedBeforePrompt),
-                resumed = tokio::time::timeout(request.initialize_timeout, resume) => resumed,
-            };
-            let resumed = resumed.map_err(|_| AcpTurnError::SetupTimeout {
-                step: "session/resume",
-                timeout: request.initialize_timeout,
-            })?;
-            match resumed {
-                Ok(_) => session = Some((saved.clone(), true)),
-                Err(error) => events.emit(AcpEvent::Warning {
-                    message: format!(
-                        "session/resume of the saved ACP session failed ({}); starting a new session",
-                        short(error)
-                    ),
-                }),
-            }
-        }
-        (Some(saved), false, true) => {
+    if let Some(saved) = &request.resume {
+        let reopened = if can_resume {
+            let resume = ResumeSessionRequest::new(saved.clone(), request.cwd.clone());
+            let answer = cx.send_request(resume).block_task();
+            let answer = setup_step(answer, "session/resume", &request, &signal).await?;
+            Some(("session/resume", answer.map(|a| a.map(drop))))
+        } else if can_load {
             replaying.store(true, Ordering::SeqCst);
-            let load = cx
-                .send_request(LoadSessionRequest::new(saved.clone(), request.cwd.clone()))
-                .block_task();
-            let loaded = tokio::select! {
-                biased;
-                _ = signal.aborted() => return Ok(TurnOutcome::AbortedBeforePrompt),
-                loaded = tokio::time::timeout(request.initialize_timeout, load) => loaded,
-            };
-            let loaded = loaded.map_err(|_| AcpTurnError::SetupTimeout {
-                step: "session/load",
-                timeout: request.initialize_timeout,
-            })?;
+            let load = LoadSessionRequest::new(saved.clone(), request.cwd.clone());
+            let answer = cx.send_request(load).block_task();
+            let answer = setup_step(answer, "session/load", &request, &signal).await?;
             replaying.store(false, Ordering::SeqCst);
-            match loaded {
-                Ok(_) => session = Some((saved.clone(), true)),
-                Err(error) => events.emit(AcpEvent::Warning {
-                    message: format!(
-                        "session/load of the saved ACP session failed ({}); starting a new session",
-                        short(error)
-                    ),
-                }),
-            }
+            Some(("session/load", answer.map(|a| a.map(drop))))
+        } else {
+            events.emit(AcpEvent::Warning {
+                message:
+                    "the ACP agent can neither resume nor load sessions; starting a new session"
+                        .to_owned(),
+            });
+            None
+        };
+        match reopened {
+            Some((_, None)) => return Ok(TurnOutcome::AbortedBeforePrompt),
+            Some((_, Some(Ok(())))) => session = Some((saved.clone(), true)),
+            Some((step, Some(Err(error)))) => events.emit(AcpEvent::Warning {
+                message: format!(
+                    "{step} of the saved ACP session failed ({}); starting a new session",
+                    short(error)
+                ),
+            }),
+            None => {}
         }
-        (Some(_), false, false) => events.emit(AcpEvent::Warning {
-            message: "the ACP agent can neither resume nor load sessions; starting a new session"
-                .to_owned(),
-        }),
-        (None, _, _) => {}
     }
     let (session_id, resumed) = match session {
         Some(session) => session,
@@ -352,17 +348,10 @@ async fn conversation(
             let new = cx
                 .send_request(NewSessionRequest::new(request.cwd.clone()))
                 .block_task();
-            let created = tokio::select! {
-                biased;
-                _ = signal.aborted() => return Ok(TurnOutcome::AbortedBeforePrompt),
-                created = tokio::time::timeout(request.initialize_timeout, new) => created,
+            let Some(created) = setup_step(new, "session/new", &request, &signal).await? else {
+                return Ok(TurnOutcome::AbortedBeforePrompt);
             };
-            let created = created
-                .map_err(|_| AcpTurnError::SetupTimeout {
-                    step: "session/new",
-                    timeout: request.initialize_timeout,
-                })?
-                .map_err(request_error("session/new"))?;
+            let created = created.map_err(request_error("session/new"))?;
             (name_of(&created.session_id), false)
         }
     };

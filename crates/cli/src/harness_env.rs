@@ -7,6 +7,7 @@
 //! | `HOSTED_INFERENCE_TOKEN`                   | the claim's token | the claim's token              |
 //! | `HOSTED_INFERENCE_URL`                     | —                 | `URL`'s origin + `/v1/oma/inference-proxy/<session>` |
 //! | the nine provider keys, `OPENAI_BASE_URL`  | untouched         | removed (also from an inherited host env) |
+//! | `--agent`'s adapter variables (`omabox_acp::agents`, e.g. `ANTHROPIC_BASE_URL`, `ANTHROPIC_AUTH_TOKEN`) | — | set from the URL and the token |
 //!
 //! The token comes from [`SessionTokenSlots`], filled by the `SessionTokenFence` when the
 //! host claims the work item and emptied when it releases it; nothing here copies, logs or
