@@ -4,13 +4,15 @@
 //! and a failed install failing the run with the package manager's error.
 //!
 //! Needs root and linux sandboxes (skips with a reason elsewhere, fails under `CI=true`);
-//! reaches pypi.org / files.pythonhosted.org and registry.npmjs.org only.
+//! reaches pypi.org / files.pythonhosted.org, registry.npmjs.org and deb.debian.org only
+//! (the apt test boots a Debian root filesystem made once with debootstrap).
 
 mod common;
 
 use common::{init_bin, omabox_bin};
 use omabox_backend_linux::factory::{CGROUP_PARENT_ENV, INIT_ENV, RUNTIME_DIR_ENV};
 use serde_json::Value;
+use std::path::Path;
 use std::process::{Command, Output, Stdio};
 
 struct Setup {
@@ -38,9 +40,27 @@ impl Setup {
 
     /// `omabox run --json --session S --environment E -- sh -c SCRIPT`.
     fn run(&self, session: &str, environment: &str, script: &str) -> (Value, Output) {
+        self.run_on(None, session, environment, script)
+    }
+
+    /// [`Setup::run`] with `image` (a rootfs directory) as the sandbox's root.
+    fn run_on(
+        &self,
+        image: Option<&Path>,
+        session: &str,
+        environment: &str,
+        script: &str,
+    ) -> (Value, Output) {
         let file = self.data.path().join(format!("{session}-env.json"));
         std::fs::write(&file, environment).unwrap();
-        let output = Command::new(omabox_bin())
+        let mut command = Command::new(omabox_bin());
+        if let Some(image) = image {
+            command.env("SANDBOX_IMAGE", image);
+        }
+        if image.is_none() {
+            command.env_remove("SANDBOX_IMAGE");
+        }
+        let output = command
             .arg("--data-dir")
             .arg(self.data.path())
             .args(["run", "--json", "--session", session, "--environment"])
@@ -51,7 +71,6 @@ impl Setup {
             .env(INIT_ENV, init_bin())
             .env("OMABOX_LOG", "info")
             .env_remove("OMABOX_LINUX_IMAGE")
-            .env_remove("SANDBOX_IMAGE")
             .env_remove("OMABOX_LINUX_NETWORK")
             .stdin(Stdio::null())
             .output()
@@ -151,4 +170,48 @@ fn logged_path(stderr: &str, path: &str) -> bool {
     stderr
         .lines()
         .any(|line| line.contains("environment packages") && line.contains(path))
+}
+
+#[test]
+fn apt_packages_install_into_an_image_root_and_again_after_a_restore() {
+    let Some(setup) = Setup::new() else { return };
+    let Some(rootfs) = common::debian_rootfs() else {
+        return;
+    };
+    let environment = r#"{"networking":{"type":"limited","allow_package_managers":true},
+        "packages":{"apt":["hello"]}}"#;
+    let probe = "hello && test -s /workspace/.oma-setup-restored && echo apt-ok";
+    let (report, output) = setup.run_on(Some(&rootfs), "apt", environment, probe);
+    assert!(output.status.success(), "{}", describe(&output));
+    assert_eq!(report["result"]["type"], "completed", "{report}");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("Hello, world!") && stderr.contains("apt-ok"),
+        "{stderr}"
+    );
+    assert!(logged_path(&stderr, "Fresh"), "{stderr}");
+
+    // A new sandbox from the same image: apt's files were in the last one's root, so the
+    // restored path (the workspace's marker came back) installs them again.
+    let (report, output) = setup.run_on(Some(&rootfs), "apt", environment, probe);
+    assert!(output.status.success(), "{}", describe(&output));
+    assert_eq!(report["result"]["type"], "completed", "{report}");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(logged_path(&stderr, "Restored"), "{stderr}");
+    assert!(stderr.contains("apt-ok"), "{stderr}");
+
+    // A package apt does not know fails the run with apt's error; the harness never runs.
+    let missing = r#"{"networking":{"type":"limited","allow_package_managers":true},
+        "packages":{"apt":["omabox-no-such-package"]}}"#;
+    let (report, output) = setup.run_on(Some(&rootfs), "apt-bad", missing, "echo harness-ran");
+    assert_eq!(output.status.code(), Some(1), "{}", describe(&output));
+    let message = report["result"]["error"]["message"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(
+        message.contains("full_setup_failed exit=100")
+            && message.contains("Unable to locate package omabox-no-such-package"),
+        "{message}"
+    );
+    assert!(!String::from_utf8_lossy(&output.stderr).contains("harness-ran"));
 }

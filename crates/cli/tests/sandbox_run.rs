@@ -652,3 +652,82 @@ fn wait_timeout(child: &mut Child, limit: Duration) -> Option<Option<i32>> {
         std::thread::sleep(Duration::from_millis(20));
     }
 }
+
+/// An image root's uid 0 keeps the file-ownership capabilities (so apt and dpkg work), but
+/// only those, only for uid 0, and only inside the sandbox's own user namespace: no other
+/// capability, none after a switch to another uid, no setuid modes, no mount, no unshare,
+/// and nothing over a host file whose owner is outside the sandbox's id range.
+#[test]
+fn an_image_roots_uid_0_keeps_only_file_ownership_capabilities() {
+    let Some(lx) = linux() else { return };
+    let Some(rootfs) = common::debian_rootfs() else {
+        return;
+    };
+    let ws = tempfile::tempdir().unwrap();
+    let outside = ws.path().join("outsider");
+    std::fs::write(&outside, "private\n").unwrap();
+    // Owned by a host id no sandbox range maps (ranges start at 2^30, 65,536 ids each).
+    std::os::unix::fs::chown(&outside, Some(1 << 20), Some(1 << 20)).unwrap();
+    std::fs::set_permissions(&outside, std::os::unix::fs::PermissionsExt::from_mode(0o600))
+        .unwrap();
+    let script = "grep -E '^(CapInh|CapPrm|CapEff|CapBnd|CapAmb|NoNewPrivs|Seccomp):' /proc/self/status | tr -s '\\t ' ' '
+echo --
+setpriv --reuid=1000 --regid=1000 --clear-groups grep -E '^Cap(Prm|Eff):' /proc/self/status | tr -s '\\t ' ' '
+echo --
+touch /workspace/mine
+chown 1000:1000 /workspace/mine && echo chown-in-range-ok
+chown 70000 /workspace/mine 2>/dev/null || echo chown-out-of-range-refused
+chmod u+s /workspace/mine 2>/dev/null || echo setuid-refused
+cat /workspace/outsider 2>/dev/null || echo outsider-unreadable
+chown 0 /workspace/outsider 2>/dev/null || echo outsider-chown-refused
+mount -t tmpfs x /mnt 2>/dev/null || echo mount-refused
+unshare -U true 2>/dev/null || echo unshare-refused
+true";
+    let out = lx.run(&[
+        "--image",
+        rootfs.to_str().unwrap(),
+        "--workspace",
+        ws.path().to_str().unwrap(),
+        "--",
+        "sh",
+        "-c",
+        script,
+    ]);
+    assert!(out.status.success(), "stderr: {}", text(&out.stderr));
+    let stdout = text(&out.stdout);
+    let mut parts = stdout.split("--\n");
+    for line in parts.next().unwrap().lines() {
+        let (k, v) = line.split_once(':').unwrap();
+        let want = match k {
+            "NoNewPrivs" => "1",
+            "Seccomp" => "2",
+            // CHOWN, DAC_OVERRIDE, FOWNER, KILL, SETGID, SETUID.
+            "CapPrm" | "CapEff" | "CapBnd" => "00000000000000eb",
+            _ => "0000000000000000",
+        };
+        assert_eq!(v.trim(), want, "{k} in {stdout}");
+    }
+    for line in parts.next().unwrap().lines() {
+        assert!(line.ends_with(" 0000000000000000"), "uid 1000 kept {line}");
+    }
+    let rest = parts.next().unwrap();
+    for expected in [
+        "chown-in-range-ok",
+        "chown-out-of-range-refused",
+        "setuid-refused",
+        "outsider-unreadable",
+        "outsider-chown-refused",
+        "mount-refused",
+        "unshare-refused",
+    ] {
+        assert!(rest.contains(expected), "{expected} missing in {stdout}");
+    }
+    // The host sees the chowned file with the sandbox's uid 1000 through the idmapped
+    // workspace (disk uid 1000), never setuid; the outsider is untouched.
+    let mine = std::fs::metadata(ws.path().join("mine")).unwrap();
+    use std::os::unix::fs::MetadataExt;
+    assert_eq!((mine.uid(), mine.mode() & 0o6000), (1000, 0));
+    let outsider = std::fs::metadata(&outside).unwrap();
+    assert_eq!(outsider.uid(), 1 << 20);
+    lx.assert_nothing_left();
+}

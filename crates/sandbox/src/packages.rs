@@ -183,7 +183,7 @@ impl EnvironmentPackages {
         let apt = list(&self.apt);
         (!apt.is_empty()).then(|| {
             format!(
-                "apt-get update -qq && apt-get install -y -qq --no-install-recommends {}",
+                "export DEBIAN_FRONTEND=noninteractive; apt-get update -qq && apt-get install -y -qq --no-install-recommends {}",
                 quoted(apt)
             )
         })

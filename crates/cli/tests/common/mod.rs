@@ -4,7 +4,7 @@
 
 use omabox_backend_linux::factory::{INIT_ENV, LinuxSandboxFactory};
 use omabox_sandbox::{SandboxFactoryContext, SandboxFactoryEnv};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 /// The `omabox` binary under test.
 pub fn omabox_bin() -> PathBuf {
@@ -49,4 +49,60 @@ fn linux_unavailable_reason() -> Option<String> {
         .check_host(&ctx, &env)
         .err()
         .map(|error| format!("{error}: {:?}", std::error::Error::source(&error)))
+}
+
+/// A minimal Debian bookworm root filesystem (`debootstrap --variant=minbase`, from the
+/// machine's Debian mirror), made once per target dir under a lock and reused:
+/// `target/omabox-test-images/bookworm`. `None` (printed reason; a failure under
+/// `CI=true`) without debootstrap.
+#[allow(dead_code)]
+pub fn debian_rootfs() -> Option<PathBuf> {
+    let found = std::process::Command::new("debootstrap")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !omabox_test_support::require_capability(
+        (!found).then(|| "debootstrap is missing (apt-get install debootstrap)".to_owned()),
+    ) {
+        return None;
+    }
+    let images = omabox_bin()
+        .parent()
+        .and_then(Path::parent)
+        .map(Path::to_path_buf)
+        .unwrap_or_else(std::env::temp_dir)
+        .join("omabox-test-images");
+    std::fs::create_dir_all(&images).unwrap();
+    let rootfs = images.join("bookworm");
+    let lock = std::fs::File::create(images.join(".lock")).unwrap();
+    // SAFETY: flock on an fd we own; released when `lock` drops.
+    assert_eq!(
+        unsafe { libc::flock(std::os::fd::AsRawFd::as_raw_fd(&lock), libc::LOCK_EX) },
+        0
+    );
+    if !rootfs.join("usr/bin/apt-get").is_file() {
+        let partial = images.join("bookworm.partial");
+        let _ = std::fs::remove_dir_all(&partial);
+        let mirror = std::env::var("OMABOX_TEST_DEBIAN_MIRROR")
+            .unwrap_or_else(|_| "http://deb.debian.org/debian".into());
+        let out = std::process::Command::new("debootstrap")
+            .args(["--variant=minbase", "bookworm"])
+            .arg(&partial)
+            .arg(&mirror)
+            .output()
+            .expect("run debootstrap");
+        assert!(
+            out.status.success(),
+            "debootstrap bookworm from {mirror}: {}",
+            String::from_utf8_lossy(&out.stdout)
+                .lines()
+                .rev()
+                .take(20)
+                .collect::<Vec<_>>()
+                .join("\n")
+        );
+        let _ = std::fs::remove_dir_all(&rootfs);
+        std::fs::rename(&partial, &rootfs).unwrap();
+    }
+    Some(rootfs)
 }

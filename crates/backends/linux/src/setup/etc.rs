@@ -1,4 +1,5 @@
-//! The generated `/etc` of the preinstalled rootfs. Written from constants, never copied
+//! The generated `/etc` of the preinstalled rootfs (and the network files of an image
+//! root's). Written from constants, never copied
 //! from the host except `os-release` (public distribution facts): no shadow, no ssh
 //! keys, no machine-id, no host users.
 
@@ -17,16 +18,27 @@ pub(super) fn generate(etc: &Path, hostname: &str) -> io::Result<()> {
     std::fs::write(etc.join("passwd"), PASSWD)?;
     std::fs::write(etc.join("group"), GROUP)?;
     std::fs::write(etc.join("nsswitch.conf"), NSSWITCH)?;
-    std::fs::write(etc.join("resolv.conf"), RESOLV)?;
-    std::fs::write(etc.join("hostname"), format!("{hostname}\n"))?;
-    std::fs::write(
-        etc.join("hosts"),
-        format!("127.0.0.1\tlocalhost {hostname}\n::1\tlocalhost ip6-localhost ip6-loopback\n"),
-    )?;
+    for (name, text) in network_files(hostname) {
+        std::fs::write(etc.join(name), text)?;
+    }
     // os-release is usually a symlink into /usr/lib; copy its bytes so the file exists
     // even where /usr/lib layout differs. Absent on the host: skip.
     if let Ok(bytes) = std::fs::read("/etc/os-release") {
         std::fs::write(etc.join("os-release"), bytes)?;
     }
     Ok(())
+}
+
+/// The files an image root's `/etc` gets over its own (written into the overlay's upper
+/// layer): the sandbox's resolver is the host's DNS stub on its loopback, whatever the
+/// image says, and its host name is the sandbox's.
+pub(super) fn network_files(hostname: &str) -> [(&'static str, String); 3] {
+    [
+        ("resolv.conf", RESOLV.to_owned()),
+        ("hostname", format!("{hostname}\n")),
+        (
+            "hosts",
+            format!("127.0.0.1\tlocalhost {hostname}\n::1\tlocalhost ip6-localhost ip6-loopback\n"),
+        ),
+    ]
 }

@@ -14,6 +14,7 @@ use std::path::PathBuf;
 
 use crate::handoff::{InitSpec, SetupReport};
 use crate::idmap::{self, IdRange};
+use crate::plan::RootfsSource;
 use crate::sys;
 
 /// Why the sandbox could not be set up. Sent to the host as text.
@@ -151,6 +152,13 @@ pub fn run(
         source,
     })?;
     clock.lap("hostname, loopback, chdir");
+    // A sandbox with its own root filesystem keeps the file-ownership capabilities of its
+    // root, but only inside a user namespace of its own id range (never without one: they
+    // would be the host's).
+    let power = match (&plan.rootfs, &userns) {
+        (RootfsSource::Directory { .. }, Some(_)) => harden::RootPower::FileOwnership,
+        _ => harden::RootPower::None,
+    };
     // 4. Into the user namespace, as its root: from here this process and everything
     //    it starts are the sandbox's unprivileged host ids.
     if let Some((ns, _)) = userns {
@@ -162,7 +170,7 @@ pub fn run(
     }
     // 5. Hardening, most powerful rights last to go.
     harden::rlimits(plan)?;
-    let bounding_caps = harden::drop_capabilities()?;
+    let bounding_caps = harden::drop_capabilities(power)?;
     harden::no_new_privs()?;
     clock.lap("rlimits, capabilities, no_new_privs");
     let landlock_abi = harden::landlock_abi().unwrap_or(0);

@@ -240,8 +240,17 @@ pub(super) fn build(
         ),
     )?;
     // Scratch tmpfs: holds the root skeleton, the generated /etc and the overlay upper
-    // layer. Its pages are charged to the sandbox's memory cgroup.
-    let opts = format!("size={},mode=0755", plan.limits.scratch_bytes.max(1 << 20));
+    // layer. Its pages are charged to the sandbox's memory cgroup, so an image root (whose
+    // package manager writes into `/`) may grow it up to the memory limit.
+    let size = match plan.rootfs {
+        RootfsSource::Preinstalled => plan.limits.scratch_bytes,
+        RootfsSource::Directory { .. } => plan
+            .limits
+            .memory_bytes
+            .unwrap_or(0)
+            .max(plan.limits.scratch_bytes),
+    };
+    let opts = format!("size={},mode=0755", size.max(1 << 20));
     step(
         || "mount scratch tmpfs".into(),
         mount(
@@ -269,7 +278,13 @@ pub(super) fn build(
                 }
                 None => path.clone(),
             };
-            overlay_root(&lower, scratch, &root, userns.map(|(_, r)| *r))?
+            overlay_root(
+                &lower,
+                scratch,
+                &root,
+                userns.map(|(_, r)| *r),
+                &plan.hostname,
+            )?
         }
     }
     let rw = MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV;
@@ -370,6 +385,7 @@ fn overlay_root(
     scratch: &Path,
     root: &Path,
     owner: Option<IdRange>,
+    hostname: &str,
 ) -> Result<(), SetupError> {
     let lower_s = lower.to_string_lossy();
     if lower_s.contains([',', ':', '\\']) {
@@ -393,6 +409,27 @@ fn overlay_root(
             step(
                 || "chown overlay dirs".into(),
                 std::os::unix::fs::chown(d, Some(r.base), Some(r.base)),
+            )?;
+        }
+    }
+    // The sandbox's resolv.conf, hostname and hosts, written into the fresh upper layer
+    // (never through the image's tree: a symlink there could point anywhere on the host).
+    let etc = upper.join("etc");
+    step(
+        || "create overlay /etc".into(),
+        std::fs::DirBuilder::new().mode(0o755).create(&etc),
+    )?;
+    let mut made = vec![etc.clone()];
+    for (name, text) in etc::network_files(hostname) {
+        let path = etc.join(name);
+        step(|| format!("write /etc/{name}"), std::fs::write(&path, text))?;
+        made.push(path);
+    }
+    if let Some(r) = owner {
+        for path in &made {
+            step(
+                || "chown overlay /etc".into(),
+                std::os::unix::fs::chown(path, Some(r.base), Some(r.base)),
             )?;
         }
     }

@@ -19,7 +19,7 @@ use crate::sys;
 
 pub use bpf::build_program;
 pub(super) use bpf::seccomp;
-pub(super) use caps::{drop_capabilities, no_new_privs};
+pub(super) use caps::{RootPower, drop_capabilities, no_new_privs};
 pub(super) use landlock_rules::landlock;
 pub use landlock_rules::landlock_abi;
 pub use seccomp::build_filter;
