@@ -55,7 +55,9 @@ impl Setup {
         std::fs::write(&file, environment).unwrap();
         let mut command = Command::new(omabox_bin());
         if let Some(image) = image {
-            command.env("SANDBOX_IMAGE", image);
+            command
+                .env("SANDBOX_IMAGE", image)
+                .env("OMABOX_LINUX_IMAGE_CACHE", self.data.path().join("images"));
         }
         if image.is_none() {
             command.env_remove("SANDBOX_IMAGE");
@@ -173,7 +175,7 @@ fn logged_path(stderr: &str, path: &str) -> bool {
 }
 
 #[test]
-fn apt_packages_install_into_an_image_root_and_again_after_a_restore() {
+fn apt_packages_are_installed_once_into_an_environment_layer_over_the_image() {
     let Some(setup) = Setup::new() else { return };
     let Some(rootfs) = common::debian_rootfs() else {
         return;
@@ -181,6 +183,15 @@ fn apt_packages_install_into_an_image_root_and_again_after_a_restore() {
     let environment = r#"{"networking":{"type":"limited","allow_package_managers":true},
         "packages":{"apt":["hello"]}}"#;
     let probe = "hello && test -s /workspace/.oma-setup-restored && echo apt-ok";
+    let layer_line = |stderr: &str| {
+        plain(stderr)
+            .lines()
+            .find(|l| l.contains("environment layer"))
+            .unwrap_or_default()
+            .to_owned()
+    };
+    // First session: the layer is built (apt in a build sandbox), the session's sandbox
+    // starts from image + layer, and the installer finds apt there.
     let (report, output) = setup.run_on(Some(&rootfs), "apt", environment, probe);
     assert!(output.status.success(), "{}", describe(&output));
     assert_eq!(report["result"]["type"], "completed", "{report}");
@@ -189,18 +200,30 @@ fn apt_packages_install_into_an_image_root_and_again_after_a_restore() {
         stderr.contains("Hello, world!") && stderr.contains("apt-ok"),
         "{stderr}"
     );
+    assert!(layer_line(&stderr).contains("built=true"), "{stderr}");
     assert!(logged_path(&stderr, "Fresh"), "{stderr}");
+    assert!(plain(&stderr).contains("apt_from_layer=true"), "{stderr}");
+    let layers = setup.data.path().join("images/env-layers");
+    let kept: Vec<_> = std::fs::read_dir(&layers)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(kept.len(), 2, "one layer and its lock: {kept:?}");
 
-    // A new sandbox from the same image: apt's files were in the last one's root, so the
-    // restored path (the workspace's marker came back) installs them again.
-    let (report, output) = setup.run_on(Some(&rootfs), "apt", environment, probe);
-    assert!(output.status.success(), "{}", describe(&output));
-    assert_eq!(report["result"]["type"], "completed", "{report}");
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(logged_path(&stderr, "Restored"), "{stderr}");
-    assert!(stderr.contains("apt-ok"), "{stderr}");
+    // The session again (restored path) and a new session (fresh path): the layer is found,
+    // nothing is installed.
+    for session in ["apt", "apt-2"] {
+        let (report, output) = setup.run_on(Some(&rootfs), session, environment, probe);
+        assert!(output.status.success(), "{}", describe(&output));
+        assert_eq!(report["result"]["type"], "completed", "{report}");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(layer_line(&stderr).contains("built=false"), "{stderr}");
+        assert!(plain(&stderr).contains("apt_from_layer=true"), "{stderr}");
+        assert!(stderr.contains("apt-ok"), "{stderr}");
+    }
 
-    // A package apt does not know fails the run with apt's error; the harness never runs.
+    // A package apt does not know fails the run with apt's error; the harness never runs
+    // and no layer (nor a partial one) is kept.
     let missing = r#"{"networking":{"type":"limited","allow_package_managers":true},
         "packages":{"apt":["omabox-no-such-package"]}}"#;
     let (report, output) = setup.run_on(Some(&rootfs), "apt-bad", missing, "echo harness-ran");
@@ -209,9 +232,33 @@ fn apt_packages_install_into_an_image_root_and_again_after_a_restore() {
         .as_str()
         .unwrap_or_default();
     assert!(
-        message.contains("full_setup_failed exit=100")
+        message.contains("environment layer: apt_install_failed exit=100")
             && message.contains("Unable to locate package omabox-no-such-package"),
         "{message}"
     );
     assert!(!String::from_utf8_lossy(&output.stderr).contains("harness-ran"));
+    let dirs = std::fs::read_dir(&layers)
+        .unwrap()
+        .filter(|e| e.as_ref().unwrap().file_type().unwrap().is_dir())
+        .count();
+    assert_eq!(dirs, 1, "only the good layer");
+}
+
+/// `text` without ANSI escape sequences (log lines may be styled).
+fn plain(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut chars = text.chars();
+    while let Some(c) = chars.next() {
+        if c == '\x1b' {
+            // CSI: ESC [ parameters final-byte (a letter).
+            for c in chars.by_ref() {
+                if c.is_ascii_alphabetic() {
+                    break;
+                }
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
 }

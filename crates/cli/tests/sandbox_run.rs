@@ -668,8 +668,11 @@ fn an_image_roots_uid_0_keeps_only_file_ownership_capabilities() {
     std::fs::write(&outside, "private\n").unwrap();
     // Owned by a host id no sandbox range maps (ranges start at 2^30, 65,536 ids each).
     std::os::unix::fs::chown(&outside, Some(1 << 20), Some(1 << 20)).unwrap();
-    std::fs::set_permissions(&outside, std::os::unix::fs::PermissionsExt::from_mode(0o600))
-        .unwrap();
+    std::fs::set_permissions(
+        &outside,
+        std::os::unix::fs::PermissionsExt::from_mode(0o600),
+    )
+    .unwrap();
     let script = "grep -E '^(CapInh|CapPrm|CapEff|CapBnd|CapAmb|NoNewPrivs|Seccomp):' /proc/self/status | tr -s '\\t ' ' '
 echo --
 setpriv --reuid=1000 --regid=1000 --clear-groups grep -E '^Cap(Prm|Eff):' /proc/self/status | tr -s '\\t ' ' '

@@ -29,6 +29,10 @@ use std::time::Duration;
 pub const WARM_MARKER: &str = "/tmp/.oma-setup-warm";
 /// The restored marker (in the workspace: a restore brings it back).
 pub const RESTORED_MARKER: &str = "/workspace/.oma-setup-restored";
+/// In a root whose environment layer installed the apt packages already (omabox's
+/// extension, `omabox_backend_linux::env_layer`): their hash ([`EnvironmentPackages::apt_hash`]).
+/// When it matches, neither path runs apt.
+pub const APT_LAYER_MARKER: &str = "/etc/omabox/apt-layer";
 /// The tool directories a harness's PATH is prefixed with.
 pub const TOOL_PATH: &str =
     "/workspace/.venv/bin:/workspace/.npm-global/bin:/workspace/.cargo/bin:/workspace/.go/bin";
@@ -83,6 +87,8 @@ pub struct SetupOutcome {
     pub path: SetupPath,
     /// How long it took.
     pub duration_ms: u64,
+    /// The apt packages came with the root (its environment layer): apt did not run.
+    pub apt_from_layer: bool,
 }
 
 /// Why the install failed (the session fails with it).
@@ -189,6 +195,21 @@ impl EnvironmentPackages {
         })
     }
 
+    /// The hash of the apt list alone (`None` without apt packages): what an environment
+    /// layer's [`APT_LAYER_MARKER`] holds.
+    pub fn apt_hash(&self) -> Option<String> {
+        (!list(&self.apt).is_empty()).then(|| fnv1a32(&json_list(&self.apt)))
+    }
+
+    /// The script that builds an environment layer: the apt section, then the marker, then
+    /// apt's caches cleared (they would only make the layer larger).
+    pub fn apt_layer_script(&self) -> Option<String> {
+        let (apt, hash) = (self.apt_section()?, self.apt_hash()?);
+        Some(format!(
+            "set -e\n{apt}\nmkdir -p /etc/omabox && printf '%s' '{hash}' > {APT_LAYER_MARKER}\napt-get clean && rm -rf /var/lib/apt/lists/*"
+        ))
+    }
+
     /// The restored path's script (apt only).
     pub fn apt_script(&self) -> Option<String> {
         self.apt_section().map(|apt| format!("set +e; {apt}"))
@@ -249,17 +270,19 @@ pub async fn ensure_environment_packages(
     packages: &EnvironmentPackages,
 ) -> Result<SetupOutcome, PackageSetupError> {
     let started = std::time::Instant::now();
-    let done = |path| SetupOutcome {
+    let mut apt_from_layer = false;
+    let done = |path, apt_from_layer| SetupOutcome {
         path,
         duration_ms: started.elapsed().as_millis() as u64,
+        apt_from_layer,
     };
     packages.validate()?;
     if packages.is_empty() {
-        return Ok(done(SetupPath::Warm));
+        return Ok(done(SetupPath::Warm, false));
     }
     let (full, lang) = (packages.full_hash(), packages.lang_hash());
     let probe = format!(
-        "printf 'WARM=%s\\nREST=%s\\n' \"$(cat {WARM_MARKER} 2>/dev/null || echo MISSING)\" \"$(cat {RESTORED_MARKER} 2>/dev/null || echo MISSING)\""
+        "printf 'WARM=%s\\nREST=%s\\nLAYER=%s\\n' \"$(cat {WARM_MARKER} 2>/dev/null || echo MISSING)\" \"$(cat {RESTORED_MARKER} 2>/dev/null || echo MISSING)\" \"$(cat {APT_LAYER_MARKER} 2>/dev/null || echo MISSING)\""
     );
     let probed = sandbox
         .exec(&probe, Some(PROBE_TIMEOUT.as_millis() as u64))
@@ -273,18 +296,25 @@ pub async fn ensure_environment_packages(
             .map(str::to_owned)
     };
     let path = if value("WARM=").as_deref() == Some(full.as_str()) {
-        return Ok(done(SetupPath::Warm));
+        return Ok(done(SetupPath::Warm, false));
     } else if value("REST=").as_deref() == Some(lang.as_str()) {
         SetupPath::Restored
     } else {
         SetupPath::Fresh
     };
+    // The root's environment layer has the apt packages: the scripts leave apt out (the
+    // markers keep the full set's hashes).
+    let mut scripted = packages.clone();
+    if packages.apt_hash().is_some() && value("LAYER=") == packages.apt_hash() {
+        scripted.apt = None;
+        apt_from_layer = true;
+    }
     let (script, timeout, label) = match path {
-        SetupPath::Restored => match packages.apt_script() {
+        SetupPath::Restored => match scripted.apt_script() {
             Some(script) => (script, APT_TIMEOUT, "apt_install_failed"),
             None => (String::from("true"), APT_TIMEOUT, "apt_install_failed"),
         },
-        _ => (packages.full_script(), FULL_TIMEOUT, "full_setup_failed"),
+        _ => (scripted.full_script(), FULL_TIMEOUT, "full_setup_failed"),
     };
     let output = sandbox
         .exec(&script, Some(timeout.as_millis() as u64))
@@ -321,7 +351,7 @@ pub async fn ensure_environment_packages(
             written.trim()
         )));
     }
-    Ok(done(path))
+    Ok(done(path, apt_from_layer))
 }
 
 /// The harness lane with the environment's packages installed first: in the lease's
@@ -387,7 +417,7 @@ impl omabox_contract::SandboxHarnessDriverPort for PackagesHarnessDriver {
             input.signal.throw_if_aborted()?;
             let sandbox = self.runtime.sandbox(&input.sandbox).await?;
             let outcome = ensure_environment_packages(&*sandbox, &self.packages).await?;
-            tracing::info!(path = ?outcome.path, ms = outcome.duration_ms, "environment packages");
+            tracing::info!(path = ?outcome.path, ms = outcome.duration_ms, apt_from_layer = outcome.apt_from_layer, "environment packages");
             match &mut input.driver {
                 HarnessDriverDeclaration::AmaWorker { process } => with_tool_path(process),
                 HarnessDriverDeclaration::OpenmaSupervised { supervisor, .. } => {

@@ -46,6 +46,7 @@
 pub mod catalog;
 pub mod cgroup;
 pub mod credential_egress;
+pub mod env_layer;
 pub mod factory;
 pub mod handoff;
 mod identity;

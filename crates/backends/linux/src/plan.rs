@@ -40,6 +40,16 @@ pub struct SandboxPlan {
     /// Hardening switches. Every default is the strict one.
     #[serde(default)]
     pub hardening: Hardening,
+    /// With a [`RootfsSource::Directory`] root: further read-only layers over it, topmost
+    /// first (environment layers, `crate::env_layer`), each idmapped like the rootfs.
+    #[serde(default)]
+    pub root_layers: Vec<PathBuf>,
+    /// With a [`RootfsSource::Directory`] root: an empty host directory that holds the
+    /// overlay's upper layer (`upper/`, `work/`) instead of the scratch tmpfs, so the host
+    /// can keep what the sandbox wrote to `/` (an environment layer's build). Not bounded
+    /// by the memory limit: only for sandboxes that run the host's own scripts.
+    #[serde(default)]
+    pub root_upper: Option<PathBuf>,
 }
 
 impl SandboxPlan {
@@ -55,6 +65,8 @@ impl SandboxPlan {
             env: default_env(),
             hostname: hostname.into(),
             hardening: Hardening::default(),
+            root_layers: Vec::new(),
+            root_upper: None,
         }
     }
 
@@ -73,6 +85,12 @@ impl SandboxPlan {
         }
         if let RootfsSource::Directory { path } = &self.rootfs {
             host_path("rootfs", path)?;
+        }
+        for layer in &self.root_layers {
+            host_path("root layer", layer)?;
+        }
+        if let Some(upper) = &self.root_upper {
+            host_path("root upper", upper)?;
         }
         if let Some(w) = &self.workspace {
             host_path("workspace", w)?;
@@ -116,9 +134,14 @@ pub fn default_env() -> BTreeMap<String, String> {
 /// read-only).
 pub const CA_BUNDLE: &str = "/etc/ssl/certs/ca-certificates.crt";
 
+/// Where an image root sees the host's [`CA_BUNDLE`] (read-only): the factory binds it
+/// there and points [`CA_ENV`] at it.
+pub const IMAGE_CA_BUNDLE: &str = "/etc/omabox/host-ca-certificates.crt";
+
 /// Variables that make common TLS clients use [`CA_BUNDLE`] instead of a bundle of their
 /// own (pip's and requests' certifi, node's built-in list, git, curl, OpenSSL). The
-/// factory sets them for the preinstalled rootfs, where that bundle is the host's.
+/// factory sets them for the preinstalled rootfs, where that bundle is the host's, and for
+/// an image root to [`IMAGE_CA_BUNDLE`].
 pub const CA_ENV: &[&str] = &[
     "SSL_CERT_FILE",
     "REQUESTS_CA_BUNDLE",

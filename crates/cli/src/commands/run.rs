@@ -74,7 +74,7 @@ use crate::work_profile;
 use clap::Args;
 use omabox_acp::agents::{AGENT_MOUNT, KnownAgent, known_agent};
 use omabox_acp::{AcpTurnOptions, PermissionPolicy};
-use omabox_backend_linux::factory::{MEMORY_ENV, NETWORK_ENV, READONLY_BINDS_ENV};
+use omabox_backend_linux::factory::{APT_LAYER_ENV, MEMORY_ENV, NETWORK_ENV, READONLY_BINDS_ENV};
 use omabox_backend_linux::managed::CredentialEgressOptions;
 use omabox_contract::{
     AbortController, HarnessDriverDeclaration, ManagedRuntimeProfile, RuntimeResourceScope,
@@ -314,6 +314,19 @@ pub async fn run(data_dir: &Path, args: RunArgs) -> anyhow::Result<ExitCode> {
                 anyhow::bail!(
                     "--environment packages.apt needs an image root filesystem (OMABOX_LINUX_IMAGE or SANDBOX_IMAGE): the default root shows the host's /usr read-only"
                 );
+            }
+            // apt packages are installed once per image into an environment layer the
+            // sandboxes of the environment start from (the installer then skips apt).
+            if let Some(apt) = environment
+                .as_ref()
+                .and_then(|e| e.packages.as_ref())
+                .and_then(|p| p.apt.as_ref())
+                .filter(|apt| !apt.is_empty())
+            {
+                if let Some(name) = apt.iter().find(|n| n.contains(',')) {
+                    anyhow::bail!("--environment packages.apt: {name:?} is not a package name");
+                }
+                env = env.with_var(APT_LAYER_ENV, apt.join(","));
             }
             if let Some(dir) = &agent_dir {
                 let bind = format!("{}:{AGENT_MOUNT}", dir.display());

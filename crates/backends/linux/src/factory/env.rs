@@ -26,6 +26,10 @@ pub const INIT_ENV: &str = "OMABOX_LINUX_INIT";
 /// `OMABOX_LINUX_READONLY_BINDS`: host directories bound read-only into the sandbox.
 pub const READONLY_BINDS_ENV: &str = "OMABOX_LINUX_READONLY_BINDS";
 
+/// `OMABOX_LINUX_APT_LAYER`: apt packages (comma-separated) the sandbox's image gets as an
+/// environment layer, built once per image and list (`crate::env_layer`).
+pub const APT_LAYER_ENV: &str = "OMABOX_LINUX_APT_LAYER";
+
 /// `OMABOX_LINUX_NETWORK`: the sandbox's networking config.
 pub const NETWORK_ENV: &str = "OMABOX_LINUX_NETWORK";
 /// `OMABOX_LINUX_GATEWAY`: where the omabox gateway listens, as the host reaches it.
@@ -44,6 +48,7 @@ pub const ENV_KEYS: &[&str] = &[
     PIDS_ENV,
     EXEC_TIMEOUT_ENV,
     READONLY_BINDS_ENV,
+    APT_LAYER_ENV,
     NETWORK_ENV,
     GATEWAY_ENV,
     TEST_HOSTS_ENV,

@@ -23,6 +23,7 @@
 //! | `OMABOX_LINUX_PIDS` | maximum tasks (processes + threads, the agent included), or `unlimited` | 512 |
 //! | `OMABOX_LINUX_EXEC_TIMEOUT_MS` | default exec timeout in ms | 120000 |
 //! | `OMABOX_LINUX_READONLY_BINDS` | `HOST_DIR:SANDBOX_DIR[,…]`: host directories mounted read-only (nosuid, nodev, idmapped) in the sandbox, e.g. an agent's package cache | none |
+//! | `OMABOX_LINUX_APT_LAYER` | apt packages (comma-separated) installed once per image and list into an environment layer over the image ([`crate::env_layer`]; needs an image, and a network that admits the package registries); read by `create_port` | none |
 //! | `OMABOX_LINUX_NETWORK` | what the sandbox reaches besides its loopback: `none`, `limited` (nothing but the gateway), `unrestricted`, or an Environment `networking` JSON object (`{"type":"limited","allowed_hosts":["pypi.org"],"allow_package_managers":true}`); see [`crate::network`] | `none` |
 //! | `OMABOX_LINUX_GATEWAY` | `IP:PORT` (or `NAME=IP:PORT`, NAME being the host name of the gateway's URL, which then resolves to `127.0.0.1` inside) where the omabox gateway (hosted inference and MCP proxies) listens, as the host reaches it; the sandbox reaches it at `127.0.0.1:PORT` under every networking config but `none` | no gateway |
 //! | `OMABOX_LINUX_TEST_HOSTS` | test mode only (`OMABOX_TEST_MODE=1`; refused otherwise): `NAME=IP,...` answered before the host's resolver, for tests whose upstream servers live in namespaces they made | none |
@@ -51,8 +52,11 @@ use async_trait::async_trait;
 use omabox_contract::PortError;
 use omabox_sandbox::{SandboxFactory, SandboxFactoryContext, SandboxFactoryEnv, SandboxPort};
 
+use crate::env_layer::{EnvLayerError, EnvLayers};
 use crate::image::{ImageCache, ImageError, ImageKind, ResolvedImage};
-use crate::plan::{BindMount, CA_BUNDLE, CA_ENV, CpuLimit, RootfsSource, SandboxPlan};
+use crate::plan::{
+    BindMount, CA_BUNDLE, CA_ENV, CpuLimit, IMAGE_CA_BUNDLE, RootfsSource, SandboxPlan,
+};
 use crate::port::{DEFAULT_EXEC_TIMEOUT, LinuxPortError, LinuxSandboxPort};
 use crate::sandbox::{LinuxRuntime, RuntimeConfig, StartError};
 
@@ -86,6 +90,9 @@ pub enum LinuxFactoryError {
         /// What it looks like.
         kind: &'static str,
     },
+    /// The environment layer could not be built.
+    #[error(transparent)]
+    EnvLayer(EnvLayerError),
     /// The image artifact could not be resolved (unpacked into the cache).
     #[error("cannot use image {image:?}")]
     Image {
@@ -158,7 +165,7 @@ fn message_chain(error: &dyn std::error::Error) -> String {
 }
 
 /// Everything one `create` needs, derived from the context and the env without touching
-/// the system.
+/// the system (but for one `stat`: whether the host has a CA bundle to give an image).
 #[derive(Debug, Clone)]
 pub struct LinuxSandboxSettings {
     /// Where state dirs and cgroups go, and the init binary.
@@ -173,6 +180,17 @@ pub struct LinuxSandboxSettings {
     /// Test mode only: `OMABOX_LINUX_TEST_HOSTS` (`NAME=IP,...`), names the sandbox's network
     /// resolves before asking the host's resolver.
     pub test_hosts: Option<String>,
+    /// `OMABOX_LINUX_APT_LAYER`: the environment layer the image gets first.
+    pub apt_layer: Option<AptLayerSetting>,
+}
+
+/// An environment layer to put over the image ([`crate::env_layer`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AptLayerSetting {
+    /// Its apt packages (the other lists empty).
+    pub packages: omabox_sandbox::packages::EnvironmentPackages,
+    /// The image cache it is kept in (`env-layers/` below it).
+    pub image_cache: PathBuf,
 }
 
 /// An image artifact named by the env, checked but not unpacked yet.
@@ -361,6 +379,18 @@ impl LinuxSandboxFactory {
             for key in CA_ENV {
                 plan.env.insert((*key).to_owned(), CA_BUNDLE.to_owned());
             }
+        } else if Path::new(CA_BUNDLE).is_file() {
+            // An image's TLS clients trust what the host trusts (a network that inspects
+            // TLS has its CA there): the host's bundle, read-only at its own path.
+            plan.binds.push(BindMount {
+                source: CA_BUNDLE.into(),
+                target: IMAGE_CA_BUNDLE.into(),
+                writable: false,
+            });
+            for key in CA_ENV {
+                plan.env
+                    .insert((*key).to_owned(), IMAGE_CA_BUNDLE.to_owned());
+            }
         }
         if let Some(binds) = nonempty(env, READONLY_BINDS_ENV) {
             let parsed = parse_readonly_binds(binds)
@@ -397,6 +427,7 @@ impl LinuxSandboxFactory {
                 Some(hosts.to_owned())
             }
         };
+        let apt_layer = self.apt_layer(env, &plan, pending.as_ref())?;
         plan.workspace = Some(ctx.workdir.clone());
         plan.outputs = ctx.outputs_root.clone();
         Ok(LinuxSandboxSettings {
@@ -405,7 +436,56 @@ impl LinuxSandboxFactory {
             exec_timeout,
             image: pending,
             test_hosts,
+            apt_layer,
         })
+    }
+
+    /// [`APT_LAYER_ENV`], checked: names the installer accepts, and an image to put the
+    /// layer over.
+    fn apt_layer(
+        &self,
+        env: &SandboxFactoryEnv,
+        plan: &SandboxPlan,
+        pending: Option<&PendingImage>,
+    ) -> Result<Option<AptLayerSetting>, LinuxFactoryError> {
+        let Some(list) = nonempty(env, APT_LAYER_ENV) else {
+            return Ok(None);
+        };
+        let packages = omabox_sandbox::packages::EnvironmentPackages {
+            apt: Some(
+                list.split(',')
+                    .map(str::trim)
+                    .filter(|n| !n.is_empty())
+                    .map(str::to_owned)
+                    .collect(),
+            ),
+            ..Default::default()
+        };
+        packages
+            .validate()
+            .map_err(|e| invalid(APT_LAYER_ENV, list, &e.to_string()))?;
+        let image_cache = match (pending, &plan.rootfs) {
+            (Some(pending), _) => pending.cache_dir.clone(),
+            (None, RootfsSource::Directory { .. }) => match nonempty(env, IMAGE_CACHE_ENV) {
+                Some(dir) if Path::new(dir).is_absolute() => PathBuf::from(dir),
+                Some(dir) => return Err(invalid(IMAGE_CACHE_ENV, dir, "must be an absolute path")),
+                None => self
+                    .image_cache
+                    .clone()
+                    .unwrap_or_else(ImageCache::default_dir),
+            },
+            (None, RootfsSource::Preinstalled) => {
+                return Err(invalid(
+                    APT_LAYER_ENV,
+                    list,
+                    "needs an image (OMABOX_LINUX_IMAGE or SANDBOX_IMAGE): the default root shows the host's /usr read-only",
+                ));
+            }
+        };
+        Ok(Some(AptLayerSetting {
+            packages,
+            image_cache,
+        }))
     }
 
     /// Probes this machine and checks that the plan `ctx` and `env` describe can run
@@ -484,6 +564,24 @@ impl LinuxSandboxFactory {
             ),
             None => Arc::new(omabox_egress::SystemResolver),
         };
+        if let Some(layer) = &settings.apt_layer {
+            let made = EnvLayers::in_image_cache(&layer.image_cache)
+                .ensure(
+                    &runtime,
+                    &settings.plan,
+                    &layer.packages,
+                    Arc::clone(&resolver),
+                )
+                .await
+                .map_err(LinuxFactoryError::EnvLayer)?;
+            tracing::info!(
+                layer = %made.dir.display(),
+                built = made.built,
+                bytes = made.bytes,
+                "environment layer"
+            );
+            settings.plan.root_layers.push(made.dir);
+        }
         let port = LinuxSandboxPort::start_resolving(&runtime, &settings.plan, resolver).await?;
         Ok(port.with_default_timeout(settings.exec_timeout))
     }

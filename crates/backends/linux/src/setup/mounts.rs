@@ -270,17 +270,24 @@ pub(super) fn build(
     match &plan.rootfs {
         RootfsSource::Preinstalled => preinstalled_root(plan, &root)?,
         RootfsSource::Directory { path } => {
-            let lower = match userns {
-                Some((ns, _)) => {
-                    let tree = idmapped(path, ns)?;
-                    attach(scratch, tree, Path::new("lower"), MOUNT_ATTR_RDONLY)?;
-                    scratch.join("lower")
-                }
-                None => path.clone(),
-            };
+            // Topmost first: the environment layers, then the image.
+            let sources = plan.root_layers.iter().chain(std::iter::once(path));
+            let mut lowers = Vec::new();
+            for (i, source) in sources.enumerate() {
+                lowers.push(match userns {
+                    Some((ns, _)) => {
+                        let name = format!("lower{i}");
+                        let tree = idmapped(source, ns)?;
+                        attach(scratch, tree, Path::new(&name), MOUNT_ATTR_RDONLY)?;
+                        scratch.join(name)
+                    }
+                    None => source.clone(),
+                });
+            }
+            let upper_parent = plan.root_upper.as_deref().unwrap_or(scratch);
             overlay_root(
-                &lower,
-                scratch,
+                &lowers,
+                upper_parent,
                 &root,
                 userns.map(|(_, r)| *r),
                 &plan.hostname,
@@ -380,25 +387,38 @@ fn preinstalled_root(plan: &SandboxPlan, root: &Path) -> Result<(), SetupError> 
     Ok(())
 }
 
+/// Mounts the overlay root: `lowers` topmost first, the upper and work dirs created in
+/// `upper_parent` (the scratch tmpfs, or a build's host dir).
 fn overlay_root(
-    lower: &Path,
-    scratch: &Path,
+    lowers: &[PathBuf],
+    upper_parent: &Path,
     root: &Path,
     owner: Option<IdRange>,
     hostname: &str,
 ) -> Result<(), SetupError> {
-    let lower_s = lower.to_string_lossy();
-    if lower_s.contains([',', ':', '\\']) {
-        return Err(SetupError::Step {
-            step: "mount overlay".into(),
-            source: io::Error::new(
-                io::ErrorKind::InvalidInput,
-                format!("rootfs path {lower_s:?} holds ',', ':' or '\\'"),
-            ),
-        });
-    }
-    let upper = scratch.join("upper");
-    let work = scratch.join("work");
+    // Overlay options are a comma-separated list with `:`-separated lowers: a path
+    // holding either (or a backslash escape) would change the mount's meaning.
+    let option_safe = |path: &Path| {
+        let text = path.to_string_lossy();
+        if text.contains([',', ':', '\\']) {
+            return Err(SetupError::Step {
+                step: "mount overlay".into(),
+                source: io::Error::new(
+                    io::ErrorKind::InvalidInput,
+                    format!("overlay path {text:?} holds ',', ':' or '\\'"),
+                ),
+            });
+        }
+        Ok(text.into_owned())
+    };
+    option_safe(upper_parent)?;
+    let lower_s = lowers
+        .iter()
+        .map(|l| option_safe(l))
+        .collect::<Result<Vec<_>, _>>()?
+        .join(":");
+    let upper = upper_parent.join("upper");
+    let work = upper_parent.join("work");
     for d in [&upper, &work] {
         step(
             || "create overlay dirs".into(),

@@ -1,0 +1,445 @@
+//! Environment layers: an environment's apt packages installed once, kept as a read-only
+//! overlay layer over its image, so later sandboxes of the environment start with them.
+//!
+//! ```text
+//! key   = sha256("omabox-env-layer-v1" · image rootfs dir · apt list)
+//! <cache>/env-layers/<key>/        the layer (an overlay upper dir: whiteouts, opaque dirs)
+//! <cache>/env-layers/<key>.lock    held while one host builds it
+//! <cache>/env-layers/.partial-<key>  a build in progress (a crashed build's is removed by
+//!                                    the next build, once nobody holds its key's lock)
+//! ```
+//!
+//! A build starts a sandbox on the image whose overlay upper layer is a host directory
+//! (`SandboxPlan::root_upper`), runs the installer's apt script
+//! ([`EnvironmentPackages::apt_layer_script`], which also writes the layer's marker), and
+//! destroys it. The host then walks the upper dir without following anything: every
+//! owner must lie in the build sandbox's id range and is shifted down to `0..65536` (the
+//! layer is idmapped like the image when used; whiteouts, which overlayfs makes as its
+//! mounter, become root's), only directories, regular files, symlinks and overlay
+//! whiteouts may be there, and the whole layer is at most [`MAX_LAYER_BYTES`].
+//! Then it is renamed into place. A sandbox of the environment gets the layer as
+//! `SandboxPlan::root_layers`; the installer finds the marker and skips apt.
+//!
+//! The build runs only the host's own script, yet the packages' maintainer scripts are
+//! code from the network: the build is a sandbox like any other (its policy admits the
+//! package registries), and its upper layer on disk is bounded only by the walk's limit
+//! after the fact (SECURITY.md).
+
+use std::io;
+use std::os::unix::fs::{FileTypeExt, MetadataExt};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use omabox_agent::client::ExecRequest;
+use omabox_sandbox::packages::EnvironmentPackages;
+use sha2::{Digest, Sha256};
+
+use crate::LinuxRuntime;
+use crate::idmap::RANGE;
+use crate::plan::{RootfsSource, SandboxPlan};
+use crate::port::LinuxSandboxPort;
+
+/// Largest layer kept (bytes of regular files).
+pub const MAX_LAYER_BYTES: u64 = 4 << 30;
+/// Most entries in a layer.
+const MAX_LAYER_ENTRIES: u64 = 1 << 20;
+/// How long the apt script may run.
+const BUILD_TIMEOUT: Duration = Duration::from_secs(600);
+/// How much of a failed build's output the error keeps.
+const ERROR_TAIL_CHARS: usize = 300;
+
+/// Why a layer could not be built.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum EnvLayerError {
+    /// The image is not a rootfs directory, or there are no apt packages.
+    #[error("environment layer: {0}")]
+    Unsupported(String),
+    /// The apt script failed in the build sandbox.
+    #[error("environment layer: apt_install_failed exit={code}: {tail}")]
+    Install {
+        /// Its exit code (or signal name).
+        code: String,
+        /// The end of its output, one line without control characters.
+        tail: String,
+    },
+    /// The build sandbox wrote something a layer may not hold, or too much.
+    #[error("environment layer: refused: {0}")]
+    Refused(String),
+    /// The build sandbox could not be run.
+    #[error("environment layer: build sandbox: {0}")]
+    Sandbox(String),
+    /// Host I/O on the cache.
+    #[error("environment layer: {what}: {source}")]
+    Io {
+        /// What was being done.
+        what: String,
+        /// Why it failed.
+        source: io::Error,
+    },
+}
+
+fn io_err(what: impl Into<String>) -> impl FnOnce(io::Error) -> EnvLayerError {
+    let what = what.into();
+    move |source| EnvLayerError::Io { what, source }
+}
+
+/// A layer that is ready.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EnvLayer {
+    /// The layer directory (a `SandboxPlan::root_layers` entry).
+    pub dir: PathBuf,
+    /// Built by this call (else found in the cache).
+    pub built: bool,
+    /// Bytes of regular files in it (counted when built; 0 when found).
+    pub bytes: u64,
+}
+
+/// The environment layers under one image cache.
+#[derive(Debug, Clone)]
+pub struct EnvLayers {
+    dir: PathBuf,
+}
+
+impl EnvLayers {
+    /// The layers kept in `<image cache>/env-layers`.
+    pub fn in_image_cache(image_cache: &Path) -> Self {
+        Self {
+            dir: image_cache.join("env-layers"),
+        }
+    }
+
+    /// The key of `packages`' apt list over the image at `rootfs`.
+    pub fn key(rootfs: &Path, packages: &EnvironmentPackages) -> String {
+        let mut hash = Sha256::new();
+        hash.update(b"omabox-env-layer-v1\0");
+        hash.update(rootfs.as_os_str().as_encoded_bytes());
+        for name in packages.apt.iter().flatten() {
+            hash.update(b"\0");
+            hash.update(name.as_bytes());
+        }
+        hex(&hash.finalize())
+    }
+
+    /// Returns the layer of `packages`' apt list over `plan`'s image, building it first
+    /// when the cache has none. `plan` is the sandbox's own (its image, limits and network,
+    /// which must admit the package registries); the build uses it without workspace,
+    /// outputs or binds.
+    pub async fn ensure(
+        &self,
+        runtime: &LinuxRuntime,
+        plan: &SandboxPlan,
+        packages: &EnvironmentPackages,
+        resolver: Arc<dyn omabox_egress::Resolver>,
+    ) -> Result<EnvLayer, EnvLayerError> {
+        let RootfsSource::Directory { path: rootfs } = &plan.rootfs else {
+            return Err(EnvLayerError::Unsupported(
+                "apt packages need an image root filesystem".into(),
+            ));
+        };
+        packages
+            .validate()
+            .map_err(|e| EnvLayerError::Unsupported(e.to_string()))?;
+        let script = packages
+            .apt_layer_script()
+            .ok_or_else(|| EnvLayerError::Unsupported("no apt packages".into()))?;
+        let key = Self::key(rootfs, packages);
+        let layer = self.dir.join(&key);
+        if layer.is_dir() {
+            return Ok(EnvLayer {
+                dir: layer,
+                built: false,
+                bytes: 0,
+            });
+        }
+        std::fs::create_dir_all(&self.dir).map_err(io_err("create the layer cache"))?;
+        let lock_path = self.dir.join(format!("{key}.lock"));
+        let lock = tokio::task::spawn_blocking(move || lock_exclusive(&lock_path))
+            .await
+            .map_err(|e| EnvLayerError::Sandbox(e.to_string()))??;
+        // Another host may have built it while this one waited.
+        if layer.is_dir() {
+            return Ok(EnvLayer {
+                dir: layer,
+                built: false,
+                bytes: 0,
+            });
+        }
+        self.sweep_partials();
+        let partial = self.dir.join(format!(".partial-{key}"));
+        remove_tree(&partial)?;
+        std::fs::create_dir(&partial).map_err(io_err("create the build dir"))?;
+        let result = build(runtime, plan, &script, &partial, resolver).await;
+        let bytes = match result {
+            Ok(bytes) => bytes,
+            Err(error) => {
+                remove_tree(&partial)?;
+                return Err(error);
+            }
+        };
+        std::fs::rename(partial.join("upper"), &layer).map_err(io_err("keep the layer"))?;
+        remove_tree(&partial)?;
+        drop(lock);
+        Ok(EnvLayer {
+            dir: layer,
+            built: true,
+            bytes,
+        })
+    }
+}
+
+impl EnvLayers {
+    /// Removes the build dirs of crashed builds: those whose key's lock nobody holds.
+    /// Best effort (a failure leaves the dir for the next sweep).
+    fn sweep_partials(&self) {
+        let Ok(entries) = std::fs::read_dir(&self.dir) else {
+            return;
+        };
+        for entry in entries.flatten() {
+            let name = entry.file_name();
+            let Some(key) = name.to_str().and_then(|n| n.strip_prefix(".partial-")) else {
+                continue;
+            };
+            let Ok(lock) = std::fs::File::open(self.dir.join(format!("{key}.lock"))) else {
+                continue;
+            };
+            // SAFETY: flock on an fd we own; released when `lock` drops.
+            let free = unsafe {
+                libc::flock(
+                    std::os::fd::AsRawFd::as_raw_fd(&lock),
+                    libc::LOCK_EX | libc::LOCK_NB,
+                )
+            } == 0;
+            if free {
+                let _ = std::fs::remove_dir_all(entry.path());
+            }
+        }
+    }
+}
+
+/// Runs `script` in a sandbox of `plan` whose upper layer is `partial/upper`, then makes
+/// that dir a layer (see the module doc). Returns its size.
+async fn build(
+    runtime: &LinuxRuntime,
+    plan: &SandboxPlan,
+    script: &str,
+    partial: &Path,
+    resolver: Arc<dyn omabox_egress::Resolver>,
+) -> Result<u64, EnvLayerError> {
+    let mut build_plan = plan.clone();
+    build_plan.workspace = None;
+    build_plan.outputs = None;
+    build_plan.binds.clear();
+    build_plan.root_layers.clear();
+    build_plan.root_upper = Some(partial.to_path_buf());
+    let port = LinuxSandboxPort::start_resolving(runtime, &build_plan, resolver)
+        .await
+        .map_err(|e| EnvLayerError::Sandbox(e.to_string()))?;
+    let base = port.identity().id_base;
+    let output = port
+        .client()
+        .exec(ExecRequest::shell(script).timeout(BUILD_TIMEOUT))
+        .await;
+    let terminated = port.terminate().await;
+    let output = output.map_err(|e| EnvLayerError::Sandbox(e.to_string()))?;
+    terminated.map_err(|e| EnvLayerError::Sandbox(e.to_string()))?;
+    if !output.success() {
+        let code = match (&output.exit.code, &output.exit.signal) {
+            (Some(code), _) => code.to_string(),
+            (None, Some(signal)) => signal.chars().filter(|c| !c.is_control()).collect(),
+            (None, None) => "unknown".into(),
+        };
+        return Err(EnvLayerError::Install {
+            code,
+            tail: tail(&output.combined()),
+        });
+    }
+    let base = base.ok_or_else(|| {
+        EnvLayerError::Unsupported("a layer needs the sandbox's own user namespace (root)".into())
+    })?;
+    let upper = partial.join("upper");
+    // What the sandbox's setup wrote over the image's /etc; every sandbox writes its own.
+    for name in ["resolv.conf", "hostname", "hosts"] {
+        match std::fs::remove_file(upper.join("etc").join(name)) {
+            Err(e) if e.kind() != io::ErrorKind::NotFound => {
+                return Err(io_err(format!("remove /etc/{name}"))(e));
+            }
+            _ => {}
+        }
+    }
+    normalize(&upper, base)
+}
+
+/// Walks the upper dir a dead build sandbox left (nothing follows a link), checks each
+/// entry's type and owner, and shifts owners from the sandbox's host range to `0..65536`.
+/// Returns the bytes of regular files.
+fn normalize(upper: &Path, base: u32) -> Result<u64, EnvLayerError> {
+    let shift = |id: u32, path: &Path| {
+        id.checked_sub(base)
+            .filter(|id| *id < RANGE)
+            .ok_or_else(|| {
+                EnvLayerError::Refused(format!(
+                    "{} is owned by id {id}, outside the build sandbox's range",
+                    shown(upper, path)
+                ))
+            })
+    };
+    let (mut bytes, mut entries) = (0u64, 0u64);
+    let mut stack = vec![upper.to_path_buf()];
+    while let Some(path) = stack.pop() {
+        let meta = std::fs::symlink_metadata(&path).map_err(io_err("read the layer"))?;
+        let kind = meta.file_type();
+        entries += 1;
+        if entries > MAX_LAYER_ENTRIES {
+            return Err(EnvLayerError::Refused(format!(
+                "more than {MAX_LAYER_ENTRIES} entries"
+            )));
+        }
+        if kind.is_file() {
+            bytes += meta.len();
+            if bytes > MAX_LAYER_BYTES {
+                return Err(EnvLayerError::Refused(format!(
+                    "larger than {MAX_LAYER_BYTES} bytes"
+                )));
+            }
+        } else if kind.is_char_device() {
+            // An overlay whiteout is a 0/0 character device; no other device may be kept.
+            if meta.rdev() != 0 {
+                return Err(EnvLayerError::Refused(format!(
+                    "{} is a device",
+                    shown(upper, &path)
+                )));
+            }
+        } else if !kind.is_dir() && !kind.is_symlink() {
+            return Err(EnvLayerError::Refused(format!(
+                "{} is a FIFO, socket or device",
+                shown(upper, &path)
+            )));
+        }
+        // Overlayfs makes whiteouts with its mounter's ids (host root): they mean nothing
+        // but "deleted", so they become root's.
+        let (uid, gid) = if kind.is_char_device() {
+            (0, 0)
+        } else {
+            (shift(meta.uid(), &path)?, shift(meta.gid(), &path)?)
+        };
+        std::os::unix::fs::lchown(&path, Some(uid), Some(gid))
+            .map_err(io_err(format!("chown {}", shown(upper, &path))))?;
+        if kind.is_dir() {
+            for entry in std::fs::read_dir(&path).map_err(io_err("read the layer"))? {
+                stack.push(entry.map_err(io_err("read the layer"))?.path());
+            }
+        }
+    }
+    Ok(bytes)
+}
+
+/// `path` as the sandbox saw it (for messages).
+fn shown(upper: &Path, path: &Path) -> String {
+    let inside = path.strip_prefix(upper).unwrap_or(path);
+    format!("/{}", inside.display())
+}
+
+/// The end of a build's output: one line, no control characters.
+fn tail(output: &str) -> String {
+    let chars: Vec<char> = output.trim().chars().collect();
+    chars[chars.len().saturating_sub(ERROR_TAIL_CHARS)..]
+        .iter()
+        .map(|c| if c.is_control() { ' ' } else { *c })
+        .collect()
+}
+
+fn remove_tree(path: &Path) -> Result<(), EnvLayerError> {
+    match std::fs::remove_dir_all(path) {
+        Err(e) if e.kind() != io::ErrorKind::NotFound => {
+            Err(io_err(format!("remove {}", path.display()))(e))
+        }
+        _ => Ok(()),
+    }
+}
+
+fn lock_exclusive(path: &Path) -> Result<std::fs::File, EnvLayerError> {
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(path)
+        .map_err(io_err("open the layer lock"))?;
+    // SAFETY: flock on an fd this function owns; released when the file is dropped.
+    if unsafe { libc::flock(std::os::fd::AsRawFd::as_raw_fd(&file), libc::LOCK_EX) } != 0 {
+        return Err(io_err("lock the layer")(io::Error::last_os_error()));
+    }
+    Ok(file)
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn packages(apt: &[&str]) -> EnvironmentPackages {
+        EnvironmentPackages {
+            apt: Some(apt.iter().map(|s| s.to_string()).collect()),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn the_key_depends_on_the_image_and_the_apt_list_only() {
+        let a = EnvLayers::key(Path::new("/img/a"), &packages(&["jq", "hello"]));
+        assert_eq!(a.len(), 64);
+        assert_ne!(
+            a,
+            EnvLayers::key(Path::new("/img/b"), &packages(&["jq", "hello"]))
+        );
+        assert_ne!(a, EnvLayers::key(Path::new("/img/a"), &packages(&["jq"])));
+        assert_ne!(
+            a,
+            EnvLayers::key(Path::new("/img/a"), &packages(&["jqhello"]))
+        );
+        let mut with_pip = packages(&["jq", "hello"]);
+        with_pip.pip = Some(vec!["six".into()]);
+        assert_eq!(a, EnvLayers::key(Path::new("/img/a"), &with_pip));
+    }
+
+    #[test]
+    fn normalize_shifts_owners_and_refuses_strangers() {
+        let dir = tempfile::tempdir().unwrap();
+        let upper = dir.path().join("upper");
+        std::fs::create_dir_all(upper.join("usr/bin")).unwrap();
+        std::fs::write(upper.join("usr/bin/tool"), b"12345").unwrap();
+        std::os::unix::fs::symlink("/etc/shadow", upper.join("usr/bin/link")).unwrap();
+        let base = 0x4000_0000;
+        for p in ["", "usr", "usr/bin", "usr/bin/tool", "usr/bin/link"] {
+            std::os::unix::fs::lchown(upper.join(p), Some(base + 7), Some(base)).unwrap();
+        }
+        assert_eq!(normalize(&upper, base).unwrap(), 5);
+        let meta = std::fs::symlink_metadata(upper.join("usr/bin/link")).unwrap();
+        assert_eq!((meta.uid(), meta.gid()), (7, 0));
+        // The link was not followed.
+        assert_ne!(std::fs::metadata("/etc/shadow").unwrap().uid(), 7);
+
+        // An owner outside the range (a host id) is refused.
+        std::fs::write(upper.join("stranger"), b"").unwrap();
+        std::os::unix::fs::lchown(upper.join("stranger"), Some(0), Some(0)).unwrap();
+        let e = normalize(&upper, 7).unwrap_err().to_string();
+        assert!(e.contains("outside the build sandbox's range"), "{e}");
+    }
+
+    #[test]
+    fn normalize_refuses_fifos() {
+        let dir = tempfile::tempdir().unwrap();
+        let upper = dir.path().join("upper");
+        std::fs::create_dir(&upper).unwrap();
+        let pipe = std::ffi::CString::new(upper.join("pipe").into_os_string().into_encoded_bytes())
+            .unwrap();
+        // SAFETY: a valid C string; mkfifo only reads it.
+        assert_eq!(unsafe { libc::mkfifo(pipe.as_ptr(), 0o644) }, 0);
+        let e = normalize(&upper, 0).unwrap_err().to_string();
+        assert!(e.contains("/pipe is a FIFO"), "{e}");
+    }
+}
