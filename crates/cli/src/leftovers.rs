@@ -139,6 +139,12 @@ fn sweep_blocking(data_dir: &Path, store: &SqliteStore, env: &SandboxFactoryEnv)
         Err(error) => report.errors.push(error),
     }
     sweep_bindings(data_dir, store, &mut report);
+    // Environment layer builds a crashed host left (their sandboxes went above).
+    let image_cache = env
+        .get(omabox_backend_linux::factory::IMAGE_CACHE_ENV)
+        .filter(|dir| Path::new(dir).is_absolute())
+        .map_or_else(omabox_backend_linux::ImageCache::default_dir, PathBuf::from);
+    omabox_backend_linux::env_layer::EnvLayers::in_image_cache(&image_cache).sweep_partials();
     if data_dir.join("blobs").is_dir() {
         match BlobStore::new(data_dir).map(|blobs| blobs.remove_abandoned_temps()) {
             Ok(Ok(removed)) => report.temp_blobs_removed = removed,

@@ -262,3 +262,66 @@ fn plain(text: &str) -> String {
     }
     out
 }
+
+#[test]
+fn a_run_killed_while_it_builds_a_layer_leaves_nothing_after_reap() {
+    let Some(setup) = Setup::new() else { return };
+    let Some(rootfs) = common::debian_rootfs() else {
+        return;
+    };
+    let environment = r#"{"networking":{"type":"limited","allow_package_managers":true},
+        "packages":{"apt":["hello"]}}"#;
+    let file = setup.data.path().join("kill-env.json");
+    std::fs::write(&file, environment).unwrap();
+    let images = setup.data.path().join("images");
+    let command = |args: &[&str]| {
+        let mut command = Command::new(omabox_bin());
+        command
+            .arg("--data-dir")
+            .arg(setup.data.path())
+            .args(args)
+            .env(RUNTIME_DIR_ENV, setup.runtime_dir.path())
+            .env(CGROUP_PARENT_ENV, &setup.cgroup_parent)
+            .env(INIT_ENV, init_bin())
+            .env("SANDBOX_IMAGE", &rootfs)
+            .env("OMABOX_LINUX_IMAGE_CACHE", &images)
+            .stdin(Stdio::null());
+        command
+    };
+    let status = command(&["run", "--session", "kill", "--environment"])
+        .arg(&file)
+        .args(["--", "true"])
+        .env("OMABOX_TEST_MODE", "1")
+        .env("OMABOX_FAULT_POINT", "env-layer-built")
+        .output()
+        .unwrap()
+        .status;
+    use std::os::unix::process::ExitStatusExt as _;
+    assert_eq!(status.signal(), Some(libc::SIGKILL), "{status}");
+    let partials = || {
+        std::fs::read_dir(images.join("env-layers"))
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .filter(|n| n.starts_with(".partial-"))
+            .count()
+    };
+    let state_dirs = || std::fs::read_dir(setup.runtime_dir.path()).unwrap().count();
+    assert_eq!(partials(), 1, "the kill left its build dir");
+    assert!(state_dirs() > 0, "the kill left its build sandbox");
+
+    let reap = command(&["reap", "--json"]).output().unwrap();
+    assert!(reap.status.success(), "{}", describe(&reap));
+    assert_eq!(partials(), 0, "reap removed the build dir");
+    let left: Vec<_> = std::fs::read_dir(setup.runtime_dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .filter(|n| !n.to_string_lossy().starts_with('.'))
+        .collect();
+    assert!(left.is_empty(), "reap removed the build sandbox: {left:?}");
+
+    // The environment still works: the next run (another session: the killed one's fence
+    // holds until it expires) builds the layer.
+    let (report, output) = setup.run_on(Some(&rootfs), "kill-2", environment, "hello");
+    assert!(output.status.success(), "{}", describe(&output));
+    assert_eq!(report["result"]["type"], "completed", "{report}");
+}

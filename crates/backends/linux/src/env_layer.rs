@@ -2,7 +2,8 @@
 //! overlay layer over its image, so later sandboxes of the environment start with them.
 //!
 //! ```text
-//! key   = sha256("omabox-env-layer-v1" · image rootfs dir · apt list)
+//! key   = sha256("omabox-env-layer-v1" · image rootfs dir (+ its and its dpkg status'
+//!                inode and mtime) · apt list)
 //! <cache>/env-layers/<key>/        the layer (an overlay upper dir: whiteouts, opaque dirs)
 //! <cache>/env-layers/<key>.lock    held while one host builds it
 //! <cache>/env-layers/.partial-<key>  a build in progress (a crashed build's is removed by
@@ -110,11 +111,24 @@ impl EnvLayers {
         }
     }
 
-    /// The key of `packages`' apt list over the image at `rootfs`.
+    /// The key of `packages`' apt list over the image at `rootfs`: its path (a cached
+    /// image's holds its digest) and, for a directory changed in place, the inode and
+    /// modification time of the directory and of its dpkg status file (which every package
+    /// change rewrites).
     pub fn key(rootfs: &Path, packages: &EnvironmentPackages) -> String {
         let mut hash = Sha256::new();
         hash.update(b"omabox-env-layer-v1\0");
         hash.update(rootfs.as_os_str().as_encoded_bytes());
+        for path in [rootfs.to_path_buf(), rootfs.join("var/lib/dpkg/status")] {
+            if let Ok(meta) = std::fs::symlink_metadata(&path) {
+                hash.update(format!(
+                    "\0{}:{}.{}",
+                    meta.ino(),
+                    meta.mtime(),
+                    meta.mtime_nsec()
+                ));
+            }
+        }
         for name in packages.apt.iter().flatten() {
             hash.update(b"\0");
             hash.update(name.as_bytes());
@@ -191,8 +205,9 @@ impl EnvLayers {
 
 impl EnvLayers {
     /// Removes the build dirs of crashed builds: those whose key's lock nobody holds.
-    /// Best effort (a failure leaves the dir for the next sweep).
-    fn sweep_partials(&self) {
+    /// Best effort (a failure leaves the dir for the next sweep). Every build runs it, and
+    /// so does `omabox reap`.
+    pub fn sweep_partials(&self) {
         let Ok(entries) = std::fs::read_dir(&self.dir) else {
             return;
         };
@@ -241,6 +256,8 @@ async fn build(
         .client()
         .exec(ExecRequest::shell(script).timeout(BUILD_TIMEOUT))
         .await;
+    // A kill here leaves the build sandbox and the build dir: `omabox reap` removes both.
+    omabox_sandbox::fault::point("env-layer-built");
     let terminated = port.terminate().await;
     let output = output.map_err(|e| EnvLayerError::Sandbox(e.to_string()))?;
     terminated.map_err(|e| EnvLayerError::Sandbox(e.to_string()))?;
@@ -286,10 +303,15 @@ fn normalize(upper: &Path, base: u32) -> Result<u64, EnvLayerError> {
             })
     };
     let (mut bytes, mut entries) = (0u64, 0u64);
+    // Hard links: one inode, shifted (and counted) once.
+    let mut linked = std::collections::HashSet::new();
     let mut stack = vec![upper.to_path_buf()];
     while let Some(path) = stack.pop() {
         let meta = std::fs::symlink_metadata(&path).map_err(io_err("read the layer"))?;
         let kind = meta.file_type();
+        if !kind.is_dir() && meta.nlink() > 1 && !linked.insert((meta.dev(), meta.ino())) {
+            continue;
+        }
         entries += 1;
         if entries > MAX_LAYER_ENTRIES {
             return Err(EnvLayerError::Refused(format!(
@@ -428,6 +450,21 @@ mod tests {
         std::os::unix::fs::lchown(upper.join("stranger"), Some(0), Some(0)).unwrap();
         let e = normalize(&upper, 7).unwrap_err().to_string();
         assert!(e.contains("outside the build sandbox's range"), "{e}");
+    }
+
+    #[test]
+    fn normalize_shifts_a_hard_linked_inode_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let upper = dir.path().join("upper");
+        std::fs::create_dir(&upper).unwrap();
+        std::fs::write(upper.join("a"), b"1234").unwrap();
+        std::fs::hard_link(upper.join("a"), upper.join("b")).unwrap();
+        let base = 0x4000_0000;
+        for p in ["", "a"] {
+            std::os::unix::fs::lchown(upper.join(p), Some(base + 3), Some(base + 3)).unwrap();
+        }
+        assert_eq!(normalize(&upper, base).unwrap(), 4);
+        assert_eq!(std::fs::metadata(upper.join("b")).unwrap().uid(), 3);
     }
 
     #[test]
