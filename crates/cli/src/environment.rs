@@ -10,9 +10,10 @@
 //! (`{"type": "cloud", "networking": {...}, "packages": {...}}`), as the public Environment
 //! API spells them. `packages` ({pip, npm, apt, cargo, gem, go}) are installed in the
 //! sandbox before the harness starts (`omabox_sandbox::packages`; the networking must let
-//! the package managers through, e.g. `allow_package_managers`); `dockerfile` is refused
-//! when set: omabox builds no images yet, and a silently ignored one would fail later and
-//! further from its cause.
+//! the package managers through, e.g. `allow_package_managers`); `packages.apt` and
+//! `dockerfile` (the subset `RUN`, `ENV`, `WORKDIR`: `omabox_sandbox::dockerfile`, checked
+//! here so a bad one fails before anything starts) become the image's environment layer
+//! (`OMABOX_LINUX_ENV_LAYER`), built once per image and content.
 //!
 //! The gateway URL as the sandbox sees it: a URL naming a host keeps its name (the
 //! sandbox's DNS answers it with its own loopback, where the gateway listener is, so TLS
@@ -41,12 +42,25 @@ pub struct EnvironmentConfig {
     /// Packages to install before the harness starts.
     #[serde(default)]
     pub packages: Option<EnvironmentPackages>,
-    /// A Dockerfile (refused when set).
+    /// A Dockerfile of the subset omabox builds into the environment layer.
     #[serde(default)]
     pub dockerfile: Option<String>,
 }
 
 impl EnvironmentConfig {
+    /// The linux factory's [`omabox_backend_linux::factory::ENV_LAYER_ENV`] value: the
+    /// apt packages and the dockerfile (`None` when there is neither).
+    pub fn env_layer(&self) -> Option<String> {
+        let apt = self
+            .packages
+            .as_ref()
+            .and_then(|p| p.apt.clone())
+            .unwrap_or_default();
+        let dockerfile = self.dockerfile.as_deref().filter(|d| !d.trim().is_empty());
+        (!apt.is_empty() || dockerfile.is_some())
+            .then(|| serde_json::json!({"apt": apt, "dockerfile": dockerfile}).to_string())
+    }
+
     /// Reads `path`: an Environment object or its `config`.
     pub fn load(path: &Path) -> anyhow::Result<Self> {
         let text = std::fs::read_to_string(path)
@@ -64,14 +78,8 @@ impl EnvironmentConfig {
         if let Some(packages) = &config.packages {
             packages.validate().context("packages")?;
         }
-        if config
-            .dockerfile
-            .as_deref()
-            .is_some_and(|d| !d.trim().is_empty())
-        {
-            anyhow::bail!(
-                "`dockerfile` is not supported: omabox builds no images (pass a local image with OMABOX_LINUX_IMAGE)"
-            );
+        if let Some(dockerfile) = &config.dockerfile {
+            omabox_sandbox::dockerfile::Dockerfile::parse(dockerfile).context("`dockerfile`")?;
         }
         if let Some(networking) = &config.networking {
             NetworkPolicy::compile(networking, &[]).context("networking")?;
@@ -181,6 +189,7 @@ mod tests {
                 "not an Environment config",
             ),
             (r#"{"dockerfile":"FROM debian"}"#, "`dockerfile`"),
+            (r#"{"dockerfile":"RUN true\nCOPY a b"}"#, "`dockerfile`"),
             (
                 r#"{"networking":{"type":"open"}}"#,
                 "not an Environment config",

@@ -161,7 +161,8 @@ fn a_failed_install_fails_the_run_with_the_package_managers_error() {
     let (_, output) = setup.run("apt", apt, "true");
     assert_eq!(output.status.code(), Some(1), "{}", describe(&output));
     assert!(
-        String::from_utf8_lossy(&output.stderr).contains("packages.apt needs an image root"),
+        String::from_utf8_lossy(&output.stderr)
+            .contains("packages.apt and dockerfile need an image root"),
         "{}",
         describe(&output)
     );
@@ -175,14 +176,17 @@ fn logged_path(stderr: &str, path: &str) -> bool {
 }
 
 #[test]
-fn apt_packages_are_installed_once_into_an_environment_layer_over_the_image() {
+fn apt_packages_and_dockerfile_steps_are_built_once_into_an_environment_layer() {
     let Some(setup) = Setup::new() else { return };
     let Some(rootfs) = common::debian_rootfs() else {
         return;
     };
-    let environment = r#"{"networking":{"type":"limited","allow_package_managers":true},
-        "packages":{"apt":["hello"]}}"#;
-    let probe = "hello && test -s /workspace/.oma-setup-restored && echo apt-ok";
+    let environment = r##"{"networking":{"type":"limited","allow_package_managers":true},
+        "packages":{"apt":["hello"]},
+        "dockerfile":"# the layer's own steps\nENV GREETING=\"hi there\"\nWORKDIR /opt/tool\nRUN printf '%s' \"$GREETING\" > greeting && hello > hello.txt"}"##;
+    let probe = "hello && test -s /workspace/.oma-setup-restored \
+        && [ \"$GREETING\" = 'hi there' ] && [ \"$(cat /opt/tool/greeting)\" = \"$GREETING\" ] && grep -q Hello /opt/tool/hello.txt \
+        && echo apt-ok";
     let layer_line = |stderr: &str| {
         plain(stderr)
             .lines()
@@ -232,7 +236,7 @@ fn apt_packages_are_installed_once_into_an_environment_layer_over_the_image() {
         .as_str()
         .unwrap_or_default();
     assert!(
-        message.contains("environment layer: apt_install_failed exit=100")
+        message.contains("environment layer: build_failed exit=100")
             && message.contains("Unable to locate package omabox-no-such-package"),
         "{message}"
     );

@@ -201,12 +201,12 @@ impl EnvironmentPackages {
         (!list(&self.apt).is_empty()).then(|| fnv1a32(&json_list(&self.apt)))
     }
 
-    /// The script that builds an environment layer: the apt section, then the marker, then
-    /// apt's caches cleared (they would only make the layer larger).
+    /// An environment layer's apt part (the builder runs it under `set -e`): the apt
+    /// section, then the marker.
     pub fn apt_layer_script(&self) -> Option<String> {
         let (apt, hash) = (self.apt_section()?, self.apt_hash()?);
         Some(format!(
-            "set -e\n{apt}\nmkdir -p /etc/omabox && printf '%s' '{hash}' > {APT_LAYER_MARKER}\napt-get clean && rm -rf /var/lib/apt/lists/*"
+            "{apt}\nmkdir -p /etc/omabox && printf '%s' '{hash}' > {APT_LAYER_MARKER}"
         ))
     }
 

@@ -1,9 +1,10 @@
-//! Environment layers: an environment's apt packages installed once, kept as a read-only
-//! overlay layer over its image, so later sandboxes of the environment start with them.
+//! Environment layers: an environment's apt packages and dockerfile steps (`RUN`, `ENV`,
+//! `WORKDIR`: [`omabox_sandbox::dockerfile`]) run once, kept as a read-only overlay layer
+//! over its image, so later sandboxes of the environment start with them.
 //!
 //! ```text
-//! key   = sha256("omabox-env-layer-v1" · image rootfs dir (+ its and its dpkg status'
-//!                inode and mtime) · apt list)
+//! key   = sha256("omabox-env-layer-v2" · image rootfs dir (+ its and its dpkg status'
+//!                inode and mtime) · apt list · dockerfile)
 //! <cache>/env-layers/<key>/        the layer (an overlay upper dir: whiteouts, opaque dirs)
 //! <cache>/env-layers/<key>.lock    held while one host builds it
 //! <cache>/env-layers/.partial-<key>  a build in progress (a crashed build's is removed by
@@ -12,14 +13,15 @@
 //!
 //! A build starts a sandbox on the image whose overlay upper layer is a host directory
 //! (`SandboxPlan::root_upper`), runs the installer's apt script
-//! ([`EnvironmentPackages::apt_layer_script`], which also writes the layer's marker), and
-//! destroys it. The host then walks the upper dir without following anything: every
+//! ([`EnvironmentPackages::apt_layer_script`], which also writes the layer's marker), then
+//! the dockerfile's steps, and destroys it. The host then walks the upper dir without following anything: every
 //! owner must lie in the build sandbox's id range and is shifted down to `0..65536` (the
 //! layer is idmapped like the image when used; whiteouts, which overlayfs makes as its
 //! mounter, become root's), only directories, regular files, symlinks and overlay
 //! whiteouts may be there, and the whole layer is at most [`MAX_LAYER_BYTES`].
 //! Then it is renamed into place. A sandbox of the environment gets the layer as
-//! `SandboxPlan::root_layers`; the installer finds the marker and skips apt.
+//! `SandboxPlan::root_layers` and the dockerfile's `ENV` in its environment; the installer
+//! finds the marker and skips apt.
 //!
 //! The build runs only the host's own script, yet the packages' maintainer scripts are
 //! code from the network: the build is a sandbox like any other (its policy admits the
@@ -33,6 +35,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use omabox_agent::client::ExecRequest;
+use omabox_sandbox::dockerfile::Dockerfile;
 use omabox_sandbox::packages::EnvironmentPackages;
 use sha2::{Digest, Sha256};
 
@@ -54,11 +57,11 @@ const ERROR_TAIL_CHARS: usize = 300;
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum EnvLayerError {
-    /// The image is not a rootfs directory, or there are no apt packages.
+    /// The image is not a rootfs directory.
     #[error("environment layer: {0}")]
     Unsupported(String),
-    /// The apt script failed in the build sandbox.
-    #[error("environment layer: apt_install_failed exit={code}: {tail}")]
+    /// The apt script or a dockerfile step failed in the build sandbox.
+    #[error("environment layer: build_failed exit={code}: {tail}")]
     Install {
         /// Its exit code (or signal name).
         code: String,
@@ -86,6 +89,61 @@ fn io_err(what: impl Into<String>) -> impl FnOnce(io::Error) -> EnvLayerError {
     move |source| EnvLayerError::Io { what, source }
 }
 
+/// What a layer holds: apt packages, dockerfile steps, or both.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct LayerSpec {
+    /// The apt list (the other package lists are ignored).
+    pub packages: EnvironmentPackages,
+    /// `config.dockerfile`'s text, parsed when the spec is made.
+    pub dockerfile: Option<(String, Dockerfile)>,
+}
+
+impl LayerSpec {
+    /// The spec of `apt` and `dockerfile` (`None`: nothing to build). Checks both.
+    pub fn new(apt: Vec<String>, dockerfile: Option<&str>) -> Result<Option<Self>, String> {
+        let packages = EnvironmentPackages {
+            apt: (!apt.is_empty()).then_some(apt),
+            ..Default::default()
+        };
+        packages.validate().map_err(|e| e.to_string())?;
+        let dockerfile = match dockerfile.filter(|d| !d.trim().is_empty()) {
+            Some(text) => Some((
+                text.to_owned(),
+                Dockerfile::parse(text).map_err(|e| e.to_string())?,
+            )),
+            None => None,
+        };
+        Ok(
+            (packages.apt.is_some() || dockerfile.is_some()).then_some(Self {
+                packages,
+                dockerfile,
+            }),
+        )
+    }
+
+    /// The variables the dockerfile's `ENV` steps set (for the layer's sandboxes).
+    pub fn env(&self) -> std::collections::BTreeMap<String, String> {
+        self.dockerfile
+            .as_ref()
+            .map(|(_, d)| d.env())
+            .unwrap_or_default()
+    }
+
+    /// The build script: apt (and its marker), then the dockerfile, then apt's caches.
+    fn script(&self) -> String {
+        let mut parts = vec!["set -e".to_owned()];
+        parts.extend(self.packages.apt_layer_script());
+        if let Some((_, dockerfile)) = &self.dockerfile {
+            parts.push(dockerfile.script());
+        }
+        parts.push(
+            "if command -v apt-get >/dev/null; then apt-get clean; rm -rf /var/lib/apt/lists/*; fi"
+                .into(),
+        );
+        parts.join("\n")
+    }
+}
+
 /// A layer that is ready.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct EnvLayer {
@@ -111,13 +169,12 @@ impl EnvLayers {
         }
     }
 
-    /// The key of `packages`' apt list over the image at `rootfs`: its path (a cached
-    /// image's holds its digest) and, for a directory changed in place, the inode and
-    /// modification time of the directory and of its dpkg status file (which every package
-    /// change rewrites).
-    pub fn key(rootfs: &Path, packages: &EnvironmentPackages) -> String {
+    /// The key of `spec` over the image at `rootfs`: its path (a cached image's holds its
+    /// digest) and, for a directory changed in place, the inode and modification time of
+    /// the directory and of its dpkg status file (which every package change rewrites).
+    pub fn key(rootfs: &Path, spec: &LayerSpec) -> String {
         let mut hash = Sha256::new();
-        hash.update(b"omabox-env-layer-v1\0");
+        hash.update(b"omabox-env-layer-v2\0");
         hash.update(rootfs.as_os_str().as_encoded_bytes());
         for path in [rootfs.to_path_buf(), rootfs.join("var/lib/dpkg/status")] {
             if let Ok(meta) = std::fs::symlink_metadata(&path) {
@@ -129,36 +186,34 @@ impl EnvLayers {
                 ));
             }
         }
-        for name in packages.apt.iter().flatten() {
-            hash.update(b"\0");
+        for name in spec.packages.apt.iter().flatten() {
+            hash.update(b"\0apt\0");
             hash.update(name.as_bytes());
+        }
+        if let Some((text, _)) = &spec.dockerfile {
+            hash.update(b"\0dockerfile\0");
+            hash.update(text.as_bytes());
         }
         hex(&hash.finalize())
     }
 
-    /// Returns the layer of `packages`' apt list over `plan`'s image, building it first
-    /// when the cache has none. `plan` is the sandbox's own (its image, limits and network,
-    /// which must admit the package registries); the build uses it without workspace,
-    /// outputs or binds.
+    /// Returns the layer of `spec` over `plan`'s image, building it first when the cache
+    /// has none. `plan` is the sandbox's own (its image, limits and network, which must
+    /// admit what the build reaches); the build uses it without workspace, outputs or binds.
     pub async fn ensure(
         &self,
         runtime: &LinuxRuntime,
         plan: &SandboxPlan,
-        packages: &EnvironmentPackages,
+        spec: &LayerSpec,
         resolver: Arc<dyn omabox_egress::Resolver>,
     ) -> Result<EnvLayer, EnvLayerError> {
         let RootfsSource::Directory { path: rootfs } = &plan.rootfs else {
             return Err(EnvLayerError::Unsupported(
-                "apt packages need an image root filesystem".into(),
+                "apt packages and a dockerfile need an image root filesystem".into(),
             ));
         };
-        packages
-            .validate()
-            .map_err(|e| EnvLayerError::Unsupported(e.to_string()))?;
-        let script = packages
-            .apt_layer_script()
-            .ok_or_else(|| EnvLayerError::Unsupported("no apt packages".into()))?;
-        let key = Self::key(rootfs, packages);
+        let script = spec.script();
+        let key = Self::key(rootfs, spec);
         let layer = self.dir.join(&key);
         if layer.is_dir() {
             return Ok(EnvLayer {
@@ -403,29 +458,50 @@ fn hex(bytes: &[u8]) -> String {
 mod tests {
     use super::*;
 
-    fn packages(apt: &[&str]) -> EnvironmentPackages {
-        EnvironmentPackages {
-            apt: Some(apt.iter().map(|s| s.to_string()).collect()),
-            ..Default::default()
-        }
+    fn spec(apt: &[&str], dockerfile: Option<&str>) -> LayerSpec {
+        LayerSpec::new(apt.iter().map(|s| s.to_string()).collect(), dockerfile)
+            .unwrap()
+            .unwrap()
     }
 
     #[test]
-    fn the_key_depends_on_the_image_and_the_apt_list_only() {
-        let a = EnvLayers::key(Path::new("/img/a"), &packages(&["jq", "hello"]));
+    fn the_key_depends_on_the_image_the_apt_list_and_the_dockerfile() {
+        let a = EnvLayers::key(Path::new("/img/a"), &spec(&["jq", "hello"], None));
         assert_eq!(a.len(), 64);
-        assert_ne!(
+        for other in [
+            EnvLayers::key(Path::new("/img/b"), &spec(&["jq", "hello"], None)),
+            EnvLayers::key(Path::new("/img/a"), &spec(&["jq"], None)),
+            EnvLayers::key(Path::new("/img/a"), &spec(&["jqhello"], None)),
+            EnvLayers::key(
+                Path::new("/img/a"),
+                &spec(&["jq", "hello"], Some("RUN true")),
+            ),
+        ] {
+            assert_ne!(a, other);
+        }
+        assert_eq!(
             a,
-            EnvLayers::key(Path::new("/img/b"), &packages(&["jq", "hello"]))
+            EnvLayers::key(Path::new("/img/a"), &spec(&["jq", "hello"], None))
         );
-        assert_ne!(a, EnvLayers::key(Path::new("/img/a"), &packages(&["jq"])));
-        assert_ne!(
-            a,
-            EnvLayers::key(Path::new("/img/a"), &packages(&["jqhello"]))
+    }
+
+    #[test]
+    fn a_spec_needs_something_and_checks_both_parts() {
+        assert_eq!(LayerSpec::new(Vec::new(), Some("  ")), Ok(None));
+        assert!(LayerSpec::new(vec!["-o".into()], None).is_err());
+        let e = LayerSpec::new(Vec::new(), Some("FROM x")).unwrap_err();
+        assert!(e.contains("line 1: FROM is not allowed"), "{e}");
+        let s = spec(&["jq"], Some("ENV A=1\nRUN echo $A > /a"));
+        assert_eq!(s.env()["A"], "1");
+        let script = s.script();
+        let (apt, run) = (
+            script.find("apt-get install").unwrap(),
+            script.find("echo $A").unwrap(),
         );
-        let mut with_pip = packages(&["jq", "hello"]);
-        with_pip.pip = Some(vec!["six".into()]);
-        assert_eq!(a, EnvLayers::key(Path::new("/img/a"), &with_pip));
+        assert!(
+            apt < run && script.find("apt-get clean").unwrap() > run,
+            "{script}"
+        );
     }
 
     #[test]

@@ -74,7 +74,7 @@ use crate::work_profile;
 use clap::Args;
 use omabox_acp::agents::{AGENT_MOUNT, KnownAgent, known_agent};
 use omabox_acp::{AcpTurnOptions, PermissionPolicy};
-use omabox_backend_linux::factory::{APT_LAYER_ENV, MEMORY_ENV, NETWORK_ENV, READONLY_BINDS_ENV};
+use omabox_backend_linux::factory::{ENV_LAYER_ENV, MEMORY_ENV, NETWORK_ENV, READONLY_BINDS_ENV};
 use omabox_backend_linux::managed::CredentialEgressOptions;
 use omabox_contract::{
     AbortController, HarnessDriverDeclaration, ManagedRuntimeProfile, RuntimeResourceScope,
@@ -304,29 +304,15 @@ pub async fn run(data_dir: &Path, args: RunArgs) -> anyhow::Result<ExitCode> {
             for (key, value) in keys {
                 env = env.with_var(key, value);
             }
-            let apt = environment
-                .as_ref()
-                .and_then(|e| e.packages.as_ref())
-                .and_then(|p| p.apt.as_ref())
-                .is_some_and(|apt| !apt.is_empty());
-            if apt && env.get("OMABOX_LINUX_IMAGE").is_none() && env.get("SANDBOX_IMAGE").is_none()
-            {
-                anyhow::bail!(
-                    "--environment packages.apt needs an image root filesystem (OMABOX_LINUX_IMAGE or SANDBOX_IMAGE): the default root shows the host's /usr read-only"
-                );
-            }
-            // apt packages are installed once per image into an environment layer the
-            // sandboxes of the environment start from (the installer then skips apt).
-            if let Some(apt) = environment
-                .as_ref()
-                .and_then(|e| e.packages.as_ref())
-                .and_then(|p| p.apt.as_ref())
-                .filter(|apt| !apt.is_empty())
-            {
-                if let Some(name) = apt.iter().find(|n| n.contains(',')) {
-                    anyhow::bail!("--environment packages.apt: {name:?} is not a package name");
+            // apt packages and a dockerfile become the image's environment layer, built once
+            // per image and content; its sandboxes start from it (the installer skips apt).
+            if let Some(layer) = environment.as_ref().and_then(EnvironmentConfig::env_layer) {
+                if env.get("OMABOX_LINUX_IMAGE").is_none() && env.get("SANDBOX_IMAGE").is_none() {
+                    anyhow::bail!(
+                        "--environment packages.apt and dockerfile need an image root filesystem (OMABOX_LINUX_IMAGE or SANDBOX_IMAGE): the default root shows the host's /usr read-only"
+                    );
                 }
-                env = env.with_var(APT_LAYER_ENV, apt.join(","));
+                env = env.with_var(ENV_LAYER_ENV, layer);
             }
             if let Some(dir) = &agent_dir {
                 let bind = format!("{}:{AGENT_MOUNT}", dir.display());
@@ -355,6 +341,15 @@ pub async fn run(data_dir: &Path, args: RunArgs) -> anyhow::Result<ExitCode> {
             if environment.as_ref().is_some_and(|e| e.networking.is_some()) {
                 anyhow::bail!(
                     "--environment networking: the local backend has no isolation and enforces no network policy"
+                );
+            }
+            if environment
+                .as_ref()
+                .and_then(|e| e.dockerfile.as_deref())
+                .is_some_and(|d| !d.trim().is_empty())
+            {
+                anyhow::bail!(
+                    "--environment dockerfile: the local backend runs on the host; environment layers are built for linux sandboxes only"
                 );
             }
         }

@@ -26,9 +26,24 @@ pub const INIT_ENV: &str = "OMABOX_LINUX_INIT";
 /// `OMABOX_LINUX_READONLY_BINDS`: host directories bound read-only into the sandbox.
 pub const READONLY_BINDS_ENV: &str = "OMABOX_LINUX_READONLY_BINDS";
 
-/// `OMABOX_LINUX_APT_LAYER`: apt packages (comma-separated) the sandbox's image gets as an
-/// environment layer, built once per image and list (`crate::env_layer`).
-pub const APT_LAYER_ENV: &str = "OMABOX_LINUX_APT_LAYER";
+/// `OMABOX_LINUX_ENV_LAYER`: `{"apt":[…],"dockerfile":"…"}`, what the sandbox's image gets
+/// as an environment layer, built once per image and content (`crate::env_layer`).
+pub const ENV_LAYER_ENV: &str = "OMABOX_LINUX_ENV_LAYER";
+
+/// Parses [`ENV_LAYER_ENV`] (`None`: nothing to build).
+pub fn parse_env_layer(text: &str) -> Result<Option<crate::env_layer::LayerSpec>, String> {
+    #[derive(serde::Deserialize)]
+    #[serde(deny_unknown_fields)]
+    struct Wire {
+        #[serde(default)]
+        apt: Vec<String>,
+        #[serde(default)]
+        dockerfile: Option<String>,
+    }
+    let wire: Wire = serde_json::from_str(text)
+        .map_err(|e| format!("must be a JSON object {{\"apt\":[…],\"dockerfile\":\"…\"}}: {e}"))?;
+    crate::env_layer::LayerSpec::new(wire.apt, wire.dockerfile.as_deref())
+}
 
 /// `OMABOX_LINUX_NETWORK`: the sandbox's networking config.
 pub const NETWORK_ENV: &str = "OMABOX_LINUX_NETWORK";
@@ -48,7 +63,7 @@ pub const ENV_KEYS: &[&str] = &[
     PIDS_ENV,
     EXEC_TIMEOUT_ENV,
     READONLY_BINDS_ENV,
-    APT_LAYER_ENV,
+    ENV_LAYER_ENV,
     NETWORK_ENV,
     GATEWAY_ENV,
     TEST_HOSTS_ENV,

@@ -23,7 +23,7 @@
 //! | `OMABOX_LINUX_PIDS` | maximum tasks (processes + threads, the agent included), or `unlimited` | 512 |
 //! | `OMABOX_LINUX_EXEC_TIMEOUT_MS` | default exec timeout in ms | 120000 |
 //! | `OMABOX_LINUX_READONLY_BINDS` | `HOST_DIR:SANDBOX_DIR[,…]`: host directories mounted read-only (nosuid, nodev, idmapped) in the sandbox, e.g. an agent's package cache | none |
-//! | `OMABOX_LINUX_APT_LAYER` | apt packages (comma-separated) installed once per image and list into an environment layer over the image ([`crate::env_layer`]; needs an image, and a network that admits the package registries); read by `create_port` | none |
+//! | `OMABOX_LINUX_ENV_LAYER` | `{"apt":[…],"dockerfile":"…"}`: apt packages and dockerfile steps (`RUN`, `ENV`, `WORKDIR`) run once per image and content into an environment layer over the image ([`crate::env_layer`]; needs an image, and a network that admits what the build reaches); read by `create_port` | none |
 //! | `OMABOX_LINUX_NETWORK` | what the sandbox reaches besides its loopback: `none`, `limited` (nothing but the gateway), `unrestricted`, or an Environment `networking` JSON object (`{"type":"limited","allowed_hosts":["pypi.org"],"allow_package_managers":true}`); see [`crate::network`] | `none` |
 //! | `OMABOX_LINUX_GATEWAY` | `IP:PORT` (or `NAME=IP:PORT`, NAME being the host name of the gateway's URL, which then resolves to `127.0.0.1` inside) where the omabox gateway (hosted inference and MCP proxies) listens, as the host reaches it; the sandbox reaches it at `127.0.0.1:PORT` under every networking config but `none` | no gateway |
 //! | `OMABOX_LINUX_TEST_HOSTS` | test mode only (`OMABOX_TEST_MODE=1`; refused otherwise): `NAME=IP,...` answered before the host's resolver, for tests whose upstream servers live in namespaces they made | none |
@@ -52,7 +52,7 @@ use async_trait::async_trait;
 use omabox_contract::PortError;
 use omabox_sandbox::{SandboxFactory, SandboxFactoryContext, SandboxFactoryEnv, SandboxPort};
 
-use crate::env_layer::{EnvLayerError, EnvLayers};
+use crate::env_layer::{EnvLayerError, EnvLayers, LayerSpec};
 use crate::image::{ImageCache, ImageError, ImageKind, ResolvedImage};
 use crate::plan::{
     BindMount, CA_BUNDLE, CA_ENV, CpuLimit, IMAGE_CA_BUNDLE, RootfsSource, SandboxPlan,
@@ -180,15 +180,15 @@ pub struct LinuxSandboxSettings {
     /// Test mode only: `OMABOX_LINUX_TEST_HOSTS` (`NAME=IP,...`), names the sandbox's network
     /// resolves before asking the host's resolver.
     pub test_hosts: Option<String>,
-    /// `OMABOX_LINUX_APT_LAYER`: the environment layer the image gets first.
-    pub apt_layer: Option<AptLayerSetting>,
+    /// `OMABOX_LINUX_ENV_LAYER`: the environment layer the image gets first.
+    pub env_layer: Option<EnvLayerSetting>,
 }
 
 /// An environment layer to put over the image ([`crate::env_layer`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct AptLayerSetting {
-    /// Its apt packages (the other lists empty).
-    pub packages: omabox_sandbox::packages::EnvironmentPackages,
+pub struct EnvLayerSetting {
+    /// What it holds.
+    pub spec: LayerSpec,
     /// The image cache it is kept in (`env-layers/` below it).
     pub image_cache: PathBuf,
 }
@@ -427,7 +427,7 @@ impl LinuxSandboxFactory {
                 Some(hosts.to_owned())
             }
         };
-        let apt_layer = self.apt_layer(env, &plan, pending.as_ref())?;
+        let env_layer = self.env_layer(env, &plan, pending.as_ref())?;
         plan.workspace = Some(ctx.workdir.clone());
         plan.outputs = ctx.outputs_root.clone();
         Ok(LinuxSandboxSettings {
@@ -436,34 +436,26 @@ impl LinuxSandboxFactory {
             exec_timeout,
             image: pending,
             test_hosts,
-            apt_layer,
+            env_layer,
         })
     }
 
-    /// [`APT_LAYER_ENV`], checked: names the installer accepts, and an image to put the
-    /// layer over.
-    fn apt_layer(
+    /// [`ENV_LAYER_ENV`], checked: package names the installer accepts, a dockerfile of
+    /// the subset, and an image to put the layer over.
+    fn env_layer(
         &self,
         env: &SandboxFactoryEnv,
         plan: &SandboxPlan,
         pending: Option<&PendingImage>,
-    ) -> Result<Option<AptLayerSetting>, LinuxFactoryError> {
-        let Some(list) = nonempty(env, APT_LAYER_ENV) else {
+    ) -> Result<Option<EnvLayerSetting>, LinuxFactoryError> {
+        let Some(text) = nonempty(env, ENV_LAYER_ENV) else {
             return Ok(None);
         };
-        let packages = omabox_sandbox::packages::EnvironmentPackages {
-            apt: Some(
-                list.split(',')
-                    .map(str::trim)
-                    .filter(|n| !n.is_empty())
-                    .map(str::to_owned)
-                    .collect(),
-            ),
-            ..Default::default()
+        let Some(spec) =
+            parse_env_layer(text).map_err(|reason| invalid(ENV_LAYER_ENV, text, &reason))?
+        else {
+            return Ok(None);
         };
-        packages
-            .validate()
-            .map_err(|e| invalid(APT_LAYER_ENV, list, &e.to_string()))?;
         let image_cache = match (pending, &plan.rootfs) {
             (Some(pending), _) => pending.cache_dir.clone(),
             (None, RootfsSource::Directory { .. }) => match nonempty(env, IMAGE_CACHE_ENV) {
@@ -476,16 +468,13 @@ impl LinuxSandboxFactory {
             },
             (None, RootfsSource::Preinstalled) => {
                 return Err(invalid(
-                    APT_LAYER_ENV,
-                    list,
+                    ENV_LAYER_ENV,
+                    text,
                     "needs an image (OMABOX_LINUX_IMAGE or SANDBOX_IMAGE): the default root shows the host's /usr read-only",
                 ));
             }
         };
-        Ok(Some(AptLayerSetting {
-            packages,
-            image_cache,
-        }))
+        Ok(Some(EnvLayerSetting { spec, image_cache }))
     }
 
     /// Probes this machine and checks that the plan `ctx` and `env` describe can run
@@ -564,14 +553,9 @@ impl LinuxSandboxFactory {
             ),
             None => Arc::new(omabox_egress::SystemResolver),
         };
-        if let Some(layer) = &settings.apt_layer {
+        if let Some(layer) = &settings.env_layer {
             let made = EnvLayers::in_image_cache(&layer.image_cache)
-                .ensure(
-                    &runtime,
-                    &settings.plan,
-                    &layer.packages,
-                    Arc::clone(&resolver),
-                )
+                .ensure(&runtime, &settings.plan, &layer.spec, Arc::clone(&resolver))
                 .await
                 .map_err(LinuxFactoryError::EnvLayer)?;
             tracing::info!(
@@ -581,6 +565,7 @@ impl LinuxSandboxFactory {
                 "environment layer"
             );
             settings.plan.root_layers.push(made.dir);
+            settings.plan.env.extend(layer.spec.env());
         }
         let port = LinuxSandboxPort::start_resolving(&runtime, &settings.plan, resolver).await?;
         Ok(port.with_default_timeout(settings.exec_timeout))
