@@ -44,6 +44,7 @@ mod process;
 mod provider_map;
 mod readiness;
 mod runtime;
+pub mod session_inputs;
 pub mod supervisor_channel;
 
 pub use factory::{

@@ -26,7 +26,7 @@ use omabox_contract::{
     ManagedRuntimeProviderDriverPort, ManagedRuntimeProviderPlacement,
     ManagedRuntimeProviderResources, ManagedRuntimeResourceCapabilities, ManagedSandboxPort,
     PortError, RuntimeResourceScope, SandboxHarnessDriverCapabilities, SandboxHarnessDriverPort,
-    SessionOutputPort, WorkspacePersistencePort,
+    SessionInputMaterializerPort, SessionOutputPort, WorkspacePersistencePort,
 };
 use std::sync::Arc;
 use std::time::Duration;
@@ -102,6 +102,7 @@ pub struct ProviderManagedRuntimeDriver {
     packages: Option<crate::packages::EnvironmentPackages>,
     transport: Option<Arc<SandboxSupervisorTransport>>,
     credential_egress: Option<Arc<dyn CredentialEgressPort>>,
+    session_inputs: Option<Arc<dyn SessionInputMaterializerPort>>,
 }
 
 impl std::fmt::Debug for ProviderManagedRuntimeDriver {
@@ -176,6 +177,7 @@ impl ProviderManagedRuntimeDriver {
             packages: None,
             transport,
             credential_egress: None,
+            session_inputs: None,
         })
     }
 
@@ -226,6 +228,16 @@ impl ProviderManagedRuntimeDriver {
         self
     }
 
+    /// Hands out `materializer` as the Session input materializer (for example
+    /// [`crate::session_inputs::SandboxSessionInputs`] over [`Self::runtime`]).
+    pub fn with_session_inputs(
+        mut self,
+        materializer: Arc<dyn SessionInputMaterializerPort>,
+    ) -> Self {
+        self.session_inputs = Some(materializer);
+        self
+    }
+
     /// The managed runtime behind the ports (for tools that need the live tool sandbox of a
     /// lease, like the conformance suite).
     pub fn runtime(&self) -> &Arc<ProviderManagedRuntime> {
@@ -255,7 +267,7 @@ impl ProviderManagedRuntimeDriver {
             supervisor_transport: self.transport.clone().map(|transport| transport as _),
             runtime_checkpoint: None,
             credential_egress: self.credential_egress.clone(),
-            session_inputs: None,
+            session_inputs: self.session_inputs.clone(),
         }
     }
 }
