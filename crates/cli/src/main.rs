@@ -15,6 +15,7 @@ mod profile_hint;
 mod revision;
 mod run_report;
 mod session;
+mod session_inputs;
 mod signals;
 mod terminal;
 mod timeline;
@@ -50,6 +51,9 @@ enum Command {
     Outputs(commands::outputs::OutputsArgs),
     /// Benchmarks (`omabox bench run`: the demo's wall time, per step).
     Bench(commands::bench::BenchArgs),
+    /// omabox's file store: `omabox files add PATH` prints the id `--resource file:ID:/path`
+    /// takes.
+    Files(commands::files::FilesArgs),
     /// Manage the local vault the MCP proxy takes credentials from (values via stdin).
     Vault(commands::vault::VaultArgs),
     /// Show the usage ledger (sandbox_active_seconds per sandbox).
@@ -121,6 +125,10 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Outputs(args) => {
             let data_dir = data_dir::resolve(cli.data_dir.as_deref())?;
             runtime()?.block_on(commands::outputs::run(&data_dir, &args))
+        }
+        Command::Files(args) => {
+            let data_dir = data_dir::resolve(cli.data_dir.as_deref())?;
+            runtime()?.block_on(commands::files::run(&data_dir, &args))
         }
         Command::Vault(args) => {
             let data_dir = data_dir::resolve(cli.data_dir.as_deref())?;

@@ -40,6 +40,9 @@ use omabox_sandbox::managed::{
     HarnessEnvSource, HarnessOutputSink, ProviderManagedRuntime, ProviderManagedRuntimeDriver,
     ProviderManagedRuntimeOptions,
 };
+use omabox_sandbox::session_inputs::{
+    LeaseSandboxes, MemoryStoreHost, MemoryStorePolicy, SandboxSessionInputs,
+};
 use omabox_sandbox::{
     LOCAL_SUBPROCESS, SandboxFactoryContext, SandboxFactoryEnv, SandboxFactoryRegistry,
     SandboxProviderName, is_test_mode,
@@ -137,6 +140,7 @@ pub struct DriverInputs {
     pub acp: Option<AcpInputs>,
     /// `Environment.config.packages`, installed before the harness lane runs.
     pub packages: Option<omabox_sandbox::packages::EnvironmentPackages>,
+    pub memory_stores: Option<Arc<dyn MemoryStoreHost>>,
 }
 
 /// What the ACP harness is built from.
@@ -212,9 +216,21 @@ pub async fn provider_driver(
         credential_egress,
         acp,
         packages,
+        memory_stores,
     } = inputs;
     let acp_output = harness_output.clone();
     let with_env = |driver: ProviderManagedRuntimeDriver| {
+        // Session inputs: the generic materializer over this driver's sandboxes. omabox's
+        // `ama_worker` lane runs arbitrary commands, so it owns memory stores on every lane.
+        let mut inputs = SandboxSessionInputs::new(
+            backend.provider(),
+            Arc::clone(driver.runtime()) as Arc<dyn LeaseSandboxes>,
+        );
+        if let Some(host) = &memory_stores {
+            inputs =
+                inputs.with_memory_stores(Arc::clone(host), MemoryStorePolicy::AlwaysMaterializer);
+        }
+        let driver = driver.with_session_inputs(Arc::new(inputs));
         let driver = match &harness_env {
             Some(source) => driver.with_harness_env(Arc::clone(source)),
             None => driver,

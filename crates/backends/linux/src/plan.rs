@@ -50,6 +50,9 @@ pub struct SandboxPlan {
     /// by the memory limit: only for sandboxes that run the host's own scripts.
     #[serde(default)]
     pub root_upper: Option<PathBuf>,
+    /// A writable tmpfs at `/mnt/memory` (sized like `/tmp`), for Session memory stores.
+    #[serde(default)]
+    pub memory_mount: bool,
 }
 
 impl SandboxPlan {
@@ -67,6 +70,7 @@ impl SandboxPlan {
             hardening: Hardening::default(),
             root_layers: Vec::new(),
             root_upper: None,
+            memory_mount: false,
         }
     }
 

@@ -2,6 +2,7 @@
 
 pub mod bench;
 pub mod catalog;
+pub mod files;
 pub mod fsck;
 pub mod gc;
 pub mod outputs;

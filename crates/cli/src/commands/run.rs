@@ -66,18 +66,23 @@ use crate::inference_server;
 use crate::oma_agent::OmaAgent;
 use crate::run_report::{self, RunHeader};
 use crate::session::{check_id, check_seed, open_store};
+use crate::session_inputs::{DirMemoryStores, PromotedFileAccess};
 use crate::signals::cancel_on_signals;
 use crate::terminal::{ProgressBars, TerminalHarnessOutput};
 use crate::timeline::Timeline;
 use crate::wiring::{self, AcpInputs, Backend, DriverInputs, Persistence};
 use crate::work_profile;
+use anyhow::Context as _;
 use clap::Args;
 use omabox_acp::agents::{AGENT_MOUNT, KnownAgent, known_agent};
 use omabox_acp::{AcpTurnOptions, PermissionPolicy};
-use omabox_backend_linux::factory::{ENV_LAYER_ENV, MEMORY_ENV, NETWORK_ENV, READONLY_BINDS_ENV};
+use omabox_backend_linux::factory::{
+    ENV_LAYER_ENV, MEMORY_ENV, MEMORY_MOUNT_ENV, NETWORK_ENV, READONLY_BINDS_ENV,
+};
 use omabox_backend_linux::managed::CredentialEgressOptions;
 use omabox_contract::{
     AbortController, HarnessDriverDeclaration, ManagedRuntimeProfile, RuntimeResourceScope,
+    RuntimeSessionSnapshot,
 };
 use omabox_host::runtime_host::ManagedRuntimeRunInput;
 use omabox_host::session_tokens::SessionTokenSlots;
@@ -85,6 +90,7 @@ use omabox_host::work_item::{
     SessionTokenIssuer, WorkItemPolicy, WorkItemPorts, WorkItemRunner, owner_id, session_scope,
 };
 use omabox_persistence::ProgressObserver;
+use omabox_proxy::promoted::PromotedStore;
 use omabox_sandbox::SandboxFactoryEnv;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -146,6 +152,15 @@ pub struct RunArgs {
     #[arg(long = "credential", value_name = "HOST[/PREFIX]=SECRET",
           value_parser = omabox_backend_linux::credential_egress::EgressCredential::parse)]
     credentials: Vec<omabox_backend_linux::credential_egress::EgressCredential>,
+    /// A Session resource, materialized in order after the sandbox is attached and before
+    /// the harness (repeatable): `file:ID:/abs/path` (ID from `omabox files add`),
+    /// `git:URL[@REF]:/workspace/dir` (cloned in the sandbox through its networking; REF a
+    /// branch, or a commit in hex; a --credential for the host is injected on the host),
+    /// `memory:NAME[:ro]` (<data-dir>/memory/NAME at /mnt/memory/NAME, written back at the
+    /// end of the run unless `ro`; linux). A failing resource fails the run.
+    #[arg(long = "resource", value_name = "SPEC",
+          value_parser = crate::session_inputs::parse_resource)]
+    resources: Vec<omabox_contract::RuntimeSessionResourceSnapshot>,
     /// Fence time to live in milliseconds (tests shorten it).
     #[arg(long, hide = true, env = "OMABOX_LEASE_TTL_MS", value_name = "MS",
           value_parser = clap::value_parser!(u64).range(100..))]
@@ -354,6 +369,10 @@ pub async fn run(data_dir: &Path, args: RunArgs) -> anyhow::Result<ExitCode> {
             }
         }
     }
+    let clones = crate::session_inputs::clones_repositories(&args.resources);
+    if crate::session_inputs::uses_memory_stores(&args.resources) {
+        env = env.with_var(MEMORY_MOUNT_ENV, "1");
+    }
     crate::leftovers::before_run(data_dir, &store).await;
     if let Some(seed) = &args.workspace {
         check_seed(&store, &request.scope, seed).await?;
@@ -382,15 +401,20 @@ pub async fn run(data_dir: &Path, args: RunArgs) -> anyhow::Result<ExitCode> {
             harness_env: Some(Arc::new(
                 SessionTokenEnv::new(token_slots.clone(), harness_gateway).with_agent(agent),
             ) as _),
-            credential_egress: (!args.credentials.is_empty()).then(|| CredentialEgressOptions {
-                vault: Arc::new(store.clone()),
-                rules: args.credentials.clone(),
-                // The roots real servers are checked against: SSL_CERT_FILE's bundle when
-                // set (the usual knob for a host behind its own CA), else the system's.
-                upstream_roots: std::env::var_os("SSL_CERT_FILE")
-                    .and_then(|p| std::fs::read(p).ok()),
+            // A repository resource requires credential egress (the host's rule), with or
+            // without a secret to inject.
+            credential_egress: (!args.credentials.is_empty() || clones).then(|| {
+                CredentialEgressOptions {
+                    vault: Arc::new(store.clone()),
+                    rules: args.credentials.clone(),
+                    // The roots real servers are checked against: SSL_CERT_FILE's bundle when
+                    // set (the usual knob for a host behind its own CA), else the system's.
+                    upstream_roots: std::env::var_os("SSL_CERT_FILE")
+                        .and_then(|p| std::fs::read(p).ok()),
+                }
             }),
             packages: environment.as_ref().and_then(|e| e.packages.clone()),
+            memory_stores: Some(Arc::new(DirMemoryStores::new(data_dir)) as _),
             acp: acp.as_ref().map(|(turn, log)| AcpInputs {
                 turn: turn.clone(),
                 events: Arc::clone(log) as _,
@@ -434,6 +458,16 @@ pub async fn run(data_dir: &Path, args: RunArgs) -> anyhow::Result<ExitCode> {
     let mut input = ManagedRuntimeRunInput::new(request.scope.clone(), request.profile);
     input.signal = Some(controller.signal());
     input.observer = Some(Arc::clone(&timeline) as _);
+    if !args.resources.is_empty() {
+        input.session = Some(RuntimeSessionSnapshot {
+            id: request.scope.session_id.clone(),
+            environment_id: request.scope.environment_id.clone(),
+            metadata: Default::default(),
+            resources: args.resources.clone(),
+        });
+        let files = PromotedStore::open(data_dir).context("cannot open the file store")?;
+        input.session_input_access = Some(Arc::new(PromotedFileAccess::new(files)));
+    }
     let outcome = runner.run(input).await;
     signals.abort();
     harness_output.flush();
@@ -541,6 +575,14 @@ fn request(args: &RunArgs) -> anyhow::Result<Request> {
         (&oma_agent, &mut profile.driver)
     {
         process.clone_from(&agent.process);
+    }
+    if args.backend != Backend::Linux
+        && (crate::session_inputs::clones_repositories(&args.resources)
+            || crate::session_inputs::uses_memory_stores(&args.resources))
+    {
+        anyhow::bail!(
+            "--resource git:… and memory:… need the linux backend (its enforced egress path and its /mnt/memory)"
+        );
     }
     if !args.credentials.is_empty() {
         if args.backend != Backend::Linux {

@@ -45,6 +45,10 @@ pub fn parse_env_layer(text: &str) -> Result<Option<crate::env_layer::LayerSpec>
     crate::env_layer::LayerSpec::new(wire.apt, wire.dockerfile.as_deref())
 }
 
+/// `OMABOX_LINUX_MEMORY_MOUNT`: `1` gives the sandbox a writable tmpfs at `/mnt/memory`
+/// (where memory stores are copied in).
+pub const MEMORY_MOUNT_ENV: &str = "OMABOX_LINUX_MEMORY_MOUNT";
+
 /// `OMABOX_LINUX_NETWORK`: the sandbox's networking config.
 pub const NETWORK_ENV: &str = "OMABOX_LINUX_NETWORK";
 /// `OMABOX_LINUX_GATEWAY`: where the omabox gateway listens, as the host reaches it.
@@ -64,6 +68,7 @@ pub const ENV_KEYS: &[&str] = &[
     EXEC_TIMEOUT_ENV,
     READONLY_BINDS_ENV,
     ENV_LAYER_ENV,
+    MEMORY_MOUNT_ENV,
     NETWORK_ENV,
     GATEWAY_ENV,
     TEST_HOSTS_ENV,

@@ -24,6 +24,7 @@
 //! | `OMABOX_LINUX_EXEC_TIMEOUT_MS` | default exec timeout in ms | 120000 |
 //! | `OMABOX_LINUX_READONLY_BINDS` | `HOST_DIR:SANDBOX_DIR[,…]`: host directories mounted read-only (nosuid, nodev, idmapped) in the sandbox, e.g. an agent's package cache | none |
 //! | `OMABOX_LINUX_ENV_LAYER` | `{"apt":[…],"dockerfile":"…"}`: apt packages and dockerfile steps (`RUN`, `ENV`, `WORKDIR`) run once per image and content into an environment layer over the image ([`crate::env_layer`]; needs an image, and a network that admits what the build reaches); read by `create_port` | none |
+//! | `OMABOX_LINUX_MEMORY_MOUNT` | `1`: a writable tmpfs at `/mnt/memory` (size and mode as `/tmp`), where Session memory stores are copied in | none |
 //! | `OMABOX_LINUX_NETWORK` | what the sandbox reaches besides its loopback: `none`, `limited` (nothing but the gateway), `unrestricted`, or an Environment `networking` JSON object (`{"type":"limited","allowed_hosts":["pypi.org"],"allow_package_managers":true}`); see [`crate::network`] | `none` |
 //! | `OMABOX_LINUX_GATEWAY` | `IP:PORT` (or `NAME=IP:PORT`, NAME being the host name of the gateway's URL, which then resolves to `127.0.0.1` inside) where the omabox gateway (hosted inference and MCP proxies) listens, as the host reaches it; the sandbox reaches it at `127.0.0.1:PORT` under every networking config but `none` | no gateway |
 //! | `OMABOX_LINUX_TEST_HOSTS` | test mode only (`OMABOX_TEST_MODE=1`; refused otherwise): `NAME=IP,...` answered before the host's resolver, for tests whose upstream servers live in namespaces they made | none |
@@ -401,6 +402,11 @@ impl LinuxSandboxFactory {
                     target: target.into(),
                     writable: false,
                 }));
+        }
+        match nonempty(env, MEMORY_MOUNT_ENV) {
+            None | Some("0") => {}
+            Some("1") => plan.memory_mount = true,
+            Some(other) => return Err(invalid(MEMORY_MOUNT_ENV, other, "must be 0 or 1")),
         }
         if let Some(network) = nonempty(env, NETWORK_ENV) {
             plan.network.config = parse_networking(network)

@@ -327,8 +327,24 @@ pub(super) fn build(
             Some(&opts),
         ),
     )?;
+    if plan.memory_mount {
+        let memory = make_target(&root, Path::new(MEMORY_MOUNT), false)?;
+        step(
+            || "mount /mnt/memory".into(),
+            mount(
+                Some(Path::new("tmpfs")),
+                &memory,
+                Some("tmpfs"),
+                libc::MS_NOSUID | libc::MS_NODEV,
+                Some(&opts),
+            ),
+        )?;
+    }
     Ok(root)
 }
+
+/// Where [`SandboxPlan::memory_mount`] puts its tmpfs.
+pub(in crate::setup) const MEMORY_MOUNT: &str = "/mnt/memory";
 
 fn idmapped(source: &Path, userns: &OwnedFd) -> Result<OwnedFd, SetupError> {
     step(

@@ -63,6 +63,9 @@ pub(in crate::setup) fn landlock(plan: &SandboxPlan) -> Result<bool, SetupError>
     if plan.outputs.is_some() {
         writable.push(Path::new("/mnt/session/outputs"));
     }
+    if plan.memory_mount {
+        writable.push(Path::new(crate::setup::mounts::MEMORY_MOUNT));
+    }
     writable.extend(
         plan.binds
             .iter()

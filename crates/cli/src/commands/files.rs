@@ -1,0 +1,48 @@
+//! `omabox files add PATH`: puts a file into omabox's file store (the store `omabox serve`
+//! promotes session files into) and prints its id, for `omabox run --resource
+//! file:ID:/path`.
+
+use crate::data_dir::open_store;
+use clap::{Args, Subcommand};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+/// Options of `omabox files`.
+#[derive(Debug, Args)]
+pub struct FilesArgs {
+    #[command(subcommand)]
+    command: FilesCommand,
+}
+
+#[derive(Debug, Subcommand)]
+enum FilesCommand {
+    /// Copy PATH into the file store and print its id (`file_<32 hex>`).
+    Add {
+        /// The file to add.
+        path: PathBuf,
+        /// Print `{"id", "size", "mediaType"}`.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+/// Runs a files subcommand.
+pub async fn run(data_dir: &Path, args: &FilesArgs) -> anyhow::Result<ExitCode> {
+    match &args.command {
+        FilesCommand::Add { path, json } => {
+            // Creates the data directory as every writer does.
+            drop(open_store(data_dir).await?);
+            let (data_dir, path) = (data_dir.to_owned(), path.clone());
+            let file = tokio::task::spawn_blocking(move || {
+                crate::session_inputs::add_file(&data_dir, &path)
+            })
+            .await??;
+            if *json {
+                println!("{}", serde_json::to_string(&file)?);
+            } else {
+                println!("{}", file.id);
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+    }
+}

@@ -1,0 +1,138 @@
+use super::*;
+
+fn value(spec: &str) -> serde_json::Value {
+    serde_json::to_value(parse_resource(spec).unwrap()).unwrap()
+}
+
+#[test]
+fn file_specs_name_an_id_and_an_absolute_path() {
+    assert_eq!(
+        value("file:file_0123:/workspace/in.txt"),
+        json!({"type": "file", "file_id": "file_0123", "mount_path": "/workspace/in.txt"})
+    );
+    for bad in ["file:x", "file::/a", "file:x:rel", "file:x:/a/../b"] {
+        assert!(parse_resource(bad).is_err(), "{bad}");
+    }
+}
+
+#[test]
+fn git_specs_take_a_branch_or_a_commit() {
+    assert_eq!(
+        value("git:https://git.test:8443/o/r.git:/workspace/r"),
+        json!({"type": "github_repository", "url": "https://git.test:8443/o/r.git",
+               "mount_path": "/workspace/r"})
+    );
+    assert_eq!(
+        value("git:https://git.test/r.git@feature/x:/workspace/r")["checkout"],
+        json!({"type": "branch", "name": "feature/x"})
+    );
+    assert_eq!(
+        value("git:https://git.test/r.git@0123abcd:/workspace/r")["checkout"],
+        json!({"type": "commit", "sha": "0123abcd"})
+    );
+    // An `@` before the host is user info, left for the materializer to refuse.
+    assert_eq!(
+        value("git:https://u@git.test/r.git:/workspace/r")["url"],
+        "https://u@git.test/r.git"
+    );
+    for bad in ["git:https://h/r", "git::/w", "git:https://h/r:rel"] {
+        assert!(parse_resource(bad).is_err(), "{bad}");
+    }
+}
+
+#[test]
+fn memory_specs_name_a_store_and_its_access() {
+    assert_eq!(
+        value("memory:notes"),
+        json!({"type": "memory_store", "memory_store_id": "notes",
+               "mount_path": "/mnt/memory/notes", "access": "read_write"})
+    );
+    assert_eq!(value("memory:notes:ro")["access"], "read_only");
+    for bad in [
+        "memory:",
+        "memory:../x",
+        "memory:a/b",
+        "memory:n:rx",
+        "dataset:x",
+    ] {
+        assert!(parse_resource(bad).is_err(), "{bad}");
+    }
+}
+
+fn file(path: &str, bytes: &[u8]) -> MemoryFile {
+    MemoryFile {
+        path: path.into(),
+        bytes: bytes.to_vec(),
+    }
+}
+
+#[tokio::test]
+async fn memory_stores_are_replaced_whole_and_never_follow_symlinks() {
+    let data = tempfile::tempdir().unwrap();
+    let stores = DirMemoryStores::new(data.path());
+    assert!(stores.load("notes").await.unwrap().is_empty());
+    stores
+        .replace("notes", vec![file("a.md", b"one"), file("d/b.md", b"two")])
+        .await
+        .unwrap();
+    assert_eq!(
+        stores.load("notes").await.unwrap(),
+        [file("a.md", b"one"), file("d/b.md", b"two")]
+    );
+    stores
+        .replace("notes", vec![file("c.md", b"three")])
+        .await
+        .unwrap();
+    assert_eq!(
+        stores.load("notes").await.unwrap(),
+        [file("c.md", b"three")]
+    );
+    // Nothing but the store is left beside it.
+    let names: Vec<_> = std::fs::read_dir(data.path().join("memory"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(names, ["notes"]);
+    // A symlink in the store is not followed.
+    let secret = data.path().join("secret");
+    std::fs::write(&secret, "host secret").unwrap();
+    std::os::unix::fs::symlink(&secret, data.path().join("memory/notes/link")).unwrap();
+    assert_eq!(
+        stores.load("notes").await.unwrap(),
+        [file("c.md", b"three")]
+    );
+    assert!(
+        stores
+            .replace("notes", vec![file("../escape", b"x")])
+            .await
+            .is_err()
+    );
+    assert!(!data.path().join("memory/escape").exists());
+    assert!(stores.load("../x").await.is_err());
+}
+
+#[tokio::test]
+async fn added_files_are_read_back_by_id() {
+    let data = tempfile::tempdir().unwrap();
+    let source = data.path().join("in.bin");
+    std::fs::write(&source, b"\0bytes\xff").unwrap();
+    let added = add_file(data.path(), &source).unwrap();
+    assert!(added.id.starts_with("file_"));
+    let access = PromotedFileAccess::new(PromotedStore::open(data.path()).unwrap());
+    let got = access
+        .download_file(&added.id, AbortSignal::never())
+        .await
+        .unwrap();
+    assert_eq!(got.content, b"\0bytes\xff");
+    let missing = access
+        .download_file(
+            "file_00000000000000000000000000000000",
+            AbortSignal::never(),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(
+        missing.message(),
+        "no such file in omabox's file store: file_00000000000000000000000000000000"
+    );
+}
