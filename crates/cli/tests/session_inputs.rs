@@ -1,0 +1,378 @@
+//! `omabox run --resource`: Session inputs end to end on linux sandboxes — a file from
+//! omabox's file store, a git repository cloned through the enforced egress path with a
+//! credential injected on the host (the fake internet of the linux backend's tests), memory
+//! stores written back (or not, read-only) — and a failing resource that fails the run and
+//! publishes nothing.
+//!
+//! Needs root, cgroups and `omabox-sandbox-init` next to `omabox`; skips with a printed
+//! reason elsewhere and fails under `CI=true`.
+
+mod common;
+
+use common::{init_bin, omabox_bin};
+use omabox_backend_linux::factory::{CGROUP_PARENT_ENV, INIT_ENV, RUNTIME_DIR_ENV};
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+
+/// The fake internet of the linux backend's egress tests (a namespace on 198.18.0.0/15 with
+/// an HTTPS origin that demands a bearer token and serves `repo.git`).
+#[path = "../../backends/linux/tests/internet/mod.rs"]
+mod internet;
+
+struct Setup {
+    data: tempfile::TempDir,
+    runtime_dir: tempfile::TempDir,
+    cgroup_parent: String,
+}
+
+fn linux() -> Option<Setup> {
+    if !common::linux_available() {
+        return None;
+    }
+    let runtime_dir = tempfile::tempdir().unwrap();
+    let cgroup_parent = format!(
+        "omabox-inputs-test-{}",
+        runtime_dir.path().file_name().unwrap().to_string_lossy()
+    );
+    Some(Setup {
+        data: tempfile::tempdir().unwrap(),
+        runtime_dir,
+        cgroup_parent,
+    })
+}
+
+impl Setup {
+    fn command(&self, args: &[&str]) -> Command {
+        let mut command = Command::new(omabox_bin());
+        command
+            .arg("--data-dir")
+            .arg(self.data.path())
+            .args(args)
+            .env(RUNTIME_DIR_ENV, self.runtime_dir.path())
+            .env(CGROUP_PARENT_ENV, &self.cgroup_parent)
+            .env(INIT_ENV, init_bin())
+            .env("OMABOX_TEST_MODE", "1")
+            .env_remove("OMABOX_LEASE_TTL_MS")
+            .env_remove("OMABOX_LINUX_IMAGE")
+            .env_remove("SANDBOX_IMAGE")
+            .stdin(Stdio::null());
+        command
+    }
+
+    /// `omabox run --json --session S <resources…> -- sh -c SCRIPT`.
+    fn run(&self, session: &str, extra: &[&str], script: &str) -> Command {
+        let mut args = vec!["run", "--json", "--session", session];
+        args.extend_from_slice(extra);
+        args.extend(["--", "sh", "-c", script]);
+        self.command(&args)
+    }
+
+    fn add_file(&self, path: &Path) -> String {
+        let output = self
+            .command(&["files", "add", "--json"])
+            .arg(path)
+            .output()
+            .unwrap();
+        assert!(output.status.success(), "{}", describe(&output));
+        json_of(&output)["id"].as_str().unwrap().to_owned()
+    }
+
+    /// The session's published revision, if any.
+    fn revision(&self, session: &str) -> Option<u64> {
+        let output = self.command(&["sessions", "--json"]).output().unwrap();
+        assert!(output.status.success(), "{}", describe(&output));
+        json_of(&output)
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|row| row["session"] == session)
+            .and_then(|row| row["revision"].as_u64())
+    }
+
+    fn export(&self, session: &str) -> tempfile::TempDir {
+        let dir = tempfile::tempdir().unwrap();
+        let output = self
+            .command(&["workspace", "export", "--session", session])
+            .arg(dir.path().join("ws"))
+            .output()
+            .unwrap();
+        assert!(output.status.success(), "{}", describe(&output));
+        dir
+    }
+
+    fn memory(&self, store: &str) -> PathBuf {
+        self.data.path().join("memory").join(store)
+    }
+
+    fn assert_no_sandbox_left(&self) {
+        let state: Vec<_> = std::fs::read_dir(self.runtime_dir.path())
+            .map(|entries| entries.flatten().map(|e| e.path()).collect())
+            .unwrap_or_default();
+        assert!(state.is_empty(), "state dirs left: {state:?}");
+    }
+}
+
+fn describe(output: &Output) -> String {
+    format!(
+        "status {:?}\nstdout:\n{}\nstderr:\n{}",
+        output.status.code(),
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    )
+}
+
+fn json_of(output: &Output) -> Value {
+    serde_json::from_slice(&output.stdout)
+        .unwrap_or_else(|error| panic!("stdout is not JSON ({error}): {}", describe(output)))
+}
+
+fn steps(report: &Value) -> Vec<String> {
+    report["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|event| event["step"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+fn files_containing(dir: &Path, needle: &str) -> Vec<PathBuf> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let path = entry.path();
+        if entry.file_type().is_ok_and(|kind| kind.is_dir()) {
+            found.extend(files_containing(&path, needle));
+        } else if std::fs::read(&path)
+            .is_ok_and(|bytes| bytes.windows(needle.len()).any(|w| w == needle.as_bytes()))
+        {
+            found.push(path);
+        }
+    }
+    found
+}
+
+/// A file from the store arrives byte for byte at its mount path, before the harness runs.
+#[test]
+fn a_file_resource_is_written_at_its_mount_path() {
+    let Some(setup) = linux() else { return };
+    let source = setup.data.path().join("input.bin");
+    let bytes: Vec<u8> = (0..=255u8).cycle().take(100_000).collect();
+    std::fs::write(&source, &bytes).unwrap();
+    let id = setup.add_file(&source);
+    assert!(id.starts_with("file_"), "{id}");
+    let spec = format!("file:{id}:/workspace/in/input.bin");
+    let output = setup
+        .run(
+            "file",
+            &["--resource", &spec],
+            "cp /workspace/in/input.bin /workspace/copy.bin",
+        )
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{}", describe(&output));
+    let report = json_of(&output);
+    let steps = steps(&report);
+    let staged = steps.iter().position(|s| s == "session_inputs.materialize");
+    let harness = steps.iter().position(|s| s == "harness.run");
+    assert!(staged.is_some() && staged < harness, "{steps:?}");
+    let exported = setup.export("file");
+    assert_eq!(std::fs::read(exported.path().join("ws/copy.bin")).unwrap(), bytes);
+    setup.assert_no_sandbox_left();
+}
+
+/// A missing file id, then an unreachable repository: each run fails naming the resource,
+/// the harness never runs, and the session gets no revision.
+#[test]
+fn a_failing_resource_fails_the_run_and_publishes_nothing() {
+    let Some(setup) = linux() else { return };
+    let missing = "file:file_00000000000000000000000000000000:/workspace/x";
+    let output = setup
+        .run("bad", &["--resource", missing], "touch /workspace/ran")
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(1), "{}", describe(&output));
+    let report = json_of(&output);
+    assert_eq!(report["result"]["type"], "failed", "{report}");
+    let message = report["result"]["error"]["message"].as_str().unwrap();
+    assert_eq!(
+        message,
+        "Session resource file /workspace/x: no such file in omabox's file store: \
+         file_00000000000000000000000000000000"
+    );
+    let steps = steps(&report);
+    assert!(!steps.iter().any(|s| s == "harness.run"), "{steps:?}");
+    assert!(!steps.iter().any(|s| s == "fence.publish"), "{steps:?}");
+    assert_eq!(setup.revision("bad"), None);
+
+    // A host the networking does not admit (none is: `limited` with nothing allowed).
+    let output = setup
+        .run(
+            "bad",
+            &["--resource", "git:https://git.invalid/r.git@main:/workspace/r"],
+            "touch /workspace/ran",
+        )
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(1), "{}", describe(&output));
+    let report = json_of(&output);
+    let message = report["result"]["error"]["message"].as_str().unwrap();
+    assert!(
+        message.starts_with("Session resource github_repository https://git.invalid/r.git: git clone failed"),
+        "{message}"
+    );
+    assert_eq!(setup.revision("bad"), None);
+    setup.assert_no_sandbox_left();
+}
+
+/// A repository behind a bearer token, cloned at a branch and (in another session) at a
+/// commit, through the sandbox's enforced egress with the secret injected on the host: the
+/// secret is in no published file, git config included, and in no file of the data dir
+/// but the vault.
+#[test]
+fn git_resources_clone_through_the_enforced_egress_path() {
+    let Some(setup) = linux() else { return };
+    const SECRET: &str = "omabox-inputs-secret-5b1e93";
+    let inet = internet::Internet::new();
+    let origin = internet::https::Origin::start(&inet, SECRET);
+    let mut put = setup
+        .command(&["vault", "put", "git-token"])
+        .stdin(Stdio::piped())
+        .spawn()
+        .unwrap();
+    use std::io::Write as _;
+    put.stdin
+        .take()
+        .unwrap()
+        .write_all(SECRET.as_bytes())
+        .unwrap();
+    assert!(put.wait().unwrap().success());
+    let environment = setup.data.path().join("env.json");
+    std::fs::write(
+        &environment,
+        r#"{"networking":{"type":"limited","allowed_hosts":["api.test"]}}"#,
+    )
+    .unwrap();
+    let commit = String::from_utf8(
+        Command::new("git")
+            .arg("--git-dir")
+            .arg(origin.dir.path().join("www/repo.git"))
+            .args(["rev-parse", "main"])
+            .output()
+            .unwrap()
+            .stdout,
+    )
+    .unwrap()
+    .trim()
+    .to_owned();
+    assert_eq!(commit.len(), 40, "{commit}");
+    let run = |session: &str, spec: &str| {
+        let output = setup
+            .run(
+                session,
+                &[
+                    "--environment",
+                    environment.to_str().unwrap(),
+                    "--credential",
+                    "api.test=git-token",
+                    "--resource",
+                    spec,
+                ],
+                "git -C /workspace/repo rev-parse HEAD > /workspace/head.txt; \
+                 (git -C /workspace/repo symbolic-ref -q HEAD || echo detached) > /workspace/ref.txt",
+            )
+            .env("OMABOX_LINUX_TEST_HOSTS", format!("api.test={}", inet.far))
+            .env("SSL_CERT_FILE", origin.ca_path())
+            .output()
+            .unwrap();
+        assert!(output.status.success(), "{}", describe(&output));
+        for stream in [&output.stdout, &output.stderr] {
+            assert!(!String::from_utf8_lossy(stream).contains(SECRET));
+        }
+        let exported = setup.export(session);
+        let ws = exported.path().join("ws");
+        assert_eq!(
+            std::fs::read_to_string(ws.join("repo/file.txt")).unwrap(),
+            "cloned through the relay\n"
+        );
+        assert_eq!(
+            std::fs::read_to_string(ws.join("head.txt")).unwrap().trim(),
+            commit
+        );
+        // The published workspace (the clone's .git/config included) never holds it.
+        assert!(ws.join("repo/.git/config").is_file());
+        assert!(files_containing(&ws, SECRET).is_empty());
+        std::fs::read_to_string(ws.join("ref.txt")).unwrap()
+    };
+    let branch = run("git-branch", "git:https://api.test/repo.git@main:/workspace/repo");
+    assert_eq!(branch.trim(), "refs/heads/main");
+    let spec = format!("git:https://api.test/repo.git@{commit}:/workspace/repo");
+    let detached = run("git-commit", &spec);
+    assert_eq!(detached.trim(), "detached");
+    let leaked: Vec<_> = files_containing(setup.data.path(), SECRET)
+        .into_iter()
+        .filter(|p| {
+            !p.file_name()
+                .is_some_and(|n| n.to_string_lossy().starts_with("omabox.db"))
+        })
+        .collect();
+    assert!(leaked.is_empty(), "secret stored in {leaked:?}");
+    setup.assert_no_sandbox_left();
+}
+
+/// A store written in one run is there in the next (another session); a read-only store's
+/// changes never reach the host store.
+#[test]
+fn memory_stores_round_trip_and_read_only_ones_are_not_written_back() {
+    let Some(setup) = linux() else { return };
+    let output = setup
+        .run(
+            "mem-1",
+            &["--resource", "memory:notes"],
+            "mkdir -p /mnt/memory/notes/d && echo first > /mnt/memory/notes/d/a.md && \
+             ln -s /etc/passwd /mnt/memory/notes/link",
+        )
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{}", describe(&output));
+    let store = setup.memory("notes");
+    assert_eq!(std::fs::read_to_string(store.join("d/a.md")).unwrap(), "first\n");
+    // The symlink was not carried.
+    assert!(std::fs::symlink_metadata(store.join("link")).is_err());
+
+    // Read-only: visible, not writable in place, and whatever happens is not written back.
+    let output = setup
+        .run(
+            "mem-2",
+            &["--resource", "memory:notes:ro"],
+            "cat /mnt/memory/notes/d/a.md > /workspace/seen.txt; \
+             (echo changed > /mnt/memory/notes/d/a.md) 2>/dev/null && echo wrote > /workspace/wrote.txt; \
+             chmod -R u+w /mnt/memory/notes; echo changed > /mnt/memory/notes/d/a.md; \
+             echo new > /mnt/memory/notes/b.md",
+        )
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{}", describe(&output));
+    let exported = setup.export("mem-2");
+    assert_eq!(
+        std::fs::read_to_string(exported.path().join("ws/seen.txt")).unwrap(),
+        "first\n"
+    );
+    assert!(!exported.path().join("ws/wrote.txt").exists());
+    assert_eq!(std::fs::read_to_string(store.join("d/a.md")).unwrap(), "first\n");
+    assert!(!store.join("b.md").exists());
+
+    // Read-write again: a deletion is carried back too.
+    let output = setup
+        .run(
+            "mem-3",
+            &["--resource", "memory:notes"],
+            "test \"$(cat /mnt/memory/notes/d/a.md)\" = first && rm /mnt/memory/notes/d/a.md && \
+             echo second > /mnt/memory/notes/c.md",
+        )
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{}", describe(&output));
+    assert!(!store.join("d/a.md").exists());
+    assert_eq!(std::fs::read_to_string(store.join("c.md")).unwrap(), "second\n");
+    setup.assert_no_sandbox_left();
+}
