@@ -161,11 +161,27 @@ fn a_file_resource_is_written_at_its_mount_path() {
     let id = setup.add_file(&source);
     assert!(id.starts_with("file_"), "{id}");
     let spec = format!("file:{id}:/workspace/in/input.bin");
+    // The same file once more through the contract's JSON shape.
+    let session_json = setup.data.path().join("session.json");
+    std::fs::write(
+        &session_json,
+        serde_json::json!({"resources": [
+            {"type": "file", "file_id": id, "mount_path": "/tmp/from-json.bin"}
+        ]})
+        .to_string(),
+    )
+    .unwrap();
     let output = setup
         .run(
             "file",
-            &["--resource", &spec],
-            "cp /workspace/in/input.bin /workspace/copy.bin",
+            &[
+                "--session-json",
+                session_json.to_str().unwrap(),
+                "--resource",
+                &spec,
+            ],
+            "cp /workspace/in/input.bin /workspace/copy.bin && \
+             cmp /tmp/from-json.bin /workspace/copy.bin",
         )
         .output()
         .unwrap();
@@ -176,7 +192,10 @@ fn a_file_resource_is_written_at_its_mount_path() {
     let harness = steps.iter().position(|s| s == "harness.run");
     assert!(staged.is_some() && staged < harness, "{steps:?}");
     let exported = setup.export("file");
-    assert_eq!(std::fs::read(exported.path().join("ws/copy.bin")).unwrap(), bytes);
+    assert_eq!(
+        std::fs::read(exported.path().join("ws/copy.bin")).unwrap(),
+        bytes
+    );
     setup.assert_no_sandbox_left();
 }
 
@@ -208,7 +227,10 @@ fn a_failing_resource_fails_the_run_and_publishes_nothing() {
     let output = setup
         .run(
             "bad",
-            &["--resource", "git:https://git.invalid/r.git@main:/workspace/r"],
+            &[
+                "--resource",
+                "git:https://git.invalid/r.git@main:/workspace/r",
+            ],
             "touch /workspace/ran",
         )
         .output()
@@ -217,7 +239,9 @@ fn a_failing_resource_fails_the_run_and_publishes_nothing() {
     let report = json_of(&output);
     let message = report["result"]["error"]["message"].as_str().unwrap();
     assert!(
-        message.starts_with("Session resource github_repository https://git.invalid/r.git: git clone failed"),
+        message.starts_with(
+            "Session resource github_repository https://git.invalid/r.git: git clone failed"
+        ),
         "{message}"
     );
     assert_eq!(setup.revision("bad"), None);
@@ -303,7 +327,10 @@ fn git_resources_clone_through_the_enforced_egress_path() {
         assert!(files_containing(&ws, SECRET).is_empty());
         std::fs::read_to_string(ws.join("ref.txt")).unwrap()
     };
-    let branch = run("git-branch", "git:https://api.test/repo.git@main:/workspace/repo");
+    let branch = run(
+        "git-branch",
+        "git:https://api.test/repo.git@main:/workspace/repo",
+    );
     assert_eq!(branch.trim(), "refs/heads/main");
     let spec = format!("git:https://api.test/repo.git@{commit}:/workspace/repo");
     let detached = run("git-commit", &spec);
@@ -335,7 +362,10 @@ fn memory_stores_round_trip_and_read_only_ones_are_not_written_back() {
         .unwrap();
     assert!(output.status.success(), "{}", describe(&output));
     let store = setup.memory("notes");
-    assert_eq!(std::fs::read_to_string(store.join("d/a.md")).unwrap(), "first\n");
+    assert_eq!(
+        std::fs::read_to_string(store.join("d/a.md")).unwrap(),
+        "first\n"
+    );
     // The symlink was not carried.
     assert!(std::fs::symlink_metadata(store.join("link")).is_err());
 
@@ -358,7 +388,10 @@ fn memory_stores_round_trip_and_read_only_ones_are_not_written_back() {
         "first\n"
     );
     assert!(!exported.path().join("ws/wrote.txt").exists());
-    assert_eq!(std::fs::read_to_string(store.join("d/a.md")).unwrap(), "first\n");
+    assert_eq!(
+        std::fs::read_to_string(store.join("d/a.md")).unwrap(),
+        "first\n"
+    );
     assert!(!store.join("b.md").exists());
 
     // Read-write again: a deletion is carried back too.
@@ -373,6 +406,9 @@ fn memory_stores_round_trip_and_read_only_ones_are_not_written_back() {
         .unwrap();
     assert!(output.status.success(), "{}", describe(&output));
     assert!(!store.join("d/a.md").exists());
-    assert_eq!(std::fs::read_to_string(store.join("c.md")).unwrap(), "second\n");
+    assert_eq!(
+        std::fs::read_to_string(store.join("c.md")).unwrap(),
+        "second\n"
+    );
     setup.assert_no_sandbox_left();
 }

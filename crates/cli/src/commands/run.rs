@@ -161,6 +161,13 @@ pub struct RunArgs {
     #[arg(long = "resource", value_name = "SPEC",
           value_parser = crate::session_inputs::parse_resource)]
     resources: Vec<omabox_contract::RuntimeSessionResourceSnapshot>,
+    /// Session resources (and metadata) in the contract's JSON shapes:
+    /// `{"resources": [{"type": "file", "file_id": …, "mount_path": …}, {"type":
+    /// "github_repository", "url": …, "mount_path": …, "checkout": {"type": "branch", "name":
+    /// …}}, {"type": "memory_store", "memory_store_id": …, "access": "read_only"}],
+    /// "metadata": {…}}`; materialized before the --resource ones.
+    #[arg(long, value_name = "FILE")]
+    session_json: Option<PathBuf>,
     /// Fence time to live in milliseconds (tests shorten it).
     #[arg(long, hide = true, env = "OMABOX_LEASE_TTL_MS", value_name = "MS",
           value_parser = clap::value_parser!(u64).range(100..))]
@@ -270,6 +277,16 @@ pub async fn run(data_dir: &Path, args: RunArgs) -> anyhow::Result<ExitCode> {
     let mut env = SandboxFactoryEnv::from_process_env();
     wiring::check_backend(args.backend, &env)?;
     let request = request(&args)?;
+    let session_inputs =
+        crate::session_inputs::SessionInputs::load(args.session_json.as_deref(), &args.resources)?;
+    if args.backend != Backend::Linux
+        && (crate::session_inputs::clones_repositories(&session_inputs.resources)
+            || crate::session_inputs::uses_memory_stores(&session_inputs.resources))
+    {
+        anyhow::bail!(
+            "git and memory resources need the linux backend (its enforced egress path and its /mnt/memory)"
+        );
+    }
     if let Some(gateway) = &args.inference_gateway {
         check_gateway(gateway)?;
     }
@@ -369,8 +386,8 @@ pub async fn run(data_dir: &Path, args: RunArgs) -> anyhow::Result<ExitCode> {
             }
         }
     }
-    let clones = crate::session_inputs::clones_repositories(&args.resources);
-    if crate::session_inputs::uses_memory_stores(&args.resources) {
+    let clones = crate::session_inputs::clones_repositories(&session_inputs.resources);
+    if crate::session_inputs::uses_memory_stores(&session_inputs.resources) {
         env = env.with_var(MEMORY_MOUNT_ENV, "1");
     }
     crate::leftovers::before_run(data_dir, &store).await;
@@ -458,12 +475,12 @@ pub async fn run(data_dir: &Path, args: RunArgs) -> anyhow::Result<ExitCode> {
     let mut input = ManagedRuntimeRunInput::new(request.scope.clone(), request.profile);
     input.signal = Some(controller.signal());
     input.observer = Some(Arc::clone(&timeline) as _);
-    if !args.resources.is_empty() {
+    if !session_inputs.resources.is_empty() {
         input.session = Some(RuntimeSessionSnapshot {
             id: request.scope.session_id.clone(),
             environment_id: request.scope.environment_id.clone(),
-            metadata: Default::default(),
-            resources: args.resources.clone(),
+            metadata: session_inputs.metadata,
+            resources: session_inputs.resources,
         });
         let files = PromotedStore::open(data_dir).context("cannot open the file store")?;
         input.session_input_access = Some(Arc::new(PromotedFileAccess::new(files)));
@@ -575,14 +592,6 @@ fn request(args: &RunArgs) -> anyhow::Result<Request> {
         (&oma_agent, &mut profile.driver)
     {
         process.clone_from(&agent.process);
-    }
-    if args.backend != Backend::Linux
-        && (crate::session_inputs::clones_repositories(&args.resources)
-            || crate::session_inputs::uses_memory_stores(&args.resources))
-    {
-        anyhow::bail!(
-            "--resource git:… and memory:… need the linux backend (its enforced egress path and its /mnt/memory)"
-        );
     }
     if !args.credentials.is_empty() {
         if args.backend != Backend::Linux {

@@ -34,6 +34,41 @@ use serde_json::json;
 use std::io::Read as _;
 use std::path::{Path, PathBuf};
 
+/// A run's Session resources and metadata (`--session-json`, then `--resource`).
+#[derive(Debug, Clone, Default, PartialEq, serde::Deserialize)]
+pub struct SessionInputs {
+    /// In materialization order.
+    #[serde(default)]
+    pub resources: Vec<RuntimeSessionResourceSnapshot>,
+    /// Application-owned metadata, preserved exactly.
+    #[serde(default)]
+    pub metadata: std::collections::BTreeMap<String, String>,
+}
+
+impl SessionInputs {
+    /// `session_json`'s resources and metadata (unknown keys such as `id` are ignored),
+    /// then `flags`.
+    pub fn load(
+        session_json: Option<&Path>,
+        flags: &[RuntimeSessionResourceSnapshot],
+    ) -> anyhow::Result<Self> {
+        let mut inputs = match session_json {
+            Some(path) => {
+                let text = std::fs::read_to_string(path)
+                    .with_context(|| format!("--session-json {}", path.display()))?;
+                Self::parse(&text).with_context(|| format!("--session-json {}", path.display()))?
+            }
+            None => Self::default(),
+        };
+        inputs.resources.extend(flags.iter().cloned());
+        Ok(inputs)
+    }
+
+    fn parse(text: &str) -> anyhow::Result<Self> {
+        Ok(serde_json::from_str(text)?)
+    }
+}
+
 /// The largest file a `file` resource may carry.
 pub const MAX_FILE_BYTES: u64 = 64 << 20;
 

@@ -136,3 +136,20 @@ async fn added_files_are_read_back_by_id() {
         "no such file in omabox's file store: file_00000000000000000000000000000000"
     );
 }
+
+#[test]
+fn session_json_holds_contract_shaped_resources_and_metadata() {
+    let parsed = SessionInputs::parse(
+        r#"{"id": "ignored", "metadata": {"k": "v"}, "resources": [
+            {"type": "github_repository", "url": "https://h/r", "mount_path": "/workspace/r",
+             "checkout": {"type": "commit", "sha": "abcdef0"}}]}"#,
+    )
+    .unwrap();
+    assert_eq!(parsed.metadata["k"], "v");
+    assert_eq!(parsed.resources[0].resource_type, "github_repository");
+    assert_eq!(
+        parsed.resources[0].fields["checkout"],
+        json!({"type": "commit", "sha": "abcdef0"})
+    );
+    assert!(SessionInputs::parse(r#"{"resources": [{"url": "x"}]}"#).is_err());
+}
