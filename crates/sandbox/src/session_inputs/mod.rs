@@ -153,7 +153,6 @@ impl SandboxSessionInputs {
                 }
                 let store = memory::MemoryResource::parse(resource)?;
                 let host = self.memory_host()?;
-                authorize(context).await?;
                 memory::hydrate(sandbox.as_ref(), host.as_ref(), &store, &context.signal).await
             }
             FILE => self.materialize_file(sandbox, context, resource).await,
@@ -267,13 +266,13 @@ impl SessionInputMaterializerPort for SandboxSessionInputs {
     }
 }
 
-/// Re-validates the fence right before a canonical mutation.
+/// Re-validates the fence right before a canonical mutation (writing a host store back).
 async fn authorize(context: &SessionInputLifecycleContext) -> Result<(), PortError> {
     if (context.authorize)().await? {
         Ok(())
     } else {
         Err(PortError::new(
-            "Runtime resource fence lost during Session input materialization",
+            "Runtime resource fence lost during Session input synchronization",
         ))
     }
 }

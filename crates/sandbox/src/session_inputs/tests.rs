@@ -467,3 +467,33 @@ async fn memory_without_a_host_store_fails_as_the_reference_does() {
         "{error}"
     );
 }
+
+#[tokio::test]
+async fn a_lost_fence_writes_nothing_back() {
+    let sandbox = Arc::new(FakeSandbox::default());
+    sandbox
+        .files
+        .lock()
+        .unwrap()
+        .insert("/mnt/memory/notes/a.md".into(), b"x".to_vec());
+    sandbox
+        .answer
+        .lock()
+        .unwrap()
+        .insert("find .", "f 1 a.md\0".into());
+    let stores = Arc::new(Stores::default());
+    let owned = materializer(&sandbox).with_memory_stores(
+        Arc::clone(&stores) as _,
+        MemoryStorePolicy::AlwaysMaterializer,
+    );
+    let mut ctx = context(vec![resource(
+        json!({"type": "memory_store", "memory_store_id": "notes"}),
+    )]);
+    ctx.authorize = Arc::new(|| Box::pin(async { Ok(false) }));
+    let error = owned.synchronize(ctx, "k".into()).await.unwrap_err();
+    assert_eq!(
+        error.message(),
+        "Session resource memory_store notes: Runtime resource fence lost during Session input synchronization"
+    );
+    assert!(stores.0.lock().unwrap().is_empty());
+}
