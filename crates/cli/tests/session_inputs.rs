@@ -21,6 +21,7 @@ use std::process::{Command, Output, Stdio};
 mod internet;
 
 struct Setup {
+    backend: &'static str,
     data: tempfile::TempDir,
     runtime_dir: tempfile::TempDir,
     cgroup_parent: String,
@@ -35,14 +36,28 @@ fn linux() -> Option<Setup> {
         "omabox-inputs-test-{}",
         runtime_dir.path().file_name().unwrap().to_string_lossy()
     );
-    Some(Setup {
-        data: tempfile::tempdir().unwrap(),
-        runtime_dir,
-        cgroup_parent,
-    })
+    Some(Setup::new("linux", runtime_dir, cgroup_parent))
+}
+
+/// The local backend (test mode, no isolation): runs anywhere.
+fn local() -> Setup {
+    Setup::new(
+        "local",
+        tempfile::tempdir().unwrap(),
+        "omabox-inputs-local".into(),
+    )
 }
 
 impl Setup {
+    fn new(backend: &'static str, runtime_dir: tempfile::TempDir, cgroup_parent: String) -> Self {
+        Self {
+            backend,
+            data: tempfile::tempdir().unwrap(),
+            runtime_dir,
+            cgroup_parent,
+        }
+    }
+
     fn command(&self, args: &[&str]) -> Command {
         let mut command = Command::new(omabox_bin());
         command
@@ -62,7 +77,14 @@ impl Setup {
 
     /// `omabox run --json --session S <resources…> -- sh -c SCRIPT`.
     fn run(&self, session: &str, extra: &[&str], script: &str) -> Command {
-        let mut args = vec!["run", "--json", "--session", session];
+        let mut args = vec![
+            "run",
+            "--json",
+            "--backend",
+            self.backend,
+            "--session",
+            session,
+        ];
         args.extend_from_slice(extra);
         args.extend(["--", "sh", "-c", script]);
         self.command(&args)
@@ -155,6 +177,25 @@ fn files_containing(dir: &Path, needle: &str) -> Vec<PathBuf> {
 #[test]
 fn a_file_resource_is_written_at_its_mount_path() {
     let Some(setup) = linux() else { return };
+    file_resource(
+        &setup,
+        "/tmp/from-json.bin",
+        "cp /workspace/in/input.bin /workspace/copy.bin && cmp /tmp/from-json.bin /workspace/copy.bin",
+    );
+}
+
+/// The same on the local backend (whose sandbox paths are `/workspace` and the outputs).
+#[test]
+fn a_file_resource_is_written_on_the_local_backend() {
+    // Its commands run on the host in the workspace directory: relative paths.
+    file_resource(
+        &local(),
+        "/workspace/from-json.bin",
+        "cp in/input.bin copy.bin && cmp from-json.bin copy.bin",
+    );
+}
+
+fn file_resource(setup: &Setup, second: &str, script: &str) {
     let source = setup.data.path().join("input.bin");
     let bytes: Vec<u8> = (0..=255u8).cycle().take(100_000).collect();
     std::fs::write(&source, &bytes).unwrap();
@@ -166,7 +207,7 @@ fn a_file_resource_is_written_at_its_mount_path() {
     std::fs::write(
         &session_json,
         serde_json::json!({"resources": [
-            {"type": "file", "file_id": id, "mount_path": "/tmp/from-json.bin"}
+            {"type": "file", "file_id": id, "mount_path": second}
         ]})
         .to_string(),
     )
@@ -180,8 +221,7 @@ fn a_file_resource_is_written_at_its_mount_path() {
                 "--resource",
                 &spec,
             ],
-            "cp /workspace/in/input.bin /workspace/copy.bin && \
-             cmp /tmp/from-json.bin /workspace/copy.bin",
+            script,
         )
         .output()
         .unwrap();

@@ -5,7 +5,8 @@
 //! ```text
 //! omabox run [--backend linux|local] [--session ID] [--workspace DIR | --from-revision N] [--profile FILE]
 //!            [--supervised] [--inference-gateway URL] [--environment FILE] [--json]
-//!            [-- CMD ARGS...]
+//!            [--resource file:ID:/path | git:URL[@REF]:/dir | memory:NAME[:ro]]...
+//!            [--session-json FILE] [-- CMD ARGS...]
 //! omabox run ... --acp-command CMD [--acp-permission allow|deny] --prompt TEXT [-- ARGS...]
 //! omabox run ... --agent claude|codex [--inference-config FILE] --prompt TEXT
 //! omabox run ... --agent-json FILE --prompt TEXT       # an OpenMA agent definition
@@ -54,6 +55,10 @@
 //! nothing allowed but the gateway. The gateway is reachable from the sandbox under every
 //! policy but `none`, and `HOSTED_INFERENCE_URL` is a URL that works from there
 //! ([`crate::environment`]).
+//!
+//! Session inputs (`--resource`, `--session-json`; [`crate::session_inputs`]): the session
+//! snapshot's resources, materialized by the sandbox crate's generic materializer after
+//! attach and before the harness; a failing one fails the run and nothing is published.
 //!
 //! SIGINT/SIGTERM cancel the run through its signal (full cleanup, exit 130); a second
 //! signal exits at once and leaves the rest to `omabox reap`.

@@ -204,11 +204,7 @@ pub(super) fn parse_scan(
     output: &str,
     limits: &MemoryStoreLimits,
 ) -> Result<Vec<ScannedFile>, PortError> {
-    let records: Vec<&str> = output
-        .split('\0')
-        .map(|r| r.trim_start_matches('\n'))
-        .filter(|r| !r.is_empty())
-        .collect();
+    let records: Vec<&str> = output.split('\0').filter(|r| !r.is_empty()).collect();
     if records.len() > limits.max_entries {
         return Err(PortError::new(format!(
             "Session Memory has more than {} entries",
