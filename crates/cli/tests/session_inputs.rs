@@ -396,7 +396,7 @@ fn memory_stores_round_trip_and_read_only_ones_are_not_written_back() {
             "mem-1",
             &["--resource", "memory:notes"],
             "mkdir -p /mnt/memory/notes/d && echo first > /mnt/memory/notes/d/a.md && \
-             ln -s /etc/passwd /mnt/memory/notes/link",
+             ln -s /etc/passwd /mnt/memory/notes/link && mkfifo /mnt/memory/notes/fifo",
         )
         .output()
         .unwrap();
@@ -406,8 +406,9 @@ fn memory_stores_round_trip_and_read_only_ones_are_not_written_back() {
         std::fs::read_to_string(store.join("d/a.md")).unwrap(),
         "first\n"
     );
-    // The symlink was not carried.
+    // Neither the symlink nor the FIFO was carried.
     assert!(std::fs::symlink_metadata(store.join("link")).is_err());
+    assert!(std::fs::symlink_metadata(store.join("fifo")).is_err());
 
     // Read-only: visible, not writable in place, and whatever happens is not written back.
     let output = setup
@@ -450,5 +451,29 @@ fn memory_stores_round_trip_and_read_only_ones_are_not_written_back() {
         std::fs::read_to_string(store.join("c.md")).unwrap(),
         "second\n"
     );
+
+    // Over the entry cap: the write-back fails the run, the store and the session are
+    // untouched.
+    let output = setup
+        .run(
+            "mem-4",
+            &["--resource", "memory:notes"],
+            "cd /mnt/memory/notes && seq 1 10001 | xargs touch",
+        )
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(1), "{}", describe(&output));
+    let report = json_of(&output);
+    let message = report["result"]["error"]["message"].as_str().unwrap();
+    assert_eq!(
+        message,
+        "Session resource memory_store notes: Session Memory has more than 10000 entries"
+    );
+    assert_eq!(setup.revision("mem-4"), None);
+    let names: Vec<_> = std::fs::read_dir(&store)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(names, ["c.md"]);
     setup.assert_no_sandbox_left();
 }
