@@ -259,6 +259,17 @@ impl DirMemoryStores {
     }
 
     fn load_blocking(dir: &Path) -> Result<Vec<MemoryFile>, PortError> {
+        match std::fs::symlink_metadata(dir) {
+            Ok(meta) if meta.is_dir() => {}
+            Ok(_) => {
+                return Err(PortError::new(format!(
+                    "{} is not a directory",
+                    dir.display()
+                )));
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(e) => return Err(io(dir, e)),
+        }
         let mut files = Vec::new();
         let mut pending = vec![(dir.to_path_buf(), String::new())];
         let mut seen = 0_usize;
@@ -315,6 +326,7 @@ impl DirMemoryStores {
             .create(root)
             .map_err(|e| io(root, e))?;
         let name = dir.file_name().and_then(|n| n.to_str()).unwrap_or("store");
+        remove_stale_temps(root, name);
         let temp = root.join(format!(".tmp-{name}-{:016x}", rand::random::<u64>()));
         let write = || -> Result<(), PortError> {
             std::fs::DirBuilder::new()
@@ -372,6 +384,26 @@ impl DirMemoryStores {
                 let _ = std::fs::remove_dir_all(&temp);
                 Err(error)
             }
+        }
+    }
+}
+
+/// Leftovers of `store`'s replacements interrupted over an hour ago (a crash between writing
+/// and swapping).
+fn remove_stale_temps(root: &Path, store: &str) {
+    let prefix = format!(".tmp-{store}-");
+    let Ok(entries) = std::fs::read_dir(root) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let old = entry
+            .metadata()
+            .and_then(|m| m.modified())
+            .ok()
+            .and_then(|t| t.elapsed().ok())
+            .is_some_and(|age| age > std::time::Duration::from_secs(3600));
+        if old && entry.file_name().to_string_lossy().starts_with(&prefix) {
+            let _ = std::fs::remove_dir_all(entry.path());
         }
     }
 }

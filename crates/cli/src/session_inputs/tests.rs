@@ -109,6 +109,10 @@ async fn memory_stores_are_replaced_whole_and_never_follow_symlinks() {
     );
     assert!(!data.path().join("memory/escape").exists());
     assert!(stores.load("../x").await.is_err());
+    // A store that is a symlink is refused, not followed.
+    std::os::unix::fs::symlink(data.path(), data.path().join("memory/linked")).unwrap();
+    assert!(stores.load("linked").await.is_err());
+    assert!(stores.replace("linked", Vec::new()).await.is_err());
 }
 
 #[tokio::test]
