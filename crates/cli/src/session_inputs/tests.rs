@@ -1,4 +1,5 @@
 use super::*;
+use omabox_sandbox::session_inputs::{MemoryFile, MemoryStoreHost};
 
 fn value(spec: &str) -> serde_json::Value {
     serde_json::to_value(parse_resource(spec).unwrap()).unwrap()
