@@ -168,8 +168,8 @@ impl ImageCache {
             let image = self.fill(&hex, ImageKind::Registry, &reference.canonical(), |_| {
                 Err(ImageError::NotCached(reference.canonical()))
             })?;
+            // Not recorded again: a pin names what an earlier pull recorded.
             let index_digest = (digest != format!("sha256:{hex}")).then(|| digest.to_owned());
-            self.record_ref(&reference.canonical(), &format!("sha256:{hex}"), index_digest.as_deref())?;
             return Ok(PulledImage {
                 reference: reference.canonical(),
                 digest: format!("sha256:{hex}"),

@@ -4,6 +4,7 @@ pub mod bench;
 pub mod catalog;
 pub mod fsck;
 pub mod gc;
+pub mod image;
 pub mod outputs;
 pub mod reap;
 pub mod run;
