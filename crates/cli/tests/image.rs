@@ -106,6 +106,37 @@ impl Env {
     }
 }
 
+impl Env {
+    /// No sandbox state dir is left in the runtime dir.
+    fn assert_no_sandbox_left(&self) {
+        let left: Vec<_> = std::fs::read_dir(self.dir.path().join("run"))
+            .unwrap()
+            .flatten()
+            .map(|e| e.path())
+            .filter(|p| p.is_dir())
+            .collect();
+        assert!(left.is_empty(), "sandboxes left: {left:?}");
+    }
+}
+
+impl Drop for Env {
+    fn drop(&mut self) {
+        let parents = match omabox_backend_linux::CgroupLayout::detect() {
+            Ok(Some(omabox_backend_linux::CgroupLayout::V1 { controllers })) => controllers
+                .values()
+                .map(|mount| mount.join(&self.cgroup_parent))
+                .collect(),
+            Ok(Some(omabox_backend_linux::CgroupLayout::V2 { root, .. })) => {
+                vec![root.join(&self.cgroup_parent)]
+            }
+            _ => Vec::new(),
+        };
+        for parent in parents {
+            let _ = std::fs::remove_dir(parent);
+        }
+    }
+}
+
 fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
 }
@@ -148,11 +179,75 @@ fn sandbox_run_pulls_a_registry_image_and_a_moved_tag_gives_the_new_digest() {
     let out = run(&pinned);
     assert_eq!(out.status.code(), Some(0), "stderr: {}", text(&out.stderr));
     assert_eq!(text(&out.stdout), "one\n");
+    env.assert_no_sandbox_left();
 
     // A bad reference is a usage error naming the value.
     let out = run("Bad Ref:1");
     assert_eq!(out.status.code(), Some(2), "stderr: {}", text(&out.stderr));
     assert!(text(&out.stderr).contains("Bad Ref:1"), "{}", text(&out.stderr));
+}
+
+#[test]
+fn omabox_run_resolves_the_tag_at_acquire_and_reports_the_digest() {
+    if !require_capability(registry_missing()) || !common::linux_available() {
+        return;
+    }
+    let registry = TestRegistry::start();
+    let busybox = std::fs::read(BUSYBOX).unwrap();
+    // `omabox run` probes the harness with a shell: busybox is /bin/sh too.
+    let push_run_image = |marker: &str| {
+        registry.push_image(
+            "test/run",
+            "latest",
+            &[
+                tar_layer(&[("bin/busybox", 0o755, &busybox), ("bin/sh", 0o755, &busybox)]),
+                tar_layer(&[("marker", 0o644, marker.as_bytes())]),
+            ],
+        )
+    };
+    let first = push_run_image("first\n");
+    let env = Env::new();
+    let data = env.dir.path().join("data");
+    let image = format!("{}/test/run", registry.host());
+    let run = || {
+        let out = env
+            .omabox(&[
+                "--data-dir",
+                data.to_str().unwrap(),
+                "run",
+                "--json",
+                "--backend",
+                "linux",
+                "--session",
+                "img",
+                "--",
+                "/bin/busybox",
+                "cat",
+                "/marker",
+            ])
+            .env("SANDBOX_IMAGE", &image)
+            .env("OMABOX_TEST_MODE", "1")
+            .output()
+            .expect("omabox runs");
+        (json(&out), text(&out.stdout))
+    };
+    let (report, stdout) = run();
+    let expected = format!("{}/test/run:latest@{}", registry.host(), first.digest);
+    assert_eq!(report["image"], expected.as_str(), "{stdout}");
+    let acquired = report["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["step"] == "sandbox.acquire")
+        .unwrap_or_else(|| panic!("no sandbox.acquire event: {stdout}"));
+    assert!(acquired["detail"].as_str().unwrap().contains(&first.digest), "{acquired}");
+
+    // The tag moves; the next acquire resolves it again.
+    let second = push_run_image("second\n");
+    let (report, _) = run();
+    let expected = format!("{}/test/run:latest@{}", registry.host(), second.digest);
+    assert_eq!(report["image"], expected.as_str());
+    env.assert_no_sandbox_left();
 }
 
 #[test]

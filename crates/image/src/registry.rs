@@ -266,7 +266,18 @@ impl ImageCache {
             None => RegistryAuth::Anonymous,
         };
         let fail = |e: oci_client::errors::OciDistributionError| {
-            registry_error(reference, scrub(&e.to_string(), credential.as_ref()))
+            use oci_client::errors::OciDistributionError as E;
+            let hint = match (&e, &credential) {
+                (E::UnauthorizedError { .. } | E::AuthenticationFailure(_), Some(c)) => format!(
+                    " (the registry refused the credentials of user {:?} for {registry})",
+                    c.username
+                ),
+                (E::UnauthorizedError { .. } | E::AuthenticationFailure(_), None) => format!(
+                    " (no credentials for {registry}: add them to docker's config.json)"
+                ),
+                _ => String::new(),
+            };
+            registry_error(reference, scrub(&format!("{e}{hint}"), credential.as_ref()))
         };
 
         let (top, _) = client.pull_manifest_raw(oci, &auth, ACCEPTED).await.map_err(fail)?;
