@@ -14,7 +14,9 @@ mod common;
 
 use base64::Engine as _;
 use common::{init_bin, omabox_bin};
-use omabox_backend_linux::factory::{CGROUP_PARENT_ENV, IMAGE_CACHE_ENV, INIT_ENV, RUNTIME_DIR_ENV};
+use omabox_backend_linux::factory::{
+    CGROUP_PARENT_ENV, IMAGE_CACHE_ENV, INIT_ENV, RUNTIME_DIR_ENV,
+};
 use omabox_test_support::registry::{PushedImage, TestRegistry, tar_layer};
 use omabox_test_support::require_capability;
 
@@ -22,7 +24,9 @@ const BUSYBOX: &str = "/bin/busybox";
 
 fn registry_missing() -> Option<String> {
     TestRegistry::missing().or_else(|| {
-        let static_busybox = std::fs::read(BUSYBOX).ok().is_some_and(|elf| is_static(&elf));
+        let static_busybox = std::fs::read(BUSYBOX)
+            .ok()
+            .is_some_and(|elf| is_static(&elf));
         (!static_busybox)
             .then(|| format!("{BUSYBOX} is not a static busybox (apt-get install busybox-static)"))
     })
@@ -30,9 +34,18 @@ fn registry_missing() -> Option<String> {
 
 /// A 64-bit little-endian ELF without a `PT_INTERP` program header (no dynamic loader).
 fn is_static(elf: &[u8]) -> bool {
-    let u16_at = |o: usize| elf.get(o..o + 2).map(|b| u16::from_le_bytes([b[0], b[1]]) as usize);
-    let u32_at = |o: usize| elf.get(o..o + 4).map(|b| u32::from_le_bytes(b.try_into().unwrap()));
-    let u64_at = |o: usize| elf.get(o..o + 8).map(|b| u64::from_le_bytes(b.try_into().unwrap()) as usize);
+    let u16_at = |o: usize| {
+        elf.get(o..o + 2)
+            .map(|b| u16::from_le_bytes([b[0], b[1]]) as usize)
+    };
+    let u32_at = |o: usize| {
+        elf.get(o..o + 4)
+            .map(|b| u32::from_le_bytes(b.try_into().unwrap()))
+    };
+    let u64_at = |o: usize| {
+        elf.get(o..o + 8)
+            .map(|b| u64::from_le_bytes(b.try_into().unwrap()) as usize)
+    };
     if !elf.starts_with(b"\x7fELF\x02\x01") {
         return false;
     }
@@ -157,21 +170,36 @@ fn sandbox_run_pulls_a_registry_image_and_a_moved_tag_gives_the_new_digest() {
     let image = format!("{}/test/busybox:1", registry.host());
     let run = |image: &str| {
         env.run(&[
-            "sandbox", "run", "--image", image, "--", "/bin/busybox", "cat", "/marker",
+            "sandbox",
+            "run",
+            "--image",
+            image,
+            "--",
+            "/bin/busybox",
+            "cat",
+            "/marker",
         ])
     };
 
     let out = run(&image);
     assert_eq!(out.status.code(), Some(0), "stderr: {}", text(&out.stderr));
     assert_eq!(text(&out.stdout), "one\n");
-    assert!(text(&out.stderr).contains(&first.digest), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains(&first.digest),
+        "{}",
+        text(&out.stderr)
+    );
 
     // The tag moves: the next run resolves it again and gets the new image.
     let second = push(&registry, "test/busybox", "1", "two\n");
     let out = run(&image);
     assert_eq!(out.status.code(), Some(0), "stderr: {}", text(&out.stderr));
     assert_eq!(text(&out.stdout), "two\n");
-    assert!(text(&out.stderr).contains(&second.digest), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains(&second.digest),
+        "{}",
+        text(&out.stderr)
+    );
 
     // A pin to the first digest runs the first image (cached: no registry needed).
     drop(registry);
@@ -184,7 +212,11 @@ fn sandbox_run_pulls_a_registry_image_and_a_moved_tag_gives_the_new_digest() {
     // A bad reference is a usage error naming the value.
     let out = run("Bad Ref:1");
     assert_eq!(out.status.code(), Some(2), "stderr: {}", text(&out.stderr));
-    assert!(text(&out.stderr).contains("Bad Ref:1"), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("Bad Ref:1"),
+        "{}",
+        text(&out.stderr)
+    );
 }
 
 #[test]
@@ -200,7 +232,10 @@ fn omabox_run_resolves_the_tag_at_acquire_and_reports_the_digest() {
             "test/run",
             "latest",
             &[
-                tar_layer(&[("bin/busybox", 0o755, &busybox), ("bin/sh", 0o755, &busybox)]),
+                tar_layer(&[
+                    ("bin/busybox", 0o755, &busybox),
+                    ("bin/sh", 0o755, &busybox),
+                ]),
                 tar_layer(&[("marker", 0o644, marker.as_bytes())]),
             ],
         )
@@ -240,7 +275,10 @@ fn omabox_run_resolves_the_tag_at_acquire_and_reports_the_digest() {
         .iter()
         .find(|e| e["step"] == "sandbox.acquire")
         .unwrap_or_else(|| panic!("no sandbox.acquire event: {stdout}"));
-    assert!(acquired["detail"].as_str().unwrap().contains(&first.digest), "{acquired}");
+    assert!(
+        acquired["detail"].as_str().unwrap().contains(&first.digest),
+        "{acquired}"
+    );
 
     // The tag moves; the next acquire resolves it again.
     let second = push_run_image("second\n");
@@ -266,13 +304,24 @@ fn image_pull_ls_rm_prune_with_json() {
     assert_eq!(pulled["unpacked"], true);
     assert!(pulled["downloadedBytes"].as_u64().unwrap() > 1_000_000);
     let rootfs = PathBuf::from(pulled["rootfs"].as_str().unwrap());
-    assert_eq!(std::fs::read_to_string(rootfs.join("marker")).unwrap(), "tools\n");
+    assert_eq!(
+        std::fs::read_to_string(rootfs.join("marker")).unwrap(),
+        "tools\n"
+    );
 
     // Human output, a second time: up to date.
     let out = env.run(&["image", "pull", &name]);
     assert_eq!(out.status.code(), Some(0), "stderr: {}", text(&out.stderr));
-    assert!(text(&out.stdout).contains("up to date"), "{}", text(&out.stdout));
-    assert!(text(&out.stdout).contains(&pushed.digest), "{}", text(&out.stdout));
+    assert!(
+        text(&out.stdout).contains("up to date"),
+        "{}",
+        text(&out.stdout)
+    );
+    assert!(
+        text(&out.stdout).contains(&pushed.digest),
+        "{}",
+        text(&out.stdout)
+    );
 
     let listed = json(&env.run(&["image", "ls", "--json"]));
     let images = listed["images"].as_array().unwrap();
@@ -294,7 +343,9 @@ fn image_pull_ls_rm_prune_with_json() {
     json(&env.run(&["image", "pull", &name, "--json"]));
     let tarball = env.dir.path().join("local.tar");
     std::fs::write(&tarball, tar_layer(&[("x", 0o644, b"x")])).unwrap();
-    omabox_backend_linux::ImageCache::new(env.cache()).resolve(&tarball).unwrap();
+    omabox_backend_linux::ImageCache::new(env.cache())
+        .resolve(&tarball)
+        .unwrap();
     let pruned = json(&env.run(&["image", "prune", "--json"]));
     let pruned = pruned["removed"].as_array().unwrap();
     assert_eq!(pruned.len(), 1);
@@ -353,7 +404,9 @@ fn assert_no_file_holds(dir: &Path, needles: &[&str]) {
                 let content = std::fs::read(entry.path()).unwrap();
                 for needle in needles {
                     assert!(
-                        !content.windows(needle.len()).any(|w| w == needle.as_bytes()),
+                        !content
+                            .windows(needle.len())
+                            .any(|w| w == needle.as_bytes()),
                         "{} holds a credential",
                         entry.path().display()
                     );

@@ -16,7 +16,9 @@ use super::{ImageError, MAX_INDEX_DEPTH, MAX_JSON_BLOB};
 
 /// The manifest for this host (linux and the host's architecture), or the only one.
 /// `Err((platform looked for, what there is))`.
-pub(super) fn select_platform(mut manifests: Vec<Descriptor>) -> Result<Descriptor, (String, String)> {
+pub(super) fn select_platform(
+    mut manifests: Vec<Descriptor>,
+) -> Result<Descriptor, (String, String)> {
     if manifests.len() == 1 {
         return Ok(manifests.remove(0));
     }

@@ -57,9 +57,7 @@ impl RegistryReference {
         }
         let inner = Reference::try_from(value).map_err(|e| bad(value, &e.to_string()))?;
         if let Some(digest) = inner.digest() {
-            let ok = digest
-                .strip_prefix("sha256:")
-                .is_some_and(is_sha256_hex);
+            let ok = digest.strip_prefix("sha256:").is_some_and(is_sha256_hex);
             if !ok {
                 return Err(bad(
                     value,
@@ -147,7 +145,15 @@ mod tests {
 
     #[test]
     fn bad_references_name_the_value() {
-        for value in ["UPPER/Case", "a b", "x@sha256:abc", "x@md5:00", "::", "/no/such/path", "./nope"] {
+        for value in [
+            "UPPER/Case",
+            "a b",
+            "x@sha256:abc",
+            "x@md5:00",
+            "::",
+            "/no/such/path",
+            "./nope",
+        ] {
             let e = ImageSource::parse(value).unwrap_err();
             assert!(matches!(e, ImageError::BadReference { .. }), "{value}: {e}");
             assert!(e.to_string().contains(value), "{e}");

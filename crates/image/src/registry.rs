@@ -32,7 +32,9 @@ use crate::credentials::{CredentialSource, DockerConfig, RegistryCredential};
 use crate::digest::sha256_hex_of;
 use crate::oci::{OciLayout, select_platform};
 use crate::reference::host_of;
-use crate::{ImageCache, ImageError, ImageKind, MAX_JSON_BLOB, RegistryReference, ResolvedImage, TempEntry};
+use crate::{
+    ImageCache, ImageError, ImageKind, MAX_JSON_BLOB, RegistryReference, ResolvedImage, TempEntry,
+};
 
 /// Env key: registries (`host[:port]`, comma-separated) reached over plain HTTP besides
 /// loopback ones.
@@ -67,10 +69,8 @@ impl RegistryConfig {
                     .collect()
             })
             .unwrap_or_default();
-        let docker = DockerConfig::default_location(
-            get("DOCKER_CONFIG").as_deref(),
-            get("HOME").as_deref(),
-        );
+        let docker =
+            DockerConfig::default_location(get("DOCKER_CONFIG").as_deref(), get("HOME").as_deref());
         Self {
             insecure,
             credentials: docker.map(|d| Arc::new(d) as Arc<dyn CredentialSource>),
@@ -148,7 +148,11 @@ pub struct PulledImage {
 
 enum Fetched {
     Cached,
-    Downloaded { layout: TempEntry, manifest: Descriptor, bytes: u64 },
+    Downloaded {
+        layout: TempEntry,
+        manifest: Box<Descriptor>,
+        bytes: u64,
+    },
 }
 
 impl ImageCache {
@@ -214,12 +218,17 @@ impl ImageCache {
                 })?,
                 0,
             ),
-            Fetched::Downloaded { layout, manifest, bytes } => {
+            Fetched::Downloaded {
+                layout,
+                manifest,
+                bytes,
+            } => {
                 progress.unpacking(&digest);
                 let oci = OciLayout::open(&layout.path)?;
-                let image = self.fill(&manifest_hex, ImageKind::Registry, &canonical, |rootfs| {
-                    oci.unpack(&manifest, rootfs)
-                })?;
+                let image =
+                    self.fill(&manifest_hex, ImageKind::Registry, &canonical, |rootfs| {
+                        oci.unpack(&manifest, rootfs)
+                    })?;
                 drop(layout); // the downloaded blobs: the unpacked tree is what is kept
                 (image, bytes)
             }
@@ -272,17 +281,23 @@ impl ImageCache {
                     " (the registry refused the credentials of user {:?} for {registry})",
                     c.username
                 ),
-                (E::UnauthorizedError { .. } | E::AuthenticationFailure(_), None) => format!(
-                    " (no credentials for {registry}: add them to docker's config.json)"
-                ),
+                (E::UnauthorizedError { .. } | E::AuthenticationFailure(_), None) => {
+                    format!(" (no credentials for {registry}: add them to docker's config.json)")
+                }
                 _ => String::new(),
             };
             registry_error(reference, scrub(&format!("{e}{hint}"), credential.as_ref()))
         };
 
-        let (top, _) = client.pull_manifest_raw(oci, &auth, ACCEPTED).await.map_err(fail)?;
+        let (top, _) = client
+            .pull_manifest_raw(oci, &auth, ACCEPTED)
+            .await
+            .map_err(fail)?;
         if top.len() as u64 > MAX_JSON_BLOB {
-            return Err(registry_error(reference, "the manifest is larger than 4 MiB".into()));
+            return Err(registry_error(
+                reference,
+                "the manifest is larger than 4 MiB".into(),
+            ));
         }
         let top_hex = hex::encode(Sha256::digest(&top));
         if let Some(pinned) = reference.digest()
@@ -303,7 +318,10 @@ impl ImageCache {
                 .cloned()
                 .collect();
             let desc = select_platform(manifests).map_err(|(platform, available)| {
-                registry_error(reference, format!("no image for {platform} (it has: {available})"))
+                registry_error(
+                    reference,
+                    format!("no image for {platform} (it has: {available})"),
+                )
             })?;
             let hex = sha256_hex_of(&desc).map_err(|r| registry_error(reference, r))?;
             let by_digest = Reference::with_digest(
@@ -315,7 +333,11 @@ impl ImageCache {
                 .pull_manifest_raw(&by_digest, &auth, ACCEPTED)
                 .await
                 .map_err(fail)?;
-            crate::oci::check_blob(&desc, &hex::encode(Sha256::digest(&bytes)), bytes.len() as u64)?;
+            crate::oci::check_blob(
+                &desc,
+                &hex::encode(Sha256::digest(&bytes)),
+                bytes.len() as u64,
+            )?;
             (bytes, desc, Some(format!("sha256:{top_hex}")))
         } else {
             let media = media_type_of(&top).unwrap_or_else(|| OCI_IMAGE_MEDIA_TYPE.to_owned());
@@ -328,7 +350,8 @@ impl ImageCache {
             );
             (top, desc, None)
         };
-        let manifest_hex = sha256_hex_of(&manifest_desc).map_err(|r| registry_error(reference, r))?;
+        let manifest_hex =
+            sha256_hex_of(&manifest_desc).map_err(|r| registry_error(reference, r))?;
         progress.resolved(&reference.canonical(), &format!("sha256:{manifest_hex}"));
         if self.entry_dir(&manifest_hex).join("rootfs").is_dir() {
             return Ok((manifest_hex, index_digest, Fetched::Cached));
@@ -340,25 +363,39 @@ impl ImageCache {
         let layout = TempEntry::create(&self.dir().join("tmp"), &format!("pull-{manifest_hex}"))?;
         let blobs = layout.path.join("blobs/sha256");
         fs::create_dir_all(&blobs).map_err(|e| ImageError::write(&blobs, e))?;
-        write_file(&layout.path.join("oci-layout"), br#"{"imageLayoutVersion":"1.0.0"}"#)?;
+        write_file(
+            &layout.path.join("oci-layout"),
+            br#"{"imageLayoutVersion":"1.0.0"}"#,
+        )?;
         let index = serde_json::json!({
             "schemaVersion": 2,
             "mediaType": OCI_IMAGE_INDEX_MEDIA_TYPE,
             "manifests": [manifest_desc],
         });
-        write_file(&layout.path.join("index.json"), index.to_string().as_bytes())?;
+        write_file(
+            &layout.path.join("index.json"),
+            index.to_string().as_bytes(),
+        )?;
         write_file(&blobs.join(&manifest_hex), &manifest_bytes)?;
         let mut bytes = 0;
         for desc in std::iter::once(manifest.config()).chain(manifest.layers()) {
-            bytes += fetch_blob(&client, oci, desc, &blobs, progress, reference, credential.as_ref())
-                .await?;
+            bytes += fetch_blob(
+                &client,
+                oci,
+                desc,
+                &blobs,
+                progress,
+                reference,
+                credential.as_ref(),
+            )
+            .await?;
         }
         Ok((
             manifest_hex,
             index_digest,
             Fetched::Downloaded {
                 layout,
-                manifest: manifest_desc,
+                manifest: Box::new(manifest_desc),
                 bytes,
             },
         ))
@@ -424,7 +461,8 @@ async fn fetch_blob(
             });
         }
         hasher.update(&chunk);
-        file.write_all(&chunk).map_err(|e| ImageError::write(&part, e))?;
+        file.write_all(&chunk)
+            .map_err(|e| ImageError::write(&part, e))?;
         progress.blob_progress(&digest, len);
     }
     let actual = hex::encode(hasher.finalize());
@@ -498,8 +536,8 @@ fn scrub(text: &str, credential: Option<&RegistryCredential>) -> String {
     if password.is_empty() {
         return text.to_owned();
     }
-    let basic = base64::engine::general_purpose::STANDARD
-        .encode(format!("{}:{password}", c.username));
+    let basic =
+        base64::engine::general_purpose::STANDARD.encode(format!("{}:{password}", c.username));
     text.replace(&basic, "<redacted>")
         .replace(password, "<redacted>")
 }

@@ -108,12 +108,20 @@ fn a_pinned_digest_pulls_once_then_needs_no_registry() {
     let pushed = registry.push_image("test/pinned", "1", &[marker_layer("pinned\n")]);
     let dir = tempfile::tempdir().unwrap();
     let cache = cache(dir.path());
-    let pinned = reference(&format!("{}/test/pinned@{}", registry.host(), pushed.digest));
-    let first = cache.resolve_registry(&pinned, &open(), &NoProgress).unwrap();
+    let pinned = reference(&format!(
+        "{}/test/pinned@{}",
+        registry.host(),
+        pushed.digest
+    ));
+    let first = cache
+        .resolve_registry(&pinned, &open(), &NoProgress)
+        .unwrap();
     assert!(first.contacted_registry);
     assert_eq!(first.digest, pushed.digest);
     drop(registry); // the registry is gone: a cached pin must not need it
-    let second = cache.resolve_registry(&pinned, &open(), &NoProgress).unwrap();
+    let second = cache
+        .resolve_registry(&pinned, &open(), &NoProgress)
+        .unwrap();
     assert!(!second.contacted_registry);
     assert_eq!(second.image.rootfs_dir, first.image.rootfs_dir);
 }
@@ -172,13 +180,17 @@ fn a_tampered_blob_is_refused_and_nothing_is_cached() {
     let dir = tempfile::tempdir().unwrap();
     let cache = cache(dir.path());
     let r = reference(&format!("{}/test/tampered:1", registry.host()));
-    let e = cache.resolve_registry(&r, &open(), &NoProgress).unwrap_err();
+    let e = cache
+        .resolve_registry(&r, &open(), &NoProgress)
+        .unwrap_err();
     assert!(matches!(e, ImageError::DigestMismatch { .. }), "{e}");
     assert!(e.to_string().contains(&pushed.layers[0]), "{e}");
     assert!(e.is_bad_image());
     let cached = files(&dir.path().join("cache"));
     assert!(
-        cached.iter().all(|p| p.parent().unwrap().ends_with("locks")),
+        cached
+            .iter()
+            .all(|p| p.parent().unwrap().ends_with("locks")),
         "only lock files may remain: {cached:?}"
     );
     assert!(cache.list().unwrap().is_empty());
@@ -215,19 +227,20 @@ fn basic_auth_uses_docker_config_credentials_and_never_shows_the_password() {
     let r = reference(&format!("{}/private/app:1", registry.host()));
 
     // Anonymous: refused.
-    let e = cache.resolve_registry(&r, &open(), &NoProgress).unwrap_err();
+    let e = cache
+        .resolve_registry(&r, &open(), &NoProgress)
+        .unwrap_err();
     assert!(matches!(e, ImageError::Registry { .. }), "{e}");
 
     // A wrong password: a clear error that does not carry it.
     let wrong = "Wr0ng-pw-also-secret";
     write_config(wrong);
-    let e = cache.resolve_registry(&r, &config, &NoProgress).unwrap_err();
+    let e = cache
+        .resolve_registry(&r, &config, &NoProgress)
+        .unwrap_err();
     let text = format!("{e} {e:?}");
     assert!(matches!(e, ImageError::Registry { .. }), "{text}");
-    assert!(
-        !text.contains(wrong) && !text.contains(password),
-        "{text}"
-    );
+    assert!(!text.contains(wrong) && !text.contains(password), "{text}");
     assert!(cache.list().unwrap().is_empty());
 
     write_config(password);

@@ -27,6 +27,9 @@ pub struct TestRegistry {
     auth: Option<(String, String)>,
 }
 
+/// An HTTP response: status, headers, body.
+pub type Response = (u16, Vec<(String, String)>, Vec<u8>);
+
 /// One pushed image.
 #[derive(Debug, Clone)]
 pub struct PushedImage {
@@ -176,13 +179,20 @@ impl TestRegistry {
             config.len(),
             layer_descs.join(",")
         );
-        let (status, _, body) = self.request(
-            "PUT",
-            &format!("/v2/{repo}/manifests/{tag}"),
-            &[("Content-Type", "application/vnd.oci.image.manifest.v1+json")],
-            manifest.as_bytes(),
-        ).expect("push manifest");
-        assert_eq!(status, 201, "manifest PUT: {}", String::from_utf8_lossy(&body));
+        let (status, _, body) = self
+            .request(
+                "PUT",
+                &format!("/v2/{repo}/manifests/{tag}"),
+                &[("Content-Type", "application/vnd.oci.image.manifest.v1+json")],
+                manifest.as_bytes(),
+            )
+            .expect("push manifest");
+        assert_eq!(
+            status,
+            201,
+            "manifest PUT: {}",
+            String::from_utf8_lossy(&body)
+        );
         PushedImage {
             digest: sha256(manifest.as_bytes()),
             layers: digests,
@@ -196,7 +206,12 @@ impl TestRegistry {
         let (status, headers, body) = self
             .request("POST", &format!("/v2/{repo}/blobs/uploads/"), &[], &[])
             .expect("start upload");
-        assert_eq!(status, 202, "upload POST: {}", String::from_utf8_lossy(&body));
+        assert_eq!(
+            status,
+            202,
+            "upload POST: {}",
+            String::from_utf8_lossy(&body)
+        );
         let location = headers
             .iter()
             .find(|(k, _)| k.eq_ignore_ascii_case("location"))
@@ -215,7 +230,12 @@ impl TestRegistry {
                 bytes,
             )
             .expect("upload PUT");
-        assert_eq!(status, 201, "upload PUT: {}", String::from_utf8_lossy(&body));
+        assert_eq!(
+            status,
+            201,
+            "upload PUT: {}",
+            String::from_utf8_lossy(&body)
+        );
         digest
     }
 
@@ -227,7 +247,7 @@ impl TestRegistry {
         path: &str,
         headers: &[(&str, &str)],
         body: &[u8],
-    ) -> std::io::Result<(u16, Vec<(String, String)>, Vec<u8>)> {
+    ) -> std::io::Result<Response> {
         let mut stream = TcpStream::connect_timeout(&self.addr, Duration::from_secs(5))?;
         stream.set_read_timeout(Some(Duration::from_secs(30)))?;
         let mut head = format!(
@@ -236,7 +256,8 @@ impl TestRegistry {
             body.len()
         );
         if let Some((user, password)) = &self.auth {
-            let token = base64::engine::general_purpose::STANDARD.encode(format!("{user}:{password}"));
+            let token =
+                base64::engine::general_purpose::STANDARD.encode(format!("{user}:{password}"));
             head.push_str(&format!("Authorization: Basic {token}\r\n"));
         }
         for (k, v) in headers {
@@ -313,7 +334,9 @@ pub fn tar_layer(files: &[(&str, u32, &[u8])]) -> Vec<u8> {
         header.set_mtime(0);
         header.set_uid(0);
         header.set_gid(0);
-        builder.append_data(&mut header, path, *content).expect("tar file");
+        builder
+            .append_data(&mut header, path, *content)
+            .expect("tar file");
     }
     builder.into_inner().expect("tar")
 }

@@ -150,21 +150,30 @@ pub fn run(args: &ImageArgs) -> anyhow::Result<ExitCode> {
                 return Ok(ExitCode::SUCCESS);
             }
             let mut out = std::io::stdout().lock();
-            writeln!(out, "{:<50} {:<19} {:>10}  SOURCE", "NAME", "DIGEST", "SIZE")?;
+            writeln!(
+                out,
+                "{:<50} {:<19} {:>10}  SOURCE",
+                "NAME", "DIGEST", "SIZE"
+            )?;
             for image in &images {
                 let short = short_digest(&image.digest);
                 let size = human_bytes(image.size_bytes);
                 match names.get(image.digest.as_str()) {
                     Some(list) => {
                         for name in list {
-                            writeln!(out, "{name:<50} {short:<19} {size:>10}  {}", image.kind.name())?;
+                            writeln!(
+                                out,
+                                "{name:<50} {short:<19} {size:>10}  {}",
+                                image.kind.name()
+                            )?;
                         }
                     }
                     None => writeln!(
                         out,
-                        "{:<50} {short:<19} {size:>10}  {}",
+                        "{:<50} {short:<19} {size:>10}  {}: {}",
                         "<none>",
-                        format!("{}: {}", image.kind.name(), image.source)
+                        image.kind.name(),
+                        image.source
                     )?,
                 }
             }
@@ -184,7 +193,9 @@ pub fn run(args: &ImageArgs) -> anyhow::Result<ExitCode> {
                                 println!("deleted {digest}");
                             }
                         }
-                        removals.push(json!({"what": item, "refs": removal.refs, "images": removal.images}));
+                        removals.push(
+                            json!({"what": item, "refs": removal.refs, "images": removal.images}),
+                        );
                     }
                     Err(e @ ImageError::NotCached(_)) => {
                         eprintln!("omabox image rm: {e}");
@@ -215,7 +226,11 @@ pub fn run(args: &ImageArgs) -> anyhow::Result<ExitCode> {
                 for image in &removed {
                     println!("deleted {} ({})", image.digest, image.source);
                 }
-                println!("{} images deleted, {} freed", removed.len(), human_bytes(total));
+                println!(
+                    "{} images deleted, {} freed",
+                    removed.len(),
+                    human_bytes(total)
+                );
             }
             Ok(ExitCode::SUCCESS)
         }

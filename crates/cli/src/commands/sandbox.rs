@@ -44,11 +44,11 @@ mod one_shot;
 use crate::wiring::{self, Backend};
 use clap::Args;
 use futures::FutureExt;
-use omabox_backend_linux::image::{ImageCache, ImageSource, RegistryConfig};
 use omabox_backend_linux::factory::{
-    CPUS_ENV, IMAGE_CACHE_ENV, IMAGE_ENV, LinuxFactoryError, LinuxSandboxFactory, MEMORY_ENV, NETWORK_ENV, PIDS_ENV,
-    SANDBOX_IMAGE_ENV, parse_memory_size, parse_millicpus,
+    CPUS_ENV, IMAGE_CACHE_ENV, IMAGE_ENV, LinuxFactoryError, LinuxSandboxFactory, MEMORY_ENV,
+    NETWORK_ENV, PIDS_ENV, SANDBOX_IMAGE_ENV, parse_memory_size, parse_millicpus,
 };
+use omabox_backend_linux::image::{ImageCache, ImageSource, RegistryConfig};
 use omabox_contract::ErrorKind;
 use omabox_contract::networking::{NetworkPolicy, NetworkingConfig};
 use omabox_contract::signals::shell_exit_code;

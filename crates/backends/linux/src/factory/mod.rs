@@ -59,8 +59,8 @@ use omabox_sandbox::{SandboxFactory, SandboxFactoryContext, SandboxFactoryEnv, S
 
 use crate::env_layer::{EnvLayerError, EnvLayers};
 use crate::image::{
-    CredentialSource, DockerConfig, ImageCache, ImageError, ImageKind, NoProgress,
-    RegistryConfig, RegistryReference, ResolvedImage,
+    CredentialSource, DockerConfig, ImageCache, ImageError, ImageKind, NoProgress, RegistryConfig,
+    RegistryReference, ResolvedImage,
 };
 use crate::plan::{
     BindMount, CA_BUNDLE, CA_ENV, CpuLimit, IMAGE_CA_BUNDLE, RootfsSource, SandboxPlan,
@@ -669,7 +669,10 @@ impl LinuxSandboxFactory {
             settings.plan.root_layers.push(made.dir);
         }
         let port = LinuxSandboxPort::start_resolving(&runtime, &settings.plan, resolver).await?;
-        Ok((port.with_default_timeout(settings.exec_timeout), lease_image))
+        Ok((
+            port.with_default_timeout(settings.exec_timeout),
+            lease_image,
+        ))
     }
 }
 
@@ -955,7 +958,10 @@ pub(super) mod tests {
         let pull = pending.registry.unwrap();
         assert_eq!(pull.reference.canonical(), "docker.io/library/debian:12");
         assert_eq!(pull.insecure, vec!["reg.internal:5000".to_owned()]);
-        assert_eq!(pull.docker_config.unwrap(), Path::new("/etc/dockercfg/config.json"));
+        assert_eq!(
+            pull.docker_config.unwrap(),
+            Path::new("/etc/dockercfg/config.json")
+        );
         let e = f
             .settings(&ctx(), &env(&[(IMAGE_ENV, "Bad Ref:1")]))
             .unwrap_err();
