@@ -70,7 +70,7 @@ impl EnvironmentConfig {
             .is_some_and(|d| !d.trim().is_empty())
         {
             anyhow::bail!(
-                "`dockerfile` is not supported: omabox builds no images (pass a local image with OMABOX_LINUX_IMAGE)"
+                "`dockerfile` is not supported: omabox builds no images (pass a local or registry image with OMABOX_LINUX_IMAGE)"
             );
         }
         if let Some(networking) = &config.networking {

@@ -1,11 +1,12 @@
-//! Image artifacts: a local rootfs directory, rootfs tarball or OCI image layout turned
-//! into a directory the sandbox uses as the read-only lower layer of its overlay root.
+//! Root filesystem images for omabox's backends: a local rootfs directory, rootfs
+//! tarball, OCI image layout or registry image turned into a directory a sandbox uses as
+//! the read-only lower layer of its overlay root. Depends on nothing of omabox's.
 //!
 //! An image value is either an existing local path (the table below) or a registry
 //! reference ([`ImageSource::parse`]); a registry image is pulled (`registry.rs`: the
 //! `oci-client` crate, every blob verified while it streams into a temporary OCI layout
 //! in the cache) and then unpacked exactly like a local OCI image layout. Registry
-//! credentials come from a [`CredentialSource`] (docker's `config.json`, the CLI's vault)
+//! credentials come from a [`CredentialSource`] (docker's `config.json`, or any the caller chains)
 //! and are never logged, cached or put into an error.
 //!
 //! # What [`ImageCache::resolve`] accepts

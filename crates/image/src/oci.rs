@@ -30,22 +30,31 @@ pub(super) fn select_platform(
     });
     match matching {
         Some(d) => Ok(d.clone()),
-        None => Err((
-            format!("linux/{arch}"),
-            if manifests.is_empty() {
-                "no image manifests".into()
-            } else {
-                manifests
-                    .iter()
-                    .map(|d| match d.platform() {
-                        Some(p) => format!("{}/{}", p.os(), p.architecture()),
-                        None => "unknown platform".into(),
-                    })
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            },
-        )),
+        None => Err((format!("linux/{arch}"), describe_platforms(&manifests))),
     }
+}
+
+/// Whether a descriptor may be this host's image: linux on this architecture, or no
+/// platform said.
+pub(super) fn fits_this_host(desc: &Descriptor) -> bool {
+    desc.platform()
+        .as_ref()
+        .is_none_or(|p| *p.os() == Os::Linux && *p.architecture() == Arch::default())
+}
+
+/// `os/arch, …` of `manifests`, for messages.
+pub(super) fn describe_platforms(manifests: &[Descriptor]) -> String {
+    if manifests.is_empty() {
+        return "no image manifests".into();
+    }
+    manifests
+        .iter()
+        .map(|d| match d.platform() {
+            Some(p) => format!("{}/{}", p.os(), p.architecture()),
+            None => "unknown platform".into(),
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 // ---------------------------------------------------------------------------------------

@@ -30,7 +30,7 @@ use sha2::{Digest as _, Sha256};
 
 use crate::credentials::{CredentialSource, DockerConfig, RegistryCredential};
 use crate::digest::sha256_hex_of;
-use crate::oci::{OciLayout, select_platform};
+use crate::oci::{OciLayout, describe_platforms, fits_this_host, select_platform};
 use crate::reference::host_of;
 use crate::{
     ImageCache, ImageError, ImageKind, MAX_JSON_BLOB, RegistryReference, ResolvedImage, TempEntry,
@@ -311,16 +311,22 @@ impl ImageCache {
         let (manifest_bytes, manifest_desc, index_digest) = if is_index(&top) {
             let index: ImageIndex = serde_json::from_slice(&top)
                 .map_err(|e| registry_error(reference, format!("invalid image index: {e}")))?;
-            let manifests = index
+            let manifests: Vec<Descriptor> = index
                 .manifests()
                 .iter()
                 .filter(|d| is_manifest_type(d.media_type()))
                 .cloned()
                 .collect();
-            let desc = select_platform(manifests).map_err(|(platform, available)| {
+            // Unlike a local layout's only manifest, a registry's is taken only when its
+            // platform fits (or is not said): a foreign image would not run here.
+            let fitting = manifests.iter().filter(|d| fits_this_host(d)).cloned();
+            let desc = select_platform(fitting.collect()).map_err(|(platform, _)| {
                 registry_error(
                     reference,
-                    format!("no image for {platform} (it has: {available})"),
+                    format!(
+                        "no image for {platform} (it has: {})",
+                        describe_platforms(&manifests)
+                    ),
                 )
             })?;
             let hex = sha256_hex_of(&desc).map_err(|r| registry_error(reference, r))?;

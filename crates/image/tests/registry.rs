@@ -127,6 +127,63 @@ fn a_pinned_digest_pulls_once_then_needs_no_registry() {
 }
 
 #[test]
+fn an_image_index_resolves_to_this_hosts_linux_manifest() {
+    let Some(registry) = registry_or_skip() else {
+        return;
+    };
+    let ours = registry.push_image("test/multi", "amd", &[marker_layer("ours\n")]);
+    let other = registry.push_image("test/multi", "other", &[marker_layer("other\n")]);
+    let arch = match std::env::consts::ARCH {
+        "x86_64" => "amd64",
+        "aarch64" => "arm64",
+        a => a,
+    };
+    let foreign = if arch == "s390x" { "ppc64le" } else { "s390x" };
+    let index = registry.push_index(
+        "test/multi",
+        "1",
+        &[(&other, "linux", foreign), (&ours, "linux", arch)],
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let cache = cache(dir.path());
+    let r = reference(&format!("{}/test/multi:1", registry.host()));
+    let pulled = cache.resolve_registry(&r, &open(), &NoProgress).unwrap();
+    assert_eq!(pulled.digest, ours.digest);
+    assert_eq!(pulled.index_digest.as_deref(), Some(index.as_str()));
+    assert_eq!(
+        std::fs::read_to_string(pulled.image.rootfs_dir.join("marker")).unwrap(),
+        "ours\n"
+    );
+    // Pinned by the index's digest: found in the cache without the registry.
+    drop(registry);
+    let host = r.registry().to_owned();
+    let pinned = reference(&format!("{host}/test/multi@{index}"));
+    let again = cache
+        .resolve_registry(&pinned, &open(), &NoProgress)
+        .unwrap();
+    assert!(!again.contacted_registry);
+    assert_eq!(again.digest, ours.digest);
+}
+
+#[test]
+fn an_index_without_this_platform_is_refused_naming_what_it_has() {
+    let Some(registry) = registry_or_skip() else {
+        return;
+    };
+    let other = registry.push_image("test/foreign", "x", &[marker_layer("x\n")]);
+    registry.push_index("test/foreign", "1", &[(&other, "windows", "amd64")]);
+    let dir = tempfile::tempdir().unwrap();
+    let cache = cache(dir.path());
+    let r = reference(&format!("{}/test/foreign:1", registry.host()));
+    let e = cache
+        .resolve_registry(&r, &open(), &NoProgress)
+        .unwrap_err();
+    assert!(e.to_string().contains("windows/amd64"), "{e}");
+    assert!(e.to_string().contains("test/foreign"), "{e}");
+    assert!(cache.list().unwrap().is_empty());
+}
+
+#[test]
 fn a_wrong_pinned_digest_is_refused() {
     let Some(registry) = registry_or_skip() else {
         return;

@@ -35,6 +35,8 @@ pub type Response = (u16, Vec<(String, String)>, Vec<u8>);
 pub struct PushedImage {
     /// `sha256:<hex>` of the manifest.
     pub digest: String,
+    /// The manifest's size in bytes.
+    pub manifest_size: usize,
     /// The layer blobs' digests, in order.
     pub layers: Vec<String>,
     /// The config blob's digest.
@@ -195,9 +197,44 @@ impl TestRegistry {
         );
         PushedImage {
             digest: sha256(manifest.as_bytes()),
+            manifest_size: manifest.len(),
             layers: digests,
             config: config_digest,
         }
+    }
+
+    /// Pushes an OCI image index as `repo:tag` listing `manifests` (pushed before to the
+    /// same repository) with their platforms (`(image, "linux", "arm64")`); returns its
+    /// digest.
+    pub fn push_index(
+        &self,
+        repo: &str,
+        tag: &str,
+        manifests: &[(&PushedImage, &str, &str)],
+    ) -> String {
+        let entries: Vec<String> = manifests
+            .iter()
+            .map(|(image, os, arch)| {
+                format!(
+                    r#"{{"mediaType":"application/vnd.oci.image.manifest.v1+json","digest":"{}","size":{},"platform":{{"architecture":"{arch}","os":"{os}"}}}}"#,
+                    image.digest, image.manifest_size
+                )
+            })
+            .collect();
+        let index = format!(
+            r#"{{"schemaVersion":2,"mediaType":"application/vnd.oci.image.index.v1+json","manifests":[{}]}}"#,
+            entries.join(",")
+        );
+        let (status, _, body) = self
+            .request(
+                "PUT",
+                &format!("/v2/{repo}/manifests/{tag}"),
+                &[("Content-Type", "application/vnd.oci.image.index.v1+json")],
+                index.as_bytes(),
+            )
+            .expect("push index");
+        assert_eq!(status, 201, "index PUT: {}", String::from_utf8_lossy(&body));
+        sha256(index.as_bytes())
     }
 
     /// Uploads one blob (monolithic: POST then PUT with the digest); returns its digest.
