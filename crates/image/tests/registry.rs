@@ -1,6 +1,6 @@
 //! Registry pulls against a real `docker-registry` on loopback: by tag, by digest, a
 //! moved tag, a tampered blob, basic auth from a docker `config.json`, and the
-//! reference index's remove and prune.
+//! reference index's remove and prune, an image index, concurrent pulls.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -367,4 +367,40 @@ fn remove_by_name_or_digest_and_prune() {
     assert_eq!(pruned.len(), 1);
     assert_eq!(pruned[0].source, local.display().to_string());
     assert_eq!(cache.list().unwrap()[0].digest, b.digest);
+}
+
+#[test]
+fn concurrent_pulls_of_one_image_unpack_it_once() {
+    let Some(registry) = registry_or_skip() else {
+        return;
+    };
+    let pushed = registry.push_image("test/race", "1", &[marker_layer("race\n")]);
+    let dir = tempfile::tempdir().unwrap();
+    let cache = cache(dir.path());
+    let r = reference(&format!("{}/test/race:1", registry.host()));
+    let results: Vec<_> = std::thread::scope(|scope| {
+        let pulls: Vec<_> = (0..4)
+            .map(|_| scope.spawn(|| cache.resolve_registry(&r, &open(), &NoProgress)))
+            .collect();
+        pulls.into_iter().map(|p| p.join().unwrap()).collect()
+    });
+    let unpacked = results
+        .iter()
+        .map(|r| r.as_ref().unwrap())
+        .filter(|p| p.image.unpacked)
+        .count();
+    assert_eq!(unpacked, 1, "{results:?}");
+    assert!(
+        results
+            .iter()
+            .all(|r| r.as_ref().unwrap().digest == pushed.digest)
+    );
+    assert_eq!(cache.list().unwrap().len(), 1);
+    assert_eq!(cache.refs().unwrap().len(), 1);
+    assert_eq!(
+        std::fs::read_dir(dir.path().join("cache/tmp"))
+            .unwrap()
+            .count(),
+        0
+    );
 }
