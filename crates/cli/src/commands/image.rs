@@ -320,6 +320,14 @@ impl StderrProgress {
     }
 
     fn clear(&self) {
+        for (_, bar) in self
+            .active
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .drain(..)
+        {
+            bar.finish_and_clear();
+        }
         if let Some(bars) = &self.bars {
             let _ = bars.clear();
         }
@@ -372,8 +380,17 @@ impl PullProgress for StderrProgress {
     }
 
     fn unpacking(&self, digest: &str) {
-        if self.bars.is_none() {
-            eprintln!("unpacking {digest}");
+        match &self.bars {
+            Some(bars) => {
+                let spinner = bars.add(ProgressBar::new_spinner());
+                spinner.set_message(format!("unpacking {}", short_digest(digest)));
+                spinner.enable_steady_tick(std::time::Duration::from_millis(120));
+                self.active
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .push((String::new(), spinner));
+            }
+            None => eprintln!("unpacking {digest}"),
         }
     }
 }
