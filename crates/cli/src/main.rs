@@ -81,6 +81,8 @@ enum Command {
     /// lease, a sandbox whose owner is alive or a live generation's bindings; token-free and
     /// safe to repeat. `omabox run` does all but the orphan pass before it starts.
     Reap(commands::reap::ReapArgs),
+    /// Manage the image cache: pull registry images, list, remove, prune.
+    Image(commands::image::ImageArgs),
     /// Run commands in sandboxes (`omabox sandbox run -- CMD ARGS...`).
     Sandbox(commands::sandbox::SandboxArgs),
     /// Serve the HTTP API: hosted inference proxy, MCP proxy, file promotion.
@@ -158,6 +160,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         }
         // One sandbox, one command, then exit: its own (for linux, runtime-free) path.
         Command::Sandbox(args) => commands::sandbox::run(args),
+        Command::Image(args) => commands::image::run(&args),
     }
 }
 

@@ -60,6 +60,9 @@ struct RunReport {
     backend: &'static str,
     owner_id: String,
     runtime_id: Option<String>,
+    /// The sandbox's image with the digest this run's acquire resolved it to.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    image: Option<String>,
     cancelled: bool,
     events: Vec<TimelineEvent>,
     /// The ACP harness's canonical event log (`--acp-command` only).
@@ -213,6 +216,7 @@ fn report(
         backend: header.backend,
         owner_id: header.owner_id.clone(),
         runtime_id: facts.runtime_id,
+        image: facts.image,
         cancelled,
         events: timeline.events(),
         acp_events: header.acp_events.as_ref().map(|log| log.events()),

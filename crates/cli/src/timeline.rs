@@ -52,6 +52,9 @@ pub struct RunFacts {
     pub runtime_id: Option<String>,
     /// The revision this run published.
     pub published_revision: Option<u64>,
+    /// The sandbox's image as its lease records it (`reference@digest`: a tag's digest
+    /// at this acquire), when it has one.
+    pub image: Option<String>,
 }
 
 #[derive(Debug, Default)]
@@ -162,6 +165,7 @@ impl Timeline {
             }
             StepFacts::Sandbox(lease) if step == RunStep::SandboxAcquire => {
                 state.facts.runtime_id = Some(lease.runtime_id.clone());
+                state.facts.image = lease_image(lease);
             }
             StepFacts::Published { revision } => {
                 state.facts.published_revision = Some(*revision);
@@ -230,6 +234,20 @@ fn phase_key(phase: ProgressPhase) -> u8 {
         ProgressPhase::Seed => 2,
         ProgressPhase::Export => 3,
     }
+}
+
+/// `reference@digest` (or the reference alone) of the image a linux lease records.
+fn lease_image(lease: &omabox_contract::ManagedSandboxLease) -> Option<String> {
+    let text = lease
+        .metadata
+        .as_ref()?
+        .get(omabox_backend_linux::managed::IMAGE_METADATA_KEY)?
+        .as_str()?;
+    let image: omabox_backend_linux::factory::LeaseImage = serde_json::from_str(text).ok()?;
+    Some(match image.digest {
+        Some(digest) if !image.reference.contains('@') => format!("{}@{digest}", image.reference),
+        _ => image.reference,
+    })
 }
 
 /// What a step's detail needs beyond its facts.
@@ -420,7 +438,10 @@ fn done(step: RunStep, facts: &StepFacts, context: &Context) -> Option<Line> {
         ),
         (RunStep::SandboxAcquire, StepFacts::Sandbox(lease)) => line(
             "sandbox acquired",
-            format!("{} {}", lease.provider, lease.runtime_id),
+            match lease_image(lease) {
+                Some(image) => format!("{} {} image {image}", lease.provider, lease.runtime_id),
+                None => format!("{} {}", lease.provider, lease.runtime_id),
+            },
             true,
         ),
         (RunStep::SandboxSuspend, StepFacts::Sandbox(lease)) => {

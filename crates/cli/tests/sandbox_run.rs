@@ -451,11 +451,11 @@ fn an_image_tarball_is_unpacked_into_the_cache_and_runs() {
         .collect();
     assert_eq!(entries.len(), 1, "unpacked once: {entries:?}");
 
-    // A registry reference is refused as a usage error that says what to do instead.
-    let out = lx.run(&["--image", "debian:12", "--", "true"]);
+    // A value that is neither a path nor a registry reference is a usage error naming it.
+    let out = lx.run(&["--image", "Debian 12", "--", "true"]);
     assert_eq!(out.status.code(), Some(2), "stderr: {}", text(&out.stderr));
     assert!(
-        text(&out.stderr).contains("pulls nothing"),
+        text(&out.stderr).contains("invalid image reference \"Debian 12\""),
         "{}",
         text(&out.stderr)
     );

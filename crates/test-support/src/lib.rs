@@ -6,8 +6,11 @@
 //! - [`drivers`]: contract-only fakes for provider admission and the harness driver lanes
 //!   (the host's own unit tests use them; the full-transaction fakes and the conformance
 //!   suite stay in `omabox-testkit`, which depends on the host).
+//! - [`registry`]: a real OCI registry (`docker-registry`) on loopback and a minimal push
+//!   client, for the image pull tests.
 
 pub mod capability;
 pub mod drivers;
+pub mod registry;
 
 pub use capability::{SKIP_LOG_ENV, in_ci, require_capability};

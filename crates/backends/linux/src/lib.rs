@@ -51,7 +51,7 @@ pub mod factory;
 pub mod handoff;
 mod identity;
 pub mod idmap;
-pub mod image;
+pub use omabox_image as image;
 pub mod leftovers;
 pub mod managed;
 pub mod netns;

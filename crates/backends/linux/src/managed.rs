@@ -6,8 +6,9 @@
 //!   `hostPath` the bind at `/mnt/session/outputs`; everything else (image, limits, runtime
 //!   dir, init binary) comes from the factory's env keys (see [`crate::factory`]).
 //! - The lease is `{provider: "linux", runtimeId: <sandbox id>, metadata: {
-//!   "omabox.linux.identity.v1": <SandboxIdentity JSON>}}`: the pid, start time, boot id,
-//!   cgroup paths and state dir, nothing secret. `reap` and `status` work from that alone,
+//!   "omabox.linux.identity.v1": <SandboxIdentity JSON>, "omabox.linux.image.v1":
+//!   {reference, digest}}}`: the pid, start time, boot id, cgroup paths and state dir,
+//!   and the image with the digest this acquire resolved it to; nothing secret. `reap` and `status` work from that alone,
 //!   so a fresh process can reap a sandbox whose host died.
 //! - `attach` reaches only sandboxes this provider instance started (the agent connection
 //!   belongs to the process that created the sandbox).
@@ -37,6 +38,10 @@ use std::time::Duration;
 pub const LINUX_PROVIDER: &str = "linux";
 /// Lease metadata key holding the serialized [`SandboxIdentity`].
 pub const IDENTITY_METADATA_KEY: &str = "omabox.linux.identity.v1";
+/// Lease metadata key holding the image the sandbox was made from
+/// ([`crate::factory::LeaseImage`] JSON: reference and resolved digest; absent for the
+/// preinstalled root and a directory image has no digest).
+pub const IMAGE_METADATA_KEY: &str = "omabox.linux.image.v1";
 /// How long a reap waits for a killed sandbox to go away.
 const REAP_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -117,7 +122,8 @@ impl ManagedSandboxProvider for LinuxManagedProvider {
             memory_root: None,
             outputs_root: acquisition.outputs_host_path.clone(),
         };
-        let port = Arc::new(self.factory.create_port(&ctx, &self.env).await?);
+        let (port, image) = self.factory.create_port_with_image(&ctx, &self.env).await?;
+        let port = Arc::new(port);
         let identity = serde_json::to_string(port.identity()).map_err(|error| {
             PortError::new(format!("cannot serialize the sandbox identity: {error}"))
         });
@@ -131,6 +137,9 @@ impl ManagedSandboxProvider for LinuxManagedProvider {
         let runtime_id = port.id().to_owned();
         let mut metadata = Meta::new();
         metadata.insert(IDENTITY_METADATA_KEY.into(), MetaValue::String(identity));
+        if let Some(image) = image.and_then(|i| serde_json::to_string(&i).ok()) {
+            metadata.insert(IMAGE_METADATA_KEY.into(), MetaValue::String(image));
+        }
         self.live().insert(runtime_id.clone(), Arc::clone(&port));
         Ok(ProvidedSandbox {
             sandbox: port as Arc<dyn SandboxPort>,

@@ -5,6 +5,7 @@ pub mod catalog;
 pub mod files;
 pub mod fsck;
 pub mod gc;
+pub mod image;
 pub mod outputs;
 pub mod reap;
 pub mod run;

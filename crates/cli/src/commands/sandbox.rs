@@ -45,9 +45,10 @@ use crate::wiring::{self, Backend};
 use clap::Args;
 use futures::FutureExt;
 use omabox_backend_linux::factory::{
-    CPUS_ENV, IMAGE_ENV, LinuxFactoryError, LinuxSandboxFactory, MEMORY_ENV, NETWORK_ENV, PIDS_ENV,
-    SANDBOX_IMAGE_ENV, parse_memory_size, parse_millicpus,
+    CPUS_ENV, IMAGE_CACHE_ENV, IMAGE_ENV, LinuxFactoryError, LinuxSandboxFactory, MEMORY_ENV,
+    NETWORK_ENV, PIDS_ENV, SANDBOX_IMAGE_ENV, parse_memory_size, parse_millicpus,
 };
+use omabox_backend_linux::image::{ImageCache, ImageSource, RegistryConfig};
 use omabox_contract::ErrorKind;
 use omabox_contract::networking::{NetworkPolicy, NetworkingConfig};
 use omabox_contract::signals::shell_exit_code;
@@ -100,8 +101,9 @@ struct RunArgs {
     #[arg(long, default_value = "linux", value_name = "B")]
     backend: String,
     /// Root filesystem: a local rootfs directory, rootfs tarball (.tar, .tar.gz) or OCI
-    /// image layout directory; archives are unpacked once into the image cache
-    /// (OMABOX_LINUX_IMAGE_CACHE). No registry pulls. Default: the host's /usr, /bin,
+    /// image layout directory, or a registry reference (`node:22-slim`,
+    /// `host:5000/x@sha256:…`, pulled first); archives and pulled images are unpacked once
+    /// into the image cache (OMABOX_LINUX_IMAGE_CACHE). Default: the host's /usr, /bin,
     /// /lib* read-only.
     #[arg(long, value_name = "REF")]
     image: Option<String>,
@@ -387,6 +389,7 @@ fn prepare(
                 vars.remove(SANDBOX_IMAGE_ENV);
                 vars.insert(IMAGE_ENV.into(), image_ref(image));
             }
+            pin_registry_image(&mut vars)?;
             if let Some(memory) = args.memory {
                 vars.insert(MEMORY_ENV.into(), memory.to_string());
             }
@@ -455,6 +458,55 @@ fn prepare(
     Ok((vars.into_iter().collect(), workspace))
 }
 
+/// A registry image (`--image`, `OMABOX_LINUX_IMAGE` or `SANDBOX_IMAGE`) is resolved here,
+/// once, with progress on stderr, and handed to the factory pinned to the digest it
+/// resolved to (which the cache has then, so the factory does not ask the registry again).
+fn pin_registry_image(vars: &mut BTreeMap<String, String>) -> Result<(), Failure> {
+    let nonempty = |key: &str| vars.get(key).is_some_and(|v| !v.trim().is_empty());
+    let key = if nonempty(IMAGE_ENV) {
+        IMAGE_ENV
+    } else if nonempty(SANDBOX_IMAGE_ENV) {
+        SANDBOX_IMAGE_ENV
+    } else {
+        return Ok(());
+    };
+    let value = vars[key].clone();
+    let reference = match ImageSource::parse(&value) {
+        Ok(ImageSource::Registry(r)) => r,
+        // A local path: the factory checks it.
+        Ok(ImageSource::Local(_)) => return Ok(()),
+        Err(e) => return Err(Failure::usage(format!("{key}={value:?} is invalid: {e}"))),
+    };
+    let cache = match vars.get(IMAGE_CACHE_ENV).filter(|v| !v.is_empty()) {
+        Some(dir) if Path::new(dir).is_absolute() => ImageCache::new(dir),
+        Some(dir) => {
+            return Err(Failure::usage(format!(
+                "{IMAGE_CACHE_ENV}={dir:?} is invalid: must be an absolute path"
+            )));
+        }
+        None => ImageCache::new(ImageCache::default_dir()),
+    };
+    let config = RegistryConfig::from_env(|k| vars.get(k).cloned());
+    let pulled = super::image::pull_with_progress(&cache, &reference, &config).map_err(|e| {
+        let message = format!("cannot use image {value:?}: {e}");
+        if e.is_bad_image() {
+            Failure::usage(message)
+        } else {
+            Failure::omabox(message)
+        }
+    })?;
+    vars.insert(
+        key.to_owned(),
+        format!(
+            "{}/{}@{}",
+            reference.registry(),
+            reference.repository(),
+            pulled.digest
+        ),
+    );
+    Ok(())
+}
+
 /// `--image` as the factory wants it: an existing local path made absolute; anything
 /// else as given (the factory says why it cannot use it).
 fn image_ref(image: &str) -> String {
@@ -477,9 +529,7 @@ fn linux_failure(error: &LinuxFactoryError) -> Failure {
         next = e.source();
     }
     match error {
-        LinuxFactoryError::InvalidEnv { .. } | LinuxFactoryError::ImageNotSupported { .. } => {
-            Failure::usage(message)
-        }
+        LinuxFactoryError::InvalidEnv { .. } => Failure::usage(message),
         LinuxFactoryError::Image { source, .. } if source.is_bad_image() => Failure::usage(message),
         e if e.is_host_unsupported() => Failure::omabox(format!(
             "cannot create a linux sandbox on this machine: {message}\n{LOCAL_HINT}"

@@ -2,12 +2,18 @@
 //! Must never touch the system (no file, no probe): settings are checked before anything
 //! is created.
 
-/// `OMABOX_LINUX_IMAGE`: a local rootfs directory.
+/// `OMABOX_LINUX_IMAGE`: a local image artifact or a registry reference.
 pub const IMAGE_ENV: &str = "OMABOX_LINUX_IMAGE";
 /// `SANDBOX_IMAGE`: OpenMA's image key, read when [`IMAGE_ENV`] is unset.
 pub const SANDBOX_IMAGE_ENV: &str = "SANDBOX_IMAGE";
 /// `OMABOX_LINUX_IMAGE_CACHE`: where image artifacts are unpacked.
 pub const IMAGE_CACHE_ENV: &str = "OMABOX_LINUX_IMAGE_CACHE";
+/// `OMABOX_INSECURE_REGISTRIES`: registries pulled from over plain HTTP.
+pub use crate::image::INSECURE_REGISTRIES_ENV;
+/// `DOCKER_CONFIG`: docker's configuration directory (registry credentials).
+pub const DOCKER_CONFIG_ENV: &str = "DOCKER_CONFIG";
+/// `HOME`: read only to find `~/.docker/config.json` when `DOCKER_CONFIG` is unset.
+pub const HOME_ENV: &str = "HOME";
 /// `OMABOX_LINUX_MEMORY`: memory limit.
 pub const MEMORY_ENV: &str = "OMABOX_LINUX_MEMORY";
 /// `OMABOX_LINUX_CPUS`: CPU quota.
@@ -62,6 +68,9 @@ pub const ENV_KEYS: &[&str] = &[
     IMAGE_ENV,
     SANDBOX_IMAGE_ENV,
     IMAGE_CACHE_ENV,
+    INSECURE_REGISTRIES_ENV,
+    DOCKER_CONFIG_ENV,
+    HOME_ENV,
     MEMORY_ENV,
     CPUS_ENV,
     PIDS_ENV,

@@ -15,9 +15,11 @@
 //!
 //! | key | meaning | default |
 //! |-----|---------|---------|
-//! | `OMABOX_LINUX_IMAGE` | absolute path of a local rootfs directory, rootfs tarball (`.tar`, `.tar.gz`) or OCI image layout directory; the read-only lower layer of an overlay root (see [`crate::image`]) | the preinstalled rootfs (read-only host `/usr`, `/bin`, `/lib*`, generated `/etc`) |
+//! | `OMABOX_LINUX_IMAGE` | absolute path of a local rootfs directory, rootfs tarball (`.tar`, `.tar.gz`) or OCI image layout directory, or a registry reference (`node:22-slim`, `registry:5000/x@sha256:…`); the read-only lower layer of an overlay root (see [`crate::image`]) | the preinstalled rootfs (read-only host `/usr`, `/bin`, `/lib*`, generated `/etc`) |
 //! | `SANDBOX_IMAGE` | OpenMA's name, read when `OMABOX_LINUX_IMAGE` is unset | |
-//! | `OMABOX_LINUX_IMAGE_CACHE` | absolute path of the cache tarballs and OCI layouts are unpacked into | [`ImageCache::default_dir`]: `/var/lib/omabox/images` as root, else `$XDG_CACHE_HOME/omabox/images` |
+//! | `OMABOX_LINUX_IMAGE_CACHE` | absolute path of the cache tarballs, OCI layouts and registry images are unpacked into | [`ImageCache::default_dir`]: `/var/lib/omabox/images` as root, else `$XDG_CACHE_HOME/omabox/images` |
+//! | `OMABOX_INSECURE_REGISTRIES` | `host[:port][,…]`: registries pulled from over plain HTTP (loopback ones always are) | none |
+//! | `DOCKER_CONFIG`, `HOME` | where docker's `config.json` is (`$DOCKER_CONFIG/config.json`, else `$HOME/.docker/config.json`): registry credentials (`auths.<host>.auth`) | |
 //! | `OMABOX_LINUX_MEMORY` | memory limit: bytes, or with a `K`/`M`/`G`/`T` suffix (binary: `512M` = 512 MiB), or `unlimited` | 512M |
 //! | `OMABOX_LINUX_CPUS` | CPU quota in CPUs (`1`, `0.5`, `1.25`: at least 0.01), or `unlimited` | 2, or the host's CPU count if smaller |
 //! | `OMABOX_LINUX_PIDS` | maximum tasks (processes + threads, the agent included), or `unlimited` | 512 |
@@ -32,11 +34,14 @@
 //! | `OMABOX_LINUX_CGROUP_PARENT` | cgroup directory (below each hierarchy root) holding the sandboxes' cgroups | `omabox` |
 //! | `OMABOX_LINUX_INIT` | path of the `omabox-sandbox-init` binary | next to the running executable, then `PATH` |
 //!
-//! A directory image is used in place. A tarball or OCI layout is unpacked once into the
-//! content-addressed image cache (layout and unpacking defences in [`crate::image`]) by
-//! `create_port`, never by [`LinuxSandboxFactory::settings`]. There is no registry pull
-//! and so no registry auth: a registry reference (`debian:12`) is refused with a clear
-//! error saying how to bring the image in as a local artifact. Whatever the artifact,
+//! A directory image is used in place. A tarball, an OCI layout or a registry image is
+//! unpacked once into the content-addressed image cache (layout, pull and unpacking
+//! defences in [`crate::image`]) by `create_port`, never by
+//! [`LinuxSandboxFactory::settings`]. A registry reference is resolved at every create
+//! (a tag once per acquire: a moved tag gives the next sandbox the new image; a pinned
+//! `@sha256:` in the cache needs no registry), and the digest it resolved to is
+//! returned with the port ([`LinuxSandboxFactory::create_port_with_image`]) for the
+//! lease. Whatever the artifact,
 //! the sandbox's PID 1 (`omabox-sandbox-init`) comes from the host, so an image needs no
 //! omabox binary; it must hold the harness the readiness probe runs.
 //!
@@ -54,7 +59,10 @@ use omabox_contract::PortError;
 use omabox_sandbox::{SandboxFactory, SandboxFactoryContext, SandboxFactoryEnv, SandboxPort};
 
 use crate::env_layer::{EnvLayerError, EnvLayers, LayerSpec};
-use crate::image::{ImageCache, ImageError, ImageKind, ResolvedImage};
+use crate::image::{
+    CredentialSource, DockerConfig, ImageCache, ImageError, ImageKind, NoProgress, RegistryConfig,
+    RegistryReference, ResolvedImage,
+};
 use crate::plan::{
     BindMount, CA_BUNDLE, CA_ENV, CpuLimit, IMAGE_CA_BUNDLE, RootfsSource, SandboxPlan,
 };
@@ -80,16 +88,6 @@ pub enum LinuxFactoryError {
         value: String,
         /// What is wrong.
         reason: String,
-    },
-    /// An image reference that is not a local artifact.
-    #[error(
-        "{image:?} is {kind}, which the linux backend cannot use: it pulls nothing from registries; pass the absolute path of a local rootfs directory, rootfs tarball or OCI image layout (e.g. made with `skopeo copy docker://IMAGE oci:DIR` or `docker export`)"
-    )]
-    ImageNotSupported {
-        /// The image reference.
-        image: String,
-        /// What it looks like.
-        kind: &'static str,
     },
     /// The environment layer could not be built.
     #[error(transparent)]
@@ -141,10 +139,7 @@ impl From<LinuxFactoryError> for PortError {
     fn from(error: LinuxFactoryError) -> Self {
         match error {
             LinuxFactoryError::Start(e) => e.into(),
-            e @ (LinuxFactoryError::InvalidEnv { .. }
-            | LinuxFactoryError::ImageNotSupported { .. }) => {
-                PortError::invalid_argument(e.to_string())
-            }
+            e @ LinuxFactoryError::InvalidEnv { .. } => PortError::invalid_argument(e.to_string()),
             LinuxFactoryError::Image { ref source, .. } if source.is_bad_image() => {
                 PortError::invalid_argument(message_chain(&error))
             }
@@ -199,23 +194,78 @@ pub struct EnvLayerSetting {
 pub struct PendingImage {
     /// The env value (for messages).
     pub reference: String,
-    /// Its absolute path.
+    /// Its absolute path (empty for a registry image).
     pub path: PathBuf,
-    /// A tarball or an OCI layout.
+    /// A tarball, an OCI layout or a registry image.
     pub kind: ImageKind,
     /// The cache it is unpacked into.
     pub cache_dir: PathBuf,
+    /// For a registry image: where to pull it from, and how.
+    pub registry: Option<RegistryPull>,
+}
+
+/// A registry image still to be resolved: the reference and how to reach its registry
+/// (plain data: the credentials stay in docker's file until the pull reads them).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RegistryPull {
+    /// The parsed reference.
+    pub reference: RegistryReference,
+    /// `OMABOX_INSECURE_REGISTRIES`.
+    pub insecure: Vec<String>,
+    /// Docker's `config.json`, if `DOCKER_CONFIG` or `HOME` says where.
+    pub docker_config: Option<PathBuf>,
+}
+
+impl RegistryPull {
+    fn config(&self) -> RegistryConfig {
+        RegistryConfig {
+            insecure: self.insecure.clone(),
+            credentials: self
+                .docker_config
+                .as_ref()
+                .map(|path| Arc::new(DockerConfig::at(path)) as Arc<dyn CredentialSource>),
+        }
+    }
+}
+
+/// What image a sandbox was made from, as its lease records it.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct LeaseImage {
+    /// The reference as configured (canonical for a registry image).
+    pub reference: String,
+    /// `sha256:<hex>` of the tarball or image manifest it resolved to (a tag's digest at
+    /// this acquire).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub digest: Option<String>,
 }
 
 impl PendingImage {
-    /// Unpacks the image into its cache unless it is there already. Blocking.
+    /// Unpacks the image into its cache unless it is there already (a registry image is
+    /// resolved at its registry first, unless pinned and cached). Blocking.
     pub fn resolve(&self) -> Result<ResolvedImage, LinuxFactoryError> {
-        ImageCache::new(&self.cache_dir)
-            .resolve(&self.path)
-            .map_err(|source| LinuxFactoryError::Image {
-                image: self.reference.clone(),
-                source,
-            })
+        let cache = ImageCache::new(&self.cache_dir);
+        let resolved = match &self.registry {
+            Some(pull) => cache
+                .resolve_registry(&pull.reference, &pull.config(), &NoProgress)
+                .map(|pulled| pulled.image),
+            None => cache.resolve(&self.path),
+        };
+        resolved.map_err(|source| LinuxFactoryError::Image {
+            image: self.reference.clone(),
+            source,
+        })
+    }
+
+    /// The lease's record of this image once resolved.
+    pub fn lease_image(&self, resolved: &ResolvedImage) -> LeaseImage {
+        LeaseImage {
+            reference: match &self.registry {
+                Some(pull) => pull.reference.canonical(),
+                None => self.reference.clone(),
+            },
+            digest: resolved.digest.clone(),
+        }
     }
 }
 
@@ -308,6 +358,27 @@ impl LinuxSandboxFactory {
             match image_artifact(key, image)? {
                 (ImageKind::Directory, path) => plan.rootfs = RootfsSource::Directory { path },
                 (kind, path) => {
+                    let registry = match kind {
+                        ImageKind::Registry => Some(RegistryPull {
+                            reference: RegistryReference::parse(image)
+                                .map_err(|e| invalid(key, image, &e.to_string()))?,
+                            insecure: nonempty(env, INSECURE_REGISTRIES_ENV)
+                                .map(|v| {
+                                    v.split(',')
+                                        .map(str::trim)
+                                        .filter(|s| !s.is_empty())
+                                        .map(str::to_owned)
+                                        .collect()
+                                })
+                                .unwrap_or_default(),
+                            docker_config: DockerConfig::default_location(
+                                nonempty(env, DOCKER_CONFIG_ENV),
+                                nonempty(env, HOME_ENV),
+                            )
+                            .map(|d| d.path().to_path_buf()),
+                        }),
+                        _ => None,
+                    };
                     let cache_dir = match nonempty(env, IMAGE_CACHE_ENV) {
                         Some(dir) if Path::new(dir).is_absolute() => PathBuf::from(dir),
                         Some(dir) => {
@@ -323,6 +394,7 @@ impl LinuxSandboxFactory {
                         path,
                         kind,
                         cache_dir,
+                        registry,
                     });
                 }
             }
@@ -516,6 +588,16 @@ impl LinuxSandboxFactory {
         ctx: &SandboxFactoryContext,
         env: &SandboxFactoryEnv,
     ) -> Result<LinuxSandboxPort, LinuxFactoryError> {
+        Ok(self.create_port_with_image(ctx, env).await?.0)
+    }
+
+    /// [`create_port`](Self::create_port), and the image the sandbox was made from (its
+    /// digest resolved at this call), for the lease.
+    pub async fn create_port_with_image(
+        &self,
+        ctx: &SandboxFactoryContext,
+        env: &SandboxFactoryEnv,
+    ) -> Result<(LinuxSandboxPort, Option<LeaseImage>), LinuxFactoryError> {
         let mut settings = self.settings(ctx, env)?;
         let mut dirs = Vec::new();
         if let Some(w) = settings.plan.workspace.take() {
@@ -528,7 +610,9 @@ impl LinuxSandboxFactory {
         let checked = self.take_checked(&runtime_config);
         let pending_image = settings.image.take();
         let (runtime, prepared, image) = tokio::task::spawn_blocking(move || {
-            let image = pending_image.map(|p| p.resolve()).transpose()?;
+            let image = pending_image
+                .map(|p| p.resolve().map(|r| (p.lease_image(&r), r)))
+                .transpose()?;
             let mut prepared = Vec::new();
             for (what, dir) in dirs {
                 prepared.push((what, prepare_dir(what, &dir)?));
@@ -541,10 +625,12 @@ impl LinuxSandboxFactory {
         })
         .await
         .map_err(|e| LinuxPortError::Task(e.to_string()))??;
-        if let Some(image) = image {
+        let mut lease_image = None;
+        if let Some((record, image)) = image {
             settings.plan.rootfs = RootfsSource::Directory {
                 path: image.rootfs_dir,
             };
+            lease_image = Some(record);
         }
         for (what, dir) in prepared {
             match what {
@@ -574,7 +660,10 @@ impl LinuxSandboxFactory {
             settings.plan.env.extend(layer.spec.env());
         }
         let port = LinuxSandboxPort::start_resolving(&runtime, &settings.plan, resolver).await?;
-        Ok(port.with_default_timeout(settings.exec_timeout))
+        Ok((
+            port.with_default_timeout(settings.exec_timeout),
+            lease_image,
+        ))
     }
 }
 
@@ -630,17 +719,16 @@ fn image_artifact(
 ) -> Result<(ImageKind, PathBuf), LinuxFactoryError> {
     let path = Path::new(image);
     if !path.is_absolute() {
-        if image.contains(':') || image.contains('/') && !image.starts_with('.') {
-            return Err(LinuxFactoryError::ImageNotSupported {
-                image: image.to_owned(),
-                kind: "a registry image reference",
-            });
+        if image.starts_with('.') {
+            return Err(invalid(
+                key,
+                image,
+                "a local image must be an absolute path (of a rootfs directory, rootfs tarball or OCI image layout)",
+            ));
         }
-        return Err(invalid(
-            key,
-            image,
-            "must be the absolute path of a local rootfs directory, rootfs tarball or OCI image layout",
-        ));
+        // Anything else is a registry reference; parsed (not pulled) here.
+        RegistryReference::parse(image).map_err(|e| invalid(key, image, &e.to_string()))?;
+        return Ok((ImageKind::Registry, PathBuf::new()));
     }
     let kind = ImageKind::detect(path).map_err(|e| match e {
         ImageError::Read { source, .. } => {
@@ -845,11 +933,31 @@ pub(super) mod tests {
             .unwrap();
         assert_eq!(s.image.unwrap().kind, ImageKind::OciLayout);
 
+        // A registry reference: pending, parsed, nothing contacted.
+        let s = f
+            .settings(
+                &ctx(),
+                &env(&[
+                    (IMAGE_ENV, "debian:12"),
+                    (INSECURE_REGISTRIES_ENV, "reg.internal:5000"),
+                    (DOCKER_CONFIG_ENV, "/etc/dockercfg"),
+                ]),
+            )
+            .unwrap();
+        let pending = s.image.unwrap();
+        assert_eq!(pending.kind, ImageKind::Registry);
+        let pull = pending.registry.unwrap();
+        assert_eq!(pull.reference.canonical(), "docker.io/library/debian:12");
+        assert_eq!(pull.insecure, vec!["reg.internal:5000".to_owned()]);
+        assert_eq!(
+            pull.docker_config.unwrap(),
+            Path::new("/etc/dockercfg/config.json")
+        );
         let e = f
-            .settings(&ctx(), &env(&[(IMAGE_ENV, "debian:12")]))
+            .settings(&ctx(), &env(&[(IMAGE_ENV, "Bad Ref:1")]))
             .unwrap_err();
-        assert!(e.to_string().contains("registry image reference"), "{e}");
-        assert!(e.to_string().contains("pulls nothing"), "{e}");
+        assert!(e.to_string().starts_with(IMAGE_ENV), "{e}");
+        assert!(e.to_string().contains("Bad Ref:1"), "{e}");
 
         let e = f
             .settings(&ctx(), &env(&[(IMAGE_ENV, "/no/such/rootfs")]))

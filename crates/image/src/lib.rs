@@ -1,10 +1,13 @@
-//! Image artifacts: a local rootfs directory, rootfs tarball or OCI image layout turned
-//! into a directory the sandbox uses as the read-only lower layer of its overlay root.
+//! Root filesystem images for omabox's backends: a local rootfs directory, rootfs
+//! tarball, OCI image layout or registry image turned into a directory a sandbox uses as
+//! the read-only lower layer of its overlay root. Depends on nothing of omabox's.
 //!
-//! omabox pulls nothing: there is no registry client, no registry auth and no network
-//! access here. An image is a local path the operator names explicitly (the contract's
-//! "Images" section); a registry image is brought in with other tools first (e.g.
-//! `skopeo copy docker://debian:12 oci:/srv/images/debian:12`, or `docker export`).
+//! An image value is either an existing local path (the table below) or a registry
+//! reference ([`ImageSource::parse`]); a registry image is pulled (`registry.rs`: the
+//! `oci-client` crate, every blob verified while it streams into a temporary OCI layout
+//! in the cache) and then unpacked exactly like a local OCI image layout. Registry
+//! credentials come from a [`CredentialSource`] (docker's `config.json`, or any the caller chains)
+//! and are never logged, cached or put into an error.
 //!
 //! # What [`ImageCache::resolve`] accepts
 //!
@@ -14,8 +17,7 @@
 //! | a tar archive, plain or gzip | magic bytes (`ustar` at offset 257; `1f 8b` then `ustar` inside), not the file name | unpacked once into `<cache>/sha256/<sha256 of the file>/rootfs` |
 //! | an OCI image layout directory (`oci-layout`, `index.json`, `blobs/sha256/…`) | the `oci-layout` file | the manifest for this host's platform (or the only one) unpacked once into `<cache>/sha256/<manifest digest>/rootfs`, layers applied in order with whiteouts |
 //!
-//! zstd, xz and bzip2 compression, non-sha256 digests and registry references are
-//! refused with a clear error.
+//! zstd, xz and bzip2 compression and non-sha256 digests are refused with a clear error.
 //!
 //! # Cache layout
 //!
@@ -23,10 +25,20 @@
 //! <cache>/                       mode 0700, must be owned by the caller and not group/world writable
 //!   sha256/<hex>/rootfs/         an unpacked image (published by one rename, never changed after)
 //!   sha256/<hex>/image.json      what it was unpacked from (kind, reference, digest)
+//!   refs.json                    registry name -> manifest digest (`refs.rs`)
 //!   locks/<hex>.lock             flock(2) serializing unpackers of one digest
+//!   locks/refs.lock              flock(2) serializing writers of refs.json
 //!   tmp/<hex>.<pid>.<n>/         an unpack in progress; removed on failure, and by the
 //!                                next unpacker of the same digest after a crash
+//!   tmp/pull-<hex>.<pid>.<n>/    a pull's OCI layout being downloaded (removed when the
+//!                                pull ends, whatever the outcome; `prune` removes those
+//!                                of dead processes)
 //! ```
+//!
+//! A registry image's entry is keyed by its image manifest's digest, like an OCI
+//! layout's. Two processes pulling the same image download it twice into their own
+//! temporary layouts and unpack it once (the digest's lock); neither sees a partial
+//! entry.
 //!
 //! An entry is keyed by content (the tarball's bytes, the OCI manifest's digest), so a
 //! changed tarball is a new entry and an unchanged one is never unpacked twice. Nothing
@@ -68,9 +80,20 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use serde::{Deserialize, Serialize};
 
+mod credentials;
 mod digest;
 mod oci;
+mod reference;
+mod refs;
+mod registry;
 mod unpack;
+
+pub use credentials::{CredentialChain, CredentialSource, DockerConfig, RegistryCredential};
+pub use reference::{ImageSource, RegistryReference};
+pub use refs::{ImageRef, Removal};
+pub use registry::{
+    INSECURE_REGISTRIES_ENV, NoProgress, PullProgress, PulledImage, RegistryConfig,
+};
 
 use digest::{is_sha256_hex, sha256_file, sha256_hex_of};
 use oci::OciLayout;
@@ -93,6 +116,8 @@ pub enum ImageKind {
     Tarball,
     /// An OCI image layout directory.
     OciLayout,
+    /// An image pulled from a registry.
+    Registry,
 }
 
 impl ImageKind {
@@ -141,6 +166,7 @@ impl ImageKind {
             Self::Directory => "rootfs directory",
             Self::Tarball => "rootfs tarball",
             Self::OciLayout => "OCI image layout",
+            Self::Registry => "registry image",
         }
     }
 }
@@ -167,8 +193,13 @@ pub struct CachedImage {
     pub digest: String,
     /// What it was unpacked from.
     pub kind: ImageKind,
-    /// The reference it was first unpacked from (informational).
-    pub source: PathBuf,
+    /// What it was first unpacked from (informational): a path, or a registry
+    /// reference.
+    pub source: String,
+    /// Bytes of the unpacked tree (file sizes; 0 for entries made before it was
+    /// recorded).
+    #[serde(default)]
+    pub size_bytes: u64,
     /// The unpacked rootfs.
     #[serde(skip)]
     pub rootfs_dir: PathBuf,
@@ -253,6 +284,25 @@ pub enum ImageError {
         #[source]
         source: io::Error,
     },
+    /// An image value that is neither an existing path nor a valid registry reference.
+    #[error("invalid image reference {value:?}: {reason}")]
+    BadReference {
+        /// The value as given.
+        value: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// Talking to the registry failed (never carries a credential).
+    #[error("cannot pull {reference}: {reason}")]
+    Registry {
+        /// The canonical reference.
+        reference: String,
+        /// What failed.
+        reason: String,
+    },
+    /// A name or digest the cache does not have.
+    #[error("{0} is not in the image cache")]
+    NotCached(String),
     /// The cache directory cannot be used.
     #[error("image cache {}: {reason}", path.display())]
     Cache {
@@ -298,7 +348,11 @@ impl ImageError {
     pub fn is_bad_image(&self) -> bool {
         !matches!(
             self,
-            Self::Read { .. } | Self::Write { .. } | Self::Cache { .. }
+            Self::Read { .. }
+                | Self::Write { .. }
+                | Self::Cache { .. }
+                | Self::Registry { .. }
+                | Self::NotCached(_)
         )
     }
 }
@@ -342,6 +396,7 @@ impl ImageCache {
     pub fn resolve(&self, reference: &Path) -> Result<ResolvedImage, ImageError> {
         let kind = ImageKind::detect(reference)?;
         match kind {
+            ImageKind::Registry => Err(ImageError::Unrecognized(reference.to_path_buf())),
             ImageKind::Directory => Ok(ResolvedImage {
                 rootfs_dir: fs::canonicalize(reference)
                     .map_err(|e| ImageError::io(reference, e))?,
@@ -351,7 +406,7 @@ impl ImageCache {
             }),
             ImageKind::Tarball => {
                 let hex = sha256_file(reference)?;
-                self.fill(&hex, kind, reference, |rootfs| {
+                self.fill(&hex, kind, &source_of(reference), |rootfs| {
                     unpack_tarball(reference, &hex, rootfs)
                 })
             }
@@ -359,7 +414,7 @@ impl ImageCache {
                 let layout = OciLayout::open(reference)?;
                 let manifest = layout.select_manifest()?;
                 let hex = sha256_hex_of(&manifest).map_err(|reason| layout.invalid(reason))?;
-                self.fill(&hex, kind, reference, |rootfs| {
+                self.fill(&hex, kind, &source_of(reference), |rootfs| {
                     layout.unpack(&manifest, rootfs)
                 })
             }
@@ -414,10 +469,10 @@ impl ImageCache {
         &self,
         hex: &str,
         kind: ImageKind,
-        reference: &Path,
+        source: &str,
         unpack: impl FnOnce(&Path) -> Result<(), ImageError>,
     ) -> Result<ResolvedImage, ImageError> {
-        let entry = self.dir.join("sha256").join(hex);
+        let entry = self.entry_dir(hex);
         let rootfs = entry.join("rootfs");
         let done = |unpacked| {
             Ok(ResolvedImage {
@@ -446,7 +501,8 @@ impl ImageCache {
         let meta = CachedImage {
             digest: format!("sha256:{hex}"),
             kind,
-            source: std::path::absolute(reference).unwrap_or_else(|_| reference.to_path_buf()),
+            source: source.to_owned(),
+            size_bytes: tree_size(&tmp_rootfs),
             rootfs_dir: PathBuf::new(),
         };
         let meta_path = tmp.path.join("image.json");
@@ -455,6 +511,35 @@ impl ImageCache {
         fs::rename(&tmp.path, &entry).map_err(|e| ImageError::write(&entry, e))?;
         tmp.defuse();
         done(true)
+    }
+
+    fn entry_dir(&self, hex: &str) -> PathBuf {
+        self.dir.join("sha256").join(hex)
+    }
+
+    /// Removes temporary entries (`<name>.<pid>.<n>`) whose process is gone.
+    fn remove_dead_temps(&self) {
+        let Ok(entries) = fs::read_dir(self.dir.join("tmp")) else {
+            return;
+        };
+        for entry in entries.flatten() {
+            let name = entry.file_name();
+            let Some(pid) = name
+                .to_str()
+                .and_then(|n| n.rsplit('.').nth(1))
+                .and_then(|p| p.parse::<i32>().ok())
+            else {
+                continue;
+            };
+            // SAFETY: kill with signal 0 only checks whether the process exists.
+            let alive = pid > 0
+                && (unsafe { libc::kill(pid, 0) } == 0
+                    || io::Error::last_os_error().raw_os_error() == Some(libc::EPERM));
+            if !alive {
+                let path = entry.path();
+                let _ = fs::remove_dir_all(&path).or_else(|_| fs::remove_file(&path));
+            }
+        }
     }
 
     /// Creates the cache directories and checks that nobody else can write into them
@@ -535,6 +620,33 @@ impl ImageCache {
             }
         }
     }
+}
+
+fn source_of(reference: &Path) -> String {
+    std::path::absolute(reference)
+        .unwrap_or_else(|_| reference.to_path_buf())
+        .display()
+        .to_string()
+}
+
+/// Apparent size of the regular files below `root` (symlinks not followed).
+fn tree_size(root: &Path) -> u64 {
+    let mut total = 0;
+    let mut todo = vec![root.to_path_buf()];
+    while let Some(dir) = todo.pop() {
+        let Ok(entries) = fs::read_dir(&dir) else {
+            continue;
+        };
+        for entry in entries.flatten() {
+            let Ok(meta) = entry.metadata() else { continue };
+            if meta.is_dir() {
+                todo.push(entry.path());
+            } else if meta.is_file() {
+                total += meta.len();
+            }
+        }
+    }
+    total
 }
 
 /// A temporary cache entry, removed on drop unless defused.

@@ -14,6 +14,49 @@ use super::digest::{HashingReader, sha256_hex_of};
 use super::unpack::{Unpacker, tar_stream};
 use super::{ImageError, MAX_INDEX_DEPTH, MAX_JSON_BLOB};
 
+/// The manifest for this host (linux and the host's architecture), or the only one.
+/// `Err((platform looked for, what there is))`.
+pub(super) fn select_platform(
+    mut manifests: Vec<Descriptor>,
+) -> Result<Descriptor, (String, String)> {
+    if manifests.len() == 1 {
+        return Ok(manifests.remove(0));
+    }
+    let arch = Arch::default();
+    let matching = manifests.iter().find(|d| {
+        d.platform()
+            .as_ref()
+            .is_some_and(|p| *p.os() == Os::Linux && *p.architecture() == arch)
+    });
+    match matching {
+        Some(d) => Ok(d.clone()),
+        None => Err((format!("linux/{arch}"), describe_platforms(&manifests))),
+    }
+}
+
+/// Whether a descriptor may be this host's image: linux on this architecture, or no
+/// platform said.
+pub(super) fn fits_this_host(desc: &Descriptor) -> bool {
+    desc.platform()
+        .as_ref()
+        .is_none_or(|p| *p.os() == Os::Linux && *p.architecture() == Arch::default())
+}
+
+/// `os/arch, …` of `manifests`, for messages.
+pub(super) fn describe_platforms(manifests: &[Descriptor]) -> String {
+    if manifests.is_empty() {
+        return "no image manifests".into();
+    }
+    manifests
+        .iter()
+        .map(|d| match d.platform() {
+            Some(p) => format!("{}/{}", p.os(), p.architecture()),
+            None => "unknown platform".into(),
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 // ---------------------------------------------------------------------------------------
 // OCI image layout
 
@@ -56,34 +99,11 @@ impl OciLayout {
             serde_json::from_slice(&text).map_err(|e| self.invalid(format!("index.json: {e}")))?;
         let mut manifests = Vec::new();
         self.collect_manifests(&index, 0, &mut manifests)?;
-        if manifests.len() == 1 {
-            return Ok(manifests.remove(0));
-        }
-        let arch = Arch::default();
-        let matching = manifests.iter().find(|d| {
-            d.platform()
-                .as_ref()
-                .is_some_and(|p| *p.os() == Os::Linux && *p.architecture() == arch)
-        });
-        match matching {
-            Some(d) => Ok(d.clone()),
-            None => Err(ImageError::NoManifest {
-                path: self.dir.clone(),
-                platform: format!("linux/{arch}"),
-                available: if manifests.is_empty() {
-                    "no image manifests".into()
-                } else {
-                    manifests
-                        .iter()
-                        .map(|d| match d.platform() {
-                            Some(p) => format!("{}/{}", p.os(), p.architecture()),
-                            None => "unknown platform".into(),
-                        })
-                        .collect::<Vec<_>>()
-                        .join(", ")
-                },
-            }),
-        }
+        select_platform(manifests).map_err(|(platform, available)| ImageError::NoManifest {
+            path: self.dir.clone(),
+            platform,
+            available,
+        })
     }
 
     pub(super) fn collect_manifests(

@@ -1,0 +1,417 @@
+//! Registry images end to end, as a user drives them: `omabox sandbox run --image
+//! HOST/REPO:TAG` against a real `docker-registry` on loopback (pull, run, a moved tag, a
+//! pin), `omabox image pull|ls|rm|prune` (human and `--json`), bad references, and a
+//! registry with basic auth whose password never shows in any output or cache file.
+//!
+//! The pushed test image is tiny: the host's static busybox (package busybox-static) and a
+//! marker file. Missing docker-registry, htpasswd, busybox or linux sandboxes skip with a
+//! printed reason, and fail under `CI=true`.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+
+mod common;
+
+use base64::Engine as _;
+use common::{init_bin, omabox_bin};
+use omabox_backend_linux::factory::{
+    CGROUP_PARENT_ENV, IMAGE_CACHE_ENV, INIT_ENV, RUNTIME_DIR_ENV,
+};
+use omabox_test_support::registry::{PushedImage, TestRegistry, tar_layer};
+use omabox_test_support::require_capability;
+
+const BUSYBOX: &str = "/bin/busybox";
+
+fn registry_missing() -> Option<String> {
+    TestRegistry::missing().or_else(|| {
+        let static_busybox = std::fs::read(BUSYBOX)
+            .ok()
+            .is_some_and(|elf| is_static(&elf));
+        (!static_busybox)
+            .then(|| format!("{BUSYBOX} is not a static busybox (apt-get install busybox-static)"))
+    })
+}
+
+/// A 64-bit little-endian ELF without a `PT_INTERP` program header (no dynamic loader).
+fn is_static(elf: &[u8]) -> bool {
+    let u16_at = |o: usize| {
+        elf.get(o..o + 2)
+            .map(|b| u16::from_le_bytes([b[0], b[1]]) as usize)
+    };
+    let u32_at = |o: usize| {
+        elf.get(o..o + 4)
+            .map(|b| u32::from_le_bytes(b.try_into().unwrap()))
+    };
+    let u64_at = |o: usize| {
+        elf.get(o..o + 8)
+            .map(|b| u64::from_le_bytes(b.try_into().unwrap()) as usize)
+    };
+    if !elf.starts_with(b"\x7fELF\x02\x01") {
+        return false;
+    }
+    let (Some(phoff), Some(size), Some(count)) = (u64_at(0x20), u16_at(0x36), u16_at(0x38)) else {
+        return false;
+    };
+    (0..count).all(|i| u32_at(phoff + i * size).is_some_and(|t| t != 3))
+}
+
+/// The test image: `/bin/busybox` and `/marker`.
+fn push(registry: &TestRegistry, repo: &str, tag: &str, marker: &str) -> PushedImage {
+    let busybox = std::fs::read(BUSYBOX).unwrap();
+    registry.push_image(
+        repo,
+        tag,
+        &[
+            tar_layer(&[("bin/busybox", 0o755, &busybox)]),
+            tar_layer(&[("marker", 0o644, marker.as_bytes())]),
+        ],
+    )
+}
+
+struct Env {
+    dir: tempfile::TempDir,
+    cgroup_parent: String,
+}
+
+impl Env {
+    fn new() -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let cgroup_parent = format!(
+            "omabox-image-test-{}",
+            dir.path().file_name().unwrap().to_string_lossy()
+        );
+        std::fs::create_dir_all(dir.path().join("run")).unwrap();
+        Self { dir, cgroup_parent }
+    }
+
+    fn cache(&self) -> PathBuf {
+        self.dir.path().join("cache")
+    }
+
+    fn omabox(&self, args: &[&str]) -> Command {
+        let mut c = Command::new(omabox_bin());
+        c.args(args)
+            .env(IMAGE_CACHE_ENV, self.cache())
+            .env(RUNTIME_DIR_ENV, self.dir.path().join("run"))
+            .env(CGROUP_PARENT_ENV, &self.cgroup_parent)
+            .env(INIT_ENV, init_bin())
+            .env("DOCKER_CONFIG", self.dir.path().join("docker"))
+            .env_remove("OPENMA_TEST_SANDBOX_PROVIDER")
+            .env_remove("OMABOX_LINUX_IMAGE")
+            .env_remove("SANDBOX_IMAGE")
+            .stdin(Stdio::null());
+        c
+    }
+
+    fn run(&self, args: &[&str]) -> Output {
+        self.omabox(args).output().expect("omabox runs")
+    }
+
+    fn docker_login(&self, host: &str, user: &str, password: &str) {
+        let dir = self.dir.path().join("docker");
+        std::fs::create_dir_all(&dir).unwrap();
+        let auth = base64::engine::general_purpose::STANDARD.encode(format!("{user}:{password}"));
+        std::fs::write(
+            dir.join("config.json"),
+            format!(r#"{{"auths":{{"{host}":{{"auth":"{auth}"}}}}}}"#),
+        )
+        .unwrap();
+    }
+}
+
+impl Env {
+    /// No sandbox state dir is left in the runtime dir.
+    fn assert_no_sandbox_left(&self) {
+        let left: Vec<_> = std::fs::read_dir(self.dir.path().join("run"))
+            .unwrap()
+            .flatten()
+            .map(|e| e.path())
+            .filter(|p| p.is_dir())
+            .collect();
+        assert!(left.is_empty(), "sandboxes left: {left:?}");
+    }
+}
+
+impl Drop for Env {
+    fn drop(&mut self) {
+        let parents = match omabox_backend_linux::CgroupLayout::detect() {
+            Ok(Some(omabox_backend_linux::CgroupLayout::V1 { controllers })) => controllers
+                .values()
+                .map(|mount| mount.join(&self.cgroup_parent))
+                .collect(),
+            Ok(Some(omabox_backend_linux::CgroupLayout::V2 { root, .. })) => {
+                vec![root.join(&self.cgroup_parent)]
+            }
+            _ => Vec::new(),
+        };
+        for parent in parents {
+            let _ = std::fs::remove_dir(parent);
+        }
+    }
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+fn json(out: &Output) -> serde_json::Value {
+    assert_eq!(out.status.code(), Some(0), "stderr: {}", text(&out.stderr));
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {}", text(&out.stdout)))
+}
+
+#[test]
+fn sandbox_run_pulls_a_registry_image_and_a_moved_tag_gives_the_new_digest() {
+    if !require_capability(registry_missing()) || !common::linux_available() {
+        return;
+    }
+    let registry = TestRegistry::start();
+    let first = push(&registry, "test/busybox", "1", "one\n");
+    let env = Env::new();
+    let image = format!("{}/test/busybox:1", registry.host());
+    let run = |image: &str| {
+        env.run(&[
+            "sandbox",
+            "run",
+            "--image",
+            image,
+            "--",
+            "/bin/busybox",
+            "cat",
+            "/marker",
+        ])
+    };
+
+    let out = run(&image);
+    assert_eq!(out.status.code(), Some(0), "stderr: {}", text(&out.stderr));
+    assert_eq!(text(&out.stdout), "one\n");
+    assert!(
+        text(&out.stderr).contains(&first.digest),
+        "{}",
+        text(&out.stderr)
+    );
+
+    // The tag moves: the next run resolves it again and gets the new image.
+    let second = push(&registry, "test/busybox", "1", "two\n");
+    let out = run(&image);
+    assert_eq!(out.status.code(), Some(0), "stderr: {}", text(&out.stderr));
+    assert_eq!(text(&out.stdout), "two\n");
+    assert!(
+        text(&out.stderr).contains(&second.digest),
+        "{}",
+        text(&out.stderr)
+    );
+
+    // A pin to the first digest runs the first image (cached: no registry needed).
+    drop(registry);
+    let pinned = format!("{}@{}", image.trim_end_matches(":1"), first.digest);
+    let out = run(&pinned);
+    assert_eq!(out.status.code(), Some(0), "stderr: {}", text(&out.stderr));
+    assert_eq!(text(&out.stdout), "one\n");
+    env.assert_no_sandbox_left();
+
+    // A bad reference is a usage error naming the value.
+    let out = run("Bad Ref:1");
+    assert_eq!(out.status.code(), Some(2), "stderr: {}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("Bad Ref:1"),
+        "{}",
+        text(&out.stderr)
+    );
+}
+
+#[test]
+fn omabox_run_resolves_the_tag_at_acquire_and_reports_the_digest() {
+    if !require_capability(registry_missing()) || !common::linux_available() {
+        return;
+    }
+    let registry = TestRegistry::start();
+    let busybox = std::fs::read(BUSYBOX).unwrap();
+    // `omabox run` probes the harness with a shell: busybox is /bin/sh too.
+    let push_run_image = |marker: &str| {
+        registry.push_image(
+            "test/run",
+            "latest",
+            &[
+                tar_layer(&[
+                    ("bin/busybox", 0o755, &busybox),
+                    ("bin/sh", 0o755, &busybox),
+                ]),
+                tar_layer(&[("marker", 0o644, marker.as_bytes())]),
+            ],
+        )
+    };
+    let first = push_run_image("first\n");
+    let env = Env::new();
+    let data = env.dir.path().join("data");
+    let image = format!("{}/test/run", registry.host());
+    let run = || {
+        let out = env
+            .omabox(&[
+                "--data-dir",
+                data.to_str().unwrap(),
+                "run",
+                "--json",
+                "--backend",
+                "linux",
+                "--session",
+                "img",
+                "--",
+                "/bin/busybox",
+                "cat",
+                "/marker",
+            ])
+            .env("SANDBOX_IMAGE", &image)
+            .env("OMABOX_TEST_MODE", "1")
+            .output()
+            .expect("omabox runs");
+        (json(&out), text(&out.stdout))
+    };
+    let (report, stdout) = run();
+    let expected = format!("{}/test/run:latest@{}", registry.host(), first.digest);
+    assert_eq!(report["image"], expected.as_str(), "{stdout}");
+    let acquired = report["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["step"] == "sandbox.acquire")
+        .unwrap_or_else(|| panic!("no sandbox.acquire event: {stdout}"));
+    assert!(
+        acquired["detail"].as_str().unwrap().contains(&first.digest),
+        "{acquired}"
+    );
+
+    // The tag moves; the next acquire resolves it again.
+    let second = push_run_image("second\n");
+    let (report, _) = run();
+    let expected = format!("{}/test/run:latest@{}", registry.host(), second.digest);
+    assert_eq!(report["image"], expected.as_str());
+    env.assert_no_sandbox_left();
+}
+
+#[test]
+fn image_pull_ls_rm_prune_with_json() {
+    if !require_capability(registry_missing()) {
+        return;
+    }
+    let registry = TestRegistry::start();
+    let pushed = push(&registry, "test/tools", "1", "tools\n");
+    let env = Env::new();
+    let name = format!("{}/test/tools:1", registry.host());
+
+    let pulled = json(&env.run(&["image", "pull", &name, "--json"]));
+    assert_eq!(pulled["digest"], pushed.digest.as_str());
+    assert_eq!(pulled["reference"], name.as_str());
+    assert_eq!(pulled["unpacked"], true);
+    assert!(pulled["downloadedBytes"].as_u64().unwrap() > 1_000_000);
+    let rootfs = PathBuf::from(pulled["rootfs"].as_str().unwrap());
+    assert_eq!(
+        std::fs::read_to_string(rootfs.join("marker")).unwrap(),
+        "tools\n"
+    );
+
+    // Human output, a second time: up to date.
+    let out = env.run(&["image", "pull", &name]);
+    assert_eq!(out.status.code(), Some(0), "stderr: {}", text(&out.stderr));
+    assert!(
+        text(&out.stdout).contains("up to date"),
+        "{}",
+        text(&out.stdout)
+    );
+    assert!(
+        text(&out.stdout).contains(&pushed.digest),
+        "{}",
+        text(&out.stdout)
+    );
+
+    let listed = json(&env.run(&["image", "ls", "--json"]));
+    let images = listed["images"].as_array().unwrap();
+    assert_eq!(images.len(), 1);
+    assert_eq!(images[0]["digest"], pushed.digest.as_str());
+    assert_eq!(images[0]["names"][0], name.as_str());
+    assert!(images[0]["sizeBytes"].as_u64().unwrap() > 1_000_000);
+    let out = env.run(&["image", "ls"]);
+    assert!(text(&out.stdout).contains(&name), "{}", text(&out.stdout));
+
+    // rm by name: the only name, so the image goes too.
+    let removed = json(&env.run(&["image", "rm", &name, "--json"]));
+    assert_eq!(removed["removed"][0]["images"][0], pushed.digest.as_str());
+    let out = env.run(&["image", "rm", &name]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+    assert!(text(&out.stderr).contains("not in the image cache"));
+
+    // prune: the named image stays, an unnamed local unpack goes.
+    json(&env.run(&["image", "pull", &name, "--json"]));
+    let tarball = env.dir.path().join("local.tar");
+    std::fs::write(&tarball, tar_layer(&[("x", 0o644, b"x")])).unwrap();
+    omabox_backend_linux::ImageCache::new(env.cache())
+        .resolve(&tarball)
+        .unwrap();
+    let pruned = json(&env.run(&["image", "prune", "--json"]));
+    let pruned = pruned["removed"].as_array().unwrap();
+    assert_eq!(pruned.len(), 1);
+    assert_eq!(pruned[0]["source"], tarball.display().to_string().as_str());
+    let listed = json(&env.run(&["image", "ls", "--json"]));
+    assert_eq!(listed["images"].as_array().unwrap().len(), 1);
+
+    // Bad references: exit 2, the value named.
+    for bad in ["Bad Ref", "x@sha256:123", "./missing"] {
+        let out = env.run(&["image", "pull", bad]);
+        assert_eq!(out.status.code(), Some(2), "{bad}: {}", text(&out.stderr));
+        assert!(text(&out.stderr).contains(bad), "{}", text(&out.stderr));
+    }
+}
+
+#[test]
+fn registry_passwords_never_show_in_output_or_cache() {
+    if !require_capability(registry_missing()) {
+        return;
+    }
+    let password = "cli-Secret-Pa55word";
+    let wrong = "cli-Wrong-Pa55word";
+    let registry = TestRegistry::start_with_auth("bob", password);
+    let pushed = push(&registry, "private/tools", "1", "private\n");
+    let env = Env::new();
+    let name = format!("{}/private/tools:1", registry.host());
+    let shows = |out: &Output, secret: &str| {
+        text(&out.stdout).contains(secret) || text(&out.stderr).contains(secret)
+    };
+
+    let out = env.run(&["image", "pull", &name]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+    assert!(text(&out.stderr).contains(&name), "{}", text(&out.stderr));
+
+    env.docker_login(&registry.host(), "bob", wrong);
+    let out = env.run(&["image", "pull", &name]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+    assert!(!shows(&out, wrong), "{}", text(&out.stderr));
+
+    env.docker_login(&registry.host(), "bob", password);
+    let out = env.run(&["image", "pull", &name, "--json"]);
+    assert!(!shows(&out, password));
+    assert_eq!(json(&out)["digest"], pushed.digest.as_str());
+    let basic = base64::engine::general_purpose::STANDARD.encode(format!("bob:{password}"));
+    assert_no_file_holds(&env.cache(), &[password, &basic]);
+}
+
+fn assert_no_file_holds(dir: &Path, needles: &[&str]) {
+    let mut todo = vec![dir.to_path_buf()];
+    while let Some(d) = todo.pop() {
+        for entry in std::fs::read_dir(&d).unwrap().flatten() {
+            let meta = entry.path().symlink_metadata().unwrap();
+            if meta.is_dir() {
+                todo.push(entry.path());
+            } else if meta.is_file() {
+                let content = std::fs::read(entry.path()).unwrap();
+                for needle in needles {
+                    assert!(
+                        !content
+                            .windows(needle.len())
+                            .any(|w| w == needle.as_bytes()),
+                        "{} holds a credential",
+                        entry.path().display()
+                    );
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,193 @@
+//! Registry credentials: a user name and a password for one registry host, from a
+//! docker `config.json` (`auths.<host>.auth`, base64 `user:password`) or any other
+//! [`CredentialSource`] the caller plugs in (the CLI's vault).
+//!
+//! Must never: print, log or serialize a password (its `Debug` is redacted and it has
+//! no `Display`), nor put one into an error text; an error names the file, never its
+//! content.
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+use base64::Engine as _;
+
+/// A user name and password for one registry.
+#[derive(Clone, PartialEq, Eq)]
+pub struct RegistryCredential {
+    /// The user name.
+    pub username: String,
+    password: String,
+}
+
+impl RegistryCredential {
+    /// A credential.
+    pub fn new(username: impl Into<String>, password: impl Into<String>) -> Self {
+        Self {
+            username: username.into(),
+            password: password.into(),
+        }
+    }
+
+    /// The password, for the one place that sends it.
+    pub fn expose_password(&self) -> &str {
+        &self.password
+    }
+
+    /// Parses `user:password` (the decoded form of docker's `auth`).
+    pub fn from_user_colon_password(text: &str) -> Option<Self> {
+        let (user, password) = text.split_once(':')?;
+        (!user.is_empty()).then(|| Self::new(user, password))
+    }
+}
+
+impl fmt::Debug for RegistryCredential {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RegistryCredential")
+            .field("username", &self.username)
+            .field("password", &"<redacted>")
+            .finish()
+    }
+}
+
+/// Where credentials come from. `registry` is `host[:port]` (`index.docker.io` for
+/// Docker Hub). `Err` is a reason without any secret in it.
+pub trait CredentialSource: Send + Sync + fmt::Debug {
+    /// The credential for `registry`, if this source has one.
+    fn credential(&self, registry: &str) -> Result<Option<RegistryCredential>, String>;
+}
+
+/// Docker's client configuration file (`$DOCKER_CONFIG/config.json`, else
+/// `~/.docker/config.json`). Only `auths.<host>.auth` (or `username`/`password`) is
+/// read; credential helpers (`credsStore`, `credHelpers`) are not run.
+#[derive(Debug, Clone)]
+pub struct DockerConfig {
+    path: PathBuf,
+}
+
+impl DockerConfig {
+    /// The file at `path`.
+    pub fn at(path: impl Into<PathBuf>) -> Self {
+        Self { path: path.into() }
+    }
+
+    /// Docker's default location from `DOCKER_CONFIG` and `HOME` (values given, so the
+    /// caller decides which environment is read). `None` when neither is set.
+    pub fn default_location(docker_config: Option<&str>, home: Option<&str>) -> Option<Self> {
+        match (docker_config.filter(|d| !d.is_empty()), home) {
+            (Some(dir), _) => Some(Self::at(Path::new(dir).join("config.json"))),
+            (None, Some(home)) if !home.is_empty() => {
+                Some(Self::at(Path::new(home).join(".docker/config.json")))
+            }
+            _ => None,
+        }
+    }
+
+    /// The file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
+impl CredentialSource for DockerConfig {
+    fn credential(&self, registry: &str) -> Result<Option<RegistryCredential>, String> {
+        let text = match std::fs::read(&self.path) {
+            Ok(text) => text,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(format!("cannot read {}: {e}", self.path.display())),
+        };
+        let config: serde_json::Value = serde_json::from_slice(&text)
+            .map_err(|_| format!("{} is not valid JSON", self.path.display()))?;
+        let Some(auths) = config.get("auths").and_then(|a| a.as_object()) else {
+            return Ok(None);
+        };
+        let wanted = normalize_host(registry);
+        let Some(entry) = auths
+            .iter()
+            .find(|(key, _)| normalize_host(key) == wanted)
+            .map(|(_, v)| v)
+        else {
+            return Ok(None);
+        };
+        let invalid = || {
+            format!(
+                "{}: the entry for {registry} is not a base64 `user:password`",
+                self.path.display()
+            )
+        };
+        if let Some(auth) = entry.get("auth").and_then(|a| a.as_str()) {
+            let decoded = base64::engine::general_purpose::STANDARD
+                .decode(auth.trim())
+                .map_err(|_| invalid())?;
+            let text = String::from_utf8(decoded).map_err(|_| invalid())?;
+            return RegistryCredential::from_user_colon_password(&text)
+                .map(Some)
+                .ok_or_else(invalid);
+        }
+        match (
+            entry.get("username").and_then(|u| u.as_str()),
+            entry.get("password").and_then(|p| p.as_str()),
+        ) {
+            (Some(user), Some(password)) => Ok(Some(RegistryCredential::new(user, password))),
+            _ => Ok(None),
+        }
+    }
+}
+
+/// `https://index.docker.io/v1/` → `index.docker.io`; `docker.io` → `index.docker.io`;
+/// `host:5000` stays.
+fn normalize_host(key: &str) -> String {
+    let key = key
+        .strip_prefix("https://")
+        .or_else(|| key.strip_prefix("http://"))
+        .unwrap_or(key);
+    let host = key.split('/').next().unwrap_or(key).to_ascii_lowercase();
+    match host.as_str() {
+        "docker.io" | "registry-1.docker.io" | "registry.hub.docker.com" => {
+            "index.docker.io".into()
+        }
+        _ => host,
+    }
+}
+
+/// Several sources, asked in order; the first credential wins.
+#[derive(Debug, Default)]
+pub struct CredentialChain(pub Vec<Box<dyn CredentialSource>>);
+
+impl CredentialSource for CredentialChain {
+    fn credential(&self, registry: &str) -> Result<Option<RegistryCredential>, String> {
+        for source in &self.0 {
+            if let Some(c) = source.credential(registry)? {
+                return Ok(Some(c));
+            }
+        }
+        Ok(None)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn docker_config_auths_are_found_by_host_and_never_printed() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("config.json");
+        let auth = base64::engine::general_purpose::STANDARD.encode("alice:s3cret-pw");
+        std::fs::write(
+            &path,
+            format!(
+                r#"{{"auths":{{"127.0.0.1:5000":{{"auth":"{auth}"}},"https://index.docker.io/v1/":{{"auth":"{auth}"}}}}}}"#
+            ),
+        )
+        .unwrap();
+        let config = DockerConfig::at(&path);
+        let c = config.credential("127.0.0.1:5000").unwrap().unwrap();
+        assert_eq!(c.username, "alice");
+        assert_eq!(c.expose_password(), "s3cret-pw");
+        assert!(!format!("{c:?}").contains("s3cret"));
+        assert!(config.credential("index.docker.io").unwrap().is_some());
+        assert!(config.credential("other:5000").unwrap().is_none());
+        std::fs::write(&path, r#"{"auths":{"h":{"auth":"!!"}}}"#).unwrap();
+        assert!(config.credential("h").is_err());
+    }
+}

@@ -1,0 +1,549 @@
+//! Registry pulls: a [`RegistryReference`] resolved to an image manifest (an image index
+//! picks linux and this host's architecture), its config and layers fetched with the
+//! `oci-client` crate (the OCI distribution protocol, bearer-token and basic auth),
+//! every blob hashed and counted while it streams into a temporary OCI image layout in
+//! the cache, then unpacked by the same code as a local OCI layout (which verifies every
+//! blob a second time) and published by one rename.
+//!
+//! Must never: cache anything of a pull that failed (a digest or size mismatch, a
+//! broken connection: the temporary layout is removed and nothing is published); write
+//! more bytes of a blob than its descriptor says; talk plain HTTP to a registry that is
+//! not on loopback or listed in `OMABOX_INSECURE_REGISTRIES`; put a credential into an
+//! error, a log line, the cache or its index.
+
+use std::fs;
+use std::io::Write as _;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt as _;
+use oci_client::client::{ClientConfig, ClientProtocol};
+use oci_client::manifest::{
+    IMAGE_MANIFEST_LIST_MEDIA_TYPE, IMAGE_MANIFEST_MEDIA_TYPE, OCI_IMAGE_INDEX_MEDIA_TYPE,
+    OCI_IMAGE_MEDIA_TYPE, OciDescriptor,
+};
+use oci_client::secrets::RegistryAuth;
+use oci_client::{Client, Reference};
+use oci_spec::image::{Descriptor, ImageIndex, ImageManifest, MediaType};
+use sha2::{Digest as _, Sha256};
+
+use crate::credentials::{CredentialSource, DockerConfig, RegistryCredential};
+use crate::digest::sha256_hex_of;
+use crate::oci::{OciLayout, describe_platforms, fits_this_host, select_platform};
+use crate::reference::host_of;
+use crate::{
+    ImageCache, ImageError, ImageKind, MAX_JSON_BLOB, RegistryReference, ResolvedImage, TempEntry,
+};
+
+/// Env key: registries (`host[:port]`, comma-separated) reached over plain HTTP besides
+/// loopback ones.
+pub const INSECURE_REGISTRIES_ENV: &str = "OMABOX_INSECURE_REGISTRIES";
+
+const ACCEPTED: &[&str] = &[
+    OCI_IMAGE_MEDIA_TYPE,
+    OCI_IMAGE_INDEX_MEDIA_TYPE,
+    IMAGE_MANIFEST_MEDIA_TYPE,
+    IMAGE_MANIFEST_LIST_MEDIA_TYPE,
+];
+
+/// How registries are reached.
+#[derive(Debug, Clone, Default)]
+pub struct RegistryConfig {
+    /// Registries (`host[:port]`) reached over plain HTTP; loopback hosts always are.
+    pub insecure: Vec<String>,
+    /// Where credentials come from (none: anonymous).
+    pub credentials: Option<Arc<dyn CredentialSource>>,
+}
+
+impl RegistryConfig {
+    /// From an environment: `OMABOX_INSECURE_REGISTRIES`, and docker's `config.json`
+    /// (`DOCKER_CONFIG`, `HOME`) as the credential source.
+    pub fn from_env(get: impl Fn(&str) -> Option<String>) -> Self {
+        let insecure = get(INSECURE_REGISTRIES_ENV)
+            .map(|v| {
+                v.split(',')
+                    .map(str::trim)
+                    .filter(|s| !s.is_empty())
+                    .map(str::to_owned)
+                    .collect()
+            })
+            .unwrap_or_default();
+        let docker =
+            DockerConfig::default_location(get("DOCKER_CONFIG").as_deref(), get("HOME").as_deref());
+        Self {
+            insecure,
+            credentials: docker.map(|d| Arc::new(d) as Arc<dyn CredentialSource>),
+        }
+    }
+
+    /// The same config with `source` asked for credentials (before what it had).
+    pub fn with_credentials(mut self, source: Arc<dyn CredentialSource>) -> Self {
+        self.credentials = Some(match self.credentials.take() {
+            None => source,
+            Some(old) => Arc::new(Chain(source, old)),
+        });
+        self
+    }
+
+    fn allows_http(&self, registry: &str) -> bool {
+        let host = host_of(registry);
+        host == "localhost"
+            || host
+                .parse::<std::net::IpAddr>()
+                .is_ok_and(|ip| ip.is_loopback())
+            || self.insecure.iter().any(|r| r == registry || r == host)
+    }
+}
+
+#[derive(Debug)]
+struct Chain(Arc<dyn CredentialSource>, Arc<dyn CredentialSource>);
+
+impl CredentialSource for Chain {
+    fn credential(&self, registry: &str) -> Result<Option<RegistryCredential>, String> {
+        match self.0.credential(registry)? {
+            Some(c) => Ok(Some(c)),
+            None => self.1.credential(registry),
+        }
+    }
+}
+
+/// What a pull reports as it goes (a progress bar, or one line per blob). Every method
+/// has a default that does nothing.
+pub trait PullProgress: Sync {
+    /// The reference resolved to the image manifest `digest`.
+    fn resolved(&self, _reference: &str, _digest: &str) {}
+    /// A blob download starts.
+    fn blob_started(&self, _digest: &str, _size: u64) {}
+    /// `done` bytes of the blob arrived so far.
+    fn blob_progress(&self, _digest: &str, _done: u64) {}
+    /// The blob arrived and matched its digest.
+    fn blob_finished(&self, _digest: &str) {}
+    /// Unpacking starts.
+    fn unpacking(&self, _digest: &str) {}
+}
+
+/// A [`PullProgress`] that reports nothing.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct NoProgress;
+
+impl PullProgress for NoProgress {}
+
+/// The result of resolving a registry reference.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PulledImage {
+    /// The canonical reference (`registry/repository[:tag][@digest]`).
+    pub reference: String,
+    /// The image manifest's digest (`sha256:<hex>`): the cache entry.
+    pub digest: String,
+    /// The image index the manifest was picked from, if the reference named one.
+    pub index_digest: Option<String>,
+    /// The unpacked image (`unpacked`: this call unpacked it).
+    pub image: ResolvedImage,
+    /// Whether the registry was contacted (a pinned digest in the cache is not).
+    pub contacted_registry: bool,
+    /// Bytes of blobs downloaded.
+    pub downloaded_bytes: u64,
+}
+
+enum Fetched {
+    Cached,
+    Downloaded {
+        layout: TempEntry,
+        manifest: Box<Descriptor>,
+        bytes: u64,
+    },
+}
+
+impl ImageCache {
+    /// The image `reference` names, pulled when the cache does not have it: a pinned
+    /// digest in the cache is used without contacting the registry; a tag is resolved
+    /// at the registry (once per call), and only blobs of a manifest the cache lacks
+    /// are fetched. Blocking (runs its own I/O thread).
+    pub fn resolve_registry(
+        &self,
+        reference: &RegistryReference,
+        config: &RegistryConfig,
+        progress: &dyn PullProgress,
+    ) -> Result<PulledImage, ImageError> {
+        if let Some(digest) = reference.digest()
+            && let Some(hex) = self.cached_digest(digest)?
+        {
+            let image = self.fill(&hex, ImageKind::Registry, &reference.canonical(), |_| {
+                Err(ImageError::NotCached(reference.canonical()))
+            })?;
+            // Not recorded again: a pin names what an earlier pull recorded.
+            let index_digest = (digest != format!("sha256:{hex}")).then(|| digest.to_owned());
+            return Ok(PulledImage {
+                reference: reference.canonical(),
+                digest: format!("sha256:{hex}"),
+                index_digest,
+                image,
+                contacted_registry: false,
+                downloaded_bytes: 0,
+            });
+        }
+        self.pull(reference, config, progress)
+    }
+
+    /// Resolves `reference` at its registry and fetches and unpacks what the cache
+    /// lacks. Blocking (runs its own I/O thread).
+    pub fn pull(
+        &self,
+        reference: &RegistryReference,
+        config: &RegistryConfig,
+        progress: &dyn PullProgress,
+    ) -> Result<PulledImage, ImageError> {
+        self.prepare()?;
+        let (manifest_hex, index_digest, fetched) = std::thread::scope(|scope| {
+            scope
+                .spawn(|| {
+                    let runtime = tokio::runtime::Builder::new_current_thread()
+                        .enable_all()
+                        .build()
+                        .map_err(|e| ImageError::io(self.dir(), e))?;
+                    runtime.block_on(self.fetch(reference, config, progress))
+                })
+                .join()
+                .unwrap_or_else(|_| {
+                    Err(registry_error(reference, "the pull thread panicked".into()))
+                })
+        })?;
+        let canonical = reference.canonical();
+        let digest = format!("sha256:{manifest_hex}");
+        let (image, downloaded_bytes) = match fetched {
+            Fetched::Cached => (
+                self.fill(&manifest_hex, ImageKind::Registry, &canonical, |_| {
+                    Err(ImageError::NotCached(canonical.clone()))
+                })?,
+                0,
+            ),
+            Fetched::Downloaded {
+                layout,
+                manifest,
+                bytes,
+            } => {
+                progress.unpacking(&digest);
+                let oci = OciLayout::open(&layout.path)?;
+                let image =
+                    self.fill(&manifest_hex, ImageKind::Registry, &canonical, |rootfs| {
+                        oci.unpack(&manifest, rootfs)
+                    })?;
+                drop(layout); // the downloaded blobs: the unpacked tree is what is kept
+                (image, bytes)
+            }
+        };
+        self.record_ref(&canonical, &digest, index_digest.as_deref())?;
+        Ok(PulledImage {
+            reference: canonical,
+            digest,
+            index_digest,
+            image,
+            contacted_registry: true,
+            downloaded_bytes,
+        })
+    }
+
+    async fn fetch(
+        &self,
+        reference: &RegistryReference,
+        config: &RegistryConfig,
+        progress: &dyn PullProgress,
+    ) -> Result<(String, Option<String>, Fetched), ImageError> {
+        let oci = reference.oci();
+        let registry = oci.resolve_registry().to_owned();
+        let protocol = if config.allows_http(&registry) {
+            ClientProtocol::HttpsExcept(vec![registry.clone()])
+        } else {
+            ClientProtocol::Https
+        };
+        let client = Client::new(ClientConfig {
+            protocol,
+            platform_resolver: None,
+            connect_timeout: Some(Duration::from_secs(30)),
+            read_timeout: Some(Duration::from_secs(120)),
+            ..Default::default()
+        });
+        let credential = match &config.credentials {
+            Some(source) => source
+                .credential(&registry)
+                .map_err(|reason| registry_error(reference, format!("credentials: {reason}")))?,
+            None => None,
+        };
+        let auth = match &credential {
+            Some(c) => RegistryAuth::Basic(c.username.clone(), c.expose_password().to_owned()),
+            None => RegistryAuth::Anonymous,
+        };
+        let fail = |e: oci_client::errors::OciDistributionError| {
+            use oci_client::errors::OciDistributionError as E;
+            let hint = match (&e, &credential) {
+                (E::UnauthorizedError { .. } | E::AuthenticationFailure(_), Some(c)) => format!(
+                    " (the registry refused the credentials of user {:?} for {registry})",
+                    c.username
+                ),
+                (E::UnauthorizedError { .. } | E::AuthenticationFailure(_), None) => {
+                    format!(" (no credentials for {registry}: add them to docker's config.json)")
+                }
+                _ => String::new(),
+            };
+            registry_error(reference, scrub(&format!("{e}{hint}"), credential.as_ref()))
+        };
+
+        let (top, _) = client
+            .pull_manifest_raw(oci, &auth, ACCEPTED)
+            .await
+            .map_err(fail)?;
+        if top.len() as u64 > MAX_JSON_BLOB {
+            return Err(registry_error(
+                reference,
+                "the manifest is larger than 4 MiB".into(),
+            ));
+        }
+        let top_hex = hex::encode(Sha256::digest(&top));
+        if let Some(pinned) = reference.digest()
+            && pinned != format!("sha256:{top_hex}")
+        {
+            return Err(ImageError::DigestMismatch {
+                expected: pinned.to_owned(),
+                actual: format!("content hashes to sha256:{top_hex}"),
+            });
+        }
+        let (manifest_bytes, manifest_desc, index_digest) = if is_index(&top) {
+            let index: ImageIndex = serde_json::from_slice(&top)
+                .map_err(|e| registry_error(reference, format!("invalid image index: {e}")))?;
+            let manifests: Vec<Descriptor> = index
+                .manifests()
+                .iter()
+                .filter(|d| is_manifest_type(d.media_type()))
+                .cloned()
+                .collect();
+            // Unlike a local layout's only manifest, a registry's is taken only when its
+            // platform fits (or is not said): a foreign image would not run here.
+            let fitting = manifests.iter().filter(|d| fits_this_host(d)).cloned();
+            let desc = select_platform(fitting.collect()).map_err(|(platform, _)| {
+                registry_error(
+                    reference,
+                    format!(
+                        "no image for {platform} (it has: {})",
+                        describe_platforms(&manifests)
+                    ),
+                )
+            })?;
+            let hex = sha256_hex_of(&desc).map_err(|r| registry_error(reference, r))?;
+            let by_digest = Reference::with_digest(
+                oci.registry().to_owned(),
+                oci.repository().to_owned(),
+                format!("sha256:{hex}"),
+            );
+            let (bytes, _) = client
+                .pull_manifest_raw(&by_digest, &auth, ACCEPTED)
+                .await
+                .map_err(fail)?;
+            crate::oci::check_blob(
+                &desc,
+                &hex::encode(Sha256::digest(&bytes)),
+                bytes.len() as u64,
+            )?;
+            (bytes, desc, Some(format!("sha256:{top_hex}")))
+        } else {
+            let media = media_type_of(&top).unwrap_or_else(|| OCI_IMAGE_MEDIA_TYPE.to_owned());
+            let desc = Descriptor::new(
+                MediaType::from(media.as_str()),
+                top.len() as u64,
+                format!("sha256:{top_hex}")
+                    .parse::<oci_spec::image::Digest>()
+                    .map_err(|e| registry_error(reference, e.to_string()))?,
+            );
+            (top, desc, None)
+        };
+        let manifest_hex =
+            sha256_hex_of(&manifest_desc).map_err(|r| registry_error(reference, r))?;
+        progress.resolved(&reference.canonical(), &format!("sha256:{manifest_hex}"));
+        if self.entry_dir(&manifest_hex).join("rootfs").is_dir() {
+            return Ok((manifest_hex, index_digest, Fetched::Cached));
+        }
+        let manifest: ImageManifest = serde_json::from_slice(&manifest_bytes)
+            .map_err(|e| registry_error(reference, format!("invalid image manifest: {e}")))?;
+
+        // A temporary OCI image layout holding exactly this manifest and its blobs.
+        let layout = TempEntry::create(&self.dir().join("tmp"), &format!("pull-{manifest_hex}"))?;
+        let blobs = layout.path.join("blobs/sha256");
+        fs::create_dir_all(&blobs).map_err(|e| ImageError::write(&blobs, e))?;
+        write_file(
+            &layout.path.join("oci-layout"),
+            br#"{"imageLayoutVersion":"1.0.0"}"#,
+        )?;
+        let index = serde_json::json!({
+            "schemaVersion": 2,
+            "mediaType": OCI_IMAGE_INDEX_MEDIA_TYPE,
+            "manifests": [manifest_desc],
+        });
+        write_file(
+            &layout.path.join("index.json"),
+            index.to_string().as_bytes(),
+        )?;
+        write_file(&blobs.join(&manifest_hex), &manifest_bytes)?;
+        let mut bytes = 0;
+        for desc in std::iter::once(manifest.config()).chain(manifest.layers()) {
+            bytes += fetch_blob(
+                &client,
+                oci,
+                desc,
+                &blobs,
+                progress,
+                reference,
+                credential.as_ref(),
+            )
+            .await?;
+        }
+        Ok((
+            manifest_hex,
+            index_digest,
+            Fetched::Downloaded {
+                layout,
+                manifest: Box::new(manifest_desc),
+                bytes,
+            },
+        ))
+    }
+}
+
+/// Streams one blob into `<dir>/<hex>`, hashing and counting; refuses more bytes than
+/// the descriptor's size and a digest mismatch. Returns the bytes written.
+async fn fetch_blob(
+    client: &Client,
+    oci: &Reference,
+    desc: &Descriptor,
+    dir: &Path,
+    progress: &dyn PullProgress,
+    reference: &RegistryReference,
+    credential: Option<&RegistryCredential>,
+) -> Result<u64, ImageError> {
+    let hex = sha256_hex_of(desc).map_err(|r| registry_error(reference, r))?;
+    let path = dir.join(&hex);
+    if path.exists() {
+        return Ok(0); // the same blob twice in one manifest
+    }
+    let digest = desc.digest().to_string();
+    let size = desc.size();
+    let wire = OciDescriptor {
+        media_type: desc.media_type().to_string(),
+        digest: digest.clone(),
+        size: i64::try_from(size).unwrap_or(i64::MAX),
+        ..Default::default()
+    };
+    progress.blob_started(&digest, size);
+    let mut stream = client
+        .pull_blob_stream(oci, &wire)
+        .await
+        .map_err(|e| registry_error(reference, scrub(&e.to_string(), credential)))?;
+    let part = dir.join(format!("{hex}.part"));
+    let mut file = std::io::BufWriter::with_capacity(
+        256 << 10,
+        fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&part)
+            .map_err(|e| ImageError::write(&part, e))?,
+    );
+    let mut hasher = Sha256::new();
+    let mut len: u64 = 0;
+    let mut stream_error = None;
+    while let Some(chunk) = stream.next().await {
+        let chunk = match chunk {
+            Ok(chunk) => chunk,
+            Err(e) => {
+                // oci-client's own verification fails at the end of a tampered blob; our
+                // check below names the digest either way.
+                stream_error = Some(e.to_string());
+                break;
+            }
+        };
+        len += chunk.len() as u64;
+        if len > size {
+            return Err(ImageError::DigestMismatch {
+                expected: digest,
+                actual: format!("more than its {size} bytes"),
+            });
+        }
+        hasher.update(&chunk);
+        file.write_all(&chunk)
+            .map_err(|e| ImageError::write(&part, e))?;
+        progress.blob_progress(&digest, len);
+    }
+    let actual = hex::encode(hasher.finalize());
+    // A complete blob that hashes wrong was tampered with; a short one after a broken
+    // connection is a transfer error.
+    if stream_error.is_none() || len >= size {
+        crate::oci::check_blob(desc, &actual, len)?;
+    }
+    if let Some(e) = stream_error {
+        return Err(registry_error(
+            reference,
+            format!("blob {digest}: {}", scrub(&e, credential)),
+        ));
+    }
+    file.flush().map_err(|e| ImageError::write(&part, e))?;
+    drop(file);
+    fs::rename(&part, &path).map_err(|e| ImageError::write(&path, e))?;
+    progress.blob_finished(&digest);
+    Ok(len)
+}
+
+fn write_file(path: &Path, bytes: &[u8]) -> Result<(), ImageError> {
+    fs::write(path, bytes).map_err(|e| ImageError::write(path, e))
+}
+
+fn media_type_of(bytes: &[u8]) -> Option<String> {
+    #[derive(serde::Deserialize)]
+    struct Versioned {
+        #[serde(rename = "mediaType")]
+        media_type: Option<String>,
+        manifests: Option<serde_json::Value>,
+    }
+    let v: Versioned = serde_json::from_slice(bytes).ok()?;
+    v.media_type.or_else(|| {
+        v.manifests
+            .is_some()
+            .then(|| OCI_IMAGE_INDEX_MEDIA_TYPE.to_owned())
+    })
+}
+
+fn is_index(bytes: &[u8]) -> bool {
+    matches!(
+        media_type_of(bytes).as_deref(),
+        Some(OCI_IMAGE_INDEX_MEDIA_TYPE | IMAGE_MANIFEST_LIST_MEDIA_TYPE)
+    )
+}
+
+fn is_manifest_type(media: &MediaType) -> bool {
+    match media {
+        MediaType::ImageManifest => true,
+        MediaType::Other(m) => m == IMAGE_MANIFEST_MEDIA_TYPE,
+        _ => false,
+    }
+}
+
+fn registry_error(reference: &RegistryReference, reason: String) -> ImageError {
+    ImageError::Registry {
+        reference: reference.canonical(),
+        reason,
+    }
+}
+
+/// `text` with the credential's password (and its base64 forms) cut out: a registry's
+/// error body is not trusted to leave it out.
+fn scrub(text: &str, credential: Option<&RegistryCredential>) -> String {
+    use base64::Engine as _;
+    let Some(c) = credential else {
+        return text.to_owned();
+    };
+    let password = c.expose_password();
+    if password.is_empty() {
+        return text.to_owned();
+    }
+    let basic =
+        base64::engine::general_purpose::STANDARD.encode(format!("{}:{password}", c.username));
+    text.replace(&basic, "<redacted>")
+        .replace(password, "<redacted>")
+}
