@@ -7,6 +7,7 @@
 //!                inode and mtime) · apt list · dockerfile)
 //! <cache>/env-layers/<key>/        the layer (an overlay upper dir: whiteouts, opaque dirs)
 //! <cache>/env-layers/<key>.lock    held while one host builds it
+//! <cache>/env-layers/<key>.base    the image dir it belongs to (`prune_orphans`)
 //! <cache>/env-layers/.partial-<key>  a build in progress (a crashed build's is removed by
 //!                                    the next build, once nobody holds its key's lock)
 //! ```
@@ -29,6 +30,7 @@
 //! after the fact (SECURITY.md).
 
 use std::io;
+use std::os::unix::ffi::OsStringExt as _;
 use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -247,6 +249,12 @@ impl EnvLayers {
                 return Err(error);
             }
         };
+        // The base it belongs to, for `prune_orphans` (written before the layer appears).
+        std::fs::write(
+            self.dir.join(format!("{key}.base")),
+            rootfs.as_os_str().as_encoded_bytes(),
+        )
+        .map_err(io_err("record the layer's image"))?;
         std::fs::rename(partial.join("upper"), &layer).map_err(io_err("keep the layer"))?;
         remove_tree(&partial)?;
         drop(lock);
@@ -259,6 +267,39 @@ impl EnvLayers {
 }
 
 impl EnvLayers {
+    /// Deletes the layers whose image is gone from disk (`omabox image rm|prune` removed
+    /// it, or a directory image was deleted), with their lock and record; returns them.
+    /// A layer without a record (made by an older omabox) counts as orphaned. Like image
+    /// removal, it does not check for running sandboxes.
+    pub fn prune_orphans(&self) -> Result<Vec<PathBuf>, EnvLayerError> {
+        let entries = match std::fs::read_dir(&self.dir) {
+            Ok(entries) => entries,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(e) => return Err(io_err("list the layers")(e)),
+        };
+        let mut removed = Vec::new();
+        for entry in entries {
+            let entry = entry.map_err(io_err("list the layers"))?;
+            let name = entry.file_name();
+            let Some(key) = name.to_str().filter(|n| n.len() == 64 && !n.contains('.')) else {
+                continue;
+            };
+            let record = self.dir.join(format!("{key}.base"));
+            let base = std::fs::read(&record)
+                .ok()
+                .map(|b| PathBuf::from(std::ffi::OsString::from_vec(b)));
+            if base.is_some_and(|base| base.is_dir()) {
+                continue;
+            }
+            remove_tree(&entry.path())?;
+            for stale in [record, self.dir.join(format!("{key}.lock"))] {
+                let _ = std::fs::remove_file(stale);
+            }
+            removed.push(entry.path());
+        }
+        Ok(removed)
+    }
+
     /// Removes the build dirs of crashed builds: those whose key's lock nobody holds.
     /// Best effort (a failure leaves the dir for the next sweep). Every build runs it, and
     /// so does `omabox reap`.
@@ -541,6 +582,37 @@ mod tests {
         }
         assert_eq!(normalize(&upper, base).unwrap(), 4);
         assert_eq!(std::fs::metadata(upper.join("b")).unwrap().uid(), 3);
+    }
+
+    #[test]
+    fn layers_of_images_that_are_gone_are_pruned() {
+        let dir = tempfile::tempdir().unwrap();
+        let layers = EnvLayers::in_image_cache(dir.path());
+        let image = dir.path().join("image");
+        std::fs::create_dir_all(&image).unwrap();
+        let (kept, gone, old) = ("a".repeat(64), "b".repeat(64), "c".repeat(64));
+        for key in [&kept, &gone, &old] {
+            std::fs::create_dir_all(layers.dir.join(key).join("usr")).unwrap();
+            std::fs::write(layers.dir.join(format!("{key}.lock")), "").unwrap();
+        }
+        std::fs::write(
+            layers.dir.join(format!("{kept}.base")),
+            image.to_str().unwrap(),
+        )
+        .unwrap();
+        std::fs::write(layers.dir.join(format!("{gone}.base")), "/no/such/image").unwrap();
+        let mut removed = layers.prune_orphans().unwrap();
+        removed.sort();
+        assert_eq!(removed, vec![layers.dir.join(&gone), layers.dir.join(&old)]);
+        let mut left: Vec<_> = std::fs::read_dir(&layers.dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        left.sort();
+        assert_eq!(
+            left,
+            vec![kept.clone(), format!("{kept}.base"), format!("{kept}.lock")]
+        );
     }
 
     #[test]

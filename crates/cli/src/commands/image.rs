@@ -9,8 +9,8 @@
 //! - `rm REF|DIGEST...` forgets a name (its image goes when no other name points to it)
 //!   or deletes an image and all its names.
 //! - `prune` deletes every image no name points to (local tarball and OCI-layout unpacks
-//!   included: they are unpacked again from their file when next used) and leftovers of
-//!   dead pulls.
+//!   included: they are unpacked again from their file when next used), leftovers of
+//!   dead pulls, and the environment layers whose image is gone.
 //!
 //! Registry credentials: docker's `config.json` (`$DOCKER_CONFIG`, `~/.docker`); never
 //! printed. Plain HTTP only for loopback registries and `OMABOX_INSECURE_REGISTRIES`.
@@ -26,6 +26,7 @@ use std::time::Instant;
 use anyhow::Context as _;
 use clap::{Args, Subcommand};
 use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
+use omabox_backend_linux::env_layer::EnvLayers;
 use omabox_backend_linux::factory::IMAGE_CACHE_ENV;
 use omabox_backend_linux::image::{
     ImageCache, ImageError, ImageSource, PullProgress, PulledImage, RegistryConfig,
@@ -215,13 +216,20 @@ pub fn run(args: &ImageArgs) -> anyhow::Result<ExitCode> {
         }
         ImageCommand::Prune { json } => {
             let removed = cache.prune()?;
+            let layers = EnvLayers::in_image_cache(cache.dir()).prune_orphans()?;
             if *json {
                 let removed: Vec<_> = removed
                     .iter()
                     .map(|i| json!({"digest": i.digest, "kind": i.kind, "source": i.source, "sizeBytes": i.size_bytes}))
                     .collect();
-                println!("{}", json!({ "removed": removed }));
+                println!(
+                    "{}",
+                    json!({ "removed": removed, "envLayersRemoved": layers })
+                );
             } else {
+                for layer in &layers {
+                    println!("deleted environment layer {}", layer.display());
+                }
                 let total: u64 = removed.iter().map(|i| i.size_bytes).sum();
                 for image in &removed {
                     println!("deleted {} ({})", image.digest, image.source);
