@@ -12,6 +12,7 @@ mod inference_server;
 mod leftovers;
 mod oma_agent;
 mod profile_hint;
+mod registry_credentials;
 mod revision;
 mod run_report;
 mod session;
@@ -91,9 +92,9 @@ enum Command {
 
 fn main() -> ExitCode {
     // `omabox sandbox run` parses its own arguments only (see `parse_sandbox_run`).
-    if let Some(args) = commands::sandbox::parse_sandbox_run() {
+    if let Some((args, data_dir)) = commands::sandbox::parse_sandbox_run() {
         init_tracing();
-        return finish(commands::sandbox::run(args));
+        return finish(commands::sandbox::run(args, data_dir.as_deref()));
     }
     let cli = Cli::parse();
     init_tracing();
@@ -159,8 +160,8 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             runtime()?.block_on(commands::serve::run(&data_dir, &args))
         }
         // One sandbox, one command, then exit: its own (for linux, runtime-free) path.
-        Command::Sandbox(args) => commands::sandbox::run(args),
-        Command::Image(args) => commands::image::run(&args),
+        Command::Sandbox(args) => commands::sandbox::run(args, cli.data_dir.as_deref()),
+        Command::Image(args) => commands::image::run(&args, cli.data_dir.as_deref()),
     }
 }
 

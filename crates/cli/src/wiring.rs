@@ -141,6 +141,8 @@ pub struct DriverInputs {
     /// `Environment.config.packages`, installed before the harness lane runs.
     pub packages: Option<omabox_sandbox::packages::EnvironmentPackages>,
     pub memory_stores: Option<Arc<dyn MemoryStoreHost>>,
+    /// Registry credentials from the vault, for linux sandboxes' registry images.
+    pub registry_credentials: omabox_backend_linux::image::StaticCredentials,
 }
 
 /// What the ACP harness is built from.
@@ -217,6 +219,7 @@ pub async fn provider_driver(
         acp,
         packages,
         memory_stores,
+        registry_credentials,
     } = inputs;
     let acp_output = harness_output.clone();
     let with_env = |driver: ProviderManagedRuntimeDriver| {
@@ -264,7 +267,7 @@ pub async fn provider_driver(
         .map(|driver| Arc::new(with_env(driver)) as Arc<dyn ManagedRuntimeProviderDriverPort>),
         Backend::Linux => omabox_backend_linux::managed::managed_runtime_provider_driver(
             LinuxManagedRuntimeOptions {
-                factory: LinuxSandboxFactory::new(),
+                factory: LinuxSandboxFactory::new().with_registry_credentials(registry_credentials),
                 env,
                 workspace,
                 outputs,

@@ -7,6 +7,7 @@
 //! marker file. Missing docker-registry, htpasswd, busybox or linux sandboxes skip with a
 //! printed reason, and fail under `CI=true`.
 
+use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
@@ -96,6 +97,7 @@ impl Env {
             .env(CGROUP_PARENT_ENV, &self.cgroup_parent)
             .env(INIT_ENV, init_bin())
             .env("DOCKER_CONFIG", self.dir.path().join("docker"))
+            .env("OMABOX_DATA_DIR", self.dir.path().join("data"))
             .env_remove("OPENMA_TEST_SANDBOX_PROVIDER")
             .env_remove("OMABOX_LINUX_IMAGE")
             .env_remove("SANDBOX_IMAGE")
@@ -391,6 +393,74 @@ fn registry_passwords_never_show_in_output_or_cache() {
     assert_eq!(json(&out)["digest"], pushed.digest.as_str());
     let basic = base64::engine::general_purpose::STANDARD.encode(format!("bob:{password}"));
     assert_no_file_holds(&env.cache(), &[password, &basic]);
+}
+
+#[test]
+fn registry_credentials_come_from_the_vault_before_docker_config() {
+    if !require_capability(registry_missing()) {
+        return;
+    }
+    let password = "vault-Secret-Pa55word";
+    let registry = TestRegistry::start_with_auth("carol", password);
+    let pushed = push(&registry, "vaulted/tools", "1", "vaulted\n");
+    let env = Env::new();
+    let name = format!("{}/vaulted/tools:1", registry.host());
+    let vault_put = |value: &str| {
+        let mut child = env
+            .omabox(&["vault", "put", &format!("registry/{}", registry.host())])
+            .stdin(Stdio::piped())
+            .spawn()
+            .unwrap();
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(value.as_bytes())
+            .unwrap();
+        assert!(child.wait().unwrap().success());
+    };
+    // docker's file has a wrong password: the vault's right one is asked first.
+    env.docker_login(&registry.host(), "carol", "docker-Wrong-pw");
+    vault_put(&format!("carol:{password}"));
+    let out = env.run(&["image", "pull", &name, "--json"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(json(&out)["digest"], pushed.digest.as_str());
+    assert!(!text(&out.stdout).contains(password) && !text(&out.stderr).contains(password));
+
+    // A wrong vault password fails the pull without showing it; `sandbox run` asks the
+    // vault too (the image is cached by digest, so pull by a second tag).
+    push(&registry, "vaulted/tools", "2", "second\n");
+    vault_put("carol:vault-Wrong-pw");
+    let second = format!("{}/vaulted/tools:2", registry.host());
+    let out = env.run(&[
+        "sandbox",
+        "run",
+        "--image",
+        &second,
+        "--",
+        "/bin/busybox",
+        "true",
+    ]);
+    assert_ne!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert!(
+        !text(&out.stderr).contains("vault-Wrong-pw"),
+        "{}",
+        text(&out.stderr)
+    );
+    vault_put(&format!("carol:{password}"));
+    let out = env.run(&[
+        "sandbox",
+        "run",
+        "--image",
+        &second,
+        "--",
+        "/bin/busybox",
+        "cat",
+        "/marker",
+    ]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(text(&out.stdout), "second\n");
+    env.assert_no_sandbox_left();
 }
 
 fn assert_no_file_holds(dir: &Path, needles: &[&str]) {

@@ -149,6 +149,18 @@ fn normalize_host(key: &str) -> String {
     }
 }
 
+/// Credentials held in memory, by registry host (the CLI fills it from its vault:
+/// secrets named `registry/<host[:port]>` holding `user:password`). `Debug` shows the hosts
+/// and user names only.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct StaticCredentials(pub std::collections::BTreeMap<String, RegistryCredential>);
+
+impl CredentialSource for StaticCredentials {
+    fn credential(&self, registry: &str) -> Result<Option<RegistryCredential>, String> {
+        Ok(self.0.get(registry).cloned())
+    }
+}
+
 /// Several sources, asked in order; the first credential wins.
 #[derive(Debug, Default)]
 pub struct CredentialChain(pub Vec<Box<dyn CredentialSource>>);

@@ -88,7 +88,9 @@ mod refs;
 mod registry;
 mod unpack;
 
-pub use credentials::{CredentialChain, CredentialSource, DockerConfig, RegistryCredential};
+pub use credentials::{
+    CredentialChain, CredentialSource, DockerConfig, RegistryCredential, StaticCredentials,
+};
 pub use reference::{ImageSource, RegistryReference};
 pub use refs::{ImageRef, Removal};
 pub use registry::{

@@ -29,8 +29,8 @@ use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
 use omabox_backend_linux::env_layer::EnvLayers;
 use omabox_backend_linux::factory::IMAGE_CACHE_ENV;
 use omabox_backend_linux::image::{
-    ImageCache, ImageError, ImageSource, PullProgress, PulledImage, RegistryConfig,
-    RegistryReference,
+    CredentialChain, CredentialSource, DockerConfig, ImageCache, ImageError, ImageSource,
+    PullProgress, PulledImage, RegistryConfig, RegistryReference,
 };
 use serde_json::json;
 
@@ -93,13 +93,29 @@ pub fn cache() -> anyhow::Result<ImageCache> {
     }
 }
 
-/// Registry settings from this process's environment.
-pub fn registry_config() -> RegistryConfig {
-    RegistryConfig::from_env(|key| std::env::var(key).ok())
+/// Registry settings from `get` (an environment): `OMABOX_INSECURE_REGISTRIES`, and the
+/// credentials of the vault in `data_dir` (`registry/<host>`), then docker's `config.json`.
+pub fn registry_config(
+    get: impl Fn(&str) -> Option<String>,
+    data_dir: Option<&std::path::Path>,
+) -> anyhow::Result<RegistryConfig> {
+    let mut config = RegistryConfig::from_env(&get);
+    let vault = match data_dir {
+        Some(dir) => crate::registry_credentials::from_vault_blocking(dir)?,
+        None => Default::default(),
+    };
+    let mut chain: Vec<Box<dyn CredentialSource>> = vec![Box::new(vault)];
+    if let Some(docker) =
+        DockerConfig::default_location(get("DOCKER_CONFIG").as_deref(), get("HOME").as_deref())
+    {
+        chain.push(Box::new(docker));
+    }
+    config.credentials = Some(std::sync::Arc::new(CredentialChain(chain)));
+    Ok(config)
 }
 
 /// Runs an image subcommand.
-pub fn run(args: &ImageArgs) -> anyhow::Result<ExitCode> {
+pub fn run(args: &ImageArgs, data_dir: Option<&std::path::Path>) -> anyhow::Result<ExitCode> {
     let cache = cache()?;
     match &args.command {
         ImageCommand::Pull { reference, json } => {
@@ -108,7 +124,9 @@ pub fn run(args: &ImageArgs) -> anyhow::Result<ExitCode> {
                 Err(e) => return Ok(usage(&e)),
             };
             let started = Instant::now();
-            let pulled = pull_with_progress(&cache, &reference, &registry_config())?;
+            let data_dir = crate::data_dir::resolve(data_dir)?;
+            let config = registry_config(|key| std::env::var(key).ok(), Some(&data_dir))?;
+            let pulled = pull_with_progress(&cache, &reference, &config)?;
             let seconds = started.elapsed().as_secs_f64();
             if *json {
                 println!("{}", pulled_json(&pulled, seconds));

@@ -437,6 +437,7 @@ pub async fn run(data_dir: &Path, args: RunArgs) -> anyhow::Result<ExitCode> {
             }),
             packages: environment.as_ref().and_then(|e| e.packages.clone()),
             memory_stores: Some(Arc::new(DirMemoryStores::new(data_dir)) as _),
+            registry_credentials: crate::registry_credentials::from_vault(data_dir).await?,
             acp: acp.as_ref().map(|(turn, log)| AcpInputs {
                 turn: turn.clone(),
                 events: Arc::clone(log) as _,

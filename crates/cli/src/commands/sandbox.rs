@@ -48,7 +48,7 @@ use omabox_backend_linux::factory::{
     CPUS_ENV, IMAGE_CACHE_ENV, IMAGE_ENV, LinuxFactoryError, LinuxSandboxFactory, MEMORY_ENV,
     NETWORK_ENV, PIDS_ENV, SANDBOX_IMAGE_ENV, parse_memory_size, parse_millicpus,
 };
-use omabox_backend_linux::image::{ImageCache, ImageSource, RegistryConfig};
+use omabox_backend_linux::image::{ImageCache, ImageSource};
 use omabox_contract::ErrorKind;
 use omabox_contract::networking::{NetworkPolicy, NetworkingConfig};
 use omabox_contract::signals::shell_exit_code;
@@ -171,10 +171,9 @@ fn parse_env(text: &str) -> Result<(String, String), String> {
 #[derive(Debug, clap::Parser)]
 #[command(name = "omabox sandbox run")]
 struct SandboxRunOnly {
-    /// The global option, accepted as the full parser accepts it (`sandbox run` does
-    /// not use it).
+    /// The global option, accepted as the full parser accepts it (`sandbox run` reads
+    /// registry credentials from its vault).
     #[arg(long, env = "OMABOX_DATA_DIR", value_name = "DIR")]
-    #[allow(dead_code)]
     data_dir: Option<PathBuf>,
     #[command(flatten)]
     run: RunArgs,
@@ -185,7 +184,7 @@ struct SandboxRunOnly {
 /// whole tree is a sizeable part of one). `None` for any other command line and for one
 /// this parser does not accept (`--help`, a global option, a usage error): the full
 /// parser then handles it, with its messages.
-pub fn parse_sandbox_run() -> Option<SandboxArgs> {
+pub fn parse_sandbox_run() -> Option<(SandboxArgs, Option<PathBuf>)> {
     let mut args = std::env::args_os();
     args.next()?;
     if args.next()? != "sandbox" || args.next()? != "run" {
@@ -193,27 +192,30 @@ pub fn parse_sandbox_run() -> Option<SandboxArgs> {
     }
     let argv = std::iter::once(std::ffi::OsString::from("omabox sandbox run")).chain(args);
     let parsed = <SandboxRunOnly as clap::Parser>::try_parse_from(argv).ok()?;
-    Some(SandboxArgs {
-        command: SandboxCommand::Run(parsed.run),
-    })
+    Some((
+        SandboxArgs {
+            command: SandboxCommand::Run(parsed.run),
+        },
+        parsed.data_dir,
+    ))
 }
 
 /// Runs `omabox sandbox ...`. The linux backend takes the one-shot path (`one_shot.rs`:
 /// no async runtime, no agent); any other backend runs the command through its factory
 /// and the duplex process port on a current-thread runtime (blocking work still goes to
 /// `spawn_blocking` threads), which starts no worker threads.
-pub fn run(args: SandboxArgs) -> anyhow::Result<ExitCode> {
+pub fn run(args: SandboxArgs, data_dir: Option<&Path>) -> anyhow::Result<ExitCode> {
     match args.command {
         SandboxCommand::Run(run) => {
             // The one-shot path has no network: a sandbox that reaches out needs the host's
             // relay and DNS stub, served on an async runtime by the factory's port.
             if Backend::from_name(&run.backend) == Some(Backend::Linux) && !reaches_out(&run) {
-                return Ok(one_shot::run(&run));
+                return Ok(one_shot::run(&run, data_dir));
             }
             let runtime = tokio::runtime::Builder::new_current_thread()
                 .enable_all()
                 .build()?;
-            Ok(runtime.block_on(run_command(run)))
+            Ok(runtime.block_on(run_command(run, data_dir)))
         }
     }
 }
@@ -248,7 +250,7 @@ fn report(failure: &Failure) -> ExitCode {
     ExitCode::from(failure.code)
 }
 
-async fn run_command(args: RunArgs) -> ExitCode {
+async fn run_command(args: RunArgs, data_dir: Option<&Path>) -> ExitCode {
     // Signals are caught from here on: from now on a Ctrl-C can no longer kill omabox
     // before it has destroyed what it made.
     let mut signals = match Signals::install() {
@@ -261,7 +263,7 @@ async fn run_command(args: RunArgs) -> ExitCode {
     };
     // `None`: a name only the provider map can judge (OpenMA's names, typos).
     let backend = Backend::from_name(&args.backend);
-    let (env, workspace) = match prepare(&args, backend) {
+    let (env, workspace) = match prepare(&args, backend, data_dir) {
         Ok(p) => p,
         Err(f) => return report(&f),
     };
@@ -377,6 +379,7 @@ fn networking(args: &RunArgs) -> Result<Option<String>, Failure> {
 fn prepare(
     args: &RunArgs,
     backend: Option<Backend>,
+    data_dir: Option<&Path>,
 ) -> Result<(SandboxFactoryEnv, Workspace), Failure> {
     let mut vars: BTreeMap<String, String> = std::env::vars_os()
         .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
@@ -389,7 +392,7 @@ fn prepare(
                 vars.remove(SANDBOX_IMAGE_ENV);
                 vars.insert(IMAGE_ENV.into(), image_ref(image));
             }
-            pin_registry_image(&mut vars)?;
+            pin_registry_image(&mut vars, data_dir)?;
             if let Some(memory) = args.memory {
                 vars.insert(MEMORY_ENV.into(), memory.to_string());
             }
@@ -461,7 +464,10 @@ fn prepare(
 /// A registry image (`--image`, `OMABOX_LINUX_IMAGE` or `SANDBOX_IMAGE`) is resolved here,
 /// once, with progress on stderr, and handed to the factory pinned to the digest it
 /// resolved to (which the cache has then, so the factory does not ask the registry again).
-fn pin_registry_image(vars: &mut BTreeMap<String, String>) -> Result<(), Failure> {
+fn pin_registry_image(
+    vars: &mut BTreeMap<String, String>,
+    data_dir: Option<&Path>,
+) -> Result<(), Failure> {
     let nonempty = |key: &str| vars.get(key).is_some_and(|v| !v.trim().is_empty());
     let key = if nonempty(IMAGE_ENV) {
         IMAGE_ENV
@@ -486,7 +492,10 @@ fn pin_registry_image(vars: &mut BTreeMap<String, String>) -> Result<(), Failure
         }
         None => ImageCache::new(ImageCache::default_dir()),
     };
-    let config = RegistryConfig::from_env(|k| vars.get(k).cloned());
+    let data_dir =
+        crate::data_dir::resolve(data_dir).map_err(|e| Failure::omabox(e.to_string()))?;
+    let config = super::image::registry_config(|k| vars.get(k).cloned(), Some(&data_dir))
+        .map_err(|e| Failure::omabox(format!("registry credentials: {e}")))?;
     let pulled = super::image::pull_with_progress(&cache, &reference, &config).map_err(|e| {
         let message = format!("cannot use image {value:?}: {e}");
         if e.is_bad_image() {

@@ -60,8 +60,8 @@ use omabox_sandbox::{SandboxFactory, SandboxFactoryContext, SandboxFactoryEnv, S
 
 use crate::env_layer::{EnvLayerError, EnvLayers, LayerSpec};
 use crate::image::{
-    CredentialSource, DockerConfig, ImageCache, ImageError, ImageKind, NoProgress, RegistryConfig,
-    RegistryReference, ResolvedImage,
+    CredentialChain, CredentialSource, DockerConfig, ImageCache, ImageError, ImageKind, NoProgress,
+    RegistryConfig, RegistryReference, ResolvedImage, StaticCredentials,
 };
 use crate::plan::{
     BindMount, CA_BUNDLE, CA_ENV, CpuLimit, IMAGE_CA_BUNDLE, RootfsSource, SandboxPlan,
@@ -214,16 +214,20 @@ pub struct RegistryPull {
     pub insecure: Vec<String>,
     /// Docker's `config.json`, if `DOCKER_CONFIG` or `HOME` says where.
     pub docker_config: Option<PathBuf>,
+    /// Credentials the factory was given ([`LinuxSandboxFactory::with_registry_credentials`]),
+    /// asked before docker's file.
+    pub given: StaticCredentials,
 }
 
 impl RegistryPull {
     fn config(&self) -> RegistryConfig {
+        let mut chain: Vec<Box<dyn CredentialSource>> = vec![Box::new(self.given.clone())];
+        if let Some(path) = &self.docker_config {
+            chain.push(Box::new(DockerConfig::at(path)));
+        }
         RegistryConfig {
             insecure: self.insecure.clone(),
-            credentials: self
-                .docker_config
-                .as_ref()
-                .map(|path| Arc::new(DockerConfig::at(path)) as Arc<dyn CredentialSource>),
+            credentials: Some(Arc::new(CredentialChain(chain))),
         }
     }
 }
@@ -289,6 +293,7 @@ impl LinuxSandboxSettings {
 pub struct LinuxSandboxFactory {
     defaults: RuntimeConfig,
     image_cache: Option<PathBuf>,
+    registry_credentials: StaticCredentials,
     /// The runtime [`check_host`](Self::check_host) probed, for the next
     /// [`create_port`](Self::create_port) with the same settings to take (once), so a
     /// check followed by a create (`omabox sandbox run`) probes the machine once. Shared
@@ -306,8 +311,7 @@ impl LinuxSandboxFactory {
     pub fn with_runtime_config(config: RuntimeConfig) -> Self {
         Self {
             defaults: config,
-            image_cache: None,
-            checked: Arc::default(),
+            ..Self::default()
         }
     }
 
@@ -315,6 +319,13 @@ impl LinuxSandboxFactory {
     /// overrides it).
     pub fn with_image_cache(mut self, dir: impl Into<PathBuf>) -> Self {
         self.image_cache = Some(dir.into());
+        self
+    }
+
+    /// The same factory pulling registry images with `credentials` first (then docker's
+    /// `config.json`).
+    pub fn with_registry_credentials(mut self, credentials: StaticCredentials) -> Self {
+        self.registry_credentials = credentials;
         self
     }
 
@@ -376,6 +387,7 @@ impl LinuxSandboxFactory {
                                 nonempty(env, HOME_ENV),
                             )
                             .map(|d| d.path().to_path_buf()),
+                            given: self.registry_credentials.clone(),
                         }),
                         _ => None,
                     };
@@ -953,6 +965,23 @@ pub(super) mod tests {
             pull.docker_config.unwrap(),
             Path::new("/etc/dockercfg/config.json")
         );
+        // Credentials the factory was given (the vault's) are asked before docker's file.
+        let given = StaticCredentials(
+            [(
+                "docker.io".to_owned(),
+                crate::image::RegistryCredential::new("u", "p"),
+            )]
+            .into(),
+        );
+        let s = f
+            .clone()
+            .with_registry_credentials(given.clone())
+            .settings(&ctx(), &env(&[(IMAGE_ENV, "debian:12")]))
+            .unwrap();
+        let pull = s.image.unwrap().registry.unwrap();
+        assert_eq!(pull.given, given);
+        let found = pull.config().credentials.unwrap().credential("docker.io");
+        assert_eq!(found.unwrap().unwrap().username, "u");
         let e = f
             .settings(&ctx(), &env(&[(IMAGE_ENV, "Bad Ref:1")]))
             .unwrap_err();

@@ -37,7 +37,7 @@ const KILL_WAIT: Duration = Duration::from_secs(2);
 const READY_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Runs `omabox sandbox run` for the linux backend.
-pub(super) fn run(args: &RunArgs) -> ExitCode {
+pub(super) fn run(args: &RunArgs, data_dir: Option<&std::path::Path>) -> ExitCode {
     // Caught from here on (as a signalfd): a Ctrl-C can no longer kill omabox before
     // it has destroyed what it made.
     let signals = match Signals::block() {
@@ -49,7 +49,7 @@ pub(super) fn run(args: &RunArgs) -> ExitCode {
         }
     };
     stdio_open();
-    let (env, workspace) = match prepare(args, Some(Backend::Linux)) {
+    let (env, workspace) = match prepare(args, Some(Backend::Linux), data_dir) {
         Ok(p) => p,
         Err(f) => return report(&f),
     };
