@@ -266,9 +266,14 @@ fn omabox_run_resolves_the_tag_at_acquire_and_reports_the_digest() {
             .env("OMABOX_TEST_MODE", "1")
             .output()
             .expect("omabox runs");
-        (json(&out), text(&out.stdout))
+        (json(&out), text(&out.stdout), text(&out.stderr))
     };
-    let (report, stdout) = run();
+    let (report, stdout, stderr) = run();
+    // The download shows on stderr (a line per blob off a terminal), not in the JSON.
+    assert!(
+        stderr.contains(&format!("fetched {}", first.layers[0])),
+        "{stderr}"
+    );
     let expected = format!("{}/test/run:latest@{}", registry.host(), first.digest);
     assert_eq!(report["image"], expected.as_str(), "{stdout}");
     let acquired = report["events"]
@@ -284,7 +289,7 @@ fn omabox_run_resolves_the_tag_at_acquire_and_reports_the_digest() {
 
     // The tag moves; the next acquire resolves it again.
     let second = push_run_image("second\n");
-    let (report, _) = run();
+    let (report, _, _) = run();
     let expected = format!("{}/test/run:latest@{}", registry.host(), second.digest);
     assert_eq!(report["image"], expected.as_str());
     env.assert_no_sandbox_left();

@@ -341,6 +341,9 @@ pub async fn run(data_dir: &Path, args: RunArgs) -> anyhow::Result<ExitCode> {
             for (key, value) in keys {
                 env = env.with_var(key, value);
             }
+            // A registry image not cached yet is pulled here, with progress on stderr; the
+            // factory then resolves the tag again at acquire (one manifest request).
+            prefetch_registry_image(&env, data_dir).await?;
             // apt packages and a dockerfile become the image's environment layer, built once
             // per image and content; its sandboxes start from it (the installer skips apt).
             if let Some(layer) = environment.as_ref().and_then(EnvironmentConfig::env_layer) {
@@ -637,4 +640,36 @@ fn print_banner(args: &RunArgs, request: &Request) {
 fn process_owner_id() -> String {
     let hostname = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
     owner_id(&hostname, std::process::id(), rand::random())
+}
+
+/// Pulls the run's registry image (`OMABOX_LINUX_IMAGE`, else `SANDBOX_IMAGE`) into the image
+/// cache with progress, so a long download is not a silent acquire. Local images and bad
+/// references are the factory's to judge.
+async fn prefetch_registry_image(env: &SandboxFactoryEnv, data_dir: &Path) -> anyhow::Result<()> {
+    use omabox_backend_linux::factory::{IMAGE_CACHE_ENV, IMAGE_ENV, SANDBOX_IMAGE_ENV};
+    use omabox_backend_linux::image::{ImageCache, ImageSource};
+    let nonempty = |key| env.get(key).filter(|v| !v.trim().is_empty());
+    let Some(value) = nonempty(IMAGE_ENV).or_else(|| nonempty(SANDBOX_IMAGE_ENV)) else {
+        return Ok(());
+    };
+    let Ok(ImageSource::Registry(reference)) = ImageSource::parse(value) else {
+        return Ok(());
+    };
+    let cache = match nonempty(IMAGE_CACHE_ENV).filter(|d| Path::new(d).is_absolute()) {
+        Some(dir) => ImageCache::new(dir),
+        None => ImageCache::new(ImageCache::default_dir()),
+    };
+    let env = env.clone();
+    let data_dir = data_dir.to_path_buf();
+    let config = tokio::task::spawn_blocking(move || {
+        super::image::registry_config(|k| env.get(k).map(str::to_owned), Some(&data_dir))
+    })
+    .await??;
+    let value = value.to_owned();
+    tokio::task::spawn_blocking(move || {
+        super::image::pull_with_progress(&cache, &reference, &config)
+            .with_context(|| format!("cannot use image {value:?}"))
+    })
+    .await??;
+    Ok(())
 }
