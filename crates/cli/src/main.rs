@@ -176,7 +176,9 @@ fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
 /// output on stdout stays clean.
 fn init_tracing() {
     let filter = tracing_subscriber::EnvFilter::try_from_env("OMABOX_LOG").unwrap_or_else(|_| {
-        tracing_subscriber::EnvFilter::new("warn,omabox_host::runtime_host=error")
+        tracing_subscriber::EnvFilter::new(
+            "warn,omabox_host::runtime_host=error,omabox_backend_linux::env_layer=info",
+        )
     });
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)

@@ -238,6 +238,11 @@ impl EnvLayers {
             });
         }
         self.sweep_partials();
+        tracing::info!(
+            apt = ?spec.packages.apt.as_deref().unwrap_or_default(),
+            dockerfile_steps = spec.dockerfile.as_ref().map_or(0, |(_, d)| d.steps.len()),
+            "building the environment layer (once per image and content)"
+        );
         let partial = self.dir.join(format!(".partial-{key}"));
         remove_tree(&partial)?;
         std::fs::create_dir(&partial).map_err(io_err("create the build dir"))?;
