@@ -28,6 +28,7 @@ use omabox_backend_linux::factory::{GATEWAY_ENV, NETWORK_ENV};
 use omabox_contract::networking::{NetworkPolicy, NetworkingConfig};
 use omabox_sandbox::packages::EnvironmentPackages;
 use serde::Deserialize;
+use sha2::Digest as _;
 
 /// An Environment's `config`, as far as omabox reads it.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
@@ -49,16 +50,43 @@ pub struct EnvironmentConfig {
 
 impl EnvironmentConfig {
     /// The linux factory's [`omabox_backend_linux::factory::ENV_LAYER_ENV`] value: the
-    /// apt packages and the dockerfile (`None` when there is neither).
-    pub fn env_layer(&self) -> Option<String> {
+    /// apt packages, the dockerfile and the files of `data_dir`'s file store its `COPY`
+    /// steps take (path and SHA-256 each; `None` when there is neither apt nor dockerfile).
+    pub fn env_layer(&self, data_dir: &Path) -> anyhow::Result<Option<String>> {
         let apt = self
             .packages
             .as_ref()
             .and_then(|p| p.apt.clone())
             .unwrap_or_default();
         let dockerfile = self.dockerfile.as_deref().filter(|d| !d.trim().is_empty());
-        (!apt.is_empty() || dockerfile.is_some())
-            .then(|| serde_json::json!({"apt": apt, "dockerfile": dockerfile}).to_string())
+        if apt.is_empty() && dockerfile.is_none() {
+            return Ok(None);
+        }
+        let copied = match dockerfile {
+            Some(text) => omabox_sandbox::dockerfile::Dockerfile::parse(text)
+                .context("`dockerfile`")?
+                .copied_files(),
+            None => Vec::new(),
+        };
+        let mut files = serde_json::Map::new();
+        if !copied.is_empty() {
+            let store = omabox_proxy::promoted::PromotedStore::open(data_dir)
+                .context("cannot open the file store")?;
+            for id in copied {
+                let path = store
+                    .content_path(&id)
+                    .filter(|p| p.is_file())
+                    .with_context(|| {
+                        format!("`dockerfile` COPY {id}: no such file in omabox's file store")
+                    })?;
+                let bytes = std::fs::read(&path).with_context(|| format!("COPY {id}"))?;
+                let sha256 = hex::encode(sha2::Sha256::digest(&bytes));
+                files.insert(id, serde_json::json!({"path": path, "sha256": sha256}));
+            }
+        }
+        Ok(Some(
+            serde_json::json!({"apt": apt, "dockerfile": dockerfile, "files": files}).to_string(),
+        ))
     }
 
     /// Reads `path`: an Environment object or its `config`.
@@ -189,7 +217,7 @@ mod tests {
                 "not an Environment config",
             ),
             (r#"{"dockerfile":"FROM debian"}"#, "`dockerfile`"),
-            (r#"{"dockerfile":"RUN true\nCOPY a b"}"#, "`dockerfile`"),
+            (r#"{"dockerfile":"RUN true\nADD a b"}"#, "`dockerfile`"),
             (
                 r#"{"networking":{"type":"open"}}"#,
                 "not an Environment config",

@@ -181,11 +181,30 @@ fn apt_packages_and_dockerfile_steps_are_built_once_into_an_environment_layer() 
     let Some(rootfs) = common::debian_rootfs() else {
         return;
     };
-    let environment = r##"{"networking":{"type":"limited","allow_package_managers":true},
-        "packages":{"apt":["hello"]},
-        "dockerfile":"# the layer's own steps\nENV GREETING=\"hi there\"\nWORKDIR /opt/tool\nRUN printf '%s' \"$GREETING\" > greeting && hello > hello.txt"}"##;
+    // A file of omabox's file store for the dockerfile's COPY.
+    let source = setup.data.path().join("table.csv");
+    std::fs::write(&source, "a,b\n1,2\n").unwrap();
+    let added = Command::new(omabox_bin())
+        .arg("--data-dir")
+        .arg(setup.data.path())
+        .args(["files", "add", "--json"])
+        .arg(&source)
+        .output()
+        .unwrap();
+    assert!(added.status.success(), "{}", describe(&added));
+    let file_id = serde_json::from_slice::<Value>(&added.stdout).unwrap()["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let environment = format!(
+        r##"{{"networking":{{"type":"limited","allow_package_managers":true}},
+        "packages":{{"apt":["hello"]}},
+        "dockerfile":"# the layer's own steps\nENV GREETING=\"hi there\"\nWORKDIR /opt/tool\nRUN printf '%s' \"$GREETING\" > greeting && hello > hello.txt\nCOPY {file_id} data/table.csv\nRUN grep -q 1,2 data/table.csv"}}"##
+    );
+    let environment = environment.as_str();
     let probe = "hello && test -s /workspace/.oma-setup-restored \
         && [ \"$GREETING\" = 'hi there' ] && [ \"$(cat /opt/tool/greeting)\" = \"$GREETING\" ] && grep -q Hello /opt/tool/hello.txt \
+        && [ \"$(cat /opt/tool/data/table.csv)\" = \"$(printf 'a,b\\n1,2')\" ] && test ! -e /tmp/.omabox-copy \
         && echo apt-ok";
     let layer_line = |stderr: &str| {
         plain(stderr)
@@ -212,7 +231,11 @@ fn apt_packages_and_dockerfile_steps_are_built_once_into_an_environment_layer() 
         .unwrap()
         .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
         .collect();
-    assert_eq!(kept.len(), 3, "one layer, its record and its lock: {kept:?}");
+    assert_eq!(
+        kept.len(),
+        3,
+        "one layer, its record and its lock: {kept:?}"
+    );
 
     // The session again (restored path) and a new session (fresh path): the layer is found,
     // nothing is installed.

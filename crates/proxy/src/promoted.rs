@@ -191,6 +191,13 @@ impl PromotedStore {
 
     /// The record and the open bytes of a promoted file; `None` when `id` is malformed or
     /// was never promoted. Blocking.
+    /// Where the bytes of `id` are kept (`None` for a string that is no id). Whether the
+    /// file exists is for the caller to find out; the file is never changed once stored.
+    pub fn content_path(&self, id: &str) -> Option<PathBuf> {
+        parse_id(id).map(|()| self.dir.join(id))
+    }
+
+    /// Opens `id`'s record and bytes (`None`: no such file).
     pub fn open_file(&self, id: &str) -> Result<Option<(PromotedRecord, File)>, PromotedError> {
         if parse_id(id).is_none() {
             return Ok(None);

@@ -1,7 +1,7 @@
 //! `Environment.config.dockerfile`, the subset omabox builds into an environment layer:
-//! `RUN`, `ENV` and `WORKDIR`, run over the environment's image (the contract's platform
-//! prepended its own `FROM` and rejected a user's; so does this). Pure: parsing and the
-//! shell script, no I/O.
+//! `RUN`, `ENV`, `WORKDIR` and `COPY` of a file from omabox's file store, run over the
+//! environment's image (the contract's platform prepended its own `FROM` and rejected a
+//! user's; so does this). Pure: parsing and the shell script, no I/O.
 //!
 //! ```text
 //! # comments and blank lines are skipped; a trailing `\` continues the line
@@ -9,15 +9,21 @@
 //! RUN ["make", "-C", "/opt/x"]          exec form (JSON), each word single-quoted
 //! ENV A=1 B="two words"  |  ENV A 1     every later step and every sandbox of the layer
 //! WORKDIR /opt/x                        created; later RUNs start there (relative: joined)
+//! COPY file_0123… /opt/x/data.csv       a file of omabox's file store (`omabox files add`);
+//!                                       a DEST ending in `/` gets the id as its name
 //! ```
 //!
-//! Every other instruction (`FROM`, `COPY`, `ADD`, `USER`, `CMD`, …) is refused with its
-//! name, so a dockerfile never half-applies.
+//! The builder stages every copied file at [`COPY_STAGING`]`/<id>` in the build sandbox
+//! before the script runs. Every other instruction (`FROM`, `ADD`, `USER`, `CMD`, …) and
+//! every flag (`COPY --chown`, `--from`) is refused with its name, so a dockerfile never
+//! half-applies.
 
 use std::collections::BTreeMap;
 
 /// The contract's cap on `config.dockerfile`.
 pub const MAX_DOCKERFILE_CHARS: usize = 100_000;
+/// Where the builder puts the files `COPY` takes, one per id, before the script runs.
+pub const COPY_STAGING: &str = "/tmp/.omabox-copy";
 
 /// One step.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -28,6 +34,13 @@ pub enum Step {
     Env(Vec<(String, String)>),
     /// The working directory of later steps (absolute).
     Workdir(String),
+    /// A file of omabox's file store, by id, copied to an absolute path.
+    Copy {
+        /// The store's id.
+        file: String,
+        /// Where it goes.
+        dest: String,
+    },
 }
 
 /// A parsed dockerfile.
@@ -102,6 +115,21 @@ impl Dockerfile {
         env
     }
 
+    /// The file-store ids its `COPY` steps take, sorted, once each.
+    pub fn copied_files(&self) -> Vec<String> {
+        let mut ids: Vec<String> = self
+            .steps
+            .iter()
+            .filter_map(|step| match step {
+                Step::Copy { file, .. } => Some(file.clone()),
+                _ => None,
+            })
+            .collect();
+        ids.sort();
+        ids.dedup();
+        ids
+    }
+
     /// A `/bin/sh` script that runs the steps in order and stops at the first failure.
     pub fn script(&self) -> String {
         let mut script = String::from("set -e\ncd /");
@@ -119,6 +147,12 @@ impl Dockerfile {
                 Step::Workdir(dir) => {
                     let dir = quote(dir);
                     script.push_str(&format!("mkdir -p {dir} && cd {dir}"));
+                }
+                Step::Copy { file, dest } => {
+                    let (source, dest) = (quote(&format!("{COPY_STAGING}/{file}")), quote(dest));
+                    script.push_str(&format!(
+                        "mkdir -p \"$(dirname {dest})\" && cp {source} {dest}"
+                    ));
                 }
             }
         }
@@ -153,15 +187,54 @@ fn parse_instruction(line: &str, workdir: &mut String) -> Result<Step, String> {
             *workdir = dir.clone();
             Ok(Step::Workdir(dir))
         }
+        "COPY" => parse_copy(rest, workdir),
         "FROM" => Err(
             "FROM is not allowed: the environment's image is the base (set it with SANDBOX_IMAGE)"
                 .into(),
         ),
         other if other.chars().all(|c| c.is_ascii_alphabetic()) && !other.is_empty() => Err(
-            format!("{other} is not supported (omabox builds RUN, ENV and WORKDIR)"),
+            format!("{other} is not supported (omabox builds RUN, ENV, WORKDIR and COPY)"),
         ),
         _ => Err(format!("{word:?} is not an instruction")),
     }
+}
+
+/// `COPY ID DEST` (see the module doc).
+fn parse_copy(rest: &str, workdir: &str) -> Result<Step, String> {
+    let words = split_words(rest)?;
+    if let Some(flag) = words.iter().find(|w| w.starts_with("--")) {
+        return Err(format!("COPY {flag} is not supported"));
+    }
+    let [file, dest] = words.as_slice() else {
+        return Err("COPY takes one file id of omabox's file store and a destination".into());
+    };
+    let id_ok = !file.is_empty()
+        && file.len() <= 128
+        && file
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
+    if !id_ok {
+        return Err(format!(
+            "COPY {file:?} is not a file id of omabox's file store (`omabox files add PATH` prints one)"
+        ));
+    }
+    if dest.contains('\0') || dest.split('/').any(|c| c == "..") {
+        return Err(format!(
+            "COPY destination {dest:?} may not hold `..` or NUL"
+        ));
+    }
+    let mut dest = if dest.starts_with('/') {
+        dest.clone()
+    } else {
+        format!("{}/{dest}", workdir.trim_end_matches('/'))
+    };
+    if dest.ends_with('/') {
+        dest.push_str(file);
+    }
+    Ok(Step::Copy {
+        file: file.clone(),
+        dest,
+    })
 }
 
 /// `ENV K=V [K=V …]` (values may be quoted) or the legacy `ENV K V…`.
@@ -240,7 +313,7 @@ mod tests {
     #[test]
     fn the_subset_parses_into_steps_and_a_script() {
         let file = Dockerfile::parse(
-            "# tools\nRUN echo one \\\n  two\nENV A=1 B=\"two words\" C='x y'\nENV D legacy value\n\nWORKDIR /opt/x\nWORKDIR sub\nRUN [\"printf\", \"%s\\n\", \"it's\"]\n",
+            "# tools\nRUN echo one \\\n  two\nENV A=1 B=\"two words\" C='x y'\nENV D legacy value\n\nWORKDIR /opt/x\nWORKDIR sub\nRUN [\"printf\", \"%s\\n\", \"it's\"]\nCOPY file_1 data/in.csv\nCOPY file_1 /etc/tool/\n",
         )
         .unwrap();
         assert_eq!(
@@ -260,8 +333,17 @@ mod tests {
 ' 'it'\''s'"
                         .into()
                 ),
+                Step::Copy {
+                    file: "file_1".into(),
+                    dest: "/opt/x/sub/data/in.csv".into()
+                },
+                Step::Copy {
+                    file: "file_1".into(),
+                    dest: "/etc/tool/file_1".into()
+                },
             ]
         );
+        assert_eq!(file.copied_files(), vec!["file_1".to_owned()]);
         assert_eq!(file.env()["B"], "two words");
         let script = file.script();
         assert!(
@@ -276,13 +358,23 @@ mod tests {
             script.contains("mkdir -p '/opt/x/sub' && cd '/opt/x/sub'"),
             "{script}"
         );
+        assert!(
+            script.contains(
+                "mkdir -p \"$(dirname '/etc/tool/file_1')\" && cp '/tmp/.omabox-copy/file_1' '/etc/tool/file_1'"
+            ),
+            "{script}"
+        );
     }
 
     #[test]
     fn everything_else_is_refused_with_its_line() {
         for (text, line, reason) in [
             ("FROM debian", 1, "FROM is not allowed"),
-            ("RUN true\n\nCOPY a /b", 3, "COPY is not supported"),
+            ("RUN true\n\nADD a /b", 3, "ADD is not supported"),
+            ("COPY --chown=1 f /b", 1, "COPY --chown=1 is not supported"),
+            ("COPY a b c", 1, "COPY takes one file id"),
+            ("COPY ../x /b", 1, "not a file id"),
+            ("COPY f /a/../b", 1, "may not hold `..`"),
             ("run true\nUSER nobody", 2, "USER is not supported"),
             ("ENV 1A=x", 1, "not a variable name"),
             ("ENV A", 1, "ENV needs KEY=VALUE"),

@@ -36,8 +36,10 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use omabox_agent::client::ExecRequest;
-use omabox_sandbox::dockerfile::Dockerfile;
+use std::collections::BTreeMap;
+
+use omabox_agent::client::{ExecRequest, WriteOptions};
+use omabox_sandbox::dockerfile::{COPY_STAGING, Dockerfile};
 use omabox_sandbox::packages::EnvironmentPackages;
 use sha2::{Digest, Sha256};
 
@@ -46,6 +48,8 @@ use crate::idmap::RANGE;
 use crate::plan::{RootfsSource, SandboxPlan};
 use crate::port::LinuxSandboxPort;
 
+/// Largest file a `COPY` takes.
+const MAX_COPY_BYTES: u64 = 64 << 20;
 /// Largest layer kept (bytes of regular files).
 pub const MAX_LAYER_BYTES: u64 = 4 << 30;
 /// Most entries in a layer.
@@ -98,11 +102,28 @@ pub struct LayerSpec {
     pub packages: EnvironmentPackages,
     /// `config.dockerfile`'s text, parsed when the spec is made.
     pub dockerfile: Option<(String, Dockerfile)>,
+    /// The files its `COPY` steps take, by file-store id.
+    pub files: BTreeMap<String, CopyFile>,
+}
+
+/// A file a dockerfile's `COPY` takes: where the host has it, and its hash (part of the
+/// layer's key; checked again when it is staged).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Deserialize)]
+pub struct CopyFile {
+    /// The host file (omabox's file store keeps each id's bytes in a file of its own).
+    pub path: PathBuf,
+    /// Its SHA-256, lowercase hex.
+    pub sha256: String,
 }
 
 impl LayerSpec {
-    /// The spec of `apt` and `dockerfile` (`None`: nothing to build). Checks both.
-    pub fn new(apt: Vec<String>, dockerfile: Option<&str>) -> Result<Option<Self>, String> {
+    /// The spec of `apt`, `dockerfile` and the `files` it copies (`None`: nothing to
+    /// build). Checks all three: every id a `COPY` names must be in `files`.
+    pub fn new(
+        apt: Vec<String>,
+        dockerfile: Option<&str>,
+        files: BTreeMap<String, CopyFile>,
+    ) -> Result<Option<Self>, String> {
         let packages = EnvironmentPackages {
             apt: (!apt.is_empty()).then_some(apt),
             ..Default::default()
@@ -115,10 +136,24 @@ impl LayerSpec {
             )),
             None => None,
         };
+        let copied = dockerfile
+            .as_ref()
+            .map(|(_, d)| d.copied_files())
+            .unwrap_or_default();
+        if let Some(missing) = copied.iter().find(|id| !files.contains_key(*id)) {
+            return Err(format!(
+                "COPY {missing}: no such file in omabox's file store"
+            ));
+        }
+        let files = files
+            .into_iter()
+            .filter(|(id, _)| copied.contains(id))
+            .collect();
         Ok(
             (packages.apt.is_some() || dockerfile.is_some()).then_some(Self {
                 packages,
                 dockerfile,
+                files,
             }),
         )
     }
@@ -196,6 +231,9 @@ impl EnvLayers {
             hash.update(b"\0dockerfile\0");
             hash.update(text.as_bytes());
         }
+        for (id, file) in &spec.files {
+            hash.update(format!("\0file\0{id}\0{}", file.sha256));
+        }
         hex(&hash.finalize())
     }
 
@@ -246,7 +284,7 @@ impl EnvLayers {
         let partial = self.dir.join(format!(".partial-{key}"));
         remove_tree(&partial)?;
         std::fs::create_dir(&partial).map_err(io_err("create the build dir"))?;
-        let result = build(runtime, plan, &script, &partial, resolver).await;
+        let result = build(runtime, plan, &script, &spec.files, &partial, resolver).await;
         let bytes = match result {
             Ok(bytes) => bytes,
             Err(error) => {
@@ -340,6 +378,7 @@ async fn build(
     runtime: &LinuxRuntime,
     plan: &SandboxPlan,
     script: &str,
+    files: &BTreeMap<String, CopyFile>,
     partial: &Path,
     resolver: Arc<dyn omabox_egress::Resolver>,
 ) -> Result<u64, EnvLayerError> {
@@ -353,14 +392,18 @@ async fn build(
         .await
         .map_err(|e| EnvLayerError::Sandbox(e.to_string()))?;
     let base = port.identity().id_base;
-    let output = port
-        .client()
-        .exec(ExecRequest::shell(script).timeout(BUILD_TIMEOUT))
-        .await;
+    let output = match stage_files(&port, files).await {
+        Ok(()) => port
+            .client()
+            .exec(ExecRequest::shell(script).timeout(BUILD_TIMEOUT))
+            .await
+            .map_err(|e| EnvLayerError::Sandbox(e.to_string())),
+        Err(e) => Err(e),
+    };
     // A kill here leaves the build sandbox and the build dir: `omabox reap` removes both.
     omabox_sandbox::fault::point("env-layer-built");
     let terminated = port.terminate().await;
-    let output = output.map_err(|e| EnvLayerError::Sandbox(e.to_string()))?;
+    let output = output?;
     terminated.map_err(|e| EnvLayerError::Sandbox(e.to_string()))?;
     if !output.success() {
         let code = match (&output.exit.code, &output.exit.signal) {
@@ -387,6 +430,48 @@ async fn build(
         }
     }
     normalize(&upper, base)
+}
+
+/// Puts each file `COPY` takes at [`COPY_STAGING`]`/<id>` in the build sandbox (its `/tmp`,
+/// not part of the layer), after checking its size and hash.
+async fn stage_files(
+    port: &LinuxSandboxPort,
+    files: &BTreeMap<String, CopyFile>,
+) -> Result<(), EnvLayerError> {
+    for (id, file) in files {
+        let path = file.path.clone();
+        let bytes = tokio::task::spawn_blocking(move || {
+            use std::io::Read as _;
+            let mut bytes = Vec::new();
+            std::fs::File::open(&path)?
+                .take(MAX_COPY_BYTES + 1)
+                .read_to_end(&mut bytes)?;
+            Ok::<_, io::Error>(bytes)
+        })
+        .await
+        .map_err(|e| EnvLayerError::Sandbox(e.to_string()))?
+        .map_err(io_err(format!("read the file {id}")))?;
+        if bytes.len() as u64 > MAX_COPY_BYTES {
+            return Err(EnvLayerError::Refused(format!(
+                "COPY {id}: larger than {} MiB",
+                MAX_COPY_BYTES >> 20
+            )));
+        }
+        if hex(&Sha256::digest(&bytes)) != file.sha256 {
+            return Err(EnvLayerError::Refused(format!(
+                "COPY {id}: the file changed since the build was asked for"
+            )));
+        }
+        port.client()
+            .write_file_bytes(
+                &format!("{COPY_STAGING}/{id}"),
+                bytes,
+                WriteOptions::default(),
+            )
+            .await
+            .map_err(|e| EnvLayerError::Sandbox(format!("stage COPY {id}: {e}")))?;
+    }
+    Ok(())
 }
 
 /// Walks the upper dir a dead build sandbox left (nothing follows a link), checks each
@@ -505,9 +590,13 @@ mod tests {
     use super::*;
 
     fn spec(apt: &[&str], dockerfile: Option<&str>) -> LayerSpec {
-        LayerSpec::new(apt.iter().map(|s| s.to_string()).collect(), dockerfile)
-            .unwrap()
-            .unwrap()
+        LayerSpec::new(
+            apt.iter().map(|s| s.to_string()).collect(),
+            dockerfile,
+            BTreeMap::new(),
+        )
+        .unwrap()
+        .unwrap()
     }
 
     #[test]
@@ -533,9 +622,32 @@ mod tests {
 
     #[test]
     fn a_spec_needs_something_and_checks_both_parts() {
-        assert_eq!(LayerSpec::new(Vec::new(), Some("  ")), Ok(None));
-        assert!(LayerSpec::new(vec!["-o".into()], None).is_err());
-        let e = LayerSpec::new(Vec::new(), Some("FROM x")).unwrap_err();
+        assert_eq!(
+            LayerSpec::new(Vec::new(), Some("  "), BTreeMap::new()),
+            Ok(None)
+        );
+        assert!(LayerSpec::new(vec!["-o".into()], None, BTreeMap::new()).is_err());
+        let e = LayerSpec::new(Vec::new(), Some("COPY file_a /a"), BTreeMap::new()).unwrap_err();
+        assert!(e.contains("COPY file_a: no such file"), "{e}");
+        let file = |sha: &str| CopyFile {
+            path: "/f".into(),
+            sha256: sha.into(),
+        };
+        let with = |sha| {
+            let files = [
+                ("file_a".to_owned(), file(sha)),
+                ("unused".to_owned(), file("0")),
+            ];
+            LayerSpec::new(Vec::new(), Some("COPY file_a /a"), files.into())
+                .unwrap()
+                .unwrap()
+        };
+        assert_eq!(with("1").files.keys().collect::<Vec<_>>(), vec!["file_a"]);
+        assert_ne!(
+            EnvLayers::key(Path::new("/i"), &with("1")),
+            EnvLayers::key(Path::new("/i"), &with("2"))
+        );
+        let e = LayerSpec::new(Vec::new(), Some("FROM x"), BTreeMap::new()).unwrap_err();
         assert!(e.contains("line 1: FROM is not allowed"), "{e}");
         let s = spec(&["jq"], Some("ENV A=1\nRUN echo $A > /a"));
         assert_eq!(s.env()["A"], "1");

@@ -346,7 +346,11 @@ pub async fn run(data_dir: &Path, args: RunArgs) -> anyhow::Result<ExitCode> {
             prefetch_registry_image(&env, data_dir).await?;
             // apt packages and a dockerfile become the image's environment layer, built once
             // per image and content; its sandboxes start from it (the installer skips apt).
-            if let Some(layer) = environment.as_ref().and_then(EnvironmentConfig::env_layer) {
+            let layer = match &environment {
+                Some(environment) => environment.env_layer(data_dir)?,
+                None => None,
+            };
+            if let Some(layer) = layer {
                 if env.get("OMABOX_LINUX_IMAGE").is_none() && env.get("SANDBOX_IMAGE").is_none() {
                     anyhow::bail!(
                         "--environment packages.apt and dockerfile need an image root filesystem (OMABOX_LINUX_IMAGE or SANDBOX_IMAGE): the default root shows the host's /usr read-only"

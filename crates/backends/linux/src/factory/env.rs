@@ -32,7 +32,8 @@ pub const INIT_ENV: &str = "OMABOX_LINUX_INIT";
 /// `OMABOX_LINUX_READONLY_BINDS`: host directories bound read-only into the sandbox.
 pub const READONLY_BINDS_ENV: &str = "OMABOX_LINUX_READONLY_BINDS";
 
-/// `OMABOX_LINUX_ENV_LAYER`: `{"apt":[…],"dockerfile":"…"}`, what the sandbox's image gets
+/// `OMABOX_LINUX_ENV_LAYER`: `{"apt":[…],"dockerfile":"…","files":{ID:{"path","sha256"}}}`
+/// (`files`: what the dockerfile's `COPY` takes), what the sandbox's image gets
 /// as an environment layer, built once per image and content (`crate::env_layer`).
 pub const ENV_LAYER_ENV: &str = "OMABOX_LINUX_ENV_LAYER";
 
@@ -45,10 +46,13 @@ pub fn parse_env_layer(text: &str) -> Result<Option<crate::env_layer::LayerSpec>
         apt: Vec<String>,
         #[serde(default)]
         dockerfile: Option<String>,
+        #[serde(default)]
+        files: std::collections::BTreeMap<String, crate::env_layer::CopyFile>,
     }
-    let wire: Wire = serde_json::from_str(text)
-        .map_err(|e| format!("must be a JSON object {{\"apt\":[…],\"dockerfile\":\"…\"}}: {e}"))?;
-    crate::env_layer::LayerSpec::new(wire.apt, wire.dockerfile.as_deref())
+    let wire: Wire = serde_json::from_str(text).map_err(|e| {
+        format!("must be a JSON object {{\"apt\":[…],\"dockerfile\":\"…\",\"files\":{{…}}}}: {e}")
+    })?;
+    crate::env_layer::LayerSpec::new(wire.apt, wire.dockerfile.as_deref(), wire.files)
 }
 
 /// `OMABOX_LINUX_MEMORY_MOUNT`: `1` gives the sandbox a writable tmpfs at `/mnt/memory`
