@@ -255,6 +255,58 @@ fn a_tampered_blob_is_refused_and_nothing_is_cached() {
 }
 
 #[test]
+fn bearer_token_auth_gets_a_token_with_docker_config_credentials() {
+    if !require_capability(TestRegistry::missing()) {
+        return;
+    }
+    let password = "T0ken-pw-never-shown";
+    let registry = TestRegistry::start_with_token_auth("dave", password);
+    let pushed = registry.push_image("tokened/app", "1", &[marker_layer("tokened\n")]);
+    let dir = tempfile::tempdir().unwrap();
+    let config_path = dir.path().join("docker/config.json");
+    let write_config = |pw: &str| {
+        std::fs::create_dir_all(config_path.parent().unwrap()).unwrap();
+        let auth = base64::engine::general_purpose::STANDARD.encode(format!("dave:{pw}"));
+        std::fs::write(
+            &config_path,
+            format!(
+                r#"{{"auths":{{"{}":{{"auth":"{auth}"}}}}}}"#,
+                registry.host()
+            ),
+        )
+        .unwrap();
+    };
+    let config = RegistryConfig {
+        credentials: Some(Arc::new(DockerConfig::at(&config_path))),
+        ..RegistryConfig::default()
+    };
+    let cache = cache(dir.path());
+    let r = reference(&format!("{}/tokened/app:1", registry.host()));
+
+    // Anonymous: the issuer gives no token, the registry refuses.
+    let e = cache
+        .resolve_registry(&r, &open(), &NoProgress)
+        .unwrap_err();
+    assert!(matches!(e, ImageError::Registry { .. }), "{e}");
+
+    // A wrong password: refused by the issuer, and not in the error.
+    write_config("Wr0ng-token-pw");
+    let e = cache
+        .resolve_registry(&r, &config, &NoProgress)
+        .unwrap_err();
+    assert!(!format!("{e} {e:?}").contains("Wr0ng-token-pw"), "{e}");
+
+    // The right one: token from the issuer, then the pull, verified.
+    write_config(password);
+    let pulled = cache.resolve_registry(&r, &config, &NoProgress).unwrap();
+    assert_eq!(pulled.digest, pushed.digest);
+    assert_eq!(
+        std::fs::read_to_string(pulled.image.rootfs_dir.join("marker")).unwrap(),
+        "tokened\n"
+    );
+}
+
+#[test]
 fn basic_auth_uses_docker_config_credentials_and_never_shows_the_password() {
     if !require_capability(TestRegistry::missing()) {
         return;

@@ -12,5 +12,6 @@
 pub mod capability;
 pub mod drivers;
 pub mod registry;
+pub mod registry_token;
 
 pub use capability::{SKIP_LOG_ENV, in_ci, require_capability};

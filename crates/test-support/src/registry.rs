@@ -1,5 +1,6 @@
 //! A real OCI registry for tests: Debian's `docker-registry` (distribution 2.x) serving
-//! a temporary directory on a loopback port, optionally behind htpasswd basic auth, and
+//! a temporary directory on a loopback port, optionally behind htpasswd basic auth or
+//! bearer tokens (`crate::registry_token`), and
 //! a minimal push client (plain HTTP/1.1 over a `TcpStream`: monolithic blob uploads and
 //! manifest PUTs) so tests make their own tiny images.
 //!
@@ -25,6 +26,8 @@ pub struct TestRegistry {
     addr: SocketAddr,
     dir: tempfile::TempDir,
     auth: Option<(String, String)>,
+    /// With token auth: the issuer the push client takes its own tokens from.
+    token: Option<crate::registry_token::TokenIssuer>,
 }
 
 /// An HTTP response: status, headers, body.
@@ -60,20 +63,34 @@ impl TestRegistry {
         {
             return Some("htpasswd is missing (apt-get install apache2-utils)".into());
         }
+        if Command::new("openssl")
+            .arg("version")
+            .stdout(Stdio::null())
+            .status()
+            .is_err()
+        {
+            return Some("openssl is missing (apt-get install openssl)".into());
+        }
         None
     }
 
     /// Starts an open registry.
     pub fn start() -> Self {
-        Self::spawn(None)
+        Self::spawn(None, false)
     }
 
     /// Starts a registry that wants basic auth as `user`/`password` (htpasswd, bcrypt).
     pub fn start_with_auth(user: &str, password: &str) -> Self {
-        Self::spawn(Some((user.to_owned(), password.to_owned())))
+        Self::spawn(Some((user.to_owned(), password.to_owned())), false)
     }
 
-    fn spawn(auth: Option<(String, String)>) -> Self {
+    /// Starts a registry that wants bearer tokens, which its issuer gives for
+    /// `user`/`password` (distribution's token auth).
+    pub fn start_with_token_auth(user: &str, password: &str) -> Self {
+        Self::spawn(Some((user.to_owned(), password.to_owned())), true)
+    }
+
+    fn spawn(auth: Option<(String, String)>, token: bool) -> Self {
         let dir = tempfile::Builder::new()
             .prefix("omabox-registry-")
             .tempdir()
@@ -87,7 +104,13 @@ impl TestRegistry {
             "version: 0.1\nlog:\n  level: warn\n  accesslog:\n    disabled: true\nstorage:\n  filesystem:\n    rootdirectory: {}\n  delete:\n    enabled: true\nhttp:\n  addr: {addr}\n  secret: omabox-test\n",
             dir.path().join("storage").display()
         );
-        if let Some((user, password)) = &auth {
+        let mut issuer = None;
+        if let (Some((user, password)), true) = (&auth, token) {
+            let tokens = crate::registry_token::TokenIssuer::new(dir.path());
+            let realm = tokens.serve(user, password);
+            config.push_str(&tokens.registry_auth(&realm));
+            issuer = Some(tokens);
+        } else if let Some((user, password)) = &auth {
             let out = Command::new("htpasswd")
                 .args(["-Bbn", user, password])
                 .output()
@@ -115,6 +138,7 @@ impl TestRegistry {
             addr,
             dir,
             auth,
+            token: issuer,
         };
         let deadline = Instant::now() + Duration::from_secs(20);
         loop {
@@ -292,7 +316,22 @@ impl TestRegistry {
             self.addr,
             body.len()
         );
-        if let Some((user, password)) = &self.auth {
+        if let Some(issuer) = &self.token {
+            // The push client's own token: every action on the repository the path names.
+            let repo = path
+                .strip_prefix("/v2/")
+                .and_then(|rest| {
+                    ["/blobs/", "/manifests/", "/tags/"]
+                        .iter()
+                        .find_map(|marker| rest.split_once(marker).map(|(name, _)| name))
+                })
+                .map(|name| vec![format!("repository:{name}:pull,push,delete")])
+                .unwrap_or_default();
+            head.push_str(&format!(
+                "Authorization: Bearer {}\r\n",
+                issuer.token(&repo)
+            ));
+        } else if let Some((user, password)) = &self.auth {
             let token =
                 base64::engine::general_purpose::STANDARD.encode(format!("{user}:{password}"));
             head.push_str(&format!("Authorization: Basic {token}\r\n"));
