@@ -51,9 +51,22 @@ impl Setup {
         environment: &str,
         script: &str,
     ) -> (Value, Output) {
+        self.run_with(image, &[], session, environment, script)
+    }
+
+    /// [`Setup::run_on`] with extra variables for `omabox run`.
+    fn run_with(
+        &self,
+        image: Option<&Path>,
+        vars: &[(&str, &str)],
+        session: &str,
+        environment: &str,
+        script: &str,
+    ) -> (Value, Output) {
         let file = self.data.path().join(format!("{session}-env.json"));
         std::fs::write(&file, environment).unwrap();
         let mut command = Command::new(omabox_bin());
+        command.envs(vars.iter().copied());
         if let Some(image) = image {
             command
                 .env("SANDBOX_IMAGE", image)
@@ -351,4 +364,48 @@ fn a_run_killed_while_it_builds_a_layer_leaves_nothing_after_reap() {
     let (report, output) = setup.run_on(Some(&rootfs), "kill-2", environment, "hello");
     assert!(output.status.success(), "{}", describe(&output));
     assert_eq!(report["result"]["type"], "completed", "{report}");
+}
+
+/// `packages.cargo`: a real `cargo install` from crates.io (sparse index, through
+/// `allow_package_managers`) into `/workspace/.cargo`. The default root has no Rust, so the
+/// sandbox gets the host's toolchain read-only at `/usr/local` (what an image with Rust
+/// would have); the crate is the smallest binary crate on crates.io that builds offline of
+/// any dependency.
+#[test]
+fn cargo_packages_install_from_crates_io_into_the_workspace() {
+    let Some(setup) = Setup::new() else { return };
+    let sysroot = Command::new("rustc")
+        .args(["--print", "sysroot"])
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned());
+    if !omabox_test_support::require_capability(
+        sysroot
+            .is_none()
+            .then(|| "no Rust toolchain on the host (rustc --print sysroot)".to_owned()),
+    ) {
+        return;
+    }
+    let bind = format!("{}:/usr/local", sysroot.unwrap());
+    let environment = r#"{"networking":{"type":"limited","allow_package_managers":true},
+        "packages":{"cargo":["hello_cargo@0.1.0"]}}"#;
+    let probe = "hello_cargo && test -x /workspace/.cargo/bin/hello_cargo && echo cargo-ok";
+    let vars = [("OMABOX_LINUX_READONLY_BINDS", bind.as_str())];
+    let (report, output) = setup.run_with(None, &vars, "cargo", environment, probe);
+    assert!(output.status.success(), "{}", describe(&output));
+    assert_eq!(report["result"]["type"], "completed", "{report}");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("Hello, world!") && stderr.contains("cargo-ok"),
+        "{stderr}"
+    );
+    // The next run brings the installed binary back with the workspace.
+    let (report, output) = setup.run_with(None, &vars, "cargo", environment, probe);
+    assert_eq!(report["result"]["type"], "completed", "{report}");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        logged_path(&stderr, "Restored") && stderr.contains("cargo-ok"),
+        "{stderr}"
+    );
 }
