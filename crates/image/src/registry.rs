@@ -61,13 +61,7 @@ impl RegistryConfig {
     /// (`DOCKER_CONFIG`, `HOME`) as the credential source.
     pub fn from_env(get: impl Fn(&str) -> Option<String>) -> Self {
         let insecure = get(INSECURE_REGISTRIES_ENV)
-            .map(|v| {
-                v.split(',')
-                    .map(str::trim)
-                    .filter(|s| !s.is_empty())
-                    .map(str::to_owned)
-                    .collect()
-            })
+            .map(|v| Self::parse_insecure(&v))
             .unwrap_or_default();
         let docker =
             DockerConfig::default_location(get("DOCKER_CONFIG").as_deref(), get("HOME").as_deref());
@@ -75,6 +69,16 @@ impl RegistryConfig {
             insecure,
             credentials: docker.map(|d| Arc::new(d) as Arc<dyn CredentialSource>),
         }
+    }
+
+    /// `OMABOX_INSECURE_REGISTRIES`'s value: `host[:port]` entries separated by `,`.
+    pub fn parse_insecure(value: &str) -> Vec<String> {
+        value
+            .split(',')
+            .map(str::trim)
+            .filter(|s| !s.is_empty())
+            .map(str::to_owned)
+            .collect()
     }
 
     /// The same config with `source` asked for credentials (before what it had).

@@ -52,6 +52,17 @@ fn files(dir: &Path) -> Vec<std::path::PathBuf> {
     out
 }
 
+/// Writes docker's `config.json` at `path` with `user:password` for `host`.
+fn docker_login(path: &Path, host: &str, user: &str, password: &str) {
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    let auth = base64::engine::general_purpose::STANDARD.encode(format!("{user}:{password}"));
+    std::fs::write(
+        path,
+        format!(r#"{{"auths":{{"{host}":{{"auth":"{auth}"}}}}}}"#),
+    )
+    .unwrap();
+}
+
 fn open() -> RegistryConfig {
     RegistryConfig::default()
 }
@@ -264,18 +275,7 @@ fn bearer_token_auth_gets_a_token_with_docker_config_credentials() {
     let pushed = registry.push_image("tokened/app", "1", &[marker_layer("tokened\n")]);
     let dir = tempfile::tempdir().unwrap();
     let config_path = dir.path().join("docker/config.json");
-    let write_config = |pw: &str| {
-        std::fs::create_dir_all(config_path.parent().unwrap()).unwrap();
-        let auth = base64::engine::general_purpose::STANDARD.encode(format!("dave:{pw}"));
-        std::fs::write(
-            &config_path,
-            format!(
-                r#"{{"auths":{{"{}":{{"auth":"{auth}"}}}}}}"#,
-                registry.host()
-            ),
-        )
-        .unwrap();
-    };
+    let write_config = |pw: &str| docker_login(&config_path, &registry.host(), "dave", pw);
     let config = RegistryConfig {
         credentials: Some(Arc::new(DockerConfig::at(&config_path))),
         ..RegistryConfig::default()
@@ -316,18 +316,7 @@ fn basic_auth_uses_docker_config_credentials_and_never_shows_the_password() {
     let pushed = registry.push_image("private/app", "1", &[marker_layer("private\n")]);
     let dir = tempfile::tempdir().unwrap();
     let config_path = dir.path().join("docker/config.json");
-    let write_config = |pw: &str| {
-        std::fs::create_dir_all(config_path.parent().unwrap()).unwrap();
-        let auth = base64::engine::general_purpose::STANDARD.encode(format!("alice:{pw}"));
-        std::fs::write(
-            &config_path,
-            format!(
-                r#"{{"auths":{{"{}":{{"auth":"{auth}"}}}}}}"#,
-                registry.host()
-            ),
-        )
-        .unwrap();
-    };
+    let write_config = |pw: &str| docker_login(&config_path, &registry.host(), "alice", pw);
     let config = RegistryConfig {
         credentials: Some(Arc::new(DockerConfig::at(&config_path))),
         ..RegistryConfig::default()

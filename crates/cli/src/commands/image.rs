@@ -29,8 +29,8 @@ use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
 use omabox_backend_linux::env_layer::EnvLayers;
 use omabox_backend_linux::factory::IMAGE_CACHE_ENV;
 use omabox_backend_linux::image::{
-    CredentialChain, CredentialSource, DockerConfig, ImageCache, ImageError, ImageSource,
-    PullProgress, PulledImage, RegistryConfig, RegistryReference,
+    ImageCache, ImageError, ImageSource, PullProgress, PulledImage, RegistryConfig,
+    RegistryReference,
 };
 use serde_json::json;
 
@@ -99,19 +99,13 @@ pub fn registry_config(
     get: impl Fn(&str) -> Option<String>,
     data_dir: Option<&std::path::Path>,
 ) -> anyhow::Result<RegistryConfig> {
-    let mut config = RegistryConfig::from_env(&get);
-    let vault = match data_dir {
-        Some(dir) => crate::registry_credentials::from_vault_blocking(dir)?,
-        None => Default::default(),
-    };
-    let mut chain: Vec<Box<dyn CredentialSource>> = vec![Box::new(vault)];
-    if let Some(docker) =
-        DockerConfig::default_location(get("DOCKER_CONFIG").as_deref(), get("HOME").as_deref())
-    {
-        chain.push(Box::new(docker));
-    }
-    config.credentials = Some(std::sync::Arc::new(CredentialChain(chain)));
-    Ok(config)
+    let config = RegistryConfig::from_env(&get);
+    Ok(match data_dir {
+        Some(dir) => config.with_credentials(std::sync::Arc::new(
+            crate::registry_credentials::from_vault_blocking(dir)?,
+        )),
+        None => config,
+    })
 }
 
 /// Runs an image subcommand.

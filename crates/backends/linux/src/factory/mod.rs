@@ -60,8 +60,8 @@ use omabox_sandbox::{SandboxFactory, SandboxFactoryContext, SandboxFactoryEnv, S
 
 use crate::env_layer::{EnvLayerError, EnvLayers, LayerSpec};
 use crate::image::{
-    CredentialChain, CredentialSource, DockerConfig, ImageCache, ImageError, ImageKind, NoProgress,
-    RegistryConfig, RegistryReference, ResolvedImage, StaticCredentials,
+    CredentialSource, DockerConfig, ImageCache, ImageError, ImageKind, NoProgress, RegistryConfig,
+    RegistryReference, ResolvedImage, StaticCredentials,
 };
 use crate::plan::{
     BindMount, CA_BUNDLE, CA_ENV, CpuLimit, IMAGE_CA_BUNDLE, RootfsSource, SandboxPlan,
@@ -221,14 +221,14 @@ pub struct RegistryPull {
 
 impl RegistryPull {
     fn config(&self) -> RegistryConfig {
-        let mut chain: Vec<Box<dyn CredentialSource>> = vec![Box::new(self.given.clone())];
-        if let Some(path) = &self.docker_config {
-            chain.push(Box::new(DockerConfig::at(path)));
-        }
         RegistryConfig {
             insecure: self.insecure.clone(),
-            credentials: Some(Arc::new(CredentialChain(chain))),
+            credentials: self
+                .docker_config
+                .as_ref()
+                .map(|path| Arc::new(DockerConfig::at(path)) as Arc<dyn CredentialSource>),
         }
+        .with_credentials(Arc::new(self.given.clone()))
     }
 }
 
@@ -374,13 +374,7 @@ impl LinuxSandboxFactory {
                             reference: RegistryReference::parse(image)
                                 .map_err(|e| invalid(key, image, &e.to_string()))?,
                             insecure: nonempty(env, INSECURE_REGISTRIES_ENV)
-                                .map(|v| {
-                                    v.split(',')
-                                        .map(str::trim)
-                                        .filter(|s| !s.is_empty())
-                                        .map(str::to_owned)
-                                        .collect()
-                                })
+                                .map(RegistryConfig::parse_insecure)
                                 .unwrap_or_default(),
                             docker_config: DockerConfig::default_location(
                                 nonempty(env, DOCKER_CONFIG_ENV),
