@@ -249,6 +249,17 @@ fn apt_packages_and_dockerfile_steps_are_built_once_into_an_environment_layer() 
         3,
         "one layer, its record and its lock: {kept:?}"
     );
+    // `omabox image ls` shows it, with its image and size.
+    let listed = Command::new(omabox_bin())
+        .args(["image", "ls", "--json"])
+        .env("OMABOX_LINUX_IMAGE_CACHE", setup.data.path().join("images"))
+        .output()
+        .unwrap();
+    assert!(listed.status.success(), "{}", describe(&listed));
+    let listed: Value = serde_json::from_slice(&listed.stdout).unwrap();
+    let layer = &listed["envLayers"][0];
+    assert_eq!(layer["image"], rootfs.to_str().unwrap(), "{listed}");
+    assert!(layer["sizeBytes"].as_u64().unwrap() > 10_000, "{listed}");
 
     // The session again (restored path) and a new session (fresh path): the layer is found,
     // nothing is installed.

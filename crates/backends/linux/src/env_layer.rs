@@ -309,7 +309,63 @@ impl EnvLayers {
     }
 }
 
+/// One kept layer, for `omabox image ls`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EnvLayerInfo {
+    /// Its key (the directory's name).
+    pub key: String,
+    /// The image dir it belongs to (`None`: no record).
+    pub image: Option<PathBuf>,
+    /// Bytes of its regular files (hard links once).
+    pub size_bytes: u64,
+}
+
 impl EnvLayers {
+    /// The kept layers, by key. Walks each (no link followed) to size it.
+    pub fn list(&self) -> Result<Vec<EnvLayerInfo>, EnvLayerError> {
+        let entries = match std::fs::read_dir(&self.dir) {
+            Ok(entries) => entries,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(e) => return Err(io_err("list the layers")(e)),
+        };
+        let mut layers = Vec::new();
+        for entry in entries {
+            let entry = entry.map_err(io_err("list the layers"))?;
+            let Some(key) = entry
+                .file_name()
+                .to_str()
+                .filter(|n| n.len() == 64 && !n.contains('.'))
+                .map(str::to_owned)
+            else {
+                continue;
+            };
+            let image = std::fs::read(self.dir.join(format!("{key}.base")))
+                .ok()
+                .map(|b| PathBuf::from(std::ffi::OsString::from_vec(b)));
+            let (mut size_bytes, mut seen) = (0, std::collections::HashSet::new());
+            let mut stack = vec![entry.path()];
+            while let Some(path) = stack.pop() {
+                let Ok(meta) = std::fs::symlink_metadata(&path) else {
+                    continue;
+                };
+                if meta.is_dir() {
+                    for child in std::fs::read_dir(&path).into_iter().flatten().flatten() {
+                        stack.push(child.path());
+                    }
+                } else if meta.is_file() && seen.insert((meta.dev(), meta.ino())) {
+                    size_bytes += meta.len();
+                }
+            }
+            layers.push(EnvLayerInfo {
+                key,
+                image,
+                size_bytes,
+            });
+        }
+        layers.sort_by(|a, b| a.key.cmp(&b.key));
+        Ok(layers)
+    }
+
     /// Deletes the layers whose image is gone from disk (`omabox image rm|prune` removed
     /// it, or a directory image was deleted), with their lock and record; returns them.
     /// A layer without a record (made by an older omabox) counts as orphaned. Like image
@@ -718,6 +774,13 @@ mod tests {
         )
         .unwrap();
         std::fs::write(layers.dir.join(format!("{gone}.base")), "/no/such/image").unwrap();
+        std::fs::write(layers.dir.join(&kept).join("usr/f"), b"12345").unwrap();
+        let listed = layers.list().unwrap();
+        assert_eq!(listed.len(), 3);
+        assert_eq!(
+            (listed[0].image.as_deref(), listed[0].size_bytes),
+            (Some(image.as_path()), 5)
+        );
         let mut removed = layers.prune_orphans().unwrap();
         removed.sort();
         assert_eq!(removed, vec![layers.dir.join(&gone), layers.dir.join(&old)]);

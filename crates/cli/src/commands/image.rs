@@ -5,7 +5,8 @@
 //! - `pull REF` resolves a registry reference and fetches and unpacks what the cache
 //!   lacks: a bar per blob on a terminal, else one line per blob on stderr; the result
 //!   (reference, digest) on stdout.
-//! - `ls` shows every unpacked image with the names that point to it and its size.
+//! - `ls` shows every unpacked image with the names that point to it and its size, then
+//!   the environment layers (`env_layer`) with the image each belongs to.
 //! - `rm REF|DIGEST...` forgets a name (its image goes when no other name points to it)
 //!   or deletes an image and all its names.
 //! - `prune` deletes every image no name points to (local tarball and OCI-layout unpacks
@@ -141,6 +142,7 @@ pub fn run(args: &ImageArgs, data_dir: Option<&std::path::Path>) -> anyhow::Resu
         }
         ImageCommand::Ls { json } => {
             let images = cache.list()?;
+            let layers = EnvLayers::in_image_cache(cache.dir()).list()?;
             let refs = cache.refs()?;
             let mut names: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
             for r in &refs {
@@ -159,7 +161,14 @@ pub fn run(args: &ImageArgs, data_dir: Option<&std::path::Path>) -> anyhow::Resu
                         })
                     })
                     .collect();
-                println!("{}", json!({ "cache": cache.dir(), "images": images }));
+                let layers: Vec<_> = layers
+                    .iter()
+                    .map(|l| json!({"key": l.key, "image": l.image, "sizeBytes": l.size_bytes}))
+                    .collect();
+                println!(
+                    "{}",
+                    json!({ "cache": cache.dir(), "images": images, "envLayers": layers })
+                );
                 return Ok(ExitCode::SUCCESS);
             }
             let mut out = std::io::stdout().lock();
@@ -189,6 +198,19 @@ pub fn run(args: &ImageArgs, data_dir: Option<&std::path::Path>) -> anyhow::Resu
                         image.source
                     )?,
                 }
+            }
+            for layer in &layers {
+                let image = layer
+                    .image
+                    .as_deref()
+                    .map_or_else(|| "?".to_owned(), |p| p.display().to_string());
+                writeln!(
+                    out,
+                    "{:<50} {:<19} {:>10}  over {image}",
+                    "<environment layer>",
+                    &layer.key[..12],
+                    human_bytes(layer.size_bytes)
+                )?;
             }
             Ok(ExitCode::SUCCESS)
         }
