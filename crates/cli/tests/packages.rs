@@ -249,6 +249,10 @@ fn apt_packages_and_dockerfile_steps_are_built_once_into_an_environment_layer() 
         3,
         "one layer, its record and its lock: {kept:?}"
     );
+    // Owner-only (a layer may hold files COPY took from the file store).
+    use std::os::unix::fs::PermissionsExt as _;
+    let mode = std::fs::metadata(&layers).unwrap().permissions().mode();
+    assert_eq!(mode & 0o077, 0, "env-layers mode {mode:o}");
     // `omabox image ls` shows it, with its image and size.
     let listed = Command::new(omabox_bin())
         .args(["image", "ls", "--json"])

@@ -31,7 +31,7 @@
 
 use std::io;
 use std::os::unix::ffi::OsStringExt as _;
-use std::os::unix::fs::{FileTypeExt, MetadataExt};
+use std::os::unix::fs::{DirBuilderExt as _, FileTypeExt, MetadataExt};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
@@ -262,7 +262,13 @@ impl EnvLayers {
                 bytes: 0,
             });
         }
-        std::fs::create_dir_all(&self.dir).map_err(io_err("create the layer cache"))?;
+        // Owner-only, like the image cache: a layer may hold files `COPY` took from the
+        // file store.
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(&self.dir)
+            .map_err(io_err("create the layer cache"))?;
         let lock_path = self.dir.join(format!("{key}.lock"));
         let lock = tokio::task::spawn_blocking(move || lock_exclusive(&lock_path))
             .await
