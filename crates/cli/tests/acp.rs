@@ -201,21 +201,7 @@ impl Setup {
 
 impl Drop for Setup {
     fn drop(&mut self) {
-        let Ok(Some(layout)) = omabox_backend_linux::CgroupLayout::detect() else {
-            return;
-        };
-        let parents: Vec<PathBuf> = match layout {
-            omabox_backend_linux::CgroupLayout::V1 { controllers } => controllers
-                .values()
-                .map(|mount| mount.join(&self.cgroup_parent))
-                .collect(),
-            omabox_backend_linux::CgroupLayout::V2 { root, .. } => {
-                vec![root.join(&self.cgroup_parent)]
-            }
-        };
-        for parent in parents {
-            let _ = std::fs::remove_dir(parent);
-        }
+        common::remove_cgroup_parent(&self.cgroup_parent);
     }
 }
 

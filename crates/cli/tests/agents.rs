@@ -480,13 +480,7 @@ impl Setup {
 
 impl Drop for Setup {
     fn drop(&mut self) {
-        if let Ok(Some(omabox_backend_linux::CgroupLayout::V1 { controllers })) =
-            omabox_backend_linux::CgroupLayout::detect()
-        {
-            for mount in controllers.values() {
-                let _ = std::fs::remove_dir(mount.join(&self.cgroup_parent));
-            }
-        }
+        common::remove_cgroup_parent(&self.cgroup_parent);
     }
 }
 

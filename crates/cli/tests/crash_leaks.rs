@@ -113,16 +113,7 @@ impl Setup {
     }
 
     fn cgroup_parents(&self) -> Vec<PathBuf> {
-        match omabox_backend_linux::CgroupLayout::detect() {
-            Ok(Some(omabox_backend_linux::CgroupLayout::V1 { controllers })) => controllers
-                .values()
-                .map(|mount| mount.join(&self.cgroup_parent))
-                .collect(),
-            Ok(Some(omabox_backend_linux::CgroupLayout::V2 { root, .. })) => {
-                vec![root.join(&self.cgroup_parent)]
-            }
-            _ => Vec::new(),
-        }
+        common::cgroup_parent_dirs(&self.cgroup_parent)
     }
 
     /// Everything a crashed run could have left, described; empty when nothing is left.

@@ -136,16 +136,7 @@ impl Env {
 
 impl Drop for Env {
     fn drop(&mut self) {
-        let parents = match omabox_backend_linux::CgroupLayout::detect() {
-            Ok(Some(omabox_backend_linux::CgroupLayout::V1 { controllers })) => controllers
-                .values()
-                .map(|mount| mount.join(&self.cgroup_parent))
-                .collect(),
-            Ok(Some(omabox_backend_linux::CgroupLayout::V2 { root, .. })) => {
-                vec![root.join(&self.cgroup_parent)]
-            }
-            _ => Vec::new(),
-        };
+        let parents = common::cgroup_parent_dirs(&self.cgroup_parent);
         for parent in parents {
             let _ = std::fs::remove_dir(parent);
         }

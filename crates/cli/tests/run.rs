@@ -116,18 +116,7 @@ impl Setup {
     }
 
     fn cgroup_parents(&self) -> Vec<PathBuf> {
-        let Ok(Some(layout)) = omabox_backend_linux::CgroupLayout::detect() else {
-            return Vec::new();
-        };
-        match layout {
-            omabox_backend_linux::CgroupLayout::V1 { controllers } => controllers
-                .values()
-                .map(|mount| mount.join(&self.cgroup_parent))
-                .collect(),
-            omabox_backend_linux::CgroupLayout::V2 { root, .. } => {
-                vec![root.join(&self.cgroup_parent)]
-            }
-        }
+        common::cgroup_parent_dirs(&self.cgroup_parent)
     }
 
     /// The sandboxes' state dirs in this test's runtime dir.

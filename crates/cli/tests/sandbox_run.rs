@@ -80,18 +80,7 @@ impl Linux {
     }
 
     fn cgroup_parents(&self) -> Vec<PathBuf> {
-        let Ok(Some(layout)) = omabox_backend_linux::CgroupLayout::detect() else {
-            return Vec::new();
-        };
-        match layout {
-            omabox_backend_linux::CgroupLayout::V1 { controllers } => controllers
-                .values()
-                .map(|m| m.join(&self.cgroup_parent))
-                .collect(),
-            omabox_backend_linux::CgroupLayout::V2 { root, .. } => {
-                vec![root.join(&self.cgroup_parent)]
-            }
-        }
+        common::cgroup_parent_dirs(&self.cgroup_parent)
     }
 
     /// No state dir, no sandbox cgroup, no process in one, no temporary workspace.

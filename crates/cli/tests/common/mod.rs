@@ -106,3 +106,24 @@ pub fn debian_rootfs() -> Option<PathBuf> {
     }
     Some(rootfs)
 }
+
+/// The directories a cgroup parent named `name` has on this machine: one per v1
+/// controller hierarchy, or the one under the v2 root (none without cgroups).
+#[allow(dead_code)]
+pub fn cgroup_parent_dirs(name: &str) -> Vec<PathBuf> {
+    match omabox_backend_linux::CgroupLayout::detect() {
+        Ok(Some(omabox_backend_linux::CgroupLayout::V1 { controllers })) => {
+            controllers.values().map(|mount| mount.join(name)).collect()
+        }
+        Ok(Some(omabox_backend_linux::CgroupLayout::V2 { root, .. })) => vec![root.join(name)],
+        _ => Vec::new(),
+    }
+}
+
+/// Removes the (empty) cgroup parent `name` a test used, from every hierarchy.
+#[allow(dead_code)]
+pub fn remove_cgroup_parent(name: &str) {
+    for dir in cgroup_parent_dirs(name) {
+        let _ = std::fs::remove_dir(dir);
+    }
+}
