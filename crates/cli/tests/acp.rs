@@ -11,7 +11,7 @@
 
 mod common;
 
-use common::{init_bin, omabox_bin};
+use common::{describe, init_bin, omabox_bin};
 use omabox_backend_linux::factory::{CGROUP_PARENT_ENV, INIT_ENV, RUNTIME_DIR_ENV};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
@@ -213,15 +213,6 @@ fn find_file(dir: &Path, name: &str) -> bool {
         let is_dir = entry.file_type().is_ok_and(|kind| kind.is_dir());
         (is_dir && find_file(&entry.path(), name)) || (!is_dir && entry.file_name() == name)
     })
-}
-
-fn describe(output: &Output) -> String {
-    format!(
-        "status {:?}\nstdout:\n{}\nstderr:\n{}",
-        output.status.code(),
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
-    )
 }
 
 /// One JSON document (e.g. `reap --json`), or the report of a run: the last line of the

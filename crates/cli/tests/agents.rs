@@ -24,7 +24,7 @@ use axum::body::Body;
 use axum::extract::State;
 use axum::http::{HeaderMap, Response, StatusCode};
 use axum::routing::post;
-use common::{init_bin, omabox_bin};
+use common::{describe, init_bin, omabox_bin};
 use omabox_backend_linux::factory::{CGROUP_PARENT_ENV, INIT_ENV, RUNTIME_DIR_ENV};
 use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
@@ -482,15 +482,6 @@ impl Drop for Setup {
     fn drop(&mut self) {
         common::remove_cgroup_parent(&self.cgroup_parent);
     }
-}
-
-fn describe(output: &Output) -> String {
-    format!(
-        "status {:?}\nstdout: {}\nstderr: {}",
-        output.status.code(),
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
-    )
 }
 
 fn events(report: &Value) -> Vec<Value> {

@@ -7,7 +7,6 @@
 //! marker file. Missing docker-registry, htpasswd, busybox or linux sandboxes skip with a
 //! printed reason, and fail under `CI=true`.
 
-use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
@@ -402,18 +401,8 @@ fn registry_credentials_come_from_the_vault_before_docker_config() {
     let env = Env::new();
     let name = format!("{}/vaulted/tools:1", registry.host());
     let vault_put = |value: &str| {
-        let mut child = env
-            .omabox(&["vault", "put", &format!("registry/{}", registry.host())])
-            .stdin(Stdio::piped())
-            .spawn()
-            .unwrap();
-        child
-            .stdin
-            .take()
-            .unwrap()
-            .write_all(value.as_bytes())
-            .unwrap();
-        assert!(child.wait().unwrap().success());
+        let name = format!("registry/{}", registry.host());
+        common::run_with_stdin(&mut env.omabox(&["vault", "put", &name]), value);
     };
     // docker's file has a wrong password: the vault's right one is asked first.
     env.docker_login(&registry.host(), "carol", "docker-Wrong-pw");

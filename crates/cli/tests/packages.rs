@@ -9,7 +9,7 @@
 
 mod common;
 
-use common::{init_bin, omabox_bin};
+use common::{describe, init_bin, omabox_bin};
 use omabox_backend_linux::factory::{CGROUP_PARENT_ENV, INIT_ENV, RUNTIME_DIR_ENV};
 use serde_json::Value;
 use std::path::Path;
@@ -99,15 +99,6 @@ impl Drop for Setup {
     fn drop(&mut self) {
         common::remove_cgroup_parent(&self.cgroup_parent);
     }
-}
-
-fn describe(output: &Output) -> String {
-    format!(
-        "status {:?}\nstdout: {}\nstderr: {}",
-        output.status.code(),
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
-    )
 }
 
 const ENVIRONMENT: &str = r#"{"config":{"type":"cloud",

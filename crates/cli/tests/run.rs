@@ -9,7 +9,7 @@
 
 mod common;
 
-use common::{init_bin, omabox_bin};
+use common::{describe, init_bin, omabox_bin};
 use omabox_backend_linux::factory::{CGROUP_PARENT_ENV, INIT_ENV, RUNTIME_DIR_ENV};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
@@ -198,15 +198,6 @@ fn find_file(dir: &Path, name: &str) -> Option<PathBuf> {
         }
     }
     None
-}
-
-fn describe(output: &Output) -> String {
-    format!(
-        "status {:?}\nstdout:\n{}\nstderr:\n{}",
-        output.status.code(),
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
-    )
 }
 
 fn json_of(output: &Output) -> Value {
@@ -828,18 +819,7 @@ fn linux_credential_egress_injects_a_vault_secret_the_harness_never_sees() {
     const SECRET: &str = "omabox-cli-secret-8d2e47";
     let inet = internet::Internet::new();
     let origin = internet::https::Origin::start(&inet, SECRET);
-    let mut put = setup
-        .command(&["vault", "put", "api-token"])
-        .stdin(Stdio::piped())
-        .spawn()
-        .unwrap();
-    use std::io::Write as _;
-    put.stdin
-        .take()
-        .unwrap()
-        .write_all(SECRET.as_bytes())
-        .unwrap();
-    assert!(put.wait().unwrap().success());
+    common::run_with_stdin(&mut setup.command(&["vault", "put", "api-token"]), SECRET);
     let environment = setup.data.path().join("env.json");
     std::fs::write(
         &environment,

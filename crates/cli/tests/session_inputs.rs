@@ -9,7 +9,7 @@
 
 mod common;
 
-use common::{init_bin, omabox_bin};
+use common::{describe, init_bin, omabox_bin};
 use omabox_backend_linux::factory::{CGROUP_PARENT_ENV, INIT_ENV, RUNTIME_DIR_ENV};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
@@ -133,15 +133,6 @@ impl Setup {
             .unwrap_or_default();
         assert!(state.is_empty(), "state dirs left: {state:?}");
     }
-}
-
-fn describe(output: &Output) -> String {
-    format!(
-        "status {:?}\nstdout:\n{}\nstderr:\n{}",
-        output.status.code(),
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
-    )
 }
 
 fn json_of(output: &Output) -> Value {
@@ -298,18 +289,7 @@ fn git_resources_clone_through_the_enforced_egress_path() {
     const SECRET: &str = "omabox-inputs-secret-5b1e93";
     let inet = internet::Internet::new();
     let origin = internet::https::Origin::start(&inet, SECRET);
-    let mut put = setup
-        .command(&["vault", "put", "git-token"])
-        .stdin(Stdio::piped())
-        .spawn()
-        .unwrap();
-    use std::io::Write as _;
-    put.stdin
-        .take()
-        .unwrap()
-        .write_all(SECRET.as_bytes())
-        .unwrap();
-    assert!(put.wait().unwrap().success());
+    common::run_with_stdin(&mut setup.command(&["vault", "put", "git-token"]), SECRET);
     let environment = setup.data.path().join("env.json");
     std::fs::write(
         &environment,

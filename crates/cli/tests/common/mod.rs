@@ -127,3 +127,32 @@ pub fn remove_cgroup_parent(name: &str) {
         let _ = std::fs::remove_dir(dir);
     }
 }
+
+/// A command's exit status and both outputs, for assertion messages.
+#[allow(dead_code)]
+pub fn describe(output: &std::process::Output) -> String {
+    format!(
+        "status {:?}\nstdout:\n{}\nstderr:\n{}",
+        output.status.code(),
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    )
+}
+
+/// Runs `command` with `input` on its stdin (e.g. `omabox vault put NAME`, which reads the
+/// value there) and asserts it succeeded.
+#[allow(dead_code)]
+pub fn run_with_stdin(command: &mut std::process::Command, input: &str) {
+    use std::io::Write as _;
+    let mut child = command
+        .stdin(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    child
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(input.as_bytes())
+        .expect("write stdin");
+    assert!(child.wait().expect("wait").success(), "{command:?} failed");
+}
