@@ -15,9 +15,15 @@ use serde::{Deserialize, Serialize};
 use crate::plan::{CpuLimit, Limits};
 use crate::sys;
 
-/// v1 controllers a sandbox joins. `cpuset` is left out on purpose: a new v1 cpuset
-/// group refuses tasks until `cpus`/`mems` are copied in, and the sandbox needs no pinning.
-pub const V1_CONTROLLERS: &[&str] = &["memory", "pids", "cpu", "cpuacct", "freezer"];
+/// v1 controllers a sandbox joins: the ones its limits are written to. `cpuset` is left
+/// out on purpose (a new v1 cpuset group refuses tasks until `cpus`/`mems` are copied in,
+/// and the sandbox needs no pinning), and so are `cpuacct` and `freezer`, which nothing
+/// reads or writes: each joined v1 hierarchy is a mkdir, a join and an rmdir on every
+/// sandbox's start and teardown.
+pub const V1_CONTROLLERS: &[&str] = &["memory", "pids", "cpu"];
+/// v1 controllers in which a leftover sandbox cgroup is looked for: the joined ones and
+/// those earlier omabox versions joined too.
+pub const V1_SWEPT: &[&str] = &["memory", "pids", "cpu", "cpuacct", "freezer"];
 /// v1 controllers without which limits cannot be enforced.
 pub const V1_REQUIRED: &[&str] = &["memory", "pids"];
 /// v2 controllers enabled for sandboxes.
@@ -64,7 +70,7 @@ impl CgroupLayout {
                 }
                 "cgroup" => {
                     for opt in super_opts.split(',') {
-                        if V1_CONTROLLERS.contains(&opt) || opt == "devices" {
+                        if V1_SWEPT.contains(&opt) || opt == "devices" {
                             v1.entry(opt.to_owned())
                                 .or_insert_with(|| PathBuf::from(unescape(mount_point)));
                         }

@@ -38,7 +38,7 @@ use std::time::{Duration, SystemTime};
 
 use serde::{Deserialize, Serialize};
 
-use crate::cgroup::{CgroupLayout, CgroupPaths, V1_CONTROLLERS};
+use crate::cgroup::{CgroupLayout, CgroupPaths, V1_CONTROLLERS, V1_SWEPT};
 use crate::identity::{IDENTITY_FILE, SandboxIdentity};
 use crate::sandbox::RuntimeConfig;
 use crate::sys;
@@ -218,9 +218,10 @@ fn is_sandbox_id(name: &str) -> bool {
             .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
 }
 
-/// The cgroup directories `LinuxRuntime::start` would create for `id` (those that exist).
+/// The cgroup directories of sandbox `id` that exist: those `LinuxRuntime::start` creates,
+/// and on v1 those in the hierarchies earlier versions joined too.
 pub fn cgroup_of(layout: &CgroupLayout, parent: &str, id: &str) -> CgroupPaths {
-    let mut paths = planned_cgroup(layout, parent, id);
+    let mut paths = cgroup_dirs(layout, parent, id, V1_SWEPT);
     paths.dirs.retain(|dir| dir.is_dir());
     paths
 }
@@ -228,10 +229,14 @@ pub fn cgroup_of(layout: &CgroupLayout, parent: &str, id: &str) -> CgroupPaths {
 /// The cgroup directories `LinuxRuntime::start` creates for `id`, whether they exist or
 /// not (pure).
 pub(crate) fn planned_cgroup(layout: &CgroupLayout, parent: &str, id: &str) -> CgroupPaths {
+    cgroup_dirs(layout, parent, id, V1_CONTROLLERS)
+}
+
+fn cgroup_dirs(layout: &CgroupLayout, parent: &str, id: &str, v1: &[&str]) -> CgroupPaths {
     let mut dirs: Vec<PathBuf> = Vec::new();
     match layout {
         CgroupLayout::V1 { controllers } => {
-            for name in V1_CONTROLLERS {
+            for name in v1 {
                 if let Some(mount) = controllers.get(*name) {
                     let dir = mount.join(parent).join(id);
                     if !dirs.contains(&dir) {
