@@ -363,6 +363,36 @@ pub fn reap_leftovers(
 mod tests {
     use super::*;
 
+    #[test]
+    fn a_sandbox_joins_the_limited_v1_controllers_and_reap_also_finds_older_ones() {
+        let root = tempfile::tempdir().unwrap();
+        // cpu and cpuacct co-mounted, the others on their own, as many hosts have them.
+        let mount = |m: &str| root.path().join(m);
+        let controllers: std::collections::BTreeMap<String, PathBuf> = [
+            ("memory", mount("memory")),
+            ("pids", mount("pids")),
+            ("cpu", mount("cpu,cpuacct")),
+            ("cpuacct", mount("cpu,cpuacct")),
+            ("freezer", mount("freezer")),
+        ]
+        .into_iter()
+        .map(|(c, m)| (c.to_owned(), m))
+        .collect();
+        let layout = CgroupLayout::V1 { controllers };
+        let id = "0123456789abcdef";
+        let planned = planned_cgroup(&layout, "p", id).dirs;
+        let sub = |m: &str| mount(m).join("p").join(id);
+        assert_eq!(planned, [sub("memory"), sub("pids"), sub("cpu,cpuacct")]);
+        // A leftover of an earlier version in the freezer hierarchy is found too.
+        for m in ["memory", "freezer"] {
+            std::fs::create_dir_all(sub(m)).unwrap();
+        }
+        assert_eq!(
+            cgroup_of(&layout, "p", id).dirs,
+            [sub("memory"), sub("freezer")]
+        );
+    }
+
     fn config(dir: &Path) -> RuntimeConfig {
         RuntimeConfig {
             runtime_dir: dir.to_path_buf(),
