@@ -155,7 +155,7 @@ fn sweep_blocking(data_dir: &Path, store: &SqliteStore, env: &SandboxFactoryEnv)
 }
 
 /// The linux runtime settings (runtime dir, cgroup parent) the factory's env keys select.
-fn linux_runtime_config(
+pub(crate) fn linux_runtime_config(
     env: &SandboxFactoryEnv,
 ) -> Result<omabox_backend_linux::RuntimeConfig, String> {
     let context = SandboxFactoryContext {

@@ -470,3 +470,65 @@ fn assert_no_file_holds(dir: &Path, needles: &[&str]) {
         }
     }
 }
+
+/// `image rm` refuses, and `image prune` keeps, an image a running sandbox reads; both
+/// go through once the sandbox is gone.
+#[test]
+fn an_image_a_sandbox_reads_is_neither_removed_nor_pruned() {
+    if !common::linux_available() {
+        return;
+    }
+    let busybox_missing = (!std::fs::read(BUSYBOX).is_ok_and(|elf| is_static(&elf)))
+        .then(|| format!("{BUSYBOX} is not a static busybox (apt-get install busybox-static)"));
+    if !require_capability(busybox_missing) {
+        return;
+    }
+    let env = Env::new();
+    let busybox = std::fs::read(BUSYBOX).unwrap();
+    let tarball = env.dir.path().join("tools.tar");
+    std::fs::write(&tarball, tar_layer(&[("bin/busybox", 0o755, &busybox)])).unwrap();
+    let tarball = tarball.display().to_string();
+    let mut sandbox = env
+        .omabox(&[
+            "sandbox",
+            "run",
+            "--image",
+            &tarball,
+            "--",
+            "/bin/busybox",
+            "sh",
+            "-c",
+            "echo up; exec /bin/busybox sleep 60",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut up = [0u8; 3];
+    std::io::Read::read_exact(sandbox.stdout.as_mut().unwrap(), &mut up).unwrap();
+    assert_eq!(&up, b"up\n");
+
+    let listed = json(&env.run(&["image", "ls", "--json"]));
+    let digest = listed["images"][0]["digest"].as_str().unwrap().to_owned();
+    let out = env.run(&["image", "rm", &digest]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains(&format!("{digest} is in use by sandbox ")),
+        "{}",
+        text(&out.stderr)
+    );
+    let pruned = json(&env.run(&["image", "prune", "--json"]));
+    assert_eq!(pruned["removed"], serde_json::json!([]));
+    let listed = json(&env.run(&["image", "ls", "--json"]));
+    assert_eq!(listed["images"][0]["digest"], digest.as_str());
+
+    // The sandbox ends (SIGTERM is forwarded; it tears down): now both go through.
+    // SAFETY: kill on the pid of our own child.
+    unsafe { libc::kill(sandbox.id() as i32, libc::SIGTERM) };
+    let out = sandbox.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(143), "{}", text(&out.stderr));
+    let pruned = json(&env.run(&["image", "prune", "--json"]));
+    assert_eq!(pruned["removed"][0]["digest"], digest.as_str());
+    let out = env.run(&["image", "rm", &digest]);
+    assert!(text(&out.stderr).contains("not in the image cache"));
+}

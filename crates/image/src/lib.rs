@@ -305,6 +305,16 @@ pub enum ImageError {
     /// A name or digest the cache does not have.
     #[error("{0} is not in the image cache")]
     NotCached(String),
+    /// An image a sandbox reads (see [`ImageCache::with_users`]).
+    #[error(
+        "{digest} is in use by sandbox {sandbox}: stop it first (or `omabox reap` it if its host is gone)"
+    )]
+    InUse {
+        /// The image.
+        digest: String,
+        /// The sandbox reading it.
+        sandbox: String,
+    },
     /// The cache directory cannot be used.
     #[error("image cache {}: {reason}", path.display())]
     Cache {
@@ -363,12 +373,46 @@ impl ImageError {
 #[derive(Debug, Clone)]
 pub struct ImageCache {
     dir: PathBuf,
+    /// (sandbox, directory it reads): images under one of them are never deleted.
+    users: Vec<(String, PathBuf)>,
 }
 
 impl ImageCache {
     /// A cache rooted at `dir` (created on first use).
     pub fn new(dir: impl Into<PathBuf>) -> Self {
-        Self { dir: dir.into() }
+        Self {
+            dir: dir.into(),
+            users: Vec::new(),
+        }
+    }
+
+    /// The same cache, told which directories running sandboxes read (sandbox id, path):
+    /// [`Self::remove`] and [`Self::remove_named`] then refuse to delete such an image
+    /// ([`ImageError::InUse`]) and [`Self::prune`] keeps it.
+    pub fn with_users(mut self, users: Vec<(String, PathBuf)>) -> Self {
+        self.users = users;
+        self
+    }
+
+    /// The sandbox reading image `hex`, if any (compared as canonical paths).
+    fn user_of(&self, hex: &str) -> Option<&str> {
+        let rootfs = self.entry_dir(hex).join("rootfs");
+        let canonical = fs::canonicalize(&rootfs).unwrap_or(rootfs);
+        self.users
+            .iter()
+            .find(|(_, path)| fs::canonicalize(path).unwrap_or_else(|_| path.clone()) == canonical)
+            .map(|(sandbox, _)| sandbox.as_str())
+    }
+
+    /// Fails with [`ImageError::InUse`] when a sandbox reads image `hex`.
+    fn check_unused(&self, hex: &str) -> Result<(), ImageError> {
+        match self.user_of(hex) {
+            Some(sandbox) => Err(ImageError::InUse {
+                digest: format!("sha256:{hex}"),
+                sandbox: sandbox.to_owned(),
+            }),
+            None => Ok(()),
+        }
     }
 
     /// The default cache directory: `/var/lib/omabox/images` for root, otherwise
@@ -447,8 +491,8 @@ impl ImageCache {
         Ok(images)
     }
 
-    /// Deletes one unpacked image (`sha256:<hex>`). The caller makes sure no running
-    /// sandbox uses it. Returns whether it was there.
+    /// Deletes one unpacked image (`sha256:<hex>`) unless a sandbox reads it
+    /// ([`Self::with_users`]). Returns whether it was there.
     pub fn remove(&self, digest: &str) -> Result<bool, ImageError> {
         let hex = digest.strip_prefix("sha256:").unwrap_or(digest);
         if !is_sha256_hex(hex) {
@@ -456,6 +500,7 @@ impl ImageCache {
                 "{digest:?} is not a sha256 digest"
             )));
         }
+        self.check_unused(hex)?;
         let _lock = self.lock(hex)?;
         let entry = self.dir.join("sha256").join(hex);
         match fs::remove_dir_all(&entry) {

@@ -97,12 +97,13 @@ impl ImageCache {
     /// Removes by name or by digest. A name (`registry/repo:tag` in any form docker
     /// accepts, or exactly as `image ls` prints it) leaves the index, and its image is
     /// deleted when no other name points to it; a digest (`sha256:<hex>`) deletes the
-    /// image and every name pointing to it. The caller makes sure no running sandbox
-    /// uses it.
+    /// image and every name pointing to it. An image a sandbox reads
+    /// ([`ImageCache::with_users`]) is refused before any name is removed.
     pub fn remove_named(&self, what: &str) -> Result<Removal, ImageError> {
         let mut removal = Removal::default();
         let hex = what.strip_prefix("sha256:").unwrap_or(what);
         if is_sha256_hex(hex) {
+            self.check_unused(hex)?;
             let digest = format!("sha256:{hex}");
             self.update_refs(|index| {
                 index.refs.retain(|name, r| {
@@ -115,12 +116,23 @@ impl ImageCache {
             })?;
             if self.remove(&digest)? {
                 removal.images.push(digest);
+            } else if removal.refs.is_empty() {
+                return Err(ImageError::NotCached(what.to_owned()));
             }
             return Ok(removal);
         }
         let canonical = crate::RegistryReference::parse(what)
             .map(|r| r.canonical())
             .unwrap_or_else(|_| what.to_owned());
+        // The image the name's removal would delete must not be in use.
+        let index = self.read_refs()?;
+        if let Some(r) = [canonical.as_str(), what]
+            .into_iter()
+            .find_map(|k| index.refs.get(k))
+            && index.refs.values().filter(|o| o.digest == r.digest).count() == 1
+        {
+            self.check_unused(r.digest.strip_prefix("sha256:").unwrap_or(&r.digest))?;
+        }
         let mut orphaned = None;
         self.update_refs(|index| {
             let key = [canonical.as_str(), what]
@@ -147,9 +159,9 @@ impl ImageCache {
         Ok(removal)
     }
 
-    /// Deletes every unpacked image no name in the index points to (local tarball and
-    /// OCI-layout unpacks included: they are unpacked again from their file on next
-    /// use), names whose image is gone, and leftover temporary directories of dead
+    /// Deletes every unpacked image no name in the index points to and no sandbox reads
+    /// (local tarball and OCI-layout unpacks included: they are unpacked again from their
+    /// file on next use), names whose image is gone, and leftover temporary directories of dead
     /// unpacks and pulls. Returns the images deleted.
     pub fn prune(&self) -> Result<Vec<CachedImage>, ImageError> {
         let mut named = std::collections::BTreeSet::new();
@@ -162,7 +174,14 @@ impl ImageCache {
         })?;
         let mut removed = Vec::new();
         for image in self.list()? {
-            if !named.contains(&image.digest) && self.remove(&image.digest)? {
+            let hex = image
+                .digest
+                .strip_prefix("sha256:")
+                .unwrap_or(&image.digest);
+            if named.contains(&image.digest) || self.user_of(hex).is_some() {
+                continue;
+            }
+            if self.remove(&image.digest)? {
                 removed.push(image);
             }
         }

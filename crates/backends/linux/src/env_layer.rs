@@ -374,9 +374,9 @@ impl EnvLayers {
 
     /// Deletes the layers whose image is gone from disk (`omabox image rm|prune` removed
     /// it, or a directory image was deleted), with their lock and record; returns them.
-    /// A layer without a record (made by an older omabox) counts as orphaned. Like image
-    /// removal, it does not check for running sandboxes.
-    pub fn prune_orphans(&self) -> Result<Vec<PathBuf>, EnvLayerError> {
+    /// A layer without a record (made by an older omabox) counts as orphaned. A layer a
+    /// sandbox reads (`in_use`, from [`crate::image_use::roots_in_use`]) is kept.
+    pub fn prune_orphans(&self, in_use: &[PathBuf]) -> Result<Vec<PathBuf>, EnvLayerError> {
         let entries = match std::fs::read_dir(&self.dir) {
             Ok(entries) => entries,
             Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
@@ -393,7 +393,13 @@ impl EnvLayers {
             let base = std::fs::read(&record)
                 .ok()
                 .map(|b| PathBuf::from(std::ffi::OsString::from_vec(b)));
-            if base.is_some_and(|base| base.is_dir()) {
+            let used = || {
+                let path = std::fs::canonicalize(entry.path()).unwrap_or(entry.path());
+                in_use
+                    .iter()
+                    .any(|u| std::fs::canonicalize(u).unwrap_or_else(|_| u.clone()) == path)
+            };
+            if base.is_some_and(|base| base.is_dir()) || used() {
                 continue;
             }
             remove_tree(&entry.path())?;
@@ -787,9 +793,12 @@ mod tests {
             (listed[0].image.as_deref(), listed[0].size_bytes),
             (Some(image.as_path()), 5)
         );
-        let mut removed = layers.prune_orphans().unwrap();
+        // A sandbox still reads the old one: kept until it is gone.
+        let removed = layers.prune_orphans(&[layers.dir.join(&old)]).unwrap();
+        assert_eq!(removed, vec![layers.dir.join(&gone)]);
+        let mut removed = layers.prune_orphans(&[]).unwrap();
         removed.sort();
-        assert_eq!(removed, vec![layers.dir.join(&gone), layers.dir.join(&old)]);
+        assert_eq!(removed, vec![layers.dir.join(&old)]);
         let mut left: Vec<_> = std::fs::read_dir(&layers.dir)
             .unwrap()
             .map(|e| e.unwrap().file_name().into_string().unwrap())

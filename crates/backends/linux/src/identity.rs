@@ -149,6 +149,7 @@ pub(crate) fn remove_state_dir(dir: &Path) -> io::Result<()> {
     for f in [
         dir.join(IDENTITY_FILE),
         dir.join(crate::leftovers::OWNER_FILE),
+        dir.join(crate::image_use::ROOTS_FILE),
     ] {
         match std::fs::remove_file(&f) {
             Ok(()) => {}

@@ -160,7 +160,7 @@ impl Owner {
 }
 
 /// Reads a file of at most 64 KiB without following a symlink; `None` otherwise.
-fn read_small(path: &Path) -> Option<Vec<u8>> {
+pub(crate) fn read_small(path: &Path) -> Option<Vec<u8>> {
     use std::io::Read as _;
     use std::os::unix::fs::OpenOptionsExt as _;
     let file = std::fs::OpenOptions::new()

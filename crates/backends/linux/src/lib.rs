@@ -52,6 +52,7 @@ pub mod handoff;
 mod identity;
 pub mod idmap;
 pub use omabox_image as image;
+pub mod image_use;
 pub mod leftovers;
 pub mod managed;
 pub mod netns;

@@ -185,6 +185,8 @@ impl LinuxRuntime {
         plan.validate()?;
         self.caps.check(plan)?;
         let (mut sandbox, ids) = self.create_state()?;
+        crate::image_use::record(&sandbox.identity.state_dir, plan)
+            .map_err(host("record the image roots"))?;
         mark("host state dir");
         let init = self.prepare_init(plan)?;
         mark("host fds, argv");

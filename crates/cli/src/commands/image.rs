@@ -15,7 +15,9 @@
 //!
 //! Registry credentials: docker's `config.json` (`$DOCKER_CONFIG`, `~/.docker`); never
 //! printed. Plain HTTP only for loopback registries and `OMABOX_INSECURE_REGISTRIES`.
-//! `rm` and `prune` do not check whether a running sandbox uses an image.
+//! `rm` refuses, and `prune` keeps, an image or layer that a sandbox of the linux
+//! runtime dir (`OMABOX_LINUX_RUNTIME_DIR`) reads: running, or left by a crashed host
+//! until `omabox reap` (`image_use`).
 
 use std::collections::BTreeMap;
 use std::io::{IsTerminal as _, Write as _};
@@ -33,6 +35,7 @@ use omabox_backend_linux::image::{
     ImageCache, ImageError, ImageSource, PullProgress, PulledImage, RegistryConfig,
     RegistryReference,
 };
+use omabox_backend_linux::image_use::{RootInUse, roots_in_use as roots_in_use_in};
 use serde_json::json;
 
 const EXIT_USAGE: u8 = 2;
@@ -215,6 +218,7 @@ pub fn run(args: &ImageArgs, data_dir: Option<&std::path::Path>) -> anyhow::Resu
             Ok(ExitCode::SUCCESS)
         }
         ImageCommand::Rm { what, json } => {
+            let cache = cache.with_users(users_of(&roots_in_use()?));
             let mut removals = Vec::new();
             let mut failed = false;
             for item in what {
@@ -232,7 +236,7 @@ pub fn run(args: &ImageArgs, data_dir: Option<&std::path::Path>) -> anyhow::Resu
                             json!({"what": item, "refs": removal.refs, "images": removal.images}),
                         );
                     }
-                    Err(e @ ImageError::NotCached(_)) => {
+                    Err(e @ (ImageError::NotCached(_) | ImageError::InUse { .. })) => {
                         eprintln!("omabox image rm: {e}");
                         failed = true;
                     }
@@ -249,8 +253,11 @@ pub fn run(args: &ImageArgs, data_dir: Option<&std::path::Path>) -> anyhow::Resu
             })
         }
         ImageCommand::Prune { json } => {
+            let in_use = roots_in_use()?;
+            let in_use_paths: Vec<PathBuf> = in_use.iter().map(|r| r.path.clone()).collect();
+            let cache = cache.with_users(users_of(&in_use));
             let removed = cache.prune()?;
-            let layers = EnvLayers::in_image_cache(cache.dir()).prune_orphans()?;
+            let layers = EnvLayers::in_image_cache(cache.dir()).prune_orphans(&in_use_paths)?;
             if *json {
                 let removed: Vec<_> = removed
                     .iter()
@@ -277,6 +284,25 @@ pub fn run(args: &ImageArgs, data_dir: Option<&std::path::Path>) -> anyhow::Resu
             Ok(ExitCode::SUCCESS)
         }
     }
+}
+
+/// The image roots and layers the sandboxes of the linux runtime dir read.
+fn roots_in_use() -> anyhow::Result<Vec<RootInUse>> {
+    let env = omabox_sandbox::SandboxFactoryEnv::from_process_env();
+    let config = crate::leftovers::linux_runtime_config(&env).map_err(anyhow::Error::msg)?;
+    roots_in_use_in(&config).with_context(|| {
+        format!(
+            "cannot tell which images the sandboxes in {} use",
+            config.runtime_dir.display()
+        )
+    })
+}
+
+fn users_of(roots: &[RootInUse]) -> Vec<(String, PathBuf)> {
+    roots
+        .iter()
+        .map(|r| (r.sandbox.clone(), r.path.clone()))
+        .collect()
 }
 
 fn usage(e: &ImageError) -> ExitCode {

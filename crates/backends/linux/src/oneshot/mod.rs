@@ -192,6 +192,8 @@ impl LinuxRuntime {
             }
         };
         sandbox.adopt_init(pid, pidfd);
+        crate::image_use::record(&sandbox.identity().state_dir, plan)
+            .map_err(host("record the image roots"))?;
         clock.push(("host state dir", sys::monotonic_us()));
         if !self.caps.root {
             crate::sandbox::write_id_maps(pid).map_err(host("write user namespace id maps"))?;
