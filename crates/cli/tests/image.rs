@@ -532,3 +532,60 @@ fn an_image_a_sandbox_reads_is_neither_removed_nor_pruned() {
     let out = env.run(&["image", "rm", &digest]);
     assert!(text(&out.stderr).contains("not in the image cache"));
 }
+
+/// docker's `credsStore` helper answers for the registry (run from `PATH` with the host on
+/// stdin); its password shows nowhere.
+#[test]
+fn a_docker_credential_helper_is_asked_for_the_registry() {
+    use std::os::unix::fs::PermissionsExt as _;
+    if !require_capability(registry_missing()) {
+        return;
+    }
+    let password = "helper-Secret-Pa55word";
+    let registry = TestRegistry::start_with_auth("dave", password);
+    let pushed = push(&registry, "helped/tools", "1", "helped\n");
+    let env = Env::new();
+    let bin = env.dir.path().join("bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    let helper = bin.join("docker-credential-omaboxtest");
+    std::fs::write(
+        &helper,
+        format!(
+            "#!/bin/sh\n[ \"$1\" = get ] || exit 3\nread -r server\n[ \"$server\" = \"{}\" ] || {{ echo 'credentials not found'; exit 1; }}\nprintf '{{\"Username\":\"dave\",\"Secret\":\"{password}\"}}'\n",
+            registry.host()
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&helper, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let docker = env.dir.path().join("docker");
+    std::fs::create_dir_all(&docker).unwrap();
+    std::fs::write(docker.join("config.json"), r#"{"credsStore":"omaboxtest"}"#).unwrap();
+    let path = format!(
+        "{}:{}",
+        bin.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let name = format!("{}/helped/tools:1", registry.host());
+    let out = env
+        .omabox(&["image", "pull", &name, "--json"])
+        .env("PATH", &path)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(json(&out)["digest"], pushed.digest.as_str());
+    assert!(!text(&out.stdout).contains(password) && !text(&out.stderr).contains(password));
+    assert_no_file_holds(&env.cache(), &[password]);
+
+    // Without the helper on PATH the pull fails and says which helper is missing.
+    let out = env.run(&[
+        "image",
+        "pull",
+        &format!("{}/helped/tools:2", registry.host()),
+    ]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("docker-credential-omaboxtest is not on PATH"),
+        "{}",
+        text(&out.stderr)
+    );
+}

@@ -1,6 +1,7 @@
 //! Registry credentials: a user name and a password for one registry host, from a
-//! docker `config.json` (`auths.<host>.auth`, base64 `user:password`) or any other
-//! [`CredentialSource`] the caller plugs in (the CLI's vault).
+//! docker `config.json` (its credential helpers, or `auths.<host>.auth`, base64
+//! `user:password`) or any other [`CredentialSource`] the caller plugs in (the CLI's
+//! vault).
 //!
 //! Must never: print, log or serialize a password (its `Debug` is redacted and it has
 //! no `Display`), nor put one into an error text; an error names the file, never its
@@ -10,6 +11,8 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 
 use base64::Engine as _;
+
+use crate::cred_helper::HelperPath;
 
 /// A user name and password for one registry.
 #[derive(Clone, PartialEq, Eq)]
@@ -57,17 +60,28 @@ pub trait CredentialSource: Send + Sync + fmt::Debug {
 }
 
 /// Docker's client configuration file (`$DOCKER_CONFIG/config.json`, else
-/// `~/.docker/config.json`). Only `auths.<host>.auth` (or `username`/`password`) is
-/// read; credential helpers (`credsStore`, `credHelpers`) are not run.
+/// `~/.docker/config.json`), asked as docker asks it: the registry's `credHelpers`
+/// helper, else the `credsStore` helper (`cred_helper`), else `auths.<host>.auth` (or
+/// `username`/`password`).
 #[derive(Debug, Clone)]
 pub struct DockerConfig {
     path: PathBuf,
+    helpers: HelperPath,
 }
 
 impl DockerConfig {
     /// The file at `path`.
     pub fn at(path: impl Into<PathBuf>) -> Self {
-        Self { path: path.into() }
+        Self {
+            path: path.into(),
+            helpers: HelperPath::default(),
+        }
+    }
+
+    /// The same file, with its credential helpers looked up in `path` instead of `PATH`.
+    pub fn with_helper_path(mut self, path: impl Into<std::ffi::OsString>) -> Self {
+        self.helpers = HelperPath(Some(path.into()));
+        self
     }
 
     /// Docker's default location from `DOCKER_CONFIG` and `HOME` (values given, so the
@@ -97,10 +111,29 @@ impl CredentialSource for DockerConfig {
         };
         let config: serde_json::Value = serde_json::from_slice(&text)
             .map_err(|_| format!("{} is not valid JSON", self.path.display()))?;
+        let wanted = normalize_host(registry);
+        let helper = config
+            .get("credHelpers")
+            .and_then(|h| h.as_object())
+            .and_then(|h| h.iter().find(|(key, _)| normalize_host(key) == wanted))
+            .map(|(_, name)| name)
+            .or_else(|| config.get("credsStore"))
+            .and_then(|name| name.as_str())
+            .filter(|name| !name.is_empty());
+        if let Some(name) = helper {
+            // Docker Hub's credentials are stored under its v1 URL.
+            let server = if wanted == "index.docker.io" {
+                "https://index.docker.io/v1/"
+            } else {
+                registry
+            };
+            if let Some(c) = crate::cred_helper::get(name, server, &self.helpers)? {
+                return Ok(Some(c));
+            }
+        }
         let Some(auths) = config.get("auths").and_then(|a| a.as_object()) else {
             return Ok(None);
         };
-        let wanted = normalize_host(registry);
         let Some(entry) = auths
             .iter()
             .find(|(key, _)| normalize_host(key) == wanted)
@@ -201,5 +234,47 @@ mod tests {
         assert!(config.credential("other:5000").unwrap().is_none());
         std::fs::write(&path, r#"{"auths":{"h":{"auth":"!!"}}}"#).unwrap();
         assert!(config.credential("h").is_err());
+    }
+
+    #[test]
+    fn cred_helpers_come_before_creds_store_before_auths() {
+        use std::os::unix::fs::PermissionsExt as _;
+        let dir = tempfile::tempdir().unwrap();
+        for (name, user) in [("per", "per-registry"), ("store", "store")] {
+            let helper = dir.path().join(format!("docker-credential-{name}"));
+            let script = format!(
+                "#!/bin/sh\nread -r s\n[ \"$s\" = nothing ] && {{ echo 'credentials not found'; exit 1; }}\nprintf '{{\"Username\":\"{user}\",\"Secret\":\"pw-%s\"}}' \"$s\"\n"
+            );
+            std::fs::write(&helper, script).unwrap();
+            std::fs::set_permissions(&helper, std::fs::Permissions::from_mode(0o755)).unwrap();
+        }
+        let path = dir.path().join("config.json");
+        let auth = base64::engine::general_purpose::STANDARD.encode("file:file-pw");
+        std::fs::write(
+            &path,
+            format!(
+                r#"{{"credsStore":"store","credHelpers":{{"reg.example":"per"}},"auths":{{"nothing":{{"auth":"{auth}"}}}}}}"#
+            ),
+        )
+        .unwrap();
+        let config = DockerConfig::at(&path).with_helper_path(dir.path());
+        let c = config.credential("reg.example").unwrap().unwrap();
+        assert_eq!(
+            (c.username.as_str(), c.expose_password()),
+            ("per-registry", "pw-reg.example")
+        );
+        let c = config.credential("other:5000").unwrap().unwrap();
+        assert_eq!(
+            (c.username.as_str(), c.expose_password()),
+            ("store", "pw-other:5000")
+        );
+        let c = config.credential("docker.io").unwrap().unwrap();
+        assert_eq!(c.expose_password(), "pw-https://index.docker.io/v1/");
+        // The store has nothing for it: auths answers.
+        let c = config.credential("nothing").unwrap().unwrap();
+        assert_eq!(
+            (c.username.as_str(), c.expose_password()),
+            ("file", "file-pw")
+        );
     }
 }

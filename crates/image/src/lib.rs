@@ -80,6 +80,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use serde::{Deserialize, Serialize};
 
+mod cred_helper;
 mod credentials;
 mod digest;
 mod oci;
