@@ -21,20 +21,24 @@ use crate::handoff::{self, InitSpec};
 use crate::setup;
 use crate::sys;
 
-use super::wire;
+use super::{ForkedPlan, MAX_FORKED_PLAN, wire};
 
-/// What the child needs, built by the host before the clone (the child may allocate,
-/// but everything it needs from the host is here).
+/// What the child has from the clone: its fds, and whether the host sends a user
+/// namespace with the go. The plan itself comes after the go ([`ForkedPlan`]).
 pub(super) struct ChildPlan {
-    pub(super) spec: InitSpec,
+    pub(super) userns_sent: bool,
     pub(super) status: RawFd,
     pub(super) control: RawFd,
     pub(super) stdin: RawFd,
     pub(super) stdout: RawFd,
     pub(super) stderr: RawFd,
     pub(super) null: RawFd,
-    pub(super) argv: Vec<CString>,
-    pub(super) envp: Vec<CString>,
+}
+
+/// The command, from the [`ForkedPlan`].
+struct Command {
+    argv: Vec<CString>,
+    envp: Vec<CString>,
 }
 
 /// The child's whole life. Never returns; never unwinds into the host's frames.
@@ -66,12 +70,15 @@ fn run(plan: &ChildPlan) -> i32 {
     // SAFETY: `control` is open in this process and owned by nothing else here.
     let control = unsafe { OwnedFd::from_raw_fd(plan.control) };
     // Blocks until the host made the cgroup (and, as root, the user namespace).
-    let (userns, id_base) = match wait_for_go(control.as_fd(), plan.spec.userns_sent) {
+    let (userns, id_base) = match wait_for_go(control.as_fd(), plan.userns_sent) {
         Ok(go) => go,
         Err(e) => return fail(&mut status, format!("waiting for the host: {e}")),
     };
+    let (mut spec, command) = match read_plan(control.as_fd()) {
+        Ok(p) => p,
+        Err(e) => return fail(&mut status, format!("reading the plan: {e}")),
+    };
     let go = handoff::monotonic_us();
-    let mut spec = plan.spec.clone();
     spec.id_base = id_base;
     let mut report = match setup::run(&spec, userns, early) {
         Ok(r) => r,
@@ -89,7 +96,45 @@ fn run(plan: &ChildPlan) -> i32 {
     if status.write_all(&line).is_err() {
         return 1;
     }
-    supervise(plan, &mut status, &control)
+    supervise(plan, &command, &mut status, &control)
+}
+
+/// The [`ForkedPlan`] after the go: a 4-byte length, then its JSON.
+fn read_plan(control: BorrowedFd<'_>) -> std::io::Result<(InitSpec, Command)> {
+    let mut len = [0u8; 4];
+    read_exact(control, &mut len)?;
+    let len = u32::from_ne_bytes(len) as usize;
+    if len > MAX_FORKED_PLAN {
+        return Err(std::io::Error::other("oversized plan"));
+    }
+    let mut bytes = vec![0u8; len];
+    read_exact(control, &mut bytes)?;
+    let plan: ForkedPlan = serde_json::from_slice(&bytes).map_err(std::io::Error::other)?;
+    let cstrings = |items: Vec<String>| -> std::io::Result<Vec<CString>> {
+        items
+            .into_iter()
+            .map(|s| CString::new(s).map_err(std::io::Error::other))
+            .collect()
+    };
+    let command = Command {
+        argv: cstrings(plan.argv)?,
+        envp: cstrings(plan.envp)?,
+    };
+    if command.argv.is_empty() {
+        return Err(std::io::Error::other("no program"));
+    }
+    Ok((plan.spec, command))
+}
+
+fn read_exact(fd: BorrowedFd<'_>, buf: &mut [u8]) -> std::io::Result<()> {
+    let mut got = 0;
+    while got < buf.len() {
+        match read_some(fd.as_raw_fd(), &mut buf[got..])? {
+            0 => return Err(std::io::Error::other("the host closed the control channel")),
+            n => got += n,
+        }
+    }
+    Ok(())
 }
 
 /// Default signal handlers, an empty mask but `SIGCHLD` (taken through a signalfd
@@ -181,13 +226,7 @@ fn wait_for_go(
         None
     };
     let mut base = [0u8; 4];
-    let mut got = 0;
-    while got < 4 {
-        match read_some(control.as_raw_fd(), &mut base[got..])? {
-            0 => return Err(std::io::Error::other("the host closed the control channel")),
-            n => got += n,
-        }
-    }
+    read_exact(control, &mut base)?;
     let base = u32::from_ne_bytes(base);
     Ok((ns, (base != 0).then_some(base)))
 }
@@ -212,7 +251,12 @@ fn read_some(fd: RawFd, buf: &mut [u8]) -> std::io::Result<usize> {
 /// on its own (nothing could write the command's pipes or need a kill request any more,
 /// and its exit, the namespaces' teardown included, overlaps the host reading the exit
 /// status instead of starting only at the host's kill).
-fn supervise(plan: &ChildPlan, status: &mut std::fs::File, control: &OwnedFd) -> i32 {
+fn supervise(
+    plan: &ChildPlan,
+    command: &Command,
+    status: &mut std::fs::File,
+    control: &OwnedFd,
+) -> i32 {
     let mut pending = [0u8; 16];
     // SAFETY: a non-blocking read of what the host sent so far into a local buffer.
     let early = unsafe {
@@ -246,14 +290,15 @@ fn supervise(plan: &ChildPlan, status: &mut std::fs::File, control: &OwnedFd) ->
     }
     // SAFETY: a fresh fd only we own.
     let sigfd = unsafe { OwnedFd::from_raw_fd(sigfd) };
-    let pid = match spawn(plan) {
+    let pid = match spawn(plan, command) {
         Ok(pid) => pid,
         Err(e) => {
             let _ = writeln!(
                 status,
                 "{}cannot start {:?}: {e}",
                 wire::NOT_STARTED as char,
-                plan.argv
+                command
+                    .argv
                     .iter()
                     .map(|a| a.to_string_lossy())
                     .collect::<Vec<_>>()
@@ -341,18 +386,18 @@ fn supervise(plan: &ChildPlan, status: &mut std::fs::File, control: &OwnedFd) ->
 /// plus the command's. A program without a `/` is searched in that env's `PATH` (default
 /// `/bin:/usr/bin`), like `execvp`: missing or non-executable candidates are skipped.
 /// Returns its pid, or why it could not start.
-fn spawn(plan: &ChildPlan) -> std::io::Result<i32> {
+fn spawn(plan: &ChildPlan, command: &Command) -> std::io::Result<i32> {
     let mut argv: Vec<*mut libc::c_char> =
-        plan.argv.iter().map(|a| a.as_ptr().cast_mut()).collect();
+        command.argv.iter().map(|a| a.as_ptr().cast_mut()).collect();
     argv.push(std::ptr::null_mut());
     let mut envp: Vec<*mut libc::c_char> =
-        plan.envp.iter().map(|e| e.as_ptr().cast_mut()).collect();
+        command.envp.iter().map(|e| e.as_ptr().cast_mut()).collect();
     envp.push(std::ptr::null_mut());
-    let program = plan.argv[0].as_bytes();
+    let program = command.argv[0].as_bytes();
     let candidates: Vec<CString> = if program.contains(&b'/') {
-        vec![plan.argv[0].clone()]
+        vec![command.argv[0].clone()]
     } else {
-        let path = plan
+        let path = command
             .envp
             .iter()
             .find_map(|e| e.as_bytes().strip_prefix(b"PATH="))

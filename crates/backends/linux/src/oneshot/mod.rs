@@ -3,9 +3,12 @@
 //! [`LinuxRuntime::start_one_shot`] builds the same sandbox as [`LinuxRuntime::start`]
 //! (same state dir with `owner.json` first, id range, cgroup, user namespace, setup
 //! stage, identity record, teardown), with two differences that save most of a start
-//! (and PID 1 is forked before the state dir exists, so its own start-up overlaps the
-//! host's: until the host's go it only makes its network namespace and waits, and it
-//! exits if the host goes away, leaving nothing):
+//! (and PID 1 is forked before the plan is known — [`OneShotFork::fork`], which the CLI
+//! calls first thing — so its own start-up overlaps the host's working out of the plan,
+//! state dir, cgroup and user namespace: until the host's go it only makes its network
+//! namespace and prebuilds its seccomp filter, and it exits if the host goes away,
+//! leaving nothing; [`LinuxRuntime::start_forked`] sends it the go, the id range's base
+//! and then the plan, command and env as a length-prefixed [`ForkedPlan`] JSON):
 //!
 //! - PID 1 is a fork of the calling process that runs the setup stage in place
 //!   (`child.rs`), not an exec of `omabox-sandbox-init`: no second binary is loaded. A
@@ -28,7 +31,6 @@
 
 mod child;
 
-use std::ffi::CString;
 use std::io::{self, Read};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 
@@ -107,39 +109,130 @@ pub struct OneShotSandbox {
     control: OwnedFd,
 }
 
+/// A one-shot PID 1 forked ahead of its plan ([`OneShotFork::fork`]): it makes its network
+/// namespace and prebuilds its seccomp filter while the caller still works out the plan,
+/// then waits for [`LinuxRuntime::start_forked`] to hand it over. Dropped unused, it is
+/// killed and reaped (having made nothing but namespaces of its own).
+#[derive(Debug)]
+pub struct OneShotFork {
+    pid: i32,
+    pidfd: Option<OwnedFd>,
+    ends: Option<HostEnds>,
+    /// Whether it was forked as root (no user namespace of its own yet: the host sends
+    /// one with the go).
+    root: bool,
+    forked_us: (u64, u64),
+}
+
+impl OneShotFork {
+    /// Forks the PID 1 of a one-shot sandbox from this process, which must be
+    /// single-threaded, before the plan is known.
+    pub fn fork() -> Result<Self, StartError> {
+        let started = sys::monotonic_us();
+        // SAFETY: geteuid has no preconditions.
+        let root = unsafe { libc::geteuid() } == 0;
+        let fds = OneShotFds::new()?;
+        let child_plan = child::ChildPlan {
+            userns_sent: root,
+            status: fds.status_w.as_raw_fd(),
+            control: fds.control_child.as_raw_fd(),
+            stdin: fds.stdin_r.as_raw_fd(),
+            stdout: fds.stdout_w.as_raw_fd(),
+            stderr: fds.stderr_w.as_raw_fd(),
+            null: fds.null.as_raw_fd(),
+        };
+        let mut ns =
+            libc::CLONE_NEWNS | libc::CLONE_NEWPID | libc::CLONE_NEWIPC | libc::CLONE_NEWUTS;
+        if !root {
+            ns |= libc::CLONE_NEWUSER;
+        }
+        // Nothing of this start creates a thread (the owner record's heartbeat is the
+        // caller's: `OneShotSandbox::heartbeat`); the caller must not have one either.
+        single_threaded()?;
+        let (pid, pidfd) = fork_into(ns, &child_plan).map_err(host("clone sandbox init"))?;
+        Ok(Self {
+            pid,
+            pidfd: Some(pidfd),
+            ends: Some(fds.close_child_ends()),
+            root,
+            forked_us: (started, sys::monotonic_us()),
+        })
+    }
+}
+
+impl Drop for OneShotFork {
+    fn drop(&mut self) {
+        if let Some(pidfd) = self.pidfd.take() {
+            let _ = sys::pidfd_kill(pidfd.as_fd(), libc::SIGKILL);
+            let _ = sys::pidfd_wait_exit(pidfd.as_fd(), 1000);
+            let _ = sys::pidfd_reap(pidfd.as_fd(), true);
+        }
+    }
+}
+
+/// What a forked PID 1 gets with the go, after the user namespace and the id range's base:
+/// a 4-byte length (native endian), then this as JSON.
+#[derive(serde::Serialize, serde::Deserialize)]
+pub(super) struct ForkedPlan {
+    pub(super) spec: InitSpec,
+    pub(super) argv: Vec<String>,
+    pub(super) envp: Vec<String>,
+}
+
+/// The most a [`ForkedPlan`] message may hold.
+pub(super) const MAX_FORKED_PLAN: usize = 16 << 20;
+
 impl LinuxRuntime {
     /// Starts a sandbox whose PID 1 runs `command` and reports its exit (see the module
-    /// doc). Returns once the setup stage is released, before it is ready: the ready
-    /// message is the first [`OneShotEvent`]. The caller must be single-threaded.
+    /// doc): [`OneShotFork::fork`], then [`LinuxRuntime::start_forked`].
     pub fn start_one_shot(
         &self,
         plan: &SandboxPlan,
         command: &OneShotCommand,
     ) -> Result<OneShotSandbox, StartError> {
-        let mut clock = vec![("host start", sys::monotonic_us())];
+        self.start_forked(OneShotFork::fork()?, plan, command)
+    }
+
+    /// Builds the sandbox of `plan` around a PID 1 forked earlier and lets it go. Returns
+    /// once the setup stage is released, before it is ready: the ready message is the
+    /// first [`OneShotEvent`].
+    pub fn start_forked(
+        &self,
+        mut fork: OneShotFork,
+        plan: &SandboxPlan,
+        command: &OneShotCommand,
+    ) -> Result<OneShotSandbox, StartError> {
+        let mut clock = vec![
+            ("host fork", fork.forked_us.0),
+            ("host clone", fork.forked_us.1),
+            ("host start", sys::monotonic_us()),
+        ];
         plan.validate()?;
         self.caps.check(plan)?;
-        let argv = cstrings(command.argv.iter().map(String::as_str))
-            .filter(|a| !a.is_empty())
-            .ok_or_else(|| StartError::Command("needs a program, without NUL bytes".into()))?;
-        let envp = cstrings(
-            plan.env
-                .iter()
-                .filter(|(k, _)| !command.env.iter().any(|(c, _)| c == *k))
-                .chain(command.env.iter().map(|(k, v)| (k, v)))
-                .map(|(k, v)| format!("{k}={v}"))
-                .collect::<Vec<_>>()
-                .iter()
-                .map(String::as_str),
-        )
-        .ok_or(PlanError::Env("<NUL>".into()))?;
-        // The child is forked first, so its start-up (network namespace, seccomp filter)
-        // overlaps the host's state dir, id range, cgroup and user namespace. Its id, and
-        // with it the state dir and cgroup paths, is known now; a host that dies before
-        // the go leaves only the child, which exits when the control socket closes.
+        if fork.root != self.caps.root {
+            return Err(host("one-shot start")(io::Error::other(
+                "the PID 1 was forked with other privileges than this runtime has",
+            )));
+        }
+        let argv: Vec<String> = command.argv.clone();
+        if argv.first().is_none_or(String::is_empty) || argv.iter().any(|a| a.contains('\0')) {
+            return Err(StartError::Command(
+                "needs a program, without NUL bytes".into(),
+            ));
+        }
+        let envp: Vec<String> = plan
+            .env
+            .iter()
+            .filter(|(k, _)| !command.env.iter().any(|(c, _)| c == *k))
+            .chain(command.env.iter().map(|(k, v)| (k, v)))
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect();
+        if envp.iter().any(|e| e.contains('\0')) {
+            return Err(PlanError::Env("<NUL>".into()).into());
+        }
         let id = crate::sandbox::new_id();
         // On cgroup v1 as root the setup stage joins the cgroup itself; its directories
-        // follow from layout, parent and id, so the child knows them before they exist.
+        // follow from layout, parent and id.
         let cgroup_join = match &self.caps.cgroup {
             Some(layout) if self.caps.root => {
                 crate::leftovers::planned_cgroup(layout, &self.config.cgroup_parent, &id)
@@ -148,39 +241,29 @@ impl LinuxRuntime {
             }
             _ => Vec::new(),
         };
-        let fds = OneShotFds::new()?;
-        let spec = InitSpec {
-            id: id.clone(),
-            plan: plan.clone(),
-            scratch_dir: self.config.runtime_dir.join(&id),
-            cgroup_join: cgroup_join.clone(),
-            // Sent with the go (the range is claimed once the state dir exists).
-            id_base: None,
-            userns_sent: self.caps.root,
-        };
-        let child_plan = child::ChildPlan {
-            spec,
-            status: fds.status_w.as_raw_fd(),
-            control: fds.control_child.as_raw_fd(),
-            stdin: fds.stdin_r.as_raw_fd(),
-            stdout: fds.stdout_w.as_raw_fd(),
-            stderr: fds.stderr_w.as_raw_fd(),
-            null: fds.null.as_raw_fd(),
+        let forked = ForkedPlan {
+            spec: InitSpec {
+                id: id.clone(),
+                plan: plan.clone(),
+                scratch_dir: self.config.runtime_dir.join(&id),
+                cgroup_join: cgroup_join.clone(),
+                // Sent with the go (the range is claimed once the state dir exists).
+                id_base: None,
+                userns_sent: self.caps.root,
+            },
             argv,
             envp,
         };
-        clock.push(("host fds, argv", sys::monotonic_us()));
-        let mut ns =
-            libc::CLONE_NEWNS | libc::CLONE_NEWPID | libc::CLONE_NEWIPC | libc::CLONE_NEWUTS;
-        if !self.caps.root {
-            ns |= libc::CLONE_NEWUSER;
+        let message = serde_json::to_vec(&forked).map_err(|e| host("encode plan")(e.into()))?;
+        if message.len() > MAX_FORKED_PLAN {
+            return Err(PlanError::Env("the plan is too large".into()).into());
         }
-        // Nothing of this start creates a thread (the owner record's heartbeat is the
-        // caller's: `OneShotSandbox::heartbeat`); the caller must not have one either.
-        single_threaded()?;
-        let (pid, pidfd) = fork_into(ns, &child_plan).map_err(host("clone sandbox init"))?;
-        clock.push(("host clone", sys::monotonic_us()));
-        let host_ends = fds.close_child_ends();
+        clock.push(("host fds, argv", sys::monotonic_us()));
+        let (Some(pidfd), Some(host_ends)) = (fork.pidfd.take(), fork.ends.take()) else {
+            return Err(host("one-shot start")(io::Error::other(
+                "the forked PID 1 was used already",
+            )));
+        };
         omabox_sandbox::fault::point("linux-start-cloned");
         let (mut sandbox, ids) = match self.create_state_for(id) {
             Ok(state) => state,
@@ -191,12 +274,13 @@ impl LinuxRuntime {
                 return Err(e);
             }
         };
-        sandbox.adopt_init(pid, pidfd);
+        sandbox.adopt_init(fork.pid, pidfd);
         crate::image_use::record(&sandbox.identity().state_dir, plan)
             .map_err(host("record the image roots"))?;
         clock.push(("host state dir", sys::monotonic_us()));
         if !self.caps.root {
-            crate::sandbox::write_id_maps(pid).map_err(host("write user namespace id maps"))?;
+            crate::sandbox::write_id_maps(fork.pid)
+                .map_err(host("write user namespace id maps"))?;
         }
         let joined = self.create_cgroup(&mut sandbox, plan)?;
         if joined != cgroup_join {
@@ -211,9 +295,15 @@ impl LinuxRuntime {
             // No user namespace to hand over: the go is a plain byte.
             let _ = sys::write_all_fd(host_ends.control.as_fd(), &[0]);
         }
-        // Then the id range's base (0: none). EPIPE: the child died; its status says why.
+        // Then the id range's base (0: none), then the plan. EPIPE: the child died; its
+        // status says why.
         let base = ids.map_or(0, |r| r.base);
         let _ = sys::write_all_fd(host_ends.control.as_fd(), &base.to_ne_bytes());
+        let _ = sys::write_all_fd(
+            host_ends.control.as_fd(),
+            &(message.len() as u32).to_ne_bytes(),
+        );
+        let _ = sys::write_all_fd(host_ends.control.as_fd(), &message);
         // The child is released: the namespace's helper goes now, off its path.
         drop(userns_helper);
         clock.push(("host plan sent", sys::monotonic_us()));
@@ -377,6 +467,7 @@ struct OneShotFds {
 }
 
 /// The host's ends, once the child's are closed.
+#[derive(Debug)]
 struct HostEnds {
     status: OwnedFd,
     control: OwnedFd,
@@ -435,10 +526,6 @@ fn above_stdio(fd: OwnedFd) -> io::Result<OwnedFd> {
     }
     // SAFETY: fresh fd from the kernel.
     Ok(unsafe { OwnedFd::from_raw_fd(dup) })
-}
-
-fn cstrings<'a>(items: impl Iterator<Item = &'a str>) -> Option<Vec<CString>> {
-    items.map(|s| CString::new(s).ok()).collect()
 }
 
 /// Refuses to fork from a process with other threads: the child could find a lock

@@ -1,7 +1,7 @@
 //! `omabox sandbox run --backend linux`: the one-shot path. No async runtime, no agent:
-//! the sandbox's PID 1 is a fork of this (single-threaded) process that builds the
-//! sandbox and starts the command with our pipes as its stdio
-//! ([`LinuxRuntime::start_one_shot`]); this loop relays stdio and signals with `poll`
+//! the sandbox's PID 1 is a fork of this (single-threaded) process, made first thing so its
+//! start-up overlaps our working out of the plan, that builds the sandbox and starts the
+//! command with our pipes as its stdio ([`LinuxRuntime::start_forked`]); this loop relays stdio and signals with `poll`
 //! until the command's exit is reported and its output drained, then destroys the
 //! sandbox. The behaviour is the module doc's of `sandbox.rs`, point by point: output
 //! copied as it arrives, stdin until EOF (not waited for once the command ended),
@@ -9,7 +9,7 @@
 //! (SIGKILL two seconds later if it is still running, or at once for a second signal),
 //! a closed stdout or stderr of ours treated like a signal, and the same exit codes.
 //!
-//! [`LinuxRuntime::start_one_shot`]: omabox_backend_linux::LinuxRuntime::start_one_shot
+//! [`LinuxRuntime::start_forked`]: omabox_backend_linux::LinuxRuntime::start_forked
 
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 use std::process::ExitCode;
@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 use omabox_backend_linux::StartError;
 use omabox_backend_linux::factory::LinuxSandboxFactory;
 use omabox_backend_linux::leftovers::OWNER_HEARTBEAT;
-use omabox_backend_linux::oneshot::{OneShotCommand, OneShotEvent, OneShotSandbox};
+use omabox_backend_linux::oneshot::{OneShotCommand, OneShotEvent, OneShotFork, OneShotSandbox};
 use omabox_contract::signals::{shell_exit_code, signal_name};
 use omabox_sandbox::SandboxFactoryContext;
 
@@ -49,6 +49,10 @@ pub(super) fn run(args: &RunArgs, data_dir: Option<&std::path::Path>) -> ExitCod
         }
     };
     stdio_open();
+    // The sandbox's PID 1 is forked first: it makes its network namespace while this
+    // process works out the plan. A failed fork is reported only where the start would
+    // have failed, after the plan's own errors.
+    let fork = OneShotFork::fork();
     let (env, workspace) = match prepare(args, Some(Backend::Linux), data_dir) {
         Ok(p) => p,
         Err(f) => return report(&f),
@@ -72,7 +76,7 @@ pub(super) fn run(args: &RunArgs, data_dir: Option<&std::path::Path>) -> ExitCod
     };
     let mut workspace = Some(workspace);
     let mut removed = Ok(());
-    let outcome = match runtime.start_one_shot(&plan, &command) {
+    let outcome = match fork.and_then(|fork| runtime.start_forked(fork, &plan, &command)) {
         Ok(mut sandbox) => {
             let (outcome, empty) = Relay::new(&mut sandbox, args).run(&mut sandbox, &signals);
             if empty && let Some(w) = workspace.take() {
