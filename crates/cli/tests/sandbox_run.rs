@@ -282,6 +282,48 @@ fn readonly_binds_are_seen_but_cannot_be_written() {
     lx.assert_nothing_left();
 }
 
+/// PID 1 is forked before the plan is worked out; a run refused after that (a bad value,
+/// a missing image, a bad env) leaves no process behind. Run under a child subreaper, a
+/// PID 1 the CLI did not reap would become the subreaper's child.
+#[test]
+fn a_run_refused_after_the_fork_leaves_no_process() {
+    let Some(lx) = linux() else { return };
+    let subreaper = r#"
+import ctypes, os, subprocess, sys, time
+ctypes.CDLL(None).prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER
+code = subprocess.run(sys.argv[1:], stderr=subprocess.DEVNULL).returncode
+time.sleep(0.3)
+try:
+    pid, _ = os.waitpid(-1, os.WNOHANG)
+except ChildProcessError:
+    pid = 0
+print(code, "orphan" if pid else "none")
+"#;
+    let missing = lx.tmp.path().join("no-such-image");
+    for args in [
+        vec!["--memory", "lots", "--", "true"],
+        vec!["--image", missing.to_str().unwrap(), "--", "true"],
+        vec!["--", ""],
+    ] {
+        let cli = lx.command(&args);
+        let out = Command::new("python3")
+            .args(["-c", subreaper])
+            .arg(cli.get_program())
+            .args(cli.get_args())
+            .envs(cli.get_envs().filter_map(|(k, v)| Some((k, v?))))
+            .output()
+            .unwrap();
+        let said = text(&out.stdout).trim().to_owned();
+        assert!(
+            said.ends_with(" none"),
+            "{args:?}: {said} {}",
+            text(&out.stderr)
+        );
+        assert_ne!(said, "0 none", "{args:?} should have been refused");
+    }
+    lx.assert_nothing_left();
+}
+
 /// The one-shot path (PID 1 forked from `omabox` itself) isolates like the agent path:
 /// no capabilities, no_new_privs, seccomp, its own user ids, no terminal, only `lo`, no
 /// fd of ours, and nothing of our command line or environment readable through PID 1.
