@@ -252,10 +252,17 @@ pub(super) fn rules() -> Result<BTreeMap<i64, Vec<SeccompRule>>, SetupError> {
 
 /// Builds the main filter (seccompiler): default allow, listed calls EPERM.
 pub fn build_filter() -> Result<BpfProgram, SetupError> {
+    build_filter_from(rules()?)
+}
+
+/// [`build_filter`] over `rules` (a subset of [`rules`], see `bpf`).
+pub(super) fn build_filter_from(
+    rules: BTreeMap<i64, Vec<SeccompRule>>,
+) -> Result<BpfProgram, SetupError> {
     let arch = TargetArch::try_from(std::env::consts::ARCH)
         .map_err(|e| SetupError::Seccomp(e.to_string()))?;
     let filter = SeccompFilter::new(
-        rules()?,
+        rules,
         SeccompAction::Allow,
         SeccompAction::Errno(libc::EPERM as u32),
         arch,
