@@ -304,6 +304,23 @@ pub fn idmapped_tree(source: &Path, userns: &OwnedFd) -> io::Result<OwnedFd> {
 /// sees EOF on the pipe and reports that, not an errno. Callers: the host (`LinuxRuntime
 /// ::start`, any thread) and, for a sandbox whose host did not send one, the setup stage.
 pub fn create_userns(range: IdRange) -> io::Result<(OwnedFd, UsernsHelper)> {
+    begin_userns(range)?.finish()
+}
+
+/// A [`create_userns`] whose helper is started and not waited for yet: the caller does
+/// other work (the host makes the cgroup) while the helper is scheduled, becomes the
+/// base uid and unshares. Dropped unfinished, the helper is killed and reaped. Only a
+/// failing helper writes to shared memory (`errno`, see [`create_userns`]); the start
+/// fails then anyway, though an error the caller meets meanwhile may name a wrong errno.
+#[derive(Debug)]
+pub struct PendingUserns {
+    range: IdRange,
+    pipe: File,
+    helper: UsernsHelper,
+}
+
+/// Starts the helper of [`create_userns`]; [`PendingUserns::finish`] completes it.
+pub fn begin_userns(range: IdRange) -> io::Result<PendingUserns> {
     // The helper tells its pid as `/proc` (still the host's here) knows it: the pid
     // clone returns is one of the sandbox's pid namespace.
     let (r, w) = sys::pipe()?;
@@ -349,34 +366,49 @@ pub fn create_userns(range: IdRange) -> io::Result<(OwnedFd, UsernsHelper)> {
         _stack: stack,
         _args: args,
     };
-    let ns = (|| {
-        // Up to the newline, not to EOF: a helper another host thread cloned meanwhile
-        // may hold a copy of `w` for a moment.
-        let mut host_pid = Vec::new();
-        let mut pipe = File::from(r);
-        let mut buf = [0u8; 32];
-        while !host_pid.ends_with(b"\n") && host_pid.len() <= 32 {
-            match std::io::Read::read(&mut pipe, &mut buf) {
-                Ok(0) => break,
-                Ok(n) => host_pid.extend_from_slice(&buf[..n]),
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) => return Err(e),
+    Ok(PendingUserns {
+        range,
+        pipe: File::from(r),
+        helper,
+    })
+}
+
+impl PendingUserns {
+    /// Waits for the helper's namespace, writes its maps and opens it.
+    pub fn finish(self) -> io::Result<(OwnedFd, UsernsHelper)> {
+        let Self {
+            range,
+            mut pipe,
+            helper,
+        } = self;
+        let ns = (|| {
+            // Up to the newline, not to EOF: a helper another host thread cloned meanwhile
+            // may hold a copy of `w` for a moment.
+            let mut host_pid = Vec::new();
+            let mut buf = [0u8; 32];
+            while !host_pid.ends_with(b"\n") && host_pid.len() <= 32 {
+                match std::io::Read::read(&mut pipe, &mut buf) {
+                    Ok(0) => break,
+                    Ok(n) => host_pid.extend_from_slice(&buf[..n]),
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                    Err(e) => return Err(e),
+                }
             }
-        }
-        let host_pid = String::from_utf8_lossy(host_pid.strip_suffix(b"\n").unwrap_or(&[]));
-        if host_pid.is_empty() || !host_pid.bytes().all(|b| b.is_ascii_digit()) {
-            return Err(io::Error::other("the user namespace helper did not report"));
-        }
-        write_maps(&host_pid, range)?;
-        // A host killed here leaves the helper behind only until its parent-death
-        // signal (the crash tests kill one here).
-        omabox_sandbox::fault::point("linux-start-userns");
-        Ok(OwnedFd::from(File::open(format!(
-            "/proc/{host_pid}/ns/user"
-        ))?))
-    })();
-    // On failure the helper goes now (dropped with the error).
-    ns.map(|ns| (ns, helper))
+            let host_pid = String::from_utf8_lossy(host_pid.strip_suffix(b"\n").unwrap_or(&[]));
+            if host_pid.is_empty() || !host_pid.bytes().all(|b| b.is_ascii_digit()) {
+                return Err(io::Error::other("the user namespace helper did not report"));
+            }
+            write_maps(&host_pid, range)?;
+            // A host killed here leaves the helper behind only until its parent-death
+            // signal (the crash tests kill one here).
+            omabox_sandbox::fault::point("linux-start-userns");
+            Ok(OwnedFd::from(File::open(format!(
+                "/proc/{host_pid}/ns/user"
+            ))?))
+        })();
+        // On failure the helper goes now (dropped with the error).
+        ns.map(|ns| (ns, helper))
+    }
 }
 
 /// The sleeping helper of a [`create_userns`] namespace, with the stack and arguments

@@ -193,10 +193,11 @@ impl LinuxRuntime {
         let channels = self.spawn_init(&mut sandbox, init)?;
         mark("host clone");
         omabox_sandbox::fault::point("linux-start-cloned");
+        let pending_userns = self.begin_userns(ids)?;
         let cgroup_join = self.create_cgroup(&mut sandbox, plan)?;
         mark("host cgroup create");
         omabox_sandbox::fault::point("linux-start-cgroup");
-        let userns_helper = self.send_userns(ids, channels.agent.as_fd())?;
+        let userns_helper = self.send_userns(pending_userns, channels.agent.as_fd())?;
         let userns_sent = userns_helper.is_some();
         mark("host user namespace");
         let spec = InitSpec {
@@ -400,21 +401,31 @@ impl LinuxRuntime {
 }
 
 impl LinuxRuntime {
-    /// Step 4 (as root): the sandbox's user namespace, mapped to its id range, made
-    /// here while the child still execs and starts (the setup stage would otherwise make
-    /// it itself, on the start's critical path), and sent to it on `to` ahead of the
-    /// plan. `None`: no id range, nothing sent. Else the helper that made the namespace,
-    /// for the caller to drop once the child is released (see
-    /// [`idmap::create_userns`]).
-    pub(crate) fn send_userns(
+    /// Step 4a (as root): starts making the sandbox's user namespace, mapped to its id
+    /// range, here while the child still execs and starts (the setup stage would
+    /// otherwise make it itself, on the start's critical path); the caller makes the
+    /// cgroup while the namespace's helper starts. `None`: no id range.
+    pub(crate) fn begin_userns(
         &self,
         ids: Option<idmap::IdRange>,
+    ) -> Result<Option<idmap::PendingUserns>, StartError> {
+        ids.map(idmap::begin_userns)
+            .transpose()
+            .map_err(host("create user namespace"))
+    }
+
+    /// Step 4b: finishes the namespace and sends it to the child on `to` ahead of the
+    /// plan. `None`: none, nothing sent. Else the helper that made the namespace, for
+    /// the caller to drop once the child is released (see [`idmap::create_userns`]).
+    pub(crate) fn send_userns(
+        &self,
+        pending: Option<idmap::PendingUserns>,
         to: std::os::fd::BorrowedFd<'_>,
     ) -> Result<Option<idmap::UsernsHelper>, StartError> {
-        let Some(range) = ids else {
+        let Some(pending) = pending else {
             return Ok(None);
         };
-        let (ns, helper) = idmap::create_userns(range).map_err(host("create user namespace"))?;
+        let (ns, helper) = pending.finish().map_err(host("create user namespace"))?;
         match sys::send_fd(to, ns.as_fd()) {
             // The child already died (as for the plan): its status message says why.
             Err(e)

@@ -282,6 +282,7 @@ impl LinuxRuntime {
             crate::sandbox::write_id_maps(fork.pid)
                 .map_err(host("write user namespace id maps"))?;
         }
+        let pending_userns = self.begin_userns(ids)?;
         let joined = self.create_cgroup(&mut sandbox, plan)?;
         if joined != cgroup_join {
             return Err(host("create cgroup")(io::Error::other(
@@ -290,7 +291,7 @@ impl LinuxRuntime {
         }
         clock.push(("host cgroup create", sys::monotonic_us()));
         omabox_sandbox::fault::point("linux-start-cgroup");
-        let userns_helper = self.send_userns(ids, host_ends.control.as_fd())?;
+        let userns_helper = self.send_userns(pending_userns, host_ends.control.as_fd())?;
         if userns_helper.is_none() {
             // No user namespace to hand over: the go is a plain byte.
             let _ = sys::write_all_fd(host_ends.control.as_fd(), &[0]);
