@@ -11,8 +11,7 @@
 
 mod common;
 
-use common::{describe, init_bin, omabox_bin};
-use omabox_backend_linux::factory::{CGROUP_PARENT_ENV, INIT_ENV, RUNTIME_DIR_ENV};
+use common::{describe, omabox_bin};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
@@ -74,21 +73,17 @@ impl Setup {
     }
 
     fn command(&self, args: &[&str]) -> Command {
-        let mut command = Command::new(omabox_bin());
+        let mut command = common::omabox_command(
+            self.data.path(),
+            self.runtime_dir.path(),
+            &self.cgroup_parent,
+            args,
+        );
         command
-            .arg("--data-dir")
-            .arg(self.data.path())
-            .args(args)
-            .env(RUNTIME_DIR_ENV, self.runtime_dir.path())
-            .env(CGROUP_PARENT_ENV, &self.cgroup_parent)
-            .env(INIT_ENV, init_bin())
             .env("OMABOX_TEST_MODE", "1")
             .env_remove("OMABOX_LEASE_TTL_MS")
             .env_remove("OMABOX_ACP_INITIALIZE_TIMEOUT_MS")
-            .env_remove("OMABOX_ACP_TURN_TIMEOUT_MS")
-            .env_remove("OMABOX_LINUX_IMAGE")
-            .env_remove("SANDBOX_IMAGE")
-            .stdin(Stdio::null());
+            .env_remove("OMABOX_ACP_TURN_TIMEOUT_MS");
         command
     }
 

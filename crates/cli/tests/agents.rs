@@ -24,8 +24,7 @@ use axum::body::Body;
 use axum::extract::State;
 use axum::http::{HeaderMap, Response, StatusCode};
 use axum::routing::post;
-use common::{describe, init_bin, omabox_bin};
-use omabox_backend_linux::factory::{CGROUP_PARENT_ENV, INIT_ENV, RUNTIME_DIR_ENV};
+use common::{describe, omabox_bin};
 use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
@@ -412,14 +411,13 @@ impl Setup {
     }
 
     fn command(&self, args: &[&str]) -> Command {
-        let mut command = Command::new(omabox_bin());
+        let mut command = common::omabox_command(
+            self.data.path(),
+            self.runtime_dir.path(),
+            &self.cgroup_parent,
+            args,
+        );
         command
-            .arg("--data-dir")
-            .arg(self.data.path())
-            .args(args)
-            .env(RUNTIME_DIR_ENV, self.runtime_dir.path())
-            .env(CGROUP_PARENT_ENV, &self.cgroup_parent)
-            .env(INIT_ENV, init_bin())
             .env("OMABOX_AGENT_CACHE", agent_cache())
             .env("ANTHROPIC_API_KEY", OPERATOR_KEY)
             .env(
@@ -435,10 +433,7 @@ impl Setup {
             .env_remove("OMABOX_LINUX_MEMORY")
             .env_remove("OMABOX_INFERENCE_GATEWAY")
             .env_remove("OMABOX_LINUX_NETWORK")
-            .env_remove("OMABOX_LINUX_IMAGE")
-            .env_remove("SANDBOX_IMAGE")
-            .env_remove("OMABOX_ACP_TURN_TIMEOUT_MS")
-            .stdin(Stdio::null());
+            .env_remove("OMABOX_ACP_TURN_TIMEOUT_MS");
         command
     }
 

@@ -14,8 +14,8 @@
 
 mod common;
 
-use common::{init_bin, omabox_bin};
-use omabox_backend_linux::factory::{CGROUP_PARENT_ENV, INIT_ENV, RUNTIME_DIR_ENV};
+use common::init_bin;
+use omabox_backend_linux::factory::INIT_ENV;
 use serde_json::Value;
 use std::os::unix::ffi::OsStrExt as _;
 use std::os::unix::process::ExitStatusExt as _;
@@ -68,20 +68,18 @@ impl Setup {
     }
 
     fn command(&self, args: &[&str]) -> Command {
-        let mut command = Command::new(omabox_bin());
+        let mut command = common::omabox_command(
+            self.data.path(),
+            self.runtime_dir.path(),
+            &self.cgroup_parent,
+            args,
+        );
         command
-            .arg("--data-dir")
-            .arg(self.data.path())
-            .args(args)
-            .env(RUNTIME_DIR_ENV, self.runtime_dir.path())
-            .env(CGROUP_PARENT_ENV, &self.cgroup_parent)
+            // This test's copy of the binaries, which a fault point may kill.
             .env(INIT_ENV, self.init())
             .env("OMABOX_TEST_MODE", "1")
             .env("OMABOX_LEASE_TTL_MS", "1000")
-            .env_remove("OMABOX_FAULT_POINT")
-            .env_remove("OMABOX_LINUX_IMAGE")
-            .env_remove("SANDBOX_IMAGE")
-            .stdin(Stdio::null());
+            .env_remove("OMABOX_FAULT_POINT");
         command
     }
 

@@ -9,11 +9,10 @@
 
 mod common;
 
-use common::{describe, init_bin, omabox_bin};
-use omabox_backend_linux::factory::{CGROUP_PARENT_ENV, INIT_ENV, RUNTIME_DIR_ENV};
+use common::describe;
 use serde_json::Value;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Output};
 
 /// The fake internet of the linux backend's egress tests (a namespace on 198.18.0.0/15 with
 /// an HTTPS origin that demands a bearer token and serves `repo.git`).
@@ -59,19 +58,15 @@ impl Setup {
     }
 
     fn command(&self, args: &[&str]) -> Command {
-        let mut command = Command::new(omabox_bin());
+        let mut command = common::omabox_command(
+            self.data.path(),
+            self.runtime_dir.path(),
+            &self.cgroup_parent,
+            args,
+        );
         command
-            .arg("--data-dir")
-            .arg(self.data.path())
-            .args(args)
-            .env(RUNTIME_DIR_ENV, self.runtime_dir.path())
-            .env(CGROUP_PARENT_ENV, &self.cgroup_parent)
-            .env(INIT_ENV, init_bin())
             .env("OMABOX_TEST_MODE", "1")
-            .env_remove("OMABOX_LEASE_TTL_MS")
-            .env_remove("OMABOX_LINUX_IMAGE")
-            .env_remove("SANDBOX_IMAGE")
-            .stdin(Stdio::null());
+            .env_remove("OMABOX_LEASE_TTL_MS");
         command
     }
 

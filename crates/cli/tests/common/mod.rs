@@ -11,6 +11,33 @@ pub fn omabox_bin() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_omabox"))
 }
 
+/// `omabox --data-dir DATA ARGS…` for a test with its own linux runtime dir and cgroup
+/// parent: the init next to `omabox`, no image from the environment, stdin `/dev/null`.
+/// Tests add their own environment on top (a later `env` wins).
+#[allow(dead_code)]
+pub fn omabox_command(
+    data: &Path,
+    runtime_dir: &Path,
+    cgroup_parent: &str,
+    args: &[&str],
+) -> std::process::Command {
+    let mut command = std::process::Command::new(omabox_bin());
+    command
+        .arg("--data-dir")
+        .arg(data)
+        .args(args)
+        .env(omabox_backend_linux::factory::RUNTIME_DIR_ENV, runtime_dir)
+        .env(
+            omabox_backend_linux::factory::CGROUP_PARENT_ENV,
+            cgroup_parent,
+        )
+        .env(INIT_ENV, init_bin())
+        .env_remove("OMABOX_LINUX_IMAGE")
+        .env_remove("SANDBOX_IMAGE")
+        .stdin(std::process::Stdio::null());
+    command
+}
+
 /// The sandbox's PID 1, which must sit next to `omabox`.
 pub fn init_bin() -> PathBuf {
     omabox_bin().with_file_name("omabox-sandbox-init")
