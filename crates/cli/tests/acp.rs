@@ -42,10 +42,8 @@ enum Backend {
 /// One test's data dir, runtime dir, cgroup parent and seed workspace (with the agent).
 struct Setup {
     backend: Backend,
-    data: tempfile::TempDir,
-    runtime_dir: tempfile::TempDir,
+    dirs: common::TestDirs,
     seed: tempfile::TempDir,
-    cgroup_parent: String,
 }
 
 impl Setup {
@@ -53,11 +51,6 @@ impl Setup {
         if !agent_available() || (backend == Backend::Linux && !common::linux_available()) {
             return None;
         }
-        let runtime_dir = tempfile::tempdir().unwrap();
-        let cgroup_parent = format!(
-            "omabox-acp-test-{}",
-            runtime_dir.path().file_name().unwrap().to_string_lossy()
-        );
         let seed = tempfile::tempdir().unwrap();
         if backend == Backend::Linux {
             std::fs::copy(agent_bin(), seed.path().join(AGENT)).unwrap();
@@ -65,20 +58,13 @@ impl Setup {
         std::fs::write(seed.path().join("README"), "seeded\n").unwrap();
         Some(Self {
             backend,
-            data: tempfile::tempdir().unwrap(),
-            runtime_dir,
+            dirs: common::TestDirs::new("acp"),
             seed,
-            cgroup_parent,
         })
     }
 
     fn command(&self, args: &[&str]) -> Command {
-        let mut command = common::omabox_command(
-            self.data.path(),
-            self.runtime_dir.path(),
-            &self.cgroup_parent,
-            args,
-        );
+        let mut command = self.dirs.command(args);
         command
             .env("OMABOX_TEST_MODE", "1")
             .env_remove("OMABOX_LEASE_TTL_MS")
@@ -163,8 +149,8 @@ impl Setup {
     fn wait_for_workspace_file(&self, name: &str, child: &mut Child) {
         let deadline = Instant::now() + Duration::from_secs(60);
         loop {
-            if find_file(&self.data.path().join("runtime"), name)
-                || find_file(self.runtime_dir.path(), name)
+            if find_file(&self.dirs.data.path().join("runtime"), name)
+                || find_file(self.dirs.runtime_dir.path(), name)
             {
                 return;
             }
@@ -186,17 +172,11 @@ impl Setup {
         let reap = json_of(&output);
         assert_eq!(reap["abandoned"]["inspected"], 0, "leases left: {reap}");
         if self.backend == Backend::Linux {
-            let left: Vec<_> = std::fs::read_dir(self.runtime_dir.path())
+            let left: Vec<_> = std::fs::read_dir(self.dirs.runtime_dir.path())
                 .map(|entries| entries.flatten().map(|e| e.path()).collect())
                 .unwrap_or_default();
             assert!(left.is_empty(), "sandbox state dirs left: {left:?}");
         }
-    }
-}
-
-impl Drop for Setup {
-    fn drop(&mut self) {
-        common::remove_cgroup_parent(&self.cgroup_parent);
     }
 }
 

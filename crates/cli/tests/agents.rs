@@ -386,9 +386,7 @@ fn available() -> bool {
 }
 
 struct Setup {
-    data: tempfile::TempDir,
-    runtime_dir: tempfile::TempDir,
-    cgroup_parent: String,
+    dirs: common::TestDirs,
     upstream: Upstream,
 }
 
@@ -397,26 +395,14 @@ impl Setup {
         if !available() {
             return None;
         }
-        let runtime_dir = tempfile::tempdir().unwrap();
-        let cgroup_parent = format!(
-            "omabox-agent-test-{}",
-            runtime_dir.path().file_name().unwrap().to_string_lossy()
-        );
         Some(Self {
-            data: tempfile::tempdir().unwrap(),
-            runtime_dir,
-            cgroup_parent,
+            dirs: common::TestDirs::new("agent"),
             upstream: Upstream::start(),
         })
     }
 
     fn command(&self, args: &[&str]) -> Command {
-        let mut command = common::omabox_command(
-            self.data.path(),
-            self.runtime_dir.path(),
-            &self.cgroup_parent,
-            args,
-        );
+        let mut command = self.dirs.command(args);
         command
             .env("OMABOX_AGENT_CACHE", agent_cache())
             .env("ANTHROPIC_API_KEY", OPERATOR_KEY)
@@ -470,12 +456,6 @@ impl Setup {
             .unwrap();
         assert!(output.status.success(), "{}", describe(&output));
         dir
-    }
-}
-
-impl Drop for Setup {
-    fn drop(&mut self) {
-        common::remove_cgroup_parent(&self.cgroup_parent);
     }
 }
 

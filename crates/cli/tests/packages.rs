@@ -16,9 +16,7 @@ use std::path::Path;
 use std::process::{Command, Output, Stdio};
 
 struct Setup {
-    data: tempfile::TempDir,
-    runtime_dir: tempfile::TempDir,
-    cgroup_parent: String,
+    dirs: common::TestDirs,
 }
 
 impl Setup {
@@ -26,15 +24,8 @@ impl Setup {
         if !common::linux_available() {
             return None;
         }
-        let runtime_dir = tempfile::tempdir().unwrap();
-        let cgroup_parent = format!(
-            "omabox-packages-test-{}",
-            runtime_dir.path().file_name().unwrap().to_string_lossy()
-        );
         Some(Self {
-            data: tempfile::tempdir().unwrap(),
-            runtime_dir,
-            cgroup_parent,
+            dirs: common::TestDirs::new("packages"),
         })
     }
 
@@ -63,26 +54,27 @@ impl Setup {
         environment: &str,
         script: &str,
     ) -> (Value, Output) {
-        let file = self.data.path().join(format!("{session}-env.json"));
+        let file = self.dirs.data.path().join(format!("{session}-env.json"));
         std::fs::write(&file, environment).unwrap();
         let mut command = Command::new(omabox_bin());
         command.envs(vars.iter().copied());
         if let Some(image) = image {
-            command
-                .env("SANDBOX_IMAGE", image)
-                .env("OMABOX_LINUX_IMAGE_CACHE", self.data.path().join("images"));
+            command.env("SANDBOX_IMAGE", image).env(
+                "OMABOX_LINUX_IMAGE_CACHE",
+                self.dirs.data.path().join("images"),
+            );
         }
         if image.is_none() {
             command.env_remove("SANDBOX_IMAGE");
         }
         let output = command
             .arg("--data-dir")
-            .arg(self.data.path())
+            .arg(self.dirs.data.path())
             .args(["run", "--json", "--session", session, "--environment"])
             .arg(&file)
             .args(["--", "sh", "-c", script])
-            .env(RUNTIME_DIR_ENV, self.runtime_dir.path())
-            .env(CGROUP_PARENT_ENV, &self.cgroup_parent)
+            .env(RUNTIME_DIR_ENV, self.dirs.runtime_dir.path())
+            .env(CGROUP_PARENT_ENV, &self.dirs.cgroup_parent)
             .env(INIT_ENV, init_bin())
             .env("OMABOX_LOG", "info")
             .env_remove("OMABOX_LINUX_IMAGE")
@@ -92,12 +84,6 @@ impl Setup {
             .expect("omabox runs");
         let report = serde_json::from_slice(&output.stdout).unwrap_or(Value::Null);
         (report, output)
-    }
-}
-
-impl Drop for Setup {
-    fn drop(&mut self) {
-        common::remove_cgroup_parent(&self.cgroup_parent);
     }
 }
 
@@ -180,11 +166,11 @@ fn apt_packages_and_dockerfile_steps_are_built_once_into_an_environment_layer() 
         return;
     };
     // A file of omabox's file store for the dockerfile's COPY.
-    let source = setup.data.path().join("table.csv");
+    let source = setup.dirs.data.path().join("table.csv");
     std::fs::write(&source, "a,b\n1,2\n").unwrap();
     let added = Command::new(omabox_bin())
         .arg("--data-dir")
-        .arg(setup.data.path())
+        .arg(setup.dirs.data.path())
         .args(["files", "add", "--json"])
         .arg(&source)
         .output()
@@ -224,7 +210,7 @@ fn apt_packages_and_dockerfile_steps_are_built_once_into_an_environment_layer() 
     assert!(layer_line(&stderr).contains("built=true"), "{stderr}");
     assert!(logged_path(&stderr, "Fresh"), "{stderr}");
     assert!(plain(&stderr).contains("apt_from_layer=true"), "{stderr}");
-    let layers = setup.data.path().join("images/env-layers");
+    let layers = setup.dirs.data.path().join("images/env-layers");
     let kept: Vec<_> = std::fs::read_dir(&layers)
         .unwrap()
         .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
@@ -241,7 +227,10 @@ fn apt_packages_and_dockerfile_steps_are_built_once_into_an_environment_layer() 
     // `omabox image ls` shows it, with its image and size.
     let listed = Command::new(omabox_bin())
         .args(["image", "ls", "--json"])
-        .env("OMABOX_LINUX_IMAGE_CACHE", setup.data.path().join("images"))
+        .env(
+            "OMABOX_LINUX_IMAGE_CACHE",
+            setup.dirs.data.path().join("images"),
+        )
         .output()
         .unwrap();
     assert!(listed.status.success(), "{}", describe(&listed));
@@ -311,17 +300,17 @@ fn a_run_killed_while_it_builds_a_layer_leaves_nothing_after_reap() {
     };
     let environment = r#"{"networking":{"type":"limited","allow_package_managers":true},
         "packages":{"apt":["hello"]}}"#;
-    let file = setup.data.path().join("kill-env.json");
+    let file = setup.dirs.data.path().join("kill-env.json");
     std::fs::write(&file, environment).unwrap();
-    let images = setup.data.path().join("images");
+    let images = setup.dirs.data.path().join("images");
     let command = |args: &[&str]| {
         let mut command = Command::new(omabox_bin());
         command
             .arg("--data-dir")
-            .arg(setup.data.path())
+            .arg(setup.dirs.data.path())
             .args(args)
-            .env(RUNTIME_DIR_ENV, setup.runtime_dir.path())
-            .env(CGROUP_PARENT_ENV, &setup.cgroup_parent)
+            .env(RUNTIME_DIR_ENV, setup.dirs.runtime_dir.path())
+            .env(CGROUP_PARENT_ENV, &setup.dirs.cgroup_parent)
             .env(INIT_ENV, init_bin())
             .env("SANDBOX_IMAGE", &rootfs)
             .env("OMABOX_LINUX_IMAGE_CACHE", &images)
@@ -345,14 +334,18 @@ fn a_run_killed_while_it_builds_a_layer_leaves_nothing_after_reap() {
             .filter(|n| n.starts_with(".partial-"))
             .count()
     };
-    let state_dirs = || std::fs::read_dir(setup.runtime_dir.path()).unwrap().count();
+    let state_dirs = || {
+        std::fs::read_dir(setup.dirs.runtime_dir.path())
+            .unwrap()
+            .count()
+    };
     assert_eq!(partials(), 1, "the kill left its build dir");
     assert!(state_dirs() > 0, "the kill left its build sandbox");
 
     let reap = command(&["reap", "--json"]).output().unwrap();
     assert!(reap.status.success(), "{}", describe(&reap));
     assert_eq!(partials(), 0, "reap removed the build dir");
-    let left: Vec<_> = std::fs::read_dir(setup.runtime_dir.path())
+    let left: Vec<_> = std::fs::read_dir(setup.dirs.runtime_dir.path())
         .unwrap()
         .map(|e| e.unwrap().file_name())
         .filter(|n| !n.to_string_lossy().starts_with('.'))

@@ -25,9 +25,7 @@ enum Backend {
 /// One test's data directory (and, on linux, runtime dir and cgroup parent).
 struct Setup {
     backend: Backend,
-    data: tempfile::TempDir,
-    runtime_dir: tempfile::TempDir,
-    cgroup_parent: String,
+    dirs: common::TestDirs,
 }
 
 /// `Some` when linux sandboxes can run here; otherwise prints why and returns `None`, or
@@ -45,27 +43,15 @@ fn local() -> Setup {
 
 impl Setup {
     fn new(backend: Backend) -> Self {
-        let runtime_dir = tempfile::tempdir().unwrap();
-        let cgroup_parent = format!(
-            "omabox-run-test-{}",
-            runtime_dir.path().file_name().unwrap().to_string_lossy()
-        );
         Self {
             backend,
-            data: tempfile::tempdir().unwrap(),
-            runtime_dir,
-            cgroup_parent,
+            dirs: common::TestDirs::new("run"),
         }
     }
 
     /// `omabox --data-dir D <args>` with this test's environment.
     fn command(&self, args: &[&str]) -> Command {
-        let mut command = common::omabox_command(
-            self.data.path(),
-            self.runtime_dir.path(),
-            &self.cgroup_parent,
-            args,
-        );
+        let mut command = self.dirs.command(args);
         command
             .env("OMABOX_TEST_MODE", "1")
             .env_remove("OMABOX_LEASE_TTL_MS");
@@ -111,12 +97,12 @@ impl Setup {
     }
 
     fn cgroup_parents(&self) -> Vec<PathBuf> {
-        common::cgroup_parent_dirs(&self.cgroup_parent)
+        common::cgroup_parent_dirs(&self.dirs.cgroup_parent)
     }
 
     /// The sandboxes' state dirs in this test's runtime dir.
     fn state_dirs(&self) -> Vec<PathBuf> {
-        std::fs::read_dir(self.runtime_dir.path())
+        std::fs::read_dir(self.dirs.runtime_dir.path())
             .map(|entries| entries.flatten().map(|entry| entry.path()).collect())
             .unwrap_or_default()
     }
@@ -141,7 +127,7 @@ impl Setup {
                 .flatten()
                 .filter(|entry| {
                     std::fs::read_to_string(entry.path().join("cgroup"))
-                        .is_ok_and(|cgroup| cgroup.contains(&self.cgroup_parent))
+                        .is_ok_and(|cgroup| cgroup.contains(&self.dirs.cgroup_parent))
                 })
                 .map(|entry| entry.file_name())
                 .collect();
@@ -160,7 +146,7 @@ impl Setup {
     fn wait_for_workspace_file(&self, name: &str, child: &mut Child) -> PathBuf {
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
-            if let Some(found) = find_file(&self.data.path().join("runtime"), name) {
+            if let Some(found) = find_file(&self.dirs.data.path().join("runtime"), name) {
                 return found;
             }
             if let Ok(Some(status)) = child.try_wait() {
@@ -168,14 +154,6 @@ impl Setup {
             }
             assert!(Instant::now() < deadline, "the harness never wrote {name}");
             std::thread::sleep(Duration::from_millis(25));
-        }
-    }
-}
-
-impl Drop for Setup {
-    fn drop(&mut self) {
-        for parent in self.cgroup_parents() {
-            let _ = std::fs::remove_dir(parent);
         }
     }
 }
@@ -281,7 +259,7 @@ fn two_runs_on_one_session(setup: &Setup) {
         (row["revision"].clone(), row["generation"].clone()),
         (2.into(), 2.into())
     );
-    let exported = setup.data.path().join("exported");
+    let exported = setup.dirs.data.path().join("exported");
     let export = setup
         .command(&["workspace", "export", "--session", "s1"])
         .arg(&exported)
@@ -641,7 +619,7 @@ fn run_token_harness(
 /// The claims of `token` in the test's store.
 fn verify(setup: &Setup, token: &str) -> Option<omabox_contract::SessionTokenClaims> {
     use omabox_contract::SessionTokenPort as _;
-    let store = omabox_store::SqliteStore::open(setup.data.path().join("omabox.db")).unwrap();
+    let store = omabox_store::SqliteStore::open(setup.dirs.data.path().join("omabox.db")).unwrap();
     tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -698,9 +676,9 @@ fn session_tokens_are_issued_projected_revoked_and_rotated(setup: &Setup) {
             }
         }
         // The store (fences, lease journal, orphans, tokens), the blobs and the runtime dirs.
-        let leaked = files_containing(setup.data.path(), token);
+        let leaked = files_containing(setup.dirs.data.path(), token);
         assert!(leaked.is_empty(), "token stored in {leaked:?}");
-        let leaked = files_containing(setup.runtime_dir.path(), token);
+        let leaked = files_containing(setup.dirs.runtime_dir.path(), token);
         assert!(leaked.is_empty(), "token stored in {leaked:?}");
     }
     setup.assert_no_sandbox_left();
@@ -771,7 +749,7 @@ fn linux_harness_reaches_the_gateway_and_by_default_nothing_else() {
     );
     assert!(seen.contains("blocked"), "{seen}");
 
-    let environment = setup.data.path().join("env.json");
+    let environment = setup.dirs.data.path().join("env.json");
     std::fs::write(
         &environment,
         r#"{"config":{"type":"cloud","networking":{"type":"none"}}}"#,
@@ -815,7 +793,7 @@ fn linux_credential_egress_injects_a_vault_secret_the_harness_never_sees() {
     let inet = internet::Internet::new();
     let origin = internet::https::Origin::start(&inet, SECRET);
     common::run_with_stdin(&mut setup.command(&["vault", "put", "api-token"]), SECRET);
-    let environment = setup.data.path().join("env.json");
+    let environment = setup.dirs.data.path().join("env.json");
     std::fs::write(
         &environment,
         r#"{"networking":{"type":"limited","allowed_hosts":["api.test"]}}"#,
@@ -867,7 +845,7 @@ fn linux_credential_egress_injects_a_vault_secret_the_harness_never_sees() {
         );
     }
     // Only the vault (the store) holds it: no blob, no runtime file.
-    let leaked: Vec<_> = files_containing(setup.data.path(), SECRET)
+    let leaked: Vec<_> = files_containing(setup.dirs.data.path(), SECRET)
         .into_iter()
         .filter(|p| {
             !p.file_name()
@@ -875,6 +853,6 @@ fn linux_credential_egress_injects_a_vault_secret_the_harness_never_sees() {
         })
         .collect();
     assert!(leaked.is_empty(), "secret stored in {leaked:?}");
-    assert!(files_containing(setup.runtime_dir.path(), SECRET).is_empty());
+    assert!(files_containing(setup.dirs.runtime_dir.path(), SECRET).is_empty());
     setup.assert_no_sandbox_left();
 }

@@ -21,49 +21,31 @@ mod internet;
 
 struct Setup {
     backend: &'static str,
-    data: tempfile::TempDir,
-    runtime_dir: tempfile::TempDir,
-    cgroup_parent: String,
+    dirs: common::TestDirs,
 }
 
 fn linux() -> Option<Setup> {
     if !common::linux_available() {
         return None;
     }
-    let runtime_dir = tempfile::tempdir().unwrap();
-    let cgroup_parent = format!(
-        "omabox-inputs-test-{}",
-        runtime_dir.path().file_name().unwrap().to_string_lossy()
-    );
-    Some(Setup::new("linux", runtime_dir, cgroup_parent))
+    Some(Setup::new("linux"))
 }
 
 /// The local backend (test mode, no isolation): runs anywhere.
 fn local() -> Setup {
-    Setup::new(
-        "local",
-        tempfile::tempdir().unwrap(),
-        "omabox-inputs-local".into(),
-    )
+    Setup::new("local")
 }
 
 impl Setup {
-    fn new(backend: &'static str, runtime_dir: tempfile::TempDir, cgroup_parent: String) -> Self {
+    fn new(backend: &'static str) -> Self {
         Self {
             backend,
-            data: tempfile::tempdir().unwrap(),
-            runtime_dir,
-            cgroup_parent,
+            dirs: common::TestDirs::new("inputs"),
         }
     }
 
     fn command(&self, args: &[&str]) -> Command {
-        let mut command = common::omabox_command(
-            self.data.path(),
-            self.runtime_dir.path(),
-            &self.cgroup_parent,
-            args,
-        );
+        let mut command = self.dirs.command(args);
         command
             .env("OMABOX_TEST_MODE", "1")
             .env_remove("OMABOX_LEASE_TTL_MS");
@@ -119,11 +101,11 @@ impl Setup {
     }
 
     fn memory(&self, store: &str) -> PathBuf {
-        self.data.path().join("memory").join(store)
+        self.dirs.data.path().join("memory").join(store)
     }
 
     fn assert_no_sandbox_left(&self) {
-        let state: Vec<_> = std::fs::read_dir(self.runtime_dir.path())
+        let state: Vec<_> = std::fs::read_dir(self.dirs.runtime_dir.path())
             .map(|entries| entries.flatten().map(|e| e.path()).collect())
             .unwrap_or_default();
         assert!(state.is_empty(), "state dirs left: {state:?}");
@@ -182,14 +164,14 @@ fn a_file_resource_is_written_on_the_local_backend() {
 }
 
 fn file_resource(setup: &Setup, second: &str, script: &str) {
-    let source = setup.data.path().join("input.bin");
+    let source = setup.dirs.data.path().join("input.bin");
     let bytes: Vec<u8> = (0..=255u8).cycle().take(100_000).collect();
     std::fs::write(&source, &bytes).unwrap();
     let id = setup.add_file(&source);
     assert!(id.starts_with("file_"), "{id}");
     let spec = format!("file:{id}:/workspace/in/input.bin");
     // The same file once more through the contract's JSON shape.
-    let session_json = setup.data.path().join("session.json");
+    let session_json = setup.dirs.data.path().join("session.json");
     std::fs::write(
         &session_json,
         serde_json::json!({"resources": [
@@ -285,7 +267,7 @@ fn git_resources_clone_through_the_enforced_egress_path() {
     let inet = internet::Internet::new();
     let origin = internet::https::Origin::start(&inet, SECRET);
     common::run_with_stdin(&mut setup.command(&["vault", "put", "git-token"]), SECRET);
-    let environment = setup.data.path().join("env.json");
+    let environment = setup.dirs.data.path().join("env.json");
     std::fs::write(
         &environment,
         r#"{"networking":{"type":"limited","allowed_hosts":["api.test"]}}"#,
@@ -350,7 +332,7 @@ fn git_resources_clone_through_the_enforced_egress_path() {
     let spec = format!("git:https://api.test/repo.git@{commit}:/workspace/repo");
     let detached = run("git-commit", &spec);
     assert_eq!(detached.trim(), "detached");
-    let leaked: Vec<_> = files_containing(setup.data.path(), SECRET)
+    let leaked: Vec<_> = files_containing(setup.dirs.data.path(), SECRET)
         .into_iter()
         .filter(|p| {
             !p.file_name()

@@ -11,6 +11,49 @@ pub fn omabox_bin() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_omabox"))
 }
 
+/// One test's data dir, linux runtime dir and cgroup parent (named after the runtime dir,
+/// so parallel tests never share one); the cgroup parent is removed when it is dropped
+/// (from every hierarchy, if empty).
+#[allow(dead_code)]
+pub struct TestDirs {
+    pub data: tempfile::TempDir,
+    pub runtime_dir: tempfile::TempDir,
+    pub cgroup_parent: String,
+}
+
+#[allow(dead_code)]
+impl TestDirs {
+    /// Fresh dirs; the cgroup parent is `omabox-<kind>-test-<runtime dir name>`.
+    pub fn new(kind: &str) -> Self {
+        let runtime_dir = tempfile::tempdir().unwrap();
+        let cgroup_parent = format!(
+            "omabox-{kind}-test-{}",
+            runtime_dir.path().file_name().unwrap().to_string_lossy()
+        );
+        Self {
+            data: tempfile::tempdir().unwrap(),
+            runtime_dir,
+            cgroup_parent,
+        }
+    }
+
+    /// [`omabox_command`] in these dirs.
+    pub fn command(&self, args: &[&str]) -> std::process::Command {
+        omabox_command(
+            self.data.path(),
+            self.runtime_dir.path(),
+            &self.cgroup_parent,
+            args,
+        )
+    }
+}
+
+impl Drop for TestDirs {
+    fn drop(&mut self) {
+        remove_cgroup_parent(&self.cgroup_parent);
+    }
+}
+
 /// `omabox --data-dir DATA ARGS…` for a test with its own linux runtime dir and cgroup
 /// parent: the init next to `omabox`, no image from the environment, stdin `/dev/null`.
 /// Tests add their own environment on top (a later `env` wins).
