@@ -135,15 +135,7 @@ impl Setup {
 
     /// The session's published workspace, exported.
     fn export(&self, session: &str) -> tempfile::TempDir {
-        let dir = tempfile::tempdir().unwrap();
-        let target = dir.path().join("ws");
-        let output = self
-            .command(&["workspace", "export", "--session", session])
-            .arg(&target)
-            .output()
-            .unwrap();
-        assert!(output.status.success(), "{}", describe(&output));
-        dir
+        self.dirs.export(session)
     }
 
     fn wait_for_workspace_file(&self, name: &str, child: &mut Child) {

@@ -90,14 +90,7 @@ impl Setup {
     }
 
     fn export(&self, session: &str) -> tempfile::TempDir {
-        let dir = tempfile::tempdir().unwrap();
-        let output = self
-            .command(&["workspace", "export", "--session", session])
-            .arg(dir.path().join("ws"))
-            .output()
-            .unwrap();
-        assert!(output.status.success(), "{}", describe(&output));
-        dir
+        self.dirs.export(session)
     }
 
     fn memory(&self, store: &str) -> PathBuf {

@@ -37,6 +37,18 @@ impl TestDirs {
         }
     }
 
+    /// `omabox workspace export --session SESSION` into a new temporary dir's `ws/`.
+    pub fn export(&self, session: &str) -> tempfile::TempDir {
+        let dir = tempfile::tempdir().unwrap();
+        let output = self
+            .command(&["workspace", "export", "--session", session])
+            .arg(dir.path().join("ws"))
+            .output()
+            .unwrap();
+        assert!(output.status.success(), "{}", describe(&output));
+        dir
+    }
+
     /// [`omabox_command`] in these dirs.
     pub fn command(&self, args: &[&str]) -> std::process::Command {
         omabox_command(
