@@ -184,6 +184,9 @@ impl CgroupPaths {
                     seen.push(mount.clone());
                     let parent_dir = mount.join(parent);
                     ensure_dir(&parent_dir)?;
+                    if limits.memory_bytes.is_some() && controllers.get("memory") == Some(mount) {
+                        keep_socket_accounting_on(&parent_dir);
+                    }
                     let dir = parent_dir.join(id);
                     std::fs::create_dir(&dir)?;
                     self.dirs.push(dir.clone());
@@ -345,6 +348,15 @@ fn write_file(dir: &Path, file: &str, value: &str) -> io::Result<()> {
         .map_err(|e| io::Error::new(e.kind(), format!("writing {value} to {file}: {e}")))
 }
 
+/// Sets the (unlimited) socket-memory limit of the parent memory cgroup, which turns
+/// the kernel's socket accounting on for as long as the parent exists. Each sandbox's
+/// own limit (see [`write_v1_limits`]) would otherwise switch that global static key on
+/// and, at its removal, off again: code patching on every CPU twice per sandbox. Best
+/// effort: a failure costs speed, not a limit.
+fn keep_socket_accounting_on(parent_dir: &Path) {
+    let _ = write_file(parent_dir, "memory.kmem.tcp.limit_in_bytes", "-1");
+}
+
 fn write_v1_limits(dir: &Path, controller: &str, limits: &Limits) -> io::Result<()> {
     match controller {
         "memory" => {
@@ -356,6 +368,18 @@ fn write_v1_limits(dir: &Path, controller: &str, limits: &Limits) -> io::Result<
                     write_file(dir, "memory.memsw.limit_in_bytes", &m.to_string())?;
                 }
                 let _ = write_file(dir, "memory.swappiness", "0");
+                // Socket buffers: v1 charges them to a memory cgroup only once its
+                // `memory.kmem.tcp.limit_in_bytes` is set (the counter takes every
+                // protocol's socket memory, UDP's too, apart from `memory.usage`).
+                // Unset, they count against nothing but the host-wide `tcp_mem` and
+                // `udp_mem` pools: a sandbox holding a few hundred unread loopback
+                // connections pinned ~4 MiB each outside its limit, until every socket
+                // of the host was under memory pressure. A kernel without the file (it
+                // is deprecated) leaves them uncharged; SECURITY.md says so.
+                match write_file(dir, "memory.kmem.tcp.limit_in_bytes", &m.to_string()) {
+                    Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+                    r => r?,
+                }
             }
         }
         "pids" => {

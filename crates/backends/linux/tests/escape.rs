@@ -893,6 +893,49 @@ async fn a_default_plan_has_a_cpu_quota_in_its_cgroup() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn socket_buffers_count_against_the_sandboxs_memory() {
+    let Some(mut sb) = start().await else { return };
+    // 128 MiB limit. Each loopback connection nobody reads holds up to ~4 MiB of kernel
+    // buffers; uncharged (cgroup v1 without a socket limit), 100 of them pinned ~390 MiB
+    // of host memory outside the limit and counted against the host-wide TCP pool.
+    let out = sb
+        .ok("python3 -c '
+import socket
+ls = socket.socket(); ls.bind((\"127.0.0.1\", 0)); ls.listen(128)
+held, queued, chunk = [], 0, b\"x\" * 65536
+for _ in range(100):
+    c = socket.create_connection(ls.getsockname()); s, _ = ls.accept()
+    c.setblocking(False)
+    while True:
+        try: queued += c.send(chunk)
+        except OSError: break
+    held.append((c, s))
+print(queued)
+'")
+        .await;
+    let queued: u64 = out.trim().parse().expect("bytes queued");
+    assert!(
+        queued < 192 << 20,
+        "{} MiB of socket buffers held under a 128 MiB limit",
+        queued >> 20
+    );
+    if !sb.identity.cgroup.unified {
+        let memory = sb
+            .identity
+            .cgroup
+            .dirs
+            .iter()
+            .find(|d| d.join("memory.limit_in_bytes").exists())
+            .expect("a memory controller dir");
+        if let Ok(limit) = std::fs::read_to_string(memory.join("memory.kmem.tcp.limit_in_bytes")) {
+            assert_eq!(limit.trim(), (128u64 << 20).to_string());
+        }
+    }
+    assert_eq!(sb.ok("echo alive").await, "alive");
+    sb.destroy();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn root_only_proc_files_are_unreadable() {
     let Some(mut sb) = start().await else { return };
     for f in [
