@@ -341,6 +341,10 @@ pub fn begin_userns(range: IdRange) -> io::Result<PendingUserns> {
         libc::sigfillset(&mut all);
         libc::pthread_sigmask(libc::SIG_SETMASK, &all, &mut old);
     }
+    // The helper starts on this CPU: its few syscalls then run as soon as we wait for
+    // them, instead of after the wake-up of an idle CPU (~0.3 ms in a VM whose idle
+    // vCPUs halt).
+    let affinity = sys::pin_to_this_cpu();
     // SAFETY: `userns_helper` runs on `stack` (its top, 16-byte aligned) in a child
     // sharing our memory; it reads only `args` and its own stack, and makes only raw
     // syscalls (see the fn doc). `args` and `stack` outlive it: both move into the
@@ -355,6 +359,9 @@ pub fn begin_userns(range: IdRange) -> io::Result<PendingUserns> {
         )
     };
     let clone_err = io::Error::last_os_error();
+    if let Some(mask) = affinity {
+        sys::set_affinity(&mask);
+    }
     // SAFETY: restores this thread's previous mask from a valid sigset_t.
     unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut()) };
     if pid < 0 {

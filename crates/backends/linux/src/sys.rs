@@ -494,6 +494,36 @@ pub(crate) fn write_all_fd(fd: BorrowedFd<'_>, mut bytes: &[u8]) -> io::Result<(
     Ok(())
 }
 
+/// Restricts the calling thread to the CPU it runs on; returns its previous CPU mask
+/// for [`set_affinity`], or `None` (nothing changed) if either call failed. A child
+/// cloned meanwhile inherits the one-CPU mask and is queued on this CPU.
+pub fn pin_to_this_cpu() -> Option<libc::cpu_set_t> {
+    // SAFETY: cpu_set_t is plain data; sched_getaffinity/sched_setaffinity read or write
+    // exactly one of it; sched_getcpu has no preconditions.
+    unsafe {
+        let mut old: libc::cpu_set_t = std::mem::zeroed();
+        if libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut old) < 0 {
+            return None;
+        }
+        let cpu = libc::sched_getcpu();
+        if cpu < 0 || cpu as usize >= libc::CPU_SETSIZE as usize {
+            return None;
+        }
+        let mut one: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(cpu as usize, &mut one);
+        if libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &one) < 0 {
+            return None;
+        }
+        Some(old)
+    }
+}
+
+/// Sets the calling thread's CPU mask (undoes [`pin_to_this_cpu`]).
+pub fn set_affinity(mask: &libc::cpu_set_t) {
+    // SAFETY: reads one valid cpu_set_t.
+    unsafe { libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), mask) };
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -543,5 +573,29 @@ mod tests {
         }
         assert!(libc::WIFEXITED(status));
         assert_eq!(libc::WEXITSTATUS(status), 0);
+    }
+
+    #[test]
+    fn pinning_to_this_cpu_is_undone_by_set_affinity() {
+        let mask = || {
+            // SAFETY: cpu_set_t is plain data; sched_getaffinity writes one.
+            unsafe {
+                let mut m: libc::cpu_set_t = std::mem::zeroed();
+                assert_eq!(
+                    libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut m),
+                    0
+                );
+                (0..libc::CPU_SETSIZE as usize)
+                    .filter(|c| libc::CPU_ISSET(*c, &m))
+                    .collect::<Vec<_>>()
+            }
+        };
+        let before = mask();
+        let old = pin_to_this_cpu().expect("pinned");
+        let pinned = mask();
+        assert_eq!(pinned.len(), 1, "{pinned:?}");
+        assert!(before.contains(&pinned[0]));
+        set_affinity(&old);
+        assert_eq!(mask(), before);
     }
 }
