@@ -147,6 +147,24 @@ fn echo_hi_and_exit_3() {
 }
 
 #[test]
+fn the_command_may_use_every_cpu_omabox_may() {
+    // PID 1 is kept off the CLI's CPU while it starts (see `oneshot::fork_into`) and must
+    // give the command the whole mask back.
+    let Some(lx) = linux() else { return };
+    let out = lx
+        .command(&["--", "grep", "Cpus_allowed_list", "/proc/self/status"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let ours = std::fs::read_to_string("/proc/self/status").unwrap();
+    let ours = ours
+        .lines()
+        .find(|l| l.starts_with("Cpus_allowed_list"))
+        .unwrap();
+    assert_eq!(text(&out.stdout).trim(), ours);
+}
+
+#[test]
 fn stdin_is_forwarded_until_eof() {
     let Some(lx) = linux() else { return };
     let mut child = lx

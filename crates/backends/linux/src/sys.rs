@@ -518,6 +518,34 @@ pub fn pin_to_this_cpu() -> Option<libc::cpu_set_t> {
     }
 }
 
+/// The calling thread's CPU mask, `None` if it cannot be read.
+pub fn affinity() -> Option<libc::cpu_set_t> {
+    // SAFETY: cpu_set_t is plain data; sched_getaffinity writes one.
+    unsafe {
+        let mut mask: libc::cpu_set_t = std::mem::zeroed();
+        (libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut mask) == 0)
+            .then_some(mask)
+    }
+}
+
+/// Restricts process `pid` to `mask` without the CPU the caller runs on, when that
+/// leaves at least one CPU. Best effort.
+pub fn keep_off_this_cpu(pid: libc::pid_t, mask: &libc::cpu_set_t) {
+    // SAFETY: sched_getcpu has no preconditions; CPU_* and sched_setaffinity work on a
+    // valid cpu_set_t copy.
+    unsafe {
+        let cpu = libc::sched_getcpu();
+        if cpu < 0 || cpu as usize >= libc::CPU_SETSIZE as usize || libc::CPU_COUNT(mask) < 2 {
+            return;
+        }
+        let mut others = *mask;
+        libc::CPU_CLR(cpu as usize, &mut others);
+        if libc::CPU_COUNT(&others) > 0 {
+            libc::sched_setaffinity(pid, std::mem::size_of::<libc::cpu_set_t>(), &others);
+        }
+    }
+}
+
 /// Sets the calling thread's CPU mask (undoes [`pin_to_this_cpu`]).
 pub fn set_affinity(mask: &libc::cpu_set_t) {
     // SAFETY: reads one valid cpu_set_t.

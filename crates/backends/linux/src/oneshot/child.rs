@@ -33,6 +33,10 @@ pub(super) struct ChildPlan {
     pub(super) stdout: RawFd,
     pub(super) stderr: RawFd,
     pub(super) null: RawFd,
+    /// The CPU mask to take back once the plan is here: the host keeps this process off
+    /// its own CPU until then (see `fork_into`), and whatever runs in the sandbox
+    /// inherits the mask this process has when it starts it.
+    pub(super) affinity: Option<libc::cpu_set_t>,
 }
 
 /// The command, from the [`ForkedPlan`].
@@ -79,6 +83,9 @@ fn run(plan: &ChildPlan) -> i32 {
         Err(e) => return fail(&mut status, format!("reading the plan: {e}")),
     };
     let go = handoff::monotonic_us();
+    if let Some(mask) = &plan.affinity {
+        crate::sys::set_affinity(mask);
+    }
     spec.id_base = id_base;
     let mut report = match setup::run(&spec, userns, early) {
         Ok(r) => r,

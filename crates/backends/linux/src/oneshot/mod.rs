@@ -140,6 +140,7 @@ impl OneShotFork {
             stdout: fds.stdout_w.as_raw_fd(),
             stderr: fds.stderr_w.as_raw_fd(),
             null: fds.null.as_raw_fd(),
+            affinity: sys::affinity(),
         };
         let mut ns =
             libc::CLONE_NEWNS | libc::CLONE_NEWPID | libc::CLONE_NEWIPC | libc::CLONE_NEWUTS;
@@ -587,6 +588,12 @@ fn fork_into(ns_flags: libc::c_int, plan: &child::ChildPlan) -> io::Result<(i32,
     unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut()) };
     if ret < 0 {
         return Err(err);
+    }
+    // The child works (network namespace, then the setup stage) while we work out and
+    // send its plan: off our CPU, or the scheduler may queue it behind us or us behind
+    // it. It takes its whole mask back when the plan arrives, which is after this.
+    if let Some(mask) = &plan.affinity {
+        sys::keep_off_this_cpu(ret as libc::pid_t, mask);
     }
     // SAFETY: the kernel stored a fresh pidfd that only we own.
     Ok((ret as i32, unsafe { OwnedFd::from_raw_fd(pidfd) }))
