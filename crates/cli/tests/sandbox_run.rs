@@ -432,6 +432,45 @@ fn a_killed_run_leaves_nothing_reap_cannot_find() {
     }
 }
 
+/// PID 1 makes its own cgroup (v1, as root) once it has the plan, before the go: a host
+/// killed in between leaves a PID 1 that sees the control channel close and removes that
+/// cgroup itself (it is not in it yet), so nothing hinges on when `omabox reap` runs.
+#[test]
+fn a_host_killed_before_the_go_leaves_no_cgroup_behind() {
+    let Some(lx) = linux() else { return };
+    let out = lx
+        .command(&["--", "sleep", "30"])
+        .env("OMABOX_TEST_MODE", "1")
+        .env("OMABOX_FAULT_POINT", "linux-start-cgroup")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    use std::os::unix::process::ExitStatusExt as _;
+    assert_eq!(out.status.signal(), Some(libc::SIGKILL));
+    let sandbox_cgroups = || {
+        lx.cgroup_parents()
+            .iter()
+            .filter_map(|p| std::fs::read_dir(p).ok())
+            .flat_map(|d| d.flatten().map(|e| e.path()).filter(|p| p.is_dir()))
+            .collect::<Vec<_>>()
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while !sandbox_cgroups().is_empty() && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    assert_eq!(sandbox_cgroups(), Vec::<PathBuf>::new(), "before any reap");
+    let data = tempfile::tempdir().unwrap();
+    let reap = lx
+        .reap_command(data.path())
+        .output()
+        .expect("omabox reap runs");
+    assert!(reap.status.success(), "{}", text(&reap.stderr));
+    lx.assert_no_sandbox_left();
+    for e in std::fs::read_dir(lx.tmp.path()).unwrap().flatten() {
+        let _ = std::fs::remove_dir(e.path());
+    }
+}
+
 /// A tiny rootfs from the host (dash as /bin/sh, cat, their libraries, a marker file)
 /// packed by GNU tar as a gzip tarball.
 fn tiny_rootfs_tarball(dir: &std::path::Path) -> PathBuf {

@@ -719,6 +719,12 @@ impl LinuxSandbox {
     }
 
     /// A one-shot start's host milestones so far.
+    /// The cgroup directories of a sandbox whose PID 1 makes them itself (destroy
+    /// removes them as if the host had made them).
+    pub(crate) fn set_cgroup(&mut self, cgroup: CgroupPaths) {
+        self.identity.cgroup = cgroup;
+    }
+
     pub(crate) fn set_host_clock(&mut self, clock: Vec<(&'static str, u64)>) {
         self.host_clock = clock;
     }

@@ -21,7 +21,8 @@ use crate::handoff::{self, InitSpec};
 use crate::setup;
 use crate::sys;
 
-use super::{ForkedPlan, MAX_FORKED_PLAN, wire};
+use super::{ChildCgroup, ForkedPlan, MAX_FORKED_PLAN, wire};
+use crate::cgroup::CgroupPaths;
 
 /// What the child has from the clone: its fds, and whether the host sends a user
 /// namespace with the go. The plan itself comes after the go ([`ForkedPlan`]).
@@ -73,19 +74,34 @@ fn run(plan: &ChildPlan) -> i32 {
     let early = setup::Early::prepare();
     // SAFETY: `control` is open in this process and owned by nothing else here.
     let control = unsafe { OwnedFd::from_raw_fd(plan.control) };
-    // Blocks until the host made the cgroup (and, as root, the user namespace).
-    let (userns, id_base) = match wait_for_go(control.as_fd(), plan.userns_sent) {
-        Ok(go) => go,
-        Err(e) => return fail(&mut status, format!("waiting for the host: {e}")),
-    };
-    let (mut spec, command) = match read_plan(control.as_fd()) {
+    // The plan comes as soon as the host's state dir exists; the go after it.
+    let (mut spec, command, cgroup) = match read_plan(control.as_fd()) {
         Ok(p) => p,
         Err(e) => return fail(&mut status, format!("reading the plan: {e}")),
     };
-    let go = handoff::monotonic_us();
+    let plan_read = handoff::monotonic_us();
     if let Some(mask) = &plan.affinity {
         crate::sys::set_affinity(mask);
     }
+    // cgroup v1 as root: the cgroup is made here, while the host makes the user
+    // namespace (it knows the directories, and destroys them as if it had made them).
+    let made = match cgroup.map(|c| make_cgroup(&c, &spec)).transpose() {
+        Ok(made) => made,
+        Err(e) => return fail(&mut status, format!("create cgroup: {e}")),
+    };
+    // Blocks until the host made the user namespace (as root) and claimed the id range.
+    let (userns, id_base) = match wait_for_go(control.as_fd(), plan.userns_sent) {
+        Ok(go) => go,
+        Err(e) => {
+            // A host that died here cannot remove what we made (an `omabox reap` that
+            // ran meanwhile may have come too early): we are not in it yet.
+            if let Some(made) = made {
+                let _ = made.remove(std::time::Duration::from_millis(100));
+            }
+            return fail(&mut status, format!("waiting for the host: {e}"));
+        }
+    };
+    let go = handoff::monotonic_us();
     spec.id_base = id_base;
     let mut report = match setup::run(&spec, userns, early) {
         Ok(r) => r,
@@ -94,7 +110,8 @@ fn run(plan: &ChildPlan) -> i32 {
     report.clock_us = vec![
         ("init main".into(), entered),
         ("init netns".into(), netns),
-        ("init plan read".into(), go),
+        ("init plan read".into(), plan_read),
+        ("init go".into(), go),
         ("init ready".into(), handoff::monotonic_us()),
     ];
     let mut line = vec![handoff::READY];
@@ -106,8 +123,21 @@ fn run(plan: &ChildPlan) -> i32 {
     supervise(plan, &command, &mut status, &control)
 }
 
-/// The [`ForkedPlan`] after the go: a 4-byte length, then its JSON.
-fn read_plan(control: BorrowedFd<'_>) -> std::io::Result<(InitSpec, Command)> {
+/// Makes the sandbox's cgroup directories and writes their limits (not joined yet: the
+/// setup stage joins them first thing), checking they are the ones the spec joins.
+fn make_cgroup(cgroup: &ChildCgroup, spec: &InitSpec) -> std::io::Result<CgroupPaths> {
+    let made = CgroupPaths::create(&cgroup.layout, &cgroup.parent, &spec.id, &spec.plan.limits)?;
+    if made.self_join_files().unwrap_or_default() != spec.cgroup_join {
+        let _ = made.remove(std::time::Duration::from_millis(100));
+        return Err(std::io::Error::other(
+            "the cgroup directories differ from the ones the setup stage joins",
+        ));
+    }
+    Ok(made)
+}
+
+/// The [`ForkedPlan`], before the go: a 4-byte length, then its JSON.
+fn read_plan(control: BorrowedFd<'_>) -> std::io::Result<(InitSpec, Command, Option<ChildCgroup>)> {
     let mut len = [0u8; 4];
     read_exact(control, &mut len)?;
     let len = u32::from_ne_bytes(len) as usize;
@@ -130,7 +160,7 @@ fn read_plan(control: BorrowedFd<'_>) -> std::io::Result<(InitSpec, Command)> {
     if command.argv.is_empty() {
         return Err(std::io::Error::other("no program"));
     }
-    Ok((plan.spec, command))
+    Ok((plan.spec, command, plan.cgroup))
 }
 
 fn read_exact(fd: BorrowedFd<'_>, buf: &mut [u8]) -> std::io::Result<()> {

@@ -171,13 +171,24 @@ impl Drop for OneShotFork {
     }
 }
 
-/// What a forked PID 1 gets with the go, after the user namespace and the id range's base:
-/// a 4-byte length (native endian), then this as JSON.
+/// What a forked PID 1 gets once its state dir exists, ahead of the go (the user namespace
+/// and the id range's base): a 4-byte length (native endian), then this as JSON.
 #[derive(serde::Serialize, serde::Deserialize)]
 pub(super) struct ForkedPlan {
     pub(super) spec: InitSpec,
     pub(super) argv: Vec<String>,
     pub(super) envp: Vec<String>,
+    /// Set when PID 1 makes its own cgroup (v1, as root) while the host makes the user
+    /// namespace.
+    pub(super) cgroup: Option<ChildCgroup>,
+}
+
+/// Where a forked PID 1 makes its cgroup: `layout`'s hierarchies, under `parent`, named
+/// after the sandbox id, with the plan's limits.
+#[derive(serde::Serialize, serde::Deserialize)]
+pub(super) struct ChildCgroup {
+    pub(super) layout: crate::cgroup::CgroupLayout,
+    pub(super) parent: String,
 }
 
 /// The most a [`ForkedPlan`] message may hold.
@@ -242,6 +253,15 @@ impl LinuxRuntime {
             }
             _ => Vec::new(),
         };
+        // Where the setup stage joins its cgroup itself, it also makes it (see
+        // `ChildCgroup`); otherwise the host makes it (and, on v2, moves PID 1 in).
+        let child_cgroup = match &self.caps.cgroup {
+            Some(layout) if !cgroup_join.is_empty() => Some(ChildCgroup {
+                layout: layout.clone(),
+                parent: self.config.cgroup_parent.clone(),
+            }),
+            _ => None,
+        };
         let forked = ForkedPlan {
             spec: InitSpec {
                 id: id.clone(),
@@ -254,6 +274,7 @@ impl LinuxRuntime {
             },
             argv,
             envp,
+            cgroup: child_cgroup,
         };
         let message = serde_json::to_vec(&forked).map_err(|e| host("encode plan")(e.into()))?;
         if message.len() > MAX_FORKED_PLAN {
@@ -266,7 +287,7 @@ impl LinuxRuntime {
             )));
         };
         omabox_sandbox::fault::point("linux-start-cloned");
-        let (mut sandbox, ids) = match self.create_state_for(id) {
+        let (mut sandbox, ids) = match self.create_state_for(id.clone()) {
             Ok(state) => state,
             Err(e) => {
                 let _ = sys::pidfd_kill(pidfd.as_fd(), libc::SIGKILL);
@@ -276,39 +297,42 @@ impl LinuxRuntime {
             }
         };
         sandbox.adopt_init(fork.pid, pidfd);
+        // The plan first (EPIPE: the child died; its status says why): with the state dir
+        // there, a cgroup PID 1 makes is found by `omabox reap` should this host die.
+        let control = host_ends.control.as_fd();
+        let _ = sys::write_all_fd(control, &(message.len() as u32).to_ne_bytes());
+        let _ = sys::write_all_fd(control, &message);
+        clock.push(("host plan sent", sys::monotonic_us()));
         crate::image_use::record(&sandbox.identity().state_dir, plan)
             .map_err(host("record the image roots"))?;
-        clock.push(("host state dir", sys::monotonic_us()));
         if !self.caps.root {
             crate::sandbox::write_id_maps(fork.pid)
                 .map_err(host("write user namespace id maps"))?;
         }
         let pending_userns = self.begin_userns(ids)?;
-        let joined = self.create_cgroup(&mut sandbox, plan)?;
-        if joined != cgroup_join {
-            return Err(host("create cgroup")(io::Error::other(
-                "the cgroup directories differ from the ones the setup stage was given",
-            )));
+        if cgroup_join.is_empty() {
+            self.create_cgroup(&mut sandbox, plan)?;
+        } else if let Some(layout) = &self.caps.cgroup {
+            // PID 1 makes these; destroy removes them like the host's own.
+            sandbox.set_cgroup(crate::leftovers::planned_cgroup(
+                layout,
+                &self.config.cgroup_parent,
+                &id,
+            ));
         }
         clock.push(("host cgroup create", sys::monotonic_us()));
         omabox_sandbox::fault::point("linux-start-cgroup");
-        let userns_helper = self.send_userns(pending_userns, host_ends.control.as_fd())?;
+        let userns_helper = self.send_userns(pending_userns, control)?;
         if userns_helper.is_none() {
             // No user namespace to hand over: the go is a plain byte.
-            let _ = sys::write_all_fd(host_ends.control.as_fd(), &[0]);
+            let _ = sys::write_all_fd(control, &[0]);
         }
-        // Then the id range's base (0: none), then the plan. EPIPE: the child died; its
-        // status says why.
+        // Then the id range's base (0: none).
         let base = ids.map_or(0, |r| r.base);
-        let _ = sys::write_all_fd(host_ends.control.as_fd(), &base.to_ne_bytes());
-        let _ = sys::write_all_fd(
-            host_ends.control.as_fd(),
-            &(message.len() as u32).to_ne_bytes(),
-        );
-        let _ = sys::write_all_fd(host_ends.control.as_fd(), &message);
+        let _ = sys::write_all_fd(control, &base.to_ne_bytes());
         // The child is released: the namespace's helper goes now, off its path.
         drop(userns_helper);
-        clock.push(("host plan sent", sys::monotonic_us()));
+        clock.push(("host go sent", sys::monotonic_us()));
         omabox_sandbox::fault::point("linux-start-plan-sent");
         sandbox.record_identity()?;
         clock.push(("host identity written", sys::monotonic_us()));
