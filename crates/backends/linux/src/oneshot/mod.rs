@@ -5,10 +5,13 @@
 //! stage, identity record, teardown), with two differences that save most of a start
 //! (and PID 1 is forked before the plan is known — [`OneShotFork::fork`], which the CLI
 //! calls first thing — so its own start-up overlaps the host's working out of the plan,
-//! state dir, cgroup and user namespace: until the host's go it only makes its network
-//! namespace and prebuilds its seccomp filter, and it exits if the host goes away,
-//! leaving nothing; [`LinuxRuntime::start_forked`] sends it the go, the id range's base
-//! and then the plan, command and env as a length-prefixed [`ForkedPlan`] JSON):
+//! state dir, cgroup and user namespace: it makes its network namespace and prebuilds
+//! its seccomp filter, off the host's CPU; [`LinuxRuntime::start_forked`] sends it the
+//! plan, command and env as a length-prefixed [`ForkedPlan`] JSON once the state dir
+//! exists, then PID 1 makes its own cgroup on v1 as root (the host records and removes
+//! it like its own) while the host makes the user namespace, and the go (namespace fd
+//! and id range's base) follows; PID 1 exits if the host goes away, removing the cgroup
+//! it made, so a host killed at any point leaves nothing `omabox reap` cannot find):
 //!
 //! - PID 1 is a fork of the calling process that runs the setup stage in place
 //!   (`child.rs`), not an exec of `omabox-sandbox-init`: no second binary is loaded. A
