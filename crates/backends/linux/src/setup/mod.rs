@@ -203,7 +203,8 @@ pub fn run(
 
 /// Joins the sandbox's cgroup v1 directories by writing `0` (the calling thread) into
 /// each `tasks` file. The host creates the directories and writes the limits before it
-/// sends the plan, so the limits hold from here on; a failure fails the start.
+/// sends the go (a one-shot PID 1 makes them itself, just before), so the limits hold
+/// from here on; a failure fails the start.
 ///
 /// Why not the host writing our pid into `cgroup.procs`: moving a whole thread group
 /// takes the kernel's global `cgroup_threadgroup_rwsem` for writing, which waits for an
