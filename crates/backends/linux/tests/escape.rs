@@ -936,6 +936,39 @@ print(queued)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_hosts_huge_page_pool_is_out_of_reach() {
+    let Some(mut sb) = start().await else { return };
+    // The hugetlb pool is host-wide and bounded by no cgroup the sandbox is in: every way
+    // to it is refused with EPERM (the kernel's own answer with an empty pool would be
+    // ENOMEM, or success for the memfd). Ordinary mappings still work.
+    let out = sb
+        .ok("python3 -c '
+import ctypes, errno, mmap, os
+libc = ctypes.CDLL(None, use_errno=True)
+said = []
+try:
+    mmap.mmap(-1, 2 << 20, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | 0x40000)
+    said.append(\"mmap:ok\")
+except OSError as e:
+    said.append(\"mmap:\" + errno.errorcode[e.errno])
+try:
+    os.memfd_create(\"x\", os.MFD_HUGETLB)
+    said.append(\"memfd:ok\")
+except OSError as e:
+    said.append(\"memfd:\" + errno.errorcode[e.errno])
+r = libc.shmget(0, 2 << 20, 0o1000 | 0o600 | 0o4000)
+said.append(\"shmget:\" + (\"ok\" if r >= 0 else errno.errorcode[ctypes.get_errno()]))
+m = mmap.mmap(-1, 2 << 20, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+m[0] = 1
+said.append(\"plain:ok\")
+print(\" \".join(said))
+'")
+        .await;
+    assert_eq!(out, "mmap:EPERM memfd:EPERM shmget:EPERM plain:ok");
+    sb.destroy();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn root_only_proc_files_are_unreadable() {
     let Some(mut sb) = start().await else { return };
     for f in [

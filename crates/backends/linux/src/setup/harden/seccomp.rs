@@ -215,6 +215,34 @@ pub(super) fn socket_rules() -> Result<Vec<(i64, Vec<SeccompRule>)>, SetupError>
     ])
 }
 
+/// `SHM_HUGETLB` of `shmget` (not in `libc`).
+pub(super) const SHM_HUGETLB: libc::c_int = 0o4000;
+
+/// Refusals of huge-page memory from the host's hugetlb pool: `mmap(MAP_HUGETLB)`,
+/// `memfd_create(MFD_HUGETLB)`, `shmget(SHM_HUGETLB)`. The pool (`vm.nr_hugepages`) is
+/// host-wide, reserved by the operator for its databases or packet processing, and
+/// neither the memory cgroup nor a user namespace bounds it: anonymous huge pages need
+/// no privilege, so one sandbox could take them all. Programs fall back to normal
+/// pages when the pool says no. Transparent huge pages (`madvise`) are untouched: they
+/// are ordinary, charged memory.
+pub(super) fn hugetlb_rules() -> Result<Vec<(i64, Vec<SeccompRule>)>, SetupError> {
+    let flag = |arg: u8, bit: libc::c_int| -> Result<Vec<SeccompRule>, SetupError> {
+        Ok(vec![rule(cond(
+            arg,
+            SeccompCmpOp::MaskedEq(bit as u64),
+            bit as u64,
+        )?)?])
+    };
+    Ok(vec![
+        (libc::SYS_mmap, flag(3, libc::MAP_HUGETLB)?),
+        (
+            libc::SYS_memfd_create,
+            flag(1, libc::MFD_HUGETLB as libc::c_int)?,
+        ),
+        (libc::SYS_shmget, flag(2, SHM_HUGETLB)?),
+    ])
+}
+
 /// The main filter's rules: syscall number → conditions (none: always refused).
 pub(super) fn rules() -> Result<BTreeMap<i64, Vec<SeccompRule>>, SetupError> {
     let mut rules: BTreeMap<i64, Vec<SeccompRule>> = BTreeMap::new();
@@ -239,6 +267,7 @@ pub(super) fn rules() -> Result<BTreeMap<i64, Vec<SeccompRule>>, SetupError> {
         clone_rules.push(rule(cond(0, SeccompCmpOp::MaskedEq(f as u64), f as u64)?)?);
     }
     rules.insert(libc::SYS_clone, clone_rules);
+    rules.extend(hugetlb_rules()?);
     // ioctl(TIOCSTI / TIOCLINUX): no typing into a terminal's input queue.
     rules.insert(
         libc::SYS_ioctl,
