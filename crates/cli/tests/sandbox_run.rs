@@ -71,6 +71,20 @@ impl Linux {
         c
     }
 
+    /// Runs `omabox reap` (which must succeed), asserts that no sandbox is left, and
+    /// removes the temporary workspaces of killed runs (theirs to remove, not a sandbox's).
+    fn reap_and_assert_no_sandbox_left(&self, data_dir: &std::path::Path) {
+        let reap = self
+            .reap_command(data_dir)
+            .output()
+            .expect("omabox reap runs");
+        assert!(reap.status.success(), "{}", text(&reap.stderr));
+        self.assert_no_sandbox_left();
+        for e in std::fs::read_dir(self.tmp.path()).unwrap().flatten() {
+            let _ = std::fs::remove_dir(e.path());
+        }
+    }
+
     /// Runs with stdin at /dev/null and collects the output.
     fn run(&self, args: &[&str]) -> Output {
         self.command(args)
@@ -408,6 +422,7 @@ fn a_killed_run_leaves_nothing_reap_cannot_find() {
         "linux-start-cgroup",
         "linux-start-userns",
         "linux-start-plan-sent",
+        "linux-start-go-sent",
         "linux-start-identity",
     ] {
         let out = lx
@@ -420,16 +435,7 @@ fn a_killed_run_leaves_nothing_reap_cannot_find() {
         use std::os::unix::process::ExitStatusExt as _;
         assert_eq!(out.status.signal(), Some(libc::SIGKILL), "{point}");
     }
-    let reap = lx
-        .reap_command(data.path())
-        .output()
-        .expect("omabox reap runs");
-    assert!(reap.status.success(), "{}", text(&reap.stderr));
-    lx.assert_no_sandbox_left();
-    // The killed runs' temporary workspaces are theirs to remove; not a sandbox's.
-    for e in std::fs::read_dir(lx.tmp.path()).unwrap().flatten() {
-        let _ = std::fs::remove_dir(e.path());
-    }
+    lx.reap_and_assert_no_sandbox_left(data.path());
 }
 
 /// PID 1 makes its own cgroup (v1, as root) once it has the plan, before the go: a host
@@ -460,15 +466,7 @@ fn a_host_killed_before_the_go_leaves_no_cgroup_behind() {
     }
     assert_eq!(sandbox_cgroups(), Vec::<PathBuf>::new(), "before any reap");
     let data = tempfile::tempdir().unwrap();
-    let reap = lx
-        .reap_command(data.path())
-        .output()
-        .expect("omabox reap runs");
-    assert!(reap.status.success(), "{}", text(&reap.stderr));
-    lx.assert_no_sandbox_left();
-    for e in std::fs::read_dir(lx.tmp.path()).unwrap().flatten() {
-        let _ = std::fs::remove_dir(e.path());
-    }
+    lx.reap_and_assert_no_sandbox_left(data.path());
 }
 
 /// A tiny rootfs from the host (dash as /bin/sh, cat, their libraries, a marker file)

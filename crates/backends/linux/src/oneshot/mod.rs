@@ -300,12 +300,24 @@ impl LinuxRuntime {
             }
         };
         sandbox.adopt_init(fork.pid, pidfd);
+        if forked.cgroup.is_some()
+            && let Some(layout) = &self.caps.cgroup
+        {
+            // PID 1 makes these (`ChildCgroup`); recorded before it is told to, so a start
+            // failing from here removes them (after PID 1's exit) like the host's own.
+            sandbox.set_cgroup(crate::leftovers::planned_cgroup(
+                layout,
+                &self.config.cgroup_parent,
+                &id,
+            ));
+        }
         // The plan first (EPIPE: the child died; its status says why): with the state dir
         // there, a cgroup PID 1 makes is found by `omabox reap` should this host die.
         let control = host_ends.control.as_fd();
         let _ = sys::write_all_fd(control, &(message.len() as u32).to_ne_bytes());
         let _ = sys::write_all_fd(control, &message);
         clock.push(("host plan sent", sys::monotonic_us()));
+        omabox_sandbox::fault::point("linux-start-plan-sent");
         crate::image_use::record(&sandbox.identity().state_dir, plan)
             .map_err(host("record the image roots"))?;
         if !self.caps.root {
@@ -313,15 +325,8 @@ impl LinuxRuntime {
                 .map_err(host("write user namespace id maps"))?;
         }
         let pending_userns = self.begin_userns(ids)?;
-        if cgroup_join.is_empty() {
+        if forked.cgroup.is_none() {
             self.create_cgroup(&mut sandbox, plan)?;
-        } else if let Some(layout) = &self.caps.cgroup {
-            // PID 1 makes these; destroy removes them like the host's own.
-            sandbox.set_cgroup(crate::leftovers::planned_cgroup(
-                layout,
-                &self.config.cgroup_parent,
-                &id,
-            ));
         }
         clock.push(("host cgroup create", sys::monotonic_us()));
         omabox_sandbox::fault::point("linux-start-cgroup");
@@ -336,7 +341,7 @@ impl LinuxRuntime {
         // The child is released: the namespace's helper goes now, off its path.
         drop(userns_helper);
         clock.push(("host go sent", sys::monotonic_us()));
-        omabox_sandbox::fault::point("linux-start-plan-sent");
+        omabox_sandbox::fault::point("linux-start-go-sent");
         sandbox.record_identity()?;
         clock.push(("host identity written", sys::monotonic_us()));
         omabox_sandbox::fault::point("linux-start-identity");
