@@ -969,6 +969,28 @@ print(\" \".join(said))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sandbox_cannot_take_the_hosts_ptys() {
+    let Some(mut sb) = start().await else { return };
+    // Every devpts instance draws on one host-wide pool (`kernel.pty.max`); the sandbox's
+    // own instance stops at 128, where an unbounded one gave it all it had fds for.
+    let out = sb
+        .ok("python3 -c '
+import errno, os
+fds = []
+try:
+    while len(fds) < 1000:
+        fds.append(os.open(\"/dev/ptmx\", os.O_RDWR | os.O_NOCTTY))
+    print(len(fds), \"none\")
+except OSError as e:
+    print(len(fds), errno.errorcode[e.errno])
+'")
+        .await;
+    let (n, err) = out.split_once(' ').unwrap();
+    assert_eq!((n.parse::<u32>().unwrap(), err), (128, "ENOSPC"), "{out}");
+    sb.destroy();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn root_only_proc_files_are_unreadable() {
     let Some(mut sb) = start().await else { return };
     for f in [

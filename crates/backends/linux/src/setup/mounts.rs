@@ -343,6 +343,13 @@ pub(super) fn build(
     Ok(root)
 }
 
+/// The sandbox's own `devpts` instance, with at most 128 terminals (an agent's terminal
+/// sessions need a handful): the kernel
+/// counts every instance's ptys against one host-wide `kernel.pty.max` (4096, of which
+/// `kernel.pty.reserve` — 1024 — only the host's own instance may use), so an unbounded
+/// instance let one sandbox take every pty other sandboxes and containers could get.
+const DEVPTS_OPTIONS: &str = "newinstance,ptmxmode=0666,mode=0620,max=128";
+
 /// Where [`SandboxPlan::memory_mount`] puts its tmpfs.
 pub(in crate::setup) const MEMORY_MOUNT: &str = "/mnt/memory";
 
@@ -556,7 +563,7 @@ fn dev(root: &Path, shm_bytes: u64) -> Result<(), SetupError> {
             &pts,
             Some("devpts"),
             libc::MS_NOSUID | libc::MS_NOEXEC,
-            Some("newinstance,ptmxmode=0666,mode=0620"),
+            Some(DEVPTS_OPTIONS),
         ),
     )?;
     let shm = dev.join("shm");
