@@ -991,6 +991,32 @@ except OSError as e:
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sandbox_cannot_stall_host_opens_with_a_lease() {
+    if !can_run() {
+        return;
+    }
+    let ws = tempfile::tempdir().unwrap();
+    let mut plan = test_plan();
+    plan.workspace = Some(ws.path().to_path_buf());
+    let mut sb = Sandboxed::start(plan).await;
+    // A lease on a workspace file (the sandbox owns it through the idmapped bind), with
+    // SIGIO ignored, held every host open of that file for `fs.lease-break-time`.
+    let out = sb
+        .ok("echo hi > /workspace/leased; python3 -c '
+import errno, fcntl, os
+fd = os.open(\"/workspace/leased\", os.O_RDONLY)
+try:
+    fcntl.fcntl(fd, 1024, fcntl.F_RDLCK)
+    print(\"leased\")
+except OSError as e:
+    print(errno.errorcode[e.errno])
+'")
+        .await;
+    assert_eq!(out, "EPERM");
+    sb.destroy();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn root_only_proc_files_are_unreadable() {
     let Some(mut sb) = start().await else { return };
     for f in [

@@ -268,6 +268,13 @@ pub(super) fn rules() -> Result<BTreeMap<i64, Vec<SeccompRule>>, SetupError> {
     }
     rules.insert(libc::SYS_clone, clone_rules);
     rules.extend(hugetlb_rules()?);
+    // fcntl(F_SETLEASE): a lease on a file of a writable bind made any host process
+    // opening that file (the user's editor, omabox's own readers) wait until the sandbox
+    // let go, up to `fs.lease-break-time` (45 s) per open, had it ignored SIGIO.
+    rules.insert(
+        libc::SYS_fcntl,
+        vec![rule(cond(1, SeccompCmpOp::Eq, libc::F_SETLEASE as u64)?)?],
+    );
     // ioctl(TIOCSTI / TIOCLINUX): no typing into a terminal's input queue.
     rules.insert(
         libc::SYS_ioctl,
