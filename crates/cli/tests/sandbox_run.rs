@@ -179,6 +179,39 @@ fn the_command_may_use_every_cpu_omabox_may() {
 }
 
 #[test]
+fn the_temporary_workspace_is_closed_to_other_host_users() {
+    // What the sandbox writes into its temporary /workspace must not be readable by other
+    // host users while it runs: the workspace sits in a directory only its owner enters.
+    let Some(lx) = linux() else { return };
+    let mut child = lx
+        .command(&["--", "sh", "-c", "stat -c %a /workspace; exec sleep 5"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(child.stdout.as_mut().unwrap()),
+        &mut line,
+    )
+    .unwrap();
+    assert_eq!(line.trim(), "755", "/workspace inside");
+    let entries: Vec<_> = std::fs::read_dir(lx.tmp.path())
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .collect();
+    assert_eq!(entries.len(), 1, "{entries:?}");
+    use std::os::unix::fs::PermissionsExt as _;
+    let mode = std::fs::metadata(&entries[0]).unwrap().permissions().mode();
+    assert_eq!(mode & 0o077, 0, "{:?} is {mode:o}", entries[0]);
+    // SAFETY: kill(2) on our own child.
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    child.wait().unwrap();
+    lx.assert_nothing_left();
+}
+
+#[test]
 fn stdin_is_forwarded_until_eof() {
     let Some(lx) = linux() else { return };
     let mut child = lx

@@ -449,14 +449,22 @@ fn prepare(
                 .map_err(|e| Failure::usage(format!("--workspace {}: {e}", dir.display())))?;
             Workspace::Given(dir)
         }
-        None => Workspace::Temporary(
-            tempfile::Builder::new()
+        None => {
+            // The sandbox writes into it as the directory's owner: a parent only its owner
+            // may enter keeps other host users out of what it writes, while `/workspace`
+            // itself stays an ordinary 0755 directory inside.
+            let temp_err = |e: std::io::Error| {
+                Failure::omabox(format!("cannot create a temporary workspace: {e}"))
+            };
+            let dir = tempfile::Builder::new()
                 .prefix("omabox-run-")
+                .permissions(std::os::unix::fs::PermissionsExt::from_mode(0o700))
                 .tempdir()
-                .map_err(|e| {
-                    Failure::omabox(format!("cannot create a temporary workspace: {e}"))
-                })?,
-        ),
+                .map_err(temp_err)?;
+            let workspace = dir.path().join("workspace");
+            std::fs::create_dir(&workspace).map_err(temp_err)?;
+            Workspace::Temporary { dir, workspace }
+        }
     };
     Ok((vars.into_iter().collect(), workspace))
 }
@@ -550,14 +558,18 @@ fn linux_failure(error: &LinuxFactoryError) -> Failure {
 /// The `/workspace` directory of the run.
 enum Workspace {
     Given(PathBuf),
-    Temporary(tempfile::TempDir),
+    /// `workspace` in `dir` (0700, see `prepare`).
+    Temporary {
+        dir: tempfile::TempDir,
+        workspace: PathBuf,
+    },
 }
 
 impl Workspace {
     fn path(&self) -> &Path {
         match self {
             Self::Given(p) => p,
-            Self::Temporary(t) => t.path(),
+            Self::Temporary { workspace, .. } => workspace,
         }
     }
 
@@ -565,7 +577,7 @@ impl Workspace {
     fn finish(self) -> Result<(), String> {
         match self {
             Self::Given(_) => Ok(()),
-            Self::Temporary(t) => {
+            Self::Temporary { dir: t, .. } => {
                 let path = t.path().to_path_buf();
                 t.close().map_err(|e| {
                     format!(
