@@ -1017,6 +1017,29 @@ except OSError as e:
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sandbox_cannot_change_a_ptys_line_discipline() {
+    let Some(mut sb) = start().await else { return };
+    // TIOCSETD on its own pty would make the kernel load a line discipline's module
+    // (`dev.tty.ldisc_autoload`): N_HDLC (13), N_GSM0710 (21), even N_TTY (0).
+    let out = sb
+        .ok("python3 -c '
+import errno, fcntl, os, struct
+fd = os.open(\"/dev/ptmx\", os.O_RDWR | os.O_NOCTTY)
+said = []
+for d in (13, 21, 0):
+    try:
+        fcntl.ioctl(fd, 0x5423, struct.pack(\"i\", d))
+        said.append(\"ok\")
+    except OSError as e:
+        said.append(errno.errorcode[e.errno])
+print(\" \".join(said))
+'")
+        .await;
+    assert_eq!(out, "EPERM EPERM EPERM");
+    sb.destroy();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn root_only_proc_files_are_unreadable() {
     let Some(mut sb) = start().await else { return };
     for f in [

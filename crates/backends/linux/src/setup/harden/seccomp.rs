@@ -276,11 +276,15 @@ pub(super) fn rules() -> Result<BTreeMap<i64, Vec<SeccompRule>>, SetupError> {
         vec![rule(cond(1, SeccompCmpOp::Eq, libc::F_SETLEASE as u64)?)?],
     );
     // ioctl(TIOCSTI / TIOCLINUX): no typing into a terminal's input queue.
+    // ioctl(TIOCSETD): no line discipline change on the sandbox's own ptys — with
+    // `dev.tty.ldisc_autoload` (on by default) it loads the discipline's kernel module
+    // (`n_hdlc`, `n_gsm`, … — old, rarely used code with a record of exploitable bugs).
     rules.insert(
         libc::SYS_ioctl,
         vec![
             rule(cond(1, SeccompCmpOp::Eq, libc::TIOCSTI)?)?,
             rule(cond(1, SeccompCmpOp::Eq, libc::TIOCLINUX)?)?,
+            rule(cond(1, SeccompCmpOp::Eq, libc::TIOCSETD)?)?,
         ],
     );
     Ok(rules)
