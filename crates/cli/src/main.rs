@@ -19,6 +19,7 @@ mod session;
 mod session_inputs;
 mod signals;
 mod terminal;
+mod terminal_safe;
 mod timeline;
 mod wiring;
 mod work_profile;

@@ -7,6 +7,7 @@
 //! - [`ProgressBars`] draws an `indicatif` bar on stderr for a restore, checkpoint, seed or
 //!   export large enough to take a while, and only when stderr is a terminal.
 
+use crate::terminal_safe::ControlFilter;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use omabox_persistence::{Progress, ProgressObserver, ProgressPhase};
 use omabox_sandbox::managed::{HarnessOutputSink, HarnessStream};
@@ -28,6 +29,8 @@ struct LineState {
     pending: Vec<u8>,
     /// Part of the current line was already written (its prefix with it).
     continued: bool,
+    /// Set when this stream goes to a terminal: harness bytes reach it only as text.
+    filter: Option<ControlFilter>,
 }
 
 /// Streams harness output to the terminal (see the module doc).
@@ -41,9 +44,14 @@ pub struct TerminalHarnessOutput {
 impl TerminalHarnessOutput {
     /// `json`: everything raw to stderr.
     pub fn new(json: bool) -> Self {
+        // With --json both streams go to stderr.
+        let state = |fd| LineState {
+            filter: ControlFilter::for_terminal(fd),
+            ..LineState::default()
+        };
         Self {
             json,
-            lines: Mutex::new([LineState::default(), LineState::default()]),
+            lines: Mutex::new([state(if json { 2 } else { 1 }), state(2)]),
         }
     }
 
@@ -116,17 +124,27 @@ fn render(state: &mut LineState, bytes: &[u8], text: &mut Vec<u8>) {
 
 impl HarnessOutputSink for TerminalHarnessOutput {
     fn output(&self, stream: HarnessStream, bytes: &[u8]) {
-        if self.json {
-            write_raw(HarnessStream::Stderr, bytes);
-            return;
-        }
         let index = match stream {
             HarnessStream::Stdout => 0,
             HarnessStream::Stderr => 1,
         };
-        let mut text = Vec::new();
         let mut lines = self.lines();
-        render(&mut lines[index], bytes, &mut text);
+        let state = &mut lines[index];
+        let mut filtered = Vec::new();
+        let bytes = match &mut state.filter {
+            Some(f) => {
+                f.filter(bytes, &mut filtered);
+                &filtered[..]
+            }
+            None => bytes,
+        };
+        if self.json {
+            drop(lines);
+            write_raw(HarnessStream::Stderr, bytes);
+            return;
+        }
+        let mut text = Vec::new();
+        render(state, bytes, &mut text);
         drop(lines);
         if !text.is_empty() {
             write_raw(stream, &text);

@@ -212,6 +212,69 @@ fn the_temporary_workspace_is_closed_to_other_host_users() {
 }
 
 #[test]
+fn output_to_a_terminal_arrives_as_text_only() {
+    use std::os::unix::fs::OpenOptionsExt as _;
+    // OSC 52 would set the host's clipboard, OSC 0 its window title, and `CSI 6 n` makes
+    // the terminal type a report into the next reader's input: none of that may reach a
+    // terminal of ours. Colours do; a pipe gets every byte.
+    let Some(lx) = linux() else { return };
+    let script = r"printf 'a\033]52;c;ZXZpbA==\007b\033[6nc\033[31md\033[0m\n'; printf 'e\033]0;t\007f\n' >&2";
+    // SAFETY: posix_openpt/grantpt/unlockpt/ptsname_r on a fresh master fd and a local
+    // buffer; the fds are owned by the `File`s made from them.
+    let (master, slave) = unsafe {
+        let m = libc::posix_openpt(libc::O_RDWR | libc::O_NOCTTY);
+        assert!(m >= 0);
+        assert_eq!(libc::grantpt(m), 0);
+        assert_eq!(libc::unlockpt(m), 0);
+        let mut name = [0 as libc::c_char; 64];
+        assert_eq!(libc::ptsname_r(m, name.as_mut_ptr(), name.len()), 0);
+        let path = std::ffi::CStr::from_ptr(name.as_ptr())
+            .to_str()
+            .unwrap()
+            .to_owned();
+        let slave = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .custom_flags(libc::O_NOCTTY)
+            .open(path)
+            .unwrap();
+        (
+            <std::fs::File as std::os::fd::FromRawFd>::from_raw_fd(m),
+            slave,
+        )
+    };
+    let status = lx
+        .command(&["--", "sh", "-c", script])
+        .stdin(Stdio::null())
+        .stdout(slave.try_clone().unwrap())
+        .stderr(slave)
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let mut seen = Vec::new();
+    let mut buf = [0u8; 4096];
+    let mut master = master;
+    // Every slave fd is closed: the master reads what is buffered, then EIO.
+    while let Ok(n) = std::io::Read::read(&mut master, &mut buf) {
+        if n == 0 {
+            break;
+        }
+        seen.extend_from_slice(&buf[..n]);
+    }
+    let seen = String::from_utf8_lossy(&seen);
+    assert!(seen.contains("abc\x1b[31md\x1b[0m"), "{seen:?}");
+    assert!(seen.contains("ef"), "{seen:?}");
+    assert!(
+        !seen.contains("\x1b]") && !seen.contains("\x1b[6n"),
+        "{seen:?}"
+    );
+    let raw = lx.run(&["--", "sh", "-c", script]);
+    assert!(text(&raw.stdout).contains("\x1b]52;c;ZXZpbA==\x07b\x1b[6n"));
+    assert!(text(&raw.stderr).contains("\x1b]0;t\x07f"));
+    lx.assert_nothing_left();
+}
+
+#[test]
 fn stdin_is_forwarded_until_eof() {
     let Some(lx) = linux() else { return };
     let mut child = lx

@@ -40,7 +40,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 mod one_shot;
+mod workspace;
 
+use workspace::Workspace;
+
+use crate::terminal_safe::ControlFilter;
 use crate::wiring::{self, Backend};
 use clap::Args;
 use futures::FutureExt;
@@ -449,22 +453,8 @@ fn prepare(
                 .map_err(|e| Failure::usage(format!("--workspace {}: {e}", dir.display())))?;
             Workspace::Given(dir)
         }
-        None => {
-            // The sandbox writes into it as the directory's owner: a parent only its owner
-            // may enter keeps other host users out of what it writes, while `/workspace`
-            // itself stays an ordinary 0755 directory inside.
-            let temp_err = |e: std::io::Error| {
-                Failure::omabox(format!("cannot create a temporary workspace: {e}"))
-            };
-            let dir = tempfile::Builder::new()
-                .prefix("omabox-run-")
-                .permissions(std::os::unix::fs::PermissionsExt::from_mode(0o700))
-                .tempdir()
-                .map_err(temp_err)?;
-            let workspace = dir.path().join("workspace");
-            std::fs::create_dir(&workspace).map_err(temp_err)?;
-            Workspace::Temporary { dir, workspace }
-        }
+        None => Workspace::temporary()
+            .map_err(|e| Failure::omabox(format!("cannot create a temporary workspace: {e}")))?,
     };
     Ok((vars.into_iter().collect(), workspace))
 }
@@ -555,41 +545,6 @@ fn linux_failure(error: &LinuxFactoryError) -> Failure {
     }
 }
 
-/// The `/workspace` directory of the run.
-enum Workspace {
-    Given(PathBuf),
-    /// `workspace` in `dir` (0700, see `prepare`).
-    Temporary {
-        dir: tempfile::TempDir,
-        workspace: PathBuf,
-    },
-}
-
-impl Workspace {
-    fn path(&self) -> &Path {
-        match self {
-            Self::Given(p) => p,
-            Self::Temporary { workspace, .. } => workspace,
-        }
-    }
-
-    /// Removes a temporary workspace (after the sandbox is gone).
-    fn finish(self) -> Result<(), String> {
-        match self {
-            Self::Given(_) => Ok(()),
-            Self::Temporary { dir: t, .. } => {
-                let path = t.path().to_path_buf();
-                t.close().map_err(|e| {
-                    format!(
-                        "removing the temporary workspace {} failed: {e}",
-                        path.display()
-                    )
-                })
-            }
-        }
-    }
-}
-
 /// SIGINT, SIGTERM and SIGHUP, caught.
 struct Signals {
     int: Signal,
@@ -663,8 +618,18 @@ async fn supervise(
     let control = process.control();
     let exited = process.exited();
     let (pipe_tx, mut pipe_rx) = mpsc::unbounded_channel::<()>();
-    let stdout = tokio::spawn(relay(process.stdout, tokio::io::stdout(), pipe_tx.clone()));
-    let stderr = tokio::spawn(relay(process.stderr, tokio::io::stderr(), pipe_tx));
+    let stdout = tokio::spawn(relay(
+        process.stdout,
+        tokio::io::stdout(),
+        ControlFilter::for_terminal(1),
+        pipe_tx.clone(),
+    ));
+    let stderr = tokio::spawn(relay(
+        process.stderr,
+        tokio::io::stderr(),
+        ControlFilter::for_terminal(2),
+        pipe_tx,
+    ));
     let stdin = tokio::spawn(feed_stdin(process.stdin));
 
     let mut exited = exited;
@@ -726,12 +691,17 @@ fn forward_kill(
 /// Copies a process stream to one of ours, flushing each chunk as it comes. Tells
 /// `broken` when ours stopped accepting bytes, then keeps draining so the process is
 /// not stalled.
-async fn relay<R, W>(mut from: R, mut to: W, broken: mpsc::UnboundedSender<()>)
-where
+async fn relay<R, W>(
+    mut from: R,
+    mut to: W,
+    mut filter: Option<ControlFilter>,
+    broken: mpsc::UnboundedSender<()>,
+) where
     R: AsyncRead + Unpin,
     W: AsyncWrite + Unpin,
 {
     let mut buf = vec![0u8; CHUNK];
+    let mut filtered = Vec::new();
     let mut open = true;
     loop {
         let n = match from.read(&mut buf).await {
@@ -739,8 +709,16 @@ where
             Ok(n) => n,
         };
         if open {
+            let bytes = match &mut filter {
+                Some(f) => {
+                    filtered.clear();
+                    f.filter(&buf[..n], &mut filtered);
+                    &filtered[..]
+                }
+                None => &buf[..n],
+            };
             let written = async {
-                to.write_all(&buf[..n]).await?;
+                to.write_all(bytes).await?;
                 to.flush().await
             };
             if written.await.is_err() {

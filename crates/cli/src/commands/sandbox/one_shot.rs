@@ -26,6 +26,7 @@ use super::{
     CHUNK, DRAIN_WAIT, EXIT_NOT_STARTED, EXIT_OMABOX_FAILED, Failure, NOT_ROOT_HINT, RunArgs,
     linux_failure, prepare, report,
 };
+use crate::terminal_safe::ControlFilter;
 use crate::wiring::Backend;
 
 /// After the command's exit, output that stays silent this long is abandoned (the
@@ -197,6 +198,8 @@ struct Relay {
     stderr: Option<OwnedFd>,
     /// Whether our stdout / stderr still take bytes.
     ours_open: [bool; 2],
+    /// For ours that are terminals: what the command writes reaches them only as text.
+    filters: [Option<ControlFilter>; 2],
     ready: bool,
     exit: Option<u8>,
     kills: u32,
@@ -225,6 +228,10 @@ impl Relay {
             stdout: sandbox.take_stdout(),
             stderr: sandbox.take_stderr(),
             ours_open: [true, true],
+            filters: [
+                ControlFilter::for_terminal(1),
+                ControlFilter::for_terminal(2),
+            ],
             ready: false,
             exit: None,
             kills: 0,
@@ -410,7 +417,15 @@ impl Relay {
             Ok(0) => *slot = None,
             Ok(n) => {
                 self.last_output = Instant::now();
-                if self.ours_open[i] && write_all(i as RawFd + 1, &buf[..n]).is_err() {
+                let mut filtered = Vec::new();
+                let bytes = match &mut self.filters[i] {
+                    Some(f) => {
+                        f.filter(&buf[..n], &mut filtered);
+                        &filtered[..]
+                    }
+                    None => &buf[..n],
+                };
+                if self.ours_open[i] && write_all(i as RawFd + 1, bytes).is_err() {
                     // Ours is gone (a closed pipe): stop the command, as SIGPIPE would.
                     self.ours_open[i] = false;
                     self.request_kill(sandbox);

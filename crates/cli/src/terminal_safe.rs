@@ -1,0 +1,279 @@
+//! What a sandbox writes reaches a terminal only as text: [`ControlFilter`] removes the
+//! control sequences that make a terminal do more than draw.
+//!
+//! A program in a sandbox is hostile, and a terminal is an interpreter: an OSC sequence can
+//! set the clipboard (OSC 52), the window title or a hyperlink, a DCS can reprogram keys on
+//! some terminals, and a report request (device status `CSI 6 n`, attributes `CSI c`,
+//! window title `CSI 21 t`) makes the terminal *type its answer into the input* of whatever
+//! reads the terminal next — the user's shell, once `omabox` exits. So output that goes to a
+//! terminal keeps printable text (UTF-8 untouched), tab, newline, carriage return and
+//! backspace, SGR colours and styles (`CSI … m`), cursor movement and erasing (`CSI` with
+//! final `A`–`H`, `J`, `K`, `f`, `s`, `u`) and cursor show/hide (`CSI ? 25 h/l`): what
+//! coloured output and progress bars use. Everything else is dropped: other C0 controls
+//! (BEL included), every string sequence (OSC, DCS, APC, PM, SOS — up to BEL or ST, or
+//! [`MAX_STRING`] bytes), every other escape and CSI sequence, and a CSI longer than
+//! [`MAX_CSI`] bytes. Output that does not go to a terminal (a pipe, a file) is never
+//! filtered: `omabox sandbox run … | cat` shows the raw bytes.
+//!
+//! The filter is a state machine over the byte stream, so a sequence split across reads is
+//! recognised as one; its only buffer is one CSI sequence (at most [`MAX_CSI`] bytes).
+
+/// The longest CSI sequence kept (ESC and `[` included); a longer one is dropped whole.
+pub const MAX_CSI: usize = 32;
+
+/// How many bytes of an unterminated string sequence (OSC, DCS, …) are swallowed before the
+/// filter gives up on it and shows text again, so a stray `ESC ]` cannot hide the rest of
+/// the output.
+pub const MAX_STRING: usize = 4096;
+
+/// CSI final bytes that only draw: cursor movement, erasing, colours, cursor save/restore.
+const DRAWING_FINALS: &[u8] = b"ABCDEFGHJKfmsu";
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum State {
+    Text,
+    /// After ESC.
+    Escape,
+    /// After ESC and intermediate bytes (`ESC ( B`): dropped up to the final byte.
+    EscapeIntermediate,
+    /// Inside `ESC [`; the bytes so far are in `csi`.
+    Csi,
+    /// Inside a CSI sequence too long to keep: dropped up to its final byte.
+    CsiDrop,
+    /// Inside a string sequence, `n` bytes so far; `esc`: the last byte was ESC.
+    String {
+        n: usize,
+        esc: bool,
+    },
+}
+
+/// The streaming filter (see the module doc). One per output stream.
+#[derive(Debug)]
+pub struct ControlFilter {
+    state: State,
+    csi: Vec<u8>,
+}
+
+impl Default for ControlFilter {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl ControlFilter {
+    pub fn new() -> Self {
+        Self {
+            state: State::Text,
+            csi: Vec::with_capacity(MAX_CSI),
+        }
+    }
+
+    /// A filter for output to our fd `fd` if that is a terminal; `None` for a pipe or a
+    /// file, which get the bytes raw.
+    pub fn for_terminal(fd: std::os::fd::RawFd) -> Option<Self> {
+        // SAFETY: isatty on an integer fd has no memory effects.
+        (unsafe { libc::isatty(fd) } == 1).then(Self::new)
+    }
+
+    /// Appends to `out` what of `input` may reach a terminal.
+    pub fn filter(&mut self, input: &[u8], out: &mut Vec<u8>) {
+        for &b in input {
+            self.byte(b, out);
+        }
+    }
+
+    fn byte(&mut self, b: u8, out: &mut Vec<u8>) {
+        const ESC: u8 = 0x1b;
+        match self.state {
+            State::Text => match b {
+                ESC => self.state = State::Escape,
+                b'\t' | b'\n' | b'\r' | 0x08 => out.push(b),
+                0x00..=0x1f | 0x7f => {}
+                _ => out.push(b),
+            },
+            State::Escape => {
+                self.state = match b {
+                    b'[' => {
+                        self.csi.clear();
+                        self.csi.extend_from_slice(&[ESC, b'[']);
+                        State::Csi
+                    }
+                    b']' | b'P' | b'_' | b'^' | b'X' => State::String { n: 0, esc: false },
+                    ESC => State::Escape,
+                    0x20..=0x2f => State::EscapeIntermediate,
+                    // A two-byte escape (ESC 7, ESC c, ESC =, …) is dropped; a control
+                    // byte ends it and counts as text again.
+                    0x00..=0x1f => {
+                        self.state = State::Text;
+                        return self.byte(b, out);
+                    }
+                    _ => State::Text,
+                };
+            }
+            State::EscapeIntermediate => match b {
+                0x20..=0x2f => {}
+                0x30..=0x7e => self.state = State::Text,
+                _ => {
+                    self.state = State::Text;
+                    self.byte(b, out);
+                }
+            },
+            State::Csi => match b {
+                // Parameter and intermediate bytes.
+                0x20..=0x3f => {
+                    self.csi.push(b);
+                    if self.csi.len() >= MAX_CSI {
+                        // Too long to be drawing: swallow the rest of it.
+                        self.state = State::CsiDrop;
+                    }
+                }
+                // The final byte.
+                0x40..=0x7e => {
+                    self.csi.push(b);
+                    if drawing_csi(&self.csi) {
+                        out.extend_from_slice(&self.csi);
+                    }
+                    self.state = State::Text;
+                }
+                // Anything else aborts the sequence and is itself text (or a new ESC).
+                _ => {
+                    self.state = State::Text;
+                    self.byte(b, out);
+                }
+            },
+            State::CsiDrop => match b {
+                0x20..=0x3f => {}
+                0x40..=0x7e => self.state = State::Text,
+                _ => {
+                    self.state = State::Text;
+                    self.byte(b, out);
+                }
+            },
+            State::String { n, esc } => {
+                self.state = match b {
+                    0x07 => State::Text,
+                    b'\\' if esc => State::Text,
+                    // CAN and SUB cancel a sequence.
+                    0x18 | 0x1a => State::Text,
+                    _ if n + 1 >= MAX_STRING => State::Text,
+                    _ => State::String {
+                        n: n + 1,
+                        esc: b == ESC,
+                    },
+                };
+            }
+        }
+    }
+}
+
+/// Whether a complete CSI sequence (`ESC [` … final) only draws (see the module doc).
+fn drawing_csi(seq: &[u8]) -> bool {
+    let Some((&last, body)) = seq[2..].split_last() else {
+        return false;
+    };
+    match body.first() {
+        // Private modes: only showing and hiding the cursor.
+        Some(b'?') => body == b"?25" && (last == b'h' || last == b'l'),
+        Some(b'<' | b'=' | b'>') => false,
+        // Plain parameters (digits and separators) only, no intermediate bytes.
+        _ => {
+            DRAWING_FINALS.contains(&last)
+                && body
+                    .iter()
+                    .all(|c| c.is_ascii_digit() || *c == b';' || *c == b':')
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(chunks: &[&[u8]]) -> Vec<u8> {
+        let mut f = ControlFilter::new();
+        let mut out = Vec::new();
+        for c in chunks {
+            f.filter(c, &mut out);
+        }
+        out
+    }
+
+    #[test]
+    fn text_colours_and_progress_pass_unchanged() {
+        let text = "plain, ünïcødé ✓\ttab\r\nnext\x08\x1b[1;31mred\x1b[0m \x1b[38;5;200mx\x1b[m\
+                    \x1b[2K\r\x1b[1A\x1b[?25l50%\x1b[?25h\x1b[10;20H\x1b[s\x1b[u\x1b[J"
+            .as_bytes();
+        assert_eq!(run(&[text]), text);
+    }
+
+    #[test]
+    fn reports_strings_and_other_controls_are_dropped() {
+        let cases: &[(&[u8], &[u8])] = &[
+            // Device status and attribute reports: the answer would be typed into input.
+            (b"a\x1b[6nb", b"ab"),
+            (b"a\x1b[cb\x1b[>0cc", b"abc"),
+            // Window title report and window operations.
+            (b"a\x1b[21tb\x1b[8;1;1t", b"ab"),
+            // OSC 52 (clipboard), OSC 0 (title), both terminators; DCS; APC; PM; SOS.
+            (b"a\x1b]52;c;ZXZpbA==\x07b", b"ab"),
+            (b"a\x1b]0;owned\x1b\\b", b"ab"),
+            (
+                b"a\x1bP+q544e\x1b\\b\x1b_x\x07c\x1b^y\x07d\x1bXz\x07e",
+                b"abcde",
+            ),
+            // BEL and other C0 controls, DEL.
+            (b"a\x07\x00\x05\x7fb", b"ab"),
+            // Two-byte and intermediate escapes (reset, charset designation, keypad).
+            (b"a\x1bcb\x1b(Bc\x1b=d\x1b#8e", b"abcde"),
+            // Private modes other than the cursor's (alternate screen, bracketed paste,
+            // mouse reporting), and CSI with intermediates or odd parameters.
+            (
+                b"a\x1b[?1049hb\x1b[?2004h\x1b[?1000hc\x1b[1 qd\x1b[=5me",
+                b"abcde",
+            ),
+            // Scrolling region, insert/delete: not in the drawing set.
+            (b"a\x1b[1;5rb\x1b[2Lc", b"abc"),
+        ];
+        for (input, want) in cases {
+            assert_eq!(
+                String::from_utf8_lossy(&run(&[input])),
+                String::from_utf8_lossy(want),
+                "{input:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_sequence_split_across_reads_is_still_one_sequence() {
+        let input = b"x\x1b]52;c;ZXZpbA==\x07y\x1b[31mz\x1b[6nw";
+        let whole = run(&[input]);
+        assert_eq!(whole, b"xy\x1b[31mzw");
+        for cut in 0..input.len() {
+            assert_eq!(run(&[&input[..cut], &input[cut..]]), whole, "cut at {cut}");
+        }
+        let bytes: Vec<&[u8]> = input.chunks(1).collect();
+        assert_eq!(run(&bytes), whole);
+    }
+
+    #[test]
+    fn unterminated_or_overlong_sequences_do_not_hide_the_rest() {
+        // A stray OSC swallows at most MAX_STRING bytes.
+        let mut input = b"\x1b]".to_vec();
+        input.extend(std::iter::repeat_n(b'q', MAX_STRING + 10));
+        input.extend_from_slice(b"visible");
+        let out = run(&[&input]);
+        assert!(
+            out.ends_with(b"visible"),
+            "{}",
+            String::from_utf8_lossy(&out)
+        );
+        assert!(out.len() < 20 + "visible".len());
+        // An endless CSI is dropped and text resumes after its final byte.
+        let mut input = b"\x1b[".to_vec();
+        input.extend(std::iter::repeat_n(b'1', 1000));
+        input.extend_from_slice(b"mafter");
+        assert_eq!(run(&[&input]), b"after");
+        // A control byte aborts a CSI and counts as text.
+        assert_eq!(run(&[b"\x1b[12\nok"]), b"\nok");
+    }
+}
