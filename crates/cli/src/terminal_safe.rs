@@ -6,7 +6,8 @@
 //! some terminals, and a report request (device status `CSI 6 n`, attributes `CSI c`,
 //! window title `CSI 21 t`) makes the terminal *type its answer into the input* of whatever
 //! reads the terminal next — the user's shell, once `omabox` exits. So output that goes to a
-//! terminal keeps printable text (UTF-8 untouched), tab, newline, carriage return and
+//! terminal keeps printable text (UTF-8 untouched; a byte 0x80–0x9f only inside a UTF-8
+//! character, since alone it is an 8-bit C1 control to some terminals), tab, newline, carriage return and
 //! backspace, SGR colours and styles (`CSI … m`), cursor movement and erasing (`CSI` with
 //! final `A`–`H`, `J`, `K`, `f`, `s`, `u`) and cursor show/hide (`CSI ? 25 h/l`): what
 //! coloured output and progress bars use. Everything else is dropped: other C0 controls
@@ -52,6 +53,8 @@ enum State {
 pub struct ControlFilter {
     state: State,
     csi: Vec<u8>,
+    /// UTF-8 continuation bytes the last lead byte announced and not yet seen.
+    utf8_pending: u8,
 }
 
 impl Default for ControlFilter {
@@ -65,6 +68,7 @@ impl ControlFilter {
         Self {
             state: State::Text,
             csi: Vec::with_capacity(MAX_CSI),
+            utf8_pending: 0,
         }
     }
 
@@ -85,12 +89,16 @@ impl ControlFilter {
     fn byte(&mut self, b: u8, out: &mut Vec<u8>) {
         const ESC: u8 = 0x1b;
         match self.state {
-            State::Text => match b {
-                ESC => self.state = State::Escape,
-                b'\t' | b'\n' | b'\r' | 0x08 => out.push(b),
-                0x00..=0x1f | 0x7f => {}
-                _ => out.push(b),
-            },
+            State::Text if b >= 0x80 => self.non_ascii(b, out),
+            State::Text => {
+                self.utf8_pending = 0;
+                match b {
+                    ESC => self.state = State::Escape,
+                    b'\t' | b'\n' | b'\r' | 0x08 => out.push(b),
+                    0x00..=0x1f | 0x7f => {}
+                    _ => out.push(b),
+                }
+            }
             State::Escape => {
                 self.state = match b {
                     b'[' => {
@@ -166,6 +174,37 @@ impl ControlFilter {
     }
 }
 
+impl ControlFilter {
+    /// A byte ≥ 0x80 in text: UTF-8 passes; a byte in 0x80–0x9f that is not a
+    /// continuation a lead byte announced is dropped, since a terminal not in UTF-8 mode
+    /// reads it as a C1 control (0x9b is CSI, 0x9d OSC, 0x90 DCS).
+    fn non_ascii(&mut self, b: u8, out: &mut Vec<u8>) {
+        match b {
+            0x80..=0xbf if self.utf8_pending > 0 => {
+                self.utf8_pending -= 1;
+                out.push(b);
+            }
+            0x80..=0x9f => self.utf8_pending = 0,
+            0xc2..=0xdf => {
+                self.utf8_pending = 1;
+                out.push(b);
+            }
+            0xe0..=0xef => {
+                self.utf8_pending = 2;
+                out.push(b);
+            }
+            0xf0..=0xf4 => {
+                self.utf8_pending = 3;
+                out.push(b);
+            }
+            _ => {
+                self.utf8_pending = 0;
+                out.push(b);
+            }
+        }
+    }
+}
+
 /// Whether a complete CSI sequence (`ESC [` … final) only draws (see the module doc).
 fn drawing_csi(seq: &[u8]) -> bool {
     let Some((&last, body)) = seq[2..].split_last() else {
@@ -231,6 +270,10 @@ mod tests {
                 b"a\x1b[?1049hb\x1b[?2004h\x1b[?1000hc\x1b[1 qd\x1b[=5me",
                 b"abcde",
             ),
+            // 8-bit C1 controls outside UTF-8 (CSI 0x9b, OSC 0x9d); UTF-8 that contains
+            // the same bytes as continuations stays ("ě" is C4 9B, "❝" E2 9D 9D).
+            (b"a\x9b6nb\x9d0;t\x07c", b"a6nb0;tc"),
+            ("ě❝".as_bytes(), "ě❝".as_bytes()),
             // Scrolling region, insert/delete: not in the drawing set.
             (b"a\x1b[1;5rb\x1b[2Lc", b"abc"),
         ];
@@ -253,6 +296,78 @@ mod tests {
         }
         let bytes: Vec<&[u8]> = input.chunks(1).collect();
         assert_eq!(run(&bytes), whole);
+    }
+
+    /// Every ESC in `out` starts a CSI sequence of the drawing set; no other control.
+    fn only_drawing(out: &[u8]) -> Result<(), String> {
+        let mut i = 0;
+        let mut pending = 0;
+        while i < out.len() {
+            let b = out[i];
+            if b >= 0x80 {
+                pending = match b {
+                    0x80..=0xbf if pending > 0 => pending - 1,
+                    0x80..=0x9f => return Err(format!("C1 {b:#x} at {i}")),
+                    0xc2..=0xdf => 1,
+                    0xe0..=0xef => 2,
+                    0xf0..=0xf4 => 3,
+                    _ => 0,
+                };
+                i += 1;
+                continue;
+            }
+            pending = 0;
+            match b {
+                0x1b => {
+                    if out.get(i + 1) != Some(&b'[') {
+                        return Err(format!("ESC without [ at {i}"));
+                    }
+                    let end = out[i + 2..]
+                        .iter()
+                        .position(|b| (0x40..=0x7e).contains(b))
+                        .ok_or(format!("unfinished CSI at {i}"))?;
+                    let seq = &out[i..i + 2 + end + 1];
+                    if !drawing_csi(seq) {
+                        return Err(format!("CSI {seq:?} at {i}"));
+                    }
+                    i += seq.len();
+                }
+                b'\t' | b'\n' | b'\r' | 0x08 => i += 1,
+                0x00..=0x1f | 0x7f => return Err(format!("control {b:#x} at {i}")),
+                _ => i += 1,
+            }
+        }
+        Ok(())
+    }
+
+    #[test]
+    fn random_streams_leave_only_text_and_drawing() {
+        // Bytes drawn mostly from what sequences are made of, cut into random reads.
+        let alphabet = b"\x1b\x1b\x1b[[]]?;0126mnctHPX_^\\\x07\x18 ab\n\x9b\x9d\x00\xc4\xe2";
+        let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = move || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        };
+        for _ in 0..2000 {
+            let len = (next() % 200) as usize;
+            let input: Vec<u8> = (0..len)
+                .map(|_| alphabet[(next() % alphabet.len() as u64) as usize])
+                .collect();
+            let mut f = ControlFilter::new();
+            let mut out = Vec::new();
+            let mut rest = &input[..];
+            while !rest.is_empty() {
+                let cut = 1 + (next() % rest.len() as u64) as usize;
+                f.filter(&rest[..cut], &mut out);
+                rest = &rest[cut..];
+            }
+            if let Err(e) = only_drawing(&out) {
+                panic!("{e}: input {input:?} gave {out:?}");
+            }
+        }
     }
 
     #[test]
