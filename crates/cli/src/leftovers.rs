@@ -55,6 +55,8 @@ pub struct LeftoverReport {
     pub bindings_live: usize,
     /// Abandoned temp blobs removed.
     pub temp_blobs_removed: u64,
+    /// Temporary workspaces of killed `omabox sandbox run`s (in `$TMPDIR`) removed.
+    pub temp_workspaces_removed: Vec<String>,
     /// What could not be looked at or removed.
     pub errors: Vec<String>,
 }
@@ -139,6 +141,15 @@ fn sweep_blocking(data_dir: &Path, store: &SqliteStore, env: &SandboxFactoryEnv)
         Err(error) => report.errors.push(error),
     }
     sweep_bindings(data_dir, store, &mut report);
+    // Their sandboxes went above; what they wrote into /workspace goes now.
+    let (workspaces, errors) =
+        crate::commands::sandbox::sweep_abandoned_workspaces(&std::env::temp_dir());
+    report.temp_workspaces_removed = workspaces.iter().map(|p| p.display().to_string()).collect();
+    report.errors.extend(
+        errors
+            .into_iter()
+            .map(|e| format!("temporary workspace {e}")),
+    );
     // Environment layer builds a crashed host left (their sandboxes went above).
     let image_cache = env
         .get(omabox_backend_linux::factory::IMAGE_CACHE_ENV)

@@ -79,7 +79,8 @@ enum Command {
     /// (OMABOX_LINUX_RUNTIME_DIR, default /run/omabox) whose owner process is dead and that no
     /// lease names, including those killed while starting (init, cgroups, state dir); removes
     /// the /workspace and outputs binding dirs under <data-dir>/runtime*/ of generations that
-    /// no longer hold their fence; removes temp blobs of interrupted puts. Never touches a held
+    /// no longer hold their fence; removes the temporary workspaces ($TMPDIR/omabox-run-*) of
+    /// killed `omabox sandbox run`s; removes temp blobs of interrupted puts. Never touches a held
     /// lease, a sandbox whose owner is alive or a live generation's bindings; token-free and
     /// safe to repeat. `omabox run` does all but the orphan pass before it starts.
     Reap(commands::reap::ReapArgs),

@@ -66,23 +66,21 @@ impl Linux {
             .env(RUNTIME_DIR_ENV, self.runtime_dir.path())
             .env(CGROUP_PARENT_ENV, &self.cgroup_parent)
             .env(INIT_ENV, init_bin())
+            .env("TMPDIR", self.tmp.path())
             .env_remove("OMABOX_FAULT_POINT")
             .stdin(Stdio::null());
         c
     }
 
-    /// Runs `omabox reap` (which must succeed), asserts that no sandbox is left, and
-    /// removes the temporary workspaces of killed runs (theirs to remove, not a sandbox's).
-    fn reap_and_assert_no_sandbox_left(&self, data_dir: &std::path::Path) {
+    /// Runs `omabox reap` (which must succeed) and asserts that nothing is left: no
+    /// sandbox, and no temporary workspace of a killed run.
+    fn reap_and_assert_nothing_left(&self, data_dir: &std::path::Path) {
         let reap = self
             .reap_command(data_dir)
             .output()
             .expect("omabox reap runs");
         assert!(reap.status.success(), "{}", text(&reap.stderr));
-        self.assert_no_sandbox_left();
-        for e in std::fs::read_dir(self.tmp.path()).unwrap().flatten() {
-            let _ = std::fs::remove_dir(e.path());
-        }
+        self.assert_nothing_left();
     }
 
     /// Runs with stdin at /dev/null and collects the output.
@@ -531,7 +529,7 @@ fn a_killed_run_leaves_nothing_reap_cannot_find() {
         use std::os::unix::process::ExitStatusExt as _;
         assert_eq!(out.status.signal(), Some(libc::SIGKILL), "{point}");
     }
-    lx.reap_and_assert_no_sandbox_left(data.path());
+    lx.reap_and_assert_nothing_left(data.path());
 }
 
 /// PID 1 makes its own cgroup (v1, as root) once it has the plan, before the go: a host
@@ -562,7 +560,7 @@ fn a_host_killed_before_the_go_leaves_no_cgroup_behind() {
     }
     assert_eq!(sandbox_cgroups(), Vec::<PathBuf>::new(), "before any reap");
     let data = tempfile::tempdir().unwrap();
-    lx.reap_and_assert_no_sandbox_left(data.path());
+    lx.reap_and_assert_nothing_left(data.path());
 }
 
 /// A tiny rootfs from the host (dash as /bin/sh, cat, their libraries, a marker file)

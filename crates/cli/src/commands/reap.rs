@@ -3,10 +3,12 @@
 //! generation (its host died: kill -9, power loss) is reaped; then the leftover sweep
 //! ([`crate::leftovers`]): linux sandboxes under the runtime dir whose owner process is gone
 //! (also those killed during their start, which no journal knows), binding directories of
-//! generations that no longer hold their fence, and temp blobs of interrupted puts; last, the
+//! generations that no longer hold their fence, temporary workspaces of killed `omabox sandbox
+//! run`s (in `$TMPDIR`, whose lock their owner no longer holds) and temp blobs of interrupted
+//! puts; last, the
 //! blob collection of `omabox gc` with its default retention ([`crate::gc`]). Every pass
 //! is token-free and safe to repeat, and safe while other runs are going on (held leases,
-//! live owners' sandboxes and live generations' bindings are never touched).
+//! live owners' sandboxes and workspaces and live generations' bindings are never touched).
 
 use crate::data_dir;
 use crate::gc::{DEFAULT_GRACE, GcOptions, GcSummary, collect_garbage, keep_from_env};
@@ -155,6 +157,13 @@ fn print_leftovers(report: &LeftoverReport) {
         println!("  removed {relative}");
     }
     println!("temp blobs removed: {}", report.temp_blobs_removed);
+    println!(
+        "temporary workspaces removed: {}",
+        report.temp_workspaces_removed.len()
+    );
+    for path in &report.temp_workspaces_removed {
+        println!("  removed {path}");
+    }
     for error in &report.errors {
         println!("  error: {error}");
     }

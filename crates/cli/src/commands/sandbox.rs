@@ -43,6 +43,7 @@ mod one_shot;
 mod workspace;
 
 use workspace::Workspace;
+pub(crate) use workspace::sweep_abandoned as sweep_abandoned_workspaces;
 
 use crate::terminal_safe::ControlFilter;
 use crate::wiring::{self, Backend};
