@@ -899,10 +899,11 @@ async fn socket_buffers_count_against_the_sandboxs_memory() {
     // buffers; uncharged (cgroup v1 without a socket limit), 100 of them pinned ~390 MiB
     // of host memory outside the limit and counted against the host-wide TCP pool.
     let out = sb
-        .ok("python3 -c '
+        .python(
+            r#"
 import socket
-ls = socket.socket(); ls.bind((\"127.0.0.1\", 0)); ls.listen(128)
-held, queued, chunk = [], 0, b\"x\" * 65536
+ls = socket.socket(); ls.bind(("127.0.0.1", 0)); ls.listen(128)
+held, queued, chunk = [], 0, b"x" * 65536
 for _ in range(100):
     c = socket.create_connection(ls.getsockname()); s, _ = ls.accept()
     c.setblocking(False)
@@ -911,7 +912,8 @@ for _ in range(100):
         except OSError: break
     held.append((c, s))
 print(queued)
-'")
+"#,
+        )
         .await;
     let queued: u64 = out.trim().parse().expect("bytes queued");
     assert!(
@@ -942,27 +944,29 @@ async fn the_hosts_huge_page_pool_is_out_of_reach() {
     // to it is refused with EPERM (the kernel's own answer with an empty pool would be
     // ENOMEM, or success for the memfd). Ordinary mappings still work.
     let out = sb
-        .ok("python3 -c '
+        .python(
+            r#"
 import ctypes, errno, mmap, os
 libc = ctypes.CDLL(None, use_errno=True)
 said = []
 try:
     mmap.mmap(-1, 2 << 20, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | 0x40000)
-    said.append(\"mmap:ok\")
+    said.append("mmap:ok")
 except OSError as e:
-    said.append(\"mmap:\" + errno.errorcode[e.errno])
+    said.append("mmap:" + errno.errorcode[e.errno])
 try:
-    os.memfd_create(\"x\", os.MFD_HUGETLB)
-    said.append(\"memfd:ok\")
+    os.memfd_create("x", os.MFD_HUGETLB)
+    said.append("memfd:ok")
 except OSError as e:
-    said.append(\"memfd:\" + errno.errorcode[e.errno])
+    said.append("memfd:" + errno.errorcode[e.errno])
 r = libc.shmget(0, 2 << 20, 0o1000 | 0o600 | 0o4000)
-said.append(\"shmget:\" + (\"ok\" if r >= 0 else errno.errorcode[ctypes.get_errno()]))
+said.append("shmget:" + ("ok" if r >= 0 else errno.errorcode[ctypes.get_errno()]))
 m = mmap.mmap(-1, 2 << 20, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
 m[0] = 1
-said.append(\"plain:ok\")
-print(\" \".join(said))
-'")
+said.append("plain:ok")
+print(" ".join(said))
+"#,
+        )
         .await;
     assert_eq!(out, "mmap:EPERM memfd:EPERM shmget:EPERM plain:ok");
     sb.destroy();
@@ -974,16 +978,18 @@ async fn a_sandbox_cannot_take_the_hosts_ptys() {
     // Every devpts instance draws on one host-wide pool (`kernel.pty.max`); the sandbox's
     // own instance stops at 128, where an unbounded one gave it all it had fds for.
     let out = sb
-        .ok("python3 -c '
+        .python(
+            r#"
 import errno, os
 fds = []
 try:
     while len(fds) < 1000:
-        fds.append(os.open(\"/dev/ptmx\", os.O_RDWR | os.O_NOCTTY))
-    print(len(fds), \"none\")
+        fds.append(os.open("/dev/ptmx", os.O_RDWR | os.O_NOCTTY))
+    print(len(fds), "none")
 except OSError as e:
     print(len(fds), errno.errorcode[e.errno])
-'")
+"#,
+        )
         .await;
     let (n, err) = out.split_once(' ').unwrap();
     assert_eq!((n.parse::<u32>().unwrap(), err), (128, "ENOSPC"), "{out}");
@@ -1002,15 +1008,19 @@ async fn a_sandbox_cannot_stall_host_opens_with_a_lease() {
     // A lease on a workspace file (the sandbox owns it through the idmapped bind), with
     // SIGIO ignored, held every host open of that file for `fs.lease-break-time`.
     let out = sb
-        .ok("echo hi > /workspace/leased; python3 -c '
+        .python(
+            r#"
 import errno, fcntl, os
-fd = os.open(\"/workspace/leased\", os.O_RDONLY)
+with open("/workspace/leased", "w") as f:
+    f.write("hi")
+fd = os.open("/workspace/leased", os.O_RDONLY)
 try:
-    fcntl.fcntl(fd, 1024, fcntl.F_RDLCK)
-    print(\"leased\")
+    fcntl.fcntl(fd, fcntl.F_SETLEASE, fcntl.F_RDLCK)
+    print("leased")
 except OSError as e:
     print(errno.errorcode[e.errno])
-'")
+"#,
+        )
         .await;
     assert_eq!(out, "EPERM");
     sb.destroy();
@@ -1022,18 +1032,20 @@ async fn a_sandbox_cannot_change_a_ptys_line_discipline() {
     // TIOCSETD on its own pty would make the kernel load a line discipline's module
     // (`dev.tty.ldisc_autoload`): N_HDLC (13), N_GSM0710 (21), even N_TTY (0).
     let out = sb
-        .ok("python3 -c '
+        .python(
+            r#"
 import errno, fcntl, os, struct
-fd = os.open(\"/dev/ptmx\", os.O_RDWR | os.O_NOCTTY)
+fd = os.open("/dev/ptmx", os.O_RDWR | os.O_NOCTTY)
 said = []
 for d in (13, 21, 0):
     try:
-        fcntl.ioctl(fd, 0x5423, struct.pack(\"i\", d))
-        said.append(\"ok\")
+        fcntl.ioctl(fd, 0x5423, struct.pack("i", d))
+        said.append("ok")
     except OSError as e:
         said.append(errno.errorcode[e.errno])
-print(\" \".join(said))
-'")
+print(" ".join(said))
+"#,
+        )
         .await;
     assert_eq!(out, "EPERM EPERM EPERM");
     sb.destroy();

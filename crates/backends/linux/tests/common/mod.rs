@@ -103,6 +103,26 @@ impl Sandboxed {
         String::from_utf8_lossy(&out.stdout).trim().to_owned()
     }
 
+    /// Runs a Python program inside (`python3 -c`, no shell quoting) and returns its
+    /// trimmed stdout, asserting exit 0.
+    pub async fn python(&self, program: &str) -> String {
+        let out = self
+            .client
+            .exec(
+                omabox_agent::client::ExecRequest::argv(["python3", "-c", program])
+                    .timeout(Duration::from_secs(60)),
+            )
+            .await
+            .expect("exec");
+        assert!(
+            out.success(),
+            "{program:?} failed: {:?}: {}",
+            out.exit,
+            out.combined()
+        );
+        String::from_utf8_lossy(&out.stdout).trim().to_owned()
+    }
+
     /// Destroys the sandbox and asserts that nothing of it is left.
     pub fn destroy(&mut self) {
         if let Some(mut sb) = self.sandbox.take() {
