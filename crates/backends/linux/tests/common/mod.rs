@@ -93,14 +93,7 @@ impl Sandboxed {
 
     /// Runs a shell script and returns its trimmed stdout, asserting exit 0.
     pub async fn ok(&self, script: &str) -> String {
-        let out = self.sh(script).await;
-        assert!(
-            out.success(),
-            "{script:?} failed: {:?}: {}",
-            out.exit,
-            out.combined()
-        );
-        String::from_utf8_lossy(&out.stdout).trim().to_owned()
+        succeeded(script, self.sh(script).await)
     }
 
     /// Runs a Python program inside (`python3 -c`, no shell quoting) and returns its
@@ -114,13 +107,7 @@ impl Sandboxed {
             )
             .await
             .expect("exec");
-        assert!(
-            out.success(),
-            "{program:?} failed: {:?}: {}",
-            out.exit,
-            out.combined()
-        );
-        String::from_utf8_lossy(&out.stdout).trim().to_owned()
+        succeeded(program, out)
     }
 
     /// Destroys the sandbox and asserts that nothing of it is left.
@@ -130,6 +117,17 @@ impl Sandboxed {
             assert_gone(&self.identity);
         }
     }
+}
+
+/// The trimmed stdout of `what`'s run, asserting it exited 0.
+fn succeeded(what: &str, out: ExecOutput) -> String {
+    assert!(
+        out.success(),
+        "{what:?} failed: {:?}: {}",
+        out.exit,
+        out.combined()
+    );
+    String::from_utf8_lossy(&out.stdout).trim().to_owned()
 }
 
 impl Drop for Sandboxed {
