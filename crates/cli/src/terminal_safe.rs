@@ -35,12 +35,14 @@ enum State {
     Text,
     /// After ESC.
     Escape,
-    /// After ESC and intermediate bytes (`ESC ( B`): dropped up to the final byte.
-    EscapeIntermediate,
     /// Inside `ESC [`; the bytes so far are in `csi`.
     Csi,
-    /// Inside a CSI sequence too long to keep: dropped up to its final byte.
-    CsiDrop,
+    /// Inside a sequence that is dropped whole: an escape with intermediate bytes
+    /// (`ESC ( B`, finals from 0x30) or a CSI too long to keep (finals from 0x40). Bytes
+    /// from 0x20 up to `first_final` are swallowed; a final byte ends it.
+    Skip {
+        first_final: u8,
+    },
     /// Inside a string sequence, `n` bytes so far; `esc`: the last byte was ESC.
     String {
         n: usize,
@@ -108,31 +110,20 @@ impl ControlFilter {
                     }
                     b']' | b'P' | b'_' | b'^' | b'X' => State::String { n: 0, esc: false },
                     ESC => State::Escape,
-                    0x20..=0x2f => State::EscapeIntermediate,
+                    0x20..=0x2f => State::Skip { first_final: 0x30 },
                     // A two-byte escape (ESC 7, ESC c, ESC =, …) is dropped; a control
                     // byte ends it and counts as text again.
-                    0x00..=0x1f => {
-                        self.state = State::Text;
-                        return self.byte(b, out);
-                    }
+                    0x00..=0x1f => return self.as_text(b, out),
                     _ => State::Text,
                 };
             }
-            State::EscapeIntermediate => match b {
-                0x20..=0x2f => {}
-                0x30..=0x7e => self.state = State::Text,
-                _ => {
-                    self.state = State::Text;
-                    self.byte(b, out);
-                }
-            },
             State::Csi => match b {
                 // Parameter and intermediate bytes.
                 0x20..=0x3f => {
                     self.csi.push(b);
                     if self.csi.len() >= MAX_CSI {
                         // Too long to be drawing: swallow the rest of it.
-                        self.state = State::CsiDrop;
+                        self.state = State::Skip { first_final: 0x40 };
                     }
                 }
                 // The final byte.
@@ -144,18 +135,12 @@ impl ControlFilter {
                     self.state = State::Text;
                 }
                 // Anything else aborts the sequence and is itself text (or a new ESC).
-                _ => {
-                    self.state = State::Text;
-                    self.byte(b, out);
-                }
+                _ => self.as_text(b, out),
             },
-            State::CsiDrop => match b {
-                0x20..=0x3f => {}
-                0x40..=0x7e => self.state = State::Text,
-                _ => {
-                    self.state = State::Text;
-                    self.byte(b, out);
-                }
+            State::Skip { first_final } => match b {
+                _ if (0x20..first_final).contains(&b) => {}
+                _ if (first_final..=0x7e).contains(&b) => self.state = State::Text,
+                _ => self.as_text(b, out),
             },
             State::String { n, esc } => {
                 self.state = match b {
@@ -175,6 +160,12 @@ impl ControlFilter {
 }
 
 impl ControlFilter {
+    /// Ends the sequence in progress (dropped) and takes `b` as the next byte of text.
+    fn as_text(&mut self, b: u8, out: &mut Vec<u8>) {
+        self.state = State::Text;
+        self.byte(b, out);
+    }
+
     /// A byte ≥ 0x80 in text: UTF-8 passes; a byte in 0x80–0x9f that is not a
     /// continuation a lead byte announced is dropped, since a terminal not in UTF-8 mode
     /// reads it as a C1 control (0x9b is CSI, 0x9d OSC, 0x90 DCS).

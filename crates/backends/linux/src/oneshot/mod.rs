@@ -246,18 +246,21 @@ impl LinuxRuntime {
             return Err(PlanError::Env("<NUL>".into()).into());
         }
         let id = crate::sandbox::new_id();
-        // On cgroup v1 as root the setup stage joins the cgroup itself; its directories
-        // follow from layout, parent and id.
-        let cgroup_join = match &self.caps.cgroup {
-            Some(layout) if self.caps.root => {
-                crate::leftovers::planned_cgroup(layout, &self.config.cgroup_parent, &id)
-                    .self_join_files()
-                    .unwrap_or_default()
-            }
-            _ => Vec::new(),
+        // On cgroup v1 as root the setup stage makes and joins the cgroup itself
+        // (`ChildCgroup`); its directories follow from layout, parent and id. Otherwise
+        // the host makes it (and, on v2, moves PID 1 in).
+        let planned = match &self.caps.cgroup {
+            Some(layout) if self.caps.root => Some(crate::leftovers::planned_cgroup(
+                layout,
+                &self.config.cgroup_parent,
+                &id,
+            )),
+            _ => None,
         };
-        // Where the setup stage joins its cgroup itself, it also makes it (see
-        // `ChildCgroup`); otherwise the host makes it (and, on v2, moves PID 1 in).
+        let cgroup_join = planned
+            .as_ref()
+            .and_then(|p| p.self_join_files())
+            .unwrap_or_default();
         let child_cgroup = match &self.caps.cgroup {
             Some(layout) if !cgroup_join.is_empty() => Some(ChildCgroup {
                 layout: layout.clone(),
@@ -290,7 +293,7 @@ impl LinuxRuntime {
             )));
         };
         omabox_sandbox::fault::point("linux-start-cloned");
-        let (mut sandbox, ids) = match self.create_state_for(id.clone()) {
+        let (mut sandbox, ids) = match self.create_state_for(id) {
             Ok(state) => state,
             Err(e) => {
                 let _ = sys::pidfd_kill(pidfd.as_fd(), libc::SIGKILL);
@@ -301,15 +304,11 @@ impl LinuxRuntime {
         };
         sandbox.adopt_init(fork.pid, pidfd);
         if forked.cgroup.is_some()
-            && let Some(layout) = &self.caps.cgroup
+            && let Some(planned) = planned
         {
             // PID 1 makes these (`ChildCgroup`); recorded before it is told to, so a start
             // failing from here removes them (after PID 1's exit) like the host's own.
-            sandbox.set_cgroup(crate::leftovers::planned_cgroup(
-                layout,
-                &self.config.cgroup_parent,
-                &id,
-            ));
+            sandbox.set_cgroup(planned);
         }
         // The plan first (EPIPE: the child died; its status says why): with the state dir
         // there, a cgroup PID 1 makes is found by `omabox reap` should this host die.
