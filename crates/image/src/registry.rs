@@ -261,6 +261,7 @@ impl ImageCache {
         } else {
             ClientProtocol::Https
         };
+        tls_provider();
         let client = Client::new(ClientConfig {
             protocol,
             platform_resolver: None,
@@ -492,6 +493,16 @@ async fn fetch_blob(
     fs::rename(&part, &path).map_err(|e| ImageError::write(&path, e))?;
     progress.blob_finished(&digest);
     Ok(len)
+}
+
+/// Makes ring rustls's process-wide default crypto provider, unless one is installed
+/// already: oci-client builds its TLS client from that default (see Cargo.toml for why
+/// not its own aws-lc).
+fn tls_provider() {
+    if rustls::crypto::CryptoProvider::get_default().is_none() {
+        // Err: another thread installed one meanwhile, which serves as well.
+        let _ = rustls::crypto::ring::default_provider().install_default();
+    }
 }
 
 fn write_file(path: &Path, bytes: &[u8]) -> Result<(), ImageError> {
