@@ -87,7 +87,7 @@ fn free_stale_in(dir: &Path) -> io::Result<usize> {
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(0),
         Err(e) => return Err(e),
     };
-    let _lock = Lock::take(&dir.join("lock"))?;
+    let _lock = sys::FileLock::take(&dir.join("lock"))?;
     let mut freed = 0;
     for entry in entries {
         let path = entry?.path();
@@ -117,7 +117,7 @@ fn allocate_in(dir: &Path, state_dir: &Path) -> io::Result<IdRange> {
         .recursive(true)
         .mode(0o700)
         .create(dir)?;
-    let _lock = Lock::take(&dir.join("lock"))?;
+    let _lock = sys::FileLock::take(&dir.join("lock"))?;
     let used = host_ids();
     // Start at a spot derived from the holder so allocations rarely probe the same
     // slots first; every slot is tried once.
@@ -195,30 +195,6 @@ fn host_ids() -> Vec<(u32, u32)> {
         }
     }
     out
-}
-
-/// An exclusive `flock` held until drop.
-struct Lock(#[allow(dead_code)] File);
-
-impl Lock {
-    fn take(path: &Path) -> io::Result<Self> {
-        let f = std::fs::OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .mode(0o600)
-            .open(path)?;
-        loop {
-            // SAFETY: flock on an fd we own; no memory effects.
-            if unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX) } == 0 {
-                return Ok(Self(f));
-            }
-            let e = io::Error::last_os_error();
-            if e.kind() != io::ErrorKind::Interrupted {
-                return Err(e);
-            }
-        }
-    }
 }
 
 /// Writes the id maps of the user namespace of `pid` (a child just cloned with

@@ -61,6 +61,7 @@ pub mod oneshot;
 pub mod plan;
 pub mod port;
 pub mod probe;
+pub mod runtime_dir;
 mod sandbox;
 #[doc(hidden)]
 pub mod setup;

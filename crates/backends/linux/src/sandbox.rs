@@ -134,10 +134,20 @@ pub struct LinuxRuntime {
     zygote: crate::zygote::SharedZygote,
 }
 
+/// As root, the runtime dir goes on a tmpfs before anything is forked
+/// ([`crate::runtime_dir`]).
+fn prepare_runtime_dir(config: &RuntimeConfig, caps: &LinuxCapabilities) -> Result<(), StartError> {
+    if caps.root {
+        crate::runtime_dir::ensure(&config.runtime_dir).map_err(host("prepare runtime dir"))?;
+    }
+    Ok(())
+}
+
 impl LinuxRuntime {
     /// Probes the machine and locates the setup-stage binary.
     pub fn new(config: RuntimeConfig) -> Result<Self, StartError> {
         let caps = LinuxCapabilities::probe()?;
+        prepare_runtime_dir(&config, &caps)?;
         let init_binary = Some(locate_init(config.init_binary.as_deref())?);
         let boot_id = sys::boot_id().map_err(host("read boot id"))?;
         Ok(Self {
@@ -155,6 +165,7 @@ impl LinuxRuntime {
     /// [`StartError::InitBinaryMissing`].
     pub fn new_one_shot(config: RuntimeConfig) -> Result<Self, StartError> {
         let caps = LinuxCapabilities::probe()?;
+        prepare_runtime_dir(&config, &caps)?;
         let boot_id = sys::boot_id().map_err(host("read boot id"))?;
         Ok(Self {
             config,

@@ -28,6 +28,43 @@ fn check_long(r: libc::c_long) -> io::Result<libc::c_long> {
     }
 }
 
+/// An exclusive `flock` on a file (created 0600 if absent), held until drop.
+pub(crate) struct FileLock(#[allow(dead_code)] std::fs::File);
+
+impl FileLock {
+    pub(crate) fn take(path: &Path) -> io::Result<Self> {
+        use std::os::unix::fs::OpenOptionsExt as _;
+        let f = std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .mode(0o600)
+            .custom_flags(libc::O_NOFOLLOW)
+            .open(path)?;
+        loop {
+            // SAFETY: flock on an fd we own; no memory effects.
+            if unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX) } == 0 {
+                return Ok(Self(f));
+            }
+            let e = io::Error::last_os_error();
+            if e.kind() != io::ErrorKind::Interrupted {
+                return Err(e);
+            }
+        }
+    }
+}
+
+/// Whether `path` is on a tmpfs (or ramfs): memory, cleared at boot.
+pub(crate) fn on_tmpfs(path: &Path) -> io::Result<bool> {
+    let c = cstr(path)?;
+    // SAFETY: statfs is plain data the kernel fills; `c` is a valid C string.
+    let mut buf: libc::statfs = unsafe { std::mem::zeroed() };
+    check(unsafe { libc::statfs(c.as_ptr(), &mut buf) })?;
+    /// `RAMFS_MAGIC` of `<linux/magic.h>` (not in libc).
+    const RAMFS_MAGIC: libc::c_long = 0x8584_58f6;
+    Ok(matches!(buf.f_type, libc::TMPFS_MAGIC | RAMFS_MAGIC))
+}
+
 /// `mount(2)`.
 pub(crate) fn mount(
     source: Option<&Path>,

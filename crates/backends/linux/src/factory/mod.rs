@@ -705,6 +705,19 @@ impl LinuxSandboxFactory {
     }
 }
 
+/// The runtime dir this process's environment names (`OMABOX_LINUX_RUNTIME_DIR`), or the
+/// default: the one [`LinuxSandboxFactory::new`]'s settings pick from the same
+/// environment (a relative path, which they refuse, gives the default here). For a caller
+/// that forks a one-shot PID 1 before it has read its settings
+/// ([`OneShotFork::fork`](crate::oneshot::OneShotFork::fork)).
+pub fn runtime_dir_of_process() -> PathBuf {
+    std::env::var(RUNTIME_DIR_ENV)
+        .ok()
+        .map(|v| PathBuf::from(v.trim()))
+        .filter(|p| p.is_absolute())
+        .unwrap_or_else(|| RuntimeConfig::default().runtime_dir)
+}
+
 fn nonempty<'a>(env: &'a SandboxFactoryEnv, key: &str) -> Option<&'a str> {
     env.get(key).map(str::trim).filter(|v| !v.is_empty())
 }

@@ -124,16 +124,23 @@ pub struct OneShotFork {
     /// Whether it was forked as root (no user namespace of its own yet: the host sends
     /// one with the go).
     root: bool,
+    /// The runtime dir made ready before the fork (see `runtime_dir::ensure`).
+    runtime_dir: std::path::PathBuf,
     forked_us: (u64, u64),
 }
 
 impl OneShotFork {
     /// Forks the PID 1 of a one-shot sandbox from this process, which must be
-    /// single-threaded, before the plan is known.
-    pub fn fork() -> Result<Self, StartError> {
+    /// single-threaded, before the plan is known. `runtime_dir`: the one the runtime that
+    /// takes it over uses (as root it goes on a tmpfs first, if it is to: after the fork
+    /// PID 1 would not see that mount).
+    pub fn fork(runtime_dir: &std::path::Path) -> Result<Self, StartError> {
         let started = sys::monotonic_us();
         // SAFETY: geteuid has no preconditions.
         let root = unsafe { libc::geteuid() } == 0;
+        if root {
+            crate::runtime_dir::ensure(runtime_dir).map_err(host("prepare runtime dir"))?;
+        }
         let fds = OneShotFds::new()?;
         let child_plan = child::ChildPlan {
             userns_sent: root,
@@ -159,6 +166,7 @@ impl OneShotFork {
             pidfd: Some(pidfd),
             ends: Some(fds.close_child_ends()),
             root,
+            runtime_dir: runtime_dir.to_path_buf(),
             forked_us: (started, sys::monotonic_us()),
         })
     }
@@ -205,7 +213,7 @@ impl LinuxRuntime {
         plan: &SandboxPlan,
         command: &OneShotCommand,
     ) -> Result<OneShotSandbox, StartError> {
-        self.start_forked(OneShotFork::fork()?, plan, command)
+        self.start_forked(OneShotFork::fork(&self.config.runtime_dir)?, plan, command)
     }
 
     /// Builds the sandbox of `plan` around a PID 1 forked earlier and lets it go. Returns
@@ -227,6 +235,11 @@ impl LinuxRuntime {
         if fork.root != self.caps.root {
             return Err(host("one-shot start")(io::Error::other(
                 "the PID 1 was forked with other privileges than this runtime has",
+            )));
+        }
+        if fork.runtime_dir != self.config.runtime_dir {
+            return Err(host("one-shot start")(io::Error::other(
+                "the PID 1 was forked for another runtime dir than this runtime's",
             )));
         }
         let argv: Vec<String> = command.argv.clone();

@@ -53,7 +53,7 @@ pub(super) fn run(args: &RunArgs, data_dir: Option<&std::path::Path>) -> ExitCod
     // The sandbox's PID 1 is forked first: it makes its network namespace while this
     // process works out the plan. A failed fork is reported only where the start would
     // have failed, after the plan's own errors.
-    let fork = OneShotFork::fork();
+    let fork = OneShotFork::fork(&omabox_backend_linux::factory::runtime_dir_of_process());
     let (env, workspace) = match prepare(args, Some(Backend::Linux), data_dir) {
         Ok(p) => p,
         Err(f) => return report(&f),
