@@ -177,35 +177,51 @@ fn the_command_may_use_every_cpu_omabox_may() {
 }
 
 #[test]
-fn the_temporary_workspace_is_closed_to_other_host_users() {
-    // What the sandbox writes into its temporary /workspace must not be readable by other
-    // host users while it runs: the workspace sits in a directory only its owner enters.
+fn without_a_workspace_nothing_of_the_sandbox_is_on_the_host() {
+    // No --workspace: /workspace is a tmpfs of the sandbox's own, so nothing the sandbox
+    // writes lands in a host directory (other host users cannot read it, a killed run
+    // leaves nothing to sweep), and it holds no more than the memory limit allows.
     let Some(lx) = linux() else { return };
     let mut child = lx
-        .command(&["--", "sh", "-c", "stat -c %a /workspace; exec sleep 5"])
+        .command(&[
+            "--",
+            "sh",
+            "-c",
+            "stat -f -c %T /workspace; stat -c '%a %u' /workspace; echo x > f && cat f; exec sleep 5",
+        ])
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .spawn()
         .unwrap();
-    let mut line = String::new();
-    std::io::BufRead::read_line(
-        &mut std::io::BufReader::new(child.stdout.as_mut().unwrap()),
-        &mut line,
-    )
-    .unwrap();
-    assert_eq!(line.trim(), "755", "/workspace inside");
+    let mut lines = std::io::BufRead::lines(std::io::BufReader::new(child.stdout.take().unwrap()));
+    let mut next = || lines.next().unwrap().unwrap();
+    assert_eq!(next(), "tmpfs");
+    assert_eq!(next(), "755 0", "/workspace belongs to the sandbox's root");
+    assert_eq!(next(), "x");
     let entries: Vec<_> = std::fs::read_dir(lx.tmp.path())
         .unwrap()
         .flatten()
-        .map(|e| e.path())
         .collect();
-    assert_eq!(entries.len(), 1, "{entries:?}");
-    use std::os::unix::fs::PermissionsExt as _;
-    let mode = std::fs::metadata(&entries[0]).unwrap().permissions().mode();
-    assert_eq!(mode & 0o077, 0, "{:?} is {mode:o}", entries[0]);
+    assert!(entries.is_empty(), "host TMPDIR: {entries:?}");
     // SAFETY: kill(2) on our own child.
     unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
     child.wait().unwrap();
+
+    let out = lx
+        .command(&[
+            "--memory",
+            "32M",
+            "--",
+            "sh",
+            "-c",
+            "dd if=/dev/zero of=/workspace/big bs=1M count=64 2>&1; echo rc=$?",
+        ])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let said = text(&out.stdout);
+    assert!(said.contains("No space left on device"), "{said}");
+    assert!(!said.contains("rc=0"), "{said}");
     lx.assert_nothing_left();
 }
 

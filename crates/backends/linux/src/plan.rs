@@ -53,6 +53,12 @@ pub struct SandboxPlan {
     /// A writable tmpfs at `/mnt/memory` (sized like `/tmp`), for Session memory stores.
     #[serde(default)]
     pub memory_mount: bool,
+    /// No host directory at `/workspace`: a tmpfs of the sandbox's own (what a throwaway
+    /// run needs), half the memory limit and charged to it, gone with the sandbox.
+    /// Nothing of it is on the host: no directory to create, idmap, remove or leave behind.
+    /// Excludes [`SandboxPlan::workspace`].
+    #[serde(default)]
+    pub workspace_tmpfs: bool,
 }
 
 impl SandboxPlan {
@@ -71,6 +77,7 @@ impl SandboxPlan {
             root_layers: Vec::new(),
             root_upper: None,
             memory_mount: false,
+            workspace_tmpfs: false,
         }
     }
 
@@ -98,6 +105,9 @@ impl SandboxPlan {
         }
         if let Some(w) = &self.workspace {
             host_path("workspace", w)?;
+            if self.workspace_tmpfs {
+                return Err(PlanError::TwoWorkspaces);
+            }
         }
         if let Some(o) = &self.outputs {
             host_path("outputs", o)?;
@@ -366,6 +376,9 @@ pub enum PlanError {
     /// A limit out of range.
     #[error("invalid limit: {0}")]
     Limit(&'static str),
+    /// Both a host workspace and a tmpfs one.
+    #[error("a workspace directory and a tmpfs workspace exclude each other")]
+    TwoWorkspaces,
 }
 
 fn host_path(what: &'static str, p: &Path) -> Result<(), PlanError> {

@@ -51,7 +51,8 @@ use clap::Args;
 use futures::FutureExt;
 use omabox_backend_linux::factory::{
     CPUS_ENV, IMAGE_CACHE_ENV, IMAGE_ENV, LinuxFactoryError, LinuxSandboxFactory, MEMORY_ENV,
-    NETWORK_ENV, PIDS_ENV, SANDBOX_IMAGE_ENV, parse_memory_size, parse_millicpus,
+    NETWORK_ENV, PIDS_ENV, SANDBOX_IMAGE_ENV, WORKSPACE_TMPFS_ENV, parse_memory_size,
+    parse_millicpus,
 };
 use omabox_backend_linux::image::{ImageCache, ImageSource};
 use omabox_contract::ErrorKind;
@@ -274,7 +275,7 @@ async fn run_command(args: RunArgs, data_dir: Option<&Path>) -> ExitCode {
     };
     let ctx = SandboxFactoryContext {
         session_id: format!("omabox-run-{}", std::process::id()),
-        workdir: workspace.path().to_path_buf(),
+        workdir: workspace.workdir(),
         memory_root: None,
         outputs_root: None,
     };
@@ -440,6 +441,8 @@ fn prepare(
             vars.insert(SANDBOX_PROVIDER_ENV.into(), args.backend.clone());
         }
     }
+    // `--workspace` or not decides: the environment does not.
+    vars.remove(WORKSPACE_TMPFS_ENV);
     let workspace = match &args.workspace {
         Some(dir) => {
             let meta = std::fs::metadata(dir)
@@ -453,6 +456,10 @@ fn prepare(
             let dir = std::fs::canonicalize(dir)
                 .map_err(|e| Failure::usage(format!("--workspace {}: {e}", dir.display())))?;
             Workspace::Given(dir)
+        }
+        None if backend == Some(Backend::Linux) => {
+            vars.insert(WORKSPACE_TMPFS_ENV.into(), "1".into());
+            Workspace::InSandbox
         }
         None => Workspace::temporary()
             .map_err(|e| Failure::omabox(format!("cannot create a temporary workspace: {e}")))?,

@@ -59,6 +59,10 @@ pub fn parse_env_layer(text: &str) -> Result<Option<crate::env_layer::LayerSpec>
 /// (where memory stores are copied in).
 pub const MEMORY_MOUNT_ENV: &str = "OMABOX_LINUX_MEMORY_MOUNT";
 
+/// `OMABOX_LINUX_WORKSPACE_TMPFS`: `1` makes `/workspace` a tmpfs of the sandbox's own
+/// instead of the context's workdir ([`crate::plan::SandboxPlan::workspace_tmpfs`]).
+pub const WORKSPACE_TMPFS_ENV: &str = "OMABOX_LINUX_WORKSPACE_TMPFS";
+
 /// `OMABOX_LINUX_NETWORK`: the sandbox's networking config.
 pub const NETWORK_ENV: &str = "OMABOX_LINUX_NETWORK";
 /// `OMABOX_LINUX_GATEWAY`: where the omabox gateway listens, as the host reaches it.
@@ -82,6 +86,7 @@ pub const ENV_KEYS: &[&str] = &[
     READONLY_BINDS_ENV,
     ENV_LAYER_ENV,
     MEMORY_MOUNT_ENV,
+    WORKSPACE_TMPFS_ENV,
     NETWORK_ENV,
     GATEWAY_ENV,
     TEST_HOSTS_ENV,

@@ -27,6 +27,7 @@
 //! | `OMABOX_LINUX_READONLY_BINDS` | `HOST_DIR:SANDBOX_DIR[,…]`: host directories mounted read-only (nosuid, nodev, idmapped) in the sandbox, e.g. an agent's package cache | none |
 //! | `OMABOX_LINUX_ENV_LAYER` | `{"apt":[…],"dockerfile":"…","files":{ID:{"path","sha256"}}}`: apt packages and dockerfile steps (`RUN`, `ENV`, `WORKDIR`, `COPY` of the listed files) run once per image and content into an environment layer over the image ([`crate::env_layer`]; needs an image, and a network that admits what the build reaches); read by `create_port` | none |
 //! | `OMABOX_LINUX_MEMORY_MOUNT` | `1`: a writable tmpfs at `/mnt/memory` (size and mode as `/tmp`), where Session memory stores are copied in | none |
+//! | `OMABOX_LINUX_WORKSPACE_TMPFS` | `1`: `/workspace` is a tmpfs of the sandbox's own (half the memory limit, charged to it, gone with the sandbox) and the context's workdir is not used — `omabox sandbox run` without `--workspace` | none |
 //! | `OMABOX_LINUX_NETWORK` | what the sandbox reaches besides its loopback: `none`, `limited` (nothing but the gateway), `unrestricted`, or an Environment `networking` JSON object (`{"type":"limited","allowed_hosts":["pypi.org"],"allow_package_managers":true}`); see [`crate::network`] | `none` |
 //! | `OMABOX_LINUX_GATEWAY` | `IP:PORT` (or `NAME=IP:PORT`, NAME being the host name of the gateway's URL, which then resolves to `127.0.0.1` inside) where the omabox gateway (hosted inference and MCP proxies) listens, as the host reaches it; the sandbox reaches it at `127.0.0.1:PORT` under every networking config but `none` | no gateway |
 //! | `OMABOX_LINUX_TEST_HOSTS` | test mode only (`OMABOX_TEST_MODE=1`; refused otherwise): `NAME=IP,...` answered before the host's resolver, for tests whose upstream servers live in namespaces they made | none |
@@ -512,7 +513,11 @@ impl LinuxSandboxFactory {
             }
         };
         let env_layer = self.env_layer(env, &plan, pending.as_ref())?;
-        plan.workspace = Some(ctx.workdir.clone());
+        match nonempty(env, WORKSPACE_TMPFS_ENV) {
+            None | Some("0") => plan.workspace = Some(ctx.workdir.clone()),
+            Some("1") => plan.workspace_tmpfs = true,
+            Some(other) => return Err(invalid(WORKSPACE_TMPFS_ENV, other, "must be 0 or 1")),
+        }
         plan.outputs = ctx.outputs_root.clone();
         Ok(LinuxSandboxSettings {
             runtime,
@@ -820,6 +825,33 @@ pub(super) mod tests {
         *f.checked.lock().unwrap() = Some(runtime);
         assert!(clone.take_checked(&config).is_some(), "shared by clones");
         assert!(f.take_checked(&config).is_none(), "used once");
+    }
+
+    #[test]
+    fn a_tmpfs_workspace_replaces_the_contexts_workdir() {
+        let f = LinuxSandboxFactory::new();
+        let s = f
+            .settings(&ctx(), &env(&[(WORKSPACE_TMPFS_ENV, "1")]))
+            .unwrap();
+        assert_eq!((s.plan.workspace, s.plan.workspace_tmpfs), (None, true));
+        let s = f
+            .settings(&ctx(), &env(&[(WORKSPACE_TMPFS_ENV, "0")]))
+            .unwrap();
+        assert_eq!(
+            (s.plan.workspace, s.plan.workspace_tmpfs),
+            (Some("/srv/ws".into()), false)
+        );
+        assert!(
+            f.settings(&ctx(), &env(&[(WORKSPACE_TMPFS_ENV, "yes")]))
+                .is_err()
+        );
+        let mut plan = SandboxPlan::preinstalled("h");
+        plan.workspace = Some("/srv/ws".into());
+        plan.workspace_tmpfs = true;
+        assert!(matches!(
+            plan.validate(),
+            Err(crate::plan::PlanError::TwoWorkspaces)
+        ));
     }
 
     #[test]

@@ -142,7 +142,7 @@ pub fn run(
         step: "bring up loopback".into(),
         source,
     })?;
-    let workdir = if plan.workspace.is_some() {
+    let workdir = if plan.workspace.is_some() || plan.workspace_tmpfs {
         "/workspace"
     } else {
         "/"

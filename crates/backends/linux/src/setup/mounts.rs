@@ -302,6 +302,9 @@ pub(super) fn build(
     if let Some(ws) = &plan.workspace {
         place(ws, Path::new("/workspace"), rw)?;
     }
+    if plan.workspace_tmpfs {
+        workspace_tmpfs(plan, &root, userns.map(|(_, r)| *r))?;
+    }
     if let Some(out) = &plan.outputs {
         place(out, Path::new("/mnt/session/outputs"), rw)?;
     }
@@ -341,6 +344,37 @@ pub(super) fn build(
         )?;
     }
     Ok(root)
+}
+
+/// [`SandboxPlan::workspace_tmpfs`]: `/workspace` as a tmpfs owned by the sandbox's root
+/// (`owner`: its id range, when this process builds the tree as host root), half the
+/// memory limit (its pages are charged to the sandbox's memory cgroup: a full workspace
+/// is ENOSPC, not an OOM kill of the sandbox), else as large as `/tmp`.
+fn workspace_tmpfs(
+    plan: &SandboxPlan,
+    root: &Path,
+    owner: Option<IdRange>,
+) -> Result<(), SetupError> {
+    let target = make_target(root, Path::new("/workspace"), false)?;
+    let size = plan
+        .limits
+        .memory_bytes
+        .map_or(plan.limits.tmp_bytes, |m| m / 2)
+        .max(1 << 20);
+    let mut opts = format!("size={size},mode=0755");
+    if let Some(r) = owner {
+        opts.push_str(&format!(",uid={0},gid={0}", r.base));
+    }
+    step(
+        || "mount /workspace".into(),
+        mount(
+            Some(Path::new("tmpfs")),
+            &target,
+            Some("tmpfs"),
+            libc::MS_NOSUID | libc::MS_NODEV,
+            Some(&opts),
+        ),
+    )
 }
 
 /// The sandbox's own `devpts` instance, with at most 128 terminals (an agent's terminal

@@ -60,7 +60,7 @@ pub(super) fn run(args: &RunArgs, data_dir: Option<&std::path::Path>) -> ExitCod
     };
     let ctx = SandboxFactoryContext {
         session_id: format!("omabox-run-{}", std::process::id()),
-        workdir: workspace.path().to_path_buf(),
+        workdir: workspace.workdir(),
         memory_root: None,
         outputs_root: None,
     };

@@ -1,6 +1,7 @@
-//! The `/workspace` directory of one `omabox sandbox run`: the caller's (`--workspace`) or a
-//! temporary one, removed after the sandbox is gone — or, when this process was killed, by
-//! the next `omabox reap` ([`sweep_abandoned`]).
+//! The `/workspace` directory of one `omabox sandbox run`: the caller's (`--workspace`), a
+//! tmpfs inside the sandbox (the linux backend: nothing on the host at all), or a temporary
+//! host directory (other backends), removed after the sandbox is gone — or, when this
+//! process was killed, by the next `omabox reap` ([`sweep_abandoned`]).
 //!
 //! A temporary workspace is `$TMPDIR/omabox-run-XXXXXX/workspace`. The outer directory is
 //! 0700 (other host users stay out of what the sandbox writes; `/workspace` itself is an
@@ -28,6 +29,8 @@ const NEW_GRACE: Duration = Duration::from_secs(60);
 /// The `/workspace` directory of the run.
 pub(super) enum Workspace {
     Given(PathBuf),
+    /// A tmpfs of the sandbox's own (`OMABOX_LINUX_WORKSPACE_TMPFS`): no host directory.
+    InSandbox,
     /// `workspace` in `dir` (see the module doc), which `lock` keeps marked as in use.
     Temporary {
         dir: PathBuf,
@@ -70,17 +73,20 @@ impl Workspace {
         })
     }
 
-    pub(super) fn path(&self) -> &Path {
+    /// The factory context's workdir: the host directory, or (in the sandbox) none — an
+    /// empty path the factory does not read then.
+    pub(super) fn workdir(&self) -> PathBuf {
         match self {
-            Self::Given(p) => p,
-            Self::Temporary { workspace, .. } => workspace,
+            Self::Given(p) => p.clone(),
+            Self::InSandbox => PathBuf::new(),
+            Self::Temporary { workspace, .. } => workspace.clone(),
         }
     }
 
     /// Removes a temporary workspace (after the sandbox is gone).
     pub(super) fn finish(self) -> Result<(), String> {
         match self {
-            Self::Given(_) => Ok(()),
+            Self::Given(_) | Self::InSandbox => Ok(()),
             Self::Temporary { dir, lock, .. } => {
                 let removed = std::fs::remove_dir_all(&dir);
                 drop(lock);

@@ -57,7 +57,7 @@ pub(in crate::setup) fn landlock(plan: &SandboxPlan) -> Result<bool, SetupError>
     if matches!(plan.rootfs, RootfsSource::Directory { .. }) {
         writable.push(Path::new("/"));
     }
-    if plan.workspace.is_some() {
+    if plan.workspace.is_some() || plan.workspace_tmpfs {
         writable.push(Path::new("/workspace"));
     }
     if plan.outputs.is_some() {
