@@ -181,7 +181,7 @@ mod tests {
             std::fs::metadata(dir).unwrap().permissions().mode() & 0o777,
             0o700
         );
-        std::fs::write(live.path().join("f"), "x").unwrap();
+        std::fs::write(live.workdir().join("f"), "x").unwrap();
         // A dead run's: the lock is free.
         let dead = tmp.path().join(format!("{PREFIX}dead"));
         std::fs::create_dir(&dead).unwrap();
@@ -200,7 +200,7 @@ mod tests {
         let (removed, errors) = sweep_abandoned(tmp.path());
         assert_eq!(removed, vec![dead.clone()]);
         assert!(errors.is_empty(), "{errors:?}");
-        assert!(live.path().join("f").exists() && open.exists() && fresh.exists());
+        assert!(live.workdir().join("f").exists() && open.exists() && fresh.exists());
         live.finish().unwrap();
         assert!(!dir_exists(tmp.path(), PREFIX, "open"));
     }
