@@ -347,6 +347,9 @@ fn supervise(
             return 0;
         }
     };
+    // While the command starts (on another CPU, or ahead of us on this one), let go of
+    // the code pages this process mapped: see `shed_code_pages`.
+    shed_code_pages();
     let mut running = true;
     loop {
         let mut fds = [
@@ -427,6 +430,43 @@ fn supervise(
 /// plus the command's. A program without a `/` is searched in that env's `PATH` (default
 /// `/bin:/usr/bin`), like `execvp`: missing or non-executable candidates are skipped.
 /// Returns its pid, or why it could not start.
+/// Unmaps the page-table entries of every executable file mapping of this process (the
+/// host binary's code and its libraries'), which the kernel otherwise tears down one by
+/// one when this process exits — after the command's exit, while the host waits: a fork of
+/// the host maps ~1000 such pages (fault-around maps 16 per fault), ~0.1 ms of unmapping on
+/// a VM. Code mappings are never written, so `MADV_DONTNEED` drops nothing but the
+/// mappings: what this process runs afterwards (its supervise loop) faults back in.
+/// Best effort: any failure leaves the mappings as they were.
+fn shed_code_pages() {
+    let Ok(maps) = std::fs::read_to_string("/proc/self/maps") else {
+        return;
+    };
+    for line in maps.lines() {
+        let mut fields = line.split_ascii_whitespace();
+        let (Some(range), Some(perms)) = (fields.next(), fields.next()) else {
+            continue;
+        };
+        // `r-xp` file mappings only: a writable or read-only data mapping may hold this
+        // process's own (copied-on-write) pages, which `MADV_DONTNEED` would discard.
+        let inode = fields.nth(2).unwrap_or("0");
+        if perms != "r-xp" || inode == "0" {
+            continue;
+        }
+        let Some((start, end)) = range.split_once('-') else {
+            continue;
+        };
+        let (Ok(start), Ok(end)) = (
+            usize::from_str_radix(start, 16),
+            usize::from_str_radix(end, 16),
+        ) else {
+            continue;
+        };
+        // SAFETY: an executable, private, never-written file mapping of this process: its
+        // pages fault back in from the file, unchanged, when next run.
+        unsafe { libc::madvise(start as *mut libc::c_void, end - start, libc::MADV_DONTNEED) };
+    }
+}
+
 fn spawn(plan: &ChildPlan, command: &Command) -> std::io::Result<i32> {
     let mut argv: Vec<*mut libc::c_char> =
         command.argv.iter().map(|a| a.as_ptr().cast_mut()).collect();
@@ -577,5 +617,37 @@ impl Drop for Spawner {
             libc::posix_spawnattr_destroy(&mut self.attr);
             libc::posix_spawn_file_actions_destroy(&mut self.actions);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    /// Resident kB of this process's executable file mappings (smaps).
+    fn code_rss_kb() -> u64 {
+        let smaps = std::fs::read_to_string("/proc/self/smaps").unwrap();
+        let mut code = false;
+        let mut total = 0;
+        for line in smaps.lines() {
+            if let Some(rss) = line.strip_prefix("Rss:") {
+                if code {
+                    total += rss.trim().trim_end_matches(" kB").parse::<u64>().unwrap();
+                }
+            } else if line.contains('-') && line.split_ascii_whitespace().count() >= 5 {
+                let f: Vec<_> = line.split_ascii_whitespace().collect();
+                code = f[1] == "r-xp" && f[4] != "0";
+            }
+        }
+        total
+    }
+
+    #[test]
+    fn shedding_code_pages_drops_them_and_the_code_still_runs() {
+        let before = code_rss_kb();
+        super::shed_code_pages();
+        let after = code_rss_kb();
+        assert!(after < before, "code RSS {before} kB -> {after} kB");
+        // What runs next faults its code back in.
+        let text = format!("{:?}", std::collections::BTreeMap::from([(1, "a")]));
+        assert_eq!(text, r#"{1: "a"}"#);
     }
 }
