@@ -70,8 +70,6 @@ fn run(plan: &ChildPlan) -> i32 {
         return fail(&mut status, e.to_string());
     }
     let netns = handoff::monotonic_us();
-    // What needs no go from the host, while the host makes the cgroup.
-    let early = setup::Early::prepare();
     // SAFETY: `control` is open in this process and owned by nothing else here.
     let control = unsafe { OwnedFd::from_raw_fd(plan.control) };
     // The plan comes as soon as the host's state dir exists; the go after it.
@@ -103,6 +101,14 @@ fn run(plan: &ChildPlan) -> i32 {
     };
     let go = handoff::monotonic_us();
     spec.id_base = id_base;
+    // The seccomp program follows the go: the host builds it while this process sets
+    // up the sandbox (it is read just before it is installed).
+    let control_fd = plan.control;
+    let early = setup::Early::seccomp_from(move || {
+        // SAFETY: `control` (this fd) stays open until this process exits.
+        let control = unsafe { BorrowedFd::borrow_raw(control_fd) };
+        setup::harden::decode_program(|buf| read_exact(control, buf))
+    });
     let mut report = match setup::run(&spec, userns, early) {
         Ok(r) => r,
         Err(e) => return fail(&mut status, e.to_string()),

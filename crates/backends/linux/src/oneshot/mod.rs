@@ -5,13 +5,15 @@
 //! stage, identity record, teardown), with two differences that save most of a start
 //! (and PID 1 is forked before the plan is known — [`OneShotFork::fork`], which the CLI
 //! calls first thing — so its own start-up overlaps the host's working out of the plan,
-//! state dir, cgroup and user namespace: it makes its network namespace and prebuilds
-//! its seccomp filter, off the host's CPU; [`LinuxRuntime::start_forked`] sends it the
-//! plan, command and env as a length-prefixed [`ForkedPlan`] JSON once the state dir
-//! exists, then PID 1 makes its own cgroup on v1 as root (the host records and removes
-//! it like its own) while the host makes the user namespace, and the go (namespace fd
-//! and id range's base) follows; PID 1 exits if the host goes away, removing the cgroup
-//! it made, so a host killed at any point leaves nothing `omabox reap` cannot find):
+//! state dir, cgroup and user namespace: it makes its network namespace, off the host's
+//! CPU; [`LinuxRuntime::start_forked`] sends it the plan, command and env as a
+//! length-prefixed [`ForkedPlan`] JSON once the state dir exists, then PID 1 makes its
+//! own cgroup on v1 as root (the host records and removes it like its own) while the host
+//! makes the user namespace, and the go (namespace fd and id range's base) follows, then
+//! the seccomp program (`harden::encode_program`), which the host builds while PID 1 sets
+//! up the sandbox and PID 1 reads just before it installs it; PID 1 exits if the host goes
+//! away, removing the cgroup it made, so a host killed at any point leaves nothing
+//! `omabox reap` cannot find):
 //!
 //! - PID 1 is a fork of the calling process that runs the setup stage in place
 //!   (`child.rs`), not an exec of `omabox-sandbox-init`: no second binary is loaded. A
@@ -113,7 +115,7 @@ pub struct OneShotSandbox {
 }
 
 /// A one-shot PID 1 forked ahead of its plan ([`OneShotFork::fork`]): it makes its network
-/// namespace and prebuilds its seccomp filter while the caller still works out the plan,
+/// namespace while the caller still works out the plan,
 /// then waits for [`LinuxRuntime::start_forked`] to hand it over. Dropped unused, it is
 /// killed and reaped (having made nothing but namespaces of its own).
 #[derive(Debug)]
@@ -352,6 +354,13 @@ impl LinuxRuntime {
         let _ = sys::write_all_fd(control, &base.to_ne_bytes());
         // The child is released: the namespace's helper goes now, off its path.
         drop(userns_helper);
+        // Then the seccomp program, built while the child sets up the sandbox (it reads
+        // it just before installing it, and only when the plan asks for seccomp).
+        if plan.hardening.seccomp {
+            let program = crate::setup::harden::build_program()
+                .map_err(|e| host("build seccomp filter")(io::Error::other(e.to_string())))?;
+            let _ = sys::write_all_fd(control, &crate::setup::harden::encode_program(&program));
+        }
         clock.push(("host go sent", sys::monotonic_us()));
         omabox_sandbox::fault::point("linux-start-go-sent");
         sandbox.record_identity()?;

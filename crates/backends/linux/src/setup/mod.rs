@@ -59,16 +59,30 @@ pub fn isolate_network() -> Result<(), SetupError> {
 
 /// Work of the setup stage that needs neither the plan nor the host, done while the
 /// setup stage waits for them (the host is still making the cgroup then): building the
-/// seccomp filter (a few hundred microseconds) takes it off the start's critical path.
+/// seccomp filter (a few hundred microseconds) takes it off the start's critical path —
+/// or the host builds it and sends it while the setup stage works ([`Early::seccomp_from`]).
 pub struct Early {
-    seccomp: Option<Result<seccompiler::BpfProgram, SetupError>>,
+    seccomp: Seccomp,
+}
+
+/// Where the setup stage's seccomp program comes from.
+enum Seccomp {
+    /// Built when it is installed.
+    Build,
+    /// Built already.
+    Built(Result<seccompiler::BpfProgram, SetupError>),
+    /// Received when it is installed (called only if the plan has seccomp on).
+    Receive(Box<dyn FnOnce() -> Result<seccompiler::BpfProgram, SetupError>>),
 }
 
 impl std::fmt::Debug for Early {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Early")
-            .field("seccomp_built", &self.seccomp.is_some())
-            .finish()
+        let seccomp = match &self.seccomp {
+            Seccomp::Build => "build",
+            Seccomp::Built(_) => "built",
+            Seccomp::Receive(_) => "receive",
+        };
+        f.debug_struct("Early").field("seccomp", &seccomp).finish()
     }
 }
 
@@ -76,13 +90,25 @@ impl Early {
     /// Does the work now.
     pub fn prepare() -> Self {
         Self {
-            seccomp: Some(harden::build_program()),
+            seccomp: Seccomp::Built(harden::build_program()),
         }
     }
 
     /// Nothing done ahead: [`run`] does it all.
     pub fn none() -> Self {
-        Self { seccomp: None }
+        Self {
+            seccomp: Seccomp::Build,
+        }
+    }
+
+    /// The seccomp program comes from `receive`, which [`run`] calls just before it
+    /// installs the filter, and only when the plan asks for one.
+    pub fn seccomp_from(
+        receive: impl FnOnce() -> Result<seccompiler::BpfProgram, SetupError> + 'static,
+    ) -> Self {
+        Self {
+            seccomp: Seccomp::Receive(Box::new(receive)),
+        }
     }
 }
 
@@ -185,8 +211,9 @@ pub fn run(
     clock.lap("landlock");
     if plan.hardening.seccomp {
         let program = match early.seccomp {
-            Some(built) => built?,
-            None => harden::build_program()?,
+            Seccomp::Build => harden::build_program()?,
+            Seccomp::Built(built) => built?,
+            Seccomp::Receive(receive) => receive()?,
         };
         harden::seccomp(&program)?;
     }

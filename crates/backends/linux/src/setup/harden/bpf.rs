@@ -129,6 +129,51 @@ pub fn build_program() -> Result<BpfProgram, SetupError> {
     assemble(true)
 }
 
+/// The most instructions one classic BPF program may have (the kernel's `BPF_MAXINSNS`).
+const MAX_INSNS: usize = 4096;
+
+/// `program` as sent from the host to a one-shot PID 1: its instruction count (4 bytes,
+/// native endian), then each instruction's 8 bytes as the kernel lays them out.
+pub fn encode_program(program: &BpfProgram) -> Vec<u8> {
+    let mut out = Vec::with_capacity(4 + program.len() * 8);
+    out.extend_from_slice(&(program.len() as u32).to_ne_bytes());
+    for i in program {
+        out.extend_from_slice(&i.code.to_ne_bytes());
+        out.extend_from_slice(&[i.jt, i.jf]);
+        out.extend_from_slice(&i.k.to_ne_bytes());
+    }
+    out
+}
+
+/// Reads what [`encode_program`] wrote, through `read_exact` (refusing an empty program
+/// or one longer than the kernel takes).
+pub fn decode_program(
+    mut read_exact: impl FnMut(&mut [u8]) -> std::io::Result<()>,
+) -> Result<BpfProgram, SetupError> {
+    let fail = |e: std::io::Error| SetupError::Seccomp(format!("receiving the filter: {e}"));
+    let mut len = [0u8; 4];
+    read_exact(&mut len).map_err(fail)?;
+    let len = u32::from_ne_bytes(len) as usize;
+    if len == 0 || len > MAX_INSNS {
+        return Err(SetupError::Seccomp(format!(
+            "a filter of {len} instructions"
+        )));
+    }
+    let mut bytes = vec![0u8; len * 8];
+    read_exact(&mut bytes).map_err(fail)?;
+    Ok(bytes
+        .chunks_exact(8)
+        .map(|c| {
+            ins(
+                u16::from_ne_bytes([c[0], c[1]]),
+                c[2],
+                c[3],
+                u32::from_ne_bytes([c[4], c[5], c[6], c[7]]),
+            )
+        })
+        .collect())
+}
+
 fn assemble(fast_path: bool) -> Result<BpfProgram, SetupError> {
     let all = rules()?;
     let numbers = |conditional: bool| -> Vec<u32> {
@@ -413,5 +458,34 @@ mod tests {
             run(&p, libc::SYS_read as u32, 0x4000_0003, [0; 6]),
             SECCOMP_RET_ALLOW
         );
+    }
+
+    #[test]
+    fn a_program_crosses_the_wire_unchanged_and_bad_lengths_are_refused() {
+        let program = build_program().unwrap();
+        let bytes = encode_program(&program);
+        let mut at = 0;
+        let read = |from: &[u8], at: &mut usize, buf: &mut [u8]| {
+            let end = *at + buf.len();
+            if end > from.len() {
+                return Err(std::io::Error::other("short"));
+            }
+            buf.copy_from_slice(&from[*at..end]);
+            *at = end;
+            Ok(())
+        };
+        let got = decode_program(|buf| read(&bytes, &mut at, buf)).unwrap();
+        assert_eq!(encode_program(&got), bytes);
+        for len in [0u32, 4097] {
+            let bad = len.to_ne_bytes();
+            let mut at = 0;
+            assert!(
+                decode_program(|buf| read(&bad, &mut at, buf)).is_err(),
+                "{len}"
+            );
+        }
+        let mut at = 0;
+        let short = &bytes[..bytes.len() - 1];
+        assert!(decode_program(|buf| read(short, &mut at, buf)).is_err());
     }
 }

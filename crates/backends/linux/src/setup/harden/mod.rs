@@ -17,8 +17,8 @@ use super::SetupError;
 use crate::plan::SandboxPlan;
 use crate::sys;
 
-pub use bpf::build_program;
 pub(super) use bpf::seccomp;
+pub use bpf::{build_program, decode_program, encode_program};
 pub(super) use caps::{RootPower, drop_capabilities, no_new_privs};
 pub(super) use landlock_rules::landlock;
 pub use landlock_rules::landlock_abi;
