@@ -34,9 +34,8 @@ pub(super) struct ChildPlan {
     pub(super) stdout: RawFd,
     pub(super) stderr: RawFd,
     pub(super) null: RawFd,
-    /// The CPU mask to take back once the plan is here: the host keeps this process off
-    /// its own CPU until then (see `fork_into`), and whatever runs in the sandbox
-    /// inherits the mask this process has when it starts it.
+    /// The caller's CPU mask, which the command gets: this process itself is kept off
+    /// the host's CPU (see `fork_into`), then pinned to the one CPU it runs on.
     pub(super) affinity: Option<libc::cpu_set_t>,
 }
 
@@ -78,9 +77,12 @@ fn run(plan: &ChildPlan) -> i32 {
         Err(e) => return fail(&mut status, format!("reading the plan: {e}")),
     };
     let plan_read = handoff::monotonic_us();
-    if let Some(mask) = &plan.affinity {
-        crate::sys::set_affinity(mask);
-    }
+    // From here this process stays on the CPU it runs on (the host kept it off its own):
+    // its setup then never waits behind the host's work on the other, and the memory it
+    // tears down at exit was only ever mapped on one CPU (no TLB shootdown IPIs, each a
+    // VM exit on a VM). The command gets the whole mask back (`spawn`). Measured on a
+    // 2-vCPU VM: whole `sandbox run` 4.32 -> 4.10 ms.
+    let _ = crate::sys::pin_to_this_cpu();
     // cgroup v1 as root: the cgroup is made here, while the host makes the user
     // namespace (it knows the directories, and destroys them as if it had made them).
     let made = match cgroup.map(|c| make_cgroup(&c, &spec)).transpose() {
@@ -499,7 +501,13 @@ fn spawn(plan: &ChildPlan, command: &Command) -> std::io::Result<i32> {
             })
             .collect()
     };
+    // The command inherits the mask this process has when it spawns it: the caller's
+    // whole mask, for as long as the spawn takes; then back to one CPU.
+    if let Some(mask) = &plan.affinity {
+        crate::sys::set_affinity(mask);
+    }
     let spawned = Spawner::new(plan).and_then(|spawner| spawner.first(&candidates, &argv, &envp));
+    let _ = crate::sys::pin_to_this_cpu();
     for fd in [plan.stdin, plan.stdout, plan.stderr] {
         // SAFETY: our copies of the command's pipe ends: the command has its own now, and
         // without a command the host must see EOF at once.
