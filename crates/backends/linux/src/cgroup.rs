@@ -95,6 +95,24 @@ impl CgroupLayout {
         Ok(Some(Self::V1 { controllers: v1 }))
     }
 
+    /// A v1 layout cut in two: the hierarchy holding `controller` (with whatever is
+    /// co-mounted with it), and every other one; `None` for an empty part, and for v2
+    /// (one hierarchy: nothing to share out).
+    pub fn split_v1(&self, controller: &str) -> (Option<Self>, Option<Self>) {
+        let Self::V1 { controllers } = self else {
+            return (None, None);
+        };
+        let mount = controllers.get(controller);
+        let (with, rest): (BTreeMap<_, _>, BTreeMap<_, _>) = controllers
+            .iter()
+            .map(|(c, m)| (c.clone(), m.clone()))
+            .partition(|(_, m)| Some(m) == mount);
+        let part = |controllers: BTreeMap<String, PathBuf>| {
+            (!controllers.is_empty()).then_some(Self::V1 { controllers })
+        };
+        (part(with), part(rest))
+    }
+
     /// Controllers required for limits that this layout lacks.
     pub fn missing_required(&self) -> Vec<&'static str> {
         match self {
@@ -435,6 +453,47 @@ fn write_v2_limits(dir: &Path, limits: &Limits) -> io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_v1_layout_splits_into_one_hierarchy_and_the_rest() {
+        let v1 = |pairs: &[(&str, &str)]| CgroupLayout::V1 {
+            controllers: pairs
+                .iter()
+                .map(|(c, m)| (c.to_string(), PathBuf::from(m)))
+                .collect(),
+        };
+        let layout = v1(&[
+            ("memory", "/cg/memory"),
+            ("pids", "/cg/pids"),
+            ("cpu", "/cg/cpu,cpuacct"),
+            ("cpuacct", "/cg/cpu,cpuacct"),
+        ]);
+        assert_eq!(
+            layout.split_v1("memory"),
+            (
+                Some(v1(&[("memory", "/cg/memory")])),
+                Some(v1(&[
+                    ("pids", "/cg/pids"),
+                    ("cpu", "/cg/cpu,cpuacct"),
+                    ("cpuacct", "/cg/cpu,cpuacct"),
+                ]))
+            )
+        );
+        // Co-mounted controllers stay together; a missing one leaves its part empty.
+        assert_eq!(
+            layout.split_v1("cpuacct").0,
+            Some(v1(&[
+                ("cpu", "/cg/cpu,cpuacct"),
+                ("cpuacct", "/cg/cpu,cpuacct")
+            ]))
+        );
+        assert_eq!(layout.split_v1("hugetlb").0, None);
+        let v2 = CgroupLayout::V2 {
+            root: "/sys/fs/cgroup".into(),
+            controllers: vec!["memory".into()],
+        };
+        assert_eq!(v2.split_v1("memory"), (None, None));
+    }
 
     #[test]
     fn self_join_files_are_the_v1_tasks_files_only() {

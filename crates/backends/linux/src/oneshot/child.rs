@@ -83,21 +83,28 @@ fn run(plan: &ChildPlan) -> i32 {
     // VM exit on a VM). The command gets the whole mask back (`spawn`). Measured on a
     // 2-vCPU VM: whole `sandbox run` 4.32 -> 4.10 ms.
     let _ = crate::sys::pin_to_this_cpu();
-    // cgroup v1 as root: the cgroup is made here, while the host makes the user
-    // namespace (it knows the directories, and destroys them as if it had made them).
-    let made = match cgroup.map(|c| make_cgroup(&c, &spec)).transpose() {
-        Ok(made) => made,
-        Err(e) => return fail(&mut status, format!("create cgroup: {e}")),
-    };
+    // cgroup v1 as root: part of the cgroup is made here, while the host makes the rest
+    // and the user namespace (it knows every directory, and destroys them as if it had
+    // made them all).
+    if let Some(Err(e)) = cgroup.map(|c| make_cgroup(&c, &spec)) {
+        return fail(&mut status, format!("create cgroup: {e}"));
+    }
     // Blocks until the host made the user namespace (as root) and claimed the id range.
     let (userns, id_base) = match wait_for_go(control.as_fd(), plan.userns_sent) {
         Ok(go) => go,
         Err(e) => {
-            // A host that died here cannot remove what we made (an `omabox reap` that
-            // ran meanwhile may have come too early): we are not in it yet.
-            if let Some(made) = made {
-                let _ = made.remove(std::time::Duration::from_millis(100));
-            }
+            // A host that died here cannot remove the cgroup made for this sandbox, ours
+            // and its part (an `omabox reap` that ran meanwhile may have come too early):
+            // we are not in it yet, and the host is gone.
+            let planned = CgroupPaths {
+                dirs: spec
+                    .cgroup_join
+                    .iter()
+                    .filter_map(|tasks| tasks.parent().map(Into::into))
+                    .collect(),
+                unified: false,
+            };
+            let _ = planned.remove(std::time::Duration::from_millis(100));
             return fail(&mut status, format!("waiting for the host: {e}"));
         }
     };
@@ -131,11 +138,13 @@ fn run(plan: &ChildPlan) -> i32 {
     supervise(plan, &command, &mut status, &control)
 }
 
-/// Makes the sandbox's cgroup directories and writes their limits (not joined yet: the
-/// setup stage joins them first thing), checking they are the ones the spec joins.
+/// Makes this process's part of the sandbox's cgroup directories and writes their limits
+/// (not joined yet: the setup stage joins them all first thing, the host's part made by
+/// then), checking they are among the ones the spec joins.
 fn make_cgroup(cgroup: &ChildCgroup, spec: &InitSpec) -> std::io::Result<CgroupPaths> {
     let made = CgroupPaths::create(&cgroup.layout, &cgroup.parent, &spec.id, &spec.plan.limits)?;
-    if made.self_join_files().unwrap_or_default() != spec.cgroup_join {
+    let files = made.self_join_files().unwrap_or_default();
+    if files.is_empty() || !files.iter().all(|f| spec.cgroup_join.contains(f)) {
         let _ = made.remove(std::time::Duration::from_millis(100));
         return Err(std::io::Error::other(
             "the cgroup directories differ from the ones the setup stage joins",

@@ -196,8 +196,9 @@ pub(super) struct ForkedPlan {
     pub(super) cgroup: Option<ChildCgroup>,
 }
 
-/// Where a forked PID 1 makes its cgroup: `layout`'s hierarchies, under `parent`, named
-/// after the sandbox id, with the plan's limits.
+/// Where a forked PID 1 makes its part of the cgroup: `layout`'s hierarchies (the host
+/// makes the memory one meanwhile), under `parent`, named after the sandbox id, with the
+/// plan's limits.
 #[derive(serde::Serialize, serde::Deserialize)]
 pub(super) struct ChildCgroup {
     pub(super) layout: crate::cgroup::CgroupLayout,
@@ -276,13 +277,17 @@ impl LinuxRuntime {
             .as_ref()
             .and_then(|p| p.self_join_files())
             .unwrap_or_default();
-        let child_cgroup = match &self.caps.cgroup {
-            Some(layout) if !cgroup_join.is_empty() => Some(ChildCgroup {
-                layout: layout.clone(),
-                parent: self.config.cgroup_parent.clone(),
-            }),
-            _ => None,
+        // Joined by PID 1 itself (v1 as root): made by both sides at once, the memory
+        // hierarchy (the costliest) by the host while PID 1 makes the others.
+        let self_join = !cgroup_join.is_empty();
+        let (host_part, child_part) = match &self.caps.cgroup {
+            Some(layout) if self_join => layout.split_v1("memory"),
+            _ => (None, None),
         };
+        let child_cgroup = child_part.map(|layout| ChildCgroup {
+            layout,
+            parent: self.config.cgroup_parent.clone(),
+        });
         let forked = ForkedPlan {
             spec: InitSpec {
                 id: id.clone(),
@@ -318,11 +323,9 @@ impl LinuxRuntime {
             }
         };
         sandbox.adopt_init(fork.pid, pidfd);
-        if forked.cgroup.is_some()
-            && let Some(planned) = planned
-        {
-            // PID 1 makes these (`ChildCgroup`); recorded before it is told to, so a start
-            // failing from here removes them (after PID 1's exit) like the host's own.
+        if self_join && let Some(planned) = planned {
+            // PID 1 makes part of these (`ChildCgroup`); all recorded before it is told
+            // to, so a start failing from here removes them (after PID 1's exit).
             sandbox.set_cgroup(planned);
         }
         // The plan first (EPIPE: the child died; its status says why): with the state dir
@@ -339,8 +342,17 @@ impl LinuxRuntime {
                 .map_err(host("write user namespace id maps"))?;
         }
         let pending_userns = self.begin_userns(ids)?;
-        if forked.cgroup.is_none() {
+        if !self_join {
             self.create_cgroup(&mut sandbox, plan)?;
+        } else if let Some(part) = &host_part {
+            // Recorded above; PID 1 joins it after the go.
+            crate::cgroup::CgroupPaths::create(
+                part,
+                &self.config.cgroup_parent,
+                sandbox.id(),
+                &plan.limits,
+            )
+            .map_err(host("create cgroup"))?;
         }
         clock.push(("host cgroup create", sys::monotonic_us()));
         omabox_sandbox::fault::point("linux-start-cgroup");
