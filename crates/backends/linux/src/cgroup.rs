@@ -308,6 +308,14 @@ impl CgroupPaths {
         }
     }
 
+    /// One attempt to remove every directory, without waiting or killing: what is not
+    /// empty (or gone already) stays as it is.
+    pub fn remove_if_empty(&self) {
+        for dir in &self.dirs {
+            let _ = std::fs::remove_dir(dir);
+        }
+    }
+
     /// Whether any directory still exists.
     pub fn exists(&self) -> bool {
         self.dirs.iter().any(|d| d.exists())

@@ -89,6 +89,7 @@ fn run(plan: &ChildPlan) -> i32 {
     if let Some(Err(e)) = cgroup.map(|c| make_cgroup(&c, &spec)) {
         return fail(&mut status, format!("create cgroup: {e}"));
     }
+    let leave = CgroupExit::open(&spec.cgroup_join);
     // Blocks until the host made the user namespace (as root) and claimed the id range.
     let (userns, id_base) = match wait_for_go(control.as_fd(), plan.userns_sent) {
         Ok(go) => go,
@@ -135,7 +136,33 @@ fn run(plan: &ChildPlan) -> i32 {
     if status.write_all(&line).is_err() {
         return 1;
     }
-    supervise(plan, &command, &mut status, &control)
+    supervise(plan, &command, &mut status, &control, &leave)
+}
+
+/// The `tasks` files of the sandbox cgroup's parents (v1), opened while this process is
+/// still host root: once no other process is left in the sandbox, it moves itself there
+/// (writing `0` moves the writing thread; the kernel checks the opener's credentials), so
+/// the host can remove the sandbox's cgroup while this process exits instead of after.
+/// Best effort: a file that cannot be opened or written leaves the removal to the host's
+/// teardown, after this process is gone. Close-on-exec: never the command's.
+struct CgroupExit(Vec<std::fs::File>);
+
+impl CgroupExit {
+    fn open(joined: &[std::path::PathBuf]) -> Self {
+        Self(
+            joined
+                .iter()
+                .filter_map(|tasks| tasks.parent()?.parent().map(|p| p.join("tasks")))
+                .filter_map(|p| std::fs::OpenOptions::new().write(true).open(p).ok())
+                .collect(),
+        )
+    }
+
+    fn leave(&self) {
+        for mut file in &self.0 {
+            let _ = file.write_all(b"0");
+        }
+    }
 }
 
 /// Makes this process's part of the sandbox's cgroup directories and writes their limits
@@ -314,6 +341,7 @@ fn supervise(
     command: &Command,
     status: &mut std::fs::File,
     control: &OwnedFd,
+    cgroup: &CgroupExit,
 ) -> i32 {
     let mut pending = [0u8; 16];
     // SAFETY: a non-blocking read of what the host sent so far into a local buffer.
@@ -409,6 +437,8 @@ fn supervise(
             };
             let done = empty && !running;
             if done {
+                // Out of the sandbox's cgroup before saying so: it is empty then.
+                cgroup.leave();
                 report.extend_from_slice(&[wire::EMPTY, b'\n']);
             }
             if !report.is_empty() {

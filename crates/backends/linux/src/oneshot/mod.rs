@@ -111,6 +111,8 @@ pub struct OneShotSandbox {
     status: std::fs::File,
     pending: Vec<u8>,
     status_eof: bool,
+    /// PID 1 said no process is left (`D`): it has left the sandbox's cgroup too.
+    empty: bool,
     control: OwnedFd,
 }
 
@@ -387,6 +389,7 @@ impl LinuxRuntime {
             status: std::fs::File::from(host_ends.status),
             pending: Vec::new(),
             status_eof: false,
+            empty: false,
             control: host_ends.control,
         })
     }
@@ -481,7 +484,10 @@ impl OneShotSandbox {
             Some(&wire::SIGNALED) => OneShotEvent::Signaled(number(&line[1..])?),
             Some(&wire::NOT_STARTED) => OneShotEvent::NotStarted(text(&line[1..])),
             Some(&wire::INTERRUPTED) => OneShotEvent::Interrupted,
-            Some(&wire::EMPTY) => OneShotEvent::Empty,
+            Some(&wire::EMPTY) => {
+                self.empty = true;
+                OneShotEvent::Empty
+            }
             _ => {
                 return Err(StartError::Setup(format!(
                     "malformed status line {:?}",
@@ -513,6 +519,11 @@ impl OneShotSandbox {
 
     /// Kills everything in the sandbox and removes its cgroup, state dir and id range.
     pub fn destroy(mut self) -> Result<(), DestroyError> {
+        if self.empty {
+            // Empty since PID 1 left it: removed while PID 1 exits (what is left, if
+            // PID 1 could not leave, goes after it as always).
+            self.sandbox.identity().cgroup.remove_if_empty();
+        }
         self.sandbox.destroy()
     }
 }
