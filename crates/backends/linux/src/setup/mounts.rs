@@ -251,15 +251,11 @@ pub(super) fn build(
             .max(plan.limits.scratch_bytes),
     };
     let opts = format!("size={},mode=0755", size.max(1 << 20));
-    step(
-        || "mount scratch tmpfs".into(),
-        mount(
-            Some(Path::new("tmpfs")),
-            scratch,
-            Some("tmpfs"),
-            libc::MS_NOSUID | libc::MS_NODEV,
-            Some(&opts),
-        ),
+    tmpfs(
+        scratch,
+        "scratch tmpfs",
+        libc::MS_NOSUID | libc::MS_NODEV,
+        &opts,
     )?;
     let root = scratch.join("root");
     step(
@@ -320,27 +316,14 @@ pub(super) fn build(
     dev(&root, plan.limits.scratch_bytes)?;
     let tmp = make_target(&root, Path::new("/tmp"), false)?;
     let opts = format!("size={},mode=1777", plan.limits.tmp_bytes.max(4096));
-    step(
-        || "mount /tmp".into(),
-        mount(
-            Some(Path::new("tmpfs")),
-            &tmp,
-            Some("tmpfs"),
-            libc::MS_NOSUID | libc::MS_NODEV,
-            Some(&opts),
-        ),
-    )?;
+    tmpfs(&tmp, "/tmp", libc::MS_NOSUID | libc::MS_NODEV, &opts)?;
     if plan.memory_mount {
         let memory = make_target(&root, Path::new(MEMORY_MOUNT), false)?;
-        step(
-            || "mount /mnt/memory".into(),
-            mount(
-                Some(Path::new("tmpfs")),
-                &memory,
-                Some("tmpfs"),
-                libc::MS_NOSUID | libc::MS_NODEV,
-                Some(&opts),
-            ),
+        tmpfs(
+            &memory,
+            "/mnt/memory",
+            libc::MS_NOSUID | libc::MS_NODEV,
+            &opts,
         )?;
     }
     Ok(root)
@@ -365,14 +348,24 @@ fn workspace_tmpfs(
     if let Some(r) = owner {
         opts.push_str(&format!(",uid={0},gid={0}", r.base));
     }
+    tmpfs(
+        &target,
+        "/workspace",
+        libc::MS_NOSUID | libc::MS_NODEV,
+        &opts,
+    )
+}
+
+/// Mounts a tmpfs with `flags` and `options` at `target` (`what` names it in an error).
+fn tmpfs(target: &Path, what: &str, flags: libc::c_ulong, options: &str) -> Result<(), SetupError> {
     step(
-        || "mount /workspace".into(),
+        || format!("mount {what}"),
         mount(
             Some(Path::new("tmpfs")),
-            &target,
+            target,
             Some("tmpfs"),
-            libc::MS_NOSUID | libc::MS_NODEV,
-            Some(&opts),
+            flags,
+            Some(options),
         ),
     )
 }
@@ -547,15 +540,11 @@ fn dev(root: &Path, shm_bytes: u64) -> Result<(), SetupError> {
     let dev = make_target(root, Path::new("/dev"), false)?;
     // nodev: a device node created here (were mknod ever allowed) would not open. The
     // bound host nodes below keep their own mount's flags.
-    step(
-        || "mount /dev".into(),
-        mount(
-            Some(Path::new("tmpfs")),
-            &dev,
-            Some("tmpfs"),
-            libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
-            Some("size=64k,nr_inodes=64,mode=0755"),
-        ),
+    tmpfs(
+        &dev,
+        "/dev",
+        libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
+        "size=64k,nr_inodes=64,mode=0755",
     )?;
     for d in DEVICES {
         let host = Path::new("/dev").join(d);
@@ -603,15 +592,11 @@ fn dev(root: &Path, shm_bytes: u64) -> Result<(), SetupError> {
     let shm = dev.join("shm");
     step(|| "create /dev/shm".into(), std::fs::create_dir(&shm))?;
     let opts = format!("size={},mode=1777", shm_bytes.max(1 << 20));
-    step(
-        || "mount /dev/shm".into(),
-        mount(
-            Some(Path::new("tmpfs")),
-            &shm,
-            Some("tmpfs"),
-            libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
-            Some(&opts),
-        ),
+    tmpfs(
+        &shm,
+        "/dev/shm",
+        libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
+        &opts,
     )?;
     // The /dev tmpfs itself becomes read-only; its submounts keep their own flags.
     step(
