@@ -84,6 +84,24 @@ impl Linux {
     }
 
     /// Runs with stdin at /dev/null and collects the output.
+    /// Starts `omabox sandbox run ARGS` (stdin closed) and reads its stdout by lines.
+    fn spawn_lines(
+        &self,
+        args: &[&str],
+    ) -> (
+        std::process::Child,
+        std::io::Lines<BufReader<std::process::ChildStdout>>,
+    ) {
+        let mut child = self
+            .command(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("omabox starts");
+        let lines = BufReader::new(child.stdout.take().unwrap()).lines();
+        (child, lines)
+    }
+
     fn run(&self, args: &[&str]) -> Output {
         self.command(args)
             .stdin(Stdio::null())
@@ -182,18 +200,12 @@ fn without_a_workspace_nothing_of_the_sandbox_is_on_the_host() {
     // writes lands in a host directory (other host users cannot read it, a killed run
     // leaves nothing to sweep), and it holds no more than the memory limit allows.
     let Some(lx) = linux() else { return };
-    let mut child = lx
-        .command(&[
-            "--",
-            "sh",
-            "-c",
-            "stat -f -c %T /workspace; stat -c '%a %u' /workspace; echo x > f && cat f; exec sleep 5",
-        ])
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut lines = std::io::BufRead::lines(std::io::BufReader::new(child.stdout.take().unwrap()));
+    let (mut child, mut lines) = lx.spawn_lines(&[
+        "--",
+        "sh",
+        "-c",
+        "stat -f -c %T /workspace; stat -c '%a %u' /workspace; echo x > f && cat f; exec sleep 5",
+    ]);
     let mut next = || lines.next().unwrap().unwrap();
     assert_eq!(next(), "tmpfs");
     assert_eq!(next(), "755 0", "/workspace belongs to the sandbox's root");
@@ -207,18 +219,14 @@ fn without_a_workspace_nothing_of_the_sandbox_is_on_the_host() {
     unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
     child.wait().unwrap();
 
-    let out = lx
-        .command(&[
-            "--memory",
-            "32M",
-            "--",
-            "sh",
-            "-c",
-            "dd if=/dev/zero of=/workspace/big bs=1M count=64 2>&1; echo rc=$?",
-        ])
-        .stdin(Stdio::null())
-        .output()
-        .unwrap();
+    let out = lx.run(&[
+        "--memory",
+        "32M",
+        "--",
+        "sh",
+        "-c",
+        "dd if=/dev/zero of=/workspace/big bs=1M count=64 2>&1; echo rc=$?",
+    ]);
     let said = text(&out.stdout);
     assert!(said.contains("No space left on device"), "{said}");
     assert!(!said.contains("rc=0"), "{said}");
@@ -764,18 +772,12 @@ fn package_registries_are_reached_only_when_the_network_allows_them() {
 #[test]
 fn sigint_is_forwarded_and_everything_is_destroyed() {
     let Some(lx) = linux() else { return };
-    let mut child = lx
-        .command(&[
-            "--",
-            "sh",
-            "-c",
-            "trap 'echo got-term; exit 7' TERM; echo ready; sleep 100 & wait",
-        ])
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let (mut child, mut lines) = lx.spawn_lines(&[
+        "--",
+        "sh",
+        "-c",
+        "trap 'echo got-term; exit 7' TERM; echo ready; sleep 100 & wait",
+    ]);
     assert_eq!(lines.next().unwrap().unwrap(), "ready");
     let pid = i32::try_from(child.id()).unwrap();
     // SAFETY: signalling our own child process.
@@ -786,13 +788,8 @@ fn sigint_is_forwarded_and_everything_is_destroyed() {
     lx.assert_nothing_left();
 
     // A command that ignores SIGTERM is killed; the exit says so.
-    let mut child = lx
-        .command(&["--", "sh", "-c", "trap '' TERM; echo ready; sleep 100"])
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let (mut child, mut lines) =
+        lx.spawn_lines(&["--", "sh", "-c", "trap '' TERM; echo ready; sleep 100"]);
     assert_eq!(lines.next().unwrap().unwrap(), "ready");
     let pid = i32::try_from(child.id()).unwrap();
     // SAFETY: signalling our own child process.
