@@ -675,30 +675,68 @@ impl Drop for Spawner {
 
 #[cfg(test)]
 mod tests {
-    /// Resident kB of this process's executable file mappings (smaps).
-    fn code_rss_kb() -> u64 {
+    /// Resident kB of the mapping that starts at `addr` (smaps).
+    fn rss_kb(addr: usize) -> u64 {
         let smaps = std::fs::read_to_string("/proc/self/smaps").unwrap();
-        let mut code = false;
-        let mut total = 0;
-        for line in smaps.lines() {
-            if let Some(rss) = line.strip_prefix("Rss:") {
-                if code {
-                    total += rss.trim().trim_end_matches(" kB").parse::<u64>().unwrap();
+        let head = format!("{addr:x}-");
+        let mut lines = smaps.lines().skip_while(|l| !l.starts_with(&head));
+        assert!(lines.next().is_some(), "no mapping at {addr:x}");
+        lines
+            .find_map(|l| l.strip_prefix("Rss:"))
+            .and_then(|v| v.trim().trim_end_matches(" kB").parse().ok())
+            .unwrap()
+    }
+
+    /// A private mapping of this test's own executable, `prot`, 16 pages, every page read
+    /// (and written, when writable).
+    fn map_self(prot: libc::c_int) -> (usize, std::fs::File) {
+        use std::os::fd::AsRawFd as _;
+        let exe = std::fs::File::open(std::env::current_exe().unwrap()).unwrap();
+        let len = 16 * 4096;
+        // SAFETY: a fresh private mapping of an open file, used only through `addr`.
+        let addr = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                prot,
+                libc::MAP_PRIVATE,
+                exe.as_raw_fd(),
+                0,
+            )
+        };
+        assert_ne!(addr, libc::MAP_FAILED);
+        for page in 0..16 {
+            // SAFETY: within the mapping just made.
+            unsafe {
+                let p = addr.cast::<u8>().add(page * 4096);
+                let byte = std::ptr::read_volatile(p);
+                if prot & libc::PROT_WRITE != 0 {
+                    std::ptr::write_volatile(p, byte ^ 0xff);
                 }
-            } else if line.contains('-') && line.split_ascii_whitespace().count() >= 5 {
-                let f: Vec<_> = line.split_ascii_whitespace().collect();
-                code = f[1] == "r-xp" && f[4] != "0";
             }
         }
-        total
+        (addr as usize, exe)
     }
 
     #[test]
-    fn shedding_code_pages_drops_them_and_the_code_still_runs() {
-        let before = code_rss_kb();
+    fn shedding_drops_code_mappings_only_and_the_code_still_runs() {
+        let (code, _a) = map_self(libc::PROT_READ | libc::PROT_EXEC);
+        let (data, _b) = map_self(libc::PROT_READ | libc::PROT_WRITE);
+        // SAFETY: the first byte of the mapping `map_self` made and wrote.
+        let written = unsafe { std::ptr::read_volatile(data as *const u8) };
+        assert_eq!(rss_kb(code), 64);
         super::shed_code_pages();
-        let after = code_rss_kb();
-        assert!(after < before, "code RSS {before} kB -> {after} kB");
+        assert_eq!(
+            rss_kb(code),
+            0,
+            "the executable mapping's pages are unmapped"
+        );
+        assert_eq!(rss_kb(data), 64, "a written private mapping is left alone");
+        // SAFETY: as above; its copy-on-write page is still this process's.
+        assert_eq!(
+            unsafe { std::ptr::read_volatile(data as *const u8) },
+            written
+        );
         // What runs next faults its code back in.
         let text = format!("{:?}", std::collections::BTreeMap::from([(1, "a")]));
         assert_eq!(text, r#"{1: "a"}"#);
