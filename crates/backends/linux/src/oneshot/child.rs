@@ -34,8 +34,9 @@ pub(super) struct ChildPlan {
     pub(super) stdout: RawFd,
     pub(super) stderr: RawFd,
     pub(super) null: RawFd,
-    /// The caller's CPU mask, which the command gets: this process itself is kept off
-    /// the host's CPU (see `fork_into`), then pinned to the one CPU it runs on.
+    /// The CPU mask to take back once the plan is here: the host keeps this process off
+    /// its own CPU until then (see `fork_into`), and whatever runs in the sandbox
+    /// inherits the mask this process has when it starts it.
     pub(super) affinity: Option<libc::cpu_set_t>,
 }
 
@@ -77,12 +78,9 @@ fn run(plan: &ChildPlan) -> i32 {
         Err(e) => return fail(&mut status, format!("reading the plan: {e}")),
     };
     let plan_read = handoff::monotonic_us();
-    // From here this process stays on the CPU it runs on (the host kept it off its own):
-    // its setup then never waits behind the host's work on the other, and the memory it
-    // tears down at exit was only ever mapped on one CPU (no TLB shootdown IPIs, each a
-    // VM exit on a VM). The command gets the whole mask back (`spawn`). Measured on a
-    // 2-vCPU VM: whole `sandbox run` 4.32 -> 4.10 ms.
-    let _ = crate::sys::pin_to_this_cpu();
+    if let Some(mask) = &plan.affinity {
+        crate::sys::set_affinity(mask);
+    }
     // cgroup v1 as root: part of the cgroup is made here, while the host makes the rest
     // and the user namespace (it knows every directory, and destroys them as if it had
     // made them all).
@@ -392,9 +390,6 @@ fn supervise(
             return 0;
         }
     };
-    // While the command starts (on another CPU, or ahead of us on this one), let go of
-    // the code pages this process mapped: see `shed_code_pages`.
-    shed_code_pages();
     let mut running = true;
     loop {
         let mut fds = [
@@ -477,43 +472,6 @@ fn supervise(
 /// plus the command's. A program without a `/` is searched in that env's `PATH` (default
 /// `/bin:/usr/bin`), like `execvp`: missing or non-executable candidates are skipped.
 /// Returns its pid, or why it could not start.
-/// Unmaps the page-table entries of every executable file mapping of this process (the
-/// host binary's code and its libraries'), which the kernel otherwise tears down one by
-/// one when this process exits — after the command's exit, while the host waits: a fork of
-/// the host maps ~1000 such pages (fault-around maps 16 per fault), ~0.1 ms of unmapping on
-/// a VM. Code mappings are never written, so `MADV_DONTNEED` drops nothing but the
-/// mappings: what this process runs afterwards (its supervise loop) faults back in.
-/// Best effort: any failure leaves the mappings as they were.
-fn shed_code_pages() {
-    let Ok(maps) = std::fs::read_to_string("/proc/self/maps") else {
-        return;
-    };
-    for line in maps.lines() {
-        let mut fields = line.split_ascii_whitespace();
-        let (Some(range), Some(perms)) = (fields.next(), fields.next()) else {
-            continue;
-        };
-        // `r-xp` file mappings only: a writable or read-only data mapping may hold this
-        // process's own (copied-on-write) pages, which `MADV_DONTNEED` would discard.
-        let inode = fields.nth(2).unwrap_or("0");
-        if perms != "r-xp" || inode == "0" {
-            continue;
-        }
-        let Some((start, end)) = range.split_once('-') else {
-            continue;
-        };
-        let (Ok(start), Ok(end)) = (
-            usize::from_str_radix(start, 16),
-            usize::from_str_radix(end, 16),
-        ) else {
-            continue;
-        };
-        // SAFETY: an executable, private, never-written file mapping of this process: its
-        // pages fault back in from the file, unchanged, when next run.
-        unsafe { libc::madvise(start as *mut libc::c_void, end - start, libc::MADV_DONTNEED) };
-    }
-}
-
 fn spawn(plan: &ChildPlan, command: &Command) -> std::io::Result<i32> {
     let mut argv: Vec<*mut libc::c_char> =
         command.argv.iter().map(|a| a.as_ptr().cast_mut()).collect();
@@ -540,13 +498,7 @@ fn spawn(plan: &ChildPlan, command: &Command) -> std::io::Result<i32> {
             })
             .collect()
     };
-    // The command inherits the mask this process has when it spawns it: the caller's
-    // whole mask, for as long as the spawn takes; then back to one CPU.
-    if let Some(mask) = &plan.affinity {
-        crate::sys::set_affinity(mask);
-    }
     let spawned = Spawner::new(plan).and_then(|spawner| spawner.first(&candidates, &argv, &envp));
-    let _ = crate::sys::pin_to_this_cpu();
     for fd in [plan.stdin, plan.stdout, plan.stderr] {
         // SAFETY: our copies of the command's pipe ends: the command has its own now, and
         // without a command the host must see EOF at once.
@@ -670,75 +622,5 @@ impl Drop for Spawner {
             libc::posix_spawnattr_destroy(&mut self.attr);
             libc::posix_spawn_file_actions_destroy(&mut self.actions);
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    /// Resident kB of the mapping that starts at `addr` (smaps).
-    fn rss_kb(addr: usize) -> u64 {
-        let smaps = std::fs::read_to_string("/proc/self/smaps").unwrap();
-        let head = format!("{addr:x}-");
-        let mut lines = smaps.lines().skip_while(|l| !l.starts_with(&head));
-        assert!(lines.next().is_some(), "no mapping at {addr:x}");
-        lines
-            .find_map(|l| l.strip_prefix("Rss:"))
-            .and_then(|v| v.trim().trim_end_matches(" kB").parse().ok())
-            .unwrap()
-    }
-
-    /// A private mapping of this test's own executable, `prot`, 16 pages, every page read
-    /// (and written, when writable).
-    fn map_self(prot: libc::c_int) -> (usize, std::fs::File) {
-        use std::os::fd::AsRawFd as _;
-        let exe = std::fs::File::open(std::env::current_exe().unwrap()).unwrap();
-        let len = 16 * 4096;
-        // SAFETY: a fresh private mapping of an open file, used only through `addr`.
-        let addr = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                prot,
-                libc::MAP_PRIVATE,
-                exe.as_raw_fd(),
-                0,
-            )
-        };
-        assert_ne!(addr, libc::MAP_FAILED);
-        for page in 0..16 {
-            // SAFETY: within the mapping just made.
-            unsafe {
-                let p = addr.cast::<u8>().add(page * 4096);
-                let byte = std::ptr::read_volatile(p);
-                if prot & libc::PROT_WRITE != 0 {
-                    std::ptr::write_volatile(p, byte ^ 0xff);
-                }
-            }
-        }
-        (addr as usize, exe)
-    }
-
-    #[test]
-    fn shedding_drops_code_mappings_only_and_the_code_still_runs() {
-        let (code, _a) = map_self(libc::PROT_READ | libc::PROT_EXEC);
-        let (data, _b) = map_self(libc::PROT_READ | libc::PROT_WRITE);
-        // SAFETY: the first byte of the mapping `map_self` made and wrote.
-        let written = unsafe { std::ptr::read_volatile(data as *const u8) };
-        assert_eq!(rss_kb(code), 64);
-        super::shed_code_pages();
-        assert_eq!(
-            rss_kb(code),
-            0,
-            "the executable mapping's pages are unmapped"
-        );
-        assert_eq!(rss_kb(data), 64, "a written private mapping is left alone");
-        // SAFETY: as above; its copy-on-write page is still this process's.
-        assert_eq!(
-            unsafe { std::ptr::read_volatile(data as *const u8) },
-            written
-        );
-        // What runs next faults its code back in.
-        let text = format!("{:?}", std::collections::BTreeMap::from([(1, "a")]));
-        assert_eq!(text, r#"{1: "a"}"#);
     }
 }

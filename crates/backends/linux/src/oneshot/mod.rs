@@ -667,8 +667,7 @@ fn fork_into(ns_flags: libc::c_int, plan: &child::ChildPlan) -> io::Result<(i32,
     }
     // The child works (network namespace, then the setup stage) while we work out and
     // send its plan: off our CPU, or the scheduler may queue it behind us or us behind
-    // it. When the plan arrives it pins itself to the CPU it is on; its command gets the
-    // whole mask.
+    // it. It takes its whole mask back when the plan arrives, which is after this.
     if let Some(mask) = &plan.affinity {
         sys::keep_off_this_cpu(ret as libc::pid_t, mask);
     }
