@@ -5,7 +5,9 @@
 //! the host's own process start (the floor an exec round trip cannot beat), all in the
 //! same run and interleaved sample by sample, so load from other work on the machine
 //! hits every column alike. Compare the ratios, not the absolute figures, across runs.
-//! Prints figures; never asserts on time.
+//! Prints figures; never asserts on time. To compare two builds of the CLI, use
+//! `scripts/ab-sandbox-run` instead: it times several copies of each binary, since one
+//! copy of a binary file can run ±50 µs apart from another copy of it on a VM.
 //!
 //! `cargo bench -p omabox-backend-linux` (as root). `OMABOX_BENCH_N` sets the number of
 //! starts (default 200), `OMABOX_BENCH_IDLE` the number of idle sandboxes (default 100),
