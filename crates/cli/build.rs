@@ -1,4 +1,7 @@
-//! Link settings of the `omabox` binary.
+//! Link settings of the `omabox` binary. The project's `.cargo/config.toml` links it
+//! statically (`crt-static`, `relocation-model=static`: no dynamic loader at all); these
+//! settings keep a build without that config (another target, a `cargo install` from
+//! elsewhere) as close to it as a dynamic link gets.
 
 fn main() {
     println!("cargo:rerun-if-changed=build.rs");

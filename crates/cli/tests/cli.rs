@@ -141,3 +141,37 @@ fn data_dir_defaults_under_xdg_data_home() {
     assert!(output.status.success());
     assert!(xdg.path().join("omabox/omabox.db").exists());
 }
+
+/// `.cargo/config.toml` links omabox's executables statically: a start maps no dynamic
+/// loader or shared library (SECURITY.md has the trade-off). Fails if the config is lost.
+#[test]
+fn the_executables_need_no_dynamic_loader() {
+    let omabox = Path::new(env!("CARGO_BIN_EXE_omabox")).to_path_buf();
+    // The linux backend's binary: built next to it when the whole workspace is.
+    let init = omabox.with_file_name("omabox-sandbox-init");
+    for exe in std::iter::once(omabox).chain(init.is_file().then_some(init)) {
+        let elf = std::fs::read(&exe).unwrap();
+        let u16_at = |at: usize| u16::from_le_bytes(elf[at..at + 2].try_into().unwrap()) as usize;
+        let u64_at = |at: usize| u64::from_le_bytes(elf[at..at + 8].try_into().unwrap()) as usize;
+        assert_eq!(
+            &elf[..5],
+            b"\x7fELF\x02",
+            "{}: a 64-bit ELF file",
+            exe.display()
+        );
+        let (phoff, phentsize, phnum) = (u64_at(0x20), u16_at(0x36), u16_at(0x38));
+        let types: Vec<u32> = (0..phnum)
+            .map(|i| {
+                let at = phoff + i * phentsize;
+                u32::from_le_bytes(elf[at..at + 4].try_into().unwrap())
+            })
+            .collect();
+        const PT_DYNAMIC: u32 = 2;
+        const PT_INTERP: u32 = 3;
+        assert!(
+            !types.contains(&PT_INTERP) && !types.contains(&PT_DYNAMIC),
+            "{} is dynamically linked (program header types {types:?})",
+            exe.display()
+        );
+    }
+}
