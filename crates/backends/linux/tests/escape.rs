@@ -193,6 +193,50 @@ async fn sensitive_proc_entries_are_masked() {
     }
     let out = sb.sh("echo 1 > /proc/sysrq-trigger").await;
     assert!(!out.success(), "/proc/sysrq-trigger writable");
+    // Masked directories (where this kernel has them) show nothing and take nothing.
+    for dir in ["acpi", "scsi", "asound"] {
+        let shown = sb
+            .ok(&format!(
+                "if [ -d /proc/{dir} ]; then ls -A /proc/{dir} | wc -l; else echo 0; fi"
+            ))
+            .await;
+        assert_eq!(shown, "0", "/proc/{dir} is not masked");
+        let out = sb
+            .sh(&format!("[ -d /proc/{dir} ] && mkdir /proc/{dir}/x"))
+            .await;
+        assert!(!out.success(), "/proc/{dir} writable");
+    }
+    sb.destroy();
+}
+
+/// `/dev` and `/dev/shm` are bound from the scratch tmpfs, each with its own mount
+/// flags: `/dev` read-only, neither executable nor with devices or setuid.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dev_and_dev_shm_carry_their_mount_flags() {
+    let Some(mut sb) = start().await else { return };
+    for (mount, flags) in [
+        ("/dev", ["ro", "nosuid", "nodev", "noexec"]),
+        ("/dev/shm", ["rw", "nosuid", "nodev", "noexec"]),
+        ("/proc/acpi", ["ro", "nosuid", "nodev", "noexec"]),
+    ] {
+        let options = sb
+            .ok(&format!(
+                "awk '$5 == \"{mount}\" {{ print $6 }}' /proc/self/mountinfo | tail -n 1"
+            ))
+            .await;
+        if mount == "/proc/acpi" && options.is_empty() {
+            continue; // no ACPI on this kernel
+        }
+        let options: Vec<&str> = options.split(',').collect();
+        for flag in flags {
+            assert!(options.contains(&flag), "{mount}: {options:?} lacks {flag}");
+        }
+    }
+    // Executing from /dev/shm fails even for a copied binary.
+    let code = sb
+        .ok("cp /bin/true /dev/shm/t && chmod +x /dev/shm/t && { /dev/shm/t 2>/dev/null; echo $?; }")
+        .await;
+    assert_eq!(code, "126", "a binary in /dev/shm ran (exit {code})");
     sb.destroy();
 }
 

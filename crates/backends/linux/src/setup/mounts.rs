@@ -3,7 +3,7 @@
 
 use std::io;
 use std::os::fd::{AsRawFd, OwnedFd};
-use std::os::unix::fs::{DirBuilderExt, symlink};
+use std::os::unix::fs::{DirBuilderExt, PermissionsExt, symlink};
 use std::path::{Component, Path, PathBuf};
 
 use super::{SetupError, etc};
@@ -313,7 +313,31 @@ pub(super) fn build(
         place(&b.source, &b.target, attrs)?;
     }
     proc_mount(&root)?;
-    dev(&root, plan.limits.scratch_bytes)?;
+    dev(&root, scratch)?;
+    // The masks of `/proc` directories: an empty read-only directory of the scratch
+    // tmpfs bound over each, not a tmpfs of its own (a superblock fewer each).
+    let empty = scratch.join("empty");
+    step(
+        || "create empty dir".into(),
+        std::fs::DirBuilder::new().mode(0o555).create(&empty),
+    )?;
+    for d in PROC_MASKED_DIRS {
+        let target = root.join("proc").join(d);
+        let bound = step(
+            || format!("mask /proc/{d}"),
+            unless_absent(
+                mount(Some(&empty), &target, None, libc::MS_BIND, None),
+                // Not a directory: nothing to hide behind an empty one.
+                &[libc::ENOTDIR],
+            ),
+        )?;
+        if bound {
+            step(
+                || format!("mask /proc/{d}"),
+                set_attr(&target, MASK_ATTRS, false),
+            )?;
+        }
+    }
     let tmp = make_target(&root, Path::new("/tmp"), false)?;
     let opts = format!("size={},mode=1777", plan.limits.tmp_bytes.max(4096));
     tmpfs(&tmp, "/tmp", libc::MS_NOSUID | libc::MS_NODEV, &opts)?;
@@ -536,15 +560,23 @@ fn proc_mount(root: &Path) -> Result<(), SetupError> {
     )
 }
 
-fn dev(root: &Path, shm_bytes: u64) -> Result<(), SetupError> {
+/// `/dev` and `/dev/shm` are directories of the scratch tmpfs bound in place rather than
+/// tmpfs mounts of their own: each superblock costs ~10 µs to make and as much again to
+/// tear down at PID 1's exit. So `/dev/shm` shares the scratch tmpfs's size (the
+/// scratch size; for an image root, with its upper layer).
+fn dev(root: &Path, scratch: &Path) -> Result<(), SetupError> {
     let dev = make_target(root, Path::new("/dev"), false)?;
-    // nodev: a device node created here (were mknod ever allowed) would not open. The
-    // bound host nodes below keep their own mount's flags.
-    tmpfs(
-        &dev,
-        "/dev",
-        libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
-        "size=64k,nr_inodes=64,mode=0755",
+    let source = scratch.join("dev");
+    step(
+        || "create /dev".into(),
+        std::fs::DirBuilder::new().mode(0o755).create(&source),
+    )?;
+    // A mount of its own over the image's `/dev`, read-only at the end; nodev: a device
+    // node created here (were mknod ever allowed) would not open. The bound host nodes
+    // below keep their own mount's flags.
+    step(
+        || "bind /dev".into(),
+        mount(Some(&source), &dev, None, libc::MS_BIND, None),
     )?;
     for d in DEVICES {
         let host = Path::new("/dev").join(d);
@@ -591,19 +623,37 @@ fn dev(root: &Path, shm_bytes: u64) -> Result<(), SetupError> {
     )?;
     let shm = dev.join("shm");
     step(|| "create /dev/shm".into(), std::fs::create_dir(&shm))?;
-    let opts = format!("size={},mode=1777", shm_bytes.max(1 << 20));
-    tmpfs(
-        &shm,
-        "/dev/shm",
-        libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
-        &opts,
+    let shm_source = scratch.join("shm");
+    step(
+        || "create /dev/shm".into(),
+        std::fs::DirBuilder::new()
+            .mode(0o1777)
+            .create(&shm_source)
+            // The mode as given, whatever the umask.
+            .and_then(|()| {
+                std::fs::set_permissions(&shm_source, std::fs::Permissions::from_mode(0o1777))
+            }),
     )?;
-    // The /dev tmpfs itself becomes read-only; its submounts keep their own flags.
+    step(
+        || "bind /dev/shm".into(),
+        mount(Some(&shm_source), &shm, None, libc::MS_BIND, None),
+    )?;
+    step(
+        || "set flags of /dev/shm".into(),
+        set_attr(&shm, SHM_ATTRS, false),
+    )?;
+    // `/dev` itself becomes read-only; its submounts keep their own flags.
     step(
         || "make /dev read-only".into(),
-        set_attr(&dev, MOUNT_ATTR_RDONLY, false),
+        set_attr(&dev, MASK_ATTRS, false),
     )
 }
+
+/// Read-only, nosuid, nodev, noexec.
+const MASK_ATTRS: u64 = MOUNT_ATTR_RDONLY | SHM_ATTRS;
+
+/// `/dev/shm`: writable, but nosuid, nodev, noexec.
+const SHM_ATTRS: u64 = MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC;
 
 /// Makes `root` the new `/` and detaches the host's tree. After this, nothing of the
 /// host's filesystem is reachable by path.
@@ -638,23 +688,6 @@ pub(super) fn finish(plan: &SandboxPlan) -> Result<(), SetupError> {
             unless_absent(mount(Some(null), &p, None, libc::MS_BIND, None), &[]),
         )?;
     }
-    for d in PROC_MASKED_DIRS {
-        let p = Path::new("/proc").join(d);
-        step(
-            || format!("mask /proc/{d}"),
-            unless_absent(
-                mount(
-                    Some(Path::new("tmpfs")),
-                    &p,
-                    Some("tmpfs"),
-                    libc::MS_RDONLY | libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
-                    Some("size=0"),
-                ),
-                // Not a directory: nothing to hide behind a tmpfs, as before.
-                &[libc::ENOTDIR],
-            ),
-        )?;
-    }
     for e in PROC_READONLY {
         let p = Path::new("/proc").join(e);
         let bound = step(
@@ -667,11 +700,7 @@ pub(super) fn finish(plan: &SandboxPlan) -> Result<(), SetupError> {
         if bound {
             step(
                 || format!("freeze /proc/{e}"),
-                set_attr(
-                    &p,
-                    MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC,
-                    true,
-                ),
+                set_attr(&p, MASK_ATTRS, true),
             )?;
         }
     }
