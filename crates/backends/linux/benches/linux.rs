@@ -148,6 +148,9 @@ impl Segments {
     }
 }
 
+/// How many copies of the `omabox` binary the whole-process figure runs from.
+const CLI_COPIES: usize = 3;
+
 fn ms(d: Duration) -> String {
     format!("{:.3} ms", d.as_secs_f64() * 1e3)
 }
@@ -156,7 +159,7 @@ fn ratio(a: Duration, b: Duration) -> String {
     if b.is_zero() {
         return "-".into();
     }
-    format!("{:.2}x", a.as_secs_f64() / b.as_secs_f64())
+    format!("{:.3}x", a.as_secs_f64() / b.as_secs_f64())
 }
 
 /// Sum of `key` (kB) from smaps_rollup of `pid` and all its descendants.
@@ -427,18 +430,35 @@ fn main() {
 
     // 1b. Whole processes: `omabox sandbox run -- /bin/echo x` against bwrap doing the
     //     same, interleaved (what a user waits for).
+    //     The binary runs from CLI_COPIES fresh copies of its file, in turn: on a VM one
+    //     copy of a binary can run ±50 µs apart from another copy of the same file (where
+    //     its pages landed), as much as the gap measured here.
     let cli = cli_binary();
     let (mut cli_ready, mut cli_total, mut bw2_total) =
         (Samples::default(), Samples::default(), Samples::default());
+    let mut per_copy: Vec<Samples> = Vec::new();
+    let copies_dir = tempfile::tempdir().expect("temp dir for the binary's copies");
     if let Some(cli) = &cli {
         let init = PathBuf::from(env!("CARGO_BIN_EXE_omabox-sandbox-init"));
-        for _ in 0..5 {
-            let _ = run_cli(cli, &init);
+        let copies: Vec<PathBuf> = (0..CLI_COPIES)
+            .map(|i| {
+                let copy = copies_dir.path().join(format!("omabox-{i}"));
+                std::fs::copy(cli, &copy).expect("copy the omabox binary");
+                copy
+            })
+            .collect();
+        per_copy.resize_with(copies.len(), Samples::default);
+        for copy in &copies {
+            for _ in 0..3 {
+                let _ = run_cli(copy, &init);
+            }
         }
-        for _ in 0..n {
-            if let Some((r, t)) = run_cli(cli, &init) {
+        for i in 0..n {
+            let k = i % copies.len();
+            if let Some((r, t)) = run_cli(&copies[k], &init) {
                 cli_ready.push(r);
                 cli_total.push(t);
+                per_copy[k].push(t);
             }
             if have_bwrap && let Some((_, t)) = run_tool("bwrap", &bw) {
                 bw2_total.push(t);
@@ -590,8 +610,14 @@ fn main() {
                 }
             );
             println!(
-                "  ({}; first output byte p50 {}; ratio against bwrap's whole process)",
+                "  ({}, {} copies: p50 {}; first output byte p50 {}; ratio against bwrap's whole process)",
                 cli.display(),
+                per_copy.len(),
+                per_copy
+                    .iter()
+                    .map(|s| ms(s.p50()))
+                    .collect::<Vec<_>>()
+                    .join(" / "),
                 ms(cli_ready.p50())
             );
         }
