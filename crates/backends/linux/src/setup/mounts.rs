@@ -322,21 +322,15 @@ pub(super) fn build(
         std::fs::DirBuilder::new().mode(0o555).create(&empty),
     )?;
     for d in PROC_MASKED_DIRS {
+        // Not a directory: nothing to hide behind an empty one.
         let target = root.join("proc").join(d);
-        let bound = step(
-            || format!("mask /proc/{d}"),
-            unless_absent(
-                mount(Some(&empty), &target, None, libc::MS_BIND, None),
-                // Not a directory: nothing to hide behind an empty one.
-                &[libc::ENOTDIR],
-            ),
+        bind_over(
+            &format!("mask /proc/{d}"),
+            &empty,
+            &target,
+            false,
+            &[libc::ENOTDIR],
         )?;
-        if bound {
-            step(
-                || format!("mask /proc/{d}"),
-                set_attr(&target, MASK_ATTRS, false),
-            )?;
-        }
     }
     let tmp = make_target(&root, Path::new("/tmp"), false)?;
     let opts = format!("size={},mode=1777", plan.limits.tmp_bytes.max(4096));
@@ -649,6 +643,31 @@ fn dev(root: &Path, scratch: &Path) -> Result<(), SetupError> {
     )
 }
 
+/// Binds `source` over `target` (with its submounts when `recursive`) and makes the new
+/// mount (tree) read-only, nosuid, nodev and noexec; a `target` that does not exist
+/// (ENOENT, or one of `absent`) is skipped. `what` names the step in an error.
+fn bind_over(
+    what: &str,
+    source: &Path,
+    target: &Path,
+    recursive: bool,
+    absent: &[i32],
+) -> Result<(), SetupError> {
+    let flags = if recursive {
+        libc::MS_BIND | libc::MS_REC
+    } else {
+        libc::MS_BIND
+    };
+    let bound = step(
+        || what.into(),
+        unless_absent(mount(Some(source), target, None, flags, None), absent),
+    )?;
+    if bound {
+        step(|| what.into(), set_attr(target, MASK_ATTRS, recursive))?;
+    }
+    Ok(())
+}
+
 /// Read-only, nosuid, nodev, noexec.
 const MASK_ATTRS: u64 = MOUNT_ATTR_RDONLY | SHM_ATTRS;
 
@@ -690,19 +709,7 @@ pub(super) fn finish(plan: &SandboxPlan) -> Result<(), SetupError> {
     }
     for e in PROC_READONLY {
         let p = Path::new("/proc").join(e);
-        let bound = step(
-            || format!("freeze /proc/{e}"),
-            unless_absent(
-                mount(Some(&p), &p, None, libc::MS_BIND | libc::MS_REC, None),
-                &[],
-            ),
-        )?;
-        if bound {
-            step(
-                || format!("freeze /proc/{e}"),
-                set_attr(&p, MASK_ATTRS, true),
-            )?;
-        }
+        bind_over(&format!("freeze /proc/{e}"), &p, &p, true, &[])?;
     }
     let root_attrs = match plan.rootfs {
         RootfsSource::Preinstalled => MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV,
