@@ -81,6 +81,19 @@ impl SandboxPlan {
         }
     }
 
+    /// Whether the sandbox's mounts hold a host directory the caller named (workspace,
+    /// outputs, binds, a rootfs directory or its layers): as long as any process of the
+    /// sandbox's mount namespace lives, that directory's filesystem cannot be unmounted
+    /// (EBUSY). The preinstalled rootfs holds only the host's system directories.
+    pub fn holds_host_dirs(&self) -> bool {
+        !matches!(self.rootfs, RootfsSource::Preinstalled)
+            || self.workspace.is_some()
+            || self.outputs.is_some()
+            || !self.binds.is_empty()
+            || !self.root_layers.is_empty()
+            || self.root_upper.is_some()
+    }
+
     /// Checks what can be checked without touching the system: the network config
     /// compiles, paths are absolute and normal, the hostname is valid.
     pub fn validate(&self) -> Result<(), PlanError> {
@@ -408,6 +421,31 @@ fn is_normal_absolute(p: &Path) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_a_plan_of_host_system_dirs_and_tmpfs_holds_no_named_host_dir() {
+        let mut plan = SandboxPlan::preinstalled("box");
+        plan.workspace_tmpfs = true;
+        plan.memory_mount = true;
+        assert!(!plan.holds_host_dirs());
+        let with = |change: &dyn Fn(&mut SandboxPlan)| {
+            let mut p = SandboxPlan::preinstalled("box");
+            change(&mut p);
+            p.holds_host_dirs()
+        };
+        assert!(with(&|p| p.workspace = Some("/w".into())));
+        assert!(with(&|p| p.outputs = Some("/o".into())));
+        assert!(with(&|p| p.binds.push(BindMount {
+            source: "/data".into(),
+            target: "/data".into(),
+            writable: false,
+        })));
+        assert!(with(&|p| p.rootfs = RootfsSource::Directory {
+            path: "/images/root".into()
+        }));
+        assert!(with(&|p| p.root_layers.push("/layers/env".into())));
+        assert!(with(&|p| p.root_upper = Some("/layers/upper".into())));
+    }
 
     #[test]
     fn a_bad_host_entry_is_refused_naming_the_entry() {

@@ -687,6 +687,27 @@ impl LinuxSandbox {
         Ok(())
     }
 
+    /// Teardown of a sandbox whose PID 1 said it is empty and is exiting (every other
+    /// process of it reaped, its cgroup already removed by the caller): frees the state dir
+    /// and the id range without waiting for PID 1's exit to finish, which runs no code of
+    /// the sandbox's any more. PID 1 is left unreaped: for a caller that exits next
+    /// ([`OneShotSandbox::destroy_before_exit`](crate::oneshot::OneShotSandbox::destroy_before_exit)).
+    pub(crate) fn release_while_exiting(&mut self) -> Result<(), DestroyError> {
+        if self.destroyed {
+            return Ok(());
+        }
+        self.agent = None;
+        if let Some(fd) = self.pidfd.take() {
+            // It is exiting already; the kill only makes sure it cannot linger.
+            sys::pidfd_kill(fd.as_fd(), libc::SIGKILL).map_err(destroy_err("kill sandbox init"))?;
+        }
+        self.identity
+            .release()
+            .map_err(destroy_err("remove state dir"))?;
+        self.destroyed = true;
+        Ok(())
+    }
+
     /// Step 5: records the identity for out-of-process teardown while the setup stage
     /// works (it is complete now: pid, start time, cgroup; the start time is read only
     /// after the clone returned, i.e. after the child's exec, because reading

@@ -113,6 +113,9 @@ pub struct OneShotSandbox {
     status_eof: bool,
     /// PID 1 said no process is left (`D`): it has left the sandbox's cgroup too.
     empty: bool,
+    /// Whether the sandbox holds a host directory the caller named
+    /// ([`SandboxPlan::holds_host_dirs`]).
+    holds_host_dirs: bool,
     control: OwnedFd,
 }
 
@@ -390,6 +393,7 @@ impl LinuxRuntime {
             pending: Vec::new(),
             status_eof: false,
             empty: false,
+            holds_host_dirs: plan.holds_host_dirs(),
             control: host_ends.control,
         })
     }
@@ -525,6 +529,26 @@ impl OneShotSandbox {
             self.sandbox.identity().cgroup.remove_if_empty();
         }
         self.sandbox.destroy()
+    }
+
+    /// [`destroy`](Self::destroy) for a caller that exits right after (`omabox sandbox
+    /// run`): once PID 1 said the sandbox is empty, and if the sandbox holds no host
+    /// directory the caller named, the cgroup, state dir and id range go at once and PID
+    /// 1's exit (a few hundred microseconds: its mount namespace's teardown) finishes
+    /// while the caller exits; the host's reaper reaps it once the caller is gone (bwrap
+    /// does not wait for its PID 1 either). Otherwise the same as `destroy`: a sandbox
+    /// that holds, say, the workspace's filesystem is gone before this returns, so that
+    /// filesystem can be unmounted and its device released at once. A long-lived caller
+    /// must use `destroy` (this would leave it a zombie to reap).
+    pub fn destroy_before_exit(mut self) -> Result<(), DestroyError> {
+        if self.empty && !self.holds_host_dirs {
+            let cgroup = &self.sandbox.identity().cgroup;
+            cgroup.remove_if_empty();
+            if !cgroup.exists() {
+                return self.sandbox.release_while_exiting();
+            }
+        }
+        self.destroy()
     }
 }
 

@@ -85,7 +85,8 @@ pub(super) fn run(args: &RunArgs, data_dir: Option<&std::path::Path>) -> ExitCod
                 // while the sandbox's PID 1 finishes exiting, not after.
                 removed = w.finish();
             }
-            let teardown = sandbox.destroy();
+            // This process exits next: PID 1 may finish exiting after it.
+            let teardown = sandbox.destroy_before_exit();
             match (outcome, teardown) {
                 (outcome, Ok(())) => outcome,
                 (Err(f), Err(_)) => Err(f),
