@@ -117,6 +117,13 @@ pub(crate) fn pivot_root(new_root: &Path, put_old: &Path) -> io::Result<()> {
         .map(drop)
 }
 
+/// `mknod(2)`.
+pub(crate) fn mknod(path: &Path, mode: libc::mode_t, dev: libc::dev_t) -> io::Result<()> {
+    let path = cstr(path)?;
+    // SAFETY: `path` is a valid C string for the duration of the call.
+    check(unsafe { libc::mknod(path.as_ptr(), mode, dev) })
+}
+
 /// `unshare(2)`.
 pub(crate) fn unshare(flags: libc::c_int) -> io::Result<()> {
     // SAFETY: unshare takes a flag word and has no memory effects.
