@@ -273,10 +273,15 @@ impl CpuLimit {
         }
     }
 
-    /// The default: [`Self::DEFAULT_CPUS`], at most the host's CPU count.
+    /// The default: [`Self::DEFAULT_CPUS`], at most as many CPUs as this process may run
+    /// on (its affinity mask: a quota of omabox's own cgroup still bounds the sandbox's,
+    /// which is nested in it; `available_parallelism` would read three cgroup files and
+    /// the mount table to find that quota, on every start).
     pub fn default_quota() -> Self {
-        let host = std::thread::available_parallelism()
-            .map(|n| n.get() as u64)
+        let host = crate::sys::affinity()
+            // SAFETY: CPU_COUNT reads a valid cpu_set_t.
+            .map(|mask| unsafe { libc::CPU_COUNT(&mask) } as u64)
+            .filter(|&n| n > 0)
             .unwrap_or(1);
         Self::millicpus(Self::DEFAULT_CPUS.min(host) * 1000)
     }

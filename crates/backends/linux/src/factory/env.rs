@@ -348,7 +348,8 @@ mod tests {
         ] {
             assert!(parse_millicpus(text).is_err(), "{text}");
         }
-        let host = std::thread::available_parallelism().unwrap().get() as u64;
+        // SAFETY: CPU_COUNT reads a valid cpu_set_t.
+        let host = unsafe { libc::CPU_COUNT(&crate::sys::affinity().unwrap()) } as u64;
         assert_eq!(
             CpuLimit::default_quota(),
             CpuLimit::millicpus(host.min(2) * 1000)
