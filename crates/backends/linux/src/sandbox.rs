@@ -30,7 +30,7 @@ use std::io::{self, Read, Write};
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::os::unix::fs::DirBuilderExt;
 use std::os::unix::net::UnixStream;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::Duration;
 
 use crate::cgroup::CgroupPaths;
@@ -148,7 +148,7 @@ impl LinuxRuntime {
     pub fn new(config: RuntimeConfig) -> Result<Self, StartError> {
         let caps = LinuxCapabilities::probe()?;
         prepare_runtime_dir(&config, &caps)?;
-        let init_binary = Some(locate_init(config.init_binary.as_deref())?);
+        let init_binary = Some(spawn::locate_init(config.init_binary.as_deref())?);
         let boot_id = sys::boot_id().map_err(host("read boot id"))?;
         Ok(Self {
             config,
@@ -498,33 +498,6 @@ fn merge_timelines(
     timeline
 }
 
-fn locate_init(explicit: Option<&Path>) -> Result<PathBuf, StartError> {
-    let mut tried = Vec::new();
-    let mut candidates = Vec::new();
-    if let Some(p) = explicit {
-        candidates.push(p.to_path_buf());
-    } else {
-        if let Ok(exe) = std::env::current_exe()
-            && let Some(dir) = exe.parent()
-        {
-            candidates.push(dir.join(INIT_BINARY));
-            if let Some(up) = dir.parent() {
-                candidates.push(up.join(INIT_BINARY));
-            }
-        }
-        if let Some(path) = std::env::var_os("PATH") {
-            candidates.extend(std::env::split_paths(&path).map(|d| d.join(INIT_BINARY)));
-        }
-    }
-    for c in candidates {
-        if c.is_file() {
-            return Ok(c);
-        }
-        tried.push(c.display().to_string());
-    }
-    Err(StartError::InitBinaryMissing(tried.join(", ")))
-}
-
 pub(crate) fn write_id_maps(pid: i32) -> io::Result<()> {
     // SAFETY: getuid/getgid have no preconditions.
     let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
@@ -806,18 +779,5 @@ impl Drop for LinuxSandbox {
                 std::error::Error::source(&e)
             );
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_missing_init_binary_names_the_setting() {
-        let e = locate_init(Some(Path::new("/nonexistent/omabox-sandbox-init"))).unwrap_err();
-        let text = e.to_string();
-        assert!(text.contains("OMABOX_LINUX_INIT"), "{text}");
-        assert!(text.contains("/nonexistent/omabox-sandbox-init"), "{text}");
     }
 }

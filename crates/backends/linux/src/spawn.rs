@@ -16,6 +16,9 @@
 use std::ffi::CString;
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::path::{Path, PathBuf};
+
+use crate::sandbox::{INIT_BINARY, StartError};
 
 /// Stack of the cloned child until its exec: it only calls a few libc syscall wrappers.
 const CHILD_STACK_BYTES: usize = 64 * 1024;
@@ -239,4 +242,46 @@ pub(crate) fn dev_null() -> io::Result<OwnedFd> {
 pub(crate) fn fd_arg(fd: &OwnedFd) -> CString {
     // A decimal number never holds a NUL byte.
     CString::new(fd.as_raw_fd().to_string()).unwrap_or_default()
+}
+
+/// The `omabox-sandbox-init` binary to exec: `explicit` (the `OMABOX_LINUX_INIT` setting),
+/// else next to this executable, one directory up, or on `PATH`.
+pub(crate) fn locate_init(explicit: Option<&Path>) -> Result<PathBuf, StartError> {
+    let mut tried = Vec::new();
+    let mut candidates = Vec::new();
+    if let Some(p) = explicit {
+        candidates.push(p.to_path_buf());
+    } else {
+        if let Ok(exe) = std::env::current_exe()
+            && let Some(dir) = exe.parent()
+        {
+            candidates.push(dir.join(INIT_BINARY));
+            if let Some(up) = dir.parent() {
+                candidates.push(up.join(INIT_BINARY));
+            }
+        }
+        if let Some(path) = std::env::var_os("PATH") {
+            candidates.extend(std::env::split_paths(&path).map(|d| d.join(INIT_BINARY)));
+        }
+    }
+    for c in candidates {
+        if c.is_file() {
+            return Ok(c);
+        }
+        tried.push(c.display().to_string());
+    }
+    Err(StartError::InitBinaryMissing(tried.join(", ")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_missing_init_binary_names_the_setting() {
+        let e = locate_init(Some(Path::new("/nonexistent/omabox-sandbox-init"))).unwrap_err();
+        let text = e.to_string();
+        assert!(text.contains("OMABOX_LINUX_INIT"), "{text}");
+        assert!(text.contains("/nonexistent/omabox-sandbox-init"), "{text}");
+    }
 }

@@ -232,7 +232,7 @@ async fn dev_and_dev_shm_carry_their_mount_flags() {
         }
         let options: Vec<&str> = options.split(',').collect();
         for flag in flags {
-            assert!(options.contains(&flag), "{mount}: {options:?} lacks {flag}");
+            assert!(options.contains(flag), "{mount}: {options:?} lacks {flag}");
         }
     }
     // The nodes are the kernel's null, zero, full, random, urandom and tty, and nothing
