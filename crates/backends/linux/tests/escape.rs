@@ -490,6 +490,19 @@ async fn raw_and_packet_sockets_are_denied() {
     sb.destroy();
 }
 
+#[cfg(target_arch = "x86_64")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn x86_segment_descriptors_and_io_ports_are_out_of_reach() {
+    // modify_ldt: per-process segment descriptors, a long line of kernel bugs; iopl and
+    // ioperm: raw I/O ports.
+    let Some(mut sb) = start().await else { return };
+    assert_denied(&sb, "modify_ldt read", libc::SYS_modify_ldt, &[0, 0, 0]).await;
+    assert_denied(&sb, "modify_ldt write", libc::SYS_modify_ldt, &[1, 0, 16]).await;
+    assert_denied(&sb, "iopl", libc::SYS_iopl, &[3]).await;
+    assert_denied(&sb, "ioperm", libc::SYS_ioperm, &[0, 1, 1]).await;
+    sb.destroy();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn creating_device_nodes_is_denied() {
     let Some(mut sb) = start().await else { return };

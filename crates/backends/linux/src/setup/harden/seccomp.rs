@@ -41,7 +41,9 @@ pub(super) fn unimplemented_syscalls() -> Vec<i64> {
 /// Syscalls refused with EPERM unconditionally: mount-table changes, kernel keyring,
 /// BPF, perf, kexec, kernel modules, reboot, swap, handle-based opens (which bypass path
 /// checks), ptrace and cross-process memory access, namespace changes, raw I/O ports,
-/// userfaultfd, fanotify, clock setting, kernel log, accounting and quotas. Mostly also
+/// x86 segment descriptors (`modify_ldt`: a long line of kernel bugs, which nothing but
+/// 16-bit emulators needs; Docker's default profile refuses it too), userfaultfd,
+/// fanotify, clock setting, kernel log, accounting and quotas. Mostly also
 /// stopped by the missing capabilities; the filter holds even if a capability ever
 /// leaked.
 pub(super) fn denied_syscalls() -> Vec<i64> {
@@ -94,6 +96,7 @@ pub(super) fn denied_syscalls() -> Vec<i64> {
     v.extend([
         libc::SYS_iopl,
         libc::SYS_ioperm,
+        libc::SYS_modify_ldt,
         libc::SYS_uselib,
         libc::SYS__sysctl,
         libc::SYS_nfsservctl,
