@@ -183,7 +183,20 @@ async fn writes_outside_the_writable_places_fail() {
 async fn sensitive_proc_entries_are_masked() {
     let Some(mut sb) = start().await else { return };
     // Each entry is either absent from this kernel or masked (empty).
-    for entry in ["kcore", "keys", "timer_list", "sched_debug", "kallsyms"] {
+    // The host's keystroke timing (`interrupts`), softirqs, free-page layout and kernel
+    // command line too.
+    for entry in [
+        "kcore",
+        "keys",
+        "timer_list",
+        "sched_debug",
+        "kallsyms",
+        "interrupts",
+        "softirqs",
+        "buddyinfo",
+        "zoneinfo",
+        "cmdline",
+    ] {
         let size = sb
             .ok(&format!(
                 "if [ -e /proc/{entry} ]; then wc -c < /proc/{entry}; else echo 0; fi"
@@ -194,7 +207,7 @@ async fn sensitive_proc_entries_are_masked() {
     let out = sb.sh("echo 1 > /proc/sysrq-trigger").await;
     assert!(!out.success(), "/proc/sysrq-trigger writable");
     // Masked directories (where this kernel has them) show nothing and take nothing.
-    for dir in ["acpi", "scsi", "asound"] {
+    for dir in ["acpi", "scsi", "asound", "pressure"] {
         let shown = sb
             .ok(&format!(
                 "if [ -d /proc/{dir} ]; then ls -A /proc/{dir} | wc -l; else echo 0; fi"

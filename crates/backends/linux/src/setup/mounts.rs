@@ -36,7 +36,11 @@ const DEVICES: &[(&str, u32, u32)] = &[
 /// `/proc` files hidden behind `/dev/null`: kernel memory, keys, timers, scheduler, and
 /// the host-wide files only host root may read (physical page state, slab and vmalloc
 /// layout, physical memory and I/O maps, the kernel config, module addresses, the
-/// kernel log).
+/// kernel log); and host-wide ones every user may read that no program in a sandbox
+/// needs: interrupt counts per device (the timing of the host's keystrokes — a
+/// documented side channel), softirq counts, the free-page layout (`buddyinfo`,
+/// `zoneinfo`: what page-placement attacks watch) and the kernel's command line (which
+/// sometimes holds boot secrets).
 const PROC_MASKED_FILES: &[&str] = &[
     "kcore",
     "keys",
@@ -56,9 +60,16 @@ const PROC_MASKED_FILES: &[&str] = &[
     "config.gz",
     "modules",
     "kmsg",
+    "interrupts",
+    "softirqs",
+    "buddyinfo",
+    "zoneinfo",
+    "cmdline",
 ];
-/// `/proc` directories hidden behind an empty read-only tmpfs.
-const PROC_MASKED_DIRS: &[&str] = &["acpi", "scsi", "asound"];
+/// `/proc` directories hidden behind an empty read-only directory: hardware, and the
+/// host's pressure stall figures (how contended the whole host's CPU, memory and I/O
+/// are, moment by moment).
+const PROC_MASKED_DIRS: &[&str] = &["acpi", "scsi", "asound", "pressure"];
 /// `/proc` entries made read-only (kernel tunables, magic keys, interrupts).
 const PROC_READONLY: &[&str] = &["sys", "sysrq-trigger", "irq", "bus", "fs"];
 
