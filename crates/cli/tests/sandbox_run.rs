@@ -538,6 +538,68 @@ fn the_command_is_isolated_and_sees_nothing_of_the_host_process() {
     lx.assert_nothing_left();
 }
 
+#[test]
+fn the_sandboxs_pid1_holds_nothing_of_the_hosts_environment() {
+    // PID 1 is a fork of `omabox`, so it starts with a copy of the user's environment
+    // (tokens, keys). It lives in the sandbox's namespaces next to the untrusted command:
+    // nothing of that environment may stay in its memory. Read as host root, the whole of
+    // it: the canary is in the host process and nowhere in PID 1.
+    let Some(lx) = linux() else { return };
+    const CANARY: &str = "omabox-canary-5be1c0de-do-not-keep";
+    let mut child = lx
+        .command(&["--", "sh", "-c", "echo ready; exec sleep 30"])
+        .env("OMABOX_TEST_HOST_TOKEN", CANARY)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    assert_eq!(lines.next().unwrap().unwrap(), "ready");
+    let host = child.id();
+    let pid1 = std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .find(|pid| {
+            std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+                stat.rsplit_once(')')
+                    .and_then(|(_, rest)| rest.split_whitespace().nth(1)?.parse::<u32>().ok())
+                    == Some(host)
+            })
+        })
+        .expect("the sandbox's PID 1 is a child of omabox");
+    let holds = |pid: u32| -> bool {
+        use std::io::{Read as _, Seek as _, SeekFrom};
+        let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap();
+        let mut mem = std::fs::File::open(format!("/proc/{pid}/mem")).unwrap();
+        maps.lines().any(|line| {
+            let range = line.split_whitespace().next().unwrap();
+            let (start, end) = range.split_once('-').unwrap();
+            let start = u64::from_str_radix(start, 16).unwrap();
+            let end = u64::from_str_radix(end, 16).unwrap();
+            let mut buf = vec![0u8; (end - start) as usize];
+            // Unreadable regions ([vvar], guard pages) are skipped.
+            mem.seek(SeekFrom::Start(start)).is_ok()
+                && mem.read_exact(&mut buf).is_ok()
+                && buf.windows(CANARY.len()).any(|w| w == CANARY.as_bytes())
+        })
+    };
+    let in_host = holds(host);
+    let in_pid1 = holds(pid1);
+    // SAFETY: kill(2) on our own child.
+    unsafe { libc::kill(host as i32, libc::SIGTERM) };
+    child.wait().unwrap();
+    assert!(
+        in_host,
+        "positive control: the canary is in omabox's own memory"
+    );
+    assert!(
+        !in_pid1,
+        "PID 1 ({pid1}) still holds the host's environment"
+    );
+    lx.assert_nothing_left();
+}
+
 /// `omabox sandbox run` killed at every step of its start leaves nothing `omabox reap`
 /// does not remove: the one-shot PID 1, forked before the state dir exists, dies with
 /// its host; from the owner record on, the reap finds the rest.

@@ -245,6 +245,7 @@ fn detach_from_host(plan: &ChildPlan) -> std::io::Result<()> {
         plan.stderr,
     ])?;
     hide_host_argv();
+    forget_host_environment();
     // The name `ps`, `pgrep` and the sandbox's `/proc/1/comm` show: the init's, not the
     // host binary's (`scripts/check-leftovers` finds a leaked one by it).
     // SAFETY: PR_SET_NAME copies at most 16 bytes from a NUL-terminated literal.
@@ -259,6 +260,28 @@ const CMDLINE: &[u8] = b"omabox-sandbox-init\0";
 unsafe extern "C" {
     /// glibc's pointer to `argv[0]`, where the kernel's argv range starts.
     static program_invocation_name: *mut libc::c_char;
+    /// glibc's environment array.
+    static mut environ: *mut *mut libc::c_char;
+}
+
+/// Wipes this process's copy of the host's environment (the user's shell variables,
+/// tokens and keys among them) and leaves it empty. Nothing here reads it: the command
+/// gets the plan's `env`, its `PATH` search too. No sandbox process can read PID 1's
+/// memory (non-dumpable, no ptrace), so this is for the day a kernel bug lets one: a
+/// secret PID 1 never held cannot leak from it.
+fn forget_host_environment() {
+    // SAFETY: single-threaded; `environ` is glibc's NULL-terminated array of
+    // NUL-terminated strings, each writable (on the initial stack, or copies setenv made
+    // in the heap), and this process's own copy. clearenv only resets the array.
+    unsafe {
+        let mut entry = environ;
+        while !entry.is_null() && !(*entry).is_null() {
+            let s = *entry;
+            std::ptr::write_bytes(s, 0, libc::strlen(s));
+            entry = entry.add(1);
+        }
+        libc::clearenv();
+    }
 }
 
 /// Overwrites this process's copy of the host's argv strings (which `/proc/1/cmdline`
