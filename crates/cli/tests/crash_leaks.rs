@@ -481,3 +481,68 @@ fn reap_during_a_live_run_touches_nothing_of_it() {
     assert_eq!(run.wait().unwrap().code(), Some(130));
     assert!(setup.leftovers().is_empty(), "{:?}", setup.leftovers());
 }
+
+#[test]
+fn reap_removes_old_empty_sandbox_cgroups_that_no_state_dir_names() {
+    // A teardown that lost its cgroup's removal leaves a cgroup no state dir names, which
+    // the state-dir sweep alone would never find. Old and empty: removed. Young: kept (it
+    // may belong to another runtime dir's start sharing this cgroup parent).
+    if !common::linux_available() {
+        return;
+    }
+    let setup = Setup::new();
+    let (old, young) = ("0123456789abcdef", "fedcba9876543210");
+    // The hierarchies every layout has a sandbox cgroup in (v1 memory and pids; v2 one).
+    let v2 = matches!(
+        omabox_backend_linux::CgroupLayout::detect(),
+        Ok(Some(omabox_backend_linux::CgroupLayout::V2 { .. }))
+    );
+    let parents: Vec<PathBuf> = setup
+        .cgroup_parents()
+        .into_iter()
+        .filter(|p| {
+            let hierarchy = p.parent().and_then(|h| h.file_name()).unwrap_or_default();
+            v2 || hierarchy == "memory" || hierarchy == "pids"
+        })
+        .collect();
+    assert!(!parents.is_empty(), "no cgroup hierarchy found");
+    let backdated = libc::timespec {
+        // SAFETY: time(2) with a null pointer only returns the time.
+        tv_sec: unsafe { libc::time(std::ptr::null_mut()) } - 300,
+        tv_nsec: 0,
+    };
+    for parent in &parents {
+        for id in [old, young] {
+            std::fs::create_dir_all(parent.join(id)).unwrap();
+        }
+        let path = std::ffi::CString::new(parent.join(old).as_os_str().as_bytes()).unwrap();
+        // SAFETY: utimensat(2) with a valid path and two valid timespecs.
+        let r =
+            unsafe { libc::utimensat(libc::AT_FDCWD, path.as_ptr(), [backdated; 2].as_ptr(), 0) };
+        assert_eq!(r, 0, "{}", std::io::Error::last_os_error());
+    }
+    let report = setup.reap();
+    let young_left: Vec<bool> = parents.iter().map(|p| p.join(young).is_dir()).collect();
+    let old_left: Vec<PathBuf> = parents
+        .iter()
+        .map(|p| p.join(old))
+        .filter(|d| d.is_dir())
+        .collect();
+    for parent in &parents {
+        let _ = std::fs::remove_dir(parent.join(young));
+        let _ = std::fs::remove_dir(parent.join(old));
+    }
+    assert!(
+        old_left.is_empty(),
+        "old orphan cgroups left: {old_left:?}; {report}"
+    );
+    assert!(
+        young_left.iter().all(|kept| *kept),
+        "a young cgroup was removed; {report}"
+    );
+    let removed = report.to_string();
+    assert!(
+        removed.contains(old),
+        "the reap reports what it removed: {removed}"
+    );
+}

@@ -21,7 +21,10 @@
 //! - **owner unknown** (no or unreadable `owner.json`: a host killed between `mkdir` and that
 //!   write, or a state dir of an older omabox): destroyed only when the dir is older than
 //!   [`UNOWNED_GRACE`] and nothing in it is alive (no live recorded init, no task in its
-//!   cgroup). Otherwise it is reported and kept.
+//!   cgroup). Otherwise it is reported and kept;
+//! - **a cgroup no state dir names** (`<parent>/<id>` with the state dir gone: a teardown
+//!   that lost the cgroup's removal): removed once older than [`UNOWNED_GRACE`] and empty;
+//!   with processes in it, reported and kept.
 //!
 //! The owner also refreshes its owner files' mtime every [`OWNER_HEARTBEAT`] (one background
 //! thread per host process), so [`last_alive_ms`] tells, after a crash, the last moment the
@@ -253,6 +256,65 @@ fn cgroup_dirs(layout: &CgroupLayout, parent: &str, id: &str, v1: &[&str]) -> Cg
     }
 }
 
+/// Sandbox cgroups under `config.cgroup_parent` that no state dir names (a teardown that
+/// lost its cgroup's removal): a start makes its state dir before any cgroup and a
+/// teardown removes the cgroup first, so such a cgroup belongs to no sandbox. Removed
+/// when empty and older than [`UNOWNED_GRACE`] (the grace covers another runtime dir
+/// sharing this cgroup parent); one with processes is reported and kept (nothing is
+/// killed that no state dir names).
+fn sweep_orphan_cgroups(layout: &CgroupLayout, config: &RuntimeConfig, sweep: &mut LeftoverSweep) {
+    let mut ids: Vec<String> = Vec::new();
+    // The parent directory in every hierarchy (the paths of a placeholder id, less it).
+    for parent in cgroup_dirs(layout, &config.cgroup_parent, "0", V1_SWEPT)
+        .dirs
+        .iter()
+        .filter_map(|dir| dir.parent())
+    {
+        let Ok(entries) = std::fs::read_dir(parent) else {
+            continue;
+        };
+        for entry in entries.flatten() {
+            let Some(name) = entry.file_name().to_str().map(str::to_owned) else {
+                continue;
+            };
+            if is_sandbox_id(&name)
+                && entry.file_type().is_ok_and(|t| t.is_dir())
+                && std::fs::symlink_metadata(config.runtime_dir.join(&name)).is_err()
+                && !ids.contains(&name)
+            {
+                ids.push(name);
+            }
+        }
+    }
+    for id in ids {
+        let cgroup = cgroup_of(layout, &config.cgroup_parent, &id);
+        if !cgroup.tasks().is_empty() {
+            sweep.kept.push(LeftoverProblem {
+                id,
+                reason: "a cgroup with processes that no state dir names: left alone".into(),
+            });
+            continue;
+        }
+        let young = cgroup.dirs.iter().any(|dir| {
+            std::fs::metadata(dir)
+                .and_then(|m| m.modified())
+                .is_ok_and(|t| t.elapsed().unwrap_or_default() < UNOWNED_GRACE)
+        });
+        if young {
+            continue;
+        }
+        cgroup.remove_if_empty();
+        if cgroup.exists() {
+            sweep.kept.push(LeftoverProblem {
+                id,
+                reason: "an empty cgroup no state dir names could not be removed".into(),
+            });
+        } else {
+            sweep.removed.push(id);
+        }
+    }
+}
+
 /// The recorded identity of the sandbox in `state_dir`, if it parses and names this dir.
 fn identity_in(state_dir: &Path, id: &str) -> Option<SandboxIdentity> {
     let bytes = read_small(&state_dir.join(IDENTITY_FILE))?;
@@ -347,6 +409,9 @@ pub fn reap_leftovers(
                 reason: format!("teardown failed: {error}: {}", error.source),
             }),
         }
+    }
+    if let Some(layout) = &layout {
+        sweep_orphan_cgroups(layout, config, &mut sweep);
     }
     // A sandbox killed before its identity was written held an id range that no identity
     // names: its slot is stale now that the state dir is gone.
