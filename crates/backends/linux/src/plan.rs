@@ -83,8 +83,10 @@ impl SandboxPlan {
 
     /// Whether the sandbox's mounts hold a host directory the caller named (workspace,
     /// outputs, binds, a rootfs directory or its layers): as long as any process of the
-    /// sandbox's mount namespace lives, that directory's filesystem cannot be unmounted
-    /// (EBUSY). The preinstalled rootfs holds only the host's system directories.
+    /// sandbox's mount namespace lives, that directory's filesystem stays in use (the
+    /// host's own mount of it can go, but its superblock and device stay busy: no fsck,
+    /// loop detach or eject). The preinstalled rootfs holds only the host's system
+    /// directories.
     pub fn holds_host_dirs(&self) -> bool {
         !matches!(self.rootfs, RootfsSource::Preinstalled)
             || self.workspace.is_some()

@@ -538,7 +538,7 @@ impl OneShotSandbox {
     /// while the caller exits; the host's reaper reaps it once the caller is gone (bwrap
     /// does not wait for its PID 1 either). Otherwise the same as `destroy`: a sandbox
     /// that holds, say, the workspace's filesystem is gone before this returns, so that
-    /// filesystem can be unmounted and its device released at once. A long-lived caller
+    /// filesystem is no longer in use once the caller has exited. A long-lived caller
     /// must use `destroy` (this would leave it a zombie to reap).
     pub fn destroy_before_exit(mut self) -> Result<(), DestroyError> {
         if self.empty && !self.holds_host_dirs {
