@@ -38,20 +38,27 @@ pub use state::{ProxyDeps, ProxyState, env_keys};
 /// The OpenAPI document served at `/openapi.json`.
 pub use routes::ops::OPENAPI_JSON;
 
-/// Resolves on the first SIGINT or SIGTERM.
-pub async fn shutdown_signal() {
+/// Resolves on the first SIGINT or SIGTERM after this call (call it inside the runtime,
+/// before the server is announced).
+pub fn shutdown_signal() -> impl std::future::Future<Output = ()> + Send + 'static {
     use tokio::signal::unix::{SignalKind, signal};
-    let (Ok(mut interrupt), Ok(mut terminate)) = (
+    // Registered now, not at the future's first poll: a SIGTERM that arrives between the
+    // caller's "listening" line and the server's first poll would otherwise meet the
+    // default action and kill the process without a drain (seen under load).
+    let handlers = (
         signal(SignalKind::interrupt()),
         signal(SignalKind::terminate()),
-    ) else {
-        // Without signal handlers only the process's death stops the server.
-        std::future::pending::<()>().await;
-        return;
-    };
-    tokio::select! {
-        _ = interrupt.recv() => {}
-        _ = terminate.recv() => {}
+    );
+    async move {
+        let (Ok(mut interrupt), Ok(mut terminate)) = handlers else {
+            // Without signal handlers only the process's death stops the server.
+            std::future::pending::<()>().await;
+            return;
+        };
+        tokio::select! {
+            _ = interrupt.recv() => {}
+            _ = terminate.recv() => {}
+        }
+        tracing::info!("shutting down: draining in-flight requests");
     }
-    tracing::info!("shutting down: draining in-flight requests");
 }

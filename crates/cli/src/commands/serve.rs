@@ -124,6 +124,8 @@ pub async fn run(data_dir: &Path, args: &ServeArgs) -> anyhow::Result<ExitCode> 
         env,
         operator_key: operator_key.clone(),
     })?;
+    // Before anything is announced: a SIGTERM from then on drains and exits cleanly.
+    let shutdown = omabox_proxy::shutdown_signal();
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await
         .with_context(|| format!("cannot listen on {}", args.listen))?;
@@ -135,14 +137,9 @@ pub async fn run(data_dir: &Path, args: &ServeArgs) -> anyhow::Result<ExitCode> 
             "omabox serve: no public_url configured: only requests whose Host is a loopback name are served"
         );
     }
-    omabox_proxy::serve(
-        listener,
-        omabox_proxy::router(state),
-        &limits,
-        omabox_proxy::shutdown_signal(),
-    )
-    .await
-    .context("the server failed")?;
+    omabox_proxy::serve(listener, omabox_proxy::router(state), &limits, shutdown)
+        .await
+        .context("the server failed")?;
     eprintln!("omabox serve: stopped");
     Ok(ExitCode::SUCCESS)
 }
