@@ -541,14 +541,17 @@ impl OneShotSandbox {
     /// filesystem is no longer in use once the caller has exited. A long-lived caller
     /// must use `destroy` (this would leave it a zombie to reap).
     pub fn destroy_before_exit(mut self) -> Result<(), DestroyError> {
-        if self.empty && !self.holds_host_dirs {
-            let cgroup = &self.sandbox.identity().cgroup;
-            cgroup.remove_if_empty();
-            if !cgroup.exists() {
-                return self.sandbox.release_while_exiting();
-            }
+        if !self.empty || self.holds_host_dirs {
+            return self.destroy();
         }
-        self.destroy()
+        let cgroup = &self.sandbox.identity().cgroup;
+        cgroup.remove_if_empty();
+        if cgroup.exists() {
+            // PID 1 could not leave it: the cgroup goes after PID 1, as always.
+            self.sandbox.destroy()
+        } else {
+            self.sandbox.release_while_exiting()
+        }
     }
 }
 
