@@ -188,6 +188,65 @@ fn echo_hi_and_exit_3() {
 }
 
 #[test]
+fn a_bare_program_name_is_searched_in_path_like_execvp() {
+    // PID 1 skips the PATH entries where the program is missing without starting a
+    // process for each; what exists but cannot run is still tried, and refused.
+    let Some(lx) = linux() else { return };
+    let ws = tempfile::tempdir().unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    let make = |dir: &str, mode: u32| {
+        std::fs::create_dir_all(ws.path().join(dir)).unwrap();
+        let prog = ws.path().join(dir).join("omabox-prog");
+        std::fs::write(&prog, format!("#!/bin/sh\necho from {dir}\n")).unwrap();
+        std::fs::set_permissions(&prog, std::fs::Permissions::from_mode(mode)).unwrap();
+    };
+    make("plain", 0o644);
+    std::fs::create_dir_all(ws.path().join("dir/omabox-prog")).unwrap();
+    make("good", 0o755);
+    make("later", 0o755);
+    let ws_arg = ws.path().to_str().unwrap();
+    let path = "PATH=/workspace/missing:/workspace/plain:/workspace/dir:/workspace/good:/workspace/later:/usr/bin";
+    let out = lx.run(&["--workspace", ws_arg, "-e", path, "--", "omabox-prog"]);
+    assert_eq!(out.status.code(), Some(0), "stderr: {}", text(&out.stderr));
+    assert_eq!(text(&out.stdout), "from good\n");
+    // Only a file that may not be executed: refused as such, not "not found" (both exit
+    // 127: the command did not start).
+    let path = "PATH=/workspace/missing:/workspace/plain:/workspace/dir";
+    let out = lx.run(&["--workspace", ws_arg, "-e", path, "--", "omabox-prog"]);
+    assert_eq!(
+        out.status.code(),
+        Some(127),
+        "stderr: {}",
+        text(&out.stderr)
+    );
+    assert!(
+        text(&out.stderr).contains("Permission denied"),
+        "{}",
+        text(&out.stderr)
+    );
+    let out = lx.run(&[
+        "--workspace",
+        ws_arg,
+        "-e",
+        "PATH=/workspace/missing",
+        "--",
+        "omabox-prog",
+    ]);
+    assert_eq!(
+        out.status.code(),
+        Some(127),
+        "stderr: {}",
+        text(&out.stderr)
+    );
+    assert!(
+        text(&out.stderr).contains("No such file"),
+        "{}",
+        text(&out.stderr)
+    );
+    lx.assert_nothing_left();
+}
+
+#[test]
 fn the_command_may_use_every_cpu_omabox_may() {
     // PID 1 is kept off the CLI's CPU while it starts (see `oneshot::fork_into`) and must
     // give the command the whole mask back.

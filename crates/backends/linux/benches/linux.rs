@@ -15,8 +15,12 @@
 //! `cargo bench -p omabox-backend-linux` (as root). `OMABOX_BENCH_N` sets the number of
 //! starts (default 200), `OMABOX_BENCH_IDLE` the number of idle sandboxes (default 100),
 //! `OMABOX_BENCH_SPACED` the number of starts spaced 50 ms apart (default 30),
-//! `OMABOX_BENCH_CLI` the `omabox` binary whose whole `sandbox run -- /bin/echo x`
-//! process is timed against bwrap's (default: `omabox` in the same target profile dir).
+//! `OMABOX_BENCH_CLI` the `omabox` binary whose whole `sandbox run -- echo x` process is
+//! timed against bwrap's (default: `omabox` in the same target profile dir).
+//!
+//! The whole-process command is a bare `echo`, searched in `PATH` as a user types it
+//! (each tool's own `PATH` search: ours in the plan's default `PATH`, where `echo` is the
+//! fourth entry's): `/bin/echo` would skip the search and hide its cost.
 
 use std::io::Read;
 use std::path::PathBuf;
@@ -264,13 +268,13 @@ fn unshare_args() -> Vec<String> {
     .collect()
 }
 
-/// Spawns `tool args… /bin/echo x`; returns (time to the first byte = ready, total time
+/// Spawns `tool args… echo x`; returns (time to the first byte = ready, total time
 /// to exit = ready + run + teardown).
 fn run_tool(tool: &str, args: &[String]) -> Option<(Duration, Duration)> {
     let t0 = Instant::now();
     let mut child = Command::new(tool)
         .args(args)
-        .args(["/bin/echo", "x"])
+        .args(["echo", "x"])
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
@@ -297,7 +301,7 @@ fn cli_binary() -> Option<PathBuf> {
     candidate.is_file().then_some(candidate)
 }
 
-/// Spawns `omabox sandbox run --backend linux -- /bin/echo x` (the benchmark's runtime
+/// Spawns `omabox sandbox run --backend linux -- echo x` (the benchmark's runtime
 /// dir, cgroup parent and init); returns (first output byte, exit) like [`run_tool`].
 fn run_cli(cli: &PathBuf, init: &PathBuf) -> Option<(Duration, Duration)> {
     let t0 = Instant::now();
@@ -308,7 +312,7 @@ fn run_cli(cli: &PathBuf, init: &PathBuf) -> Option<(Duration, Duration)> {
             "--backend",
             "linux",
             "--",
-            "/bin/echo",
+            "echo",
             "x",
         ])
         .env("OMABOX_LINUX_RUNTIME_DIR", "/run/omabox-bench")
@@ -434,7 +438,7 @@ fn main() {
         }
     }
 
-    // 1b. Whole processes: `omabox sandbox run -- /bin/echo x` against bwrap doing the
+    // 1b. Whole processes: `omabox sandbox run -- echo x` against bwrap doing the
     //     same, interleaved (what a user waits for).
     //     The binary runs from CLI_COPIES fresh copies of its file, in turn: on a VM one
     //     copy of a binary can run ±50 µs apart from another copy of the same file (where

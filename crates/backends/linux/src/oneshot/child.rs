@@ -531,7 +531,12 @@ fn spawn(plan: &ChildPlan, command: &Command) -> std::io::Result<i32> {
 }
 
 impl Spawner {
-    /// Spawns the first candidate that exists and may be executed.
+    /// Spawns the first candidate that exists and may be executed. A candidate that
+    /// `access` finds missing is skipped without a spawn: each failed spawn is a clone,
+    /// 64 `sigaction`s, an `execve` and an exit of a child, all on the run's path (three
+    /// of them for `true` in Debian's default `PATH`: a shell loop of `omabox sandbox run
+    /// -- true` took 4.05 ms per run with them, 3.65 ms without; bwrap 3.55). Whatever
+    /// else `access` says, `posix_spawn` itself decides.
     fn first(
         &self,
         candidates: &[CString],
@@ -541,6 +546,14 @@ impl Spawner {
         let mut last = std::io::Error::from_raw_os_error(libc::ENOENT);
         let mut denied = None;
         for candidate in candidates {
+            // SAFETY: a NUL-terminated path; access(2) only reads it.
+            if unsafe { libc::access(candidate.as_ptr(), libc::X_OK) } != 0 {
+                let e = std::io::Error::last_os_error();
+                if matches!(e.raw_os_error(), Some(libc::ENOENT | libc::ENOTDIR)) {
+                    last = e;
+                    continue;
+                }
+            }
             match self.spawn(candidate, argv, envp) {
                 Ok(pid) => return Ok(pid),
                 Err(e) => {
