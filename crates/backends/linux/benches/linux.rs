@@ -306,15 +306,7 @@ fn cli_binary() -> Option<PathBuf> {
 fn run_cli(cli: &PathBuf, init: &PathBuf) -> Option<(Duration, Duration)> {
     let t0 = Instant::now();
     let mut child = Command::new(cli)
-        .args([
-            "sandbox",
-            "run",
-            "--backend",
-            "linux",
-            "--",
-            "echo",
-            "x",
-        ])
+        .args(["sandbox", "run", "--backend", "linux", "--", "echo", "x"])
         .env("OMABOX_LINUX_RUNTIME_DIR", "/run/omabox-bench")
         .env("OMABOX_LINUX_CGROUP_PARENT", "omabox-bench")
         .env("OMABOX_LINUX_INIT", init)

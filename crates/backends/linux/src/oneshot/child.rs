@@ -38,6 +38,10 @@ pub(super) struct ChildPlan {
     /// its own CPU until then (see `fork_into`), and whatever runs in the sandbox
     /// inherits the mask this process has when it starts it.
     pub(super) affinity: Option<libc::cpu_set_t>,
+    /// The namespaces this process makes itself, first thing after leaving the host's
+    /// session and fds (mount, IPC, UTS, network: everything but the PID and user
+    /// namespaces the clone made), in one `unshare`.
+    pub(super) unshare: libc::c_int,
 }
 
 /// The command, from the [`ForkedPlan`].
@@ -66,8 +70,11 @@ fn run(plan: &ChildPlan) -> i32 {
     if let Err(e) = detach_from_host(plan) {
         return fail(&mut status, format!("one-shot init: {e}"));
     }
-    if let Err(e) = setup::isolate_network() {
-        return fail(&mut status, e.to_string());
+    if let Err(e) = sys::unshare(plan.unshare) {
+        return fail(
+            &mut status,
+            format!("one-shot init: unshare namespaces: {e}"),
+        );
     }
     let netns = handoff::monotonic_us();
     // SAFETY: `control` is open in this process and owned by nothing else here.
