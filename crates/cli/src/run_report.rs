@@ -125,7 +125,7 @@ pub fn result(
                 for entry in &outputs {
                     println!(
                         "  {:<32} {:>10}  {:<24} {}",
-                        entry.logical_path,
+                        crate::terminal_safe::one_line(&entry.logical_path),
                         human_bytes(entry.size),
                         entry.media_type.as_deref().unwrap_or("-"),
                         entry.content_hash
@@ -155,7 +155,7 @@ pub fn result(
         ManagedRuntimeRunResult::Failed { error } => {
             println!(
                 "failed: {}; this run published nothing, its outputs were discarded (took {total} ms)",
-                error.message()
+                crate::terminal_safe::one_line(error.message())
             );
         }
     }

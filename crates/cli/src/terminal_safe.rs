@@ -196,6 +196,32 @@ impl ControlFilter {
     }
 }
 
+/// `text` for one field of a printed line, when it may hold what a sandbox chose (an output's
+/// or workspace file's name, an error that quotes one): every control character — C0 with
+/// tab, newline and carriage return, DEL, C1 — and every Unicode bidirectional control
+/// (which can make a name display as another, "Trojan Source") is shown escaped, as Rust
+/// writes it (`\n`, `\u{1b}`, `\u{202e}`). So a name can neither drive the terminal nor
+/// start a line of its own that looks like omabox's; the text stays readable. Borrowed
+/// unchanged when there is nothing to escape.
+pub fn one_line(text: &str) -> std::borrow::Cow<'_, str> {
+    let hostile = |c: char| {
+        c.is_control()
+            || matches!(c, '\u{200e}' | '\u{200f}' | '\u{061c}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+    };
+    if !text.chars().any(hostile) {
+        return std::borrow::Cow::Borrowed(text);
+    }
+    let mut out = String::with_capacity(text.len() + 8);
+    for c in text.chars() {
+        if hostile(c) {
+            out.extend(c.escape_debug());
+        } else {
+            out.push(c);
+        }
+    }
+    std::borrow::Cow::Owned(out)
+}
+
 /// Whether a complete CSI sequence (`ESC [` … final) only draws (see the module doc).
 fn drawing_csi(seq: &[u8]) -> bool {
     let Some((&last, body)) = seq[2..].split_last() else {
@@ -218,6 +244,22 @@ fn drawing_csi(seq: &[u8]) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn one_line_escapes_controls_and_bidi_overrides_and_keeps_text() {
+        assert!(matches!(
+            one_line("r.txt"),
+            std::borrow::Cow::Borrowed("r.txt")
+        ));
+        assert_eq!(one_line("naïve 文字.txt"), "naïve 文字.txt");
+        assert_eq!(
+            one_line("x\u{1b}]52;c;aGk=\u{7}\ncompleted: revision 9"),
+            "x\\u{1b}]52;c;aGk=\\u{7}\\ncompleted: revision 9"
+        );
+        assert_eq!(one_line("a\tb\rc\u{7f}\u{9b}"), "a\\tb\\rc\\u{7f}\\u{9b}");
+        assert_eq!(one_line("evil\u{202e}txt.exe"), "evil\\u{202e}txt.exe");
+        assert!(!one_line("\u{1b}[2J\u{2066}").contains(['\u{1b}', '\u{2066}']));
+    }
 
     fn run(chunks: &[&[u8]]) -> Vec<u8> {
         let mut f = ControlFilter::new();

@@ -528,7 +528,7 @@ fn print_event(event: &TimelineEvent) {
         "{mark}{:>9}  {:<24} {}{}\n",
         format!("+{:.0} ms", event.at_ms),
         event.label,
-        event.detail,
+        crate::terminal_safe::one_line(&event.detail),
         if event.ms >= 1.0 {
             format!("  [{:.0} ms]", event.ms)
         } else {

@@ -856,3 +856,61 @@ fn linux_credential_egress_injects_a_vault_secret_the_harness_never_sees() {
     assert!(files_containing(setup.dirs.runtime_dir.path(), SECRET).is_empty());
     setup.assert_no_sandbox_left();
 }
+
+/// Checks one human listing: the hostile name arrives escaped on one line, nothing of it
+/// can drive the terminal or pose as a line of omabox's.
+fn assert_name_shown_as_text(listing: &str) {
+    assert!(
+        !listing.contains(['\u{1b}', '\u{7}', '\u{202e}']),
+        "raw control characters reached the listing: {listing:?}"
+    );
+    assert!(
+        !listing
+            .lines()
+            .any(|l| l.starts_with("completed: revision 99")),
+        "the name started a line of its own: {listing}"
+    );
+    assert!(
+        listing.contains(r"x\u{1b}]52;c;aGk=\u{7}\ncompleted: revision 99\u{202e}txt"),
+        "the name is not shown escaped: {listing}"
+    );
+}
+
+#[test]
+fn output_names_reach_the_terminal_as_one_line_of_text() {
+    // An output's name is the sandbox's choice: an OSC 52 (clipboard write), a newline
+    // and a bidi override in it must be shown escaped by `omabox run` and `omabox outputs`.
+    let setup = local();
+    let script = r#"import os
+name = "x\x1b]52;c;aGk=\x07\ncompleted: revision 99\u202etxt"
+out = os.environ.get("OMA_OUTPUTS_DIR", "/mnt/session/outputs")
+open(os.path.join(out, name), "w").write("hi")"#;
+    let output = setup
+        .command(&[
+            "run",
+            "--backend",
+            "local",
+            "--session",
+            "hostile",
+            "--",
+            "python3",
+            "-c",
+            script,
+        ])
+        .output()
+        .expect("omabox runs");
+    assert!(output.status.success(), "{}", describe(&output));
+    assert_name_shown_as_text(&String::from_utf8_lossy(&output.stdout));
+    let listing = setup
+        .command(&["outputs", "--session", "hostile"])
+        .output()
+        .expect("omabox runs");
+    assert!(listing.status.success(), "{}", describe(&listing));
+    assert_name_shown_as_text(&String::from_utf8_lossy(&listing.stdout));
+    // `--json` keeps the name exactly (JSON escapes it).
+    let json = setup.json(&["outputs", "--session", "hostile", "--json"]);
+    assert_eq!(
+        json[0]["logicalPath"],
+        "x\u{1b}]52;c;aGk=\u{7}\ncompleted: revision 99\u{202e}txt"
+    );
+}

@@ -8,6 +8,7 @@
 
 use crate::data_dir::{no_data_yet, open_existing_store};
 use crate::session::check_id;
+use crate::terminal_safe::one_line;
 use crate::wiring::Persistence;
 use anyhow::Context;
 use clap::Args;
@@ -154,10 +155,12 @@ fn print_human(report: &FsckReport, session: Option<&str>) {
         for damage in &row.damages {
             match &damage.path {
                 Some(path) => println!(
-                    "    {} (needed by {path}): {}",
-                    damage.object, damage.problem
+                    "    {} (needed by {}): {}",
+                    damage.object,
+                    one_line(path),
+                    one_line(&damage.problem)
                 ),
-                None => println!("    {}: {}", damage.object, damage.problem),
+                None => println!("    {}: {}", damage.object, one_line(&damage.problem)),
             }
         }
     }

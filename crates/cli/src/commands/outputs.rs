@@ -102,7 +102,7 @@ pub async fn run(data_dir: &Path, args: &OutputsArgs) -> anyhow::Result<ExitCode
     for entry in &manifest.entries {
         println!(
             "  {:<32} {:>10}  {:<24} {}",
-            entry.logical_path,
+            crate::terminal_safe::one_line(&entry.logical_path),
             human_bytes(entry.size),
             entry.media_type.as_deref().unwrap_or("-"),
             entry.content_hash
