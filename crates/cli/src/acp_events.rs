@@ -2,12 +2,15 @@
 //!
 //! Human mode prints each event on stdout as it arrives: agent message chunks as plain text
 //! (joined), every other event on its own `[kind] …` line; control characters other than
-//! newline and tab are shown as U+FFFD (the agent is untrusted). `--json` streams JSON Lines: each
+//! newline and tab are shown as U+FFFD (the agent is untrusted), and within an event's line
+//! its fields (tool titles, plan entries, warnings) are one line each, escaped
+//! (`terminal_safe::one_line`): a title cannot pose as the next event's line. `--json` streams JSON Lines: each
 //! event, as it arrives, is one line holding one canonical event (`omabox_acp::events`,
 //! `{"type":"tool_call",…}`), and the run's report ends the stream as one more line (the
 //! object with `result`), whose `acpEvents` array repeats the whole log (bounded by
 //! `omabox_acp::events::MAX_EVENTS`).
 
+use crate::terminal_safe::one_line;
 use omabox_acp::{AcpEvent, AcpEventSink};
 use std::io::Write as _;
 use std::sync::Mutex;
@@ -85,7 +88,10 @@ fn line_of(event: &AcpEvent) -> String {
             title,
             kind,
             status,
-        } => format!("[tool] {title} ({kind}, {status}) #{tool_call_id}"),
+        } => format!(
+            "[tool] {} ({kind}, {status}) #{tool_call_id}",
+            one_line(title)
+        ),
         AcpEvent::ToolCallUpdate {
             tool_call_id,
             status,
@@ -95,7 +101,7 @@ fn line_of(event: &AcpEvent) -> String {
             status.as_deref().unwrap_or("updated"),
             title
                 .as_deref()
-                .map(|t| format!(": {t}"))
+                .map(|t| format!(": {}", one_line(t)))
                 .unwrap_or_default()
         ),
         AcpEvent::Plan { entries } => {
@@ -103,7 +109,9 @@ fn line_of(event: &AcpEvent) -> String {
             for entry in entries {
                 text.push_str(&format!(
                     "\n  - [{}] {} ({})",
-                    entry.status, entry.content, entry.priority
+                    entry.status,
+                    one_line(&entry.content),
+                    entry.priority
                 ));
             }
             text
@@ -113,8 +121,8 @@ fn line_of(event: &AcpEvent) -> String {
             decision,
             ..
         } => format!("[permission] #{tool_call_id} {decision}"),
-        AcpEvent::Warning { message } => format!("[warning] {message}"),
-        AcpEvent::Stop { reason } => format!("[stop] {reason}"),
+        AcpEvent::Warning { message } => format!("[warning] {}", one_line(message)),
+        AcpEvent::Stop { reason } => format!("[stop] {}", one_line(reason)),
     }
 }
 
@@ -158,6 +166,18 @@ mod tests {
             printable("\x1b]52;c;cHduZWQ=\x07title\r\u{9b}2J"),
             "\u{fffd}]52;c;cHduZWQ=\u{fffd}title\u{fffd}\u{fffd}2J"
         );
+    }
+
+    #[test]
+    fn a_tool_title_cannot_pose_as_another_event_line() {
+        let line = line_of(&AcpEvent::ToolCall {
+            tool_call_id: "t1".into(),
+            title: "ls\n[stop] end_turn\u{202e}".into(),
+            kind: "execute".into(),
+            status: "pending".into(),
+        });
+        assert_eq!(line.lines().count(), 1, "{line}");
+        assert!(line.contains(r"ls\n[stop] end_turn\u{202e}"), "{line}");
     }
 
     #[test]
