@@ -204,45 +204,38 @@ fn a_bare_program_name_is_searched_in_path_like_execvp() {
     std::fs::create_dir_all(ws.path().join("dir/omabox-prog")).unwrap();
     make("good", 0o755);
     make("later", 0o755);
-    let ws_arg = ws.path().to_str().unwrap();
-    let path = "PATH=/workspace/missing:/workspace/plain:/workspace/dir:/workspace/good:/workspace/later:/usr/bin";
-    let out = lx.run(&["--workspace", ws_arg, "-e", path, "--", "omabox-prog"]);
+    let run = |path: &str| {
+        let path = format!("PATH={path}");
+        let ws = ws.path().to_str().unwrap();
+        lx.run(&["--workspace", ws, "-e", &path, "--", "omabox-prog"])
+    };
+    let out = run(
+        "/workspace/missing:/workspace/plain:/workspace/dir:/workspace/good:/workspace/later:/usr/bin",
+    );
     assert_eq!(out.status.code(), Some(0), "stderr: {}", text(&out.stderr));
     assert_eq!(text(&out.stdout), "from good\n");
     // Only a file that may not be executed: refused as such, not "not found" (both exit
     // 127: the command did not start).
-    let path = "PATH=/workspace/missing:/workspace/plain:/workspace/dir";
-    let out = lx.run(&["--workspace", ws_arg, "-e", path, "--", "omabox-prog"]);
-    assert_eq!(
-        out.status.code(),
-        Some(127),
-        "stderr: {}",
-        text(&out.stderr)
-    );
-    assert!(
-        text(&out.stderr).contains("Permission denied"),
-        "{}",
-        text(&out.stderr)
-    );
-    let out = lx.run(&[
-        "--workspace",
-        ws_arg,
-        "-e",
-        "PATH=/workspace/missing",
-        "--",
-        "omabox-prog",
-    ]);
-    assert_eq!(
-        out.status.code(),
-        Some(127),
-        "stderr: {}",
-        text(&out.stderr)
-    );
-    assert!(
-        text(&out.stderr).contains("No such file"),
-        "{}",
-        text(&out.stderr)
-    );
+    for (path, why) in [
+        (
+            "/workspace/missing:/workspace/plain:/workspace/dir",
+            "Permission denied",
+        ),
+        ("/workspace/missing", "No such file"),
+    ] {
+        let out = run(path);
+        assert_eq!(
+            out.status.code(),
+            Some(127),
+            "{path}: {}",
+            text(&out.stderr)
+        );
+        assert!(
+            text(&out.stderr).contains(why),
+            "{path}: {}",
+            text(&out.stderr)
+        );
+    }
     lx.assert_nothing_left();
 }
 

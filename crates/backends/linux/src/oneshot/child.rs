@@ -38,11 +38,12 @@ pub(super) struct ChildPlan {
     /// its own CPU until then (see `fork_into`), and whatever runs in the sandbox
     /// inherits the mask this process has when it starts it.
     pub(super) affinity: Option<libc::cpu_set_t>,
-    /// The namespaces this process makes itself, first thing after leaving the host's
-    /// session and fds (mount, IPC, UTS, network: everything but the PID and user
-    /// namespaces the clone made), in one `unshare`.
-    pub(super) unshare: libc::c_int,
 }
+
+/// The namespaces this process makes itself, first thing after leaving the host's session
+/// and fds: everything but the PID (and, unprivileged, user) namespace the clone made.
+const OWN_NAMESPACES: libc::c_int =
+    libc::CLONE_NEWNET | libc::CLONE_NEWNS | libc::CLONE_NEWIPC | libc::CLONE_NEWUTS;
 
 /// The command, from the [`ForkedPlan`].
 struct Command {
@@ -74,8 +75,8 @@ fn run(plan: &ChildPlan) -> i32 {
     // copied after it, when the host has read its own (`/proc/self/mountinfo`, in its
     // probe): copying it holds the kernel's mount-namespace lock, which every read of a
     // mountinfo waits for.
-    let net = plan.unshare & libc::CLONE_NEWNET;
-    if let Err(e) = sys::unshare(net).and_then(|()| sys::unshare(plan.unshare & !net)) {
+    let net = libc::CLONE_NEWNET;
+    if let Err(e) = sys::unshare(net).and_then(|()| sys::unshare(OWN_NAMESPACES & !net)) {
         return fail(
             &mut status,
             format!("one-shot init: unshare namespaces: {e}"),

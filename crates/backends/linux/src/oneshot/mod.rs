@@ -6,7 +6,8 @@
 //! (and PID 1 is forked before the plan is known — [`OneShotFork::fork`], which the CLI
 //! calls first thing — so its own start-up overlaps the host's working out of the plan,
 //! state dir, cgroup and user namespace: born into its PID namespace only, it makes its
-//! mount, IPC, UTS and network namespaces, off the host's CPU; [`LinuxRuntime::start_forked`] sends it the plan, command and env as a
+//! network, mount, IPC and UTS namespaces, off the host's CPU;
+//! [`LinuxRuntime::start_forked`] sends it the plan, command and env as a
 //! length-prefixed [`ForkedPlan`] JSON once the state dir exists, then PID 1 makes its
 //! own cgroup on v1 as root (the host records and removes it like its own) while the host
 //! makes the user namespace, and the go (namespace fd and id range's base) follows, then
@@ -158,15 +159,11 @@ impl OneShotFork {
             stderr: fds.stderr_w.as_raw_fd(),
             null: fds.null.as_raw_fd(),
             affinity: sys::affinity(),
-            unshare: libc::CLONE_NEWNS
-                | libc::CLONE_NEWIPC
-                | libc::CLONE_NEWUTS
-                | libc::CLONE_NEWNET,
         };
         // Only what must be made by the clone itself: the PID namespace (PID 1 can only
         // be born into it) and, unprivileged, the user namespace that owns the rest. PID 1
         // unshares the mount, IPC, UTS and network namespaces itself
-        // (`ChildPlan::unshare`), on its own CPU while this process works out the plan:
+        // (`child::OWN_NAMESPACES`), on its own CPU while this process works out the plan:
         // copying the host's mount table and making an IPC namespace (with its mqueue
         // mount) took ~85 µs of this process's clone here (all four ~110-125 µs, the
         // PID namespace alone ~30).
