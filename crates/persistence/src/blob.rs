@@ -451,10 +451,13 @@ impl BlobStore {
                     }
                 };
                 digest.update(&buffer[..read]);
-                temp.write_all(&buffer[..read])
+                write_or_skip_zeros(&mut temp, &buffer[..read])
                     .ctx(|| format!("Cannot write {}", temp_path.display()))?;
                 size += read as u64;
             }
+            // A trailing run of zeros was skipped: the length makes it a hole.
+            temp.set_len(size)
+                .ctx(|| format!("Cannot write {}", temp_path.display()))?;
             let hash = BlobHash::from_digest(digest);
             if self.refresh_existing(&hash, size)? {
                 return Ok(PutOutcome {
@@ -624,6 +627,38 @@ fn read_dir_sorted(dir: &Path) -> Result<Vec<PathBuf>> {
     Ok(paths)
 }
 
+/// The unit of zero runs [`write_or_skip_zeros`] leaves as holes (a filesystem block).
+const HOLE_UNIT: usize = 4096;
+
+/// Writes `chunk` at `file`'s position, seeking over every block-aligned [`HOLE_UNIT`] of
+/// zeros instead of writing it: the stored blob keeps the source's holes (a sandbox's 1 GiB
+/// sparse output, which costs it nothing, no longer costs the host 1 GiB of disk). The
+/// caller sets the final length, so trailing zeros read back as before.
+fn write_or_skip_zeros(file: &mut File, chunk: &[u8]) -> io::Result<()> {
+    use std::io::{Seek, SeekFrom};
+    let mut at = 0;
+    while at < chunk.len() {
+        let end = (at + HOLE_UNIT).min(chunk.len());
+        let zeros = chunk[at..end].iter().all(|&b| b == 0);
+        // A run of blocks of the same kind, written (or skipped) at once.
+        let mut run_end = end;
+        while run_end < chunk.len() {
+            let next = (run_end + HOLE_UNIT).min(chunk.len());
+            if chunk[run_end..next].iter().all(|&b| b == 0) != zeros {
+                break;
+            }
+            run_end = next;
+        }
+        if zeros {
+            file.seek(SeekFrom::Current((run_end - at) as i64))?;
+        } else {
+            file.write_all(&chunk[at..run_end])?;
+        }
+        at = run_end;
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -637,6 +672,40 @@ mod tests {
             },
         )
         .unwrap()
+    }
+
+    #[test]
+    fn zero_runs_are_stored_as_holes_and_read_back_as_zeros() {
+        let temp = tempfile::tempdir().unwrap();
+        let store = store(temp.path(), Duration::from_secs(3600));
+        // 16 MiB of zeros with a byte of data in the middle and at the very end, streamed
+        // in reads of odd sizes, then a blob that ends in zeros.
+        let mut content = vec![0u8; 16 << 20];
+        content[(8 << 20) + 5] = b'x';
+        let last = content.len() - 1;
+        content[last] = b'y';
+        struct Odd<'a>(&'a [u8]);
+        impl Read for Odd<'_> {
+            fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+                let n = self.0.len().min(buf.len()).min(777_777);
+                buf[..n].copy_from_slice(&self.0[..n]);
+                self.0 = &self.0[n..];
+                Ok(n)
+            }
+        }
+        for content in [content.clone(), content[..12 << 20].to_vec()] {
+            let put = store.put_reader(Odd(&content)).unwrap();
+            assert_eq!(put.hash, BlobHash::of(&content));
+            assert_eq!(put.size, content.len() as u64);
+            let meta = std::fs::metadata(store.path_of(&put.hash)).unwrap();
+            assert_eq!(meta.len(), content.len() as u64);
+            assert!(
+                meta.blocks() * 512 < 1 << 20,
+                "{} bytes allocated for a blob of two data bytes",
+                meta.blocks() * 512
+            );
+            assert_eq!(store.get(&put.hash).unwrap().unwrap(), content);
+        }
     }
 
     #[test]
