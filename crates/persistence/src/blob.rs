@@ -451,7 +451,7 @@ impl BlobStore {
                     }
                 };
                 digest.update(&buffer[..read]);
-                write_or_skip_zeros(&mut temp, &buffer[..read])
+                write_or_skip_zeros(&mut temp, size, &buffer[..read])
                     .ctx(|| format!("Cannot write {}", temp_path.display()))?;
                 size += read as u64;
             }
@@ -630,33 +630,38 @@ fn read_dir_sorted(dir: &Path) -> Result<Vec<PathBuf>> {
 /// The unit of zero runs [`write_or_skip_zeros`] leaves as holes (a filesystem block).
 const HOLE_UNIT: usize = 4096;
 
-/// Writes `chunk` at `file`'s position, seeking over every block-aligned [`HOLE_UNIT`] of
-/// zeros instead of writing it: the stored blob keeps the source's holes (a sandbox's 1 GiB
-/// sparse output, which costs it nothing, no longer costs the host 1 GiB of disk). The
-/// caller sets the final length, so trailing zeros read back as before.
-fn write_or_skip_zeros(file: &mut File, chunk: &[u8]) -> io::Result<()> {
+/// Writes `chunk` at `file`'s position `offset`, seeking over every [`HOLE_UNIT`] block (aligned
+/// to the file's offsets) that holds only zeros instead of writing it: the stored blob keeps
+/// the source's holes (a sandbox's 1 GiB sparse output, which costs it nothing, no longer
+/// costs the host 1 GiB of disk). Each block is looked at once; runs of one kind are written
+/// or skipped whole. The caller sets the final length, so trailing zeros read back as before.
+fn write_or_skip_zeros(file: &mut File, offset: u64, chunk: &[u8]) -> io::Result<()> {
     use std::io::{Seek, SeekFrom};
-    let mut at = 0;
-    while at < chunk.len() {
-        let end = (at + HOLE_UNIT).min(chunk.len());
-        let zeros = chunk[at..end].iter().all(|&b| b == 0);
-        // A run of blocks of the same kind, written (or skipped) at once.
-        let mut run_end = end;
-        while run_end < chunk.len() {
-            let next = (run_end + HOLE_UNIT).min(chunk.len());
-            if chunk[run_end..next].iter().all(|&b| b == 0) != zeros {
-                break;
-            }
-            run_end = next;
-        }
+    let flush = |file: &mut File, run: &[u8], zeros: bool| {
         if zeros {
-            file.seek(SeekFrom::Current((run_end - at) as i64))?;
+            file.seek(SeekFrom::Current(run.len() as i64)).map(drop)
         } else {
-            file.write_all(&chunk[at..run_end])?;
+            file.write_all(run)
         }
-        at = run_end;
+    };
+    let (mut start, mut at, mut run_zeros) = (0, 0, None);
+    while at < chunk.len() {
+        let to_boundary = HOLE_UNIT - ((offset + at as u64) % HOLE_UNIT as u64) as usize;
+        let end = (at + to_boundary).min(chunk.len());
+        let zeros = chunk[at..end].iter().all(|&b| b == 0);
+        if let Some(kind) = run_zeros
+            && kind != zeros
+        {
+            flush(file, &chunk[start..at], kind)?;
+            start = at;
+        }
+        run_zeros = Some(zeros);
+        at = end;
     }
-    Ok(())
+    match run_zeros {
+        Some(kind) => flush(file, &chunk[start..], kind),
+        None => Ok(()),
+    }
 }
 
 #[cfg(test)]

@@ -113,7 +113,7 @@ impl LinuxCapabilities {
         })?;
         // One syscall, where reading /proc/self/status cost ~20 µs of every start: whether
         // the kernel's filter mode knows the errno action this filter returns.
-        let errno_action: u32 = 0x0005_0000;
+        let errno_action: u32 = libc::SECCOMP_RET_ERRNO;
         // SAFETY: SECCOMP_GET_ACTION_AVAIL only reads the u32 it is given.
         let seccomp = unsafe {
             libc::syscall(
