@@ -448,7 +448,7 @@ pub(super) fn cstring(path: &Path) -> Result<CString, ImageError> {
 pub(super) fn set_mtime(path: &Path, mtime: u64) -> Result<(), ImageError> {
     let c = cstring(path)?;
     let t = libc::timespec {
-        tv_sec: libc::time_t::try_from(mtime).unwrap_or(0),
+        tv_sec: i64::try_from(mtime).unwrap_or(0),
         tv_nsec: 0,
     };
     let times = [t, t];

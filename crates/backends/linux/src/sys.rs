@@ -60,9 +60,11 @@ pub(crate) fn on_tmpfs(path: &Path) -> io::Result<bool> {
     // SAFETY: statfs is plain data the kernel fills; `c` is a valid C string.
     let mut buf: libc::statfs = unsafe { std::mem::zeroed() };
     check(unsafe { libc::statfs(c.as_ptr(), &mut buf) })?;
-    /// `RAMFS_MAGIC` of `<linux/magic.h>` (not in libc).
-    const RAMFS_MAGIC: libc::c_long = 0x8584_58f6;
-    Ok(matches!(buf.f_type, libc::TMPFS_MAGIC | RAMFS_MAGIC))
+    /// `TMPFS_MAGIC` and `RAMFS_MAGIC` of `<linux/magic.h>`; `f_type` is signed in glibc's
+    /// `statfs` and unsigned in musl's, so it is compared as the kernel's unsigned word.
+    const TMPFS_MAGIC: u64 = 0x0102_1994;
+    const RAMFS_MAGIC: u64 = 0x8584_58f6;
+    Ok(matches!(buf.f_type as u64, TMPFS_MAGIC | RAMFS_MAGIC))
 }
 
 /// `mount(2)`.
@@ -142,9 +144,15 @@ pub(crate) fn prctl(option: libc::c_int, arg2: libc::c_ulong) -> io::Result<()> 
     check(unsafe { libc::prctl(option, arg2, 0 as libc::c_ulong, 0 as libc::c_ulong, 0) })
 }
 
+/// The type of `setrlimit`'s resource argument: an enum in glibc, an int in musl.
+#[cfg(target_env = "gnu")]
+pub(crate) type RlimitResource = libc::__rlimit_resource_t;
+#[cfg(not(target_env = "gnu"))]
+pub(crate) type RlimitResource = libc::c_int;
+
 /// Sets soft and hard limit of `resource` to `value` (lowering only, without
 /// CAP_SYS_RESOURCE; never raises above the current hard limit).
-pub(crate) fn lower_rlimit(resource: libc::__rlimit_resource_t, value: u64) -> io::Result<()> {
+pub(crate) fn lower_rlimit(resource: RlimitResource, value: u64) -> io::Result<()> {
     let mut cur = libc::rlimit {
         rlim_cur: 0,
         rlim_max: 0,
@@ -182,13 +190,19 @@ fn interface_request(name: &[u8]) -> io::Result<(OwnedFd, libc::ifreq)> {
 pub(crate) fn loopback_up() -> io::Result<()> {
     let (sock, mut req) = interface_request(b"lo\0")?;
     // SAFETY: SIOCGIFFLAGS reads ifr_name and writes ifr_flags of the valid `req`.
-    check(unsafe { libc::ioctl(sock.as_raw_fd(), libc::SIOCGIFFLAGS, &mut req) })?;
+    check(unsafe {
+        libc::ioctl(
+            sock.as_raw_fd(),
+            libc::SIOCGIFFLAGS as libc::Ioctl,
+            &mut req,
+        )
+    })?;
     // SAFETY: the union member written by SIOCGIFFLAGS is ifru_flags.
     unsafe {
         req.ifr_ifru.ifru_flags |= (libc::IFF_UP | libc::IFF_RUNNING) as libc::c_short;
     }
     // SAFETY: SIOCSIFFLAGS reads the valid `req`.
-    check(unsafe { libc::ioctl(sock.as_raw_fd(), libc::SIOCSIFFLAGS, &req) })
+    check(unsafe { libc::ioctl(sock.as_raw_fd(), libc::SIOCSIFFLAGS as libc::Ioctl, &req) })
 }
 
 /// Adds `address` to the loopback interface as the alias `lo:1` (class-A netmask, inside
@@ -215,7 +229,7 @@ pub(crate) fn loopback_alias(address: std::net::Ipv4Addr) -> io::Result<()> {
         );
     }
     // SAFETY: SIOCSIFADDR reads the valid `req`.
-    check(unsafe { libc::ioctl(sock.as_raw_fd(), libc::SIOCSIFADDR, &req) })
+    check(unsafe { libc::ioctl(sock.as_raw_fd(), libc::SIOCSIFADDR as libc::Ioctl, &req) })
 }
 
 /// `pidfd_open(2)`.
@@ -353,6 +367,22 @@ pub(crate) fn close_all_but(keep: &mut [RawFd]) -> io::Result<()> {
         from = from.max(fd.saturating_add(1));
     }
     close_range(from, libc::c_uint::MAX)
+}
+
+/// Marks every fd of this process from `first` up close-on-exec, so a program it spawns
+/// next inherits none of them (what glibc's `posix_spawn_file_actions_addclosefrom_np`
+/// does in the child; musl has no such file action).
+pub(crate) fn cloexec_from(first: libc::c_uint) -> io::Result<()> {
+    // SAFETY: close_range with CLOSE_RANGE_CLOEXEC only sets a flag on this process's fds.
+    check_long(unsafe {
+        libc::syscall(
+            libc::SYS_close_range,
+            first,
+            libc::c_uint::MAX,
+            libc::CLOSE_RANGE_CLOEXEC as libc::c_uint,
+        )
+    })
+    .map(drop)
 }
 
 fn close_range(first: libc::c_uint, last: libc::c_uint) -> io::Result<()> {

@@ -189,29 +189,10 @@ fn remove_stale_temps(root: &Path, store: &str) {
     }
 }
 
-/// Swaps two paths atomically.
+/// Swaps two paths atomically (`renameat2` with `RENAME_EXCHANGE`).
 fn exchange(a: &Path, b: &Path) -> Result<(), PortError> {
-    use std::os::unix::ffi::OsStrExt as _;
-    let c = |p: &Path| {
-        std::ffi::CString::new(p.as_os_str().as_bytes())
-            .map_err(|_| PortError::new(format!("{} has a NUL byte", p.display())))
-    };
-    let (ca, cb) = (c(a)?, c(b)?);
-    // SAFETY: two NUL-terminated paths that outlive the call; no memory is shared.
-    let rc = unsafe {
-        libc::renameat2(
-            libc::AT_FDCWD,
-            ca.as_ptr(),
-            libc::AT_FDCWD,
-            cb.as_ptr(),
-            libc::RENAME_EXCHANGE,
-        )
-    };
-    if rc == 0 {
-        Ok(())
-    } else {
-        Err(io(b, std::io::Error::last_os_error()))
-    }
+    use rustix::fs::{CWD, RenameFlags, renameat_with};
+    renameat_with(CWD, a, CWD, b, RenameFlags::EXCHANGE).map_err(|e| io(b, std::io::Error::from(e)))
 }
 
 fn read_nofollow(path: &Path) -> Result<Vec<u8>, PortError> {

@@ -22,8 +22,7 @@ struct Fds {
     agent: OwnedFd,
 }
 
-fn parse_fds() -> Result<Fds, String> {
-    let args: Vec<String> = std::env::args().skip(1).collect();
+fn parse_fds(args: &[String]) -> Result<Fds, String> {
     let get = |flag: &str| -> Result<RawFd, String> {
         let i = args
             .iter()
@@ -58,8 +57,7 @@ fn parse_fds() -> Result<Fds, String> {
 
 /// `--zygote-fd N`: run as the runtime's zygote on the socket `N` (see
 /// `omabox_backend_linux::zygote`).
-fn zygote_fd() -> Option<Result<OwnedFd, String>> {
-    let args: Vec<String> = std::env::args().skip(1).collect();
+fn zygote_fd(args: &[String]) -> Option<Result<OwnedFd, String>> {
     let i = args.iter().position(|a| a == "--zygote-fd")?;
     let fd = args
         .get(i + 1)
@@ -91,23 +89,30 @@ fn take_plan_env(env: &std::collections::BTreeMap<String, String>) {
 // matters here is done by hand in `main`: SIGPIPE ignored (so a write to a closed pipe
 // is an EPIPE error, as under the std runtime; processes the agent starts get the
 // default back, std's spawn resets it), and a panic ends the process with code 101
-// after the panic hook printed it. `std::env::args` works as usual (glibc hands
-// argc/argv to std's init_array hook).
+// after the panic hook printed it. The arguments come from `argv`: `std::env::args` is
+// empty without the std runtime on musl (only glibc hands argc/argv to std's init_array
+// hook).
 #[unsafe(no_mangle)]
-extern "C" fn main(_argc: libc::c_int, _argv: *const *const libc::c_char) -> libc::c_int {
+extern "C" fn main(argc: libc::c_int, argv: *const *const libc::c_char) -> libc::c_int {
     // SAFETY: setting a signal's disposition to ignore has no memory effects.
     unsafe { libc::signal(libc::SIGPIPE, libc::SIG_IGN) };
-    match std::panic::catch_unwind(run) {
+    let count = usize::try_from(argc).unwrap_or(0);
+    // SAFETY: the C runtime passes `argc` valid, NUL-terminated strings in `argv`.
+    let args: Vec<String> = (1..count)
+        .map(|i| unsafe { std::ffi::CStr::from_ptr(*argv.add(i)) })
+        .map(|arg| arg.to_string_lossy().into_owned())
+        .collect();
+    match std::panic::catch_unwind(|| run(&args)) {
         Ok(code) => libc::c_int::from(code),
         Err(_) => 101,
     }
 }
 
-fn run() -> u8 {
+fn run(args: &[String]) -> u8 {
     // A zygote forks a child per sandbox, which continues below like an exec'd init
     // (with the plan's environment still to take: see `take_plan_env`). It prepares
     // what needs no plan once, for every child it forks.
-    let (fds, forked, mut early, mut network) = match zygote_fd() {
+    let (fds, forked, mut early, mut network) = match zygote_fd(args) {
         Some(Ok(sock)) => {
             let early = setup::Early::prepare();
             match omabox_backend_linux::zygote::serve(sock) {
@@ -128,7 +133,7 @@ fn run() -> u8 {
             eprintln!("{}: {e}", omabox_backend_linux::INIT_BINARY);
             return 2;
         }
-        None => match parse_fds() {
+        None => match parse_fds(args) {
             Ok(f) => (f, false, None, None),
             Err(e) => {
                 eprintln!("{}: {e}", omabox_backend_linux::INIT_BINARY);

@@ -629,10 +629,8 @@ impl Spawner {
                     target,
                 ))?;
             }
-            errno(libc::posix_spawn_file_actions_addclosefrom_np(
-                &mut this.actions,
-                3,
-            ))?;
+            // The command inherits its stdio and nothing else of PID 1's.
+            sys::cloexec_from(3)?;
             Ok(this)
         }
     }

@@ -327,7 +327,7 @@ mod tests {
             libc::TIOCGWINSZ,
             libc::FIONREAD,
         ]
-        .map(|r| [0, r, 0, 0, 0, 0]);
+        .map(|r| [0, r as libc::c_ulong, 0, 0, 0, 0]);
         let mut args: Vec<[u64; 6]> = vec![[0; 6], [u64::MAX; 6]];
         args.extend(socket);
         args.extend(clone);
@@ -447,8 +447,8 @@ mod tests {
             SECCOMP_RET_ERRNO | libc::ENOSYS as u32
         );
         let ioctl = |r: u64| run(&p, libc::SYS_ioctl as u32, NATIVE, [0, r, 0, 0, 0, 0]);
-        assert_eq!(ioctl(libc::TIOCSTI), EPERM);
-        assert_eq!(ioctl(libc::FIONREAD), SECCOMP_RET_ALLOW);
+        assert_eq!(ioctl(libc::TIOCSTI as libc::c_ulong), EPERM);
+        assert_eq!(ioctl(libc::FIONREAD as libc::c_ulong), SECCOMP_RET_ALLOW);
         // x32 aliases and foreign architectures.
         assert_eq!(
             run(&p, 0x4000_0000 | libc::SYS_mount as u32, NATIVE, [0; 6]),

@@ -285,9 +285,9 @@ pub(super) fn rules() -> Result<BTreeMap<i64, Vec<SeccompRule>>, SetupError> {
     rules.insert(
         libc::SYS_ioctl,
         vec![
-            rule(cond(1, SeccompCmpOp::Eq, libc::TIOCSTI)?)?,
-            rule(cond(1, SeccompCmpOp::Eq, libc::TIOCLINUX)?)?,
-            rule(cond(1, SeccompCmpOp::Eq, libc::TIOCSETD)?)?,
+            rule(cond(1, SeccompCmpOp::Eq, libc::TIOCSTI as libc::c_ulong)?)?,
+            rule(cond(1, SeccompCmpOp::Eq, libc::TIOCLINUX as libc::c_ulong)?)?,
+            rule(cond(1, SeccompCmpOp::Eq, libc::TIOCSETD as libc::c_ulong)?)?,
         ],
     );
     Ok(rules)
