@@ -28,6 +28,13 @@ use clap::{Parser, Subcommand};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+/// mimalloc rather than musl's allocator, which takes one lock for every allocation: the
+/// inference proxy's benchmark served 14,500 proxied requests/s with musl's and 28,000
+/// with this one (glibc's: 16,000), at 240 vs 167 µs added latency (p50). Its price is
+/// ~140 more page faults per process start (~0.06–0.14 ms of `omabox sandbox run`).
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// A sandbox execution backend for AI agents, implementing the OpenMA contract.
 #[derive(Debug, Parser)]
 #[command(name = "omabox", version, about, long_about = None)]

@@ -161,3 +161,7 @@ fn main() {
 fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1e3
 }
+
+/// The `omabox` binary's allocator (`crates/cli/src/main.rs`), so the figures are its.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;

@@ -276,3 +276,7 @@ fn main() {
         .expect("tokio runtime");
     runtime.block_on(run(mib, base));
 }
+
+/// The `omabox` binary's allocator (`crates/cli/src/main.rs`), so the figures are its.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;

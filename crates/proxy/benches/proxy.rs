@@ -242,3 +242,7 @@ fn main() {
         println!("cores: {}", std::thread::available_parallelism().map_or(0, |n| n.get()));
     });
 }
+
+/// The `omabox` binary's allocator (`crates/cli/src/main.rs`), so the figures are its.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;

@@ -130,3 +130,7 @@ fn report(label: &str, mut samples: Vec<Duration>) {
         }
     );
 }
+
+/// The `omabox` binary's allocator (`crates/cli/src/main.rs`), so the figures are its.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;

@@ -722,3 +722,7 @@ fn main() {
     let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
     println!("load average at end: {}", load.trim());
 }
+
+/// The `omabox` binary's allocator (`crates/cli/src/main.rs`), so the figures are its.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
