@@ -8,7 +8,9 @@
 //!    still stored (no read at all), else by reading it on a small thread pool. A file is
 //!    read through an fd, with `fstat` before and after: if the stat moved while we read, the
 //!    read is retried, and after three attempts the checkpoint fails rather than record a torn
-//!    file.
+//!    file. A file that no longer exists when it is opened (deleted after the walk saw it, by
+//!    a process still running in the sandbox) is left out and counted (`vanished`), as if
+//!    the walk had come after the deletion; a hard link to it fails the checkpoint instead.
 //! 3. Store the manifest blob. Nothing is published here: a failure anywhere leaves the
 //!    previously published candidate (and every blob it names) untouched.
 //!
@@ -30,7 +32,7 @@ use omabox_contract::AbortSignal;
 use rustix::fs::FileType;
 use rustix::io::Errno;
 use sha2::{Digest, Sha256};
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::io::{self, Read};
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::Path;
@@ -76,6 +78,9 @@ pub struct CheckpointReport {
     pub reused_candidate: bool,
     /// Entries left out (special files, non-UTF-8 names, too deep); see `skipped`.
     pub skipped: SkippedEntries,
+    /// Files deleted between the walk and their read (by a process still running in the
+    /// sandbox, say): left out, as if the walk had come after the deletion.
+    pub vanished: u64,
     /// Wall time.
     pub duration: Duration,
 }
@@ -204,7 +209,14 @@ pub(crate) fn snapshot(input: SnapshotInput<'_>) -> Result<Snapshot> {
         &budget,
     )?;
     input.store.sync_dirs(&dirs)?;
+    let mut vanished = HashSet::new();
     for (index, hashed) in hashed_files {
+        let Some(hashed) = hashed else {
+            if let Walked::File { path, .. } = &walked[index] {
+                vanished.insert(path.clone());
+            }
+            continue;
+        };
         report.files_hashed += 1;
         report.bytes_hashed += hashed.stored_size;
         if hashed.stored {
@@ -233,6 +245,10 @@ pub(crate) fn snapshot(input: SnapshotInput<'_>) -> Result<Snapshot> {
                 report.symlinks += 1;
                 ManifestEntry::symlink(path, target)
             }
+            // A link to a file that vanished would point at no entry: the tree changed.
+            (Walked::Hardlink { path, target }, _) if vanished.contains(&target) => {
+                return Err(PersistenceError::EntryChanged(path));
+            }
             (Walked::Hardlink { path, target }, _) => {
                 report.hardlinks += 1;
                 ManifestEntry::hardlink(path, target)
@@ -248,7 +264,9 @@ pub(crate) fn snapshot(input: SnapshotInput<'_>) -> Result<Snapshot> {
                 entry
             }
             (Walked::File { path, .. }, None) => {
-                return Err(PersistenceError::EntryChanged(path));
+                debug_assert!(vanished.contains(&path));
+                report.vanished += 1;
+                continue;
             }
         });
     }
@@ -373,7 +391,8 @@ pub(crate) fn changed_or_io(path: &str, error: io::Error) -> PersistenceError {
     }
 }
 
-type HashedFiles = Vec<(usize, Hashed)>;
+/// Each file read, by its index in the walk; `None`: it vanished before it could be read.
+type HashedFiles = Vec<(usize, Option<Hashed>)>;
 
 /// Bytes the checkpoint's files need in the blob store, reserved before each file is read so
 /// that no file (however its stat lied to the walk's estimate) is stored past the byte limit.
@@ -430,7 +449,7 @@ fn hash_files(
                 .and_then(|()| hash_file(input.store, root, &mut cursor, path, dirs, budget));
             match result {
                 Ok(hashed) => {
-                    progress.advance(1, hashed.size);
+                    progress.advance(1, hashed.as_ref().map_or(0, |hashed| hashed.size));
                     done.push((index, hashed));
                 }
                 Err(error) => {
@@ -465,7 +484,8 @@ fn hash_files(
     Ok(all)
 }
 
-/// Reads one file through an fd opened without following links, storing its content.
+/// Reads one file through an fd opened without following links, storing its content;
+/// `None` when it (or a directory above it) no longer exists.
 fn hash_file(
     store: &BlobStore,
     root: BorrowedFd<'_>,
@@ -473,7 +493,8 @@ fn hash_file(
     path: &str,
     dirs: &DirSync,
     budget: &ByteBudget,
-) -> Result<Hashed> {
+) -> Result<Option<Hashed>> {
+    let gone = |error: &io::Error| error.raw_os_error() == Some(Errno::NOENT.raw_os_error());
     let parts: Vec<&str> = path.split('/').collect();
     let Some((name, parents)) = parts.split_last() else {
         return Err(PersistenceError::EntryChanged(path.to_owned()));
@@ -483,10 +504,18 @@ fn hash_file(
             Ok(dir) => dir,
             Err(error) => {
                 cursor.reset();
-                return Err(changed_or_io(path, error));
+                return if gone(&error) {
+                    Ok(None)
+                } else {
+                    Err(changed_or_io(path, error))
+                };
             }
         };
-        let file = safe_fs::open_file_at(dir, name).map_err(|error| changed_or_io(path, error))?;
+        let file = match safe_fs::open_file_at(dir, name) {
+            Ok(file) => file,
+            Err(error) if gone(&error) => return Ok(None),
+            Err(error) => return Err(changed_or_io(path, error)),
+        };
         let observed_ns = safe_fs::now_ns();
         let before = safe_fs::stat_fd(&file).ctx(|| format!("Cannot stat {path}"))?;
         if before.file_type != FileType::RegularFile {
@@ -520,7 +549,7 @@ fn hash_file(
             budget.release(needed);
             continue;
         }
-        return Ok(Hashed {
+        return Ok(Some(Hashed {
             hash,
             size: before.key.size,
             extents,
@@ -529,7 +558,7 @@ fn hash_file(
             stat: before.key,
             observed_ns,
             stored,
-        });
+        }));
     }
     Err(PersistenceError::EntryChanged(path.to_owned()))
 }

@@ -883,3 +883,63 @@ async fn progress_reaches_its_totals() {
         assert_eq!((last.bytes_done, last.bytes_total), (5000, 5000));
     }
 }
+
+/// Deletes paths of a binding when a checkpoint starts reading files: its first progress
+/// update comes after the walk and before any file is opened.
+#[derive(Debug, Default)]
+struct DeleteWhenReadingStarts {
+    binding: Mutex<Option<std::path::PathBuf>>,
+}
+
+impl ProgressObserver for DeleteWhenReadingStarts {
+    fn update(&self, progress: Progress) {
+        if progress.phase != ProgressPhase::Checkpoint || progress.files_done != 0 {
+            return;
+        }
+        if let Some(root) = self.binding.lock().unwrap().take() {
+            std::fs::remove_file(root.join("gone.txt")).unwrap();
+            std::fs::remove_dir_all(root.join("sub")).unwrap();
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_file_deleted_after_the_walk_saw_it_is_left_out_not_a_failure() {
+    // An agent's leftover process (claude's shell snapshots, say) deleting its files while
+    // the final checkpoint runs must not fail the run.
+    let data = tempfile::tempdir().unwrap();
+    let deleter = Arc::new(DeleteWhenReadingStarts::default());
+    let port = port(data.path(), Duration::from_secs(3600)).with_progress(deleter.clone());
+    let binding = port
+        .materialize(materialize_input(1, CR, None))
+        .await
+        .unwrap();
+    let root = host_path(&binding);
+    std::fs::write(root.join("keep.txt"), "kept").unwrap();
+    std::fs::write(root.join("gone.txt"), "deleted mid-checkpoint").unwrap();
+    std::fs::create_dir(root.join("sub")).unwrap();
+    std::fs::write(root.join("sub/inner.txt"), "its directory deleted too").unwrap();
+    *deleter.binding.lock().unwrap() = Some(root.clone());
+
+    let candidate = port
+        .checkpoint(checkpoint_input(1, CR, &binding, ""))
+        .await
+        .expect("a vanished file is not a changed one");
+    assert!(
+        deleter.binding.lock().unwrap().is_none(),
+        "the deletion ran"
+    );
+
+    let restored = port
+        .materialize(materialize_input(
+            2,
+            CR,
+            Some(candidate.to_publication_candidate()),
+        ))
+        .await
+        .unwrap();
+    let restored = host_path(&restored);
+    assert_eq!(std::fs::read(restored.join("keep.txt")).unwrap(), b"kept");
+    assert!(!restored.join("gone.txt").exists());
+    assert!(!restored.join("sub/inner.txt").exists());
+}
