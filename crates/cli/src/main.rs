@@ -31,7 +31,8 @@ use std::process::ExitCode;
 /// mimalloc rather than musl's allocator, which takes one lock for every allocation: the
 /// inference proxy's benchmark served 14,500 proxied requests/s with musl's and 28,000
 /// with this one (glibc's: 16,000), at 240 vs 167 µs added latency (p50). Its price is
-/// ~140 more page faults per process start (~0.06–0.14 ms of `omabox sandbox run`).
+/// ~140 more page faults per process start: `omabox sandbox run -- true` 3.87 → 4.04 ms
+/// (scripts/ab-sandbox-run, 3 copies × 200).
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
