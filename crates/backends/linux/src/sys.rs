@@ -362,34 +362,30 @@ pub(crate) fn close_all_but(keep: &mut [RawFd]) -> io::Result<()> {
             continue;
         };
         if fd > from {
-            close_range(from, fd - 1)?;
+            close_range(from, fd - 1, 0)?;
         }
         from = from.max(fd.saturating_add(1));
     }
-    close_range(from, libc::c_uint::MAX)
+    close_range(from, libc::c_uint::MAX, 0)
 }
 
 /// Marks every fd of this process from `first` up close-on-exec, so a program it spawns
 /// next inherits none of them (what glibc's `posix_spawn_file_actions_addclosefrom_np`
 /// does in the child; musl has no such file action).
 pub(crate) fn cloexec_from(first: libc::c_uint) -> io::Result<()> {
-    // SAFETY: close_range with CLOSE_RANGE_CLOEXEC only sets a flag on this process's fds.
-    check_long(unsafe {
-        libc::syscall(
-            libc::SYS_close_range,
-            first,
-            libc::c_uint::MAX,
-            libc::CLOSE_RANGE_CLOEXEC as libc::c_uint,
-        )
-    })
-    .map(drop)
+    close_range(
+        first,
+        libc::c_uint::MAX,
+        libc::CLOSE_RANGE_CLOEXEC as libc::c_uint,
+    )
 }
 
-fn close_range(first: libc::c_uint, last: libc::c_uint) -> io::Result<()> {
-    // SAFETY: closes fds of this process in `first..=last`; `close_all_but`'s caller owns
-    // every one of them and uses none again.
-    check_long(unsafe { libc::syscall(libc::SYS_close_range, first, last, 0 as libc::c_uint) })
-        .map(drop)
+/// `close_range(2)`: closes (flags 0) or marks close-on-exec (`CLOSE_RANGE_CLOEXEC`) the
+/// fds of this process in `first..=last`.
+fn close_range(first: libc::c_uint, last: libc::c_uint, flags: libc::c_uint) -> io::Result<()> {
+    // SAFETY: acts on fds of this process only; a caller that closes them owns every one
+    // and uses none again (`close_all_but`'s contract).
+    check_long(unsafe { libc::syscall(libc::SYS_close_range, first, last, flags) }).map(drop)
 }
 
 /// A pipe whose both ends are close-on-exec.
