@@ -15,23 +15,29 @@
 //! A build starts a sandbox on the image whose overlay upper layer is a host directory
 //! (`SandboxPlan::root_upper`), runs the installer's apt script
 //! ([`EnvironmentPackages::apt_layer_script`], which also writes the layer's marker), then
-//! the dockerfile's steps, and destroys it. The host then walks the upper dir without following anything: every
-//! owner must lie in the build sandbox's id range and is shifted down to `0..65536` (the
-//! layer is idmapped like the image when used; whiteouts, which overlayfs makes as its
-//! mounter, become root's), only directories, regular files, symlinks and overlay
-//! whiteouts may be there, and the whole layer is at most [`MAX_LAYER_BYTES`].
-//! Then it is renamed into place. A sandbox of the environment gets the layer as
-//! `SandboxPlan::root_layers` and the dockerfile's `ENV` in its environment; the installer
-//! finds the marker and skips apt.
+//! the dockerfile's steps, and destroys it (which waits until no process of it is left).
+//! The host then reaches the upper dir only through directory fds that follow nothing
+//! (`walk`): it removes the sandbox's own `/etc/{resolv.conf,hostname,hosts}`, then checks
+//! the whole tree and makes it the layer's own (`normalize`: owners in the build sandbox's
+//! id range shifted down to `0..65536`, as the layer is idmapped like the image when used;
+//! only directories, regular files, symlinks and overlay whiteouts; no hard link out of it;
+//! extended attributes kept, shifted or removed; at most [`MAX_LAYER_BYTES`],
+//! [`MAX_LAYER_ENTRIES`] entries, [`MAX_LAYER_DEPTH`] levels). Then it is renamed into
+//! place. A sandbox of the environment gets the layer as `SandboxPlan::root_layers` and the
+//! dockerfile's `ENV` in its environment; the installer finds the marker and skips apt.
 //!
 //! The build runs only the host's own script, yet the packages' maintainer scripts are
 //! code from the network: the build is a sandbox like any other (its policy admits the
 //! package registries), and its upper layer on disk is bounded only by the walk's limit
 //! after the fact (SECURITY.md).
 
+mod normalize;
+mod walk;
+
 use std::io;
+use std::os::fd::AsFd as _;
 use std::os::unix::ffi::OsStringExt as _;
-use std::os::unix::fs::{DirBuilderExt as _, FileTypeExt, MetadataExt};
+use std::os::unix::fs::{DirBuilderExt as _, MetadataExt, OpenOptionsExt as _};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
@@ -44,7 +50,6 @@ use omabox_sandbox::packages::EnvironmentPackages;
 use sha2::{Digest, Sha256};
 
 use crate::LinuxRuntime;
-use crate::idmap::RANGE;
 use crate::plan::{RootfsSource, SandboxPlan};
 use crate::port::LinuxSandboxPort;
 
@@ -53,7 +58,14 @@ const MAX_COPY_BYTES: u64 = 64 << 20;
 /// Largest layer kept (bytes of regular files).
 pub const MAX_LAYER_BYTES: u64 = 4 << 30;
 /// Most entries in a layer.
-const MAX_LAYER_ENTRIES: u64 = 1 << 20;
+pub const MAX_LAYER_ENTRIES: u64 = 1 << 20;
+/// Deepest directory nesting in a layer (the walk holds one fd per level).
+pub const MAX_LAYER_DEPTH: usize = 256;
+/// What the walks of a layer take.
+const LAYER_LIMITS: walk::Limits = walk::Limits {
+    entries: MAX_LAYER_ENTRIES,
+    depth: MAX_LAYER_DEPTH,
+};
 /// How long the apt script may run.
 const BUILD_TIMEOUT: Duration = Duration::from_secs(600);
 /// How much of a failed build's output the error keeps.
@@ -213,15 +225,27 @@ impl EnvLayers {
         let mut hash = Sha256::new();
         hash.update(b"omabox-env-layer-v2\0");
         hash.update(rootfs.as_os_str().as_encoded_bytes());
-        for path in [rootfs.to_path_buf(), rootfs.join("var/lib/dpkg/status")] {
-            if let Ok(meta) = std::fs::symlink_metadata(&path) {
-                hash.update(format!(
-                    "\0{}:{}.{}",
-                    meta.ino(),
-                    meta.mtime(),
-                    meta.mtime_nsec()
-                ));
-            }
+        if let Ok(meta) = std::fs::symlink_metadata(rootfs) {
+            hash.update(format!(
+                "\0{}:{}.{}",
+                meta.ino(),
+                meta.mtime(),
+                meta.mtime_nsec()
+            ));
+        }
+        // Inside the image, nothing is followed: its links are the image's.
+        let status = std::fs::File::open(rootfs)
+            .and_then(|root| walk::open_beneath(root.as_fd(), Path::new("var/lib/dpkg")))
+            .and_then(|dpkg| {
+                rustix::fs::statat(&dpkg, "status", rustix::fs::AtFlags::SYMLINK_NOFOLLOW)
+                    .map_err(io::Error::from)
+            });
+        #[allow(clippy::unnecessary_cast)]
+        if let Ok(stat) = status {
+            hash.update(format!(
+                "\0{}:{}.{}",
+                stat.st_ino as u64, stat.st_mtime as i64, stat.st_mtime_nsec as i64
+            ));
         }
         for name in spec.packages.apt.iter().flatten() {
             hash.update(b"\0apt\0");
@@ -345,23 +369,13 @@ impl EnvLayers {
             else {
                 continue;
             };
-            let image = std::fs::read(self.dir.join(format!("{key}.base")))
-                .ok()
-                .map(|b| PathBuf::from(std::ffi::OsString::from_vec(b)));
-            let (mut size_bytes, mut seen) = (0, std::collections::HashSet::new());
-            let mut stack = vec![entry.path()];
-            while let Some(path) = stack.pop() {
-                let Ok(meta) = std::fs::symlink_metadata(&path) else {
-                    continue;
-                };
-                if meta.is_dir() {
-                    for child in std::fs::read_dir(&path).into_iter().flatten().flatten() {
-                        stack.push(child.path());
-                    }
-                } else if meta.is_file() && seen.insert((meta.dev(), meta.ino())) {
-                    size_bytes += meta.len();
-                }
-            }
+            let image = read_record(&self.dir.join(format!("{key}.base")));
+            // A layer the walk cannot size (made by an older omabox beyond today's limits)
+            // is listed as empty rather than failing the list.
+            let size_bytes = walk::open_dir(&entry.path())
+                .map_err(io_err("open the layer"))
+                .and_then(|layer| walk::size(layer.as_fd(), LAYER_LIMITS))
+                .unwrap_or(0);
             layers.push(EnvLayerInfo {
                 key,
                 image,
@@ -390,9 +404,7 @@ impl EnvLayers {
                 continue;
             };
             let record = self.dir.join(format!("{key}.base"));
-            let base = std::fs::read(&record)
-                .ok()
-                .map(|b| PathBuf::from(std::ffi::OsString::from_vec(b)));
+            let base = read_record(&record);
             let used = || {
                 let path = std::fs::canonicalize(entry.path()).unwrap_or(entry.path());
                 in_use
@@ -487,17 +499,48 @@ async fn build(
     let base = base.ok_or_else(|| {
         EnvLayerError::Unsupported("a layer needs the sandbox's own user namespace (root)".into())
     })?;
-    let upper = partial.join("upper");
-    // What the sandbox's setup wrote over the image's /etc; every sandbox writes its own.
+    // The build dir is the host's; `upper` below it is the overlay's upper dir, which the
+    // sandbox could fill but never replace. Everything inside is reached through fds.
+    let upper = walk::open_dir(partial)
+        .and_then(|partial| walk::open_child(partial.as_fd(), "upper"))
+        .map_err(io_err("open the layer"))?;
+    remove_setup_files(upper.as_fd())?;
+    normalize::normalize(upper.as_fd(), base, LAYER_LIMITS, MAX_LAYER_BYTES)
+}
+
+/// Removes what the sandbox's setup wrote over the image's `/etc` (every sandbox writes its
+/// own): names in the layer's `/etc`, if that is a directory of the layer (a link there is
+/// the layer's, and is kept as it is).
+fn remove_setup_files(upper: std::os::fd::BorrowedFd<'_>) -> Result<(), EnvLayerError> {
+    let etc = match walk::open_child(upper, "etc") {
+        Ok(etc) => etc,
+        Err(e) if walk::is_not_a_dir(&e) => return Ok(()),
+        Err(e) => return Err(io_err("open the layer's /etc")(e)),
+    };
     for name in ["resolv.conf", "hostname", "hosts"] {
-        match std::fs::remove_file(upper.join("etc").join(name)) {
-            Err(e) if e.kind() != io::ErrorKind::NotFound => {
-                return Err(io_err(format!("remove /etc/{name}"))(e));
-            }
-            _ => {}
+        match rustix::fs::unlinkat(&etc, name, rustix::fs::AtFlags::empty()) {
+            Ok(()) | Err(rustix::io::Errno::NOENT) => {}
+            Err(e) => return Err(io_err(format!("remove /etc/{name}"))(e.into())),
         }
     }
-    normalize(&upper, base)
+    Ok(())
+}
+
+/// A `.base` record of the cache (a path): `None` when there is none, it is a link, or it
+/// is longer than a path may be.
+fn read_record(path: &Path) -> Option<PathBuf> {
+    use std::io::Read as _;
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(path)
+        .ok()?;
+    let mut bytes = Vec::new();
+    file.take(libc::PATH_MAX as u64 + 1)
+        .read_to_end(&mut bytes)
+        .ok()?;
+    (bytes.len() <= libc::PATH_MAX as usize)
+        .then(|| PathBuf::from(std::ffi::OsString::from_vec(bytes)))
 }
 
 /// Puts each file `COPY` takes at [`COPY_STAGING`]`/<id>` in the build sandbox (its `/tmp`,
@@ -542,81 +585,6 @@ async fn stage_files(
     Ok(())
 }
 
-/// Walks the upper dir a dead build sandbox left (nothing follows a link), checks each
-/// entry's type and owner, and shifts owners from the sandbox's host range to `0..65536`.
-/// Returns the bytes of regular files.
-fn normalize(upper: &Path, base: u32) -> Result<u64, EnvLayerError> {
-    let shift = |id: u32, path: &Path| {
-        id.checked_sub(base)
-            .filter(|id| *id < RANGE)
-            .ok_or_else(|| {
-                EnvLayerError::Refused(format!(
-                    "{} is owned by id {id}, outside the build sandbox's range",
-                    shown(upper, path)
-                ))
-            })
-    };
-    let (mut bytes, mut entries) = (0u64, 0u64);
-    // Hard links: one inode, shifted (and counted) once.
-    let mut linked = std::collections::HashSet::new();
-    let mut stack = vec![upper.to_path_buf()];
-    while let Some(path) = stack.pop() {
-        let meta = std::fs::symlink_metadata(&path).map_err(io_err("read the layer"))?;
-        let kind = meta.file_type();
-        if !kind.is_dir() && meta.nlink() > 1 && !linked.insert((meta.dev(), meta.ino())) {
-            continue;
-        }
-        entries += 1;
-        if entries > MAX_LAYER_ENTRIES {
-            return Err(EnvLayerError::Refused(format!(
-                "more than {MAX_LAYER_ENTRIES} entries"
-            )));
-        }
-        if kind.is_file() {
-            bytes += meta.len();
-            if bytes > MAX_LAYER_BYTES {
-                return Err(EnvLayerError::Refused(format!(
-                    "larger than {MAX_LAYER_BYTES} bytes"
-                )));
-            }
-        } else if kind.is_char_device() {
-            // An overlay whiteout is a 0/0 character device; no other device may be kept.
-            if meta.rdev() != 0 {
-                return Err(EnvLayerError::Refused(format!(
-                    "{} is a device",
-                    shown(upper, &path)
-                )));
-            }
-        } else if !kind.is_dir() && !kind.is_symlink() {
-            return Err(EnvLayerError::Refused(format!(
-                "{} is a FIFO, socket or device",
-                shown(upper, &path)
-            )));
-        }
-        // Overlayfs makes whiteouts with its mounter's ids (host root): they mean nothing
-        // but "deleted", so they become root's.
-        let (uid, gid) = if kind.is_char_device() {
-            (0, 0)
-        } else {
-            (shift(meta.uid(), &path)?, shift(meta.gid(), &path)?)
-        };
-        std::os::unix::fs::lchown(&path, Some(uid), Some(gid))
-            .map_err(io_err(format!("chown {}", shown(upper, &path))))?;
-        if kind.is_dir() {
-            for entry in std::fs::read_dir(&path).map_err(io_err("read the layer"))? {
-                stack.push(entry.map_err(io_err("read the layer"))?.path());
-            }
-        }
-    }
-    Ok(bytes)
-}
-
-/// `path` as the sandbox saw it (for messages).
-fn shown(upper: &Path, path: &Path) -> String {
-    let inside = path.strip_prefix(upper).unwrap_or(path);
-    format!("/{}", inside.display())
-}
-
 /// The end of a build's output: one line, no control characters.
 fn tail(output: &str) -> String {
     let chars: Vec<char> = output.trim().chars().collect();
@@ -626,6 +594,9 @@ fn tail(output: &str) -> String {
         .collect()
 }
 
+/// Removes the tree at `path` (a path of the cache: the host's) without following a link:
+/// std's `remove_dir_all` walks by directory fd with `O_NOFOLLOW` and `unlinkat`, whatever
+/// the tree holds (since Rust 1.58.1, CVE-2022-21658).
 fn remove_tree(path: &Path) -> Result<(), EnvLayerError> {
     match std::fs::remove_dir_all(path) {
         Err(e) if e.kind() != io::ErrorKind::NotFound => {
@@ -731,45 +702,6 @@ mod tests {
     }
 
     #[test]
-    fn normalize_shifts_owners_and_refuses_strangers() {
-        let dir = tempfile::tempdir().unwrap();
-        let upper = dir.path().join("upper");
-        std::fs::create_dir_all(upper.join("usr/bin")).unwrap();
-        std::fs::write(upper.join("usr/bin/tool"), b"12345").unwrap();
-        std::os::unix::fs::symlink("/etc/shadow", upper.join("usr/bin/link")).unwrap();
-        let base = 0x4000_0000;
-        for p in ["", "usr", "usr/bin", "usr/bin/tool", "usr/bin/link"] {
-            std::os::unix::fs::lchown(upper.join(p), Some(base + 7), Some(base)).unwrap();
-        }
-        assert_eq!(normalize(&upper, base).unwrap(), 5);
-        let meta = std::fs::symlink_metadata(upper.join("usr/bin/link")).unwrap();
-        assert_eq!((meta.uid(), meta.gid()), (7, 0));
-        // The link was not followed.
-        assert_ne!(std::fs::metadata("/etc/shadow").unwrap().uid(), 7);
-
-        // An owner outside the range (a host id) is refused.
-        std::fs::write(upper.join("stranger"), b"").unwrap();
-        std::os::unix::fs::lchown(upper.join("stranger"), Some(0), Some(0)).unwrap();
-        let e = normalize(&upper, 7).unwrap_err().to_string();
-        assert!(e.contains("outside the build sandbox's range"), "{e}");
-    }
-
-    #[test]
-    fn normalize_shifts_a_hard_linked_inode_once() {
-        let dir = tempfile::tempdir().unwrap();
-        let upper = dir.path().join("upper");
-        std::fs::create_dir(&upper).unwrap();
-        std::fs::write(upper.join("a"), b"1234").unwrap();
-        std::fs::hard_link(upper.join("a"), upper.join("b")).unwrap();
-        let base = 0x4000_0000;
-        for p in ["", "a"] {
-            std::os::unix::fs::lchown(upper.join(p), Some(base + 3), Some(base + 3)).unwrap();
-        }
-        assert_eq!(normalize(&upper, base).unwrap(), 4);
-        assert_eq!(std::fs::metadata(upper.join("b")).unwrap().uid(), 3);
-    }
-
-    #[test]
     fn layers_of_images_that_are_gone_are_pruned() {
         let dir = tempfile::tempdir().unwrap();
         let layers = EnvLayers::in_image_cache(dir.path());
@@ -808,18 +740,5 @@ mod tests {
             left,
             vec![kept.clone(), format!("{kept}.base"), format!("{kept}.lock")]
         );
-    }
-
-    #[test]
-    fn normalize_refuses_fifos() {
-        let dir = tempfile::tempdir().unwrap();
-        let upper = dir.path().join("upper");
-        std::fs::create_dir(&upper).unwrap();
-        let pipe = std::ffi::CString::new(upper.join("pipe").into_os_string().into_encoded_bytes())
-            .unwrap();
-        // SAFETY: a valid C string; mkfifo only reads it.
-        assert_eq!(unsafe { libc::mkfifo(pipe.as_ptr(), 0o644) }, 0);
-        let e = normalize(&upper, 0).unwrap_err().to_string();
-        assert!(e.contains("/pipe is a FIFO"), "{e}");
     }
 }

@@ -308,6 +308,7 @@ pub(super) fn build(
             overlay_root(
                 &lowers,
                 upper_parent,
+                plan.root_upper.is_some(),
                 &root,
                 userns.map(|(_, r)| *r),
                 &plan.hostname,
@@ -479,11 +480,28 @@ fn preinstalled_root(plan: &SandboxPlan, root: &Path) -> Result<(), SetupError> 
     Ok(())
 }
 
+/// The overlay's mount options. An upper dir the host keeps (an environment layer) must
+/// hold only what a lower layer means by itself, whatever the host's overlay module
+/// defaults: no redirects (a renamed directory is copied instead), no metacopy files (their
+/// data only in the lower), no index (hard links into the work dir).
+fn overlay_options(lowers: &str, upper: &Path, work: &Path, kept_upper: bool) -> String {
+    let mut opts = format!(
+        "lowerdir={lowers},upperdir={},workdir={}",
+        upper.display(),
+        work.display()
+    );
+    if kept_upper {
+        opts.push_str(",redirect_dir=off,index=off,metacopy=off");
+    }
+    opts
+}
+
 /// Mounts the overlay root: `lowers` topmost first, the upper and work dirs created in
 /// `upper_parent` (the scratch tmpfs, or a build's host dir).
 fn overlay_root(
     lowers: &[PathBuf],
     upper_parent: &Path,
+    kept_upper: bool,
     root: &Path,
     owner: Option<IdRange>,
     hostname: &str,
@@ -545,11 +563,7 @@ fn overlay_root(
             )?;
         }
     }
-    let opts = format!(
-        "lowerdir={lower_s},upperdir={},workdir={}",
-        upper.display(),
-        work.display()
-    );
+    let opts = overlay_options(&lower_s, &upper, &work, kept_upper);
     step(
         || format!("mount overlay of {lower_s}"),
         mount(
@@ -745,4 +759,22 @@ pub(super) fn finish(plan: &SandboxPlan) -> Result<(), SetupError> {
         || "set flags of /".into(),
         set_attr(Path::new("/"), root_attrs, false),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_kept_upper_dirs_overlay_makes_no_redirects_metacopy_or_index() {
+        let (upper, work) = (Path::new("/b/upper"), Path::new("/b/work"));
+        assert_eq!(
+            overlay_options("/l1:/l0", upper, work, false),
+            "lowerdir=/l1:/l0,upperdir=/b/upper,workdir=/b/work"
+        );
+        assert_eq!(
+            overlay_options("/l0", upper, work, true),
+            "lowerdir=/l0,upperdir=/b/upper,workdir=/b/work,redirect_dir=off,index=off,metacopy=off"
+        );
+    }
 }
