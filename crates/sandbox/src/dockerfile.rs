@@ -14,9 +14,9 @@
 //! ```
 //!
 //! The builder stages every copied file at [`COPY_STAGING`]`/<id>` in the build sandbox
-//! before the script runs. Every other instruction (`FROM`, `ADD`, `USER`, `CMD`, …) and
-//! every flag (`COPY --chown`, `--from`) is refused with its name, so a dockerfile never
-//! half-applies.
+//! before the script runs. Every other instruction (`FROM`, `ADD`, `USER`, `CMD`, …), every
+//! flag (`RUN --mount`, `--network`, `--security`; `COPY --chown`, `--from`) and a `RUN`
+//! heredoc is refused with its line and text, so a dockerfile never half-applies.
 
 use std::collections::BTreeMap;
 
@@ -165,6 +165,20 @@ fn parse_instruction(line: &str, workdir: &mut String) -> Result<Step, String> {
     let rest = rest.trim();
     match word.to_ascii_uppercase().as_str() {
         "RUN" if rest.is_empty() => Err("RUN needs a command".into()),
+        // BuildKit's `RUN --mount=…`, `--network=…`, `--security=…`: each changes what the
+        // step may reach or keep, none of which this builder does; run as a shell command
+        // the flag would only fail later, or worse, run.
+        "RUN" if rest.starts_with("--") => {
+            let flag = rest.split_whitespace().next().unwrap_or(rest);
+            Err(format!(
+                "RUN {} is not supported (omabox's RUN takes no flags)",
+                shown(flag)
+            ))
+        }
+        "RUN" if rest.starts_with("<<") => Err(format!(
+            "RUN {} is not supported (heredocs: write the script on RUN lines)",
+            shown(rest.split_whitespace().next().unwrap_or(rest))
+        )),
         "RUN" if rest.starts_with('[') => {
             let words: Vec<String> = serde_json::from_str(rest)
                 .map_err(|e| format!("RUN's exec form is not a JSON list of strings: {e}"))?;
@@ -301,6 +315,20 @@ fn split_words(text: &str) -> Result<Vec<String>, String> {
     Ok(words)
 }
 
+/// A word of the dockerfile for a message: at most 200 characters, control characters
+/// escaped.
+fn shown(word: &str) -> String {
+    let mut out: String = word
+        .chars()
+        .take(200)
+        .flat_map(char::escape_debug)
+        .collect();
+    if word.chars().count() > 200 {
+        out.push('…');
+    }
+    out
+}
+
 /// `text` single-quoted for `/bin/sh`.
 fn quote(text: &str) -> String {
     format!("'{}'", text.replace('\'', r"'\''"))
@@ -381,6 +409,26 @@ mod tests {
             ("ENV A=\"open", 1, "unterminated quote"),
             ("RUN [\"a\", 1]", 1, "not a JSON list of strings"),
             ("RUN", 1, "RUN needs a command"),
+            (
+                "RUN true\nRUN --mount=type=cache,target=/root/.cache pip install six",
+                2,
+                "RUN --mount=type=cache,target=/root/.cache is not supported",
+            ),
+            (
+                "RUN \\\n  --network=none curl x",
+                1,
+                "RUN --network=none is not supported",
+            ),
+            (
+                "RUN --security=insecure id",
+                1,
+                "RUN --security=insecure is not",
+            ),
+            (
+                "RUN <<EOF\necho hi\nEOF",
+                1,
+                "RUN <<EOF is not supported (heredocs",
+            ),
             ("RUN true \\", 1, "ends in a line continuation"),
             ("--x", 1, "is not an instruction"),
         ] {
