@@ -37,17 +37,27 @@ pub enum NetworkingConfig {
     /// the session names).
     Limited {
         /// `HOST` or `HOST:PORT`; `*.example.com` for any subdomain (not the apex).
-        #[serde(default)]
+        #[serde(default, deserialize_with = "null_as_default")]
         allowed_hosts: Vec<String>,
         /// Adds [`PACKAGE_MANAGER_HOSTS`].
-        #[serde(default)]
+        #[serde(default, deserialize_with = "null_as_default")]
         allow_package_managers: bool,
         /// Adds the hosts of the session's URL MCP servers.
-        #[serde(default)]
+        #[serde(default, deserialize_with = "null_as_default")]
         allow_mcp_servers: bool,
     },
     /// omabox's own: nothing but loopback.
     None,
+}
+
+/// A field the public API sends as `null` to mean its default (its request params are
+/// "Fields default to null"): absent and `null` both give `T::default()`.
+fn null_as_default<'de, D, T>(deserializer: D) -> Result<T, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: Default + Deserialize<'de>,
+{
+    Ok(Option::<T>::deserialize(deserializer)?.unwrap_or_default())
 }
 
 /// The registries `allow_package_managers` opens, by client: pip, npm, apt (Debian and
@@ -394,6 +404,44 @@ mod tests {
             r#"{"type":"open"}"#,
             r#"{}"#,
             r#"{"type":"limited","allowed_host":["x.com"]}"#,
+        ] {
+            assert!(
+                serde_json::from_str::<NetworkingConfig>(bad).is_err(),
+                "{bad}"
+            );
+        }
+    }
+
+    /// The public API's request params: "Fields default to null".
+    #[test]
+    fn null_fields_of_a_limited_config_mean_their_defaults() {
+        let config = serde_json::from_str::<NetworkingConfig>(
+            r#"{"type":"limited","allowed_hosts":null,"allow_mcp_servers":null,"allow_package_managers":null}"#,
+        )
+        .unwrap();
+        assert_eq!(
+            config,
+            NetworkingConfig::Limited {
+                allowed_hosts: vec![],
+                allow_package_managers: false,
+                allow_mcp_servers: false
+            }
+        );
+        let config = serde_json::from_str::<NetworkingConfig>(
+            r#"{"type":"limited","allowed_hosts":["api.example.com"],"allow_mcp_servers":null,"allow_package_managers":true}"#,
+        )
+        .unwrap();
+        assert_eq!(
+            config,
+            NetworkingConfig::Limited {
+                allowed_hosts: vec!["api.example.com".into()],
+                allow_package_managers: true,
+                allow_mcp_servers: false
+            }
+        );
+        for bad in [
+            r#"{"type":"limited","allowed_hosts":"x.com"}"#,
+            r#"{"type":"limited","allow_mcp_servers":"yes"}"#,
         ] {
             assert!(
                 serde_json::from_str::<NetworkingConfig>(bad).is_err(),

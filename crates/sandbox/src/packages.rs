@@ -43,9 +43,10 @@ const FULL_TIMEOUT: Duration = Duration::from_secs(600);
 /// How much of a failed install's output the error keeps.
 const ERROR_TAIL_CHARS: usize = 300;
 
-/// `config.packages`: package names per manager.
+/// `config.packages`: package names per manager. Read in the public Environment API's
+/// shape: an optional `"type": "packages"`, each list a list of names, absent or `null`.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(from = "PackagesWire")]
 pub struct EnvironmentPackages {
     /// Debian packages.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -65,6 +66,56 @@ pub struct EnvironmentPackages {
     /// Go packages (`go install`, one per package).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub go: Option<Vec<String>>,
+}
+
+/// [`EnvironmentPackages`] as the public API spells it.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PackagesWire {
+    /// `"packages"` (the only value the API has), or absent / `null`.
+    #[serde(rename = "type", default)]
+    _kind: Option<PackagesKind>,
+    #[serde(default)]
+    apt: Option<Vec<String>>,
+    #[serde(default)]
+    pip: Option<Vec<String>>,
+    #[serde(default)]
+    npm: Option<Vec<String>>,
+    #[serde(default)]
+    cargo: Option<Vec<String>>,
+    #[serde(default)]
+    gem: Option<Vec<String>>,
+    #[serde(default)]
+    go: Option<Vec<String>>,
+}
+
+/// The `type` of a packages object.
+#[derive(Deserialize)]
+enum PackagesKind {
+    #[serde(rename = "packages")]
+    Packages,
+}
+
+impl From<PackagesWire> for EnvironmentPackages {
+    fn from(wire: PackagesWire) -> Self {
+        let PackagesWire {
+            _kind,
+            apt,
+            pip,
+            npm,
+            cargo,
+            gem,
+            go,
+        } = wire;
+        Self {
+            apt,
+            pip,
+            npm,
+            cargo,
+            gem,
+            go,
+        }
+    }
 }
 
 /// Which setup a sandbox needed.
@@ -495,6 +546,45 @@ mod tests {
             assert!(packages(bad).validate().is_err(), "{bad}");
         }
         assert!(serde_json::from_str::<EnvironmentPackages>(r#"{"brew":[]}"#).is_err());
+    }
+
+    /// The public Environment API's `packages`: its response (every list, `"type":
+    /// "packages"`) and its request params (lists absent or `null`).
+    #[test]
+    fn the_public_apis_packages_shape_is_read() {
+        let response = packages(
+            r#"{"type":"packages","apt":["jq"],"cargo":[],"gem":["rake"],"go":[],"npm":["typescript@5.0.0"],"pip":["pandas==2.2.0"]}"#,
+        );
+        assert_eq!(response.apt.as_deref(), Some(&["jq".to_owned()][..]));
+        assert_eq!(
+            response.pip.as_deref(),
+            Some(&["pandas==2.2.0".to_owned()][..])
+        );
+        assert_eq!(
+            response.full_hash(),
+            packages(r#"{"apt":["jq"],"npm":["typescript@5.0.0"],"pip":["pandas==2.2.0"]}"#)
+                .full_hash()
+        );
+        let params = packages(
+            r#"{"type":"packages","apt":null,"cargo":null,"gem":null,"go":null,"npm":null,"pip":["six"]}"#,
+        );
+        assert_eq!(
+            params,
+            EnvironmentPackages {
+                pip: Some(vec!["six".into()]),
+                ..EnvironmentPackages::default()
+            }
+        );
+        assert_eq!(packages(r#"{"type":null}"#), EnvironmentPackages::default());
+        for bad in [r#"{"type":"pkgs"}"#, r#"{"type":"packages","brew":[]}"#] {
+            assert!(
+                serde_json::from_str::<EnvironmentPackages>(bad).is_err(),
+                "{bad}"
+            );
+        }
+        // Written back without the tag, read again the same.
+        let text = serde_json::to_string(&params).unwrap();
+        assert_eq!(packages(&text), params);
     }
 
     #[test]
