@@ -7,8 +7,9 @@
 //! | `--inference-gateway URL` | `OMABOX_LINUX_GATEWAY` (`[NAME=]IP:PORT`) | none |
 //!
 //! The file holds either the Environment object (`{"config": {...}}`) or its `config`
-//! (`{"type": "cloud", "networking": {...}, "packages": {...}}`), as the public Environment
-//! API spells them. `packages` ({pip, npm, apt, cargo, gem, go}) are installed in the
+//! (`{"type": "cloud", "networking": {...}, "packages": {"type": "packages", ...}}`), as the
+//! public Environment API spells them (`null` for a field means its default); anything but a
+//! JSON object there (`[]`, `null`, a number) is refused, before the run claims anything. `packages` ({pip, npm, apt, cargo, gem, go}) are installed in the
 //! sandbox before the harness starts (`omabox_sandbox::packages`; the networking must let
 //! the package managers through, e.g. `allow_package_managers`); `packages.apt` and
 //! `dockerfile` (the subset `RUN`, `ENV`, `WORKDIR`: `omabox_sandbox::dockerfile`, checked
@@ -98,11 +99,24 @@ impl EnvironmentConfig {
 
     fn parse(text: &str) -> anyhow::Result<Self> {
         let value: serde_json::Value = serde_json::from_str(text).context("not JSON")?;
-        let config = match value.get("config") {
-            Some(config) => config.clone(),
-            None => value,
+        // Only an object is an Environment or a config: serde would read a struct from an
+        // array too (`[]` as an empty environment), and `null` only by luck of the error.
+        let serde_json::Value::Object(mut object) = value else {
+            anyhow::bail!(
+                "must be a JSON object (an Environment or its `config`), not {}",
+                json_kind(&value)
+            );
         };
-        let config: Self = serde_json::from_value(config).context("not an Environment config")?;
+        let config = match object.remove("config") {
+            Some(serde_json::Value::Object(config)) => config,
+            Some(other) => anyhow::bail!(
+                "the Environment's `config` must be a JSON object, not {}",
+                json_kind(&other)
+            ),
+            None => object,
+        };
+        let config: Self = serde_json::from_value(serde_json::Value::Object(config))
+            .context("not an Environment config")?;
         if let Some(packages) = &config.packages {
             packages.validate().context("packages")?;
         }
@@ -113,6 +127,18 @@ impl EnvironmentConfig {
             NetworkPolicy::compile(networking, &[]).context("networking")?;
         }
         Ok(config)
+    }
+}
+
+/// What a JSON value is, for messages.
+fn json_kind(value: &serde_json::Value) -> &'static str {
+    match value {
+        serde_json::Value::Null => "null",
+        serde_json::Value::Bool(_) => "a boolean",
+        serde_json::Value::Number(_) => "a number",
+        serde_json::Value::String(_) => "a string",
+        serde_json::Value::Array(_) => "an array",
+        serde_json::Value::Object(_) => "an object",
     }
 }
 
@@ -228,10 +254,79 @@ mod tests {
             ),
             (r#"{"network":{}}"#, "not an Environment config"),
             ("[", "not JSON"),
+            (
+                "[]",
+                "must be a JSON object (an Environment or its `config`), not an array",
+            ),
+            ("null", "not null"),
+            ("42", "not a number"),
+            (r#""cloud""#, "not a string"),
+            (
+                r#"{"config":[]}"#,
+                "`config` must be a JSON object, not an array",
+            ),
+            (
+                r#"{"config":null}"#,
+                "`config` must be a JSON object, not null",
+            ),
+            (
+                r#"{"dockerfile":"RUN --mount=type=secret,id=k cat /run/secrets/k"}"#,
+                "line 1: RUN --mount=type=secret,id=k is not supported",
+            ),
+            (
+                r#"{"packages":{"type":"pip","pip":["six"]}}"#,
+                "not an Environment config",
+            ),
         ] {
             let err = format!("{:#}", EnvironmentConfig::parse(text).unwrap_err());
             assert!(err.contains(says), "{text}: {err}");
         }
+    }
+
+    /// The public Environment API's exact shapes: the Environment object a retrieve
+    /// returns (every packages list, `"type": "packages"`), and create params whose
+    /// fields are `null` ("Fields default to null").
+    #[test]
+    fn the_public_apis_environment_json_is_read() {
+        let response = r#"{"id":"env_011CZkZ9X2dpNyB7HsEFoRfW","type":"environment","name":"python-data","description":null,
+            "config":{"type":"cloud",
+                "networking":{"type":"limited","allowed_hosts":["api.example.com"],"allow_mcp_servers":false,"allow_package_managers":true},
+                "packages":{"type":"packages","apt":[],"cargo":[],"gem":[],"go":[],"npm":[],"pip":["pandas==2.2.0"]}},
+            "metadata":{},"archived_at":null,"created_at":"2026-04-01T00:00:00Z","updated_at":"2026-04-01T00:00:00Z"}"#;
+        let config = EnvironmentConfig::parse(response).unwrap();
+        assert_eq!(config.kind.as_deref(), Some("cloud"));
+        let packages = config.packages.unwrap();
+        assert_eq!(packages.pip, Some(vec!["pandas==2.2.0".to_owned()]));
+        assert!(!packages.is_empty());
+        assert_eq!(
+            config.networking,
+            Some(NetworkingConfig::Limited {
+                allowed_hosts: vec!["api.example.com".into()],
+                allow_package_managers: true,
+                allow_mcp_servers: false,
+            })
+        );
+        let params = r#"{"type":"cloud",
+            "networking":{"type":"limited","allowed_hosts":null,"allow_mcp_servers":null,"allow_package_managers":null},
+            "packages":{"type":"packages","apt":null,"cargo":null,"gem":null,"go":null,"npm":null,"pip":null}}"#;
+        let config = EnvironmentConfig::parse(params).unwrap();
+        assert!(config.packages.unwrap().is_empty());
+        assert_eq!(
+            config.networking,
+            Some(NetworkingConfig::Limited {
+                allowed_hosts: vec![],
+                allow_package_managers: false,
+                allow_mcp_servers: false,
+            })
+        );
+        let nulls = r#"{"type":"cloud","networking":null,"packages":null,"dockerfile":null}"#;
+        assert_eq!(
+            EnvironmentConfig::parse(nulls).unwrap(),
+            EnvironmentConfig {
+                kind: Some("cloud".into()),
+                ..EnvironmentConfig::default()
+            }
+        );
     }
 
     #[tokio::test]
