@@ -54,6 +54,19 @@ impl Setup {
         environment: &str,
         script: &str,
     ) -> (Value, Output) {
+        self.run_args(image, vars, &[], session, environment, script)
+    }
+
+    /// [`Setup::run_with`] with extra arguments for `omabox run` (before `--`).
+    fn run_args(
+        &self,
+        image: Option<&Path>,
+        vars: &[(&str, &str)],
+        args: &[&str],
+        session: &str,
+        environment: &str,
+        script: &str,
+    ) -> (Value, Output) {
         let file = self.dirs.data.path().join(format!("{session}-env.json"));
         std::fs::write(&file, environment).unwrap();
         let mut command = Command::new(omabox_bin());
@@ -72,6 +85,7 @@ impl Setup {
             .arg(self.dirs.data.path())
             .args(["run", "--json", "--session", session, "--environment"])
             .arg(&file)
+            .args(args)
             .args(["--", "sh", "-c", script])
             .env(RUNTIME_DIR_ENV, self.dirs.runtime_dir.path())
             .env(CGROUP_PARENT_ENV, &self.dirs.cgroup_parent)
@@ -119,6 +133,43 @@ fn packages_are_installed_before_the_harness_and_come_back_with_the_workspace() 
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(logged_path(&stderr, "Restored"), "{stderr}");
     assert!(stderr.contains("tools-ok"), "{stderr}");
+}
+
+/// The `openma_supervised` lane gets the packages too (the host drives it through the
+/// provider's supervisor transport, not the harness driver), from an Environment `config`
+/// in the public API's exact shape: `"type": "packages"`, `null` lists and flags.
+#[test]
+fn packages_are_installed_before_a_supervised_harness_too() {
+    let Some(setup) = Setup::new() else { return };
+    let environment = r#"{"type":"cloud",
+        "networking":{"type":"limited","allowed_hosts":null,"allow_mcp_servers":null,"allow_package_managers":true},
+        "packages":{"type":"packages","apt":null,"cargo":null,"gem":null,"go":null,"npm":null,"pip":["six==1.16.0"]}}"#;
+    let supervisor = r#"read start
+{ command -v python; python -c 'import six; print(six.__file__)'; cat /tmp/.oma-setup-warm; } > probe.txt 2>&1
+printf '{"type":"ready","protocol":"openma-harness-supervisor-v1"}\n{"type":"completed","exitCode":0}\n'
+read drain
+printf '{"type":"drained"}\n'"#;
+    let (report, output) =
+        setup.run_args(None, &[], &["--supervised"], "sup", environment, supervisor);
+    assert!(output.status.success(), "{}", describe(&output));
+    assert_eq!(report["result"]["type"], "completed", "{report}");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(logged_path(&stderr, "Fresh"), "{stderr}");
+    let exported = setup.dirs.export("sup");
+    let probe = std::fs::read_to_string(exported.path().join("ws/probe.txt")).unwrap();
+    let lines: Vec<&str> = probe.lines().collect();
+    assert_eq!(
+        lines.first(),
+        Some(&"/workspace/.venv/bin/python"),
+        "{probe}"
+    );
+    assert!(
+        lines
+            .get(1)
+            .is_some_and(|l| l.starts_with("/workspace/.venv/") && l.contains("six")),
+        "{probe}"
+    );
+    assert_eq!(lines.len(), 3, "the warm marker: {probe}");
 }
 
 #[test]

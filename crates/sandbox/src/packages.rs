@@ -405,9 +405,29 @@ pub async fn ensure_environment_packages(
     Ok(done(path, apt_from_layer))
 }
 
-/// The harness lane with the environment's packages installed first: in the lease's
-/// sandbox, after attach and before the harness starts, then the harness process's `PATH`
-/// gets [`TOOL_PATH`] in front. A failed install fails the run (nothing is published).
+/// Installs `packages` in the sandbox of `lease` (a no-op for empty packages): what every
+/// harness lane does after attach and before its process starts. A failed install fails
+/// the run (nothing is published).
+async fn install_for_lane(
+    runtime: &crate::managed::ProviderManagedRuntime,
+    lease: &omabox_contract::ManagedSandboxLease,
+    signal: &omabox_contract::AbortSignal,
+    packages: &EnvironmentPackages,
+) -> Result<(), PortError> {
+    if packages.is_empty() {
+        return Ok(());
+    }
+    signal.throw_if_aborted()?;
+    let sandbox = runtime.sandbox(lease).await?;
+    let outcome = ensure_environment_packages(&*sandbox, packages).await?;
+    tracing::info!(path = ?outcome.path, ms = outcome.duration_ms, apt_from_layer = outcome.apt_from_layer, "environment packages");
+    Ok(())
+}
+
+/// The `ama_worker` lane with the environment's packages installed first (in the lease's
+/// sandbox, after attach), then the harness process's `PATH` gets [`TOOL_PATH`] in front.
+/// The `openma_supervised` lane is [`PackagesSupervisorTransport`]: the host projects a
+/// provider's supervisor transport into that lane itself, past any harness driver.
 pub struct PackagesHarnessDriver {
     inner: std::sync::Arc<dyn omabox_contract::SandboxHarnessDriverPort>,
     runtime: std::sync::Arc<crate::managed::ProviderManagedRuntime>,
@@ -464,11 +484,8 @@ impl omabox_contract::SandboxHarnessDriverPort for PackagesHarnessDriver {
         mut input: omabox_contract::RunHarnessInput,
     ) -> Result<omabox_contract::ManagedWorkExecutionResult, PortError> {
         use omabox_contract::HarnessDriverDeclaration;
+        install_for_lane(&self.runtime, &input.sandbox, &input.signal, &self.packages).await?;
         if !self.packages.is_empty() {
-            input.signal.throw_if_aborted()?;
-            let sandbox = self.runtime.sandbox(&input.sandbox).await?;
-            let outcome = ensure_environment_packages(&*sandbox, &self.packages).await?;
-            tracing::info!(path = ?outcome.path, ms = outcome.duration_ms, apt_from_layer = outcome.apt_from_layer, "environment packages");
             match &mut input.driver {
                 HarnessDriverDeclaration::AmaWorker { process } => with_tool_path(process),
                 HarnessDriverDeclaration::OpenmaSupervised { supervisor, .. } => {
@@ -477,6 +494,51 @@ impl omabox_contract::SandboxHarnessDriverPort for PackagesHarnessDriver {
             }
         }
         self.inner.run(input).await
+    }
+}
+
+/// The `openma_supervised` lane's transport with the environment's packages installed
+/// before the supervisor is spawned, and [`TOOL_PATH`] in front of the supervisor's `PATH`.
+pub struct PackagesSupervisorTransport {
+    inner: std::sync::Arc<dyn omabox_contract::HarnessSupervisorTransportPort>,
+    runtime: std::sync::Arc<crate::managed::ProviderManagedRuntime>,
+    packages: EnvironmentPackages,
+}
+
+impl std::fmt::Debug for PackagesSupervisorTransport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PackagesSupervisorTransport")
+            .field("packages", &self.packages)
+            .finish_non_exhaustive()
+    }
+}
+
+impl PackagesSupervisorTransport {
+    /// `inner` with `packages` installed before each supervisor, in `runtime`'s sandboxes.
+    pub fn new(
+        inner: std::sync::Arc<dyn omabox_contract::HarnessSupervisorTransportPort>,
+        runtime: std::sync::Arc<crate::managed::ProviderManagedRuntime>,
+        packages: EnvironmentPackages,
+    ) -> Self {
+        Self {
+            inner,
+            runtime,
+            packages,
+        }
+    }
+}
+
+#[async_trait::async_trait]
+impl omabox_contract::HarnessSupervisorTransportPort for PackagesSupervisorTransport {
+    async fn open(
+        &self,
+        mut input: omabox_contract::OpenSupervisorInput,
+    ) -> Result<Box<dyn omabox_contract::HarnessSupervisorChannel>, PortError> {
+        install_for_lane(&self.runtime, &input.sandbox, &input.signal, &self.packages).await?;
+        if !self.packages.is_empty() {
+            with_tool_path(&mut input.process);
+        }
+        self.inner.open(input).await
     }
 }
 

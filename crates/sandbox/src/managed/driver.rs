@@ -219,7 +219,10 @@ impl ProviderManagedRuntimeDriver {
     }
 
     /// Installs `packages` (`Environment.config.packages`) in the lease's sandbox before the
-    /// harness lane runs ([`crate::packages::PackagesHarnessDriver`]).
+    /// harness process of either lane starts: the `ama_worker` lane's driver
+    /// ([`crate::packages::PackagesHarnessDriver`]) and the supervisor transport the host
+    /// projects into the `openma_supervised` lane
+    /// ([`crate::packages::PackagesSupervisorTransport`]).
     pub fn with_environment_packages(
         mut self,
         packages: crate::packages::EnvironmentPackages,
@@ -264,7 +267,17 @@ impl ProviderManagedRuntimeDriver {
                     None => lane,
                 }
             },
-            supervisor_transport: self.transport.clone().map(|transport| transport as _),
+            supervisor_transport: self.transport.clone().map(|transport| {
+                let transport: Arc<dyn omabox_contract::HarnessSupervisorTransportPort> = transport;
+                match &self.packages {
+                    Some(packages) => Arc::new(crate::packages::PackagesSupervisorTransport::new(
+                        transport,
+                        Arc::clone(&self.runtime),
+                        packages.clone(),
+                    )) as _,
+                    None => transport,
+                }
+            }),
             runtime_checkpoint: None,
             credential_egress: self.credential_egress.clone(),
             session_inputs: self.session_inputs.clone(),
