@@ -347,6 +347,29 @@ mod tests {
         assert!(e.contains("outside the build sandbox's range"), "{e}");
     }
 
+    /// A setuid or setgid file the build left (a copied-up image binary): the host's chown
+    /// clears both bits (the kernel drops them on every chown of a non-directory), so the
+    /// layer on the host's disk holds none, whatever mounts it.
+    #[test]
+    fn setuid_and_setgid_bits_do_not_survive_into_the_layer() {
+        use std::os::unix::fs::PermissionsExt as _;
+        let (_dir, upper) = upper();
+        for (name, mode) in [("suid", 0o4755), ("sgid", 0o2755), ("same", 0o6755)] {
+            let path = upper.join(name);
+            std::fs::write(&path, b"elf").unwrap();
+            // Owned by the build's root: shifted to 0, and by its uid 1000: shifted to 1000.
+            let owner = if name == "same" { BASE } else { BASE + 1000 };
+            own(&path, owner, owner);
+            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode)).unwrap();
+        }
+        run(&upper, BASE).unwrap();
+        for name in ["suid", "sgid", "same"] {
+            let mode = std::fs::metadata(upper.join(name)).unwrap().mode();
+            assert_eq!(mode & 0o6000, 0, "{name}: {mode:o}");
+            assert_eq!(mode & 0o777, 0o755, "{name}: {mode:o}");
+        }
+    }
+
     #[test]
     fn a_hard_linked_inode_is_shifted_and_counted_once() {
         let (_dir, upper) = upper();
