@@ -136,15 +136,15 @@ impl Entry<'_> {
     /// `/proc/self/fd/<dir>/<name>`: the entry itself for the `l*xattr` calls, which follow
     /// the fd's magic link (to the very directory the walk holds) but not the last
     /// component.
-    fn proc_path(&self) -> CString {
+    fn proc_path(&self) -> io::Result<CString> {
         let mut path = format!("/proc/self/fd/{}/", self.dir.as_raw_fd()).into_bytes();
         path.extend_from_slice(self.name.to_bytes());
-        CString::new(path).expect("a directory entry's name holds no NUL")
+        CString::new(path).map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))
     }
 
     /// The names of its extended attributes (none where the filesystem keeps none).
     pub fn xattr_names(&self, buf: &mut [u8]) -> io::Result<Vec<CString>> {
-        let len = match rustix::fs::llistxattr(self.proc_path(), &mut *buf) {
+        let len = match rustix::fs::llistxattr(self.proc_path()?, &mut *buf) {
             Ok(len) => len,
             Err(rustix::io::Errno::OPNOTSUPP) => 0,
             Err(e) => return Err(e.into()),
@@ -152,20 +152,20 @@ impl Entry<'_> {
         Ok(buf[..len]
             .split(|b| *b == 0)
             .filter(|name| !name.is_empty())
-            .map(|name| CString::new(name).expect("split at NUL"))
+            .filter_map(|name| CString::new(name).ok())
             .collect())
     }
 
     /// The value of its extended attribute `name`.
     pub fn xattr(&self, name: &CStr, buf: &mut [u8]) -> io::Result<Vec<u8>> {
-        let len = rustix::fs::lgetxattr(self.proc_path(), name, &mut *buf)?;
+        let len = rustix::fs::lgetxattr(self.proc_path()?, name, &mut *buf)?;
         Ok(buf[..len].to_vec())
     }
 
     /// Sets its extended attribute `name` (which must exist) to `value`.
     pub fn set_xattr(&self, name: &CStr, value: &[u8]) -> io::Result<()> {
         Ok(rustix::fs::lsetxattr(
-            self.proc_path(),
+            self.proc_path()?,
             name,
             value,
             rustix::fs::XattrFlags::REPLACE,
@@ -174,7 +174,7 @@ impl Entry<'_> {
 
     /// Removes its extended attribute `name`.
     pub fn remove_xattr(&self, name: &CStr) -> io::Result<()> {
-        Ok(rustix::fs::lremovexattr(self.proc_path(), name)?)
+        Ok(rustix::fs::lremovexattr(self.proc_path()?, name)?)
     }
 }
 
