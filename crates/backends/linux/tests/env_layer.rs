@@ -194,3 +194,60 @@ async fn env_layer_build_steps_left_running_are_gone_before_the_host_walks_the_l
         victim.assert_untouched(&format!("round {round}"));
     }
 }
+
+/// A layer used later is only ever an overlay lower: its links are resolved by the kernel
+/// inside the sandbox, and the setup, which runs as host root before `pivot_root`, refuses
+/// a mount target that is a link rather than following it onto the host.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn env_layer_links_at_mount_targets_are_refused_when_the_layer_is_used() {
+    if !can_run() {
+        return;
+    }
+    let image = tempfile::tempdir().unwrap();
+    tools_rootfs(image.path());
+    let cache = tempfile::tempdir().unwrap();
+    let victim = Victim::new();
+    let target = victim.path().display().to_string();
+    // The workspace's target as a link; the outputs' target below a link (`/mnt`) and as
+    // one (`/mnt/session/outputs`).
+    for (dir, step) in [
+        (
+            "/workspace",
+            "RUN rm -rf /workspace && ln -s {target} /workspace",
+        ),
+        ("/mnt", "RUN rm -rf /mnt && ln -s {target} /mnt"),
+        (
+            "/mnt/session/outputs",
+            "RUN rm -rf /mnt/session/outputs && ln -s {target} /mnt/session/outputs",
+        ),
+    ] {
+        let layer = build(
+            image.path(),
+            cache.path(),
+            &step.replace("{target}", &target),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("{dir}: {e}"));
+        let (workspace, outputs) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        let mut plan = test_plan();
+        plan.rootfs = RootfsSource::Directory {
+            path: image.path().to_path_buf(),
+        };
+        plan.root_layers = vec![layer.dir.clone()];
+        plan.workspace = Some(workspace.path().to_path_buf());
+        plan.outputs = Some(outputs.path().to_path_buf());
+        let iso = common::Isolated::new();
+        let error = iso.runtime().start(&plan).unwrap_err();
+        assert!(
+            matches!(&error, omabox_backend_linux::StartError::Setup(m) if m.contains("symlink")),
+            "{dir}: {error}"
+        );
+        iso.assert_empty();
+        victim.assert_untouched(dir);
+        assert_eq!(
+            std::fs::read_dir(victim.path()).unwrap().count(),
+            Victim::NAMES.len(),
+            "{dir}: nothing was made in the host dir"
+        );
+    }
+}
