@@ -446,7 +446,7 @@ impl EnvLayers {
                 )
             } == 0;
             if free {
-                let _ = std::fs::remove_dir_all(entry.path());
+                let _ = remove_tree(&entry.path());
             }
         }
     }
@@ -594,16 +594,10 @@ fn tail(output: &str) -> String {
         .collect()
 }
 
-/// Removes the tree at `path` (a path of the cache: the host's) without following a link:
-/// std's `remove_dir_all` walks by directory fd with `O_NOFOLLOW` and `unlinkat`, whatever
-/// the tree holds (since Rust 1.58.1, CVE-2022-21658).
+/// Removes the tree at `path` (a path of the cache: the host's; what is below it may be a
+/// build's) however deep, following nothing ([`walk::remove_tree`]).
 fn remove_tree(path: &Path) -> Result<(), EnvLayerError> {
-    match std::fs::remove_dir_all(path) {
-        Err(e) if e.kind() != io::ErrorKind::NotFound => {
-            Err(io_err(format!("remove {}", path.display()))(e))
-        }
-        _ => Ok(()),
-    }
+    walk::remove_tree(path).map_err(io_err(format!("remove {}", path.display())))
 }
 
 fn lock_exclusive(path: &Path) -> Result<std::fs::File, EnvLayerError> {

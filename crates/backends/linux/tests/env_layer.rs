@@ -251,3 +251,32 @@ async fn env_layer_links_at_mount_targets_are_refused_when_the_layer_is_used() {
         );
     }
 }
+
+/// A build step nesting directories deeper than a layer may hold: refused, and its build
+/// dir removed (by a remover that neither recurses nor holds a directory fd per level).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn env_layer_builds_nested_too_deep_are_refused_and_leave_nothing() {
+    if !can_run() {
+        return;
+    }
+    let image = tempfile::tempdir().unwrap();
+    tools_rootfs(image.path());
+    let cache = tempfile::tempdir().unwrap();
+    let error = build(
+        image.path(),
+        cache.path(),
+        "RUN i=0; while [ $i -lt 300 ]; do mkdir d && cd d; i=$((i+1)); done",
+    )
+    .await
+    .unwrap_err();
+    assert!(
+        error.contains("nested deeper than 256 directories"),
+        "{error}"
+    );
+    let left: Vec<_> = std::fs::read_dir(cache.path().join("env-layers"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|name| !name.ends_with(".lock"))
+        .collect();
+    assert!(left.is_empty(), "{left:?}");
+}
