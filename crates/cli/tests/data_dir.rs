@@ -350,3 +350,128 @@ fn a_data_dir_on_a_read_only_filesystem_is_named_as_such() {
     writers_refused(&fresh, &fresh, "is not writable");
     fs.remount("rw");
 }
+
+/// `true` as root; otherwise a printed skip (a failure under `CI=true`).
+fn root() -> bool {
+    omabox_test_support::require_capability(
+        // SAFETY: geteuid has no preconditions.
+        (unsafe { libc::geteuid() } != 0).then(|| "needs root (chown)".to_owned()),
+    )
+}
+
+fn chown(path: &Path, uid: u32) {
+    std::os::unix::fs::chown(path, Some(uid), None).unwrap();
+}
+
+fn chmod(path: &Path, mode: u32) {
+    use std::os::unix::fs::PermissionsExt as _;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap();
+}
+
+#[test]
+fn a_data_dir_another_user_owns_or_can_change_is_refused() {
+    if !root() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    std::fs::create_dir(&data).unwrap();
+    let refused = |expected: &str| {
+        for args in [
+            &["run", "--backend", "local", "--", "true"][..],
+            &["sessions"],
+        ] {
+            let output = omabox(&data, args);
+            let text = stderr(&output);
+            assert!(!output.status.success(), "{args:?}: {text}");
+            assert!(text.contains(expected), "{args:?}: {text}");
+            assert!(
+                text.contains(&data.display().to_string()),
+                "{args:?}: {text}"
+            );
+        }
+        assert!(!data.join("omabox.db").exists(), "nothing was created");
+    };
+    // Another user's directory.
+    chown(&data, 65534);
+    refused("belongs to uid 65534, not to this user (uid 0)");
+    chown(&data, 0);
+    // Writable by others.
+    chmod(&data, 0o777);
+    refused("is writable by other users (mode 777)");
+    chmod(&data, 0o700);
+    // Inside a directory others can rename entries of (no sticky bit).
+    chmod(dir.path(), 0o777);
+    refused("which other users can change");
+    chmod(dir.path(), 0o1777);
+    let output = omabox(&data, &["run", "--backend", "local", "--", "true"]);
+    assert!(
+        output.status.success(),
+        "sticky is fine: {}",
+        stderr(&output)
+    );
+    chmod(dir.path(), 0o700);
+
+    // A user running omabox on root's data directory is told whose it is.
+    use std::os::unix::process::CommandExt as _;
+    chmod(dir.path(), 0o755);
+    let output = Command::new(env!("CARGO_BIN_EXE_omabox"))
+        .arg("--data-dir")
+        .arg(&data)
+        .arg("sessions")
+        .env_remove("OMABOX_DATA_DIR")
+        .uid(65534)
+        .gid(65534)
+        .output();
+    // The binary must be where uid 65534 can run it (it is, under /work or a tempdir).
+    let output = output.expect("uid 65534 can run the omabox binary");
+    let text = stderr(&output);
+    assert!(!output.status.success(), "{text}");
+    assert!(
+        text.contains("belongs to uid 0, not to this user (uid 65534)"),
+        "{text}"
+    );
+}
+
+#[test]
+fn a_symlinked_data_dir_is_resolved_once_and_checked_where_it_points() {
+    if !root() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let real = dir.path().join("real");
+    std::fs::create_dir(&real).unwrap();
+    let link = dir.path().join("link");
+    std::os::unix::fs::symlink(&real, &link).unwrap();
+    let output = omabox(&link, &["run", "--backend", "local", "--", "true"]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    assert!(
+        real.join("omabox.db").is_file(),
+        "the store is where the link points"
+    );
+
+    // A link to another user's directory is refused, naming both.
+    let foreign = dir.path().join("foreign");
+    std::fs::create_dir(&foreign).unwrap();
+    chown(&foreign, 65534);
+    let to_foreign = dir.path().join("to-foreign");
+    std::os::unix::fs::symlink(&foreign, &to_foreign).unwrap();
+    let output = omabox(&to_foreign, &["run", "--backend", "local", "--", "true"]);
+    let text = stderr(&output);
+    assert!(!output.status.success(), "{text}");
+    assert!(text.contains("belongs to uid 65534"), "{text}");
+    assert!(text.contains(&to_foreign.display().to_string()), "{text}");
+    assert!(text.contains(&foreign.display().to_string()), "{text}");
+    assert!(!foreign.join("omabox.db").exists());
+
+    // A dangling link is named as such (nothing created at its target).
+    let dangling = dir.path().join("dangling");
+    std::os::unix::fs::symlink(dir.path().join("nowhere"), &dangling).unwrap();
+    let output = omabox(&dangling, &["run", "--backend", "local", "--", "true"]);
+    assert!(
+        stderr(&output).contains("symbolic link to a directory that does not exist"),
+        "{}",
+        stderr(&output)
+    );
+    assert!(!dir.path().join("nowhere").exists());
+}
