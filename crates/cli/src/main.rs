@@ -9,6 +9,7 @@ mod environment;
 mod gc;
 mod harness_env;
 mod inference_server;
+mod input_file;
 mod leftovers;
 mod oma_agent;
 mod profile_hint;

@@ -20,7 +20,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 /// The largest definition file read.
-const MAX_FILE_BYTES: u64 = 1 << 20;
+const MAX_FILE_BYTES: u64 = crate::input_file::DOCUMENT_MAX;
 
 /// What omabox runs of an agent definition.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -69,20 +69,7 @@ struct AgentBlock {
 impl OmaAgent {
     /// Reads and checks the definition at `path`.
     pub fn load(path: &Path) -> anyhow::Result<Self> {
-        let file = std::fs::File::open(path)
-            .with_context(|| format!("cannot read the agent definition {}", path.display()))?;
-        let mut text = String::new();
-        std::io::Read::read_to_string(
-            &mut std::io::Read::take(file, MAX_FILE_BYTES + 1),
-            &mut text,
-        )
-        .with_context(|| format!("cannot read the agent definition {}", path.display()))?;
-        if text.len() as u64 > MAX_FILE_BYTES {
-            bail!(
-                "the agent definition {} is larger than {MAX_FILE_BYTES} bytes",
-                path.display()
-            );
-        }
+        let text = crate::input_file::read_text(path, "--agent-json", MAX_FILE_BYTES)?;
         Self::parse(&text).with_context(|| format!("agent definition {}", path.display()))
     }
 

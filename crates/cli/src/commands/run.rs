@@ -106,6 +106,9 @@ use std::time::Duration;
 /// The sandbox memory limit of an `--agent` run unless `OMABOX_LINUX_MEMORY` says otherwise.
 const AGENT_MEMORY: &str = "2G";
 
+/// The largest `SSL_CERT_FILE` bundle read (Debian's is ~220 KiB).
+const CA_BUNDLE_MAX: u64 = 16 << 20;
+
 /// The session of the bundled demo.
 pub const DEMO_SESSION: &str = "demo";
 
@@ -296,13 +299,25 @@ pub async fn run(data_dir: &Path, args: RunArgs) -> anyhow::Result<ExitCode> {
         check_gateway(gateway)?;
     }
     let agent = args.known_agent();
+    // Read before anything is created or installed: a bad file is refused at once.
+    let environment = args
+        .environment
+        .as_deref()
+        .map(EnvironmentConfig::load)
+        .transpose()?;
+    let inference_config = match args.is_acp() && args.inference_gateway.is_none() {
+        true => Some(inference_server::config(
+            args.inference_config.as_deref(),
+            agent.map_or("anthropic", |a| a.provider),
+        )?),
+        false => None,
+    };
     let store = open_store(data_dir).await?;
+    session_inputs.check_files(data_dir)?;
     // An agent turn without a gateway gets the proxy served by this process.
     let mut inference_gateway = args.inference_gateway.clone();
     let mut _inference_server = None;
-    if args.is_acp() && inference_gateway.is_none() {
-        let provider = agent.map_or("anthropic", |a| a.provider);
-        let config = inference_server::config(args.inference_config.as_deref(), provider)?;
+    if let Some(config) = inference_config {
         let server = inference_server::start(&store, config).await?;
         inference_gateway = Some(server.url().to_owned());
         _inference_server = Some(server);
@@ -321,11 +336,6 @@ pub async fn run(data_dir: &Path, args: RunArgs) -> anyhow::Result<ExitCode> {
         )?),
         None => None,
     };
-    let environment = args
-        .environment
-        .as_deref()
-        .map(EnvironmentConfig::load)
-        .transpose()?;
     let mut harness_gateway = inference_gateway.clone();
     match args.backend {
         Backend::Linux => {
@@ -399,6 +409,14 @@ pub async fn run(data_dir: &Path, args: RunArgs) -> anyhow::Result<ExitCode> {
         }
     }
     let clones = crate::session_inputs::clones_repositories(&session_inputs.resources);
+    // The roots real servers are checked against under credential egress: SSL_CERT_FILE's
+    // bundle when set (the usual knob for a host behind its own CA), else the system's.
+    let upstream_roots = match std::env::var_os("SSL_CERT_FILE") {
+        Some(path) if clones || !args.credentials.is_empty() => Some(
+            crate::input_file::read_bytes(Path::new(&path), "SSL_CERT_FILE", CA_BUNDLE_MAX)?,
+        ),
+        _ => None,
+    };
     if crate::session_inputs::uses_memory_stores(&session_inputs.resources) {
         env = env.with_var(MEMORY_MOUNT_ENV, "1");
     }
@@ -436,10 +454,7 @@ pub async fn run(data_dir: &Path, args: RunArgs) -> anyhow::Result<ExitCode> {
                 CredentialEgressOptions {
                     vault: Arc::new(store.clone()),
                     rules: args.credentials.clone(),
-                    // The roots real servers are checked against: SSL_CERT_FILE's bundle when
-                    // set (the usual knob for a host behind its own CA), else the system's.
-                    upstream_roots: std::env::var_os("SSL_CERT_FILE")
-                        .and_then(|p| std::fs::read(p).ok()),
+                    upstream_roots,
                 }
             }),
             packages: environment.as_ref().and_then(|e| e.packages.clone()),
@@ -534,6 +549,12 @@ fn request(args: &RunArgs) -> anyhow::Result<Request> {
     if args.system_prompt.is_some() && !args.is_acp() {
         anyhow::bail!(
             "--system-prompt is for an ACP agent (--agent, --acp-command or --agent-json)"
+        );
+    }
+    if args.inference_config.is_some() && !args.is_acp() {
+        anyhow::bail!(
+            "--inference-config is for an ACP agent's model calls (--agent, --acp-command or \
+             --agent-json)"
         );
     }
     let oma_agent = args.agent_json.as_deref().map(OmaAgent::load).transpose()?;
