@@ -39,6 +39,8 @@ pub struct RunHeader {
     pub from_revision: Option<u64>,
     /// The ACP harness's event log (`--acp-command`).
     pub acp_events: Option<Arc<AcpEventLog>>,
+    /// `--agent-json`'s `_oma.acp.agent.id` (the ACP registry id).
+    pub agent_registry_id: Option<String>,
 }
 
 /// The `--json` document.
@@ -68,6 +70,9 @@ struct RunReport {
     /// The ACP harness's canonical event log (`--acp-command` only).
     #[serde(skip_serializing_if = "Option::is_none")]
     acp_events: Option<Vec<AcpEvent>>,
+    /// The agent definition's ACP registry id (`--agent-json` with `_oma.acp.agent.id`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    agent_registry_id: Option<String>,
 }
 
 /// The entries this run published (empty when it published nothing).
@@ -220,6 +225,7 @@ fn report(
         cancelled,
         events: timeline.events(),
         acp_events: header.acp_events.as_ref().map(|log| log.events()),
+        agent_registry_id: header.agent_registry_id.clone(),
     }
 }
 
@@ -249,6 +255,7 @@ mod tests {
             json: true,
             from_revision: None,
             acp_events: None,
+            agent_registry_id: None,
         };
         let json = serde_json::to_string(&report(
             &header,

@@ -278,6 +278,8 @@ struct Request {
     demo: bool,
     /// `--agent-json`'s system prompt.
     system: Option<String>,
+    /// `--agent-json`'s ACP registry id, and the agent omabox knows by it.
+    registry: Option<(String, Option<&'static KnownAgent>)>,
 }
 
 /// Runs one work item and reports it.
@@ -299,6 +301,14 @@ pub async fn run(data_dir: &Path, args: RunArgs) -> anyhow::Result<ExitCode> {
         check_gateway(gateway)?;
     }
     let agent = args.known_agent();
+    // The agent whose inference adapter the harness gets: `--agent`'s, or the one an agent
+    // definition's registry id names.
+    let adapter = agent.or(request.registry.as_ref().and_then(|(_, known)| *known));
+    if let Some((id, known)) = &request.registry
+        && !args.json
+    {
+        eprintln!("{}", registry_note(id, *known));
+    }
     // Read before anything is created or installed: a bad file is refused at once.
     let environment = args
         .environment
@@ -308,7 +318,7 @@ pub async fn run(data_dir: &Path, args: RunArgs) -> anyhow::Result<ExitCode> {
     let inference_config = match args.is_acp() && args.inference_gateway.is_none() {
         true => Some(inference_server::config(
             args.inference_config.as_deref(),
-            agent.map_or("anthropic", |a| a.provider),
+            adapter.map_or("anthropic", |a| a.provider),
         )?),
         false => None,
     };
@@ -446,7 +456,7 @@ pub async fn run(data_dir: &Path, args: RunArgs) -> anyhow::Result<ExitCode> {
             harness_output: Some(Arc::clone(&harness_output) as _),
             usage: Some(Arc::new(store.clone()) as _),
             harness_env: Some(Arc::new(
-                SessionTokenEnv::new(token_slots.clone(), harness_gateway).with_agent(agent),
+                SessionTokenEnv::new(token_slots.clone(), harness_gateway).with_agent(adapter),
             ) as _),
             // A repository resource requires credential egress (the host's rule), with or
             // without a secret to inject.
@@ -475,6 +485,7 @@ pub async fn run(data_dir: &Path, args: RunArgs) -> anyhow::Result<ExitCode> {
         json: args.json,
         from_revision: args.from_revision,
         acp_events: acp.map(|(_, log)| log),
+        agent_registry_id: request.registry.as_ref().map(|(id, _)| id.clone()),
     };
     let runner = WorkItemRunner::new(
         policy,
@@ -639,8 +650,40 @@ fn request(args: &RunArgs) -> anyhow::Result<Request> {
         scope: session_scope(session),
         profile,
         demo,
+        registry: oma_agent
+            .as_ref()
+            .and_then(|agent| Some((agent.registry_id.clone()?, agent.known))),
         system: oma_agent.and_then(|agent| agent.system),
     })
+}
+
+/// What a registry id in an agent definition does to the run (module doc of
+/// [`crate::oma_agent`]).
+fn registry_note(id: &str, known: Option<&'static KnownAgent>) -> String {
+    match known {
+        None => format!(
+            "omabox run: ACP registry id {id:?} (not an agent omabox knows): the definition's \
+             command runs as given"
+        ),
+        Some(agent) => {
+            let adapter = match agent.adapter {
+                omabox_acp::agents::InferenceAdapter::ClaudeCode => {
+                    "its model calls go to the hosted inference proxy (ANTHROPIC_BASE_URL)"
+                }
+                omabox_acp::agents::InferenceAdapter::Codex => {
+                    "the proxy serves OpenAI; codex's model provider is its command line's, so \
+                     its calls reach the proxy only if the definition's args configure it"
+                }
+            };
+            format!(
+                "omabox run: ACP registry id {id:?} is {name} (`--agent {name}`): the \
+                 definition's command runs as given (omabox installs nothing for it; `--agent \
+                 {name}` would), with {name}'s state under {state}/{name}; {adapter}",
+                name = agent.name,
+                state = omabox_acp::agents::HARNESS_STATE_DIR,
+            )
+        }
+    }
 }
 
 fn print_banner(args: &RunArgs, request: &Request) {
