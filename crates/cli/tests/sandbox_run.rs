@@ -421,6 +421,36 @@ fn a_killed_command_exits_128_plus_the_signal() {
     lx.assert_nothing_left();
 }
 
+/// A command the memory limit killed is named as such, with the limit (not a bare 137);
+/// so is a process of the command's; a plain SIGKILL is not.
+#[test]
+fn an_out_of_memory_kill_is_named_with_the_limit() {
+    let Some(lx) = linux() else { return };
+    let dd = ["dd", "if=/dev/zero", "of=/dev/null", "bs=256M", "count=1"];
+    let mut args = vec!["--memory", "32M", "--"];
+    args.extend(dd);
+    let out = lx.run(&args);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(137), "{stderr}");
+    assert!(
+        stderr.contains("omabox: dd: killed: out of memory (limit 32 MiB)"),
+        "{stderr}"
+    );
+    let script = format!("{}; exit 3", dd.join(" "));
+    let out = lx.run(&["--memory", "32M", "--", "sh", "-c", &script]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(3), "{stderr}");
+    assert!(
+        stderr
+            .contains("omabox: a process in the sandbox was killed: out of memory (limit 32 MiB)"),
+        "{stderr}"
+    );
+    let out = lx.run(&["--memory", "32M", "--", "sh", "-c", "kill -9 $$"]);
+    assert_eq!(out.status.code(), Some(137));
+    assert!(!String::from_utf8_lossy(&out.stderr).contains("out of memory"));
+    lx.assert_nothing_left();
+}
+
 #[test]
 fn stdout_and_stderr_stay_separate() {
     let Some(lx) = linux() else { return };

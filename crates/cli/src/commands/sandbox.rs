@@ -666,7 +666,12 @@ async fn supervise(
         killer.abort();
     }
     match exit {
-        Ok(exit) => Ok(exit_code(&exit)),
+        Ok(exit) => {
+            if let Some(oom) = exit.out_of_memory {
+                eprintln!("omabox: {oom}");
+            }
+            Ok(exit_code(&exit))
+        }
         Err(e) => Err(Failure::omabox(format!(
             "lost track of the command: {}",
             e.message()
@@ -789,6 +794,7 @@ mod tests {
         let exit = |code, signal: Option<&str>| SandboxProcessExit {
             code,
             signal: signal.map(str::to_owned),
+            out_of_memory: None,
         };
         assert_eq!(exit_code(&exit(Some(3), None)), 3);
         assert_eq!(exit_code(&exit(None, Some("SIGKILL"))), 137);
