@@ -124,11 +124,11 @@ pub fn result(
     let session = &header.scope.session_id;
     match &result {
         ManagedRuntimeRunResult::Completed { revision } => {
-            println!("completed: revision {revision} published in {total} ms");
+            outln!("completed: revision {revision} published in {total} ms");
             if !outputs.is_empty() {
-                println!("outputs:");
+                outln!("outputs:");
                 for entry in &outputs {
-                    println!(
+                    outln!(
                         "  {:<32} {:>10}  {:<24} {}",
                         crate::terminal_safe::one_line(&entry.logical_path),
                         human_bytes(entry.size),
@@ -137,13 +137,13 @@ pub fn result(
                     );
                 }
             }
-            println!(
+            outln!(
                 "next: `omabox run --session {session} ...` continues from revision {revision}; \
                  `omabox outputs --session {session}`; `omabox workspace export --session {session} DIR`"
             );
         }
         ManagedRuntimeRunResult::Conflict { expires_at } => {
-            println!(
+            outln!(
                 "conflict: session {session} is being run by another omabox process; its fence \
                  expires at {} (if that process died, run again after that)",
                 expires_at.as_deref().unwrap_or("an unknown time")
@@ -155,10 +155,10 @@ pub fn result(
             } else {
                 "the run lost ownership (fence, sandbox or heartbeat)"
             };
-            println!("lease_lost: {why}; this run published nothing (took {total} ms)");
+            outln!("lease_lost: {why}; this run published nothing (took {total} ms)");
         }
         ManagedRuntimeRunResult::Failed { error } => {
-            println!(
+            outln!(
                 "failed: {}; this run published nothing, its outputs were discarded (took {total} ms)",
                 crate::terminal_safe::one_line(error.message())
             );
@@ -191,9 +191,9 @@ fn print_json(
     let report = report(header, timeline, result, error, outputs, cancelled);
     if header.acp_events.is_some() {
         // The last line of the ACP run's JSON Lines stream (crate::acp_events).
-        println!("{}", serde_json::to_string(&report)?);
+        outln!("{}", serde_json::to_string(&report)?);
     } else {
-        println!("{}", serde_json::to_string_pretty(&report)?);
+        outln!("{}", serde_json::to_string_pretty(&report)?);
     }
     Ok(())
 }

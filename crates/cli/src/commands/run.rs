@@ -307,7 +307,7 @@ pub async fn run(data_dir: &Path, args: RunArgs) -> anyhow::Result<ExitCode> {
     if let Some((id, known)) = &request.registry
         && !args.json
     {
-        eprintln!("{}", registry_note(id, *known));
+        errln!("{}", registry_note(id, *known));
     }
     // Read before anything is created or installed: a bad file is refused at once.
     let environment = args
@@ -696,7 +696,7 @@ fn print_banner(args: &RunArgs, request: &Request) {
         };
         format!("`{}`", process.command)
     };
-    println!(
+    outln!(
         "omabox run: {what} · backend {} · session {} · work item {}",
         args.backend.provider(),
         request.scope.session_id,
