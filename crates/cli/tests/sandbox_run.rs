@@ -421,6 +421,30 @@ fn a_killed_command_exits_128_plus_the_signal() {
     lx.assert_nothing_left();
 }
 
+/// A mistyped option before the command is refused as an option (usage, exit 2), not run
+/// as the command; the command's own options after its first word stay its own.
+#[test]
+fn a_mistyped_option_is_refused_not_run_as_the_command() {
+    let out = Command::new(omabox_bin())
+        .args(["sandbox", "run", "--memroy", "32M", "--", "echo", "hi"])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("unexpected argument '--memroy'"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("cannot run"), "{stderr}");
+    let Some(lx) = linux() else { return };
+    let out = lx.run(&["sh", "-c", "echo \"$@\"", "x", "-a", "--b"]);
+    assert_eq!(text(&out.stdout), "-a --b\n");
+    let out = lx.run(&["--", "-no-such-program"]);
+    assert_eq!(out.status.code(), Some(127));
+    lx.assert_nothing_left();
+}
+
 /// A command the memory limit killed is named as such, with the limit (not a bare 137);
 /// so is a process of the command's; a plain SIGKILL is not.
 #[test]

@@ -144,13 +144,15 @@ struct RunArgs {
     /// Set an environment variable for the command (repeatable).
     #[arg(long = "env", short = 'e', value_name = "K=V", value_parser = parse_env)]
     env: Vec<(String, String)>,
-    /// The command and its arguments (put them after `--`).
+    /// The command and its arguments (put them after `--`). A first word starting with
+    /// `-` before any `--` is an option, so a mistyped one (`--memroy`) is refused as
+    /// such instead of being run as the command; after the command's first word every
+    /// argument is the command's.
     #[arg(
         value_name = "CMD",
         required = true,
         num_args = 1..,
-        trailing_var_arg = true,
-        allow_hyphen_values = true
+        trailing_var_arg = true
     )]
     command: Vec<String>,
 }
