@@ -234,6 +234,11 @@ fn bad_inputs_are_refused_before_a_fence_is_claimed() {
             vec![],
             "--inference-config is for an ACP agent",
         ),
+        (
+            vec!["--acp-permission", "deny"],
+            vec![],
+            "--acp-permission is for an ACP agent",
+        ),
         (vec!["--session", "../etc"], vec![], "is not valid"),
         (vec!["--session", "a\nb"], vec![], "\"a\\nb\" is not valid"),
         (
@@ -278,6 +283,27 @@ fn bad_inputs_are_refused_before_a_fence_is_claimed() {
             before,
             "{extra:?} left a claim behind: {text}"
         );
+    }
+    // A bad sandbox limit is the user's input, said as such (not "this machine cannot run
+    // linux sandboxes", not a hint about root), before anything is claimed.
+    for (key, value) in [
+        ("OMABOX_LINUX_MEMORY", "lots"),
+        ("OMABOX_LINUX_CPUS", "-1"),
+        ("OMABOX_LINUX_PIDS", "1"),
+    ] {
+        let output = omabox(&data, &["run", "--backend", "linux", "--", "true"])
+            .env(key, value)
+            .output()
+            .unwrap();
+        let text = stderr(&output);
+        assert!(!output.status.success(), "{key}: {text}");
+        assert!(
+            text.contains(&format!("{key}={value:?} is invalid")),
+            "{text}"
+        );
+        assert!(!text.contains("on this machine"), "{text}");
+        assert!(!text.contains("need root"), "{text}");
+        assert_eq!(claims(&data), before, "{key} left a claim behind");
     }
     // The agent definition without a command (no --backend linux needed to judge it).
     let output = omabox(

@@ -212,8 +212,8 @@ pub struct RunArgs {
     prompt: Option<String>,
     /// How the ACP agent's permission requests are answered: `allow` (the sandbox is the
     /// boundary; default) or `deny`.
-    #[arg(long, value_enum, default_value_t = AcpPermission::Allow, value_name = "POLICY")]
-    acp_permission: AcpPermission,
+    #[arg(long, value_enum, value_name = "POLICY")]
+    acp_permission: Option<AcpPermission>,
     /// How long the ACP agent may take to answer `initialize`, in milliseconds.
     #[arg(long, hide = true, env = "OMABOX_ACP_INITIALIZE_TIMEOUT_MS", value_name = "MS",
           value_parser = clap::value_parser!(u64).range(100..))]
@@ -257,7 +257,7 @@ impl RunArgs {
         }
         let mut turn = AcpTurnOptions::new(self.prompt.clone().unwrap_or_default());
         turn.system_prompt = self.system_prompt.clone().or(system);
-        turn.permission = match self.acp_permission {
+        turn.permission = match self.acp_permission.unwrap_or(AcpPermission::Allow) {
             AcpPermission::Allow => PermissionPolicy::Allow,
             AcpPermission::Deny => PermissionPolicy::Deny,
         };
@@ -560,6 +560,12 @@ fn request(args: &RunArgs) -> anyhow::Result<Request> {
     if args.system_prompt.is_some() && !args.is_acp() {
         anyhow::bail!(
             "--system-prompt is for an ACP agent (--agent, --acp-command or --agent-json)"
+        );
+    }
+    if args.acp_permission.is_some() && !args.is_acp() {
+        anyhow::bail!(
+            "--acp-permission is for an ACP agent's permission requests (--agent, \
+             --acp-command or --agent-json)"
         );
     }
     if args.inference_config.is_some() && !args.is_acp() {
