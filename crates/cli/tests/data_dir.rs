@@ -475,3 +475,47 @@ fn a_symlinked_data_dir_is_resolved_once_and_checked_where_it_points() {
     );
     assert!(!dir.path().join("nowhere").exists());
 }
+
+/// A user's own data directory without write permission (mode 0500) is named as not
+/// writable, for a store that exists and for one that does not yet.
+#[test]
+fn a_users_data_dir_without_write_permission_is_named_as_such() {
+    if !root() {
+        return;
+    }
+    use std::os::unix::process::CommandExt as _;
+    let dir = tempfile::tempdir().unwrap();
+    chmod(dir.path(), 0o755);
+    let data = dir.path().join("data");
+    std::fs::create_dir(&data).unwrap();
+    chown(&data, 65534);
+    let as_nobody = |args: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_omabox"))
+            .arg("--data-dir")
+            .arg(&data)
+            .args(args)
+            .env("OMABOX_TEST_MODE", "1")
+            .env_remove("OMABOX_DATA_DIR")
+            .env("HOME", "/nonexistent")
+            .current_dir("/")
+            .uid(65534)
+            .gid(65534)
+            .output()
+            .expect("uid 65534 can run the omabox binary")
+    };
+    let first = as_nobody(&["run", "--backend", "local", "--", "true"]);
+    assert!(first.status.success(), "{}", stderr(&first));
+    chmod(&data, 0o500);
+    let output = as_nobody(&["run", "--backend", "local", "--", "true"]);
+    let text = stderr(&output);
+    assert!(!output.status.success(), "{text}");
+    assert!(
+        text.contains(&format!(
+            "the data directory {} is not writable",
+            data.display()
+        )),
+        "{text}"
+    );
+    assert!(!text.contains("fence claim"), "{text}");
+    chmod(&data, 0o700);
+}
