@@ -179,6 +179,36 @@ fn shown(real: &Path, named: &Path) -> String {
     }
 }
 
+/// Refuses `dir` (a directory the user gives a sandbox: `--workspace`) when it is the data
+/// directory named by `explicit` (or the default one), inside it, or holds it: its store
+/// keeps the vault's secrets and every session's state, and a sandbox must never read or
+/// write them (`--workspace ~` would copy or bind the whole store). Nothing is created.
+pub fn check_apart(flag: &str, dir: &Path, explicit: Option<&Path>) -> anyhow::Result<()> {
+    let Ok(data) = chosen(explicit).and_then(|d| Ok(std::fs::canonicalize(d)?)) else {
+        return Ok(()); // no data directory yet: nothing of it to expose
+    };
+    let Ok(real) = std::fs::canonicalize(dir) else {
+        return Ok(()); // the caller says what is wrong with the directory itself
+    };
+    if data.starts_with(&real) || real.starts_with(&data) {
+        let relation = if real == data {
+            "is"
+        } else if data.starts_with(&real) {
+            "holds"
+        } else {
+            "is inside"
+        };
+        anyhow::bail!(
+            "{flag} {} {relation} omabox's data directory {}: its store holds the vault's \
+             secrets and every session's state, which a sandbox must never see; use a \
+             directory apart from it",
+            dir.display(),
+            data.display()
+        );
+    }
+    Ok(())
+}
+
 /// The SQLite database inside the data directory.
 pub fn database_path(data_dir: &Path) -> PathBuf {
     data_dir.join("omabox.db")

@@ -198,6 +198,8 @@ fn bad_inputs_are_refused_before_a_fence_is_claimed() {
     let no_command = json("agent.json", r#"{"_oma":{"acp":{"agent":{}}}}"#);
     let not_profile = json("profile.json", r#"{"driver": 1}"#);
     let long_session = "s".repeat(100_000);
+    let holds_data = dir.path().to_str().unwrap().to_owned();
+    let data_itself = data.to_str().unwrap().to_owned();
     // (extra arguments, extra environment, what the error says)
     type Case<'a> = (Vec<&'a str>, Vec<(&'a str, &'a str)>, &'a str);
     let cases: Vec<Case> = vec![
@@ -233,6 +235,16 @@ fn bad_inputs_are_refused_before_a_fence_is_claimed() {
             vec!["--inference-config", &bad_type],
             vec![],
             "--inference-config is for an ACP agent",
+        ),
+        (
+            vec!["--session", "seed1", "--workspace", &holds_data],
+            vec![],
+            "holds omabox's data directory",
+        ),
+        (
+            vec!["--session", "seed2", "--workspace", &data_itself],
+            vec![],
+            "is omabox's data directory",
         ),
         (
             vec!["--acp-permission", "deny"],

@@ -445,6 +445,39 @@ fn a_mistyped_option_is_refused_not_run_as_the_command() {
     lx.assert_nothing_left();
 }
 
+/// omabox's data directory (its store holds the vault's secrets) is never a sandbox's
+/// `/workspace`, nor a directory holding it.
+#[test]
+fn the_data_directory_is_never_bound_as_the_workspace() {
+    let Some(lx) = linux() else { return };
+    let data = lx.tmp.path().join("data");
+    std::fs::create_dir(&data).unwrap();
+    std::fs::write(data.join("omabox.db"), "secret").unwrap();
+    for (dir, relation) in [(&data, "is"), (&lx.tmp.path().to_path_buf(), "holds")] {
+        let out = lx
+            .command(&[
+                "--workspace",
+                dir.to_str().unwrap(),
+                "--",
+                "cat",
+                "/workspace/omabox.db",
+            ])
+            .env("OMABOX_DATA_DIR", &data)
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{stderr}");
+        assert!(
+            stderr.contains(&format!("{relation} omabox's data directory")),
+            "{stderr}"
+        );
+        assert!(!String::from_utf8_lossy(&out.stdout).contains("secret"));
+    }
+    std::fs::remove_dir_all(&data).unwrap();
+    lx.assert_no_sandbox_left();
+}
+
 /// A command the memory limit killed is named as such, with the limit (not a bare 137);
 /// so is a process of the command's; a plain SIGKILL is not.
 #[test]

@@ -300,6 +300,9 @@ pub async fn run(data_dir: &Path, args: RunArgs) -> anyhow::Result<ExitCode> {
     if let Some(gateway) = &args.inference_gateway {
         check_gateway(gateway)?;
     }
+    if let Some(seed) = &args.workspace {
+        crate::data_dir::check_apart("--workspace", seed, Some(data_dir))?;
+    }
     let agent = args.known_agent();
     // The agent whose inference adapter the harness gets: `--agent`'s, or the one an agent
     // definition's registry id names.

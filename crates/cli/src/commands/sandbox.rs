@@ -455,6 +455,8 @@ fn prepare(
                     dir.display()
                 )));
             }
+            crate::data_dir::check_apart("--workspace", dir, data_dir)
+                .map_err(|e| Failure::usage(e.to_string()))?;
             let dir = std::fs::canonicalize(dir)
                 .map_err(|e| Failure::usage(format!("--workspace {}: {e}", dir.display())))?;
             Workspace::Given(dir)
