@@ -247,6 +247,11 @@ fn bad_inputs_are_refused_before_a_fence_is_claimed() {
             "is omabox's data directory",
         ),
         (
+            vec!["--acp-command", "agent", "--prompt", " \n"],
+            vec![],
+            "--prompt is empty",
+        ),
+        (
             vec!["--acp-permission", "deny"],
             vec![],
             "--acp-permission is for an ACP agent",

@@ -565,6 +565,10 @@ fn request(args: &RunArgs) -> anyhow::Result<Request> {
             "--system-prompt is for an ACP agent (--agent, --acp-command or --agent-json)"
         );
     }
+    if args.prompt.as_deref().is_some_and(|p| p.trim().is_empty()) {
+        // OpenMA's harness refuses it too ("empty turn"), but only once the run is going.
+        anyhow::bail!("--prompt is empty: the agent's turn needs text");
+    }
     if args.acp_permission.is_some() && !args.is_acp() {
         anyhow::bail!(
             "--acp-permission is for an ACP agent's permission requests (--agent, \
