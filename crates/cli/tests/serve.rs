@@ -490,7 +490,8 @@ fn a_low_descriptor_limit_leaves_room_to_serve_behind_idle_clients() {
             Ok(())
         });
     }
-    let mut child = command.spawn().unwrap();
+    let mut child = KillOnDrop(command.spawn().unwrap());
+    let child = &mut child.0;
     let mut stderr = BufReader::new(child.stderr.take().unwrap());
     let mut line = String::new();
     while !line.contains("listening on") {
