@@ -295,10 +295,14 @@ fn duplex_of(sandbox: &dyn SandboxPort) -> Result<&dyn SandboxDuplexProcessPort,
 }
 
 fn describe_exit(exit: &SandboxProcessExit) -> String {
-    match (&exit.code, &exit.signal) {
+    let how = match (&exit.code, &exit.signal) {
         (Some(code), _) => format!("code {code}"),
         (None, Some(signal)) => format!("signal {signal}"),
         (None, None) => "status unknown".to_owned(),
+    };
+    match exit.out_of_memory {
+        Some(oom) => format!("{how}, {oom}"),
+        None => how,
     }
 }
 
@@ -483,6 +487,7 @@ mod tests {
         let exit = |code, signal: Option<&str>| SandboxProcessExit {
             code,
             signal: signal.map(str::to_owned),
+            out_of_memory: None,
         };
         assert_eq!(describe_exit(&exit(Some(3), None)), "code 3");
         assert_eq!(
@@ -490,5 +495,15 @@ mod tests {
             "signal SIGKILL"
         );
         assert_eq!(describe_exit(&exit(None, None)), "status unknown");
+        let oom = SandboxProcessExit {
+            out_of_memory: Some(omabox_sandbox::OutOfMemory {
+                limit_bytes: Some(2 << 30),
+            }),
+            ..exit(None, Some("SIGKILL"))
+        };
+        assert_eq!(
+            describe_exit(&oom),
+            "signal SIGKILL, killed: out of memory (limit 2048 MiB)"
+        );
     }
 }

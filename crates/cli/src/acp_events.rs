@@ -51,7 +51,7 @@ impl AcpEventLog {
     pub fn finish(&self) {
         let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
         if self.human && state.in_message {
-            println!();
+            outln!();
             state.in_message = false;
         }
     }

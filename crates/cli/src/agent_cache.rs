@@ -94,7 +94,7 @@ pub fn ensure_installed(cache: &Path, agent: &KnownAgent, quiet: bool) -> anyhow
     }
     std::fs::rename(&partial, &installed)
         .with_context(|| format!("cannot move the install to {}", installed.display()))?;
-    eprintln!(
+    errln!(
         "omabox: installed {} into {} in {:.1} s",
         agent.spec(),
         installed.display(),
@@ -155,7 +155,7 @@ fn sweep_partials(cache: &Path) {
 fn spinner(agent: &KnownAgent, quiet: bool) -> ProgressBar {
     let message = format!("installing {} (first use; npm)", agent.spec());
     if quiet || !std::io::stderr().is_terminal() {
-        eprintln!("omabox: {message}…");
+        errln!("omabox: {message}…");
         return ProgressBar::hidden();
     }
     let bar = ProgressBar::with_draw_target(None, ProgressDrawTarget::stderr());

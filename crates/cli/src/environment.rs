@@ -92,8 +92,8 @@ impl EnvironmentConfig {
 
     /// Reads `path`: an Environment object or its `config`.
     pub fn load(path: &Path) -> anyhow::Result<Self> {
-        let text = std::fs::read_to_string(path)
-            .with_context(|| format!("--environment {}", path.display()))?;
+        let text =
+            crate::input_file::read_text(path, "--environment", crate::input_file::DOCUMENT_MAX)?;
         Self::parse(&text).with_context(|| format!("--environment {}", path.display()))
     }
 

@@ -74,7 +74,7 @@ pub async fn start(store: &SqliteStore, config: ServeConfig) -> anyhow::Result<I
         })
         .collect();
     if !has_key(&config, &env) {
-        eprintln!(
+        errln!(
             "omabox: warning: no model key for the agent (set ANTHROPIC_API_KEY, OPENAI_API_KEY or --inference-config): its model calls will be refused"
         );
     }

@@ -1,5 +1,23 @@
 //! `omabox`: the one binary. Wiring of stores, backends and the host lives only here.
 
+/// `println!` that never panics: a closed stdout (a pipe whose reader left, a terminal that
+/// closed) loses the line instead of aborting the command half-way (`omabox run` must still
+/// clean up, and report what it can).
+macro_rules! outln {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stdout(), $($arg)*);
+    }};
+}
+
+/// [`outln!`] for stderr.
+macro_rules! errln {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stderr(), $($arg)*);
+    }};
+}
+
 mod acp_events;
 mod agent_cache;
 mod checkpoint_limits;
@@ -9,6 +27,7 @@ mod environment;
 mod gc;
 mod harness_env;
 mod inference_server;
+mod input_file;
 mod leftovers;
 mod oma_agent;
 mod profile_hint;
@@ -115,13 +134,16 @@ fn finish(result: anyhow::Result<ExitCode>) -> ExitCode {
     match result {
         Ok(code) => code,
         Err(error) => {
-            eprintln!("omabox: error: {error:#}");
+            errln!("omabox: error: {error:#}");
             ExitCode::FAILURE
         }
     }
 }
 
 fn run(cli: Cli) -> anyhow::Result<ExitCode> {
+    if cli.command.only_reports() {
+        die_quietly_on_a_closed_stdout();
+    }
     match cli.command {
         Command::Run(args) => {
             let data_dir = data_dir::resolve(cli.data_dir.as_deref())?;
@@ -172,6 +194,36 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         // One sandbox, one command, then exit: its own (for linux, runtime-free) path.
         Command::Sandbox(args) => commands::sandbox::run(args, cli.data_dir.as_deref()),
         Command::Image(args) => commands::image::run(&args, cli.data_dir.as_deref()),
+    }
+}
+
+impl Command {
+    /// Whether the command's writes are done (or it writes nothing) by the time it prints:
+    /// it may end the moment its stdout's reader leaves (`omabox sessions | head -1`).
+    fn only_reports(&self) -> bool {
+        matches!(
+            self,
+            Command::Sessions(_)
+                | Command::Outputs(_)
+                | Command::Usage(_)
+                | Command::Catalog(_)
+                | Command::Fsck(_)
+                | Command::Vault(_)
+                | Command::Files(_)
+                | Command::Workspace(_)
+                | Command::Bench(_)
+        )
+    }
+}
+
+/// A reporting command ends like `cat` when its stdout's reader leaves: killed by SIGPIPE,
+/// quietly. (Rust ignores SIGPIPE, so its writes would fail and `println!` would panic.)
+/// Never for a command that changes state as it goes (`run`, `serve`, `gc`, …): those keep
+/// SIGPIPE ignored and lose their output instead.
+fn die_quietly_on_a_closed_stdout() {
+    // SAFETY: signal(2) with SIG_DFL before any thread is started; no handler runs.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
     }
 }
 

@@ -39,6 +39,8 @@ pub struct RunHeader {
     pub from_revision: Option<u64>,
     /// The ACP harness's event log (`--acp-command`).
     pub acp_events: Option<Arc<AcpEventLog>>,
+    /// `--agent-json`'s `_oma.acp.agent.id` (the ACP registry id).
+    pub agent_registry_id: Option<String>,
 }
 
 /// The `--json` document.
@@ -68,6 +70,9 @@ struct RunReport {
     /// The ACP harness's canonical event log (`--acp-command` only).
     #[serde(skip_serializing_if = "Option::is_none")]
     acp_events: Option<Vec<AcpEvent>>,
+    /// The agent definition's ACP registry id (`--agent-json` with `_oma.acp.agent.id`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    agent_registry_id: Option<String>,
 }
 
 /// The entries this run published (empty when it published nothing).
@@ -119,11 +124,11 @@ pub fn result(
     let session = &header.scope.session_id;
     match &result {
         ManagedRuntimeRunResult::Completed { revision } => {
-            println!("completed: revision {revision} published in {total} ms");
+            outln!("completed: revision {revision} published in {total} ms");
             if !outputs.is_empty() {
-                println!("outputs:");
+                outln!("outputs:");
                 for entry in &outputs {
-                    println!(
+                    outln!(
                         "  {:<32} {:>10}  {:<24} {}",
                         crate::terminal_safe::one_line(&entry.logical_path),
                         human_bytes(entry.size),
@@ -132,13 +137,13 @@ pub fn result(
                     );
                 }
             }
-            println!(
+            outln!(
                 "next: `omabox run --session {session} ...` continues from revision {revision}; \
                  `omabox outputs --session {session}`; `omabox workspace export --session {session} DIR`"
             );
         }
         ManagedRuntimeRunResult::Conflict { expires_at } => {
-            println!(
+            outln!(
                 "conflict: session {session} is being run by another omabox process; its fence \
                  expires at {} (if that process died, run again after that)",
                 expires_at.as_deref().unwrap_or("an unknown time")
@@ -150,10 +155,10 @@ pub fn result(
             } else {
                 "the run lost ownership (fence, sandbox or heartbeat)"
             };
-            println!("lease_lost: {why}; this run published nothing (took {total} ms)");
+            outln!("lease_lost: {why}; this run published nothing (took {total} ms)");
         }
         ManagedRuntimeRunResult::Failed { error } => {
-            println!(
+            outln!(
                 "failed: {}; this run published nothing, its outputs were discarded (took {total} ms)",
                 crate::terminal_safe::one_line(error.message())
             );
@@ -186,9 +191,9 @@ fn print_json(
     let report = report(header, timeline, result, error, outputs, cancelled);
     if header.acp_events.is_some() {
         // The last line of the ACP run's JSON Lines stream (crate::acp_events).
-        println!("{}", serde_json::to_string(&report)?);
+        outln!("{}", serde_json::to_string(&report)?);
     } else {
-        println!("{}", serde_json::to_string_pretty(&report)?);
+        outln!("{}", serde_json::to_string_pretty(&report)?);
     }
     Ok(())
 }
@@ -220,6 +225,7 @@ fn report(
         cancelled,
         events: timeline.events(),
         acp_events: header.acp_events.as_ref().map(|log| log.events()),
+        agent_registry_id: header.agent_registry_id.clone(),
     }
 }
 
@@ -249,6 +255,7 @@ mod tests {
             json: true,
             from_revision: None,
             acp_events: None,
+            agent_registry_id: None,
         };
         let json = serde_json::to_string(&report(
             &header,

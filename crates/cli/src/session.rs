@@ -19,8 +19,16 @@ pub fn check_id(flag: &str, id: &str) -> anyhow::Result<()> {
             .bytes()
             .all(|byte| byte.is_ascii_alphanumeric() || matches!(byte, b'.' | b'_' | b'-'));
     if !valid {
+        // Quoted with escapes (a newline or an escape sequence shows as such), and cut: the
+        // id may be a megabyte long.
+        let shown: String = id.chars().take(64).collect();
+        let more = match id.chars().count() {
+            n if n > 64 => format!("… ({n} characters)"),
+            _ => String::new(),
+        };
         anyhow::bail!(
-            "{flag} {id:?} is not valid: use 1–128 characters of A–Z, a–z, 0–9, '.', '_' and '-'"
+            "{flag} {shown:?}{more} is not valid: use 1–128 characters of A–Z, a–z, 0–9, '.', \
+             '_' and '-'"
         );
     }
     Ok(())

@@ -183,22 +183,29 @@ pub fn check_backend(backend: Backend, env: &SandboxFactoryEnv) -> anyhow::Resul
                 memory_root: None,
                 outputs_root: None,
             };
-            LinuxSandboxFactory::new()
-                .check_host(&ctx, env)
-                .map_err(|error| {
-                    let mut reason = error.to_string();
-                    let mut source = std::error::Error::source(&error);
-                    while let Some(next) = source {
-                        reason.push_str(": ");
-                        reason.push_str(&next.to_string());
-                        source = next.source();
-                    }
-                    anyhow::anyhow!(
-                        "cannot create linux sandboxes on this machine: {reason}\nhint: linux \
+            let factory = LinuxSandboxFactory::new();
+            // A bad setting is the user's input, named as such: no "this machine cannot"
+            // and no hint about root.
+            if let Err(
+                error @ omabox_backend_linux::factory::LinuxFactoryError::InvalidEnv { .. },
+            ) = factory.settings(&ctx, env)
+            {
+                anyhow::bail!("{error}");
+            }
+            factory.check_host(&ctx, env).map_err(|error| {
+                let mut reason = error.to_string();
+                let mut source = std::error::Error::source(&error);
+                while let Some(next) = source {
+                    reason.push_str(": ");
+                    reason.push_str(&next.to_string());
+                    source = next.source();
+                }
+                anyhow::anyhow!(
+                    "cannot create linux sandboxes on this machine: {reason}\nhint: linux \
                          sandboxes need root, cgroups and the omabox-sandbox-init binary next to \
                          omabox (`cargo build --release --bins`); {LOCAL_HINT}"
-                    )
-                })
+                )
+            })
         }
     }
 }

@@ -93,8 +93,7 @@ fn default_profile(process: RuntimeProcessDeclaration, supervised: bool) -> Mana
 
 /// Reads a profile file; CMD, when given, replaces its entry process's command and args.
 pub fn from_file(path: &Path, command: &[String]) -> anyhow::Result<ManagedRuntimeProfile> {
-    let text = std::fs::read_to_string(path)
-        .with_context(|| format!("cannot read the profile {}", path.display()))?;
+    let text = crate::input_file::read_text(path, "--profile", crate::input_file::DOCUMENT_MAX)?;
     let mut profile: ManagedRuntimeProfile = serde_json::from_str(&text).with_context(|| {
         format!(
             "{} is not a ManagedRuntimeProfile (JSON with workspace, outputs, runtimeCheckpoint, driver)",

@@ -345,6 +345,73 @@ fn an_agent_definition_runs_its_acp_agent_with_its_system_prompt(setup: &Setup) 
         "You write tests first."
     );
 
+    // The public shape with its optional ACP registry id: carried into the report, and an id
+    // omabox knows (Claude Code's) gives the agent Claude Code's state dir and sends its
+    // model calls to the run's hosted inference proxy.
+    let agent = serde_json::json!({
+        "name": "coder",
+        "_oma": {"harness": "acp-sandbox", "acp": {"agent": {
+            "id": "claude-acp", "command": setup.agent(), "args": ["normal"], "env": {},
+            "cwd": "/workspace"}}},
+    });
+    std::fs::write(&definition, agent.to_string()).unwrap();
+    let output = setup
+        .command(&[
+            "run",
+            "--json",
+            "--backend",
+            backend,
+            "--session",
+            "def-id",
+            "--workspace",
+            &seed,
+            "--prompt",
+            "write the file",
+            "--agent-json",
+        ])
+        .arg(&definition)
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{}", describe(&output));
+    let report = json_of(&output);
+    assert_eq!(report["result"]["type"], "completed", "{report}");
+    assert_eq!(report["agentRegistryId"], "claude-acp", "{report}");
+    let ws = setup.export("def-id");
+    let written = std::fs::read_to_string(ws.path().join("ws/agent-was-here.txt")).unwrap();
+    // (The local backend shows /workspace as its host directory.)
+    assert!(
+        written.contains("/workspace/.openma/harness-state/claude\n"),
+        "{written}"
+    );
+    assert!(
+        written.contains("/anthropic\nanthropic auth token: true\n"),
+        "{written}"
+    );
+    // Without --json the run says what the id does.
+    let output = setup
+        .command(&[
+            "run",
+            "--backend",
+            backend,
+            "--session",
+            "def-id",
+            "--prompt",
+            "again",
+            "--agent-json",
+        ])
+        .arg(&definition)
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{}", describe(&output));
+    assert!(
+        String::from_utf8_lossy(&output.stderr).contains(
+            "ACP registry id \"claude-acp\" is claude (`--agent claude`): the definition's \
+             command runs as given"
+        ),
+        "{}",
+        describe(&output)
+    );
+
     // A definition without a command is refused before anything runs.
     std::fs::write(&definition, r#"{"_oma":{"acp":{"agent":{}}}}"#).unwrap();
     let output = setup

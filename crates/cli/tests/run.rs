@@ -379,6 +379,30 @@ fn a_failing_harness_fails_publishes_nothing_and_leaves_no_sandbox() {
     setup.assert_no_sandbox_left();
 }
 
+/// A harness the sandbox's memory limit killed fails the run saying so, with the limit,
+/// after the contract's text.
+#[test]
+fn a_harness_killed_by_the_memory_limit_is_named() {
+    let Some(setup) = linux() else { return };
+    let output = setup
+        .run_command(
+            "oom",
+            &[],
+            &["dd", "if=/dev/zero", "of=/dev/null", "bs=256M", "count=1"],
+        )
+        .env("OMABOX_LINUX_MEMORY", "32M")
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(1), "{}", describe(&output));
+    let report = json_of(&output);
+    assert_eq!(report["result"]["type"], "failed", "{report}");
+    assert_eq!(
+        report["result"]["error"]["message"],
+        "AMA worker exited with code null (SIGKILL); killed: out of memory (limit 32 MiB)"
+    );
+    setup.assert_no_sandbox_left();
+}
+
 #[test]
 fn kill_9_mid_harness_then_reap_leaves_no_sandbox_and_the_session_continues() {
     let Some(setup) = linux() else { return };

@@ -421,6 +421,93 @@ fn a_killed_command_exits_128_plus_the_signal() {
     lx.assert_nothing_left();
 }
 
+/// A mistyped option before the command is refused as an option (usage, exit 2), not run
+/// as the command; the command's own options after its first word stay its own.
+#[test]
+fn a_mistyped_option_is_refused_not_run_as_the_command() {
+    let out = Command::new(omabox_bin())
+        .args(["sandbox", "run", "--memroy", "32M", "--", "echo", "hi"])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("unexpected argument '--memroy'"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("cannot run"), "{stderr}");
+    let Some(lx) = linux() else { return };
+    let out = lx.run(&["sh", "-c", "echo \"$@\"", "x", "-a", "--b"]);
+    assert_eq!(text(&out.stdout), "-a --b\n");
+    let out = lx.run(&["--", "-no-such-program"]);
+    assert_eq!(out.status.code(), Some(127));
+    lx.assert_nothing_left();
+}
+
+/// omabox's data directory (its store holds the vault's secrets) is never a sandbox's
+/// `/workspace`, nor a directory holding it.
+#[test]
+fn the_data_directory_is_never_bound_as_the_workspace() {
+    let Some(lx) = linux() else { return };
+    let data = lx.tmp.path().join("data");
+    std::fs::create_dir(&data).unwrap();
+    std::fs::write(data.join("omabox.db"), "secret").unwrap();
+    for (dir, relation) in [(&data, "is"), (&lx.tmp.path().to_path_buf(), "holds")] {
+        let out = lx
+            .command(&[
+                "--workspace",
+                dir.to_str().unwrap(),
+                "--",
+                "cat",
+                "/workspace/omabox.db",
+            ])
+            .env("OMABOX_DATA_DIR", &data)
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{stderr}");
+        assert!(
+            stderr.contains(&format!("{relation} omabox's data directory")),
+            "{stderr}"
+        );
+        assert!(!String::from_utf8_lossy(&out.stdout).contains("secret"));
+    }
+    std::fs::remove_dir_all(&data).unwrap();
+    lx.assert_no_sandbox_left();
+}
+
+/// A command the memory limit killed is named as such, with the limit (not a bare 137);
+/// so is a process of the command's; a plain SIGKILL is not.
+#[test]
+fn an_out_of_memory_kill_is_named_with_the_limit() {
+    let Some(lx) = linux() else { return };
+    let dd = ["dd", "if=/dev/zero", "of=/dev/null", "bs=256M", "count=1"];
+    let mut args = vec!["--memory", "32M", "--"];
+    args.extend(dd);
+    let out = lx.run(&args);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(137), "{stderr}");
+    assert!(
+        stderr.contains("omabox: dd: killed: out of memory (limit 32 MiB)"),
+        "{stderr}"
+    );
+    let script = format!("{}; exit 3", dd.join(" "));
+    let out = lx.run(&["--memory", "32M", "--", "sh", "-c", &script]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(3), "{stderr}");
+    assert!(
+        stderr
+            .contains("omabox: a process in the sandbox was killed: out of memory (limit 32 MiB)"),
+        "{stderr}"
+    );
+    let out = lx.run(&["--memory", "32M", "--", "sh", "-c", "kill -9 $$"]);
+    assert_eq!(out.status.code(), Some(137));
+    assert!(!String::from_utf8_lossy(&out.stderr).contains("out of memory"));
+    lx.assert_nothing_left();
+}
+
 #[test]
 fn stdout_and_stderr_stay_separate() {
     let Some(lx) = linux() else { return };

@@ -442,3 +442,85 @@ fn zero_limits_from_flags_or_env_are_refused_clearly() {
         assert!(stderr.contains("must be positive"), "{stderr}");
     }
 }
+
+/// Under a low descriptor limit (64, soft and hard: root here cannot raise it), idle clients
+/// cannot take the descriptors a request needs: the connection cap is derived from the
+/// limit, so an operator's file download queued behind 300 half-open connections (each
+/// closed by the header-read timeout) is served, not failed with EMFILE.
+#[test]
+fn a_low_descriptor_limit_leaves_room_to_serve_behind_idle_clients() {
+    use std::os::unix::process::CommandExt as _;
+    let data = tempfile::tempdir().unwrap();
+    let file = data.path().join("hello.txt");
+    std::fs::write(&file, "hello\n").unwrap();
+    let added = Command::new(env!("CARGO_BIN_EXE_omabox"))
+        .arg("--data-dir")
+        .arg(data.path().join("d"))
+        .args(["files", "add"])
+        .arg(&file)
+        .output()
+        .unwrap();
+    assert!(added.status.success(), "{added:?}");
+    let id = String::from_utf8(added.stdout).unwrap().trim().to_owned();
+    let key = "k".repeat(40);
+    let mut command = Command::new(env!("CARGO_BIN_EXE_omabox"));
+    command
+        .arg("--data-dir")
+        .arg(data.path().join("d"))
+        .args([
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--header-read-timeout-ms",
+            "500",
+        ])
+        .env("OMABOX_API_KEY", &key)
+        .env("OMABOX_LOG", "warn")
+        .stderr(Stdio::piped());
+    // SAFETY: setrlimit is async-signal-safe; the closure touches nothing else.
+    unsafe {
+        command.pre_exec(|| {
+            let limit = libc::rlimit {
+                rlim_cur: 64,
+                rlim_max: 64,
+            };
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &limit) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let mut child = KillOnDrop(command.spawn().unwrap());
+    let child = &mut child.0;
+    let mut stderr = BufReader::new(child.stderr.take().unwrap());
+    let mut line = String::new();
+    while !line.contains("listening on") {
+        line.clear();
+        assert!(stderr.read_line(&mut line).unwrap() > 0, "serve exited");
+    }
+    let addr = line.trim().rsplit("http://").next().unwrap().to_owned();
+    let idle = |n: usize| -> Vec<TcpStream> {
+        (0..n).map(|_| TcpStream::connect(&addr).unwrap()).collect()
+    };
+    let before = idle(150);
+    let mut stream = TcpStream::connect(&addr).unwrap();
+    write!(
+        stream,
+        "GET /v1/files/{id}/content HTTP/1.0\r\nhost: {addr}\r\nauthorization: Bearer {key}\r\n\r\n"
+    )
+    .unwrap();
+    let after = idle(150);
+    let mut response = String::new();
+    stream.read_to_string(&mut response).unwrap();
+    assert!(response.starts_with("HTTP/1.0 200"), "{response}");
+    assert!(response.ends_with("\r\n\r\nhello\n"), "{response}");
+    drop((before, after));
+
+    // SAFETY: plain kill(2) on our own child's pid.
+    let rc = unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGTERM) };
+    assert_eq!(rc, 0);
+    assert!(child.wait().unwrap().success());
+    let mut rest = String::new();
+    let _ = stderr.read_to_string(&mut rest);
+    assert!(rest.contains("serving fewer connections at once"), "{rest}");
+}

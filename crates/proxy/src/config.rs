@@ -57,6 +57,14 @@ pub enum ConfigError {
         #[source]
         source: std::io::Error,
     },
+    /// The file is larger than a configuration may be.
+    #[error("{path}: too large (max {} MiB)", max >> 20)]
+    TooLarge {
+        /// The file.
+        path: String,
+        /// The cap in bytes.
+        max: u64,
+    },
     /// TOML syntax or shape.
     #[error("invalid TOML configuration")]
     Toml(#[source] toml::de::Error),
@@ -67,6 +75,10 @@ pub enum ConfigError {
     #[error("invalid configuration: {0}")]
     Invalid(String),
 }
+
+/// The largest configuration file read (`omabox serve --config`, `omabox run
+/// --inference-config`).
+pub const MAX_FILE_BYTES: u64 = 1 << 20;
 
 /// The whole configuration.
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -194,9 +206,27 @@ pub struct McpServerConfig {
 impl ServeConfig {
     /// Loads `path`: TOML when it ends in `.toml`, JSON otherwise.
     pub fn load(path: &Path) -> Result<Self, ConfigError> {
-        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+        use std::io::Read as _;
+        let read_error = |source| ConfigError::Read {
             path: path.display().to_string(),
             source,
+        };
+        // Capped: the path may name /dev/zero or a huge file.
+        let mut bytes = Vec::new();
+        std::fs::File::open(path)
+            .and_then(|file| file.take(MAX_FILE_BYTES + 1).read_to_end(&mut bytes))
+            .map_err(read_error)?;
+        if bytes.len() as u64 > MAX_FILE_BYTES {
+            return Err(ConfigError::TooLarge {
+                path: path.display().to_string(),
+                max: MAX_FILE_BYTES,
+            });
+        }
+        let text = String::from_utf8(bytes).map_err(|_| {
+            read_error(std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                "not UTF-8 text",
+            ))
         })?;
         let is_toml = path.extension().is_some_and(|ext| ext == "toml");
         let config = if is_toml {

@@ -13,8 +13,16 @@
 //!   `DefaultBodyLimit`); the streamed proxy bodies are excepted and bounded by idle_timeout.
 //! ```
 //!
+//! The cap is `max_connections`, lowered to what the process's file descriptors allow
+//! ([`connection_cap`]): each connection may hold its socket and one more descriptor (an
+//! upstream connection, a file it serves), and [`FD_RESERVE`] stay for the process's own
+//! work. A cap above the descriptors left would let idle clients take them all: `accept`
+//! then fails with `EMFILE`, and so does every request's own `open` or `connect` (a 500 for
+//! everyone) until the idle ones time out.
+//!
 //! Must never: accept without a permit, keep a connection that made no progress for
-//! `idle_timeout`, or buffer a request body beyond `max_body_bytes`.
+//! `idle_timeout`, buffer a request body beyond `max_body_bytes`, or let connections take
+//! the descriptors the process needs to serve them.
 
 use crate::config::Limits;
 use axum::Router;
@@ -41,7 +49,16 @@ pub async fn serve(
     limits: &Limits,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> io::Result<()> {
-    let permits = Arc::new(Semaphore::new(limits.max_connections.max(1)));
+    let cap = connection_cap(limits.max_connections);
+    if cap < limits.max_connections {
+        tracing::warn!(
+            configured = limits.max_connections,
+            cap,
+            "serving fewer connections at once than configured: the file descriptor limit \
+             (RLIMIT_NOFILE) leaves room for no more"
+        );
+    }
+    let permits = Arc::new(Semaphore::new(cap));
     let graceful = GracefulShutdown::new();
     let header_read_timeout = Duration::from_millis(limits.header_read_timeout_ms.max(1));
     let idle_timeout = Duration::from_millis(limits.idle_timeout_ms.max(1));
@@ -81,6 +98,75 @@ pub async fn serve(
     drop(listener);
     graceful.shutdown().await;
     Ok(())
+}
+
+/// Descriptors kept for the process's own work beyond its connections' (the store's files,
+/// name lookups, a blob read, the runtime's own).
+pub const FD_RESERVE: u64 = 32;
+
+/// Descriptors one connection may hold: its socket, and one upstream socket or open file.
+const FDS_PER_CONNECTION: u64 = 2;
+
+/// The most connections to serve at once: `configured`, lowered to what this process's
+/// soft `RLIMIT_NOFILE` leaves once the descriptors open now and [`FD_RESERVE`] are set
+/// aside, two per connection; at least 1.
+pub fn connection_cap(configured: usize) -> usize {
+    let Some(limit) = nofile_soft_limit() else {
+        return configured.max(1);
+    };
+    let open = open_descriptors().unwrap_or(0);
+    fds_allow(configured, limit, open)
+}
+
+/// [`connection_cap`]'s arithmetic (pure).
+fn fds_allow(configured: usize, limit: u64, open: u64) -> usize {
+    let spare = limit.saturating_sub(open).saturating_sub(FD_RESERVE) / FDS_PER_CONNECTION;
+    usize::try_from(spare)
+        .unwrap_or(usize::MAX)
+        .min(configured)
+        .max(1)
+}
+
+/// The soft `RLIMIT_NOFILE`, `None` when unlimited or unknown.
+fn nofile_soft_limit() -> Option<u64> {
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes only the struct it is given.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } != 0
+        || limit.rlim_cur == libc::RLIM_INFINITY
+    {
+        return None;
+    }
+    Some(limit.rlim_cur)
+}
+
+/// How many descriptors this process has open (`/proc/self/fd`, less the one reading it).
+fn open_descriptors() -> Option<u64> {
+    let count = std::fs::read_dir("/proc/self/fd").ok()?.count() as u64;
+    Some(count.saturating_sub(1))
+}
+
+/// Raises this process's soft `RLIMIT_NOFILE` to its hard limit (allowed without privilege)
+/// and returns the new soft limit; for a server, before it derives its connection cap.
+pub fn raise_nofile_limit() -> io::Result<u64> {
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes only the struct it is given.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    if limit.rlim_cur < limit.rlim_max {
+        limit.rlim_cur = limit.rlim_max;
+        // SAFETY: setrlimit reads only the struct it is given.
+        if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &limit) } != 0 {
+            return Err(io::Error::last_os_error());
+        }
+    }
+    Ok(limit.rlim_cur)
 }
 
 /// A failed accept: per-connection errors are skipped; resource exhaustion (EMFILE, ENFILE,
@@ -210,5 +296,19 @@ impl AsyncWrite for IdleTimeout {
 
     fn is_write_vectored(&self) -> bool {
         self.stream.is_write_vectored()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_cap_leaves_descriptors_for_the_process_and_never_exceeds_the_configured_one() {
+        // 64 descriptors, 16 open: (64 - 16 - 32) / 2 = 8 connections.
+        assert_eq!(fds_allow(1024, 64, 16), 8);
+        assert_eq!(fds_allow(4, 64, 16), 4, "never above the configured cap");
+        assert_eq!(fds_allow(1024, 20, 16), 1, "at least one");
+        assert_eq!(fds_allow(1024, 1 << 20, 10), 1024);
     }
 }

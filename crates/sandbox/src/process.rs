@@ -64,13 +64,45 @@ impl DuplexKillSignal {
 }
 
 /// `{code, signal}`: how a process ended. Exactly one is normally set; both are `null` when
-/// the backend could not tell (for example the process failed to start).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+/// the backend could not tell (for example the process failed to start). omabox adds
+/// `outOfMemory` when the sandbox's memory limit killed it (absent otherwise, so the shape
+/// stays the contract's).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SandboxProcessExit {
     /// Exit status, when it exited.
     pub code: Option<i32>,
     /// Signal name (`"SIGKILL"`), when a signal ended it.
     pub signal: Option<String>,
+    /// The kernel's OOM killer ended it, enforcing the sandbox's memory limit (a backend
+    /// that can tell: its memory cgroup counted the kill).
+    #[serde(
+        default,
+        rename = "outOfMemory",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub out_of_memory: Option<OutOfMemory>,
+}
+
+/// A process killed by the sandbox's memory limit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct OutOfMemory {
+    /// The limit in bytes, when known.
+    pub limit_bytes: Option<u64>,
+}
+
+impl std::fmt::Display for OutOfMemory {
+    /// `killed: out of memory (limit 32 MiB)`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.limit_bytes {
+            Some(bytes) => write!(
+                f,
+                "killed: out of memory (limit {} MiB)",
+                bytes.div_ceil(1 << 20)
+            ),
+            None => f.write_str("killed: out of memory (the sandbox's memory limit)"),
+        }
+    }
 }
 
 /// Bytes into a process; `shutdown()` closes stdin (EOF).

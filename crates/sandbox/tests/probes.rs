@@ -136,6 +136,7 @@ fn runtime_wire_shapes_match_the_typescript_ones() {
     let exit = SandboxProcessExit {
         code: None,
         signal: Some("SIGKILL".into()),
+        out_of_memory: None,
     };
     assert_eq!(
         serde_json::to_string(&exit).unwrap(),

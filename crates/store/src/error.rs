@@ -71,6 +71,19 @@ pub enum StoreError {
         #[source]
         source: std::io::Error,
     },
+    /// The filesystem of the data directory is full (blocks or inodes): SQLite cannot grow
+    /// the database, its WAL or its shared-memory file.
+    #[error(
+        "no space left on device: the filesystem of the data directory {path} is full \
+         ({detail}); omabox keeps its store database there: free space on that filesystem, or \
+         use another data directory"
+    )]
+    NoSpace {
+        /// The directory.
+        path: PathBuf,
+        /// What is left (`0 bytes available`, `no free inodes`).
+        detail: String,
+    },
     /// The database was written by a newer omabox.
     #[error(
         "the store database {path} has schema version {found}, newer than the {supported} this \

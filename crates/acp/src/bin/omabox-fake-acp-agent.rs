@@ -6,7 +6,8 @@
 //!   in its working directory); on prompt it says which session it is in
 //!   (`loaded session <id>` or `new session <id>`), publishes a plan, starts tool call
 //!   `write-1`, asks permission, writes `agent-was-here.txt` in its working directory when
-//!   allowed (the session, and whether `HOSTED_INFERENCE_TOKEN` is in its env), completes (or fails) the tool call and ends the turn with `end_turn`.
+//!   allowed (the session, whether `HOSTED_INFERENCE_TOKEN` is in its env, and Claude Code's
+//!   `CLAUDE_CONFIG_DIR`/`ANTHROPIC_BASE_URL` when set), completes (or fails) the tool call and ends the turn with `end_turn`.
 //! - `no-initialize`: never answers `initialize`.
 //! - `exit-mid-prompt`: sends one message chunk on prompt, writes
 //!   `crashed-agent-was-here.txt`, then exits with code 3.
@@ -182,7 +183,18 @@ async fn prompt(
 /// agent's env (never its value).
 fn written(how: &str) -> String {
     let token = std::env::var_os("HOSTED_INFERENCE_TOKEN").is_some();
-    format!("{how}\ntoken in env: {token}\n")
+    let mut text = format!("{how}\ntoken in env: {token}\n");
+    // Claude Code's native wiring, when the run gave it (never the token's value).
+    if let Ok(dir) = std::env::var("CLAUDE_CONFIG_DIR") {
+        text.push_str(&format!("claude config dir: {dir}\n"));
+    }
+    if let Ok(url) = std::env::var("ANTHROPIC_BASE_URL") {
+        let auth = std::env::var_os("ANTHROPIC_AUTH_TOKEN").is_some();
+        text.push_str(&format!(
+            "anthropic base url: {url}\nanthropic auth token: {auth}\n"
+        ));
+    }
+    text
 }
 
 fn rand_suffix() -> u128 {

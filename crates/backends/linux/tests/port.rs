@@ -112,7 +112,8 @@ async fn duplex_cat_echoes_bytes_until_stdin_eof() {
         process.exited().await.unwrap(),
         SandboxProcessExit {
             code: Some(0),
-            signal: None
+            signal: None,
+            out_of_memory: None,
         }
     );
     fx.finish().await;
@@ -134,7 +135,8 @@ async fn duplex_kill_reports_the_signal_and_sigterm_escalates() {
         process.exited().await.unwrap(),
         SandboxProcessExit {
             code: None,
-            signal: Some("SIGKILL".into())
+            signal: Some("SIGKILL".into()),
+            out_of_memory: None,
         }
     );
     // A second kill after the exit is a no-op.
@@ -357,5 +359,39 @@ async fn an_oom_kill_names_the_memory_limit() {
     );
     // A plain SIGKILL says only that.
     assert_eq!(port.exec("kill -9 $$", None).await.unwrap(), "\n[exit 137]");
+    fx.finish().await;
+}
+
+/// A duplex process (a harness) the memory limit killed carries it in its exit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_duplex_process_killed_by_the_memory_limit_says_so_in_its_exit() {
+    if !can_run() {
+        return;
+    }
+    let fx = Fixture::start(test_plan()).await;
+    let duplex = fx.port.as_duplex_process().unwrap();
+    let spawn = |script: &str| {
+        let mut spec = SandboxDuplexProcessSpec::new("/bin/sh");
+        spec.args = vec!["-c".into(), script.into()];
+        spec
+    };
+    let process = duplex
+        .spawn_duplex_process(spawn("exec dd if=/dev/zero of=/dev/null bs=512M count=1"))
+        .await
+        .unwrap();
+    let exit = process.exited().await.unwrap();
+    assert_eq!(exit.signal.as_deref(), Some("SIGKILL"), "{exit:?}");
+    assert_eq!(
+        exit.out_of_memory,
+        Some(omabox_sandbox::OutOfMemory {
+            limit_bytes: Some(128 << 20)
+        })
+    );
+    let process = duplex
+        .spawn_duplex_process(spawn("kill -9 $$"))
+        .await
+        .unwrap();
+    let exit = process.exited().await.unwrap();
+    assert_eq!(exit.out_of_memory, None, "{exit:?}");
     fx.finish().await;
 }

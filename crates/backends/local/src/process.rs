@@ -31,11 +31,9 @@ fn exit_of(status: io::Result<ExitStatus>) -> SandboxProcessExit {
         Ok(status) => SandboxProcessExit {
             code: status.code(),
             signal: status.signal().map(signal_name),
+            out_of_memory: None,
         },
-        Err(_) => SandboxProcessExit {
-            code: None,
-            signal: None,
-        },
+        Err(_) => SandboxProcessExit::default(),
     }
 }
 

@@ -156,7 +156,8 @@ async fn duplex_stdin_echoes_through_cat_and_eof_ends_it() {
         exit,
         SandboxProcessExit {
             code: Some(0),
-            signal: None
+            signal: None,
+            out_of_memory: None,
         }
     );
     // Writing after close is an error, not a panic.
@@ -232,7 +233,8 @@ async fn duplex_kill_reports_the_signal() {
         process.exited().await.unwrap(),
         SandboxProcessExit {
             code: None,
-            signal: Some("SIGKILL".into())
+            signal: Some("SIGKILL".into()),
+            out_of_memory: None,
         }
     );
     // Killing an exited process is a no-op.

@@ -106,6 +106,9 @@ use std::time::Duration;
 /// The sandbox memory limit of an `--agent` run unless `OMABOX_LINUX_MEMORY` says otherwise.
 const AGENT_MEMORY: &str = "2G";
 
+/// The largest `SSL_CERT_FILE` bundle read (Debian's is ~220 KiB).
+const CA_BUNDLE_MAX: u64 = 16 << 20;
+
 /// The session of the bundled demo.
 pub const DEMO_SESSION: &str = "demo";
 
@@ -209,8 +212,8 @@ pub struct RunArgs {
     prompt: Option<String>,
     /// How the ACP agent's permission requests are answered: `allow` (the sandbox is the
     /// boundary; default) or `deny`.
-    #[arg(long, value_enum, default_value_t = AcpPermission::Allow, value_name = "POLICY")]
-    acp_permission: AcpPermission,
+    #[arg(long, value_enum, value_name = "POLICY")]
+    acp_permission: Option<AcpPermission>,
     /// How long the ACP agent may take to answer `initialize`, in milliseconds.
     #[arg(long, hide = true, env = "OMABOX_ACP_INITIALIZE_TIMEOUT_MS", value_name = "MS",
           value_parser = clap::value_parser!(u64).range(100..))]
@@ -254,7 +257,7 @@ impl RunArgs {
         }
         let mut turn = AcpTurnOptions::new(self.prompt.clone().unwrap_or_default());
         turn.system_prompt = self.system_prompt.clone().or(system);
-        turn.permission = match self.acp_permission {
+        turn.permission = match self.acp_permission.unwrap_or(AcpPermission::Allow) {
             AcpPermission::Allow => PermissionPolicy::Allow,
             AcpPermission::Deny => PermissionPolicy::Deny,
         };
@@ -275,6 +278,8 @@ struct Request {
     demo: bool,
     /// `--agent-json`'s system prompt.
     system: Option<String>,
+    /// `--agent-json`'s ACP registry id, and the agent omabox knows by it.
+    registry: Option<(String, Option<&'static KnownAgent>)>,
 }
 
 /// Runs one work item and reports it.
@@ -295,14 +300,37 @@ pub async fn run(data_dir: &Path, args: RunArgs) -> anyhow::Result<ExitCode> {
     if let Some(gateway) = &args.inference_gateway {
         check_gateway(gateway)?;
     }
+    if let Some(seed) = &args.workspace {
+        crate::data_dir::check_apart("--workspace", seed, Some(data_dir))?;
+    }
     let agent = args.known_agent();
+    // The agent whose inference adapter the harness gets: `--agent`'s, or the one an agent
+    // definition's registry id names.
+    let adapter = agent.or(request.registry.as_ref().and_then(|(_, known)| *known));
+    if let Some((id, known)) = &request.registry
+        && !args.json
+    {
+        errln!("{}", registry_note(id, *known));
+    }
+    // Read before anything is created or installed: a bad file is refused at once.
+    let environment = args
+        .environment
+        .as_deref()
+        .map(EnvironmentConfig::load)
+        .transpose()?;
+    let inference_config = match args.is_acp() && args.inference_gateway.is_none() {
+        true => Some(inference_server::config(
+            args.inference_config.as_deref(),
+            adapter.map_or("anthropic", |a| a.provider),
+        )?),
+        false => None,
+    };
     let store = open_store(data_dir).await?;
+    session_inputs.check_files(data_dir)?;
     // An agent turn without a gateway gets the proxy served by this process.
     let mut inference_gateway = args.inference_gateway.clone();
     let mut _inference_server = None;
-    if args.is_acp() && inference_gateway.is_none() {
-        let provider = agent.map_or("anthropic", |a| a.provider);
-        let config = inference_server::config(args.inference_config.as_deref(), provider)?;
+    if let Some(config) = inference_config {
         let server = inference_server::start(&store, config).await?;
         inference_gateway = Some(server.url().to_owned());
         _inference_server = Some(server);
@@ -321,11 +349,6 @@ pub async fn run(data_dir: &Path, args: RunArgs) -> anyhow::Result<ExitCode> {
         )?),
         None => None,
     };
-    let environment = args
-        .environment
-        .as_deref()
-        .map(EnvironmentConfig::load)
-        .transpose()?;
     let mut harness_gateway = inference_gateway.clone();
     match args.backend {
         Backend::Linux => {
@@ -399,6 +422,14 @@ pub async fn run(data_dir: &Path, args: RunArgs) -> anyhow::Result<ExitCode> {
         }
     }
     let clones = crate::session_inputs::clones_repositories(&session_inputs.resources);
+    // The roots real servers are checked against under credential egress: SSL_CERT_FILE's
+    // bundle when set (the usual knob for a host behind its own CA), else the system's.
+    let upstream_roots = match std::env::var_os("SSL_CERT_FILE") {
+        Some(path) if clones || !args.credentials.is_empty() => Some(
+            crate::input_file::read_bytes(Path::new(&path), "SSL_CERT_FILE", CA_BUNDLE_MAX)?,
+        ),
+        _ => None,
+    };
     if crate::session_inputs::uses_memory_stores(&session_inputs.resources) {
         env = env.with_var(MEMORY_MOUNT_ENV, "1");
     }
@@ -428,7 +459,7 @@ pub async fn run(data_dir: &Path, args: RunArgs) -> anyhow::Result<ExitCode> {
             harness_output: Some(Arc::clone(&harness_output) as _),
             usage: Some(Arc::new(store.clone()) as _),
             harness_env: Some(Arc::new(
-                SessionTokenEnv::new(token_slots.clone(), harness_gateway).with_agent(agent),
+                SessionTokenEnv::new(token_slots.clone(), harness_gateway).with_agent(adapter),
             ) as _),
             // A repository resource requires credential egress (the host's rule), with or
             // without a secret to inject.
@@ -436,10 +467,7 @@ pub async fn run(data_dir: &Path, args: RunArgs) -> anyhow::Result<ExitCode> {
                 CredentialEgressOptions {
                     vault: Arc::new(store.clone()),
                     rules: args.credentials.clone(),
-                    // The roots real servers are checked against: SSL_CERT_FILE's bundle when
-                    // set (the usual knob for a host behind its own CA), else the system's.
-                    upstream_roots: std::env::var_os("SSL_CERT_FILE")
-                        .and_then(|p| std::fs::read(p).ok()),
+                    upstream_roots,
                 }
             }),
             packages: environment.as_ref().and_then(|e| e.packages.clone()),
@@ -460,6 +488,7 @@ pub async fn run(data_dir: &Path, args: RunArgs) -> anyhow::Result<ExitCode> {
         json: args.json,
         from_revision: args.from_revision,
         acp_events: acp.map(|(_, log)| log),
+        agent_registry_id: request.registry.as_ref().map(|(id, _)| id.clone()),
     };
     let runner = WorkItemRunner::new(
         policy,
@@ -534,6 +563,22 @@ fn request(args: &RunArgs) -> anyhow::Result<Request> {
     if args.system_prompt.is_some() && !args.is_acp() {
         anyhow::bail!(
             "--system-prompt is for an ACP agent (--agent, --acp-command or --agent-json)"
+        );
+    }
+    if args.prompt.as_deref().is_some_and(|p| p.trim().is_empty()) {
+        // OpenMA's harness refuses it too ("empty turn"), but only once the run is going.
+        anyhow::bail!("--prompt is empty: the agent's turn needs text");
+    }
+    if args.acp_permission.is_some() && !args.is_acp() {
+        anyhow::bail!(
+            "--acp-permission is for an ACP agent's permission requests (--agent, \
+             --acp-command or --agent-json)"
+        );
+    }
+    if args.inference_config.is_some() && !args.is_acp() {
+        anyhow::bail!(
+            "--inference-config is for an ACP agent's model calls (--agent, --acp-command or \
+             --agent-json)"
         );
     }
     let oma_agent = args.agent_json.as_deref().map(OmaAgent::load).transpose()?;
@@ -618,8 +663,40 @@ fn request(args: &RunArgs) -> anyhow::Result<Request> {
         scope: session_scope(session),
         profile,
         demo,
+        registry: oma_agent
+            .as_ref()
+            .and_then(|agent| Some((agent.registry_id.clone()?, agent.known))),
         system: oma_agent.and_then(|agent| agent.system),
     })
+}
+
+/// What a registry id in an agent definition does to the run (module doc of
+/// [`crate::oma_agent`]).
+fn registry_note(id: &str, known: Option<&'static KnownAgent>) -> String {
+    match known {
+        None => format!(
+            "omabox run: ACP registry id {id:?} (not an agent omabox knows): the definition's \
+             command runs as given"
+        ),
+        Some(agent) => {
+            let adapter = match agent.adapter {
+                omabox_acp::agents::InferenceAdapter::ClaudeCode => {
+                    "its model calls go to the hosted inference proxy (ANTHROPIC_BASE_URL)"
+                }
+                omabox_acp::agents::InferenceAdapter::Codex => {
+                    "the proxy serves OpenAI; codex's model provider is its command line's, so \
+                     its calls reach the proxy only if the definition's args configure it"
+                }
+            };
+            format!(
+                "omabox run: ACP registry id {id:?} is {name} (`--agent {name}`): the \
+                 definition's command runs as given (omabox installs nothing for it; `--agent \
+                 {name}` would), with {name}'s state under {state}/{name}; {adapter}",
+                name = agent.name,
+                state = omabox_acp::agents::HARNESS_STATE_DIR,
+            )
+        }
+    }
 }
 
 fn print_banner(args: &RunArgs, request: &Request) {
@@ -632,7 +709,7 @@ fn print_banner(args: &RunArgs, request: &Request) {
         };
         format!("`{}`", process.command)
     };
-    println!(
+    outln!(
         "omabox run: {what} · backend {} · session {} · work item {}",
         args.backend.provider(),
         request.scope.session_id,

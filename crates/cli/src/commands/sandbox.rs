@@ -144,13 +144,15 @@ struct RunArgs {
     /// Set an environment variable for the command (repeatable).
     #[arg(long = "env", short = 'e', value_name = "K=V", value_parser = parse_env)]
     env: Vec<(String, String)>,
-    /// The command and its arguments (put them after `--`).
+    /// The command and its arguments (put them after `--`). A first word starting with
+    /// `-` before any `--` is an option, so a mistyped one (`--memroy`) is refused as
+    /// such instead of being run as the command; after the command's first word every
+    /// argument is the command's.
     #[arg(
         value_name = "CMD",
         required = true,
         num_args = 1..,
-        trailing_var_arg = true,
-        allow_hyphen_values = true
+        trailing_var_arg = true
     )]
     command: Vec<String>,
 }
@@ -453,6 +455,8 @@ fn prepare(
                     dir.display()
                 )));
             }
+            crate::data_dir::check_apart("--workspace", dir, data_dir)
+                .map_err(|e| Failure::usage(e.to_string()))?;
             let dir = std::fs::canonicalize(dir)
                 .map_err(|e| Failure::usage(format!("--workspace {}: {e}", dir.display())))?;
             Workspace::Given(dir)
@@ -666,7 +670,12 @@ async fn supervise(
         killer.abort();
     }
     match exit {
-        Ok(exit) => Ok(exit_code(&exit)),
+        Ok(exit) => {
+            if let Some(oom) = exit.out_of_memory {
+                eprintln!("omabox: {oom}");
+            }
+            Ok(exit_code(&exit))
+        }
         Err(e) => Err(Failure::omabox(format!(
             "lost track of the command: {}",
             e.message()
@@ -789,6 +798,7 @@ mod tests {
         let exit = |code, signal: Option<&str>| SandboxProcessExit {
             code,
             signal: signal.map(str::to_owned),
+            out_of_memory: None,
         };
         assert_eq!(exit_code(&exit(Some(3), None)), 3);
         assert_eq!(exit_code(&exit(None, Some("SIGKILL"))), 137);

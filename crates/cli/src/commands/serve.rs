@@ -83,6 +83,11 @@ const OPERATOR_KEY_ENV: &str = "OMABOX_API_KEY";
 
 /// Serves until SIGINT/SIGTERM.
 pub async fn run(data_dir: &Path, args: &ServeArgs) -> anyhow::Result<ExitCode> {
+    // As many descriptors as the hard limit allows: the connection cap is derived from them
+    // (omabox_proxy::server::connection_cap), and a low soft limit would only lower it.
+    if let Err(error) = omabox_proxy::server::raise_nofile_limit() {
+        tracing::warn!(%error, "cannot raise the file descriptor limit");
+    }
     let mut config = match &args.config {
         Some(path) => ServeConfig::load(path)
             .with_context(|| format!("cannot load the configuration {}", path.display()))?,

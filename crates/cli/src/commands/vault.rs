@@ -4,10 +4,8 @@
 //! history would see them) and are never printed: `names` lists names only.
 
 use crate::data_dir::{no_data_yet, open_existing_store, open_store};
-use anyhow::Context as _;
 use clap::{Args, Subcommand};
 use omabox_contract::{SecretString, VaultSecretPort};
-use std::io::Read as _;
 use std::path::Path;
 use std::process::ExitCode;
 
@@ -67,10 +65,8 @@ pub async fn run(data_dir: &Path, args: &VaultArgs) -> anyhow::Result<ExitCode> 
     };
     match &args.command {
         VaultCommand::Put { name } => {
-            let mut value = String::new();
-            std::io::stdin()
-                .read_to_string(&mut value)
-                .context("cannot read the secret from standard input (it must be UTF-8)")?;
+            let value =
+                crate::input_file::read_stdin_text("the secret", crate::input_file::SECRET_MAX)?;
             let value = value
                 .strip_suffix('\n')
                 .map(|rest| rest.strip_suffix('\r').unwrap_or(rest))

@@ -51,14 +51,56 @@ impl SessionInputs {
     ) -> anyhow::Result<Self> {
         let mut inputs = match session_json {
             Some(path) => {
-                let text = std::fs::read_to_string(path)
-                    .with_context(|| format!("--session-json {}", path.display()))?;
+                let text = crate::input_file::read_text(
+                    path,
+                    "--session-json",
+                    crate::input_file::DOCUMENT_MAX,
+                )?;
                 Self::parse(&text).with_context(|| format!("--session-json {}", path.display()))?
             }
             None => Self::default(),
         };
         inputs.resources.extend(flags.iter().cloned());
+        // Everything a resource can be judged by without a sandbox is judged now, before
+        // the run claims its fence (a bad one would otherwise fail after it).
+        for resource in &inputs.resources {
+            omabox_sandbox::session_inputs::validate(resource)
+                .map_err(|error| anyhow::anyhow!("{}", error.message()))?;
+        }
         Ok(inputs)
+    }
+
+    /// Every `file` resource names a file of the store in `data_dir` no larger than a file
+    /// resource may carry (checked before the run claims its fence).
+    pub fn check_files(&self, data_dir: &Path) -> anyhow::Result<()> {
+        let ids: Vec<&str> = self
+            .resources
+            .iter()
+            .filter(|r| r.resource_type == FILE)
+            .filter_map(|r| r.str_field("file_id"))
+            .collect();
+        if ids.is_empty() {
+            return Ok(());
+        }
+        let store = PromotedStore::open(data_dir).context("cannot open the file store")?;
+        for id in ids {
+            let record = store
+                .open_file(id)
+                .with_context(|| format!("file resource {id}: cannot read it"))?
+                .map(|(record, _)| record);
+            match record {
+                None => anyhow::bail!(
+                    "file resource {id}: no such file in omabox's file store (`omabox files \
+                     add PATH` prints the id to use)"
+                ),
+                Some(record) if record.size > MAX_FILE_BYTES => anyhow::bail!(
+                    "file resource {id}: too large (max {})",
+                    crate::input_file::human(MAX_FILE_BYTES)
+                ),
+                Some(_) => {}
+            }
+        }
+        Ok(())
     }
 
     fn parse(text: &str) -> anyhow::Result<Self> {
@@ -234,11 +276,22 @@ impl SessionInputAccessPort for PromotedFileAccess {
 pub fn add_file(data_dir: &Path, path: &Path) -> anyhow::Result<omabox_proxy::files::PromotedFile> {
     use sha2::{Digest as _, Sha256};
     let store = PromotedStore::open(data_dir).context("cannot open the file store")?;
-    let open =
-        || std::fs::File::open(path).with_context(|| format!("cannot read {}", path.display()));
+    // A file resource carries at most MAX_FILE_BYTES: a larger file (or /dev/zero) is
+    // refused here, not stored to fail every run that names it.
+    let open = || {
+        crate::input_file::open(path, "omabox files add", MAX_FILE_BYTES)
+            .map(|file| file.take(MAX_FILE_BYTES + 1))
+    };
     let mut hasher = Sha256::new();
-    std::io::copy(&mut open()?, &mut hasher)
+    let copied = std::io::copy(&mut open()?, &mut hasher)
         .with_context(|| format!("cannot read {}", path.display()))?;
+    if copied > MAX_FILE_BYTES {
+        anyhow::bail!(
+            "omabox files add {}: too large (max {})",
+            path.display(),
+            crate::input_file::human(MAX_FILE_BYTES)
+        );
+    }
     let hash: [u8; 32] = hasher.finalize().into();
     let name = path
         .file_name()

@@ -4,7 +4,8 @@
 //!   declared process with only its declared fields (command, args, env, cwd), closes its
 //!   stdin (the worker gets no input), drains stdout and stderr (forwarding them to an
 //!   optional [`HarnessOutputSink`]), and maps the exit: 0 → `completed`, otherwise
-//!   "AMA worker exited with code <code>" plus " (<signal>)" when a signal ended it. On abort
+//!   "AMA worker exited with code <code>" plus " (<signal>)" when a signal ended it (and
+//!   "; killed: out of memory (limit N MiB)" when the sandbox's memory limit did). On abort
 //!   it sends SIGTERM (errors ignored) and resolves `aborted`.
 //! - [`SandboxSupervisorTransport`]: the supervisor as a duplex process wrapped in a
 //!   [`JsonLinesSupervisorChannel`]; the host's supervised driver (through the registry's
@@ -221,8 +222,13 @@ impl DirectAmaWorkerDriver {
             .signal
             .map(|signal| format!(" ({signal})"))
             .unwrap_or_default();
+        // The contract's text, then why the kernel sent that SIGKILL when the backend knows.
+        let memory = exit
+            .out_of_memory
+            .map(|oom| format!("; {oom}"))
+            .unwrap_or_default();
         Err(PortError::new(format!(
-            "AMA worker exited with code {code}{signal}"
+            "AMA worker exited with code {code}{signal}{memory}"
         )))
     }
 }

@@ -266,6 +266,31 @@ impl SessionInputMaterializerPort for SandboxSessionInputs {
     }
 }
 
+/// Checks `resource` as materializing it would, without a sandbox: its type, mount path,
+/// store id, URL and checkout (the reference's texts, prefixed with the resource). For a
+/// caller that refuses a bad session before it claims anything; `file` ids are the access
+/// port's to resolve.
+pub fn validate(resource: &RuntimeSessionResourceSnapshot) -> Result<(), PortError> {
+    let checked = match resource.resource_type.as_str() {
+        MEMORY_STORE => memory::MemoryResource::parse(resource).map(drop),
+        GITHUB_REPOSITORY => git::GitClone::parse(resource).map(drop),
+        FILE => resource
+            .str_field("file_id")
+            .filter(|id| !id.is_empty())
+            .ok_or_else(|| PortError::new("Session file resource requires file_id"))
+            .and_then(|_| mount_path(resource).map(drop)),
+        other => Err(PortError::new(format!(
+            "Unsupported Session resource type: {other}"
+        ))),
+    };
+    checked.map_err(|error| {
+        PortError::with_kind(
+            error.kind(),
+            format!("Session resource {}: {}", label(resource), error.message()),
+        )
+    })
+}
+
 /// Re-validates the fence right before a canonical mutation (writing a host store back).
 async fn authorize(context: &SessionInputLifecycleContext) -> Result<(), PortError> {
     if (context.authorize)().await? {

@@ -497,3 +497,43 @@ async fn a_lost_fence_writes_nothing_back() {
     );
     assert!(stores.0.lock().unwrap().is_empty());
 }
+
+#[test]
+fn validate_judges_a_resource_as_materializing_would_without_a_sandbox() {
+    for (value, expected) in [
+        (
+            json!({"type": "file", "file_id": "f", "mount_path": "../x"}),
+            "Session resource file ../x: Session resource mount_path must be absolute",
+        ),
+        (
+            json!({"type": "file", "mount_path": "/workspace/x"}),
+            "Session resource file /workspace/x: Session file resource requires file_id",
+        ),
+        (
+            json!({"type": "memory_store", "memory_store_id": ".."}),
+            "requires a memory_store_id",
+        ),
+        (
+            json!({"type": "github_repository", "url": "https://u:p@h/r", "mount_path": "/w"}),
+            "must not carry credentials",
+        ),
+        (
+            json!({"type": "dataset"}),
+            "Unsupported Session resource type: dataset",
+        ),
+    ] {
+        let error = validate(&resource(value.clone())).unwrap_err();
+        assert!(
+            error.message().contains(expected),
+            "{value}: {}",
+            error.message()
+        );
+    }
+    for good in [
+        json!({"type": "file", "file_id": "f", "mount_path": "/workspace/x"}),
+        json!({"type": "memory_store", "memory_store_id": "notes"}),
+        json!({"type": "github_repository", "url": "https://h/r", "mount_path": "/w"}),
+    ] {
+        assert!(validate(&resource(good.clone())).is_ok(), "{good}");
+    }
+}

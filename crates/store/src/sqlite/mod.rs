@@ -184,6 +184,7 @@ impl SqliteStore {
         F: FnOnce(&mut Inner, &Env) -> Result<T, StoreError> + Send + 'static,
     {
         let inner = Arc::clone(&self.inner);
+        let path = self.path.clone();
         let env = Env {
             clock: Arc::clone(&self.clock),
             tokens: Arc::clone(&self.tokens),
@@ -195,6 +196,11 @@ impl SqliteStore {
         .await
         .unwrap_or_else(|join| Err(StoreError::Worker(join.to_string())));
         outcome.map_err(|error| {
+            // A disk that filled up, or a data dir remounted read-only, since the open.
+            let error = match &path {
+                Some(path) => open::explain(error, path),
+                None => error,
+            };
             tracing::warn!(operation, error = %chain(&error), "store operation failed");
             PortError::new(format!(
                 "SQLite store {operation} failed: {}",

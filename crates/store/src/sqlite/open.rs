@@ -9,12 +9,20 @@
 //!   omabox's `application_id` (or an empty database), and `PRAGMA quick_check` clean. Anything
 //!   else is refused with an error naming the file and what to do ([`StoreError::NotAStore`],
 //!   [`StoreError::Damaged`]); it is never modified, recreated or migrated.
-//! - **A read-only data directory** is reported as such ([`StoreError::NotWritable`]).
+//! - **A read-only data directory** is reported as such ([`StoreError::NotWritable`]): a
+//!   writer checks the directory before anything else (SQLite would otherwise open the file
+//!   read-only without a word, and the first write — a fence claim — would fail), and a
+//!   database SQLite opened read-only is refused to a writer.
+//! - **A full filesystem** is named as such ([`StoreError::NoSpace`]): an open or a statement
+//!   failing with SQLite's "full", an I/O error (its WAL shared-memory file cannot grow) or
+//!   `ENOSPC`, while the data directory's filesystem has less than [`FULL_BELOW`] bytes or no
+//!   inode left, is that — not the shared-memory error SQLite reports ([`explain`]).
 //!
 //! What this module must never do: truncate, replace or delete an existing database.
 
 use super::{configure, permissions, schema};
 use crate::StoreError;
+use crate::error::chain;
 use rusqlite::{Connection, OpenFlags};
 use std::io;
 use std::path::{Path, PathBuf};
@@ -26,6 +34,9 @@ const TEMP_PREFIX: &str = ".omabox.db.new-";
 const TEMP_STALE: Duration = Duration::from_secs(60);
 /// How many problems of `quick_check` an error quotes.
 const QUICK_CHECK_LINES: usize = 3;
+/// A filesystem with less than this available is full for SQLite's purposes (its WAL index
+/// grows by 32 KiB, its WAL by pages; a checkpoint needs room for both).
+pub(super) const FULL_BELOW: u64 = 1 << 20;
 
 /// Opens the database at `path` (creating it, and its directory, when missing), checked and
 /// migrated.
@@ -33,6 +44,11 @@ pub(super) fn open_or_create(
     path: &Path,
     busy_timeout: Duration,
 ) -> Result<Connection, StoreError> {
+    open_for_writing(path, busy_timeout).map_err(|error| explain(error, path))
+}
+
+fn open_for_writing(path: &Path, busy_timeout: Duration) -> Result<Connection, StoreError> {
+    check_writable_dir(path)?;
     match std::fs::symlink_metadata(path) {
         // A creation that crashed left its temp file next to the database: remove it now.
         Ok(_) => remove_stale_temps(path.parent().unwrap_or(Path::new("."))),
@@ -46,11 +62,111 @@ pub(super) fn open_or_create(
         }
         Err(source) => return Err(inspect_error(path, source)),
     }
-    open_existing(path, busy_timeout)
+    let conn = open_checked(path, busy_timeout)?;
+    // SQLite opens a file it cannot write read-only, silently (a read-only mount, a file of
+    // another user): a writer's first write would fail, after a fence was claimed or not.
+    if conn.is_readonly(rusqlite::MAIN_DB).unwrap_or(false) {
+        return Err(StoreError::NotWritable {
+            path: path.parent().unwrap_or(path).to_owned(),
+            source: io::Error::new(
+                io::ErrorKind::ReadOnlyFilesystem,
+                format!("SQLite can open {} only for reading", path.display()),
+            ),
+        });
+    }
+    Ok(conn)
 }
 
-/// Opens the existing database at `path`, checked and migrated.
+/// A writer's data directory, when it exists, must be writable by this process.
+fn check_writable_dir(path: &Path) -> Result<(), StoreError> {
+    let dir = path
+        .parent()
+        .filter(|d| !d.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    match rustix::fs::accessat(
+        rustix::fs::CWD,
+        dir,
+        rustix::fs::Access::WRITE_OK,
+        rustix::fs::AtFlags::EACCESS,
+    ) {
+        Err(errno)
+            if [
+                rustix::io::Errno::ROFS,
+                rustix::io::Errno::ACCESS,
+                rustix::io::Errno::PERM,
+            ]
+            .contains(&errno) =>
+        {
+            Err(StoreError::NotWritable {
+                path: dir.to_owned(),
+                source: errno.into(),
+            })
+        }
+        // Missing (created next) or anything else: the open says what it is.
+        _ => Ok(()),
+    }
+}
+
+/// Opens the existing database at `path`, checked and migrated. On a read-only filesystem
+/// (where SQLite cannot make the WAL's shared-memory file) it is opened `immutable` for
+/// reading: nothing can write it there.
 pub(super) fn open_existing(path: &Path, busy_timeout: Duration) -> Result<Connection, StoreError> {
+    match open_checked(path, busy_timeout) {
+        Err(error) if on_read_only_mount(path) => open_immutable(path).map_err(|immutable| {
+            tracing::debug!(error = %chain(&error), "the read-write open failed");
+            explain(immutable, path)
+        }),
+        result => result.map_err(|error| explain(error, path)),
+    }
+}
+
+/// True when the filesystem holding `path` is mounted read-only.
+fn on_read_only_mount(path: &Path) -> bool {
+    rustix::fs::statvfs(path)
+        .is_ok_and(|stat| stat.f_flag.contains(rustix::fs::StatVfsMountFlags::RDONLY))
+}
+
+/// `path` opened read-only and `immutable` (no locks, no WAL index): checked, never migrated.
+fn open_immutable(path: &Path) -> Result<Connection, StoreError> {
+    let mut uri = String::from("file:");
+    for c in path.to_string_lossy().chars() {
+        match c {
+            '%' | '?' | '#' => uri.push_str(&format!("%{:02X}", c as u32)),
+            c => uri.push(c),
+        }
+    }
+    uri.push_str("?immutable=1");
+    let flags = OpenFlags::SQLITE_OPEN_READ_ONLY
+        | OpenFlags::SQLITE_OPEN_URI
+        | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+    let conn =
+        Connection::open_with_flags(&uri, flags).map_err(|source| open_error(path, source))?;
+    let version = schema::check_identity(&conn, path)?;
+    quick_check(&conn, path)?;
+    if version > schema::SCHEMA_VERSION {
+        return Err(StoreError::SchemaTooNew {
+            path: path.to_owned(),
+            found: version,
+            supported: schema::SCHEMA_VERSION,
+        });
+    }
+    if version < schema::SCHEMA_VERSION {
+        return Err(StoreError::NotWritable {
+            path: path.parent().unwrap_or(path).to_owned(),
+            source: io::Error::new(
+                io::ErrorKind::ReadOnlyFilesystem,
+                format!(
+                    "the store (schema version {version}) needs migrating to {}, which a \
+                     read-only filesystem does not allow",
+                    schema::SCHEMA_VERSION
+                ),
+            ),
+        });
+    }
+    Ok(conn)
+}
+
+fn open_checked(path: &Path, busy_timeout: Duration) -> Result<Connection, StoreError> {
     let not_a_store = |reason: &str| StoreError::NotAStore {
         path: path.to_owned(),
         reason: reason.to_owned(),
@@ -277,6 +393,71 @@ fn dir_not_writable(path: &Path) -> bool {
         }
         Err(error) => is_read_only(&error),
     }
+}
+
+/// `error` of an operation on the database at `db`, named for what it is: [`StoreError::NoSpace`]
+/// when it may come from a full disk (SQLite's "full", an I/O error, `ENOSPC`/`EDQUOT`) and
+/// the data directory's filesystem is full; [`StoreError::NotWritable`] when SQLite found the
+/// database read-only. Anything else is returned unchanged.
+pub(crate) fn explain(error: StoreError, db: &Path) -> StoreError {
+    if matches!(
+        error,
+        StoreError::NoSpace { .. } | StoreError::NotWritable { .. }
+    ) {
+        return error;
+    }
+    let dir = match db.parent().filter(|d| !d.as_os_str().is_empty()) {
+        Some(dir) => dir,
+        None => Path::new("."),
+    };
+    let (mut space, mut read_only, mut cannot_open) = (false, false, false);
+    let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(&error);
+    while let Some(current) = cause {
+        if let Some(rusqlite::Error::SqliteFailure(failure, _)) = current.downcast_ref() {
+            match failure.code {
+                rusqlite::ErrorCode::DiskFull | rusqlite::ErrorCode::SystemIoFailure => {
+                    space = true;
+                }
+                rusqlite::ErrorCode::CannotOpen => (space, cannot_open) = (true, true),
+                rusqlite::ErrorCode::ReadOnly => read_only = true,
+                _ => {}
+            }
+        }
+        if let Some(errno) = current
+            .downcast_ref::<io::Error>()
+            .and_then(io::Error::raw_os_error)
+            && [rustix::io::Errno::NOSPC, rustix::io::Errno::DQUOT]
+                .contains(&rustix::io::Errno::from_raw_os_error(errno))
+        {
+            space = true;
+        }
+        cause = current.source();
+    }
+    if space && let Some(detail) = full(dir) {
+        return StoreError::NoSpace {
+            path: dir.to_owned(),
+            detail,
+        };
+    }
+    if read_only || (cannot_open && dir_not_writable(db)) {
+        return StoreError::NotWritable {
+            path: dir.to_owned(),
+            source: io::Error::new(io::ErrorKind::ReadOnlyFilesystem, chain(&error)),
+        };
+    }
+    error
+}
+
+/// What is left on the filesystem of `dir` (or of its nearest existing ancestor) when that is
+/// full; `None` when it is not, or cannot be told.
+fn full(dir: &Path) -> Option<String> {
+    let existing = dir.ancestors().find(|d| d.exists())?;
+    let stat = rustix::fs::statvfs(existing).ok()?;
+    if stat.f_files > 0 && stat.f_favail == 0 {
+        return Some("no free inodes".to_owned());
+    }
+    let available = stat.f_bavail.saturating_mul(stat.f_frsize);
+    (available < FULL_BELOW).then(|| format!("{available} bytes available"))
 }
 
 /// Removes temp files of creations that died (older than [`TEMP_STALE`]).

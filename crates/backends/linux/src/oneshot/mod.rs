@@ -522,6 +522,16 @@ impl OneShotSandbox {
         )
     }
 
+    /// Whether the sandbox's memory limit killed a process in it (its memory cgroup counted
+    /// an OOM kill; a new cgroup counts from 0), and that limit. Read it before
+    /// [`destroy`](Self::destroy).
+    pub fn out_of_memory(&self) -> Option<omabox_sandbox::OutOfMemory> {
+        let cgroup = &self.sandbox.identity().cgroup;
+        (cgroup.oom_kills()? > 0).then(|| omabox_sandbox::OutOfMemory {
+            limit_bytes: cgroup.memory_limit(),
+        })
+    }
+
     /// Asks PID 1 to send SIGTERM (`kill == false`) or SIGKILL to the command's process
     /// group; before the command started, a request means it never starts.
     pub fn kill(&self, kill: bool) -> io::Result<()> {

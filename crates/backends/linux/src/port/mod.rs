@@ -64,7 +64,7 @@ use omabox_contract::PortError;
 use omabox_contract::networking::NetworkPolicy;
 use omabox_egress::{Resolver, SystemResolver};
 use omabox_sandbox::{
-    ProcessHandle, SandboxCheckpointHandle, SandboxCheckpointKind, SandboxDestroyPort,
+    OutOfMemory, ProcessHandle, SandboxCheckpointHandle, SandboxCheckpointKind, SandboxDestroyPort,
     SandboxDuplexProcess, SandboxDuplexProcessPort, SandboxDuplexProcessSpec, SandboxEnvVarsPort,
     SandboxFileBytesPort, SandboxPort, SandboxProcessPort, SandboxRuntimeCapabilities,
     SandboxRuntimeHandle, SandboxRuntimePort, SandboxRuntimeStatus, SandboxSessionOutputMountPort,
@@ -485,13 +485,22 @@ impl LinuxSandboxPort {
         };
         let killer = process.killer();
         let target = command.clone();
+        // OOM kills the memory cgroup counts while the process runs are its when it ends
+        // by SIGKILL: the harness's "exited (SIGKILL)" then says it was the memory limit.
+        let cgroup = self.identity.cgroup.clone();
+        let oom_before = cgroup.oom_kills();
         // Lazy: the process is awaited only when someone polls `exited` (or a kill waits
         // for it). Dropping every part of an unfinished process kills it in the sandbox.
         let exited: ExitFuture = async move {
             process
                 .wait()
                 .await
-                .map(|exit| sandbox_exit(&exit))
+                .map(|exit| {
+                    let oom = (cgroup.oom_kills() > oom_before).then(|| OutOfMemory {
+                        limit_bytes: cgroup.memory_limit(),
+                    });
+                    sandbox_exit(&exit, oom)
+                })
                 .map_err(|source| {
                     PortError::from(LinuxPortError::Agent {
                         op: "wait for",

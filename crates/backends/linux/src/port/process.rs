@@ -10,8 +10,8 @@ use omabox_agent::client::{BackgroundProcess, ClientError, ProcessKiller};
 use omabox_agent::message::{BackgroundStatus, ProcessExit};
 use omabox_contract::PortError;
 use omabox_sandbox::{
-    DuplexKillSignal, ProcessLogs, ProcessSignal, ProcessStatus, SandboxDuplexProcessControl,
-    SandboxProcessControl, SandboxProcessExit,
+    DuplexKillSignal, OutOfMemory, ProcessLogs, ProcessSignal, ProcessStatus,
+    SandboxDuplexProcessControl, SandboxProcessControl, SandboxProcessExit,
 };
 
 use super::LinuxPortError;
@@ -20,10 +20,18 @@ use super::LinuxPortError;
 /// it).
 const KILL_WAIT: Duration = Duration::from_secs(2);
 
-pub(super) fn sandbox_exit(exit: &ProcessExit) -> SandboxProcessExit {
+/// The port's exit of a process the agent reported as `exit`; `out_of_memory` when the
+/// sandbox's memory cgroup counted an OOM kill while it ran, taken only for a SIGKILL (what
+/// the OOM killer sends).
+pub(super) fn sandbox_exit(
+    exit: &ProcessExit,
+    out_of_memory: Option<OutOfMemory>,
+) -> SandboxProcessExit {
+    let killed = exit.signal.as_deref() == Some("SIGKILL") || exit.code == Some(137);
     SandboxProcessExit {
         code: exit.code,
         signal: exit.signal.clone(),
+        out_of_memory: out_of_memory.filter(|_| killed),
     }
 }
 

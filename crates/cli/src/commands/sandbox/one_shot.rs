@@ -37,6 +37,17 @@ const KILL_WAIT: Duration = Duration::from_secs(2);
 /// How long the sandbox may take to become ready.
 const READY_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// `omabox: CMD: killed: out of memory (limit N MiB)` when the command itself was killed
+/// (exit 137), else that one of its processes was.
+fn report_out_of_memory(args: &RunArgs, code: u8, oom: omabox_sandbox::OutOfMemory) {
+    let program = crate::terminal_safe::one_line(args.command.first().map_or("", String::as_str));
+    if code == 128 + libc::SIGKILL as u8 {
+        eprintln!("omabox: {program}: {oom}");
+    } else {
+        eprintln!("omabox: a process in the sandbox was {oom}");
+    }
+}
+
 /// Runs `omabox sandbox run` for the linux backend.
 pub(super) fn run(args: &RunArgs, data_dir: Option<&std::path::Path>) -> ExitCode {
     // Caught from here on (as a signalfd): a Ctrl-C can no longer kill omabox before
@@ -80,6 +91,14 @@ pub(super) fn run(args: &RunArgs, data_dir: Option<&std::path::Path>) -> ExitCod
     let outcome = match fork.and_then(|fork| runtime.start_forked(fork, &plan, &command)) {
         Ok(mut sandbox) => {
             let (outcome, empty) = Relay::new(&mut sandbox, args).run(&mut sandbox, &signals);
+            // A failure the memory limit caused is named (read before the cgroup goes;
+            // a successful run pays nothing for it).
+            if let Ok(code) = outcome
+                && code != 0
+                && let Some(oom) = sandbox.out_of_memory()
+            {
+                report_out_of_memory(args, code, oom);
+            }
             if empty && let Some(w) = workspace.take() {
                 // No process of the sandbox is left to write to the workspace: it goes
                 // while the sandbox's PID 1 finishes exiting, not after.
