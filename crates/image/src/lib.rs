@@ -3,9 +3,11 @@
 //! the read-only lower layer of its overlay root. Depends on nothing of omabox's.
 //!
 //! An image value is either an existing local path (the table below) or a registry
-//! reference ([`ImageSource::parse`]); a registry image is pulled (`registry.rs`: the
-//! `oci-client` crate, every blob verified while it streams into a temporary OCI layout
-//! in the cache) and then unpacked exactly like a local OCI image layout. Registry
+//! reference ([`ImageSource::parse`]); a registry image is pulled (`registry.rs` over
+//! `distribution.rs`, omabox's own distribution client: realms and redirects under
+//! `net_policy.rs`, every body capped while it streams, a deadline and a stall rule;
+//! every blob verified while it streams into a temporary OCI layout in the cache) and
+//! then unpacked exactly like a local OCI image layout. Registry
 //! credentials come from a [`CredentialSource`] (docker's `config.json`, or any the caller chains)
 //! and are never logged, cached or put into an error.
 //!
@@ -83,6 +85,9 @@ use serde::{Deserialize, Serialize};
 mod cred_helper;
 mod credentials;
 mod digest;
+mod distribution;
+mod escape;
+mod net_policy;
 mod oci;
 mod reference;
 mod refs;
@@ -92,10 +97,12 @@ mod unpack;
 pub use credentials::{
     CredentialChain, CredentialSource, DockerConfig, RegistryCredential, StaticCredentials,
 };
+pub use net_policy::{ALLOWED_HOSTS_ENV, AllowedHost, BUILT_IN as BUILT_IN_ALLOWED_HOSTS};
 pub use reference::{ImageSource, RegistryReference};
 pub use refs::{ImageRef, Removal};
 pub use registry::{
-    INSECURE_REGISTRIES_ENV, NoProgress, PullProgress, PulledImage, RegistryConfig,
+    INSECURE_REGISTRIES_ENV, NoProgress, PULL_TIMEOUT_ENV, PullProgress, PullTimeouts, PulledImage,
+    RegistryConfig, STALL_TIMEOUT_ENV,
 };
 
 use digest::{is_sha256_hex, sha256_file, sha256_hex_of};
@@ -106,6 +113,8 @@ use unpack::{Compression, sniff, unpack_tarball};
 const MAX_JSON_BLOB: u64 = 4 << 20;
 /// How deep nested image indexes may go.
 const MAX_INDEX_DEPTH: usize = 4;
+/// Most layers an image may have (Docker's own limit is 127).
+const MAX_LAYERS: usize = 512;
 const OPAQUE_WHITEOUT: &[u8] = b".wh..wh..opq";
 const WHITEOUT_PREFIX: &[u8] = b".wh.";
 
@@ -213,7 +222,7 @@ pub struct CachedImage {
 #[non_exhaustive]
 pub enum ImageError {
     /// Reading the image failed.
-    #[error("cannot read image {}", path.display())]
+    #[error("cannot read image {}", escape::path(path))]
     Read {
         /// The file or directory.
         path: PathBuf,
@@ -230,8 +239,9 @@ pub enum ImageError {
     /// A format this build does not take.
     #[error("{0}")]
     Unsupported(String),
-    /// An archive entry that would escape the rootfs or write through a symlink.
-    #[error("unsafe image entry {entry:?}: {reason}")]
+    /// An archive entry that would escape the rootfs or write through a symlink (the
+    /// entry's name escaped, see `escape.rs`).
+    #[error("unsafe image entry \"{entry}\": {reason}")]
     UnsafeEntry {
         /// The entry's path as written in the archive.
         entry: String,
@@ -279,7 +289,7 @@ pub enum ImageError {
         available: String,
     },
     /// Writing the unpacked tree failed.
-    #[error("cannot unpack {}", path.display())]
+    #[error("cannot unpack {}", escape::path(path))]
     Write {
         /// The path written.
         path: PathBuf,
@@ -316,6 +326,16 @@ pub enum ImageError {
         /// The sandbox reading it.
         sandbox: String,
     },
+    /// A setting (an env value) that cannot be used.
+    #[error("{key}={value:?} is invalid: {reason}")]
+    BadSetting {
+        /// The env key.
+        key: &'static str,
+        /// Its value.
+        value: String,
+        /// What is wrong with it.
+        reason: String,
+    },
     /// The cache directory cannot be used.
     #[error("image cache {}: {reason}", path.display())]
     Cache {
@@ -351,8 +371,8 @@ impl ImageError {
 
     fn unsafe_entry(entry: &Path, reason: impl Into<String>) -> Self {
         Self::UnsafeEntry {
-            entry: entry.display().to_string(),
-            reason: reason.into(),
+            entry: escape::path(entry),
+            reason: escape::untrusted(&reason.into(), 4096),
         }
     }
 
@@ -366,6 +386,7 @@ impl ImageError {
                 | Self::Cache { .. }
                 | Self::Registry { .. }
                 | Self::NotCached(_)
+                | Self::BadSetting { .. }
         )
     }
 }

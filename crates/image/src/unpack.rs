@@ -243,7 +243,7 @@ impl Unpacker {
             } else {
                 return Err(ImageError::Unsupported(format!(
                     "image entry {} has unsupported tar type {kind:?}",
-                    raw.display()
+                    crate::escape::path(&raw)
                 )));
             }
             created.insert(rel);

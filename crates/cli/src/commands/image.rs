@@ -103,7 +103,7 @@ pub fn registry_config(
     get: impl Fn(&str) -> Option<String>,
     data_dir: Option<&std::path::Path>,
 ) -> anyhow::Result<RegistryConfig> {
-    let config = RegistryConfig::from_env(&get);
+    let config = RegistryConfig::from_env(&get)?;
     Ok(match data_dir {
         Some(dir) => config.with_credentials(std::sync::Arc::new(
             crate::registry_credentials::from_vault_blocking(dir)?,

@@ -19,6 +19,9 @@
 //! | `SANDBOX_IMAGE` | OpenMA's name, read when `OMABOX_LINUX_IMAGE` is unset | |
 //! | `OMABOX_LINUX_IMAGE_CACHE` | absolute path of the cache tarballs, OCI layouts and registry images are unpacked into | [`ImageCache::default_dir`]: `/var/lib/omabox/images` as root, else `$XDG_CACHE_HOME/omabox/images` |
 //! | `OMABOX_INSECURE_REGISTRIES` | `host[:port][,…]`: registries pulled from over plain HTTP (loopback ones always are) | none |
+//! | `OMABOX_REGISTRY_ALLOWED_HOSTS` | `REGISTRY=HOST[,…]` (`host`, `host:port`, `*.suffix`; `*` for any registry): hosts a registry may send a pull to besides itself, as token realm or blob redirect (see [`crate::image`]'s `net_policy`) | the built-in entries of Docker Hub, ghcr.io, quay.io, gcr.io, mcr.microsoft.com |
+//! | `OMABOX_PULL_TIMEOUT` | seconds a registry pull (requests and downloads) may take in all | 3600 |
+//! | `OMABOX_PULL_STALL_TIMEOUT` | seconds within which a registry response must start, and deliver at least 1 KiB or end | 60 |
 //! | `DOCKER_CONFIG`, `HOME` | where docker's `config.json` is (`$DOCKER_CONFIG/config.json`, else `$HOME/.docker/config.json`): registry credentials (`auths.<host>.auth`) | |
 //! | `OMABOX_LINUX_MEMORY` | memory limit: bytes, or with a `K`/`M`/`G`/`T` suffix (binary: `512M` = 512 MiB), or `unlimited` | 512M |
 //! | `OMABOX_LINUX_CPUS` | CPU quota in CPUs (`1`, `0.5`, `1.25`: at least 0.01), or `unlimited` | 2, or the host's CPU count if smaller |
@@ -61,8 +64,8 @@ use omabox_sandbox::{SandboxFactory, SandboxFactoryContext, SandboxFactoryEnv, S
 
 use crate::env_layer::{EnvLayerError, EnvLayers, LayerSpec};
 use crate::image::{
-    CredentialSource, DockerConfig, ImageCache, ImageError, ImageKind, NoProgress, RegistryConfig,
-    RegistryReference, ResolvedImage, StaticCredentials,
+    DockerConfig, ImageCache, ImageError, ImageKind, RegistryConfig, RegistryReference,
+    ResolvedImage, StaticCredentials,
 };
 use crate::plan::{
     BindMount, CA_BUNDLE, CA_ENV, CpuLimit, IMAGE_CA_BUNDLE, RootfsSource, SandboxPlan,
@@ -71,9 +74,12 @@ use crate::port::{DEFAULT_EXEC_TIMEOUT, LinuxPortError, LinuxSandboxPort};
 use crate::sandbox::{LinuxRuntime, RuntimeConfig, StartError};
 
 mod env;
+mod image;
 mod provider;
 
 pub use env::*;
+pub use image::{LeaseImage, PendingImage, RegistryPull};
+use image::{image_artifact, setting};
 pub use provider::LinuxSandboxProvider;
 
 /// Why the factory could not make a sandbox.
@@ -190,90 +196,6 @@ pub struct EnvLayerSetting {
     pub image_cache: PathBuf,
 }
 
-/// An image artifact named by the env, checked but not unpacked yet.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PendingImage {
-    /// The env value (for messages).
-    pub reference: String,
-    /// Its absolute path (empty for a registry image).
-    pub path: PathBuf,
-    /// A tarball, an OCI layout or a registry image.
-    pub kind: ImageKind,
-    /// The cache it is unpacked into.
-    pub cache_dir: PathBuf,
-    /// For a registry image: where to pull it from, and how.
-    pub registry: Option<RegistryPull>,
-}
-
-/// A registry image still to be resolved: the reference and how to reach its registry
-/// (plain data: the credentials stay in docker's file until the pull reads them).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RegistryPull {
-    /// The parsed reference.
-    pub reference: RegistryReference,
-    /// `OMABOX_INSECURE_REGISTRIES`.
-    pub insecure: Vec<String>,
-    /// Docker's `config.json`, if `DOCKER_CONFIG` or `HOME` says where.
-    pub docker_config: Option<PathBuf>,
-    /// Credentials the factory was given ([`LinuxSandboxFactory::with_registry_credentials`]),
-    /// asked before docker's file.
-    pub given: StaticCredentials,
-}
-
-impl RegistryPull {
-    fn config(&self) -> RegistryConfig {
-        RegistryConfig {
-            insecure: self.insecure.clone(),
-            credentials: self
-                .docker_config
-                .as_ref()
-                .map(|path| Arc::new(DockerConfig::at(path)) as Arc<dyn CredentialSource>),
-        }
-        .with_credentials(Arc::new(self.given.clone()))
-    }
-}
-
-/// What image a sandbox was made from, as its lease records it.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct LeaseImage {
-    /// The reference as configured (canonical for a registry image).
-    pub reference: String,
-    /// `sha256:<hex>` of the tarball or image manifest it resolved to (a tag's digest at
-    /// this acquire).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub digest: Option<String>,
-}
-
-impl PendingImage {
-    /// Unpacks the image into its cache unless it is there already (a registry image is
-    /// resolved at its registry first, unless pinned and cached). Blocking.
-    pub fn resolve(&self) -> Result<ResolvedImage, LinuxFactoryError> {
-        let cache = ImageCache::new(&self.cache_dir);
-        let resolved = match &self.registry {
-            Some(pull) => cache
-                .resolve_registry(&pull.reference, &pull.config(), &NoProgress)
-                .map(|pulled| pulled.image),
-            None => cache.resolve(&self.path),
-        };
-        resolved.map_err(|source| LinuxFactoryError::Image {
-            image: self.reference.clone(),
-            source,
-        })
-    }
-
-    /// The lease's record of this image once resolved.
-    pub fn lease_image(&self, resolved: &ResolvedImage) -> LeaseImage {
-        LeaseImage {
-            reference: match &self.registry {
-                Some(pull) => pull.reference.canonical(),
-                None => self.reference.clone(),
-            },
-            digest: resolved.digest.clone(),
-        }
-    }
-}
-
 impl LinuxSandboxSettings {
     /// Unpacks the pending image into its cache (once per content; later calls find it
     /// there) and makes it the plan's rootfs. Blocking. Does nothing without one.
@@ -383,6 +305,16 @@ impl LinuxSandboxFactory {
                             )
                             .map(|d| d.path().to_path_buf()),
                             given: self.registry_credentials.clone(),
+                            allowed_hosts: RegistryConfig::parse_allowed_hosts(nonempty(
+                                env,
+                                ALLOWED_HOSTS_ENV,
+                            ))
+                            .map_err(setting)?,
+                            timeouts: RegistryConfig::parse_timeouts(
+                                nonempty(env, PULL_TIMEOUT_ENV),
+                                nonempty(env, STALL_TIMEOUT_ENV),
+                            )
+                            .map_err(setting)?,
                         }),
                         _ => None,
                     };
@@ -733,36 +665,6 @@ fn invalid(key: &'static str, value: &str, reason: &str) -> LinuxFactoryError {
         value: value.to_owned(),
         reason: reason.to_owned(),
     }
-}
-
-/// What an image reference names: its kind and absolute, symlink-free path. Looks at
-/// the file's type and first bytes only; nothing is unpacked here.
-fn image_artifact(
-    key: &'static str,
-    image: &str,
-) -> Result<(ImageKind, PathBuf), LinuxFactoryError> {
-    let path = Path::new(image);
-    if !path.is_absolute() {
-        if image.starts_with('.') {
-            return Err(invalid(
-                key,
-                image,
-                "a local image must be an absolute path (of a rootfs directory, rootfs tarball or OCI image layout)",
-            ));
-        }
-        // Anything else is a registry reference; parsed (not pulled) here.
-        RegistryReference::parse(image).map_err(|e| invalid(key, image, &e.to_string()))?;
-        return Ok((ImageKind::Registry, PathBuf::new()));
-    }
-    let kind = ImageKind::detect(path).map_err(|e| match e {
-        ImageError::Read { source, .. } => {
-            invalid(key, image, &format!("cannot use it as an image: {source}"))
-        }
-        e => invalid(key, image, &e.to_string()),
-    })?;
-    let abs = std::fs::canonicalize(path)
-        .map_err(|e| invalid(key, image, &format!("cannot resolve it: {e}")))?;
-    Ok((kind, abs))
 }
 
 /// Creates a context directory if missing and returns its absolute, symlink-free path.
