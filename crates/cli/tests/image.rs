@@ -589,3 +589,168 @@ fn a_docker_credential_helper_is_asked_for_the_registry() {
         text(&out.stderr)
     );
 }
+
+/// The entries of the cache's `tmp/` whose name starts with `prefix`.
+fn temps(env: &Env, prefix: &str) -> Vec<PathBuf> {
+    std::fs::read_dir(env.cache().join("tmp"))
+        .map(|d| {
+            d.flatten()
+                .filter(|e| e.file_name().to_string_lossy().starts_with(prefix))
+                .map(|e| e.path())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn reap(env: &Env) -> serde_json::Value {
+    json(&env.run(&["reap", "--json"]))
+}
+
+/// A registry (scripted, on loopback) whose last layer sends its first 4 KiB and then
+/// nothing, the connection held open: a pull of it waits mid-download.
+fn stalling_registry() -> (
+    omabox_test_support::hostile_http::HostileServer,
+    omabox_test_support::hostile_http::FakeImage,
+) {
+    use omabox_test_support::hostile_http::{Body, HostileServer, Reply, image, serve_image};
+    let big: Vec<u8> = (0..(1 << 20)).map(|i: u32| (i % 251) as u8).collect();
+    let image = image(&[
+        tar_layer(&[("marker", 0o644, b"killed\n")]),
+        tar_layer(&[("big", 0o644, &big)]),
+    ]);
+    let served = image.clone();
+    let last = image.layers()[1].clone();
+    let server = HostileServer::start(move |request| {
+        if request.path().ends_with(&last) {
+            let blob = served.blob(&last).unwrap_or_default();
+            return Reply::ok("application/octet-stream", "")
+                .body(Body::Stall(blob[..4096].to_vec()))
+                .content_length(blob.len() as u64);
+        }
+        serve_image(&served, request)
+    });
+    (server, image)
+}
+
+/// `kill -9` of `omabox image pull` mid-download leaves its temporary layout; `omabox
+/// reap` keeps it while the pull lives and removes it once the pull is dead.
+#[test]
+fn reap_removes_what_a_killed_pull_left_in_the_image_cache_and_nothing_of_a_live_one() {
+    let (server, _image) = stalling_registry();
+    let env = Env::new();
+    let name = format!("{}/killed/pull:1", server.host());
+    let mut pull = env
+        .omabox(&["image", "pull", &name])
+        .env("OMABOX_PULL_STALL_TIMEOUT", "600")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    // Wait until the last layer is being written (a liveness bound, not a speed check).
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    let partial = loop {
+        let parts: Vec<PathBuf> = temps(&env, "pull-")
+            .iter()
+            .flat_map(|layout| {
+                std::fs::read_dir(layout.join("blobs/sha256"))
+                    .into_iter()
+                    .flatten()
+                    .flatten()
+                    .map(|e| e.path())
+            })
+            .filter(|p| p.extension().is_some_and(|e| e == "part"))
+            .collect();
+        if let Some(part) = parts.into_iter().next() {
+            break part;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the pull never reached its last layer"
+        );
+        assert!(pull.try_wait().unwrap().is_none(), "the pull ended early");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    let layout = temps(&env, "pull-");
+    assert_eq!(layout.len(), 1, "{layout:?}");
+
+    // Alive: reap leaves it alone.
+    let report = reap(&env);
+    assert_eq!(
+        report["leftovers"]["imageTempsRemoved"],
+        serde_json::json!([])
+    );
+    assert!(partial.is_file(), "reap removed a live pull's download");
+
+    // SAFETY: kill on the pid of our own child.
+    unsafe { libc::kill(pull.id() as i32, libc::SIGKILL) };
+    pull.wait().unwrap();
+    assert!(partial.is_file(), "kill -9 runs no cleanup");
+    let report = reap(&env);
+    assert_eq!(
+        report["leftovers"]["imageTempsRemoved"],
+        serde_json::json!([layout[0].display().to_string()])
+    );
+    assert!(temps(&env, "").is_empty(), "{:?}", temps(&env, ""));
+}
+
+/// `kill -9` in the middle of the unpack (after its first layer) leaves the pull's layout
+/// and the half-unpacked tree; `omabox reap` removes both, and the next pull publishes the
+/// whole image.
+#[test]
+fn reap_removes_what_a_pull_killed_during_its_unpack_left() {
+    use omabox_test_support::hostile_http::{HostileServer, image, serve_image};
+    let image = image(&[
+        tar_layer(&[("first", 0o644, b"1\n")]),
+        tar_layer(&[("second", 0o644, b"2\n")]),
+    ]);
+    let served = image.clone();
+    let server = HostileServer::start(move |request| serve_image(&served, request));
+    let env = Env::new();
+    let name = format!("{}/killed/unpack:1", server.host());
+    let out = env
+        .omabox(&["image", "pull", &name])
+        .env("OMABOX_TEST_MODE", "1")
+        .env("OMABOX_FAULT_POINT", "image-unpack-layer")
+        .output()
+        .unwrap();
+    assert_eq!(
+        std::os::unix::process::ExitStatusExt::signal(&out.status),
+        Some(libc::SIGKILL),
+        "{}",
+        text(&out.stderr)
+    );
+    let hex = image.digest.trim_start_matches("sha256:");
+    let unpack = temps(&env, hex);
+    let layout = temps(&env, "pull-");
+    assert_eq!(
+        (unpack.len(), layout.len()),
+        (1, 1),
+        "{:?}",
+        temps(&env, "")
+    );
+    assert!(unpack[0].join("rootfs/first").is_file());
+
+    let report = reap(&env);
+    let mut removed: Vec<String> = report["leftovers"]["imageTempsRemoved"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_str().unwrap().to_owned())
+        .collect();
+    removed.sort();
+    let mut expected: Vec<String> = unpack
+        .iter()
+        .chain(&layout)
+        .map(|p| p.display().to_string())
+        .collect();
+    expected.sort();
+    assert_eq!(removed, expected);
+    assert!(temps(&env, "").is_empty());
+
+    let pulled = json(&env.run(&["image", "pull", &name, "--json"]));
+    let rootfs = PathBuf::from(pulled["rootfs"].as_str().unwrap());
+    assert_eq!(
+        std::fs::read_to_string(rootfs.join("second")).unwrap(),
+        "2\n"
+    );
+}

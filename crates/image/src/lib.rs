@@ -28,14 +28,18 @@
 //!   sha256/<hex>/rootfs/         an unpacked image (published by one rename, never changed after)
 //!   sha256/<hex>/image.json      what it was unpacked from (kind, reference, digest)
 //!   refs.json                    registry name -> manifest digest (`refs.rs`)
-//!   locks/<hex>.lock             flock(2) serializing unpackers of one digest
+//!   locks/<hex>.lock             flock(2) serializing unpackers and removers of one digest
+//!   locks/pull-<hex>.lock        flock(2), shared by the pulls downloading that manifest
 //!   locks/refs.lock              flock(2) serializing writers of refs.json
 //!   tmp/<hex>.<pid>.<n>/         an unpack in progress; removed on failure, and by the
 //!                                next unpacker of the same digest after a crash
 //!   tmp/pull-<hex>.<pid>.<n>/    a pull's OCI layout being downloaded (removed when the
-//!                                pull ends, whatever the outcome; `prune` removes those
-//!                                of dead processes)
+//!                                pull ends, whatever the outcome)
 //! ```
+//!
+//! A temporary entry a killed process left is removed by [`ImageCache::sweep_temps`]
+//! (`omabox image prune`, `omabox reap`) once nobody holds the lock that covers it
+//! (`locks.rs`), never while its maker lives.
 //!
 //! A registry image's entry is keyed by its image manifest's digest, like an OCI
 //! layout's. Two processes pulling the same image download it twice into their own
@@ -72,13 +76,10 @@
 //!
 //! Disk use is not bounded: a decompression bomb fills the cache's filesystem.
 
-use std::fs::{self, File, OpenOptions};
+use std::fs::{self, File};
 use std::io::{self, BufReader, Read};
-use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt};
-use std::os::unix::io::AsRawFd;
+use std::os::unix::fs::{DirBuilderExt, MetadataExt};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
 
 use serde::{Deserialize, Serialize};
 
@@ -87,6 +88,8 @@ mod credentials;
 mod digest;
 mod distribution;
 mod escape;
+mod fault;
+mod locks;
 mod net_policy;
 mod oci;
 mod reference;
@@ -106,6 +109,7 @@ pub use registry::{
 };
 
 use digest::{is_sha256_hex, sha256_file, sha256_hex_of};
+use locks::TempEntry;
 use oci::OciLayout;
 use unpack::{Compression, sniff, unpack_tarball};
 
@@ -586,31 +590,6 @@ impl ImageCache {
         self.dir.join("sha256").join(hex)
     }
 
-    /// Removes temporary entries (`<name>.<pid>.<n>`) whose process is gone.
-    fn remove_dead_temps(&self) {
-        let Ok(entries) = fs::read_dir(self.dir.join("tmp")) else {
-            return;
-        };
-        for entry in entries.flatten() {
-            let name = entry.file_name();
-            let Some(pid) = name
-                .to_str()
-                .and_then(|n| n.rsplit('.').nth(1))
-                .and_then(|p| p.parse::<i32>().ok())
-            else {
-                continue;
-            };
-            // SAFETY: kill with signal 0 only checks whether the process exists.
-            let alive = pid > 0
-                && (unsafe { libc::kill(pid, 0) } == 0
-                    || io::Error::last_os_error().raw_os_error() == Some(libc::EPERM));
-            if !alive {
-                let path = entry.path();
-                let _ = fs::remove_dir_all(&path).or_else(|_| fs::remove_file(&path));
-            }
-        }
-    }
-
     /// Creates the cache directories and checks that nobody else can write into them
     /// (another user could otherwise plant an "unpacked image").
     fn prepare(&self) -> Result<(), ImageError> {
@@ -652,43 +631,6 @@ impl ImageCache {
         }
         Ok(())
     }
-
-    fn lock(&self, hex: &str) -> Result<File, ImageError> {
-        self.prepare()?;
-        let path = self.dir.join("locks").join(format!("{hex}.lock"));
-        let file = OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .mode(0o600)
-            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-            .open(&path)
-            .map_err(|e| ImageError::write(&path, e))?;
-        loop {
-            // SAFETY: flock on an fd we own; no memory is involved.
-            if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX) } == 0 {
-                return Ok(file);
-            }
-            let e = io::Error::last_os_error();
-            if e.kind() != io::ErrorKind::Interrupted {
-                return Err(ImageError::write(&path, e));
-            }
-        }
-    }
-
-    /// Removes unpacks of `hex` left by a process that died mid-way (we hold the lock,
-    /// so none of them is in progress).
-    fn remove_stale_temps(&self, hex: &str) {
-        let Ok(entries) = fs::read_dir(self.dir.join("tmp")) else {
-            return;
-        };
-        let prefix = format!("{hex}.");
-        for entry in entries.flatten() {
-            if entry.file_name().as_bytes().starts_with(prefix.as_bytes()) {
-                let _ = fs::remove_dir_all(entry.path());
-            }
-        }
-    }
 }
 
 fn source_of(reference: &Path) -> String {
@@ -718,40 +660,6 @@ fn tree_size(root: &Path) -> u64 {
     total
 }
 
-/// A temporary cache entry, removed on drop unless defused.
-struct TempEntry {
-    path: PathBuf,
-    armed: bool,
-}
-
-impl TempEntry {
-    fn create(tmp_root: &Path, hex: &str) -> Result<Self, ImageError> {
-        static N: AtomicU64 = AtomicU64::new(0);
-        let path = tmp_root.join(format!(
-            "{hex}.{}.{}",
-            std::process::id(),
-            N.fetch_add(1, Ordering::Relaxed)
-        ));
-        fs::DirBuilder::new()
-            .mode(0o700)
-            .create(&path)
-            .map_err(|e| ImageError::write(&path, e))?;
-        Ok(Self { path, armed: true })
-    }
-
-    fn defuse(mut self) {
-        self.armed = false;
-    }
-}
-
-impl Drop for TempEntry {
-    fn drop(&mut self) {
-        if self.armed {
-            // remove_dir_all does not follow symlinks inside the tree.
-            let _ = fs::remove_dir_all(&self.path);
-        }
-    }
-}
 #[cfg(test)]
 mod tests {
     use super::*;

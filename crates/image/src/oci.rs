@@ -195,6 +195,7 @@ impl OciLayout {
             let (actual, len) = hashing.finish().map_err(|e| ImageError::io(&path, e))?;
             check_blob(layer, &actual, len)?;
             applied?;
+            crate::fault::point("image-unpack-layer");
         }
         unpacker.finish()
     }

@@ -185,7 +185,7 @@ impl ImageCache {
                 removed.push(image);
             }
         }
-        self.remove_dead_temps();
+        self.sweep_temps()?;
         Ok(removed)
     }
 

@@ -236,10 +236,16 @@ pub struct PulledImage {
     pub downloaded_bytes: u64,
 }
 
+/// A pull's temporary layout and the lock that marks it in use (dropped in this order).
+struct PullLayout {
+    layout: TempEntry,
+    _lock: std::fs::File,
+}
+
 enum Fetched {
     Cached,
     Downloaded {
-        layout: TempEntry,
+        layout: PullLayout,
         manifest: Box<Descriptor>,
         bytes: u64,
     },
@@ -327,7 +333,7 @@ impl ImageCache {
                 bytes,
             } => {
                 progress.unpacking(&digest);
-                let oci = OciLayout::open(&layout.path)?;
+                let oci = OciLayout::open(&layout.layout.path)?;
                 let image =
                     self.fill(&manifest_hex, ImageKind::Registry, &canonical, |rootfs| {
                         oci.unpack(&manifest, rootfs)
@@ -452,7 +458,9 @@ impl ImageCache {
             .map_err(|e| fail(format!("invalid image manifest: {e}")))?;
         check_manifest(&manifest).map_err(fail)?;
 
-        // A temporary OCI image layout holding exactly this manifest and its blobs.
+        // A temporary OCI image layout holding exactly this manifest and its blobs, under
+        // a shared lock so `sweep_temps` knows it is in use (`locks.rs`).
+        let lock = self.lock_shared(&format!("pull-{manifest_hex}"))?;
         let layout = TempEntry::create(&self.dir().join("tmp"), &format!("pull-{manifest_hex}"))?;
         let blobs = layout.path.join("blobs/sha256");
         fs::create_dir_all(&blobs).map_err(|e| ImageError::write(&blobs, e))?;
@@ -486,7 +494,10 @@ impl ImageCache {
             manifest_hex,
             index_digest,
             Fetched::Downloaded {
-                layout,
+                layout: PullLayout {
+                    layout,
+                    _lock: lock,
+                },
                 manifest: Box::new(manifest_desc),
                 bytes,
             },
