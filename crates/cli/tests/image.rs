@@ -754,3 +754,100 @@ fn reap_removes_what_a_pull_killed_during_its_unpack_left() {
         "2\n"
     );
 }
+
+/// Sandboxes starting on a tarball image while `omabox image rm` deletes it in a loop:
+/// no sandbox ever runs on a partial tree (each counts the image's 300 files), no start
+/// fails, and every `rm` either deletes the image (no sandbox starting on or reading it;
+/// the next start unpacks it again) or says why it did not.
+#[test]
+fn image_rm_racing_sandbox_starts_never_leaves_a_sandbox_a_partial_tree() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    if !common::linux_available() {
+        return;
+    }
+    let busybox_missing = (!std::fs::read(BUSYBOX).is_ok_and(|elf| is_static(&elf)))
+        .then(|| format!("{BUSYBOX} is not a static busybox (apt-get install busybox-static)"));
+    if !require_capability(busybox_missing) {
+        return;
+    }
+    let env = Env::new();
+    let busybox = std::fs::read(BUSYBOX).unwrap();
+    let names: Vec<String> = (0..300).map(|i| format!("files/f{i:03}")).collect();
+    let mut entries: Vec<(&str, u32, &[u8])> = vec![("bin/busybox", 0o755, &busybox)];
+    entries.extend(
+        names
+            .iter()
+            .map(|n| (n.as_str(), 0o644, &b"0123456789"[..])),
+    );
+    let tarball = env.dir.path().join("many.tar");
+    std::fs::write(&tarball, tar_layer(&entries)).unwrap();
+    let tarball = tarball.display().to_string();
+    let digest = omabox_backend_linux::ImageCache::new(env.cache())
+        .resolve(Path::new(&tarball))
+        .unwrap()
+        .digest
+        .unwrap();
+
+    let stop = AtomicBool::new(false);
+    let (runs, mut removals) = std::thread::scope(|scope| {
+        let remover = scope.spawn(|| {
+            let mut removals = Vec::new();
+            while !stop.load(Ordering::SeqCst) {
+                let out = env.run(&["image", "rm", &digest]);
+                removals.push((out.status.code(), text(&out.stdout), text(&out.stderr)));
+            }
+            removals
+        });
+        let starters: Vec<_> = (0..3)
+            .map(|_| {
+                scope.spawn(|| {
+                    (0..8)
+                        .map(|_| {
+                            env.run(&[
+                                "sandbox",
+                                "run",
+                                "--image",
+                                &tarball,
+                                "--",
+                                "/bin/busybox",
+                                "sh",
+                                "-c",
+                                "/bin/busybox ls /files | /bin/busybox wc -l",
+                            ])
+                        })
+                        .collect::<Vec<_>>()
+                })
+            })
+            .collect();
+        let runs: Vec<Output> = starters
+            .into_iter()
+            .flat_map(|s| s.join().unwrap())
+            .collect();
+        stop.store(true, Ordering::SeqCst);
+        (runs, remover.join().unwrap())
+    });
+    for out in &runs {
+        assert_eq!(
+            (out.status.code(), text(&out.stdout).trim()),
+            (Some(0), "300"),
+            "a sandbox ran on a partial tree or failed: {}",
+            text(&out.stderr)
+        );
+    }
+    // Once nothing starts any more, the image goes (if a racing rm has not taken it).
+    let out = env.run(&["image", "rm", &digest]);
+    removals.push((out.status.code(), text(&out.stdout), text(&out.stderr)));
+    for (code, stdout, stderr) in &removals {
+        let understood = (*code == Some(0) && stdout.contains(&format!("deleted {digest}")))
+            || (*code == Some(1)
+                && (stderr.contains("is in use by sandbox")
+                    || stderr.contains("is in use by a sandbox that is starting")
+                    || stderr.contains("not in the image cache")));
+        assert!(understood, "rm: {code:?} {stdout} {stderr}");
+    }
+    assert!(
+        removals.iter().any(|(code, _, _)| *code == Some(0)),
+        "no rm went through: {removals:?}"
+    );
+    env.assert_no_sandbox_left();
+}

@@ -49,7 +49,10 @@
 //! An entry is keyed by content (the tarball's bytes, the OCI manifest's digest), so a
 //! changed tarball is a new entry and an unchanged one is never unpacked twice. Nothing
 //! is evicted automatically; [`ImageCache::list`] shows the entries and
-//! [`ImageCache::remove`] deletes one (the caller makes sure no sandbox uses it).
+//! [`ImageCache::remove`] deletes one, atomically against sandboxes starting on it: a
+//! resolved image is held ([`ImageHold`]) until its sandbox recorded its roots, and a
+//! removal asks the cache's user source who reads it only once it holds the image
+//! (`removal.rs`).
 //!
 //! # Unpacking untrusted archives
 //!
@@ -95,6 +98,7 @@ mod oci;
 mod reference;
 mod refs;
 mod registry;
+mod removal;
 mod unpack;
 
 pub use credentials::{
@@ -107,8 +111,9 @@ pub use registry::{
     INSECURE_REGISTRIES_ENV, NoProgress, PULL_TIMEOUT_ENV, PullProgress, PullTimeouts, PulledImage,
     RegistryConfig, STALL_TIMEOUT_ENV,
 };
+pub use removal::{ImageHold, UserList};
 
-use digest::{is_sha256_hex, sha256_file, sha256_hex_of};
+use digest::{sha256_file, sha256_hex_of};
 use locks::TempEntry;
 use oci::OciLayout;
 use unpack::{Compression, sniff, unpack_tarball};
@@ -188,7 +193,7 @@ impl ImageKind {
 }
 
 /// An image ready to be the sandbox's overlay lower layer.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub struct ResolvedImage {
     /// Absolute, symlink-free path of the unpacked rootfs.
     pub rootfs_dir: PathBuf,
@@ -199,6 +204,9 @@ pub struct ResolvedImage {
     /// Whether this call unpacked it (`false`: it was in the cache already, or a
     /// directory).
     pub unpacked: bool,
+    /// Keeps the cached image from being removed: keep it until the sandbox that uses
+    /// the image has recorded its roots (`None` for a directory, which is never removed).
+    pub hold: Option<ImageHold>,
 }
 
 /// One unpacked image in the cache.
@@ -320,7 +328,16 @@ pub enum ImageError {
     /// A name or digest the cache does not have.
     #[error("{0} is not in the image cache")]
     NotCached(String),
-    /// An image a sandbox reads (see [`ImageCache::with_users`]).
+    /// An image a sandbox is starting on: resolved, its roots not recorded yet
+    /// (`removal.rs`).
+    #[error(
+        "{digest} is in use by a sandbox that is starting: not removed (try again once it runs, then stop it first)"
+    )]
+    Busy {
+        /// The image.
+        digest: String,
+    },
+    /// An image a sandbox reads (see [`ImageCache::with_user_source`]).
     #[error(
         "{digest} is in use by sandbox {sandbox}: stop it first (or `omabox reap` it if its host is gone)"
     )]
@@ -391,6 +408,8 @@ impl ImageError {
                 | Self::Registry { .. }
                 | Self::NotCached(_)
                 | Self::BadSetting { .. }
+                | Self::Busy { .. }
+                | Self::InUse { .. }
         )
     }
 }
@@ -399,8 +418,8 @@ impl ImageError {
 #[derive(Debug, Clone)]
 pub struct ImageCache {
     dir: PathBuf,
-    /// (sandbox, directory it reads): images under one of them are never deleted.
-    users: Vec<(String, PathBuf)>,
+    /// Who reads which image: images in use are never deleted (`removal.rs`).
+    users: removal::Users,
 }
 
 impl ImageCache {
@@ -408,36 +427,7 @@ impl ImageCache {
     pub fn new(dir: impl Into<PathBuf>) -> Self {
         Self {
             dir: dir.into(),
-            users: Vec::new(),
-        }
-    }
-
-    /// The same cache, told which directories running sandboxes read (sandbox id, path):
-    /// [`Self::remove`] and [`Self::remove_named`] then refuse to delete such an image
-    /// ([`ImageError::InUse`]) and [`Self::prune`] keeps it.
-    pub fn with_users(mut self, users: Vec<(String, PathBuf)>) -> Self {
-        self.users = users;
-        self
-    }
-
-    /// The sandbox reading image `hex`, if any (compared as canonical paths).
-    fn user_of(&self, hex: &str) -> Option<&str> {
-        let rootfs = self.entry_dir(hex).join("rootfs");
-        let canonical = fs::canonicalize(&rootfs).unwrap_or(rootfs);
-        self.users
-            .iter()
-            .find(|(_, path)| fs::canonicalize(path).unwrap_or_else(|_| path.clone()) == canonical)
-            .map(|(sandbox, _)| sandbox.as_str())
-    }
-
-    /// Fails with [`ImageError::InUse`] when a sandbox reads image `hex`.
-    fn check_unused(&self, hex: &str) -> Result<(), ImageError> {
-        match self.user_of(hex) {
-            Some(sandbox) => Err(ImageError::InUse {
-                digest: format!("sha256:{hex}"),
-                sandbox: sandbox.to_owned(),
-            }),
-            None => Ok(()),
+            users: removal::Users::default(),
         }
     }
 
@@ -475,6 +465,7 @@ impl ImageCache {
                 digest: None,
                 kind,
                 unpacked: false,
+                hold: None,
             }),
             ImageKind::Tarball => {
                 let hex = sha256_file(reference)?;
@@ -517,25 +508,6 @@ impl ImageCache {
         Ok(images)
     }
 
-    /// Deletes one unpacked image (`sha256:<hex>`) unless a sandbox reads it
-    /// ([`Self::with_users`]). Returns whether it was there.
-    pub fn remove(&self, digest: &str) -> Result<bool, ImageError> {
-        let hex = digest.strip_prefix("sha256:").unwrap_or(digest);
-        if !is_sha256_hex(hex) {
-            return Err(ImageError::Unsupported(format!(
-                "{digest:?} is not a sha256 digest"
-            )));
-        }
-        self.check_unused(hex)?;
-        let _lock = self.lock(hex)?;
-        let entry = self.dir.join("sha256").join(hex);
-        match fs::remove_dir_all(&entry) {
-            Ok(()) => Ok(true),
-            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(false),
-            Err(e) => Err(ImageError::write(&entry, e)),
-        }
-    }
-
     /// Returns the cached rootfs for `hex`, unpacking it with `unpack` under the digest's
     /// lock when missing.
     fn fill(
@@ -547,15 +519,18 @@ impl ImageCache {
     ) -> Result<ResolvedImage, ImageError> {
         let entry = self.entry_dir(hex);
         let rootfs = entry.join("rootfs");
+        self.prepare()?;
+        // Held from here until the caller's sandbox has recorded its roots (`removal.rs`).
+        let hold = self.hold(hex)?;
         let done = |unpacked| {
             Ok(ResolvedImage {
                 rootfs_dir: fs::canonicalize(&rootfs).map_err(|e| ImageError::io(&rootfs, e))?,
                 digest: Some(format!("sha256:{hex}")),
                 kind,
                 unpacked,
+                hold: Some(hold.clone()),
             })
         };
-        self.prepare()?;
         if rootfs.is_dir() {
             return done(false);
         }

@@ -148,6 +148,16 @@ fn flock(file: &File, operation: i32) -> io::Result<()> {
     }
 }
 
+/// `tmp_root/<name>.<pid>.<n>`, a name this process has not used yet.
+fn fresh(tmp_root: &Path, name: &str) -> PathBuf {
+    static N: AtomicU64 = AtomicU64::new(0);
+    tmp_root.join(format!(
+        "{name}.{}.{}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed)
+    ))
+}
+
 /// A temporary cache entry, removed on drop unless defused.
 pub(crate) struct TempEntry {
     pub(crate) path: PathBuf,
@@ -158,17 +168,27 @@ impl TempEntry {
     /// `tmp_root/<name>.<pid>.<n>`, mode 0700. The caller holds the lock that covers
     /// `name` (module doc).
     pub(crate) fn create(tmp_root: &Path, name: &str) -> Result<Self, ImageError> {
-        static N: AtomicU64 = AtomicU64::new(0);
-        let path = tmp_root.join(format!(
-            "{name}.{}.{}",
-            std::process::id(),
-            N.fetch_add(1, Ordering::Relaxed)
-        ));
+        let path = fresh(tmp_root, name);
         fs::DirBuilder::new()
             .mode(0o700)
             .create(&path)
             .map_err(|e| ImageError::write(&path, e))?;
         Ok(Self { path, armed: true })
+    }
+
+    /// Renames `from` to a fresh `tmp_root/<name>.<pid>.<n>` and owns it there (removed
+    /// on drop); `None` if `from` does not exist.
+    pub(crate) fn take(
+        tmp_root: &Path,
+        name: &str,
+        from: &Path,
+    ) -> Result<Option<Self>, ImageError> {
+        let path = fresh(tmp_root, name);
+        match fs::rename(from, &path) {
+            Ok(()) => Ok(Some(Self { path, armed: true })),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(ImageError::write(from, e)),
+        }
     }
 
     pub(crate) fn defuse(mut self) {

@@ -220,7 +220,7 @@ pub struct NoProgress;
 impl PullProgress for NoProgress {}
 
 /// The result of resolving a registry reference.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub struct PulledImage {
     /// The canonical reference (`registry/repository[:tag][@digest]`).
     pub reference: String,
@@ -290,6 +290,16 @@ impl ImageCache {
         config: &RegistryConfig,
         progress: &dyn PullProgress,
     ) -> Result<PulledImage, ImageError> {
+        self.pull_once(reference, config, progress, false)
+    }
+
+    fn pull_once(
+        &self,
+        reference: &RegistryReference,
+        config: &RegistryConfig,
+        progress: &dyn PullProgress,
+        retried: bool,
+    ) -> Result<PulledImage, ImageError> {
         self.prepare()?;
         let (manifest_hex, index_digest, fetched) = std::thread::scope(|scope| {
             scope
@@ -321,12 +331,19 @@ impl ImageCache {
         let canonical = reference.canonical();
         let digest = format!("sha256:{manifest_hex}");
         let (image, downloaded_bytes) = match fetched {
-            Fetched::Cached => (
-                self.fill(&manifest_hex, ImageKind::Registry, &canonical, |_| {
+            Fetched::Cached => {
+                let found = self.fill(&manifest_hex, ImageKind::Registry, &canonical, |_| {
                     Err(ImageError::NotCached(canonical.clone()))
-                })?,
-                0,
-            ),
+                });
+                match found {
+                    Ok(image) => (image, 0),
+                    // Removed since `fetch` saw it: pull it again, once.
+                    Err(ImageError::NotCached(_)) if !retried => {
+                        return self.pull_once(reference, config, progress, true);
+                    }
+                    Err(e) => return Err(e),
+                }
+            }
             Fetched::Downloaded {
                 layout,
                 manifest,

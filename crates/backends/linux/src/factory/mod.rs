@@ -64,7 +64,7 @@ use omabox_sandbox::{SandboxFactory, SandboxFactoryContext, SandboxFactoryEnv, S
 
 use crate::env_layer::{EnvLayerError, EnvLayers, LayerSpec};
 use crate::image::{
-    DockerConfig, ImageCache, ImageError, ImageKind, RegistryConfig, RegistryReference,
+    DockerConfig, ImageCache, ImageError, ImageHold, ImageKind, RegistryConfig, RegistryReference,
     ResolvedImage, StaticCredentials,
 };
 use crate::plan::{
@@ -198,7 +198,8 @@ pub struct EnvLayerSetting {
 
 impl LinuxSandboxSettings {
     /// Unpacks the pending image into its cache (once per content; later calls find it
-    /// there) and makes it the plan's rootfs. Blocking. Does nothing without one.
+    /// there) and makes it the plan's rootfs. Blocking. Does nothing without one. Keep the
+    /// result's `hold` until the sandbox's start returned (`image rm` waits for it).
     pub fn resolve_image(&mut self) -> Result<Option<ResolvedImage>, LinuxFactoryError> {
         let Some(pending) = self.image.take() else {
             return Ok(None);
@@ -569,10 +570,14 @@ impl LinuxSandboxFactory {
         .await
         .map_err(|e| LinuxPortError::Task(e.to_string()))??;
         let mut lease_image = None;
+        // Held until the sandbox has recorded its roots (its start returned), so `image
+        // rm|prune` cannot delete the tree between here and the mount.
+        let mut hold = None;
         if let Some((record, image)) = image {
             settings.plan.rootfs = RootfsSource::Directory {
                 path: image.rootfs_dir,
             };
+            hold = image.hold;
             lease_image = Some(record);
         }
         for (what, dir) in prepared {
@@ -603,6 +608,7 @@ impl LinuxSandboxFactory {
             settings.plan.env.extend(layer.spec.env());
         }
         let port = LinuxSandboxPort::start_resolving(&runtime, &settings.plan, resolver).await?;
+        drop(hold);
         Ok((
             port.with_default_timeout(settings.exec_timeout),
             lease_image,
@@ -614,12 +620,13 @@ impl LinuxSandboxFactory {
     /// Everything [`LinuxRuntime::start_one_shot`] needs, blocking: the settings, the
     /// probed runtime (one-shot only: no setup-stage binary needed), the plan checked
     /// against it, the image unpacked and the context directories created. For a
-    /// single-threaded caller that runs one command (`omabox sandbox run`).
+    /// single-threaded caller that runs one command (`omabox sandbox run`). The hold
+    /// keeps the image from removal: keep it until the start has returned.
     pub fn prepare_one_shot(
         &self,
         ctx: &SandboxFactoryContext,
         env: &SandboxFactoryEnv,
-    ) -> Result<(LinuxRuntime, SandboxPlan), LinuxFactoryError> {
+    ) -> Result<(LinuxRuntime, SandboxPlan, Option<ImageHold>), LinuxFactoryError> {
         let mut settings = self.settings(ctx, env)?;
         let runtime =
             LinuxRuntime::new_one_shot(settings.runtime).map_err(LinuxFactoryError::Runtime)?;
@@ -627,10 +634,13 @@ impl LinuxSandboxFactory {
             .capabilities()
             .check(&settings.plan)
             .map_err(|e| LinuxFactoryError::Runtime(StartError::Missing(e)))?;
+        let mut hold = None;
         if let Some(image) = settings.image.take() {
+            let resolved = image.resolve()?;
             settings.plan.rootfs = RootfsSource::Directory {
-                path: image.resolve()?.rootfs_dir,
+                path: resolved.rootfs_dir,
             };
+            hold = resolved.hold;
         }
         if let Some(w) = settings.plan.workspace.take() {
             settings.plan.workspace = Some(prepare_dir("workspace", &w)?);
@@ -638,7 +648,7 @@ impl LinuxSandboxFactory {
         if let Some(o) = settings.plan.outputs.take() {
             settings.plan.outputs = Some(prepare_dir("outputs", &o)?);
         }
-        Ok((runtime, settings.plan))
+        Ok((runtime, settings.plan, hold))
     }
 }
 
