@@ -851,3 +851,43 @@ fn image_rm_racing_sandbox_starts_never_leaves_a_sandbox_a_partial_tree() {
     );
     env.assert_no_sandbox_left();
 }
+
+/// `OMABOX_IMAGE_MAX_ENTRIES`/`_MAX_BYTES` bound what a pull unpacks; a bad value is
+/// refused naming its key; nothing of a refused image stays.
+#[test]
+fn image_pull_unpacks_within_the_configured_limits() {
+    use omabox_test_support::hostile_http::{HostileServer, image, serve_image};
+    let image = image(&[tar_layer(&[
+        ("a", 0o644, b"a"),
+        ("b", 0o644, b"b"),
+        ("c", 0o644, &[7; 4096]),
+    ])]);
+    let served = image.clone();
+    let server = HostileServer::start(move |request| serve_image(&served, request));
+    let env = Env::new();
+    let name = format!("{}/limited/image:1", server.host());
+    for (key, value, expected) in [
+        ("OMABOX_IMAGE_MAX_ENTRIES", "2", "more than 2 entries"),
+        ("OMABOX_IMAGE_MAX_BYTES", "1K", "more than 1024 bytes"),
+        (
+            "OMABOX_IMAGE_MAX_BYTES",
+            "lots",
+            "OMABOX_IMAGE_MAX_BYTES=\"lots\" is invalid",
+        ),
+    ] {
+        let out = env
+            .omabox(&["image", "pull", &name])
+            .env(key, value)
+            .output()
+            .unwrap();
+        assert_ne!(out.status.code(), Some(0), "{key}={value}");
+        assert!(
+            text(&out.stderr).contains(expected),
+            "{}",
+            text(&out.stderr)
+        );
+        assert!(temps(&env, "").is_empty());
+    }
+    let pulled = json(&env.run(&["image", "pull", &name, "--json"]));
+    assert_eq!(pulled["digest"], image.digest.as_str());
+}

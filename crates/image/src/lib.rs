@@ -77,7 +77,10 @@
 //!   unpack, so nothing unverified is ever published), and a tarball against the
 //!   digest it was keyed by.
 //!
-//! Disk use is not bounded: a decompression bomb fills the cache's filesystem.
+//! - stops past [`UnpackLimits`] (bytes of file data, entries, 512 layers) and caps what
+//!   the tar parser may hold for one entry's headers at 1 MiB (`limits.rs`).
+//!
+//! Disk use is bounded only by those limits (64 GiB by default).
 
 use std::fs::{self, File};
 use std::io::{self, BufReader, Read};
@@ -92,6 +95,7 @@ mod digest;
 mod distribution;
 mod escape;
 mod fault;
+mod limits;
 mod locks;
 mod net_policy;
 mod oci;
@@ -104,6 +108,7 @@ mod unpack;
 pub use credentials::{
     CredentialChain, CredentialSource, DockerConfig, RegistryCredential, StaticCredentials,
 };
+pub use limits::{MAX_BYTES_ENV, MAX_ENTRIES_ENV, UnpackLimits};
 pub use net_policy::{ALLOWED_HOSTS_ENV, AllowedHost, BUILT_IN as BUILT_IN_ALLOWED_HOSTS};
 pub use reference::{ImageSource, RegistryReference};
 pub use refs::{ImageRef, Removal};
@@ -347,6 +352,9 @@ pub enum ImageError {
         /// The sandbox reading it.
         sandbox: String,
     },
+    /// An image larger than a limit allows (bytes, entries, layers, a tar header).
+    #[error("{0}")]
+    Limit(String),
     /// A setting (an env value) that cannot be used.
     #[error("{key}={value:?} is invalid: {reason}")]
     BadSetting {
@@ -420,6 +428,8 @@ pub struct ImageCache {
     dir: PathBuf,
     /// Who reads which image: images in use are never deleted (`removal.rs`).
     users: removal::Users,
+    /// What one image may unpack to.
+    limits: UnpackLimits,
 }
 
 impl ImageCache {
@@ -428,7 +438,14 @@ impl ImageCache {
         Self {
             dir: dir.into(),
             users: removal::Users::default(),
+            limits: UnpackLimits::default(),
         }
+    }
+
+    /// The same cache, unpacking images within `limits` (bytes, entries).
+    pub fn with_limits(mut self, limits: UnpackLimits) -> Self {
+        self.limits = limits;
+        self
     }
 
     /// The default cache directory: `/var/lib/omabox/images` for root, otherwise
@@ -470,7 +487,7 @@ impl ImageCache {
             ImageKind::Tarball => {
                 let hex = sha256_file(reference)?;
                 self.fill(&hex, kind, &source_of(reference), |rootfs| {
-                    unpack_tarball(reference, &hex, rootfs)
+                    unpack_tarball(reference, &hex, rootfs, self.limits)
                 })
             }
             ImageKind::OciLayout => {
@@ -478,7 +495,7 @@ impl ImageCache {
                 let manifest = layout.select_manifest()?;
                 let hex = sha256_hex_of(&manifest).map_err(|reason| layout.invalid(reason))?;
                 self.fill(&hex, kind, &source_of(reference), |rootfs| {
-                    layout.unpack(&manifest, rootfs)
+                    layout.unpack(&manifest, rootfs, self.limits)
                 })
             }
         }

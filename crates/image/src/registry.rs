@@ -353,7 +353,7 @@ impl ImageCache {
                 let oci = OciLayout::open(&layout.layout.path)?;
                 let image =
                     self.fill(&manifest_hex, ImageKind::Registry, &canonical, |rootfs| {
-                        oci.unpack(&manifest, rootfs)
+                        oci.unpack(&manifest, rootfs, self.limits)
                     })?;
                 drop(layout); // the downloaded blobs: the unpacked tree is what is kept
                 (image, bytes)
@@ -570,7 +570,7 @@ async fn fetch_blob(
         return Err(ImageError::DigestMismatch {
             expected: digest,
             actual: format!(
-                "the registry announces {} bytes, more than its {size}",
+                "the registry announces {} bytes, more than its {size} bytes",
                 response.content_length().unwrap_or_default()
             ),
         });

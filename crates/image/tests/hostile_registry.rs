@@ -49,7 +49,6 @@ fn from_env(vars: &[(&str, &str)]) -> RegistryConfig {
     env_config(move |k| vars.get(k).cloned())
 }
 
-#[allow(clippy::redundant_closure)]
 fn env_config(get: impl Fn(&str) -> Option<String>) -> RegistryConfig {
     RegistryConfig::from_env(get).expect("valid settings")
 }
@@ -518,4 +517,185 @@ fn a_tls_failure_names_the_certificate_as_the_cause() {
     let text = result.unwrap_err().to_string();
     assert!(text.contains(&format!("registry.test:{port}")), "{text}");
     assert!(text.contains("certificate"), "{text}");
+}
+
+/// A registry whose tag names `manifest` (any JSON) and serves `blobs`; every request
+/// recorded.
+fn registry_of(manifest: String, blobs: Vec<(String, Vec<u8>)>) -> HostileServer {
+    HostileServer::start(move |request| {
+        let path = request.path();
+        if path == "/v2/" {
+            return Reply::ok("application/json", "{}");
+        }
+        if let Some((_, reference)) = path.split_once("/manifests/") {
+            let by_digest = blobs.iter().find(|(d, _)| d == reference);
+            return match by_digest {
+                Some((_, bytes)) => Reply::ok("application/json", bytes.clone()),
+                None => Reply::ok("application/json", manifest.clone()),
+            };
+        }
+        if let Some((_, digest)) = path.split_once("/blobs/")
+            && let Some((_, bytes)) = blobs.iter().find(|(d, _)| d == digest)
+        {
+            return Reply::ok("application/octet-stream", bytes.clone());
+        }
+        Reply::new(404, "")
+    })
+}
+
+fn manifest_of(config: &str, layers: &[String]) -> String {
+    format!(
+        r#"{{"schemaVersion":2,"mediaType":"application/vnd.oci.image.manifest.v1+json","config":{config},"layers":[{}]}}"#,
+        layers.join(",")
+    )
+}
+
+fn blob_requests(server: &HostileServer) -> usize {
+    server
+        .requests()
+        .iter()
+        .filter(|r| r.path().contains("/blobs/"))
+        .count()
+}
+
+#[test]
+fn manifests_with_too_many_layers_or_foreign_digests_are_refused_before_any_blob() {
+    let image = tiny_image();
+    let config = format!(
+        r#"{{"mediaType":"application/vnd.oci.image.config.v1+json","digest":"{}","size":{}}}"#,
+        image.blobs[0].0,
+        image.blobs[0].1.len()
+    );
+    let layer = format!(
+        r#"{{"mediaType":"application/vnd.oci.image.layer.v1.tar","digest":"{}","size":{}}}"#,
+        image.blobs[1].0,
+        image.blobs[1].1.len()
+    );
+    let sha512 = format!(
+        r#"{{"mediaType":"application/vnd.oci.image.layer.v1.tar","digest":"sha512:{}","size":10}}"#,
+        "ab".repeat(64)
+    );
+    let huge_config = format!(
+        r#"{{"mediaType":"application/vnd.oci.image.config.v1+json","digest":"{}","size":1073741824}}"#,
+        image.blobs[0].0
+    );
+    for (manifest, expected) in [
+        (
+            manifest_of(&config, &vec![layer.clone(); 513]),
+            "513 layers",
+        ),
+        (
+            manifest_of(&config, &[layer.clone(), sha512]),
+            "not a sha256 digest",
+        ),
+        (
+            manifest_of(&huge_config, std::slice::from_ref(&layer)),
+            "image config is 1073741824 bytes",
+        ),
+    ] {
+        let server = registry_of(manifest, image.blobs.clone());
+        let e = pull(
+            &format!("{}/x/y:1", server.host()),
+            RegistryConfig::default(),
+        )
+        .unwrap_err();
+        assert!(e.to_string().contains(expected), "{e}");
+        assert_eq!(blob_requests(&server), 0, "{expected}");
+    }
+}
+
+#[test]
+fn a_blob_longer_than_its_descriptor_is_cut_off() {
+    let image = tiny_image();
+    let config = format!(
+        r#"{{"mediaType":"application/vnd.oci.image.config.v1+json","digest":"{}","size":{}}}"#,
+        image.blobs[0].0,
+        image.blobs[0].1.len()
+    );
+    let layer_digest = image.blobs[1].0.clone();
+    let manifest = manifest_of(
+        &config,
+        &[format!(
+            r#"{{"mediaType":"application/vnd.oci.image.layer.v1.tar","digest":"{layer_digest}","size":100}}"#
+        )],
+    );
+    for announced in [true, false] {
+        let (manifest, config_blob, layer_digest) = (
+            manifest.clone(),
+            image.blobs[0].clone(),
+            layer_digest.clone(),
+        );
+        let server = HostileServer::start(move |request| {
+            let path = request.path();
+            if path.contains("/manifests/") {
+                Reply::ok("application/json", manifest.clone())
+            } else if path.ends_with(&config_blob.0) {
+                Reply::ok("application/octet-stream", config_blob.1.clone())
+            } else if path.ends_with(&layer_digest) {
+                let reply = Reply::ok("application/octet-stream", "").body(Body::Repeat {
+                    byte: 0,
+                    len: 192 << 20,
+                });
+                if announced {
+                    reply
+                } else {
+                    reply.without_length()
+                }
+            } else {
+                Reply::ok("application/json", "{}")
+            }
+        });
+        let e = pull(
+            &format!("{}/x/y:1", server.host()),
+            RegistryConfig::default(),
+        )
+        .unwrap_err();
+        assert!(matches!(e, ImageError::DigestMismatch { .. }), "{e}");
+        assert!(e.to_string().contains("100 bytes"), "{e}");
+        assert!(server.body_bytes_sent() < 48 << 20);
+    }
+}
+
+#[test]
+fn an_index_naming_an_index_as_its_manifest_and_endless_redirects_end_clearly() {
+    // Index A lists index B under a manifest media type; B (fetched by its digest, and
+    // matching it) is not an image manifest.
+    let arch = match std::env::consts::ARCH {
+        "x86_64" => "amd64",
+        "aarch64" => "arm64",
+        other => other,
+    };
+    let inner = br#"{"schemaVersion":2,"mediaType":"application/vnd.oci.image.index.v1+json","manifests":[]}"#.to_vec();
+    let inner_digest = omabox_test_support::hostile_http::digest(&inner);
+    let outer = format!(
+        r#"{{"schemaVersion":2,"mediaType":"application/vnd.oci.image.index.v1+json","manifests":[{{"mediaType":"application/vnd.oci.image.manifest.v1+json","digest":"{inner_digest}","size":{},"platform":{{"os":"linux","architecture":"{arch}"}}}}]}}"#,
+        inner.len()
+    );
+    let server = registry_of(outer, vec![(inner_digest, inner)]);
+    let e = pull(
+        &format!("{}/x/y:1", server.host()),
+        RegistryConfig::default(),
+    )
+    .unwrap_err();
+    assert!(e.to_string().contains("invalid image manifest"), "{e}");
+    assert_eq!(server.requests().len(), 2, "{:?}", server.requests());
+
+    // A blob that redirects to itself for ever.
+    let image = tiny_image();
+    let server = HostileServer::start(move |request| {
+        if request.path().contains("/blobs/") {
+            return Reply::new(302, "").header("Location", request.path());
+        }
+        serve_image(&image, request)
+    });
+    let e = pull(
+        &format!("{}/x/y:1", server.host()),
+        RegistryConfig::default(),
+    )
+    .unwrap_err();
+    assert!(
+        e.to_string().contains("redirected more than 5 times"),
+        "{e}"
+    );
+    assert!(blob_requests(&server) <= 6);
 }

@@ -35,7 +35,7 @@ use omabox_backend_linux::env_layer::EnvLayers;
 use omabox_backend_linux::factory::IMAGE_CACHE_ENV;
 use omabox_backend_linux::image::{
     ImageCache, ImageError, ImageSource, PullProgress, PulledImage, RegistryConfig,
-    RegistryReference, UserList,
+    RegistryReference, UnpackLimits, UserList,
 };
 use omabox_backend_linux::image_use::{RootInUse, roots_in_use as roots_in_use_in};
 use serde_json::json;
@@ -83,8 +83,14 @@ enum ImageCommand {
     },
 }
 
-/// The image cache this process uses: `OMABOX_LINUX_IMAGE_CACHE`, else the default.
+/// The image cache this process uses: `OMABOX_LINUX_IMAGE_CACHE`, else the default;
+/// unpacking within `OMABOX_IMAGE_MAX_BYTES`/`_MAX_ENTRIES`.
 pub fn cache() -> anyhow::Result<ImageCache> {
+    let limits = UnpackLimits::from_env(|key| std::env::var(key).ok())?;
+    Ok(cache_dir()?.with_limits(limits))
+}
+
+fn cache_dir() -> anyhow::Result<ImageCache> {
     match std::env::var_os(IMAGE_CACHE_ENV).filter(|v| !v.is_empty()) {
         Some(dir) => {
             let dir = PathBuf::from(dir);

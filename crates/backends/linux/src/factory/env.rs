@@ -12,6 +12,8 @@ pub const IMAGE_CACHE_ENV: &str = "OMABOX_LINUX_IMAGE_CACHE";
 pub use crate::image::ALLOWED_HOSTS_ENV;
 /// `OMABOX_INSECURE_REGISTRIES`: registries pulled from over plain HTTP.
 pub use crate::image::INSECURE_REGISTRIES_ENV;
+/// `OMABOX_IMAGE_MAX_BYTES`, `OMABOX_IMAGE_MAX_ENTRIES`: what one image may unpack to.
+pub use crate::image::{MAX_BYTES_ENV, MAX_ENTRIES_ENV};
 /// `OMABOX_PULL_TIMEOUT`, `OMABOX_PULL_STALL_TIMEOUT`: a registry pull's deadline and
 /// stall window, in seconds.
 pub use crate::image::{PULL_TIMEOUT_ENV, STALL_TIMEOUT_ENV};
@@ -85,6 +87,8 @@ pub const ENV_KEYS: &[&str] = &[
     ALLOWED_HOSTS_ENV,
     PULL_TIMEOUT_ENV,
     STALL_TIMEOUT_ENV,
+    MAX_BYTES_ENV,
+    MAX_ENTRIES_ENV,
     DOCKER_CONFIG_ENV,
     HOME_ENV,
     MEMORY_ENV,

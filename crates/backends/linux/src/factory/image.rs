@@ -9,6 +9,7 @@ use super::{IMAGE_ENV, LinuxFactoryError, invalid};
 use crate::image::{
     AllowedHost, CredentialSource, DockerConfig, ImageCache, ImageError, ImageKind, NoProgress,
     PullTimeouts, RegistryConfig, RegistryReference, ResolvedImage, StaticCredentials,
+    UnpackLimits,
 };
 
 /// An image artifact named by the env, checked but not unpacked yet.
@@ -22,6 +23,8 @@ pub struct PendingImage {
     pub kind: ImageKind,
     /// The cache it is unpacked into.
     pub cache_dir: PathBuf,
+    /// `OMABOX_IMAGE_MAX_BYTES`, `OMABOX_IMAGE_MAX_ENTRIES`.
+    pub limits: UnpackLimits,
     /// For a registry image: where to pull it from, and how.
     pub registry: Option<RegistryPull>,
 }
@@ -77,7 +80,7 @@ impl PendingImage {
     /// Unpacks the image into its cache unless it is there already (a registry image is
     /// resolved at its registry first, unless pinned and cached). Blocking.
     pub fn resolve(&self) -> Result<ResolvedImage, LinuxFactoryError> {
-        let cache = ImageCache::new(&self.cache_dir);
+        let cache = ImageCache::new(&self.cache_dir).with_limits(self.limits);
         let resolved = match &self.registry {
             Some(pull) => cache
                 .resolve_registry(&pull.reference, &pull.config(), &NoProgress)

@@ -21,6 +21,8 @@
 //! | `OMABOX_INSECURE_REGISTRIES` | `host[:port][,…]`: registries pulled from over plain HTTP (loopback ones always are) | none |
 //! | `OMABOX_REGISTRY_ALLOWED_HOSTS` | `REGISTRY=HOST[,…]` (`host`, `host:port`, `*.suffix`; `*` for any registry): hosts a registry may send a pull to besides itself, as token realm or blob redirect (see [`crate::image`]'s `net_policy`) | the built-in entries of Docker Hub, ghcr.io, quay.io, gcr.io, mcr.microsoft.com |
 //! | `OMABOX_PULL_TIMEOUT` | seconds a registry pull (requests and downloads) may take in all | 3600 |
+//! | `OMABOX_IMAGE_MAX_BYTES` | bytes of file data one image may unpack to (every layer counted), with a `K`/`M`/`G`/`T` suffix (binary) | 64G |
+//! | `OMABOX_IMAGE_MAX_ENTRIES` | entries one image may have (every layer counted) | 4000000 |
 //! | `OMABOX_PULL_STALL_TIMEOUT` | seconds within which a registry response must start, and deliver at least 1 KiB or end | 60 |
 //! | `DOCKER_CONFIG`, `HOME` | where docker's `config.json` is (`$DOCKER_CONFIG/config.json`, else `$HOME/.docker/config.json`): registry credentials (`auths.<host>.auth`) | |
 //! | `OMABOX_LINUX_MEMORY` | memory limit: bytes, or with a `K`/`M`/`G`/`T` suffix (binary: `512M` = 512 MiB), or `unlimited` | 512M |
@@ -65,7 +67,7 @@ use omabox_sandbox::{SandboxFactory, SandboxFactoryContext, SandboxFactoryEnv, S
 use crate::env_layer::{EnvLayerError, EnvLayers, LayerSpec};
 use crate::image::{
     DockerConfig, ImageCache, ImageError, ImageHold, ImageKind, RegistryConfig, RegistryReference,
-    ResolvedImage, StaticCredentials,
+    ResolvedImage, StaticCredentials, UnpackLimits,
 };
 use crate::plan::{
     BindMount, CA_BUNDLE, CA_ENV, CpuLimit, IMAGE_CA_BUNDLE, RootfsSource, SandboxPlan,
@@ -329,11 +331,17 @@ impl LinuxSandboxFactory {
                             .clone()
                             .unwrap_or_else(ImageCache::default_dir),
                     };
+                    let limits = UnpackLimits::parse(
+                        nonempty(env, MAX_BYTES_ENV),
+                        nonempty(env, MAX_ENTRIES_ENV),
+                    )
+                    .map_err(setting)?;
                     pending = Some(PendingImage {
                         reference: image.to_owned(),
                         path,
                         kind,
                         cache_dir,
+                        limits,
                         registry,
                     });
                 }
