@@ -12,7 +12,9 @@
 //!   directories are listed *before* the fences are read, so a run that claims its fence and
 //!   makes its binding meanwhile is seen holding it;
 //! - **temp blobs** `<data-dir>/blobs/tmp/put-…` of puts that cannot finish
-//!   (`BlobStore::remove_abandoned_temps`).
+//!   (`BlobStore::remove_abandoned_temps`);
+//! - **image cache temps** `<image-cache>/tmp/…` of killed pulls and unpacks, whose lock
+//!   nobody holds any more (`ImageCache::sweep_temps`).
 //!
 //! `omabox reap` runs [`sweep`] after its lease passes; `omabox run` runs [`before_run`]
 //! (abandoned leases, then the sweep) before it claims anything: a few directory listings and
@@ -57,6 +59,8 @@ pub struct LeftoverReport {
     pub temp_blobs_removed: u64,
     /// Temporary workspaces of killed `omabox sandbox run`s (in `$TMPDIR`) removed.
     pub temp_workspaces_removed: Vec<String>,
+    /// Temporary entries of killed image pulls and unpacks removed.
+    pub image_temps_removed: Vec<String>,
     /// What could not be looked at or removed.
     pub errors: Vec<String>,
 }
@@ -156,6 +160,12 @@ fn sweep_blocking(data_dir: &Path, store: &SqliteStore, env: &SandboxFactoryEnv)
         .filter(|dir| Path::new(dir).is_absolute())
         .map_or_else(omabox_backend_linux::ImageCache::default_dir, PathBuf::from);
     omabox_backend_linux::env_layer::EnvLayers::in_image_cache(&image_cache).sweep_partials();
+    match omabox_backend_linux::ImageCache::new(&image_cache).sweep_temps() {
+        Ok(removed) => {
+            report.image_temps_removed = removed.iter().map(|p| p.display().to_string()).collect();
+        }
+        Err(error) => report.errors.push(format!("image cache temps: {error}")),
+    }
     if data_dir.join("blobs").is_dir() {
         match BlobStore::new(data_dir).map(|blobs| blobs.remove_abandoned_temps()) {
             Ok(Ok(removed)) => report.temp_blobs_removed = removed,

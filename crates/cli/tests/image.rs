@@ -589,3 +589,305 @@ fn a_docker_credential_helper_is_asked_for_the_registry() {
         text(&out.stderr)
     );
 }
+
+/// The entries of the cache's `tmp/` whose name starts with `prefix`.
+fn temps(env: &Env, prefix: &str) -> Vec<PathBuf> {
+    std::fs::read_dir(env.cache().join("tmp"))
+        .map(|d| {
+            d.flatten()
+                .filter(|e| e.file_name().to_string_lossy().starts_with(prefix))
+                .map(|e| e.path())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn reap(env: &Env) -> serde_json::Value {
+    json(&env.run(&["reap", "--json"]))
+}
+
+/// A registry (scripted, on loopback) whose last layer sends its first 4 KiB and then
+/// nothing, the connection held open: a pull of it waits mid-download.
+fn stalling_registry() -> (
+    omabox_test_support::hostile_http::HostileServer,
+    omabox_test_support::hostile_http::FakeImage,
+) {
+    use omabox_test_support::hostile_http::{Body, HostileServer, Reply, image, serve_image};
+    let big: Vec<u8> = (0..(1 << 20)).map(|i: u32| (i % 251) as u8).collect();
+    let image = image(&[
+        tar_layer(&[("marker", 0o644, b"killed\n")]),
+        tar_layer(&[("big", 0o644, &big)]),
+    ]);
+    let served = image.clone();
+    let last = image.layers()[1].clone();
+    let server = HostileServer::start(move |request| {
+        if request.path().ends_with(&last) {
+            let blob = served.blob(&last).unwrap_or_default();
+            return Reply::ok("application/octet-stream", "")
+                .body(Body::Stall(blob[..4096].to_vec()))
+                .content_length(blob.len() as u64);
+        }
+        serve_image(&served, request)
+    });
+    (server, image)
+}
+
+/// `kill -9` of `omabox image pull` mid-download leaves its temporary layout; `omabox
+/// reap` keeps it while the pull lives and removes it once the pull is dead.
+#[test]
+fn reap_removes_what_a_killed_pull_left_in_the_image_cache_and_nothing_of_a_live_one() {
+    let (server, _image) = stalling_registry();
+    let env = Env::new();
+    let name = format!("{}/killed/pull:1", server.host());
+    let mut pull = env
+        .omabox(&["image", "pull", &name])
+        .env("OMABOX_PULL_STALL_TIMEOUT", "600")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    // Wait until the last layer is being written (a liveness bound, not a speed check).
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    let partial = loop {
+        let parts: Vec<PathBuf> = temps(&env, "pull-")
+            .iter()
+            .flat_map(|layout| {
+                std::fs::read_dir(layout.join("blobs/sha256"))
+                    .into_iter()
+                    .flatten()
+                    .flatten()
+                    .map(|e| e.path())
+            })
+            .filter(|p| p.extension().is_some_and(|e| e == "part"))
+            .collect();
+        if let Some(part) = parts.into_iter().next() {
+            break part;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the pull never reached its last layer"
+        );
+        assert!(pull.try_wait().unwrap().is_none(), "the pull ended early");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    let layout = temps(&env, "pull-");
+    assert_eq!(layout.len(), 1, "{layout:?}");
+
+    // Alive: reap leaves it alone.
+    let report = reap(&env);
+    assert_eq!(
+        report["leftovers"]["imageTempsRemoved"],
+        serde_json::json!([])
+    );
+    assert!(partial.is_file(), "reap removed a live pull's download");
+
+    // SAFETY: kill on the pid of our own child.
+    unsafe { libc::kill(pull.id() as i32, libc::SIGKILL) };
+    pull.wait().unwrap();
+    assert!(partial.is_file(), "kill -9 runs no cleanup");
+    let report = reap(&env);
+    assert_eq!(
+        report["leftovers"]["imageTempsRemoved"],
+        serde_json::json!([layout[0].display().to_string()])
+    );
+    assert!(temps(&env, "").is_empty(), "{:?}", temps(&env, ""));
+}
+
+/// `kill -9` in the middle of the unpack (after its first layer) leaves the pull's layout
+/// and the half-unpacked tree; `omabox reap` removes both, and the next pull publishes the
+/// whole image.
+#[test]
+fn reap_removes_what_a_pull_killed_during_its_unpack_left() {
+    use omabox_test_support::hostile_http::{HostileServer, image, serve_image};
+    let image = image(&[
+        tar_layer(&[("first", 0o644, b"1\n")]),
+        tar_layer(&[("second", 0o644, b"2\n")]),
+    ]);
+    let served = image.clone();
+    let server = HostileServer::start(move |request| serve_image(&served, request));
+    let env = Env::new();
+    let name = format!("{}/killed/unpack:1", server.host());
+    let out = env
+        .omabox(&["image", "pull", &name])
+        .env("OMABOX_TEST_MODE", "1")
+        .env("OMABOX_FAULT_POINT", "image-unpack-layer")
+        .output()
+        .unwrap();
+    assert_eq!(
+        std::os::unix::process::ExitStatusExt::signal(&out.status),
+        Some(libc::SIGKILL),
+        "{}",
+        text(&out.stderr)
+    );
+    let hex = image.digest.trim_start_matches("sha256:");
+    let unpack = temps(&env, hex);
+    let layout = temps(&env, "pull-");
+    assert_eq!(
+        (unpack.len(), layout.len()),
+        (1, 1),
+        "{:?}",
+        temps(&env, "")
+    );
+    assert!(unpack[0].join("rootfs/first").is_file());
+
+    let report = reap(&env);
+    let mut removed: Vec<String> = report["leftovers"]["imageTempsRemoved"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_str().unwrap().to_owned())
+        .collect();
+    removed.sort();
+    let mut expected: Vec<String> = unpack
+        .iter()
+        .chain(&layout)
+        .map(|p| p.display().to_string())
+        .collect();
+    expected.sort();
+    assert_eq!(removed, expected);
+    assert!(temps(&env, "").is_empty());
+
+    let pulled = json(&env.run(&["image", "pull", &name, "--json"]));
+    let rootfs = PathBuf::from(pulled["rootfs"].as_str().unwrap());
+    assert_eq!(
+        std::fs::read_to_string(rootfs.join("second")).unwrap(),
+        "2\n"
+    );
+}
+
+/// Sandboxes starting on a tarball image while `omabox image rm` deletes it in a loop:
+/// no sandbox ever runs on a partial tree (each counts the image's 300 files), no start
+/// fails, and every `rm` either deletes the image (no sandbox starting on or reading it;
+/// the next start unpacks it again) or says why it did not.
+#[test]
+fn image_rm_racing_sandbox_starts_never_leaves_a_sandbox_a_partial_tree() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    if !common::linux_available() {
+        return;
+    }
+    let busybox_missing = (!std::fs::read(BUSYBOX).is_ok_and(|elf| is_static(&elf)))
+        .then(|| format!("{BUSYBOX} is not a static busybox (apt-get install busybox-static)"));
+    if !require_capability(busybox_missing) {
+        return;
+    }
+    let env = Env::new();
+    let busybox = std::fs::read(BUSYBOX).unwrap();
+    let names: Vec<String> = (0..300).map(|i| format!("files/f{i:03}")).collect();
+    let mut entries: Vec<(&str, u32, &[u8])> = vec![("bin/busybox", 0o755, &busybox)];
+    entries.extend(
+        names
+            .iter()
+            .map(|n| (n.as_str(), 0o644, &b"0123456789"[..])),
+    );
+    let tarball = env.dir.path().join("many.tar");
+    std::fs::write(&tarball, tar_layer(&entries)).unwrap();
+    let tarball = tarball.display().to_string();
+    let digest = omabox_backend_linux::ImageCache::new(env.cache())
+        .resolve(Path::new(&tarball))
+        .unwrap()
+        .digest
+        .unwrap();
+
+    let stop = AtomicBool::new(false);
+    let (runs, mut removals) = std::thread::scope(|scope| {
+        let remover = scope.spawn(|| {
+            let mut removals = Vec::new();
+            while !stop.load(Ordering::SeqCst) {
+                let out = env.run(&["image", "rm", &digest]);
+                removals.push((out.status.code(), text(&out.stdout), text(&out.stderr)));
+            }
+            removals
+        });
+        let starters: Vec<_> = (0..3)
+            .map(|_| {
+                scope.spawn(|| {
+                    (0..8)
+                        .map(|_| {
+                            env.run(&[
+                                "sandbox",
+                                "run",
+                                "--image",
+                                &tarball,
+                                "--",
+                                "/bin/busybox",
+                                "sh",
+                                "-c",
+                                "/bin/busybox ls /files | /bin/busybox wc -l",
+                            ])
+                        })
+                        .collect::<Vec<_>>()
+                })
+            })
+            .collect();
+        let runs: Vec<Output> = starters
+            .into_iter()
+            .flat_map(|s| s.join().unwrap())
+            .collect();
+        stop.store(true, Ordering::SeqCst);
+        (runs, remover.join().unwrap())
+    });
+    for out in &runs {
+        assert_eq!(
+            (out.status.code(), text(&out.stdout).trim()),
+            (Some(0), "300"),
+            "a sandbox ran on a partial tree or failed: {}",
+            text(&out.stderr)
+        );
+    }
+    // Once nothing starts any more, the image goes (if a racing rm has not taken it).
+    let out = env.run(&["image", "rm", &digest]);
+    removals.push((out.status.code(), text(&out.stdout), text(&out.stderr)));
+    for (code, stdout, stderr) in &removals {
+        let understood = (*code == Some(0) && stdout.contains(&format!("deleted {digest}")))
+            || (*code == Some(1)
+                && (stderr.contains("is in use by sandbox")
+                    || stderr.contains("is in use by a sandbox that is starting")
+                    || stderr.contains("not in the image cache")));
+        assert!(understood, "rm: {code:?} {stdout} {stderr}");
+    }
+    assert!(
+        removals.iter().any(|(code, _, _)| *code == Some(0)),
+        "no rm went through: {removals:?}"
+    );
+    env.assert_no_sandbox_left();
+}
+
+/// `OMABOX_IMAGE_MAX_ENTRIES`/`_MAX_BYTES` bound what a pull unpacks; a bad value is
+/// refused naming its key; nothing of a refused image stays.
+#[test]
+fn image_pull_unpacks_within_the_configured_limits() {
+    use omabox_test_support::hostile_http::{HostileServer, image, serve_image};
+    let image = image(&[tar_layer(&[
+        ("a", 0o644, b"a"),
+        ("b", 0o644, b"b"),
+        ("c", 0o644, &[7; 4096]),
+    ])]);
+    let served = image.clone();
+    let server = HostileServer::start(move |request| serve_image(&served, request));
+    let env = Env::new();
+    let name = format!("{}/limited/image:1", server.host());
+    for (key, value, expected) in [
+        ("OMABOX_IMAGE_MAX_ENTRIES", "2", "more than 2 entries"),
+        ("OMABOX_IMAGE_MAX_BYTES", "1K", "more than 1024 bytes"),
+        (
+            "OMABOX_IMAGE_MAX_BYTES",
+            "lots",
+            "OMABOX_IMAGE_MAX_BYTES=\"lots\" is invalid",
+        ),
+    ] {
+        let out = env
+            .omabox(&["image", "pull", &name])
+            .env(key, value)
+            .output()
+            .unwrap();
+        assert_ne!(out.status.code(), Some(0), "{key}={value}");
+        assert!(
+            text(&out.stderr).contains(expected),
+            "{}",
+            text(&out.stderr)
+        );
+        assert!(temps(&env, "").is_empty());
+    }
+    let pulled = json(&env.run(&["image", "pull", &name, "--json"]));
+    assert_eq!(pulled["digest"], image.digest.as_str());
+}

@@ -3,9 +3,11 @@
 //! the read-only lower layer of its overlay root. Depends on nothing of omabox's.
 //!
 //! An image value is either an existing local path (the table below) or a registry
-//! reference ([`ImageSource::parse`]); a registry image is pulled (`registry.rs`: the
-//! `oci-client` crate, every blob verified while it streams into a temporary OCI layout
-//! in the cache) and then unpacked exactly like a local OCI image layout. Registry
+//! reference ([`ImageSource::parse`]); a registry image is pulled (`registry.rs` over
+//! `distribution.rs`, omabox's own distribution client: realms and redirects under
+//! `net_policy.rs`, every body capped while it streams, a deadline and a stall rule;
+//! every blob verified while it streams into a temporary OCI layout in the cache) and
+//! then unpacked exactly like a local OCI image layout. Registry
 //! credentials come from a [`CredentialSource`] (docker's `config.json`, or any the caller chains)
 //! and are never logged, cached or put into an error.
 //!
@@ -26,14 +28,18 @@
 //!   sha256/<hex>/rootfs/         an unpacked image (published by one rename, never changed after)
 //!   sha256/<hex>/image.json      what it was unpacked from (kind, reference, digest)
 //!   refs.json                    registry name -> manifest digest (`refs.rs`)
-//!   locks/<hex>.lock             flock(2) serializing unpackers of one digest
+//!   locks/<hex>.lock             flock(2) serializing unpackers and removers of one digest
+//!   locks/pull-<hex>.lock        flock(2), shared by the pulls downloading that manifest
 //!   locks/refs.lock              flock(2) serializing writers of refs.json
 //!   tmp/<hex>.<pid>.<n>/         an unpack in progress; removed on failure, and by the
 //!                                next unpacker of the same digest after a crash
 //!   tmp/pull-<hex>.<pid>.<n>/    a pull's OCI layout being downloaded (removed when the
-//!                                pull ends, whatever the outcome; `prune` removes those
-//!                                of dead processes)
+//!                                pull ends, whatever the outcome)
 //! ```
+//!
+//! A temporary entry a killed process left is removed by [`ImageCache::sweep_temps`]
+//! (`omabox image prune`, `omabox reap`) once nobody holds the lock that covers it
+//! (`locks.rs`), never while its maker lives.
 //!
 //! A registry image's entry is keyed by its image manifest's digest, like an OCI
 //! layout's. Two processes pulling the same image download it twice into their own
@@ -43,7 +49,10 @@
 //! An entry is keyed by content (the tarball's bytes, the OCI manifest's digest), so a
 //! changed tarball is a new entry and an unchanged one is never unpacked twice. Nothing
 //! is evicted automatically; [`ImageCache::list`] shows the entries and
-//! [`ImageCache::remove`] deletes one (the caller makes sure no sandbox uses it).
+//! [`ImageCache::remove`] deletes one, atomically against sandboxes starting on it: a
+//! resolved image is held ([`ImageHold`]) until its sandbox recorded its roots, and a
+//! removal asks the cache's user source who reads it only once it holds the image
+//! (`removal.rs`).
 //!
 //! # Unpacking untrusted archives
 //!
@@ -68,37 +77,49 @@
 //!   unpack, so nothing unverified is ever published), and a tarball against the
 //!   digest it was keyed by.
 //!
-//! Disk use is not bounded: a decompression bomb fills the cache's filesystem.
+//! - stops past [`UnpackLimits`] (bytes of file data, entries, 512 layers) and caps what
+//!   the tar parser may hold for one entry's headers at 1 MiB (`limits.rs`).
+//!
+//! Disk use is bounded only by those limits (64 GiB by default).
 
-use std::fs::{self, File, OpenOptions};
+use std::fs::{self, File};
 use std::io::{self, BufReader, Read};
-use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt};
-use std::os::unix::io::AsRawFd;
+use std::os::unix::fs::{DirBuilderExt, MetadataExt};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
 
 use serde::{Deserialize, Serialize};
 
 mod cred_helper;
 mod credentials;
 mod digest;
+mod distribution;
+mod escape;
+mod fault;
+mod limits;
+mod locks;
+mod net_policy;
 mod oci;
 mod reference;
 mod refs;
 mod registry;
+mod removal;
 mod unpack;
 
 pub use credentials::{
     CredentialChain, CredentialSource, DockerConfig, RegistryCredential, StaticCredentials,
 };
+pub use limits::{MAX_BYTES_ENV, MAX_ENTRIES_ENV, UnpackLimits};
+pub use net_policy::{ALLOWED_HOSTS_ENV, AllowedHost, BUILT_IN as BUILT_IN_ALLOWED_HOSTS};
 pub use reference::{ImageSource, RegistryReference};
 pub use refs::{ImageRef, Removal};
 pub use registry::{
-    INSECURE_REGISTRIES_ENV, NoProgress, PullProgress, PulledImage, RegistryConfig,
+    INSECURE_REGISTRIES_ENV, NoProgress, PULL_TIMEOUT_ENV, PullProgress, PullTimeouts, PulledImage,
+    RegistryConfig, STALL_TIMEOUT_ENV,
 };
+pub use removal::{ImageHold, UserList};
 
-use digest::{is_sha256_hex, sha256_file, sha256_hex_of};
+use digest::{sha256_file, sha256_hex_of};
+use locks::TempEntry;
 use oci::OciLayout;
 use unpack::{Compression, sniff, unpack_tarball};
 
@@ -106,6 +127,8 @@ use unpack::{Compression, sniff, unpack_tarball};
 const MAX_JSON_BLOB: u64 = 4 << 20;
 /// How deep nested image indexes may go.
 const MAX_INDEX_DEPTH: usize = 4;
+/// Most layers an image may have (Docker's own limit is 127).
+const MAX_LAYERS: usize = 512;
 const OPAQUE_WHITEOUT: &[u8] = b".wh..wh..opq";
 const WHITEOUT_PREFIX: &[u8] = b".wh.";
 
@@ -175,7 +198,7 @@ impl ImageKind {
 }
 
 /// An image ready to be the sandbox's overlay lower layer.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub struct ResolvedImage {
     /// Absolute, symlink-free path of the unpacked rootfs.
     pub rootfs_dir: PathBuf,
@@ -186,6 +209,9 @@ pub struct ResolvedImage {
     /// Whether this call unpacked it (`false`: it was in the cache already, or a
     /// directory).
     pub unpacked: bool,
+    /// Keeps the cached image from being removed: keep it until the sandbox that uses
+    /// the image has recorded its roots (`None` for a directory, which is never removed).
+    pub hold: Option<ImageHold>,
 }
 
 /// One unpacked image in the cache.
@@ -213,7 +239,7 @@ pub struct CachedImage {
 #[non_exhaustive]
 pub enum ImageError {
     /// Reading the image failed.
-    #[error("cannot read image {}", path.display())]
+    #[error("cannot read image {}", escape::path(path))]
     Read {
         /// The file or directory.
         path: PathBuf,
@@ -230,8 +256,9 @@ pub enum ImageError {
     /// A format this build does not take.
     #[error("{0}")]
     Unsupported(String),
-    /// An archive entry that would escape the rootfs or write through a symlink.
-    #[error("unsafe image entry {entry:?}: {reason}")]
+    /// An archive entry that would escape the rootfs or write through a symlink (the
+    /// entry's name escaped, see `escape.rs`).
+    #[error("unsafe image entry \"{entry}\": {reason}")]
     UnsafeEntry {
         /// The entry's path as written in the archive.
         entry: String,
@@ -279,7 +306,7 @@ pub enum ImageError {
         available: String,
     },
     /// Writing the unpacked tree failed.
-    #[error("cannot unpack {}", path.display())]
+    #[error("cannot unpack {}", escape::path(path))]
     Write {
         /// The path written.
         path: PathBuf,
@@ -306,7 +333,16 @@ pub enum ImageError {
     /// A name or digest the cache does not have.
     #[error("{0} is not in the image cache")]
     NotCached(String),
-    /// An image a sandbox reads (see [`ImageCache::with_users`]).
+    /// An image a sandbox is starting on: resolved, its roots not recorded yet
+    /// (`removal.rs`).
+    #[error(
+        "{digest} is in use by a sandbox that is starting: not removed (try again once it runs, then stop it first)"
+    )]
+    Busy {
+        /// The image.
+        digest: String,
+    },
+    /// An image a sandbox reads (see [`ImageCache::with_user_source`]).
     #[error(
         "{digest} is in use by sandbox {sandbox}: stop it first (or `omabox reap` it if its host is gone)"
     )]
@@ -315,6 +351,19 @@ pub enum ImageError {
         digest: String,
         /// The sandbox reading it.
         sandbox: String,
+    },
+    /// An image larger than a limit allows (bytes, entries, layers, a tar header).
+    #[error("{0}")]
+    Limit(String),
+    /// A setting (an env value) that cannot be used.
+    #[error("{key}={value:?} is invalid: {reason}")]
+    BadSetting {
+        /// The env key.
+        key: &'static str,
+        /// Its value.
+        value: String,
+        /// What is wrong with it.
+        reason: String,
     },
     /// The cache directory cannot be used.
     #[error("image cache {}: {reason}", path.display())]
@@ -351,8 +400,8 @@ impl ImageError {
 
     fn unsafe_entry(entry: &Path, reason: impl Into<String>) -> Self {
         Self::UnsafeEntry {
-            entry: entry.display().to_string(),
-            reason: reason.into(),
+            entry: escape::path(entry),
+            reason: escape::untrusted(&reason.into(), 4096),
         }
     }
 
@@ -366,6 +415,9 @@ impl ImageError {
                 | Self::Cache { .. }
                 | Self::Registry { .. }
                 | Self::NotCached(_)
+                | Self::BadSetting { .. }
+                | Self::Busy { .. }
+                | Self::InUse { .. }
         )
     }
 }
@@ -374,8 +426,10 @@ impl ImageError {
 #[derive(Debug, Clone)]
 pub struct ImageCache {
     dir: PathBuf,
-    /// (sandbox, directory it reads): images under one of them are never deleted.
-    users: Vec<(String, PathBuf)>,
+    /// Who reads which image: images in use are never deleted (`removal.rs`).
+    users: removal::Users,
+    /// What one image may unpack to.
+    limits: UnpackLimits,
 }
 
 impl ImageCache {
@@ -383,37 +437,15 @@ impl ImageCache {
     pub fn new(dir: impl Into<PathBuf>) -> Self {
         Self {
             dir: dir.into(),
-            users: Vec::new(),
+            users: removal::Users::default(),
+            limits: UnpackLimits::default(),
         }
     }
 
-    /// The same cache, told which directories running sandboxes read (sandbox id, path):
-    /// [`Self::remove`] and [`Self::remove_named`] then refuse to delete such an image
-    /// ([`ImageError::InUse`]) and [`Self::prune`] keeps it.
-    pub fn with_users(mut self, users: Vec<(String, PathBuf)>) -> Self {
-        self.users = users;
+    /// The same cache, unpacking images within `limits` (bytes, entries).
+    pub fn with_limits(mut self, limits: UnpackLimits) -> Self {
+        self.limits = limits;
         self
-    }
-
-    /// The sandbox reading image `hex`, if any (compared as canonical paths).
-    fn user_of(&self, hex: &str) -> Option<&str> {
-        let rootfs = self.entry_dir(hex).join("rootfs");
-        let canonical = fs::canonicalize(&rootfs).unwrap_or(rootfs);
-        self.users
-            .iter()
-            .find(|(_, path)| fs::canonicalize(path).unwrap_or_else(|_| path.clone()) == canonical)
-            .map(|(sandbox, _)| sandbox.as_str())
-    }
-
-    /// Fails with [`ImageError::InUse`] when a sandbox reads image `hex`.
-    fn check_unused(&self, hex: &str) -> Result<(), ImageError> {
-        match self.user_of(hex) {
-            Some(sandbox) => Err(ImageError::InUse {
-                digest: format!("sha256:{hex}"),
-                sandbox: sandbox.to_owned(),
-            }),
-            None => Ok(()),
-        }
     }
 
     /// The default cache directory: `/var/lib/omabox/images` for root, otherwise
@@ -450,11 +482,12 @@ impl ImageCache {
                 digest: None,
                 kind,
                 unpacked: false,
+                hold: None,
             }),
             ImageKind::Tarball => {
                 let hex = sha256_file(reference)?;
                 self.fill(&hex, kind, &source_of(reference), |rootfs| {
-                    unpack_tarball(reference, &hex, rootfs)
+                    unpack_tarball(reference, &hex, rootfs, self.limits)
                 })
             }
             ImageKind::OciLayout => {
@@ -462,7 +495,7 @@ impl ImageCache {
                 let manifest = layout.select_manifest()?;
                 let hex = sha256_hex_of(&manifest).map_err(|reason| layout.invalid(reason))?;
                 self.fill(&hex, kind, &source_of(reference), |rootfs| {
-                    layout.unpack(&manifest, rootfs)
+                    layout.unpack(&manifest, rootfs, self.limits)
                 })
             }
         }
@@ -492,25 +525,6 @@ impl ImageCache {
         Ok(images)
     }
 
-    /// Deletes one unpacked image (`sha256:<hex>`) unless a sandbox reads it
-    /// ([`Self::with_users`]). Returns whether it was there.
-    pub fn remove(&self, digest: &str) -> Result<bool, ImageError> {
-        let hex = digest.strip_prefix("sha256:").unwrap_or(digest);
-        if !is_sha256_hex(hex) {
-            return Err(ImageError::Unsupported(format!(
-                "{digest:?} is not a sha256 digest"
-            )));
-        }
-        self.check_unused(hex)?;
-        let _lock = self.lock(hex)?;
-        let entry = self.dir.join("sha256").join(hex);
-        match fs::remove_dir_all(&entry) {
-            Ok(()) => Ok(true),
-            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(false),
-            Err(e) => Err(ImageError::write(&entry, e)),
-        }
-    }
-
     /// Returns the cached rootfs for `hex`, unpacking it with `unpack` under the digest's
     /// lock when missing.
     fn fill(
@@ -522,15 +536,18 @@ impl ImageCache {
     ) -> Result<ResolvedImage, ImageError> {
         let entry = self.entry_dir(hex);
         let rootfs = entry.join("rootfs");
+        self.prepare()?;
+        // Held from here until the caller's sandbox has recorded its roots (`removal.rs`).
+        let hold = self.hold(hex)?;
         let done = |unpacked| {
             Ok(ResolvedImage {
                 rootfs_dir: fs::canonicalize(&rootfs).map_err(|e| ImageError::io(&rootfs, e))?,
                 digest: Some(format!("sha256:{hex}")),
                 kind,
                 unpacked,
+                hold: Some(hold.clone()),
             })
         };
-        self.prepare()?;
         if rootfs.is_dir() {
             return done(false);
         }
@@ -563,31 +580,6 @@ impl ImageCache {
 
     fn entry_dir(&self, hex: &str) -> PathBuf {
         self.dir.join("sha256").join(hex)
-    }
-
-    /// Removes temporary entries (`<name>.<pid>.<n>`) whose process is gone.
-    fn remove_dead_temps(&self) {
-        let Ok(entries) = fs::read_dir(self.dir.join("tmp")) else {
-            return;
-        };
-        for entry in entries.flatten() {
-            let name = entry.file_name();
-            let Some(pid) = name
-                .to_str()
-                .and_then(|n| n.rsplit('.').nth(1))
-                .and_then(|p| p.parse::<i32>().ok())
-            else {
-                continue;
-            };
-            // SAFETY: kill with signal 0 only checks whether the process exists.
-            let alive = pid > 0
-                && (unsafe { libc::kill(pid, 0) } == 0
-                    || io::Error::last_os_error().raw_os_error() == Some(libc::EPERM));
-            if !alive {
-                let path = entry.path();
-                let _ = fs::remove_dir_all(&path).or_else(|_| fs::remove_file(&path));
-            }
-        }
     }
 
     /// Creates the cache directories and checks that nobody else can write into them
@@ -631,43 +623,6 @@ impl ImageCache {
         }
         Ok(())
     }
-
-    fn lock(&self, hex: &str) -> Result<File, ImageError> {
-        self.prepare()?;
-        let path = self.dir.join("locks").join(format!("{hex}.lock"));
-        let file = OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .mode(0o600)
-            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-            .open(&path)
-            .map_err(|e| ImageError::write(&path, e))?;
-        loop {
-            // SAFETY: flock on an fd we own; no memory is involved.
-            if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX) } == 0 {
-                return Ok(file);
-            }
-            let e = io::Error::last_os_error();
-            if e.kind() != io::ErrorKind::Interrupted {
-                return Err(ImageError::write(&path, e));
-            }
-        }
-    }
-
-    /// Removes unpacks of `hex` left by a process that died mid-way (we hold the lock,
-    /// so none of them is in progress).
-    fn remove_stale_temps(&self, hex: &str) {
-        let Ok(entries) = fs::read_dir(self.dir.join("tmp")) else {
-            return;
-        };
-        let prefix = format!("{hex}.");
-        for entry in entries.flatten() {
-            if entry.file_name().as_bytes().starts_with(prefix.as_bytes()) {
-                let _ = fs::remove_dir_all(entry.path());
-            }
-        }
-    }
 }
 
 fn source_of(reference: &Path) -> String {
@@ -697,40 +652,6 @@ fn tree_size(root: &Path) -> u64 {
     total
 }
 
-/// A temporary cache entry, removed on drop unless defused.
-struct TempEntry {
-    path: PathBuf,
-    armed: bool,
-}
-
-impl TempEntry {
-    fn create(tmp_root: &Path, hex: &str) -> Result<Self, ImageError> {
-        static N: AtomicU64 = AtomicU64::new(0);
-        let path = tmp_root.join(format!(
-            "{hex}.{}.{}",
-            std::process::id(),
-            N.fetch_add(1, Ordering::Relaxed)
-        ));
-        fs::DirBuilder::new()
-            .mode(0o700)
-            .create(&path)
-            .map_err(|e| ImageError::write(&path, e))?;
-        Ok(Self { path, armed: true })
-    }
-
-    fn defuse(mut self) {
-        self.armed = false;
-    }
-}
-
-impl Drop for TempEntry {
-    fn drop(&mut self) {
-        if self.armed {
-            // remove_dir_all does not follow symlinks inside the tree.
-            let _ = fs::remove_dir_all(&self.path);
-        }
-    }
-}
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -11,8 +11,9 @@ use oci_spec::image::{Arch, Descriptor, ImageIndex, ImageManifest, MediaType, Os
 use sha2::{Digest as _, Sha256};
 
 use super::digest::{HashingReader, sha256_hex_of};
+use super::limits::UnpackLimits;
 use super::unpack::{Unpacker, tar_stream};
-use super::{ImageError, MAX_INDEX_DEPTH, MAX_JSON_BLOB};
+use super::{ImageError, MAX_INDEX_DEPTH, MAX_JSON_BLOB, MAX_LAYERS};
 
 /// The manifest for this host (linux and the host's architecture), or the only one.
 /// `Err((platform looked for, what there is))`.
@@ -172,9 +173,16 @@ impl OciLayout {
         &self,
         manifest_desc: &Descriptor,
         rootfs: &Path,
+        limits: UnpackLimits,
     ) -> Result<(), ImageError> {
         let manifest: ImageManifest = self.read_json(manifest_desc)?;
-        let mut unpacker = Unpacker::new(rootfs);
+        if manifest.layers().len() > MAX_LAYERS {
+            return Err(ImageError::Limit(format!(
+                "the image has {} layers, more than {MAX_LAYERS}",
+                manifest.layers().len()
+            )));
+        }
+        let mut unpacker = Unpacker::new(rootfs, limits);
         for (i, layer) in manifest.layers().iter().enumerate() {
             let context = format!("layer {} ({})", i + 1, layer.digest());
             match layer.media_type() {
@@ -195,6 +203,7 @@ impl OciLayout {
             let (actual, len) = hashing.finish().map_err(|e| ImageError::io(&path, e))?;
             check_blob(layer, &actual, len)?;
             applied?;
+            crate::fault::point("image-unpack-layer");
         }
         unpacker.finish()
     }

@@ -6,7 +6,7 @@
 
 use std::path::{Path, PathBuf};
 
-use oci_client::Reference;
+use oci_spec::distribution::Reference;
 
 use crate::ImageError;
 use crate::digest::is_sha256_hex;

@@ -97,13 +97,13 @@ impl ImageCache {
     /// Removes by name or by digest. A name (`registry/repo:tag` in any form docker
     /// accepts, or exactly as `image ls` prints it) leaves the index, and its image is
     /// deleted when no other name points to it; a digest (`sha256:<hex>`) deletes the
-    /// image and every name pointing to it. An image a sandbox reads
-    /// ([`ImageCache::with_users`]) is refused before any name is removed.
+    /// image and every name pointing to it. An image a sandbox is starting on or reads
+    /// (`removal.rs`) is refused before any name is removed.
     pub fn remove_named(&self, what: &str) -> Result<Removal, ImageError> {
         let mut removal = Removal::default();
         let hex = what.strip_prefix("sha256:").unwrap_or(what);
         if is_sha256_hex(hex) {
-            self.check_unused(hex)?;
+            let removing = self.removal(hex)?;
             let digest = format!("sha256:{hex}");
             self.update_refs(|index| {
                 index.refs.retain(|name, r| {
@@ -114,7 +114,7 @@ impl ImageCache {
                     keep
                 });
             })?;
-            if self.remove(&digest)? {
+            if removing.delete()? {
                 removal.images.push(digest);
             } else if removal.refs.is_empty() {
                 return Err(ImageError::NotCached(what.to_owned()));
@@ -124,14 +124,19 @@ impl ImageCache {
         let canonical = crate::RegistryReference::parse(what)
             .map(|r| r.canonical())
             .unwrap_or_else(|_| what.to_owned());
-        // The image the name's removal would delete must not be in use.
+        // The image the name's removal would delete is held (and checked) first.
         let index = self.read_refs()?;
+        let mut removing = None;
         if let Some(r) = [canonical.as_str(), what]
             .into_iter()
             .find_map(|k| index.refs.get(k))
             && index.refs.values().filter(|o| o.digest == r.digest).count() == 1
+            && let Some(hex) = r
+                .digest
+                .strip_prefix("sha256:")
+                .filter(|h| is_sha256_hex(h))
         {
-            self.check_unused(r.digest.strip_prefix("sha256:").unwrap_or(&r.digest))?;
+            removing = Some(self.removal(hex)?);
         }
         let mut orphaned = None;
         self.update_refs(|index| {
@@ -151,18 +156,29 @@ impl ImageCache {
         if removal.refs.is_empty() {
             return Err(ImageError::NotCached(what.to_owned()));
         }
-        if let Some(digest) = orphaned
-            && self.remove(&digest)?
-        {
-            removal.images.push(digest);
+        if let Some(digest) = orphaned {
+            let hex = digest.strip_prefix("sha256:").unwrap_or(&digest);
+            let deleted = match removing {
+                Some(r) if r.hex() == hex => r.delete()?,
+                // The index changed meanwhile: delete only what may go now; `prune`
+                // takes the rest later.
+                _ => match self.remove(&digest) {
+                    Ok(deleted) => deleted,
+                    Err(ImageError::Busy { .. } | ImageError::InUse { .. }) => false,
+                    Err(e) => return Err(e),
+                },
+            };
+            if deleted {
+                removal.images.push(digest);
+            }
         }
         Ok(removal)
     }
 
-    /// Deletes every unpacked image no name in the index points to and no sandbox reads
-    /// (local tarball and OCI-layout unpacks included: they are unpacked again from their
-    /// file on next use), names whose image is gone, and leftover temporary directories of dead
-    /// unpacks and pulls. Returns the images deleted.
+    /// Deletes every unpacked image no name in the index points to and no sandbox starts
+    /// on or reads (local tarball and OCI-layout unpacks included: they are unpacked
+    /// again from their file on next use), names whose image is gone, and leftover
+    /// temporary entries of dead unpacks and pulls. Returns the images deleted.
     pub fn prune(&self) -> Result<Vec<CachedImage>, ImageError> {
         let mut named = std::collections::BTreeSet::new();
         self.update_refs(|index| {
@@ -178,14 +194,20 @@ impl ImageCache {
                 .digest
                 .strip_prefix("sha256:")
                 .unwrap_or(&image.digest);
-            if named.contains(&image.digest) || self.user_of(hex).is_some() {
+            if named.contains(&image.digest) || !is_sha256_hex(hex) {
                 continue;
             }
-            if self.remove(&image.digest)? {
-                removed.push(image);
+            match self.removal(hex) {
+                Ok(removing) => {
+                    if removing.delete()? {
+                        removed.push(image);
+                    }
+                }
+                Err(ImageError::Busy { .. } | ImageError::InUse { .. }) => {}
+                Err(e) => return Err(e),
             }
         }
-        self.remove_dead_temps();
+        self.sweep_temps()?;
         Ok(removed)
     }
 

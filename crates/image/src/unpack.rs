@@ -18,6 +18,7 @@ use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Component, Path, PathBuf};
 
 use super::digest::HashingReader;
+use super::limits::{HeaderBudget, Tally, UnpackLimits};
 use super::{ImageError, OPAQUE_WHITEOUT, WHITEOUT_PREFIX};
 
 // ---------------------------------------------------------------------------------------
@@ -67,12 +68,17 @@ pub(super) fn tar_stream<'a, R: Read + 'a>(
     }
 }
 
-pub(super) fn unpack_tarball(path: &Path, hex: &str, rootfs: &Path) -> Result<(), ImageError> {
+pub(super) fn unpack_tarball(
+    path: &Path,
+    hex: &str,
+    rootfs: &Path,
+    limits: UnpackLimits,
+) -> Result<(), ImageError> {
     let file = File::open(path).map_err(|e| ImageError::io(path, e))?;
     let mut hashing = HashingReader::new(file);
     {
         let stream = tar_stream(&mut hashing, &|| path.display().to_string())?;
-        let mut unpacker = Unpacker::new(rootfs);
+        let mut unpacker = Unpacker::new(rootfs, limits);
         unpacker.apply(stream, false, "")?;
         unpacker.finish()?;
     }
@@ -101,15 +107,17 @@ pub(super) struct Unpacker {
     root: PathBuf,
     as_root: bool,
     dirs: BTreeMap<PathBuf, DirMeta>,
+    tally: Tally,
 }
 
 impl Unpacker {
-    pub(super) fn new(root: &Path) -> Self {
+    pub(super) fn new(root: &Path, limits: UnpackLimits) -> Self {
         Self {
             root: root.to_path_buf(),
             // SAFETY: geteuid has no preconditions and cannot fail.
             as_root: unsafe { libc::geteuid() } == 0,
             dirs: BTreeMap::new(),
+            tally: Tally::new(limits),
         }
     }
 
@@ -125,129 +133,161 @@ impl Unpacker {
             context: context.to_owned(),
             source,
         };
-        let mut archive = tar::Archive::new(stream);
+        // The parser reads an entry's headers and extensions whole into memory: capped.
+        let budget = HeaderBudget::default();
+        let mut archive = tar::Archive::new(budget.wrap(stream));
         let mut created: HashSet<PathBuf> = HashSet::new();
-        for entry in archive.entries().map_err(tar_err)? {
-            let mut entry = entry.map_err(tar_err)?;
-            let raw = PathBuf::from(OsStr::from_bytes(&entry.path_bytes()));
-            let rel = clean(&raw)?;
-            let kind = entry.header().entry_type();
-            if whiteouts && let Some(name) = rel.file_name().map(OsStrExt::as_bytes) {
-                if name == OPAQUE_WHITEOUT {
-                    let dir = rel.parent().unwrap_or(Path::new(""));
-                    self.opaque(&raw, dir, &created)?;
-                    continue;
-                }
-                if let Some(hidden) = name.strip_prefix(WHITEOUT_PREFIX) {
-                    let target = rel.with_file_name(OsStr::from_bytes(hidden));
-                    if !created.contains(&target) {
-                        self.whiteout(&raw, &target)?;
-                    }
-                    continue;
-                }
-            }
-            if kind.is_pax_global_extensions()
-                || kind.is_pax_local_extensions()
-                || kind.is_gnu_longname()
-                || kind.is_gnu_longlink()
-            {
-                continue;
-            }
-            let header = entry.header();
-            let meta = DirMeta {
-                mode: header.mode().map_err(tar_err)? & 0o7777,
-                uid: header.uid().map_err(tar_err)?,
-                gid: header.gid().map_err(tar_err)?,
-                mtime: header.mtime().unwrap_or(0),
+        let mut entries = archive.entries().map_err(tar_err)?;
+        loop {
+            budget.between_entries();
+            let Some(entry) = entries.next() else {
+                break;
             };
-            if rel.as_os_str().is_empty() {
-                // "./": the rootfs directory itself.
-                if kind.is_dir() {
-                    self.dirs.insert(rel, meta);
-                }
-                continue;
-            }
-            self.parents(&raw, &rel, true)?;
-            let target = self.root.join(&rel);
-            if kind.is_dir() {
-                match fs::symlink_metadata(&target) {
-                    Ok(m) if m.is_dir() => {}
-                    Ok(_) => {
-                        remove_any(&target)?;
-                        mkdir(&target)?;
-                    }
-                    Err(_) => mkdir(&target)?,
-                }
-                self.dirs.insert(rel.clone(), meta);
-            } else if kind.is_file() || kind == tar::EntryType::Continuous || kind.is_gnu_sparse() {
-                self.clear(&target)?;
-                let mut file = OpenOptions::new()
-                    .write(true)
-                    .create_new(true)
-                    .mode(0o600)
-                    .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-                    .open(&target)
-                    .map_err(|e| ImageError::write(&target, e))?;
-                io::copy(&mut entry, &mut file).map_err(tar_err)?;
-                file.flush().map_err(|e| ImageError::write(&target, e))?;
-                self.own_and_mode(&target, meta, Some(&file))?;
-            } else if kind.is_symlink() {
-                let link = entry
-                    .link_name_bytes()
-                    .ok_or_else(|| ImageError::unsafe_entry(&raw, "symlink without a target"))?;
-                self.clear(&target)?;
-                std::os::unix::fs::symlink(OsStr::from_bytes(&link), &target)
-                    .map_err(|e| ImageError::write(&target, e))?;
-                self.lchown(&target, meta)?;
-                set_mtime(&target, meta.mtime)?;
-            } else if kind.is_hard_link() {
-                let link = entry
-                    .link_name_bytes()
-                    .ok_or_else(|| ImageError::unsafe_entry(&raw, "hard link without a target"))?;
-                let link_raw = PathBuf::from(OsStr::from_bytes(&link));
-                let link_rel = clean(&link_raw)?;
-                self.parents(&raw, &link_rel, false)?;
-                let source = self.root.join(&link_rel);
-                match fs::symlink_metadata(&source) {
-                    Ok(m) if !m.is_dir() => {}
-                    _ => {
-                        return Err(ImageError::unsafe_entry(
-                            &raw,
-                            format!(
-                                "hard link to {}, which is not a file unpacked before it",
-                                link_raw.display()
-                            ),
-                        ));
-                    }
-                }
-                if source == target {
-                    continue;
-                }
-                self.clear(&target)?;
-                // std's hard_link uses linkat without AT_SYMLINK_FOLLOW: a symlink is
-                // linked itself, never followed.
-                fs::hard_link(&source, &target).map_err(|e| ImageError::write(&target, e))?;
-            } else if kind == tar::EntryType::Fifo {
-                self.clear(&target)?;
-                let c = cstring(&target)?;
-                // SAFETY: `c` is a valid NUL-terminated path; mknod creates a FIFO and
-                // never follows a symlink at the final component (we removed it).
-                if unsafe { libc::mknod(c.as_ptr(), libc::S_IFIFO | 0o600, 0) } != 0 {
-                    return Err(ImageError::write(&target, io::Error::last_os_error()));
-                }
-                self.own_and_mode(&target, meta, None)?;
-            } else if kind == tar::EntryType::Char || kind == tar::EntryType::Block {
-                // Device nodes are skipped: /dev is built by the sandbox and nodev
-                // would make these inert anyway.
-                continue;
-            } else {
-                return Err(ImageError::Unsupported(format!(
-                    "image entry {} has unsupported tar type {kind:?}",
-                    raw.display()
-                )));
-            }
-            created.insert(rel);
+            budget.in_entry();
+            let mut entry = entry.map_err(|e| budget.explain(e, context))?;
+            self.tally.entry()?;
+            let raw = PathBuf::from(OsStr::from_bytes(&entry.path_bytes()));
+            self.apply_entry(&mut entry, &raw, whiteouts, context, &mut created)
+                .map_err(|e| name_too_long(e, &raw))?;
+            // What the entry did not read (a whiteout's, a skipped device's data) is
+            // skipped here, outside the header budget.
+            io::copy(&mut entry, &mut io::sink()).map_err(tar_err)?;
         }
+        Ok(())
+    }
+
+    fn apply_entry<R: Read>(
+        &mut self,
+        entry: &mut tar::Entry<'_, R>,
+        raw: &Path,
+        whiteouts: bool,
+        context: &str,
+        created: &mut HashSet<PathBuf>,
+    ) -> Result<(), ImageError> {
+        let tar_err = |source| ImageError::Tar {
+            context: context.to_owned(),
+            source,
+        };
+        let rel = clean(raw)?;
+        let kind = entry.header().entry_type();
+        if whiteouts && let Some(name) = rel.file_name().map(OsStrExt::as_bytes) {
+            if name == OPAQUE_WHITEOUT {
+                let dir = rel.parent().unwrap_or(Path::new(""));
+                self.opaque(raw, dir, created)?;
+                return Ok(());
+            }
+            if let Some(hidden) = name.strip_prefix(WHITEOUT_PREFIX) {
+                let target = rel.with_file_name(OsStr::from_bytes(hidden));
+                if !created.contains(&target) {
+                    self.whiteout(raw, &target)?;
+                }
+                return Ok(());
+            }
+        }
+        if kind.is_pax_global_extensions()
+            || kind.is_pax_local_extensions()
+            || kind.is_gnu_longname()
+            || kind.is_gnu_longlink()
+        {
+            return Ok(());
+        }
+        let header = entry.header();
+        let meta = DirMeta {
+            mode: header.mode().map_err(tar_err)? & 0o7777,
+            uid: header.uid().map_err(tar_err)?,
+            gid: header.gid().map_err(tar_err)?,
+            mtime: header.mtime().unwrap_or(0),
+        };
+        if rel.as_os_str().is_empty() {
+            // "./": the rootfs directory itself.
+            if kind.is_dir() {
+                self.dirs.insert(rel, meta);
+            }
+            return Ok(());
+        }
+        self.parents(raw, &rel, true)?;
+        let target = self.root.join(&rel);
+        if kind.is_dir() {
+            match fs::symlink_metadata(&target) {
+                Ok(m) if m.is_dir() => {}
+                Ok(_) => {
+                    remove_any(&target)?;
+                    mkdir(&target)?;
+                }
+                Err(_) => mkdir(&target)?,
+            }
+            self.dirs.insert(rel.clone(), meta);
+        } else if kind.is_file() || kind == tar::EntryType::Continuous || kind.is_gnu_sparse() {
+            self.clear(&target)?;
+            let mut file = OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .mode(0o600)
+                .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+                .open(&target)
+                .map_err(|e| ImageError::write(&target, e))?;
+            let left = self.tally.bytes_left();
+            let written = io::copy(&mut (&mut *entry).take(left.saturating_add(1)), &mut file)
+                .map_err(tar_err)?;
+            self.tally.bytes(written)?;
+            file.flush().map_err(|e| ImageError::write(&target, e))?;
+            self.own_and_mode(&target, meta, Some(&file))?;
+        } else if kind.is_symlink() {
+            let link = entry
+                .link_name_bytes()
+                .ok_or_else(|| ImageError::unsafe_entry(raw, "symlink without a target"))?;
+            self.clear(&target)?;
+            std::os::unix::fs::symlink(OsStr::from_bytes(&link), &target)
+                .map_err(|e| ImageError::write(&target, e))?;
+            self.lchown(&target, meta)?;
+            set_mtime(&target, meta.mtime)?;
+        } else if kind.is_hard_link() {
+            let link = entry
+                .link_name_bytes()
+                .ok_or_else(|| ImageError::unsafe_entry(raw, "hard link without a target"))?;
+            let link_raw = PathBuf::from(OsStr::from_bytes(&link));
+            let link_rel = clean(&link_raw)?;
+            self.parents(raw, &link_rel, false)?;
+            let source = self.root.join(&link_rel);
+            match fs::symlink_metadata(&source) {
+                Ok(m) if !m.is_dir() => {}
+                _ => {
+                    return Err(ImageError::unsafe_entry(
+                        raw,
+                        format!(
+                            "hard link to {}, which is not a file unpacked before it",
+                            link_raw.display()
+                        ),
+                    ));
+                }
+            }
+            if source == target {
+                return Ok(());
+            }
+            self.clear(&target)?;
+            // std's hard_link uses linkat without AT_SYMLINK_FOLLOW: a symlink is
+            // linked itself, never followed.
+            fs::hard_link(&source, &target).map_err(|e| ImageError::write(&target, e))?;
+        } else if kind == tar::EntryType::Fifo {
+            self.clear(&target)?;
+            let c = cstring(&target)?;
+            // SAFETY: `c` is a valid NUL-terminated path; mknod creates a FIFO and
+            // never follows a symlink at the final component (we removed it).
+            if unsafe { libc::mknod(c.as_ptr(), libc::S_IFIFO | 0o600, 0) } != 0 {
+                return Err(ImageError::write(&target, io::Error::last_os_error()));
+            }
+            self.own_and_mode(&target, meta, None)?;
+        } else if kind == tar::EntryType::Char || kind == tar::EntryType::Block {
+            // Device nodes are skipped: /dev is built by the sandbox and nodev
+            // would make these inert anyway.
+            return Ok(());
+        } else {
+            return Err(ImageError::Unsupported(format!(
+                "image entry {} has unsupported tar type {kind:?}",
+                crate::escape::path(raw)
+            )));
+        }
+        created.insert(rel);
         Ok(())
     }
 
@@ -397,6 +437,20 @@ impl Unpacker {
         }
         .map_err(|e| ImageError::write(path, e))?;
         set_mtime(path, meta.mtime)
+    }
+}
+
+/// A write that failed because the entry's name is too long for the filesystem is the
+/// image's fault: said so.
+fn name_too_long(e: ImageError, raw: &Path) -> ImageError {
+    match e {
+        ImageError::Write { source, .. } if source.raw_os_error() == Some(libc::ENAMETOOLONG) => {
+            ImageError::unsafe_entry(
+                raw,
+                "its name is too long (a component over 255 bytes, or a path over 4096)",
+            )
+        }
+        other => other,
     }
 }
 

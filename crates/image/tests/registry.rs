@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use base64::Engine as _;
 use omabox_image::{
-    DockerConfig, ImageCache, ImageError, ImageSource, NoProgress, RegistryConfig,
+    AllowedHost, DockerConfig, ImageCache, ImageError, ImageSource, NoProgress, RegistryConfig,
     RegistryReference,
 };
 use omabox_test_support::registry::{TestRegistry, tar_layer};
@@ -276,8 +276,10 @@ fn bearer_token_auth_gets_a_token_with_docker_config_credentials() {
     let dir = tempfile::tempdir().unwrap();
     let config_path = dir.path().join("docker/config.json");
     let write_config = |pw: &str| docker_login(&config_path, &registry.host(), "dave", pw);
+    // The issuer is another loopback port: allowed as the registry's token realm.
     let config = RegistryConfig {
         credentials: Some(Arc::new(DockerConfig::at(&config_path))),
+        allowed_hosts: AllowedHost::parse_list(&format!("{}=127.0.0.1", registry.host())).unwrap(),
         ..RegistryConfig::default()
     };
     let cache = cache(dir.path());

@@ -8,9 +8,12 @@
 //!   suite stay in `omabox-testkit`, which depends on the host).
 //! - [`registry`]: a real OCI registry (`docker-registry`) on loopback and a minimal push
 //!   client, for the image pull tests.
+//! - [`hostile_http`]: a scripted HTTP server on loopback (a malicious registry, a
+//!   host-only service that must never be contacted) and a tiny OCI image it serves.
 
 pub mod capability;
 pub mod drivers;
+pub mod hostile_http;
 pub mod registry;
 pub mod registry_token;
 

@@ -6,8 +6,12 @@
 //! at destroy, once PID 1 is gone. A sandbox whose host crashed keeps its state dir until
 //! `omabox reap` destroys it, so its roots stay protected while it may still run.
 //!
-//! Known gap: the check and the deletion are not one atomic step against a start that
-//! records the same image between them.
+//! Between its resolution and this record a start holds the image
+//! (`ResolvedImage::hold`, a shared flock kept by the factory until the start returned);
+//! a removal takes that lock exclusively without waiting and reads these records only
+//! then, so checking and deleting are one step against starts (`omabox_image`'s
+//! `removal.rs`): an image is deleted only when no start is between its resolution and
+//! its record, and no record names it.
 
 use std::io;
 use std::path::{Path, PathBuf};

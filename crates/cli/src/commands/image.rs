@@ -17,7 +17,9 @@
 //! printed. Plain HTTP only for loopback registries and `OMABOX_INSECURE_REGISTRIES`.
 //! `rm` refuses, and `prune` keeps, an image or layer that a sandbox of the linux
 //! runtime dir (`OMABOX_LINUX_RUNTIME_DIR`) reads: running, or left by a crashed host
-//! until `omabox reap` (`image_use`).
+//! until `omabox reap` (`image_use`), and an image a sandbox is starting on (resolved,
+//! its roots not recorded yet: the image cache's hold, checked atomically with the
+//! deletion).
 
 use std::collections::BTreeMap;
 use std::io::{IsTerminal as _, Write as _};
@@ -33,7 +35,7 @@ use omabox_backend_linux::env_layer::EnvLayers;
 use omabox_backend_linux::factory::IMAGE_CACHE_ENV;
 use omabox_backend_linux::image::{
     ImageCache, ImageError, ImageSource, PullProgress, PulledImage, RegistryConfig,
-    RegistryReference,
+    RegistryReference, UnpackLimits, UserList,
 };
 use omabox_backend_linux::image_use::{RootInUse, roots_in_use as roots_in_use_in};
 use serde_json::json;
@@ -81,8 +83,14 @@ enum ImageCommand {
     },
 }
 
-/// The image cache this process uses: `OMABOX_LINUX_IMAGE_CACHE`, else the default.
+/// The image cache this process uses: `OMABOX_LINUX_IMAGE_CACHE`, else the default;
+/// unpacking within `OMABOX_IMAGE_MAX_BYTES`/`_MAX_ENTRIES`.
 pub fn cache() -> anyhow::Result<ImageCache> {
+    let limits = UnpackLimits::from_env(|key| std::env::var(key).ok())?;
+    Ok(cache_dir()?.with_limits(limits))
+}
+
+fn cache_dir() -> anyhow::Result<ImageCache> {
     match std::env::var_os(IMAGE_CACHE_ENV).filter(|v| !v.is_empty()) {
         Some(dir) => {
             let dir = PathBuf::from(dir);
@@ -103,7 +111,7 @@ pub fn registry_config(
     get: impl Fn(&str) -> Option<String>,
     data_dir: Option<&std::path::Path>,
 ) -> anyhow::Result<RegistryConfig> {
-    let config = RegistryConfig::from_env(&get);
+    let config = RegistryConfig::from_env(&get)?;
     Ok(match data_dir {
         Some(dir) => config.with_credentials(std::sync::Arc::new(
             crate::registry_credentials::from_vault_blocking(dir)?,
@@ -218,7 +226,9 @@ pub fn run(args: &ImageArgs, data_dir: Option<&std::path::Path>) -> anyhow::Resu
             Ok(ExitCode::SUCCESS)
         }
         ImageCommand::Rm { what, json } => {
-            let cache = cache.with_users(users_of(&roots_in_use()?));
+            // Asked under each image's removal lock (a start between its resolution and
+            // its record holds that lock; see omabox_image's removal.rs).
+            let cache = cache.with_user_source(users_now);
             let mut removals = Vec::new();
             let mut failed = false;
             for item in what {
@@ -236,7 +246,11 @@ pub fn run(args: &ImageArgs, data_dir: Option<&std::path::Path>) -> anyhow::Resu
                             json!({"what": item, "refs": removal.refs, "images": removal.images}),
                         );
                     }
-                    Err(e @ (ImageError::NotCached(_) | ImageError::InUse { .. })) => {
+                    Err(
+                        e @ (ImageError::NotCached(_)
+                        | ImageError::InUse { .. }
+                        | ImageError::Busy { .. }),
+                    ) => {
                         eprintln!("omabox image rm: {e}");
                         failed = true;
                     }
@@ -253,10 +267,9 @@ pub fn run(args: &ImageArgs, data_dir: Option<&std::path::Path>) -> anyhow::Resu
             })
         }
         ImageCommand::Prune { json } => {
-            let in_use = roots_in_use()?;
-            let in_use_paths: Vec<PathBuf> = in_use.iter().map(|r| r.path.clone()).collect();
-            let cache = cache.with_users(users_of(&in_use));
+            let cache = cache.with_user_source(users_now);
             let removed = cache.prune()?;
+            let in_use_paths: Vec<PathBuf> = roots_in_use()?.into_iter().map(|r| r.path).collect();
             let layers = EnvLayers::in_image_cache(cache.dir()).prune_orphans(&in_use_paths)?;
             if *json {
                 let removed: Vec<_> = removed
@@ -298,11 +311,12 @@ fn roots_in_use() -> anyhow::Result<Vec<RootInUse>> {
     })
 }
 
-fn users_of(roots: &[RootInUse]) -> Vec<(String, PathBuf)> {
-    roots
-        .iter()
-        .map(|r| (r.sandbox.clone(), r.path.clone()))
-        .collect()
+/// The cache's user source: (sandbox, root) of every sandbox of the linux runtime dir,
+/// read when asked.
+fn users_now() -> UserList {
+    roots_in_use()
+        .map(|roots| roots.into_iter().map(|r| (r.sandbox, r.path)).collect())
+        .map_err(|e| format!("{e:#}"))
 }
 
 fn usage(e: &ImageError) -> ExitCode {

@@ -739,7 +739,10 @@ async fn prefetch_registry_image(env: &SandboxFactoryEnv, data_dir: &Path) -> an
     let cache = match nonempty(IMAGE_CACHE_ENV).filter(|d| Path::new(d).is_absolute()) {
         Some(dir) => ImageCache::new(dir),
         None => ImageCache::new(ImageCache::default_dir()),
-    };
+    }
+    .with_limits(omabox_backend_linux::image::UnpackLimits::from_env(|k| {
+        env.get(k).map(str::to_owned)
+    })?);
     let env = env.clone();
     let data_dir = data_dir.to_path_buf();
     let config = tokio::task::spawn_blocking(move || {

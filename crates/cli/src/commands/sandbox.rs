@@ -502,6 +502,9 @@ fn pin_registry_image(
         }
         None => ImageCache::new(ImageCache::default_dir()),
     };
+    let limits = omabox_backend_linux::image::UnpackLimits::from_env(|k| vars.get(k).cloned())
+        .map_err(|e| Failure::usage(e.to_string()))?;
+    let cache = cache.with_limits(limits);
     let data_dir =
         crate::data_dir::resolve(data_dir).map_err(|e| Failure::omabox(e.to_string()))?;
     let config = super::image::registry_config(|k| vars.get(k).cloned(), Some(&data_dir))

@@ -8,8 +8,15 @@ pub const IMAGE_ENV: &str = "OMABOX_LINUX_IMAGE";
 pub const SANDBOX_IMAGE_ENV: &str = "SANDBOX_IMAGE";
 /// `OMABOX_LINUX_IMAGE_CACHE`: where image artifacts are unpacked.
 pub const IMAGE_CACHE_ENV: &str = "OMABOX_LINUX_IMAGE_CACHE";
+/// `OMABOX_REGISTRY_ALLOWED_HOSTS`: hosts a registry may send a pull to besides itself.
+pub use crate::image::ALLOWED_HOSTS_ENV;
 /// `OMABOX_INSECURE_REGISTRIES`: registries pulled from over plain HTTP.
 pub use crate::image::INSECURE_REGISTRIES_ENV;
+/// `OMABOX_IMAGE_MAX_BYTES`, `OMABOX_IMAGE_MAX_ENTRIES`: what one image may unpack to.
+pub use crate::image::{MAX_BYTES_ENV, MAX_ENTRIES_ENV};
+/// `OMABOX_PULL_TIMEOUT`, `OMABOX_PULL_STALL_TIMEOUT`: a registry pull's deadline and
+/// stall window, in seconds.
+pub use crate::image::{PULL_TIMEOUT_ENV, STALL_TIMEOUT_ENV};
 /// `DOCKER_CONFIG`: docker's configuration directory (registry credentials).
 pub const DOCKER_CONFIG_ENV: &str = "DOCKER_CONFIG";
 /// `HOME`: read only to find `~/.docker/config.json` when `DOCKER_CONFIG` is unset.
@@ -77,6 +84,11 @@ pub const ENV_KEYS: &[&str] = &[
     SANDBOX_IMAGE_ENV,
     IMAGE_CACHE_ENV,
     INSECURE_REGISTRIES_ENV,
+    ALLOWED_HOSTS_ENV,
+    PULL_TIMEOUT_ENV,
+    STALL_TIMEOUT_ENV,
+    MAX_BYTES_ENV,
+    MAX_ENTRIES_ENV,
     DOCKER_CONFIG_ENV,
     HOME_ENV,
     MEMORY_ENV,

@@ -19,6 +19,11 @@
 //! | `SANDBOX_IMAGE` | OpenMA's name, read when `OMABOX_LINUX_IMAGE` is unset | |
 //! | `OMABOX_LINUX_IMAGE_CACHE` | absolute path of the cache tarballs, OCI layouts and registry images are unpacked into | [`ImageCache::default_dir`]: `/var/lib/omabox/images` as root, else `$XDG_CACHE_HOME/omabox/images` |
 //! | `OMABOX_INSECURE_REGISTRIES` | `host[:port][,…]`: registries pulled from over plain HTTP (loopback ones always are) | none |
+//! | `OMABOX_REGISTRY_ALLOWED_HOSTS` | `REGISTRY=HOST[,…]` (`host`, `host:port`, `*.suffix`; `*` for any registry): hosts a registry may send a pull to besides itself, as token realm or blob redirect (see [`crate::image`]'s `net_policy`) | the built-in entries of Docker Hub, ghcr.io, quay.io, gcr.io, mcr.microsoft.com |
+//! | `OMABOX_PULL_TIMEOUT` | seconds a registry pull (requests and downloads) may take in all | 3600 |
+//! | `OMABOX_IMAGE_MAX_BYTES` | bytes of file data one image may unpack to (every layer counted), with a `K`/`M`/`G`/`T` suffix (binary) | 64G |
+//! | `OMABOX_IMAGE_MAX_ENTRIES` | entries one image may have (every layer counted) | 4000000 |
+//! | `OMABOX_PULL_STALL_TIMEOUT` | seconds within which a registry response must start, and deliver at least 1 KiB or end | 60 |
 //! | `DOCKER_CONFIG`, `HOME` | where docker's `config.json` is (`$DOCKER_CONFIG/config.json`, else `$HOME/.docker/config.json`): registry credentials (`auths.<host>.auth`) | |
 //! | `OMABOX_LINUX_MEMORY` | memory limit: bytes, or with a `K`/`M`/`G`/`T` suffix (binary: `512M` = 512 MiB), or `unlimited` | 512M |
 //! | `OMABOX_LINUX_CPUS` | CPU quota in CPUs (`1`, `0.5`, `1.25`: at least 0.01), or `unlimited` | 2, or the host's CPU count if smaller |
@@ -61,8 +66,8 @@ use omabox_sandbox::{SandboxFactory, SandboxFactoryContext, SandboxFactoryEnv, S
 
 use crate::env_layer::{EnvLayerError, EnvLayers, LayerSpec};
 use crate::image::{
-    CredentialSource, DockerConfig, ImageCache, ImageError, ImageKind, NoProgress, RegistryConfig,
-    RegistryReference, ResolvedImage, StaticCredentials,
+    DockerConfig, ImageCache, ImageError, ImageHold, ImageKind, RegistryConfig, RegistryReference,
+    ResolvedImage, StaticCredentials, UnpackLimits,
 };
 use crate::plan::{
     BindMount, CA_BUNDLE, CA_ENV, CpuLimit, IMAGE_CA_BUNDLE, RootfsSource, SandboxPlan,
@@ -71,9 +76,12 @@ use crate::port::{DEFAULT_EXEC_TIMEOUT, LinuxPortError, LinuxSandboxPort};
 use crate::sandbox::{LinuxRuntime, RuntimeConfig, StartError};
 
 mod env;
+mod image;
 mod provider;
 
 pub use env::*;
+pub use image::{LeaseImage, PendingImage, RegistryPull};
+use image::{image_artifact, setting};
 pub use provider::LinuxSandboxProvider;
 
 /// Why the factory could not make a sandbox.
@@ -190,93 +198,10 @@ pub struct EnvLayerSetting {
     pub image_cache: PathBuf,
 }
 
-/// An image artifact named by the env, checked but not unpacked yet.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PendingImage {
-    /// The env value (for messages).
-    pub reference: String,
-    /// Its absolute path (empty for a registry image).
-    pub path: PathBuf,
-    /// A tarball, an OCI layout or a registry image.
-    pub kind: ImageKind,
-    /// The cache it is unpacked into.
-    pub cache_dir: PathBuf,
-    /// For a registry image: where to pull it from, and how.
-    pub registry: Option<RegistryPull>,
-}
-
-/// A registry image still to be resolved: the reference and how to reach its registry
-/// (plain data: the credentials stay in docker's file until the pull reads them).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RegistryPull {
-    /// The parsed reference.
-    pub reference: RegistryReference,
-    /// `OMABOX_INSECURE_REGISTRIES`.
-    pub insecure: Vec<String>,
-    /// Docker's `config.json`, if `DOCKER_CONFIG` or `HOME` says where.
-    pub docker_config: Option<PathBuf>,
-    /// Credentials the factory was given ([`LinuxSandboxFactory::with_registry_credentials`]),
-    /// asked before docker's file.
-    pub given: StaticCredentials,
-}
-
-impl RegistryPull {
-    fn config(&self) -> RegistryConfig {
-        RegistryConfig {
-            insecure: self.insecure.clone(),
-            credentials: self
-                .docker_config
-                .as_ref()
-                .map(|path| Arc::new(DockerConfig::at(path)) as Arc<dyn CredentialSource>),
-        }
-        .with_credentials(Arc::new(self.given.clone()))
-    }
-}
-
-/// What image a sandbox was made from, as its lease records it.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct LeaseImage {
-    /// The reference as configured (canonical for a registry image).
-    pub reference: String,
-    /// `sha256:<hex>` of the tarball or image manifest it resolved to (a tag's digest at
-    /// this acquire).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub digest: Option<String>,
-}
-
-impl PendingImage {
-    /// Unpacks the image into its cache unless it is there already (a registry image is
-    /// resolved at its registry first, unless pinned and cached). Blocking.
-    pub fn resolve(&self) -> Result<ResolvedImage, LinuxFactoryError> {
-        let cache = ImageCache::new(&self.cache_dir);
-        let resolved = match &self.registry {
-            Some(pull) => cache
-                .resolve_registry(&pull.reference, &pull.config(), &NoProgress)
-                .map(|pulled| pulled.image),
-            None => cache.resolve(&self.path),
-        };
-        resolved.map_err(|source| LinuxFactoryError::Image {
-            image: self.reference.clone(),
-            source,
-        })
-    }
-
-    /// The lease's record of this image once resolved.
-    pub fn lease_image(&self, resolved: &ResolvedImage) -> LeaseImage {
-        LeaseImage {
-            reference: match &self.registry {
-                Some(pull) => pull.reference.canonical(),
-                None => self.reference.clone(),
-            },
-            digest: resolved.digest.clone(),
-        }
-    }
-}
-
 impl LinuxSandboxSettings {
     /// Unpacks the pending image into its cache (once per content; later calls find it
-    /// there) and makes it the plan's rootfs. Blocking. Does nothing without one.
+    /// there) and makes it the plan's rootfs. Blocking. Does nothing without one. Keep the
+    /// result's `hold` until the sandbox's start returned (`image rm` waits for it).
     pub fn resolve_image(&mut self) -> Result<Option<ResolvedImage>, LinuxFactoryError> {
         let Some(pending) = self.image.take() else {
             return Ok(None);
@@ -383,6 +308,16 @@ impl LinuxSandboxFactory {
                             )
                             .map(|d| d.path().to_path_buf()),
                             given: self.registry_credentials.clone(),
+                            allowed_hosts: RegistryConfig::parse_allowed_hosts(nonempty(
+                                env,
+                                ALLOWED_HOSTS_ENV,
+                            ))
+                            .map_err(setting)?,
+                            timeouts: RegistryConfig::parse_timeouts(
+                                nonempty(env, PULL_TIMEOUT_ENV),
+                                nonempty(env, STALL_TIMEOUT_ENV),
+                            )
+                            .map_err(setting)?,
                         }),
                         _ => None,
                     };
@@ -396,11 +331,17 @@ impl LinuxSandboxFactory {
                             .clone()
                             .unwrap_or_else(ImageCache::default_dir),
                     };
+                    let limits = UnpackLimits::parse(
+                        nonempty(env, MAX_BYTES_ENV),
+                        nonempty(env, MAX_ENTRIES_ENV),
+                    )
+                    .map_err(setting)?;
                     pending = Some(PendingImage {
                         reference: image.to_owned(),
                         path,
                         kind,
                         cache_dir,
+                        limits,
                         registry,
                     });
                 }
@@ -637,10 +578,14 @@ impl LinuxSandboxFactory {
         .await
         .map_err(|e| LinuxPortError::Task(e.to_string()))??;
         let mut lease_image = None;
+        // Held until the sandbox has recorded its roots (its start returned), so `image
+        // rm|prune` cannot delete the tree between here and the mount.
+        let mut hold = None;
         if let Some((record, image)) = image {
             settings.plan.rootfs = RootfsSource::Directory {
                 path: image.rootfs_dir,
             };
+            hold = image.hold;
             lease_image = Some(record);
         }
         for (what, dir) in prepared {
@@ -671,6 +616,7 @@ impl LinuxSandboxFactory {
             settings.plan.env.extend(layer.spec.env());
         }
         let port = LinuxSandboxPort::start_resolving(&runtime, &settings.plan, resolver).await?;
+        drop(hold);
         Ok((
             port.with_default_timeout(settings.exec_timeout),
             lease_image,
@@ -682,12 +628,13 @@ impl LinuxSandboxFactory {
     /// Everything [`LinuxRuntime::start_one_shot`] needs, blocking: the settings, the
     /// probed runtime (one-shot only: no setup-stage binary needed), the plan checked
     /// against it, the image unpacked and the context directories created. For a
-    /// single-threaded caller that runs one command (`omabox sandbox run`).
+    /// single-threaded caller that runs one command (`omabox sandbox run`). The hold
+    /// keeps the image from removal: keep it until the start has returned.
     pub fn prepare_one_shot(
         &self,
         ctx: &SandboxFactoryContext,
         env: &SandboxFactoryEnv,
-    ) -> Result<(LinuxRuntime, SandboxPlan), LinuxFactoryError> {
+    ) -> Result<(LinuxRuntime, SandboxPlan, Option<ImageHold>), LinuxFactoryError> {
         let mut settings = self.settings(ctx, env)?;
         let runtime =
             LinuxRuntime::new_one_shot(settings.runtime).map_err(LinuxFactoryError::Runtime)?;
@@ -695,10 +642,13 @@ impl LinuxSandboxFactory {
             .capabilities()
             .check(&settings.plan)
             .map_err(|e| LinuxFactoryError::Runtime(StartError::Missing(e)))?;
+        let mut hold = None;
         if let Some(image) = settings.image.take() {
+            let resolved = image.resolve()?;
             settings.plan.rootfs = RootfsSource::Directory {
-                path: image.resolve()?.rootfs_dir,
+                path: resolved.rootfs_dir,
             };
+            hold = resolved.hold;
         }
         if let Some(w) = settings.plan.workspace.take() {
             settings.plan.workspace = Some(prepare_dir("workspace", &w)?);
@@ -706,7 +656,7 @@ impl LinuxSandboxFactory {
         if let Some(o) = settings.plan.outputs.take() {
             settings.plan.outputs = Some(prepare_dir("outputs", &o)?);
         }
-        Ok((runtime, settings.plan))
+        Ok((runtime, settings.plan, hold))
     }
 }
 
@@ -733,36 +683,6 @@ fn invalid(key: &'static str, value: &str, reason: &str) -> LinuxFactoryError {
         value: value.to_owned(),
         reason: reason.to_owned(),
     }
-}
-
-/// What an image reference names: its kind and absolute, symlink-free path. Looks at
-/// the file's type and first bytes only; nothing is unpacked here.
-fn image_artifact(
-    key: &'static str,
-    image: &str,
-) -> Result<(ImageKind, PathBuf), LinuxFactoryError> {
-    let path = Path::new(image);
-    if !path.is_absolute() {
-        if image.starts_with('.') {
-            return Err(invalid(
-                key,
-                image,
-                "a local image must be an absolute path (of a rootfs directory, rootfs tarball or OCI image layout)",
-            ));
-        }
-        // Anything else is a registry reference; parsed (not pulled) here.
-        RegistryReference::parse(image).map_err(|e| invalid(key, image, &e.to_string()))?;
-        return Ok((ImageKind::Registry, PathBuf::new()));
-    }
-    let kind = ImageKind::detect(path).map_err(|e| match e {
-        ImageError::Read { source, .. } => {
-            invalid(key, image, &format!("cannot use it as an image: {source}"))
-        }
-        e => invalid(key, image, &e.to_string()),
-    })?;
-    let abs = std::fs::canonicalize(path)
-        .map_err(|e| invalid(key, image, &format!("cannot resolve it: {e}")))?;
-    Ok((kind, abs))
 }
 
 /// Creates a context directory if missing and returns its absolute, symlink-free path.

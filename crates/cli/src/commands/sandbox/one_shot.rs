@@ -75,7 +75,9 @@ pub(super) fn run(args: &RunArgs, data_dir: Option<&std::path::Path>) -> ExitCod
         memory_root: None,
         outputs_root: None,
     };
-    let (runtime, plan) = match LinuxSandboxFactory::new().prepare_one_shot(&ctx, &env) {
+    // `image_hold` keeps the image from `image rm|prune` until the start returned.
+    let (runtime, plan, image_hold) = match LinuxSandboxFactory::new().prepare_one_shot(&ctx, &env)
+    {
         Ok(p) => p,
         Err(e) => {
             let _ = workspace.finish();
@@ -88,7 +90,10 @@ pub(super) fn run(args: &RunArgs, data_dir: Option<&std::path::Path>) -> ExitCod
     };
     let mut workspace = Some(workspace);
     let mut removed = Ok(());
-    let outcome = match fork.and_then(|fork| runtime.start_forked(fork, &plan, &command)) {
+    let started = fork.and_then(|fork| runtime.start_forked(fork, &plan, &command));
+    // Started (its roots recorded) or failed: the image may be removed from here on.
+    drop(image_hold);
+    let outcome = match started {
         Ok(mut sandbox) => {
             let (outcome, empty) = Relay::new(&mut sandbox, args).run(&mut sandbox, &signals);
             // A failure the memory limit caused is named (read before the cgroup goes;
