@@ -66,7 +66,8 @@ enum Command {
     Files(commands::files::FilesArgs),
     /// Manage the local vault the MCP proxy takes credentials from (values via stdin).
     Vault(commands::vault::VaultArgs),
-    /// Show the usage ledger (sandbox_active_seconds per sandbox).
+    /// Show the usage ledger (sandbox_active_seconds per sandbox; a crashed host's sandbox
+    /// has omabox's sandbox_active_seconds_estimated instead).
     Usage(commands::usage::UsageArgs),
     /// Print the managed-runtime provider conformance catalog.
     Catalog(commands::catalog::CatalogArgs),
@@ -82,8 +83,9 @@ enum Command {
     /// abandoned temp blobs, then collect the blob store like `omabox gc` (its defaults).
     ///
     /// In order: re-tries failed terminations (the orphan queue); reaps every journaled lease
-    /// whose fence is no longer held (a sandbox found already dead is billed up to its host's
-    /// last heartbeat, marked stopEstimated); removes linux sandboxes under the runtime dir
+    /// whose fence is no longer held (a sandbox found already dead is recorded up to its host's
+    /// last heartbeat as sandbox_active_seconds_estimated, never as the contract's
+    /// sandbox_active_seconds); removes linux sandboxes under the runtime dir
     /// (OMABOX_LINUX_RUNTIME_DIR, default /run/omabox) whose owner process is dead and that no
     /// lease names, including those killed while starting (init, cgroups, state dir); removes
     /// the /workspace and outputs binding dirs under <data-dir>/runtime*/ of generations that

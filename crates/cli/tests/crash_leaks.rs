@@ -308,7 +308,7 @@ fn a_run_killed_at_any_step_leaves_nothing_after_reap() {
 }
 
 #[test]
-fn a_killed_runs_usage_stops_at_its_last_sign_of_life_and_says_it_is_estimated() {
+fn a_killed_runs_usage_is_an_estimate_never_the_contract_kind() {
     if !common::linux_available() {
         return;
     }
@@ -359,7 +359,26 @@ fn a_killed_runs_usage_stops_at_its_last_sign_of_life_and_says_it_is_estimated()
         "killed run billed {} s ({} → {}), host killed at {killed_at}, reaped after {reaps} reap(s)",
         record["seconds"], record["startedAt"], record["stoppedAt"]
     );
+    // The contract forbids a guessed `sandbox_active_seconds`: the estimate is omabox's own
+    // kind, and the contract kind stays absent.
+    assert_eq!(
+        record["kind"], "sandbox_active_seconds_estimated",
+        "{record}"
+    );
     assert_eq!(record["stopEstimated"], true, "{record}");
+    let human = setup
+        .command(&["usage", "--session", "billed"])
+        .output()
+        .unwrap();
+    let human = String::from_utf8_lossy(&human.stdout).into_owned();
+    assert!(
+        !human.contains("sandbox_active_seconds ") && !human.contains("sandbox_active_seconds\n"),
+        "an estimate shown as the contract kind: {human}"
+    );
+    assert!(
+        human.contains("sandbox_active_seconds_estimated"),
+        "{human}"
+    );
     let stopped_at = record["stoppedAt"].as_str().unwrap();
     assert!(
         stopped_at <= killed_at.as_str(),
