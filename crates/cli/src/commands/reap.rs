@@ -26,12 +26,19 @@ use std::path::Path;
 use std::process::ExitCode;
 use std::sync::Arc;
 
+/// Orphans and abandoned leases listed per pass; passes repeat until nothing reapable is
+/// left.
+const PAGE: u64 = 100;
+/// Queued orphans listed one by one in the human report (the JSON has them all).
+const SHOWN_QUEUED: usize = 20;
+
 /// Options of `omabox reap`.
 #[derive(Debug, Args)]
 pub struct ReapArgs {
-    /// Reap at most this many orphans in this pass.
-    #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u64).range(1..))]
-    limit: u64,
+    /// Reap at most this many orphans and at most this many abandoned leases (default: every
+    /// one there is; what is left is reported as remaining).
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+    limit: Option<u64>,
     /// Print one JSON document: the orphan pass summary, the orphans still queued, the
     /// abandoned-lease pass (`abandoned`), the leftover sweep (`leftovers`) and the blob
     /// collection (`gc`).
@@ -61,13 +68,12 @@ pub async fn run(data_dir: &Path, args: &ReapArgs) -> anyhow::Result<ExitCode> {
     let orphans: Arc<dyn RuntimeOrphanPort> = Arc::new(store.clone());
     let reconciler =
         ManagedRuntimeOrphanReconciler::with_resolver(Arc::clone(&orphans), Arc::clone(&resolver));
-    let summary = reconciler.run_once(args.limit).await?;
-    let limit = usize::try_from(args.limit).unwrap_or(usize::MAX);
-    let queued = orphans.list(limit).await?;
+    let summary = reconciler.run_all(PAGE, args.limit).await?;
+    let queued = orphans.list(usize::MAX).await?;
     let journal: Arc<dyn RuntimeLeaseJournalPort> = Arc::new(store.clone());
     let abandoned = AbandonedLeaseReaper::new(journal, resolver)
         .with_session_tokens(Arc::new(store.clone()))
-        .run_once(args.limit)
+        .run_all(PAGE, args.limit)
         .await?;
     let leftovers = leftovers::sweep(data_dir, &store, &env).await;
     let gc = collect_with_default_retention(data_dir, &store).await?;
@@ -85,7 +91,7 @@ pub async fn run(data_dir: &Path, args: &ReapArgs) -> anyhow::Result<ExitCode> {
             "inspected {}, reaped {}, still queued {}",
             summary.inspected, summary.resolved, summary.remaining
         );
-        for record in &queued {
+        for record in queued.iter().take(SHOWN_QUEUED) {
             println!(
                 "  {} {}  session {}  generation {}  attempts {}  last error: {}",
                 record.sandbox.provider,
@@ -94,6 +100,12 @@ pub async fn run(data_dir: &Path, args: &ReapArgs) -> anyhow::Result<ExitCode> {
                 record.generation,
                 record.attempts,
                 record.last_error
+            );
+        }
+        if queued.len() > SHOWN_QUEUED {
+            println!(
+                "  … and {} more (omabox reap --json lists them all)",
+                queued.len() - SHOWN_QUEUED
             );
         }
         println!(
