@@ -11,6 +11,7 @@ mod harness_env;
 mod inference_server;
 mod leftovers;
 mod oma_agent;
+mod pause_point;
 mod profile_hint;
 mod registry_credentials;
 mod revision;

@@ -41,7 +41,7 @@ fn dead_linux_lease(runtime_dir: &Path, id: &str) -> ManagedSandboxLease {
 async fn dead_hosts(data: &Path, runtime_dir: &Path, hosts: usize, orphans: usize) {
     let store = SqliteStore::open(data.join("omabox.db")).unwrap();
     for index in 0..hosts {
-        let scope = RuntimeResourceScope::new("local", "default", &format!("dead{index}"), "main");
+        let scope = RuntimeResourceScope::new("local", "default", format!("dead{index}"), "main");
         let AcquireRuntimeFenceResult::Acquired { fence, .. } = store
             .acquire(AcquireRuntimeFenceInput {
                 scope: scope.clone(),
@@ -67,7 +67,7 @@ async fn dead_hosts(data: &Path, runtime_dir: &Path, hosts: usize, orphans: usiz
     for index in 0..orphans {
         store
             .enqueue(EnqueueRuntimeOrphanInput {
-                scope: RuntimeResourceScope::new("local", "default", &format!("o{index}"), "main"),
+                scope: RuntimeResourceScope::new("local", "default", format!("o{index}"), "main"),
                 generation: 1,
                 owner_id: "gone".into(),
                 sandbox: dead_linux_lease(runtime_dir, &format!("{:016x}", 1_000_000 + index)),
@@ -133,4 +133,376 @@ fn a_limited_reap_reports_what_it_left_in_the_journal() {
         human.contains("abandoned leases: inspected 80, reaped 80, remaining 0"),
         "{human}"
     );
+}
+
+/// `omabox --data-dir DATA ARGS…` on the `local` backend in test mode.
+fn local(data: &Path, args: &[&str]) -> std::process::Command {
+    let mut command = std::process::Command::new(common::omabox_bin());
+    command
+        .arg("--data-dir")
+        .arg(data)
+        .args(args)
+        .env("OMABOX_TEST_MODE", "1")
+        .env_remove("OMABOX_FAULT_POINT")
+        .env_remove("OMABOX_GC_KEEP")
+        .stdin(std::process::Stdio::null());
+    command
+}
+
+/// `omabox run --backend local --session SESSION --json -- sh -c SCRIPT`.
+fn local_run(data: &Path, session: &str, script: &str) -> std::process::Command {
+    local(
+        data,
+        &[
+            "run",
+            "--backend",
+            "local",
+            "--session",
+            session,
+            "--json",
+            "--",
+            "sh",
+            "-c",
+            script,
+        ],
+    )
+}
+
+/// True when process `pid` waits for a flock on `path`: `/proc/locks` lists a waiter as
+/// `N: -> FLOCK ADVISORY WRITE <pid> <maj>:<min>:<inode> 0 EOF`.
+fn waits_for_lock(pid: u32, path: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt as _;
+    let Ok(inode) = std::fs::metadata(path).map(|meta| meta.ino().to_string()) else {
+        return false;
+    };
+    let pid = pid.to_string();
+    std::fs::read_to_string("/proc/locks")
+        .unwrap_or_default()
+        .lines()
+        .any(|line| {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            fields.get(1) == Some(&"->")
+                && fields.get(5) == Some(&pid.as_str())
+                && fields
+                    .get(6)
+                    .is_some_and(|device| device.rsplit(':').next() == Some(inode.as_str()))
+        })
+}
+
+/// Waits (bounded) until `done` holds, failing if `child` exits first.
+fn wait_until(
+    child: &mut std::process::Child,
+    what: &str,
+    done: impl Fn(&mut std::process::Child) -> bool,
+) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while !done(child) {
+        assert!(std::time::Instant::now() < deadline, "never: {what}");
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+}
+
+/// A flock held by this test on `path` until dropped.
+struct Flock {
+    _file: std::fs::File,
+}
+
+impl Flock {
+    fn shared(path: &Path) -> Self {
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(path)
+            .unwrap();
+        // SAFETY: flock(2) on an fd we own.
+        let locked = unsafe { libc::flock(std::os::fd::AsRawFd::as_raw_fd(&file), libc::LOCK_SH) };
+        assert_eq!(locked, 0, "{}", std::io::Error::last_os_error());
+        Self { _file: file }
+    }
+}
+
+fn json_of(output: &std::process::Output) -> Value {
+    serde_json::from_slice(&output.stdout)
+        .unwrap_or_else(|error| panic!("{error}: {}", common::describe(output)))
+}
+
+/// The race of `omabox gc --grace 0` with a run that starts while it collects: the
+/// collection read the history (no run in progress, nothing to keep of the new session) and
+/// waits for the blob store's lock, which an in-flight checkpoint holds (here: this test);
+/// meanwhile a run checkpoints and publishes. When the collection sweeps, the run's blobs are
+/// young and unreferenced in the history it read. They must not be removed: every published
+/// revision verifies afterwards.
+#[test]
+fn gc_with_a_short_grace_never_removes_what_a_run_started_during_it_publishes() {
+    let data = tempfile::tempdir().unwrap();
+    let output = local_run(data.path(), "old", "echo old > f")
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{}", common::describe(&output));
+
+    // Another run's checkpoint in flight: the blob store's lock held shared.
+    let checkpoint = Flock::shared(&data.path().join("blobs/.lock"));
+    let mut gc = local(
+        data.path(),
+        &["gc", "--keep", "1", "--grace", "0", "--json"],
+    )
+    .stdout(std::process::Stdio::piped())
+    .stderr(std::process::Stdio::piped())
+    .spawn()
+    .unwrap();
+    let gc_pid = gc.id();
+    wait_until(&mut gc, "gc waits for the checkpoint to finish", |gc| {
+        assert!(gc.try_wait().unwrap().is_none(), "gc ended early");
+        waits_for_lock(gc_pid, &data.path().join("blobs/.lock"))
+    });
+    let mut run = local_run(
+        data.path(),
+        "new",
+        "head -c 300000 /dev/urandom > data; echo new > small",
+    )
+    .stdout(std::process::Stdio::piped())
+    .stderr(std::process::Stdio::piped())
+    .spawn()
+    .unwrap();
+    let run_pid = run.id();
+    // The run publishes (the race) or waits for the collection (no race); either way, then
+    // the checkpoint finishes.
+    wait_until(&mut run, "the run publishes or waits for the gc", |run| {
+        run.try_wait().unwrap().is_some()
+            || waits_for_lock(run_pid, &data.path().join("blobs/collect.lock"))
+    });
+    drop(checkpoint);
+    let gc = gc.wait_with_output().unwrap();
+    assert!(gc.status.success(), "{}", common::describe(&gc));
+    let run = run.wait_with_output().unwrap();
+    assert!(run.status.success(), "{}", common::describe(&run));
+    assert_eq!(json_of(&run)["result"]["type"], "completed");
+
+    let fsck = local(data.path(), &["fsck", "--json"]).output().unwrap();
+    let report = json_of(&fsck);
+    assert_eq!(
+        report["damagedRevisions"], 0,
+        "the gc removed a published revision's blobs: {report}"
+    );
+    assert!(fsck.status.success(), "{}", common::describe(&fsck));
+    let next = local_run(data.path(), "new", "cat small").output().unwrap();
+    assert!(next.status.success(), "{}", common::describe(&next));
+}
+
+/// The same race unscripted: `omabox gc --grace 0` in a loop while runs publish, then every
+/// published revision verifies. A collection may refuse (a run is in progress) but must never
+/// remove what a publication names.
+#[test]
+fn gc_in_a_loop_while_runs_publish_loses_nothing() {
+    let data = tempfile::tempdir().unwrap();
+    let output = local_run(data.path(), "s0", "echo 0 > f").output().unwrap();
+    assert!(output.status.success(), "{}", common::describe(&output));
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let collector = std::thread::spawn({
+        let (data, stop) = (data.path().to_path_buf(), std::sync::Arc::clone(&stop));
+        move || {
+            let mut collected = 0;
+            while !stop.load(std::sync::atomic::Ordering::SeqCst) {
+                let output = local(&data, &["gc", "--keep", "1", "--grace", "0"])
+                    .output()
+                    .unwrap();
+                if output.status.success() {
+                    collected += 1;
+                } else {
+                    let stderr = String::from_utf8_lossy(&output.stderr);
+                    assert!(stderr.contains("in progress"), "{stderr}");
+                }
+            }
+            collected
+        }
+    });
+    for round in 1..=12 {
+        for session in ["a", "b"] {
+            let output = local_run(
+                data.path(),
+                session,
+                &format!("head -c 20000 /dev/urandom > r{round}; echo {round} > round"),
+            )
+            .output()
+            .unwrap();
+            assert!(output.status.success(), "{}", common::describe(&output));
+        }
+    }
+    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    let collected = collector.join().unwrap();
+    println!("{collected} collections ran between the runs");
+    let fsck = local(data.path(), &["fsck", "--json"]).output().unwrap();
+    let report = json_of(&fsck);
+    assert_eq!(report["damagedRevisions"], 0, "{report}");
+}
+
+/// `omabox fsck` while `omabox gc` forgets revisions and removes their blobs: fsck read the
+/// history (three revisions), then gc forgot two and removed what only they needed. Those two
+/// are no longer published revisions; fsck must not report them as damaged.
+#[test]
+fn fsck_during_gc_reports_no_damage_that_is_only_a_collection() {
+    let data = tempfile::tempdir().unwrap();
+    for round in 1..=3 {
+        let output = local_run(
+            data.path(),
+            "s",
+            &format!("head -c 50000 /dev/urandom > r; echo {round} > round"),
+        )
+        .output()
+        .unwrap();
+        assert!(output.status.success(), "{}", common::describe(&output));
+    }
+    let sync = tempfile::tempdir().unwrap();
+    let go = sync.path().join("go");
+    let fsck = local(data.path(), &["fsck", "--json"])
+        .env("OMABOX_PAUSE_POINT", "fsck-history-read")
+        .env("OMABOX_PAUSE_FILE", &go)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let paused = sync.path().join("go.paused");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while !paused.exists() {
+        assert!(std::time::Instant::now() < deadline, "fsck never paused");
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    let gc = local(
+        data.path(),
+        &["gc", "--keep", "1", "--grace", "0", "--json"],
+    )
+    .output()
+    .unwrap();
+    assert!(gc.status.success(), "{}", common::describe(&gc));
+    assert_eq!(json_of(&gc)["revisionsForgotten"], 2);
+    std::fs::write(&go, b"").unwrap();
+    let fsck = fsck.wait_with_output().unwrap();
+    let report = json_of(&fsck);
+    assert_eq!(report["damagedRevisions"], 0, "{report}");
+    assert!(fsck.status.success(), "{}", common::describe(&fsck));
+}
+
+/// Starts `omabox ARGS` paused at `point`; returns it once it is there, with its go file.
+fn paused_at(
+    data: &Path,
+    args: &[&str],
+    point: &str,
+    sync: &Path,
+) -> (std::process::Child, std::path::PathBuf) {
+    let go = sync.join(point);
+    let child = local(data, args)
+        .env("OMABOX_PAUSE_POINT", point)
+        .env("OMABOX_PAUSE_FILE", &go)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let paused = sync.join(format!("{point}.paused"));
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while !paused.exists() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "never paused at {point}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    (child, go)
+}
+
+/// Two collections at once: a second short-grace collection refuses while the first holds
+/// the collection lock (it marked from the history and will sweep); a default-grace one runs
+/// beside it (it removes nothing young). Every retained revision verifies afterwards.
+#[test]
+fn two_collections_at_once_remove_nothing_a_retained_revision_needs() {
+    let data = tempfile::tempdir().unwrap();
+    for round in 1..=4 {
+        let output = local_run(
+            data.path(),
+            "s",
+            &format!("head -c 50000 /dev/urandom > r; echo {round} > round"),
+        )
+        .output()
+        .unwrap();
+        assert!(output.status.success(), "{}", common::describe(&output));
+    }
+    let sync = tempfile::tempdir().unwrap();
+    let (first, go) = paused_at(
+        data.path(),
+        &["gc", "--keep", "3", "--grace", "0", "--json"],
+        "gc-marked",
+        sync.path(),
+    );
+    let second = local(data.path(), &["gc", "--keep", "1", "--grace", "0"])
+        .output()
+        .unwrap();
+    assert!(!second.status.success(), "{}", common::describe(&second));
+    assert!(
+        String::from_utf8_lossy(&second.stderr).contains("another `omabox gc`"),
+        "{}",
+        common::describe(&second)
+    );
+    let default = local(data.path(), &["gc", "--keep", "2", "--json"])
+        .output()
+        .unwrap();
+    assert!(default.status.success(), "{}", common::describe(&default));
+    assert_eq!(json_of(&default)["blobsRemoved"], 0, "nothing is old");
+    std::fs::write(&go, b"").unwrap();
+    let first = first.wait_with_output().unwrap();
+    assert!(first.status.success(), "{}", common::describe(&first));
+    let fsck = local(data.path(), &["fsck", "--json"]).output().unwrap();
+    let report = json_of(&fsck);
+    assert_eq!(report["damagedRevisions"], 0, "{report}");
+    assert_eq!(report["revisions"].as_array().unwrap().len(), 2, "{report}");
+}
+
+/// `omabox gc --grace 0` killed with SIGKILL after it forgot revisions and after it removed
+/// its first blob: every revision still published verifies, the next collection finishes the
+/// work, and the session continues.
+#[test]
+fn a_gc_killed_at_any_step_loses_nothing_retained() {
+    use std::os::unix::process::ExitStatusExt as _;
+    let data = tempfile::tempdir().unwrap();
+    let mut round = 0;
+    for point in ["gc-forgotten", "gc-blob-removed"] {
+        for _ in 0..3 {
+            round += 1;
+            let output = local_run(
+                data.path(),
+                "s",
+                &format!("head -c 50000 /dev/urandom > r{round}; echo {round} > round"),
+            )
+            .output()
+            .unwrap();
+            assert!(output.status.success(), "{}", common::describe(&output));
+        }
+        let killed = local(data.path(), &["gc", "--keep", "1", "--grace", "0"])
+            .env("OMABOX_FAULT_POINT", point)
+            .output()
+            .unwrap();
+        assert_eq!(
+            killed.status.signal(),
+            Some(libc::SIGKILL),
+            "gc never reached {point}: {}",
+            common::describe(&killed)
+        );
+        let fsck = local(data.path(), &["fsck", "--json"]).output().unwrap();
+        let report = json_of(&fsck);
+        assert_eq!(
+            report["damagedRevisions"], 0,
+            "after a kill at {point}: {report}"
+        );
+    }
+    let gc = local(
+        data.path(),
+        &["gc", "--keep", "1", "--grace", "0", "--json"],
+    )
+    .output()
+    .unwrap();
+    assert!(gc.status.success(), "{}", common::describe(&gc));
+    let output = local_run(data.path(), "s", &format!("cat round r{round} > /dev/null"))
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{}", common::describe(&output));
+    assert_eq!(json_of(&output)["result"]["type"], "completed");
 }

@@ -6,6 +6,8 @@
 //! sha256/<first 2 hex>/<64 hex>   one immutable blob; its bytes hash to its name
 //! tmp/put-<pid>-<n>-<nanos>       a put in progress (same filesystem, so the final step is a link)
 //! .lock                           flock: puts hold it shared, gc holds it exclusive
+//! collect.lock                    flock: runs hold it shared, a short-grace gc exclusive
+//!                                 (see `collection`)
 //! ```
 //!
 //! Invariants:
@@ -23,7 +25,9 @@
 //!   period: every put (and every checkpoint reuse of a blob) refreshes the blob's mtime when
 //!   it is older than half the grace period, and `gc` keeps every blob younger than the grace
 //!   period. So a candidate must be published within `gc_grace / 2` of its checkpoint — with
-//!   the default of one hour, thirty minutes — or be recomputed.
+//!   the default of one hour, thirty minutes — or be recomputed. A collection with a shorter
+//!   grace protects no candidate by age: it must hold the collection lock exclusively, which
+//!   no run holds meanwhile (see `collection`).
 //!
 //! Every method blocks; async callers run them on `spawn_blocking`.
 
@@ -154,6 +158,11 @@ impl BlobStore {
             options,
             temp_counter: AtomicU64::new(0),
         })
+    }
+
+    /// `<data-dir>/blobs`.
+    pub(crate) fn root(&self) -> &Path {
+        &self.root
     }
 
     /// The store's options.
@@ -328,6 +337,7 @@ impl BlobStore {
                     Ok(()) => {
                         report.removed += 1;
                         report.removed_bytes += meta.size();
+                        crate::fault::point("gc-blob-removed");
                     }
                     Err(error) if error.kind() == io::ErrorKind::NotFound => {}
                     Err(error) => {

@@ -32,6 +32,7 @@
 
 mod blob;
 mod blob_scan;
+mod collection;
 mod error;
 mod fault;
 mod hash;
@@ -53,6 +54,7 @@ mod workspace;
 
 pub use blob::{BlobStore, BlobStoreOptions, GcReport, PutOutcome, TEMP_GRACE};
 pub use blob_scan::StoredBlob;
+pub use collection::{CollectionHold, WriterHold};
 pub use error::PersistenceError;
 pub use hash::BlobHash;
 pub use layout::binding_host_path;

@@ -436,7 +436,7 @@ async fn run_all_reaps_every_page_and_counts_what_stays_in_the_journal() {
         let provider = if index % 10 == 0 { "gone" } else { "fake" };
         h.journal
             .record(LeaseJournalEntry {
-                scope: RuntimeResourceScope::new("w", "e", &format!("dead{index:03}"), "main"),
+                scope: RuntimeResourceScope::new("w", "e", format!("dead{index:03}"), "main"),
                 generation: 1,
                 owner_id: "dead-host".into(),
                 lease: ManagedSandboxLease {

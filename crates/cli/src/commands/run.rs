@@ -410,6 +410,21 @@ pub async fn run(data_dir: &Path, args: RunArgs) -> anyhow::Result<ExitCode> {
     let bars = ProgressBars::for_stderr().map(|bars| Arc::new(bars) as Arc<dyn ProgressObserver>);
     let timeline = Arc::new(Timeline::new(!args.json, bars));
     let persistence = Persistence::open(data_dir, Some(Arc::clone(&timeline) as _))?;
+    // From here until the run returned (its publication committed or given up), a collection
+    // that removes young blobs waits for this run, and this run for it.
+    let _writer = {
+        let blobs = Arc::clone(persistence.workspace.store());
+        tokio::task::spawn_blocking(move || {
+            blobs.hold_as_writer(|| {
+                eprintln!(
+                    "omabox run: waiting for `omabox gc` to finish collecting the blob store"
+                );
+            })
+        })
+        .await
+        .context("the blob store lock task failed")?
+        .context("cannot lock the blob store for this run")?
+    };
     if let Some(seed) = &args.workspace {
         let (scope, seed) = (request.scope.clone(), seed.clone());
         persistence.workspace.seed_new_session(scope, seed);
