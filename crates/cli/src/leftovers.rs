@@ -12,7 +12,10 @@
 //!   directories are listed *before* the fences are read, so a run that claims its fence and
 //!   makes its binding meanwhile is seen holding it;
 //! - **temp blobs** `<data-dir>/blobs/tmp/put-…` of puts that cannot finish
-//!   (`BlobStore::remove_abandoned_temps`).
+//!   (`BlobStore::remove_abandoned_temps`);
+//! - **memory-store stages** `<data-dir>/memory/.pending/<run>/` of dead runs (their lock is
+//!   free): committed when the run's generation published, else discarded
+//!   (`session_inputs::recover_memory_stages`), so memory stores and workspace move together.
 //!
 //! `omabox reap` runs [`sweep`] after its lease passes; `omabox run` runs [`before_run`]
 //! (abandoned leases, then the sweep) before it claims anything: a few directory listings and
@@ -57,6 +60,8 @@ pub struct LeftoverReport {
     pub temp_blobs_removed: u64,
     /// Temporary workspaces of killed `omabox sandbox run`s (in `$TMPDIR`) removed.
     pub temp_workspaces_removed: Vec<String>,
+    /// Memory-store write-backs of dead runs: committed (their run published) or discarded.
+    pub memory_stages: crate::session_inputs::MemoryRecovery,
     /// What could not be looked at or removed.
     pub errors: Vec<String>,
 }
@@ -141,6 +146,9 @@ fn sweep_blocking(data_dir: &Path, store: &SqliteStore, env: &SandboxFactoryEnv)
         Err(error) => report.errors.push(error),
     }
     sweep_bindings(data_dir, store, &mut report);
+    report.memory_stages = crate::session_inputs::recover_memory_stages(data_dir, &|claim| {
+        crate::session_inputs::generation_published(store, claim)
+    });
     // Their sandboxes went above; what they wrote into /workspace goes now.
     let (workspaces, errors) =
         crate::commands::sandbox::sweep_abandoned_workspaces(&std::env::temp_dir());

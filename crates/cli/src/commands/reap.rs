@@ -169,6 +169,17 @@ fn print_leftovers(report: &LeftoverReport) {
         println!("  removed {relative}");
     }
     println!("temp blobs removed: {}", report.temp_blobs_removed);
+    let memory = &report.memory_stages;
+    println!(
+        "memory-store write-backs of dead runs: committed {} (published), discarded {} (never published), superseded {}, live {}",
+        memory.committed.len(),
+        memory.discarded,
+        memory.superseded.len(),
+        memory.live
+    );
+    for error in &memory.errors {
+        println!("  error: {error}");
+    }
     println!(
         "temporary workspaces removed: {}",
         report.temp_workspaces_removed.len()

@@ -71,7 +71,7 @@ use crate::inference_server;
 use crate::oma_agent::OmaAgent;
 use crate::run_report::{self, RunHeader};
 use crate::session::{check_id, check_seed, open_store};
-use crate::session_inputs::{DirMemoryStores, PromotedFileAccess};
+use crate::session_inputs::{DirMemoryStores, MemoryCommitFence, PromotedFileAccess};
 use crate::signals::cancel_on_signals;
 use crate::terminal::{ProgressBars, TerminalHarnessOutput};
 use crate::timeline::Timeline;
@@ -431,6 +431,9 @@ pub async fn run(data_dir: &Path, args: RunArgs) -> anyhow::Result<ExitCode> {
     }
     crate::revision::choose_restore(&store, &persistence, &request.scope, args.from_revision)
         .await?;
+    // Memory-store write-backs wait in a stage until this run's publication (the fence
+    // decorator below commits them then, or discards them).
+    let memory_stores = DirMemoryStores::new(data_dir);
     let harness_output = Arc::new(TerminalHarnessOutput::new(args.json));
     let token_slots = SessionTokenSlots::new();
     let acp = args.acp(request.system.clone());
@@ -458,7 +461,7 @@ pub async fn run(data_dir: &Path, args: RunArgs) -> anyhow::Result<ExitCode> {
                 }
             }),
             packages: environment.as_ref().and_then(|e| e.packages.clone()),
-            memory_stores: Some(Arc::new(DirMemoryStores::new(data_dir)) as _),
+            memory_stores: Some(Arc::new(memory_stores.clone()) as _),
             registry_credentials: crate::registry_credentials::from_vault(data_dir).await?,
             acp: acp.as_ref().map(|(turn, log)| AcpInputs {
                 turn: turn.clone(),
@@ -480,7 +483,7 @@ pub async fn run(data_dir: &Path, args: RunArgs) -> anyhow::Result<ExitCode> {
         policy,
         WorkItemPorts {
             driver,
-            fences: Arc::new(store.clone()),
+            fences: Arc::new(MemoryCommitFence::new(store.clone(), memory_stores.stage())),
             orphans: Arc::new(store.clone()),
             lease_journal: Some(Arc::new(store.clone())),
             session_tokens: Some(SessionTokenIssuer {
