@@ -506,3 +506,56 @@ fn a_gc_killed_at_any_step_loses_nothing_retained() {
     assert!(output.status.success(), "{}", common::describe(&output));
     assert_eq!(json_of(&output)["result"]["type"], "completed");
 }
+
+/// A promotion into the file store (`omabox files add`, the path `omabox serve`'s promotion
+/// takes) killed with SIGKILL while it wrote its temp file, and after it named the content
+/// but before its record: `omabox reap` removes both leftovers; recorded files stay.
+#[test]
+fn reap_removes_what_killed_promotions_left() {
+    use std::os::unix::process::ExitStatusExt as _;
+    let data = tempfile::tempdir().unwrap();
+    let source = data.path().join("source.txt");
+    std::fs::write(&source, b"promoted bytes").unwrap();
+    let kept = local(data.path(), &["files", "add", "--json"])
+        .arg(&source)
+        .output()
+        .unwrap();
+    assert!(kept.status.success(), "{}", common::describe(&kept));
+    let kept = json_of(&kept)["id"].as_str().unwrap().to_owned();
+    let store = data.path().join("promoted");
+    let names = || -> Vec<String> {
+        let mut names: Vec<String> = std::fs::read_dir(&store)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        names
+    };
+    for point in ["promote-temp-written", "promote-content-committed"] {
+        let killed = local(data.path(), &["files", "add"])
+            .arg(&source)
+            .env("OMABOX_FAULT_POINT", point)
+            .output()
+            .unwrap();
+        assert_eq!(
+            killed.status.signal(),
+            Some(libc::SIGKILL),
+            "never reached {point}: {}",
+            common::describe(&killed)
+        );
+        assert_eq!(
+            names().len(),
+            3,
+            "a kill at {point} leaves one file: {:?}",
+            names()
+        );
+        let output = local(data.path(), &["reap", "--json"]).output().unwrap();
+        assert!(output.status.success(), "{}", common::describe(&output));
+        assert_eq!(
+            json_of(&output)["leftovers"]["promotedRemoved"],
+            1,
+            "{point}"
+        );
+        assert_eq!(names(), [kept.clone(), format!("{kept}.json")], "{point}");
+    }
+}

@@ -56,6 +56,7 @@ pub use blob::{BlobStore, BlobStoreOptions, GcReport, PutOutcome, TEMP_GRACE};
 pub use blob_scan::StoredBlob;
 pub use collection::{CollectionHold, WriterHold};
 pub use error::PersistenceError;
+pub use fault::point as fault_point;
 pub use hash::BlobHash;
 pub use layout::binding_host_path;
 pub use limits::CheckpointLimits;

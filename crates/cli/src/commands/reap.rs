@@ -169,6 +169,10 @@ fn print_leftovers(report: &LeftoverReport) {
         println!("  removed {relative}");
     }
     println!("temp blobs removed: {}", report.temp_blobs_removed);
+    println!(
+        "file store leftovers of killed promotions removed: {}",
+        report.promoted_removed
+    );
     let memory = &report.memory_stages;
     println!(
         "memory-store write-backs of dead runs: committed {} (published), discarded {} (never published), superseded {}, live {}",
