@@ -73,7 +73,10 @@ pub use snapshot::CheckpointReport;
 pub use verify::{
     BlobState, BlobVerifier, Damage, referenced_blobs, verify_outputs, verify_workspace,
 };
-pub use workspace::{FilesystemWorkspacePort, WorkspaceOptions};
+pub use workspace::{
+    FilesystemWorkspacePort, LOST_COUNT_METADATA_KEY, LOST_METADATA_KEY, WorkspaceOptions,
+    binding_losses,
+};
 
 /// Runs blocking filesystem work off the async runtime.
 pub(crate) async fn blocking<T: Send + 'static>(

@@ -32,6 +32,7 @@ use crate::restore::{RestoreInput, RestoreReport, restore};
 use crate::safe_fs::remove_tree;
 use crate::snapshot::{CheckpointReport, SnapshotInput, snapshot};
 use crate::stat_cache::StatCache;
+use crate::verify::Damage;
 use async_trait::async_trait;
 use omabox_contract::json::stable_json;
 use omabox_contract::{
@@ -276,7 +277,7 @@ impl FilesystemWorkspacePort {
             result
         })
         .await
-        .map_err(|error| match (error, label) {
+        .map_err(|error| match (error, label.clone()) {
             // Missing or damaged storage is named with session and revision; every other
             // failure keeps its exact (contract) text.
             (
@@ -292,11 +293,25 @@ impl FilesystemWorkspacePort {
             },
             (error, _) => error,
         })?;
+        let mut metadata = binding_metadata(&host_path, &root);
+        if let Some(lost) = report.as_ref().map(|report| &report.lost)
+            && !lost.is_empty()
+        {
+            let session = &input.scope.session_id;
+            let what = label.as_deref().unwrap_or("its last checkpoint");
+            for damage in lost.iter().take(20) {
+                tracing::warn!(
+                    %session, revision = %what, path = damage.path.as_deref().unwrap_or("(all)"),
+                    problem = %damage.problem, "workspace entry lost"
+                );
+            }
+            record_losses(&mut metadata, lost);
+        }
         Ok((
             WorkspaceBinding {
                 binding_id,
                 mount_path: WORKSPACE_MOUNT_PATH.to_owned(),
-                metadata: Some(binding_metadata(&host_path, &root)),
+                metadata: Some(metadata),
             },
             report,
         ))
@@ -411,6 +426,7 @@ impl FilesystemWorkspacePort {
                 dest: &dest,
                 verify: true,
                 record_cache: false,
+                tolerate_lost: false,
                 observer: observer.as_deref(),
                 phase: ProgressPhase::Export,
                 signal: &AbortSignal::never(),
@@ -568,6 +584,42 @@ impl FilesystemWorkspacePort {
     }
 }
 
+/// Binding metadata key: what the restore could not bring back (JSON array of
+/// [`Damage`], at most [`LOST_LISTED`]); the count is under [`LOST_COUNT_METADATA_KEY`].
+pub const LOST_METADATA_KEY: &str = "omabox.workspace.lost.v1";
+/// Binding metadata key: how many entries were lost.
+pub const LOST_COUNT_METADATA_KEY: &str = "omabox.workspace.lostCount";
+/// Lost entries listed in the binding metadata (the count says how many there were).
+pub const LOST_LISTED: usize = 100;
+
+fn record_losses(metadata: &mut Meta, lost: &[Damage]) {
+    let listed: Vec<&Damage> = lost.iter().take(LOST_LISTED).collect();
+    if let Ok(json) = serde_json::to_string(&listed) {
+        metadata.insert(LOST_METADATA_KEY.into(), MetaValue::String(json));
+    }
+    metadata.insert(LOST_COUNT_METADATA_KEY.into(), (lost.len() as u64).into());
+}
+
+/// What a binding's restore lost, from its metadata: the listed entries and the count.
+pub fn binding_losses(metadata: Option<&Meta>) -> (Vec<Damage>, u64) {
+    let Some(metadata) = metadata else {
+        return (Vec::new(), 0);
+    };
+    let listed: Vec<Damage> = metadata
+        .get(LOST_METADATA_KEY)
+        .and_then(|value| value.as_str())
+        .and_then(|json| serde_json::from_str(json).ok())
+        .unwrap_or_default();
+    let count = metadata
+        .get(LOST_COUNT_METADATA_KEY)
+        .and_then(|value| match value {
+            MetaValue::Number(number) => number.as_u64(),
+            _ => None,
+        })
+        .unwrap_or(listed.len() as u64);
+    (listed, count)
+}
+
 /// The manifest hash a workspace candidate names, after the id and content-hash checks.
 fn checkpoint_hash(candidate: &RuntimePublicationCandidate) -> Result<BlobHash> {
     candidate_manifest_hash(candidate, CANDIDATE_PREFIX).map_err(|error| match error {
@@ -628,9 +680,37 @@ struct MaterializeJob {
 
 impl MaterializeJob {
     fn run(&self) -> Result<Option<RestoreReport>> {
-        // Load (and verify) the manifest before touching the binding.
+        // Load (and verify) the manifest before touching the binding. A manifest that is gone
+        // or damaged loses the whole tree: the run starts from an empty workspace and says so
+        // (what is lost was lost before this run; nothing more is).
+        let mut lost_whole = None;
         let manifest = match (&self.active, &self.seed) {
-            (Some(hash), _) => Some(load_manifest(&self.store, hash)?),
+            (Some(hash), _) => match load_manifest(&self.store, hash) {
+                Ok(manifest) => Some(manifest),
+                Err(
+                    error @ (PersistenceError::CheckpointMissing(_)
+                    | PersistenceError::CheckpointHashMismatch),
+                ) => {
+                    tracing::warn!(%error, "the workspace manifest is lost; starting empty");
+                    lost_whole = Some(Damage {
+                        object: format!("{CANDIDATE_PREFIX}{hash}"),
+                        path: None,
+                        problem: match error {
+                            PersistenceError::CheckpointMissing(_) => {
+                                "the checkpoint manifest is not in the blob store: every path of \
+                                 this revision is lost; /workspace starts empty"
+                            }
+                            _ => {
+                                "the checkpoint manifest is damaged: every path of this revision \
+                                 is lost; /workspace starts empty"
+                            }
+                        }
+                        .to_owned(),
+                    });
+                    None
+                }
+                Err(error) => return Err(error),
+            },
             (None, Some(seed)) => {
                 let captured = snapshot(SnapshotInput {
                     store: &self.store,
@@ -652,7 +732,10 @@ impl MaterializeJob {
         std::fs::create_dir_all(&self.host_path)
             .ctx(|| format!("Cannot create {}", self.host_path.display()))?;
         let Some(manifest) = manifest else {
-            return Ok(None);
+            return Ok(lost_whole.map(|lost| RestoreReport {
+                lost: vec![lost],
+                ..RestoreReport::default()
+            }));
         };
         let (report, cache) = restore(RestoreInput {
             store: &self.store,
@@ -660,6 +743,7 @@ impl MaterializeJob {
             dest: &self.host_path,
             verify: self.options.verify_restore,
             record_cache: true,
+            tolerate_lost: true,
             observer: self.observer.as_deref(),
             phase: ProgressPhase::Restore,
             signal: &self.signal,
