@@ -32,6 +32,8 @@ const FAULT_POINTS: &[&str] = &[
     "linux-start-plan-sent",
     "linux-start-identity",
     "blob-temp-created",
+    // Published, before the sandbox is terminated and the fence released.
+    "run-published",
 ];
 
 /// The harness: a workspace worth checkpointing.
@@ -261,6 +263,15 @@ fn a_run_killed_at_any_step_leaves_nothing_after_reap() {
     let before = setup.leftovers();
     assert!(!before.is_empty(), "the kills left nothing to reap?");
     println!("after {kills} kills: {} leftovers", before.len());
+
+    // A reap killed half-way (after its lease passes, before its sweep) leaves nothing the
+    // next reap cannot finish.
+    let killed = setup
+        .command(&["reap", "--json"])
+        .env("OMABOX_FAULT_POINT", "reap-leases-done")
+        .output()
+        .unwrap();
+    assert_eq!(killed.status.signal(), Some(libc::SIGKILL), "{killed:?}");
 
     // The killed runs' fences expire one TTL (1 s) after their last heartbeat; until then
     // their bindings belong to a generation that still holds its fence. Reap until clean.

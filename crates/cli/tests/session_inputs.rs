@@ -501,7 +501,7 @@ fn a_killed_run_moves_memory_stores_and_workspace_together() {
     assert_eq!(setup.revision("mem"), Some(1));
 
     // Killed after the publication, before the write-back's commit: reap rolls it forward.
-    killed_at("memory-store-published", "3");
+    killed_at("run-published", "3");
     assert_eq!(setup.revision("mem"), Some(2));
     let report = reap();
     let three = ("3\n".to_owned(), "3\n".to_owned(), "3\n".to_owned());

@@ -75,6 +75,7 @@ pub async fn run(data_dir: &Path, args: &ReapArgs) -> anyhow::Result<ExitCode> {
         .with_session_tokens(Arc::new(store.clone()))
         .run_all(PAGE, args.limit)
         .await?;
+    omabox_sandbox::fault::point("reap-leases-done");
     let leftovers = leftovers::sweep(data_dir, &store, &env).await;
     let gc = collect_with_default_retention(data_dir, &store).await?;
     if args.json {

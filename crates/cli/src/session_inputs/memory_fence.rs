@@ -73,7 +73,7 @@ impl RuntimeResourceFencePort for MemoryCommitFence {
     ) -> Result<PublishRuntimeResourcesResult, PortError> {
         let result = self.store.publish(input).await?;
         if let PublishRuntimeResourcesResult::Published { .. } = result {
-            omabox_sandbox::fault::point("memory-store-published");
+            omabox_sandbox::fault::point("run-published");
             self.finish(true).await;
         }
         Ok(result)
