@@ -559,3 +559,111 @@ fn reap_removes_what_killed_promotions_left() {
         assert_eq!(names(), [kept.clone(), format!("{kept}.json")], "{point}");
     }
 }
+
+/// A small tmpfs mounted for one test (root), unmounted when dropped.
+struct SmallDisk {
+    dir: tempfile::TempDir,
+}
+
+impl SmallDisk {
+    fn mount(size: &str) -> Option<Self> {
+        // SAFETY: geteuid has no preconditions.
+        let root = unsafe { libc::geteuid() } == 0;
+        if !omabox_test_support::require_capability(
+            (!root).then(|| "mounting a small tmpfs needs root".to_owned()),
+        ) {
+            return None;
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let status = std::process::Command::new("mount")
+            .args([
+                "-t",
+                "tmpfs",
+                "-o",
+                &format!("size={size},mode=0700"),
+                "tmpfs",
+            ])
+            .arg(dir.path())
+            .status()
+            .unwrap();
+        assert!(status.success(), "mount tmpfs: {status}");
+        Some(Self { dir })
+    }
+}
+
+impl Drop for SmallDisk {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount")
+            .arg(self.dir.path())
+            .status();
+    }
+}
+
+/// A checkpoint that runs out of disk (the data dir is a full filesystem): the run fails and
+/// publishes nothing, the last publication stays intact, no temp blob stays, and once the space
+/// is back the session continues from its last revision.
+#[test]
+fn a_full_disk_during_a_checkpoint_fails_the_run_and_loses_nothing() {
+    let Some(disk) = SmallDisk::mount("12m") else {
+        return;
+    };
+    let data = disk.dir.path().join("data");
+    let output = local_run(&data, "s", "echo kept > kept").output().unwrap();
+    assert!(output.status.success(), "{}", common::describe(&output));
+    // 7 MiB in /workspace (the binding is on the same disk) fits; its blob does not.
+    let output = local_run(&data, "s", "head -c 7340032 /dev/urandom > big")
+        .output()
+        .unwrap();
+    assert!(!output.status.success(), "{}", common::describe(&output));
+    let report = json_of(&output);
+    assert_eq!(report["result"]["type"], "failed", "{report}");
+    let failed: Vec<&str> = report["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|event| event["ok"] == false)
+        .map(|event| event["step"].as_str().unwrap())
+        .collect();
+    assert_eq!(failed, ["workspace.checkpoint"], "{report}");
+    let temps: Vec<_> = std::fs::read_dir(data.join("blobs/tmp"))
+        .unwrap()
+        .flatten()
+        .map(|entry| entry.path())
+        .collect();
+    assert!(temps.is_empty(), "temp blobs left: {temps:?}");
+    let fsck = local(&data, &["fsck", "--json"]).output().unwrap();
+    let fsck_report = json_of(&fsck);
+    assert_eq!(fsck_report["damagedRevisions"], 0, "{fsck_report}");
+    assert_eq!(fsck_report["revisions"].as_array().unwrap().len(), 1);
+    let output = local_run(&data, "s", "cat kept; test ! -e big")
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{}", common::describe(&output));
+    assert_eq!(json_of(&output)["result"]["revision"], 2);
+}
+
+/// A stored blob whose bytes were altered (same size: bit rot, a stray write) must not be
+/// reused for content a run has in hand: the next checkpoint storing that content replaces
+/// the blob with the true bytes, so the new revision is intact (and the old one is again).
+#[test]
+fn an_altered_blob_is_replaced_by_the_next_checkpoint_of_its_content() {
+    let data = tempfile::tempdir().unwrap();
+    let output = local_run(data.path(), "first", "printf 'the content' > f")
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{}", common::describe(&output));
+    let hex = omabox_persistence::BlobHash::of(b"the content").to_hex();
+    let blob = data.path().join("blobs/sha256").join(&hex[..2]).join(&hex);
+    std::fs::write(&blob, b"THE CONTENT").unwrap();
+    let fsck = local(data.path(), &["fsck", "--json"]).output().unwrap();
+    assert_eq!(json_of(&fsck)["damagedRevisions"], 1);
+
+    let output = local_run(data.path(), "second", "printf 'the content' > g")
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{}", common::describe(&output));
+    let fsck = local(data.path(), &["fsck", "--json"]).output().unwrap();
+    let report = json_of(&fsck);
+    assert_eq!(report["damagedRevisions"], 0, "{report}");
+    assert_eq!(std::fs::read(&blob).unwrap(), b"the content");
+}

@@ -38,6 +38,7 @@ mod fault;
 mod hash;
 mod layout;
 mod limits;
+mod lost;
 mod manifest;
 mod media_type;
 mod outputs;
@@ -60,6 +61,7 @@ pub use fault::point as fault_point;
 pub use hash::BlobHash;
 pub use layout::binding_host_path;
 pub use limits::CheckpointLimits;
+pub use lost::{LOST_COUNT_METADATA_KEY, LOST_LISTED, LOST_METADATA_KEY, binding_losses};
 pub use manifest::{
     EntryKind, MANIFEST_VERSION, MANIFEST_VERSION_MIN, MAX_EXTENTS, ManifestEntry,
     WorkspaceManifest,
@@ -73,10 +75,7 @@ pub use snapshot::CheckpointReport;
 pub use verify::{
     BlobState, BlobVerifier, Damage, referenced_blobs, verify_outputs, verify_workspace,
 };
-pub use workspace::{
-    FilesystemWorkspacePort, LOST_COUNT_METADATA_KEY, LOST_METADATA_KEY, WorkspaceOptions,
-    binding_losses,
-};
+pub use workspace::{FilesystemWorkspacePort, WorkspaceOptions};
 
 /// Runs blocking filesystem work off the async runtime.
 pub(crate) async fn blocking<T: Send + 'static>(

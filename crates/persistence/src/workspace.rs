@@ -26,6 +26,7 @@ use crate::error::{IoContext, PersistenceError, Result};
 use crate::hash::{BlobHash, CandidateHashError, candidate_manifest_hash, short_hash};
 use crate::layout::{self, binding_metadata, check_host_path, prune_empty_parents};
 use crate::limits::CheckpointLimits;
+use crate::lost::record_losses;
 use crate::manifest::{EntryKind, WorkspaceManifest};
 use crate::progress::{ProgressObserver, ProgressPhase};
 use crate::restore::{RestoreInput, RestoreReport, restore};
@@ -582,42 +583,6 @@ impl FilesystemWorkspacePort {
         )?;
         Ok(root)
     }
-}
-
-/// Binding metadata key: what the restore could not bring back (JSON array of
-/// [`Damage`], at most [`LOST_LISTED`]); the count is under [`LOST_COUNT_METADATA_KEY`].
-pub const LOST_METADATA_KEY: &str = "omabox.workspace.lost.v1";
-/// Binding metadata key: how many entries were lost.
-pub const LOST_COUNT_METADATA_KEY: &str = "omabox.workspace.lostCount";
-/// Lost entries listed in the binding metadata (the count says how many there were).
-pub const LOST_LISTED: usize = 100;
-
-fn record_losses(metadata: &mut Meta, lost: &[Damage]) {
-    let listed: Vec<&Damage> = lost.iter().take(LOST_LISTED).collect();
-    if let Ok(json) = serde_json::to_string(&listed) {
-        metadata.insert(LOST_METADATA_KEY.into(), MetaValue::String(json));
-    }
-    metadata.insert(LOST_COUNT_METADATA_KEY.into(), (lost.len() as u64).into());
-}
-
-/// What a binding's restore lost, from its metadata: the listed entries and the count.
-pub fn binding_losses(metadata: Option<&Meta>) -> (Vec<Damage>, u64) {
-    let Some(metadata) = metadata else {
-        return (Vec::new(), 0);
-    };
-    let listed: Vec<Damage> = metadata
-        .get(LOST_METADATA_KEY)
-        .and_then(|value| value.as_str())
-        .and_then(|json| serde_json::from_str(json).ok())
-        .unwrap_or_default();
-    let count = metadata
-        .get(LOST_COUNT_METADATA_KEY)
-        .and_then(|value| match value {
-            MetaValue::Number(number) => number.as_u64(),
-            _ => None,
-        })
-        .unwrap_or(listed.len() as u64);
-    (listed, count)
 }
 
 /// The manifest hash a workspace candidate names, after the id and content-hash checks.
