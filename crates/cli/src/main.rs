@@ -91,9 +91,13 @@ enum Command {
     /// lease names, including those killed while starting (init, cgroups, state dir); removes
     /// the /workspace and outputs binding dirs under <data-dir>/runtime*/ of generations that
     /// no longer hold their fence; removes the temporary workspaces ($TMPDIR/omabox-run-*) of
-    /// killed `omabox sandbox run`s; removes temp blobs of interrupted puts. Never touches a held
-    /// lease, a sandbox whose owner is alive or a live generation's bindings; token-free and
-    /// safe to repeat. `omabox run` does all but the orphan pass before it starts.
+    /// killed `omabox sandbox run`s; removes temp blobs of interrupted puts; writes back (if the
+    /// run published) or discards (if not) the memory-store write-backs of dead runs; removes
+    /// what killed promotions left in the file store. Every orphan and abandoned lease is tried
+    /// (--limit caps it); `remaining` counts what is still queued. Never touches a held lease,
+    /// a sandbox whose owner is alive, a live run's stage or a live generation's bindings;
+    /// token-free and safe to repeat. `omabox run` does all but the orphan pass before it
+    /// starts.
     Reap(commands::reap::ReapArgs),
     /// Manage the image cache: pull registry images, list, remove, prune.
     Image(commands::image::ImageArgs),

@@ -4,8 +4,9 @@
 //! ([`crate::leftovers`]): linux sandboxes under the runtime dir whose owner process is gone
 //! (also those killed during their start, which no journal knows), binding directories of
 //! generations that no longer hold their fence, temporary workspaces of killed `omabox sandbox
-//! run`s (in `$TMPDIR`, whose lock their owner no longer holds) and temp blobs of interrupted
-//! puts; last, the
+//! run`s (in `$TMPDIR`, whose lock their owner no longer holds), temp blobs of interrupted
+//! puts, memory-store stages of dead runs (committed if the run published, else discarded)
+//! and what killed promotions left in the file store; last, the
 //! blob collection of `omabox gc` with its default retention ([`crate::gc`]). Every pass
 //! is token-free and safe to repeat, and safe while other runs are going on (held leases,
 //! live owners' sandboxes and workspaces and live generations' bindings are never touched).
