@@ -4,6 +4,9 @@
 //! Kept: every blob the last `keep` published revisions of each work item need (manifests and
 //! content; the active revision always, `keep` is at least 1), plus every blob younger than the
 //! grace period (in-flight checkpoints and candidates not yet published; see `BlobStore`).
+//! A grace shorter than the default protects nothing a run is about to publish, so such a
+//! collection runs only while no run holds the collection lock, and holds it exclusively
+//! for its whole mark and sweep (`omabox_persistence::collection`); it refuses otherwise.
 //! Revisions beyond `keep` are forgotten from the publication history first (so `omabox fsck`
 //! and `--from-revision` never offer a revision whose blobs may be gone), then `BlobStore::gc`
 //! removes the unreferenced blobs under its exclusive lock. A crash between the two leaves
@@ -119,21 +122,36 @@ pub fn collect_garbage(
     )
     .with_context(|| format!("cannot open the blob store in {}", data_dir.display()))?;
     // A short grace could remove the blobs a run in progress checkpointed and is about to
-    // publish; with runs in progress only the default (or longer) is safe.
-    if options.grace < DEFAULT_GRACE && !options.dry_run {
+    // publish: such a collection holds the collection lock exclusively from before it reads
+    // the history until its sweep ended, and every run holds it shared from before its first
+    // blob until its publication is committed (`omabox_persistence::collection`). A run that
+    // starts meanwhile waits; a run in progress makes this collection refuse. The fence
+    // count is a second, older guard (a run of an earlier omabox takes no lock) and words
+    // the refusal.
+    let _exclusive = if options.grace < DEFAULT_GRACE && !options.dry_run {
+        let hold = blobs
+            .try_hold_for_collection()
+            .context("cannot lock the blob store for a collection")?;
         let active = store
             .active_fence_count()
             .context("cannot read the fences")?;
-        if active > 0 {
+        if hold.is_none() || active > 0 {
+            let what = match active {
+                0 => "a run (or another `omabox gc`) is".to_owned(),
+                1 => "1 run is".to_owned(),
+                n => format!("{n} runs are"),
+            };
             anyhow::bail!(
-                "{active} run{} in progress (an unexpired fence); a grace period shorter than {} s \
-                 could remove blobs it is about to publish: wait until it finished (and, after a \
-                 kill, until `omabox reap` ran) or leave --grace at its default",
-                if active == 1 { " is" } else { "s are" },
+                "{what} in progress; a grace period shorter than {} s could remove blobs it is \
+                 about to publish: wait until it finished (and, after a kill, until `omabox \
+                 reap` ran) or leave --grace at its default",
                 DEFAULT_GRACE.as_secs()
             );
         }
-    }
+        hold
+    } else {
+        None
+    };
     let history = store
         .publication_history()
         .context("cannot read the publication history")?;
@@ -200,6 +218,7 @@ pub fn collect_garbage(
         session.revisions_forgotten.push(publication.revision);
     }
     summary.revisions_forgotten = forgotten.len() as u64;
+    crate::pause_point::pause("gc-marked");
 
     let cutoff = SystemTime::now()
         .checked_sub(options.grace)
@@ -239,6 +258,7 @@ pub fn collect_garbage(
     store
         .forget_revisions(&rows)
         .context("cannot forget the revisions beyond the retention")?;
+    omabox_sandbox::fault::point("gc-forgotten");
     let report = blobs
         .gc(&referenced)
         .context("cannot garbage-collect the blob store")?;

@@ -15,6 +15,12 @@
 //!   (`BlobStore::remove_abandoned_temps`);
 //! - **image cache temps** `<image-cache>/tmp/…` of killed pulls and unpacks, whose lock
 //!   nobody holds any more (`ImageCache::sweep_temps`).
+//! - **memory-store stages** `<data-dir>/memory/.pending/<run>/` of dead runs (their lock is
+//!   free): committed when the run's generation published, else discarded
+//!   (`session_inputs::recover_memory_stages`), so memory stores and workspace move together;
+//! - **promotions** into the file store (`<data-dir>/promoted/`) killed half-way: temp files
+//!   and content without a record whose writer's lock is free
+//!   (`PromotedStore::remove_abandoned`).
 //!
 //! `omabox reap` runs [`sweep`] after its lease passes; `omabox run` runs [`before_run`]
 //! (abandoned leases, then the sweep) before it claims anything: a few directory listings and
@@ -61,6 +67,10 @@ pub struct LeftoverReport {
     pub temp_workspaces_removed: Vec<String>,
     /// Temporary entries of killed image pulls and unpacks removed.
     pub image_temps_removed: Vec<String>,
+    /// Memory-store write-backs of dead runs: committed (their run published) or discarded.
+    pub memory_stages: crate::session_inputs::MemoryRecovery,
+    /// Temp and unrecorded files of killed promotions into the file store removed.
+    pub promoted_removed: u64,
     /// What could not be looked at or removed.
     pub errors: Vec<String>,
 }
@@ -145,6 +155,15 @@ fn sweep_blocking(data_dir: &Path, store: &SqliteStore, env: &SandboxFactoryEnv)
         Err(error) => report.errors.push(error),
     }
     sweep_bindings(data_dir, store, &mut report);
+    report.memory_stages = crate::session_inputs::recover_memory_stages(data_dir, &|claim| {
+        crate::session_inputs::generation_published(store, claim)
+    });
+    if let Some(promoted) = omabox_proxy::promoted::PromotedStore::existing(data_dir) {
+        match promoted.remove_abandoned() {
+            Ok(removed) => report.promoted_removed = removed,
+            Err(error) => report.errors.push(format!("file store: {error}")),
+        }
+    }
     // Their sandboxes went above; what they wrote into /workspace goes now.
     let (workspaces, errors) =
         crate::commands::sandbox::sweep_abandoned_workspaces(&std::env::temp_dir());

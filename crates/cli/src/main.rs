@@ -30,6 +30,7 @@ mod inference_server;
 mod input_file;
 mod leftovers;
 mod oma_agent;
+mod pause_point;
 mod profile_hint;
 mod registry_credentials;
 mod revision;
@@ -85,7 +86,8 @@ enum Command {
     Files(commands::files::FilesArgs),
     /// Manage the local vault the MCP proxy takes credentials from (values via stdin).
     Vault(commands::vault::VaultArgs),
-    /// Show the usage ledger (sandbox_active_seconds per sandbox).
+    /// Show the usage ledger (sandbox_active_seconds per sandbox; a crashed host's sandbox
+    /// has omabox's sandbox_active_seconds_estimated instead).
     Usage(commands::usage::UsageArgs),
     /// Print the managed-runtime provider conformance catalog.
     Catalog(commands::catalog::CatalogArgs),
@@ -101,15 +103,20 @@ enum Command {
     /// abandoned temp blobs, then collect the blob store like `omabox gc` (its defaults).
     ///
     /// In order: re-tries failed terminations (the orphan queue); reaps every journaled lease
-    /// whose fence is no longer held (a sandbox found already dead is billed up to its host's
-    /// last heartbeat, marked stopEstimated); removes linux sandboxes under the runtime dir
+    /// whose fence is no longer held (a sandbox found already dead is recorded up to its host's
+    /// last heartbeat as sandbox_active_seconds_estimated, never as the contract's
+    /// sandbox_active_seconds); removes linux sandboxes under the runtime dir
     /// (OMABOX_LINUX_RUNTIME_DIR, default /run/omabox) whose owner process is dead and that no
     /// lease names, including those killed while starting (init, cgroups, state dir); removes
     /// the /workspace and outputs binding dirs under <data-dir>/runtime*/ of generations that
     /// no longer hold their fence; removes the temporary workspaces ($TMPDIR/omabox-run-*) of
-    /// killed `omabox sandbox run`s; removes temp blobs of interrupted puts. Never touches a held
-    /// lease, a sandbox whose owner is alive or a live generation's bindings; token-free and
-    /// safe to repeat. `omabox run` does all but the orphan pass before it starts.
+    /// killed `omabox sandbox run`s; removes temp blobs of interrupted puts; writes back (if the
+    /// run published) or discards (if not) the memory-store write-backs of dead runs; removes
+    /// what killed promotions left in the file store. Every orphan and abandoned lease is tried
+    /// (--limit caps it); `remaining` counts what is still queued. Never touches a held lease,
+    /// a sandbox whose owner is alive, a live run's stage or a live generation's bindings;
+    /// token-free and safe to repeat. `omabox run` does all but the orphan pass before it
+    /// starts.
     Reap(commands::reap::ReapArgs),
     /// Manage the image cache: pull registry images, list, remove, prune.
     Image(commands::image::ImageArgs),

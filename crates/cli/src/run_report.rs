@@ -66,6 +66,13 @@ struct RunReport {
     #[serde(skip_serializing_if = "Option::is_none")]
     image: Option<String>,
     cancelled: bool,
+    /// Workspace entries the restore could not bring back (missing or damaged blobs of the
+    /// revision it started from; at most 100 listed), the run having gone on without them.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    workspace_lost: Vec<omabox_persistence::Damage>,
+    /// How many there were.
+    #[serde(skip_serializing_if = "is_zero")]
+    workspace_lost_count: u64,
     events: Vec<TimelineEvent>,
     /// The ACP harness's canonical event log (`--acp-command` only).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -223,10 +230,16 @@ fn report(
         runtime_id: facts.runtime_id,
         image: facts.image,
         cancelled,
+        workspace_lost: facts.workspace_lost,
+        workspace_lost_count: facts.workspace_lost_count,
         events: timeline.events(),
         acp_events: header.acp_events.as_ref().map(|log| log.events()),
         agent_registry_id: header.agent_registry_id.clone(),
     }
+}
+
+fn is_zero(count: &u64) -> bool {
+    *count == 0
 }
 
 #[cfg(test)]

@@ -55,6 +55,11 @@ pub struct RunFacts {
     /// The sandbox's image as its lease records it (`reference@digest`: a tag's digest
     /// at this acquire), when it has one.
     pub image: Option<String>,
+    /// What the workspace restore could not bring back (missing or damaged blobs; the
+    /// binding's metadata lists at most 100).
+    pub workspace_lost: Vec<omabox_persistence::Damage>,
+    /// How many workspace entries were lost.
+    pub workspace_lost_count: u64,
 }
 
 #[derive(Debug, Default)]
@@ -170,6 +175,14 @@ impl Timeline {
             StepFacts::Published { revision } => {
                 state.facts.published_revision = Some(*revision);
             }
+            StepFacts::Workspace { binding, .. } => {
+                let (lost, count) = omabox_persistence::binding_losses(binding.metadata.as_ref());
+                if count > 0 {
+                    warn_lost(&lost, count, state.facts.restored_revision);
+                }
+                state.facts.workspace_lost = lost;
+                state.facts.workspace_lost_count = count;
+            }
             _ => {}
         }
         let progress = match step {
@@ -186,6 +199,7 @@ impl Timeline {
             lane: state.lane.clone().unwrap_or_else(|| "harness".to_owned()),
             runtime_id: state.facts.runtime_id.clone(),
             progress,
+            lost: state.facts.workspace_lost_count,
         }
     }
 }
@@ -255,6 +269,44 @@ struct Context {
     lane: String,
     runtime_id: Option<String>,
     progress: Option<Progress>,
+    /// Workspace entries the restore lost.
+    lost: u64,
+}
+
+/// Says on stderr, in every mode, what the workspace restore lost (a damaged revision): the
+/// run goes on without it, never silently.
+fn warn_lost(lost: &[omabox_persistence::Damage], count: u64, revision: Option<u64>) {
+    let revision = revision.map_or_else(
+        || "its last revision".to_owned(),
+        |r| format!("revision {r}"),
+    );
+    let mut text = format!(
+        "omabox: warning: {count} workspace entr{} of {revision} could not be restored (its stored \
+         content is missing or damaged); the run continues without {}:\n",
+        if count == 1 { "y" } else { "ies" },
+        if count == 1 { "it" } else { "them" }
+    );
+    for damage in lost.iter().take(20) {
+        text.push_str(&format!(
+            "  {}: {} ({})\n",
+            crate::terminal_safe::one_line(
+                damage.path.as_deref().unwrap_or("/workspace (every path)")
+            ),
+            damage.problem,
+            damage.object
+        ));
+    }
+    if count > 20 {
+        text.push_str(&format!(
+            "  … and {} more (--json lists up to 100)\n",
+            count - 20
+        ));
+    }
+    text.push_str(
+        "  `omabox fsck --session <id>` lists the intact revisions; `omabox run --from-revision N` \
+         continues from one of them instead\n",
+    );
+    let _ = std::io::stderr().lock().write_all(text.as_bytes());
 }
 
 /// One rendered step.
@@ -359,6 +411,13 @@ fn done(step: RunStep, facts: &StepFacts, context: &Context) -> Option<Line> {
                 (None, Some(from)) => format!("restored from {}", short_id(from)),
                 (None, None) => "empty (new session)".to_owned(),
             };
+            if context.lost > 0 {
+                return line(
+                    "workspace materialized",
+                    format!("{detail}; LOST {} (see the warning)", context.lost),
+                    true,
+                );
+            }
             line("workspace materialized", detail, true)
         }
         (RunStep::WorkspaceAttach, _) => line("workspace attached", "bound at /workspace", true),

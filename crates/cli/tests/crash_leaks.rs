@@ -32,6 +32,8 @@ const FAULT_POINTS: &[&str] = &[
     "linux-start-plan-sent",
     "linux-start-identity",
     "blob-temp-created",
+    // Published, before the sandbox is terminated and the fence released.
+    "run-published",
 ];
 
 /// The harness: a workspace worth checkpointing.
@@ -262,6 +264,15 @@ fn a_run_killed_at_any_step_leaves_nothing_after_reap() {
     assert!(!before.is_empty(), "the kills left nothing to reap?");
     println!("after {kills} kills: {} leftovers", before.len());
 
+    // A reap killed half-way (after its lease passes, before its sweep) leaves nothing the
+    // next reap cannot finish.
+    let killed = setup
+        .command(&["reap", "--json"])
+        .env("OMABOX_FAULT_POINT", "reap-leases-done")
+        .output()
+        .unwrap();
+    assert_eq!(killed.status.signal(), Some(libc::SIGKILL), "{killed:?}");
+
     // The killed runs' fences expire one TTL (1 s) after their last heartbeat; until then
     // their bindings belong to a generation that still holds its fence. Reap until clean.
     let deadline = Instant::now() + Duration::from_secs(60);
@@ -308,7 +319,7 @@ fn a_run_killed_at_any_step_leaves_nothing_after_reap() {
 }
 
 #[test]
-fn a_killed_runs_usage_stops_at_its_last_sign_of_life_and_says_it_is_estimated() {
+fn a_killed_runs_usage_is_an_estimate_never_the_contract_kind() {
     if !common::linux_available() {
         return;
     }
@@ -359,7 +370,26 @@ fn a_killed_runs_usage_stops_at_its_last_sign_of_life_and_says_it_is_estimated()
         "killed run billed {} s ({} → {}), host killed at {killed_at}, reaped after {reaps} reap(s)",
         record["seconds"], record["startedAt"], record["stoppedAt"]
     );
+    // The contract forbids a guessed `sandbox_active_seconds`: the estimate is omabox's own
+    // kind, and the contract kind stays absent.
+    assert_eq!(
+        record["kind"], "sandbox_active_seconds_estimated",
+        "{record}"
+    );
     assert_eq!(record["stopEstimated"], true, "{record}");
+    let human = setup
+        .command(&["usage", "--session", "billed"])
+        .output()
+        .unwrap();
+    let human = String::from_utf8_lossy(&human.stdout).into_owned();
+    assert!(
+        !human.contains("sandbox_active_seconds ") && !human.contains("sandbox_active_seconds\n"),
+        "an estimate shown as the contract kind: {human}"
+    );
+    assert!(
+        human.contains("sandbox_active_seconds_estimated"),
+        "{human}"
+    );
     let stopped_at = record["stoppedAt"].as_str().unwrap();
     assert!(
         stopped_at <= killed_at.as_str(),

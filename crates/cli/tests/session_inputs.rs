@@ -426,3 +426,120 @@ fn memory_stores_round_trip_and_read_only_ones_are_not_written_back() {
     assert_eq!(names, ["c.md"]);
     setup.assert_no_sandbox_left();
 }
+
+/// Memory stores and the workspace move together when `omabox run` is killed (SIGKILL at a
+/// fault point) between the memory write-back and the publication, or between the
+/// publication and the write-back's commit: after `omabox reap` both are the old ones, or
+/// both the new ones — never a new memory store beside an old workspace.
+#[test]
+fn a_killed_run_moves_memory_stores_and_workspace_together() {
+    use std::os::unix::process::ExitStatusExt as _;
+    let Some(setup) = linux() else { return };
+    let resources = ["--resource", "memory:notes", "--resource", "memory:more"];
+    let write = |round: &str| {
+        format!(
+            "echo {round} > /mnt/memory/notes/v.md; echo {round} > /mnt/memory/more/v.md; \
+             echo {round} > /workspace/v.txt; head -c 4096 /dev/urandom > /workspace/r{round}"
+        )
+    };
+    let killed_at = |point: &str, round: &str| {
+        let status = setup
+            .run("mem", &resources, &write(round))
+            .env("OMABOX_FAULT_POINT", point)
+            .env("OMABOX_LEASE_TTL_MS", "1000")
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .status()
+            .unwrap();
+        assert_eq!(
+            status.signal(),
+            Some(libc::SIGKILL),
+            "omabox run never reached {point}: {status}"
+        );
+    };
+    // Reaps until the killed run's sandbox, lease and memory stage are gone.
+    let reap = || {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        loop {
+            let output = setup.command(&["reap", "--json"]).output().unwrap();
+            assert!(output.status.success(), "{}", describe(&output));
+            let report = json_of(&output);
+            let stages = setup.dirs.data.path().join("memory/.pending");
+            let pending = std::fs::read_dir(&stages).map_or(0, |dir| dir.count());
+            if report["abandoned"]["inspected"] == 0 && pending == 0 {
+                let left: Vec<_> = std::fs::read_dir(setup.dirs.runtime_dir.path())
+                    .map(|entries| entries.flatten().map(|e| e.path()).collect())
+                    .unwrap_or_default();
+                if left.is_empty() {
+                    return report;
+                }
+            }
+            assert!(std::time::Instant::now() < deadline, "not reaped: {report}");
+            std::thread::sleep(std::time::Duration::from_millis(250));
+        }
+    };
+    let state = || {
+        let exported = setup.export("mem");
+        (
+            std::fs::read_to_string(setup.memory("notes").join("v.md")).unwrap(),
+            std::fs::read_to_string(setup.memory("more").join("v.md")).unwrap(),
+            std::fs::read_to_string(exported.path().join("ws/v.txt")).unwrap(),
+        )
+    };
+    let output = setup.run("mem", &resources, &write("1")).output().unwrap();
+    assert!(output.status.success(), "{}", describe(&output));
+    let one = ("1\n".to_owned(), "1\n".to_owned(), "1\n".to_owned());
+    assert_eq!(state(), one);
+
+    // Killed after the final write-back, during the checkpoint (before the publication):
+    // both stay old.
+    killed_at("blob-temp-created", "2");
+    assert_eq!(state(), one, "the memory store moved without the workspace");
+    reap();
+    assert_eq!(state(), one, "after reap");
+    assert_eq!(setup.revision("mem"), Some(1));
+
+    // Killed after the publication, before the write-back's commit: reap rolls it forward.
+    killed_at("run-published", "3");
+    assert_eq!(setup.revision("mem"), Some(2));
+    let report = reap();
+    let three = ("3\n".to_owned(), "3\n".to_owned(), "3\n".to_owned());
+    assert_eq!(state(), three, "after reap: {report}");
+
+    // Killed half-way through the commit (one store swapped): reap finishes it.
+    killed_at("memory-store-committing", "4");
+    let report = reap();
+    let four = ("4\n".to_owned(), "4\n".to_owned(), "4\n".to_owned());
+    assert_eq!(state(), four, "after reap: {report}");
+
+    // Killed while a write-back's temp copy is written: reap removes it with the stage, and
+    // both stay as they were.
+    killed_at("memory-store-temp-written", "5");
+    reap();
+    assert_eq!(state(), four);
+    let mut temps = Vec::new();
+    let mut dirs = vec![setup.dirs.data.path().join("memory")];
+    while let Some(dir) = dirs.pop() {
+        for entry in std::fs::read_dir(&dir).unwrap().flatten() {
+            if entry.file_name().to_string_lossy().starts_with(".tmp-") {
+                temps.push(entry.path());
+            }
+            if entry.file_type().unwrap().is_dir() {
+                dirs.push(entry.path());
+            }
+        }
+    }
+    assert!(temps.is_empty(), "temp copies left: {temps:?}");
+
+    // And the session goes on, seeing both.
+    let output = setup
+        .run(
+            "mem",
+            &resources,
+            "test \"$(cat /mnt/memory/notes/v.md /mnt/memory/more/v.md /workspace/v.txt)\" = \"4\n4\n4\"",
+        )
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{}", describe(&output));
+    setup.assert_no_sandbox_left();
+}

@@ -91,7 +91,8 @@ fn completed(json: &Value, output: &Output) -> u64 {
 }
 
 #[test]
-fn a_missing_blob_is_named_fsck_finds_it_and_the_session_continues_from_an_earlier_revision() {
+fn a_missing_blob_is_named_fsck_finds_it_and_the_session_goes_on_or_continues_from_an_earlier_revision()
+ {
     let data = Data::new();
     for round in 1..=3 {
         let (json, output) = data.run(
@@ -132,23 +133,19 @@ fn a_missing_blob_is_named_fsck_finds_it_and_the_session_continues_from_an_earli
     );
     assert!(human.contains("--from-revision"), "{human}");
 
-    // The next run names session, revision and the missing object.
-    let (failed, output) = data.run("s", &[], "ls");
-    assert!(!output.status.success());
-    let message = failed["result"]["error"]["message"]
-        .as_str()
-        .unwrap_or_default()
-        .to_owned();
+    // The next run goes on without f3 and says so: which path, which revision, why.
+    let (json, output) = data.run("s", &[], "ls; test ! -e f3 && cat f1 f2");
+    assert_eq!(completed(&json, &output), 4);
+    assert_eq!(json["workspaceLost"][0]["path"], "f3", "{json}");
+    assert_eq!(json["workspaceLostCount"], 1, "{json}");
+    let stderr = String::from_utf8_lossy(&output.stderr);
     for expected in [
-        "session s",
-        "revision 3",
-        "f3 needs blob",
-        "not in the blob store",
+        "1 workspace entry of revision 3 could not be restored",
+        "f3: the blob is not in the blob store",
         "--from-revision",
     ] {
-        assert!(message.contains(expected), "{expected:?} not in {message}");
+        assert!(stderr.contains(expected), "{expected:?} not in {stderr}");
     }
-    assert!(!message.contains("Blob is corrupt"), "{message}");
 
     // A damaged or unknown revision is refused before anything runs.
     let (_, output) = data.run("s", &["--from-revision", "3"], "true");
@@ -165,13 +162,13 @@ fn a_missing_blob_is_named_fsck_finds_it_and_the_session_continues_from_an_earli
         text(&output)
     );
 
-    // Continuing from revision 2 restores its workspace and publishes revision 4 on top.
+    // Continuing from revision 2 restores its workspace and publishes revision 5 on top.
     let (json, output) = data.run(
         "s",
         &["--from-revision", "2"],
         "cat f1 f2; test ! -e f3; echo v4 > f4",
     );
-    assert_eq!(completed(&json, &output), 4);
+    assert_eq!(completed(&json, &output), 5);
     assert_eq!(json["restoredRevision"], 2, "{json}");
     assert!(
         String::from_utf8_lossy(&output.stderr).contains("v1\nv2"),
@@ -179,7 +176,7 @@ fn a_missing_blob_is_named_fsck_finds_it_and_the_session_continues_from_an_earli
         text(&output)
     );
     let (json, output) = data.run("s", &[], "cat f4");
-    assert_eq!(completed(&json, &output), 5);
+    assert_eq!(completed(&json, &output), 6);
     assert!(String::from_utf8_lossy(&output.stderr).contains("v4"));
 
     // `workspace export` of the damaged revision is not reachable any more; of the last it works.
@@ -441,4 +438,104 @@ fn a_missing_output_blob_is_named_with_session_revision_and_object() {
     let (fsck, output) = data.json(&["fsck", "--json"]);
     assert_eq!(output.status.code(), Some(1));
     assert_eq!(fsck["revisions"][0]["damages"][0]["path"], "r.txt");
+}
+
+/// One lost blob of a single-revision session (the only revision: nothing to go back to):
+/// the next run restores everything else, leaves the lost file (and a hard link to it) out,
+/// says exactly which paths and why — in the JSON report, on stderr, in `omabox fsck` — and
+/// the session goes on. A blob whose bytes were altered is lost the same way, never restored
+/// with wrong bytes. A lost manifest loses every path: the run starts empty and says so.
+#[test]
+fn a_lost_blob_of_the_only_revision_is_named_and_the_session_goes_on() {
+    let data = Data::new();
+    let (json, output) = data.run(
+        "one",
+        &[],
+        "echo alpha > a; echo bravo > b; ln b hb; mkdir d; echo charlie > d/c",
+    );
+    assert_eq!(completed(&json, &output), 1);
+    std::fs::remove_file(data.blob_path(b"bravo\n")).unwrap();
+    // Same size, other bytes.
+    std::fs::write(data.blob_path(b"charlie\n"), b"CHARLIE\n").unwrap();
+
+    let (json, output) = data.run(
+        "one",
+        &[],
+        "cat a; test ! -e b && test ! -e hb && test ! -e d/c && test -d d && echo rest-ok",
+    );
+    assert_eq!(completed(&json, &output), 2);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("alpha") && stderr.contains("rest-ok"),
+        "{stderr}"
+    );
+    let lost: Vec<(String, String)> = json["workspaceLost"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| {
+            (
+                d["path"].as_str().unwrap().to_owned(),
+                d["problem"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        lost,
+        [
+            ("b".into(), "the blob is not in the blob store".into()),
+            (
+                "d/c".into(),
+                "the blob's bytes do not match the manifest".into()
+            ),
+            ("hb".into(), "a hard link to b, which is lost".into()),
+        ],
+        "{json}"
+    );
+    assert!(
+        stderr.contains("3 workspace entries of revision 1 could not be restored"),
+        "{stderr}"
+    );
+    // fsck names the damaged revision; the new one is intact; the session goes on.
+    let (fsck, output) = data.json(&["fsck", "--json", "--session", "one"]);
+    assert_eq!(output.status.code(), Some(1), "{}", text(&output));
+    assert_eq!(fsck["revisions"][0]["intact"], true);
+    assert_eq!(fsck["revisions"][1]["intact"], false);
+    let (json, output) = data.run("one", &[], "cat a; echo bravo2 > b");
+    assert_eq!(completed(&json, &output), 3);
+    assert!(json.get("workspaceLost").is_none(), "{json}");
+
+    // The manifest itself lost: every path, and the run starts empty, saying so.
+    let (sessions, _) = data.json(&["sessions", "--json"]);
+    let candidate = sessions
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|row| row["session"] == "one")
+        .unwrap()["workspaceCandidate"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let manifest = candidate.strip_prefix("wcp_").unwrap();
+    std::fs::remove_file(
+        data.path()
+            .join("blobs/sha256")
+            .join(&manifest[..2])
+            .join(manifest),
+    )
+    .unwrap();
+    let (json, output) = data.run("one", &[], "test -z \"$(ls -A)\" && echo empty");
+    assert_eq!(completed(&json, &output), 4);
+    assert_eq!(
+        json["workspaceLost"][0]["object"],
+        candidate.as_str(),
+        "{json}"
+    );
+    assert!(json["workspaceLost"][0].get("path").is_none(), "{json}");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("every path of this revision is lost"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("empty"), "{stderr}");
 }

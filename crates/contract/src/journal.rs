@@ -97,7 +97,8 @@ pub trait RuntimeLeaseJournalPort: Send + Sync {
 /// The most seconds one usage record may carry: 24 hours.
 pub const MAX_USAGE_SECONDS_PER_RECORD: u64 = 86_400;
 
-/// What a usage record measures (the reference's `UsageStore` kinds, exact literals).
+/// What a usage record measures: the reference's `UsageStore` kinds (exact literals), plus
+/// omabox's own estimate, which is never one of them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum UsageKind {
@@ -107,6 +108,13 @@ pub enum UsageKind {
     SandboxActiveSeconds,
     /// A browser was open.
     BrowserActiveSeconds,
+    /// omabox only, never a contract kind: a sandbox ran from its observed start to an
+    /// *estimated* stop (its host crashed; the stop is its last sign of life). The contract
+    /// forbids a guessed `sandbox_active_seconds` ("other backends leave the kind absent
+    /// rather than writing a guessed duration"), so the estimate has a name of its own and a
+    /// billing reader of `sandbox_active_seconds` never sees it. At most one of the two
+    /// sandbox kinds is recorded per runtime.
+    SandboxActiveSecondsEstimated,
 }
 
 impl UsageKind {
@@ -116,6 +124,22 @@ impl UsageKind {
             UsageKind::SessionAliveSeconds => "session_alive_seconds",
             UsageKind::SandboxActiveSeconds => "sandbox_active_seconds",
             UsageKind::BrowserActiveSeconds => "browser_active_seconds",
+            UsageKind::SandboxActiveSecondsEstimated => "sandbox_active_seconds_estimated",
+        }
+    }
+
+    /// True for the reference's kinds; false for omabox's estimate.
+    pub fn is_contract_kind(self) -> bool {
+        self != UsageKind::SandboxActiveSecondsEstimated
+    }
+
+    /// The kind a runtime may not also have a record of: the two sandbox kinds exclude each
+    /// other (a runtime's stop is observed or estimated, never both).
+    pub fn excludes(self) -> Option<UsageKind> {
+        match self {
+            UsageKind::SandboxActiveSeconds => Some(UsageKind::SandboxActiveSecondsEstimated),
+            UsageKind::SandboxActiveSecondsEstimated => Some(UsageKind::SandboxActiveSeconds),
+            UsageKind::SessionAliveSeconds | UsageKind::BrowserActiveSeconds => None,
         }
     }
 
@@ -125,6 +149,7 @@ impl UsageKind {
             "session_alive_seconds" => Some(UsageKind::SessionAliveSeconds),
             "sandbox_active_seconds" => Some(UsageKind::SandboxActiveSeconds),
             "browser_active_seconds" => Some(UsageKind::BrowserActiveSeconds),
+            "sandbox_active_seconds_estimated" => Some(UsageKind::SandboxActiveSecondsEstimated),
             _ => None,
         }
     }
@@ -156,7 +181,8 @@ pub struct UsageRecord {
     pub stopped_at: String,
     /// `stopped_at` is an estimate, not an observation: the runtime was found already dead
     /// (its host crashed), and the stop is the last moment it was known alive, or — when not
-    /// even that is known — the moment it was found dead (an upper bound).
+    /// even that is known — the moment it was found dead (an upper bound). True exactly for
+    /// [`UsageKind::SandboxActiveSecondsEstimated`]; a contract kind is never estimated.
     #[serde(default)]
     pub stop_estimated: bool,
 }
@@ -168,9 +194,18 @@ impl UsageRecord {
         (stopped_ms.saturating_sub(started_ms) / 1_000).min(MAX_USAGE_SECONDS_PER_RECORD)
     }
 
-    /// This record with `seconds` clamped to [`MAX_USAGE_SECONDS_PER_RECORD`].
+    /// This record as a ledger keeps it: `seconds` clamped to
+    /// [`MAX_USAGE_SECONDS_PER_RECORD`], and a sandbox record whose stop was estimated under
+    /// omabox's estimated kind (never the contract's `sandbox_active_seconds`; the estimated
+    /// kind always says `stop_estimated`).
     pub fn clamped(mut self) -> Self {
         self.seconds = self.seconds.min(MAX_USAGE_SECONDS_PER_RECORD);
+        if self.stop_estimated && self.kind == UsageKind::SandboxActiveSeconds {
+            self.kind = UsageKind::SandboxActiveSecondsEstimated;
+        }
+        if self.kind == UsageKind::SandboxActiveSecondsEstimated {
+            self.stop_estimated = true;
+        }
         self
     }
 }
@@ -232,12 +267,21 @@ mod tests {
             UsageKind::SessionAliveSeconds,
             UsageKind::SandboxActiveSeconds,
             UsageKind::BrowserActiveSeconds,
+            UsageKind::SandboxActiveSecondsEstimated,
         ] {
             let json = serde_json::to_string(&kind).unwrap();
             assert_eq!(json, format!("\"{}\"", kind.as_str()));
             assert_eq!(UsageKind::parse(kind.as_str()), Some(kind));
         }
         assert_eq!(UsageKind::parse("sandbox_seconds"), None);
+        // The estimate is omabox's own kind, excluding the contract's for one runtime.
+        assert!(!UsageKind::SandboxActiveSecondsEstimated.is_contract_kind());
+        assert!(UsageKind::SandboxActiveSeconds.is_contract_kind());
+        assert_eq!(
+            UsageKind::SandboxActiveSeconds.excludes(),
+            Some(UsageKind::SandboxActiveSecondsEstimated)
+        );
+        assert_eq!(UsageKind::SessionAliveSeconds.excludes(), None);
     }
 
     #[test]

@@ -235,17 +235,19 @@ pub struct AbandonedLeaseFailure {
     pub error: String,
 }
 
-/// Outcome of one [`AbandonedLeaseReaper::run_once`] pass.
+/// Outcome of [`AbandonedLeaseReaper::run_once`] or [`AbandonedLeaseReaper::run_all`].
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct AbandonedLeaseSummary {
-    /// Abandoned entries listed.
+    /// Abandoned entries listed (each once).
     pub inspected: u64,
     /// Entries reaped and forgotten.
     pub reaped: u64,
-    /// Entries left in the journal (`inspected - reaped`).
+    /// Abandoned entries still in the journal afterwards, counted there (not `inspected -
+    /// reaped`: a limited pass leaves the entries it never listed, and a host may have died
+    /// meanwhile).
     pub remaining: u64,
-    /// Why each remaining entry is still there.
+    /// Why each entry that failed is still there.
     pub errors: Vec<AbandonedLeaseFailure>,
 }
 
@@ -290,20 +292,63 @@ impl AbandonedLeaseReaper {
     /// fails. Safe to repeat, and to run while hosts are running: held leases are never
     /// listed.
     pub async fn run_once(&self, limit: u64) -> Result<AbandonedLeaseSummary, PortError> {
-        if limit == 0 || limit > MAX_SAFE_INTEGER {
-            return Err(PortError::new(
-                "Abandoned lease reap limit must be a positive integer",
-            ));
-        }
+        check_limit(limit)?;
         let abandoned = self
             .journal
             .abandoned(usize::try_from(limit).unwrap_or(usize::MAX))
             .await?;
-        let mut summary = AbandonedLeaseSummary {
-            inspected: abandoned.len() as u64,
-            ..AbandonedLeaseSummary::default()
-        };
-        for entry in &abandoned {
+        let mut summary = AbandonedLeaseSummary::default();
+        self.reap_all_of(&abandoned, &mut summary).await;
+        summary.remaining = self.count_abandoned().await?;
+        Ok(summary)
+    }
+
+    /// Passes of up to `page` entries until nothing reapable is left (every abandoned entry
+    /// was reaped or failed once in this call) or `max` entries were inspected: a dead host
+    /// never waits for a second `omabox reap` because it was the 101st. An entry that fails
+    /// is tried once per call and reported; the next pass lists past it (the journal is
+    /// ordered by id, so the failures come first and the page grows by them). `remaining`
+    /// is counted in the journal afterwards. Fails only when listing the journal fails.
+    pub async fn run_all(
+        &self,
+        page: u64,
+        max: Option<u64>,
+    ) -> Result<AbandonedLeaseSummary, PortError> {
+        check_limit(page)?;
+        let mut summary = AbandonedLeaseSummary::default();
+        let mut tried = std::collections::HashSet::new();
+        loop {
+            let budget = max.map_or(page, |max| page.min(max - summary.inspected));
+            if budget == 0 {
+                break;
+            }
+            let listed = self
+                .journal
+                .abandoned(usize::try_from(tried.len() as u64 + budget).unwrap_or(usize::MAX))
+                .await?;
+            let fresh: Vec<LeaseJournalEntry> = listed
+                .into_iter()
+                .filter(|entry| !tried.contains(&entry.id()))
+                .take(usize::try_from(budget).unwrap_or(usize::MAX))
+                .collect();
+            if fresh.is_empty() {
+                break;
+            }
+            tried.extend(fresh.iter().map(LeaseJournalEntry::id));
+            self.reap_all_of(&fresh, &mut summary).await;
+        }
+        summary.remaining = self.count_abandoned().await?;
+        Ok(summary)
+    }
+
+    /// Reaps each of `entries`, counting into `summary`.
+    async fn reap_all_of(
+        &self,
+        entries: &[LeaseJournalEntry],
+        summary: &mut AbandonedLeaseSummary,
+    ) {
+        summary.inspected += entries.len() as u64;
+        for entry in entries {
             match self.reap(entry).await {
                 Ok(()) => summary.reaped += 1,
                 Err(error) => {
@@ -317,8 +362,11 @@ impl AbandonedLeaseReaper {
                 }
             }
         }
-        summary.remaining = summary.inspected - summary.reaped;
-        Ok(summary)
+    }
+
+    /// Abandoned entries in the journal now.
+    async fn count_abandoned(&self) -> Result<u64, PortError> {
+        Ok(self.journal.abandoned(usize::MAX).await?.len() as u64)
     }
 
     async fn reap(&self, entry: &LeaseJournalEntry) -> Result<(), PortError> {
@@ -350,6 +398,15 @@ impl AbandonedLeaseReaper {
                 ))
             })
     }
+}
+
+fn check_limit(limit: u64) -> Result<(), PortError> {
+    if limit == 0 || limit > MAX_SAFE_INTEGER {
+        return Err(PortError::new(
+            "Abandoned lease reap limit must be a positive integer",
+        ));
+    }
+    Ok(())
 }
 
 fn system_now_ms() -> u64 {

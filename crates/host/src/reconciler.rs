@@ -29,7 +29,9 @@ pub struct ReconcileSummary {
     pub inspected: u64,
     /// Records reaped and resolved.
     pub resolved: u64,
-    /// Records left queued (`inspected - resolved`).
+    /// Records left queued: `inspected - resolved` for [`ManagedRuntimeOrphanReconciler::
+    /// run_once`] (the reference's figure); everything still queued for
+    /// [`ManagedRuntimeOrphanReconciler::run_all`].
     pub remaining: u64,
 }
 
@@ -121,6 +123,55 @@ impl ManagedRuntimeOrphanReconciler {
             inspected,
             resolved,
             remaining: inspected - resolved,
+        })
+    }
+
+    /// omabox extension: passes of up to `page` orphans until every queued orphan was tried
+    /// once in this call (or `max` were inspected), so a pass's page size never leaves dead
+    /// compute for a later call. A failing orphan counts its attempt (`failed`) and is not
+    /// retried in the same call; the next pass lists past it. `remaining` is what is still
+    /// queued afterwards, counted in the queue. Fails only when the orphan port fails.
+    pub async fn run_all(
+        &self,
+        page: u64,
+        max: Option<u64>,
+    ) -> Result<ReconcileSummary, PortError> {
+        if page == 0 || page > MAX_SAFE_INTEGER {
+            return Err(invalid_limit());
+        }
+        let (mut inspected, mut resolved) = (0u64, 0u64);
+        let mut tried = std::collections::HashSet::new();
+        loop {
+            let budget = max.map_or(page, |max| page.min(max - inspected));
+            if budget == 0 {
+                break;
+            }
+            let listed = self
+                .orphans
+                .list(usize::try_from(tried.len() as u64 + budget).unwrap_or(usize::MAX))
+                .await?;
+            let fresh: Vec<RuntimeOrphanRecord> = listed
+                .into_iter()
+                .filter(|orphan| !tried.contains(&orphan.id))
+                .take(usize::try_from(budget).unwrap_or(usize::MAX))
+                .collect();
+            if fresh.is_empty() {
+                break;
+            }
+            for orphan in &fresh {
+                tried.insert(orphan.id.clone());
+                inspected += 1;
+                match self.reap(orphan).await {
+                    Ok(()) => resolved += 1,
+                    Err(error) => self.orphans.failed(&orphan.id, &error).await?,
+                }
+            }
+        }
+        let remaining = self.orphans.list(usize::MAX).await?.len() as u64;
+        Ok(ReconcileSummary {
+            inspected,
+            resolved,
+            remaining,
         })
     }
 

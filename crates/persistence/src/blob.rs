@@ -6,6 +6,8 @@
 //! sha256/<first 2 hex>/<64 hex>   one immutable blob; its bytes hash to its name
 //! tmp/put-<pid>-<n>-<nanos>       a put in progress (same filesystem, so the final step is a link)
 //! .lock                           flock: puts hold it shared, gc holds it exclusive
+//! collect.lock                    flock: runs hold it shared, a short-grace gc exclusive
+//!                                 (see `collection`)
 //! ```
 //!
 //! Invariants:
@@ -14,8 +16,10 @@
 //!   (a no-clobber publish); a crash leaves at most a stray temp file. The shard directory is
 //!   fsynced right after a single put, and once per batch (before the manifest that names the
 //!   batch is stored) for checkpoints and output finalization.
-//! - **Write-once.** An existing blob is never rewritten unless its size proves it corrupt, in
-//!   which case the verified temp file atomically replaces it.
+//! - **Write-once.** An existing blob is never rewritten unless it is proven corrupt — its
+//!   size, or, for content put from memory (files up to 8 MiB, manifests), its bytes compared
+//!   with the content in hand — in which case the verified temp file atomically replaces it.
+//!   A larger blob altered at its size is found by restore and `omabox fsck` only.
 //! - **GC never removes a referenced blob, nor one a concurrent writer relies on.** `gc` takes
 //!   the exclusive lock, so it never runs while a put or a checkpoint (which holds the shared
 //!   lock for its whole duration) is between "the blob exists" and "the manifest naming it is
@@ -23,7 +27,9 @@
 //!   period: every put (and every checkpoint reuse of a blob) refreshes the blob's mtime when
 //!   it is older than half the grace period, and `gc` keeps every blob younger than the grace
 //!   period. So a candidate must be published within `gc_grace / 2` of its checkpoint — with
-//!   the default of one hour, thirty minutes — or be recomputed.
+//!   the default of one hour, thirty minutes — or be recomputed. A collection with a shorter
+//!   grace protects no candidate by age: it must hold the collection lock exclusively, which
+//!   no run holds meanwhile (see `collection`).
 //!
 //! Every method blocks; async callers run them on `spawn_blocking`.
 
@@ -154,6 +160,11 @@ impl BlobStore {
             options,
             temp_counter: AtomicU64::new(0),
         })
+    }
+
+    /// `<data-dir>/blobs`.
+    pub(crate) fn root(&self) -> &Path {
+        &self.root
     }
 
     /// The store's options.
@@ -328,6 +339,7 @@ impl BlobStore {
                     Ok(()) => {
                         report.removed += 1;
                         report.removed_bytes += meta.size();
+                        crate::fault::point("gc-blob-removed");
                     }
                     Err(error) if error.kind() == io::ErrorKind::NotFound => {}
                     Err(error) => {
@@ -413,20 +425,90 @@ impl BlobStore {
     ) -> Result<PutOutcome> {
         let hash = BlobHash::of(bytes);
         let size = bytes.len() as u64;
-        if self.refresh_existing(&hash, size)? {
-            return Ok(PutOutcome {
-                hash,
-                size,
-                stored: false,
-            });
-        }
+        // The content is in hand: an existing blob is reused only if its bytes are these (an
+        // altered one of the right size is replaced, never named by a new candidate).
+        let altered = if self.refresh_existing(&hash, size)? {
+            if self.holds(&hash, bytes)? {
+                return Ok(PutOutcome {
+                    hash,
+                    size,
+                    stored: false,
+                });
+            }
+            tracing::warn!(blob = %hash, "stored blob's bytes were altered; replacing them");
+            true
+        } else {
+            false
+        };
         let (temp_path, mut temp) = self.create_temp()?;
         let result = temp
             .write_all(bytes)
             .ctx(|| format!("Cannot write {}", temp_path.display()))
-            .and_then(|()| self.commit(temp, &temp_path, hash, size, dirs));
+            .and_then(|()| {
+                if altered {
+                    self.replace(temp, &temp_path, hash, size)
+                } else {
+                    self.commit(temp, &temp_path, hash, size, dirs)
+                }
+            });
         let _ = std::fs::remove_file(&temp_path);
         result
+    }
+
+    /// True when blob `hash` holds exactly `bytes` (a missing blob holds nothing).
+    fn holds(&self, hash: &BlobHash, bytes: &[u8]) -> Result<bool> {
+        let Some(mut file) = self.open(hash)? else {
+            return Ok(false);
+        };
+        let mut buffer = vec![0u8; COPY_BUFFER.min(bytes.len().max(1))];
+        let mut at = 0;
+        loop {
+            let read = match file.read(&mut buffer) {
+                Ok(0) => return Ok(at == bytes.len()),
+                Ok(read) => read,
+                Err(error) if error.kind() == io::ErrorKind::Interrupted => continue,
+                Err(error) => {
+                    return Err(PersistenceError::io(
+                        format!("Cannot read blob {hash}"),
+                        error,
+                    ));
+                }
+            };
+            if bytes.get(at..at + read) != Some(&buffer[..read]) {
+                return Ok(false);
+            }
+            at += read;
+        }
+    }
+
+    /// Names the temp file `hash` over an existing blob whose bytes were altered (one atomic
+    /// rename; a reader sees the old file or the true one).
+    fn replace(
+        &self,
+        temp: File,
+        temp_path: &Path,
+        hash: BlobHash,
+        size: u64,
+    ) -> Result<PutOutcome> {
+        if self.options.fsync {
+            temp.sync_data()
+                .ctx(|| format!("Cannot fsync {}", temp_path.display()))?;
+        }
+        drop(temp);
+        let target = self.path_of(&hash);
+        std::fs::rename(temp_path, &target)
+            .ctx(|| format!("Cannot replace {}", target.display()))?;
+        if self.options.fsync {
+            let shard = target.parent().unwrap_or(&self.root);
+            File::open(shard)
+                .and_then(|dir| dir.sync_all())
+                .ctx(|| format!("Cannot fsync {}", shard.display()))?;
+        }
+        Ok(PutOutcome {
+            hash,
+            size,
+            stored: true,
+        })
     }
 
     /// Streams `reader` into the store while hashing it, for a caller that holds the shared
@@ -757,6 +839,13 @@ mod tests {
             store.get(&hash),
             Err(PersistenceError::CorruptBlob(_))
         ));
+        // The next put of that content (in hand) replaces the altered bytes.
+        assert!(store.put_bytes(b"content").unwrap().stored);
+        assert_eq!(store.get(&hash).unwrap().unwrap(), b"content");
+        assert!(
+            !store.put_bytes(b"content").unwrap().stored,
+            "intact: reused"
+        );
     }
 
     #[test]

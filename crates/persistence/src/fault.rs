@@ -1,11 +1,11 @@
-//! A crash point for kill tests (the twin of `omabox_sandbox::fault`, which this crate may
-//! not depend on): `OMABOX_FAULT_POINT=<name>` together with `OMABOX_TEST_MODE=1` makes the
+//! A crash point for kill tests (the twin of `omabox_sandbox::fault`, which this crate and
+//! the proxy crate may not depend on; exported as `fault_point`): `OMABOX_FAULT_POINT=<name>` together with `OMABOX_TEST_MODE=1` makes the
 //! process `SIGKILL` itself at the point of that name, like `kill -9` at that step.
 //!
 //! It must never do anything else: no output, no delay.
 
 /// Kills this process with `SIGKILL` if `name` is the configured fault point.
-pub(crate) fn point(name: &str) {
+pub fn point(name: &str) {
     let Some(wanted) = std::env::var_os("OMABOX_FAULT_POINT") else {
         return;
     };

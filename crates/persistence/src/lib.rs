@@ -32,11 +32,13 @@
 
 mod blob;
 mod blob_scan;
+mod collection;
 mod error;
 mod fault;
 mod hash;
 mod layout;
 mod limits;
+mod lost;
 mod manifest;
 mod media_type;
 mod outputs;
@@ -53,10 +55,13 @@ mod workspace;
 
 pub use blob::{BlobStore, BlobStoreOptions, GcReport, PutOutcome, TEMP_GRACE};
 pub use blob_scan::StoredBlob;
+pub use collection::{CollectionHold, WriterHold};
 pub use error::PersistenceError;
+pub use fault::point as fault_point;
 pub use hash::BlobHash;
 pub use layout::binding_host_path;
 pub use limits::CheckpointLimits;
+pub use lost::{LOST_COUNT_METADATA_KEY, LOST_LISTED, LOST_METADATA_KEY, binding_losses};
 pub use manifest::{
     EntryKind, MANIFEST_VERSION, MANIFEST_VERSION_MIN, MAX_EXTENTS, ManifestEntry,
     WorkspaceManifest,

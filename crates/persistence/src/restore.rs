@@ -22,6 +22,7 @@ use crate::progress::{ProgressObserver, ProgressPhase, ProgressTracker};
 use crate::safe_fs::{self, ParentCursor};
 use crate::sparse;
 use crate::stat_cache::StatCache;
+use crate::verify::Damage;
 use omabox_contract::AbortSignal;
 use rustix::fs::{AtFlags, Mode};
 use sha2::{Digest, Sha256};
@@ -46,6 +47,9 @@ pub struct RestoreReport {
     pub hardlinks: u64,
     /// Bytes written.
     pub bytes: u64,
+    /// What could not be restored because its stored content is missing or damaged (only
+    /// with `tolerate_lost`; the rest of the tree is restored without it).
+    pub lost: Vec<Damage>,
     /// Wall time.
     pub duration: Duration,
 }
@@ -59,6 +63,10 @@ pub(crate) struct RestoreInput<'a> {
     pub verify: bool,
     /// Record a stat cache for the restored files.
     pub record_cache: bool,
+    /// A file whose blob is missing or damaged (and a hard link to it) is left out and listed
+    /// in [`RestoreReport::lost`] instead of failing the restore: never written with wrong
+    /// bytes, never silently.
+    pub tolerate_lost: bool,
     pub observer: Option<&'a dyn ProgressObserver>,
     pub phase: ProgressPhase,
     pub signal: &'a AbortSignal,
@@ -85,6 +93,7 @@ pub(crate) fn restore(input: RestoreInput<'_>) -> Result<(RestoreReport, StatCac
     let mut cursor = ParentCursor::default();
     let mut link_cursor = ParentCursor::default();
     let mut file_hashes: HashMap<&str, BlobHash> = HashMap::new();
+    let mut lost_paths: std::collections::HashSet<&str> = std::collections::HashSet::new();
     let mut directories: Vec<(&ManifestEntry, u32)> = Vec::new();
     let mut buffer = vec![0u8; COPY_BUFFER];
 
@@ -122,6 +131,15 @@ pub(crate) fn restore(input: RestoreInput<'_>) -> Result<(RestoreReport, StatCac
                 // Validated: the target is a file entry restored before this one.
                 let target = entry.target.as_deref().ok_or_else(unsafe_entry)?;
                 let hash = *file_hashes.get(target).ok_or_else(unsafe_entry)?;
+                if lost_paths.contains(target) {
+                    report.lost.push(Damage {
+                        object: format!("blob {hash}"),
+                        path: Some(entry.path.clone()),
+                        problem: format!("a hard link to {target}, which is lost"),
+                    });
+                    lost_paths.insert(&entry.path);
+                    continue;
+                }
                 let target_parts = safe_fs::split_relative(target).ok_or_else(unsafe_entry)?;
                 let Some((target_name, target_parents)) = target_parts.split_last() else {
                     return Err(unsafe_entry());
@@ -147,7 +165,39 @@ pub(crate) fn restore(input: RestoreInput<'_>) -> Result<(RestoreReport, StatCac
                     return Err(unsafe_entry());
                 };
                 file_hashes.insert(&entry.path, hash);
-                let file = restore_file(&input, parent, name, entry, hash, size, &mut buffer)?;
+                let file = match restore_file(&input, parent, name, entry, hash, size, &mut buffer)
+                {
+                    Ok(file) => file,
+                    Err(
+                        error @ (PersistenceError::MissingContent { .. }
+                        | PersistenceError::CorruptContent { .. }),
+                    ) if input.tolerate_lost => {
+                        // A partly written file must not stay with wrong bytes.
+                        match rustix::fs::unlinkat(parent, *name, AtFlags::empty()) {
+                            Ok(()) | Err(rustix::io::Errno::NOENT) => {}
+                            Err(unlink) => {
+                                return Err(PersistenceError::io(
+                                    format!("Cannot remove the damaged {}", entry.path),
+                                    io::Error::from(unlink),
+                                ));
+                            }
+                        }
+                        report.lost.push(Damage {
+                            object: format!("blob {hash}"),
+                            path: Some(entry.path.clone()),
+                            problem: match error {
+                                PersistenceError::MissingContent { .. } => {
+                                    "the blob is not in the blob store".to_owned()
+                                }
+                                _ => "the blob's bytes do not match the manifest".to_owned(),
+                            },
+                        });
+                        lost_paths.insert(&entry.path);
+                        progress.advance(1, entry.stored_size());
+                        continue;
+                    }
+                    Err(error) => return Err(error),
+                };
                 rustix::fs::fchmod(
                     &file,
                     Mode::from_raw_mode(entry.mode.unwrap_or(0o644) & 0o777),

@@ -17,8 +17,8 @@ use sha2::{Digest, Sha256};
 use std::collections::HashMap;
 use std::io::{self, Read};
 
-/// One problem of a published revision.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+/// One problem of a published revision (or one thing a restore lost to it).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Damage {
     /// The object: a candidate id (`wcp_…`, `out_…`) or `blob <hex>`.

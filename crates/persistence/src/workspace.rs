@@ -26,12 +26,14 @@ use crate::error::{IoContext, PersistenceError, Result};
 use crate::hash::{BlobHash, CandidateHashError, candidate_manifest_hash, short_hash};
 use crate::layout::{self, binding_metadata, check_host_path, prune_empty_parents};
 use crate::limits::CheckpointLimits;
+use crate::lost::record_losses;
 use crate::manifest::{EntryKind, WorkspaceManifest};
 use crate::progress::{ProgressObserver, ProgressPhase};
 use crate::restore::{RestoreInput, RestoreReport, restore};
 use crate::safe_fs::remove_tree;
 use crate::snapshot::{CheckpointReport, SnapshotInput, snapshot};
 use crate::stat_cache::StatCache;
+use crate::verify::Damage;
 use async_trait::async_trait;
 use omabox_contract::json::stable_json;
 use omabox_contract::{
@@ -276,7 +278,7 @@ impl FilesystemWorkspacePort {
             result
         })
         .await
-        .map_err(|error| match (error, label) {
+        .map_err(|error| match (error, label.clone()) {
             // Missing or damaged storage is named with session and revision; every other
             // failure keeps its exact (contract) text.
             (
@@ -292,11 +294,25 @@ impl FilesystemWorkspacePort {
             },
             (error, _) => error,
         })?;
+        let mut metadata = binding_metadata(&host_path, &root);
+        if let Some(lost) = report.as_ref().map(|report| &report.lost)
+            && !lost.is_empty()
+        {
+            let session = &input.scope.session_id;
+            let what = label.as_deref().unwrap_or("its last checkpoint");
+            for damage in lost.iter().take(20) {
+                tracing::warn!(
+                    %session, revision = %what, path = damage.path.as_deref().unwrap_or("(all)"),
+                    problem = %damage.problem, "workspace entry lost"
+                );
+            }
+            record_losses(&mut metadata, lost);
+        }
         Ok((
             WorkspaceBinding {
                 binding_id,
                 mount_path: WORKSPACE_MOUNT_PATH.to_owned(),
-                metadata: Some(binding_metadata(&host_path, &root)),
+                metadata: Some(metadata),
             },
             report,
         ))
@@ -411,6 +427,7 @@ impl FilesystemWorkspacePort {
                 dest: &dest,
                 verify: true,
                 record_cache: false,
+                tolerate_lost: false,
                 observer: observer.as_deref(),
                 phase: ProgressPhase::Export,
                 signal: &AbortSignal::never(),
@@ -628,9 +645,37 @@ struct MaterializeJob {
 
 impl MaterializeJob {
     fn run(&self) -> Result<Option<RestoreReport>> {
-        // Load (and verify) the manifest before touching the binding.
+        // Load (and verify) the manifest before touching the binding. A manifest that is gone
+        // or damaged loses the whole tree: the run starts from an empty workspace and says so
+        // (what is lost was lost before this run; nothing more is).
+        let mut lost_whole = None;
         let manifest = match (&self.active, &self.seed) {
-            (Some(hash), _) => Some(load_manifest(&self.store, hash)?),
+            (Some(hash), _) => match load_manifest(&self.store, hash) {
+                Ok(manifest) => Some(manifest),
+                Err(
+                    error @ (PersistenceError::CheckpointMissing(_)
+                    | PersistenceError::CheckpointHashMismatch),
+                ) => {
+                    tracing::warn!(%error, "the workspace manifest is lost; starting empty");
+                    lost_whole = Some(Damage {
+                        object: format!("{CANDIDATE_PREFIX}{hash}"),
+                        path: None,
+                        problem: match error {
+                            PersistenceError::CheckpointMissing(_) => {
+                                "the checkpoint manifest is not in the blob store: every path of \
+                                 this revision is lost; /workspace starts empty"
+                            }
+                            _ => {
+                                "the checkpoint manifest is damaged: every path of this revision \
+                                 is lost; /workspace starts empty"
+                            }
+                        }
+                        .to_owned(),
+                    });
+                    None
+                }
+                Err(error) => return Err(error),
+            },
             (None, Some(seed)) => {
                 let captured = snapshot(SnapshotInput {
                     store: &self.store,
@@ -652,7 +697,10 @@ impl MaterializeJob {
         std::fs::create_dir_all(&self.host_path)
             .ctx(|| format!("Cannot create {}", self.host_path.display()))?;
         let Some(manifest) = manifest else {
-            return Ok(None);
+            return Ok(lost_whole.map(|lost| RestoreReport {
+                lost: vec![lost],
+                ..RestoreReport::default()
+            }));
         };
         let (report, cache) = restore(RestoreInput {
             store: &self.store,
@@ -660,6 +708,7 @@ impl MaterializeJob {
             dest: &self.host_path,
             verify: self.options.verify_restore,
             record_cache: true,
+            tolerate_lost: true,
             observer: self.observer.as_deref(),
             phase: ProgressPhase::Restore,
             signal: &self.signal,

@@ -517,9 +517,19 @@ async fn restore_rejects_bad_ids_tampering_and_traversal() {
             .replace("\"a\"", "\"b\""),
     )
     .unwrap();
-    assert_eq!(
-        restore(good.clone()).await,
-        "Workspace checkpoint content hash mismatch"
+    // Stored bytes that no longer hash to their name are a damaged manifest, not a bad
+    // candidate: nothing of it is trusted, the workspace starts empty and says so.
+    let damaged = port
+        .materialize(materialize_input(2, CR, Some(good.clone())))
+        .await
+        .unwrap();
+    assert_eq!(std::fs::read_dir(host_path(&damaged)).unwrap().count(), 0);
+    let (lost, _) = omabox_persistence::binding_losses(damaged.metadata.as_ref());
+    assert!(
+        lost[0]
+            .problem
+            .contains("the checkpoint manifest is damaged"),
+        "{lost:?}"
     );
     std::fs::write(&manifest_path, &original).unwrap();
 
@@ -585,26 +595,33 @@ async fn restore_rejects_bad_ids_tampering_and_traversal() {
     // A failed materialize leaves no half-restored binding behind.
     assert!(!data.path().join("runtime").join("x").exists());
 
+    // Missing content is lost, not restored, and named (path, blob, why); the rest of the
+    // tree is restored.
     let missing = WorkspaceManifest {
         version: 1,
-        entries: vec![ManifestEntry {
-            hash: Some(BlobHash::of(b"never stored")),
-            ..file("f")
-        }],
+        entries: vec![
+            ManifestEntry {
+                hash: Some(BlobHash::of(b"never stored")),
+                ..file("f")
+            },
+            file("g"),
+        ],
     };
     let candidate = candidate_for(&port, &missing.to_bytes());
-    let message = restore(candidate).await;
-    assert!(
-        message.contains(&format!(
-            "Workspace checkpoint content is missing: f needs blob {}, which is not in the blob store",
-            BlobHash::of(b"never stored")
-        )),
-        "{message}"
+    let binding = port
+        .materialize(materialize_input(2, CR, Some(candidate)))
+        .await
+        .unwrap();
+    assert!(!host_path(&binding).join("f").exists());
+    assert_eq!(std::fs::read(host_path(&binding).join("g")).unwrap(), b"a");
+    let (lost, count) = omabox_persistence::binding_losses(binding.metadata.as_ref());
+    assert_eq!(count, 1);
+    assert_eq!(lost[0].path.as_deref(), Some("f"));
+    assert_eq!(
+        lost[0].object,
+        format!("blob {}", BlobHash::of(b"never stored"))
     );
-    assert!(
-        message.starts_with("Cannot restore the workspace of session session-1 from wcp_"),
-        "{message}"
-    );
+    assert_eq!(lost[0].problem, "the blob is not in the blob store");
 
     let absent = BlobHash::of(b"no manifest");
     let candidate = RuntimePublicationCandidate {
@@ -612,13 +629,12 @@ async fn restore_rejects_bad_ids_tampering_and_traversal() {
         content_hash: absent.content_hash(),
         metadata: None,
     };
-    let message = restore(candidate).await;
-    assert!(
-        message.contains(&format!(
-            "from wcp_{absent}: Workspace checkpoint manifest is missing: wcp_{absent}"
-        )),
-        "{message}"
-    );
+    let binding = port
+        .materialize(materialize_input(2, CR, Some(candidate)))
+        .await
+        .unwrap();
+    let (lost, _) = omabox_persistence::binding_losses(binding.metadata.as_ref());
+    assert_eq!(lost[0].object, format!("wcp_{absent}"));
 }
 
 #[tokio::test]
@@ -667,6 +683,8 @@ async fn gc_removes_only_unreferenced_blobs() {
         std::fs::read(host_path(&restored).join("changes")).unwrap(),
         b"new!"
     );
+    // The collected checkpoint's manifest is gone: every path of it is lost, and the
+    // binding starts empty saying so in its metadata (never a silent empty workspace).
     let gone = port
         .materialize(materialize_input(
             3,
@@ -674,11 +692,17 @@ async fn gc_removes_only_unreferenced_blobs() {
             Some(old.to_publication_candidate()),
         ))
         .await
-        .unwrap_err();
+        .unwrap();
+    assert_eq!(std::fs::read_dir(host_path(&gone)).unwrap().count(), 0);
+    let (lost, count) = omabox_persistence::binding_losses(gone.metadata.as_ref());
+    assert_eq!(count, 1);
+    assert_eq!(lost[0].object, old.id);
+    assert_eq!(lost[0].path, None);
     assert!(
-        gone.message()
-            .contains("Workspace checkpoint manifest is missing"),
-        "{gone}"
+        lost[0]
+            .problem
+            .contains("the checkpoint manifest is not in the blob store"),
+        "{lost:?}"
     );
 }
 

@@ -3,15 +3,20 @@
 //! promoted here can be read back, and only by its id: knowing a blob's hash grants nothing.
 //!
 //! ```text
-//!   promote: open .tmp-<id> (O_EXCL, 0600) ─► copy in 64 KiB chunks, hashing ─► hash ≠
-//!            expected? remove, fail ─► fsync ─► rename to <id> ─► write <id>.json (tmp +
-//!            rename): the record's presence is the promotion's commit point
+//!   promote: open .tmp-<pid>-<id> (O_EXCL, 0600), flock it ─► copy in 64 KiB chunks,
+//!            hashing ─► hash ≠ expected? remove, fail ─► fsync ─► rename to <id> ─► write
+//!            <id>.json (.tmp-<pid>-<id>.json, flocked, + rename): the record's presence is
+//!            the promotion's commit point ─► only then close (unlock) the content
 //!   read:    id well-formed? ─► <id>.json ─► open <id> (O_NOFOLLOW)
 //! ```
 //!
 //! Memory is constant in the file size both ways (one copy buffer; reads are streamed by the
 //! route). A crash leaves at most a `.tmp-*` file or a content file without a record; neither
-//! is ever served, and [`PromotedStore::open`] removes such leftovers older than an hour.
+//! is ever served. [`PromotedStore::remove_abandoned`] (`omabox reap`, every `omabox run`'s
+//! start) removes those whose writer's lock is free — never a live promotion's: its writer
+//! holds the flock from the temp file's creation until its record is committed; a temp file
+//! just created and not yet locked still has a live pid in its name and is young.
+//! [`PromotedStore::open`] removes any leftover older than an hour.
 //!
 //! Must never: follow a symlink in the store, serve a file without its record, accept an id
 //! that is not exactly the documented shape, or hold a whole file in memory.
@@ -21,7 +26,7 @@ use std::fs::{self, File, OpenOptions};
 use std::io::{self, Read, Write};
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 /// What is recorded about a promoted file.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -70,6 +75,9 @@ pub struct PromotedStore {
 
 /// Leftovers of interrupted promotions older than this are removed at open.
 const STALE_AFTER: Duration = Duration::from_secs(3600);
+/// A temp file whose named writer still runs is kept this long even unlocked (the instant
+/// between its creation and its lock; a writer in another pid namespace).
+pub const WRITER_GRACE: Duration = Duration::from_secs(600);
 const ID_PREFIX: &str = "file_";
 const ID_HEX_LEN: usize = 32;
 
@@ -87,28 +95,18 @@ impl PromotedStore {
         Ok(store)
     }
 
+    /// The store of `data_dir` if it exists, as it is: nothing created, nothing removed (for
+    /// `omabox reap`, which calls [`PromotedStore::remove_abandoned`] and reports it).
+    pub fn existing(data_dir: &Path) -> Option<Self> {
+        let dir = data_dir.join("promoted");
+        fs::symlink_metadata(&dir)
+            .is_ok_and(|meta| meta.is_dir())
+            .then_some(Self { dir })
+    }
+
     fn remove_stale(&self) {
-        let Ok(entries) = fs::read_dir(&self.dir) else {
-            return;
-        };
-        let now = SystemTime::now();
-        for entry in entries.flatten() {
-            let name = entry.file_name();
-            let name = name.to_string_lossy();
-            let orphan_content =
-                parse_id(&name).is_some() && !self.dir.join(format!("{name}.json")).exists();
-            if !(name.starts_with(".tmp-") || orphan_content) {
-                continue;
-            }
-            let old = entry
-                .metadata()
-                .and_then(|meta| meta.modified())
-                .ok()
-                .and_then(|modified| now.duration_since(modified).ok())
-                .is_some_and(|age| age > STALE_AFTER);
-            if old {
-                let _ = fs::remove_file(entry.path());
-            }
+        if let Err(error) = self.remove_abandoned() {
+            tracing::warn!(%error, "cannot remove what killed promotions left");
         }
     }
 
@@ -123,7 +121,7 @@ impl PromotedStore {
         path: &str,
     ) -> Result<PromotedRecord, PromotedError> {
         let id = new_id();
-        let temp = self.dir.join(format!(".tmp-{id}"));
+        let temp = self.dir.join(format!(".tmp-{}-{id}", std::process::id()));
         let result = (|| {
             let mut out = create_new(&temp)?;
             let mut hasher = Sha256::new();
@@ -146,12 +144,15 @@ impl PromotedStore {
             }
             out.sync_all()
                 .map_err(io_error("cannot sync a promoted file"))?;
+            omabox_persistence::fault_point("promote-temp-written");
             fs::rename(&temp, self.dir.join(&id))
                 .map_err(io_error("cannot commit a promoted file"))?;
-            Ok(size)
+            omabox_persistence::fault_point("promote-content-committed");
+            Ok((size, out))
         })();
-        let size = match result {
-            Ok(size) => size,
+        // `_content` keeps the content's lock until the record is committed (module doc).
+        let (size, _content) = match result {
+            Ok(done) => done,
             Err(error) => {
                 let _ = fs::remove_file(&temp);
                 return Err(error);
@@ -171,7 +172,9 @@ impl PromotedStore {
     }
 
     fn write_record(&self, record: &PromotedRecord) -> Result<(), PromotedError> {
-        let temp = self.dir.join(format!(".tmp-{}.json", record.id));
+        let temp = self
+            .dir
+            .join(format!(".tmp-{}-{}.json", std::process::id(), record.id));
         let write = || {
             let mut out = create_new(&temp)?;
             let json = serde_json::to_vec(record).map_err(|e| PromotedError::Io {
@@ -187,6 +190,58 @@ impl PromotedStore {
         write().inspect_err(|_| {
             let _ = fs::remove_file(&temp);
         })
+    }
+
+    /// Removes what killed promotions left (module doc): `.tmp-*` files and content files
+    /// without a record whose writer's flock is free — a temp file also needs its writer's
+    /// pid gone or to be older than [`WRITER_GRACE`], for the instant between its creation and
+    /// its lock (a legacy temp without a pid: older than an hour). Never waits. Returns how
+    /// many files were removed. Blocking.
+    pub fn remove_abandoned(&self) -> Result<u64, PromotedError> {
+        let entries = fs::read_dir(&self.dir)
+            .map_err(io_error(format!("cannot list {}", self.dir.display())))?;
+        let mut removed = 0;
+        for entry in entries.flatten() {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            let temp = name.starts_with(".tmp-");
+            let unrecorded =
+                parse_id(&name).is_some() && !self.dir.join(format!("{name}.json")).exists();
+            if !(temp || unrecorded) {
+                continue;
+            }
+            let path = entry.path();
+            let Ok(Some(file)) = open_nofollow(&path) else {
+                continue;
+            };
+            if !lock(&file, true).unwrap_or(false) {
+                continue; // a live writer holds it
+            }
+            let abandoned = if temp {
+                // A legacy name (no pid: an omabox that took no lock) waits out the hour.
+                let pid = temp_writer_pid(&name);
+                let grace = if pid.is_some() {
+                    WRITER_GRACE
+                } else {
+                    STALE_AFTER
+                };
+                let writer_alive =
+                    pid.is_none_or(|pid| Path::new(&format!("/proc/{pid}")).exists());
+                let young = file
+                    .metadata()
+                    .and_then(|meta| meta.modified())
+                    .ok()
+                    .and_then(|modified| modified.elapsed().ok())
+                    .is_none_or(|age| age < grace);
+                !(writer_alive && young)
+            } else {
+                // Locked by us now, so its writer is done: recorded meanwhile, or dead.
+                !self.dir.join(format!("{name}.json")).exists()
+            };
+            if abandoned && fs::remove_file(&path).is_ok() {
+                removed += 1;
+            }
+        }
+        Ok(removed)
     }
 
     /// The record and the open bytes of a promoted file; `None` when `id` is malformed or
@@ -240,14 +295,36 @@ fn parse_id(id: &str) -> Option<()> {
     valid.then_some(())
 }
 
+/// Creates `path` (`O_EXCL`, 0600) and takes its flock, the sign of a live writer.
 fn create_new(path: &Path) -> Result<File, PromotedError> {
-    OpenOptions::new()
+    let file = OpenOptions::new()
         .write(true)
         .create_new(true)
         .mode(0o600)
         .custom_flags(libc_o_nofollow())
         .open(path)
-        .map_err(io_error(format!("cannot create {}", path.display())))
+        .map_err(io_error(format!("cannot create {}", path.display())))?;
+    lock(&file, false).map_err(io_error(format!("cannot lock {}", path.display())))?;
+    Ok(file)
+}
+
+/// flock `LOCK_EX` (with `try_only`, `LOCK_NB`: `Ok(false)` when another holds it).
+fn lock(file: &File, try_only: bool) -> io::Result<bool> {
+    use std::os::fd::AsRawFd as _;
+    let operation = libc::LOCK_EX | if try_only { libc::LOCK_NB } else { 0 };
+    // SAFETY: flock(2) on an fd `file` owns for the duration of the call.
+    if unsafe { libc::flock(file.as_raw_fd(), operation) } == 0 {
+        return Ok(true);
+    }
+    match io::Error::last_os_error() {
+        error if error.raw_os_error() == Some(libc::EWOULDBLOCK) => Ok(false),
+        error => Err(error),
+    }
+}
+
+/// The writer pid in a temp name `.tmp-<pid>-…` (none in a legacy `.tmp-file_…`).
+fn temp_writer_pid(name: &str) -> Option<u32> {
+    name.strip_prefix(".tmp-")?.split('-').next()?.parse().ok()
 }
 
 fn open_nofollow(path: &Path) -> Result<Option<File>, PromotedError> {
@@ -321,6 +398,70 @@ mod tests {
             fs::read_dir(dir.path().join("promoted")).unwrap().count(),
             0
         );
+    }
+
+    /// A pid no process has any more.
+    fn dead_pid() -> u32 {
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let pid = child.id();
+        child.wait().unwrap();
+        pid
+    }
+
+    #[test]
+    fn only_what_no_live_writer_holds_is_removed_as_abandoned() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = PromotedStore::open(dir.path()).unwrap();
+        let root = dir.path().join("promoted");
+        let recorded = store
+            .promote(
+                &b"kept"[..],
+                &sha(b"kept"),
+                "text/plain",
+                "s",
+                "/workspace/k",
+            )
+            .unwrap();
+        let id = |n: char| format!("file_{}", n.to_string().repeat(32));
+        // A live promotion: its temp and its unrecorded content, both locked by their writer.
+        let live_temp = create_new(&root.join(format!(".tmp-{}-{}", dead_pid(), id('a')))).unwrap();
+        let live_content = create_new(&root.join(id('b'))).unwrap();
+        // A temp just created by a live process, not locked yet.
+        fs::write(
+            root.join(format!(".tmp-{}-{}", std::process::id(), id('c'))),
+            b"x",
+        )
+        .unwrap();
+        // What killed writers left: unlocked.
+        fs::write(root.join(format!(".tmp-{}-{}", dead_pid(), id('d'))), b"x").unwrap();
+        fs::write(
+            root.join(format!(".tmp-{}-{}.json", dead_pid(), id('e'))),
+            b"{",
+        )
+        .unwrap();
+        fs::write(root.join(id('f')), b"x").unwrap();
+
+        assert_eq!(store.remove_abandoned().unwrap(), 3);
+        let mut left: Vec<String> = fs::read_dir(&root)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        left.sort();
+        let mut expected = vec![
+            recorded.id.clone(),
+            format!("{}.json", recorded.id),
+            id('b'),
+            format!(".tmp-{}-{}", std::process::id(), id('c')),
+        ];
+        expected.sort();
+        assert_eq!(left.len(), 5, "{left:?}");
+        for name in &expected {
+            assert!(left.contains(name), "{name} removed: {left:?}");
+        }
+        assert!(store.open_file(&recorded.id).unwrap().is_some());
+        // Its writer gone, the live promotion's leftovers go too.
+        drop((live_temp, live_content));
+        assert_eq!(store.remove_abandoned().unwrap(), 2);
     }
 
     #[test]

@@ -43,6 +43,7 @@ port_suite!(
     journal_entry_is_abandoned_after_a_takeover,
     journal_entry_is_abandoned_after_release_or_without_a_fence,
     usage_is_clamped_idempotent_and_read_back,
+    an_estimated_sandbox_stop_is_never_the_contract_kind,
     session_tokens_issue_verify_and_revoke,
     a_new_generation_rotates_the_work_items_tokens,
     a_superseded_generation_cannot_issue,

@@ -221,3 +221,80 @@ fn a_crashed_creations_temp_file_is_removed_by_the_next_open() {
     drop(SqliteStore::open(&path).unwrap());
     assert!(!stale.exists());
 }
+
+/// A crash (power loss) can leave the write-ahead log cut anywhere. A copy of a live store
+/// whose WAL is truncated in the middle of its last frame opens: SQLite replays the complete,
+/// checksummed frames (the committed publications) and drops the torn tail; the store passes
+/// its integrity check and keeps working. Cut at every length of the last transaction, it
+/// never opens with half a publication.
+#[tokio::test]
+async fn a_truncated_wal_opens_with_every_transaction_it_fully_holds() {
+    use omabox_contract::{
+        AcquireRuntimeFenceInput, AcquireRuntimeFenceResult, PublishRuntimeResourcesInput,
+        PublishRuntimeResourcesResult, RuntimePublicationCandidate, RuntimeResourceFencePort,
+        RuntimeResourceScope,
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let path = db_in(&dir);
+    let store = SqliteStore::open(&path).unwrap();
+    let scope = RuntimeResourceScope::new("w", "e", "s", "main");
+    let AcquireRuntimeFenceResult::Acquired { fence, .. } = store
+        .acquire(AcquireRuntimeFenceInput {
+            scope: scope.clone(),
+            owner_id: "owner".into(),
+            ttl_ms: 600_000,
+        })
+        .await
+        .unwrap()
+    else {
+        panic!("claim");
+    };
+    let mut wal_after = Vec::new();
+    for revision in 1..=3u64 {
+        let candidate = |id: String| RuntimePublicationCandidate {
+            content_hash: format!("sha256:{id}"),
+            id,
+            metadata: None,
+        };
+        let published = store
+            .publish(PublishRuntimeResourcesInput {
+                fence: fence.clone(),
+                workspace_candidate: candidate(format!("ws-{revision}")),
+                output_candidate: None,
+                runtime_checkpoint: Default::default(),
+            })
+            .await
+            .unwrap();
+        assert_eq!(
+            published,
+            PublishRuntimeResourcesResult::Published { revision }
+        );
+        wal_after.push(
+            std::fs::metadata(path.with_extension("db-wal"))
+                .unwrap()
+                .len(),
+        );
+    }
+    // The store is still open: its last transactions live in the WAL only.
+    let wal = std::fs::read(path.with_extension("db-wal")).unwrap();
+    let main = std::fs::read(&path).unwrap();
+    let (second, third) = (wal_after[1], wal_after[2]);
+    assert!(third > second, "the third publish added WAL frames");
+    for cut in [second, second + 1, (second + third) / 2, third - 1, third] {
+        let copy = tempfile::tempdir().unwrap();
+        let copied = db_in(&copy);
+        std::fs::write(&copied, &main).unwrap();
+        std::fs::write(copied.with_extension("db-wal"), &wal[..cut as usize]).unwrap();
+        let reopened = SqliteStore::open(&copied)
+            .unwrap_or_else(|error| panic!("WAL cut at {cut} of {third}: {error}"));
+        let revisions: Vec<u64> = reopened
+            .publications_of(&scope)
+            .unwrap()
+            .iter()
+            .map(|p| p.revision)
+            .collect();
+        let expected: &[u64] = if cut == third { &[3, 2, 1] } else { &[2, 1] };
+        assert_eq!(revisions, expected, "WAL cut at {cut} of {third}");
+    }
+    drop(store);
+}

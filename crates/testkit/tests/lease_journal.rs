@@ -425,3 +425,41 @@ async fn the_reaper_revokes_the_session_tokens_of_the_claims_it_reaps() {
     assert_eq!(reaper.run_once(10).await.unwrap().reaped, 1);
     assert!(tokens.verify(other.expose()).await.unwrap().is_some());
 }
+
+/// Hundreds of dead hosts: one `run_all` reaps every abandoned lease in pages, lists past the
+/// ones that fail (each tried once), and counts as remaining what is still journaled.
+#[tokio::test]
+async fn run_all_reaps_every_page_and_counts_what_stays_in_the_journal() {
+    let h = Harness::new();
+    for index in 0..250u64 {
+        // Every tenth names a provider nobody can reap.
+        let provider = if index % 10 == 0 { "gone" } else { "fake" };
+        h.journal
+            .record(LeaseJournalEntry {
+                scope: RuntimeResourceScope::new("w", "e", format!("dead{index:03}"), "main"),
+                generation: 1,
+                owner_id: "dead-host".into(),
+                lease: ManagedSandboxLease {
+                    provider: provider.into(),
+                    runtime_id: format!("r{index}"),
+                    metadata: None,
+                },
+                acquired_at: "2026-12-02T14:39:12.000Z".into(),
+            })
+            .await
+            .unwrap();
+    }
+    let limited = h.reaper().run_all(100, Some(30)).await.unwrap();
+    assert_eq!((limited.inspected, limited.reaped), (30, 27));
+    assert_eq!(limited.remaining, 250 - 27, "counted in the journal");
+
+    let summary = h.reaper().run_all(100, None).await.unwrap();
+    assert_eq!(summary.inspected, 250 - 27);
+    assert_eq!(summary.reaped, 225 - 27);
+    assert_eq!(summary.remaining, 25);
+    assert_eq!(summary.errors.len(), 25);
+    assert_eq!(h.journal.abandoned(1000).await.unwrap().len(), 25);
+    // The one-page pass reports the journal too, not `inspected - reaped`.
+    let once = h.reaper().run_once(5).await.unwrap();
+    assert_eq!((once.inspected, once.reaped, once.remaining), (5, 0, 25));
+}

@@ -5,6 +5,9 @@
 //! directory it says there is no data yet).
 //!
 //! A damaged session continues from an intact revision with `omabox run --from-revision N`.
+//!
+//! Safe beside `omabox gc`: a revision a collection forgets while it is checked is not
+//! reported damaged (see `forget_collected`).
 
 use crate::data_dir::{no_data_yet, open_existing_store};
 use crate::session::check_id;
@@ -13,7 +16,9 @@ use crate::wiring::Persistence;
 use anyhow::Context;
 use clap::Args;
 use omabox_persistence::{BlobVerifier, Damage, verify_outputs, verify_workspace};
+use omabox_store::SqliteStore;
 use serde::Serialize;
+use std::collections::HashSet;
 use std::path::Path;
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -74,10 +79,14 @@ pub async fn run(data_dir: &Path, args: &FsckArgs) -> anyhow::Result<ExitCode> {
         }
         return Ok(ExitCode::SUCCESS);
     };
-    let history = tokio::task::spawn_blocking(move || store.publication_history())
-        .await
-        .context("the store task failed")?
-        .context("cannot read the publication history")?;
+    let history = {
+        let store = store.clone();
+        tokio::task::spawn_blocking(move || store.publication_history())
+            .await
+            .context("the store task failed")?
+            .context("cannot read the publication history")?
+    };
+    crate::pause_point::pause("fsck-history-read");
     let blobs = Arc::clone(Persistence::open(data_dir, None)?.workspace.store());
     let session = args.session.clone();
     let report = tokio::task::spawn_blocking(move || -> anyhow::Result<FsckReport> {
@@ -114,6 +123,7 @@ pub async fn run(data_dir: &Path, args: &FsckArgs) -> anyhow::Result<ExitCode> {
     })
     .await
     .context("the verification task failed")??;
+    let report = forget_collected(report, &store).await?;
 
     let code = if report.damaged_revisions == 0 {
         ExitCode::SUCCESS
@@ -126,6 +136,33 @@ pub async fn run(data_dir: &Path, args: &FsckArgs) -> anyhow::Result<ExitCode> {
     }
     print_human(&report, args.session.as_deref());
     Ok(code)
+}
+
+/// Drops the damaged rows whose revision left the history while they were verified: a
+/// concurrent `omabox gc` forgot it (in the database) before it removed its blobs, so a
+/// revision still in the history afterwards whose blob was missing is really damaged, and one
+/// no longer there is simply no published revision any more.
+async fn forget_collected(
+    mut report: FsckReport,
+    store: &SqliteStore,
+) -> anyhow::Result<FsckReport> {
+    if report.damaged_revisions == 0 {
+        return Ok(report);
+    }
+    let store = store.clone();
+    let now = tokio::task::spawn_blocking(move || store.publication_history())
+        .await
+        .context("the store task failed")?
+        .context("cannot read the publication history")?;
+    let published: HashSet<(String, String, u64)> = now
+        .into_iter()
+        .map(|(scope, publication)| (scope.session_id, scope.work_id, publication.revision))
+        .collect();
+    report.revisions.retain(|row| {
+        row.intact || published.contains(&(row.session.clone(), row.work_id.clone(), row.revision))
+    });
+    report.damaged_revisions = report.revisions.iter().filter(|row| !row.intact).count();
+    Ok(report)
 }
 
 fn print_human(report: &FsckReport, session: Option<&str>) {

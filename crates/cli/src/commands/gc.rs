@@ -18,7 +18,8 @@ pub struct GcArgs {
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
     keep: Option<u64>,
     /// Unreferenced blobs younger than this many seconds stay (in-flight checkpoints). A
-    /// shorter grace than the default is refused while a run holds a fence.
+    /// shorter grace than the default is refused while a run is in progress, and a run that
+    /// starts during such a collection waits for it to end.
     #[arg(long, value_name = "SECONDS", default_value_t = DEFAULT_GRACE.as_secs())]
     grace: u64,
     /// Show what would be removed (count, bytes, per session); change nothing.

@@ -4,8 +4,9 @@
 //! ([`crate::leftovers`]): linux sandboxes under the runtime dir whose owner process is gone
 //! (also those killed during their start, which no journal knows), binding directories of
 //! generations that no longer hold their fence, temporary workspaces of killed `omabox sandbox
-//! run`s (in `$TMPDIR`, whose lock their owner no longer holds) and temp blobs of interrupted
-//! puts; last, the
+//! run`s (in `$TMPDIR`, whose lock their owner no longer holds), temp blobs of interrupted
+//! puts, memory-store stages of dead runs (committed if the run published, else discarded)
+//! and what killed promotions left in the file store; last, the
 //! blob collection of `omabox gc` with its default retention ([`crate::gc`]). Every pass
 //! is token-free and safe to repeat, and safe while other runs are going on (held leases,
 //! live owners' sandboxes and workspaces and live generations' bindings are never touched).
@@ -26,12 +27,19 @@ use std::path::Path;
 use std::process::ExitCode;
 use std::sync::Arc;
 
+/// Orphans and abandoned leases listed per pass; passes repeat until nothing reapable is
+/// left.
+const PAGE: u64 = 100;
+/// Queued orphans listed one by one in the human report (the JSON has them all).
+const SHOWN_QUEUED: usize = 20;
+
 /// Options of `omabox reap`.
 #[derive(Debug, Args)]
 pub struct ReapArgs {
-    /// Reap at most this many orphans in this pass.
-    #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u64).range(1..))]
-    limit: u64,
+    /// Reap at most this many orphans and at most this many abandoned leases (default: every
+    /// one there is; what is left is reported as remaining).
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+    limit: Option<u64>,
     /// Print one JSON document: the orphan pass summary, the orphans still queued, the
     /// abandoned-lease pass (`abandoned`), the leftover sweep (`leftovers`) and the blob
     /// collection (`gc`).
@@ -61,14 +69,14 @@ pub async fn run(data_dir: &Path, args: &ReapArgs) -> anyhow::Result<ExitCode> {
     let orphans: Arc<dyn RuntimeOrphanPort> = Arc::new(store.clone());
     let reconciler =
         ManagedRuntimeOrphanReconciler::with_resolver(Arc::clone(&orphans), Arc::clone(&resolver));
-    let summary = reconciler.run_once(args.limit).await?;
-    let limit = usize::try_from(args.limit).unwrap_or(usize::MAX);
-    let queued = orphans.list(limit).await?;
+    let summary = reconciler.run_all(PAGE, args.limit).await?;
+    let queued = orphans.list(usize::MAX).await?;
     let journal: Arc<dyn RuntimeLeaseJournalPort> = Arc::new(store.clone());
     let abandoned = AbandonedLeaseReaper::new(journal, resolver)
         .with_session_tokens(Arc::new(store.clone()))
-        .run_once(args.limit)
+        .run_all(PAGE, args.limit)
         .await?;
+    omabox_sandbox::fault::point("reap-leases-done");
     let leftovers = leftovers::sweep(data_dir, &store, &env).await;
     let gc = collect_with_default_retention(data_dir, &store).await?;
     if args.json {
@@ -85,7 +93,7 @@ pub async fn run(data_dir: &Path, args: &ReapArgs) -> anyhow::Result<ExitCode> {
             "inspected {}, reaped {}, still queued {}",
             summary.inspected, summary.resolved, summary.remaining
         );
-        for record in &queued {
+        for record in queued.iter().take(SHOWN_QUEUED) {
             println!(
                 "  {} {}  session {}  generation {}  attempts {}  last error: {}",
                 record.sandbox.provider,
@@ -94,6 +102,12 @@ pub async fn run(data_dir: &Path, args: &ReapArgs) -> anyhow::Result<ExitCode> {
                 record.generation,
                 record.attempts,
                 record.last_error
+            );
+        }
+        if queued.len() > SHOWN_QUEUED {
+            println!(
+                "  … and {} more (omabox reap --json lists them all)",
+                queued.len() - SHOWN_QUEUED
             );
         }
         println!(
@@ -157,6 +171,21 @@ fn print_leftovers(report: &LeftoverReport) {
         println!("  removed {relative}");
     }
     println!("temp blobs removed: {}", report.temp_blobs_removed);
+    println!(
+        "file store leftovers of killed promotions removed: {}",
+        report.promoted_removed
+    );
+    let memory = &report.memory_stages;
+    println!(
+        "memory-store write-backs of dead runs: committed {} (published), discarded {} (never published), superseded {}, live {}",
+        memory.committed.len(),
+        memory.discarded,
+        memory.superseded.len(),
+        memory.live
+    );
+    for error in &memory.errors {
+        println!("  error: {error}");
+    }
     println!(
         "temporary workspaces removed: {}",
         report.temp_workspaces_removed.len()

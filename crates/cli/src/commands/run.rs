@@ -71,7 +71,7 @@ use crate::inference_server;
 use crate::oma_agent::OmaAgent;
 use crate::run_report::{self, RunHeader};
 use crate::session::{check_id, check_seed, open_store};
-use crate::session_inputs::{DirMemoryStores, PromotedFileAccess};
+use crate::session_inputs::{DirMemoryStores, MemoryCommitFence, PromotedFileAccess};
 use crate::signals::cancel_on_signals;
 use crate::terminal::{ProgressBars, TerminalHarnessOutput};
 use crate::timeline::Timeline;
@@ -441,12 +441,30 @@ pub async fn run(data_dir: &Path, args: RunArgs) -> anyhow::Result<ExitCode> {
     let bars = ProgressBars::for_stderr().map(|bars| Arc::new(bars) as Arc<dyn ProgressObserver>);
     let timeline = Arc::new(Timeline::new(!args.json, bars));
     let persistence = Persistence::open(data_dir, Some(Arc::clone(&timeline) as _))?;
+    // From here until the run returned (its publication committed or given up), a collection
+    // that removes young blobs waits for this run, and this run for it.
+    let _writer = {
+        let blobs = Arc::clone(persistence.workspace.store());
+        tokio::task::spawn_blocking(move || {
+            blobs.hold_as_writer(|| {
+                eprintln!(
+                    "omabox run: waiting for `omabox gc` to finish collecting the blob store"
+                );
+            })
+        })
+        .await
+        .context("the blob store lock task failed")?
+        .context("cannot lock the blob store for this run")?
+    };
     if let Some(seed) = &args.workspace {
         let (scope, seed) = (request.scope.clone(), seed.clone());
         persistence.workspace.seed_new_session(scope, seed);
     }
     crate::revision::choose_restore(&store, &persistence, &request.scope, args.from_revision)
         .await?;
+    // Memory-store write-backs wait in a stage until this run's publication (the fence
+    // decorator below commits them then, or discards them).
+    let memory_stores = DirMemoryStores::new(data_dir);
     let harness_output = Arc::new(TerminalHarnessOutput::new(args.json));
     let token_slots = SessionTokenSlots::new();
     let acp = args.acp(request.system.clone());
@@ -471,7 +489,7 @@ pub async fn run(data_dir: &Path, args: RunArgs) -> anyhow::Result<ExitCode> {
                 }
             }),
             packages: environment.as_ref().and_then(|e| e.packages.clone()),
-            memory_stores: Some(Arc::new(DirMemoryStores::new(data_dir)) as _),
+            memory_stores: Some(Arc::new(memory_stores.clone()) as _),
             registry_credentials: crate::registry_credentials::from_vault(data_dir).await?,
             acp: acp.as_ref().map(|(turn, log)| AcpInputs {
                 turn: turn.clone(),
@@ -494,7 +512,7 @@ pub async fn run(data_dir: &Path, args: RunArgs) -> anyhow::Result<ExitCode> {
         policy,
         WorkItemPorts {
             driver,
-            fences: Arc::new(store.clone()),
+            fences: Arc::new(MemoryCommitFence::new(store.clone(), memory_stores.stage())),
             orphans: Arc::new(store.clone()),
             lease_journal: Some(Arc::new(store.clone())),
             session_tokens: Some(SessionTokenIssuer {

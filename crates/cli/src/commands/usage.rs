@@ -1,6 +1,8 @@
-//! `omabox usage`: the usage ledger (`sandbox_active_seconds` per sandbox). A record whose
-//! sandbox was found already dead (its host crashed) has an estimated stop — the host's last
-//! sign of life — and says so (`stopEstimated`, "stop estimated").
+//! `omabox usage`: the usage ledger (`sandbox_active_seconds` per sandbox). A sandbox found
+//! already dead (its host crashed) has no observed stop: the contract forbids a guessed
+//! `sandbox_active_seconds`, so its record is omabox's `sandbox_active_seconds_estimated`
+//! (stop = the host's last sign of life; `stopEstimated: true`), shown and totalled apart
+//! from the measured kind, never added to it.
 
 use crate::data_dir::{no_data_yet, open_existing_store};
 use clap::Args;
@@ -45,7 +47,11 @@ pub async fn run(data_dir: &Path, args: &UsageArgs) -> anyhow::Result<ExitCode> 
         println!("no usage recorded");
         return Ok(ExitCode::SUCCESS);
     }
-    let total: u64 = records.iter().map(|record| record.seconds).sum();
+    // Per kind: an estimate is never added to a measured kind's total.
+    let mut totals: std::collections::BTreeMap<&str, u64> = std::collections::BTreeMap::new();
+    for record in &records {
+        *totals.entry(record.kind.as_str()).or_default() += record.seconds;
+    }
     for record in &records {
         println!(
             "{}  {}  {} {}  session {}  {} s  ({} → {}{})",
@@ -58,12 +64,16 @@ pub async fn run(data_dir: &Path, args: &UsageArgs) -> anyhow::Result<ExitCode> 
             record.started_at,
             record.stopped_at,
             if record.stop_estimated {
-                ", stop estimated"
+                ", stop estimated: the host crashed"
             } else {
                 ""
             }
         );
     }
-    println!("{} records, {} s in all", records.len(), total);
+    let totals: Vec<String> = totals
+        .iter()
+        .map(|(kind, seconds)| format!("{kind} {seconds} s"))
+        .collect();
+    println!("{} records: {}", records.len(), totals.join(", "));
     Ok(ExitCode::SUCCESS)
 }

@@ -11,7 +11,10 @@
 //!                                             mount_path: /mnt/memory/NAME, access}
 //! ```
 //!
-//! The host store of memory stores is [`DirMemoryStores`] (`memory_store.rs`).
+//! The host store of memory stores is [`DirMemoryStores`] (`memory_store.rs`); its write-backs
+//! wait in the run's stage until the run published (`memory_stage.rs`, committed by the fence
+//! decorator [`MemoryCommitFence`], `memory_fence.rs`; a dead run's stage is finished by
+//! [`recover_memory_stages`]).
 
 use anyhow::Context as _;
 use async_trait::async_trait;
@@ -28,7 +31,11 @@ use serde_json::json;
 use std::io::Read as _;
 use std::path::Path;
 
+mod memory_fence;
+pub(crate) mod memory_stage;
 mod memory_store;
+pub use memory_fence::{MemoryCommitFence, generation_published};
+pub use memory_stage::{MemoryRecovery, recover as recover_memory_stages};
 pub use memory_store::DirMemoryStores;
 
 /// A run's Session resources and metadata (`--session-json`, then `--resource`).

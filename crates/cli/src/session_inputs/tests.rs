@@ -76,6 +76,9 @@ async fn memory_stores_are_replaced_whole_and_never_follow_symlinks() {
         .replace("notes", vec![file("a.md", b"one"), file("d/b.md", b"two")])
         .await
         .unwrap();
+    // Staged until the run's publication.
+    assert!(stores.load("notes").await.unwrap().is_empty());
+    stores.stage().finish(true).unwrap();
     assert_eq!(
         stores.load("notes").await.unwrap(),
         [file("a.md", b"one"), file("d/b.md", b"two")]
@@ -84,6 +87,7 @@ async fn memory_stores_are_replaced_whole_and_never_follow_symlinks() {
         .replace("notes", vec![file("c.md", b"three")])
         .await
         .unwrap();
+    stores.stage().finish(true).unwrap();
     assert_eq!(
         stores.load("notes").await.unwrap(),
         [file("c.md", b"three")]
@@ -92,8 +96,16 @@ async fn memory_stores_are_replaced_whole_and_never_follow_symlinks() {
     let names: Vec<_> = std::fs::read_dir(data.path().join("memory"))
         .unwrap()
         .map(|e| e.unwrap().file_name())
+        .filter(|name| name != memory_stage::PENDING_DIR)
         .collect();
     assert_eq!(names, ["notes"]);
+    assert_eq!(
+        std::fs::read_dir(data.path().join("memory").join(memory_stage::PENDING_DIR))
+            .unwrap()
+            .count(),
+        0,
+        "a finished stage is removed"
+    );
     // A symlink in the store is not followed.
     let secret = data.path().join("secret");
     std::fs::write(&secret, "host secret").unwrap();
@@ -157,4 +169,82 @@ fn session_json_holds_contract_shaped_resources_and_metadata() {
         json!({"type": "commit", "sha": "abcdef0"})
     );
     assert!(SessionInputs::parse(r#"{"resources": [{"url": "x"}]}"#).is_err());
+}
+
+fn scope(session: &str) -> omabox_contract::RuntimeResourceScope {
+    omabox_contract::RuntimeResourceScope::new("local", "default", session, "main")
+}
+
+/// A run that died with a stage: the stage's stores and its lock released, its files left.
+async fn dead_run(data: &std::path::Path, session: &str, generation: u64, store: &str, text: &str) {
+    let stores = DirMemoryStores::new(data);
+    stores.stage().set_claim(scope(session), generation);
+    stores
+        .replace(store, vec![file("m.md", text.as_bytes())])
+        .await
+        .unwrap();
+    // Dropped without finish: like a kill -9, the lock goes with the process.
+}
+
+#[tokio::test]
+async fn a_dead_runs_stage_is_committed_only_if_its_generation_published() {
+    let data = tempfile::tempdir().unwrap();
+    let committed = DirMemoryStores::new(data.path());
+    committed
+        .replace("kept", vec![file("m.md", b"old")])
+        .await
+        .unwrap();
+    committed.stage().finish(true).unwrap();
+    dead_run(data.path(), "published", 3, "rolled", "new").await;
+    dead_run(data.path(), "unpublished", 5, "kept", "never").await;
+    // A live run's stage: locked, untouched.
+    let live = DirMemoryStores::new(data.path());
+    live.stage().set_claim(scope("live"), 1);
+    live.replace("live", vec![file("m.md", b"live")])
+        .await
+        .unwrap();
+
+    let report = memory_stage::recover(data.path(), &|claim| {
+        Ok(claim.scope.session_id == "published" && claim.generation == 3)
+    });
+    assert_eq!(report.committed, ["rolled"], "{report:?}");
+    assert_eq!((report.discarded, report.live), (1, 1), "{report:?}");
+    assert!(report.errors.is_empty(), "{report:?}");
+    let load = |id: &'static str| {
+        let data = data.path().to_path_buf();
+        async move { DirMemoryStores::new(&data).load(id).await.unwrap() }
+    };
+    assert_eq!(load("rolled").await, [file("m.md", b"new")]);
+    assert_eq!(load("kept").await, [file("m.md", b"old")]);
+    assert!(load("live").await.is_empty());
+    let pending = data.path().join("memory").join(memory_stage::PENDING_DIR);
+    assert_eq!(
+        std::fs::read_dir(&pending).unwrap().count(),
+        1,
+        "only the live stage"
+    );
+    live.stage().finish(true).unwrap();
+    assert_eq!(load("live").await, [file("m.md", b"live")]);
+}
+
+#[tokio::test]
+async fn a_recovered_stage_never_overwrites_a_store_changed_after_it() {
+    let data = tempfile::tempdir().unwrap();
+    dead_run(data.path(), "first", 1, "shared", "from the first run").await;
+    // A later run committed the store after the first one died.
+    let later = DirMemoryStores::new(data.path());
+    later
+        .replace("shared", vec![file("m.md", b"from a later run")])
+        .await
+        .unwrap();
+    later.stage().finish(true).unwrap();
+    let report = memory_stage::recover(data.path(), &|_| Ok(true));
+    assert_eq!(report.superseded, ["shared"], "{report:?}");
+    assert_eq!(
+        DirMemoryStores::new(data.path())
+            .load("shared")
+            .await
+            .unwrap(),
+        [file("m.md", b"from a later run")]
+    );
 }

@@ -98,6 +98,7 @@ pub fn init_bin() -> PathBuf {
     omabox_bin().with_file_name("omabox-sandbox-init")
 }
 
+#[allow(dead_code)]
 /// `true` when linux sandboxes can run here. Otherwise prints why and returns `false`, or
 /// panics under `CI=true` ([`omabox_test_support::require_capability`]).
 pub fn linux_available() -> bool {
@@ -107,6 +108,7 @@ pub fn linux_available() -> bool {
     )
 }
 
+#[allow(dead_code)]
 fn linux_unavailable_reason() -> Option<String> {
     if !init_bin().is_file() {
         return Some(format!(

@@ -154,7 +154,8 @@ impl ProviderManagedRuntime {
     }
 
     /// Records `sandbox_active_seconds` into `ledger` whenever terminate or reap stops a
-    /// runtime whose lease carries its observed start. Set it only for providers whose
+    /// runtime whose lease carries its observed start (a runtime found already dead gets
+    /// omabox's `sandbox_active_seconds_estimated` instead: its stop is not observed). Set it only for providers whose
     /// terminate/reap really stop the runtime (the contract: "emitted only if the backend
     /// actually records a start and stop"). A second call is ignored.
     pub fn record_usage_into(&self, ledger: Arc<dyn UsageLedgerPort>) {
@@ -203,7 +204,12 @@ impl ProviderManagedRuntime {
             ),
         };
         let record = UsageRecord {
-            kind: UsageKind::SandboxActiveSeconds,
+            // A guessed stop is never the contract's kind (which must then stay absent).
+            kind: if stop_estimated {
+                UsageKind::SandboxActiveSecondsEstimated
+            } else {
+                UsageKind::SandboxActiveSeconds
+            },
             scope: scope.clone(),
             provider: lease.provider.clone(),
             runtime_id: lease.runtime_id.clone(),

@@ -91,7 +91,7 @@ impl RuntimeLeaseJournalPort for MemoryLeaseJournal {
 }
 
 /// An in-memory [`UsageLedgerPort`]: records in the order they were recorded, at most one per
-/// `(kind, provider, runtimeId)`.
+/// `(kind, provider, runtimeId)`, and at most one of the two sandbox kinds per runtime.
 #[derive(Debug, Default)]
 pub struct MemoryUsageLedger {
     records: Mutex<Vec<UsageRecord>>,
@@ -112,8 +112,12 @@ fn same_runtime(a: &UsageRecord, kind: UsageKind, provider: &str, runtime_id: &s
 impl UsageLedgerPort for MemoryUsageLedger {
     async fn record_usage(&self, record: UsageRecord) -> Result<(), PortError> {
         let mut records = lock(&self.records);
+        let kinds = [Some(record.kind), record.kind.excludes()];
         if !records.iter().any(|existing| {
-            same_runtime(existing, record.kind, &record.provider, &record.runtime_id)
+            kinds
+                .iter()
+                .flatten()
+                .any(|kind| same_runtime(existing, *kind, &record.provider, &record.runtime_id))
         }) {
             records.push(record.clamped());
         }

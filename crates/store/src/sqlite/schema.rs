@@ -9,8 +9,8 @@
 //!
 //! To change the schema, append a [`Migration`] with the next version; never edit a released
 //! step. Planned: the blob index.
-//! (Version 3, session tokens and the vault, and version 4, the publication history, are
-//! described on their steps.)
+//! (Version 3, session tokens and the vault, version 4, the publication history, and
+//! version 6, the estimated sandbox kind, are described on their steps.)
 
 use crate::StoreError;
 use rusqlite::{Connection, TransactionBehavior};
@@ -184,6 +184,51 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
         ALTER TABLE usage_record
             ADD COLUMN stop_estimated INTEGER NOT NULL DEFAULT 0
                 CHECK (stop_estimated IN (0, 1));
+    "#,
+    },
+    Migration {
+        version: 6,
+        description: "an estimated sandbox stop is never the contract's sandbox_active_seconds",
+        sql: r#"
+        -- The contract: backends without an observed stop "leave the kind absent rather than
+        -- writing a guessed duration". An estimated stop (version 5's stop_estimated = 1) is
+        -- omabox's own kind, sandbox_active_seconds_estimated; the contract kind is never
+        -- estimated (CHECK), and a runtime has at most one of the two (unique index), so a
+        -- reap after a terminate adds nothing. SQLite cannot change a CHECK in place: the
+        -- table is rebuilt, rows and their order (seq) kept, estimated rows renamed.
+        CREATE TABLE usage_record_v6 (
+            seq             INTEGER NOT NULL PRIMARY KEY,
+            kind            TEXT    NOT NULL
+                            CHECK (kind IN ('session_alive_seconds', 'sandbox_active_seconds',
+                                            'browser_active_seconds',
+                                            'sandbox_active_seconds_estimated')),
+            workspace_id    TEXT    NOT NULL,
+            environment_id  TEXT    NOT NULL,
+            session_id      TEXT    NOT NULL,
+            work_id         TEXT    NOT NULL,
+            provider        TEXT    NOT NULL,
+            runtime_id      TEXT    NOT NULL,
+            seconds         INTEGER NOT NULL CHECK (seconds BETWEEN 0 AND 86400),
+            started_at      TEXT    NOT NULL,
+            stopped_at      TEXT    NOT NULL,
+            stop_estimated  INTEGER NOT NULL DEFAULT 0 CHECK (stop_estimated IN (0, 1)),
+            UNIQUE (kind, provider, runtime_id),
+            CHECK ((kind = 'sandbox_active_seconds_estimated') = (stop_estimated = 1)
+                   OR kind NOT IN ('sandbox_active_seconds',
+                                   'sandbox_active_seconds_estimated'))
+        ) STRICT;
+        INSERT INTO usage_record_v6
+            SELECT seq,
+                   CASE WHEN kind = 'sandbox_active_seconds' AND stop_estimated = 1
+                        THEN 'sandbox_active_seconds_estimated' ELSE kind END,
+                   workspace_id, environment_id, session_id, work_id, provider, runtime_id,
+                   seconds, started_at, stopped_at, stop_estimated
+              FROM usage_record;
+        DROP TABLE usage_record;
+        ALTER TABLE usage_record_v6 RENAME TO usage_record;
+        CREATE INDEX usage_record_session ON usage_record (session_id, seq);
+        CREATE UNIQUE INDEX usage_record_sandbox_once ON usage_record (provider, runtime_id)
+            WHERE kind IN ('sandbox_active_seconds', 'sandbox_active_seconds_estimated');
     "#,
     },
 ];
@@ -421,6 +466,56 @@ mod tests {
         let usage = store.usage("s").await.unwrap();
         assert_eq!(usage.len(), 1);
         assert!(usage[0].stop_estimated, "the migrated column round-trips");
+        assert_eq!(
+            usage[0].kind,
+            UsageKind::SandboxActiveSecondsEstimated,
+            "an estimate is never stored as the contract kind"
+        );
+    }
+
+    /// A version-5 ledger holding an estimated `sandbox_active_seconds` row (what omabox
+    /// wrote before version 6) reads back under the estimated kind, order kept; a measured row
+    /// stays the contract kind; the schema refuses an estimated contract row.
+    #[tokio::test]
+    async fn a_version_5_estimate_becomes_the_estimated_kind() {
+        use crate::SqliteStore;
+        use omabox_contract::{UsageKind, UsageLedgerPort};
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("omabox.db");
+        {
+            let mut conn = Connection::open(&path).unwrap();
+            migrate_through(&mut conn, &MIGRATIONS[..5], Path::new("t")).unwrap();
+            conn.execute_batch(
+                "INSERT INTO usage_record VALUES
+                     (1, 'sandbox_active_seconds', 'w', 'e', 's', 'k', 'linux', 'dead', 30,
+                      '2026-12-02T14:39:12.000Z', '2026-12-02T14:39:42.000Z', 1),
+                     (2, 'sandbox_active_seconds', 'w', 'e', 's', 'k', 'linux', 'live', 5,
+                      '2026-12-02T14:39:12.000Z', '2026-12-02T14:39:17.000Z', 0);",
+            )
+            .unwrap();
+        }
+        let store = SqliteStore::open(&path).unwrap();
+        let usage = store.usage("s").await.unwrap();
+        let kinds: Vec<(UsageKind, &str, bool)> = usage
+            .iter()
+            .map(|r| (r.kind, r.runtime_id.as_str(), r.stop_estimated))
+            .collect();
+        assert_eq!(
+            kinds,
+            [
+                (UsageKind::SandboxActiveSecondsEstimated, "dead", true),
+                (UsageKind::SandboxActiveSeconds, "live", false),
+            ]
+        );
+        drop(store);
+        let conn = Connection::open(&path).unwrap();
+        let refused = conn.execute(
+            "INSERT INTO usage_record VALUES
+                 (3, 'sandbox_active_seconds', 'w', 'e', 's', 'k', 'linux', 'x', 1,
+                  '2026-12-02T14:39:12.000Z', '2026-12-02T14:39:13.000Z', 1)",
+            [],
+        );
+        assert!(refused.is_err(), "an estimated contract row was stored");
     }
 
     /// A database file as omabox 2 left it (a fence, a lease) opens at the current version

@@ -1,5 +1,8 @@
 //! The usage ledger over SQLite: `usage_record` rows, unique per `(kind, provider,
-//! runtime_id)` (the first record wins), read back in the order they were recorded.
+//! runtime_id)` and with at most one of the two sandbox kinds per runtime (the first record
+//! wins), read back in the order they were recorded. An estimated stop is stored under
+//! `sandbox_active_seconds_estimated`, never the contract's kind (`UsageRecord::clamped`;
+//! the schema's CHECK refuses the other way).
 
 use super::scope_at;
 use super::{SqliteStore, to_i64, to_u64};
@@ -61,7 +64,7 @@ impl UsageLedgerPort for SqliteStore {
                                            provider, runtime_id, seconds, started_at, stopped_at,
                                            stop_estimated)
                       VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)
-                 ON CONFLICT (kind, provider, runtime_id) DO NOTHING",
+                 ON CONFLICT DO NOTHING",
                 params![
                     record.kind.as_str(),
                     record.scope.workspace_id,

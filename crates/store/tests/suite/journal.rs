@@ -245,3 +245,49 @@ pub async fn usage_is_clamped_idempotent_and_read_back(s: Subject) {
     );
     assert_eq!(s.usage.list(1).await.unwrap(), vec![first]);
 }
+
+/// The contract: a backend without an observed stop leaves `sandbox_active_seconds` absent
+/// rather than writing a guessed duration. An estimate is omabox's own kind, whoever writes
+/// it, and a runtime has at most one of the two sandbox kinds (the first wins).
+pub async fn an_estimated_sandbox_stop_is_never_the_contract_kind(s: Subject) {
+    // A reaper that found the runtime dead, stamping the contract kind by mistake.
+    let guessed = UsageRecord {
+        stop_estimated: true,
+        ..usage(UsageKind::SandboxActiveSeconds, "dead", 30)
+    };
+    s.usage.record_usage(guessed.clone()).await.unwrap();
+    // Measured first, then a reap of the same runtime estimating: the measurement stays.
+    let measured = usage(UsageKind::SandboxActiveSeconds, "live", 12);
+    s.usage.record_usage(measured.clone()).await.unwrap();
+    s.usage
+        .record_usage(UsageRecord {
+            stop_estimated: true,
+            ..usage(UsageKind::SandboxActiveSecondsEstimated, "live", 50)
+        })
+        .await
+        .unwrap();
+    // Estimated first: a later measurement of the same runtime adds nothing either.
+    s.usage
+        .record_usage(usage(UsageKind::SandboxActiveSeconds, "dead", 31))
+        .await
+        .unwrap();
+
+    let records = s.usage.usage("session").await.unwrap();
+    assert_eq!(
+        records,
+        vec![
+            UsageRecord {
+                kind: UsageKind::SandboxActiveSecondsEstimated,
+                ..guessed
+            },
+            measured,
+        ]
+    );
+    assert!(
+        records
+            .iter()
+            .filter(|record| record.kind == UsageKind::SandboxActiveSeconds)
+            .all(|record| !record.stop_estimated),
+        "{records:?}"
+    );
+}
