@@ -172,6 +172,13 @@ fn print_leftovers(report: &LeftoverReport) {
     }
     println!("temp blobs removed: {}", report.temp_blobs_removed);
     println!(
+        "image cache temps of killed pulls removed: {}",
+        report.image_temps_removed.len()
+    );
+    for path in &report.image_temps_removed {
+        println!("  removed {path}");
+    }
+    println!(
         "file store leftovers of killed promotions removed: {}",
         report.promoted_removed
     );
