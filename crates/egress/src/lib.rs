@@ -20,6 +20,7 @@
 //! It never logs payload bytes, and never sends a refused name to any resolver.
 
 pub mod addresses;
+pub mod authority;
 pub mod dns;
 pub mod intercept;
 pub mod names;

@@ -300,6 +300,15 @@ impl Relay {
         let sniffed = sniff(&mut client, limits).await;
         let requested = match sniffed.outcome {
             Ok(requested) => requested,
+            // A request naming two hosts is refused, never admitted by the dialed address's
+            // answered name (a proxy-like upstream would follow its target).
+            Err(no_name @ NoName::ConflictingAuthority) => {
+                if self.config.http_forbidden {
+                    let _ = client.write_all(FORBIDDEN).await;
+                    let _ = client.shutdown().await;
+                }
+                return refused(None, original, Refusal::NoName(no_name));
+            }
             Err(no_name) => match self.admit_answered(original).await {
                 Some(Ok((server, name))) => {
                     return self
