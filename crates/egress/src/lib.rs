@@ -21,6 +21,7 @@
 
 pub mod addresses;
 pub mod authority;
+pub mod buffers;
 pub mod dns;
 pub mod intercept;
 pub mod names;
@@ -34,6 +35,7 @@ mod splice;
 pub mod synthetic;
 
 pub use addresses::{AddressRange, AddressRules};
+pub use buffers::SocketBuffers;
 pub use dns::DnsStub;
 pub use names::ResolvedNames;
 pub use original_dst::{FixedDestination, LocalAddress, OriginalDestination, SoOriginalDst};
