@@ -473,6 +473,8 @@ async fn host_must_be_one_header_naming_the_bound_host() {
         ("GET / HTTP/1.1\r\nHost: a@api.test".to_owned(), 400),
         ("GET / HTTP/1.1\r\nHost: api.test:".to_owned(), 400),
         ("GET / HTTP/1.1\r\nHost: [::1]".to_owned(), 400),
+        ("GET / HTTP/1.1\r\nHost: \u{e4}pi.test".to_owned(), 400),
+        ("GET / HTTP/1.1\r\nHost: xn--pi-via.test".to_owned(), 421),
         ("GET / HTTP/1.1\r\nHost: evil.example".to_owned(), 421),
         (
             "GET / HTTP/1.1\r\nHost: api.test.evil.example".to_owned(),
@@ -534,6 +536,19 @@ async fn pipelined_requests_on_one_connection_are_each_judged() {
     assert!(closed(&mut tls).await);
     assert_eq!(responses[1].1, "got []");
     assert_eq!(targets(&setup), ["/org/a", "/other", "/org/b"]);
+}
+
+/// `TRACE` makes a server echo the request it received, injected header included: never
+/// forwarded, in any spelling (before: forwarded with the secret, and a server that answers
+/// it handed the secret to the sandbox).
+#[tokio::test]
+async fn a_method_that_reflects_the_request_is_refused() {
+    let setup = setup("/").await;
+    for method in ["TRACE", "TRACK", "trace", "Trace"] {
+        let raw = format!("{method} / HTTP/1.1\r\nHost: api.test\r\n\r\n");
+        assert_eq!(status_of(&setup, &raw).await, 405, "{method}");
+    }
+    assert!(targets(&setup).is_empty(), "{:?}", targets(&setup));
 }
 
 /// Smuggling and tunnelling through an intercepted connection: both `Content-Length` and

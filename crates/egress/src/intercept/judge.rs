@@ -3,7 +3,8 @@
 //!
 //! A request to the bound name `N` on port `P` (the port the connection was admitted on) is,
 //! in order:
-//! 1. `CONNECT` → 405 (no tunnel through an intercepted connection); an upgrade (`Upgrade`,
+//! 1. `CONNECT` → 405 (no tunnel through an intercepted connection); `TRACE`/`TRACK` → 405
+//!    (the server's echo of the request would hand the sandbox the secret); an upgrade (`Upgrade`,
 //!    `Connection: upgrade`) → 501 (it would carry unjudged bytes); a head over
 //!    [`MAX_HEAD`] → 431.
 //! 2. `Host`: exactly one, parsed by [`Authority`] → else 400 (none, several, user info,
@@ -47,7 +48,7 @@ pub(super) fn judge<'r, B>(
     bound: Bound<'_>,
     rules: &'r [InjectionRule],
 ) -> Result<Option<&'r InjectionRule>, StatusCode> {
-    if request.method() == Method::CONNECT {
+    if request.method() == Method::CONNECT || reflects_the_request(request.method()) {
         return Err(StatusCode::METHOD_NOT_ALLOWED);
     }
     if wants_upgrade(request) {
@@ -71,6 +72,14 @@ pub(super) fn judge<'r, B>(
         return Ok(None);
     }
     matching_rule(request.uri().path(), bound.name, rules)
+}
+
+/// `TRACE` (and IIS's `TRACK`), in any case: a server answering it echoes the request it
+/// received, the injected header included, back to the sandbox.
+fn reflects_the_request(method: &Method) -> bool {
+    ["TRACE", "TRACK"]
+        .iter()
+        .any(|m| method.as_str().eq_ignore_ascii_case(m))
 }
 
 /// The request head's size as sent (request line and header lines), give or take a few
