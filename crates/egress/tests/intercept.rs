@@ -442,6 +442,22 @@ async fn paths_are_judged_segment_wise_against_the_prefix() {
     }
 }
 
+/// Under a scoped binding, a header some servers route by instead of the path would move a
+/// request judged under the prefix elsewhere: refused (before: forwarded with the secret).
+#[tokio::test]
+async fn a_path_override_header_is_refused_under_a_scoped_binding() {
+    let scoped = setup("/org/app").await;
+    for header in ["X-Original-URL", "X-Rewrite-URL", "x-override-url"] {
+        let raw = format!("GET /org/app/x HTTP/1.1\r\nHost: api.test\r\n{header}: /admin\r\n\r\n");
+        assert_eq!(status_of(&scoped, &raw).await, 400, "{header}");
+    }
+    assert!(targets(&scoped).is_empty(), "{:?}", targets(&scoped));
+    // A whole-host binding has no prefix to leave.
+    let whole = setup("/").await;
+    let raw = "GET /x HTTP/1.1\r\nHost: api.test\r\nX-Original-URL: /admin\r\n\r\n";
+    assert_eq!(status_of(&whole, raw).await, 200);
+}
+
 /// A binding for a whole host has no prefix to escape: any path goes with the secret
 /// (npm's scoped packages are `/@scope%2fname`).
 #[tokio::test]
@@ -539,14 +555,23 @@ async fn pipelined_requests_on_one_connection_are_each_judged() {
 }
 
 /// `TRACE` makes a server echo the request it received, injected header included: never
-/// forwarded, in any spelling (before: forwarded with the secret, and a server that answers
-/// it handed the secret to the sandbox).
+/// forwarded, in any spelling, nor asked for through a method-override header (before:
+/// forwarded with the secret, and a server that answers it handed the secret to the
+/// sandbox).
 #[tokio::test]
 async fn a_method_that_reflects_the_request_is_refused() {
     let setup = setup("/").await;
     for method in ["TRACE", "TRACK", "trace", "Trace"] {
         let raw = format!("{method} / HTTP/1.1\r\nHost: api.test\r\n\r\n");
         assert_eq!(status_of(&setup, &raw).await, 405, "{method}");
+        for header in [
+            "X-HTTP-Method-Override",
+            "X-HTTP-Method",
+            "X-Method-Override",
+        ] {
+            let raw = format!("POST / HTTP/1.1\r\nHost: api.test\r\n{header}: {method}\r\n\r\n");
+            assert_eq!(status_of(&setup, &raw).await, 405, "{header}: {method}");
+        }
     }
     assert!(targets(&setup).is_empty(), "{:?}", targets(&setup));
 }

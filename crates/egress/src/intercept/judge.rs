@@ -4,7 +4,8 @@
 //! A request to the bound name `N` on port `P` (the port the connection was admitted on) is,
 //! in order:
 //! 1. `CONNECT` → 405 (no tunnel through an intercepted connection); `TRACE`/`TRACK` → 405
-//!    (the server's echo of the request would hand the sandbox the secret); an upgrade (`Upgrade`,
+//!    (the server's echo of the request would hand the sandbox the secret), also named by a
+//!    method-override header (`X-HTTP-Method-Override`, …); an upgrade (`Upgrade`,
 //!    `Connection: upgrade`) → 501 (it would carry unjudged bytes); a head over
 //!    [`MAX_HEAD`] → 431.
 //! 2. `Host`: exactly one, parsed by [`Authority`] → else 400 (none, several, user info,
@@ -19,7 +20,8 @@
 //!    [`omabox_contract::url_path`]. When some rule binds `N` to a prefix narrower than `/`,
 //!    a path that does not decode cleanly (`..`, `%2e%2e`, `%2f`, `\`, `..;`, `//`, a double
 //!    encoding, …) is refused with 400: it is not forwarded where a server could read it
-//!    differently. A rule matches when its prefix's raw segments are the first raw segments
+//!    differently; so is a request carrying a header some servers route by instead of the
+//!    path (`X-Original-URL`, `X-Rewrite-URL`). A rule matches when its prefix's raw segments are the first raw segments
 //!    of the path, byte for byte (so `/org/app-evil` is not under `/org/app`, and
 //!    `/org/%61pp` gets no secret even if a server reads it as `/org/app`); a trailing `/`
 //!    on either side does not matter; the longest matching prefix wins. A rule for all of
@@ -48,7 +50,11 @@ pub(super) fn judge<'r, B>(
     bound: Bound<'_>,
     rules: &'r [InjectionRule],
 ) -> Result<Option<&'r InjectionRule>, StatusCode> {
-    if request.method() == Method::CONNECT || reflects_the_request(request.method()) {
+    let overridden = METHOD_OVERRIDES
+        .iter()
+        .flat_map(|h| request.headers().get_all(*h))
+        .any(|value| value.to_str().map_or(true, |v| refused_method(v.trim())));
+    if refused_method(request.method().as_str()) || overridden {
         return Err(StatusCode::METHOD_NOT_ALLOWED);
     }
     if wants_upgrade(request) {
@@ -71,15 +77,45 @@ pub(super) fn judge<'r, B>(
     if asterisk {
         return Ok(None);
     }
-    matching_rule(request.uri().path(), bound.name, rules)
+    let scoped = for_name(rules, bound.name)
+        .any(|r| !prefix_segments(&r.path_prefix).is_some_and(|p| p.is_empty()));
+    if scoped
+        && PATH_OVERRIDES
+            .iter()
+            .any(|h| request.headers().contains_key(*h))
+    {
+        return Err(StatusCode::BAD_REQUEST);
+    }
+    matching_rule(request.uri().path(), bound.name, rules, scoped)
 }
 
-/// `TRACE` (and IIS's `TRACK`), in any case: a server answering it echoes the request it
-/// received, the injected header included, back to the sandbox.
-fn reflects_the_request(method: &Method) -> bool {
-    ["TRACE", "TRACK"]
+/// Headers some servers route by instead of the request's path (Symfony, IIS's URL Rewrite,
+/// Zend): under a scoped binding they would move a request judged under the prefix to any
+/// other path of the host, secret included.
+const PATH_OVERRIDES: [&str; 3] = ["x-original-url", "x-rewrite-url", "x-override-url"];
+
+/// Headers some frameworks take the method from instead of the request line.
+const METHOD_OVERRIDES: [&str; 3] = [
+    "x-http-method-override",
+    "x-http-method",
+    "x-method-override",
+];
+
+fn for_name<'r, 'n>(
+    rules: &'r [InjectionRule],
+    name: &'n str,
+) -> impl Iterator<Item = &'r InjectionRule> + use<'r, 'n> {
+    rules
         .iter()
-        .any(|m| method.as_str().eq_ignore_ascii_case(m))
+        .filter(move |r| normalize_name(&r.host).as_deref() == Some(name))
+}
+
+/// `CONNECT` (a tunnel), `TRACE` and IIS's `TRACK` (a server answering them echoes the
+/// request it received, the injected header included, back to the sandbox), in any case.
+fn refused_method(method: &str) -> bool {
+    ["CONNECT", "TRACE", "TRACK"]
+        .iter()
+        .any(|m| method.eq_ignore_ascii_case(m))
 }
 
 /// The request head's size as sent (request line and header lines), give or take a few
@@ -144,19 +180,13 @@ fn matching_rule<'r>(
     path: &str,
     name: &str,
     rules: &'r [InjectionRule],
+    scoped: bool,
 ) -> Result<Option<&'r InjectionRule>, StatusCode> {
-    let for_name = || {
-        rules
-            .iter()
-            .filter(move |r| normalize_name(&r.host).as_deref() == Some(name))
-    };
     let segments = path_segments(path);
-    if segments.is_none()
-        && for_name().any(|r| !prefix_segments(&r.path_prefix).is_some_and(|p| p.is_empty()))
-    {
+    if segments.is_none() && scoped {
         return Err(StatusCode::BAD_REQUEST);
     }
-    Ok(for_name()
+    Ok(for_name(rules, name)
         .filter_map(|rule| {
             let prefix = prefix_segments(&rule.path_prefix)?;
             let under = prefix.is_empty()
