@@ -6,13 +6,16 @@
 //! refused when it is empty, `.` or `..` (also before a `;`, servlet path parameters: `..;x`),
 //! is not UTF-8, or contains `/`, `\`, `?`, `#`, a control character (NUL included) or a
 //! percent-escape (a double encoding such as `%252e`, which a server decoding twice reads as
-//! `.`). What is left cannot move a path anywhere, however a server splits or decodes it
-//! further: no segment climbs (`..`), splits (`/`, `\`), ends the path (`?`, `#`) or changes
-//! under another decoding.
+//! `.`). The same rule applies to the segment's Unicode compatibility form (NFKC), which
+//! some servers normalize paths to: `‥` (two dot leader), `．．` (fullwidth full stops), `／`
+//! and `＼` are refused like `..`, `/` and `\`. What is left cannot move a path anywhere,
+//! however a server splits, decodes or normalizes it further: no segment climbs (`..`),
+//! splits (`/`, `\`), ends the path (`?`, `#`) or changes under another decoding.
 //!
 //! Must never: decode twice, or accept a segment it cannot prove harmless.
 
 use percent_encoding::percent_decode_str;
+use unicode_normalization::UnicodeNormalization as _;
 
 /// A segment the rule of the module doc refuses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
@@ -35,6 +38,10 @@ pub fn decode_segment(raw: &str) -> Result<String, SegmentRefused> {
 
 /// The rule of the module doc on already decoded text.
 pub fn is_safe_segment(segment: &str) -> bool {
+    ascii_rule(segment) && (segment.is_ascii() || ascii_rule(&segment.nfkc().collect::<String>()))
+}
+
+fn ascii_rule(segment: &str) -> bool {
     let before_parameters = segment.split(';').next().unwrap_or("");
     !segment.is_empty()
         && !matches!(before_parameters, "." | "..")
@@ -62,6 +69,12 @@ mod tests {
         assert_eq!(decode_segment("100%").unwrap(), "100%");
         assert_eq!(decode_segment("x;y=1").unwrap(), "x;y=1");
         assert_eq!(decode_segment("...").unwrap(), "...");
+        assert_eq!(decode_segment("caf%C3%A9").unwrap(), "caf\u{e9}");
+        assert_eq!(
+            decode_segment("%E2%80%A6").unwrap(),
+            "\u{2026}",
+            "an ellipsis is '...'"
+        );
     }
 
     #[test]
@@ -92,6 +105,18 @@ mod tests {
             "%2e%2e;x",
             "%ff",
             "a%c3",
+            "%c0%ae%c0%ae",
+            // Compatibility forms: two dot leader, fullwidth and small full stops, solidi,
+            // question mark, percent sign.
+            "%E2%80%A5",
+            "%EF%BC%8E%EF%BC%8E",
+            "%EF%BC%8E.",
+            "%EF%B9%92%EF%B9%92",
+            "a%EF%BC%8Fb",
+            "a%EF%BC%BCb",
+            "a%EF%B9%A8b",
+            "a%EF%BC%9Fb",
+            "%EF%BC%852e%EF%BC%852e",
         ] {
             assert_eq!(decode_segment(raw), Err(SegmentRefused), "{raw:?}");
         }

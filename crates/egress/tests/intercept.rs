@@ -426,6 +426,9 @@ async fn paths_are_judged_segment_wise_against_the_prefix() {
             "/org/app/%23/x",
             "/org/app/%ff",
             "/other/../org/app/x",
+            "/org/app/%EF%BC%8E%EF%BC%8E/other",
+            "/org/app/%E2%80%A5/other",
+            "/org/app%EF%BC%8F..%EF%BC%8Fother",
         ] {
             let raw = format!("GET {path} HTTP/1.1\r\nHost: api.test\r\n\r\n");
             assert_eq!(status_of(&setup, &raw).await, 400, "{prefix}: {path}");
