@@ -316,9 +316,10 @@ impl Relay {
         let sniffed = sniff(&mut client, limits).await;
         let requested = match sniffed.outcome {
             Ok(requested) => requested,
-            // A request naming two hosts is refused, never admitted by the dialed address's
-            // answered name (a proxy-like upstream would follow its target).
-            Err(no_name @ NoName::ConflictingAuthority) => {
+            // A request naming two hosts, or a `Host` that is no name (`allowed@evil`), is
+            // refused, never admitted by the dialed address's answered name (a proxy-like
+            // upstream would follow its target; a front end might route by the odd `Host`).
+            Err(no_name @ (NoName::ConflictingAuthority | NoName::InvalidName)) => {
                 if self.config.http_forbidden {
                     let _ = client.write_all(FORBIDDEN).await;
                     let _ = client.shutdown().await;
