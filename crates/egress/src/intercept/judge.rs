@@ -247,6 +247,71 @@ mod tests {
         (got, request)
     }
 
+    /// A path as one kind of server reads it: decoded `decodes` times, `\\` taken for `/`
+    /// or not, `;` parameters dropped per segment or not, empty segments merged, dot
+    /// segments removed (RFC 3986 5.2.4).
+    fn server_view(raw: &str, decodes: usize, backslash: bool, parameters: bool) -> Vec<String> {
+        let mut path = raw.to_owned();
+        for _ in 0..decodes {
+            path = percent_encoding::percent_decode_str(&path)
+                .decode_utf8_lossy()
+                .into_owned();
+        }
+        if backslash {
+            path = path.replace('\\', "/");
+        }
+        let mut out: Vec<String> = Vec::new();
+        for segment in path.split('/') {
+            let segment = if parameters {
+                segment.split(';').next().unwrap_or("")
+            } else {
+                segment
+            };
+            match segment {
+                "" | "." => {}
+                ".." => {
+                    out.pop();
+                }
+                other => out.push(other.to_owned()),
+            }
+        }
+        out
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(4096))]
+        /// Whatever a path is made of, when it gets the secret of `/org/app` every kind of
+        /// server above reads it under `/org/app`.
+        #[test]
+        fn a_path_with_the_secret_is_under_the_prefix_for_every_server(
+            tokens in proptest::collection::vec(proptest::sample::select(vec![
+                "org", "app", "app-evil", "..", ".", "%2e", "%2E", "%2e%2e", "%2f", "%2F",
+                "%5c", "\\", ";", ";x=1", "..;", "%25", "2e", "/", "//", "a", "%61pp",
+                "%252e", "%252f", "%3f", "?", "%23",
+            ]), 0..10)
+        ) {
+            let rules = [rule("api.test", "/org/app")];
+            // Under the prefix as written, then anything: what a forger starts from.
+            let raw = format!("/org/app{}", tokens.concat());
+            let Ok(uri) = raw.parse::<Uri>() else { return Ok(()) };
+            let (got, request) = verdict(&uri.to_string(), "api.test", &rules);
+            if let Ok(Some(_)) = got {
+                let path = request.uri().path().to_owned();
+                for decodes in 0..3 {
+                    for backslash in [false, true] {
+                        for parameters in [false, true] {
+                            let view = server_view(&path, decodes, backslash, parameters);
+                            proptest::prop_assert!(
+                                view.len() >= 2 && view[0] == "org" && view[1] == "app",
+                                "{raw} read as {view:?} ({decodes} decodes, \\ as / {backslash}, ; dropped {parameters})"
+                            );
+                        }
+                    }
+                }
+            }
+        }
+    }
+
     #[test]
     fn the_longest_matching_prefix_wins() {
         let rules = [
