@@ -15,8 +15,9 @@
 //! - [`NetworkPolicy::answers`]: may the DNS stub resolve `host` at all? Only names some
 //!   connection could be admitted to, so lookups cannot carry data out.
 //! - [`address_is_never_reachable`]: addresses no policy reaches whatever a name resolves
-//!   to (loopback, link-local and cloud metadata, unspecified, multicast, broadcast,
-//!   IPv4-mapped forms of those). The host's own addresses and other sandboxes' are added by
+//!   to (loopback, link-local, every cloud metadata address, unspecified, multicast,
+//!   broadcast, and the IPv4-mapped, -compatible and NAT64 forms of those). The host's own
+//!   addresses and other sandboxes' are added by
 //!   the enforcing backend, which knows them.
 //!
 //! The omabox gateway (the hosted inference and MCP proxies) is not part of the config: an
