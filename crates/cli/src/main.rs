@@ -22,6 +22,7 @@ mod acp_events;
 mod agent_cache;
 mod checkpoint_limits;
 mod commands;
+mod credential_reach;
 mod data_dir;
 mod environment;
 mod gc;

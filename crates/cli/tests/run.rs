@@ -881,6 +881,61 @@ fn linux_credential_egress_injects_a_vault_secret_the_harness_never_sees() {
     setup.assert_no_sandbox_left();
 }
 
+/// `--credential` for a host the session's networking never reaches is refused before
+/// anything starts: no store, no fence, no sandbox (before: the run started and the secret
+/// was bound to a host the sandbox could not reach).
+#[test]
+fn a_credential_for_a_host_the_networking_blocks_is_refused_before_anything_starts() {
+    let Some(setup) = linux() else { return };
+    let environment = setup.dirs.data.path().join("env.json");
+    std::fs::write(
+        &environment,
+        r#"{"networking":{"type":"limited","allowed_hosts":["other.test","*.api.test"]}}"#,
+    )
+    .unwrap();
+    let environment = environment.to_str().unwrap();
+    let listing = || {
+        let mut names: Vec<_> = std::fs::read_dir(setup.dirs.data.path())
+            .unwrap()
+            .flatten()
+            .map(|e| e.file_name())
+            .collect();
+        names.sort();
+        names
+    };
+    let before = listing();
+    for (extra, network, says) in [
+        (
+            &[][..],
+            None,
+            "the default networking is `limited` and does not allow api.test",
+        ),
+        (&[][..], Some("none"), "OMABOX_LINUX_NETWORK is `none`"),
+        (
+            &["--environment", environment][..],
+            Some("unrestricted"),
+            "--environment's networking is `limited` and does not allow api.test",
+        ),
+    ] {
+        let mut args = extra.to_vec();
+        args.extend(["--credential", "api.test/org=api-token"]);
+        let mut command = setup.run_command("cred-blocked", &args, &["true"]);
+        match network {
+            Some(network) => command.env("OMABOX_LINUX_NETWORK", network),
+            None => command.env_remove("OMABOX_LINUX_NETWORK"),
+        };
+        let output = command.output().unwrap();
+        assert!(!output.status.success(), "{}", describe(&output));
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(
+            stderr.contains("--credential for api.test") && stderr.contains(says),
+            "{says}: {stderr}"
+        );
+        assert_eq!(listing(), before, "the run started: {says}");
+    }
+    setup.assert_no_sandbox_left();
+}
+
 /// Checks one human listing: the hostile name arrives escaped on one line, nothing of it
 /// can drive the terminal or pose as a line of omabox's.
 fn assert_name_shown_as_text(listing: &str) {

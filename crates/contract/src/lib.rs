@@ -43,6 +43,7 @@ pub mod secret;
 pub mod session_inputs;
 pub mod signal;
 pub mod signals;
+pub mod url_path;
 pub mod workspace;
 
 pub use capabilities::*;

@@ -15,8 +15,9 @@
 //! - [`NetworkPolicy::answers`]: may the DNS stub resolve `host` at all? Only names some
 //!   connection could be admitted to, so lookups cannot carry data out.
 //! - [`address_is_never_reachable`]: addresses no policy reaches whatever a name resolves
-//!   to (loopback, link-local and cloud metadata, unspecified, multicast, broadcast,
-//!   IPv4-mapped forms of those). The host's own addresses and other sandboxes' are added by
+//!   to (loopback, link-local, every cloud metadata address, unspecified, multicast,
+//!   broadcast, and the IPv4-mapped, -compatible and NAT64 forms of those). The host's own
+//!   addresses and other sandboxes' are added by
 //!   the enforcing backend, which knows them.
 //!
 //! The omabox gateway (the hosted inference and MCP proxies) is not part of the config: an
@@ -318,29 +319,42 @@ impl NetworkPolicy {
     }
 }
 
-/// Cloud metadata addresses outside the link-local ranges (AWS's IPv6 endpoint).
-const METADATA_V6: Ipv6Addr = Ipv6Addr::new(0xfd00, 0x0ec2, 0, 0, 0, 0, 0, 0x0254);
+/// Cloud metadata and platform service addresses outside 169.254.0.0/16 (which holds AWS's,
+/// GCP's — `metadata.google.internal` —, Azure's IMDS, OpenStack's, DigitalOcean's, Oracle's
+/// and Tencent's `169.254.0.23`, ECS's task metadata `169.254.170.2`): Alibaba Cloud's
+/// metadata service, Azure's wireserver (VM agent, extension configuration and secrets), and
+/// Oracle Cloud's legacy metadata address.
+pub const METADATA_V4: [Ipv4Addr; 3] = [
+    Ipv4Addr::new(100, 100, 100, 200),
+    Ipv4Addr::new(168, 63, 129, 16),
+    Ipv4Addr::new(192, 0, 0, 192),
+];
+
+/// AWS's IPv6 platform services, `fd00:ec2::/32` (metadata `::254`, DNS `::253`, time
+/// `::123`).
+const AWS_V6: (Ipv6Addr, u8) = (Ipv6Addr::new(0xfd00, 0x0ec2, 0, 0, 0, 0, 0, 0), 32);
 
 /// Addresses no policy reaches, whatever name resolved to them: loopback, link-local
-/// (169.254.0.0/16 holds the cloud metadata services; fe80::/10), the AWS IPv6 metadata
-/// address, unspecified, multicast, broadcast, and IPv4-mapped/compatible IPv6 forms of
-/// those (checked as the IPv4 address they carry).
+/// (169.254.0.0/16 holds most cloud metadata services; fe80::/10), the other metadata
+/// addresses ([`METADATA_V4`], AWS's `fd00:ec2::/32`), unspecified, `0.0.0.0/8`, multicast,
+/// broadcast — and every IPv6 form that carries one of those IPv4 addresses:
+/// IPv4-mapped (`::ffff:a.b.c.d`), IPv4-compatible (`::a.b.c.d`), and NAT64, the well-known
+/// `64:ff9b::/96` and the local-use `64:ff9b:1::/48` (RFC 6052, at each prefix length's
+/// embedding), which a NAT64 gateway turns into that IPv4 address.
 pub fn address_is_never_reachable(addr: IpAddr) -> bool {
     match addr {
         IpAddr::V4(v4) => v4_never(v4),
         IpAddr::V6(v6) => {
-            if let Some(v4) = v6.to_ipv4() {
-                // ::a.b.c.d (compatible) and ::ffff:a.b.c.d (mapped); `::` and `::1` are
-                // caught below as themselves.
-                if !v6.is_unspecified() && !v6.is_loopback() {
-                    return v4_never(v4);
-                }
+            // `::` and `::1` are themselves, not ::0.0.0.0 and ::0.0.0.1.
+            if v6.is_unspecified() || v6.is_loopback() {
+                return true;
             }
-            v6.is_loopback()
-                || v6.is_unspecified()
-                || v6.is_multicast()
+            if embeds_never_reachable_v4(v6) {
+                return true;
+            }
+            v6.is_multicast()
                 || (v6.segments()[0] & 0xffc0) == 0xfe80
-                || v6 == METADATA_V6
+                || v6_in(v6, AWS_V6.0, AWS_V6.1)
         }
     }
 }
@@ -352,6 +366,39 @@ fn v4_never(v4: Ipv4Addr) -> bool {
         || v4.is_multicast()
         || v4.is_broadcast()
         || v4.octets()[0] == 0
+        || METADATA_V4.contains(&v4)
+}
+
+fn v6_in(addr: Ipv6Addr, network: Ipv6Addr, prefix: u8) -> bool {
+    let shift = 128 - u32::from(prefix);
+    (addr.to_bits() >> shift) == (network.to_bits() >> shift)
+}
+
+/// Whether `v6` stands for an IPv4 address no policy reaches: mapped or compatible
+/// (`to_ipv4`) and NAT64 well-known `64:ff9b::/96` by the whole rule; NAT64 local-use
+/// `64:ff9b:1::/48`, whose prefix length is the operator's, read at each RFC 6052 embedding
+/// (prefix /48, /56, /64, /96; bits 64–71 are the reserved `u` octet) and refused when one
+/// reading is loopback, link-local or metadata (the zero tail of a /48 embedding reads as
+/// `0.0.0.0` at /96: that alone refuses nothing).
+fn embeds_never_reachable_v4(v6: Ipv6Addr) -> bool {
+    let well_known = Ipv6Addr::new(0x64, 0xff9b, 0, 0, 0, 0, 0, 0);
+    let local_use = Ipv6Addr::new(0x64, 0xff9b, 1, 0, 0, 0, 0, 0);
+    let o = v6.octets();
+    if v6.to_ipv4().is_some_and(v4_never) {
+        return true;
+    }
+    if v6_in(v6, well_known, 96) && v4_never(Ipv4Addr::new(o[12], o[13], o[14], o[15])) {
+        return true;
+    }
+    v6_in(v6, local_use, 48)
+        && [
+            Ipv4Addr::new(o[6], o[7], o[9], o[10]),
+            Ipv4Addr::new(o[7], o[9], o[10], o[11]),
+            Ipv4Addr::new(o[9], o[10], o[11], o[12]),
+            Ipv4Addr::new(o[12], o[13], o[14], o[15]),
+        ]
+        .into_iter()
+        .any(|v4| v4.is_loopback() || v4.is_link_local() || METADATA_V4.contains(&v4))
 }
 
 #[cfg(test)]
@@ -590,9 +637,13 @@ mod tests {
             "febf::1",
             "ff02::1",
             "fd00:ec2::254",
+            "fd00:ec2::253",
+            "fd00:ec2::123",
             "::ffff:127.0.0.1",
             "::ffff:169.254.169.254",
             "::127.0.0.1",
+            "64:ff9b::127.0.0.1",
+            "64:ff9b::0.0.0.0",
         ] {
             assert!(address_is_never_reachable(a.parse().unwrap()), "{a}");
         }
@@ -602,8 +653,56 @@ mod tests {
             "2001:db8::1",
             "::ffff:8.8.8.8",
             "fd00::1",
+            "fd00:ec3::254",
+            "100.100.100.201",
+            "168.63.129.17",
+            "192.0.0.193",
+            "64:ff9b::8.8.8.8",
+            "64:ff9b:1:808:8:800::",
+            "64:ff9b:2::a9fe:a9fe",
         ] {
             assert!(!address_is_never_reachable(a.parse().unwrap()), "{a}");
+        }
+    }
+
+    /// Every cloud metadata address, in every form that reaches it: itself, IPv4-mapped,
+    /// IPv4-compatible, NAT64 well-known, NAT64 local-use at each RFC 6052 prefix length.
+    #[test]
+    fn every_metadata_address_is_never_reachable_in_every_form() {
+        let metadata: [Ipv4Addr; 7] = [
+            Ipv4Addr::new(169, 254, 169, 254), // AWS, GCP, Azure IMDS, OpenStack, Oracle, ...
+            Ipv4Addr::new(169, 254, 170, 2),   // AWS ECS task metadata
+            Ipv4Addr::new(169, 254, 0, 23),    // Tencent Cloud
+            Ipv4Addr::new(100, 100, 100, 200), // Alibaba Cloud
+            Ipv4Addr::new(168, 63, 129, 16),   // Azure wireserver
+            Ipv4Addr::new(192, 0, 0, 192),     // Oracle Cloud (legacy)
+            Ipv4Addr::new(169, 254, 169, 123), // AWS time sync
+        ];
+        for v4 in metadata {
+            let [a, b, c, d] = v4.octets();
+            let forms: [IpAddr; 8] = [
+                IpAddr::V4(v4),
+                IpAddr::V6(v4.to_ipv6_mapped()),
+                IpAddr::V6(v4.to_ipv6_compatible()),
+                IpAddr::V6(Ipv6Addr::from([
+                    0, 0x64, 0xff, 0x9b, 0, 0, 0, 0, 0, 0, 0, 0, a, b, c, d,
+                ])),
+                IpAddr::V6(Ipv6Addr::from([
+                    0, 0x64, 0xff, 0x9b, 0, 1, a, b, 0, c, d, 0, 0, 0, 0, 0,
+                ])),
+                IpAddr::V6(Ipv6Addr::from([
+                    0, 0x64, 0xff, 0x9b, 0, 1, 0, a, 0, b, c, d, 0, 0, 0, 0,
+                ])),
+                IpAddr::V6(Ipv6Addr::from([
+                    0, 0x64, 0xff, 0x9b, 0, 1, 0, 0, 0, a, b, c, d, 0, 0, 0,
+                ])),
+                IpAddr::V6(Ipv6Addr::from([
+                    0, 0x64, 0xff, 0x9b, 0, 1, 0, 0, 0, 0, 0, 0, a, b, c, d,
+                ])),
+            ];
+            for form in forms {
+                assert!(address_is_never_reachable(form), "{v4} as {form}");
+            }
         }
     }
 }

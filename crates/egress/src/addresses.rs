@@ -1,8 +1,9 @@
 //! Which resolved addresses the host side may connect to (relay) or hand out (DNS stub).
 //!
 //! A name the policy admits still never opens an address that [`AddressRules`] refuses:
-//! the contract's never-reachable set (loopback, link-local and metadata, unspecified,
-//! multicast, broadcast, and their IPv4-mapped forms) plus the ranges the enforcing backend
+//! the contract's never-reachable set (loopback, link-local, every cloud metadata address,
+//! unspecified, multicast, broadcast, and their IPv4-mapped, -compatible and NAT64 forms:
+//! `omabox_contract::networking::address_is_never_reachable`) plus the ranges the enforcing backend
 //! adds — the host's own addresses and other sandboxes'. The check is applied to the
 //! addresses the *host* resolved, after resolution, so a name that rebinds to a refused
 //! address is refused whatever the sandbox was told before.

@@ -1,16 +1,21 @@
 //! Credential injection for bound hosts: the relay terminates the sandbox's TLS with a
-//! certificate from the binding's own CA, injects the bound header into each HTTP request
-//! whose path is under the bound prefix, and re-encrypts upstream with the host's roots.
+//! certificate from the binding's own CA, judges each HTTP request ([`judge`]: one `Host`
+//! naming the bound name on the admitted port, an origin-form or matching absolute-form
+//! target rewritten to origin-form, the path decoded once and matched segment-wise against
+//! the bound prefixes), injects the bound header into the requests a rule matches, and
+//! re-encrypts upstream with the host's roots.
 //!
 //! The secret lives only here, in host memory: the sandbox holds nothing but trust in the
-//! binding's CA certificate (public). A request's own header of the bound name is dropped
-//! before injection, so the sandbox can neither read nor replace the secret; a request
-//! whose `Host` is not the name the connection was admitted for is answered `421` (no
-//! fronting through an intercepted connection). [`Credentials::revoke`] drops the secrets:
-//! every request from then on, on new and on open connections, goes out without them.
+//! binding's CA certificate (public). A request's own header of a bound name is dropped
+//! before injection, so the sandbox can neither read nor replace the secret. A refused
+//! request (`400`, `405`, `421`, `431`, `501`) is answered here, never forwarded, and closes
+//! the connection. Pipelined requests are each judged. [`Credentials::revoke`] drops the
+//! secrets: every request from then on, on new and on open connections, goes out without
+//! them.
 //!
-//! HTTP/1.1 only (the sandbox is offered ALPN `http/1.1`); upgrades (WebSocket) are not
-//! carried. Never logged: header values, bodies.
+//! HTTP/1.1 only (the sandbox is offered ALPN `http/1.1`); upgrades (WebSocket) and `CONNECT`
+//! are refused. Request and response heads are capped at [`MAX_HEAD`] each way. Never logged:
+//! header values, bodies.
 
 use std::collections::HashMap;
 use std::io;
@@ -20,7 +25,7 @@ use std::sync::{Arc, Mutex, RwLock};
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full, combinators::BoxBody};
 use hyper::body::Incoming;
-use hyper::header::{HOST, HeaderName, HeaderValue};
+use hyper::header::{HeaderName, HeaderValue};
 use hyper::{Request, Response, StatusCode};
 use hyper_util::rt::TokioIo;
 use omabox_contract::SecretString;
@@ -33,8 +38,14 @@ use tokio::net::TcpStream;
 
 use crate::rewind::Rewind;
 
+mod judge;
+
 /// How long an intercepted connection may wait for the next request head.
 const HEADER_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(120);
+
+/// The largest request head (from the sandbox) and response head (from the upstream)
+/// buffered, in bytes; a larger request head is answered `431`.
+pub const MAX_HEAD: usize = 64 * 1024;
 
 /// Why a CA or a leaf could not be made.
 #[derive(Debug, thiserror::Error)]
@@ -118,9 +129,7 @@ impl InjectionRule {
         value: SecretString,
     ) -> Result<Self, String> {
         let host = normalize_name(host).ok_or_else(|| format!("{host:?} is not a host name"))?;
-        if !path_prefix.starts_with('/') {
-            return Err(format!("path prefix {path_prefix:?} must start with /"));
-        }
+        Self::check_prefix(path_prefix)?;
         let header = HeaderName::from_bytes(header.as_bytes())
             .map_err(|_| format!("{header:?} is not a header name"))?;
         if HeaderValue::from_str(value.expose()).is_err() {
@@ -133,6 +142,22 @@ impl InjectionRule {
             path_prefix: path_prefix.to_owned(),
             header,
             value,
+        })
+    }
+}
+
+impl InjectionRule {
+    /// Whether `path_prefix` is a prefix a rule can have: `/`, or `/`-separated segments
+    /// that each decode cleanly (`omabox_contract::url_path`), with or without a trailing
+    /// `/` (which changes nothing: prefixes match whole segments).
+    pub fn check_prefix(path_prefix: &str) -> Result<(), String> {
+        if !path_prefix.starts_with('/') {
+            return Err(format!("path prefix {path_prefix:?} must start with /"));
+        }
+        judge::prefix_segments(path_prefix).map(drop).ok_or_else(|| {
+            format!(
+                "path prefix {path_prefix:?} has an empty, '.' or '..' segment or an encoded '/', '\\', '?' or '#'"
+            )
         })
     }
 }
@@ -228,26 +253,29 @@ impl Credentials {
         self.revoked.load(Ordering::SeqCst)
     }
 
-    /// Removes the request's own headers of every bound name, then sets the matching rule's
-    /// header (first match) when the request is for `name` under its prefix.
-    fn inject(&self, name: &str, request: &mut Request<Incoming>) {
+    /// Judges `request` for the bound connection (see [`judge`]), removes its own headers of
+    /// every bound name, then sets the matching rule's header. `Err`: the status to refuse
+    /// it with.
+    fn prepare(
+        &self,
+        bound: judge::Bound<'_>,
+        request: &mut Request<Incoming>,
+    ) -> Result<(), StatusCode> {
         let rules = self.rules.read().unwrap_or_else(|e| e.into_inner());
+        let rule = judge::judge(request, bound, &rules)?;
         for rule in rules.iter() {
             request.headers_mut().remove(&rule.header);
         }
         if self.revoked.load(Ordering::SeqCst) {
-            return;
+            return Ok(());
         }
-        let path = request.uri().path().to_owned();
-        let rule = rules.iter().find(|r| {
-            normalize_name(&r.host).as_deref() == Some(name) && path.starts_with(&r.path_prefix)
-        });
         if let Some(rule) = rule
             && let Ok(mut value) = HeaderValue::from_str(rule.value.expose())
         {
             value.set_sensitive(true);
             request.headers_mut().insert(rule.header.clone(), value);
         }
+        Ok(())
     }
 
     fn leaf(&self, name: &str) -> Option<Arc<CertifiedKey>> {
@@ -261,8 +289,9 @@ impl Credentials {
     }
 
     /// Serves one admitted connection for bound `name`: TLS from the sandbox (its first
-    /// bytes already read into `sniffed`), TLS to `upstream`, HTTP/1.1 between, with
-    /// injection. Returns when either side is done.
+    /// bytes already read into `sniffed`), TLS to `upstream` (connected on the port the
+    /// connection was admitted on), HTTP/1.1 between, each request judged and injected.
+    /// Returns when either side is done.
     pub async fn intercept(
         self: Arc<Self>,
         client: TcpStream,
@@ -270,6 +299,7 @@ impl Credentials {
         name: String,
         upstream: TcpStream,
     ) -> io::Result<()> {
+        let port = upstream.peer_addr()?.port();
         let mut server_config = rustls::ServerConfig::builder_with_provider(Arc::new(
             rustls::crypto::ring::default_provider(),
         ))
@@ -288,7 +318,9 @@ impl Credentials {
         let upstream = tokio_rustls::TlsConnector::from(Arc::clone(&self.upstream))
             .connect(server_name, upstream)
             .await?;
-        let (sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(upstream))
+        let (sender, connection) = hyper::client::conn::http1::Builder::new()
+            .max_buf_size(MAX_HEAD)
+            .handshake(TokioIo::new(upstream))
             .await
             .map_err(io::Error::other)?;
         let upstream_done = tokio::spawn(connection);
@@ -297,16 +329,11 @@ impl Credentials {
             let (credentials, sender, name) =
                 (Arc::clone(&self), Arc::clone(&sender), name.clone());
             async move {
-                let host = request
-                    .headers()
-                    .get(HOST)
-                    .and_then(|h| h.to_str().ok())
-                    .map(|h| h.rsplit_once(':').map_or(h, |(host, _)| host))
-                    .and_then(normalize_name);
-                if host.as_deref() != Some(name.as_str()) {
-                    return Ok::<_, hyper::Error>(status(StatusCode::MISDIRECTED_REQUEST));
+                let bound = judge::Bound { name: &name, port };
+                if let Err(code) = credentials.prepare(bound, &mut request) {
+                    tracing::debug!(name = %name, status = %code, "intercepted request refused");
+                    return Ok::<_, hyper::Error>(refusal(code));
                 }
-                credentials.inject(&name, &mut request);
                 let mut sender = sender.lock().await;
                 match sender.send_request(request).await {
                     Ok(response) => Ok(response.map(|body| body.boxed())),
@@ -322,11 +349,22 @@ impl Credentials {
         let served = hyper::server::conn::http1::Builder::new()
             .timer(hyper_util::rt::TokioTimer::new())
             .header_read_timeout(HEADER_TIMEOUT)
+            .max_buf_size(MAX_HEAD)
             .serve_connection(TokioIo::new(client), service)
             .await;
         upstream_done.abort();
         served.map_err(io::Error::other)
     }
+}
+
+/// A refusal: bodiless, and the connection closes after it (what follows it on the
+/// connection was framed by a request that was not accepted).
+fn refusal(code: StatusCode) -> Response<BoxBody<Bytes, hyper::Error>> {
+    let mut response = status(code);
+    response
+        .headers_mut()
+        .insert(hyper::header::CONNECTION, HeaderValue::from_static("close"));
+    response
 }
 
 /// A bodiless response with `code`.

@@ -20,6 +20,8 @@
 //! It never logs payload bytes, and never sends a refused name to any resolver.
 
 pub mod addresses;
+pub mod authority;
+pub mod buffers;
 pub mod dns;
 pub mod intercept;
 pub mod names;
@@ -33,6 +35,7 @@ mod splice;
 pub mod synthetic;
 
 pub use addresses::{AddressRange, AddressRules};
+pub use buffers::SocketBuffers;
 pub use dns::DnsStub;
 pub use names::ResolvedNames;
 pub use original_dst::{FixedDestination, LocalAddress, OriginalDestination, SoOriginalDst};

@@ -12,6 +12,10 @@
 //! 4. Connect, replay the sniffed bytes unchanged, then copy both ways (`splice(2)` on
 //!    linux) until both sides closed or nothing moved for [`RelayConfig::idle_timeout`].
 //!
+//! Every host-side socket and pipe has fixed buffers ([`RelayConfig::buffers`]), and at most
+//! [`RelayConfig::max_connections`] connections are served at once, so what the relay holds
+//! for a sandbox is bounded (see [`crate::buffers`]).
+//!
 //! One exception comes first: a connection to the [`Gateway`]'s address inside the sandbox
 //! (the omabox gateway: hosted inference and MCP proxies) is forwarded unchanged to the
 //! gateway's host address under every policy but `none`, without sniffing (the gateway may
@@ -52,6 +56,7 @@ use tokio::sync::Semaphore;
 use tokio::time::Instant;
 
 use crate::addresses::AddressRules;
+use crate::buffers::SocketBuffers;
 use crate::intercept::Credentials;
 use crate::names::ResolvedNames;
 use crate::original_dst::OriginalDestination;
@@ -70,8 +75,11 @@ pub struct RelayConfig {
     pub connect_timeout: Duration,
     /// A relayed connection with no bytes moving either way this long is closed.
     pub idle_timeout: Duration,
-    /// Connections served at once; one more is closed at accept.
+    /// Connections served at once; one more is closed at accept. A sandbox's is what its
+    /// memory budget covers ([`SocketBuffers::connections_within`]).
     pub max_connections: usize,
+    /// The host-side buffers of each connection (see [`crate::buffers`]).
+    pub buffers: SocketBuffers,
     /// Answer a refused HTTP request with `403 Forbidden` before closing.
     pub http_forbidden: bool,
     /// How long to wait for a name when the dialed address was recently answered by the
@@ -88,6 +96,7 @@ impl Default for RelayConfig {
             connect_timeout: Duration::from_secs(10),
             idle_timeout: Duration::from_secs(300),
             max_connections: 1024,
+            buffers: SocketBuffers::default(),
             http_forbidden: true,
             answered_wait: Duration::from_secs(1),
         }
@@ -253,6 +262,8 @@ impl Relay {
         listener: TcpListener,
         destinations: Arc<dyn OriginalDestination>,
     ) -> io::Result<()> {
+        // Accepted sockets inherit the listener's buffers (and the window they offer).
+        self.config.buffers.apply_sandbox_side(&listener)?;
         let mut connections = tokio::task::JoinSet::new();
         loop {
             while connections.try_join_next().is_some() {}
@@ -286,6 +297,11 @@ impl Relay {
 
     /// Serves one accepted connection whose original destination was `original`.
     pub async fn handle(&self, mut client: TcpStream, original: SocketAddr) -> Verdict {
+        // Also for a connection accepted elsewhere (its listener's buffers unknown).
+        if let Err(e) = self.config.buffers.apply_sandbox_side(&client) {
+            tracing::warn!(error = %e, "fixing the socket buffers failed: closed");
+            return refused(None, original, Refusal::UpstreamUnreachable);
+        }
         if let Some(gateway) = self.gateway.filter(|g| g.dialed == original) {
             return self.forward_to_gateway(client, gateway).await;
         }
@@ -300,6 +316,16 @@ impl Relay {
         let sniffed = sniff(&mut client, limits).await;
         let requested = match sniffed.outcome {
             Ok(requested) => requested,
+            // A request naming two hosts, or a `Host` that is no name (`allowed@evil`), is
+            // refused, never admitted by the dialed address's answered name (a proxy-like
+            // upstream would follow its target; a front end might route by the odd `Host`).
+            Err(no_name @ (NoName::ConflictingAuthority | NoName::InvalidName)) => {
+                if self.config.http_forbidden {
+                    let _ = client.write_all(FORBIDDEN).await;
+                    let _ = client.shutdown().await;
+                }
+                return refused(None, original, Refusal::NoName(no_name));
+            }
             Err(no_name) => match self.admit_answered(original).await {
                 Some(Ok((server, name))) => {
                     return self
@@ -350,15 +376,17 @@ impl Relay {
         if *self.policy() == NetworkPolicy::None {
             return refused(None, gateway.dialed, Refusal::NotAdmitted);
         }
-        let connect = TcpStream::connect(gateway.upstream);
-        let mut server = match tokio::time::timeout(self.config.connect_timeout, connect).await {
-            Ok(Ok(server)) => server,
-            _ => return refused(None, gateway.dialed, Refusal::UpstreamUnreachable),
+        let connect = self
+            .config
+            .buffers
+            .connect(gateway.upstream, self.config.connect_timeout);
+        let Ok(mut server) = connect.await else {
+            return refused(None, gateway.dialed, Refusal::UpstreamUnreachable);
         };
         tracing::debug!(verdict = "gateway", upstream = %gateway.upstream);
         let _ = server.set_nodelay(true);
         let _ = client.set_nodelay(true);
-        if let Err(e) = relay_until_idle(&mut client, &mut server, self.config.idle_timeout).await {
+        if let Err(e) = relay_until_idle(&mut client, &mut server, &self.config).await {
             tracing::debug!(error = %e, "gateway relay ended");
         }
         Verdict::Gateway {
@@ -387,9 +415,7 @@ impl Relay {
         if server.write_all(sniffed).await.is_ok() {
             let _ = server.set_nodelay(true);
             let _ = client.set_nodelay(true);
-            if let Err(e) =
-                relay_until_idle(&mut client, &mut server, self.config.idle_timeout).await
-            {
+            if let Err(e) = relay_until_idle(&mut client, &mut server, &self.config).await {
                 tracing::debug!(name = %name, error = %e, "relay ended");
             }
         }
@@ -427,10 +453,13 @@ impl Relay {
         if !self.addresses.permits(original.ip()) {
             return Some(Err((name, Refusal::AddressRefused)));
         }
-        match tokio::time::timeout(self.config.connect_timeout, TcpStream::connect(original)).await
-        {
-            Ok(Ok(stream)) => Some(Ok(((stream, original), name))),
-            _ => Some(Err((name, Refusal::UpstreamUnreachable))),
+        let connect = self
+            .config
+            .buffers
+            .connect(original, self.config.connect_timeout);
+        match connect.await {
+            Ok(stream) => Some(Ok(((stream, original), name))),
+            Err(_) => Some(Err((name, Refusal::UpstreamUnreachable))),
         }
     }
 
@@ -457,9 +486,11 @@ impl Relay {
         }
         for ip in candidates {
             let target = SocketAddr::new(ip, port);
-            if let Ok(Ok(stream)) =
-                tokio::time::timeout(self.config.connect_timeout, TcpStream::connect(target)).await
-            {
+            let connect = self
+                .config
+                .buffers
+                .connect(target, self.config.connect_timeout);
+            if let Ok(stream) = connect.await {
                 return Ok((stream, target));
             }
         }
@@ -517,18 +548,20 @@ fn log_refusal(name: Option<&str>, original: SocketAddr, reason: &Refusal) {
     );
 }
 
-/// Copies both ways until both directions closed, or until no byte moved for `idle`.
+/// Copies both ways until both directions closed, or until no byte moved for the idle
+/// timeout, through buffers of `config.buffers.pipe` bytes per direction.
 async fn relay_until_idle(
     client: &mut TcpStream,
     server: &mut TcpStream,
-    idle: Duration,
+    config: &RelayConfig,
 ) -> io::Result<(u64, u64)> {
+    let idle = config.idle_timeout;
     let activity = Activity::new();
     let touch = || activity.touch();
     #[cfg(target_os = "linux")]
-    let copy = crate::splice::splice_bidirectional(client, server, &touch);
+    let copy = crate::splice::splice_bidirectional(client, server, config.buffers.pipe, &touch);
     #[cfg(not(target_os = "linux"))]
-    let copy = portable::copy_bidirectional(client, server, &activity);
+    let copy = portable::copy_bidirectional(client, server, config.buffers.pipe, &activity);
     tokio::pin!(copy);
     loop {
         let deadline = activity.last() + idle;
@@ -581,8 +614,10 @@ mod portable {
     pub(super) async fn copy_bidirectional(
         client: &mut TcpStream,
         server: &mut TcpStream,
+        buffer: u32,
         activity: &Activity,
     ) -> io::Result<(u64, u64)> {
+        let buffer = buffer as usize;
         let mut client = Tracked {
             inner: client,
             activity,
@@ -591,8 +626,7 @@ mod portable {
             inner: server,
             activity,
         };
-        tokio::io::copy_bidirectional_with_sizes(&mut client, &mut server, 64 * 1024, 64 * 1024)
-            .await
+        tokio::io::copy_bidirectional_with_sizes(&mut client, &mut server, buffer, buffer).await
     }
 
     /// A stream that records reads in an [`Activity`].

@@ -8,11 +8,15 @@
 //!
 //! The ClientHello is parsed by rustls's [`rustls::server::Acceptor`] (no certificate is
 //! needed to read it); the request head by `httparse`. A client that encrypts its
-//! ClientHello (ECH) shows the outer, public name, and that is the name decided on.
+//! ClientHello (ECH) shows the outer, public name, and that is the name decided on. `Host`
+//! and an absolute-form target are read by [`crate::authority`], the parser interception
+//! uses too; a target naming another host than `Host` names nothing.
 
 use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncReadExt};
+
+use crate::authority::{Authority, target_authority};
 
 /// How much and how long [`sniff`] reads before giving up.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -72,9 +76,12 @@ pub enum NoName {
     /// An HTTP/1.x request without a `Host` header, or with several.
     #[error("HTTP without one Host header")]
     HttpWithoutHost,
-    /// A `Host` header that is not a DNS name (an address literal, bad bytes).
+    /// A `Host` header that is not a DNS name (an address literal, user info, bad bytes).
     #[error("the Host header is not a DNS name")]
     InvalidName,
+    /// An absolute-form or authority-form request target naming another host than `Host`.
+    #[error("the request target names another host than Host")]
+    ConflictingAuthority,
 }
 
 /// What [`sniff`] read and what it found.
@@ -199,48 +206,68 @@ fn http_host(all: &[u8]) -> Option<Result<RequestedName, NoName>> {
             let (Some(host), None) = (hosts.next(), hosts.next()) else {
                 return Some(Err(NoName::HttpWithoutHost));
             };
-            Some(host_name(host.value).map(|name| RequestedName {
-                name,
+            let Ok(host) = Authority::parse_bytes(host.value) else {
+                return Some(Err(NoName::InvalidName));
+            };
+            // An absolute-form (`GET http://other/`) or authority-form target names a
+            // destination too, and a proxy-like upstream would follow it: it must name the
+            // same host as `Host`.
+            match request.path.map(target_authority) {
+                None | Some(Ok(None)) => {}
+                Some(Ok(Some(target))) if target.name == host.name => {}
+                Some(_) => return Some(Err(NoName::ConflictingAuthority)),
+            }
+            Some(Ok(RequestedName {
+                name: host.name,
                 protocol: Protocol::Http,
             }))
         }
     }
 }
 
-/// A `Host` value without its port, as a normalized DNS name.
-fn host_name(value: &[u8]) -> Result<String, NoName> {
-    let value = std::str::from_utf8(value)
-        .map_err(|_| NoName::InvalidName)?
-        .trim();
-    if value.starts_with('[') {
-        return Err(NoName::InvalidName);
-    }
-    let host = match value.rsplit_once(':') {
-        Some((host, port)) if port.bytes().all(|b| b.is_ascii_digit()) => host,
-        Some(_) => return Err(NoName::InvalidName),
-        None => value,
-    };
-    omabox_contract::networking::normalize_name(host).ok_or(NoName::InvalidName)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    fn host(head: &str) -> Result<String, NoName> {
+        let head = format!("{head}\r\n\r\n");
+        http_host(head.as_bytes())
+            .expect("a complete head")
+            .map(|r| r.name)
+    }
+
     #[test]
     fn host_values_lose_their_port_and_must_be_names() {
-        assert_eq!(host_name(b"Example.COM:8080").unwrap(), "example.com");
-        assert_eq!(host_name(b"example.com.").unwrap(), "example.com");
-        assert_eq!(host_name(b" api.example.com ").unwrap(), "api.example.com");
+        let get = |value: &str| host(&format!("GET / HTTP/1.1\r\nHost: {value}"));
+        assert_eq!(get("Example.COM:8080").unwrap(), "example.com");
+        assert_eq!(get("example.com.").unwrap(), "example.com");
         for bad in [
-            &b"[::1]:80"[..],
-            b"example.com:http",
-            b"",
-            b"ex ample.com",
-            b"\xff.com",
-            b"a..b",
+            "[::1]:80",
+            "example.com:http",
+            "ex ample.com",
+            "a..b",
+            "a@b.example",
         ] {
-            assert!(host_name(bad).is_err(), "{bad:?}");
+            assert_eq!(get(bad), Err(NoName::InvalidName), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn a_target_naming_another_authority_than_host_has_no_name() {
+        for head in [
+            "GET http://evil.example/x HTTP/1.1\r\nHost: allowed.example",
+            "GET https://evil.example/ HTTP/1.1\r\nHost: allowed.example",
+            "CONNECT evil.example:443 HTTP/1.1\r\nHost: allowed.example",
+            "GET http://allowed.example@evil.example/ HTTP/1.1\r\nHost: allowed.example",
+        ] {
+            assert_eq!(host(head), Err(NoName::ConflictingAuthority), "{head:?}");
+        }
+        for head in [
+            "GET http://Allowed.Example:8080/x HTTP/1.1\r\nHost: allowed.example",
+            "GET /x HTTP/1.1\r\nHost: allowed.example",
+            "OPTIONS * HTTP/1.1\r\nHost: allowed.example",
+        ] {
+            assert_eq!(host(head).unwrap(), "allowed.example", "{head:?}");
         }
     }
 }

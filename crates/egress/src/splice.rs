@@ -12,24 +12,33 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use tokio::io::Interest;
 use tokio::net::TcpStream;
 
-/// The pipe size asked for (the kernel may give less: `fs.pipe-max-size`).
-const PIPE_BYTES: libc::c_int = 1 << 20;
-/// A pipe's default size, used when resizing fails.
+/// A pipe's default size, assumed when resizing fails.
 const DEFAULT_PIPE_BYTES: usize = 64 * 1024;
 
 /// Moves bytes both ways until both directions reached end of stream (each end's write
-/// side is shut down after its peer's EOF, as `copy_bidirectional` does), calling
-/// `on_data` whenever bytes arrive. Returns the bytes moved (a → b, b → a).
+/// side is shut down after its peer's EOF, as `copy_bidirectional` does), through a pipe of
+/// `pipe_bytes` per direction (a source is not read while its pipe is full: a peer that does
+/// not drain stops its source), calling `on_data` whenever bytes arrive. Returns the bytes
+/// moved (a → b, b → a).
 pub(crate) async fn splice_bidirectional(
     a: &TcpStream,
     b: &TcpStream,
+    pipe_bytes: u32,
     on_data: &(dyn Fn() + Sync),
 ) -> io::Result<(u64, u64)> {
-    tokio::try_join!(pump(a, b, on_data), pump(b, a, on_data))
+    tokio::try_join!(
+        pump(a, b, pipe_bytes, on_data),
+        pump(b, a, pipe_bytes, on_data)
+    )
 }
 
-async fn pump(src: &TcpStream, dst: &TcpStream, on_data: &(dyn Fn() + Sync)) -> io::Result<u64> {
-    let pipe = Pipe::new()?;
+async fn pump(
+    src: &TcpStream,
+    dst: &TcpStream,
+    pipe_bytes: u32,
+    on_data: &(dyn Fn() + Sync),
+) -> io::Result<u64> {
+    let pipe = Pipe::new(pipe_bytes)?;
     let (s, d) = (src.as_raw_fd(), dst.as_raw_fd());
     let (pr, pw) = (pipe.read.as_raw_fd(), pipe.write.as_raw_fd());
     let (mut in_pipe, mut eof, mut total) = (0usize, false, 0u64);
@@ -82,7 +91,8 @@ struct Pipe {
 }
 
 impl Pipe {
-    fn new() -> io::Result<Self> {
+    /// A pipe of `bytes` (the kernel rounds up to a power of two pages).
+    fn new(bytes: u32) -> io::Result<Self> {
         let mut fds = [0 as libc::c_int; 2];
         // SAFETY: `fds` is a writable array of two ints, as pipe2 requires.
         if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_NONBLOCK | libc::O_CLOEXEC) } != 0 {
@@ -90,8 +100,9 @@ impl Pipe {
         }
         // SAFETY: pipe2 succeeded, so both descriptors are open and owned by nothing else.
         let (read, write) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+        let asked = libc::c_int::try_from(bytes).unwrap_or(libc::c_int::MAX);
         // SAFETY: F_SETPIPE_SZ on an open pipe takes an int; failure only returns -1.
-        let size = unsafe { libc::fcntl(write.as_raw_fd(), libc::F_SETPIPE_SZ, PIPE_BYTES) };
+        let size = unsafe { libc::fcntl(write.as_raw_fd(), libc::F_SETPIPE_SZ, asked) };
         let capacity = usize::try_from(size)
             .ok()
             .filter(|s| *s > 0)

@@ -261,3 +261,77 @@ async fn a_synthetic_answer_leads_to_the_hosts_resolution_of_its_name() {
     );
     assert_eq!(upstream.accepts(), 1);
 }
+
+/// An HTTP request whose absolute-form target names another host than its `Host`, or whose
+/// `Host` is no name (`web.test@evil.test`), is refused with 403, even on an address the
+/// stub answered for an admitted name (before: it had no name, so the answered name admitted
+/// it and the upstream got a request naming the other host).
+#[tokio::test]
+async fn a_request_naming_two_hosts_is_refused_even_to_an_answered_address() {
+    let (upstream, heads) = support::http_server("127.0.0.1:0".parse().unwrap()).await;
+    let port = upstream.addr.port();
+    let resolver = CountingResolver::new(&[("web.test", &["127.0.0.1"])]);
+    let names = Arc::new(ResolvedNames::new(Duration::from_secs(60), 64));
+    let policy = || limited(&[format!("web.test:{port}")]);
+    let stub = DnsStub::new(policy(), resolver.clone(), loopback_rules())
+        .with_resolved_names(Arc::clone(&names))
+        .with_synthetic(Arc::new(SyntheticAddresses::new(16)));
+    let peer: SocketAddr = "127.0.0.1:5353".parse().unwrap();
+    let synthetic = answered(stub.answer(&query("web.test"), peer).await.unwrap())[0];
+    let relay = Arc::new(
+        Relay::new(policy(), resolver, loopback_rules(), RelayConfig::default())
+            .with_resolved_names(names),
+    );
+    for request in [
+        format!("GET http://evil.test/x HTTP/1.1\r\nHost: web.test:{port}\r\n\r\n"),
+        format!("GET http://web.test@evil.test/ HTTP/1.1\r\nHost: web.test:{port}\r\n\r\n"),
+        format!("CONNECT evil.test:443 HTTP/1.1\r\nHost: web.test:{port}\r\n\r\n"),
+        format!("GET / HTTP/1.1\r\nHost: web.test@evil.test:{port}\r\n\r\n"),
+        format!("GET / HTTP/1.1\r\nHost: web.test:{port}:{port}\r\n\r\n"),
+    ] {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let mut client = TcpStream::connect(listener.local_addr().unwrap())
+            .await
+            .unwrap();
+        let (accepted, _) = listener.accept().await.unwrap();
+        let relay = Arc::clone(&relay);
+        let dialed = SocketAddr::new(synthetic, port);
+        let verdict = tokio::spawn(async move { relay.handle(accepted, dialed).await });
+        client.write_all(request.as_bytes()).await.unwrap();
+        let response = support::read_to_end(&mut client, 4096).await;
+        assert!(
+            response.starts_with(b"HTTP/1.1 403 Forbidden\r\n"),
+            "{request:?}: {}",
+            String::from_utf8_lossy(&response)
+        );
+        assert!(
+            matches!(
+                verdict.await.unwrap(),
+                Verdict::Refused {
+                    name: None,
+                    reason: Refusal::NoName(NoName::ConflictingAuthority | NoName::InvalidName)
+                }
+            ),
+            "{request:?}"
+        );
+    }
+    // The same target naming web.test itself goes through.
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let mut client = TcpStream::connect(listener.local_addr().unwrap())
+        .await
+        .unwrap();
+    let (accepted, _) = listener.accept().await.unwrap();
+    let dialed = SocketAddr::new(synthetic, port);
+    let verdict = tokio::spawn(async move { relay.handle(accepted, dialed).await });
+    let request = format!("GET http://web.test:{port}/x HTTP/1.1\r\nHost: web.test:{port}\r\n\r\n");
+    client.write_all(request.as_bytes()).await.unwrap();
+    assert!(
+        support::read_to_end(&mut client, 4096)
+            .await
+            .ends_with(b"hello")
+    );
+    drop(client);
+    assert!(matches!(verdict.await.unwrap(), Verdict::Relayed { .. }));
+    assert_eq!(heads.lock().unwrap().as_slice(), [request.into_bytes()]);
+    assert_eq!(upstream.accepts(), 1);
+}

@@ -230,6 +230,57 @@ async fn the_production_rules_refuse_an_allowed_name_that_resolves_to_loopback()
     assert_eq!(upstream.accepts(), 0);
 }
 
+/// Under `unrestricted`, a name resolving to any cloud metadata address, in any IPv6 form
+/// that reaches it, is refused before a connection is tried (before: Alibaba's, Azure's
+/// wireserver, Oracle's and the NAT64 forms were connected to).
+#[tokio::test]
+async fn every_cloud_metadata_address_is_refused_under_unrestricted() {
+    let addresses = [
+        "169.254.169.254",
+        "169.254.170.2",
+        "100.100.100.200",
+        "168.63.129.16",
+        "192.0.0.192",
+        "fd00:ec2::254",
+        "fd00:ec2::253",
+        "::ffff:100.100.100.200",
+        "::168.63.129.16",
+        "64:ff9b::a9fe:a9fe",
+        "64:ff9b::6464:64c8",
+        "64:ff9b::a83f:8110",
+        "64:ff9b::c000:c0",
+        "64:ff9b:1:a9fe:a9:fe00::",
+    ];
+    let entries: Vec<(String, [&str; 1])> = addresses
+        .iter()
+        .enumerate()
+        .map(|(i, a)| (format!("meta{i}.test"), [*a]))
+        .collect();
+    let entries: Vec<(&str, &[&str])> = entries.iter().map(|(n, a)| (n.as_str(), &a[..])).collect();
+    let resolver = CountingResolver::new(&entries);
+    let relay = Arc::new(Relay::new(
+        NetworkPolicy::Unrestricted,
+        resolver,
+        AddressRules::default(),
+        config(),
+    ));
+    for (i, address) in addresses.iter().enumerate() {
+        let name = format!("meta{i}.test");
+        let (mut tcp, verdict) = one(Arc::clone(&relay), local("198.18.0.1:80")).await;
+        tcp.write_all(format!("GET / HTTP/1.1\r\nHost: {name}\r\n\r\n").as_bytes())
+            .await
+            .unwrap();
+        assert_eq!(
+            verdict.await.unwrap(),
+            Verdict::Refused {
+                name: Some(name),
+                reason: Refusal::AddressRefused
+            },
+            "{address}"
+        );
+    }
+}
+
 /// The name decides and the host's resolution picks the address: dialing a decoy address
 /// with an allowed name's SNI reaches the allowed name's server, never the decoy.
 #[tokio::test]

@@ -19,10 +19,11 @@
 //! stable under any further percent-decoding and is neither `.` nor `..`; so an upstream —
 //! however many times it decodes — never sees a path outside the configured base.
 //!
-//! Must never: build a URL by concatenating request text, decode a segment twice, or accept a
-//! segment it cannot prove harmless.
+//! The segment rule itself is `omabox_contract::url_path` (credential egress judges paths by
+//! it too). Must never: build a URL by concatenating request text, decode a segment twice, or
+//! accept a segment it cannot prove harmless.
 
-use percent_encoding::percent_decode_str;
+use omabox_contract::url_path;
 
 /// Why a sub-path was refused (always before any upstream request).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
@@ -59,7 +60,10 @@ impl SubPath {
         S: Into<String>,
     {
         let segments: Vec<String> = segments.into_iter().map(Into::into).collect();
-        if segments.iter().all(|segment| is_safe_segment(segment)) {
+        if segments
+            .iter()
+            .all(|segment| url_path::is_safe_segment(segment))
+        {
             Ok(Self { segments })
         } else {
             Err(PathRefused)
@@ -85,32 +89,9 @@ pub fn raw_tail(path: &str, skip: usize) -> &str {
     path.splitn(skip + 1, '/').nth(skip).unwrap_or("")
 }
 
+/// The shared rule (`omabox_contract::url_path`), with the proxy's error.
 fn decode_segment(raw: &str) -> Result<String, PathRefused> {
-    let decoded = percent_decode_str(raw)
-        .decode_utf8()
-        .map_err(|_| PathRefused)?;
-    if is_safe_segment(&decoded) {
-        Ok(decoded.into_owned())
-    } else {
-        Err(PathRefused)
-    }
-}
-
-/// The segment rule of the module doc, on decoded text.
-fn is_safe_segment(segment: &str) -> bool {
-    let before_parameters = segment.split(';').next().unwrap_or("");
-    !segment.is_empty()
-        && !matches!(before_parameters, "." | "..")
-        && !segment
-            .chars()
-            .any(|c| matches!(c, '/' | '\\' | '?' | '#') || c.is_control())
-        && !has_percent_escape(segment)
-}
-
-fn has_percent_escape(text: &str) -> bool {
-    text.as_bytes()
-        .windows(3)
-        .any(|w| w[0] == b'%' && w[1].is_ascii_hexdigit() && w[2].is_ascii_hexdigit())
+    url_path::decode_segment(raw).map_err(|_| PathRefused)
 }
 
 /// The upstream URL of `segments` under `base`: the base without fragment, its path segments

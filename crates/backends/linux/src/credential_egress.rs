@@ -46,7 +46,9 @@ pub enum AuthScheme {
     Token,
 }
 
-/// One operator rule: requests to `host` under `path_prefix` carry vault secret `secret`.
+/// One operator rule: requests to `host` under `path_prefix` carry vault secret `secret`
+/// (the prefix matches whole path segments: `/org/app` covers `/org/app/x`, not
+/// `/org/app-x`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct EgressCredential {
     /// The host name (HTTPS, any admitted port).
@@ -83,6 +85,7 @@ impl EgressCredential {
         }
         let host = omabox_contract::networking::normalize_name(host)
             .ok_or_else(|| format!("{host:?} is not a host name"))?;
+        InjectionRule::check_prefix(prefix)?;
         Ok(Self {
             host,
             path_prefix: prefix.to_owned(),
@@ -334,7 +337,17 @@ mod tests {
                 .scheme,
             AuthScheme::Bearer
         );
-        for bad in ["nohost", "=x", "a.com=", "a.com=x:digest", "a b=x"] {
+        for bad in [
+            "nohost",
+            "=x",
+            "a.com=",
+            "a.com=x:digest",
+            "a b=x",
+            "a.com/org/../x=tok",
+            "a.com/org/%2e%2e=tok",
+            "a.com/org%2fx=tok",
+            "a.com//org=tok",
+        ] {
             assert!(EgressCredential::parse(bad).is_err(), "{bad}");
         }
         let rule = EgressCredential::parse("a.com=x:basic").unwrap();

@@ -52,8 +52,9 @@ pub const LOOPBACK_ALIAS: std::net::Ipv4Addr = std::net::Ipv4Addr::new(127, 0, 0
 const CATCH_ALL: SocketAddr = SocketAddr::new(IpAddr::V4(std::net::Ipv4Addr::new(127, 0, 0, 3)), 1);
 /// Names the stub hands synthetic addresses for, per sandbox, at most.
 const SYNTHETIC_NAMES: usize = 4096;
-/// Connections one sandbox has through the relay at once (each holds two host fds); one
-/// more is closed at accept.
+/// Connections one sandbox has through the relay at once at most (each holds two host fds);
+/// one more is closed at accept. A sandbox with a memory limit gets fewer: what its limit
+/// covers at the relay's worst case per connection (see [`relay_config`]).
 const MAX_CONNECTIONS: usize = 256;
 /// How long the relay remembers what the stub answered.
 const ANSWER_MEMORY: Duration = Duration::from_secs(600);
@@ -122,10 +123,12 @@ impl std::fmt::Debug for SandboxNetwork {
 impl SandboxNetwork {
     /// Binds the stub, the relay's listeners and the gateway's inside the network namespace
     /// of the sandbox whose init `pidfd` refers to, and serves them on the current tokio
-    /// runtime. `resolver` is the host's (tests give their own).
+    /// runtime. `memory_limit`: the sandbox's (it bounds what the relay holds for it, see
+    /// [`relay_config`]). `resolver` is the host's (tests give their own).
     pub fn start(
         pidfd: OwnedFd,
         networking: &Networking,
+        memory_limit: Option<u64>,
         resolver: Arc<dyn Resolver>,
     ) -> Result<Self, NetworkError> {
         let policy = networking.policy()?;
@@ -138,10 +141,7 @@ impl SandboxNetwork {
         if let (Some(name), Some(_)) = (&networking.gateway_name, networking.gateway) {
             stub = stub.with_pinned(name, std::net::Ipv4Addr::LOCALHOST);
         }
-        let config = RelayConfig {
-            max_connections: MAX_CONNECTIONS,
-            ..RelayConfig::default()
-        };
+        let config = relay_config(memory_limit);
         let mut relay =
             Relay::new(policy.clone(), resolver, rules, config).with_resolved_names(names);
         if let (Some(upstream), Some(dialed)) =
@@ -226,6 +226,15 @@ impl SandboxNetwork {
         })
         .map_err(NetworkError::Sandbox)?;
         let (udp, dns_tcp) = udp?;
+        // The stub's TCP connections are host sockets too: the relay's sandbox-side buffers.
+        RelayConfig::default()
+            .buffers
+            .apply_sandbox_side(&dns_tcp)
+            .map_err(|source| NetworkError::Bind {
+                what: "the DNS stub",
+                addr: DNS_STUB,
+                source,
+            })?;
         let catch_all = match catch_all {
             Ok((listener, redirect)) => {
                 self.lock().redirect = Some(redirect);
@@ -311,6 +320,24 @@ impl SandboxNetwork {
     }
 }
 
+/// The relay's limits for a sandbox whose memory limit is `memory_limit`: its host-side
+/// socket buffers and pipes are fixed (`SocketBuffers`), and it serves at most as many
+/// connections as the limit covers at their worst case each, so the relay never holds more
+/// for a sandbox than the sandbox may hold itself (the kernel charges none of it to the
+/// sandbox); [`MAX_CONNECTIONS`] at most, and for a sandbox without a limit.
+fn relay_config(memory_limit: Option<u64>) -> RelayConfig {
+    let config = RelayConfig::default();
+    let max_connections = memory_limit
+        .map_or(MAX_CONNECTIONS, |limit| {
+            config.buffers.connections_within(limit)
+        })
+        .min(MAX_CONNECTIONS);
+    RelayConfig {
+        max_connections,
+        ..config
+    }
+}
+
 /// The catch-all listener and the sk_lookup redirect sending it every TCP connection to a
 /// synthetic address, any port (on the thread inside the namespace).
 fn catch_all() -> std::io::Result<(std::net::TcpListener, crate::sk_lookup::Redirect)> {
@@ -374,6 +401,15 @@ fn host_addresses() -> Vec<AddressRange> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_sandboxs_memory_limit_caps_its_relayed_connections() {
+        assert_eq!(relay_config(Some(64 << 20)).max_connections, 22);
+        assert_eq!(relay_config(Some(512 << 20)).max_connections, 178);
+        assert_eq!(relay_config(Some(8 << 30)).max_connections, MAX_CONNECTIONS);
+        assert_eq!(relay_config(None).max_connections, MAX_CONNECTIONS);
+        assert_eq!(relay_config(Some(1 << 20)).max_connections, 1);
+    }
 
     #[test]
     fn the_hosts_own_addresses_are_listed() {

@@ -381,3 +381,224 @@ async fn one_sandbox_cannot_reach_another() {
     a.finish().await;
     b.finish().await;
 }
+
+/// The kernel memory of this process's TCP sockets other than the fake internet's servers
+/// (so: the relay's, both its sandbox side and its upstream side), plus the bytes in its
+/// pipes (the relay's splice pipes): `(socket bytes, pipe bytes, sockets counted)`. Socket
+/// memory is `SO_MEMINFO`'s receive queue + send queue + forward allocation.
+fn relay_buffer_bytes(far: std::net::Ipv4Addr) -> (u64, u64, usize) {
+    use std::os::fd::RawFd;
+    fn opt(fd: RawFd, name: libc::c_int) -> Option<libc::c_int> {
+        let mut value: libc::c_int = 0;
+        let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+        // SAFETY: getsockopt writes at most `len` bytes into `value`; a closed fd only errs.
+        let rc = unsafe {
+            libc::getsockopt(
+                fd,
+                libc::SOL_SOCKET,
+                name,
+                (&mut value as *mut libc::c_int).cast(),
+                &mut len,
+            )
+        };
+        (rc == 0).then_some(value)
+    }
+    let (mut sockets, mut pipes, mut counted) = (0u64, 0u64, 0usize);
+    let mut seen_pipes = std::collections::HashSet::new();
+    for entry in std::fs::read_dir("/proc/self/fd").unwrap().flatten() {
+        let Ok(fd) = entry.file_name().to_string_lossy().parse::<RawFd>() else {
+            continue;
+        };
+        let Ok(target) = std::fs::read_link(entry.path()) else {
+            continue;
+        };
+        let target = target.to_string_lossy().into_owned();
+        if target.starts_with("pipe:") {
+            let mut queued: libc::c_int = 0;
+            // SAFETY: FIONREAD writes one int; a closed fd only errs.
+            if seen_pipes.insert(target)
+                && unsafe { libc::ioctl(fd, libc::FIONREAD, &mut queued) } == 0
+            {
+                pipes += queued.max(0) as u64;
+            }
+            continue;
+        }
+        if !target.starts_with("socket:")
+            || !matches!(
+                opt(fd, libc::SO_DOMAIN),
+                Some(libc::AF_INET | libc::AF_INET6)
+            )
+            || opt(fd, libc::SO_TYPE) != Some(libc::SOCK_STREAM)
+            || opt(fd, libc::SO_ACCEPTCONN) != Some(0)
+        {
+            continue;
+        }
+        // SAFETY: a zeroed sockaddr_storage is valid; getsockname writes at most `len`.
+        let mut addr: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
+        let mut len = std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
+        // SAFETY: as above.
+        if unsafe {
+            libc::getsockname(
+                fd,
+                (&mut addr as *mut libc::sockaddr_storage).cast(),
+                &mut len,
+            )
+        } != 0
+        {
+            continue;
+        }
+        if libc::c_int::from(addr.ss_family) == libc::AF_INET {
+            // SAFETY: the family says this is a sockaddr_in.
+            let v4 =
+                unsafe { &*(&addr as *const libc::sockaddr_storage).cast::<libc::sockaddr_in>() };
+            if std::net::Ipv4Addr::from(u32::from_be(v4.sin_addr.s_addr)) == far {
+                continue;
+            }
+        }
+        let mut info = [0u32; 9];
+        let mut len = std::mem::size_of_val(&info) as libc::socklen_t;
+        // SAFETY: SO_MEMINFO writes at most `len` bytes of u32 counters into `info`.
+        let rc = unsafe {
+            libc::getsockopt(
+                fd,
+                libc::SOL_SOCKET,
+                libc::SO_MEMINFO,
+                info.as_mut_ptr().cast(),
+                &mut len,
+            )
+        };
+        if rc == 0 {
+            let at = |i: libc::c_int| u64::from(info[i as usize]);
+            sockets += at(libc::SK_MEMINFO_RMEM_ALLOC)
+                + at(libc::SK_MEMINFO_WMEM_QUEUED)
+                + at(libc::SK_MEMINFO_FWD_ALLOC);
+            counted += 1;
+        }
+    }
+    (sockets, pipes, counted)
+}
+
+/// A sandbox with a 64 MiB memory limit opens many connections through the relay to an
+/// upstream that never reads (it uploads until every buffer is full) and to one that
+/// writes without end (it never reads what arrives): the kernel memory of the relay's
+/// host-side sockets and pipes for it stays within its memory limit (before: ~N × several
+/// MiB, outside every limit: autotuned socket buffers and 1 MiB pipes per direction).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_relays_buffers_for_a_sandbox_stay_within_its_memory_limit() {
+    if !can_run() {
+        return;
+    }
+    const LIMIT: u64 = 64 << 20;
+    let inet = Internet::new();
+    let accepted = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let sink = inet.listener(9001);
+    let counted = Arc::clone(&accepted);
+    std::thread::spawn(move || {
+        let mut held = Vec::new();
+        while let Ok((stream, _)) = sink.accept() {
+            counted.fetch_add(1, Ordering::SeqCst);
+            held.push(stream);
+        }
+    });
+    let source = inet.listener(9002);
+    let counted = Arc::clone(&accepted);
+    std::thread::spawn(move || {
+        while let Ok((mut stream, _)) = source.accept() {
+            counted.fetch_add(1, Ordering::SeqCst);
+            std::thread::spawn(move || {
+                use std::io::Write as _;
+                let chunk = vec![0x5au8; 64 << 10];
+                while stream.write_all(&chunk).is_ok() {}
+            });
+        }
+    });
+    let far = IpAddr::V4(inet.far);
+    let resolver = TestResolver::new(&[("sink.test", far), ("source.test", far)]);
+    let iso = Isolated::new();
+    let mut plan = test_plan();
+    plan.limits.memory_bytes = Some(LIMIT);
+    plan.limits.nofile = 1024;
+    plan.network = net(limited(&["sink.test:9001", "source.test:9002"]));
+    let port = LinuxSandboxPort::start_resolving(&iso.runtime(), &plan, resolver)
+        .await
+        .expect("sandbox start");
+    let fx = Fixture { iso, port };
+    let script = r#"
+import socket, sys, time
+socks = []
+for i in range(96):
+    sink = i % 2 == 0
+    try:
+        s = socket.create_connection(("sink.test" if sink else "source.test", 9001 if sink else 9002), timeout=5)
+    except OSError:
+        continue
+    s.setblocking(False)
+    socks.append((sink, s))
+chunk = b"x" * 65536
+for _ in range(30):
+    for sink, s in socks:
+        if not sink:
+            continue
+        try:
+            while True:
+                s.send(chunk)
+        except OSError:
+            pass
+    time.sleep(0.1)
+open("/tmp/filled", "w").write(str(len(socks)))
+time.sleep(600)
+"#;
+    let started = fx
+        .sh(&format!(
+            "cat > /tmp/fill.py <<'EOF'\n{script}\nEOF\npython3 /tmp/fill.py > /tmp/fill.log 2>&1 &\necho started"
+        ))
+        .await;
+    assert!(started.contains("started"), "{started}");
+    // Wait for the script's fill (a guard, not a timing: it pushes for a few seconds).
+    let mut filled = String::new();
+    for _ in 0..240 {
+        filled = fx
+            .sh("cat /tmp/filled 2>/dev/null; cat /tmp/fill.log")
+            .await;
+        if filled.trim().parse::<usize>().is_ok() || filled.contains("Error") {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    assert!(
+        filled.trim().parse::<usize>().is_ok(),
+        "the filler did not finish: {filled}"
+    );
+    // Then until the relay's memory stops changing.
+    let mut last = (0, 0, 0);
+    for _ in 0..40 {
+        tokio::time::sleep(Duration::from_millis(250)).await;
+        let now = relay_buffer_bytes(inet.far);
+        let (a, b) = (now.0 + now.1, last.0 + last.1);
+        last = now;
+        if a.abs_diff(b) <= a / 100 {
+            break;
+        }
+    }
+    let (sockets, pipes, counted) = last;
+    eprintln!(
+        "relay for a {} MiB sandbox: {} KiB in {counted} sockets, {} KiB in pipes, {} upstream connections",
+        LIMIT >> 20,
+        sockets >> 10,
+        pipes >> 10,
+        accepted.load(Ordering::SeqCst)
+    );
+    assert!(counted > 0, "no relay socket found");
+    let cap = omabox_egress::SocketBuffers::default().connections_within(LIMIT);
+    assert!(
+        accepted.load(Ordering::SeqCst) <= cap,
+        "more than {cap} connections"
+    );
+    assert!(
+        sockets + pipes <= LIMIT,
+        "the relay holds {} KiB for a sandbox limited to {} KiB",
+        (sockets + pipes) >> 10,
+        LIMIT >> 10
+    );
+    fx.finish().await;
+}

@@ -154,9 +154,10 @@ pub struct RunArgs {
     #[arg(long, value_name = "FILE")]
     environment: Option<PathBuf>,
     /// Inject a vault secret into the sandbox's HTTPS requests to HOST (under PREFIX):
-    /// `HOST[/PREFIX]=SECRET[:bearer|basic|token]` (repeatable; linux; the host must be
-    /// allowed by the networking). The sandbox never holds the secret; the work item then
-    /// requires enforced credential egress.
+    /// `HOST[/PREFIX]=SECRET[:bearer|basic|token]` (repeatable; linux; PREFIX matches whole
+    /// path segments). The host must be allowed by the networking, else the run is refused
+    /// before it starts. The sandbox never holds the secret; the work item then requires
+    /// enforced credential egress.
     #[arg(long = "credential", value_name = "HOST[/PREFIX]=SECRET",
           value_parser = omabox_backend_linux::credential_egress::EgressCredential::parse)]
     credentials: Vec<omabox_backend_linux::credential_egress::EgressCredential>,
@@ -287,6 +288,16 @@ pub async fn run(data_dir: &Path, args: RunArgs) -> anyhow::Result<ExitCode> {
     let mut env = SandboxFactoryEnv::from_process_env();
     wiring::check_backend(args.backend, &env)?;
     let request = request(&args)?;
+    let environment = args
+        .environment
+        .as_deref()
+        .map(EnvironmentConfig::load)
+        .transpose()?;
+    crate::credential_reach::check(
+        &args.credentials,
+        environment.as_ref().and_then(|e| e.networking.as_ref()),
+        env.get(NETWORK_ENV),
+    )?;
     let session_inputs =
         crate::session_inputs::SessionInputs::load(args.session_json.as_deref(), &args.resources)?;
     if args.backend != Backend::Linux

@@ -220,7 +220,9 @@ impl LinuxSandboxPort {
                 .identity()
                 .pidfd()
                 .map_err(NetworkError::Sandbox)
-                .and_then(|pidfd| SandboxNetwork::start(pidfd, &plan.network, resolver));
+                .and_then(|pidfd| {
+                    SandboxNetwork::start(pidfd, &plan.network, plan.limits.memory_bytes, resolver)
+                });
             match started {
                 Ok(network) => Some(network),
                 Err(e) => {
