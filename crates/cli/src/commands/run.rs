@@ -288,6 +288,7 @@ pub async fn run(data_dir: &Path, args: RunArgs) -> anyhow::Result<ExitCode> {
     let mut env = SandboxFactoryEnv::from_process_env();
     wiring::check_backend(args.backend, &env)?;
     let request = request(&args)?;
+    // Read before anything is created or installed: a bad file is refused at once.
     let environment = args
         .environment
         .as_deref()
@@ -323,12 +324,6 @@ pub async fn run(data_dir: &Path, args: RunArgs) -> anyhow::Result<ExitCode> {
     {
         errln!("{}", registry_note(id, *known));
     }
-    // Read before anything is created or installed: a bad file is refused at once.
-    let environment = args
-        .environment
-        .as_deref()
-        .map(EnvironmentConfig::load)
-        .transpose()?;
     let inference_config = match args.is_acp() && args.inference_gateway.is_none() {
         true => Some(inference_server::config(
             args.inference_config.as_deref(),
