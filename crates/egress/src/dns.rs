@@ -205,13 +205,13 @@ impl DnsStub {
     /// The response to one datagram from `peer`, or `None` to drop it.
     pub async fn answer(&self, packet: &[u8], peer: SocketAddr) -> Option<Vec<u8>> {
         let query = Message::from_vec(packet).ok()?;
-        if query.message_type() != MessageType::Query || query.queries().len() != 1 {
+        if query.metadata.message_type != MessageType::Query || query.queries.len() != 1 {
             return None;
         }
-        if query.op_code() != OpCode::Query {
+        if query.metadata.op_code != OpCode::Query {
             return encode(response(&query, ResponseCode::NotImp));
         }
-        let question = &query.queries()[0];
+        let question = &query.queries[0];
         if let Some(response) = self.answer_pinned(&query) {
             return encode(response);
         }
@@ -277,7 +277,7 @@ impl DnsStub {
     /// The pinned name's answer, if `query` asks for it (and the policy is not `none`).
     fn answer_pinned(&self, query: &Message) -> Option<Message> {
         let (pinned, address) = self.pinned.as_ref()?;
-        let question = &query.queries()[0];
+        let question = &query.queries[0];
         let name = normalize_name(&question.name().to_ascii())?;
         if name != *pinned
             || question.query_class() != DNSClass::IN
@@ -299,15 +299,15 @@ impl DnsStub {
 
 /// A response header for `query` with its question echoed.
 fn response(query: &Message, code: ResponseCode) -> Message {
-    let mut message = Message::new();
-    message
-        .set_id(query.id())
-        .set_message_type(MessageType::Response)
-        .set_op_code(query.op_code())
-        .set_recursion_desired(query.recursion_desired())
-        .set_recursion_available(true)
-        .set_response_code(code)
-        .add_queries(query.queries().iter().cloned());
+    let mut message = Message::new(
+        query.metadata.id,
+        MessageType::Response,
+        query.metadata.op_code,
+    );
+    message.metadata.recursion_desired = query.metadata.recursion_desired;
+    message.metadata.recursion_available = true;
+    message.metadata.response_code = code;
+    message.add_queries(query.queries.iter().cloned());
     message
 }
 
@@ -318,9 +318,7 @@ fn encode(mut message: Message) -> Option<Vec<u8>> {
         if bytes.len() <= MAX_RESPONSE {
             return Some(bytes);
         }
-        let mut answers = message.take_answers();
-        answers.pop()?;
-        message.add_answers(answers);
-        message.set_truncated(true);
+        message.answers.pop()?;
+        message.metadata.truncation = true;
     }
 }

@@ -18,11 +18,8 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
 fn query(name: &str) -> Vec<u8> {
-    let mut m = Message::new();
-    m.set_id(1)
-        .set_message_type(MessageType::Query)
-        .set_op_code(OpCode::Query)
-        .add_query(Query::query(Name::from_ascii(name).unwrap(), RecordType::A));
+    let mut m = Message::new(1, MessageType::Query, OpCode::Query);
+    m.add_query(Query::query(Name::from_ascii(name).unwrap(), RecordType::A));
     m.to_vec().unwrap()
 }
 
@@ -181,9 +178,9 @@ async fn a_server_speaks_first_protocol_waits_only_the_answered_wait() {
 fn answered(response: Vec<u8>) -> Vec<std::net::IpAddr> {
     Message::from_vec(&response)
         .unwrap()
-        .answers()
+        .answers
         .iter()
-        .filter_map(|r| match r.data() {
+        .filter_map(|r| match &r.data {
             hickory_proto::rr::RData::A(a) => Some(std::net::IpAddr::V4(a.0)),
             hickory_proto::rr::RData::AAAA(a) => Some(std::net::IpAddr::V6(a.0)),
             _ => None,
@@ -218,14 +215,11 @@ async fn a_synthetic_answer_leads_to_the_hosts_resolution_of_its_name() {
     let b = answered(stub.answer(&query("other.test"), peer).await.unwrap());
     assert_eq!(b.len(), 1);
     assert_ne!(a, b);
-    let mut aaaa = Message::new();
-    aaaa.set_id(2)
-        .set_message_type(MessageType::Query)
-        .set_op_code(OpCode::Query)
-        .add_query(Query::query(
-            Name::from_ascii("git.test").unwrap(),
-            RecordType::AAAA,
-        ));
+    let mut aaaa = Message::new(2, MessageType::Query, OpCode::Query);
+    aaaa.add_query(Query::query(
+        Name::from_ascii("git.test").unwrap(),
+        RecordType::AAAA,
+    ));
     assert!(answered(stub.answer(&aaaa.to_vec().unwrap(), peer).await.unwrap()).is_empty());
 
     let relay = Arc::new(

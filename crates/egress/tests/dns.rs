@@ -6,7 +6,7 @@ use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::Duration;
 
-use hickory_proto::op::{Message, MessageType, OpCode, Query, ResponseCode};
+use hickory_proto::op::{Message, MessageType, Query, ResponseCode};
 use hickory_proto::rr::{Name, RData, RecordType};
 use omabox_contract::networking::NetworkPolicy;
 use omabox_egress::AddressRules;
@@ -16,12 +16,10 @@ use support::{CountingResolver, limited};
 use tokio::net::UdpSocket;
 
 fn query(id: u16, name: &str, qtype: RecordType) -> Vec<u8> {
-    let mut m = Message::new();
-    m.set_id(id)
-        .set_message_type(MessageType::Query)
-        .set_op_code(OpCode::Query)
-        .set_recursion_desired(true)
-        .add_query(Query::query(Name::from_ascii(name).unwrap(), qtype));
+    let mut m = Message::query();
+    m.metadata.id = id;
+    m.metadata.recursion_desired = true;
+    m.add_query(Query::query(Name::from_ascii(name).unwrap(), qtype));
     m.to_vec().unwrap()
 }
 
@@ -54,9 +52,9 @@ impl Stub {
 }
 
 fn addresses(m: &Message) -> Vec<IpAddr> {
-    m.answers()
+    m.answers
         .iter()
-        .map(|r| match r.data() {
+        .map(|r| match &r.data {
             RData::A(a) => IpAddr::V4(a.0),
             RData::AAAA(a) => IpAddr::V6(a.0),
             other => panic!("unexpected answer {other:?}"),
@@ -87,11 +85,11 @@ async fn an_answered_name_gets_its_reachable_addresses_of_the_asked_family() {
         .ask(&query(7, "API.allowed.test.", RecordType::A))
         .await
         .unwrap();
-    assert_eq!(a.id(), 7);
-    assert_eq!(a.message_type(), MessageType::Response);
-    assert_eq!(a.response_code(), ResponseCode::NoError);
+    assert_eq!(a.metadata.id, 7);
+    assert_eq!(a.metadata.message_type, MessageType::Response);
+    assert_eq!(a.metadata.response_code, ResponseCode::NoError);
     assert_eq!(
-        a.queries(),
+        a.queries,
         [Query::query(
             Name::from_ascii("API.allowed.test.").unwrap(),
             RecordType::A
@@ -99,9 +97,9 @@ async fn an_answered_name_gets_its_reachable_addresses_of_the_asked_family() {
     );
     assert_eq!(addresses(&a), ips(&["192.0.2.10", "192.0.2.11"]));
     assert!(
-        a.answers()
+        a.answers
             .iter()
-            .all(|r| r.ttl() == omabox_egress::dns::ANSWER_TTL)
+            .all(|r| r.ttl == omabox_egress::dns::ANSWER_TTL)
     );
 
     let aaaa = stub
@@ -117,8 +115,8 @@ async fn an_answered_name_gets_its_reachable_addresses_of_the_asked_family() {
             .ask(&query(9, "api.allowed.test", qtype))
             .await
             .unwrap();
-        assert_eq!(m.response_code(), ResponseCode::NoError);
-        assert!(m.answers().is_empty());
+        assert_eq!(m.metadata.response_code, ResponseCode::NoError);
+        assert!(m.answers.is_empty());
     }
     assert_eq!(resolver.calls(), before);
 }
@@ -151,9 +149,9 @@ async fn refused_names_are_refused_and_never_reach_the_resolver() {
         ][usize::from(i) % 5];
         let name = format!("{label}.exfil.attacker.test");
         let m = stub.ask(&query(i, &name, qtype)).await.expect("an answer");
-        assert_eq!(m.response_code(), ResponseCode::Refused, "{name}");
-        assert_eq!(m.id(), i);
-        assert!(m.answers().is_empty());
+        assert_eq!(m.metadata.response_code, ResponseCode::Refused, "{name}");
+        assert_eq!(m.metadata.id, i);
+        assert!(m.answers.is_empty());
     }
     // Near misses of allowed names are refused too.
     for name in [
@@ -163,7 +161,7 @@ async fn refused_names_are_refused_and_never_reach_the_resolver() {
         "cdn.allowed.test",
     ] {
         let m = stub.ask(&query(1, name, RecordType::A)).await.unwrap();
-        assert_eq!(m.response_code(), ResponseCode::Refused, "{name}");
+        assert_eq!(m.metadata.response_code, ResponseCode::Refused, "{name}");
     }
     assert_eq!(resolver.calls(), 0, "no refused name was looked up");
 }
@@ -179,7 +177,7 @@ async fn malformed_datagrams_are_dropped_and_the_stub_keeps_answering() {
         RecordType::A,
     ));
     let mut a_response = Message::from_vec(&good).unwrap();
-    a_response.set_message_type(MessageType::Response);
+    a_response.metadata.message_type = MessageType::Response;
     for bad in [
         Vec::new(),
         b"garbage".to_vec(),
@@ -212,17 +210,17 @@ async fn a_failed_lookup_is_servfail_and_long_answers_are_capped() {
     )
     .await;
     let m = stub.ask(&query(1, &long, RecordType::A)).await.unwrap();
-    assert_eq!(m.response_code(), ResponseCode::NoError);
+    assert_eq!(m.metadata.response_code, ResponseCode::NoError);
     assert!(
-        !m.answers().is_empty() && m.answers().len() <= 8,
+        !m.answers.is_empty() && m.answers.len() <= 8,
         "{}",
-        m.answers().len()
+        m.answers.len()
     );
     let m = stub
         .ask(&query(2, "gone.allowed.test", RecordType::A))
         .await
         .unwrap();
-    assert_eq!(m.response_code(), ResponseCode::ServFail);
+    assert_eq!(m.metadata.response_code, ResponseCode::ServFail);
 }
 
 #[tokio::test]
@@ -231,7 +229,7 @@ async fn a_policy_change_applies_to_the_next_question() {
     let stub = Stub::start(NetworkPolicy::None, resolver.clone()).await;
     let q = query(1, "api.allowed.test", RecordType::A);
     assert_eq!(
-        stub.ask(&q).await.unwrap().response_code(),
+        stub.ask(&q).await.unwrap().metadata.response_code,
         ResponseCode::Refused
     );
     stub.stub.set_policy(limited(&["api.allowed.test".into()]));
@@ -253,14 +251,14 @@ async fn the_gateway_name_is_pinned_to_its_loopback_address_but_not_under_none()
         async move { Message::from_vec(&stub.answer(&packet, peer()).await.unwrap()).unwrap() }
     };
     let a = answer(RecordType::A).await;
-    assert_eq!(a.response_code(), ResponseCode::NoError);
+    assert_eq!(a.metadata.response_code, ResponseCode::NoError);
     assert_eq!(addresses(&a), ips(&["127.0.0.1"]));
     let aaaa = answer(RecordType::AAAA).await;
-    assert_eq!(aaaa.response_code(), ResponseCode::NoError);
+    assert_eq!(aaaa.metadata.response_code, ResponseCode::NoError);
     assert!(addresses(&aaaa).is_empty());
     stub.set_policy(NetworkPolicy::None);
     assert_eq!(
-        answer(RecordType::A).await.response_code(),
+        answer(RecordType::A).await.metadata.response_code,
         ResponseCode::Refused
     );
     assert_eq!(
@@ -295,7 +293,7 @@ async fn dns_over_tcp_answers_like_udp_and_drops_oversized_or_silent_clients() {
         let mut buf = vec![0u8; len];
         tcp.read_exact(&mut buf).await.unwrap();
         let m = Message::from_vec(&buf).unwrap();
-        assert_eq!((m.id(), m.response_code()), (id, code));
+        assert_eq!((m.metadata.id, m.metadata.response_code), (id, code));
     }
     // A length beyond the cap closes the connection without reading the body.
     tcp.write_u16(60000).await.unwrap();
