@@ -132,11 +132,11 @@ async fn refused_names_are_refused_and_never_reach_the_resolver() {
     // Exfiltration: random subdomains of a denied zone, every record type a tunnel uses.
     let mut rng = rand::rng();
     for i in 0..300u16 {
-        let label: String = (0..rand::Rng::random_range(&mut rng, 1..60))
+        let label: String = (0..rand::RngExt::random_range(&mut rng, 1..60))
             .map(|_| {
                 char::from(
                     b"abcdefghijklmnopqrstuvwxyz0123456789"
-                        [rand::Rng::random_range(&mut rng, 0..36)],
+                        [rand::RngExt::random_range(&mut rng, 0..36)],
                 )
             })
             .collect();

@@ -86,6 +86,8 @@ impl ProxyState {
         let host_rule = HostRule::new(deps.config.public_url.as_deref()).ok_or_else(|| {
             ProxyError::Internal("public_url must be an absolute http(s) URL".to_owned())
         })?;
+        // reqwest is built without a crypto provider of its own: ring, as everywhere else.
+        let _ = rustls::crypto::ring::default_provider().install_default();
         let client = reqwest::Client::builder()
             .redirect(reqwest::redirect::Policy::none())
             // An upstream that sends nothing for the idle timeout is cut off like a client.

@@ -12,7 +12,7 @@
 
 use crate::token::TokenHash;
 use omabox_contract::SecretString;
-use rand::RngCore;
+use rand::Rng as _;
 
 /// The prefix of every session token.
 pub const SESSION_TOKEN_PREFIX: &str = "omst_";

@@ -2,7 +2,7 @@
 //! persisted only as a SHA-256 hash.
 
 use omabox_contract::SecretString;
-use rand::RngCore;
+use rand::Rng as _;
 use sha2::{Digest, Sha256};
 use std::fmt;
 

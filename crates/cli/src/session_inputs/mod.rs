@@ -290,8 +290,18 @@ pub fn add_file(data_dir: &Path, path: &Path) -> anyhow::Result<omabox_proxy::fi
             .map(|file| file.take(MAX_FILE_BYTES + 1))
     };
     let mut hasher = Sha256::new();
-    let copied = std::io::copy(&mut open()?, &mut hasher)
-        .with_context(|| format!("cannot read {}", path.display()))?;
+    let (mut file, mut copied, mut chunk) = (open()?, 0u64, vec![0u8; 64 * 1024]);
+    loop {
+        let n = match std::io::Read::read(&mut file, &mut chunk) {
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            read => read.with_context(|| format!("cannot read {}", path.display()))?,
+        };
+        if n == 0 {
+            break;
+        }
+        hasher.update(&chunk[..n]);
+        copied += n as u64;
+    }
     if copied > MAX_FILE_BYTES {
         anyhow::bail!(
             "omabox files add {}: too large (max {})",
