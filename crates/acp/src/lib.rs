@@ -21,6 +21,8 @@
 //!
 //! Depends on `contract` and `sandbox` only; the CLI wires it.
 
+#![forbid(unsafe_code)]
+
 pub mod agents;
 mod driver;
 pub mod events;

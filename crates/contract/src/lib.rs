@@ -19,6 +19,8 @@
 //! - **Secrets never print.** The fence token is a [`SecretString`] whose `Debug` and
 //!   `Display` are redacted; it is serialized only where the fence itself crosses a wire.
 
+#![forbid(unsafe_code)]
+
 pub mod capabilities;
 pub mod catalog;
 pub mod checkpoint;

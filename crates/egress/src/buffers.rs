@@ -13,7 +13,7 @@
 
 use std::io;
 use std::net::SocketAddr;
-use std::os::fd::{AsFd, AsRawFd};
+use std::os::fd::AsFd;
 use std::time::Duration;
 
 use tokio::net::{TcpSocket, TcpStream};
@@ -92,23 +92,10 @@ impl SocketBuffers {
 }
 
 fn set_buffers(socket: &impl AsFd, bytes: u32) -> io::Result<()> {
-    let value = libc::c_int::try_from(bytes).unwrap_or(libc::c_int::MAX);
-    for option in [libc::SO_RCVBUF, libc::SO_SNDBUF] {
-        // SAFETY: the fd is borrowed from a live socket; the option value is one c_int,
-        // its size passed with it.
-        let rc = unsafe {
-            libc::setsockopt(
-                socket.as_fd().as_raw_fd(),
-                libc::SOL_SOCKET,
-                option,
-                (&value as *const libc::c_int).cast(),
-                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-            )
-        };
-        if rc != 0 {
-            return Err(io::Error::last_os_error());
-        }
-    }
+    use rustix::net::sockopt::{set_socket_recv_buffer_size, set_socket_send_buffer_size};
+    let value = usize::try_from(bytes.min(i32::MAX as u32)).unwrap_or(usize::MAX);
+    set_socket_recv_buffer_size(socket, value)?;
+    set_socket_send_buffer_size(socket, value)?;
     Ok(())
 }
 
@@ -133,25 +120,10 @@ mod tests {
             .unwrap();
         let client = std::net::TcpStream::connect(listener.local_addr().unwrap()).unwrap();
         let (accepted, _) = listener.accept().unwrap();
-        let got = |s: &std::net::TcpStream, option| {
-            let mut value: libc::c_int = 0;
-            let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
-            // SAFETY: getsockopt writes one c_int into `value`.
-            let rc = unsafe {
-                libc::getsockopt(
-                    s.as_raw_fd(),
-                    libc::SOL_SOCKET,
-                    option,
-                    (&mut value as *mut libc::c_int).cast(),
-                    &mut len,
-                )
-            };
-            assert_eq!(rc, 0);
-            value
-        };
+        use rustix::net::sockopt::{socket_recv_buffer_size, socket_send_buffer_size};
         // Inherited from the listener, doubled by the kernel.
-        assert_eq!(got(&accepted, libc::SO_RCVBUF), 128 * 1024);
-        assert_eq!(got(&accepted, libc::SO_SNDBUF), 128 * 1024);
+        assert_eq!(socket_recv_buffer_size(&accepted).unwrap(), 128 * 1024);
+        assert_eq!(socket_send_buffer_size(&accepted).unwrap(), 128 * 1024);
         drop(client);
     }
 }

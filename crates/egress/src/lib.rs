@@ -19,6 +19,8 @@
 //! and later increments. [`original_dst`] serves a redirect-based backend, should one come.
 //! It never logs payload bytes, and never sends a refused name to any resolver.
 
+#![forbid(unsafe_code)]
+
 pub mod addresses;
 pub mod authority;
 pub mod buffers;

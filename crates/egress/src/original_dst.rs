@@ -45,38 +45,11 @@ pub struct SoOriginalDst;
 #[cfg(target_os = "linux")]
 impl OriginalDestination for SoOriginalDst {
     fn original_destination(&self, stream: &TcpStream) -> io::Result<SocketAddr> {
-        use std::os::fd::AsRawFd;
-        let fd = stream.as_raw_fd();
-        if stream.local_addr()?.is_ipv4() {
-            // SAFETY: an all-zero sockaddr_in is a valid value of the type.
-            let mut addr: libc::sockaddr_in = unsafe { std::mem::zeroed() };
-            getsockopt(fd, libc::SOL_IP, libc::SO_ORIGINAL_DST, &mut addr)?;
-            Ok(SocketAddr::from((
-                u32::from_be(addr.sin_addr.s_addr).to_be_bytes(),
-                u16::from_be(addr.sin_port),
-            )))
-        } else {
-            // SAFETY: an all-zero sockaddr_in6 is a valid value of the type.
-            let mut addr: libc::sockaddr_in6 = unsafe { std::mem::zeroed() };
-            getsockopt(fd, libc::SOL_IPV6, libc::IP6T_SO_ORIGINAL_DST, &mut addr)?;
-            Ok(SocketAddr::from((
-                addr.sin6_addr.s6_addr,
-                u16::from_be(addr.sin6_port),
-            )))
-        }
-    }
-}
-
-#[cfg(target_os = "linux")]
-fn getsockopt<T>(fd: i32, level: i32, name: i32, value: &mut T) -> io::Result<()> {
-    let mut len = std::mem::size_of::<T>() as libc::socklen_t;
-    // SAFETY: `value` is a valid, writable `T` of `len` bytes that outlives the call, and
-    // the kernel writes at most `len` bytes into it.
-    let rc = unsafe { libc::getsockopt(fd, level, name, (value as *mut T).cast(), &mut len) };
-    if rc == 0 {
-        Ok(())
-    } else {
-        Err(io::Error::last_os_error())
+        use rustix::net::sockopt::{ip_original_dst, ipv6_original_dst};
+        Ok(match stream.local_addr()?.is_ipv4() {
+            true => SocketAddr::V4(ip_original_dst(stream)?),
+            false => SocketAddr::V6(ipv6_original_dst(stream)?),
+        })
     }
 }
 

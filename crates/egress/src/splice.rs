@@ -7,7 +7,7 @@
 //! either moves bytes or awaits readiness: no spinning.
 
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 
 use tokio::io::Interest;
 use tokio::net::TcpStream;
@@ -39,8 +39,8 @@ async fn pump(
     on_data: &(dyn Fn() + Sync),
 ) -> io::Result<u64> {
     let pipe = Pipe::new(pipe_bytes)?;
-    let (s, d) = (src.as_raw_fd(), dst.as_raw_fd());
-    let (pr, pw) = (pipe.read.as_raw_fd(), pipe.write.as_raw_fd());
+    let (s, d) = (src.as_fd(), dst.as_fd());
+    let (pr, pw) = (pipe.read.as_fd(), pipe.write.as_fd());
     let (mut in_pipe, mut eof, mut total) = (0usize, false, 0u64);
     loop {
         if !eof && in_pipe < pipe.capacity {
@@ -93,17 +93,9 @@ struct Pipe {
 impl Pipe {
     /// A pipe of `bytes` (the kernel rounds up to a power of two pages).
     fn new(bytes: u32) -> io::Result<Self> {
-        let mut fds = [0 as libc::c_int; 2];
-        // SAFETY: `fds` is a writable array of two ints, as pipe2 requires.
-        if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_NONBLOCK | libc::O_CLOEXEC) } != 0 {
-            return Err(io::Error::last_os_error());
-        }
-        // SAFETY: pipe2 succeeded, so both descriptors are open and owned by nothing else.
-        let (read, write) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
-        let asked = libc::c_int::try_from(bytes).unwrap_or(libc::c_int::MAX);
-        // SAFETY: F_SETPIPE_SZ on an open pipe takes an int; failure only returns -1.
-        let size = unsafe { libc::fcntl(write.as_raw_fd(), libc::F_SETPIPE_SZ, asked) };
-        let capacity = usize::try_from(size)
+        use rustix::pipe::{PipeFlags, fcntl_setpipe_size, pipe_with};
+        let (read, write) = pipe_with(PipeFlags::NONBLOCK | PipeFlags::CLOEXEC)?;
+        let capacity = fcntl_setpipe_size(&write, bytes as usize)
             .ok()
             .filter(|s| *s > 0)
             .unwrap_or(DEFAULT_PIPE_BYTES);
@@ -115,27 +107,21 @@ impl Pipe {
     }
 }
 
-fn splice(from: RawFd, to: RawFd, len: usize) -> io::Result<usize> {
-    // SAFETY: both descriptors are open for the duration of the call (borrowed from live
-    // sockets and a live pipe); null offsets are required for sockets and pipes.
-    let n = unsafe {
-        libc::splice(
-            from,
-            std::ptr::null_mut(),
-            to,
-            std::ptr::null_mut(),
-            len,
-            libc::SPLICE_F_MOVE | libc::SPLICE_F_NONBLOCK,
-        )
-    };
-    usize::try_from(n).map_err(|_| io::Error::last_os_error())
+fn splice(from: BorrowedFd<'_>, to: BorrowedFd<'_>, len: usize) -> io::Result<usize> {
+    use rustix::pipe::SpliceFlags;
+    // No offsets: sockets and pipes have none.
+    Ok(rustix::pipe::splice(
+        from,
+        None,
+        to,
+        None,
+        len,
+        SpliceFlags::MOVE | SpliceFlags::NONBLOCK,
+    )?)
 }
 
 /// Half-closes `fd`'s sending side (the peer sees EOF). A socket already disconnected has
 /// nothing to shut down, so the result is ignored.
-fn shutdown_write(fd: RawFd) {
-    // SAFETY: `fd` is an open socket borrowed from a live `TcpStream`.
-    unsafe {
-        libc::shutdown(fd, libc::SHUT_WR);
-    }
+fn shutdown_write(fd: BorrowedFd<'_>) {
+    let _ = rustix::net::shutdown(fd, rustix::net::Shutdown::Write);
 }

@@ -22,6 +22,8 @@
 //! effect goes through a port from `omabox-contract` (the JSON-Lines channel reads and writes
 //! only the streams a backend hands it).
 
+#![forbid(unsafe_code)]
+
 pub mod catalog;
 pub mod lease_journal;
 pub mod loader;

@@ -10,9 +10,7 @@ pub(crate) fn point(name: &str) {
         return;
     };
     if wanted == name && std::env::var_os("OMABOX_TEST_MODE").is_some_and(|v| v == "1") {
-        // SAFETY: kill(2) on our own pid has no memory-safety preconditions.
-        unsafe {
-            libc::kill(libc::getpid(), libc::SIGKILL);
-        }
+        let _ =
+            rustix::process::kill_process(rustix::process::getpid(), rustix::process::Signal::KILL);
     }
 }

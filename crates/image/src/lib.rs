@@ -82,6 +82,8 @@
 //!
 //! Disk use is bounded only by those limits (64 GiB by default).
 
+#![forbid(unsafe_code)]
+
 use std::fs::{self, File};
 use std::io::{self, BufReader, Read};
 use std::os::unix::fs::{DirBuilderExt, MetadataExt};
@@ -451,8 +453,7 @@ impl ImageCache {
     /// The default cache directory: `/var/lib/omabox/images` for root, otherwise
     /// `$XDG_CACHE_HOME/omabox/images` (or `~/.cache/omabox/images`).
     pub fn default_dir() -> PathBuf {
-        // SAFETY: geteuid has no preconditions and cannot fail.
-        if unsafe { libc::geteuid() } == 0 {
+        if rustix::process::geteuid().is_root() {
             return PathBuf::from("/var/lib/omabox/images");
         }
         let base = std::env::var_os("XDG_CACHE_HOME")
@@ -601,8 +602,7 @@ impl ImageCache {
             Err(e) => return Err(cache_err(format!("cannot create it: {e}"))),
         }
         let meta = fs::symlink_metadata(&self.dir).map_err(|e| cache_err(e.to_string()))?;
-        // SAFETY: geteuid has no preconditions and cannot fail.
-        let euid = unsafe { libc::geteuid() };
+        let euid = rustix::process::geteuid().as_raw();
         if !meta.is_dir() {
             return Err(cache_err("is not a directory (or is a symlink)".into()));
         }

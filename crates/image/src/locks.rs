@@ -18,7 +18,6 @@
 use std::fs::{self, File, OpenOptions};
 use std::io;
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
-use std::os::unix::io::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -30,7 +29,7 @@ impl ImageCache {
     pub(crate) fn lock(&self, name: &str) -> Result<File, ImageError> {
         self.prepare()?;
         let (file, path) = self.open_lock(name)?;
-        flock(&file, libc::LOCK_EX).map_err(|e| ImageError::write(&path, e))?;
+        file.lock().map_err(|e| ImageError::write(&path, e))?;
         Ok(file)
     }
 
@@ -38,17 +37,18 @@ impl ImageCache {
     pub(crate) fn lock_shared(&self, name: &str) -> Result<File, ImageError> {
         self.prepare()?;
         let (file, path) = self.open_lock(name)?;
-        flock(&file, libc::LOCK_SH).map_err(|e| ImageError::write(&path, e))?;
+        file.lock_shared()
+            .map_err(|e| ImageError::write(&path, e))?;
         Ok(file)
     }
 
     /// Takes `locks/<name>.lock` exclusively if nobody holds it; `None` if someone does.
     pub(crate) fn try_lock(&self, name: &str) -> Result<Option<File>, ImageError> {
         let (file, path) = self.open_lock(name)?;
-        match flock(&file, libc::LOCK_EX | libc::LOCK_NB) {
+        match file.try_lock() {
             Ok(()) => Ok(Some(file)),
-            Err(e) if e.raw_os_error() == Some(libc::EWOULDBLOCK) => Ok(None),
-            Err(e) => Err(ImageError::write(&path, e)),
+            Err(std::fs::TryLockError::WouldBlock) => Ok(None),
+            Err(std::fs::TryLockError::Error(e)) => Err(ImageError::write(&path, e)),
         }
     }
 
@@ -132,20 +132,6 @@ fn covering_lock(name: &str) -> Option<String> {
         return is_sha256_hex(hex).then(|| format!("pull-{hex}"));
     }
     is_sha256_hex(stem).then(|| stem.to_owned())
-}
-
-/// flock(2), retried when a signal interrupts it.
-fn flock(file: &File, operation: i32) -> io::Result<()> {
-    loop {
-        // SAFETY: flock on an fd we own; no memory is involved.
-        if unsafe { libc::flock(file.as_raw_fd(), operation) } == 0 {
-            return Ok(());
-        }
-        let e = io::Error::last_os_error();
-        if e.kind() != io::ErrorKind::Interrupted {
-            return Err(e);
-        }
-    }
 }
 
 /// `tmp_root/<name>.<pid>.<n>`, a name this process has not used yet.

@@ -10,7 +10,7 @@
 //! root `nosuid`, as an idmapped layer.
 
 use std::collections::{BTreeMap, HashSet};
-use std::ffi::{CString, OsStr};
+use std::ffi::OsStr;
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, BufRead, BufReader, Read, Write};
 use std::os::unix::ffi::OsStrExt;
@@ -114,8 +114,7 @@ impl Unpacker {
     pub(super) fn new(root: &Path, limits: UnpackLimits) -> Self {
         Self {
             root: root.to_path_buf(),
-            // SAFETY: geteuid has no preconditions and cannot fail.
-            as_root: unsafe { libc::geteuid() } == 0,
+            as_root: rustix::process::geteuid().is_root(),
             dirs: BTreeMap::new(),
             tally: Tally::new(limits),
         }
@@ -270,12 +269,15 @@ impl Unpacker {
             fs::hard_link(&source, &target).map_err(|e| ImageError::write(&target, e))?;
         } else if kind == tar::EntryType::Fifo {
             self.clear(&target)?;
-            let c = cstring(&target)?;
-            // SAFETY: `c` is a valid NUL-terminated path; mknod creates a FIFO and
-            // never follows a symlink at the final component (we removed it).
-            if unsafe { libc::mknod(c.as_ptr(), libc::S_IFIFO | 0o600, 0) } != 0 {
-                return Err(ImageError::write(&target, io::Error::last_os_error()));
-            }
+            // mknod never follows a symlink at the final component (removed above).
+            rustix::fs::mknodat(
+                rustix::fs::CWD,
+                &target,
+                rustix::fs::FileType::Fifo,
+                rustix::fs::Mode::from_raw_mode(0o600),
+                0,
+            )
+            .map_err(|e| ImageError::write(&target, e.into()))?;
             self.own_and_mode(&target, meta, None)?;
         } else if kind == tar::EntryType::Char || kind == tar::EntryType::Block {
             // Device nodes are skipped: /dev is built by the sandbox and nodev
@@ -490,36 +492,23 @@ pub(super) fn remove_any(path: &Path) -> Result<(), ImageError> {
     .map_err(|e| ImageError::write(path, e))
 }
 
-pub(super) fn cstring(path: &Path) -> Result<CString, ImageError> {
-    CString::new(path.as_os_str().as_bytes()).map_err(|_| {
-        ImageError::write(
-            path,
-            io::Error::new(io::ErrorKind::InvalidInput, "path holds a NUL byte"),
-        )
-    })
-}
-
 pub(super) fn set_mtime(path: &Path, mtime: u64) -> Result<(), ImageError> {
-    let c = cstring(path)?;
-    let t = libc::timespec {
+    let t = rustix::fs::Timespec {
         tv_sec: i64::try_from(mtime).unwrap_or(0),
         tv_nsec: 0,
     };
-    let times = [t, t];
-    // SAFETY: `c` is a valid NUL-terminated path and `times` two valid timespecs;
-    // AT_SYMLINK_NOFOLLOW sets a symlink's own times.
-    let rc = unsafe {
-        libc::utimensat(
-            libc::AT_FDCWD,
-            c.as_ptr(),
-            times.as_ptr(),
-            libc::AT_SYMLINK_NOFOLLOW,
-        )
+    let times = rustix::fs::Timestamps {
+        last_access: t,
+        last_modification: t,
     };
-    if rc != 0 {
-        return Err(ImageError::write(path, io::Error::last_os_error()));
-    }
-    Ok(())
+    // AT_SYMLINK_NOFOLLOW sets a symlink's own times.
+    rustix::fs::utimensat(
+        rustix::fs::CWD,
+        path,
+        &times,
+        rustix::fs::AtFlags::SYMLINK_NOFOLLOW,
+    )
+    .map_err(|e| ImageError::write(path, e.into()))
 }
 
 #[cfg(test)]

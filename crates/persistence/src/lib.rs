@@ -30,6 +30,8 @@
 //!
 //! Layout on disk: see the `layout` module (binding roots) and [`BlobStore`] (blobs).
 
+#![forbid(unsafe_code)]
+
 mod blob;
 mod blob_scan;
 mod collection;

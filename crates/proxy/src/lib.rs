@@ -14,6 +14,8 @@
 //! (credential headers are marked sensitive before tracing sees them); follow an upstream
 //! redirect; buffer a streamed body.
 
+#![forbid(unsafe_code)]
+
 pub mod config;
 mod error;
 pub mod files;

@@ -84,8 +84,7 @@ fn read_existing(path: &Path) -> Result<SecretString, OperatorKeyError> {
         .open(path)
         .map_err(|_| unsafe_file())?;
     let meta = file.metadata().map_err(|_| unsafe_file())?;
-    // SAFETY: geteuid has no preconditions and cannot fail.
-    let uid = unsafe { libc::geteuid() };
+    let uid = rustix::process::geteuid().as_raw();
     if !meta.is_file() || meta.permissions().mode() & 0o077 != 0 || meta.uid() != uid {
         return Err(unsafe_file());
     }

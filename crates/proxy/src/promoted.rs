@@ -310,15 +310,14 @@ fn create_new(path: &Path) -> Result<File, PromotedError> {
 
 /// flock `LOCK_EX` (with `try_only`, `LOCK_NB`: `Ok(false)` when another holds it).
 fn lock(file: &File, try_only: bool) -> io::Result<bool> {
-    use std::os::fd::AsRawFd as _;
-    let operation = libc::LOCK_EX | if try_only { libc::LOCK_NB } else { 0 };
-    // SAFETY: flock(2) on an fd `file` owns for the duration of the call.
-    if unsafe { libc::flock(file.as_raw_fd(), operation) } == 0 {
+    if !try_only {
+        file.lock()?;
         return Ok(true);
     }
-    match io::Error::last_os_error() {
-        error if error.raw_os_error() == Some(libc::EWOULDBLOCK) => Ok(false),
-        error => Err(error),
+    match file.try_lock() {
+        Ok(()) => Ok(true),
+        Err(std::fs::TryLockError::WouldBlock) => Ok(false),
+        Err(std::fs::TryLockError::Error(error)) => Err(error),
     }
 }
 

@@ -129,17 +129,8 @@ fn fds_allow(configured: usize, limit: u64, open: u64) -> usize {
 
 /// The soft `RLIMIT_NOFILE`, `None` when unlimited or unknown.
 fn nofile_soft_limit() -> Option<u64> {
-    let mut limit = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
-    // SAFETY: getrlimit writes only the struct it is given.
-    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } != 0
-        || limit.rlim_cur == libc::RLIM_INFINITY
-    {
-        return None;
-    }
-    Some(limit.rlim_cur)
+    // `None` for RLIM_INFINITY.
+    rustix::process::getrlimit(rustix::process::Resource::Nofile).current
 }
 
 /// How many descriptors this process has open (`/proc/self/fd`, less the one reading it).
@@ -151,22 +142,13 @@ fn open_descriptors() -> Option<u64> {
 /// Raises this process's soft `RLIMIT_NOFILE` to its hard limit (allowed without privilege)
 /// and returns the new soft limit; for a server, before it derives its connection cap.
 pub fn raise_nofile_limit() -> io::Result<u64> {
-    let mut limit = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
-    // SAFETY: getrlimit writes only the struct it is given.
-    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } != 0 {
-        return Err(io::Error::last_os_error());
+    use rustix::process::{Resource, getrlimit, setrlimit};
+    let mut limit = getrlimit(Resource::Nofile);
+    if limit.current != limit.maximum {
+        limit.current = limit.maximum;
+        setrlimit(Resource::Nofile, limit)?;
     }
-    if limit.rlim_cur < limit.rlim_max {
-        limit.rlim_cur = limit.rlim_max;
-        // SAFETY: setrlimit reads only the struct it is given.
-        if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &limit) } != 0 {
-            return Err(io::Error::last_os_error());
-        }
-    }
-    Ok(limit.rlim_cur)
+    Ok(limit.current.unwrap_or(u64::MAX))
 }
 
 /// A failed accept: per-connection errors are skipped; resource exhaustion (EMFILE, ENFILE,

@@ -16,9 +16,7 @@ pub fn point(name: &str) {
         return;
     };
     if wanted == name && std::env::var_os(crate::TEST_MODE_ENV).is_some_and(|v| v == "1") {
-        // SAFETY: kill(2) on our own pid has no memory-safety preconditions.
-        unsafe {
-            libc::kill(libc::getpid(), libc::SIGKILL);
-        }
+        let _ =
+            rustix::process::kill_process(rustix::process::getpid(), rustix::process::Signal::KILL);
     }
 }

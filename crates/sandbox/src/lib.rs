@@ -30,6 +30,8 @@
 //! - Treat a missing capability as success, or offer a capability stub that pretends to work.
 //! - Put anything secret into a handle, log line or error: env values are never printed.
 
+#![forbid(unsafe_code)]
+
 pub mod dockerfile;
 mod factory;
 pub mod fault;

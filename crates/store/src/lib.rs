@@ -59,6 +59,8 @@
 //! process knows the token. Any other process — including the same owner after a restart —
 //! gets `conflict` until the fence expires, exactly like a different owner.
 
+#![forbid(unsafe_code)]
+
 mod clock;
 mod error;
 mod fence_state;

@@ -11,6 +11,8 @@
 //! - [`hostile_http`]: a scripted HTTP server on loopback (a malicious registry, a
 //!   host-only service that must never be contacted) and a tiny OCI image it serves.
 
+#![forbid(unsafe_code)]
+
 pub mod capability;
 pub mod drivers;
 pub mod hostile_http;

@@ -14,6 +14,8 @@
 //! - `hang`: on prompt, writes `agent-waiting-for-cancel`, waits until `session/cancel`,
 //!   then ends the turn `cancelled`.
 
+#![forbid(unsafe_code)]
+
 use agent_client_protocol::v1::ConnectionTo;
 use agent_client_protocol::v1::schema::{
     AgentCapabilities, CancelNotification, ContentBlock, ContentChunk, InitializeRequest,

@@ -74,9 +74,14 @@ pub(crate) fn signal_group(pgid: i32, signal: libc::c_int) {
         // Never signal "every process" (-1) or our own group (0).
         return;
     }
-    // SAFETY: kill(2) takes plain integers and touches no memory of ours; a negative pid
-    // addresses the process group `pgid`, which this sandbox created with setpgid.
-    let _ = unsafe { libc::kill(-pgid, signal) };
+    // The group `pgid`, which this sandbox created with setpgid.
+    let (Some(group), Some(signal)) = (
+        rustix::process::Pid::from_raw(pgid),
+        rustix::process::Signal::from_named_raw(signal),
+    ) else {
+        return;
+    };
+    let _ = rustix::process::kill_process_group(group, signal);
 }
 
 /// True while any process (zombies included) is in group `pgid`.
@@ -84,9 +89,14 @@ pub(crate) fn group_exists(pgid: i32) -> bool {
     if pgid <= 1 {
         return false;
     }
-    // SAFETY: as in `signal_group`; signal 0 only checks that the group exists.
-    let result = unsafe { libc::kill(-pgid, 0) };
-    result == 0 || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM)
+    let Some(group) = rustix::process::Pid::from_raw(pgid) else {
+        return false;
+    };
+    // Signal 0 only checks that the group exists.
+    match rustix::process::test_kill_process_group(group) {
+        Ok(()) => true,
+        Err(error) => error == rustix::io::Errno::PERM,
+    }
 }
 
 /// The libc number of a contract signal.

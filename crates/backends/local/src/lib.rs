@@ -47,6 +47,8 @@
 //! capability it does not really implement (it has no memory mounts, outputs mount, backup
 //! or runtime lifecycle).
 
+#![forbid(unsafe_code)]
+
 pub mod catalog;
 mod error;
 mod factory;
