@@ -45,6 +45,7 @@
 
 pub mod catalog;
 pub mod cgroup;
+mod config;
 pub mod credential_egress;
 pub mod env_layer;
 pub mod factory;
@@ -67,11 +68,13 @@ mod sandbox;
 pub mod setup;
 mod sk_lookup;
 mod spawn;
+mod state_dir;
 mod sys;
 #[doc(hidden)]
 pub mod zygote;
 
 pub use cgroup::{CgroupLayout, CgroupPaths};
+pub use config::{INIT_BINARY, RuntimeConfig};
 pub use handoff::SetupReport;
 pub use identity::{DestroyError, DestroyOutcome, SandboxIdentity};
 pub use image::{CachedImage, ImageCache, ImageError, ImageKind, ResolvedImage};
@@ -80,4 +83,4 @@ pub use plan::{
     BindMount, CpuLimit, Hardening, Limits, Networking, PlanError, RootfsSource, SandboxPlan,
 };
 pub use probe::{LinuxCapabilities, MissingRequirement, ProbeError};
-pub use sandbox::{INIT_BINARY, LinuxRuntime, LinuxSandbox, RuntimeConfig, StartError};
+pub use sandbox::{LinuxRuntime, LinuxSandbox, StartError};

@@ -73,7 +73,7 @@ use crate::plan::{
     BindMount, CA_BUNDLE, CA_ENV, CpuLimit, IMAGE_CA_BUNDLE, RootfsSource, SandboxPlan,
 };
 use crate::port::{DEFAULT_EXEC_TIMEOUT, LinuxPortError, LinuxSandboxPort};
-use crate::sandbox::{LinuxRuntime, RuntimeConfig, StartError};
+use crate::{LinuxRuntime, RuntimeConfig, StartError};
 
 mod env;
 mod image;
