@@ -86,6 +86,10 @@ use process::{BackgroundControl, DuplexControl, ExitFuture, sandbox_exit};
 /// The provider name of linux sandboxes (`SANDBOX_PROVIDER=linux`, runtime handles).
 pub const PROVIDER: &str = "linux";
 
+/// Where the sandbox's trust bundle goes once a credential egress binding is attached
+/// ([`LinuxSandboxPort::attach_credentials`]).
+pub const SANDBOX_CA_FILE: &str = "/tmp/.omabox/ca-certificates.crt";
+
 /// Timeout of [`SandboxPort::exec`] when the caller gives none.
 pub const DEFAULT_EXEC_TIMEOUT: Duration = Duration::from_secs(120);
 
@@ -265,7 +269,7 @@ impl LinuxSandboxPort {
 
     /// Attaches a credential egress binding's `credentials` (see
     /// [`crate::credential_egress`]): the relay intercepts their hosts, and every process
-    /// started afterwards trusts their CA through [`crate::credential_egress::SANDBOX_CA_FILE`]
+    /// started afterwards trusts their CA through [`SANDBOX_CA_FILE`]
     /// (the host bundle plus that CA) and the usual CA variables. Needs a network.
     pub async fn attach_credentials(
         &self,
@@ -277,7 +281,7 @@ impl LinuxSandboxPort {
             bundle.push(b'\n');
         }
         bundle.extend_from_slice(credentials.ca_pem().as_bytes());
-        let path = crate::credential_egress::SANDBOX_CA_FILE;
+        let path = SANDBOX_CA_FILE;
         self.client
             .write_file_bytes(path, Bytes::from(bundle), WriteOptions::default())
             .await
