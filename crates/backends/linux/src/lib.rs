@@ -49,6 +49,7 @@ mod config;
 pub mod credential_egress;
 pub mod env_layer;
 pub mod factory;
+mod fault;
 pub mod handoff;
 mod identity;
 pub mod idmap;

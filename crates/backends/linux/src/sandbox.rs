@@ -176,11 +176,11 @@ impl LinuxRuntime {
         mark("host fds, argv");
         let channels = self.spawn_init(&mut sandbox, init)?;
         mark("host clone");
-        omabox_sandbox::fault::point("linux-start-cloned");
+        crate::fault::point("linux-start-cloned");
         let pending_userns = self.begin_userns(ids)?;
         let cgroup_join = self.create_cgroup(&mut sandbox, plan)?;
         mark("host cgroup create");
-        omabox_sandbox::fault::point("linux-start-cgroup");
+        crate::fault::point("linux-start-cgroup");
         let userns_helper = self.send_userns(pending_userns, channels.agent.as_fd())?;
         let userns_sent = userns_helper.is_some();
         mark("host user namespace");
@@ -196,10 +196,10 @@ impl LinuxRuntime {
         // The child has the namespace and its go: the helper goes now, off its path.
         drop(userns_helper);
         mark("host plan sent");
-        omabox_sandbox::fault::point("linux-start-plan-sent");
+        crate::fault::point("linux-start-plan-sent");
         sandbox.record_identity()?;
         mark("host identity written");
-        omabox_sandbox::fault::point("linux-start-identity");
+        crate::fault::point("linux-start-identity");
         let msg = read_status(channels.status, self.config.ready_timeout)?;
         mark("host ready read");
         sandbox.accept_status(&msg)?;
@@ -262,7 +262,7 @@ impl LinuxRuntime {
         // `leftovers::reap_leftovers` knows to be abandoned.
         crate::leftovers::Owner::record(&state_dir, &self.boot_id)
             .map_err(host("write owner record"))?;
-        omabox_sandbox::fault::point("linux-start-state-dir");
+        crate::fault::point("linux-start-state-dir");
         let ids = if self.caps.root {
             let r = idmap::allocate(&state_dir).map_err(host("allocate sandbox id range"))?;
             sandbox.identity.id_base = Some(r.base);
