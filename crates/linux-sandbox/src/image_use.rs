@@ -7,7 +7,7 @@
 //! `omabox reap` destroys it, so its roots stay protected while it may still run.
 //!
 //! Between its resolution and this record a start holds the image
-//! (`ResolvedImage::hold`, a shared flock kept by the factory until the start returned);
+//! (`ResolvedImage::hold`, a shared flock the backend's factory keeps until the start returned);
 //! a removal takes that lock exclusively without waiting and reads these records only
 //! then, so checking and deleting are one step against starts (`omabox_image`'s
 //! `removal.rs`): an image is deleted only when no start is between its resolution and

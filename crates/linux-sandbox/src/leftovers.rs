@@ -8,7 +8,7 @@
 //! tasks. [`reap_leftovers`] finds them all:
 //!
 //! - **journaled** (the caller knows a lease of it, e.g. from omabox's lease journal): left to
-//!   the lease's own reap, which also bills it (see `managed`); the sweep is for the
+//!   the lease's own reap, which also bills it (the backend's `managed`); the sweep is for the
 //!   sandboxes no lease names (a host killed during the start);
 //! - **owner alive** (same boot, same pid with the same start time): never touched, whatever
 //!   state the sandbox is in — its host still owns it and will tear it down;

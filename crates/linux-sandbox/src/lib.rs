@@ -1,9 +1,13 @@
-//! omabox's default backend: a sandbox made of Linux namespaces, cgroups, seccomp and
-//! Landlock, whose PID 1 is the omabox agent, reached over a unix socketpair.
+//! The mechanism of omabox's default backend: a sandbox made of Linux namespaces, cgroups,
+//! seccomp and Landlock, whose PID 1 is the omabox agent, reached over a unix socketpair.
 //!
 //! This crate is mechanism only. It turns a declarative [`SandboxPlan`] (rootfs, binds,
 //! limits, network policy, env, hostname, hardening) into system calls; what a sandbox
-//! may do is decided by the host and written in the plan.
+//! may do is decided by the host and written in the plan. It reaches nothing of omabox but
+//! `omabox-contract` (the networking config a plan carries) and `omabox-agent` (the PID 1
+//! it serves): the backend that makes plans, resolves images, builds environment layers
+//! and wires the network is `omabox-backend-linux`, which hands this crate a rootfs path
+//! and a plan, and binds its own sockets in a sandbox's namespace through [`netns`].
 //!
 //! # What a running sandbox guarantees
 //!
@@ -13,7 +17,7 @@
 //!   invisible and unsignallable; killing PID 1 kills every process in it.
 //! - Its filesystem is built from the plan alone: read-only host `/usr` & co. or an
 //!   overlay over a rootfs directory (a local directory, or a rootfs tarball or OCI image
-//!   layout that [`image::ImageCache`] unpacked once into its content-addressed cache,
+//!   layout that `omabox-image`'s cache unpacked once into its content-addressed cache,
 //!   refusing path traversal, writes through symlinks and tampered blobs; omabox pulls
 //!   nothing from registries), a generated `/etc`, the plan's binds, fresh
 //!   `/proc` (sensitive entries masked or read-only), a minimal `/dev`, size-limited
@@ -21,8 +25,8 @@
 //! - Its memory, task count and CPU are bounded by its own cgroup (v1 or v2), which the
 //!   sandbox joins before it runs any code the plan controls.
 //! - Its network namespace has loopback only and no route out. What it reaches beyond
-//!   that is what the host binds inside it ([`SandboxNetwork`], for every networking
-//!   config but `none`): a DNS stub and relay listeners that admit by name.
+//!   that is what the host binds inside it ([`netns`]; the backend's `SandboxNetwork`, for
+//!   every networking config but `none`): a DNS stub and relay listeners that admit by name.
 //! - Every process runs with no capabilities in any set, locked securebits,
 //!   `no_new_privs`, a seccomp filter refusing mount/keyring/bpf/perf/module/ptrace/
 //!   namespace/raw-socket and similar calls with EPERM, Landlock (where the kernel has
@@ -43,31 +47,23 @@
 //! See `SECURITY.md` at the repository root for the escape tests and what is not
 //! defended yet.
 
-pub mod catalog;
 pub mod cgroup;
 mod config;
-pub mod credential_egress;
-pub mod env_layer;
-pub mod factory;
 mod fault;
 pub mod handoff;
 mod identity;
 pub mod idmap;
-pub use omabox_image as image;
 pub mod image_use;
 pub mod leftovers;
-pub mod managed;
 pub mod netns;
-pub mod network;
 pub mod oneshot;
 pub mod plan;
-pub mod port;
 pub mod probe;
 pub mod runtime_dir;
 mod sandbox;
 #[doc(hidden)]
 pub mod setup;
-mod sk_lookup;
+pub mod sk_lookup;
 mod spawn;
 mod state_dir;
 mod sys;
@@ -78,8 +74,6 @@ pub use cgroup::{CgroupLayout, CgroupPaths};
 pub use config::{INIT_BINARY, RuntimeConfig};
 pub use handoff::SetupReport;
 pub use identity::{DestroyError, DestroyOutcome, SandboxIdentity};
-pub use image::{CachedImage, ImageCache, ImageError, ImageKind, ResolvedImage};
-pub use network::{NetworkError, SandboxNetwork};
 pub use plan::{
     BindMount, CpuLimit, Hardening, Limits, Networking, PlanError, RootfsSource, SandboxPlan,
 };

@@ -747,7 +747,7 @@ impl Drop for LinuxSandbox {
     fn drop(&mut self) {
         if let Err(e) = self.destroy() {
             eprintln!(
-                "omabox-backend-linux: destroying sandbox {} failed: {e}: {:?}",
+                "omabox-linux-sandbox: destroying sandbox {} failed: {e}: {:?}",
                 self.identity.id,
                 std::error::Error::source(&e)
             );

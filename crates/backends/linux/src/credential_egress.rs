@@ -29,8 +29,8 @@ use omabox_contract::{
 use omabox_egress::intercept::{Credentials, InjectionRule, InterceptCa, roots_from_pem};
 use sha2::{Digest, Sha256};
 
-use crate::plan::CA_BUNDLE;
 use crate::port::{LinuxSandboxPort, PROVIDER};
+use omabox_linux_sandbox::plan::CA_BUNDLE;
 
 pub use crate::port::SANDBOX_CA_FILE;
 

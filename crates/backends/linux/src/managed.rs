@@ -17,13 +17,13 @@
 //! identity does not match the lease's runtime id.
 
 use crate::factory::LinuxSandboxFactory;
-use crate::identity::SandboxIdentity;
 use crate::port::LinuxSandboxPort;
 use async_trait::async_trait;
 use omabox_contract::{
     ManagedRuntimeProviderDriverPort, ManagedSandboxLease, Meta, MetaValue, PortError,
     SessionOutputPort, WorkspacePersistencePort,
 };
+use omabox_linux_sandbox::SandboxIdentity;
 use omabox_sandbox::managed::{
     AcquisitionContext, HarnessOutputSink, ManagedSandboxProvider,
     ManagedSandboxProviderCapabilities, ProvidedSandbox, ProviderManagedRuntimeDriver,
@@ -205,7 +205,7 @@ impl ManagedSandboxProvider for LinuxManagedProvider {
 
     async fn last_alive_ms(&self, lease: &ManagedSandboxLease) -> Option<u64> {
         let identity = Self::identity_of(lease).ok()?;
-        crate::leftovers::last_alive_ms(&identity.state_dir)
+        omabox_linux_sandbox::leftovers::last_alive_ms(&identity.state_dir)
     }
 }
 

@@ -71,11 +71,11 @@ use omabox_sandbox::{
     SessionOutputMountCapabilities, SessionOutputMountDurability, SessionOutputMountRequest,
 };
 
-use crate::handoff::SetupReport;
-use crate::identity::{DestroyError, SandboxIdentity};
 use crate::network::{NetworkError, SandboxNetwork};
-use crate::plan::{Networking, SandboxPlan};
-use crate::sandbox::{LinuxRuntime, LinuxSandbox, StartError};
+use omabox_linux_sandbox::plan::{Networking, SandboxPlan};
+use omabox_linux_sandbox::{
+    DestroyError, LinuxRuntime, LinuxSandbox, SandboxIdentity, SetupReport, StartError,
+};
 
 mod exec_output;
 mod process;
@@ -276,7 +276,7 @@ impl LinuxSandboxPort {
         credentials: Arc<omabox_egress::intercept::Credentials>,
     ) -> Result<(), PortError> {
         self.check_open()?;
-        let mut bundle = std::fs::read(crate::plan::CA_BUNDLE).unwrap_or_default();
+        let mut bundle = std::fs::read(omabox_linux_sandbox::plan::CA_BUNDLE).unwrap_or_default();
         if !bundle.is_empty() && !bundle.ends_with(b"\n") {
             bundle.push(b'\n');
         }
@@ -286,7 +286,7 @@ impl LinuxSandboxPort {
             .write_file_bytes(path, Bytes::from(bundle), WriteOptions::default())
             .await
             .map_err(self.agent_error("write file", path))?;
-        let vars = crate::plan::CA_ENV
+        let vars = omabox_linux_sandbox::plan::CA_ENV
             .iter()
             .map(|key| ((*key).to_owned(), Some(path.to_owned())));
         self.client
