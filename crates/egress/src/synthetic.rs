@@ -1,5 +1,5 @@
 //! Synthetic answers, for a sandbox whose network namespace has no route out (the linux
-//! backend's design: `omabox_backend_linux::netns`). There the only way out is a listener
+//! backend's design: `omabox_linux_sandbox::netns`). There the only way out is a listener
 //! the host bound inside the namespace, on loopback; so the DNS stub answers an admitted
 //! name with a loopback address of the sandbox's own from [`SYNTHETIC_V4`]
 //! (`127.64.0.0/10`), one per name, stable while the pool lives. The relay's listeners

@@ -5,7 +5,8 @@
 //! run. The sandbox's client connects by name, so each of its connects includes a lookup
 //! through the stub; the host's connects to the address. Prints figures; asserts nothing.
 //!
-//! `cargo bench -p omabox-backend-linux --bench egress` (as root). `OMABOX_BENCH_CONNECTS`
+//! `cargo bench -p omabox-backend-linux --bench egress` (as root, after `cargo build --release
+//! --bins`: the sandbox's init is omabox-linux-sandbox's binary). `OMABOX_BENCH_CONNECTS`
 //! sets the connects per side (default 300), `OMABOX_BENCH_MIB` the bulk transfer size
 //! (default 512).
 
@@ -48,6 +49,22 @@ while True:
 secs = time.perf_counter() - t
 print(json.dumps({"p50": lat[len(lat) // 2], "p99": lat[int(len(lat) * 0.99)], "mibps": got / secs / (1 << 20)}))
 "#;
+
+/// omabox-linux-sandbox's `omabox-sandbox-init`, in this benchmark's target profile dir
+/// (`env!("CARGO_BIN_EXE_…")` names this crate's own binaries only).
+fn init_binary() -> std::path::PathBuf {
+    let exe = std::env::current_exe().expect("the benchmark's path");
+    let profile_dir = exe.parent().and_then(std::path::Path::parent);
+    let init = profile_dir
+        .expect("target/<profile>/deps/")
+        .join(omabox_backend_linux::INIT_BINARY);
+    assert!(
+        init.is_file(),
+        "{} is missing: cargo build --release -p omabox-linux-sandbox --bins",
+        init.display()
+    );
+    init
+}
 
 fn env_n(name: &str, default: usize) -> usize {
     std::env::var(name)
@@ -123,7 +140,7 @@ async fn run() {
     let runtime = LinuxRuntime::new(RuntimeConfig {
         runtime_dir: "/run/omabox-bench".into(),
         cgroup_parent: "omabox-bench".into(),
-        init_binary: Some(env!("CARGO_BIN_EXE_omabox-sandbox-init").into()),
+        init_binary: Some(init_binary()),
         ..RuntimeConfig::default()
     })
     .expect("linux runtime");

@@ -29,11 +29,17 @@ use omabox_contract::{
 use omabox_egress::intercept::{Credentials, InjectionRule, InterceptCa, roots_from_pem};
 use sha2::{Digest, Sha256};
 
-use crate::managed::LinuxManagedProvider;
-use crate::plan::CA_BUNDLE;
+use crate::port::{LinuxSandboxPort, PROVIDER};
+use omabox_linux_sandbox::plan::CA_BUNDLE;
 
-/// Where the sandbox's trust bundle goes once a binding is attached.
-pub const SANDBOX_CA_FILE: &str = "/tmp/.omabox/ca-certificates.crt";
+pub use crate::port::SANDBOX_CA_FILE;
+
+/// Where the port finds the live sandbox of a lease: the managed provider that started it
+/// ([`LinuxManagedProvider`](crate::managed::LinuxManagedProvider)).
+pub trait LiveSandboxes: Send + Sync {
+    /// The live tool sandbox of runtime `id`, when this process created it.
+    fn live_port(&self, id: &str) -> Option<Arc<LinuxSandboxPort>>;
+}
 
 /// How a secret becomes a header value.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -115,7 +121,7 @@ struct Binding {
 
 /// The port (see the module doc).
 pub struct LinuxCredentialEgress {
-    provider: Arc<LinuxManagedProvider>,
+    provider: Arc<dyn LiveSandboxes>,
     vault: Arc<dyn VaultSecretPort>,
     rules: Vec<EgressCredential>,
     /// PEM roots the real servers are checked against.
@@ -136,7 +142,7 @@ impl LinuxCredentialEgress {
     /// checking upstream servers against `upstream_roots` (PEM; the host's bundle when
     /// `None`).
     pub fn new(
-        provider: Arc<LinuxManagedProvider>,
+        provider: Arc<dyn LiveSandboxes>,
         vault: Arc<dyn VaultSecretPort>,
         rules: Vec<EgressCredential>,
         upstream_roots: Option<Vec<u8>>,
@@ -222,7 +228,7 @@ impl CredentialEgressPort for LinuxCredentialEgress {
         input.signal.throw_if_aborted()?;
         let scope = &input.scope;
         let key = serde_json::json!([
-            crate::managed::LINUX_PROVIDER,
+            PROVIDER,
             scope.workspace_id,
             scope.environment_id,
             scope.session_id,

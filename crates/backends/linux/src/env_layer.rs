@@ -49,9 +49,9 @@ use omabox_sandbox::dockerfile::{COPY_STAGING, Dockerfile};
 use omabox_sandbox::packages::EnvironmentPackages;
 use sha2::{Digest, Sha256};
 
-use crate::LinuxRuntime;
-use crate::plan::{RootfsSource, SandboxPlan};
 use crate::port::LinuxSandboxPort;
+use omabox_linux_sandbox::LinuxRuntime;
+use omabox_linux_sandbox::plan::{RootfsSource, SandboxPlan};
 
 /// Largest file a `COPY` takes.
 const MAX_COPY_BYTES: u64 = 64 << 20;

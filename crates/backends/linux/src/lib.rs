@@ -1,83 +1,45 @@
-//! omabox's default backend: a sandbox made of Linux namespaces, cgroups, seccomp and
-//! Landlock, whose PID 1 is the omabox agent, reached over a unix socketpair.
+//! omabox's default backend, the adapter over `omabox-linux-sandbox`: it makes that
+//! crate's sandboxes (a [`SandboxPlan`] made into Linux namespaces, cgroups, seccomp and
+//! Landlock, with the omabox agent as PID 1) omabox's ports.
 //!
-//! This crate is mechanism only. It turns a declarative [`SandboxPlan`] (rootfs, binds,
-//! limits, network policy, env, hostname, hardening) into system calls; what a sandbox
-//! may do is decided by the host and written in the plan.
+//! - [`factory`]: the `SandboxFactory` of `SANDBOX_PROVIDER=linux` — its settings from
+//!   the environment, the plan of a sandbox, the [`image`] it resolves (local or pulled,
+//!   re-exported from `omabox-image`) and the [`env_layer`]s it builds over that image;
+//! - [`port`]: the `SandboxPort` and its optional capabilities over a running sandbox's
+//!   agent client, with the sandbox's [`network`] (the DNS stub and `omabox-egress`
+//!   relays the host binds in the sandbox's namespace);
+//! - [`managed`]: the managed-runtime provider and driver, whose lease carries the
+//!   sandbox's identity; [`credential_egress`] its `CredentialEgressPort`; [`catalog`] its
+//!   conformance row.
 //!
-//! # What a running sandbox guarantees
+//! The mechanism's modules and types are re-exported under their old paths
+//! (`omabox_backend_linux::oneshot`, `::leftovers`, [`LinuxRuntime`], …), so callers
+//! name one crate.
 //!
-//! - Its processes live in their own mount, pid, network, ipc, uts and cgroup namespaces
-//!   (plus a user namespace when the host is not root). PID 1 is the agent (or, for a
-//!   [`oneshot`] sandbox, a supervisor of its one command); host processes are
-//!   invisible and unsignallable; killing PID 1 kills every process in it.
-//! - Its filesystem is built from the plan alone: read-only host `/usr` & co. or an
-//!   overlay over a rootfs directory (a local directory, or a rootfs tarball or OCI image
-//!   layout that [`image::ImageCache`] unpacked once into its content-addressed cache,
-//!   refusing path traversal, writes through symlinks and tampered blobs; omabox pulls
-//!   nothing from registries), a generated `/etc`, the plan's binds, fresh
-//!   `/proc` (sensitive entries masked or read-only), a minimal `/dev`, size-limited
-//!   tmpfs `/tmp`. After `pivot_root` the host tree is detached, not hidden.
-//! - Its memory, task count and CPU are bounded by its own cgroup (v1 or v2), which the
-//!   sandbox joins before it runs any code the plan controls.
-//! - Its network namespace has loopback only and no route out. What it reaches beyond
-//!   that is what the host binds inside it ([`SandboxNetwork`], for every networking
-//!   config but `none`): a DNS stub and relay listeners that admit by name.
-//! - Every process runs with no capabilities in any set, locked securebits,
-//!   `no_new_privs`, a seccomp filter refusing mount/keyring/bpf/perf/module/ptrace/
-//!   namespace/raw-socket and similar calls with EPERM, Landlock (where the kernel has
-//!   it) limiting writes to the writable binds and tmpfs, and a lowered `RLIMIT_NOFILE`.
-//! - Teardown ([`LinuxSandbox::destroy`], its `Drop`, or [`SandboxIdentity::destroy`]
-//!   from a fresh process) leaves no process, cgroup, mount or state directory.
-//!
-//! # What it must never do
-//!
-//! - Run anything of the plan's before the sandbox is in its cgroup and namespaces.
-//! - Put a host secret into the sandbox (the host's `/etc/shadow`, ssh keys,
-//!   machine-id, environment, terminal or open fds) or into a [`SandboxIdentity`].
-//! - Allocate, lock or panic between `clone` and `execve` in the host process (a
-//!   one-shot start, [`oneshot`], does not exec: it forks only a process it has checked
-//!   to be single-threaded).
-//! - Recursively delete a host directory during teardown.
+//! It must never reach the host, the store, the CLI or another backend; what a sandbox
+//! is and may do is the mechanism's plan, which this crate only fills in.
 //!
 //! See `SECURITY.md` at the repository root for the escape tests and what is not
 //! defended yet.
 
 pub mod catalog;
-pub mod cgroup;
 pub mod credential_egress;
 pub mod env_layer;
 pub mod factory;
-pub mod handoff;
-mod identity;
-pub mod idmap;
 pub use omabox_image as image;
-pub mod image_use;
-pub mod leftovers;
 pub mod managed;
-pub mod netns;
 pub mod network;
-pub mod oneshot;
-pub mod plan;
 pub mod port;
-pub mod probe;
-pub mod runtime_dir;
-mod sandbox;
-#[doc(hidden)]
-pub mod setup;
-mod sk_lookup;
-mod spawn;
-mod sys;
-#[doc(hidden)]
-pub mod zygote;
 
-pub use cgroup::{CgroupLayout, CgroupPaths};
-pub use handoff::SetupReport;
-pub use identity::{DestroyError, DestroyOutcome, SandboxIdentity};
+pub use omabox_linux_sandbox::{
+    cgroup, handoff, idmap, image_use, leftovers, netns, oneshot, plan, probe, runtime_dir,
+};
+
 pub use image::{CachedImage, ImageCache, ImageError, ImageKind, ResolvedImage};
 pub use network::{NetworkError, SandboxNetwork};
-pub use plan::{
-    BindMount, CpuLimit, Hardening, Limits, Networking, PlanError, RootfsSource, SandboxPlan,
+pub use omabox_linux_sandbox::{
+    BindMount, CgroupLayout, CgroupPaths, CpuLimit, DestroyError, DestroyOutcome, Hardening,
+    INIT_BINARY, Limits, LinuxCapabilities, LinuxRuntime, LinuxSandbox, MissingRequirement,
+    Networking, PlanError, ProbeError, RootfsSource, RuntimeConfig, SandboxIdentity, SandboxPlan,
+    SetupReport, StartError,
 };
-pub use probe::{LinuxCapabilities, MissingRequirement, ProbeError};
-pub use sandbox::{INIT_BINARY, LinuxRuntime, LinuxSandbox, RuntimeConfig, StartError};

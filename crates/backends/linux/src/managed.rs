@@ -17,13 +17,13 @@
 //! identity does not match the lease's runtime id.
 
 use crate::factory::LinuxSandboxFactory;
-use crate::identity::SandboxIdentity;
 use crate::port::LinuxSandboxPort;
 use async_trait::async_trait;
 use omabox_contract::{
     ManagedRuntimeProviderDriverPort, ManagedSandboxLease, Meta, MetaValue, PortError,
     SessionOutputPort, WorkspacePersistencePort,
 };
+use omabox_linux_sandbox::SandboxIdentity;
 use omabox_sandbox::managed::{
     AcquisitionContext, HarnessOutputSink, ManagedSandboxProvider,
     ManagedSandboxProviderCapabilities, ProvidedSandbox, ProviderManagedRuntimeDriver,
@@ -34,8 +34,9 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
-/// The provider id of this backend in leases, descriptors and the catalog.
-pub const LINUX_PROVIDER: &str = "linux";
+/// The provider id of this backend in leases, descriptors and the catalog (the port's
+/// [`PROVIDER`](crate::port::PROVIDER)).
+pub const LINUX_PROVIDER: &str = crate::port::PROVIDER;
 /// Lease metadata key holding the serialized [`SandboxIdentity`].
 pub const IDENTITY_METADATA_KEY: &str = "omabox.linux.identity.v1";
 /// Lease metadata key holding the image the sandbox was made from
@@ -99,6 +100,12 @@ impl LinuxManagedProvider {
             )));
         }
         Ok(identity)
+    }
+}
+
+impl crate::credential_egress::LiveSandboxes for LinuxManagedProvider {
+    fn live_port(&self, id: &str) -> Option<Arc<LinuxSandboxPort>> {
+        self.live().get(id).cloned()
     }
 }
 
@@ -198,7 +205,7 @@ impl ManagedSandboxProvider for LinuxManagedProvider {
 
     async fn last_alive_ms(&self, lease: &ManagedSandboxLease) -> Option<u64> {
         let identity = Self::identity_of(lease).ok()?;
-        crate::leftovers::last_alive_ms(&identity.state_dir)
+        omabox_linux_sandbox::leftovers::last_alive_ms(&identity.state_dir)
     }
 }
 

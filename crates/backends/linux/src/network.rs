@@ -1,5 +1,5 @@
 //! A sandbox's way out: the DNS stub, the admitting relay and the gateway, bound by the host
-//! inside the sandbox's routeless network namespace (see [`crate::netns`]) and served by the
+//! inside the sandbox's routeless network namespace (see [`omabox_linux_sandbox::netns`]) and served by the
 //! host's tokio runtime.
 //!
 //! What the sandbox sees, for every config but `none`:
@@ -8,7 +8,7 @@
 //!   only for names the policy answers, each with a synthetic loopback address of its own
 //!   (`127.64.0.0/10`, no AAAA);
 //! - a connection to a synthetic address on any port lands on the host's catch-all listener
-//!   (an sk_lookup program, see [`crate::sk_lookup`]), and one to any loopback address on a
+//!   (an sk_lookup program, see [`omabox_linux_sandbox::sk_lookup`]), and one to any loopback address on a
 //!   listened port (80 and 443, every port a host entry names, `UNRESTRICTED_PORTS` under
 //!   `unrestricted`) on a host listener `0.0.0.0:<port>`; the relay admits it by the name it
 //!   asks for (TLS SNI, HTTP Host, or the name its synthetic address was handed out for) on
@@ -39,13 +39,13 @@ use omabox_egress::{
 };
 use tokio::task::AbortHandle;
 
-use crate::plan::{Networking, PlanError};
-use crate::{netns, sys};
+use omabox_linux_sandbox::netns;
+use omabox_linux_sandbox::plan::{Networking, PlanError};
 
 /// Where the stub listens inside the sandbox (`/etc/resolv.conf` names it).
 pub const DNS_STUB: SocketAddr = SocketAddr::new(IpAddr::V4(std::net::Ipv4Addr::LOCALHOST), 53);
 /// A second loopback address, so `AI_ADDRCONFIG` lookups answer IPv4 (see
-/// `sys::loopback_alias`).
+/// `netns::loopback_alias`).
 pub const LOOPBACK_ALIAS: std::net::Ipv4Addr = std::net::Ipv4Addr::new(127, 0, 0, 2);
 /// The catch-all listener the sk_lookup redirect hands connections to (a loopback address
 /// of its own, a privileged port the sandbox cannot take).
@@ -104,8 +104,8 @@ struct State {
     /// The relay's listeners by port (the catch-all's port included).
     listeners: BTreeMap<u16, AbortHandle>,
     /// Every port of the synthetic addresses to the catch-all listener, when the kernel
-    /// allows it (see [`crate::sk_lookup`]).
-    redirect: Option<crate::sk_lookup::Redirect>,
+    /// allows it (see [`omabox_linux_sandbox::sk_lookup`]).
+    redirect: Option<omabox_linux_sandbox::sk_lookup::Redirect>,
     /// Every task serving a socket of the namespace.
     tasks: tokio::task::JoinSet<()>,
 }
@@ -207,11 +207,12 @@ impl SandboxNetwork {
     fn open(&self, policy: &NetworkPolicy) -> Result<(), NetworkError> {
         let ports = self.missing_ports(policy);
         let (udp, tcp, catch_all) = netns::in_netns(self.pidfd.as_fd(), move || {
-            let alias = sys::loopback_alias(LOOPBACK_ALIAS).map_err(|source| NetworkError::Bind {
-                what: "a loopback address",
-                addr: SocketAddr::from((LOOPBACK_ALIAS, 0)),
-                source,
-            });
+            let alias =
+                netns::loopback_alias(LOOPBACK_ALIAS).map_err(|source| NetworkError::Bind {
+                    what: "a loopback address",
+                    addr: SocketAddr::from((LOOPBACK_ALIAS, 0)),
+                    source,
+                });
             let stub = |source| NetworkError::Bind {
                 what: "the DNS stub",
                 addr: DNS_STUB,
@@ -340,10 +341,13 @@ fn relay_config(memory_limit: Option<u64>) -> RelayConfig {
 
 /// The catch-all listener and the sk_lookup redirect sending it every TCP connection to a
 /// synthetic address, any port (on the thread inside the namespace).
-fn catch_all() -> std::io::Result<(std::net::TcpListener, crate::sk_lookup::Redirect)> {
+fn catch_all() -> std::io::Result<(
+    std::net::TcpListener,
+    omabox_linux_sandbox::sk_lookup::Redirect,
+)> {
     let listener = std::net::TcpListener::bind(CATCH_ALL)?;
     let netns = OwnedFd::from(std::fs::File::open("/proc/thread-self/ns/net")?);
-    let redirect = crate::sk_lookup::Redirect::attach(&netns, &listener)?;
+    let redirect = omabox_linux_sandbox::sk_lookup::Redirect::attach(&netns, &listener)?;
     Ok((listener, redirect))
 }
 

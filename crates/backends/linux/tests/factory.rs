@@ -20,7 +20,7 @@ fn env(iso: &Isolated, extra: &[(&str, &str)]) -> SandboxFactoryEnv {
         (CGROUP_PARENT_ENV.to_owned(), iso.cgroup_parent.clone()),
         (
             INIT_ENV.to_owned(),
-            env!("CARGO_BIN_EXE_omabox-sandbox-init").to_owned(),
+            common::init_binary().display().to_string(),
         ),
     ];
     pairs.extend(

@@ -564,7 +564,7 @@ async fn the_factory_unpacks_the_image_env_into_its_cache() {
         [
             (RUNTIME_DIR_ENV, iso.dir.path().display().to_string()),
             (CGROUP_PARENT_ENV, iso.cgroup_parent.clone()),
-            (INIT_ENV, env!("CARGO_BIN_EXE_omabox-sandbox-init").into()),
+            (INIT_ENV, common::init_binary().display().to_string()),
             (IMAGE_ENV, image.dir.path().display().to_string()),
             (IMAGE_CACHE_ENV, cache_dir.display().to_string()),
         ]

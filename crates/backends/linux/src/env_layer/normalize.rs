@@ -27,7 +27,7 @@ use rustix::fs::FileType;
 
 use super::EnvLayerError;
 use super::walk::{Entry, Limits, XATTR_MAX, walk};
-use crate::idmap::RANGE;
+use omabox_linux_sandbox::idmap::RANGE;
 
 /// What an entry is after the check.
 enum Checked {

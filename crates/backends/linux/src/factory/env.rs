@@ -243,7 +243,7 @@ pub fn parse_memory_size(text: &str) -> Result<u64, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::plan::CpuLimit;
+    use omabox_linux_sandbox::CpuLimit;
 
     #[test]
     fn readonly_binds_are_pairs_of_absolute_paths() {
@@ -360,8 +360,13 @@ mod tests {
         ] {
             assert!(parse_millicpus(text).is_err(), "{text}");
         }
-        // SAFETY: CPU_COUNT reads a valid cpu_set_t.
-        let host = unsafe { libc::CPU_COUNT(&crate::sys::affinity().unwrap()) } as u64;
+        // SAFETY: cpu_set_t is plain data, which sched_getaffinity fills and CPU_COUNT reads.
+        let host = unsafe {
+            let mut mask: libc::cpu_set_t = std::mem::zeroed();
+            let size = std::mem::size_of::<libc::cpu_set_t>();
+            assert_eq!(libc::sched_getaffinity(0, size, &mut mask), 0);
+            libc::CPU_COUNT(&mask)
+        } as u64;
         assert_eq!(
             CpuLimit::default_quota(),
             CpuLimit::millicpus(host.min(2) * 1000)

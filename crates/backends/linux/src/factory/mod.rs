@@ -69,11 +69,11 @@ use crate::image::{
     DockerConfig, ImageCache, ImageError, ImageHold, ImageKind, RegistryConfig, RegistryReference,
     ResolvedImage, StaticCredentials, UnpackLimits,
 };
-use crate::plan::{
+use crate::port::{DEFAULT_EXEC_TIMEOUT, LinuxPortError, LinuxSandboxPort};
+use omabox_linux_sandbox::plan::{
     BindMount, CA_BUNDLE, CA_ENV, CpuLimit, IMAGE_CA_BUNDLE, RootfsSource, SandboxPlan,
 };
-use crate::port::{DEFAULT_EXEC_TIMEOUT, LinuxPortError, LinuxSandboxPort};
-use crate::sandbox::{LinuxRuntime, RuntimeConfig, StartError};
+use omabox_linux_sandbox::{LinuxRuntime, RuntimeConfig, StartError};
 
 mod env;
 mod image;
@@ -770,7 +770,7 @@ pub(super) mod tests {
         plan.workspace_tmpfs = true;
         assert!(matches!(
             plan.validate(),
-            Err(crate::plan::PlanError::TwoWorkspaces)
+            Err(omabox_linux_sandbox::PlanError::TwoWorkspaces)
         ));
     }
 

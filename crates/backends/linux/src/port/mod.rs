@@ -71,11 +71,11 @@ use omabox_sandbox::{
     SessionOutputMountCapabilities, SessionOutputMountDurability, SessionOutputMountRequest,
 };
 
-use crate::handoff::SetupReport;
-use crate::identity::{DestroyError, SandboxIdentity};
 use crate::network::{NetworkError, SandboxNetwork};
-use crate::plan::{Networking, SandboxPlan};
-use crate::sandbox::{LinuxRuntime, LinuxSandbox, StartError};
+use omabox_linux_sandbox::plan::{Networking, SandboxPlan};
+use omabox_linux_sandbox::{
+    DestroyError, LinuxRuntime, LinuxSandbox, SandboxIdentity, SetupReport, StartError,
+};
 
 mod exec_output;
 mod process;
@@ -85,6 +85,10 @@ use process::{BackgroundControl, DuplexControl, ExitFuture, sandbox_exit};
 
 /// The provider name of linux sandboxes (`SANDBOX_PROVIDER=linux`, runtime handles).
 pub const PROVIDER: &str = "linux";
+
+/// Where the sandbox's trust bundle goes once a credential egress binding is attached
+/// ([`LinuxSandboxPort::attach_credentials`]).
+pub const SANDBOX_CA_FILE: &str = "/tmp/.omabox/ca-certificates.crt";
 
 /// Timeout of [`SandboxPort::exec`] when the caller gives none.
 pub const DEFAULT_EXEC_TIMEOUT: Duration = Duration::from_secs(120);
@@ -265,24 +269,24 @@ impl LinuxSandboxPort {
 
     /// Attaches a credential egress binding's `credentials` (see
     /// [`crate::credential_egress`]): the relay intercepts their hosts, and every process
-    /// started afterwards trusts their CA through [`crate::credential_egress::SANDBOX_CA_FILE`]
+    /// started afterwards trusts their CA through [`SANDBOX_CA_FILE`]
     /// (the host bundle plus that CA) and the usual CA variables. Needs a network.
     pub async fn attach_credentials(
         &self,
         credentials: Arc<omabox_egress::intercept::Credentials>,
     ) -> Result<(), PortError> {
         self.check_open()?;
-        let mut bundle = std::fs::read(crate::plan::CA_BUNDLE).unwrap_or_default();
+        let mut bundle = std::fs::read(omabox_linux_sandbox::plan::CA_BUNDLE).unwrap_or_default();
         if !bundle.is_empty() && !bundle.ends_with(b"\n") {
             bundle.push(b'\n');
         }
         bundle.extend_from_slice(credentials.ca_pem().as_bytes());
-        let path = crate::credential_egress::SANDBOX_CA_FILE;
+        let path = SANDBOX_CA_FILE;
         self.client
             .write_file_bytes(path, Bytes::from(bundle), WriteOptions::default())
             .await
             .map_err(self.agent_error("write file", path))?;
-        let vars = crate::plan::CA_ENV
+        let vars = omabox_linux_sandbox::plan::CA_ENV
             .iter()
             .map(|key| ((*key).to_owned(), Some(path.to_owned())));
         self.client

@@ -1,7 +1,7 @@
 //! Shared test support: the loud-skip helper and a sandbox guard that always tears down.
 #![allow(dead_code)]
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use omabox_agent::client::{AgentClient, ExecOutput};
@@ -22,7 +22,26 @@ pub fn can_run() -> bool {
     )
 }
 
+/// `omabox-sandbox-init`, a binary of the omabox-linux-sandbox crate (`env!("CARGO_BIN_EXE_…")`
+/// names this crate's own binaries only): in the target profile dir above this test
+/// binary's `deps/`, where `cargo build --bins` and a test run of the workspace, or of
+/// omabox-linux-sandbox too, put it.
+pub fn init_binary() -> PathBuf {
+    let exe = std::env::current_exe().expect("the test binary's path");
+    let profile_dir = exe
+        .parent()
+        .and_then(Path::parent)
+        .expect("target/<profile>/deps/");
+    profile_dir.join(omabox_backend_linux::INIT_BINARY)
+}
+
 fn probe_reason() -> Option<String> {
+    if !init_binary().is_file() {
+        return Some(format!(
+            "{} is missing (build it: cargo build -p omabox-linux-sandbox --bins)",
+            init_binary().display()
+        ));
+    }
     let caps = match omabox_backend_linux::LinuxCapabilities::probe() {
         Ok(c) => c,
         Err(e) => return Some(format!("probe failed: {e}")),
@@ -43,7 +62,7 @@ pub fn runtime_in(runtime_dir: PathBuf, cgroup_parent: &str) -> LinuxRuntime {
     LinuxRuntime::new(RuntimeConfig {
         runtime_dir,
         cgroup_parent: cgroup_parent.into(),
-        init_binary: Some(PathBuf::from(env!("CARGO_BIN_EXE_omabox-sandbox-init"))),
+        init_binary: Some(init_binary()),
         ..RuntimeConfig::default()
     })
     .expect("linux runtime")

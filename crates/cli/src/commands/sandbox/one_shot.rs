@@ -102,6 +102,9 @@ pub(super) fn run(args: &RunArgs, data_dir: Option<&std::path::Path>) -> ExitCod
                 && code != 0
                 && let Some(oom) = sandbox.out_of_memory()
             {
+                let oom = omabox_sandbox::OutOfMemory {
+                    limit_bytes: oom.limit_bytes,
+                };
                 report_out_of_memory(args, code, oom);
             }
             if empty && let Some(w) = workspace.take() {

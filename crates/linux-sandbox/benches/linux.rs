@@ -12,7 +12,7 @@
 //! `scripts/ab-sandbox-run` instead: it times several copies of each binary, since one
 //! copy of a binary file can run ±50 µs apart from another copy of it on a VM.
 //!
-//! `cargo bench -p omabox-backend-linux` (as root). `OMABOX_BENCH_N` sets the number of
+//! `cargo bench -p omabox-linux-sandbox --bench linux` (as root). `OMABOX_BENCH_N` sets the number of
 //! starts (default 200), `OMABOX_BENCH_IDLE` the number of idle sandboxes (default 100),
 //! `OMABOX_BENCH_SPACED` the number of starts spaced 50 ms apart (default 30),
 //! `OMABOX_BENCH_CLI` the `omabox` binary whose whole `sandbox run -- echo x` process is
@@ -28,7 +28,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use omabox_agent::client::ExecRequest;
-use omabox_backend_linux::{LinuxRuntime, RuntimeConfig, SandboxPlan};
+use omabox_linux_sandbox::{LinuxRuntime, RuntimeConfig, SandboxPlan};
 
 fn env_n(name: &str, default: usize) -> usize {
     std::env::var(name)
@@ -371,8 +371,8 @@ fn main() {
         "landlock ABI {:?}, cgroup {:?}, load average at start: {}",
         rt.capabilities().landlock_abi,
         rt.capabilities().cgroup.as_ref().map(|c| match c {
-            omabox_backend_linux::CgroupLayout::V1 { .. } => "v1",
-            omabox_backend_linux::CgroupLayout::V2 { .. } => "v2",
+            omabox_linux_sandbox::CgroupLayout::V1 { .. } => "v1",
+            omabox_linux_sandbox::CgroupLayout::V2 { .. } => "v2",
         }),
         load.trim()
     );

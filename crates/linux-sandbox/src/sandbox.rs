@@ -34,6 +34,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use crate::cgroup::CgroupPaths;
+use crate::config::{INIT_BINARY, RuntimeConfig};
 use crate::handoff::{self, InitSpec, SetupReport};
 use crate::identity::{DestroyError, IDENTITY_FILE, SandboxIdentity, destroy_err};
 use crate::idmap;
@@ -41,37 +42,6 @@ use crate::plan::{PlanError, SandboxPlan};
 use crate::probe::{LinuxCapabilities, MissingRequirement, ProbeError};
 use crate::spawn::{self, ExecSpec};
 use crate::sys::{self, Reaped};
-
-/// File name of the setup-stage binary.
-pub const INIT_BINARY: &str = "omabox-sandbox-init";
-
-/// Host-side settings (policy-free: where things go, not what a sandbox may do).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RuntimeConfig {
-    /// Parent of every sandbox's state dir; leftovers are found here.
-    pub runtime_dir: PathBuf,
-    /// Cgroup directory (below each hierarchy's root) holding one directory per sandbox.
-    pub cgroup_parent: String,
-    /// The setup-stage binary; `None`: next to the current executable (or one level
-    /// up, for test binaries in `deps/`), then on `PATH`.
-    pub init_binary: Option<PathBuf>,
-    /// How long the setup stage may take before the start is abandoned.
-    pub ready_timeout: Duration,
-    /// How long teardown waits for the sandbox's processes and cgroup to go.
-    pub destroy_timeout: Duration,
-}
-
-impl Default for RuntimeConfig {
-    fn default() -> Self {
-        Self {
-            runtime_dir: PathBuf::from("/run/omabox"),
-            cgroup_parent: "omabox".into(),
-            init_binary: None,
-            ready_timeout: Duration::from_secs(10),
-            destroy_timeout: Duration::from_secs(10),
-        }
-    }
-}
 
 /// Why a sandbox did not start. Nothing is left behind in any case.
 #[derive(Debug, thiserror::Error)]
@@ -148,7 +118,10 @@ impl LinuxRuntime {
     pub fn new(config: RuntimeConfig) -> Result<Self, StartError> {
         let caps = LinuxCapabilities::probe()?;
         prepare_runtime_dir(&config, &caps)?;
-        let init_binary = Some(spawn::locate_init(config.init_binary.as_deref())?);
+        let init_binary = Some(
+            spawn::locate_init(config.init_binary.as_deref())
+                .map_err(StartError::InitBinaryMissing)?,
+        );
         let boot_id = sys::boot_id().map_err(host("read boot id"))?;
         Ok(Self {
             config,
@@ -203,11 +176,11 @@ impl LinuxRuntime {
         mark("host fds, argv");
         let channels = self.spawn_init(&mut sandbox, init)?;
         mark("host clone");
-        omabox_sandbox::fault::point("linux-start-cloned");
+        crate::fault::point("linux-start-cloned");
         let pending_userns = self.begin_userns(ids)?;
         let cgroup_join = self.create_cgroup(&mut sandbox, plan)?;
         mark("host cgroup create");
-        omabox_sandbox::fault::point("linux-start-cgroup");
+        crate::fault::point("linux-start-cgroup");
         let userns_helper = self.send_userns(pending_userns, channels.agent.as_fd())?;
         let userns_sent = userns_helper.is_some();
         mark("host user namespace");
@@ -223,10 +196,10 @@ impl LinuxRuntime {
         // The child has the namespace and its go: the helper goes now, off its path.
         drop(userns_helper);
         mark("host plan sent");
-        omabox_sandbox::fault::point("linux-start-plan-sent");
+        crate::fault::point("linux-start-plan-sent");
         sandbox.record_identity()?;
         mark("host identity written");
-        omabox_sandbox::fault::point("linux-start-identity");
+        crate::fault::point("linux-start-identity");
         let msg = read_status(channels.status, self.config.ready_timeout)?;
         mark("host ready read");
         sandbox.accept_status(&msg)?;
@@ -289,7 +262,7 @@ impl LinuxRuntime {
         // `leftovers::reap_leftovers` knows to be abandoned.
         crate::leftovers::Owner::record(&state_dir, &self.boot_id)
             .map_err(host("write owner record"))?;
-        omabox_sandbox::fault::point("linux-start-state-dir");
+        crate::fault::point("linux-start-state-dir");
         let ids = if self.caps.root {
             let r = idmap::allocate(&state_dir).map_err(host("allocate sandbox id range"))?;
             sandbox.identity.id_base = Some(r.base);
@@ -774,7 +747,7 @@ impl Drop for LinuxSandbox {
     fn drop(&mut self) {
         if let Err(e) = self.destroy() {
             eprintln!(
-                "omabox-backend-linux: destroying sandbox {} failed: {e}: {:?}",
+                "omabox-linux-sandbox: destroying sandbox {} failed: {e}: {:?}",
                 self.identity.id,
                 std::error::Error::source(&e)
             );

@@ -24,6 +24,8 @@ use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd};
 use crate::identity::SandboxIdentity;
 use crate::sys;
 
+pub use crate::sys::loopback_alias;
+
 /// Binds a TCP listener at `addr` inside the network namespace of the sandbox whose init
 /// `pidfd` refers to.
 pub fn listen_tcp(pidfd: BorrowedFd<'_>, addr: SocketAddr) -> io::Result<TcpListener> {
@@ -38,7 +40,7 @@ pub fn bind_udp(pidfd: BorrowedFd<'_>, addr: SocketAddr) -> io::Result<UdpSocket
 /// Runs `make` on a fresh thread that first enters the network namespace of the process
 /// `pidfd` refers to. The thread ends right after, so no other work of this process ever
 /// runs in the sandbox's namespace. (One thread for many sockets: each spawn costs.)
-pub(crate) fn in_netns<T: Send + 'static>(
+pub fn in_netns<T: Send + 'static>(
     pidfd: BorrowedFd<'_>,
     make: impl FnOnce() -> io::Result<T> + Send + 'static,
 ) -> io::Result<T> {

@@ -10,7 +10,7 @@ use std::io::Read as _;
 use std::os::fd::AsFd as _;
 use std::time::Duration;
 
-use omabox_backend_linux::netns;
+use omabox_linux_sandbox::netns;
 
 use common::{Sandboxed, can_run, test_plan};
 
@@ -655,7 +655,7 @@ async fn destroy_from_a_serialized_identity_without_the_handle() {
     let pid = sandbox.pid();
     // Lose the handle without running its teardown, as a crashed host would.
     std::mem::forget(sandbox);
-    let identity: omabox_backend_linux::SandboxIdentity = serde_json::from_str(&json).unwrap();
+    let identity: omabox_linux_sandbox::SandboxIdentity = serde_json::from_str(&json).unwrap();
     assert!(identity.is_alive());
     let first = identity.destroy(Duration::from_secs(10)).unwrap();
     assert!(first.killed);
@@ -685,7 +685,7 @@ async fn a_bad_networking_config_is_refused_before_anything_is_created() {
         "{text}"
     );
     assert!(
-        matches!(err, omabox_backend_linux::StartError::Plan(_)),
+        matches!(err, omabox_linux_sandbox::StartError::Plan(_)),
         "refused at validation, before any state dir: {err:?}"
     );
 }
@@ -947,8 +947,8 @@ async fn host_wide_kernel_resources_are_denied_or_bounded() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_default_plan_has_a_cpu_quota_in_its_cgroup() {
     let Some(mut sb) = start().await else { return };
-    let expected = omabox_backend_linux::CpuLimit::default_quota();
-    let omabox_backend_linux::CpuLimit::Quota {
+    let expected = omabox_linux_sandbox::CpuLimit::default_quota();
+    let omabox_linux_sandbox::CpuLimit::Quota {
         quota_us,
         period_us,
     } = expected
@@ -1317,7 +1317,7 @@ async fn each_sandbox_runs_as_its_own_unprivileged_host_ids() {
     let mut bases = Vec::new();
     for sb in [&a, &b] {
         let base = sb.identity.id_base.expect("an id range as root");
-        assert!(base >= omabox_backend_linux::idmap::FIRST_BASE);
+        assert!(base >= omabox_linux_sandbox::idmap::FIRST_BASE);
         // Inside: uid 0 of a namespace mapping 65536 ids onto the range.
         let map = sb.ok("cat /proc/self/uid_map /proc/self/gid_map").await;
         let lines: Vec<Vec<&str>> = map
@@ -1350,8 +1350,8 @@ async fn each_sandbox_runs_as_its_own_unprivileged_host_ids() {
     }
     assert_ne!(bases[0], bases[1], "two live sandboxes share an id range");
     let slot = |base: u32| {
-        std::path::Path::new(omabox_backend_linux::idmap::SLOTS_DIR)
-            .join(((base - omabox_backend_linux::idmap::FIRST_BASE) / 65536).to_string())
+        std::path::Path::new(omabox_linux_sandbox::idmap::SLOTS_DIR)
+            .join(((base - omabox_linux_sandbox::idmap::FIRST_BASE) / 65536).to_string())
     };
     assert!(slot(bases[0]).exists());
     a.destroy();

@@ -41,7 +41,7 @@ pub struct SandboxPlan {
     #[serde(default)]
     pub hardening: Hardening,
     /// With a [`RootfsSource::Directory`] root: further read-only layers over it, topmost
-    /// first (environment layers, `crate::env_layer`), each idmapped like the rootfs.
+    /// first (the backend's environment layers), each idmapped like the rootfs.
     #[serde(default)]
     pub root_layers: Vec<PathBuf>,
     /// With a [`RootfsSource::Directory`] root: an empty host directory that holds the
@@ -293,7 +293,7 @@ impl CpuLimit {
 ///
 /// The namespace the setup stage builds is the same for every config (loopback only, no
 /// route out, `/etc/resolv.conf` naming `127.0.0.1`); what differs is what the host binds
-/// inside it afterwards ([`crate::SandboxNetwork`]): nothing under `none`, else the DNS
+/// inside it afterwards (the backend's `SandboxNetwork`): nothing under `none`, else the DNS
 /// stub on `127.0.0.1:53`, one relay listener per port the policy admits, and the
 /// gateway's port.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -7,7 +7,7 @@
 //! `omabox reap` destroys it, so its roots stay protected while it may still run.
 //!
 //! Between its resolution and this record a start holds the image
-//! (`ResolvedImage::hold`, a shared flock kept by the factory until the start returned);
+//! (`ResolvedImage::hold`, a shared flock the backend's factory keeps until the start returned);
 //! a removal takes that lock exclusively without waiting and reads these records only
 //! then, so checking and deleting are one step against starts (`omabox_image`'s
 //! `removal.rs`): an image is deleted only when no start is between its resolution and
@@ -18,11 +18,10 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+use crate::config::RuntimeConfig;
 use crate::plan::{RootfsSource, SandboxPlan};
-use crate::sandbox::RuntimeConfig;
 
-/// The record of the roots a sandbox reads, in its state dir.
-pub const ROOTS_FILE: &str = "roots.json";
+pub use crate::state_dir::ROOTS_FILE;
 
 /// What [`ROOTS_FILE`] holds.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -78,7 +77,7 @@ pub fn roots_in_use(config: &RuntimeConfig) -> io::Result<Vec<RootInUse>> {
         let Some(id) = entry.file_name().to_str().map(str::to_owned) else {
             continue;
         };
-        let Some(bytes) = crate::leftovers::read_small(&entry.path().join(ROOTS_FILE)) else {
+        let Some(bytes) = crate::state_dir::read_small(&entry.path().join(ROOTS_FILE)) else {
             continue;
         };
         let Ok(record) = serde_json::from_slice::<RootsRecord>(&bytes) else {

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use common::{Sandboxed, can_run, runtime, test_plan};
-use omabox_backend_linux::{RootfsSource, StartError};
+use omabox_linux_sandbox::{RootfsSource, StartError};
 
 /// A tiny rootfs: the host's dash as /bin/sh plus the libraries it links.
 fn tiny_rootfs(dir: &Path) {
@@ -103,7 +103,7 @@ fn an_init_binary_that_cannot_exec_reports_the_errno_and_leaves_nothing() {
     let iso = common::Isolated::new();
     let bogus = iso.dir.path().join("not-executable");
     std::fs::write(&bogus, "not a program").unwrap();
-    let rt = omabox_backend_linux::LinuxRuntime::new(omabox_backend_linux::RuntimeConfig {
+    let rt = omabox_linux_sandbox::LinuxRuntime::new(omabox_linux_sandbox::RuntimeConfig {
         runtime_dir: iso.dir.path().join("run"),
         cgroup_parent: iso.cgroup_parent.clone(),
         init_binary: Some(bogus.clone()),
@@ -122,7 +122,7 @@ fn an_init_binary_that_cannot_exec_reports_the_errno_and_leaves_nothing() {
 
 #[test]
 fn a_missing_init_binary_is_a_clear_error() {
-    let err = omabox_backend_linux::LinuxRuntime::new(omabox_backend_linux::RuntimeConfig {
+    let err = omabox_linux_sandbox::LinuxRuntime::new(omabox_linux_sandbox::RuntimeConfig {
         init_binary: Some(PathBuf::from("/nonexistent/omabox-sandbox-init")),
         ..Default::default()
     })

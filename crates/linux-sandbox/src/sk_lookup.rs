@@ -154,7 +154,7 @@ struct LinkCreate {
 
 /// An attached redirect; dropping it detaches the program.
 #[derive(Debug)]
-pub(crate) struct Redirect {
+pub struct Redirect {
     _link: OwnedFd,
     _map: OwnedFd,
 }
@@ -162,7 +162,7 @@ pub(crate) struct Redirect {
 impl Redirect {
     /// Loads the program for `listener` (a listening TCP socket) and attaches it to the
     /// network namespace `netns` refers to.
-    pub(crate) fn attach(netns: &OwnedFd, listener: &impl AsRawFd) -> io::Result<Self> {
+    pub fn attach(netns: &OwnedFd, listener: &impl AsRawFd) -> io::Result<Self> {
         let map = owned(bpf(
             BPF_MAP_CREATE,
             &mut MapCreate {

@@ -384,7 +384,7 @@ impl PendingUserns {
             write_maps(&host_pid, range)?;
             // A host killed here leaves the helper behind only until its parent-death
             // signal (the crash tests kill one here).
-            omabox_sandbox::fault::point("linux-start-userns");
+            crate::fault::point("linux-start-userns");
             Ok(OwnedFd::from(File::open(format!(
                 "/proc/{host_pid}/ns/user"
             ))?))

@@ -101,6 +101,14 @@ pub enum OneShotEvent {
     Empty,
 }
 
+/// The sandbox's memory limit killed a process in it ([`OneShotSandbox::out_of_memory`]).
+/// Data only: the caller words it (`omabox_sandbox::OutOfMemory`'s text).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OutOfMemory {
+    /// The limit in bytes, when known.
+    pub limit_bytes: Option<u64>,
+}
+
 /// A one-shot sandbox: the command's stdio pipes, its status, and the sandbox, which
 /// dropping (or [`OneShotSandbox::destroy`]) tears down.
 #[derive(Debug)]
@@ -325,7 +333,7 @@ impl LinuxRuntime {
                 "the forked PID 1 was used already",
             )));
         };
-        omabox_sandbox::fault::point("linux-start-cloned");
+        crate::fault::point("linux-start-cloned");
         let (mut sandbox, ids) = match self.create_state_for(id) {
             Ok(state) => state,
             Err(e) => {
@@ -347,7 +355,7 @@ impl LinuxRuntime {
         let _ = sys::write_all_fd(control, &(message.len() as u32).to_ne_bytes());
         let _ = sys::write_all_fd(control, &message);
         clock.push(("host plan sent", sys::monotonic_us()));
-        omabox_sandbox::fault::point("linux-start-plan-sent");
+        crate::fault::point("linux-start-plan-sent");
         crate::image_use::record(&sandbox.identity().state_dir, plan)
             .map_err(host("record the image roots"))?;
         if !self.caps.root {
@@ -368,7 +376,7 @@ impl LinuxRuntime {
             .map_err(host("create cgroup"))?;
         }
         clock.push(("host cgroup create", sys::monotonic_us()));
-        omabox_sandbox::fault::point("linux-start-cgroup");
+        crate::fault::point("linux-start-cgroup");
         let userns_helper = self.send_userns(pending_userns, control)?;
         if userns_helper.is_none() {
             // No user namespace to hand over: the go is a plain byte.
@@ -387,10 +395,10 @@ impl LinuxRuntime {
             let _ = sys::write_all_fd(control, &crate::setup::harden::encode_program(&program));
         }
         clock.push(("host go sent", sys::monotonic_us()));
-        omabox_sandbox::fault::point("linux-start-go-sent");
+        crate::fault::point("linux-start-go-sent");
         sandbox.record_identity()?;
         clock.push(("host identity written", sys::monotonic_us()));
-        omabox_sandbox::fault::point("linux-start-identity");
+        crate::fault::point("linux-start-identity");
         sandbox.set_host_clock(clock);
         Ok(OneShotSandbox {
             sandbox,
@@ -525,9 +533,9 @@ impl OneShotSandbox {
     /// Whether the sandbox's memory limit killed a process in it (its memory cgroup counted
     /// an OOM kill; a new cgroup counts from 0), and that limit. Read it before
     /// [`destroy`](Self::destroy).
-    pub fn out_of_memory(&self) -> Option<omabox_sandbox::OutOfMemory> {
+    pub fn out_of_memory(&self) -> Option<OutOfMemory> {
         let cgroup = &self.sandbox.identity().cgroup;
-        (cgroup.oom_kills()? > 0).then(|| omabox_sandbox::OutOfMemory {
+        (cgroup.oom_kills()? > 0).then(|| OutOfMemory {
             limit_bytes: cgroup.memory_limit(),
         })
     }

@@ -13,8 +13,8 @@ use std::io::{Read, Write};
 use std::os::fd::{FromRawFd, OwnedFd, RawFd};
 
 use omabox_agent::agent::{Agent, AgentConfig, ReapMode};
-use omabox_backend_linux::handoff::{self, InitSpec};
-use omabox_backend_linux::setup;
+use omabox_linux_sandbox::handoff::{self, InitSpec};
+use omabox_linux_sandbox::setup;
 
 struct Fds {
     plan: OwnedFd,
@@ -56,7 +56,7 @@ fn parse_fds(args: &[String]) -> Result<Fds, String> {
 }
 
 /// `--zygote-fd N`: run as the runtime's zygote on the socket `N` (see
-/// `omabox_backend_linux::zygote`).
+/// `omabox_linux_sandbox::zygote`).
 fn zygote_fd(args: &[String]) -> Option<Result<OwnedFd, String>> {
     let i = args.iter().position(|a| a == "--zygote-fd")?;
     let fd = args
@@ -115,7 +115,7 @@ fn run(args: &[String]) -> u8 {
     let (fds, forked, mut early, mut network) = match zygote_fd(args) {
         Some(Ok(sock)) => {
             let early = setup::Early::prepare();
-            match omabox_backend_linux::zygote::serve(sock) {
+            match omabox_linux_sandbox::zygote::serve(sock) {
                 Some(child) => (
                     Fds {
                         plan: child.plan,
@@ -130,13 +130,13 @@ fn run(args: &[String]) -> u8 {
             }
         }
         Some(Err(e)) => {
-            eprintln!("{}: {e}", omabox_backend_linux::INIT_BINARY);
+            eprintln!("{}: {e}", omabox_linux_sandbox::INIT_BINARY);
             return 2;
         }
         None => match parse_fds(args) {
             Ok(f) => (f, false, None, None),
             Err(e) => {
-                eprintln!("{}: {e}", omabox_backend_linux::INIT_BINARY);
+                eprintln!("{}: {e}", omabox_linux_sandbox::INIT_BINARY);
                 return 2;
             }
         },

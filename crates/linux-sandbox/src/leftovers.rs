@@ -8,7 +8,7 @@
 //! tasks. [`reap_leftovers`] finds them all:
 //!
 //! - **journaled** (the caller knows a lease of it, e.g. from omabox's lease journal): left to
-//!   the lease's own reap, which also bills it (see `managed`); the sweep is for the
+//!   the lease's own reap, which also bills it (the backend's `managed`); the sweep is for the
 //!   sandboxes no lease names (a host killed during the start);
 //! - **owner alive** (same boot, same pid with the same start time): never touched, whatever
 //!   state the sandbox is in — its host still owns it and will tear it down;
@@ -42,12 +42,12 @@ use std::time::{Duration, SystemTime};
 use serde::{Deserialize, Serialize};
 
 use crate::cgroup::{CgroupLayout, CgroupPaths, V1_CONTROLLERS, V1_SWEPT};
-use crate::identity::{IDENTITY_FILE, SandboxIdentity};
-use crate::sandbox::RuntimeConfig;
+use crate::config::RuntimeConfig;
+use crate::identity::SandboxIdentity;
+use crate::state_dir::{IDENTITY_FILE, read_small};
 use crate::sys;
 
-/// The owner record in every state dir.
-pub const OWNER_FILE: &str = "owner.json";
+pub use crate::state_dir::OWNER_FILE;
 
 /// How old a state dir without a readable owner must be before it counts as abandoned. The
 /// owner file is written microseconds after the dir is made, so this only has to cover a
@@ -160,20 +160,6 @@ impl Owner {
             && sys::process_start_time(self.pid).ok().flatten() == Some(self.start_time)
             && !is_zombie(self.pid)
     }
-}
-
-/// Reads a file of at most 64 KiB without following a symlink; `None` otherwise.
-pub(crate) fn read_small(path: &Path) -> Option<Vec<u8>> {
-    use std::io::Read as _;
-    use std::os::unix::fs::OpenOptionsExt as _;
-    let file = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
-        .open(path)
-        .ok()?;
-    let mut bytes = Vec::new();
-    file.take(64 * 1024).read_to_end(&mut bytes).ok()?;
-    Some(bytes)
 }
 
 fn is_zombie(pid: i32) -> bool {

@@ -14,10 +14,7 @@ use crate::cgroup::CgroupPaths;
 use crate::idmap;
 use crate::sys;
 
-pub(crate) const IDENTITY_FILE: &str = "identity.json";
-/// The scratch mount point older versions made in each state dir (now the state dir
-/// itself is the mount point); still removed if found.
-pub(crate) const SCRATCH_DIR: &str = "scratch";
+pub(crate) use crate::state_dir::IDENTITY_FILE;
 
 /// Why a teardown did not complete. Retrying is safe.
 #[derive(Debug, thiserror::Error)]
@@ -98,7 +95,7 @@ impl SandboxIdentity {
         if let Some(base) = self.id_base {
             idmap::free(idmap::IdRange { base }, &self.state_dir)?;
         }
-        remove_state_dir(&self.state_dir)
+        crate::state_dir::remove(&self.state_dir)
     }
 
     /// Whether the sandbox's PID 1 is still this identity's process (a zombie counts as
@@ -139,30 +136,4 @@ impl SandboxIdentity {
         }
         Ok(out)
     }
-}
-
-/// Removes a state dir without ever recursing: it holds only the identity and owner files
-/// (and, made by older versions, an empty `scratch` mount point; mounts happen in the
-/// sandbox's own namespace). Anything else there is an error, not something to delete
-/// blindly.
-pub(crate) fn remove_state_dir(dir: &Path) -> io::Result<()> {
-    for f in [
-        dir.join(IDENTITY_FILE),
-        dir.join(crate::leftovers::OWNER_FILE),
-        dir.join(crate::image_use::ROOTS_FILE),
-    ] {
-        match std::fs::remove_file(&f) {
-            Ok(()) => {}
-            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-            Err(e) => return Err(e),
-        }
-    }
-    for d in [dir.join(SCRATCH_DIR), dir.to_path_buf()] {
-        match std::fs::remove_dir(&d) {
-            Ok(()) => {}
-            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-            Err(e) => return Err(e),
-        }
-    }
-    Ok(())
 }

@@ -210,7 +210,7 @@ pub(crate) fn loopback_up() -> io::Result<()> {
 /// (used by `getent ahosts`, apt and others) returns no IPv4 address at all unless the
 /// namespace has an IPv4 address other than 127.0.0.1, and a sandbox's namespace has only
 /// that one.
-pub(crate) fn loopback_alias(address: std::net::Ipv4Addr) -> io::Result<()> {
+pub fn loopback_alias(address: std::net::Ipv4Addr) -> io::Result<()> {
     let (sock, mut req) = interface_request(b"lo:1\0")?;
     let sin = libc::sockaddr_in {
         sin_family: libc::AF_INET as libc::sa_family_t,

@@ -18,7 +18,7 @@ use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::path::{Path, PathBuf};
 
-use crate::sandbox::{INIT_BINARY, StartError};
+use crate::config::INIT_BINARY;
 
 /// Stack of the cloned child until its exec: it only calls a few libc syscall wrappers.
 const CHILD_STACK_BYTES: usize = 64 * 1024;
@@ -245,8 +245,9 @@ pub(crate) fn fd_arg(fd: &OwnedFd) -> CString {
 }
 
 /// The `omabox-sandbox-init` binary to exec: `explicit` (the `OMABOX_LINUX_INIT` setting),
-/// else next to this executable, one directory up, or on `PATH`.
-pub(crate) fn locate_init(explicit: Option<&Path>) -> Result<PathBuf, StartError> {
+/// else next to this executable, one directory up, or on `PATH`. `Err`: the paths tried
+/// (for [`StartError::InitBinaryMissing`](crate::StartError::InitBinaryMissing)).
+pub(crate) fn locate_init(explicit: Option<&Path>) -> Result<PathBuf, String> {
     let mut tried = Vec::new();
     let mut candidates = Vec::new();
     if let Some(p) = explicit {
@@ -270,7 +271,7 @@ pub(crate) fn locate_init(explicit: Option<&Path>) -> Result<PathBuf, StartError
         }
         tried.push(c.display().to_string());
     }
-    Err(StartError::InitBinaryMissing(tried.join(", ")))
+    Err(tried.join(", "))
 }
 
 #[cfg(test)]
@@ -279,8 +280,8 @@ mod tests {
 
     #[test]
     fn a_missing_init_binary_names_the_setting() {
-        let e = locate_init(Some(Path::new("/nonexistent/omabox-sandbox-init"))).unwrap_err();
-        let text = e.to_string();
+        let tried = locate_init(Some(Path::new("/nonexistent/omabox-sandbox-init"))).unwrap_err();
+        let text = crate::StartError::InitBinaryMissing(tried).to_string();
         assert!(text.contains("OMABOX_LINUX_INIT"), "{text}");
         assert!(text.contains("/nonexistent/omabox-sandbox-init"), "{text}");
     }
