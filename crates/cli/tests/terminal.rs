@@ -104,10 +104,8 @@ fn a_terminal_that_closes_cancels_the_run_and_it_cleans_up() {
         std::thread::sleep(Duration::from_millis(20));
     }
     // SAFETY: plain kill(2) on our own child's pid.
-    assert_eq!(
-        unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGHUP) },
-        0
-    );
+    let hup = unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGHUP) };
+    assert_eq!(hup, 0);
     let output = child.wait_with_output().unwrap();
     let text = stderr(&output);
     assert_eq!(output.status.code(), Some(130), "{text}");

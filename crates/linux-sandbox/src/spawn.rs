@@ -171,7 +171,7 @@ unsafe fn child_after_clone(
     envp: &[*const libc::c_char],
     empty_mask: &libc::sigset_t,
 ) -> ! {
-    // SAFETY (whole block): each call is a raw syscall on integers or on pointers into
+    // SAFETY: (the whole block) each call is a raw syscall on integers or on pointers into
     // memory prepared before the clone; none allocates, takes a lock or writes shared
     // memory (only this stack, and errno).
     unsafe {

@@ -59,6 +59,7 @@ pub(crate) fn on_tmpfs(path: &Path) -> io::Result<bool> {
     let c = cstr(path)?;
     // SAFETY: statfs is plain data the kernel fills; `c` is a valid C string.
     let mut buf: libc::statfs = unsafe { std::mem::zeroed() };
+    // SAFETY: `c` is a valid C string and `buf` a statfs the kernel writes whole.
     check(unsafe { libc::statfs(c.as_ptr(), &mut buf) })?;
     /// `TMPFS_MAGIC` and `RAMFS_MAGIC` of `<linux/magic.h>`; `f_type` is signed in glibc's
     /// `statfs` and unsigned in musl's, so it is compared as the kernel's unsigned word.

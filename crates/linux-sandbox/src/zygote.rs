@@ -361,7 +361,7 @@ fn spare(ns: libc::c_int) -> io::Result<Forked> {
         drop(its);
         return Ok(Forked::Parent(pid, pidfd, host_end));
     }
-    // SAFETY (whole block): in the spare; session and mask syscalls on a local,
+    // SAFETY: (the whole block) in the spare; session and mask syscalls on a local,
     // initialized sigset_t.
     unsafe {
         let mut empty: libc::sigset_t = std::mem::zeroed();
@@ -436,7 +436,7 @@ fn become_init(
     agent: &OwnedFd,
     null: &OwnedFd,
 ) -> io::Result<()> {
-    // SAFETY (whole block): syscalls on integers and a local, initialized sigset_t.
+    // SAFETY: (the whole block) syscalls on integers and a local, initialized sigset_t.
     unsafe {
         let mut empty: libc::sigset_t = std::mem::zeroed();
         libc::sigemptyset(&mut empty);

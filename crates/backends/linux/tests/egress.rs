@@ -415,10 +415,9 @@ fn relay_buffer_bytes(far: std::net::Ipv4Addr) -> (u64, u64, usize) {
         let target = target.to_string_lossy().into_owned();
         if target.starts_with("pipe:") {
             let mut queued: libc::c_int = 0;
+            let fresh = seen_pipes.insert(target);
             // SAFETY: FIONREAD writes one int; a closed fd only errs.
-            if seen_pipes.insert(target)
-                && unsafe { libc::ioctl(fd, libc::FIONREAD, &mut queued) } == 0
-            {
+            if fresh && unsafe { libc::ioctl(fd, libc::FIONREAD, &mut queued) } == 0 {
                 pipes += queued.max(0) as u64;
             }
             continue;

@@ -159,11 +159,8 @@ pub fn debian_rootfs() -> Option<PathBuf> {
     std::fs::create_dir_all(&images).unwrap();
     let rootfs = images.join("bookworm");
     let lock = std::fs::File::create(images.join(".lock")).unwrap();
-    // SAFETY: flock on an fd we own; released when `lock` drops.
-    assert_eq!(
-        unsafe { libc::flock(std::os::fd::AsRawFd::as_raw_fd(&lock), libc::LOCK_EX) },
-        0
-    );
+    // Released when `lock` drops.
+    lock.lock().unwrap();
     if !rootfs.join("usr/bin/apt-get").is_file() {
         let partial = images.join("bookworm.partial");
         let _ = std::fs::remove_dir_all(&partial);

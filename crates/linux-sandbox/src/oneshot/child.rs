@@ -233,7 +233,7 @@ fn read_exact(fd: BorrowedFd<'_>, buf: &mut [u8]) -> std::io::Result<()> {
 /// later), a session of its own (no controlling terminal: `/dev/tty` gives ENXIO inside),
 /// `/dev/null` as stdio, and no fd of the host's but the five it was given.
 fn detach_from_host(plan: &ChildPlan) -> std::io::Result<()> {
-    // SAFETY (whole block): signal, session and fd syscalls on integers and on local,
+    // SAFETY: (the whole block) signal, session and fd syscalls on integers and on local,
     // initialized sigaction/sigset_t values.
     unsafe {
         let mut dfl: libc::sigaction = std::mem::zeroed();

@@ -694,6 +694,7 @@ fn fork_into(ns_flags: libc::c_int, plan: &child::ChildPlan) -> io::Result<(i32,
     // SAFETY: sigset_t is plain data, initialized by sigfillset; only this thread's mask
     // changes, and it is restored below.
     let mut old: libc::sigset_t = unsafe { std::mem::zeroed() };
+    // SAFETY: as above: `all` and `old` are initialized sigset_t values on this stack.
     unsafe {
         let mut all: libc::sigset_t = std::mem::zeroed();
         libc::sigfillset(&mut all);
