@@ -23,7 +23,7 @@ mod agent_cache;
 mod checkpoint_limits;
 mod commands;
 mod credential_reach;
-mod data_dir;
+
 mod environment;
 mod gc;
 mod harness_env;
@@ -154,49 +154,49 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     }
     match cli.command {
         Command::Run(args) => {
-            let data_dir = data_dir::resolve(cli.data_dir.as_deref())?;
+            let data_dir = omabox_node::data_dir::resolve(cli.data_dir.as_deref())?;
             runtime()?.block_on(commands::run::run(&data_dir, args))
         }
         Command::Sessions(args) => {
-            let data_dir = data_dir::resolve(cli.data_dir.as_deref())?;
+            let data_dir = omabox_node::data_dir::resolve(cli.data_dir.as_deref())?;
             runtime()?.block_on(commands::sessions::run(&data_dir, &args))
         }
         Command::Workspace(args) => {
-            let data_dir = data_dir::resolve(cli.data_dir.as_deref())?;
+            let data_dir = omabox_node::data_dir::resolve(cli.data_dir.as_deref())?;
             runtime()?.block_on(commands::workspace::run(&data_dir, &args))
         }
         Command::Outputs(args) => {
-            let data_dir = data_dir::resolve(cli.data_dir.as_deref())?;
+            let data_dir = omabox_node::data_dir::resolve(cli.data_dir.as_deref())?;
             runtime()?.block_on(commands::outputs::run(&data_dir, &args))
         }
         Command::Files(args) => {
-            let data_dir = data_dir::resolve(cli.data_dir.as_deref())?;
+            let data_dir = omabox_node::data_dir::resolve(cli.data_dir.as_deref())?;
             runtime()?.block_on(commands::files::run(&data_dir, &args))
         }
         Command::Vault(args) => {
-            let data_dir = data_dir::resolve(cli.data_dir.as_deref())?;
+            let data_dir = omabox_node::data_dir::resolve(cli.data_dir.as_deref())?;
             runtime()?.block_on(commands::vault::run(&data_dir, &args))
         }
         Command::Usage(args) => {
-            let data_dir = data_dir::resolve(cli.data_dir.as_deref())?;
+            let data_dir = omabox_node::data_dir::resolve(cli.data_dir.as_deref())?;
             runtime()?.block_on(commands::usage::run(&data_dir, &args))
         }
         Command::Bench(args) => commands::bench::run(&args),
         Command::Catalog(args) => commands::catalog::run(&args),
         Command::Fsck(args) => {
-            let data_dir = data_dir::resolve(cli.data_dir.as_deref())?;
+            let data_dir = omabox_node::data_dir::resolve(cli.data_dir.as_deref())?;
             runtime()?.block_on(commands::fsck::run(&data_dir, &args))
         }
         Command::Gc(args) => {
-            let data_dir = data_dir::resolve(cli.data_dir.as_deref())?;
+            let data_dir = omabox_node::data_dir::resolve(cli.data_dir.as_deref())?;
             runtime()?.block_on(commands::gc::run(&data_dir, &args))
         }
         Command::Reap(args) => {
-            let data_dir = data_dir::resolve(cli.data_dir.as_deref())?;
+            let data_dir = omabox_node::data_dir::resolve(cli.data_dir.as_deref())?;
             runtime()?.block_on(commands::reap::run(&data_dir, &args))
         }
         Command::Serve(args) => {
-            let data_dir = data_dir::resolve(cli.data_dir.as_deref())?;
+            let data_dir = omabox_node::data_dir::resolve(cli.data_dir.as_deref())?;
             runtime()?.block_on(commands::serve::run(&data_dir, &args))
         }
         // One sandbox, one command, then exit: its own (for linux, runtime-free) path.

@@ -10,7 +10,7 @@ use std::path::Path;
 use omabox_backend_linux::image::{RegistryCredential, StaticCredentials};
 use omabox_contract::VaultSecretPort as _;
 
-use crate::data_dir::open_existing_store;
+use omabox_node::data_dir::open_existing_store;
 
 /// The vault's name prefix of registry credentials.
 pub const PREFIX: &str = "registry/";

@@ -5,9 +5,9 @@
 //! What this must never do: accept a session id that could be a path or carry spaces into a
 //! URL (ids are `[A-Za-z0-9._-]{1,128}`).
 
-use crate::data_dir;
 use anyhow::Context as _;
 use omabox_contract::{RuntimeResourcePublication, RuntimeResourceScope};
+use omabox_node::data_dir;
 use omabox_store::SqliteStore;
 use std::path::Path;
 

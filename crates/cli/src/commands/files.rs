@@ -2,8 +2,8 @@
 //! promotes session files into) and prints its id, for `omabox run --resource
 //! file:ID:/path`.
 
-use crate::data_dir::open_store;
 use clap::{Args, Subcommand};
+use omabox_node::data_dir::open_store;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 

@@ -9,12 +9,12 @@
 //! Safe beside `omabox gc`: a revision a collection forgets while it is checked is not
 //! reported damaged (see `forget_collected`).
 
-use crate::data_dir::{no_data_yet, open_existing_store};
 use crate::session::check_id;
 use crate::terminal_safe::one_line;
 use crate::wiring::Persistence;
 use anyhow::Context;
 use clap::Args;
+use omabox_node::data_dir::{no_data_yet, open_existing_store};
 use omabox_persistence::{BlobVerifier, Damage, verify_outputs, verify_workspace};
 use omabox_store::SqliteStore;
 use serde::Serialize;

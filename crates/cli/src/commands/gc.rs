@@ -2,10 +2,10 @@
 //! retained revision needs (see `crate::gc`). `--dry-run` shows what would go (count, bytes,
 //! per session) and changes nothing. Without a data directory there is nothing to collect.
 
-use crate::data_dir::{no_data_yet, open_existing_store};
 use crate::gc::{DEFAULT_GRACE, GcOptions, GcSummary, collect_garbage, keep_from_env};
 use anyhow::Context;
 use clap::Args;
+use omabox_node::data_dir::{no_data_yet, open_existing_store};
 use std::path::Path;
 use std::process::ExitCode;
 use std::time::Duration;

@@ -130,7 +130,7 @@ pub fn run(args: &ImageArgs, data_dir: Option<&std::path::Path>) -> anyhow::Resu
                 Err(e) => return Ok(usage(&e)),
             };
             let started = Instant::now();
-            let data_dir = crate::data_dir::resolve(data_dir)?;
+            let data_dir = omabox_node::data_dir::resolve(data_dir)?;
             let config = registry_config(|key| std::env::var(key).ok(), Some(&data_dir))?;
             let pulled = pull_with_progress(&cache, &reference, &config)?;
             let seconds = started.elapsed().as_secs_f64();

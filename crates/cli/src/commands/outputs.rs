@@ -32,11 +32,11 @@ pub struct OutputsArgs {
 /// Lists (or copies) a session's published outputs.
 pub async fn run(data_dir: &Path, args: &OutputsArgs) -> anyhow::Result<ExitCode> {
     check_id("--session", &args.session)?;
-    let Some(store) = crate::data_dir::open_existing_store(data_dir).await? else {
+    let Some(store) = omabox_node::data_dir::open_existing_store(data_dir).await? else {
         if args.json {
             println!("[]");
         } else {
-            println!("{}", crate::data_dir::no_data_yet(data_dir));
+            println!("{}", omabox_node::data_dir::no_data_yet(data_dir));
         }
         return Ok(ExitCode::SUCCESS);
     };

@@ -11,7 +11,6 @@
 //! is token-free and safe to repeat, and safe while other runs are going on (held leases,
 //! live owners' sandboxes and workspaces and live generations' bindings are never touched).
 
-use crate::data_dir;
 use crate::gc::{DEFAULT_GRACE, GcOptions, GcSummary, collect_garbage, keep_from_env};
 use crate::leftovers::{self, LeftoverReport};
 use crate::wiring;
@@ -20,6 +19,7 @@ use clap::Args;
 use omabox_contract::{RuntimeLeaseJournalPort, RuntimeOrphanPort, RuntimeOrphanRecord};
 use omabox_host::lease_journal::{AbandonedLeaseReaper, AbandonedLeaseSummary};
 use omabox_host::reconciler::{ManagedRuntimeOrphanReconciler, ReconcileSummary};
+use omabox_node::data_dir;
 use omabox_sandbox::SandboxFactoryEnv;
 use omabox_store::SqliteStore;
 use serde::Serialize;

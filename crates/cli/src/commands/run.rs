@@ -313,7 +313,7 @@ pub async fn run(data_dir: &Path, args: RunArgs) -> anyhow::Result<ExitCode> {
         check_gateway(gateway)?;
     }
     if let Some(seed) = &args.workspace {
-        crate::data_dir::check_apart("--workspace", seed, Some(data_dir))?;
+        omabox_node::data_dir::check_apart("--workspace", seed, Some(data_dir))?;
     }
     let agent = args.known_agent();
     // The agent whose inference adapter the harness gets: `--agent`'s, or the one an agent

@@ -455,7 +455,7 @@ fn prepare(
                     dir.display()
                 )));
             }
-            crate::data_dir::check_apart("--workspace", dir, data_dir)
+            omabox_node::data_dir::check_apart("--workspace", dir, data_dir)
                 .map_err(|e| Failure::usage(e.to_string()))?;
             let dir = std::fs::canonicalize(dir)
                 .map_err(|e| Failure::usage(format!("--workspace {}: {e}", dir.display())))?;
@@ -506,7 +506,7 @@ fn pin_registry_image(
         .map_err(|e| Failure::usage(e.to_string()))?;
     let cache = cache.with_limits(limits);
     let data_dir =
-        crate::data_dir::resolve(data_dir).map_err(|e| Failure::omabox(e.to_string()))?;
+        omabox_node::data_dir::resolve(data_dir).map_err(|e| Failure::omabox(e.to_string()))?;
     let config = super::image::registry_config(|k| vars.get(k).cloned(), Some(&data_dir))
         .map_err(|e| Failure::omabox(format!("registry credentials: {e}")))?;
     let pulled = super::image::pull_with_progress(&cache, &reference, &config).map_err(|e| {

@@ -2,9 +2,9 @@
 //! publication (revision, the generation that made it, the workspace candidate and the
 //! number of outputs), read from the fence store. Read-only.
 
-use crate::data_dir::{no_data_yet, open_existing_store};
 use crate::wiring::Persistence;
 use clap::Args;
+use omabox_node::data_dir::{no_data_yet, open_existing_store};
 use serde::Serialize;
 use std::path::Path;
 use std::process::ExitCode;

@@ -4,9 +4,9 @@
 //! (stop = the host's last sign of life; `stopEstimated: true`), shown and totalled apart
 //! from the measured kind, never added to it.
 
-use crate::data_dir::{no_data_yet, open_existing_store};
 use clap::Args;
 use omabox_contract::{UsageLedgerPort, UsageRecord};
+use omabox_node::data_dir::{no_data_yet, open_existing_store};
 use std::path::Path;
 use std::process::ExitCode;
 

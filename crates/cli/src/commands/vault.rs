@@ -3,9 +3,9 @@
 //! Values are read from standard input (never from the command line, where `ps` and shell
 //! history would see them) and are never printed: `names` lists names only.
 
-use crate::data_dir::{no_data_yet, open_existing_store, open_store};
 use clap::{Args, Subcommand};
 use omabox_contract::{SecretString, VaultSecretPort};
+use omabox_node::data_dir::{no_data_yet, open_existing_store, open_store};
 use std::path::Path;
 use std::process::ExitCode;
 

@@ -49,12 +49,12 @@ pub async fn run(data_dir: &Path, args: &WorkspaceArgs) -> anyhow::Result<ExitCo
 async fn run_export(data_dir: &Path, args: &ExportArgs) -> anyhow::Result<ExitCode> {
     check_id("--session", &args.session)?;
     check_destination(&args.dir)?;
-    let store = crate::data_dir::open_existing_store(data_dir)
+    let store = omabox_node::data_dir::open_existing_store(data_dir)
         .await?
         .with_context(|| {
             format!(
                 "{}; session {} has no published workspace",
-                crate::data_dir::no_data_yet(data_dir),
+                omabox_node::data_dir::no_data_yet(data_dir),
                 args.session
             )
         })?;
