@@ -23,7 +23,6 @@ mod agent_cache;
 mod checkpoint_limits;
 mod commands;
 mod credential_reach;
-
 mod environment;
 mod gc;
 mod harness_env;
@@ -154,54 +153,54 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     }
     match cli.command {
         Command::Run(args) => {
-            let data_dir = omabox_node::data_dir::resolve(cli.data_dir.as_deref())?;
+            let data_dir = data_dir(cli.data_dir.as_deref())?;
             runtime()?.block_on(commands::run::run(&data_dir, args))
         }
         Command::Sessions(args) => {
-            let data_dir = omabox_node::data_dir::resolve(cli.data_dir.as_deref())?;
+            let data_dir = data_dir(cli.data_dir.as_deref())?;
             runtime()?.block_on(commands::sessions::run(&data_dir, &args))
         }
         Command::Workspace(args) => {
-            let data_dir = omabox_node::data_dir::resolve(cli.data_dir.as_deref())?;
+            let data_dir = data_dir(cli.data_dir.as_deref())?;
             runtime()?.block_on(commands::workspace::run(&data_dir, &args))
         }
         Command::Outputs(args) => {
-            let data_dir = omabox_node::data_dir::resolve(cli.data_dir.as_deref())?;
+            let data_dir = data_dir(cli.data_dir.as_deref())?;
             runtime()?.block_on(commands::outputs::run(&data_dir, &args))
         }
         Command::Files(args) => {
-            let data_dir = omabox_node::data_dir::resolve(cli.data_dir.as_deref())?;
+            let data_dir = data_dir(cli.data_dir.as_deref())?;
             runtime()?.block_on(commands::files::run(&data_dir, &args))
         }
         Command::Vault(args) => {
-            let data_dir = omabox_node::data_dir::resolve(cli.data_dir.as_deref())?;
+            let data_dir = data_dir(cli.data_dir.as_deref())?;
             runtime()?.block_on(commands::vault::run(&data_dir, &args))
         }
         Command::Usage(args) => {
-            let data_dir = omabox_node::data_dir::resolve(cli.data_dir.as_deref())?;
+            let data_dir = data_dir(cli.data_dir.as_deref())?;
             runtime()?.block_on(commands::usage::run(&data_dir, &args))
         }
         Command::Bench(args) => commands::bench::run(&args),
         Command::Catalog(args) => commands::catalog::run(&args),
         Command::Fsck(args) => {
-            let data_dir = omabox_node::data_dir::resolve(cli.data_dir.as_deref())?;
+            let data_dir = data_dir(cli.data_dir.as_deref())?;
             runtime()?.block_on(commands::fsck::run(&data_dir, &args))
         }
         Command::Gc(args) => {
-            let data_dir = omabox_node::data_dir::resolve(cli.data_dir.as_deref())?;
+            let data_dir = data_dir(cli.data_dir.as_deref())?;
             runtime()?.block_on(commands::gc::run(&data_dir, &args))
         }
         Command::Reap(args) => {
-            let data_dir = omabox_node::data_dir::resolve(cli.data_dir.as_deref())?;
+            let data_dir = data_dir(cli.data_dir.as_deref())?;
             runtime()?.block_on(commands::reap::run(&data_dir, &args))
         }
         Command::Serve(args) => {
-            let data_dir = omabox_node::data_dir::resolve(cli.data_dir.as_deref())?;
+            let data_dir = data_dir(cli.data_dir.as_deref())?;
             runtime()?.block_on(commands::serve::run(&data_dir, &args))
         }
         // One sandbox, one command, then exit: its own (for linux, runtime-free) path.
         Command::Sandbox(args) => commands::sandbox::run(args, cli.data_dir.as_deref()),
-        Command::Image(args) => commands::image::run(&args, cli.data_dir.as_deref()),
+        Command::Image(args) => commands::image::run(&args, || data_dir(cli.data_dir.as_deref())),
     }
 }
 
@@ -233,6 +232,20 @@ fn die_quietly_on_a_closed_stdout() {
     unsafe {
         libc::signal(libc::SIGPIPE, libc::SIG_DFL);
     }
+}
+
+/// The data directory as the user named it (not resolved, not checked).
+fn chosen_data_dir(explicit: Option<&std::path::Path>) -> anyhow::Result<PathBuf> {
+    omabox_node::data_dir::choose(
+        explicit,
+        std::env::var_os("XDG_DATA_HOME").as_deref(),
+        std::env::var_os("HOME").as_deref(),
+    )
+}
+
+/// The data directory of a command that uses one, resolved and checked.
+fn data_dir(explicit: Option<&std::path::Path>) -> anyhow::Result<omabox_node::DataDir> {
+    omabox_node::DataDir::resolve(&chosen_data_dir(explicit)?)
 }
 
 fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {

@@ -5,19 +5,18 @@
 //! with a warning naming the secret only.
 
 use std::collections::BTreeMap;
-use std::path::Path;
 
 use omabox_backend_linux::image::{RegistryCredential, StaticCredentials};
 use omabox_contract::VaultSecretPort as _;
 
-use omabox_node::data_dir::open_existing_store;
+use omabox_node::DataDir;
 
 /// The vault's name prefix of registry credentials.
 pub const PREFIX: &str = "registry/";
 
 /// The registry credentials in the vault of `data_dir` (none without a store).
-pub async fn from_vault(data_dir: &Path) -> anyhow::Result<StaticCredentials> {
-    let Some(store) = open_existing_store(data_dir).await? else {
+pub async fn from_vault(data_dir: &DataDir) -> anyhow::Result<StaticCredentials> {
+    let Some(store) = data_dir.open_existing_store().await? else {
         return Ok(StaticCredentials::default());
     };
     let mut found = BTreeMap::new();
@@ -39,7 +38,7 @@ pub async fn from_vault(data_dir: &Path) -> anyhow::Result<StaticCredentials> {
 }
 
 /// [`from_vault`] for a caller without an async runtime.
-pub fn from_vault_blocking(data_dir: &Path) -> anyhow::Result<StaticCredentials> {
+pub fn from_vault_blocking(data_dir: &DataDir) -> anyhow::Result<StaticCredentials> {
     tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?

@@ -7,7 +7,6 @@
 
 use anyhow::Context as _;
 use omabox_contract::{RuntimeResourcePublication, RuntimeResourceScope};
-use omabox_node::data_dir;
 use omabox_store::SqliteStore;
 use std::path::Path;
 
@@ -32,11 +31,6 @@ pub fn check_id(flag: &str, id: &str) -> anyhow::Result<()> {
         );
     }
     Ok(())
-}
-
-/// Opens the store for a command that writes (see [`data_dir::open_store`]).
-pub async fn open_store(data_dir: &Path) -> anyhow::Result<SqliteStore> {
-    data_dir::open_store(data_dir).await
 }
 
 /// The last publication of `scope`, read off the async workers.

@@ -1,4 +1,24 @@
-//! Where omabox keeps its state on this machine, and whether it may trust it.
+//! Where omabox keeps its state on this machine, and whether it may trust it: [`DataDir`], the
+//! one resolver of every path omabox keeps on the host.
+//!
+//! ```text
+//! <data-dir>/omabox.db              the store: fences, orphans, lease journal, usage, session
+//!                                   tokens (hashed), publication history, the vault
+//! <data-dir>/omabox.toml            the node configuration file (optional; `crate::config`)
+//! <data-dir>/blobs/                 content-addressed blobs (`omabox_persistence::BlobStore`)
+//! <data-dir>/runtime/               /workspace binding dirs of live generations
+//! <data-dir>/runtime-outputs/       /mnt/session/outputs binding dirs of live generations
+//! <data-dir>/memory/<NAME>/         memory stores; `memory/.pending/<run>/` a run's write-backs
+//! <data-dir>/promoted/              the file store (`omabox files add`, file promotion)
+//! <data-dir>/serve-api-key          the operator key `omabox serve` generated (0600)
+//! <data-dir>/agents/                the ACP agent package cache (unless `agent_cache` is set)
+//! <image cache>/                    images (`image_cache`: by default outside the data dir)
+//! <image cache>/env-layers/         environment layers built on those images
+//! ```
+//!
+//! The crates that own a layout below the data dir (persistence: `blobs/`, `runtime*/`;
+//! proxy: `promoted/`, `serve-api-key`) are handed the data dir's root and keep their own
+//! names; this module's tests pin that those names are the ones above.
 //!
 //! The data directory holds the store (fences, tokens' hashes, vault secrets), the blobs of
 //! every published workspace and the live binding dirs a sandbox writes into; omabox (often
@@ -13,32 +33,194 @@
 
 use anyhow::Context;
 use omabox_store::SqliteStore;
+use std::ffi::OsStr;
 use std::os::unix::fs::MetadataExt as _;
 use std::path::{Path, PathBuf};
 
-/// The state directory, checked and with its symlinks resolved ([`trusted`]): `--data-dir`
-/// (or `$OMABOX_DATA_DIR`), else `$XDG_DATA_HOME/omabox`, else `~/.local/share/omabox`.
-pub fn resolve(explicit: Option<&Path>) -> anyhow::Result<PathBuf> {
-    trusted(&chosen(explicit)?)
+/// The state directory of this machine, its symlinks resolved and its trust checked
+/// ([`DataDir::resolve`]), and every path below it (module doc).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DataDir {
+    root: PathBuf,
 }
 
-/// The state directory as the user named it.
-fn chosen(explicit: Option<&Path>) -> anyhow::Result<PathBuf> {
+/// The database file below the data dir.
+pub const DATABASE: &str = "omabox.db";
+/// The node configuration file below the data dir.
+pub const CONFIG_FILE: &str = "omabox.toml";
+/// The blob store below the data dir.
+pub const BLOBS: &str = "blobs";
+/// The `/workspace` binding dirs below the data dir.
+pub const WORKSPACE_BINDINGS: &str = "runtime";
+/// The `/mnt/session/outputs` binding dirs below the data dir.
+pub const OUTPUT_BINDINGS: &str = "runtime-outputs";
+/// The memory stores below the data dir.
+pub const MEMORY: &str = "memory";
+/// The runs' memory-store stages below [`MEMORY`].
+pub const MEMORY_STAGES: &str = ".pending";
+/// The file store below the data dir.
+pub const PROMOTED: &str = "promoted";
+/// The operator key file below the data dir.
+pub const OPERATOR_KEY: &str = "serve-api-key";
+/// The default agent package cache below the data dir.
+pub const AGENTS: &str = "agents";
+/// The environment layers below the image cache.
+pub const ENV_LAYERS: &str = "env-layers";
+
+impl DataDir {
+    /// `chosen` (see [`choose`]) with its symlinks resolved, once it is known no other user
+    /// can change it (module doc). A directory not made yet is judged by its nearest
+    /// existing ancestor; nothing is created.
+    pub fn resolve(chosen: &Path) -> anyhow::Result<Self> {
+        Ok(Self {
+            root: trusted(chosen)?,
+        })
+    }
+
+    /// The data dir at `root`, taken as resolved and checked already (tests, and a caller
+    /// that holds a [`DataDir`]'s root).
+    pub fn at(root: impl Into<PathBuf>) -> Self {
+        Self { root: root.into() }
+    }
+
+    /// The directory itself: what the persistence and proxy crates are handed.
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// The SQLite database: fences, orphans, lease journal, usage, tokens, vault.
+    pub fn database(&self) -> PathBuf {
+        self.root.join(DATABASE)
+    }
+
+    /// The node configuration file read when present ([`crate::config`]).
+    pub fn config_file(&self) -> PathBuf {
+        self.root.join(CONFIG_FILE)
+    }
+
+    /// The blob store.
+    pub fn blobs(&self) -> PathBuf {
+        self.root.join(BLOBS)
+    }
+
+    /// The binding areas (`/workspace`, outputs) and the binding id prefix of each.
+    pub fn binding_areas(&self) -> [(PathBuf, &'static str); 2] {
+        [
+            (self.root.join(WORKSPACE_BINDINGS), "wsb_"),
+            (self.root.join(OUTPUT_BINDINGS), "outb_"),
+        ]
+    }
+
+    /// The memory stores (`<NAME>/` each).
+    pub fn memory(&self) -> PathBuf {
+        self.root.join(MEMORY)
+    }
+
+    /// The runs' memory-store stages (`<run>/` each).
+    pub fn memory_stages(&self) -> PathBuf {
+        self.memory().join(MEMORY_STAGES)
+    }
+
+    /// The file store.
+    pub fn promoted(&self) -> PathBuf {
+        self.root.join(PROMOTED)
+    }
+
+    /// The operator key `omabox serve` generates when none is configured.
+    pub fn operator_key(&self) -> PathBuf {
+        self.root.join(OPERATOR_KEY)
+    }
+
+    /// The agent package cache: `configured` (the `agent_cache` setting, an absolute path)
+    /// or `<data-dir>/agents`.
+    pub fn agent_cache(&self, configured: Option<&Path>) -> PathBuf {
+        configured.map_or_else(|| self.root.join(AGENTS), Path::to_path_buf)
+    }
+
+    /// Opens the store for a command that writes (`run`, `vault put`, `serve`, `gc`, …):
+    /// creates the data directory and the database when they are missing. An existing
+    /// database that is not a healthy omabox store, or a read-only data directory, is an
+    /// error naming the file or directory and what to do (the store's errors say it; they
+    /// are not wrapped again).
+    pub async fn open_store(&self) -> anyhow::Result<SqliteStore> {
+        let path = self.database();
+        let store = tokio::task::spawn_blocking(move || {
+            SqliteStore::open(&path).map_err(anyhow::Error::from)
+        })
+        .await
+        .context("the store task failed")??;
+        // Made just now, or by someone else just before: the same rules as for one found.
+        check_own_dir(&self.root, &self.root)?;
+        Ok(store)
+    }
+
+    /// Opens the store for a command that only reads: `None` when the data directory has no
+    /// database yet (nothing is created then).
+    pub async fn open_existing_store(&self) -> anyhow::Result<Option<SqliteStore>> {
+        let path = self.database();
+        tokio::task::spawn_blocking(move || {
+            SqliteStore::open_if_exists(&path).map_err(anyhow::Error::from)
+        })
+        .await
+        .context("the store task failed")?
+    }
+
+    /// What a read-only command says when the data directory has no database.
+    pub fn no_data_yet(&self) -> String {
+        format!(
+            "no data yet in {}: nothing has run with this data directory (`omabox run` creates it)",
+            self.root.display()
+        )
+    }
+}
+
+/// The state directory as the user named it: `explicit` (`--data-dir`, `OMABOX_DATA_DIR`
+/// or the configuration file), else `$XDG_DATA_HOME/omabox`, else `~/.local/share/omabox`.
+pub fn choose(
+    explicit: Option<&Path>,
+    xdg_data_home: Option<&OsStr>,
+    home: Option<&OsStr>,
+) -> anyhow::Result<PathBuf> {
     if let Some(dir) = explicit {
         if dir.as_os_str().is_empty() {
             anyhow::bail!("--data-dir is empty: name a directory");
         }
         return Ok(dir.to_path_buf());
     }
-    if let Some(xdg) = std::env::var_os("XDG_DATA_HOME").filter(|value| !value.is_empty()) {
+    if let Some(xdg) = xdg_data_home.filter(|value| !value.is_empty()) {
         return Ok(PathBuf::from(xdg).join("omabox"));
     }
-    match std::env::var_os("HOME").filter(|value| !value.is_empty()) {
+    match home.filter(|value| !value.is_empty()) {
         Some(home) => Ok(PathBuf::from(home).join(".local/share/omabox")),
         None => anyhow::bail!(
             "cannot choose a data directory: neither XDG_DATA_HOME nor HOME is set; pass --data-dir DIR"
         ),
     }
+}
+
+/// The default image cache: `/var/lib/omabox/images` for root, otherwise
+/// `$XDG_CACHE_HOME/omabox/images` (an absolute one), else `~/.cache/omabox/images`, else
+/// `<tmp>/omabox/images`. The `image_cache` setting replaces it.
+pub fn default_image_cache(
+    root: bool,
+    xdg_cache_home: Option<&OsStr>,
+    home: Option<&OsStr>,
+    tmp: &Path,
+) -> PathBuf {
+    if root {
+        return PathBuf::from("/var/lib/omabox/images");
+    }
+    let base = xdg_cache_home
+        .map(PathBuf::from)
+        .filter(|p| p.is_absolute())
+        .or_else(|| home.map(|h| PathBuf::from(h).join(".cache")))
+        .unwrap_or_else(|| tmp.to_path_buf());
+    base.join("omabox/images")
+}
+
+/// The environment layers kept below `image_cache`.
+pub fn env_layers(image_cache: &Path) -> PathBuf {
+    image_cache.join(ENV_LAYERS)
 }
 
 /// `dir` with its symlinks resolved, once it is known no other user can change it (module
@@ -180,11 +362,11 @@ fn shown(real: &Path, named: &Path) -> String {
 }
 
 /// Refuses `dir` (a directory the user gives a sandbox: `--workspace`) when it is the data
-/// directory named by `explicit` (or the default one), inside it, or holds it: its store
+/// directory `data_dir` names (as chosen, [`choose`]), inside it, or holds it: its store
 /// keeps the vault's secrets and every session's state, and a sandbox must never read or
 /// write them (`--workspace ~` would copy or bind the whole store). Nothing is created.
-pub fn check_apart(flag: &str, dir: &Path, explicit: Option<&Path>) -> anyhow::Result<()> {
-    let Ok(data) = chosen(explicit).and_then(|d| Ok(std::fs::canonicalize(d)?)) else {
+pub fn check_apart(flag: &str, dir: &Path, data_dir: &Path) -> anyhow::Result<()> {
+    let Ok(data) = std::fs::canonicalize(data_dir) else {
         return Ok(()); // no data directory yet: nothing of it to expose
     };
     let Ok(real) = std::fs::canonicalize(dir) else {
@@ -209,41 +391,67 @@ pub fn check_apart(flag: &str, dir: &Path, explicit: Option<&Path>) -> anyhow::R
     Ok(())
 }
 
-/// The SQLite database inside the data directory.
-pub fn database_path(data_dir: &Path) -> PathBuf {
-    data_dir.join("omabox.db")
-}
+#[cfg(test)]
+mod tests {
+    use super::*;
 
-/// Opens the store for a command that writes (`run`, `vault put`, `serve`, `gc`, …): creates
-/// the data directory and the database when they are missing. An existing database that is not
-/// a healthy omabox store, or a read-only data directory, is an error naming the file or
-/// directory and what to do (the store's errors say it; they are not wrapped again).
-pub async fn open_store(data_dir: &Path) -> anyhow::Result<SqliteStore> {
-    let path = database_path(data_dir);
-    let store =
-        tokio::task::spawn_blocking(move || SqliteStore::open(&path).map_err(anyhow::Error::from))
-            .await
-            .context("the store task failed")??;
-    // Made just now, or by someone else just before: the same rules as for one found.
-    check_own_dir(data_dir, data_dir)?;
-    Ok(store)
-}
+    #[test]
+    fn the_data_dir_is_named_explicitly_else_by_xdg_else_by_home() {
+        let os = |s: &'static str| Some(OsStr::new(s));
+        assert_eq!(
+            choose(Some(Path::new("/d")), os("/x"), os("/h")).unwrap(),
+            Path::new("/d")
+        );
+        assert_eq!(
+            choose(None, os("/x"), os("/h")).unwrap(),
+            Path::new("/x/omabox")
+        );
+        assert_eq!(
+            choose(None, os(""), os("/h")).unwrap(),
+            Path::new("/h/.local/share/omabox")
+        );
+        assert!(choose(Some(Path::new("")), None, os("/h")).is_err());
+        let error = choose(None, None, None).unwrap_err().to_string();
+        assert!(error.contains("pass --data-dir DIR"), "{error}");
+    }
 
-/// Opens the store for a command that only reads: `None` when the data directory has no
-/// database yet (nothing is created then).
-pub async fn open_existing_store(data_dir: &Path) -> anyhow::Result<Option<SqliteStore>> {
-    let path = database_path(data_dir);
-    tokio::task::spawn_blocking(move || {
-        SqliteStore::open_if_exists(&path).map_err(anyhow::Error::from)
-    })
-    .await
-    .context("the store task failed")?
-}
+    #[test]
+    fn the_image_cache_defaults_by_user() {
+        let os = |s: &'static str| Some(OsStr::new(s));
+        let tmp = Path::new("/tmp");
+        assert_eq!(
+            default_image_cache(true, os("/x"), os("/h"), tmp),
+            Path::new("/var/lib/omabox/images")
+        );
+        assert_eq!(
+            default_image_cache(false, os("/x"), os("/h"), tmp),
+            Path::new("/x/omabox/images")
+        );
+        assert_eq!(
+            default_image_cache(false, os("relative"), os("/h"), tmp),
+            Path::new("/h/.cache/omabox/images")
+        );
+        assert_eq!(
+            default_image_cache(false, None, None, tmp),
+            Path::new("/tmp/omabox/images")
+        );
+        assert_eq!(env_layers(Path::new("/c")), Path::new("/c/env-layers"));
+    }
 
-/// What a read-only command says when the data directory has no database.
-pub fn no_data_yet(data_dir: &Path) -> String {
-    format!(
-        "no data yet in {}: nothing has run with this data directory (`omabox run` creates it)",
-        data_dir.display()
-    )
+    /// The crates that own a layout below the data dir use the names `DataDir` gives.
+    #[test]
+    fn the_layout_is_the_one_the_owning_crates_use() {
+        let dir = tempfile::tempdir().unwrap();
+        let data = DataDir::at(dir.path());
+        omabox_persistence::BlobStore::new(data.root()).unwrap();
+        assert!(data.blobs().join("sha256").is_dir());
+        omabox_proxy::promoted::PromotedStore::open(data.root()).unwrap();
+        assert!(data.promoted().is_dir());
+        omabox_proxy::operator_key::load_or_create(data.root()).unwrap();
+        assert!(data.operator_key().is_file());
+        assert_eq!(data.database(), dir.path().join("omabox.db"));
+        assert_eq!(data.memory_stages(), dir.path().join("memory/.pending"));
+        assert_eq!(data.agent_cache(None), dir.path().join("agents"));
+        assert_eq!(data.agent_cache(Some(Path::new("/a"))), Path::new("/a"));
+    }
 }

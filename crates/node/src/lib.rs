@@ -1,7 +1,16 @@
-//! omabox on one machine — the node: where its state lives ([`data_dir`]), and (as they
-//! move here from the CLI) how it is configured, the local services a run needs and the one
-//! runner of a work item.
+//! omabox on one machine — the node: where its state lives ([`data_dir`]), how it is
+//! configured ([`config`]: flags ∪ environment ∪ files, each value with its source), the local
+//! services a run needs (agent cache, in-process inference proxy, environments, session
+//! inputs, leftovers and collection, backend wiring) and the one runner of a work item that
+//! `omabox run` uses and `omabox serve` will use.
+//!
+//! The CLI is a front end over this crate: it parses arguments, builds the configuration,
+//! calls in here and prints. This crate must never assume a terminal (progress and events go
+//! through observer traits), and is the only place below the CLI that reads the process
+//! environment (once, into the configuration; the test-only hooks excepted).
 
 #![forbid(unsafe_code)]
 
 pub mod data_dir;
+
+pub use data_dir::DataDir;

@@ -3,8 +3,8 @@
 //! file:ID:/path`.
 
 use clap::{Args, Subcommand};
-use omabox_node::data_dir::open_store;
-use std::path::{Path, PathBuf};
+use omabox_node::DataDir;
+use std::path::PathBuf;
 use std::process::ExitCode;
 
 /// Options of `omabox files`.
@@ -27,12 +27,12 @@ enum FilesCommand {
 }
 
 /// Runs a files subcommand.
-pub async fn run(data_dir: &Path, args: &FilesArgs) -> anyhow::Result<ExitCode> {
+pub async fn run(data_dir: &DataDir, args: &FilesArgs) -> anyhow::Result<ExitCode> {
     match &args.command {
         FilesCommand::Add { path, json } => {
             // Creates the data directory as every writer does.
-            drop(open_store(data_dir).await?);
-            let (data_dir, path) = (data_dir.to_owned(), path.clone());
+            drop(data_dir.open_store().await?);
+            let (data_dir, path) = (data_dir.root().to_owned(), path.clone());
             let file = tokio::task::spawn_blocking(move || {
                 crate::session_inputs::add_file(&data_dir, &path)
             })

@@ -5,8 +5,7 @@
 use crate::gc::{DEFAULT_GRACE, GcOptions, GcSummary, collect_garbage, keep_from_env};
 use anyhow::Context;
 use clap::Args;
-use omabox_node::data_dir::{no_data_yet, open_existing_store};
-use std::path::Path;
+use omabox_node::DataDir;
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -31,16 +30,16 @@ pub struct GcArgs {
 }
 
 /// Collects the blob store.
-pub async fn run(data_dir: &Path, args: &GcArgs) -> anyhow::Result<ExitCode> {
+pub async fn run(data_dir: &DataDir, args: &GcArgs) -> anyhow::Result<ExitCode> {
     let keep = match args.keep {
         Some(keep) => keep,
         None => keep_from_env()?,
     };
-    let Some(store) = open_existing_store(data_dir).await? else {
+    let Some(store) = data_dir.open_existing_store().await? else {
         if args.json {
             println!("{}", serde_json::to_string_pretty(&GcSummary::default())?);
         } else {
-            println!("{}", no_data_yet(data_dir));
+            println!("{}", data_dir.no_data_yet());
         }
         return Ok(ExitCode::SUCCESS);
     };
@@ -49,7 +48,7 @@ pub async fn run(data_dir: &Path, args: &GcArgs) -> anyhow::Result<ExitCode> {
         grace: Duration::from_secs(args.grace),
         dry_run: args.dry_run,
     };
-    let data_dir_owned = data_dir.to_path_buf();
+    let data_dir_owned = data_dir.root().to_path_buf();
     let summary =
         tokio::task::spawn_blocking(move || collect_garbage(&data_dir_owned, &store, options))
             .await

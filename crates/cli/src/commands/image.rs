@@ -109,7 +109,7 @@ fn cache_dir() -> anyhow::Result<ImageCache> {
 /// credentials of the vault in `data_dir` (`registry/<host>`), then docker's `config.json`.
 pub fn registry_config(
     get: impl Fn(&str) -> Option<String>,
-    data_dir: Option<&std::path::Path>,
+    data_dir: Option<&omabox_node::DataDir>,
 ) -> anyhow::Result<RegistryConfig> {
     let config = RegistryConfig::from_env(&get)?;
     Ok(match data_dir {
@@ -121,7 +121,10 @@ pub fn registry_config(
 }
 
 /// Runs an image subcommand.
-pub fn run(args: &ImageArgs, data_dir: Option<&std::path::Path>) -> anyhow::Result<ExitCode> {
+pub fn run(
+    args: &ImageArgs,
+    data_dir: impl FnOnce() -> anyhow::Result<omabox_node::DataDir>,
+) -> anyhow::Result<ExitCode> {
     let cache = cache()?;
     match &args.command {
         ImageCommand::Pull { reference, json } => {
@@ -130,7 +133,7 @@ pub fn run(args: &ImageArgs, data_dir: Option<&std::path::Path>) -> anyhow::Resu
                 Err(e) => return Ok(usage(&e)),
             };
             let started = Instant::now();
-            let data_dir = omabox_node::data_dir::resolve(data_dir)?;
+            let data_dir = data_dir()?;
             let config = registry_config(|key| std::env::var(key).ok(), Some(&data_dir))?;
             let pulled = pull_with_progress(&cache, &reference, &config)?;
             let seconds = started.elapsed().as_secs_f64();

@@ -19,11 +19,10 @@ use clap::Args;
 use omabox_contract::{RuntimeLeaseJournalPort, RuntimeOrphanPort, RuntimeOrphanRecord};
 use omabox_host::lease_journal::{AbandonedLeaseReaper, AbandonedLeaseSummary};
 use omabox_host::reconciler::{ManagedRuntimeOrphanReconciler, ReconcileSummary};
-use omabox_node::data_dir;
+use omabox_node::DataDir;
 use omabox_sandbox::SandboxFactoryEnv;
 use omabox_store::SqliteStore;
 use serde::Serialize;
-use std::path::Path;
 use std::process::ExitCode;
 use std::sync::Arc;
 
@@ -62,8 +61,8 @@ struct ReapReport {
 }
 
 /// Runs one reconcile pass and reports what is still queued.
-pub async fn run(data_dir: &Path, args: &ReapArgs) -> anyhow::Result<ExitCode> {
-    let store = SqliteStore::open(data_dir::database_path(data_dir))?;
+pub async fn run(data_dir: &DataDir, args: &ReapArgs) -> anyhow::Result<ExitCode> {
+    let store = SqliteStore::open(data_dir.database())?;
     let env = SandboxFactoryEnv::from_process_env();
     let resolver = wiring::sandbox_resolver(&env, Arc::new(store.clone()));
     let orphans: Arc<dyn RuntimeOrphanPort> = Arc::new(store.clone());
@@ -77,7 +76,7 @@ pub async fn run(data_dir: &Path, args: &ReapArgs) -> anyhow::Result<ExitCode> {
         .run_all(PAGE, args.limit)
         .await?;
     omabox_sandbox::fault::point("reap-leases-done");
-    let leftovers = leftovers::sweep(data_dir, &store, &env).await;
+    let leftovers = leftovers::sweep(data_dir.root(), &store, &env).await;
     let gc = collect_with_default_retention(data_dir, &store).await?;
     if args.json {
         let report = ReapReport {
@@ -132,7 +131,7 @@ pub async fn run(data_dir: &Path, args: &ReapArgs) -> anyhow::Result<ExitCode> {
 /// The last pass of a reap: `omabox gc` with its defaults (`OMABOX_GC_KEEP` revisions per
 /// session, the default grace period), so blobs of forgotten revisions and failed runs go.
 async fn collect_with_default_retention(
-    data_dir: &Path,
+    data_dir: &DataDir,
     store: &SqliteStore,
 ) -> anyhow::Result<GcSummary> {
     let options = GcOptions {
@@ -140,7 +139,7 @@ async fn collect_with_default_retention(
         grace: DEFAULT_GRACE,
         dry_run: false,
     };
-    let (data_dir, store) = (data_dir.to_path_buf(), store.clone());
+    let (data_dir, store) = (data_dir.root().to_path_buf(), store.clone());
     tokio::task::spawn_blocking(move || collect_garbage(&data_dir, &store, options))
         .await
         .context("the gc task failed")?

@@ -70,7 +70,7 @@ use crate::harness_env::{SessionTokenEnv, check_gateway};
 use crate::inference_server;
 use crate::oma_agent::OmaAgent;
 use crate::run_report::{self, RunHeader};
-use crate::session::{check_id, check_seed, open_store};
+use crate::session::{check_id, check_seed};
 use crate::session_inputs::{DirMemoryStores, MemoryCommitFence, PromotedFileAccess};
 use crate::signals::cancel_on_signals;
 use crate::terminal::{ProgressBars, TerminalHarnessOutput};
@@ -94,6 +94,7 @@ use omabox_host::session_tokens::SessionTokenSlots;
 use omabox_host::work_item::{
     SessionTokenIssuer, WorkItemPolicy, WorkItemPorts, WorkItemRunner, owner_id, session_scope,
 };
+use omabox_node::DataDir;
 use omabox_persistence::ProgressObserver;
 use omabox_proxy::promoted::PromotedStore;
 use omabox_sandbox::SandboxFactoryEnv;
@@ -284,7 +285,7 @@ struct Request {
 }
 
 /// Runs one work item and reports it.
-pub async fn run(data_dir: &Path, args: RunArgs) -> anyhow::Result<ExitCode> {
+pub async fn run(data_dir: &DataDir, args: RunArgs) -> anyhow::Result<ExitCode> {
     let mut env = SandboxFactoryEnv::from_process_env();
     wiring::check_backend(args.backend, &env)?;
     let request = request(&args)?;
@@ -313,7 +314,7 @@ pub async fn run(data_dir: &Path, args: RunArgs) -> anyhow::Result<ExitCode> {
         check_gateway(gateway)?;
     }
     if let Some(seed) = &args.workspace {
-        omabox_node::data_dir::check_apart("--workspace", seed, Some(data_dir))?;
+        omabox_node::data_dir::check_apart("--workspace", seed, data_dir.root())?;
     }
     let agent = args.known_agent();
     // The agent whose inference adapter the harness gets: `--agent`'s, or the one an agent
@@ -331,8 +332,8 @@ pub async fn run(data_dir: &Path, args: RunArgs) -> anyhow::Result<ExitCode> {
         )?),
         false => None,
     };
-    let store = open_store(data_dir).await?;
-    session_inputs.check_files(data_dir)?;
+    let store = data_dir.open_store().await?;
+    session_inputs.check_files(data_dir.root())?;
     // An agent turn without a gateway gets the proxy served by this process.
     let mut inference_gateway = args.inference_gateway.clone();
     let mut _inference_server = None;
@@ -349,7 +350,7 @@ pub async fn run(data_dir: &Path, args: RunArgs) -> anyhow::Result<ExitCode> {
     }
     let agent_dir = match agent {
         Some(agent) => Some(agent_cache::ensure_installed(
-            &agent_cache::cache_dir(data_dir)?,
+            &agent_cache::cache_dir(data_dir.root())?,
             agent,
             args.json,
         )?),
@@ -376,7 +377,7 @@ pub async fn run(data_dir: &Path, args: RunArgs) -> anyhow::Result<ExitCode> {
             // apt packages and a dockerfile become the image's environment layer, built once
             // per image and content; its sandboxes start from it (the installer skips apt).
             let layer = match &environment {
-                Some(environment) => environment.env_layer(data_dir)?,
+                Some(environment) => environment.env_layer(data_dir.root())?,
                 None => None,
             };
             if let Some(layer) = layer {
@@ -439,14 +440,14 @@ pub async fn run(data_dir: &Path, args: RunArgs) -> anyhow::Result<ExitCode> {
     if crate::session_inputs::uses_memory_stores(&session_inputs.resources) {
         env = env.with_var(MEMORY_MOUNT_ENV, "1");
     }
-    crate::leftovers::before_run(data_dir, &store).await;
+    crate::leftovers::before_run(data_dir.root(), &store).await;
     if let Some(seed) = &args.workspace {
         check_seed(&store, &request.scope, seed).await?;
     }
 
     let bars = ProgressBars::for_stderr().map(|bars| Arc::new(bars) as Arc<dyn ProgressObserver>);
     let timeline = Arc::new(Timeline::new(!args.json, bars));
-    let persistence = Persistence::open(data_dir, Some(Arc::clone(&timeline) as _))?;
+    let persistence = Persistence::open(data_dir.root(), Some(Arc::clone(&timeline) as _))?;
     // From here until the run returned (its publication committed or given up), a collection
     // that removes young blobs waits for this run, and this run for it.
     let _writer = {
@@ -470,7 +471,7 @@ pub async fn run(data_dir: &Path, args: RunArgs) -> anyhow::Result<ExitCode> {
         .await?;
     // Memory-store write-backs wait in a stage until this run's publication (the fence
     // decorator below commits them then, or discards them).
-    let memory_stores = DirMemoryStores::new(data_dir);
+    let memory_stores = DirMemoryStores::new(data_dir.root());
     let harness_output = Arc::new(TerminalHarnessOutput::new(args.json));
     let token_slots = SessionTokenSlots::new();
     let acp = args.acp(request.system.clone());
@@ -548,7 +549,7 @@ pub async fn run(data_dir: &Path, args: RunArgs) -> anyhow::Result<ExitCode> {
             metadata: session_inputs.metadata,
             resources: session_inputs.resources,
         });
-        let files = PromotedStore::open(data_dir).context("cannot open the file store")?;
+        let files = PromotedStore::open(data_dir.root()).context("cannot open the file store")?;
         input.session_input_access = Some(Arc::new(PromotedFileAccess::new(files)));
     }
     let outcome = runner.run(input).await;
@@ -750,7 +751,10 @@ fn process_owner_id() -> String {
 /// Pulls the run's registry image (`OMABOX_LINUX_IMAGE`, else `SANDBOX_IMAGE`) into the image
 /// cache with progress, so a long download is not a silent acquire. Local images and bad
 /// references are the factory's to judge.
-async fn prefetch_registry_image(env: &SandboxFactoryEnv, data_dir: &Path) -> anyhow::Result<()> {
+async fn prefetch_registry_image(
+    env: &SandboxFactoryEnv,
+    data_dir: &DataDir,
+) -> anyhow::Result<()> {
     use omabox_backend_linux::factory::{IMAGE_CACHE_ENV, IMAGE_ENV, SANDBOX_IMAGE_ENV};
     use omabox_backend_linux::image::{ImageCache, ImageSource};
     let nonempty = |key| env.get(key).filter(|v| !v.trim().is_empty());
@@ -768,7 +772,7 @@ async fn prefetch_registry_image(env: &SandboxFactoryEnv, data_dir: &Path) -> an
         env.get(k).map(str::to_owned)
     })?);
     let env = env.clone();
-    let data_dir = data_dir.to_path_buf();
+    let data_dir = data_dir.clone();
     let config = tokio::task::spawn_blocking(move || {
         super::image::registry_config(|k| env.get(k).map(str::to_owned), Some(&data_dir))
     })

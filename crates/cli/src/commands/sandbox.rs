@@ -455,8 +455,10 @@ fn prepare(
                     dir.display()
                 )));
             }
-            omabox_node::data_dir::check_apart("--workspace", dir, data_dir)
-                .map_err(|e| Failure::usage(e.to_string()))?;
+            if let Ok(chosen) = crate::chosen_data_dir(data_dir) {
+                omabox_node::data_dir::check_apart("--workspace", dir, &chosen)
+                    .map_err(|e| Failure::usage(e.to_string()))?;
+            }
             let dir = std::fs::canonicalize(dir)
                 .map_err(|e| Failure::usage(format!("--workspace {}: {e}", dir.display())))?;
             Workspace::Given(dir)
@@ -505,8 +507,7 @@ fn pin_registry_image(
     let limits = omabox_backend_linux::image::UnpackLimits::from_env(|k| vars.get(k).cloned())
         .map_err(|e| Failure::usage(e.to_string()))?;
     let cache = cache.with_limits(limits);
-    let data_dir =
-        omabox_node::data_dir::resolve(data_dir).map_err(|e| Failure::omabox(e.to_string()))?;
+    let data_dir = crate::data_dir(data_dir).map_err(|e| Failure::omabox(e.to_string()))?;
     let config = super::image::registry_config(|k| vars.get(k).cloned(), Some(&data_dir))
         .map_err(|e| Failure::omabox(format!("registry credentials: {e}")))?;
     let pulled = super::image::pull_with_progress(&cache, &reference, &config).map_err(|e| {

@@ -11,21 +11,22 @@
 //! start into `<data-dir>/serve-api-key` (0600; printed once, when generated). Requests are
 //! served only when their Host is the config's `public_url` or a loopback name.
 
-use crate::session::{open_store, publication};
+use crate::session::publication;
 use anyhow::Context as _;
 use async_trait::async_trait;
 use clap::Args;
 use omabox_contract::{PortError, RuntimeResourcePublication, SecretString};
 use omabox_host::work_item::session_scope;
+use omabox_node::DataDir;
 use omabox_persistence::{BlobStore, FilesystemSessionOutputPort, FilesystemWorkspacePort};
 use omabox_proxy::files::{PublicationLookup, PublishedSessionFiles};
-use omabox_proxy::operator_key::{self, KEY_FILE, KeyOrigin};
+use omabox_proxy::operator_key::{self, KeyOrigin};
 use omabox_proxy::promoted::PromotedStore;
 use omabox_proxy::{ProxyDeps, ProxyState, ServeConfig};
 use omabox_store::SqliteStore;
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
 
@@ -82,7 +83,7 @@ impl ServeArgs {
 const OPERATOR_KEY_ENV: &str = "OMABOX_API_KEY";
 
 /// Serves until SIGINT/SIGTERM.
-pub async fn run(data_dir: &Path, args: &ServeArgs) -> anyhow::Result<ExitCode> {
+pub async fn run(data_dir: &DataDir, args: &ServeArgs) -> anyhow::Result<ExitCode> {
     // As many descriptors as the hard limit allows: the connection cap is derived from them
     // (omabox_proxy::server::connection_cap), and a low soft limit would only lower it.
     if let Err(error) = omabox_proxy::server::raise_nofile_limit() {
@@ -95,22 +96,31 @@ pub async fn run(data_dir: &Path, args: &ServeArgs) -> anyhow::Result<ExitCode> 
     };
     args.apply_limits(&mut config.limits)?;
     let limits = config.limits.clone();
-    std::fs::create_dir_all(data_dir)
-        .with_context(|| format!("cannot create the data directory {}", data_dir.display()))?;
-    let store = Arc::new(open_store(data_dir).await?);
-    let blobs = Arc::new(
-        BlobStore::new(data_dir)
-            .with_context(|| format!("cannot open the blob store in {}", data_dir.display()))?,
-    );
+    std::fs::create_dir_all(data_dir.root()).with_context(|| {
+        format!(
+            "cannot create the data directory {}",
+            data_dir.root().display()
+        )
+    })?;
+    let store = Arc::new(data_dir.open_store().await?);
+    let blobs = Arc::new(BlobStore::new(data_dir.root()).with_context(|| {
+        format!(
+            "cannot open the blob store in {}",
+            data_dir.root().display()
+        )
+    })?);
     let files = PublishedSessionFiles::new(
         Arc::new(StorePublications(Arc::clone(&store))),
         Arc::clone(&blobs),
         Arc::new(FilesystemWorkspacePort::with_store(
-            data_dir,
+            data_dir.root(),
             Arc::clone(&blobs),
         )),
-        Arc::new(FilesystemSessionOutputPort::with_store(data_dir, blobs)),
-        PromotedStore::open(data_dir).context("cannot open the promoted-file store")?,
+        Arc::new(FilesystemSessionOutputPort::with_store(
+            data_dir.root(),
+            blobs,
+        )),
+        PromotedStore::open(data_dir.root()).context("cannot open the promoted-file store")?,
     );
     let env: BTreeMap<String, SecretString> = omabox_proxy::env_keys(&config)
         .into_iter()
@@ -161,7 +171,7 @@ enum KeySource {
 /// The operator key: `OMABOX_API_KEY`, the config's, or the data dir's (generated once).
 fn operator_key(
     config: &ServeConfig,
-    data_dir: &Path,
+    data_dir: &DataDir,
 ) -> anyhow::Result<(SecretString, KeySource)> {
     let from_env = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
     let given = from_env(OPERATOR_KEY_ENV)
@@ -170,13 +180,13 @@ fn operator_key(
     if let Some(key) = given {
         return Ok((SecretString::new(key), KeySource::Given));
     }
-    let (key, origin) = operator_key::load_or_create(data_dir)?;
+    let (key, origin) = operator_key::load_or_create(data_dir.root())?;
     Ok((key, KeySource::File(origin)))
 }
 
 /// Tells the operator how to authenticate; the key itself only right after generating it.
-fn announce_key(data_dir: &Path, source: KeySource, key: &SecretString, address: SocketAddr) {
-    let path = data_dir.join(KEY_FILE);
+fn announce_key(data_dir: &DataDir, source: KeySource, key: &SecretString, address: SocketAddr) {
+    let path = data_dir.operator_key();
     let usage = format!(
         "curl -H \"Authorization: Bearer $(cat {})\" http://{address}/v1/files/<id>/content",
         path.display()

@@ -5,8 +5,7 @@
 
 use clap::{Args, Subcommand};
 use omabox_contract::{SecretString, VaultSecretPort};
-use omabox_node::data_dir::{no_data_yet, open_existing_store, open_store};
-use std::path::Path;
+use omabox_node::DataDir;
 use std::process::ExitCode;
 
 /// Options of `omabox vault`.
@@ -37,26 +36,26 @@ enum VaultCommand {
 }
 
 /// Runs a vault subcommand against the data directory's store.
-pub async fn run(data_dir: &Path, args: &VaultArgs) -> anyhow::Result<ExitCode> {
+pub async fn run(data_dir: &DataDir, args: &VaultArgs) -> anyhow::Result<ExitCode> {
     // Only `put` creates a data directory; the others have nothing to do without one.
     let store = match &args.command {
-        VaultCommand::Put { .. } => open_store(data_dir).await?,
+        VaultCommand::Put { .. } => data_dir.open_store().await?,
         VaultCommand::Names { json } => {
-            let Some(store) = open_existing_store(data_dir).await? else {
+            let Some(store) = data_dir.open_existing_store().await? else {
                 if *json {
                     println!("[]");
                 } else {
-                    eprintln!("omabox vault: {}", no_data_yet(data_dir));
+                    eprintln!("omabox vault: {}", data_dir.no_data_yet());
                 }
                 return Ok(ExitCode::SUCCESS);
             };
             store
         }
         VaultCommand::Delete { name } => {
-            let Some(store) = open_existing_store(data_dir).await? else {
+            let Some(store) = data_dir.open_existing_store().await? else {
                 eprintln!(
                     "omabox vault: {}; {name} is not stored",
-                    no_data_yet(data_dir)
+                    data_dir.no_data_yet()
                 );
                 return Ok(ExitCode::SUCCESS);
             };
