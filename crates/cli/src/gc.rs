@@ -24,10 +24,6 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::Path;
 use std::time::{Duration, SystemTime};
 
-/// Default revisions kept per work item.
-pub const DEFAULT_KEEP: u64 = 5;
-/// Environment variable overriding [`DEFAULT_KEEP`].
-pub const KEEP_ENV: &str = "OMABOX_GC_KEEP";
 /// Default grace period: unreferenced blobs younger than this stay.
 pub const DEFAULT_GRACE: Duration = Duration::from_secs(3600);
 
@@ -88,21 +84,6 @@ pub struct BlobFigures {
     pub blobs: u64,
     /// Bytes.
     pub bytes: u64,
-}
-
-/// `keep` from `OMABOX_GC_KEEP`, else [`DEFAULT_KEEP`].
-pub fn keep_from_env() -> anyhow::Result<u64> {
-    match std::env::var(KEEP_ENV) {
-        Ok(value) => value
-            .trim()
-            .parse::<u64>()
-            .ok()
-            .filter(|keep| *keep >= 1)
-            .with_context(|| {
-                format!("{KEEP_ENV}={value:?} is not a whole number of revisions ≥ 1")
-            }),
-        Err(_) => Ok(DEFAULT_KEEP),
-    }
 }
 
 /// Collects the blob store of `data_dir` (see the module doc). Blocks: call it from

@@ -81,11 +81,13 @@ pub async fn sweep(
     data_dir: &Path,
     store: &SqliteStore,
     env: &SandboxFactoryEnv,
+    tmp: &Path,
 ) -> LeftoverReport {
     let data_dir = data_dir.to_path_buf();
     let store = store.clone();
     let env = env.clone();
-    tokio::task::spawn_blocking(move || sweep_blocking(&data_dir, &store, &env))
+    let tmp = tmp.to_path_buf();
+    tokio::task::spawn_blocking(move || sweep_blocking(&data_dir, &store, &env, &tmp))
         .await
         .unwrap_or_else(|error| LeftoverReport {
             errors: vec![format!("the leftover sweep failed: {error}")],
@@ -95,9 +97,8 @@ pub async fn sweep(
 
 /// `omabox run`'s start: reaps a few abandoned leases, then [`sweep`]s. Problems are printed
 /// as one warning on stderr and never stop the run.
-pub async fn before_run(data_dir: &Path, store: &SqliteStore) {
-    let env = SandboxFactoryEnv::from_process_env();
-    let resolver = wiring::sandbox_resolver(&env, Arc::new(store.clone()));
+pub async fn before_run(data_dir: &Path, store: &SqliteStore, env: &SandboxFactoryEnv, tmp: &Path) {
+    let resolver = wiring::sandbox_resolver(env, Arc::new(store.clone()));
     let journal: Arc<dyn RuntimeLeaseJournalPort> = Arc::new(store.clone());
     let mut errors = match AbandonedLeaseReaper::new(journal, resolver)
         .with_session_tokens(Arc::new(store.clone()))
@@ -111,7 +112,7 @@ pub async fn before_run(data_dir: &Path, store: &SqliteStore) {
             .collect(),
         Err(error) => vec![format!("abandoned leases: {error}")],
     };
-    let report = sweep(data_dir, store, &env).await;
+    let report = sweep(data_dir, store, env, tmp).await;
     // A runtime dir this user may not read (root's /run/omabox under a non-root run) holds
     // nothing this run could clean up; `omabox reap` still reports it.
     errors.extend(
@@ -128,7 +129,12 @@ pub async fn before_run(data_dir: &Path, store: &SqliteStore) {
     }
 }
 
-fn sweep_blocking(data_dir: &Path, store: &SqliteStore, env: &SandboxFactoryEnv) -> LeftoverReport {
+fn sweep_blocking(
+    data_dir: &Path,
+    store: &SqliteStore,
+    env: &SandboxFactoryEnv,
+    tmp: &Path,
+) -> LeftoverReport {
     let mut report = LeftoverReport::default();
     // Sandboxes a journaled lease names are the lease reaper's: it bills them too.
     let journaled: HashSet<String> = match store.journaled_runtime_ids(LINUX_PROVIDER) {
@@ -165,8 +171,7 @@ fn sweep_blocking(data_dir: &Path, store: &SqliteStore, env: &SandboxFactoryEnv)
         }
     }
     // Their sandboxes went above; what they wrote into /workspace goes now.
-    let (workspaces, errors) =
-        crate::commands::sandbox::sweep_abandoned_workspaces(&std::env::temp_dir());
+    let (workspaces, errors) = crate::commands::sandbox::sweep_abandoned_workspaces(tmp);
     report.temp_workspaces_removed = workspaces.iter().map(|p| p.display().to_string()).collect();
     report.errors.extend(
         errors

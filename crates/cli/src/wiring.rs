@@ -33,8 +33,8 @@ use omabox_contract::{
 use omabox_host::catalog::ConformanceCatalog;
 use omabox_host::reconciler::SandboxPortResolver;
 use omabox_persistence::{
-    BlobStore, FilesystemSessionOutputPort, FilesystemWorkspacePort, ProgressObserver,
-    WorkspaceOptions,
+    BlobStore, CheckpointLimits, FilesystemSessionOutputPort, FilesystemWorkspacePort,
+    ProgressObserver, WorkspaceOptions,
 };
 use omabox_sandbox::managed::{
     HarnessEnvSource, HarnessOutputSink, ProviderManagedRuntime, ProviderManagedRuntimeDriver,
@@ -94,10 +94,11 @@ pub struct Persistence {
 
 impl Persistence {
     /// Opens the blob store under `data_dir`; `progress` receives restore, checkpoint and
-    /// export progress.
+    /// export progress; `limits` bound each checkpoint.
     pub fn open(
         data_dir: &Path,
         progress: Option<Arc<dyn ProgressObserver>>,
+        limits: CheckpointLimits,
     ) -> anyhow::Result<Self> {
         let blobs =
             Arc::new(BlobStore::new(data_dir).with_context(|| {
@@ -105,7 +106,7 @@ impl Persistence {
             })?);
         let mut workspace = FilesystemWorkspacePort::with_store(data_dir, Arc::clone(&blobs))
             .with_options(WorkspaceOptions {
-                limits: crate::checkpoint_limits::from_env()?,
+                limits,
                 ..WorkspaceOptions::default()
             });
         if let Some(progress) = progress {

@@ -11,6 +11,9 @@
 
 #![forbid(unsafe_code)]
 
+pub mod checkpoint_limits;
+pub mod config;
 pub mod data_dir;
 
+pub use config::NodeConfig;
 pub use data_dir::DataDir;

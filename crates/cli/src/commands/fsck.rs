@@ -86,7 +86,11 @@ pub async fn run(data_dir: &DataDir, args: &FsckArgs) -> anyhow::Result<ExitCode
             .context("cannot read the publication history")?
     };
     crate::pause_point::pause("fsck-history-read");
-    let blobs = Arc::clone(Persistence::open(data_dir.root(), None)?.workspace.store());
+    let blobs = Arc::clone(
+        Persistence::open(data_dir.root(), None, Default::default())?
+            .workspace
+            .store(),
+    );
     let session = args.session.clone();
     let report = tokio::task::spawn_blocking(move || -> anyhow::Result<FsckReport> {
         let mut verifier = BlobVerifier::new(&blobs);

@@ -2,10 +2,12 @@
 //! retained revision needs (see `crate::gc`). `--dry-run` shows what would go (count, bytes,
 //! per session) and changes nothing. Without a data directory there is nothing to collect.
 
-use crate::gc::{DEFAULT_GRACE, GcOptions, GcSummary, collect_garbage, keep_from_env};
+use crate::gc::{DEFAULT_GRACE, GcOptions, GcSummary, collect_garbage};
 use anyhow::Context;
 use clap::Args;
 use omabox_node::DataDir;
+use omabox_node::NodeConfig;
+use omabox_node::config::{Flags, Key};
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -13,7 +15,7 @@ use std::time::Duration;
 #[derive(Debug, Args)]
 pub struct GcArgs {
     /// Published revisions kept per session (their workspace and outputs blobs stay; the last
-    /// revision always). Default: $OMABOX_GC_KEEP, else 5.
+    /// revision always). Default: the `gc_keep` setting ($OMABOX_GC_KEEP), else 5.
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
     keep: Option<u64>,
     /// Unreferenced blobs younger than this many seconds stay (in-flight checkpoints). A
@@ -29,12 +31,20 @@ pub struct GcArgs {
     json: bool,
 }
 
+impl GcArgs {
+    /// The flags that are settings.
+    pub fn flags(&self, flags: Flags) -> Flags {
+        flags.with_some(Key::GcKeep, self.keep.map(|keep| keep.to_string()))
+    }
+}
+
 /// Collects the blob store.
-pub async fn run(data_dir: &DataDir, args: &GcArgs) -> anyhow::Result<ExitCode> {
-    let keep = match args.keep {
-        Some(keep) => keep,
-        None => keep_from_env()?,
-    };
+pub async fn run(
+    config: &NodeConfig,
+    data_dir: &DataDir,
+    args: &GcArgs,
+) -> anyhow::Result<ExitCode> {
+    let keep = config.gc_keep()?;
     let Some(store) = data_dir.open_existing_store().await? else {
         if args.json {
             println!("{}", serde_json::to_string_pretty(&GcSummary::default())?);

@@ -32,12 +32,12 @@ use anyhow::Context as _;
 use clap::{Args, Subcommand};
 use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
 use omabox_backend_linux::env_layer::EnvLayers;
-use omabox_backend_linux::factory::IMAGE_CACHE_ENV;
 use omabox_backend_linux::image::{
     ImageCache, ImageError, ImageSource, PullProgress, PulledImage, RegistryConfig,
     RegistryReference, UnpackLimits, UserList,
 };
 use omabox_backend_linux::image_use::{RootInUse, roots_in_use as roots_in_use_in};
+use omabox_node::NodeConfig;
 use serde_json::json;
 
 const EXIT_USAGE: u8 = 2;
@@ -83,26 +83,13 @@ enum ImageCommand {
     },
 }
 
-/// The image cache this process uses: `OMABOX_LINUX_IMAGE_CACHE`, else the default;
-/// unpacking within `OMABOX_IMAGE_MAX_BYTES`/`_MAX_ENTRIES`.
-pub fn cache() -> anyhow::Result<ImageCache> {
-    let limits = UnpackLimits::from_env(|key| std::env::var(key).ok())?;
-    Ok(cache_dir()?.with_limits(limits))
-}
-
-fn cache_dir() -> anyhow::Result<ImageCache> {
-    match std::env::var_os(IMAGE_CACHE_ENV).filter(|v| !v.is_empty()) {
-        Some(dir) => {
-            let dir = PathBuf::from(dir);
-            anyhow::ensure!(
-                dir.is_absolute(),
-                "{IMAGE_CACHE_ENV}={} must be an absolute path",
-                dir.display()
-            );
-            Ok(ImageCache::new(dir))
-        }
-        None => Ok(ImageCache::new(ImageCache::default_dir())),
-    }
+/// The image cache this process uses: the `image_cache` setting
+/// (`OMABOX_LINUX_IMAGE_CACHE`), else the default; unpacking within `image_max_bytes` and
+/// `image_max_entries`.
+pub fn cache(config: &NodeConfig) -> anyhow::Result<ImageCache> {
+    let env = config.factory_env();
+    let limits = UnpackLimits::from_env(|key| env.get(key).map(str::to_owned))?;
+    Ok(ImageCache::new(config.image_cache()?).with_limits(limits))
 }
 
 /// Registry settings from `get` (an environment): `OMABOX_INSECURE_REGISTRIES`, and the
@@ -121,11 +108,9 @@ pub fn registry_config(
 }
 
 /// Runs an image subcommand.
-pub fn run(
-    args: &ImageArgs,
-    data_dir: impl FnOnce() -> anyhow::Result<omabox_node::DataDir>,
-) -> anyhow::Result<ExitCode> {
-    let cache = cache()?;
+pub fn run(args: &ImageArgs, config: &NodeConfig) -> anyhow::Result<ExitCode> {
+    let cache = cache(config)?;
+    let factory_env = config.factory_env();
     match &args.command {
         ImageCommand::Pull { reference, json } => {
             let reference = match parse_reference(reference) {
@@ -133,9 +118,12 @@ pub fn run(
                 Err(e) => return Ok(usage(&e)),
             };
             let started = Instant::now();
-            let data_dir = data_dir()?;
-            let config = registry_config(|key| std::env::var(key).ok(), Some(&data_dir))?;
-            let pulled = pull_with_progress(&cache, &reference, &config)?;
+            let data_dir = config.data_dir()?;
+            let registry = registry_config(
+                |key| factory_env.get(key).map(str::to_owned),
+                Some(&data_dir),
+            )?;
+            let pulled = pull_with_progress(&cache, &reference, &registry)?;
             let seconds = started.elapsed().as_secs_f64();
             if *json {
                 println!("{}", pulled_json(&pulled, seconds));
@@ -231,7 +219,10 @@ pub fn run(
         ImageCommand::Rm { what, json } => {
             // Asked under each image's removal lock (a start between its resolution and
             // its record holds that lock; see omabox_image's removal.rs).
-            let cache = cache.with_user_source(users_now);
+            let cache = cache.with_user_source({
+                let env = factory_env.clone();
+                move || users_now(&env)
+            });
             let mut removals = Vec::new();
             let mut failed = false;
             for item in what {
@@ -270,9 +261,15 @@ pub fn run(
             })
         }
         ImageCommand::Prune { json } => {
-            let cache = cache.with_user_source(users_now);
+            let cache = cache.with_user_source({
+                let env = factory_env.clone();
+                move || users_now(&env)
+            });
             let removed = cache.prune()?;
-            let in_use_paths: Vec<PathBuf> = roots_in_use()?.into_iter().map(|r| r.path).collect();
+            let in_use_paths: Vec<PathBuf> = roots_in_use(&factory_env)?
+                .into_iter()
+                .map(|r| r.path)
+                .collect();
             let layers = EnvLayers::in_image_cache(cache.dir()).prune_orphans(&in_use_paths)?;
             if *json {
                 let removed: Vec<_> = removed
@@ -303,9 +300,8 @@ pub fn run(
 }
 
 /// The image roots and layers the sandboxes of the linux runtime dir read.
-fn roots_in_use() -> anyhow::Result<Vec<RootInUse>> {
-    let env = omabox_sandbox::SandboxFactoryEnv::from_process_env();
-    let config = crate::leftovers::linux_runtime_config(&env).map_err(anyhow::Error::msg)?;
+fn roots_in_use(env: &omabox_sandbox::SandboxFactoryEnv) -> anyhow::Result<Vec<RootInUse>> {
+    let config = crate::leftovers::linux_runtime_config(env).map_err(anyhow::Error::msg)?;
     roots_in_use_in(&config).with_context(|| {
         format!(
             "cannot tell which images the sandboxes in {} use",
@@ -316,8 +312,8 @@ fn roots_in_use() -> anyhow::Result<Vec<RootInUse>> {
 
 /// The cache's user source: (sandbox, root) of every sandbox of the linux runtime dir,
 /// read when asked.
-fn users_now() -> UserList {
-    roots_in_use()
+fn users_now(env: &omabox_sandbox::SandboxFactoryEnv) -> UserList {
+    roots_in_use(env)
         .map(|roots| roots.into_iter().map(|r| (r.sandbox, r.path)).collect())
         .map_err(|e| format!("{e:#}"))
 }

@@ -2,6 +2,7 @@
 
 pub mod bench;
 pub mod catalog;
+pub mod config;
 pub mod files;
 pub mod fsck;
 pub mod gc;

@@ -48,7 +48,7 @@ pub async fn run(data_dir: &DataDir, args: &OutputsArgs) -> anyhow::Result<ExitC
             args.session
         )
     })?;
-    let persistence = Persistence::open(data_dir.root(), None)?;
+    let persistence = Persistence::open(data_dir.root(), None, Default::default())?;
     let Some(candidate) = publication.output_candidate else {
         if args.json {
             println!("[]");

@@ -11,7 +11,7 @@
 //! is token-free and safe to repeat, and safe while other runs are going on (held leases,
 //! live owners' sandboxes and workspaces and live generations' bindings are never touched).
 
-use crate::gc::{DEFAULT_GRACE, GcOptions, GcSummary, collect_garbage, keep_from_env};
+use crate::gc::{DEFAULT_GRACE, GcOptions, GcSummary, collect_garbage};
 use crate::leftovers::{self, LeftoverReport};
 use crate::wiring;
 use anyhow::Context as _;
@@ -20,7 +20,7 @@ use omabox_contract::{RuntimeLeaseJournalPort, RuntimeOrphanPort, RuntimeOrphanR
 use omabox_host::lease_journal::{AbandonedLeaseReaper, AbandonedLeaseSummary};
 use omabox_host::reconciler::{ManagedRuntimeOrphanReconciler, ReconcileSummary};
 use omabox_node::DataDir;
-use omabox_sandbox::SandboxFactoryEnv;
+use omabox_node::NodeConfig;
 use omabox_store::SqliteStore;
 use serde::Serialize;
 use std::process::ExitCode;
@@ -61,9 +61,13 @@ struct ReapReport {
 }
 
 /// Runs one reconcile pass and reports what is still queued.
-pub async fn run(data_dir: &DataDir, args: &ReapArgs) -> anyhow::Result<ExitCode> {
+pub async fn run(
+    config: &NodeConfig,
+    data_dir: &DataDir,
+    args: &ReapArgs,
+) -> anyhow::Result<ExitCode> {
     let store = SqliteStore::open(data_dir.database())?;
-    let env = SandboxFactoryEnv::from_process_env();
+    let env = config.factory_env();
     let resolver = wiring::sandbox_resolver(&env, Arc::new(store.clone()));
     let orphans: Arc<dyn RuntimeOrphanPort> = Arc::new(store.clone());
     let reconciler =
@@ -76,8 +80,8 @@ pub async fn run(data_dir: &DataDir, args: &ReapArgs) -> anyhow::Result<ExitCode
         .run_all(PAGE, args.limit)
         .await?;
     omabox_sandbox::fault::point("reap-leases-done");
-    let leftovers = leftovers::sweep(data_dir.root(), &store, &env).await;
-    let gc = collect_with_default_retention(data_dir, &store).await?;
+    let leftovers = leftovers::sweep(data_dir.root(), &store, &env, &config.tmp_dir()).await;
+    let gc = collect_with_default_retention(config, data_dir, &store).await?;
     if args.json {
         let report = ReapReport {
             summary,
@@ -131,11 +135,12 @@ pub async fn run(data_dir: &DataDir, args: &ReapArgs) -> anyhow::Result<ExitCode
 /// The last pass of a reap: `omabox gc` with its defaults (`OMABOX_GC_KEEP` revisions per
 /// session, the default grace period), so blobs of forgotten revisions and failed runs go.
 async fn collect_with_default_retention(
+    config: &NodeConfig,
     data_dir: &DataDir,
     store: &SqliteStore,
 ) -> anyhow::Result<GcSummary> {
     let options = GcOptions {
-        keep: keep_from_env()?,
+        keep: config.gc_keep()?,
         grace: DEFAULT_GRACE,
         dry_run: false,
     };

@@ -94,7 +94,8 @@ use omabox_host::session_tokens::SessionTokenSlots;
 use omabox_host::work_item::{
     SessionTokenIssuer, WorkItemPolicy, WorkItemPorts, WorkItemRunner, owner_id, session_scope,
 };
-use omabox_node::DataDir;
+use omabox_node::config::{Flags, Key};
+use omabox_node::{DataDir, NodeConfig};
 use omabox_persistence::ProgressObserver;
 use omabox_proxy::promoted::PromotedStore;
 use omabox_sandbox::SandboxFactoryEnv;
@@ -142,12 +143,8 @@ pub struct RunArgs {
     json: bool,
     /// The OpenMA gateway origin the harness reaches the hosted inference proxy at: sets
     /// HOSTED_INFERENCE_URL and removes the model provider keys from the harness env.
-    #[arg(
-        long,
-        env = "OMABOX_INFERENCE_GATEWAY",
-        hide_env_values = true,
-        value_name = "URL"
-    )]
+    /// [env: OMABOX_INFERENCE_GATEWAY]
+    #[arg(long, value_name = "URL")]
     inference_gateway: Option<String>,
     /// An Environment `config` JSON file (or an Environment object holding one): its
     /// `networking` decides what the sandbox may reach (linux). Default: `limited` with
@@ -179,7 +176,7 @@ pub struct RunArgs {
     #[arg(long, value_name = "FILE")]
     session_json: Option<PathBuf>,
     /// Fence time to live in milliseconds (tests shorten it).
-    #[arg(long, hide = true, env = "OMABOX_LEASE_TTL_MS", value_name = "MS",
+    #[arg(long, hide = true, value_name = "MS",
           value_parser = clap::value_parser!(u64).range(100..))]
     lease_ttl_ms: Option<u64>,
     /// Run an ACP agent as the harness for one turn: CMD is the agent's command (in the
@@ -217,12 +214,12 @@ pub struct RunArgs {
     #[arg(long, value_enum, value_name = "POLICY")]
     acp_permission: Option<AcpPermission>,
     /// How long the ACP agent may take to answer `initialize`, in milliseconds.
-    #[arg(long, hide = true, env = "OMABOX_ACP_INITIALIZE_TIMEOUT_MS", value_name = "MS",
+    #[arg(long, hide = true, value_name = "MS",
           value_parser = clap::value_parser!(u64).range(100..))]
     acp_initialize_timeout_ms: Option<u64>,
     /// How long the ACP agent's turn may take, in milliseconds (then it is cancelled and the
     /// run fails).
-    #[arg(long, hide = true, env = "OMABOX_ACP_TURN_TIMEOUT_MS", value_name = "MS",
+    #[arg(long, hide = true, value_name = "MS",
           value_parser = clap::value_parser!(u64).range(100..))]
     acp_turn_timeout_ms: Option<u64>,
     /// The harness command and its arguments (with --acp-command: the agent's arguments).
@@ -241,6 +238,37 @@ enum AcpPermission {
 }
 
 impl RunArgs {
+    /// The flags that are settings.
+    pub fn flags(&self, flags: Flags) -> Flags {
+        let text = |n: Option<u64>| n.map(|n| n.to_string());
+        flags
+            .with_some(Key::InferenceGateway, self.inference_gateway.clone())
+            .with_some(Key::LeaseTtlMs, text(self.lease_ttl_ms))
+            .with_some(
+                Key::AcpInitializeTimeoutMs,
+                text(self.acp_initialize_timeout_ms),
+            )
+            .with_some(Key::AcpTurnTimeoutMs, text(self.acp_turn_timeout_ms))
+    }
+
+    /// The settings' values in place of the flags' (flag, environment or file).
+    fn apply(&mut self, config: &NodeConfig) -> anyhow::Result<()> {
+        self.inference_gateway = config
+            .checked_secret(Key::InferenceGateway)?
+            .map(|url| url.expose().to_owned());
+        self.lease_ttl_ms = config.number(Key::LeaseTtlMs)?;
+        self.acp_initialize_timeout_ms = config.number(Key::AcpInitializeTimeoutMs)?;
+        self.acp_turn_timeout_ms = config.number(Key::AcpTurnTimeoutMs)?;
+        if self.inference_config.is_some() && self.inference_gateway.is_some() {
+            anyhow::bail!(
+                "--inference-config is for the proxy this run serves itself; with an inference \
+                 gateway ({}) the gateway's configuration applies",
+                config.source(Key::InferenceGateway)
+            );
+        }
+        Ok(())
+    }
+
     /// The known agent of `--agent`.
     fn known_agent(&self) -> Option<&'static KnownAgent> {
         self.agent.as_deref().and_then(known_agent)
@@ -285,8 +313,14 @@ struct Request {
 }
 
 /// Runs one work item and reports it.
-pub async fn run(data_dir: &DataDir, args: RunArgs) -> anyhow::Result<ExitCode> {
-    let mut env = SandboxFactoryEnv::from_process_env();
+pub async fn run(
+    config: &NodeConfig,
+    data_dir: &DataDir,
+    mut args: RunArgs,
+) -> anyhow::Result<ExitCode> {
+    args.apply(config)?;
+    config.checkpoint_limits()?;
+    let mut env = config.factory_env();
     wiring::check_backend(args.backend, &env)?;
     let request = request(&args)?;
     // Read before anything is created or installed: a bad file is refused at once.
@@ -373,7 +407,7 @@ pub async fn run(data_dir: &DataDir, args: RunArgs) -> anyhow::Result<ExitCode> 
             }
             // A registry image not cached yet is pulled here, with progress on stderr; the
             // factory then resolves the tag again at acquire (one manifest request).
-            prefetch_registry_image(&env, data_dir).await?;
+            prefetch_registry_image(config, &env, data_dir).await?;
             // apt packages and a dockerfile become the image's environment layer, built once
             // per image and content; its sandboxes start from it (the installer skips apt).
             let layer = match &environment {
@@ -431,7 +465,7 @@ pub async fn run(data_dir: &DataDir, args: RunArgs) -> anyhow::Result<ExitCode> 
     let clones = crate::session_inputs::clones_repositories(&session_inputs.resources);
     // The roots real servers are checked against under credential egress: SSL_CERT_FILE's
     // bundle when set (the usual knob for a host behind its own CA), else the system's.
-    let upstream_roots = match std::env::var_os("SSL_CERT_FILE") {
+    let upstream_roots = match config.checked(Key::SslCertFile)? {
         Some(path) if clones || !args.credentials.is_empty() => Some(
             crate::input_file::read_bytes(Path::new(&path), "SSL_CERT_FILE", CA_BUNDLE_MAX)?,
         ),
@@ -440,14 +474,18 @@ pub async fn run(data_dir: &DataDir, args: RunArgs) -> anyhow::Result<ExitCode> 
     if crate::session_inputs::uses_memory_stores(&session_inputs.resources) {
         env = env.with_var(MEMORY_MOUNT_ENV, "1");
     }
-    crate::leftovers::before_run(data_dir.root(), &store).await;
+    crate::leftovers::before_run(data_dir.root(), &store, &env, &config.tmp_dir()).await;
     if let Some(seed) = &args.workspace {
         check_seed(&store, &request.scope, seed).await?;
     }
 
     let bars = ProgressBars::for_stderr().map(|bars| Arc::new(bars) as Arc<dyn ProgressObserver>);
     let timeline = Arc::new(Timeline::new(!args.json, bars));
-    let persistence = Persistence::open(data_dir.root(), Some(Arc::clone(&timeline) as _))?;
+    let persistence = Persistence::open(
+        data_dir.root(),
+        Some(Arc::clone(&timeline) as _),
+        config.checkpoint_limits()?,
+    )?;
     // From here until the run returned (its publication committed or given up), a collection
     // that removes young blobs waits for this run, and this run for it.
     let _writer = {
@@ -752,10 +790,11 @@ fn process_owner_id() -> String {
 /// cache with progress, so a long download is not a silent acquire. Local images and bad
 /// references are the factory's to judge.
 async fn prefetch_registry_image(
+    config: &NodeConfig,
     env: &SandboxFactoryEnv,
     data_dir: &DataDir,
 ) -> anyhow::Result<()> {
-    use omabox_backend_linux::factory::{IMAGE_CACHE_ENV, IMAGE_ENV, SANDBOX_IMAGE_ENV};
+    use omabox_backend_linux::factory::{IMAGE_ENV, SANDBOX_IMAGE_ENV};
     use omabox_backend_linux::image::{ImageCache, ImageSource};
     let nonempty = |key| env.get(key).filter(|v| !v.trim().is_empty());
     let Some(value) = nonempty(IMAGE_ENV).or_else(|| nonempty(SANDBOX_IMAGE_ENV)) else {
@@ -764,13 +803,9 @@ async fn prefetch_registry_image(
     let Ok(ImageSource::Registry(reference)) = ImageSource::parse(value) else {
         return Ok(());
     };
-    let cache = match nonempty(IMAGE_CACHE_ENV).filter(|d| Path::new(d).is_absolute()) {
-        Some(dir) => ImageCache::new(dir),
-        None => ImageCache::new(ImageCache::default_dir()),
-    }
-    .with_limits(omabox_backend_linux::image::UnpackLimits::from_env(|k| {
-        env.get(k).map(str::to_owned)
-    })?);
+    let cache = ImageCache::new(config.image_cache()?).with_limits(
+        omabox_backend_linux::image::UnpackLimits::from_env(|k| env.get(k).map(str::to_owned))?,
+    );
     let env = env.clone();
     let data_dir = data_dir.clone();
     let config = tokio::task::spawn_blocking(move || {

@@ -42,7 +42,7 @@ pub async fn run(data_dir: &DataDir, args: &SessionsArgs) -> anyhow::Result<Exit
         return Ok(ExitCode::SUCCESS);
     };
     let listed = tokio::task::spawn_blocking(move || store.list_publications()).await??;
-    let persistence = Persistence::open(data_dir.root(), None)?;
+    let persistence = Persistence::open(data_dir.root(), None, Default::default())?;
     let mut rows = Vec::with_capacity(listed.len());
     for (scope, publication) in listed {
         let outputs = match &publication.output_candidate {

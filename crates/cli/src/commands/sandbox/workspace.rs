@@ -40,12 +40,9 @@ pub(super) enum Workspace {
 }
 
 impl Workspace {
-    /// A fresh temporary workspace in `$TMPDIR` (see the module doc).
-    pub(super) fn temporary() -> std::io::Result<Self> {
-        Self::temporary_in(&std::env::temp_dir())
-    }
-
-    fn temporary_in(parent: &Path) -> std::io::Result<Self> {
+    /// A fresh temporary workspace in `parent` (`$TMPDIR`, the `tmpdir` setting; see the
+    /// module doc).
+    pub(super) fn temporary_in(parent: &Path) -> std::io::Result<Self> {
         let new = tempfile::Builder::new()
             .prefix(NEW_PREFIX)
             .permissions(std::fs::Permissions::from_mode(0o700))
