@@ -26,7 +26,6 @@ mod environment;
 mod gc;
 mod harness_env;
 mod inference_server;
-mod input_file;
 mod leftovers;
 mod oma_agent;
 mod pause_point;

@@ -14,6 +14,7 @@
 pub mod checkpoint_limits;
 pub mod config;
 pub mod data_dir;
+pub mod input_file;
 
 pub use config::NodeConfig;
 pub use data_dir::DataDir;

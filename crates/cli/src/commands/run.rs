@@ -467,7 +467,7 @@ pub async fn run(
     // bundle when set (the usual knob for a host behind its own CA), else the system's.
     let upstream_roots = match config.checked(Key::SslCertFile)? {
         Some(path) if clones || !args.credentials.is_empty() => Some(
-            crate::input_file::read_bytes(Path::new(&path), "SSL_CERT_FILE", CA_BUNDLE_MAX)?,
+            omabox_node::input_file::read_bytes(Path::new(&path), "SSL_CERT_FILE", CA_BUNDLE_MAX)?,
         ),
         _ => None,
     };

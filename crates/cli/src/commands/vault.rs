@@ -65,7 +65,7 @@ pub async fn run(data_dir: &DataDir, args: &VaultArgs) -> anyhow::Result<ExitCod
     match &args.command {
         VaultCommand::Put { name } => {
             let value =
-                crate::input_file::read_stdin_text("the secret", crate::input_file::SECRET_MAX)?;
+                omabox_node::input_file::read_stdin_text("the secret", omabox_node::input_file::SECRET_MAX)?;
             let value = value
                 .strip_suffix('\n')
                 .map(|rest| rest.strip_suffix('\r').unwrap_or(rest))

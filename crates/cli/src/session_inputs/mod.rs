@@ -58,10 +58,10 @@ impl SessionInputs {
     ) -> anyhow::Result<Self> {
         let mut inputs = match session_json {
             Some(path) => {
-                let text = crate::input_file::read_text(
+                let text = omabox_node::input_file::read_text(
                     path,
                     "--session-json",
-                    crate::input_file::DOCUMENT_MAX,
+                    omabox_node::input_file::DOCUMENT_MAX,
                 )?;
                 Self::parse(&text).with_context(|| format!("--session-json {}", path.display()))?
             }
@@ -102,7 +102,7 @@ impl SessionInputs {
                 ),
                 Some(record) if record.size > MAX_FILE_BYTES => anyhow::bail!(
                     "file resource {id}: too large (max {})",
-                    crate::input_file::human(MAX_FILE_BYTES)
+                    omabox_node::input_file::human(MAX_FILE_BYTES)
                 ),
                 Some(_) => {}
             }
@@ -286,7 +286,7 @@ pub fn add_file(data_dir: &Path, path: &Path) -> anyhow::Result<omabox_proxy::fi
     // A file resource carries at most MAX_FILE_BYTES: a larger file (or /dev/zero) is
     // refused here, not stored to fail every run that names it.
     let open = || {
-        crate::input_file::open(path, "omabox files add", MAX_FILE_BYTES)
+        omabox_node::input_file::open(path, "omabox files add", MAX_FILE_BYTES)
             .map(|file| file.take(MAX_FILE_BYTES + 1))
     };
     let mut hasher = Sha256::new();
@@ -296,7 +296,7 @@ pub fn add_file(data_dir: &Path, path: &Path) -> anyhow::Result<omabox_proxy::fi
         anyhow::bail!(
             "omabox files add {}: too large (max {})",
             path.display(),
-            crate::input_file::human(MAX_FILE_BYTES)
+            omabox_node::input_file::human(MAX_FILE_BYTES)
         );
     }
     let hash: [u8; 32] = hasher.finalize().into();
