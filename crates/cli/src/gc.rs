@@ -199,7 +199,7 @@ pub fn collect_garbage(
         session.revisions_forgotten.push(publication.revision);
     }
     summary.revisions_forgotten = forgotten.len() as u64;
-    crate::pause_point::pause("gc-marked");
+    omabox_node::pause_point::pause("gc-marked");
 
     let cutoff = SystemTime::now()
         .checked_sub(options.grace)

@@ -9,7 +9,7 @@
 //! results and rejections are the host's (redacted) values, events are the timeline's.
 
 use crate::acp_events::AcpEventLog;
-use crate::session::publication;
+use omabox_node::session::publication;
 use crate::timeline::{Timeline, TimelineEvent, human_bytes};
 use crate::wiring::Persistence;
 use omabox_acp::AcpEvent;

@@ -15,6 +15,8 @@ pub mod checkpoint_limits;
 pub mod config;
 pub mod data_dir;
 pub mod input_file;
+pub mod pause_point;
+pub mod session;
 
 pub use config::NodeConfig;
 pub use data_dir::DataDir;

@@ -9,7 +9,7 @@
 //! Safe beside `omabox gc`: a revision a collection forgets while it is checked is not
 //! reported damaged (see `forget_collected`).
 
-use crate::session::check_id;
+use omabox_node::session::check_id;
 use crate::terminal_safe::one_line;
 use crate::wiring::Persistence;
 use anyhow::Context;
@@ -85,7 +85,7 @@ pub async fn run(data_dir: &DataDir, args: &FsckArgs) -> anyhow::Result<ExitCode
             .context("the store task failed")?
             .context("cannot read the publication history")?
     };
-    crate::pause_point::pause("fsck-history-read");
+    omabox_node::pause_point::pause("fsck-history-read");
     let blobs = Arc::clone(
         Persistence::open(data_dir.root(), None, Default::default())?
             .workspace

@@ -2,7 +2,7 @@
 //! session's last publication (logical path, size, media type, content hash), and optionally
 //! one entry's bytes, copied from the blob store after checking its stored size.
 
-use crate::session::{check_id, publication};
+use omabox_node::session::{check_id, publication};
 use crate::timeline::human_bytes;
 use crate::wiring::Persistence;
 use anyhow::Context as _;

@@ -70,7 +70,7 @@ use crate::harness_env::{SessionTokenEnv, check_gateway};
 use crate::inference_server;
 use crate::oma_agent::OmaAgent;
 use crate::run_report::{self, RunHeader};
-use crate::session::{check_id, check_seed};
+use omabox_node::session::{check_id, check_seed};
 use crate::session_inputs::{DirMemoryStores, MemoryCommitFence, PromotedFileAccess};
 use crate::signals::cancel_on_signals;
 use crate::terminal::{ProgressBars, TerminalHarnessOutput};

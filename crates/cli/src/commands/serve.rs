@@ -11,7 +11,7 @@
 //! start into `<data-dir>/serve-api-key` (0600; printed once, when generated). Requests are
 //! served only when their Host is the config's `public_url` or a loopback name.
 
-use crate::session::publication;
+use omabox_node::session::publication;
 use anyhow::Context as _;
 use async_trait::async_trait;
 use clap::Args;

@@ -3,7 +3,7 @@
 //! checkpoint's content hashes. DIR must not exist or must be empty: an export never mixes
 //! with or overwrites other files.
 
-use crate::session::{check_id, publication};
+use omabox_node::session::{check_id, publication};
 use crate::terminal::ProgressBars;
 use crate::timeline::{human_bytes, plural};
 use crate::wiring::Persistence;
