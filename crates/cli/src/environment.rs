@@ -92,8 +92,11 @@ impl EnvironmentConfig {
 
     /// Reads `path`: an Environment object or its `config`.
     pub fn load(path: &Path) -> anyhow::Result<Self> {
-        let text =
-            omabox_node::input_file::read_text(path, "--environment", omabox_node::input_file::DOCUMENT_MAX)?;
+        let text = omabox_node::input_file::read_text(
+            path,
+            "--environment",
+            omabox_node::input_file::DOCUMENT_MAX,
+        )?;
         Self::parse(&text).with_context(|| format!("--environment {}", path.display()))
     }
 

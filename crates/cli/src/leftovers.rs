@@ -28,12 +28,12 @@
 //! generation that holds its fence or of a sandbox whose owner is alive, follow a symlink, or
 //! fail a run because a leftover could not be removed.
 
-use crate::wiring;
 use omabox_backend_linux::factory::LinuxSandboxFactory;
 use omabox_backend_linux::leftovers::{LeftoverSweep, reap_leftovers};
 use omabox_backend_linux::managed::LINUX_PROVIDER;
 use omabox_contract::RuntimeLeaseJournalPort;
 use omabox_host::lease_journal::AbandonedLeaseReaper;
+use omabox_node::wiring;
 use omabox_persistence::{BlobHash, BlobStore};
 use omabox_sandbox::{SandboxFactoryContext, SandboxFactoryEnv};
 use omabox_store::SqliteStore;

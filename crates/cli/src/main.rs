@@ -37,7 +37,6 @@ mod signals;
 mod terminal;
 mod terminal_safe;
 mod timeline;
-mod wiring;
 mod work_profile;
 
 use clap::{Parser, Subcommand};

@@ -9,12 +9,12 @@
 //! results and rejections are the host's (redacted) values, events are the timeline's.
 
 use crate::acp_events::AcpEventLog;
-use omabox_node::session::publication;
 use crate::timeline::{Timeline, TimelineEvent, human_bytes};
-use crate::wiring::Persistence;
 use omabox_acp::AcpEvent;
 use omabox_contract::{PortError, RuntimeResourceScope, SessionOutputEntryCandidate};
 use omabox_host::runtime_host::ManagedRuntimeRunResult;
+use omabox_node::session::publication;
+use omabox_node::wiring::Persistence;
 use omabox_store::SqliteStore;
 use serde::Serialize;
 use std::collections::BTreeMap;

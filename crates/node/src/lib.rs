@@ -17,6 +17,7 @@ pub mod data_dir;
 pub mod input_file;
 pub mod pause_point;
 pub mod session;
+pub mod wiring;
 
 pub use config::NodeConfig;
 pub use data_dir::DataDir;

@@ -9,12 +9,12 @@
 //! Safe beside `omabox gc`: a revision a collection forgets while it is checked is not
 //! reported damaged (see `forget_collected`).
 
-use omabox_node::session::check_id;
 use crate::terminal_safe::one_line;
-use crate::wiring::Persistence;
 use anyhow::Context;
 use clap::Args;
 use omabox_node::DataDir;
+use omabox_node::session::check_id;
+use omabox_node::wiring::Persistence;
 use omabox_persistence::{BlobVerifier, Damage, verify_outputs, verify_workspace};
 use omabox_store::SqliteStore;
 use serde::Serialize;

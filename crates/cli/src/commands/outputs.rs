@@ -2,13 +2,13 @@
 //! session's last publication (logical path, size, media type, content hash), and optionally
 //! one entry's bytes, copied from the blob store after checking its stored size.
 
-use omabox_node::session::{check_id, publication};
 use crate::timeline::human_bytes;
-use crate::wiring::Persistence;
 use anyhow::Context as _;
 use clap::Args;
 use omabox_host::work_item::session_scope;
 use omabox_node::DataDir;
+use omabox_node::session::{check_id, publication};
+use omabox_node::wiring::Persistence;
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;

@@ -13,7 +13,6 @@
 
 use crate::gc::{DEFAULT_GRACE, GcOptions, GcSummary, collect_garbage};
 use crate::leftovers::{self, LeftoverReport};
-use crate::wiring;
 use anyhow::Context as _;
 use clap::Args;
 use omabox_contract::{RuntimeLeaseJournalPort, RuntimeOrphanPort, RuntimeOrphanRecord};
@@ -21,6 +20,7 @@ use omabox_host::lease_journal::{AbandonedLeaseReaper, AbandonedLeaseSummary};
 use omabox_host::reconciler::{ManagedRuntimeOrphanReconciler, ReconcileSummary};
 use omabox_node::DataDir;
 use omabox_node::NodeConfig;
+use omabox_node::wiring;
 use omabox_store::SqliteStore;
 use serde::Serialize;
 use std::process::ExitCode;

@@ -34,7 +34,7 @@
 //! setup (default 60 s each), `OMABOX_ACP_TURN_TIMEOUT_MS` the prompt's turn (default 30 min).
 //!
 //! This file is a front end: it parses arguments, wires the backend once
-//! ([`crate::wiring`]), and hands the work item to the host's
+//! ([`omabox_node::wiring`]), and hands the work item to the host's
 //! [`WorkItemRunner`](omabox_host::work_item) (session → work item `local/default/<session>/
 //! main`, fence policy, admission, lease journal, session tokens, the transaction). The run's
 //! observer is the [`Timeline`] (human timeline or `--json` events); [`crate::run_report`]
@@ -70,12 +70,10 @@ use crate::harness_env::{SessionTokenEnv, check_gateway};
 use crate::inference_server;
 use crate::oma_agent::OmaAgent;
 use crate::run_report::{self, RunHeader};
-use omabox_node::session::{check_id, check_seed};
 use crate::session_inputs::{DirMemoryStores, MemoryCommitFence, PromotedFileAccess};
 use crate::signals::cancel_on_signals;
 use crate::terminal::{ProgressBars, TerminalHarnessOutput};
 use crate::timeline::Timeline;
-use crate::wiring::{self, AcpInputs, Backend, DriverInputs, Persistence};
 use crate::work_profile;
 use anyhow::Context as _;
 use clap::Args;
@@ -95,6 +93,8 @@ use omabox_host::work_item::{
     SessionTokenIssuer, WorkItemPolicy, WorkItemPorts, WorkItemRunner, owner_id, session_scope,
 };
 use omabox_node::config::{Flags, Key};
+use omabox_node::session::{check_id, check_seed};
+use omabox_node::wiring::{self, AcpInputs, Backend, DriverInputs, Persistence};
 use omabox_node::{DataDir, NodeConfig};
 use omabox_persistence::ProgressObserver;
 use omabox_proxy::promoted::PromotedStore;
@@ -118,7 +118,7 @@ pub const DEMO_SESSION: &str = "demo";
 #[derive(Debug, Args)]
 pub struct RunArgs {
     /// The sandbox backend. `local` (no isolation) needs OMABOX_TEST_MODE=1.
-    #[arg(long, value_enum, default_value_t = Backend::Linux)]
+    #[arg(long, value_parser = super::backend_parser(), default_value = "linux")]
     backend: Backend,
     /// The session to run in: a later run of the same session starts from its last
     /// published workspace. Default: `demo` for the demo, else a new `sess_<random>`.
@@ -321,7 +321,7 @@ pub async fn run(
     args.apply(config)?;
     config.checkpoint_limits()?;
     let mut env = config.factory_env();
-    wiring::check_backend(args.backend, &env)?;
+    wiring::check_backend(args.backend, &env, &config.tmp_dir())?;
     let request = request(&args)?;
     // Read before anything is created or installed: a bad file is refused at once.
     let environment = args

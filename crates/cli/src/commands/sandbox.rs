@@ -47,7 +47,6 @@ use workspace::Workspace;
 pub(crate) use workspace::sweep_abandoned as sweep_abandoned_workspaces;
 
 use crate::terminal_safe::ControlFilter;
-use crate::wiring::{self, Backend};
 use clap::Args;
 use futures::FutureExt;
 use omabox_backend_linux::factory::{
@@ -60,6 +59,7 @@ use omabox_contract::networking::{NetworkPolicy, NetworkingConfig};
 use omabox_contract::signals::shell_exit_code;
 use omabox_node::NodeConfig;
 use omabox_node::config::{Flags, Key};
+use omabox_node::wiring::{self, Backend};
 use omabox_sandbox::{
     DuplexKillSignal, LOCAL_SUBPROCESS, SANDBOX_PROVIDER_ENV, SandboxDuplexProcessControl,
     SandboxDuplexProcessSpec, SandboxFactoryContext, SandboxFactoryEnv, SandboxPort,

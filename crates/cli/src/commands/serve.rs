@@ -11,13 +11,13 @@
 //! start into `<data-dir>/serve-api-key` (0600; printed once, when generated). Requests are
 //! served only when their Host is the config's `public_url` or a loopback name.
 
-use omabox_node::session::publication;
 use anyhow::Context as _;
 use async_trait::async_trait;
 use clap::Args;
 use omabox_contract::{PortError, RuntimeResourcePublication, SecretString};
 use omabox_host::work_item::session_scope;
 use omabox_node::config::{Flags, Key};
+use omabox_node::session::publication;
 use omabox_node::{DataDir, NodeConfig};
 use omabox_persistence::{BlobStore, FilesystemSessionOutputPort, FilesystemWorkspacePort};
 use omabox_proxy::files::{PublicationLookup, PublishedSessionFiles};

@@ -2,9 +2,9 @@
 //! publication (revision, the generation that made it, the workspace candidate and the
 //! number of outputs), read from the fence store. Read-only.
 
-use crate::wiring::Persistence;
 use clap::Args;
 use omabox_node::DataDir;
+use omabox_node::wiring::Persistence;
 use serde::Serialize;
 use std::process::ExitCode;
 

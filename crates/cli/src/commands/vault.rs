@@ -64,8 +64,10 @@ pub async fn run(data_dir: &DataDir, args: &VaultArgs) -> anyhow::Result<ExitCod
     };
     match &args.command {
         VaultCommand::Put { name } => {
-            let value =
-                omabox_node::input_file::read_stdin_text("the secret", omabox_node::input_file::SECRET_MAX)?;
+            let value = omabox_node::input_file::read_stdin_text(
+                "the secret",
+                omabox_node::input_file::SECRET_MAX,
+            )?;
             let value = value
                 .strip_suffix('\n')
                 .map(|rest| rest.strip_suffix('\r').unwrap_or(rest))

@@ -3,14 +3,14 @@
 //! checkpoint's content hashes. DIR must not exist or must be empty: an export never mixes
 //! with or overwrites other files.
 
-use omabox_node::session::{check_id, publication};
 use crate::terminal::ProgressBars;
 use crate::timeline::{human_bytes, plural};
-use crate::wiring::Persistence;
 use anyhow::Context as _;
 use clap::{Args, Subcommand};
 use omabox_host::work_item::session_scope;
 use omabox_node::DataDir;
+use omabox_node::session::{check_id, publication};
+use omabox_node::wiring::Persistence;
 use omabox_persistence::ProgressObserver;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;

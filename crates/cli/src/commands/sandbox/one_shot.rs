@@ -27,7 +27,7 @@ use super::{
     linux_failure, prepare, report,
 };
 use crate::terminal_safe::ControlFilter;
-use crate::wiring::Backend;
+use omabox_node::wiring::Backend;
 
 /// After the command's exit, output that stays silent this long is abandoned (the
 /// agent's drain rule: a background process may hold the pipes open).
