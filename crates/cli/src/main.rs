@@ -29,7 +29,6 @@ mod inference_server;
 mod leftovers;
 mod oma_agent;
 mod profile_hint;
-mod registry_credentials;
 mod revision;
 mod run_report;
 mod session_inputs;

@@ -16,6 +16,7 @@ pub mod config;
 pub mod data_dir;
 pub mod input_file;
 pub mod pause_point;
+pub mod registry_credentials;
 pub mod session;
 pub mod wiring;
 

@@ -101,7 +101,9 @@ pub fn registry_config(
     let config = RegistryConfig::from_env(&get)?;
     Ok(match data_dir {
         Some(dir) => config.with_credentials(std::sync::Arc::new(
-            crate::registry_credentials::from_vault_blocking(dir)?,
+            omabox_node::registry_credentials::from_vault_blocking(dir, &|line| {
+                eprintln!("{line}")
+            })?,
         )),
         None => config,
     })

@@ -535,7 +535,11 @@ pub async fn run(
             }),
             packages: environment.as_ref().and_then(|e| e.packages.clone()),
             memory_stores: Some(Arc::new(memory_stores.clone()) as _),
-            registry_credentials: crate::registry_credentials::from_vault(data_dir).await?,
+            registry_credentials: omabox_node::registry_credentials::from_vault(
+                data_dir,
+                &|line| errln!("{line}"),
+            )
+            .await?,
             acp: acp.as_ref().map(|(turn, log)| AcpInputs {
                 turn: turn.clone(),
                 events: Arc::clone(log) as _,
