@@ -14,6 +14,8 @@
 pub mod checkpoint_limits;
 pub mod config;
 pub mod data_dir;
+pub mod environment;
+pub mod harness_env;
 pub mod input_file;
 pub mod pause_point;
 pub mod registry_credentials;

@@ -43,7 +43,7 @@
 //!
 //! Session tokens: claiming the work item issues a token bound to (session, generation),
 //! stored only hashed and revoked at release; it reaches the harness only as
-//! `HOSTED_INFERENCE_TOKEN`, merged into its env at spawn time ([`crate::harness_env`]) —
+//! `HOSTED_INFERENCE_TOKEN`, merged into its env at spawn time ([`omabox_node::harness_env`]) —
 //! never in the profile, the plan, the lease, the `--json` document or a log line.
 //! `--inference-gateway URL` also sets `HOSTED_INFERENCE_URL` and removes the provider keys
 //! from the harness env. `OMABOX_LEASE_TTL_MS` (hidden flag `--lease-ttl-ms`) shortens the
@@ -54,7 +54,7 @@
 //! `networking`; without it the operator's `OMABOX_LINUX_NETWORK`, else `limited` with
 //! nothing allowed but the gateway. The gateway is reachable from the sandbox under every
 //! policy but `none`, and `HOSTED_INFERENCE_URL` is a URL that works from there
-//! ([`crate::environment`]).
+//! ([`omabox_node::environment`]).
 //!
 //! Session inputs (`--resource`, `--session-json`; [`crate::session_inputs`]): the session
 //! snapshot's resources, materialized by the sandbox crate's generic materializer after
@@ -65,8 +65,6 @@
 
 use crate::acp_events::AcpEventLog;
 use crate::agent_cache;
-use crate::environment::{self, EnvironmentConfig};
-use crate::harness_env::{SessionTokenEnv, check_gateway};
 use crate::inference_server;
 use crate::oma_agent::OmaAgent;
 use crate::run_report::{self, RunHeader};
@@ -93,6 +91,8 @@ use omabox_host::work_item::{
     SessionTokenIssuer, WorkItemPolicy, WorkItemPorts, WorkItemRunner, owner_id, session_scope,
 };
 use omabox_node::config::{Flags, Key};
+use omabox_node::environment::{self, EnvironmentConfig};
+use omabox_node::harness_env::{SessionTokenEnv, check_gateway};
 use omabox_node::session::{check_id, check_seed};
 use omabox_node::wiring::{self, AcpInputs, Backend, DriverInputs, Persistence};
 use omabox_node::{DataDir, NodeConfig};
@@ -411,7 +411,7 @@ pub async fn run(
             // apt packages and a dockerfile become the image's environment layer, built once
             // per image and content; its sandboxes start from it (the installer skips apt).
             let layer = match &environment {
-                Some(environment) => environment.env_layer(data_dir.root())?,
+                Some(environment) => environment.env_layer(data_dir)?,
                 None => None,
             };
             if let Some(layer) = layer {
