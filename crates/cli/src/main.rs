@@ -21,13 +21,11 @@ macro_rules! errln {
 mod acp_events;
 mod agent_cache;
 mod commands;
-mod credential_reach;
 mod gc;
 mod inference_server;
 mod leftovers;
 mod oma_agent;
 mod profile_hint;
-mod revision;
 mod run_report;
 mod session_inputs;
 mod signals;

@@ -13,12 +13,14 @@
 
 pub mod checkpoint_limits;
 pub mod config;
+pub mod credential_reach;
 pub mod data_dir;
 pub mod environment;
 pub mod harness_env;
 pub mod input_file;
 pub mod pause_point;
 pub mod registry_credentials;
+pub mod revision;
 pub mod session;
 pub mod wiring;
 

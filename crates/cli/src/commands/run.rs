@@ -329,7 +329,7 @@ pub async fn run(
         .as_deref()
         .map(EnvironmentConfig::load)
         .transpose()?;
-    crate::credential_reach::check(
+    omabox_node::credential_reach::check(
         &args.credentials,
         environment.as_ref().and_then(|e| e.networking.as_ref()),
         env.get(NETWORK_ENV),
@@ -505,7 +505,7 @@ pub async fn run(
         let (scope, seed) = (request.scope.clone(), seed.clone());
         persistence.workspace.seed_new_session(scope, seed);
     }
-    crate::revision::choose_restore(&store, &persistence, &request.scope, args.from_revision)
+    omabox_node::revision::choose_restore(&store, &persistence, &request.scope, args.from_revision)
         .await?;
     // Memory-store write-backs wait in a stage until this run's publication (the fence
     // decorator below commits them then, or discards them).

@@ -3,7 +3,7 @@
 //! by itself (the host must also be admitted by the networking), so such a credential would
 //! be silently useless.
 //!
-//! The networking judged is the one the sandbox will get ([`omabox_node::environment`]'s order):
+//! The networking judged is the one the sandbox will get ([`crate::environment`]'s order):
 //! `--environment`'s `networking`, else the operator's `OMABOX_LINUX_NETWORK`, else `limited`
 //! with nothing allowed. A host is reachable when the policy admits its name on some port
 //! (`NetworkPolicy::answers`: `unrestricted`, or a `limited` entry naming it or a wildcard

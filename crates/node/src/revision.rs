@@ -9,7 +9,7 @@
 
 use anyhow::Context;
 use omabox_contract::{RuntimePublicationCandidate, RuntimeResourceScope};
-use omabox_node::wiring::Persistence;
+use crate::wiring::Persistence;
 use omabox_persistence::{BlobVerifier, verify_workspace};
 use omabox_store::SqliteStore;
 use std::sync::Arc;
