@@ -68,7 +68,7 @@ pub struct LeftoverReport {
     /// Temporary entries of killed image pulls and unpacks removed.
     pub image_temps_removed: Vec<String>,
     /// Memory-store write-backs of dead runs: committed (their run published) or discarded.
-    pub memory_stages: crate::session_inputs::MemoryRecovery,
+    pub memory_stages: omabox_node::session_inputs::MemoryRecovery,
     /// Temp and unrecorded files of killed promotions into the file store removed.
     pub promoted_removed: u64,
     /// What could not be looked at or removed.
@@ -161,9 +161,10 @@ fn sweep_blocking(
         Err(error) => report.errors.push(error),
     }
     sweep_bindings(data_dir, store, &mut report);
-    report.memory_stages = crate::session_inputs::recover_memory_stages(data_dir, &|claim| {
-        crate::session_inputs::generation_published(store, claim)
-    });
+    report.memory_stages = omabox_node::session_inputs::recover_memory_stages(
+        &omabox_node::DataDir::at(data_dir),
+        &|claim| omabox_node::session_inputs::generation_published(store, claim),
+    );
     if let Some(promoted) = omabox_proxy::promoted::PromotedStore::existing(data_dir) {
         match promoted.remove_abandoned() {
             Ok(removed) => report.promoted_removed = removed,

@@ -27,7 +27,6 @@ mod leftovers;
 mod oma_agent;
 mod profile_hint;
 mod run_report;
-mod session_inputs;
 mod signals;
 mod terminal;
 mod terminal_safe;

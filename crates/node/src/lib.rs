@@ -22,6 +22,7 @@ pub mod pause_point;
 pub mod registry_credentials;
 pub mod revision;
 pub mod session;
+pub mod session_inputs;
 pub mod wiring;
 
 pub use config::NodeConfig;

@@ -7,9 +7,9 @@
 //! change). A revision is only chosen after its workspace checkpoint verified intact (every
 //! blob re-hashed), so a damaged one is refused here with what is damaged, not mid-run.
 
+use crate::wiring::Persistence;
 use anyhow::Context;
 use omabox_contract::{RuntimePublicationCandidate, RuntimeResourceScope};
-use crate::wiring::Persistence;
 use omabox_persistence::{BlobVerifier, verify_workspace};
 use omabox_store::SqliteStore;
 use std::sync::Arc;

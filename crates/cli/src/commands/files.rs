@@ -32,9 +32,9 @@ pub async fn run(data_dir: &DataDir, args: &FilesArgs) -> anyhow::Result<ExitCod
         FilesCommand::Add { path, json } => {
             // Creates the data directory as every writer does.
             drop(data_dir.open_store().await?);
-            let (data_dir, path) = (data_dir.root().to_owned(), path.clone());
+            let (data_dir, path) = (data_dir.clone(), path.clone());
             let file = tokio::task::spawn_blocking(move || {
-                crate::session_inputs::add_file(&data_dir, &path)
+                omabox_node::session_inputs::add_file(&data_dir, &path)
             })
             .await??;
             if *json {

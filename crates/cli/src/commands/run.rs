@@ -56,7 +56,7 @@
 //! policy but `none`, and `HOSTED_INFERENCE_URL` is a URL that works from there
 //! ([`omabox_node::environment`]).
 //!
-//! Session inputs (`--resource`, `--session-json`; [`crate::session_inputs`]): the session
+//! Session inputs (`--resource`, `--session-json`; [`omabox_node::session_inputs`]): the session
 //! snapshot's resources, materialized by the sandbox crate's generic materializer after
 //! attach and before the harness; a failing one fails the run and nothing is published.
 //!
@@ -68,7 +68,6 @@ use crate::agent_cache;
 use crate::inference_server;
 use crate::oma_agent::OmaAgent;
 use crate::run_report::{self, RunHeader};
-use crate::session_inputs::{DirMemoryStores, MemoryCommitFence, PromotedFileAccess};
 use crate::signals::cancel_on_signals;
 use crate::terminal::{ProgressBars, TerminalHarnessOutput};
 use crate::timeline::Timeline;
@@ -94,6 +93,7 @@ use omabox_node::config::{Flags, Key};
 use omabox_node::environment::{self, EnvironmentConfig};
 use omabox_node::harness_env::{SessionTokenEnv, check_gateway};
 use omabox_node::session::{check_id, check_seed};
+use omabox_node::session_inputs::{DirMemoryStores, MemoryCommitFence, PromotedFileAccess};
 use omabox_node::wiring::{self, AcpInputs, Backend, DriverInputs, Persistence};
 use omabox_node::{DataDir, NodeConfig};
 use omabox_persistence::ProgressObserver;
@@ -166,7 +166,7 @@ pub struct RunArgs {
     /// `memory:NAME[:ro]` (<data-dir>/memory/NAME at /mnt/memory/NAME, written back at the
     /// end of the run unless `ro`; linux). A failing resource fails the run.
     #[arg(long = "resource", value_name = "SPEC",
-          value_parser = crate::session_inputs::parse_resource)]
+          value_parser = omabox_node::session_inputs::parse_resource)]
     resources: Vec<omabox_contract::RuntimeSessionResourceSnapshot>,
     /// Session resources (and metadata) in the contract's JSON shapes:
     /// `{"resources": [{"type": "file", "file_id": …, "mount_path": …}, {"type":
@@ -334,11 +334,13 @@ pub async fn run(
         environment.as_ref().and_then(|e| e.networking.as_ref()),
         env.get(NETWORK_ENV),
     )?;
-    let session_inputs =
-        crate::session_inputs::SessionInputs::load(args.session_json.as_deref(), &args.resources)?;
+    let session_inputs = omabox_node::session_inputs::SessionInputs::load(
+        args.session_json.as_deref(),
+        &args.resources,
+    )?;
     if args.backend != Backend::Linux
-        && (crate::session_inputs::clones_repositories(&session_inputs.resources)
-            || crate::session_inputs::uses_memory_stores(&session_inputs.resources))
+        && (omabox_node::session_inputs::clones_repositories(&session_inputs.resources)
+            || omabox_node::session_inputs::uses_memory_stores(&session_inputs.resources))
     {
         anyhow::bail!(
             "git and memory resources need the linux backend (its enforced egress path and its /mnt/memory)"
@@ -367,7 +369,7 @@ pub async fn run(
         false => None,
     };
     let store = data_dir.open_store().await?;
-    session_inputs.check_files(data_dir.root())?;
+    session_inputs.check_files(data_dir)?;
     // An agent turn without a gateway gets the proxy served by this process.
     let mut inference_gateway = args.inference_gateway.clone();
     let mut _inference_server = None;
@@ -462,7 +464,7 @@ pub async fn run(
             }
         }
     }
-    let clones = crate::session_inputs::clones_repositories(&session_inputs.resources);
+    let clones = omabox_node::session_inputs::clones_repositories(&session_inputs.resources);
     // The roots real servers are checked against under credential egress: SSL_CERT_FILE's
     // bundle when set (the usual knob for a host behind its own CA), else the system's.
     let upstream_roots = match config.checked(Key::SslCertFile)? {
@@ -471,7 +473,7 @@ pub async fn run(
         ),
         _ => None,
     };
-    if crate::session_inputs::uses_memory_stores(&session_inputs.resources) {
+    if omabox_node::session_inputs::uses_memory_stores(&session_inputs.resources) {
         env = env.with_var(MEMORY_MOUNT_ENV, "1");
     }
     crate::leftovers::before_run(data_dir.root(), &store, &env, &config.tmp_dir()).await;
@@ -509,7 +511,7 @@ pub async fn run(
         .await?;
     // Memory-store write-backs wait in a stage until this run's publication (the fence
     // decorator below commits them then, or discards them).
-    let memory_stores = DirMemoryStores::new(data_dir.root());
+    let memory_stores = DirMemoryStores::new(data_dir);
     let harness_output = Arc::new(TerminalHarnessOutput::new(args.json));
     let token_slots = SessionTokenSlots::new();
     let acp = args.acp(request.system.clone());

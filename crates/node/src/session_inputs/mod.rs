@@ -58,10 +58,10 @@ impl SessionInputs {
     ) -> anyhow::Result<Self> {
         let mut inputs = match session_json {
             Some(path) => {
-                let text = omabox_node::input_file::read_text(
+                let text = crate::input_file::read_text(
                     path,
                     "--session-json",
-                    omabox_node::input_file::DOCUMENT_MAX,
+                    crate::input_file::DOCUMENT_MAX,
                 )?;
                 Self::parse(&text).with_context(|| format!("--session-json {}", path.display()))?
             }
@@ -79,7 +79,7 @@ impl SessionInputs {
 
     /// Every `file` resource names a file of the store in `data_dir` no larger than a file
     /// resource may carry (checked before the run claims its fence).
-    pub fn check_files(&self, data_dir: &Path) -> anyhow::Result<()> {
+    pub fn check_files(&self, data_dir: &crate::DataDir) -> anyhow::Result<()> {
         let ids: Vec<&str> = self
             .resources
             .iter()
@@ -89,7 +89,7 @@ impl SessionInputs {
         if ids.is_empty() {
             return Ok(());
         }
-        let store = PromotedStore::open(data_dir).context("cannot open the file store")?;
+        let store = PromotedStore::open(data_dir.root()).context("cannot open the file store")?;
         for id in ids {
             let record = store
                 .open_file(id)
@@ -102,7 +102,7 @@ impl SessionInputs {
                 ),
                 Some(record) if record.size > MAX_FILE_BYTES => anyhow::bail!(
                     "file resource {id}: too large (max {})",
-                    omabox_node::input_file::human(MAX_FILE_BYTES)
+                    crate::input_file::human(MAX_FILE_BYTES)
                 ),
                 Some(_) => {}
             }
@@ -280,13 +280,16 @@ impl SessionInputAccessPort for PromotedFileAccess {
 }
 
 /// `omabox files add PATH`: copies PATH into the file store; returns the new id.
-pub fn add_file(data_dir: &Path, path: &Path) -> anyhow::Result<omabox_proxy::files::PromotedFile> {
+pub fn add_file(
+    data_dir: &crate::DataDir,
+    path: &Path,
+) -> anyhow::Result<omabox_proxy::files::PromotedFile> {
     use sha2::{Digest as _, Sha256};
-    let store = PromotedStore::open(data_dir).context("cannot open the file store")?;
+    let store = PromotedStore::open(data_dir.root()).context("cannot open the file store")?;
     // A file resource carries at most MAX_FILE_BYTES: a larger file (or /dev/zero) is
     // refused here, not stored to fail every run that names it.
     let open = || {
-        omabox_node::input_file::open(path, "omabox files add", MAX_FILE_BYTES)
+        crate::input_file::open(path, "omabox files add", MAX_FILE_BYTES)
             .map(|file| file.take(MAX_FILE_BYTES + 1))
     };
     let mut hasher = Sha256::new();
@@ -296,7 +299,7 @@ pub fn add_file(data_dir: &Path, path: &Path) -> anyhow::Result<omabox_proxy::fi
         anyhow::bail!(
             "omabox files add {}: too large (max {})",
             path.display(),
-            omabox_node::input_file::human(MAX_FILE_BYTES)
+            crate::input_file::human(MAX_FILE_BYTES)
         );
     }
     let hash: [u8; 32] = hasher.finalize().into();
