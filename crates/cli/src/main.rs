@@ -21,7 +21,6 @@ macro_rules! errln {
 mod acp_events;
 mod agent_cache;
 mod commands;
-mod gc;
 mod inference_server;
 mod leftovers;
 mod oma_agent;

@@ -16,6 +16,7 @@ pub mod config;
 pub mod credential_reach;
 pub mod data_dir;
 pub mod environment;
+pub mod gc;
 pub mod harness_env;
 pub mod input_file;
 pub mod pause_point;

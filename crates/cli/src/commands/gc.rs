@@ -1,13 +1,13 @@
 //! `omabox gc [--keep N] [--grace SECONDS] [--dry-run] [--json]`: removes the blobs no
-//! retained revision needs (see `crate::gc`). `--dry-run` shows what would go (count, bytes,
+//! retained revision needs (see `omabox_node::gc`). `--dry-run` shows what would go (count, bytes,
 //! per session) and changes nothing. Without a data directory there is nothing to collect.
 
-use crate::gc::{DEFAULT_GRACE, GcOptions, GcSummary, collect_garbage};
 use anyhow::Context;
 use clap::Args;
 use omabox_node::DataDir;
 use omabox_node::NodeConfig;
 use omabox_node::config::{Flags, Key};
+use omabox_node::gc::{DEFAULT_GRACE, GcOptions, GcSummary, collect_garbage};
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -58,7 +58,7 @@ pub async fn run(
         grace: Duration::from_secs(args.grace),
         dry_run: args.dry_run,
     };
-    let data_dir_owned = data_dir.root().to_path_buf();
+    let data_dir_owned = data_dir.clone();
     let summary =
         tokio::task::spawn_blocking(move || collect_garbage(&data_dir_owned, &store, options))
             .await

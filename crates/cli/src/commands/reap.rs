@@ -7,11 +7,10 @@
 //! run`s (in `$TMPDIR`, whose lock their owner no longer holds), temp blobs of interrupted
 //! puts, memory-store stages of dead runs (committed if the run published, else discarded)
 //! and what killed promotions left in the file store; last, the
-//! blob collection of `omabox gc` with its default retention ([`crate::gc`]). Every pass
+//! blob collection of `omabox gc` with its default retention ([`omabox_node::gc`]). Every pass
 //! is token-free and safe to repeat, and safe while other runs are going on (held leases,
 //! live owners' sandboxes and workspaces and live generations' bindings are never touched).
 
-use crate::gc::{DEFAULT_GRACE, GcOptions, GcSummary, collect_garbage};
 use crate::leftovers::{self, LeftoverReport};
 use anyhow::Context as _;
 use clap::Args;
@@ -20,6 +19,7 @@ use omabox_host::lease_journal::{AbandonedLeaseReaper, AbandonedLeaseSummary};
 use omabox_host::reconciler::{ManagedRuntimeOrphanReconciler, ReconcileSummary};
 use omabox_node::DataDir;
 use omabox_node::NodeConfig;
+use omabox_node::gc::{DEFAULT_GRACE, GcOptions, GcSummary, collect_garbage};
 use omabox_node::wiring;
 use omabox_store::SqliteStore;
 use serde::Serialize;
@@ -144,7 +144,7 @@ async fn collect_with_default_retention(
         grace: DEFAULT_GRACE,
         dry_run: false,
     };
-    let (data_dir, store) = (data_dir.root().to_path_buf(), store.clone());
+    let (data_dir, store) = (data_dir.clone(), store.clone());
     tokio::task::spawn_blocking(move || collect_garbage(&data_dir, &store, options))
         .await
         .context("the gc task failed")?

@@ -15,13 +15,13 @@
 //! A retained revision whose manifest cannot be read stops the collection (nothing removed):
 //! its content is unknown. `dry_run` computes the same figures (count, bytes, per session) and changes nothing.
 
+use crate::DataDir;
 use anyhow::Context;
 use omabox_contract::RuntimeResourceScope;
 use omabox_persistence::{BlobHash, BlobStore, BlobStoreOptions, referenced_blobs};
 use omabox_store::SqliteStore;
 use serde::Serialize;
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::path::Path;
 use std::time::{Duration, SystemTime};
 
 /// Default grace period: unreferenced blobs younger than this stay.
@@ -89,19 +89,24 @@ pub struct BlobFigures {
 /// Collects the blob store of `data_dir` (see the module doc). Blocks: call it from
 /// `spawn_blocking`.
 pub fn collect_garbage(
-    data_dir: &Path,
+    data_dir: &DataDir,
     store: &SqliteStore,
     options: GcOptions,
 ) -> anyhow::Result<GcSummary> {
     let keep = options.keep.max(1);
     let blobs = BlobStore::with_options(
-        data_dir,
+        data_dir.root(),
         BlobStoreOptions {
             gc_grace: options.grace,
             fsync: true,
         },
     )
-    .with_context(|| format!("cannot open the blob store in {}", data_dir.display()))?;
+    .with_context(|| {
+        format!(
+            "cannot open the blob store in {}",
+            data_dir.root().display()
+        )
+    })?;
     // A short grace could remove the blobs a run in progress checkpointed and is about to
     // publish: such a collection holds the collection lock exclusively from before it reads
     // the history until its sweep ended, and every run holds it shared from before its first
@@ -199,7 +204,7 @@ pub fn collect_garbage(
         session.revisions_forgotten.push(publication.revision);
     }
     summary.revisions_forgotten = forgotten.len() as u64;
-    omabox_node::pause_point::pause("gc-marked");
+    crate::pause_point::pause("gc-marked");
 
     let cutoff = SystemTime::now()
         .checked_sub(options.grace)
