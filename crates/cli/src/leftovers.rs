@@ -172,7 +172,7 @@ fn sweep_blocking(
         }
     }
     // Their sandboxes went above; what they wrote into /workspace goes now.
-    let (workspaces, errors) = crate::commands::sandbox::sweep_abandoned_workspaces(tmp);
+    let (workspaces, errors) = omabox_node::temp_workspace::sweep_abandoned(tmp);
     report.temp_workspaces_removed = workspaces.iter().map(|p| p.display().to_string()).collect();
     report.errors.extend(
         errors

@@ -24,6 +24,7 @@ pub mod registry_credentials;
 pub mod revision;
 pub mod session;
 pub mod session_inputs;
+pub mod temp_workspace;
 pub mod wiring;
 
 pub use config::NodeConfig;

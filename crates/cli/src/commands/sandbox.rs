@@ -41,10 +41,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 mod one_shot;
-mod workspace;
 
-use workspace::Workspace;
-pub(crate) use workspace::sweep_abandoned as sweep_abandoned_workspaces;
+use omabox_node::temp_workspace::Workspace;
 
 use crate::terminal_safe::ControlFilter;
 use clap::Args;
