@@ -22,7 +22,6 @@ mod acp_events;
 mod agent_cache;
 mod commands;
 mod inference_server;
-mod leftovers;
 mod oma_agent;
 mod profile_hint;
 mod run_report;

@@ -19,6 +19,7 @@ pub mod environment;
 pub mod gc;
 pub mod harness_env;
 pub mod input_file;
+pub mod leftovers;
 pub mod pause_point;
 pub mod registry_credentials;
 pub mod revision;

@@ -303,7 +303,7 @@ pub fn run(args: &ImageArgs, config: &NodeConfig) -> anyhow::Result<ExitCode> {
 
 /// The image roots and layers the sandboxes of the linux runtime dir read.
 fn roots_in_use(env: &omabox_sandbox::SandboxFactoryEnv) -> anyhow::Result<Vec<RootInUse>> {
-    let config = crate::leftovers::linux_runtime_config(env).map_err(anyhow::Error::msg)?;
+    let config = omabox_node::leftovers::linux_runtime_config(env).map_err(anyhow::Error::msg)?;
     roots_in_use_in(&config).with_context(|| {
         format!(
             "cannot tell which images the sandboxes in {} use",

@@ -1,7 +1,7 @@
 //! `omabox reap`: one pass of the orphan reconciler over the local store, then one pass of
 //! the abandoned-lease reaper: every journaled lease whose fence is no longer held by its
 //! generation (its host died: kill -9, power loss) is reaped; then the leftover sweep
-//! ([`crate::leftovers`]): linux sandboxes under the runtime dir whose owner process is gone
+//! ([`omabox_node::leftovers`]): linux sandboxes under the runtime dir whose owner process is gone
 //! (also those killed during their start, which no journal knows), binding directories of
 //! generations that no longer hold their fence, temporary workspaces of killed `omabox sandbox
 //! run`s (in `$TMPDIR`, whose lock their owner no longer holds), temp blobs of interrupted
@@ -11,7 +11,6 @@
 //! is token-free and safe to repeat, and safe while other runs are going on (held leases,
 //! live owners' sandboxes and workspaces and live generations' bindings are never touched).
 
-use crate::leftovers::{self, LeftoverReport};
 use anyhow::Context as _;
 use clap::Args;
 use omabox_contract::{RuntimeLeaseJournalPort, RuntimeOrphanPort, RuntimeOrphanRecord};
@@ -20,6 +19,7 @@ use omabox_host::reconciler::{ManagedRuntimeOrphanReconciler, ReconcileSummary};
 use omabox_node::DataDir;
 use omabox_node::NodeConfig;
 use omabox_node::gc::{DEFAULT_GRACE, GcOptions, GcSummary, collect_garbage};
+use omabox_node::leftovers::{self, LeftoverReport};
 use omabox_node::wiring;
 use omabox_store::SqliteStore;
 use serde::Serialize;
@@ -80,7 +80,7 @@ pub async fn run(
         .run_all(PAGE, args.limit)
         .await?;
     omabox_sandbox::fault::point("reap-leases-done");
-    let leftovers = leftovers::sweep(data_dir.root(), &store, &env, &config.tmp_dir()).await;
+    let leftovers = leftovers::sweep(config, data_dir, &store).await;
     let gc = collect_with_default_retention(config, data_dir, &store).await?;
     if args.json {
         let report = ReapReport {

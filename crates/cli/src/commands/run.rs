@@ -476,7 +476,9 @@ pub async fn run(
     if omabox_node::session_inputs::uses_memory_stores(&session_inputs.resources) {
         env = env.with_var(MEMORY_MOUNT_ENV, "1");
     }
-    crate::leftovers::before_run(data_dir.root(), &store, &env, &config.tmp_dir()).await;
+    if let Some(warning) = omabox_node::leftovers::before_run(config, data_dir, &store).await {
+        eprintln!("{warning}");
+    }
     if let Some(seed) = &args.workspace {
         check_seed(&store, &request.scope, seed).await?;
     }
