@@ -19,7 +19,6 @@ macro_rules! errln {
 }
 
 mod acp_events;
-mod agent_cache;
 mod commands;
 mod inference_server;
 mod oma_agent;

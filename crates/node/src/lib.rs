@@ -11,6 +11,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod agent_cache;
 pub mod checkpoint_limits;
 pub mod config;
 pub mod credential_reach;

@@ -17,7 +17,7 @@
 //! `system` ([`crate::oma_agent`]).
 //!
 //! Agents by name (`--agent`, linux): the agent's pinned npm package is installed once into
-//! the host cache ([`crate::agent_cache`]) and mounted read-only at `/opt/omabox/agent`; its
+//! the host cache ([`omabox_node::agent_cache`]) and mounted read-only at `/opt/omabox/agent`; its
 //! inference adapter ([`omabox_acp::agents`]) points its model calls at
 //! `HOSTED_INFERENCE_URL` with the session token; its native session files live under
 //! `/workspace/.openma/harness-state/<agent>` so the next run resumes them. The sandbox gets
@@ -64,7 +64,6 @@
 //! signal exits at once and leaves the rest to `omabox reap`.
 
 use crate::acp_events::AcpEventLog;
-use crate::agent_cache;
 use crate::inference_server;
 use crate::oma_agent::OmaAgent;
 use crate::run_report::{self, RunHeader};
@@ -89,6 +88,7 @@ use omabox_host::session_tokens::SessionTokenSlots;
 use omabox_host::work_item::{
     SessionTokenIssuer, WorkItemPolicy, WorkItemPorts, WorkItemRunner, owner_id, session_scope,
 };
+use omabox_node::agent_cache;
 use omabox_node::config::{Flags, Key};
 use omabox_node::environment::{self, EnvironmentConfig};
 use omabox_node::harness_env::{SessionTokenEnv, check_gateway};
@@ -386,9 +386,9 @@ pub async fn run(
     }
     let agent_dir = match agent {
         Some(agent) => Some(agent_cache::ensure_installed(
-            &agent_cache::cache_dir(data_dir.root())?,
+            &config.agent_cache(data_dir)?,
             agent,
-            args.json,
+            &crate::terminal::InstallSpinner::new(args.json),
         )?),
         None => None,
     };
