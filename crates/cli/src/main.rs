@@ -20,7 +20,6 @@ macro_rules! errln {
 
 mod acp_events;
 mod commands;
-mod inference_server;
 mod oma_agent;
 mod profile_hint;
 mod run_report;

@@ -22,7 +22,7 @@
 //! `HOSTED_INFERENCE_URL` with the session token; its native session files live under
 //! `/workspace/.openma/harness-state/<agent>` so the next run resumes them. The sandbox gets
 //! 2G of memory unless `OMABOX_LINUX_MEMORY` says otherwise. Without `--inference-gateway`
-//! an ACP run serves the hosted inference proxy itself ([`crate::inference_server`]) on the
+//! an ACP run serves the hosted inference proxy itself ([`omabox_node::inference_server`]) on the
 //! host's loopback; the model key stays in this process.
 //!
 //! ACP (`--acp-command`): the harness is an ACP agent (CMD with ARGS, cwd `/workspace`, run in
@@ -64,7 +64,6 @@
 //! signal exits at once and leaves the rest to `omabox reap`.
 
 use crate::acp_events::AcpEventLog;
-use crate::inference_server;
 use crate::oma_agent::OmaAgent;
 use crate::run_report::{self, RunHeader};
 use crate::signals::cancel_on_signals;
@@ -92,6 +91,7 @@ use omabox_node::agent_cache;
 use omabox_node::config::{Flags, Key};
 use omabox_node::environment::{self, EnvironmentConfig};
 use omabox_node::harness_env::{SessionTokenEnv, check_gateway};
+use omabox_node::inference_server;
 use omabox_node::session::{check_id, check_seed};
 use omabox_node::session_inputs::{DirMemoryStores, MemoryCommitFence, PromotedFileAccess};
 use omabox_node::wiring::{self, AcpInputs, Backend, DriverInputs, Persistence};
@@ -363,6 +363,7 @@ pub async fn run(
     }
     let inference_config = match args.is_acp() && args.inference_gateway.is_none() {
         true => Some(inference_server::config(
+            config,
             args.inference_config.as_deref(),
             adapter.map_or("anthropic", |a| a.provider),
         )?),
@@ -373,8 +374,9 @@ pub async fn run(
     // An agent turn without a gateway gets the proxy served by this process.
     let mut inference_gateway = args.inference_gateway.clone();
     let mut _inference_server = None;
-    if let Some(config) = inference_config {
-        let server = inference_server::start(&store, config).await?;
+    if let Some(proxy_config) = inference_config {
+        let server =
+            inference_server::start(config, &store, proxy_config, &|line| errln!("{line}")).await?;
         inference_gateway = Some(server.url().to_owned());
         _inference_server = Some(server);
     }
