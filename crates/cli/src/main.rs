@@ -20,14 +20,11 @@ macro_rules! errln {
 
 mod acp_events;
 mod commands;
-mod oma_agent;
-mod profile_hint;
 mod run_report;
 mod signals;
 mod terminal;
 mod terminal_safe;
 mod timeline;
-mod work_profile;
 
 use clap::{Parser, Subcommand};
 use omabox_node::NodeConfig;

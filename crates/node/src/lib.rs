@@ -22,13 +22,16 @@ pub mod harness_env;
 pub mod inference_server;
 pub mod input_file;
 pub mod leftovers;
+pub mod oma_agent;
 pub mod pause_point;
+pub mod profile_hint;
 pub mod registry_credentials;
 pub mod revision;
 pub mod session;
 pub mod session_inputs;
 pub mod temp_workspace;
 pub mod wiring;
+pub mod work_profile;
 
 pub use config::NodeConfig;
 pub use data_dir::DataDir;

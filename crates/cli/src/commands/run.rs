@@ -14,7 +14,7 @@
 //!
 //! Any ACP run takes `--system-prompt TEXT` (written to `/workspace/AGENTS.md` before the
 //! agent starts); `--agent-json` takes the definition's `_oma.acp.agent` process and its
-//! `system` ([`crate::oma_agent`]).
+//! `system` ([`omabox_node::oma_agent`]).
 //!
 //! Agents by name (`--agent`, linux): the agent's pinned npm package is installed once into
 //! the host cache ([`omabox_node::agent_cache`]) and mounted read-only at `/opt/omabox/agent`; its
@@ -39,7 +39,7 @@
 //! main`, fence policy, admission, lease journal, session tokens, the transaction). The run's
 //! observer is the [`Timeline`] (human timeline or `--json` events); [`crate::run_report`]
 //! prints the result. Without CMD (and without `--profile`) it runs the bundled demo in
-//! session `demo` ([`crate::work_profile`]).
+//! session `demo` ([`omabox_node::work_profile`]).
 //!
 //! Session tokens: claiming the work item issues a token bound to (session, generation),
 //! stored only hashed and revoked at release; it reaches the harness only as
@@ -64,12 +64,12 @@
 //! signal exits at once and leaves the rest to `omabox reap`.
 
 use crate::acp_events::AcpEventLog;
-use crate::oma_agent::OmaAgent;
+use omabox_node::oma_agent::OmaAgent;
 use crate::run_report::{self, RunHeader};
 use crate::signals::cancel_on_signals;
 use crate::terminal::{ProgressBars, TerminalHarnessOutput};
 use crate::timeline::Timeline;
-use crate::work_profile;
+use omabox_node::work_profile;
 use anyhow::Context as _;
 use clap::Args;
 use omabox_acp::agents::{AGENT_MOUNT, KnownAgent, known_agent};
@@ -617,7 +617,7 @@ pub async fn run(
         }
         Err(error) => {
             let strategies = persistence.workspace.strategies();
-            let error = crate::profile_hint::explain_rejection(&profile, strategies, error);
+            let error = omabox_node::profile_hint::explain_rejection(&profile, strategies, error);
             run_report::rejection(&header, &timeline, error)
         }
     }
@@ -744,7 +744,7 @@ fn request(args: &RunArgs) -> anyhow::Result<Request> {
 }
 
 /// What a registry id in an agent definition does to the run (module doc of
-/// [`crate::oma_agent`]).
+/// [`omabox_node::oma_agent`]).
 fn registry_note(id: &str, known: Option<&'static KnownAgent>) -> String {
     match known {
         None => format!(

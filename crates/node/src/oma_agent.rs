@@ -34,7 +34,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 /// The largest definition file read.
-const MAX_FILE_BYTES: u64 = omabox_node::input_file::DOCUMENT_MAX;
+const MAX_FILE_BYTES: u64 = crate::input_file::DOCUMENT_MAX;
 
 /// What omabox runs of an agent definition.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -117,7 +117,7 @@ struct AgentBlock {
 impl OmaAgent {
     /// Reads and checks the definition at `path`.
     pub fn load(path: &Path) -> anyhow::Result<Self> {
-        let text = omabox_node::input_file::read_text(path, "--agent-json", MAX_FILE_BYTES)?;
+        let text = crate::input_file::read_text(path, "--agent-json", MAX_FILE_BYTES)?;
         Self::parse(&text).with_context(|| format!("agent definition {}", path.display()))
     }
 

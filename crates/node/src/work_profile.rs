@@ -93,10 +93,10 @@ fn default_profile(process: RuntimeProcessDeclaration, supervised: bool) -> Mana
 
 /// Reads a profile file; CMD, when given, replaces its entry process's command and args.
 pub fn from_file(path: &Path, command: &[String]) -> anyhow::Result<ManagedRuntimeProfile> {
-    let text = omabox_node::input_file::read_text(
+    let text = crate::input_file::read_text(
         path,
         "--profile",
-        omabox_node::input_file::DOCUMENT_MAX,
+        crate::input_file::DOCUMENT_MAX,
     )?;
     let mut profile: ManagedRuntimeProfile = serde_json::from_str(&text).with_context(|| {
         format!(
