@@ -19,6 +19,7 @@ pub mod data_dir;
 pub mod environment;
 pub mod gc;
 pub mod harness_env;
+pub mod images;
 pub mod inference_server;
 pub mod input_file;
 pub mod leftovers;

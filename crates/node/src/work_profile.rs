@@ -93,11 +93,7 @@ fn default_profile(process: RuntimeProcessDeclaration, supervised: bool) -> Mana
 
 /// Reads a profile file; CMD, when given, replaces its entry process's command and args.
 pub fn from_file(path: &Path, command: &[String]) -> anyhow::Result<ManagedRuntimeProfile> {
-    let text = crate::input_file::read_text(
-        path,
-        "--profile",
-        crate::input_file::DOCUMENT_MAX,
-    )?;
+    let text = crate::input_file::read_text(path, "--profile", crate::input_file::DOCUMENT_MAX)?;
     let mut profile: ManagedRuntimeProfile = serde_json::from_str(&text).with_context(|| {
         format!(
             "{} is not a ManagedRuntimeProfile (JSON with workspace, outputs, runtimeCheckpoint, driver)",

@@ -34,9 +34,8 @@ use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
 use omabox_backend_linux::env_layer::EnvLayers;
 use omabox_backend_linux::image::{
     ImageCache, ImageError, ImageSource, PullProgress, PulledImage, RegistryConfig,
-    RegistryReference, UnpackLimits, UserList,
+    RegistryReference,
 };
-use omabox_backend_linux::image_use::{RootInUse, roots_in_use as roots_in_use_in};
 use omabox_node::NodeConfig;
 use serde_json::json;
 
@@ -83,35 +82,9 @@ enum ImageCommand {
     },
 }
 
-/// The image cache this process uses: the `image_cache` setting
-/// (`OMABOX_LINUX_IMAGE_CACHE`), else the default; unpacking within `image_max_bytes` and
-/// `image_max_entries`.
-pub fn cache(config: &NodeConfig) -> anyhow::Result<ImageCache> {
-    let env = config.factory_env();
-    let limits = UnpackLimits::from_env(|key| env.get(key).map(str::to_owned))?;
-    Ok(ImageCache::new(config.image_cache()?).with_limits(limits))
-}
-
-/// Registry settings from `get` (an environment): `OMABOX_INSECURE_REGISTRIES`, and the
-/// credentials of the vault in `data_dir` (`registry/<host>`), then docker's `config.json`.
-pub fn registry_config(
-    get: impl Fn(&str) -> Option<String>,
-    data_dir: Option<&omabox_node::DataDir>,
-) -> anyhow::Result<RegistryConfig> {
-    let config = RegistryConfig::from_env(&get)?;
-    Ok(match data_dir {
-        Some(dir) => config.with_credentials(std::sync::Arc::new(
-            omabox_node::registry_credentials::from_vault_blocking(dir, &|line| {
-                eprintln!("{line}")
-            })?,
-        )),
-        None => config,
-    })
-}
-
 /// Runs an image subcommand.
 pub fn run(args: &ImageArgs, config: &NodeConfig) -> anyhow::Result<ExitCode> {
-    let cache = cache(config)?;
+    let cache = omabox_node::images::cache(config)?;
     let factory_env = config.factory_env();
     match &args.command {
         ImageCommand::Pull { reference, json } => {
@@ -121,10 +94,10 @@ pub fn run(args: &ImageArgs, config: &NodeConfig) -> anyhow::Result<ExitCode> {
             };
             let started = Instant::now();
             let data_dir = config.data_dir()?;
-            let registry = registry_config(
-                |key| factory_env.get(key).map(str::to_owned),
-                Some(&data_dir),
-            )?;
+            let registry =
+                omabox_node::images::registry_config(&factory_env, Some(&data_dir), &|line| {
+                    eprintln!("{line}")
+                })?;
             let pulled = pull_with_progress(&cache, &reference, &registry)?;
             let seconds = started.elapsed().as_secs_f64();
             if *json {
@@ -223,7 +196,7 @@ pub fn run(args: &ImageArgs, config: &NodeConfig) -> anyhow::Result<ExitCode> {
             // its record holds that lock; see omabox_image's removal.rs).
             let cache = cache.with_user_source({
                 let env = factory_env.clone();
-                move || users_now(&env)
+                move || omabox_node::images::users_now(&env)
             });
             let mut removals = Vec::new();
             let mut failed = false;
@@ -265,10 +238,10 @@ pub fn run(args: &ImageArgs, config: &NodeConfig) -> anyhow::Result<ExitCode> {
         ImageCommand::Prune { json } => {
             let cache = cache.with_user_source({
                 let env = factory_env.clone();
-                move || users_now(&env)
+                move || omabox_node::images::users_now(&env)
             });
             let removed = cache.prune()?;
-            let in_use_paths: Vec<PathBuf> = roots_in_use(&factory_env)?
+            let in_use_paths: Vec<PathBuf> = omabox_node::images::roots_in_use(&factory_env)?
                 .into_iter()
                 .map(|r| r.path)
                 .collect();
@@ -299,25 +272,6 @@ pub fn run(args: &ImageArgs, config: &NodeConfig) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
     }
-}
-
-/// The image roots and layers the sandboxes of the linux runtime dir read.
-fn roots_in_use(env: &omabox_sandbox::SandboxFactoryEnv) -> anyhow::Result<Vec<RootInUse>> {
-    let config = omabox_node::leftovers::linux_runtime_config(env).map_err(anyhow::Error::msg)?;
-    roots_in_use_in(&config).with_context(|| {
-        format!(
-            "cannot tell which images the sandboxes in {} use",
-            config.runtime_dir.display()
-        )
-    })
-}
-
-/// The cache's user source: (sandbox, root) of every sandbox of the linux runtime dir,
-/// read when asked.
-fn users_now(env: &omabox_sandbox::SandboxFactoryEnv) -> UserList {
-    roots_in_use(env)
-        .map(|roots| roots.into_iter().map(|r| (r.sandbox, r.path)).collect())
-        .map_err(|e| format!("{e:#}"))
 }
 
 fn usage(e: &ImageError) -> ExitCode {

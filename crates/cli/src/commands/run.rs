@@ -64,12 +64,10 @@
 //! signal exits at once and leaves the rest to `omabox reap`.
 
 use crate::acp_events::AcpEventLog;
-use omabox_node::oma_agent::OmaAgent;
 use crate::run_report::{self, RunHeader};
 use crate::signals::cancel_on_signals;
 use crate::terminal::{ProgressBars, TerminalHarnessOutput};
 use crate::timeline::Timeline;
-use omabox_node::work_profile;
 use anyhow::Context as _;
 use clap::Args;
 use omabox_acp::agents::{AGENT_MOUNT, KnownAgent, known_agent};
@@ -92,9 +90,11 @@ use omabox_node::config::{Flags, Key};
 use omabox_node::environment::{self, EnvironmentConfig};
 use omabox_node::harness_env::{SessionTokenEnv, check_gateway};
 use omabox_node::inference_server;
+use omabox_node::oma_agent::OmaAgent;
 use omabox_node::session::{check_id, check_seed};
 use omabox_node::session_inputs::{DirMemoryStores, MemoryCommitFence, PromotedFileAccess};
 use omabox_node::wiring::{self, AcpInputs, Backend, DriverInputs, Persistence};
+use omabox_node::work_profile;
 use omabox_node::{DataDir, NodeConfig};
 use omabox_persistence::ProgressObserver;
 use omabox_proxy::promoted::PromotedStore;
@@ -819,7 +819,7 @@ async fn prefetch_registry_image(
     let env = env.clone();
     let data_dir = data_dir.clone();
     let config = tokio::task::spawn_blocking(move || {
-        super::image::registry_config(|k| env.get(k).map(str::to_owned), Some(&data_dir))
+        omabox_node::images::registry_config(&env, Some(&data_dir), &|line| eprintln!("{line}"))
     })
     .await??;
     let value = value.to_owned();

@@ -513,8 +513,10 @@ fn pin_registry_image(
     let data_dir = settings
         .data_dir()
         .map_err(|e| Failure::omabox(e.to_string()))?;
-    let config = super::image::registry_config(|k| vars.get(k).cloned(), Some(&data_dir))
-        .map_err(|e| Failure::omabox(format!("registry credentials: {e}")))?;
+    let env: SandboxFactoryEnv = vars.clone().into_iter().collect();
+    let config =
+        omabox_node::images::registry_config(&env, Some(&data_dir), &|line| eprintln!("{line}"))
+            .map_err(|e| Failure::omabox(format!("registry credentials: {e}")))?;
     let pulled = super::image::pull_with_progress(&cache, &reference, &config).map_err(|e| {
         let message = format!("cannot use image {value:?}: {e}");
         if e.is_bad_image() {
