@@ -28,6 +28,7 @@ pub mod pause_point;
 pub mod profile_hint;
 pub mod registry_credentials;
 pub mod revision;
+pub mod runner;
 pub mod session;
 pub mod session_inputs;
 pub mod temp_workspace;
@@ -36,3 +37,4 @@ pub mod work_profile;
 
 pub use config::NodeConfig;
 pub use data_dir::DataDir;
+pub use runner::{RunRequest, Runner};

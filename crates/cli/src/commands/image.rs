@@ -340,14 +340,16 @@ fn human_bytes(n: u64) -> String {
     }
 }
 
-/// Pull progress on stderr: a bar per blob on a terminal, else one line per blob.
-struct StderrProgress {
+/// Pull progress on stderr: a bar per blob on a terminal, else one line per blob; its bars
+/// are cleared when it is dropped.
+pub struct StderrProgress {
     bars: Option<MultiProgress>,
     active: Mutex<Vec<(String, ProgressBar)>>,
 }
 
 impl StderrProgress {
-    fn new() -> Self {
+    /// Progress drawn on stderr.
+    pub fn new() -> Self {
         Self {
             bars: std::io::stderr()
                 .is_terminal()
@@ -377,6 +379,18 @@ impl StderrProgress {
             .iter()
             .find(|(d, _)| d == digest)
             .map(|(_, b)| b.clone())
+    }
+}
+
+impl Default for StderrProgress {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Drop for StderrProgress {
+    fn drop(&mut self) {
+        self.clear();
     }
 }
 
