@@ -200,22 +200,15 @@ pub fn choose(
 
 /// The default image cache: `/var/lib/omabox/images` for root, otherwise
 /// `$XDG_CACHE_HOME/omabox/images` (an absolute one), else `~/.cache/omabox/images`, else
-/// `<tmp>/omabox/images`. The `image_cache` setting replaces it.
+/// `<tmp>/omabox/images` (the image crate's rule, with the node's settings as its inputs).
+/// The `image_cache` setting replaces it.
 pub fn default_image_cache(
     root: bool,
     xdg_cache_home: Option<&OsStr>,
     home: Option<&OsStr>,
     tmp: &Path,
 ) -> PathBuf {
-    if root {
-        return PathBuf::from("/var/lib/omabox/images");
-    }
-    let base = xdg_cache_home
-        .map(PathBuf::from)
-        .filter(|p| p.is_absolute())
-        .or_else(|| home.map(|h| PathBuf::from(h).join(".cache")))
-        .unwrap_or_else(|| tmp.to_path_buf());
-    base.join("omabox/images")
+    omabox_backend_linux::image::ImageCache::default_dir_for(root, xdg_cache_home, home, tmp)
 }
 
 /// The environment layers kept below `image_cache`.

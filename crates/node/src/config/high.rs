@@ -144,11 +144,12 @@ impl NodeConfig {
     }
 
     /// The linux factory's env map: every factory setting that was given, under the variable
-    /// it came from (a flag's or a file's value under the setting's first variable). The one
-    /// place the map is built; commands add what they decide for one run
-    /// (`SandboxFactoryEnv::with_var`).
+    /// it came from (a flag's or a file's value under the setting's first variable), and the
+    /// image cache the node resolved when none was given (so the factory never derives its
+    /// own from the process environment). The one place the map is built; commands add what
+    /// they decide for one run (`SandboxFactoryEnv::with_var`).
     pub fn factory_env(&self) -> SandboxFactoryEnv {
-        SETTINGS
+        let env: SandboxFactoryEnv = SETTINGS
             .iter()
             .filter(|setting| setting.factory)
             .filter_map(|setting| {
@@ -159,7 +160,14 @@ impl NodeConfig {
                 };
                 Some((name, given))
             })
-            .collect()
+            .collect();
+        match self.given(Key::ImageCache) {
+            Some(_) => env,
+            None => env.with_var(
+                omabox_backend_linux::factory::IMAGE_CACHE_ENV,
+                self.default_image_cache().to_string_lossy(),
+            ),
+        }
     }
 }
 

@@ -89,7 +89,12 @@ fn the_first_variable_set_wins_and_the_factory_gets_it_under_its_own_name() {
     assert_eq!(factory.get("SANDBOX_IMAGE"), None);
     assert_eq!(
         factory.keys().collect::<Vec<_>>(),
-        ["HOME", "OMABOX_LINUX_IMAGE"]
+        ["HOME", "OMABOX_LINUX_IMAGE", "OMABOX_LINUX_IMAGE_CACHE"]
+    );
+    // The image cache the node resolved, so the factory derives none of its own.
+    assert_eq!(
+        factory.get("OMABOX_LINUX_IMAGE_CACHE").map(Path::new),
+        Some(config.image_cache().unwrap().as_path())
     );
 }
 
