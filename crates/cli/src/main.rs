@@ -124,7 +124,11 @@ fn main() -> ExitCode {
         init_tracing(config.as_ref().ok());
         return match config {
             Ok(config) => finish(commands::sandbox::run(args, &config)),
-            Err(error) => commands::sandbox::config_failure(&error),
+            // omabox failed before anything was made: docker's 125, as `sandbox run` uses.
+            Err(error) => {
+                errln!("omabox: error: {error}");
+                ExitCode::from(125)
+            }
         };
     }
     let cli = Cli::parse();

@@ -221,11 +221,6 @@ impl SandboxArgs {
     }
 }
 
-/// A configuration that cannot be loaded: omabox failed before anything was made.
-pub fn config_failure(error: &omabox_node::config::ConfigError) -> ExitCode {
-    report(&Failure::omabox(error.to_string()))
-}
-
 /// Runs `omabox sandbox ...`. The linux backend takes the one-shot path (`one_shot.rs`:
 /// no async runtime, no agent); any other backend runs the command through its factory
 /// and the duplex process port on a current-thread runtime (blocking work still goes to
@@ -411,10 +406,10 @@ fn prepare(
     backend: Option<Backend>,
     config: &NodeConfig,
 ) -> Result<(SandboxFactoryEnv, Workspace), Failure> {
-    let factory = config.factory_env();
-    let mut vars: BTreeMap<String, String> = factory
+    let env = config.factory_env();
+    let mut vars: BTreeMap<String, String> = env
         .keys()
-        .filter_map(|key| Some((key.to_owned(), factory.get(key)?.to_owned())))
+        .filter_map(|k| Some((k.into(), env.get(k)?.into())))
         .collect();
     match backend {
         Some(Backend::Linux) => {
