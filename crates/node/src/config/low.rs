@@ -58,8 +58,9 @@ impl Flags {
 /// of the host's secrets.
 #[derive(Clone, Default)]
 pub struct Environment {
-    vars: BTreeMap<String, OsString>,
-    /// Variables not in `vars` are read from the process when asked (else: unset).
+    /// Read at load (`None`: unset); a name not here is read from the process when asked
+    /// (`process`), else it is unset.
+    vars: BTreeMap<String, Option<OsString>>,
     process: bool,
 }
 
@@ -78,7 +79,7 @@ impl Environment {
     /// hooks excepted).
     pub fn of_process() -> Self {
         let vars = kept_variables()
-            .filter_map(|name| Some((name.to_owned(), std::env::var_os(name)?)))
+            .map(|name| (name.to_owned(), std::env::var_os(name)))
             .collect();
         Self {
             vars,
@@ -88,13 +89,11 @@ impl Environment {
 
     /// The variable `name`, if set.
     pub fn get(&self, name: &str) -> Option<OsString> {
-        if let Some(value) = self.vars.get(name) {
-            return Some(value.clone());
+        match self.vars.get(name) {
+            Some(value) => value.clone(),
+            None if self.process => std::env::var_os(name),
+            None => None,
         }
-        if self.process && !kept_variables().any(|kept| kept == name) {
-            return std::env::var_os(name);
-        }
-        None
     }
 
     /// The variable `name` as UTF-8 text, if set and not empty.
@@ -118,7 +117,7 @@ impl<K: Into<String>, V: Into<OsString>> FromIterator<(K, V)> for Environment {
         Self {
             vars: iter
                 .into_iter()
-                .map(|(name, value)| (name.into(), value.into()))
+                .map(|(name, value)| (name.into(), Some(value.into())))
                 .collect(),
             process: false,
         }

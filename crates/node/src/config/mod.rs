@@ -136,16 +136,21 @@ impl NodeConfig {
     /// The configuration of `flags` and `env` (and the file they name or the data dir holds).
     pub fn from_sources(flags: &Flags, env: Environment) -> Result<Self, ConfigError> {
         let root = rustix::process::geteuid().is_root();
-        let without_file = Self::merge(flags, env.clone(), None, root);
-        let file = match without_file.given(Key::Config) {
+        // Which file: named by flag or environment, else the data dir's (named the same way).
+        let early = |key| low::pick(key, flags, &env, None).map(|(value, _)| value);
+        let file = match early(Key::Config) {
             Some(path) => {
-                let path = Path::new(path);
-                if path.as_os_str().is_empty() {
-                    return Err(without_file.invalid(Key::Config, "is empty: name a file"));
+                if path.is_empty() {
+                    let config = Self::merge(flags, env, None, root);
+                    return Err(config.invalid(Key::Config, "is empty: name a file"));
                 }
-                Some(ConfigFile::load(path, false)?)
+                Some(ConfigFile::load(Path::new(&path), false)?)
             }
-            None => match without_file.data_dir_choice() {
+            None => match crate::data_dir::choose(
+                early(Key::DataDir).as_deref().map(Path::new),
+                early(Key::XdgDataHome).as_deref(),
+                early(Key::Home).as_deref(),
+            ) {
                 Ok(dir) => {
                     let path = dir.join(crate::data_dir::CONFIG_FILE);
                     match std::fs::symlink_metadata(&path) {
