@@ -19,33 +19,16 @@ macro_rules! errln {
 }
 
 mod acp_events;
-mod agent_cache;
-mod checkpoint_limits;
 mod commands;
-mod credential_reach;
-mod data_dir;
-mod environment;
-mod gc;
-mod harness_env;
-mod inference_server;
-mod input_file;
-mod leftovers;
-mod oma_agent;
-mod pause_point;
-mod profile_hint;
-mod registry_credentials;
-mod revision;
 mod run_report;
-mod session;
-mod session_inputs;
 mod signals;
 mod terminal;
 mod terminal_safe;
 mod timeline;
-mod wiring;
-mod work_profile;
 
 use clap::{Parser, Subcommand};
+use omabox_node::NodeConfig;
+use omabox_node::config::{Flags, Key};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -61,10 +44,15 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 #[derive(Debug, Parser)]
 #[command(name = "omabox", version, about, long_about = None)]
 struct Cli {
-    /// Where omabox keeps its state (SQLite database). Default: $XDG_DATA_HOME/omabox, else
-    /// ~/.local/share/omabox.
-    #[arg(long, global = true, env = "OMABOX_DATA_DIR", value_name = "DIR")]
+    /// Where omabox keeps its state (SQLite database) [env: OMABOX_DATA_DIR]. Default:
+    /// $XDG_DATA_HOME/omabox, else ~/.local/share/omabox.
+    #[arg(long, global = true, value_name = "DIR")]
     data_dir: Option<PathBuf>,
+
+    /// The node configuration file (TOML; `omabox config` lists its keys) [env:
+    /// OMABOX_CONFIG]. Default: <data-dir>/omabox.toml when it exists.
+    #[arg(long, value_name = "FILE")]
+    config: Option<PathBuf>,
 
     #[command(subcommand)]
     command: Command,
@@ -125,17 +113,32 @@ enum Command {
     Sandbox(commands::sandbox::SandboxArgs),
     /// Serve the HTTP API: hosted inference proxy, MCP proxy, file promotion.
     Serve(commands::serve::ServeArgs),
+    /// Print every setting with its value and where it came from (flag, env, file, default).
+    Config(commands::config::ConfigArgs),
 }
 
 fn main() -> ExitCode {
     // `omabox sandbox run` parses its own arguments only (see `parse_sandbox_run`).
-    if let Some((args, data_dir)) = commands::sandbox::parse_sandbox_run() {
-        init_tracing();
-        return finish(commands::sandbox::run(args, data_dir.as_deref()));
+    if let Some((args, flags)) = commands::sandbox::parse_sandbox_run() {
+        let config = NodeConfig::load(&flags);
+        init_tracing(config.as_ref().ok());
+        return match config {
+            Ok(config) => finish(commands::sandbox::run(args, &config)),
+            // omabox failed before anything was made: docker's 125, as `sandbox run` uses.
+            Err(error) => {
+                errln!("omabox: error: {error}");
+                ExitCode::from(125)
+            }
+        };
     }
     let cli = Cli::parse();
-    init_tracing();
-    finish(run(cli))
+    let config = NodeConfig::load(&cli.flags());
+    init_tracing(config.as_ref().ok());
+    finish(
+        config
+            .map_err(anyhow::Error::from)
+            .and_then(|config| run(cli, &config)),
+    )
 }
 
 fn finish(result: anyhow::Result<ExitCode>) -> ExitCode {
@@ -148,60 +151,77 @@ fn finish(result: anyhow::Result<ExitCode>) -> ExitCode {
     }
 }
 
-fn run(cli: Cli) -> anyhow::Result<ExitCode> {
+impl Cli {
+    /// The global flags that are settings (`omabox_node::config`).
+    fn flags(&self) -> Flags {
+        let flags = Flags::new()
+            .with_some(Key::DataDir, self.data_dir.clone())
+            .with_some(Key::Config, self.config.clone());
+        match &self.command {
+            Command::Run(args) => args.flags(flags),
+            Command::Serve(args) => args.flags(flags),
+            Command::Gc(args) => args.flags(flags),
+            Command::Sandbox(args) => args.flags(flags),
+            _ => flags,
+        }
+    }
+}
+
+fn run(cli: Cli, config: &NodeConfig) -> anyhow::Result<ExitCode> {
     if cli.command.only_reports() {
         die_quietly_on_a_closed_stdout();
     }
     match cli.command {
         Command::Run(args) => {
-            let data_dir = data_dir::resolve(cli.data_dir.as_deref())?;
-            runtime()?.block_on(commands::run::run(&data_dir, args))
+            let data_dir = config.data_dir()?;
+            runtime()?.block_on(commands::run::run(config, &data_dir, args))
         }
         Command::Sessions(args) => {
-            let data_dir = data_dir::resolve(cli.data_dir.as_deref())?;
+            let data_dir = config.data_dir()?;
             runtime()?.block_on(commands::sessions::run(&data_dir, &args))
         }
         Command::Workspace(args) => {
-            let data_dir = data_dir::resolve(cli.data_dir.as_deref())?;
+            let data_dir = config.data_dir()?;
             runtime()?.block_on(commands::workspace::run(&data_dir, &args))
         }
         Command::Outputs(args) => {
-            let data_dir = data_dir::resolve(cli.data_dir.as_deref())?;
+            let data_dir = config.data_dir()?;
             runtime()?.block_on(commands::outputs::run(&data_dir, &args))
         }
         Command::Files(args) => {
-            let data_dir = data_dir::resolve(cli.data_dir.as_deref())?;
+            let data_dir = config.data_dir()?;
             runtime()?.block_on(commands::files::run(&data_dir, &args))
         }
         Command::Vault(args) => {
-            let data_dir = data_dir::resolve(cli.data_dir.as_deref())?;
+            let data_dir = config.data_dir()?;
             runtime()?.block_on(commands::vault::run(&data_dir, &args))
         }
         Command::Usage(args) => {
-            let data_dir = data_dir::resolve(cli.data_dir.as_deref())?;
+            let data_dir = config.data_dir()?;
             runtime()?.block_on(commands::usage::run(&data_dir, &args))
         }
         Command::Bench(args) => commands::bench::run(&args),
         Command::Catalog(args) => commands::catalog::run(&args),
         Command::Fsck(args) => {
-            let data_dir = data_dir::resolve(cli.data_dir.as_deref())?;
+            let data_dir = config.data_dir()?;
             runtime()?.block_on(commands::fsck::run(&data_dir, &args))
         }
         Command::Gc(args) => {
-            let data_dir = data_dir::resolve(cli.data_dir.as_deref())?;
-            runtime()?.block_on(commands::gc::run(&data_dir, &args))
+            let data_dir = config.data_dir()?;
+            runtime()?.block_on(commands::gc::run(config, &data_dir, &args))
         }
         Command::Reap(args) => {
-            let data_dir = data_dir::resolve(cli.data_dir.as_deref())?;
-            runtime()?.block_on(commands::reap::run(&data_dir, &args))
+            let data_dir = config.data_dir()?;
+            runtime()?.block_on(commands::reap::run(config, &data_dir, &args))
         }
         Command::Serve(args) => {
-            let data_dir = data_dir::resolve(cli.data_dir.as_deref())?;
-            runtime()?.block_on(commands::serve::run(&data_dir, &args))
+            let data_dir = config.data_dir()?;
+            runtime()?.block_on(commands::serve::run(config, &data_dir, &args))
         }
         // One sandbox, one command, then exit: its own (for linux, runtime-free) path.
-        Command::Sandbox(args) => commands::sandbox::run(args, cli.data_dir.as_deref()),
-        Command::Image(args) => commands::image::run(&args, cli.data_dir.as_deref()),
+        Command::Sandbox(args) => commands::sandbox::run(args, config),
+        Command::Image(args) => commands::image::run(&args, config),
+        Command::Config(args) => commands::config::run(config, &args),
     }
 }
 
@@ -220,6 +240,7 @@ impl Command {
                 | Command::Files(_)
                 | Command::Workspace(_)
                 | Command::Bench(_)
+                | Command::Config(_)
         )
     }
 }
@@ -241,15 +262,17 @@ fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
         .build()?)
 }
 
-/// Logs go to stderr, filtered by `OMABOX_LOG` (default: warnings only, except the host's
-/// "transaction failed" warning, which `omabox run` reports as its result), so `--json`
-/// output on stdout stays clean.
-fn init_tracing() {
-    let filter = tracing_subscriber::EnvFilter::try_from_env("OMABOX_LOG").unwrap_or_else(|_| {
-        tracing_subscriber::EnvFilter::new(
-            "warn,omabox_host::runtime_host=error,omabox_backend_linux::env_layer=info",
-        )
-    });
+/// Logs go to stderr, filtered by the `log` setting (`OMABOX_LOG`; default: warnings only,
+/// except the host's "transaction failed" warning, which `omabox run` reports as its result),
+/// so `--json` output on stdout stays clean. Without a configuration (it failed to load):
+/// the default.
+fn init_tracing(config: Option<&NodeConfig>) {
+    let filter = config
+        .and_then(|config| config.given(Key::Log))
+        .and_then(|filter| tracing_subscriber::EnvFilter::try_new(filter).ok())
+        .unwrap_or_else(|| {
+            tracing_subscriber::EnvFilter::new(Key::Log.default_value().unwrap_or("warn"))
+        });
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)

@@ -9,13 +9,10 @@
 //! results and rejections are the host's (redacted) values, events are the timeline's.
 
 use crate::acp_events::AcpEventLog;
-use crate::session::publication;
 use crate::timeline::{Timeline, TimelineEvent, human_bytes};
-use crate::wiring::Persistence;
 use omabox_acp::AcpEvent;
 use omabox_contract::{PortError, RuntimeResourceScope, SessionOutputEntryCandidate};
 use omabox_host::runtime_host::ManagedRuntimeRunResult;
-use omabox_store::SqliteStore;
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::process::ExitCode;
@@ -80,34 +77,6 @@ struct RunReport {
     /// The agent definition's ACP registry id (`--agent-json` with `_oma.acp.agent.id`).
     #[serde(skip_serializing_if = "Option::is_none")]
     agent_registry_id: Option<String>,
-}
-
-/// The entries this run published (empty when it published nothing).
-pub async fn published_outputs(
-    store: &SqliteStore,
-    persistence: &Persistence,
-    scope: &RuntimeResourceScope,
-    timeline: &Timeline,
-) -> Vec<SessionOutputEntryCandidate> {
-    let Some(revision) = timeline.facts().published_revision else {
-        return Vec::new();
-    };
-    let Ok(Some(publication)) = publication(store, scope).await else {
-        return Vec::new();
-    };
-    let Some(candidate) = publication
-        .output_candidate
-        .filter(|_| publication.revision == revision)
-    else {
-        return Vec::new();
-    };
-    match persistence.outputs.read_manifest(&candidate).await {
-        Ok(manifest) => manifest.entries,
-        Err(error) => {
-            tracing::warn!(%error, "cannot read the published outputs manifest");
-            Vec::new()
-        }
-    }
 }
 
 /// Reports a run that resolved.

@@ -220,6 +220,55 @@ impl ProgressObserver for ProgressBars {
     }
 }
 
+/// An agent install on stderr: a spinner on a terminal, else one line (`quiet`: the line
+/// only, for `--json`).
+#[derive(Debug)]
+pub struct InstallSpinner {
+    quiet: bool,
+    bar: Mutex<Option<ProgressBar>>,
+}
+
+impl InstallSpinner {
+    /// A spinner, or only lines when `quiet`.
+    pub fn new(quiet: bool) -> Self {
+        Self {
+            quiet,
+            bar: Mutex::new(None),
+        }
+    }
+}
+
+impl omabox_node::agent_cache::InstallObserver for InstallSpinner {
+    fn started(&self, message: &str) {
+        if self.quiet || !std::io::stderr().is_terminal() {
+            errln!("omabox: {message}…");
+            return;
+        }
+        let bar = ProgressBar::with_draw_target(None, ProgressDrawTarget::stderr());
+        let style = ProgressStyle::with_template("{spinner} {msg} {elapsed}")
+            .unwrap_or_else(|_| ProgressStyle::default_spinner());
+        bar.set_style(style);
+        bar.set_message(message.to_owned());
+        bar.enable_steady_tick(std::time::Duration::from_millis(120));
+        *self.bar.lock().unwrap_or_else(PoisonError::into_inner) = Some(bar);
+    }
+
+    fn ended(&self) {
+        if let Some(bar) = self
+            .bar
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take()
+        {
+            bar.finish_and_clear();
+        }
+    }
+
+    fn line(&self, line: &str) {
+        errln!("{line}");
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -77,7 +77,7 @@ struct State {
 /// Records (and in human mode prints) the transaction's steps.
 #[derive(Debug)]
 pub struct Timeline {
-    started: Instant,
+    started: Mutex<Instant>,
     print: bool,
     bars: Option<Arc<dyn ProgressObserver>>,
     state: Mutex<State>,
@@ -93,7 +93,7 @@ impl Timeline {
     /// `bars` receives persistence progress.
     pub fn new(print: bool, bars: Option<Arc<dyn ProgressObserver>>) -> Self {
         Self {
-            started: Instant::now(),
+            started: Mutex::new(Instant::now()),
             print,
             bars,
             state: Mutex::new(State::default()),
@@ -106,7 +106,16 @@ impl Timeline {
 
     /// Time since the run started.
     pub fn elapsed(&self) -> Duration {
-        self.started.elapsed()
+        self.started().elapsed()
+    }
+
+    /// The run starts now (what came before was the node's preparation: installs, pulls).
+    pub fn restart(&self) {
+        *self.started.lock().unwrap_or_else(PoisonError::into_inner) = Instant::now();
+    }
+
+    fn started(&self) -> Instant {
+        *self.started.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// Adds `took` to `step`'s total without an event.
@@ -117,7 +126,7 @@ impl Timeline {
     /// Records a finished step that took `took`, and prints it in human mode.
     fn record(&self, step: &'static str, took: Duration, line: Line) {
         let event = TimelineEvent {
-            at_ms: millis(self.started.elapsed()),
+            at_ms: millis(self.started().elapsed()),
             step,
             label: line.label.to_owned(),
             detail: line.detail,
@@ -150,7 +159,7 @@ impl Timeline {
             .iter()
             .map(|(step, took)| ((*step).to_owned(), millis(*took)))
             .collect();
-        timings.insert("total".to_owned(), millis(self.started.elapsed()));
+        timings.insert("total".to_owned(), millis(self.started().elapsed()));
         timings
     }
 

@@ -450,17 +450,37 @@ impl ImageCache {
         self
     }
 
-    /// The default cache directory: `/var/lib/omabox/images` for root, otherwise
-    /// `$XDG_CACHE_HOME/omabox/images` (or `~/.cache/omabox/images`).
+    /// The default cache directory of this process: [`Self::default_dir_for`] with its
+    /// effective uid and its `XDG_CACHE_HOME`, `HOME` and temp dir. The one read of the
+    /// process environment in this crate (besides the test hook `fault`), for a caller that
+    /// was handed no cache directory (omabox's node always hands one: `image_cache`).
     pub fn default_dir() -> PathBuf {
-        if rustix::process::geteuid().is_root() {
+        let root = rustix::process::geteuid().is_root();
+        Self::default_dir_for(
+            root,
+            std::env::var_os("XDG_CACHE_HOME").as_deref(),
+            std::env::var_os("HOME").as_deref(),
+            &std::env::temp_dir(),
+        )
+    }
+
+    /// The default cache directory: `/var/lib/omabox/images` for `root`, otherwise
+    /// `<xdg_cache_home>/omabox/images` (an absolute one), else `<home>/.cache/omabox/images`,
+    /// else `<tmp>/omabox/images`.
+    pub fn default_dir_for(
+        root: bool,
+        xdg_cache_home: Option<&std::ffi::OsStr>,
+        home: Option<&std::ffi::OsStr>,
+        tmp: &Path,
+    ) -> PathBuf {
+        if root {
             return PathBuf::from("/var/lib/omabox/images");
         }
-        let base = std::env::var_os("XDG_CACHE_HOME")
+        let base = xdg_cache_home
             .map(PathBuf::from)
             .filter(|p| p.is_absolute())
-            .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))
-            .unwrap_or_else(std::env::temp_dir);
+            .or_else(|| home.map(|h| PathBuf::from(h).join(".cache")))
+            .unwrap_or_else(|| tmp.to_path_buf());
         base.join("omabox/images")
     }
 

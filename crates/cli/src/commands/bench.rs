@@ -5,9 +5,9 @@
 //! p90 and max of the step timings the runs report, plus the process wall time. Print only:
 //! nothing is compared against a threshold.
 
-use crate::wiring::Backend;
 use anyhow::Context as _;
 use clap::{Args, Subcommand};
+use omabox_node::wiring::Backend;
 use serde_json::Value;
 use std::collections::BTreeMap;
 use std::process::{Command, ExitCode, Stdio};
@@ -33,7 +33,7 @@ struct BenchRunArgs {
     #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u32).range(1..=10_000))]
     iterations: u32,
     /// The backend (`local` needs OMABOX_TEST_MODE=1).
-    #[arg(long, value_enum, default_value_t = Backend::Linux)]
+    #[arg(long, value_parser = super::backend_parser(), default_value = "linux")]
     backend: Backend,
 }
 

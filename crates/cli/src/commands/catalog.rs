@@ -1,9 +1,9 @@
 //! `omabox catalog`: the conformance catalog this binary knows — OpenMA's twelve rows, then
 //! omabox's own backends' rows ([`wiring::catalog`]) — as a table or JSON.
 
-use crate::wiring;
 use clap::Args;
 use omabox_contract::catalog::ManagedRuntimeProviderConformance;
+use omabox_node::wiring;
 use serde::Serialize;
 use std::process::ExitCode;
 

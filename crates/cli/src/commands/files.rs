@@ -2,9 +2,9 @@
 //! promotes session files into) and prints its id, for `omabox run --resource
 //! file:ID:/path`.
 
-use crate::data_dir::open_store;
 use clap::{Args, Subcommand};
-use std::path::{Path, PathBuf};
+use omabox_node::DataDir;
+use std::path::PathBuf;
 use std::process::ExitCode;
 
 /// Options of `omabox files`.
@@ -27,14 +27,14 @@ enum FilesCommand {
 }
 
 /// Runs a files subcommand.
-pub async fn run(data_dir: &Path, args: &FilesArgs) -> anyhow::Result<ExitCode> {
+pub async fn run(data_dir: &DataDir, args: &FilesArgs) -> anyhow::Result<ExitCode> {
     match &args.command {
         FilesCommand::Add { path, json } => {
             // Creates the data directory as every writer does.
-            drop(open_store(data_dir).await?);
-            let (data_dir, path) = (data_dir.to_owned(), path.clone());
+            drop(data_dir.open_store().await?);
+            let (data_dir, path) = (data_dir.clone(), path.clone());
             let file = tokio::task::spawn_blocking(move || {
-                crate::session_inputs::add_file(&data_dir, &path)
+                omabox_node::session_inputs::add_file(&data_dir, &path)
             })
             .await??;
             if *json {

@@ -9,17 +9,16 @@
 //! Safe beside `omabox gc`: a revision a collection forgets while it is checked is not
 //! reported damaged (see `forget_collected`).
 
-use crate::data_dir::{no_data_yet, open_existing_store};
-use crate::session::check_id;
 use crate::terminal_safe::one_line;
-use crate::wiring::Persistence;
 use anyhow::Context;
 use clap::Args;
+use omabox_node::DataDir;
+use omabox_node::session::check_id;
+use omabox_node::wiring::Persistence;
 use omabox_persistence::{BlobVerifier, Damage, verify_outputs, verify_workspace};
 use omabox_store::SqliteStore;
 use serde::Serialize;
 use std::collections::HashSet;
-use std::path::Path;
 use std::process::ExitCode;
 use std::sync::Arc;
 
@@ -59,11 +58,11 @@ struct FsckReport {
 }
 
 /// Verifies the published revisions.
-pub async fn run(data_dir: &Path, args: &FsckArgs) -> anyhow::Result<ExitCode> {
+pub async fn run(data_dir: &DataDir, args: &FsckArgs) -> anyhow::Result<ExitCode> {
     if let Some(session) = &args.session {
         check_id("--session", session)?;
     }
-    let Some(store) = open_existing_store(data_dir).await? else {
+    let Some(store) = data_dir.open_existing_store().await? else {
         if args.json {
             println!(
                 "{}",
@@ -75,7 +74,7 @@ pub async fn run(data_dir: &Path, args: &FsckArgs) -> anyhow::Result<ExitCode> {
                 })?
             );
         } else {
-            println!("{}", no_data_yet(data_dir));
+            println!("{}", data_dir.no_data_yet());
         }
         return Ok(ExitCode::SUCCESS);
     };
@@ -86,8 +85,12 @@ pub async fn run(data_dir: &Path, args: &FsckArgs) -> anyhow::Result<ExitCode> {
             .context("the store task failed")?
             .context("cannot read the publication history")?
     };
-    crate::pause_point::pause("fsck-history-read");
-    let blobs = Arc::clone(Persistence::open(data_dir, None)?.workspace.store());
+    omabox_node::pause_point::pause("fsck-history-read");
+    let blobs = Arc::clone(
+        Persistence::open(data_dir.root(), None, Default::default())?
+            .workspace
+            .store(),
+    );
     let session = args.session.clone();
     let report = tokio::task::spawn_blocking(move || -> anyhow::Result<FsckReport> {
         let mut verifier = BlobVerifier::new(&blobs);

@@ -1,12 +1,13 @@
 //! `omabox gc [--keep N] [--grace SECONDS] [--dry-run] [--json]`: removes the blobs no
-//! retained revision needs (see `crate::gc`). `--dry-run` shows what would go (count, bytes,
+//! retained revision needs (see `omabox_node::gc`). `--dry-run` shows what would go (count, bytes,
 //! per session) and changes nothing. Without a data directory there is nothing to collect.
 
-use crate::data_dir::{no_data_yet, open_existing_store};
-use crate::gc::{DEFAULT_GRACE, GcOptions, GcSummary, collect_garbage, keep_from_env};
 use anyhow::Context;
 use clap::Args;
-use std::path::Path;
+use omabox_node::DataDir;
+use omabox_node::NodeConfig;
+use omabox_node::config::{Flags, Key};
+use omabox_node::gc::{DEFAULT_GRACE, GcOptions, GcSummary, collect_garbage};
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -14,7 +15,7 @@ use std::time::Duration;
 #[derive(Debug, Args)]
 pub struct GcArgs {
     /// Published revisions kept per session (their workspace and outputs blobs stay; the last
-    /// revision always). Default: $OMABOX_GC_KEEP, else 5.
+    /// revision always). Default: the `gc_keep` setting ($OMABOX_GC_KEEP), else 5.
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
     keep: Option<u64>,
     /// Unreferenced blobs younger than this many seconds stay (in-flight checkpoints). A
@@ -30,17 +31,25 @@ pub struct GcArgs {
     json: bool,
 }
 
+impl GcArgs {
+    /// The flags that are settings.
+    pub fn flags(&self, flags: Flags) -> Flags {
+        flags.with_some(Key::GcKeep, self.keep.map(|keep| keep.to_string()))
+    }
+}
+
 /// Collects the blob store.
-pub async fn run(data_dir: &Path, args: &GcArgs) -> anyhow::Result<ExitCode> {
-    let keep = match args.keep {
-        Some(keep) => keep,
-        None => keep_from_env()?,
-    };
-    let Some(store) = open_existing_store(data_dir).await? else {
+pub async fn run(
+    config: &NodeConfig,
+    data_dir: &DataDir,
+    args: &GcArgs,
+) -> anyhow::Result<ExitCode> {
+    let keep = config.gc_keep()?;
+    let Some(store) = data_dir.open_existing_store().await? else {
         if args.json {
             println!("{}", serde_json::to_string_pretty(&GcSummary::default())?);
         } else {
-            println!("{}", no_data_yet(data_dir));
+            println!("{}", data_dir.no_data_yet());
         }
         return Ok(ExitCode::SUCCESS);
     };
@@ -49,7 +58,7 @@ pub async fn run(data_dir: &Path, args: &GcArgs) -> anyhow::Result<ExitCode> {
         grace: Duration::from_secs(args.grace),
         dry_run: args.dry_run,
     };
-    let data_dir_owned = data_dir.to_path_buf();
+    let data_dir_owned = data_dir.clone();
     let summary =
         tokio::task::spawn_blocking(move || collect_garbage(&data_dir_owned, &store, options))
             .await

@@ -32,12 +32,11 @@ use anyhow::Context as _;
 use clap::{Args, Subcommand};
 use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
 use omabox_backend_linux::env_layer::EnvLayers;
-use omabox_backend_linux::factory::IMAGE_CACHE_ENV;
 use omabox_backend_linux::image::{
     ImageCache, ImageError, ImageSource, PullProgress, PulledImage, RegistryConfig,
-    RegistryReference, UnpackLimits, UserList,
+    RegistryReference,
 };
-use omabox_backend_linux::image_use::{RootInUse, roots_in_use as roots_in_use_in};
+use omabox_node::NodeConfig;
 use serde_json::json;
 
 const EXIT_USAGE: u8 = 2;
@@ -83,46 +82,10 @@ enum ImageCommand {
     },
 }
 
-/// The image cache this process uses: `OMABOX_LINUX_IMAGE_CACHE`, else the default;
-/// unpacking within `OMABOX_IMAGE_MAX_BYTES`/`_MAX_ENTRIES`.
-pub fn cache() -> anyhow::Result<ImageCache> {
-    let limits = UnpackLimits::from_env(|key| std::env::var(key).ok())?;
-    Ok(cache_dir()?.with_limits(limits))
-}
-
-fn cache_dir() -> anyhow::Result<ImageCache> {
-    match std::env::var_os(IMAGE_CACHE_ENV).filter(|v| !v.is_empty()) {
-        Some(dir) => {
-            let dir = PathBuf::from(dir);
-            anyhow::ensure!(
-                dir.is_absolute(),
-                "{IMAGE_CACHE_ENV}={} must be an absolute path",
-                dir.display()
-            );
-            Ok(ImageCache::new(dir))
-        }
-        None => Ok(ImageCache::new(ImageCache::default_dir())),
-    }
-}
-
-/// Registry settings from `get` (an environment): `OMABOX_INSECURE_REGISTRIES`, and the
-/// credentials of the vault in `data_dir` (`registry/<host>`), then docker's `config.json`.
-pub fn registry_config(
-    get: impl Fn(&str) -> Option<String>,
-    data_dir: Option<&std::path::Path>,
-) -> anyhow::Result<RegistryConfig> {
-    let config = RegistryConfig::from_env(&get)?;
-    Ok(match data_dir {
-        Some(dir) => config.with_credentials(std::sync::Arc::new(
-            crate::registry_credentials::from_vault_blocking(dir)?,
-        )),
-        None => config,
-    })
-}
-
 /// Runs an image subcommand.
-pub fn run(args: &ImageArgs, data_dir: Option<&std::path::Path>) -> anyhow::Result<ExitCode> {
-    let cache = cache()?;
+pub fn run(args: &ImageArgs, config: &NodeConfig) -> anyhow::Result<ExitCode> {
+    let cache = omabox_node::images::cache(config)?;
+    let factory_env = config.factory_env();
     match &args.command {
         ImageCommand::Pull { reference, json } => {
             let reference = match parse_reference(reference) {
@@ -130,9 +93,12 @@ pub fn run(args: &ImageArgs, data_dir: Option<&std::path::Path>) -> anyhow::Resu
                 Err(e) => return Ok(usage(&e)),
             };
             let started = Instant::now();
-            let data_dir = crate::data_dir::resolve(data_dir)?;
-            let config = registry_config(|key| std::env::var(key).ok(), Some(&data_dir))?;
-            let pulled = pull_with_progress(&cache, &reference, &config)?;
+            let data_dir = config.data_dir()?;
+            let registry =
+                omabox_node::images::registry_config(&factory_env, Some(&data_dir), &|line| {
+                    eprintln!("{line}")
+                })?;
+            let pulled = pull_with_progress(&cache, &reference, &registry)?;
             let seconds = started.elapsed().as_secs_f64();
             if *json {
                 println!("{}", pulled_json(&pulled, seconds));
@@ -228,7 +194,10 @@ pub fn run(args: &ImageArgs, data_dir: Option<&std::path::Path>) -> anyhow::Resu
         ImageCommand::Rm { what, json } => {
             // Asked under each image's removal lock (a start between its resolution and
             // its record holds that lock; see omabox_image's removal.rs).
-            let cache = cache.with_user_source(users_now);
+            let cache = cache.with_user_source({
+                let env = factory_env.clone();
+                move || omabox_node::images::users_now(&env)
+            });
             let mut removals = Vec::new();
             let mut failed = false;
             for item in what {
@@ -267,9 +236,15 @@ pub fn run(args: &ImageArgs, data_dir: Option<&std::path::Path>) -> anyhow::Resu
             })
         }
         ImageCommand::Prune { json } => {
-            let cache = cache.with_user_source(users_now);
+            let cache = cache.with_user_source({
+                let env = factory_env.clone();
+                move || omabox_node::images::users_now(&env)
+            });
             let removed = cache.prune()?;
-            let in_use_paths: Vec<PathBuf> = roots_in_use()?.into_iter().map(|r| r.path).collect();
+            let in_use_paths: Vec<PathBuf> = omabox_node::images::roots_in_use(&factory_env)?
+                .into_iter()
+                .map(|r| r.path)
+                .collect();
             let layers = EnvLayers::in_image_cache(cache.dir()).prune_orphans(&in_use_paths)?;
             if *json {
                 let removed: Vec<_> = removed
@@ -297,26 +272,6 @@ pub fn run(args: &ImageArgs, data_dir: Option<&std::path::Path>) -> anyhow::Resu
             Ok(ExitCode::SUCCESS)
         }
     }
-}
-
-/// The image roots and layers the sandboxes of the linux runtime dir read.
-fn roots_in_use() -> anyhow::Result<Vec<RootInUse>> {
-    let env = omabox_sandbox::SandboxFactoryEnv::from_process_env();
-    let config = crate::leftovers::linux_runtime_config(&env).map_err(anyhow::Error::msg)?;
-    roots_in_use_in(&config).with_context(|| {
-        format!(
-            "cannot tell which images the sandboxes in {} use",
-            config.runtime_dir.display()
-        )
-    })
-}
-
-/// The cache's user source: (sandbox, root) of every sandbox of the linux runtime dir,
-/// read when asked.
-fn users_now() -> UserList {
-    roots_in_use()
-        .map(|roots| roots.into_iter().map(|r| (r.sandbox, r.path)).collect())
-        .map_err(|e| format!("{e:#}"))
 }
 
 fn usage(e: &ImageError) -> ExitCode {
@@ -385,14 +340,16 @@ fn human_bytes(n: u64) -> String {
     }
 }
 
-/// Pull progress on stderr: a bar per blob on a terminal, else one line per blob.
-struct StderrProgress {
+/// Pull progress on stderr: a bar per blob on a terminal, else one line per blob; its bars
+/// are cleared when it is dropped.
+pub struct StderrProgress {
     bars: Option<MultiProgress>,
     active: Mutex<Vec<(String, ProgressBar)>>,
 }
 
 impl StderrProgress {
-    fn new() -> Self {
+    /// Progress drawn on stderr.
+    pub fn new() -> Self {
         Self {
             bars: std::io::stderr()
                 .is_terminal()
@@ -422,6 +379,18 @@ impl StderrProgress {
             .iter()
             .find(|(d, _)| d == digest)
             .map(|(_, b)| b.clone())
+    }
+}
+
+impl Default for StderrProgress {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Drop for StderrProgress {
+    fn drop(&mut self) {
+        self.clear();
     }
 }
 

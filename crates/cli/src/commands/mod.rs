@@ -2,6 +2,7 @@
 
 pub mod bench;
 pub mod catalog;
+pub mod config;
 pub mod files;
 pub mod fsck;
 pub mod gc;
@@ -15,3 +16,17 @@ pub mod sessions;
 pub mod usage;
 pub mod vault;
 pub mod workspace;
+
+/// `--backend linux|local` as the node's backend (`omabox_node::wiring::Backend`).
+pub fn backend_parser() -> impl clap::builder::TypedValueParser<Value = omabox_node::wiring::Backend>
+{
+    use clap::builder::{PossibleValue, PossibleValuesParser, TypedValueParser as _};
+    use omabox_node::wiring::Backend;
+    PossibleValuesParser::new([
+        PossibleValue::new("linux")
+            .help("Linux namespaces, cgroups, seccomp and Landlock (root). The default"),
+        PossibleValue::new("local")
+            .help("A local subprocess with NO isolation; only in test mode (OMABOX_TEST_MODE=1)"),
+    ])
+    .map(|name| Backend::from_name(&name).unwrap_or(Backend::Linux))
+}

@@ -2,12 +2,13 @@
 //! session's last publication (logical path, size, media type, content hash), and optionally
 //! one entry's bytes, copied from the blob store after checking its stored size.
 
-use crate::session::{check_id, publication};
 use crate::timeline::human_bytes;
-use crate::wiring::Persistence;
 use anyhow::Context as _;
 use clap::Args;
 use omabox_host::work_item::session_scope;
+use omabox_node::DataDir;
+use omabox_node::session::{check_id, publication};
+use omabox_node::wiring::Persistence;
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -30,13 +31,13 @@ pub struct OutputsArgs {
 }
 
 /// Lists (or copies) a session's published outputs.
-pub async fn run(data_dir: &Path, args: &OutputsArgs) -> anyhow::Result<ExitCode> {
+pub async fn run(data_dir: &DataDir, args: &OutputsArgs) -> anyhow::Result<ExitCode> {
     check_id("--session", &args.session)?;
-    let Some(store) = crate::data_dir::open_existing_store(data_dir).await? else {
+    let Some(store) = data_dir.open_existing_store().await? else {
         if args.json {
             println!("[]");
         } else {
-            println!("{}", crate::data_dir::no_data_yet(data_dir));
+            println!("{}", data_dir.no_data_yet());
         }
         return Ok(ExitCode::SUCCESS);
     };
@@ -47,7 +48,7 @@ pub async fn run(data_dir: &Path, args: &OutputsArgs) -> anyhow::Result<ExitCode
             args.session
         )
     })?;
-    let persistence = Persistence::open(data_dir, None)?;
+    let persistence = Persistence::open(data_dir.root(), None, Default::default())?;
     let Some(candidate) = publication.output_candidate else {
         if args.json {
             println!("[]");

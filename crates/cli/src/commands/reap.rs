@@ -1,29 +1,28 @@
 //! `omabox reap`: one pass of the orphan reconciler over the local store, then one pass of
 //! the abandoned-lease reaper: every journaled lease whose fence is no longer held by its
 //! generation (its host died: kill -9, power loss) is reaped; then the leftover sweep
-//! ([`crate::leftovers`]): linux sandboxes under the runtime dir whose owner process is gone
+//! ([`omabox_node::leftovers`]): linux sandboxes under the runtime dir whose owner process is gone
 //! (also those killed during their start, which no journal knows), binding directories of
 //! generations that no longer hold their fence, temporary workspaces of killed `omabox sandbox
 //! run`s (in `$TMPDIR`, whose lock their owner no longer holds), temp blobs of interrupted
 //! puts, memory-store stages of dead runs (committed if the run published, else discarded)
 //! and what killed promotions left in the file store; last, the
-//! blob collection of `omabox gc` with its default retention ([`crate::gc`]). Every pass
+//! blob collection of `omabox gc` with its default retention ([`omabox_node::gc`]). Every pass
 //! is token-free and safe to repeat, and safe while other runs are going on (held leases,
 //! live owners' sandboxes and workspaces and live generations' bindings are never touched).
 
-use crate::data_dir;
-use crate::gc::{DEFAULT_GRACE, GcOptions, GcSummary, collect_garbage, keep_from_env};
-use crate::leftovers::{self, LeftoverReport};
-use crate::wiring;
 use anyhow::Context as _;
 use clap::Args;
 use omabox_contract::{RuntimeLeaseJournalPort, RuntimeOrphanPort, RuntimeOrphanRecord};
 use omabox_host::lease_journal::{AbandonedLeaseReaper, AbandonedLeaseSummary};
 use omabox_host::reconciler::{ManagedRuntimeOrphanReconciler, ReconcileSummary};
-use omabox_sandbox::SandboxFactoryEnv;
+use omabox_node::DataDir;
+use omabox_node::NodeConfig;
+use omabox_node::gc::{DEFAULT_GRACE, GcOptions, GcSummary, collect_garbage};
+use omabox_node::leftovers::{self, LeftoverReport};
+use omabox_node::wiring;
 use omabox_store::SqliteStore;
 use serde::Serialize;
-use std::path::Path;
 use std::process::ExitCode;
 use std::sync::Arc;
 
@@ -62,9 +61,13 @@ struct ReapReport {
 }
 
 /// Runs one reconcile pass and reports what is still queued.
-pub async fn run(data_dir: &Path, args: &ReapArgs) -> anyhow::Result<ExitCode> {
-    let store = SqliteStore::open(data_dir::database_path(data_dir))?;
-    let env = SandboxFactoryEnv::from_process_env();
+pub async fn run(
+    config: &NodeConfig,
+    data_dir: &DataDir,
+    args: &ReapArgs,
+) -> anyhow::Result<ExitCode> {
+    let store = SqliteStore::open(data_dir.database())?;
+    let env = config.factory_env();
     let resolver = wiring::sandbox_resolver(&env, Arc::new(store.clone()));
     let orphans: Arc<dyn RuntimeOrphanPort> = Arc::new(store.clone());
     let reconciler =
@@ -77,8 +80,8 @@ pub async fn run(data_dir: &Path, args: &ReapArgs) -> anyhow::Result<ExitCode> {
         .run_all(PAGE, args.limit)
         .await?;
     omabox_sandbox::fault::point("reap-leases-done");
-    let leftovers = leftovers::sweep(data_dir, &store, &env).await;
-    let gc = collect_with_default_retention(data_dir, &store).await?;
+    let leftovers = leftovers::sweep(config, data_dir, &store).await;
+    let gc = collect_with_default_retention(config, data_dir, &store).await?;
     if args.json {
         let report = ReapReport {
             summary,
@@ -132,15 +135,16 @@ pub async fn run(data_dir: &Path, args: &ReapArgs) -> anyhow::Result<ExitCode> {
 /// The last pass of a reap: `omabox gc` with its defaults (`OMABOX_GC_KEEP` revisions per
 /// session, the default grace period), so blobs of forgotten revisions and failed runs go.
 async fn collect_with_default_retention(
-    data_dir: &Path,
+    config: &NodeConfig,
+    data_dir: &DataDir,
     store: &SqliteStore,
 ) -> anyhow::Result<GcSummary> {
     let options = GcOptions {
-        keep: keep_from_env()?,
+        keep: config.gc_keep()?,
         grace: DEFAULT_GRACE,
         dry_run: false,
     };
-    let (data_dir, store) = (data_dir.to_path_buf(), store.clone());
+    let (data_dir, store) = (data_dir.clone(), store.clone());
     tokio::task::spawn_blocking(move || collect_garbage(&data_dir, &store, options))
         .await
         .context("the gc task failed")?

@@ -14,15 +14,15 @@
 //!
 //! Any ACP run takes `--system-prompt TEXT` (written to `/workspace/AGENTS.md` before the
 //! agent starts); `--agent-json` takes the definition's `_oma.acp.agent` process and its
-//! `system` ([`crate::oma_agent`]).
+//! `system` ([`omabox_node::oma_agent`]).
 //!
 //! Agents by name (`--agent`, linux): the agent's pinned npm package is installed once into
-//! the host cache ([`crate::agent_cache`]) and mounted read-only at `/opt/omabox/agent`; its
+//! the host cache ([`omabox_node::agent_cache`]) and mounted read-only at `/opt/omabox/agent`; its
 //! inference adapter ([`omabox_acp::agents`]) points its model calls at
 //! `HOSTED_INFERENCE_URL` with the session token; its native session files live under
 //! `/workspace/.openma/harness-state/<agent>` so the next run resumes them. The sandbox gets
 //! 2G of memory unless `OMABOX_LINUX_MEMORY` says otherwise. Without `--inference-gateway`
-//! an ACP run serves the hosted inference proxy itself ([`crate::inference_server`]) on the
+//! an ACP run serves the hosted inference proxy itself ([`omabox_node::inference_server`]) on the
 //! host's loopback; the model key stays in this process.
 //!
 //! ACP (`--acp-command`): the harness is an ACP agent (CMD with ARGS, cwd `/workspace`, run in
@@ -33,17 +33,18 @@
 //! `OMABOX_ACP_INITIALIZE_TIMEOUT_MS` (hidden flag) bounds `initialize` and the session
 //! setup (default 60 s each), `OMABOX_ACP_TURN_TIMEOUT_MS` the prompt's turn (default 30 min).
 //!
-//! This file is a front end: it parses arguments, wires the backend once
-//! ([`crate::wiring`]), and hands the work item to the host's
-//! [`WorkItemRunner`](omabox_host::work_item) (session → work item `local/default/<session>/
-//! main`, fence policy, admission, lease journal, session tokens, the transaction). The run's
-//! observer is the [`Timeline`] (human timeline or `--json` events); [`crate::run_report`]
-//! prints the result. Without CMD (and without `--profile`) it runs the bundled demo in
-//! session `demo` ([`crate::work_profile`]).
+//! This file is a front end: it parses arguments into a [`RunRequest`] and hands it to the
+//! node's [`Runner`] (`omabox_node::runner`: the node's services, the backend's driver, then
+//! the host's `WorkItemRunner` — session → work item `local/default/<session>/main`, fence
+//! policy, admission, lease journal, session tokens, the transaction). The run's observers
+//! are this terminal's: the [`Timeline`] (human timeline or `--json` events), bars, the
+//! harness output, the ACP events and [`TerminalNotices`] (lines, spinners, the banner and
+//! the signal handlers); [`crate::run_report`] prints the result. Without CMD (and without
+//! `--profile`) it runs the bundled demo in session `demo` ([`omabox_node::work_profile`]).
 //!
 //! Session tokens: claiming the work item issues a token bound to (session, generation),
 //! stored only hashed and revoked at release; it reaches the harness only as
-//! `HOSTED_INFERENCE_TOKEN`, merged into its env at spawn time ([`crate::harness_env`]) —
+//! `HOSTED_INFERENCE_TOKEN`, merged into its env at spawn time ([`omabox_node::harness_env`]) —
 //! never in the profile, the plan, the lease, the `--json` document or a log line.
 //! `--inference-gateway URL` also sets `HOSTED_INFERENCE_URL` and removes the provider keys
 //! from the harness env. `OMABOX_LEASE_TTL_MS` (hidden flag `--lease-ttl-ms`) shortens the
@@ -54,60 +55,44 @@
 //! `networking`; without it the operator's `OMABOX_LINUX_NETWORK`, else `limited` with
 //! nothing allowed but the gateway. The gateway is reachable from the sandbox under every
 //! policy but `none`, and `HOSTED_INFERENCE_URL` is a URL that works from there
-//! ([`crate::environment`]).
+//! ([`omabox_node::environment`]).
 //!
-//! Session inputs (`--resource`, `--session-json`; [`crate::session_inputs`]): the session
+//! Session inputs (`--resource`, `--session-json`; [`omabox_node::session_inputs`]): the session
 //! snapshot's resources, materialized by the sandbox crate's generic materializer after
 //! attach and before the harness; a failing one fails the run and nothing is published.
 //!
-//! SIGINT/SIGTERM cancel the run through its signal (full cleanup, exit 130); a second
-//! signal exits at once and leaves the rest to `omabox reap`.
+//! SIGINT/SIGTERM cancel the run through its signal (full cleanup, exit 130) once its
+//! transaction started; a second signal exits at once and leaves the rest to `omabox reap`.
 
 use crate::acp_events::AcpEventLog;
-use crate::agent_cache;
-use crate::environment::{self, EnvironmentConfig};
-use crate::harness_env::{SessionTokenEnv, check_gateway};
-use crate::inference_server;
-use crate::oma_agent::OmaAgent;
 use crate::run_report::{self, RunHeader};
-use crate::session::{check_id, check_seed, open_store};
-use crate::session_inputs::{DirMemoryStores, MemoryCommitFence, PromotedFileAccess};
 use crate::signals::cancel_on_signals;
-use crate::terminal::{ProgressBars, TerminalHarnessOutput};
+use crate::terminal::{InstallSpinner, ProgressBars, TerminalHarnessOutput};
 use crate::timeline::Timeline;
-use crate::wiring::{self, AcpInputs, Backend, DriverInputs, Persistence};
-use crate::work_profile;
-use anyhow::Context as _;
 use clap::Args;
 use omabox_acp::agents::{AGENT_MOUNT, KnownAgent, known_agent};
 use omabox_acp::{AcpTurnOptions, PermissionPolicy};
-use omabox_backend_linux::factory::{
-    ENV_LAYER_ENV, MEMORY_ENV, MEMORY_MOUNT_ENV, NETWORK_ENV, READONLY_BINDS_ENV,
-};
-use omabox_backend_linux::managed::CredentialEgressOptions;
+use omabox_backend_linux::image::PullProgress;
 use omabox_contract::{
     AbortController, HarnessDriverDeclaration, ManagedRuntimeProfile, RuntimeResourceScope,
-    RuntimeSessionSnapshot,
 };
-use omabox_host::runtime_host::ManagedRuntimeRunInput;
-use omabox_host::session_tokens::SessionTokenSlots;
-use omabox_host::work_item::{
-    SessionTokenIssuer, WorkItemPolicy, WorkItemPorts, WorkItemRunner, owner_id, session_scope,
-};
+use omabox_host::work_item::session_scope;
+use omabox_node::agent_cache::InstallObserver;
+use omabox_node::config::{Flags, Key};
+use omabox_node::environment::EnvironmentConfig;
+use omabox_node::oma_agent::OmaAgent;
+use omabox_node::runner::{AcpRequest, RunNotices, RunObservers};
+use omabox_node::session::check_id;
+use omabox_node::session_inputs::SessionInputs;
+use omabox_node::wiring::Backend;
+use omabox_node::work_profile;
+use omabox_node::{DataDir, NodeConfig, RunRequest, Runner};
 use omabox_persistence::ProgressObserver;
-use omabox_proxy::promoted::PromotedStore;
-use omabox_sandbox::SandboxFactoryEnv;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::ExitCode;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
-
-/// The sandbox memory limit of an `--agent` run unless `OMABOX_LINUX_MEMORY` says otherwise.
-const AGENT_MEMORY: &str = "2G";
-
-/// The largest `SSL_CERT_FILE` bundle read (Debian's is ~220 KiB).
-const CA_BUNDLE_MAX: u64 = 16 << 20;
 
 /// The session of the bundled demo.
 pub const DEMO_SESSION: &str = "demo";
@@ -116,7 +101,7 @@ pub const DEMO_SESSION: &str = "demo";
 #[derive(Debug, Args)]
 pub struct RunArgs {
     /// The sandbox backend. `local` (no isolation) needs OMABOX_TEST_MODE=1.
-    #[arg(long, value_enum, default_value_t = Backend::Linux)]
+    #[arg(long, value_parser = super::backend_parser(), default_value = "linux")]
     backend: Backend,
     /// The session to run in: a later run of the same session starts from its last
     /// published workspace. Default: `demo` for the demo, else a new `sess_<random>`.
@@ -141,12 +126,8 @@ pub struct RunArgs {
     json: bool,
     /// The OpenMA gateway origin the harness reaches the hosted inference proxy at: sets
     /// HOSTED_INFERENCE_URL and removes the model provider keys from the harness env.
-    #[arg(
-        long,
-        env = "OMABOX_INFERENCE_GATEWAY",
-        hide_env_values = true,
-        value_name = "URL"
-    )]
+    /// [env: OMABOX_INFERENCE_GATEWAY]
+    #[arg(long, value_name = "URL")]
     inference_gateway: Option<String>,
     /// An Environment `config` JSON file (or an Environment object holding one): its
     /// `networking` decides what the sandbox may reach (linux). Default: `limited` with
@@ -168,7 +149,7 @@ pub struct RunArgs {
     /// `memory:NAME[:ro]` (<data-dir>/memory/NAME at /mnt/memory/NAME, written back at the
     /// end of the run unless `ro`; linux). A failing resource fails the run.
     #[arg(long = "resource", value_name = "SPEC",
-          value_parser = crate::session_inputs::parse_resource)]
+          value_parser = omabox_node::session_inputs::parse_resource)]
     resources: Vec<omabox_contract::RuntimeSessionResourceSnapshot>,
     /// Session resources (and metadata) in the contract's JSON shapes:
     /// `{"resources": [{"type": "file", "file_id": …, "mount_path": …}, {"type":
@@ -178,7 +159,7 @@ pub struct RunArgs {
     #[arg(long, value_name = "FILE")]
     session_json: Option<PathBuf>,
     /// Fence time to live in milliseconds (tests shorten it).
-    #[arg(long, hide = true, env = "OMABOX_LEASE_TTL_MS", value_name = "MS",
+    #[arg(long, hide = true, value_name = "MS",
           value_parser = clap::value_parser!(u64).range(100..))]
     lease_ttl_ms: Option<u64>,
     /// Run an ACP agent as the harness for one turn: CMD is the agent's command (in the
@@ -216,12 +197,12 @@ pub struct RunArgs {
     #[arg(long, value_enum, value_name = "POLICY")]
     acp_permission: Option<AcpPermission>,
     /// How long the ACP agent may take to answer `initialize`, in milliseconds.
-    #[arg(long, hide = true, env = "OMABOX_ACP_INITIALIZE_TIMEOUT_MS", value_name = "MS",
+    #[arg(long, hide = true, value_name = "MS",
           value_parser = clap::value_parser!(u64).range(100..))]
     acp_initialize_timeout_ms: Option<u64>,
     /// How long the ACP agent's turn may take, in milliseconds (then it is cancelled and the
     /// run fails).
-    #[arg(long, hide = true, env = "OMABOX_ACP_TURN_TIMEOUT_MS", value_name = "MS",
+    #[arg(long, hide = true, value_name = "MS",
           value_parser = clap::value_parser!(u64).range(100..))]
     acp_turn_timeout_ms: Option<u64>,
     /// The harness command and its arguments (with --acp-command: the agent's arguments).
@@ -240,6 +221,37 @@ enum AcpPermission {
 }
 
 impl RunArgs {
+    /// The flags that are settings.
+    pub fn flags(&self, flags: Flags) -> Flags {
+        let text = |n: Option<u64>| n.map(|n| n.to_string());
+        flags
+            .with_some(Key::InferenceGateway, self.inference_gateway.clone())
+            .with_some(Key::LeaseTtlMs, text(self.lease_ttl_ms))
+            .with_some(
+                Key::AcpInitializeTimeoutMs,
+                text(self.acp_initialize_timeout_ms),
+            )
+            .with_some(Key::AcpTurnTimeoutMs, text(self.acp_turn_timeout_ms))
+    }
+
+    /// The settings' values in place of the flags' (flag, environment or file).
+    fn apply(&mut self, config: &NodeConfig) -> anyhow::Result<()> {
+        self.inference_gateway = config
+            .checked_secret(Key::InferenceGateway)?
+            .map(|url| url.expose().to_owned());
+        self.lease_ttl_ms = config.number(Key::LeaseTtlMs)?;
+        self.acp_initialize_timeout_ms = config.number(Key::AcpInitializeTimeoutMs)?;
+        self.acp_turn_timeout_ms = config.number(Key::AcpTurnTimeoutMs)?;
+        if self.inference_config.is_some() && self.inference_gateway.is_some() {
+            anyhow::bail!(
+                "--inference-config is for the proxy this run serves itself; with an inference \
+                 gateway ({}) the gateway's configuration applies",
+                config.source(Key::InferenceGateway)
+            );
+        }
+        Ok(())
+    }
+
     /// The known agent of `--agent`.
     fn known_agent(&self) -> Option<&'static KnownAgent> {
         self.agent.as_deref().and_then(known_agent)
@@ -283,10 +295,17 @@ struct Request {
     registry: Option<(String, Option<&'static KnownAgent>)>,
 }
 
-/// Runs one work item and reports it.
-pub async fn run(data_dir: &Path, args: RunArgs) -> anyhow::Result<ExitCode> {
-    let mut env = SandboxFactoryEnv::from_process_env();
-    wiring::check_backend(args.backend, &env)?;
+/// Runs one work item and reports it: the arguments become a [`RunRequest`] for the node's
+/// [`Runner`], whose observers are this terminal's (timeline, bars, harness output, ACP
+/// events, lines; the banner and the signal handlers when the transaction starts).
+pub async fn run(
+    config: &NodeConfig,
+    data_dir: &DataDir,
+    mut args: RunArgs,
+) -> anyhow::Result<ExitCode> {
+    args.apply(config)?;
+    let runner = Runner::new(config.clone(), data_dir.clone());
+    runner.check_backend(args.backend)?;
     let request = request(&args)?;
     // Read before anything is created or installed: a bad file is refused at once.
     let environment = args
@@ -294,283 +313,130 @@ pub async fn run(data_dir: &Path, args: RunArgs) -> anyhow::Result<ExitCode> {
         .as_deref()
         .map(EnvironmentConfig::load)
         .transpose()?;
-    crate::credential_reach::check(
-        &args.credentials,
-        environment.as_ref().and_then(|e| e.networking.as_ref()),
-        env.get(NETWORK_ENV),
-    )?;
-    let session_inputs =
-        crate::session_inputs::SessionInputs::load(args.session_json.as_deref(), &args.resources)?;
-    if args.backend != Backend::Linux
-        && (crate::session_inputs::clones_repositories(&session_inputs.resources)
-            || crate::session_inputs::uses_memory_stores(&session_inputs.resources))
-    {
-        anyhow::bail!(
-            "git and memory resources need the linux backend (its enforced egress path and its /mnt/memory)"
-        );
-    }
-    if let Some(gateway) = &args.inference_gateway {
-        check_gateway(gateway)?;
-    }
-    if let Some(seed) = &args.workspace {
-        crate::data_dir::check_apart("--workspace", seed, Some(data_dir))?;
-    }
+    let session_inputs = SessionInputs::load(args.session_json.as_deref(), &args.resources)?;
     let agent = args.known_agent();
-    // The agent whose inference adapter the harness gets: `--agent`'s, or the one an agent
-    // definition's registry id names.
-    let adapter = agent.or(request.registry.as_ref().and_then(|(_, known)| *known));
     if let Some((id, known)) = &request.registry
         && !args.json
     {
         errln!("{}", registry_note(id, *known));
     }
-    let inference_config = match args.is_acp() && args.inference_gateway.is_none() {
-        true => Some(inference_server::config(
-            args.inference_config.as_deref(),
-            adapter.map_or("anthropic", |a| a.provider),
-        )?),
-        false => None,
+    let acp = args.acp(request.system.clone());
+    let run_request = RunRequest {
+        backend: args.backend,
+        scope: request.scope.clone(),
+        profile: request.profile.clone(),
+        workspace_seed: args.workspace.clone(),
+        from_revision: args.from_revision,
+        environment,
+        credentials: args.credentials.clone(),
+        session_inputs,
+        acp: acp.as_ref().map(|(turn, _)| AcpRequest {
+            turn: turn.clone(),
+            install: agent,
+            // `--agent`'s adapter, or the one an agent definition's registry id names.
+            adapter: agent.or(request.registry.as_ref().and_then(|(_, known)| *known)),
+            inference_config: args.inference_config.clone(),
+        }),
+        inference_gateway: args.inference_gateway.clone(),
     };
-    let store = open_store(data_dir).await?;
-    session_inputs.check_files(data_dir)?;
-    // An agent turn without a gateway gets the proxy served by this process.
-    let mut inference_gateway = args.inference_gateway.clone();
-    let mut _inference_server = None;
-    if let Some(config) = inference_config {
-        let server = inference_server::start(&store, config).await?;
-        inference_gateway = Some(server.url().to_owned());
-        _inference_server = Some(server);
-    }
-    if let Some(agent) = agent
-        && env.get("OMABOX_LINUX_IMAGE").is_none()
-        && env.get("SANDBOX_IMAGE").is_none()
-    {
-        agent_cache::check_node(agent)?;
-    }
-    let agent_dir = match agent {
-        Some(agent) => Some(agent_cache::ensure_installed(
-            &agent_cache::cache_dir(data_dir)?,
-            agent,
-            args.json,
-        )?),
-        None => None,
-    };
-    let mut harness_gateway = inference_gateway.clone();
-    match args.backend {
-        Backend::Linux => {
-            let route = match &inference_gateway {
-                Some(url) => Some(environment::gateway_route(url).await?),
-                None => None,
-            };
-            let keys = environment::linux_factory_keys(
-                environment.as_ref(),
-                env.get(NETWORK_ENV),
-                route.as_ref(),
-            )?;
-            for (key, value) in keys {
-                env = env.with_var(key, value);
-            }
-            // A registry image not cached yet is pulled here, with progress on stderr; the
-            // factory then resolves the tag again at acquire (one manifest request).
-            prefetch_registry_image(&env, data_dir).await?;
-            // apt packages and a dockerfile become the image's environment layer, built once
-            // per image and content; its sandboxes start from it (the installer skips apt).
-            let layer = match &environment {
-                Some(environment) => environment.env_layer(data_dir)?,
-                None => None,
-            };
-            if let Some(layer) = layer {
-                if env.get("OMABOX_LINUX_IMAGE").is_none() && env.get("SANDBOX_IMAGE").is_none() {
-                    anyhow::bail!(
-                        "--environment packages.apt and dockerfile need an image root filesystem (OMABOX_LINUX_IMAGE or SANDBOX_IMAGE): the default root shows the host's /usr read-only"
-                    );
-                }
-                env = env.with_var(ENV_LAYER_ENV, layer);
-            }
-            if let Some(dir) = &agent_dir {
-                let bind = format!("{}:{AGENT_MOUNT}", dir.display());
-                let binds = match env.get(READONLY_BINDS_ENV) {
-                    Some(existing) if !existing.trim().is_empty() => format!("{existing},{bind}"),
-                    _ => bind,
-                };
-                env = env.with_var(READONLY_BINDS_ENV, binds);
-                // A coding agent (node + its tools) outgrows the 512M default.
-                if env.get(MEMORY_ENV).is_none_or(|m| m.trim().is_empty()) {
-                    env = env.with_var(MEMORY_ENV, AGENT_MEMORY);
-                }
-            }
-            harness_gateway = route.map(|r| r.sandbox_url).or(harness_gateway);
-        }
-        Backend::Local => {
-            if environment
-                .as_ref()
-                .and_then(|e| e.packages.as_ref())
-                .is_some_and(|p| !p.is_empty())
-            {
-                anyhow::bail!(
-                    "--environment packages: the local backend runs on the host; packages are installed in linux sandboxes only"
-                );
-            }
-            if environment.as_ref().is_some_and(|e| e.networking.is_some()) {
-                anyhow::bail!(
-                    "--environment networking: the local backend has no isolation and enforces no network policy"
-                );
-            }
-            if environment
-                .as_ref()
-                .and_then(|e| e.dockerfile.as_deref())
-                .is_some_and(|d| !d.trim().is_empty())
-            {
-                anyhow::bail!(
-                    "--environment dockerfile: the local backend runs on the host; environment layers are built for linux sandboxes only"
-                );
-            }
-        }
-    }
-    let clones = crate::session_inputs::clones_repositories(&session_inputs.resources);
-    // The roots real servers are checked against under credential egress: SSL_CERT_FILE's
-    // bundle when set (the usual knob for a host behind its own CA), else the system's.
-    let upstream_roots = match std::env::var_os("SSL_CERT_FILE") {
-        Some(path) if clones || !args.credentials.is_empty() => Some(
-            crate::input_file::read_bytes(Path::new(&path), "SSL_CERT_FILE", CA_BUNDLE_MAX)?,
-        ),
-        _ => None,
-    };
-    if crate::session_inputs::uses_memory_stores(&session_inputs.resources) {
-        env = env.with_var(MEMORY_MOUNT_ENV, "1");
-    }
-    crate::leftovers::before_run(data_dir, &store).await;
-    if let Some(seed) = &args.workspace {
-        check_seed(&store, &request.scope, seed).await?;
-    }
 
     let bars = ProgressBars::for_stderr().map(|bars| Arc::new(bars) as Arc<dyn ProgressObserver>);
     let timeline = Arc::new(Timeline::new(!args.json, bars));
-    let persistence = Persistence::open(data_dir, Some(Arc::clone(&timeline) as _))?;
-    // From here until the run returned (its publication committed or given up), a collection
-    // that removes young blobs waits for this run, and this run for it.
-    let _writer = {
-        let blobs = Arc::clone(persistence.workspace.store());
-        tokio::task::spawn_blocking(move || {
-            blobs.hold_as_writer(|| {
-                eprintln!(
-                    "omabox run: waiting for `omabox gc` to finish collecting the blob store"
-                );
-            })
-        })
-        .await
-        .context("the blob store lock task failed")?
-        .context("cannot lock the blob store for this run")?
-    };
-    if let Some(seed) = &args.workspace {
-        let (scope, seed) = (request.scope.clone(), seed.clone());
-        persistence.workspace.seed_new_session(scope, seed);
-    }
-    crate::revision::choose_restore(&store, &persistence, &request.scope, args.from_revision)
-        .await?;
-    // Memory-store write-backs wait in a stage until this run's publication (the fence
-    // decorator below commits them then, or discards them).
-    let memory_stores = DirMemoryStores::new(data_dir);
     let harness_output = Arc::new(TerminalHarnessOutput::new(args.json));
-    let token_slots = SessionTokenSlots::new();
-    let acp = args.acp(request.system.clone());
-    let driver = wiring::provider_driver(
-        args.backend,
-        DriverInputs {
-            env,
-            workspace: Arc::clone(&persistence.workspace) as _,
-            outputs: Arc::clone(&persistence.outputs) as _,
-            harness_output: Some(Arc::clone(&harness_output) as _),
-            usage: Some(Arc::new(store.clone()) as _),
-            harness_env: Some(Arc::new(
-                SessionTokenEnv::new(token_slots.clone(), harness_gateway).with_agent(adapter),
-            ) as _),
-            // A repository resource requires credential egress (the host's rule), with or
-            // without a secret to inject.
-            credential_egress: (!args.credentials.is_empty() || clones).then(|| {
-                CredentialEgressOptions {
-                    vault: Arc::new(store.clone()),
-                    rules: args.credentials.clone(),
-                    upstream_roots,
-                }
-            }),
-            packages: environment.as_ref().and_then(|e| e.packages.clone()),
-            memory_stores: Some(Arc::new(memory_stores.clone()) as _),
-            registry_credentials: crate::registry_credentials::from_vault(data_dir).await?,
-            acp: acp.as_ref().map(|(turn, log)| AcpInputs {
-                turn: turn.clone(),
-                events: Arc::clone(log) as _,
-            }),
-        },
-    )
-    .await?;
-    let policy = WorkItemPolicy::new(process_owner_id(), args.lease_ttl_ms);
+    let acp_events = acp.map(|(_, log)| log);
+    let controller = AbortController::new();
+    let notices = Arc::new(TerminalNotices {
+        banner: (!args.json).then(|| banner(&args, &request)),
+        install: InstallSpinner::new(args.json),
+        timeline: Arc::clone(&timeline),
+        controller: controller.clone(),
+        cancelled: Arc::new(AtomicBool::new(false)),
+        signals: Mutex::new(None),
+    });
+    let observers = RunObservers {
+        steps: Arc::clone(&timeline) as _,
+        progress: Some(Arc::clone(&timeline) as _),
+        harness_output: Arc::clone(&harness_output) as _,
+        acp_events: acp_events.clone().map(|log| log as _),
+        notices: Arc::clone(&notices) as _,
+    };
+    let outcome = runner
+        .run(run_request, observers, controller.signal())
+        .await;
+    if let Some(signals) = notices
+        .signals
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .take()
+    {
+        signals.abort();
+    }
+    let outcome = outcome?;
+    harness_output.flush();
+    if let Some(log) = &acp_events {
+        log.finish();
+    }
+    let cancelled = notices.cancelled.load(Ordering::SeqCst);
     let header = RunHeader {
         scope: request.scope.clone(),
         backend: args.backend.provider(),
-        owner_id: policy.owner_id.clone(),
+        owner_id: outcome.owner_id.clone(),
         json: args.json,
         from_revision: args.from_revision,
-        acp_events: acp.map(|(_, log)| log),
+        acp_events,
         agent_registry_id: request.registry.as_ref().map(|(id, _)| id.clone()),
     };
-    let runner = WorkItemRunner::new(
-        policy,
-        WorkItemPorts {
-            driver,
-            fences: Arc::new(MemoryCommitFence::new(store.clone(), memory_stores.stage())),
-            orphans: Arc::new(store.clone()),
-            lease_journal: Some(Arc::new(store.clone())),
-            session_tokens: Some(SessionTokenIssuer {
-                tokens: Arc::new(store.clone()),
-                sink: Arc::new(token_slots),
-            }),
-        },
-    )?;
-    if !args.json {
-        print_banner(&args, &request);
+    match outcome.result {
+        Ok(ref result) => {
+            let outputs = outcome
+                .published_outputs(timeline.facts().published_revision)
+                .await;
+            run_report::result(&header, &timeline, result.clone(), outputs, cancelled)
+        }
+        Err(ref error) => run_report::rejection(&header, &timeline, error.clone()),
+    }
+}
+
+/// What the runner tells `omabox run`'s terminal besides the timeline.
+struct TerminalNotices {
+    /// Printed when the transaction starts (human mode).
+    banner: Option<String>,
+    install: InstallSpinner,
+    timeline: Arc<Timeline>,
+    controller: AbortController,
+    cancelled: Arc<AtomicBool>,
+    /// The signal listener, from the transaction's start until the run returned.
+    signals: Mutex<Option<tokio::task::JoinHandle<()>>>,
+}
+
+impl RunNotices for TerminalNotices {
+    fn line(&self, line: &str) {
+        errln!("{line}");
     }
 
-    let controller = AbortController::new();
-    let cancelled = Arc::new(AtomicBool::new(false));
-    let signals = tokio::spawn(cancel_on_signals(
-        controller.clone(),
-        Arc::clone(&cancelled),
-    ));
-    let profile = request.profile.clone();
-    let mut input = ManagedRuntimeRunInput::new(request.scope.clone(), request.profile);
-    input.signal = Some(controller.signal());
-    input.observer = Some(Arc::clone(&timeline) as _);
-    if !session_inputs.resources.is_empty() {
-        input.session = Some(RuntimeSessionSnapshot {
-            id: request.scope.session_id.clone(),
-            environment_id: request.scope.environment_id.clone(),
-            metadata: session_inputs.metadata,
-            resources: session_inputs.resources,
-        });
-        let files = PromotedStore::open(data_dir).context("cannot open the file store")?;
-        input.session_input_access = Some(Arc::new(PromotedFileAccess::new(files)));
+    fn install(&self) -> &dyn InstallObserver {
+        &self.install
     }
-    let outcome = runner.run(input).await;
-    signals.abort();
-    harness_output.flush();
-    if let Some(log) = &header.acp_events {
-        log.finish();
-    }
-    let cancelled = cancelled.load(Ordering::SeqCst);
 
-    match outcome {
-        Ok(result) => {
-            let outputs =
-                run_report::published_outputs(&store, &persistence, &request.scope, &timeline)
-                    .await;
-            run_report::result(&header, &timeline, result, outputs, cancelled)
+    fn pull(&self) -> Box<dyn PullProgress + Send + Sync> {
+        Box::new(super::image::StderrProgress::new())
+    }
+
+    fn prepared(&self) {
+        self.timeline.restart();
+    }
+
+    fn starting(&self, _owner_id: &str) {
+        if let Some(banner) = &self.banner {
+            outln!("{banner}");
         }
-        Err(error) => {
-            let strategies = persistence.workspace.strategies();
-            let error = crate::profile_hint::explain_rejection(&profile, strategies, error);
-            run_report::rejection(&header, &timeline, error)
-        }
+        // SIGINT/SIGTERM/SIGHUP cancel the run through its signal from here on (full
+        // cleanup, exit 130); before, they end the process as usual.
+        let signals = tokio::spawn(cancel_on_signals(
+            self.controller.clone(),
+            Arc::clone(&self.cancelled),
+        ));
+        *self.signals.lock().unwrap_or_else(PoisonError::into_inner) = Some(signals);
     }
 }
 
@@ -695,7 +561,7 @@ fn request(args: &RunArgs) -> anyhow::Result<Request> {
 }
 
 /// What a registry id in an agent definition does to the run (module doc of
-/// [`crate::oma_agent`]).
+/// [`omabox_node::oma_agent`]).
 fn registry_note(id: &str, known: Option<&'static KnownAgent>) -> String {
     match known {
         None => format!(
@@ -723,7 +589,8 @@ fn registry_note(id: &str, known: Option<&'static KnownAgent>) -> String {
     }
 }
 
-fn print_banner(args: &RunArgs, request: &Request) {
+/// The line `omabox run` starts with (human mode).
+fn banner(args: &RunArgs, request: &Request) -> String {
     let what = if request.demo {
         "the bundled demo work item".to_owned()
     } else {
@@ -733,51 +600,10 @@ fn print_banner(args: &RunArgs, request: &Request) {
         };
         format!("`{}`", process.command)
     };
-    outln!(
+    format!(
         "omabox run: {what} · backend {} · session {} · work item {}",
         args.backend.provider(),
         request.scope.session_id,
         request.scope.work_id
-    );
-}
-
-/// This process's fence owner id (`<hostname>:<pid>:<random>`).
-fn process_owner_id() -> String {
-    let hostname = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
-    owner_id(&hostname, std::process::id(), rand::random())
-}
-
-/// Pulls the run's registry image (`OMABOX_LINUX_IMAGE`, else `SANDBOX_IMAGE`) into the image
-/// cache with progress, so a long download is not a silent acquire. Local images and bad
-/// references are the factory's to judge.
-async fn prefetch_registry_image(env: &SandboxFactoryEnv, data_dir: &Path) -> anyhow::Result<()> {
-    use omabox_backend_linux::factory::{IMAGE_CACHE_ENV, IMAGE_ENV, SANDBOX_IMAGE_ENV};
-    use omabox_backend_linux::image::{ImageCache, ImageSource};
-    let nonempty = |key| env.get(key).filter(|v| !v.trim().is_empty());
-    let Some(value) = nonempty(IMAGE_ENV).or_else(|| nonempty(SANDBOX_IMAGE_ENV)) else {
-        return Ok(());
-    };
-    let Ok(ImageSource::Registry(reference)) = ImageSource::parse(value) else {
-        return Ok(());
-    };
-    let cache = match nonempty(IMAGE_CACHE_ENV).filter(|d| Path::new(d).is_absolute()) {
-        Some(dir) => ImageCache::new(dir),
-        None => ImageCache::new(ImageCache::default_dir()),
-    }
-    .with_limits(omabox_backend_linux::image::UnpackLimits::from_env(|k| {
-        env.get(k).map(str::to_owned)
-    })?);
-    let env = env.clone();
-    let data_dir = data_dir.to_path_buf();
-    let config = tokio::task::spawn_blocking(move || {
-        super::image::registry_config(|k| env.get(k).map(str::to_owned), Some(&data_dir))
-    })
-    .await??;
-    let value = value.to_owned();
-    tokio::task::spawn_blocking(move || {
-        super::image::pull_with_progress(&cache, &reference, &config)
-            .with_context(|| format!("cannot use image {value:?}"))
-    })
-    .await??;
-    Ok(())
+    )
 }

@@ -24,11 +24,12 @@
 //! arguments. The sandbox is destroyed on every path, signals included, and the default
 //! temporary workspace is removed afterwards (a `--workspace` directory is kept).
 //!
-//! Flags `--image`, `--memory`, `--pids` and `--cpus` are handed to the linux factory as
-//! its own env keys (`OMABOX_LINUX_IMAGE`, `OMABOX_LINUX_MEMORY`, `OMABOX_LINUX_PIDS`,
-//! `OMABOX_LINUX_CPUS`), so the same values can come from the environment; a flag wins.
-//! So are the network flags, as one Environment `networking` object in
-//! `OMABOX_LINUX_NETWORK`: `--allow-host` and `--allow-package-managers` imply
+//! Flags `--image`, `--memory`, `--pids` and `--cpus` are the settings `image`,
+//! `linux_memory`, `linux_pids` and `linux_cpus` (`omabox_node::config`), handed to the linux
+//! factory as its own env keys (`OMABOX_LINUX_IMAGE`, `OMABOX_LINUX_MEMORY`,
+//! `OMABOX_LINUX_PIDS`, `OMABOX_LINUX_CPUS`), so the same values can come from the
+//! environment or the configuration file; a flag wins. So are the network flags, as one
+//! Environment `networking` object in `OMABOX_LINUX_NETWORK` (`linux_network`): `--allow-host` and `--allow-package-managers` imply
 //! `--network limited`; without any network flag the sandbox has loopback only (`none`,
 //! or what `OMABOX_LINUX_NETWORK` says).
 
@@ -40,24 +41,23 @@ use std::sync::Arc;
 use std::time::Duration;
 
 mod one_shot;
-mod workspace;
 
-use workspace::Workspace;
-pub(crate) use workspace::sweep_abandoned as sweep_abandoned_workspaces;
+use omabox_node::temp_workspace::Workspace;
 
 use crate::terminal_safe::ControlFilter;
-use crate::wiring::{self, Backend};
 use clap::Args;
 use futures::FutureExt;
 use omabox_backend_linux::factory::{
-    CPUS_ENV, IMAGE_CACHE_ENV, IMAGE_ENV, LinuxFactoryError, LinuxSandboxFactory, MEMORY_ENV,
-    NETWORK_ENV, PIDS_ENV, SANDBOX_IMAGE_ENV, WORKSPACE_TMPFS_ENV, parse_memory_size,
-    parse_millicpus,
+    IMAGE_ENV, LinuxFactoryError, LinuxSandboxFactory, SANDBOX_IMAGE_ENV, WORKSPACE_TMPFS_ENV,
+    parse_memory_size, parse_millicpus,
 };
 use omabox_backend_linux::image::{ImageCache, ImageSource};
 use omabox_contract::ErrorKind;
 use omabox_contract::networking::{NetworkPolicy, NetworkingConfig};
 use omabox_contract::signals::shell_exit_code;
+use omabox_node::NodeConfig;
+use omabox_node::config::{Flags, Key};
+use omabox_node::wiring::{self, Backend};
 use omabox_sandbox::{
     DuplexKillSignal, LOCAL_SUBPROCESS, SANDBOX_PROVIDER_ENV, SandboxDuplexProcessControl,
     SandboxDuplexProcessSpec, SandboxFactoryContext, SandboxFactoryEnv, SandboxPort,
@@ -181,7 +181,7 @@ fn parse_env(text: &str) -> Result<(String, String), String> {
 struct SandboxRunOnly {
     /// The global option, accepted as the full parser accepts it (`sandbox run` reads
     /// registry credentials from its vault).
-    #[arg(long, env = "OMABOX_DATA_DIR", value_name = "DIR")]
+    #[arg(long, value_name = "DIR")]
     data_dir: Option<PathBuf>,
     #[command(flatten)]
     run: RunArgs,
@@ -192,7 +192,7 @@ struct SandboxRunOnly {
 /// whole tree is a sizeable part of one). `None` for any other command line and for one
 /// this parser does not accept (`--help`, a global option, a usage error): the full
 /// parser then handles it, with its messages.
-pub fn parse_sandbox_run() -> Option<(SandboxArgs, Option<PathBuf>)> {
+pub fn parse_sandbox_run() -> Option<(SandboxArgs, Flags)> {
     let mut args = std::env::args_os();
     args.next()?;
     if args.next()? != "sandbox" || args.next()? != "run" {
@@ -200,30 +200,45 @@ pub fn parse_sandbox_run() -> Option<(SandboxArgs, Option<PathBuf>)> {
     }
     let argv = std::iter::once(std::ffi::OsString::from("omabox sandbox run")).chain(args);
     let parsed = <SandboxRunOnly as clap::Parser>::try_parse_from(argv).ok()?;
-    Some((
-        SandboxArgs {
-            command: SandboxCommand::Run(parsed.run),
-        },
-        parsed.data_dir,
-    ))
+    let args = SandboxArgs {
+        command: SandboxCommand::Run(parsed.run),
+    };
+    let flags = args.flags(Flags::new().with_some(Key::DataDir, parsed.data_dir));
+    Some((args, flags))
+}
+
+impl SandboxArgs {
+    /// The flags that are settings: `--image`, `--memory`, `--pids`, `--cpus` and the network
+    /// flags (as one `networking` object; a bad combination is reported by the run).
+    pub fn flags(&self, flags: Flags) -> Flags {
+        let SandboxCommand::Run(run) = &self.command;
+        flags
+            .with_some(Key::Image, run.image.as_deref().map(image_ref))
+            .with_some(Key::LinuxMemory, run.memory.map(|m| m.to_string()))
+            .with_some(Key::LinuxPids, run.pids.map(|p| p.to_string()))
+            .with_some(Key::LinuxCpus, run.cpus.clone())
+            .with_some(Key::LinuxNetwork, networking(run).ok().flatten())
+    }
 }
 
 /// Runs `omabox sandbox ...`. The linux backend takes the one-shot path (`one_shot.rs`:
 /// no async runtime, no agent); any other backend runs the command through its factory
 /// and the duplex process port on a current-thread runtime (blocking work still goes to
 /// `spawn_blocking` threads), which starts no worker threads.
-pub fn run(args: SandboxArgs, data_dir: Option<&Path>) -> anyhow::Result<ExitCode> {
+pub fn run(args: SandboxArgs, config: &NodeConfig) -> anyhow::Result<ExitCode> {
     match args.command {
         SandboxCommand::Run(run) => {
             // The one-shot path has no network: a sandbox that reaches out needs the host's
             // relay and DNS stub, served on an async runtime by the factory's port.
-            if Backend::from_name(&run.backend) == Some(Backend::Linux) && !reaches_out(&run) {
-                return Ok(one_shot::run(&run, data_dir));
+            if Backend::from_name(&run.backend) == Some(Backend::Linux)
+                && !reaches_out(&run, config)
+            {
+                return Ok(one_shot::run(&run, config));
             }
             let runtime = tokio::runtime::Builder::new_current_thread()
                 .enable_all()
                 .build()?;
-            Ok(runtime.block_on(run_command(run, data_dir)))
+            Ok(runtime.block_on(run_command(run, config)))
         }
     }
 }
@@ -258,7 +273,7 @@ fn report(failure: &Failure) -> ExitCode {
     ExitCode::from(failure.code)
 }
 
-async fn run_command(args: RunArgs, data_dir: Option<&Path>) -> ExitCode {
+async fn run_command(args: RunArgs, config: &NodeConfig) -> ExitCode {
     // Signals are caught from here on: from now on a Ctrl-C can no longer kill omabox
     // before it has destroyed what it made.
     let mut signals = match Signals::install() {
@@ -271,7 +286,7 @@ async fn run_command(args: RunArgs, data_dir: Option<&Path>) -> ExitCode {
     };
     // `None`: a name only the provider map can judge (OpenMA's names, typos).
     let backend = Backend::from_name(&args.backend);
-    let (env, workspace) = match prepare(&args, backend, data_dir) {
+    let (env, workspace) = match prepare(&args, backend, config) {
         Ok(p) => p,
         Err(f) => return report(&f),
     };
@@ -340,10 +355,10 @@ async fn run_command(args: RunArgs, data_dir: Option<&Path>) -> ExitCode {
     code
 }
 
-/// Whether the sandbox gets a network beyond its loopback (from the flags, else from
-/// `OMABOX_LINUX_NETWORK`). Bad flags count as reaching out: the full path reports them.
-fn reaches_out(args: &RunArgs) -> bool {
-    let from_env = || std::env::var(NETWORK_ENV).ok();
+/// Whether the sandbox gets a network beyond its loopback (from the flags, else from the
+/// `linux_network` setting). Bad flags count as reaching out: the full path reports them.
+fn reaches_out(args: &RunArgs, config: &NodeConfig) -> bool {
+    let from_env = || config.given(Key::LinuxNetwork);
     match networking(args) {
         Ok(Some(json)) => json != r#"{"type":"none"}"#,
         Ok(None) => from_env().is_some_and(|v| {
@@ -383,36 +398,24 @@ fn networking(args: &RunArgs) -> Result<Option<String>, Failure> {
         .map_err(|e| Failure::omabox(format!("encoding the network flags: {e}")))
 }
 
-/// Validates the arguments against the backend and builds the factory env.
+/// Validates the arguments against the backend and builds the factory env: the node
+/// configuration's (the flags are settings there, `SandboxArgs::flags`), and what this
+/// command decides (the provider, the workspace).
 fn prepare(
     args: &RunArgs,
     backend: Option<Backend>,
-    data_dir: Option<&Path>,
+    config: &NodeConfig,
 ) -> Result<(SandboxFactoryEnv, Workspace), Failure> {
-    let mut vars: BTreeMap<String, String> = std::env::vars_os()
-        .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
+    let env = config.factory_env();
+    let mut vars: BTreeMap<String, String> = env
+        .keys()
+        .filter_map(|k| Some((k.into(), env.get(k)?.into())))
         .collect();
     match backend {
         Some(Backend::Linux) => {
-            vars.remove(TEST_SANDBOX_PROVIDER_ENV);
+            networking(args)?;
             vars.insert(SANDBOX_PROVIDER_ENV.into(), "linux".into());
-            if let Some(image) = &args.image {
-                vars.remove(SANDBOX_IMAGE_ENV);
-                vars.insert(IMAGE_ENV.into(), image_ref(image));
-            }
-            pin_registry_image(&mut vars, data_dir)?;
-            if let Some(memory) = args.memory {
-                vars.insert(MEMORY_ENV.into(), memory.to_string());
-            }
-            if let Some(pids) = args.pids {
-                vars.insert(PIDS_ENV.into(), pids.to_string());
-            }
-            if let Some(cpus) = &args.cpus {
-                vars.insert(CPUS_ENV.into(), cpus.clone());
-            }
-            if let Some(networking) = networking(args)? {
-                vars.insert(NETWORK_ENV.into(), networking);
-            }
+            pin_registry_image(&mut vars, config)?;
         }
         Some(Backend::Local) => {
             for (flag, given) in [
@@ -439,7 +442,6 @@ fn prepare(
             }
         }
         None => {
-            vars.remove(TEST_SANDBOX_PROVIDER_ENV);
             vars.insert(SANDBOX_PROVIDER_ENV.into(), args.backend.clone());
         }
     }
@@ -455,8 +457,10 @@ fn prepare(
                     dir.display()
                 )));
             }
-            crate::data_dir::check_apart("--workspace", dir, data_dir)
-                .map_err(|e| Failure::usage(e.to_string()))?;
+            if let Ok(chosen) = config.data_dir_choice() {
+                omabox_node::data_dir::check_apart("--workspace", dir, &chosen)
+                    .map_err(|e| Failure::usage(e.to_string()))?;
+            }
             let dir = std::fs::canonicalize(dir)
                 .map_err(|e| Failure::usage(format!("--workspace {}: {e}", dir.display())))?;
             Workspace::Given(dir)
@@ -465,7 +469,7 @@ fn prepare(
             vars.insert(WORKSPACE_TMPFS_ENV.into(), "1".into());
             Workspace::InSandbox
         }
-        None => Workspace::temporary()
+        None => Workspace::temporary_in(&config.tmp_dir())
             .map_err(|e| Failure::omabox(format!("cannot create a temporary workspace: {e}")))?,
     };
     Ok((vars.into_iter().collect(), workspace))
@@ -476,7 +480,7 @@ fn prepare(
 /// resolved to (which the cache has then, so the factory does not ask the registry again).
 fn pin_registry_image(
     vars: &mut BTreeMap<String, String>,
-    data_dir: Option<&Path>,
+    settings: &NodeConfig,
 ) -> Result<(), Failure> {
     let nonempty = |key: &str| vars.get(key).is_some_and(|v| !v.trim().is_empty());
     let key = if nonempty(IMAGE_ENV) {
@@ -493,22 +497,21 @@ fn pin_registry_image(
         Ok(ImageSource::Local(_)) => return Ok(()),
         Err(e) => return Err(Failure::usage(format!("{key}={value:?} is invalid: {e}"))),
     };
-    let cache = match vars.get(IMAGE_CACHE_ENV).filter(|v| !v.is_empty()) {
-        Some(dir) if Path::new(dir).is_absolute() => ImageCache::new(dir),
-        Some(dir) => {
-            return Err(Failure::usage(format!(
-                "{IMAGE_CACHE_ENV}={dir:?} is invalid: must be an absolute path"
-            )));
-        }
-        None => ImageCache::new(ImageCache::default_dir()),
-    };
+    let cache = ImageCache::new(
+        settings
+            .image_cache()
+            .map_err(|e| Failure::usage(e.to_string()))?,
+    );
     let limits = omabox_backend_linux::image::UnpackLimits::from_env(|k| vars.get(k).cloned())
         .map_err(|e| Failure::usage(e.to_string()))?;
     let cache = cache.with_limits(limits);
-    let data_dir =
-        crate::data_dir::resolve(data_dir).map_err(|e| Failure::omabox(e.to_string()))?;
-    let config = super::image::registry_config(|k| vars.get(k).cloned(), Some(&data_dir))
-        .map_err(|e| Failure::omabox(format!("registry credentials: {e}")))?;
+    let data_dir = settings
+        .data_dir()
+        .map_err(|e| Failure::omabox(e.to_string()))?;
+    let env: SandboxFactoryEnv = vars.clone().into_iter().collect();
+    let config =
+        omabox_node::images::registry_config(&env, Some(&data_dir), &|line| eprintln!("{line}"))
+            .map_err(|e| Failure::omabox(format!("registry credentials: {e}")))?;
     let pulled = super::image::pull_with_progress(&cache, &reference, &config).map_err(|e| {
         let message = format!("cannot use image {value:?}: {e}");
         if e.is_bad_image() {

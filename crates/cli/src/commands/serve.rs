@@ -11,21 +11,23 @@
 //! start into `<data-dir>/serve-api-key` (0600; printed once, when generated). Requests are
 //! served only when their Host is the config's `public_url` or a loopback name.
 
-use crate::session::{open_store, publication};
 use anyhow::Context as _;
 use async_trait::async_trait;
 use clap::Args;
 use omabox_contract::{PortError, RuntimeResourcePublication, SecretString};
 use omabox_host::work_item::session_scope;
+use omabox_node::config::{Flags, Key};
+use omabox_node::session::publication;
+use omabox_node::{DataDir, NodeConfig};
 use omabox_persistence::{BlobStore, FilesystemSessionOutputPort, FilesystemWorkspacePort};
 use omabox_proxy::files::{PublicationLookup, PublishedSessionFiles};
-use omabox_proxy::operator_key::{self, KEY_FILE, KeyOrigin};
+use omabox_proxy::operator_key::{self, KeyOrigin};
 use omabox_proxy::promoted::PromotedStore;
 use omabox_proxy::{ProxyDeps, ProxyState, ServeConfig};
 use omabox_store::SqliteStore;
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
 
@@ -42,84 +44,124 @@ pub struct ServeArgs {
     config: Option<PathBuf>,
     /// Time to receive a request head, in ms; also bounds keep-alive idleness (config
     /// limits.header_read_timeout_ms; default 10000).
-    #[arg(long, value_name = "MS", env = "OMABOX_SERVE_HEADER_READ_TIMEOUT_MS")]
+    #[arg(long, value_name = "MS")]
     header_read_timeout_ms: Option<u64>,
     /// Close a connection on which no byte moved either way for this long, in ms; bounds
     /// streamed proxy bodies too (config limits.idle_timeout_ms; default 300000).
-    #[arg(long, value_name = "MS", env = "OMABOX_SERVE_IDLE_TIMEOUT_MS")]
+    #[arg(long, value_name = "MS")]
     idle_timeout_ms: Option<u64>,
     /// Connections served at once; beyond it, accepting pauses (config
     /// limits.max_connections; default 1024).
-    #[arg(long, value_name = "N", env = "OMABOX_SERVE_MAX_CONNECTIONS")]
+    #[arg(long, value_name = "N")]
     max_connections: Option<usize>,
     /// Largest buffered request body in bytes; proxy bodies stream and are excepted (config
     /// limits.max_body_bytes; default 1048576).
-    #[arg(long, value_name = "BYTES", env = "OMABOX_SERVE_MAX_BODY_BYTES")]
+    #[arg(long, value_name = "BYTES")]
     max_body_bytes: Option<usize>,
 }
 
 impl ServeArgs {
-    /// The config's limits with the flags (or their env vars) applied over them.
-    fn apply_limits(&self, limits: &mut omabox_proxy::Limits) -> anyhow::Result<()> {
-        if let Some(ms) = self.header_read_timeout_ms {
-            limits.header_read_timeout_ms = ms;
-        }
-        if let Some(ms) = self.idle_timeout_ms {
-            limits.idle_timeout_ms = ms;
-        }
-        if let Some(max) = self.max_connections {
-            limits.max_connections = max;
-        }
-        if let Some(max) = self.max_body_bytes {
-            limits.max_body_bytes = max;
-        }
-        limits.validate().context("invalid serve limits")?;
-        Ok(())
+    /// The flags that are settings.
+    pub fn flags(&self, flags: Flags) -> Flags {
+        let text = |n: Option<u64>| n.map(|n| n.to_string());
+        flags
+            .with_some(
+                Key::ServeHeaderReadTimeoutMs,
+                text(self.header_read_timeout_ms),
+            )
+            .with_some(Key::ServeIdleTimeoutMs, text(self.idle_timeout_ms))
+            .with_some(
+                Key::ServeMaxConnections,
+                text(self.max_connections.map(|n| n as u64)),
+            )
+            .with_some(
+                Key::ServeMaxBodyBytes,
+                text(self.max_body_bytes.map(|n| n as u64)),
+            )
     }
+}
+
+/// The serve configuration's limits with the settings (flags, env, node file) over them.
+fn apply_limits(config: &NodeConfig, limits: &mut omabox_proxy::Limits) -> anyhow::Result<()> {
+    let given = |key| -> anyhow::Result<Option<u64>> {
+        Ok(config
+            .given(key)
+            .map(|_| config.number(key))
+            .transpose()?
+            .flatten())
+    };
+    if let Some(ms) = given(Key::ServeHeaderReadTimeoutMs)? {
+        limits.header_read_timeout_ms = ms;
+    }
+    if let Some(ms) = given(Key::ServeIdleTimeoutMs)? {
+        limits.idle_timeout_ms = ms;
+    }
+    if let Some(max) = given(Key::ServeMaxConnections)? {
+        limits.max_connections = usize::try_from(max).unwrap_or(usize::MAX);
+    }
+    if let Some(max) = given(Key::ServeMaxBodyBytes)? {
+        limits.max_body_bytes = usize::try_from(max).unwrap_or(usize::MAX);
+    }
+    limits.validate().context("invalid serve limits")?;
+    Ok(())
 }
 
 /// The env var that holds the operator key.
 const OPERATOR_KEY_ENV: &str = "OMABOX_API_KEY";
 
 /// Serves until SIGINT/SIGTERM.
-pub async fn run(data_dir: &Path, args: &ServeArgs) -> anyhow::Result<ExitCode> {
+pub async fn run(
+    config: &NodeConfig,
+    data_dir: &DataDir,
+    args: &ServeArgs,
+) -> anyhow::Result<ExitCode> {
     // As many descriptors as the hard limit allows: the connection cap is derived from them
     // (omabox_proxy::server::connection_cap), and a low soft limit would only lower it.
     if let Err(error) = omabox_proxy::server::raise_nofile_limit() {
         tracing::warn!(%error, "cannot raise the file descriptor limit");
     }
+    let settings = config;
     let mut config = match &args.config {
         Some(path) => ServeConfig::load(path)
             .with_context(|| format!("cannot load the configuration {}", path.display()))?,
         None => ServeConfig::default(),
     };
-    args.apply_limits(&mut config.limits)?;
+    apply_limits(settings, &mut config.limits)?;
     let limits = config.limits.clone();
-    std::fs::create_dir_all(data_dir)
-        .with_context(|| format!("cannot create the data directory {}", data_dir.display()))?;
-    let store = Arc::new(open_store(data_dir).await?);
-    let blobs = Arc::new(
-        BlobStore::new(data_dir)
-            .with_context(|| format!("cannot open the blob store in {}", data_dir.display()))?,
-    );
+    std::fs::create_dir_all(data_dir.root()).with_context(|| {
+        format!(
+            "cannot create the data directory {}",
+            data_dir.root().display()
+        )
+    })?;
+    let store = Arc::new(data_dir.open_store().await?);
+    let blobs = Arc::new(BlobStore::new(data_dir.root()).with_context(|| {
+        format!(
+            "cannot open the blob store in {}",
+            data_dir.root().display()
+        )
+    })?);
     let files = PublishedSessionFiles::new(
         Arc::new(StorePublications(Arc::clone(&store))),
         Arc::clone(&blobs),
         Arc::new(FilesystemWorkspacePort::with_store(
-            data_dir,
+            data_dir.root(),
             Arc::clone(&blobs),
         )),
-        Arc::new(FilesystemSessionOutputPort::with_store(data_dir, blobs)),
-        PromotedStore::open(data_dir).context("cannot open the promoted-file store")?,
+        Arc::new(FilesystemSessionOutputPort::with_store(
+            data_dir.root(),
+            blobs,
+        )),
+        PromotedStore::open(data_dir.root()).context("cannot open the promoted-file store")?,
     );
     let env: BTreeMap<String, SecretString> = omabox_proxy::env_keys(&config)
         .into_iter()
         .filter_map(|key| {
-            let value = std::env::var(&key).ok().filter(|v| !v.is_empty())?;
+            let value = settings.environment().text(&key)?;
             Some((key, SecretString::new(value)))
         })
         .collect();
-    let (operator_key, key_origin) = operator_key(&config, data_dir)?;
+    let (operator_key, key_origin) = operator_key(settings, &config, data_dir)?;
     let public_url = config.public_url.clone();
     let state = ProxyState::new(ProxyDeps {
         config,
@@ -160,23 +202,27 @@ enum KeySource {
 
 /// The operator key: `OMABOX_API_KEY`, the config's, or the data dir's (generated once).
 fn operator_key(
+    settings: &NodeConfig,
     config: &ServeConfig,
-    data_dir: &Path,
+    data_dir: &DataDir,
 ) -> anyhow::Result<(SecretString, KeySource)> {
-    let from_env = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
-    let given = from_env(OPERATOR_KEY_ENV)
+    let from_env = |name: &str| settings.environment().text(name);
+    let given = settings
+        .secret(Key::OperatorApiKey)
+        .map(|key| key.expose().to_owned())
+        .filter(|key| !key.is_empty())
         .or_else(|| config.operator_api_key_env.as_deref().and_then(from_env))
         .or_else(|| config.operator_api_key.clone());
     if let Some(key) = given {
         return Ok((SecretString::new(key), KeySource::Given));
     }
-    let (key, origin) = operator_key::load_or_create(data_dir)?;
+    let (key, origin) = operator_key::load_or_create(data_dir.root())?;
     Ok((key, KeySource::File(origin)))
 }
 
 /// Tells the operator how to authenticate; the key itself only right after generating it.
-fn announce_key(data_dir: &Path, source: KeySource, key: &SecretString, address: SocketAddr) {
-    let path = data_dir.join(KEY_FILE);
+fn announce_key(data_dir: &DataDir, source: KeySource, key: &SecretString, address: SocketAddr) {
+    let path = data_dir.operator_key();
     let usage = format!(
         "curl -H \"Authorization: Bearer $(cat {})\" http://{address}/v1/files/<id>/content",
         path.display()

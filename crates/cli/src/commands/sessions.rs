@@ -2,11 +2,10 @@
 //! publication (revision, the generation that made it, the workspace candidate and the
 //! number of outputs), read from the fence store. Read-only.
 
-use crate::data_dir::{no_data_yet, open_existing_store};
-use crate::wiring::Persistence;
 use clap::Args;
+use omabox_node::DataDir;
+use omabox_node::wiring::Persistence;
 use serde::Serialize;
-use std::path::Path;
 use std::process::ExitCode;
 
 /// Options of `omabox sessions`.
@@ -33,17 +32,17 @@ struct SessionRow {
 }
 
 /// Lists the published sessions.
-pub async fn run(data_dir: &Path, args: &SessionsArgs) -> anyhow::Result<ExitCode> {
-    let Some(store) = open_existing_store(data_dir).await? else {
+pub async fn run(data_dir: &DataDir, args: &SessionsArgs) -> anyhow::Result<ExitCode> {
+    let Some(store) = data_dir.open_existing_store().await? else {
         if args.json {
             println!("[]");
         } else {
-            println!("{}", no_data_yet(data_dir));
+            println!("{}", data_dir.no_data_yet());
         }
         return Ok(ExitCode::SUCCESS);
     };
     let listed = tokio::task::spawn_blocking(move || store.list_publications()).await??;
-    let persistence = Persistence::open(data_dir, None)?;
+    let persistence = Persistence::open(data_dir.root(), None, Default::default())?;
     let mut rows = Vec::with_capacity(listed.len());
     for (scope, publication) in listed {
         let outputs = match &publication.output_candidate {

@@ -4,10 +4,9 @@
 //! (stop = the host's last sign of life; `stopEstimated: true`), shown and totalled apart
 //! from the measured kind, never added to it.
 
-use crate::data_dir::{no_data_yet, open_existing_store};
 use clap::Args;
 use omabox_contract::{UsageLedgerPort, UsageRecord};
-use std::path::Path;
+use omabox_node::DataDir;
 use std::process::ExitCode;
 
 /// Options of `omabox usage`.
@@ -25,12 +24,12 @@ pub struct UsageArgs {
 }
 
 /// Prints the recorded usage.
-pub async fn run(data_dir: &Path, args: &UsageArgs) -> anyhow::Result<ExitCode> {
-    let Some(store) = open_existing_store(data_dir).await? else {
+pub async fn run(data_dir: &DataDir, args: &UsageArgs) -> anyhow::Result<ExitCode> {
+    let Some(store) = data_dir.open_existing_store().await? else {
         if args.json {
             println!("[]");
         } else {
-            println!("{}", no_data_yet(data_dir));
+            println!("{}", data_dir.no_data_yet());
         }
         return Ok(ExitCode::SUCCESS);
     };

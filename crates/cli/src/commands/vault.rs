@@ -3,10 +3,9 @@
 //! Values are read from standard input (never from the command line, where `ps` and shell
 //! history would see them) and are never printed: `names` lists names only.
 
-use crate::data_dir::{no_data_yet, open_existing_store, open_store};
 use clap::{Args, Subcommand};
 use omabox_contract::{SecretString, VaultSecretPort};
-use std::path::Path;
+use omabox_node::DataDir;
 use std::process::ExitCode;
 
 /// Options of `omabox vault`.
@@ -37,26 +36,26 @@ enum VaultCommand {
 }
 
 /// Runs a vault subcommand against the data directory's store.
-pub async fn run(data_dir: &Path, args: &VaultArgs) -> anyhow::Result<ExitCode> {
+pub async fn run(data_dir: &DataDir, args: &VaultArgs) -> anyhow::Result<ExitCode> {
     // Only `put` creates a data directory; the others have nothing to do without one.
     let store = match &args.command {
-        VaultCommand::Put { .. } => open_store(data_dir).await?,
+        VaultCommand::Put { .. } => data_dir.open_store().await?,
         VaultCommand::Names { json } => {
-            let Some(store) = open_existing_store(data_dir).await? else {
+            let Some(store) = data_dir.open_existing_store().await? else {
                 if *json {
                     println!("[]");
                 } else {
-                    eprintln!("omabox vault: {}", no_data_yet(data_dir));
+                    eprintln!("omabox vault: {}", data_dir.no_data_yet());
                 }
                 return Ok(ExitCode::SUCCESS);
             };
             store
         }
         VaultCommand::Delete { name } => {
-            let Some(store) = open_existing_store(data_dir).await? else {
+            let Some(store) = data_dir.open_existing_store().await? else {
                 eprintln!(
                     "omabox vault: {}; {name} is not stored",
-                    no_data_yet(data_dir)
+                    data_dir.no_data_yet()
                 );
                 return Ok(ExitCode::SUCCESS);
             };
@@ -65,8 +64,10 @@ pub async fn run(data_dir: &Path, args: &VaultArgs) -> anyhow::Result<ExitCode> 
     };
     match &args.command {
         VaultCommand::Put { name } => {
-            let value =
-                crate::input_file::read_stdin_text("the secret", crate::input_file::SECRET_MAX)?;
+            let value = omabox_node::input_file::read_stdin_text(
+                "the secret",
+                omabox_node::input_file::SECRET_MAX,
+            )?;
             let value = value
                 .strip_suffix('\n')
                 .map(|rest| rest.strip_suffix('\r').unwrap_or(rest))

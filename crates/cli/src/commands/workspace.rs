@@ -3,13 +3,14 @@
 //! checkpoint's content hashes. DIR must not exist or must be empty: an export never mixes
 //! with or overwrites other files.
 
-use crate::session::{check_id, publication};
 use crate::terminal::ProgressBars;
 use crate::timeline::{human_bytes, plural};
-use crate::wiring::Persistence;
 use anyhow::Context as _;
 use clap::{Args, Subcommand};
 use omabox_host::work_item::session_scope;
+use omabox_node::DataDir;
+use omabox_node::session::{check_id, publication};
+use omabox_node::wiring::Persistence;
 use omabox_persistence::ProgressObserver;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -40,24 +41,22 @@ struct ExportArgs {
 }
 
 /// Runs `omabox workspace <command>`.
-pub async fn run(data_dir: &Path, args: &WorkspaceArgs) -> anyhow::Result<ExitCode> {
+pub async fn run(data_dir: &DataDir, args: &WorkspaceArgs) -> anyhow::Result<ExitCode> {
     match &args.command {
         WorkspaceCommand::Export(export) => run_export(data_dir, export).await,
     }
 }
 
-async fn run_export(data_dir: &Path, args: &ExportArgs) -> anyhow::Result<ExitCode> {
+async fn run_export(data_dir: &DataDir, args: &ExportArgs) -> anyhow::Result<ExitCode> {
     check_id("--session", &args.session)?;
     check_destination(&args.dir)?;
-    let store = crate::data_dir::open_existing_store(data_dir)
-        .await?
-        .with_context(|| {
-            format!(
-                "{}; session {} has no published workspace",
-                crate::data_dir::no_data_yet(data_dir),
-                args.session
-            )
-        })?;
+    let store = data_dir.open_existing_store().await?.with_context(|| {
+        format!(
+            "{}; session {} has no published workspace",
+            data_dir.no_data_yet(),
+            args.session
+        )
+    })?;
     let scope = session_scope(args.session.clone());
     let publication = publication(&store, &scope).await?.with_context(|| {
         format!(
@@ -67,7 +66,7 @@ async fn run_export(data_dir: &Path, args: &ExportArgs) -> anyhow::Result<ExitCo
     })?;
     let progress: Option<Arc<dyn ProgressObserver>> =
         ProgressBars::for_stderr().map(|bars| Arc::new(bars) as Arc<dyn ProgressObserver>);
-    let persistence = Persistence::open(data_dir, progress)?;
+    let persistence = Persistence::open(data_dir.root(), progress, Default::default())?;
     let report = persistence
         .workspace
         .export_candidate(&publication.workspace_candidate, &args.dir)

@@ -27,7 +27,7 @@ use super::{
     linux_failure, prepare, report,
 };
 use crate::terminal_safe::ControlFilter;
-use crate::wiring::Backend;
+use omabox_node::wiring::Backend;
 
 /// After the command's exit, output that stays silent this long is abandoned (the
 /// agent's drain rule: a background process may hold the pipes open).
@@ -49,7 +49,7 @@ fn report_out_of_memory(args: &RunArgs, code: u8, oom: omabox_sandbox::OutOfMemo
 }
 
 /// Runs `omabox sandbox run` for the linux backend.
-pub(super) fn run(args: &RunArgs, data_dir: Option<&std::path::Path>) -> ExitCode {
+pub(super) fn run(args: &RunArgs, config: &omabox_node::NodeConfig) -> ExitCode {
     // Caught from here on (as a signalfd): a Ctrl-C can no longer kill omabox before
     // it has destroyed what it made.
     let signals = match Signals::block() {
@@ -64,8 +64,8 @@ pub(super) fn run(args: &RunArgs, data_dir: Option<&std::path::Path>) -> ExitCod
     // The sandbox's PID 1 is forked first: it makes its network namespace while this
     // process works out the plan. A failed fork is reported only where the start would
     // have failed, after the plan's own errors.
-    let fork = OneShotFork::fork(&omabox_backend_linux::factory::runtime_dir_of_process());
-    let (env, workspace) = match prepare(args, Some(Backend::Linux), data_dir) {
+    let fork = OneShotFork::fork(&config.linux_runtime_dir());
+    let (env, workspace) = match prepare(args, Some(Backend::Linux), config) {
         Ok(p) => p,
         Err(f) => return report(&f),
     };

@@ -15,19 +15,15 @@
 //! A retained revision whose manifest cannot be read stops the collection (nothing removed):
 //! its content is unknown. `dry_run` computes the same figures (count, bytes, per session) and changes nothing.
 
+use crate::DataDir;
 use anyhow::Context;
 use omabox_contract::RuntimeResourceScope;
 use omabox_persistence::{BlobHash, BlobStore, BlobStoreOptions, referenced_blobs};
 use omabox_store::SqliteStore;
 use serde::Serialize;
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::path::Path;
 use std::time::{Duration, SystemTime};
 
-/// Default revisions kept per work item.
-pub const DEFAULT_KEEP: u64 = 5;
-/// Environment variable overriding [`DEFAULT_KEEP`].
-pub const KEEP_ENV: &str = "OMABOX_GC_KEEP";
 /// Default grace period: unreferenced blobs younger than this stay.
 pub const DEFAULT_GRACE: Duration = Duration::from_secs(3600);
 
@@ -90,37 +86,27 @@ pub struct BlobFigures {
     pub bytes: u64,
 }
 
-/// `keep` from `OMABOX_GC_KEEP`, else [`DEFAULT_KEEP`].
-pub fn keep_from_env() -> anyhow::Result<u64> {
-    match std::env::var(KEEP_ENV) {
-        Ok(value) => value
-            .trim()
-            .parse::<u64>()
-            .ok()
-            .filter(|keep| *keep >= 1)
-            .with_context(|| {
-                format!("{KEEP_ENV}={value:?} is not a whole number of revisions ≥ 1")
-            }),
-        Err(_) => Ok(DEFAULT_KEEP),
-    }
-}
-
 /// Collects the blob store of `data_dir` (see the module doc). Blocks: call it from
 /// `spawn_blocking`.
 pub fn collect_garbage(
-    data_dir: &Path,
+    data_dir: &DataDir,
     store: &SqliteStore,
     options: GcOptions,
 ) -> anyhow::Result<GcSummary> {
     let keep = options.keep.max(1);
     let blobs = BlobStore::with_options(
-        data_dir,
+        data_dir.root(),
         BlobStoreOptions {
             gc_grace: options.grace,
             fsync: true,
         },
     )
-    .with_context(|| format!("cannot open the blob store in {}", data_dir.display()))?;
+    .with_context(|| {
+        format!(
+            "cannot open the blob store in {}",
+            data_dir.root().display()
+        )
+    })?;
     // A short grace could remove the blobs a run in progress checkpointed and is about to
     // publish: such a collection holds the collection lock exclusively from before it reads
     // the history until its sweep ended, and every run holds it shared from before its first

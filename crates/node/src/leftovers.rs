@@ -29,6 +29,7 @@
 //! fail a run because a leftover could not be removed.
 
 use crate::wiring;
+use crate::{DataDir, NodeConfig};
 use omabox_backend_linux::factory::LinuxSandboxFactory;
 use omabox_backend_linux::leftovers::{LeftoverSweep, reap_leftovers};
 use omabox_backend_linux::managed::LINUX_PROVIDER;
@@ -41,9 +42,6 @@ use serde::Serialize;
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-
-/// The binding areas under the data dir and the binding id prefix of each.
-const BINDING_AREAS: [(&str, &str); 2] = [("runtime", "wsb_"), ("runtime-outputs", "outb_")];
 
 /// The error text of a runtime dir this user may not list.
 const PERMISSION_DENIED_RUNTIME_DIR: &str = "no permission to list the sandboxes in";
@@ -77,15 +75,11 @@ pub struct LeftoverReport {
 
 /// Finds and removes every leftover of a dead host (module doc). Never fails: what could not
 /// be done is in the report's `errors`.
-pub async fn sweep(
-    data_dir: &Path,
-    store: &SqliteStore,
-    env: &SandboxFactoryEnv,
-) -> LeftoverReport {
-    let data_dir = data_dir.to_path_buf();
-    let store = store.clone();
-    let env = env.clone();
-    tokio::task::spawn_blocking(move || sweep_blocking(&data_dir, &store, &env))
+/// Where it looks: `data_dir`, and from `config` the linux runtime dir, the tmp dir
+/// (temporary workspaces) and the image cache.
+pub async fn sweep(config: &NodeConfig, data_dir: &DataDir, store: &SqliteStore) -> LeftoverReport {
+    let (config, data_dir, store) = (config.clone(), data_dir.clone(), store.clone());
+    tokio::task::spawn_blocking(move || sweep_blocking(&config, &data_dir, &store))
         .await
         .unwrap_or_else(|error| LeftoverReport {
             errors: vec![format!("the leftover sweep failed: {error}")],
@@ -93,11 +87,14 @@ pub async fn sweep(
         })
 }
 
-/// `omabox run`'s start: reaps a few abandoned leases, then [`sweep`]s. Problems are printed
-/// as one warning on stderr and never stop the run.
-pub async fn before_run(data_dir: &Path, store: &SqliteStore) {
-    let env = SandboxFactoryEnv::from_process_env();
-    let resolver = wiring::sandbox_resolver(&env, Arc::new(store.clone()));
+/// `omabox run`'s start: reaps a few abandoned leases, then [`sweep`]s. Problems come back as
+/// one warning line (for the caller to show) and never stop the run.
+pub async fn before_run(
+    config: &NodeConfig,
+    data_dir: &DataDir,
+    store: &SqliteStore,
+) -> Option<String> {
+    let resolver = wiring::sandbox_resolver(&config.factory_env(), Arc::new(store.clone()));
     let journal: Arc<dyn RuntimeLeaseJournalPort> = Arc::new(store.clone());
     let mut errors = match AbandonedLeaseReaper::new(journal, resolver)
         .with_session_tokens(Arc::new(store.clone()))
@@ -111,7 +108,7 @@ pub async fn before_run(data_dir: &Path, store: &SqliteStore) {
             .collect(),
         Err(error) => vec![format!("abandoned leases: {error}")],
     };
-    let report = sweep(data_dir, store, &env).await;
+    let report = sweep(config, data_dir, store).await;
     // A runtime dir this user may not read (root's /run/omabox under a non-root run) holds
     // nothing this run could clean up; `omabox reap` still reports it.
     errors.extend(
@@ -120,15 +117,16 @@ pub async fn before_run(data_dir: &Path, store: &SqliteStore) {
             .into_iter()
             .filter(|error| !error.contains(PERMISSION_DENIED_RUNTIME_DIR)),
     );
-    if !errors.is_empty() {
-        eprintln!(
+    (!errors.is_empty()).then(|| {
+        format!(
             "omabox: warning: leftovers of earlier runs could not all be removed ({}); see `omabox reap`",
             errors.join("; ")
-        );
-    }
+        )
+    })
 }
 
-fn sweep_blocking(data_dir: &Path, store: &SqliteStore, env: &SandboxFactoryEnv) -> LeftoverReport {
+fn sweep_blocking(config: &NodeConfig, data_dir: &DataDir, store: &SqliteStore) -> LeftoverReport {
+    let env = config.factory_env();
     let mut report = LeftoverReport::default();
     // Sandboxes a journaled lease names are the lease reaper's: it bills them too.
     let journaled: HashSet<String> = match store.journaled_runtime_ids(LINUX_PROVIDER) {
@@ -138,7 +136,7 @@ fn sweep_blocking(data_dir: &Path, store: &SqliteStore, env: &SandboxFactoryEnv)
             return report;
         }
     };
-    match linux_runtime_config(env) {
+    match linux_runtime_config(&env) {
         Ok(config) => match reap_leftovers(&config, &|id| journaled.contains(id)) {
             Ok(sandboxes) => report.sandboxes = sandboxes,
             Err(error) if error.kind() == std::io::ErrorKind::PermissionDenied => {
@@ -158,15 +156,14 @@ fn sweep_blocking(data_dir: &Path, store: &SqliteStore, env: &SandboxFactoryEnv)
     report.memory_stages = crate::session_inputs::recover_memory_stages(data_dir, &|claim| {
         crate::session_inputs::generation_published(store, claim)
     });
-    if let Some(promoted) = omabox_proxy::promoted::PromotedStore::existing(data_dir) {
+    if let Some(promoted) = omabox_proxy::promoted::PromotedStore::existing(data_dir.root()) {
         match promoted.remove_abandoned() {
             Ok(removed) => report.promoted_removed = removed,
             Err(error) => report.errors.push(format!("file store: {error}")),
         }
     }
     // Their sandboxes went above; what they wrote into /workspace goes now.
-    let (workspaces, errors) =
-        crate::commands::sandbox::sweep_abandoned_workspaces(&std::env::temp_dir());
+    let (workspaces, errors) = crate::temp_workspace::sweep_abandoned(&config.tmp_dir());
     report.temp_workspaces_removed = workspaces.iter().map(|p| p.display().to_string()).collect();
     report.errors.extend(
         errors
@@ -174,19 +171,22 @@ fn sweep_blocking(data_dir: &Path, store: &SqliteStore, env: &SandboxFactoryEnv)
             .map(|e| format!("temporary workspace {e}")),
     );
     // Environment layer builds a crashed host left (their sandboxes went above).
-    let image_cache = env
-        .get(omabox_backend_linux::factory::IMAGE_CACHE_ENV)
-        .filter(|dir| Path::new(dir).is_absolute())
-        .map_or_else(omabox_backend_linux::ImageCache::default_dir, PathBuf::from);
-    omabox_backend_linux::env_layer::EnvLayers::in_image_cache(&image_cache).sweep_partials();
-    match omabox_backend_linux::ImageCache::new(&image_cache).sweep_temps() {
-        Ok(removed) => {
-            report.image_temps_removed = removed.iter().map(|p| p.display().to_string()).collect();
+    match config.image_cache() {
+        Ok(image_cache) => {
+            omabox_backend_linux::env_layer::EnvLayers::in_image_cache(&image_cache)
+                .sweep_partials();
+            match omabox_backend_linux::ImageCache::new(&image_cache).sweep_temps() {
+                Ok(removed) => {
+                    report.image_temps_removed =
+                        removed.iter().map(|p| p.display().to_string()).collect();
+                }
+                Err(error) => report.errors.push(format!("image cache temps: {error}")),
+            }
         }
-        Err(error) => report.errors.push(format!("image cache temps: {error}")),
+        Err(error) => report.errors.push(format!("image cache: {error}")),
     }
-    if data_dir.join("blobs").is_dir() {
-        match BlobStore::new(data_dir).map(|blobs| blobs.remove_abandoned_temps()) {
+    if data_dir.blobs().is_dir() {
+        match BlobStore::new(data_dir.root()).map(|blobs| blobs.remove_abandoned_temps()) {
             Ok(Ok(removed)) => report.temp_blobs_removed = removed,
             Ok(Err(error)) | Err(error) => report.errors.push(format!("temp blobs: {error}")),
         }
@@ -195,7 +195,7 @@ fn sweep_blocking(data_dir: &Path, store: &SqliteStore, env: &SandboxFactoryEnv)
 }
 
 /// The linux runtime settings (runtime dir, cgroup parent) the factory's env keys select.
-pub(crate) fn linux_runtime_config(
+pub fn linux_runtime_config(
     env: &SandboxFactoryEnv,
 ) -> Result<omabox_backend_linux::RuntimeConfig, String> {
     let context = SandboxFactoryContext {
@@ -241,10 +241,14 @@ fn subdirs(dir: &Path, keep: impl Fn(&str) -> bool) -> Vec<(String, PathBuf)> {
         .collect()
 }
 
-fn list_bindings(data_dir: &Path) -> Vec<Binding> {
+fn list_bindings(data_dir: &DataDir) -> Vec<Binding> {
     let mut found = Vec::new();
-    for (area, prefix) in BINDING_AREAS {
-        for (scope_dir, scope_path) in subdirs(&data_dir.join(area), |name| is_hex(name, 64)) {
+    for (area_dir, prefix) in data_dir.binding_areas() {
+        let area = area_dir
+            .file_name()
+            .map(|name| name.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        for (scope_dir, scope_path) in subdirs(&area_dir, |name| is_hex(name, 64)) {
             let generations = subdirs(&scope_path, |name| {
                 !name.is_empty() && name.len() <= 20 && name.bytes().all(|b| b.is_ascii_digit())
             });
@@ -269,7 +273,7 @@ fn list_bindings(data_dir: &Path) -> Vec<Binding> {
     found
 }
 
-fn sweep_bindings(data_dir: &Path, store: &SqliteStore, report: &mut LeftoverReport) {
+fn sweep_bindings(data_dir: &DataDir, store: &SqliteStore, report: &mut LeftoverReport) {
     // Listed first, fences read second (module doc).
     let bindings = list_bindings(data_dir);
     if bindings.is_empty() {
@@ -496,7 +500,7 @@ mod tests {
         .unwrap();
 
         let mut report = LeftoverReport::default();
-        sweep_bindings(data.path(), &store, &mut report);
+        sweep_bindings(&DataDir::at(data.path()), &store, &mut report);
         assert!(report.errors.is_empty(), "{:?}", report.errors);
         assert_eq!(report.bindings_live, 2);
         assert_eq!(

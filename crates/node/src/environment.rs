@@ -24,6 +24,7 @@
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::Path;
 
+use crate::DataDir;
 use anyhow::Context as _;
 use omabox_backend_linux::factory::{GATEWAY_ENV, NETWORK_ENV};
 use omabox_contract::networking::{NetworkPolicy, NetworkingConfig};
@@ -53,7 +54,7 @@ impl EnvironmentConfig {
     /// The linux factory's [`omabox_backend_linux::factory::ENV_LAYER_ENV`] value: the
     /// apt packages, the dockerfile and the files of `data_dir`'s file store its `COPY`
     /// steps take (path and SHA-256 each; `None` when there is neither apt nor dockerfile).
-    pub fn env_layer(&self, data_dir: &Path) -> anyhow::Result<Option<String>> {
+    pub fn env_layer(&self, data_dir: &DataDir) -> anyhow::Result<Option<String>> {
         let apt = self
             .packages
             .as_ref()
@@ -71,7 +72,7 @@ impl EnvironmentConfig {
         };
         let mut files = serde_json::Map::new();
         if !copied.is_empty() {
-            let store = omabox_proxy::promoted::PromotedStore::open(data_dir)
+            let store = omabox_proxy::promoted::PromotedStore::open(data_dir.root())
                 .context("cannot open the file store")?;
             for id in copied {
                 let path = store

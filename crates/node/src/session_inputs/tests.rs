@@ -1,4 +1,5 @@
 use super::*;
+use crate::DataDir;
 use omabox_sandbox::session_inputs::{MemoryFile, MemoryStoreHost};
 
 fn value(spec: &str) -> serde_json::Value {
@@ -70,7 +71,7 @@ fn file(path: &str, bytes: &[u8]) -> MemoryFile {
 #[tokio::test]
 async fn memory_stores_are_replaced_whole_and_never_follow_symlinks() {
     let data = tempfile::tempdir().unwrap();
-    let stores = DirMemoryStores::new(data.path());
+    let stores = DirMemoryStores::new(&DataDir::at(data.path()));
     assert!(stores.load("notes").await.unwrap().is_empty());
     stores
         .replace("notes", vec![file("a.md", b"one"), file("d/b.md", b"two")])
@@ -133,7 +134,7 @@ async fn added_files_are_read_back_by_id() {
     let data = tempfile::tempdir().unwrap();
     let source = data.path().join("in.bin");
     std::fs::write(&source, b"\0bytes\xff").unwrap();
-    let added = add_file(data.path(), &source).unwrap();
+    let added = add_file(&DataDir::at(data.path()), &source).unwrap();
     assert!(added.id.starts_with("file_"));
     let access = PromotedFileAccess::new(PromotedStore::open(data.path()).unwrap());
     let got = access
@@ -177,7 +178,7 @@ fn scope(session: &str) -> omabox_contract::RuntimeResourceScope {
 
 /// A run that died with a stage: the stage's stores and its lock released, its files left.
 async fn dead_run(data: &std::path::Path, session: &str, generation: u64, store: &str, text: &str) {
-    let stores = DirMemoryStores::new(data);
+    let stores = DirMemoryStores::new(&DataDir::at(data));
     stores.stage().set_claim(scope(session), generation);
     stores
         .replace(store, vec![file("m.md", text.as_bytes())])
@@ -189,7 +190,7 @@ async fn dead_run(data: &std::path::Path, session: &str, generation: u64, store:
 #[tokio::test]
 async fn a_dead_runs_stage_is_committed_only_if_its_generation_published() {
     let data = tempfile::tempdir().unwrap();
-    let committed = DirMemoryStores::new(data.path());
+    let committed = DirMemoryStores::new(&DataDir::at(data.path()));
     committed
         .replace("kept", vec![file("m.md", b"old")])
         .await
@@ -198,13 +199,13 @@ async fn a_dead_runs_stage_is_committed_only_if_its_generation_published() {
     dead_run(data.path(), "published", 3, "rolled", "new").await;
     dead_run(data.path(), "unpublished", 5, "kept", "never").await;
     // A live run's stage: locked, untouched.
-    let live = DirMemoryStores::new(data.path());
+    let live = DirMemoryStores::new(&DataDir::at(data.path()));
     live.stage().set_claim(scope("live"), 1);
     live.replace("live", vec![file("m.md", b"live")])
         .await
         .unwrap();
 
-    let report = memory_stage::recover(data.path(), &|claim| {
+    let report = memory_stage::recover(&DataDir::at(data.path()), &|claim| {
         Ok(claim.scope.session_id == "published" && claim.generation == 3)
     });
     assert_eq!(report.committed, ["rolled"], "{report:?}");
@@ -212,7 +213,12 @@ async fn a_dead_runs_stage_is_committed_only_if_its_generation_published() {
     assert!(report.errors.is_empty(), "{report:?}");
     let load = |id: &'static str| {
         let data = data.path().to_path_buf();
-        async move { DirMemoryStores::new(&data).load(id).await.unwrap() }
+        async move {
+            DirMemoryStores::new(&DataDir::at(&data))
+                .load(id)
+                .await
+                .unwrap()
+        }
     };
     assert_eq!(load("rolled").await, [file("m.md", b"new")]);
     assert_eq!(load("kept").await, [file("m.md", b"old")]);
@@ -232,16 +238,16 @@ async fn a_recovered_stage_never_overwrites_a_store_changed_after_it() {
     let data = tempfile::tempdir().unwrap();
     dead_run(data.path(), "first", 1, "shared", "from the first run").await;
     // A later run committed the store after the first one died.
-    let later = DirMemoryStores::new(data.path());
+    let later = DirMemoryStores::new(&DataDir::at(data.path()));
     later
         .replace("shared", vec![file("m.md", b"from a later run")])
         .await
         .unwrap();
     later.stage().finish(true).unwrap();
-    let report = memory_stage::recover(data.path(), &|_| Ok(true));
+    let report = memory_stage::recover(&DataDir::at(data.path()), &|_| Ok(true));
     assert_eq!(report.superseded, ["shared"], "{report:?}");
     assert_eq!(
-        DirMemoryStores::new(data.path())
+        DirMemoryStores::new(&DataDir::at(data.path()))
             .load("shared")
             .await
             .unwrap(),

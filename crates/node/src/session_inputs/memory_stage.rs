@@ -39,7 +39,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Mutex, PoisonError};
 
 /// The stages' directory under the memory root (`.`: never a store name).
-pub const PENDING_DIR: &str = ".pending";
+pub const PENDING_DIR: &str = crate::data_dir::MEMORY_STAGES;
 const STAGE_FILE: &str = "stage.json";
 const STAGE_FILE_MAX: u64 = 1 << 20;
 /// Legacy temp dirs of direct replacements (omabox before stages) older than this are
@@ -273,10 +273,10 @@ pub struct MemoryRecovery {
 /// Commits or discards the stages of dead runs under `<data_dir>/memory` (module doc);
 /// `published(claim)` says whether the claim's generation published.
 pub fn recover(
-    data_dir: &Path,
+    data_dir: &crate::DataDir,
     published: &dyn Fn(&Claim) -> Result<bool, String>,
 ) -> MemoryRecovery {
-    let root = data_dir.join("memory");
+    let root = data_dir.memory();
     let mut report = MemoryRecovery::default();
     remove_legacy_temps(&root, &mut report);
     let Ok(entries) = std::fs::read_dir(root.join(PENDING_DIR)) else {

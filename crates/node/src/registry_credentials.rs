@@ -2,22 +2,25 @@
 //! (`registry/index.docker.io` for Docker Hub) holding `user:password`
 //! (`printf 'alice:pw' | omabox vault put registry/ghcr.io`). They are asked before docker's
 //! `config.json`. Values are never printed; a value that is not `user:password` is skipped
-//! with a warning naming the secret only.
+//! with a warning (handed to the caller's `warn`) naming the secret only.
 
 use std::collections::BTreeMap;
-use std::path::Path;
 
 use omabox_backend_linux::image::{RegistryCredential, StaticCredentials};
 use omabox_contract::VaultSecretPort as _;
 
-use crate::data_dir::open_existing_store;
+use crate::DataDir;
 
 /// The vault's name prefix of registry credentials.
 pub const PREFIX: &str = "registry/";
 
-/// The registry credentials in the vault of `data_dir` (none without a store).
-pub async fn from_vault(data_dir: &Path) -> anyhow::Result<StaticCredentials> {
-    let Some(store) = open_existing_store(data_dir).await? else {
+/// The registry credentials in the vault of `data_dir` (none without a store); `warn` gets a
+/// line for each secret skipped.
+pub async fn from_vault(
+    data_dir: &DataDir,
+    warn: &(dyn Fn(&str) + Sync),
+) -> anyhow::Result<StaticCredentials> {
+    let Some(store) = data_dir.open_existing_store().await? else {
         return Ok(StaticCredentials::default());
     };
     let mut found = BTreeMap::new();
@@ -32,16 +35,21 @@ pub async fn from_vault(data_dir: &Path) -> anyhow::Result<StaticCredentials> {
             Some(credential) => {
                 found.insert(host.to_owned(), credential);
             }
-            None => eprintln!("warning: vault secret {name} is not user:password; ignored"),
+            None => warn(&format!(
+                "warning: vault secret {name} is not user:password; ignored"
+            )),
         }
     }
     Ok(StaticCredentials(found))
 }
 
 /// [`from_vault`] for a caller without an async runtime.
-pub fn from_vault_blocking(data_dir: &Path) -> anyhow::Result<StaticCredentials> {
+pub fn from_vault_blocking(
+    data_dir: &DataDir,
+    warn: &(dyn Fn(&str) + Sync),
+) -> anyhow::Result<StaticCredentials> {
     tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?
-        .block_on(from_vault(data_dir))
+        .block_on(from_vault(data_dir, warn))
 }

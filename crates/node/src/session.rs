@@ -5,7 +5,6 @@
 //! What this must never do: accept a session id that could be a path or carry spaces into a
 //! URL (ids are `[A-Za-z0-9._-]{1,128}`).
 
-use crate::data_dir;
 use anyhow::Context as _;
 use omabox_contract::{RuntimeResourcePublication, RuntimeResourceScope};
 use omabox_store::SqliteStore;
@@ -32,11 +31,6 @@ pub fn check_id(flag: &str, id: &str) -> anyhow::Result<()> {
         );
     }
     Ok(())
-}
-
-/// Opens the store for a command that writes (see [`data_dir::open_store`]).
-pub async fn open_store(data_dir: &Path) -> anyhow::Result<SqliteStore> {
-    data_dir::open_store(data_dir).await
 }
 
 /// The last publication of `scope`, read off the async workers.

@@ -1,5 +1,6 @@
 //! Wiring: the one place that knows which backend crate provides which managed-runtime
-//! provider driver, and how the persistence ports of a data directory are built.
+//! provider driver, and how the persistence ports of a data directory are built (the CLI
+//! and the runner both use it).
 //!
 //! ```text
 //!   <data-dir>/omabox.db  ── SqliteStore (fences, orphans, lease journal)
@@ -33,8 +34,8 @@ use omabox_contract::{
 use omabox_host::catalog::ConformanceCatalog;
 use omabox_host::reconciler::SandboxPortResolver;
 use omabox_persistence::{
-    BlobStore, FilesystemSessionOutputPort, FilesystemWorkspacePort, ProgressObserver,
-    WorkspaceOptions,
+    BlobStore, CheckpointLimits, FilesystemSessionOutputPort, FilesystemWorkspacePort,
+    ProgressObserver, WorkspaceOptions,
 };
 use omabox_sandbox::managed::{
     HarnessEnvSource, HarnessOutputSink, ProviderManagedRuntime, ProviderManagedRuntimeDriver,
@@ -51,7 +52,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 /// The backends `omabox run --backend` accepts.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Backend {
     /// Linux namespaces, cgroups, seccomp and Landlock (root). The default.
     Linux,
@@ -94,10 +95,11 @@ pub struct Persistence {
 
 impl Persistence {
     /// Opens the blob store under `data_dir`; `progress` receives restore, checkpoint and
-    /// export progress.
+    /// export progress; `limits` bound each checkpoint.
     pub fn open(
         data_dir: &Path,
         progress: Option<Arc<dyn ProgressObserver>>,
+        limits: CheckpointLimits,
     ) -> anyhow::Result<Self> {
         let blobs =
             Arc::new(BlobStore::new(data_dir).with_context(|| {
@@ -105,7 +107,7 @@ impl Persistence {
             })?);
         let mut workspace = FilesystemWorkspacePort::with_store(data_dir, Arc::clone(&blobs))
             .with_options(WorkspaceOptions {
-                limits: crate::checkpoint_limits::from_env()?,
+                limits,
                 ..WorkspaceOptions::default()
             });
         if let Some(progress) = progress {
@@ -154,6 +156,12 @@ pub struct AcpInputs {
     pub events: Arc<dyn AcpEventSink>,
 }
 
+impl std::fmt::Debug for AcpInputs {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AcpInputs").finish_non_exhaustive()
+    }
+}
+
 impl std::fmt::Debug for DriverInputs {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("DriverInputs")
@@ -162,9 +170,14 @@ impl std::fmt::Debug for DriverInputs {
     }
 }
 
-/// Checks, before anything is claimed, that `backend` can make sandboxes here; the error
-/// says why not and what to do instead.
-pub fn check_backend(backend: Backend, env: &SandboxFactoryEnv) -> anyhow::Result<()> {
+/// Checks, before anything is claimed, that `backend` can make sandboxes here (`probe_dir`:
+/// a directory that exists, the probe's workdir); the error says why not and what to do
+/// instead.
+pub fn check_backend(
+    backend: Backend,
+    env: &SandboxFactoryEnv,
+    probe_dir: &Path,
+) -> anyhow::Result<()> {
     match backend {
         Backend::Local => {
             if !is_test_mode(env) {
@@ -176,10 +189,9 @@ pub fn check_backend(backend: Backend, env: &SandboxFactoryEnv) -> anyhow::Resul
             Ok(())
         }
         Backend::Linux => {
-            let probe_dir = std::env::temp_dir();
             let ctx = SandboxFactoryContext {
                 session_id: "probe".into(),
-                workdir: probe_dir,
+                workdir: probe_dir.to_path_buf(),
                 memory_root: None,
                 outputs_root: None,
             };

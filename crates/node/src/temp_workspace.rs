@@ -13,7 +13,6 @@
 //! steps.
 
 use std::fs::File;
-use std::os::fd::AsRawFd;
 use std::os::unix::fs::{MetadataExt as _, PermissionsExt as _};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
@@ -27,7 +26,9 @@ const NEW_PREFIX: &str = ".omabox-run-new-";
 const NEW_GRACE: Duration = Duration::from_secs(60);
 
 /// The `/workspace` directory of the run.
-pub(super) enum Workspace {
+#[derive(Debug)]
+pub enum Workspace {
+    /// The caller's directory (`--workspace`), kept afterwards.
     Given(PathBuf),
     /// A tmpfs of the sandbox's own (`OMABOX_LINUX_WORKSPACE_TMPFS`): no host directory.
     InSandbox,
@@ -40,18 +41,15 @@ pub(super) enum Workspace {
 }
 
 impl Workspace {
-    /// A fresh temporary workspace in `$TMPDIR` (see the module doc).
-    pub(super) fn temporary() -> std::io::Result<Self> {
-        Self::temporary_in(&std::env::temp_dir())
-    }
-
-    fn temporary_in(parent: &Path) -> std::io::Result<Self> {
+    /// A fresh temporary workspace in `parent` (`$TMPDIR`, the `tmpdir` setting; see the
+    /// module doc).
+    pub fn temporary_in(parent: &Path) -> std::io::Result<Self> {
         let new = tempfile::Builder::new()
             .prefix(NEW_PREFIX)
             .permissions(std::fs::Permissions::from_mode(0o700))
             .tempdir_in(parent)?;
         let lock = File::open(new.path())?;
-        flock(&lock, libc::LOCK_EX | libc::LOCK_NB)?;
+        lock_now(&lock)?;
         let workspace_in_new = new.path().join("workspace");
         std::fs::create_dir(&workspace_in_new)?;
         let name = new
@@ -75,7 +73,7 @@ impl Workspace {
 
     /// The factory context's workdir: the host directory, or (in the sandbox) none — an
     /// empty path the factory does not read then.
-    pub(super) fn workdir(&self) -> PathBuf {
+    pub fn workdir(&self) -> PathBuf {
         match self {
             Self::Given(p) => p.clone(),
             Self::InSandbox => PathBuf::new(),
@@ -84,7 +82,7 @@ impl Workspace {
     }
 
     /// Removes a temporary workspace (after the sandbox is gone).
-    pub(super) fn finish(self) -> Result<(), String> {
+    pub fn finish(self) -> Result<(), String> {
         match self {
             Self::Given(_) | Self::InSandbox => Ok(()),
             Self::Temporary { dir, lock, .. } => {
@@ -101,25 +99,21 @@ impl Workspace {
     }
 }
 
-fn flock(file: &File, how: libc::c_int) -> std::io::Result<()> {
-    // SAFETY: flock on an fd `file` owns.
-    if unsafe { libc::flock(file.as_raw_fd(), how) } == 0 {
-        Ok(())
-    } else {
-        Err(std::io::Error::last_os_error())
-    }
+/// Takes `file`'s exclusive lock without waiting.
+fn lock_now(file: &File) -> std::io::Result<()> {
+    rustix::fs::flock(file, rustix::fs::FlockOperation::NonBlockingLockExclusive)
+        .map_err(std::io::Error::from)
 }
 
 /// Removes the temporary workspaces in `tmp` whose `omabox sandbox run` is gone (module
 /// doc): only real directories (no symlink is followed) owned by the caller and closed to
 /// others. Returns what went and what could not be looked at or removed.
-pub(crate) fn sweep_abandoned(tmp: &Path) -> (Vec<PathBuf>, Vec<String>) {
+pub fn sweep_abandoned(tmp: &Path) -> (Vec<PathBuf>, Vec<String>) {
     let (mut removed, mut errors) = (Vec::new(), Vec::new());
     let Ok(entries) = std::fs::read_dir(tmp) else {
         return (removed, errors);
     };
-    // SAFETY: geteuid has no preconditions.
-    let me = unsafe { libc::geteuid() };
+    let me = rustix::process::geteuid().as_raw();
     for entry in entries.flatten() {
         let name = entry.file_name();
         let Some(name) = name.to_str() else { continue };
@@ -148,7 +142,7 @@ pub(crate) fn sweep_abandoned(tmp: &Path) -> (Vec<PathBuf>, Vec<String>) {
             Ok(lock) => lock,
             Err(_) => continue,
         };
-        if flock(&lock, libc::LOCK_EX | libc::LOCK_NB).is_err() {
+        if lock_now(&lock).is_err() {
             continue;
         }
         match std::fs::remove_dir_all(&path) {

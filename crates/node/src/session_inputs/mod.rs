@@ -79,7 +79,7 @@ impl SessionInputs {
 
     /// Every `file` resource names a file of the store in `data_dir` no larger than a file
     /// resource may carry (checked before the run claims its fence).
-    pub fn check_files(&self, data_dir: &Path) -> anyhow::Result<()> {
+    pub fn check_files(&self, data_dir: &crate::DataDir) -> anyhow::Result<()> {
         let ids: Vec<&str> = self
             .resources
             .iter()
@@ -89,7 +89,7 @@ impl SessionInputs {
         if ids.is_empty() {
             return Ok(());
         }
-        let store = PromotedStore::open(data_dir).context("cannot open the file store")?;
+        let store = PromotedStore::open(data_dir.root()).context("cannot open the file store")?;
         for id in ids {
             let record = store
                 .open_file(id)
@@ -280,9 +280,12 @@ impl SessionInputAccessPort for PromotedFileAccess {
 }
 
 /// `omabox files add PATH`: copies PATH into the file store; returns the new id.
-pub fn add_file(data_dir: &Path, path: &Path) -> anyhow::Result<omabox_proxy::files::PromotedFile> {
+pub fn add_file(
+    data_dir: &crate::DataDir,
+    path: &Path,
+) -> anyhow::Result<omabox_proxy::files::PromotedFile> {
     use sha2::{Digest as _, Sha256};
-    let store = PromotedStore::open(data_dir).context("cannot open the file store")?;
+    let store = PromotedStore::open(data_dir.root()).context("cannot open the file store")?;
     // A file resource carries at most MAX_FILE_BYTES: a larger file (or /dev/zero) is
     // refused here, not stored to fail every run that names it.
     let open = || {

@@ -9,8 +9,12 @@
 //! `anthropic`: `ANTHROPIC_API_KEY` (+ `ANTHROPIC_BASE_URL`), `openai`: `OPENAI_API_KEY`
 //! (+ `OPENAI_BASE_URL`). The key stays in this process: the sandbox sees only the
 //! session token. Without any key the run still starts and the agent's model calls are
-//! answered 403 (a warning says which variable is missing).
+//! answered 403 (a warning, handed to the caller, says which variable is missing). The keys
+//! and base URLs are settings (`crate::config`), read from the environment when the proxy
+//! starts.
 
+use crate::NodeConfig;
+use crate::config::Key;
 use anyhow::Context;
 use omabox_contract::SecretString;
 use omabox_proxy::{ModelCard, ProxyDeps, ProxyState, ServeConfig};
@@ -43,8 +47,12 @@ impl Drop for InferenceServer {
 }
 
 /// The configuration for `provider` (`anthropic`|`openai`): `config_file`'s, else the
-/// environment's default card.
-pub fn config(config_file: Option<&Path>, provider: &str) -> anyhow::Result<ServeConfig> {
+/// settings' default card.
+pub fn config(
+    settings: &NodeConfig,
+    config_file: Option<&Path>,
+    provider: &str,
+) -> anyhow::Result<ServeConfig> {
     let mut config = match config_file {
         Some(path) => ServeConfig::load(path)
             .with_context(|| format!("cannot load the configuration {}", path.display()))?,
@@ -53,9 +61,9 @@ pub fn config(config_file: Option<&Path>, provider: &str) -> anyhow::Result<Serv
     if config_file.is_none() && provider == "openai" {
         config.models.default = Some(ModelCard {
             provider: Some("openai".to_owned()),
-            base_url: std::env::var("OPENAI_BASE_URL")
-                .ok()
-                .filter(|v| !v.is_empty()),
+            base_url: settings
+                .given_nonempty(Key::OpenaiBaseUrl)
+                .map(str::to_owned),
             api_key_env: Some("OPENAI_API_KEY".to_owned()),
             ..ModelCard::default()
         });
@@ -63,19 +71,25 @@ pub fn config(config_file: Option<&Path>, provider: &str) -> anyhow::Result<Serv
     Ok(config)
 }
 
-/// Starts the proxy on `127.0.0.1:0` over `store`'s session tokens and vault.
-pub async fn start(store: &SqliteStore, config: ServeConfig) -> anyhow::Result<InferenceServer> {
+/// Starts the proxy on `127.0.0.1:0` over `store`'s session tokens and vault, with the
+/// model keys of `settings`' environment; `warn` gets a line when there is no key.
+pub async fn start(
+    settings: &NodeConfig,
+    store: &SqliteStore,
+    config: ServeConfig,
+    warn: &(dyn Fn(&str) + Sync),
+) -> anyhow::Result<InferenceServer> {
     let env: BTreeMap<String, SecretString> = omabox_proxy::env_keys(&config)
         .into_iter()
         .chain(["OPENAI_API_KEY".to_owned()])
         .filter_map(|key| {
-            let value = std::env::var(&key).ok().filter(|v| !v.is_empty())?;
+            let value = settings.environment().text(&key)?;
             Some((key, SecretString::new(value)))
         })
         .collect();
     if !has_key(&config, &env) {
-        errln!(
-            "omabox: warning: no model key for the agent (set ANTHROPIC_API_KEY, OPENAI_API_KEY or --inference-config): its model calls will be refused"
+        warn(
+            "omabox: warning: no model key for the agent (set ANTHROPIC_API_KEY, OPENAI_API_KEY or --inference-config): its model calls will be refused",
         );
     }
     let limits = config.limits.clone();

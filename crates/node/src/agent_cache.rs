@@ -3,7 +3,8 @@
 //! `<cache>/<name>-<version>/node_modules`, and mounted read-only into every sandbox that
 //! runs it (`OMABOX_LINUX_READONLY_BINDS`).
 //!
-//! `<cache>` is `OMABOX_AGENT_CACHE` (an absolute path) or `<data-dir>/agents`.
+//! `<cache>` is the `agent_cache` setting (`OMABOX_AGENT_CACHE`, an absolute path) or
+//! `<data-dir>/agents` (`NodeConfig::agent_cache`).
 //!
 //! Install: under an exclusive `flock` on `<cache>/.lock` (two runs never install the same
 //! agent twice, and nobody else is installing while leftovers are swept), `npm install
@@ -12,40 +13,37 @@
 //! point leaves at most a `.partial-*` directory, removed by the next install. npm checks
 //! every tarball against the registry's integrity hash. The cache is created `0755` and
 //! owned by the user running omabox: what is in it runs inside sandboxes, so no other user
-//! may write to it.
+//! may write to it. What the install shows goes through an [`InstallObserver`] (the CLI
+//! draws a spinner): nothing here writes to a terminal.
 
 use anyhow::{Context, bail};
-use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use omabox_acp::agents::KnownAgent;
-use std::io::{IsTerminal, Read};
-use std::os::fd::AsRawFd;
+use std::io::Read;
 use std::os::unix::fs::{DirBuilderExt, MetadataExt};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
-
-/// The env var naming the cache directory.
-pub const AGENT_CACHE_ENV: &str = "OMABOX_AGENT_CACHE";
+use std::time::Instant;
 
 /// npm's stderr kept for an error message.
 const MAX_NPM_ERROR_BYTES: usize = 8 * 1024;
 
-/// The cache directory: [`AGENT_CACHE_ENV`] or `<data-dir>/agents`.
-pub fn cache_dir(data_dir: &Path) -> anyhow::Result<PathBuf> {
-    match std::env::var_os(AGENT_CACHE_ENV).filter(|v| !v.is_empty()) {
-        Some(dir) if Path::new(&dir).is_absolute() => Ok(PathBuf::from(dir)),
-        Some(dir) => bail!(
-            "{AGENT_CACHE_ENV} must be an absolute path, not {:?}",
-            Path::new(&dir)
-        ),
-        None => Ok(data_dir.join("agents")),
-    }
+/// What an install shows while it runs.
+pub trait InstallObserver: Send + Sync {
+    /// An install starts: `message` says what (`installing PKG (first use; npm)`).
+    fn started(&self, message: &str);
+    /// It ended, installed or not.
+    fn ended(&self);
+    /// A line for the operator (`omabox: installed PKG into DIR in N s`).
+    fn line(&self, line: &str);
 }
 
 /// The installed package directory of `agent` (the one to mount), installing it first
-/// when it is missing. `quiet` draws no spinner (the `--json` mode still gets one line on
-/// stderr per install).
-pub fn ensure_installed(cache: &Path, agent: &KnownAgent, quiet: bool) -> anyhow::Result<PathBuf> {
+/// when it is missing; `observer` shows the install.
+pub fn ensure_installed(
+    cache: &Path,
+    agent: &KnownAgent,
+    observer: &dyn InstallObserver,
+) -> anyhow::Result<PathBuf> {
     let installed = cache.join(agent.cache_name());
     if installed.join(agent.entry_path()).is_file() {
         return Ok(installed);
@@ -58,13 +56,9 @@ pub fn ensure_installed(cache: &Path, agent: &KnownAgent, quiet: bool) -> anyhow
     check_owned(cache)?;
     let lock = std::fs::File::create(cache.join(".lock"))
         .with_context(|| format!("cannot open {}", cache.join(".lock").display()))?;
-    // SAFETY: flock on an fd we own; blocking until the other installer is done.
-    if unsafe { libc::flock(lock.as_raw_fd(), libc::LOCK_EX) } != 0 {
-        bail!(
-            "cannot lock the agent cache: {}",
-            std::io::Error::last_os_error()
-        );
-    }
+    // Blocking until the other installer is done.
+    rustix::fs::flock(&lock, rustix::fs::FlockOperation::LockExclusive)
+        .map_err(|e| anyhow::anyhow!("cannot lock the agent cache: {e}"))?;
     if installed.join(agent.entry_path()).is_file() {
         return Ok(installed); // another run installed it meanwhile
     }
@@ -80,9 +74,9 @@ pub fn ensure_installed(cache: &Path, agent: &KnownAgent, quiet: bool) -> anyhow
         .create(&partial)
         .with_context(|| format!("cannot create {}", partial.display()))?;
     let started = Instant::now();
-    let spinner = spinner(agent, quiet);
+    observer.started(&format!("installing {} (first use; npm)", agent.spec()));
     let result = npm_install(&partial, agent);
-    spinner.finish_and_clear();
+    observer.ended();
     result?;
     if !partial.join(agent.entry_path()).is_file() {
         let _ = std::fs::remove_dir_all(&partial);
@@ -94,12 +88,12 @@ pub fn ensure_installed(cache: &Path, agent: &KnownAgent, quiet: bool) -> anyhow
     }
     std::fs::rename(&partial, &installed)
         .with_context(|| format!("cannot move the install to {}", installed.display()))?;
-    errln!(
+    observer.line(&format!(
         "omabox: installed {} into {} in {:.1} s",
         agent.spec(),
         installed.display(),
         started.elapsed().as_secs_f64()
-    );
+    ));
     Ok(installed)
 }
 
@@ -129,8 +123,7 @@ pub fn check_node(agent: &KnownAgent) -> anyhow::Result<()> {
 fn check_owned(cache: &Path) -> anyhow::Result<()> {
     let meta = std::fs::metadata(cache)
         .with_context(|| format!("cannot read the agent cache {}", cache.display()))?;
-    // SAFETY: geteuid has no preconditions.
-    let me = unsafe { libc::geteuid() };
+    let me = rustix::process::geteuid().as_raw();
     if meta.uid() != me || meta.mode() & 0o022 != 0 {
         bail!(
             "the agent cache {} must be owned by uid {me} and writable by nobody else",
@@ -150,21 +143,6 @@ fn sweep_partials(cache: &Path) {
             let _ = std::fs::remove_dir_all(entry.path());
         }
     }
-}
-
-fn spinner(agent: &KnownAgent, quiet: bool) -> ProgressBar {
-    let message = format!("installing {} (first use; npm)", agent.spec());
-    if quiet || !std::io::stderr().is_terminal() {
-        errln!("omabox: {message}…");
-        return ProgressBar::hidden();
-    }
-    let bar = ProgressBar::with_draw_target(None, ProgressDrawTarget::stderr());
-    let style = ProgressStyle::with_template("{spinner} {msg} {elapsed}")
-        .unwrap_or_else(|_| ProgressStyle::default_spinner());
-    bar.set_style(style);
-    bar.set_message(message);
-    bar.enable_steady_tick(Duration::from_millis(120));
-    bar
 }
 
 /// `npm install` of the pinned package into `prefix`, scripts off; npm's error on failure.
@@ -223,6 +201,14 @@ fn npm_install(prefix: &Path, agent: &KnownAgent) -> anyhow::Result<()> {
 mod tests {
     use super::*;
 
+    struct Silent;
+
+    impl InstallObserver for Silent {
+        fn started(&self, _: &str) {}
+        fn ended(&self) {}
+        fn line(&self, _: &str) {}
+    }
+
     #[test]
     fn an_installed_agent_is_found_without_npm() {
         let cache = tempfile::tempdir().unwrap();
@@ -233,7 +219,7 @@ mod tests {
             .join(agent.entry_path());
         std::fs::create_dir_all(entry.parent().unwrap()).unwrap();
         std::fs::write(&entry, "// agent").unwrap();
-        let dir = ensure_installed(cache.path(), agent, true).unwrap();
+        let dir = ensure_installed(cache.path(), agent, &Silent).unwrap();
         assert_eq!(dir, cache.path().join(agent.cache_name()));
     }
 
@@ -243,7 +229,7 @@ mod tests {
         let cache = tempfile::tempdir().unwrap();
         std::fs::set_permissions(cache.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
         let agent = omabox_acp::agents::known_agent("codex").unwrap();
-        let error = ensure_installed(cache.path(), agent, true).unwrap_err();
+        let error = ensure_installed(cache.path(), agent, &Silent).unwrap_err();
         assert!(
             error.to_string().contains("writable by nobody else"),
             "{error}"

@@ -29,8 +29,8 @@ const MAX_LOAD_ENTRIES: usize = 10_000;
 
 impl DirMemoryStores {
     /// Stores under `<data_dir>/memory` (created 0700 when first written).
-    pub fn new(data_dir: &Path) -> Self {
-        let root = data_dir.join("memory");
+    pub fn new(data_dir: &crate::DataDir) -> Self {
+        let root = data_dir.memory();
         Self {
             stage: Arc::new(MemoryStage::new(root.clone())),
             root,
