@@ -19,6 +19,7 @@ macro_rules! errln {
 }
 
 mod acp_events;
+mod allocator;
 mod commands;
 mod run_report;
 mod signals;
@@ -32,13 +33,10 @@ use omabox_node::config::{Flags, Key};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-/// mimalloc rather than musl's allocator, which takes one lock for every allocation: the
-/// inference proxy's benchmark served 14,500 proxied requests/s with musl's and 28,000
-/// with this one (glibc's: 16,000), at 240 vs 167 µs added latency (p50). Its price is
-/// ~140 more page faults per process start: `omabox sandbox run -- true` 3.87 → 4.04 ms
-/// (scripts/ab-sandbox-run, 3 copies × 200).
+/// Hardened either way: musl's for the one-shot `sandbox run`, secure mimalloc for the rest
+/// (`allocator.rs` says why and what each costs).
 #[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+static ALLOCATOR: allocator::HostAllocator = allocator::HostAllocator;
 
 /// A sandbox execution backend for AI agents, implementing the OpenMA contract.
 #[derive(Debug, Parser)]

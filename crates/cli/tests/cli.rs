@@ -142,10 +142,11 @@ fn data_dir_defaults_under_xdg_data_home() {
     assert!(xdg.path().join("omabox/omabox.db").exists());
 }
 
-/// `.cargo/config.toml` links omabox's executables statically: a start maps no dynamic
-/// loader or shared library (SECURITY.md has the trade-off). Fails if the config is lost.
+/// `.cargo/config.toml` links omabox's executables as static PIEs: loaded at a random
+/// address, with no dynamic loader or shared library to map (SECURITY.md has the trade-off).
+/// Fails if the config is lost.
 #[test]
-fn the_executables_need_no_dynamic_loader() {
+fn the_executables_are_static_pies() {
     let omabox = Path::new(env!("CARGO_BIN_EXE_omabox")).to_path_buf();
     // The linux backend's binary: built next to it when the whole workspace is.
     let init = omabox.with_file_name("omabox-sandbox-init");
@@ -159,19 +160,35 @@ fn the_executables_need_no_dynamic_loader() {
             "{}: a 64-bit ELF file",
             exe.display()
         );
+        const ET_DYN: usize = 3;
+        assert_eq!(
+            u16_at(0x10),
+            ET_DYN,
+            "{} is not position-independent",
+            exe.display()
+        );
         let (phoff, phentsize, phnum) = (u64_at(0x20), u16_at(0x36), u16_at(0x38));
-        let types: Vec<u32> = (0..phnum)
+        let headers: Vec<(u32, usize, usize)> = (0..phnum)
             .map(|i| {
                 let at = phoff + i * phentsize;
-                u32::from_le_bytes(elf[at..at + 4].try_into().unwrap())
+                let kind = u32::from_le_bytes(elf[at..at + 4].try_into().unwrap());
+                (kind, u64_at(at + 8), u64_at(at + 32))
             })
             .collect();
         const PT_DYNAMIC: u32 = 2;
         const PT_INTERP: u32 = 3;
         assert!(
-            !types.contains(&PT_INTERP) && !types.contains(&PT_DYNAMIC),
-            "{} is dynamically linked (program header types {types:?})",
+            headers.iter().all(|(kind, ..)| *kind != PT_INTERP),
+            "{} names a dynamic loader",
             exe.display()
         );
+        // A static PIE's dynamic section holds its relocations only: no shared library.
+        const DT_NEEDED: usize = 1;
+        for (_, offset, size) in headers.iter().filter(|(kind, ..)| *kind == PT_DYNAMIC) {
+            let needed = (*offset..offset + size)
+                .step_by(16)
+                .any(|at| u64_at(at) == DT_NEEDED);
+            assert!(!needed, "{} needs a shared library", exe.display());
+        }
     }
 }
