@@ -1,5 +1,8 @@
 //! `omabox`: the one binary. Wiring of stores, backends and the host lives only here.
 
+// Output goes through `outln!`/`errln!`: `println!` panics on a closed stdout.
+#![deny(clippy::print_stdout, clippy::print_stderr)]
+
 /// `println!` that never panics: a closed stdout (a pipe whose reader left, a terminal that
 /// closed) loses the line instead of aborting the command half-way (`omabox run` must still
 /// clean up, and report what it can).

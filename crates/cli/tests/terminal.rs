@@ -71,6 +71,41 @@ fn a_closed_stdout_neither_panics_nor_skips_the_runs_cleanup() {
     assert_eq!(output.status.signal(), Some(libc::SIGPIPE), "{text}");
 }
 
+/// The commands that change state as they go (`gc`, `reap`, `image prune`) keep SIGPIPE
+/// ignored: with stdout and stderr both closed they still finish their work, quietly, and
+/// never panic half-way through it.
+#[test]
+fn state_changing_commands_finish_with_closed_stdout_and_stderr() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let output = omabox(
+        &data,
+        &["run", "--backend", "local", "--session", "s", "--", "true"],
+    )
+    .output()
+    .unwrap();
+    assert!(output.status.success(), "{}", stderr(&output));
+    for args in [
+        &["gc", "--grace", "0"][..],
+        &["gc", "--grace", "0", "--json"],
+        &["reap"],
+        &["reap", "--json"],
+        &["image", "prune"],
+    ] {
+        let output = omabox(&data, args)
+            .stdout(closed_pipe())
+            .stderr(closed_pipe())
+            .output()
+            .unwrap();
+        use std::os::unix::process::ExitStatusExt as _;
+        assert_eq!(
+            (output.status.code(), output.status.signal()),
+            (Some(0), None),
+            "omabox {args:?} with closed stdout and stderr"
+        );
+    }
+}
+
 #[test]
 fn a_terminal_that_closes_cancels_the_run_and_it_cleans_up() {
     let dir = tempfile::tempdir().unwrap();

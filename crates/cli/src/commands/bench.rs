@@ -76,7 +76,7 @@ fn bench_run(args: &BenchRunArgs) -> anyhow::Result<ExitCode> {
             }
         }
     }
-    println!(
+    outln!(
         "omabox run (demo), backend {}, {} runs; milliseconds per step (p50 / p90 / max):",
         args.backend.provider(),
         args.iterations
@@ -84,7 +84,7 @@ fn bench_run(args: &BenchRunArgs) -> anyhow::Result<ExitCode> {
     let mut rows: Vec<(String, Vec<f64>)> = samples.into_iter().collect();
     rows.sort_by(|a, b| percentile(&b.1, 50.0).total_cmp(&percentile(&a.1, 50.0)));
     for (step, values) in rows {
-        println!(
+        outln!(
             "  {step:<24} {:>9.1} {:>9.1} {:>9.1}   (n={})",
             percentile(&values, 50.0),
             percentile(&values, 90.0),
@@ -92,7 +92,7 @@ fn bench_run(args: &BenchRunArgs) -> anyhow::Result<ExitCode> {
             values.len()
         );
     }
-    println!(
+    outln!(
         "steps not listed took no measurable time; `total` is the in-process transaction, \
          `process wall` adds process start, store open and exit"
     );

@@ -19,9 +19,10 @@ pub struct CatalogArgs {
 pub fn run(args: &CatalogArgs) -> anyhow::Result<ExitCode> {
     let catalog = wiring::catalog();
     if args.json {
-        println!("{}", serde_json::to_string_pretty(catalog.rows())?);
+        outln!("{}", serde_json::to_string_pretty(catalog.rows())?);
     } else {
-        print!("{}", render_table(catalog.rows()));
+        use std::io::Write as _;
+        let _ = std::io::stdout().write_all(render_table(catalog.rows()).as_bytes());
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -38,9 +38,9 @@ pub async fn run(data_dir: &DataDir, args: &FilesArgs) -> anyhow::Result<ExitCod
             })
             .await??;
             if *json {
-                println!("{}", serde_json::to_string(&file)?);
+                outln!("{}", serde_json::to_string(&file)?);
             } else {
-                println!("{}", file.id);
+                outln!("{}", file.id);
             }
             Ok(ExitCode::SUCCESS)
         }

@@ -64,7 +64,7 @@ pub async fn run(data_dir: &DataDir, args: &FsckArgs) -> anyhow::Result<ExitCode
     }
     let Some(store) = data_dir.open_existing_store().await? else {
         if args.json {
-            println!(
+            outln!(
                 "{}",
                 serde_json::to_string_pretty(&FsckReport {
                     revisions: Vec::new(),
@@ -74,7 +74,7 @@ pub async fn run(data_dir: &DataDir, args: &FsckArgs) -> anyhow::Result<ExitCode
                 })?
             );
         } else {
-            println!("{}", data_dir.no_data_yet());
+            outln!("{}", data_dir.no_data_yet());
         }
         return Ok(ExitCode::SUCCESS);
     };
@@ -134,7 +134,7 @@ pub async fn run(data_dir: &DataDir, args: &FsckArgs) -> anyhow::Result<ExitCode
         ExitCode::FAILURE
     };
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&report)?);
+        outln!("{}", serde_json::to_string_pretty(&report)?);
         return Ok(code);
     }
     print_human(&report, args.session.as_deref());
@@ -171,21 +171,22 @@ async fn forget_collected(
 fn print_human(report: &FsckReport, session: Option<&str>) {
     if report.revisions.is_empty() {
         match session {
-            Some(session) => println!("session {session} has no published revision"),
-            None => println!("no published revisions yet"),
+            Some(session) => outln!("session {session} has no published revision"),
+            None => outln!("no published revisions yet"),
         }
         return;
     }
     for row in &report.revisions {
         let active = if row.active { " (last)" } else { "" };
         if row.intact {
-            println!(
+            outln!(
                 "session {} revision {}{active}: intact",
-                row.session, row.revision
+                row.session,
+                row.revision
             );
             continue;
         }
-        println!(
+        outln!(
             "session {} revision {}{active}: DAMAGED ({} problem{})",
             row.session,
             row.revision,
@@ -194,13 +195,13 @@ fn print_human(report: &FsckReport, session: Option<&str>) {
         );
         for damage in &row.damages {
             match &damage.path {
-                Some(path) => println!(
+                Some(path) => outln!(
                     "    {} (needed by {}): {}",
                     damage.object,
                     one_line(path),
                     one_line(&damage.problem)
                 ),
-                None => println!("    {}: {}", damage.object, one_line(&damage.problem)),
+                None => outln!("    {}: {}", damage.object, one_line(&damage.problem)),
             }
         }
     }
@@ -209,7 +210,7 @@ fn print_human(report: &FsckReport, session: Option<&str>) {
         .iter()
         .map(|row| row.session.as_str())
         .collect();
-    println!(
+    outln!(
         "{} revision{} of {} session{} verified ({} blob{}, {} bytes read): {}",
         report.revisions.len(),
         if report.revisions.len() == 1 { "" } else { "s" },

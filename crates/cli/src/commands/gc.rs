@@ -47,9 +47,9 @@ pub async fn run(
     let keep = config.gc_keep()?;
     let Some(store) = data_dir.open_existing_store().await? else {
         if args.json {
-            println!("{}", serde_json::to_string_pretty(&GcSummary::default())?);
+            outln!("{}", serde_json::to_string_pretty(&GcSummary::default())?);
         } else {
-            println!("{}", data_dir.no_data_yet());
+            outln!("{}", data_dir.no_data_yet());
         }
         return Ok(ExitCode::SUCCESS);
     };
@@ -64,7 +64,7 @@ pub async fn run(
             .await
             .context("the gc task failed")??;
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&summary)?);
+        outln!("{}", serde_json::to_string_pretty(&summary)?);
         return Ok(ExitCode::SUCCESS);
     }
     let verb = if summary.dry_run {
@@ -73,7 +73,7 @@ pub async fn run(
         "removed"
     };
     for (session, figures) in &summary.sessions {
-        println!(
+        outln!(
             "session {session}: {} revision{} beyond the last {} ({}) — {verb} {} blob{}, {}",
             figures.revisions_forgotten.len(),
             plural(figures.revisions_forgotten.len() as u64),
@@ -90,14 +90,14 @@ pub async fn run(
         );
     }
     if summary.unreferenced.blobs > 0 {
-        println!(
+        outln!(
             "unreferenced (failed runs, abandoned checkpoints): {verb} {} blob{}, {}",
             summary.unreferenced.blobs,
             plural(summary.unreferenced.blobs),
             bytes(summary.unreferenced.bytes)
         );
     }
-    println!(
+    outln!(
         "{}: {verb} {} of {} blob{} ({}); kept {} revision{} and {} young blob{}{}",
         if summary.dry_run {
             "omabox gc --dry-run"

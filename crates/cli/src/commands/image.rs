@@ -96,14 +96,14 @@ pub fn run(args: &ImageArgs, config: &NodeConfig) -> anyhow::Result<ExitCode> {
             let data_dir = config.data_dir()?;
             let registry =
                 omabox_node::images::registry_config(&factory_env, Some(&data_dir), &|line| {
-                    eprintln!("{line}")
+                    errln!("{line}")
                 })?;
             let pulled = pull_with_progress(&cache, &reference, &registry)?;
             let seconds = started.elapsed().as_secs_f64();
             if *json {
-                println!("{}", pulled_json(&pulled, seconds));
+                outln!("{}", pulled_json(&pulled, seconds));
             } else {
-                println!(
+                outln!(
                     "{} {} ({}, {} downloaded, {seconds:.2}s)",
                     pulled.reference,
                     pulled.digest,
@@ -142,7 +142,7 @@ pub fn run(args: &ImageArgs, config: &NodeConfig) -> anyhow::Result<ExitCode> {
                     .iter()
                     .map(|l| json!({"key": l.key, "image": l.image, "sizeBytes": l.size_bytes}))
                     .collect();
-                println!(
+                outln!(
                     "{}",
                     json!({ "cache": cache.dir(), "images": images, "envLayers": layers })
                 );
@@ -205,10 +205,10 @@ pub fn run(args: &ImageArgs, config: &NodeConfig) -> anyhow::Result<ExitCode> {
                     Ok(removal) => {
                         if !json {
                             for name in &removal.refs {
-                                println!("untagged {name}");
+                                outln!("untagged {name}");
                             }
                             for digest in &removal.images {
-                                println!("deleted {digest}");
+                                outln!("deleted {digest}");
                             }
                         }
                         removals.push(
@@ -220,14 +220,14 @@ pub fn run(args: &ImageArgs, config: &NodeConfig) -> anyhow::Result<ExitCode> {
                         | ImageError::InUse { .. }
                         | ImageError::Busy { .. }),
                     ) => {
-                        eprintln!("omabox image rm: {e}");
+                        errln!("omabox image rm: {e}");
                         failed = true;
                     }
                     Err(e) => return Err(e).context(format!("removing {item}")),
                 }
             }
             if *json {
-                println!("{}", json!({ "removed": removals }));
+                outln!("{}", json!({ "removed": removals }));
             }
             Ok(if failed {
                 ExitCode::FAILURE
@@ -251,19 +251,19 @@ pub fn run(args: &ImageArgs, config: &NodeConfig) -> anyhow::Result<ExitCode> {
                     .iter()
                     .map(|i| json!({"digest": i.digest, "kind": i.kind, "source": i.source, "sizeBytes": i.size_bytes}))
                     .collect();
-                println!(
+                outln!(
                     "{}",
                     json!({ "removed": removed, "envLayersRemoved": layers })
                 );
             } else {
                 for layer in &layers {
-                    println!("deleted environment layer {}", layer.display());
+                    outln!("deleted environment layer {}", layer.display());
                 }
                 let total: u64 = removed.iter().map(|i| i.size_bytes).sum();
                 for image in &removed {
-                    println!("deleted {} ({})", image.digest, image.source);
+                    outln!("deleted {} ({})", image.digest, image.source);
                 }
-                println!(
+                outln!(
                     "{} images deleted, {} freed",
                     removed.len(),
                     human_bytes(total)
@@ -275,7 +275,7 @@ pub fn run(args: &ImageArgs, config: &NodeConfig) -> anyhow::Result<ExitCode> {
 }
 
 fn usage(e: &ImageError) -> ExitCode {
-    eprintln!("omabox: error: {e}");
+    errln!("omabox: error: {e}");
     ExitCode::from(EXIT_USAGE)
 }
 
@@ -396,7 +396,7 @@ impl Drop for StderrProgress {
 
 impl PullProgress for StderrProgress {
     fn resolved(&self, reference: &str, digest: &str) {
-        eprintln!("{reference}: {digest}");
+        errln!("{reference}: {digest}");
     }
 
     fn blob_started(&self, digest: &str, size: u64) {
@@ -426,7 +426,7 @@ impl PullProgress for StderrProgress {
     fn blob_finished(&self, digest: &str) {
         match self.bar(digest) {
             Some(bar) => bar.finish(),
-            None => eprintln!("fetched {digest}"),
+            None => errln!("fetched {digest}"),
         }
     }
 
@@ -441,7 +441,7 @@ impl PullProgress for StderrProgress {
                     .unwrap_or_else(PoisonError::into_inner)
                     .push((String::new(), spinner));
             }
-            None => eprintln!("unpacking {digest}"),
+            None => errln!("unpacking {digest}"),
         }
     }
 }

@@ -35,9 +35,9 @@ pub async fn run(data_dir: &DataDir, args: &OutputsArgs) -> anyhow::Result<ExitC
     check_id("--session", &args.session)?;
     let Some(store) = data_dir.open_existing_store().await? else {
         if args.json {
-            println!("[]");
+            outln!("[]");
         } else {
-            println!("{}", data_dir.no_data_yet());
+            outln!("{}", data_dir.no_data_yet());
         }
         return Ok(ExitCode::SUCCESS);
     };
@@ -51,11 +51,12 @@ pub async fn run(data_dir: &DataDir, args: &OutputsArgs) -> anyhow::Result<ExitC
     let persistence = Persistence::open(data_dir.root(), None, Default::default())?;
     let Some(candidate) = publication.output_candidate else {
         if args.json {
-            println!("[]");
+            outln!("[]");
         } else {
-            println!(
+            outln!(
                 "revision {} of session {} has no outputs",
-                publication.revision, args.session
+                publication.revision,
+                args.session
             );
         }
         return Ok(ExitCode::SUCCESS);
@@ -74,7 +75,7 @@ pub async fn run(data_dir: &DataDir, args: &OutputsArgs) -> anyhow::Result<ExitC
             })?;
         copy_entry(file, to)?;
         if to.as_os_str() != "-" {
-            eprintln!(
+            errln!(
                 "wrote {} ({}) to {}",
                 entry.logical_path,
                 human_bytes(entry.size),
@@ -90,10 +91,10 @@ pub async fn run(data_dir: &DataDir, args: &OutputsArgs) -> anyhow::Result<ExitC
         .await
         .context("cannot read the outputs manifest")?;
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&manifest.entries)?);
+        outln!("{}", serde_json::to_string_pretty(&manifest.entries)?);
         return Ok(ExitCode::SUCCESS);
     }
-    println!(
+    outln!(
         "session {} revision {} (generation {}): {} output(s)",
         args.session,
         publication.revision,
@@ -101,7 +102,7 @@ pub async fn run(data_dir: &DataDir, args: &OutputsArgs) -> anyhow::Result<ExitC
         manifest.entries.len()
     );
     for entry in &manifest.entries {
-        println!(
+        outln!(
             "  {:<32} {:>10}  {:<24} {}",
             crate::terminal_safe::one_line(&entry.logical_path),
             human_bytes(entry.size),

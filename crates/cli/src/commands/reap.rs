@@ -90,14 +90,16 @@ pub async fn run(
             leftovers,
             gc,
         };
-        println!("{}", serde_json::to_string_pretty(&report)?);
+        outln!("{}", serde_json::to_string_pretty(&report)?);
     } else {
-        println!(
+        outln!(
             "inspected {}, reaped {}, still queued {}",
-            summary.inspected, summary.resolved, summary.remaining
+            summary.inspected,
+            summary.resolved,
+            summary.remaining
         );
         for record in queued.iter().take(SHOWN_QUEUED) {
-            println!(
+            outln!(
                 "  {} {}  session {}  generation {}  attempts {}  last error: {}",
                 record.sandbox.provider,
                 record.sandbox.runtime_id,
@@ -108,25 +110,33 @@ pub async fn run(
             );
         }
         if queued.len() > SHOWN_QUEUED {
-            println!(
+            outln!(
                 "  … and {} more (omabox reap --json lists them all)",
                 queued.len() - SHOWN_QUEUED
             );
         }
-        println!(
+        outln!(
             "abandoned leases: inspected {}, reaped {}, remaining {}",
-            abandoned.inspected, abandoned.reaped, abandoned.remaining
+            abandoned.inspected,
+            abandoned.reaped,
+            abandoned.remaining
         );
         for failure in &abandoned.errors {
-            println!(
+            outln!(
                 "  {} {}  last error: {}",
-                failure.provider, failure.runtime_id, failure.error
+                failure.provider,
+                failure.runtime_id,
+                failure.error
             );
         }
         print_leftovers(&leftovers);
-        println!(
+        outln!(
             "blobs: removed {} ({} bytes), kept {} revision(s) ({} per session); older revisions forgotten: {}",
-            gc.blobs_removed, gc.bytes_removed, gc.revisions_kept, gc.keep, gc.revisions_forgotten
+            gc.blobs_removed,
+            gc.bytes_removed,
+            gc.revisions_kept,
+            gc.keep,
+            gc.revisions_forgotten
         );
     }
     Ok(ExitCode::SUCCESS)
@@ -152,7 +162,7 @@ async fn collect_with_default_retention(
 
 fn print_leftovers(report: &LeftoverReport) {
     let sandboxes = &report.sandboxes;
-    println!(
+    outln!(
         "sandboxes in the runtime dir: inspected {}, removed {}, owner alive {}, leased {}, kept {}",
         sandboxes.inspected,
         sandboxes.removed.len(),
@@ -161,33 +171,33 @@ fn print_leftovers(report: &LeftoverReport) {
         sandboxes.kept.len()
     );
     for id in &sandboxes.removed {
-        println!("  removed sandbox {id}");
+        outln!("  removed sandbox {id}");
     }
     for kept in &sandboxes.kept {
-        println!("  kept sandbox {}: {}", kept.id, kept.reason);
+        outln!("  kept sandbox {}: {}", kept.id, kept.reason);
     }
-    println!(
+    outln!(
         "binding dirs: removed {}, live {}",
         report.bindings_removed.len(),
         report.bindings_live
     );
     for relative in &report.bindings_removed {
-        println!("  removed {relative}");
+        outln!("  removed {relative}");
     }
-    println!("temp blobs removed: {}", report.temp_blobs_removed);
-    println!(
+    outln!("temp blobs removed: {}", report.temp_blobs_removed);
+    outln!(
         "image cache temps of killed pulls removed: {}",
         report.image_temps_removed.len()
     );
     for path in &report.image_temps_removed {
-        println!("  removed {path}");
+        outln!("  removed {path}");
     }
-    println!(
+    outln!(
         "file store leftovers of killed promotions removed: {}",
         report.promoted_removed
     );
     let memory = &report.memory_stages;
-    println!(
+    outln!(
         "memory-store write-backs of dead runs: committed {} (published), discarded {} (never published), superseded {}, live {}",
         memory.committed.len(),
         memory.discarded,
@@ -195,16 +205,16 @@ fn print_leftovers(report: &LeftoverReport) {
         memory.live
     );
     for error in &memory.errors {
-        println!("  error: {error}");
+        outln!("  error: {error}");
     }
-    println!(
+    outln!(
         "temporary workspaces removed: {}",
         report.temp_workspaces_removed.len()
     );
     for path in &report.temp_workspaces_removed {
-        println!("  removed {path}");
+        outln!("  removed {path}");
     }
     for error in &report.errors {
-        println!("  error: {error}");
+        outln!("  error: {error}");
     }
 }

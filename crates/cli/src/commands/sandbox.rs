@@ -266,9 +266,9 @@ impl Failure {
 }
 
 fn report(failure: &Failure) -> ExitCode {
-    eprintln!("omabox: error: {}", failure.message);
+    errln!("omabox: error: {}", failure.message);
     if failure.code == EXIT_USAGE {
-        eprintln!("\nFor more information, try '--help'.");
+        errln!("\nFor more information, try '--help'.");
     }
     ExitCode::from(failure.code)
 }
@@ -510,7 +510,7 @@ fn pin_registry_image(
         .map_err(|e| Failure::omabox(e.to_string()))?;
     let env: SandboxFactoryEnv = vars.clone().into_iter().collect();
     let config =
-        omabox_node::images::registry_config(&env, Some(&data_dir), &|line| eprintln!("{line}"))
+        omabox_node::images::registry_config(&env, Some(&data_dir), &|line| errln!("{line}"))
             .map_err(|e| Failure::omabox(format!("registry credentials: {e}")))?;
     let pulled = super::image::pull_with_progress(&cache, &reference, &config).map_err(|e| {
         let message = format!("cannot use image {value:?}: {e}");
@@ -629,7 +629,7 @@ async fn supervise(
     let process = match duplex.spawn_duplex_process(spec).await {
         Ok(p) => p,
         Err(e) => {
-            eprintln!("omabox: cannot run {command:?}: {}", e.message());
+            errln!("omabox: cannot run {command:?}: {}", e.message());
             return Ok(EXIT_NOT_STARTED);
         }
     };
@@ -678,7 +678,7 @@ async fn supervise(
     match exit {
         Ok(exit) => {
             if let Some(oom) = exit.out_of_memory {
-                eprintln!("omabox: {oom}");
+                errln!("omabox: {oom}");
             }
             Ok(exit_code(&exit))
         }
@@ -702,7 +702,7 @@ fn forward_kill(
     };
     tokio::spawn(async move {
         if let Err(e) = control.kill(signal).await {
-            eprintln!(
+            errln!(
                 "omabox: forwarding {} failed: {}",
                 signal.as_str(),
                 e.message()

@@ -177,17 +177,17 @@ pub async fn run(
         .await
         .with_context(|| format!("cannot listen on {}", args.listen))?;
     let address = listener.local_addr()?;
-    eprintln!("omabox serve: listening on http://{address}");
+    errln!("omabox serve: listening on http://{address}");
     announce_key(data_dir, key_origin, &operator_key, address);
     if public_url.is_none() && !address.ip().is_loopback() {
-        eprintln!(
+        errln!(
             "omabox serve: no public_url configured: only requests whose Host is a loopback name are served"
         );
     }
     omabox_proxy::serve(listener, omabox_proxy::router(state), &limits, shutdown)
         .await
         .context("the server failed")?;
-    eprintln!("omabox serve: stopped");
+    errln!("omabox serve: stopped");
     Ok(ExitCode::SUCCESS)
 }
 
@@ -228,16 +228,16 @@ fn announce_key(data_dir: &DataDir, source: KeySource, key: &SecretString, addre
         path.display()
     );
     match source {
-        KeySource::Given => eprintln!(
+        KeySource::Given => errln!(
             "omabox serve: operator routes need the configured key ({OPERATOR_KEY_ENV}) as \"Authorization: Bearer <key>\""
         ),
-        KeySource::File(KeyOrigin::Generated) => eprintln!(
+        KeySource::File(KeyOrigin::Generated) => errln!(
             "omabox serve: generated the operator key (shown this once; kept in {}, mode 0600):\n  {}\n  use it as: {usage}",
             path.display(),
             key.expose()
         ),
         KeySource::File(KeyOrigin::Existing) => {
-            eprintln!(
+            errln!(
                 "omabox serve: operator key in {}; use it as: {usage}",
                 path.display()
             );

@@ -35,9 +35,9 @@ struct SessionRow {
 pub async fn run(data_dir: &DataDir, args: &SessionsArgs) -> anyhow::Result<ExitCode> {
     let Some(store) = data_dir.open_existing_store().await? else {
         if args.json {
-            println!("[]");
+            outln!("[]");
         } else {
-            println!("{}", data_dir.no_data_yet());
+            outln!("{}", data_dir.no_data_yet());
         }
         return Ok(ExitCode::SUCCESS);
     };
@@ -66,19 +66,23 @@ pub async fn run(data_dir: &DataDir, args: &SessionsArgs) -> anyhow::Result<Exit
         });
     }
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&rows)?);
+        outln!("{}", serde_json::to_string_pretty(&rows)?);
         return Ok(ExitCode::SUCCESS);
     }
     if rows.is_empty() {
-        println!("no published sessions yet; `omabox run` runs the demo");
+        outln!("no published sessions yet; `omabox run` runs the demo");
         return Ok(ExitCode::SUCCESS);
     }
-    println!(
+    outln!(
         "{:<24} {:<8} {:>8} {:>10} {:>7}  WORKSPACE",
-        "SESSION", "WORK", "REVISION", "GENERATION", "OUTPUTS"
+        "SESSION",
+        "WORK",
+        "REVISION",
+        "GENERATION",
+        "OUTPUTS"
     );
     for row in &rows {
-        println!(
+        outln!(
             "{:<24} {:<8} {:>8} {:>10} {:>7}  {}",
             row.session,
             row.work_id,

@@ -27,9 +27,9 @@ pub struct UsageArgs {
 pub async fn run(data_dir: &DataDir, args: &UsageArgs) -> anyhow::Result<ExitCode> {
     let Some(store) = data_dir.open_existing_store().await? else {
         if args.json {
-            println!("[]");
+            outln!("[]");
         } else {
-            println!("{}", data_dir.no_data_yet());
+            outln!("{}", data_dir.no_data_yet());
         }
         return Ok(ExitCode::SUCCESS);
     };
@@ -39,11 +39,11 @@ pub async fn run(data_dir: &DataDir, args: &UsageArgs) -> anyhow::Result<ExitCod
         None => store.list(limit).await?,
     };
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&records)?);
+        outln!("{}", serde_json::to_string_pretty(&records)?);
         return Ok(ExitCode::SUCCESS);
     }
     if records.is_empty() {
-        println!("no usage recorded");
+        outln!("no usage recorded");
         return Ok(ExitCode::SUCCESS);
     }
     // Per kind: an estimate is never added to a measured kind's total.
@@ -52,7 +52,7 @@ pub async fn run(data_dir: &DataDir, args: &UsageArgs) -> anyhow::Result<ExitCod
         *totals.entry(record.kind.as_str()).or_default() += record.seconds;
     }
     for record in &records {
-        println!(
+        outln!(
             "{}  {}  {} {}  session {}  {} s  ({} → {}{})",
             record.kind.as_str(),
             record.provider,
@@ -73,6 +73,6 @@ pub async fn run(data_dir: &DataDir, args: &UsageArgs) -> anyhow::Result<ExitCod
         .iter()
         .map(|(kind, seconds)| format!("{kind} {seconds} s"))
         .collect();
-    println!("{} records: {}", records.len(), totals.join(", "));
+    outln!("{} records: {}", records.len(), totals.join(", "));
     Ok(ExitCode::SUCCESS)
 }

@@ -43,9 +43,9 @@ pub async fn run(data_dir: &DataDir, args: &VaultArgs) -> anyhow::Result<ExitCod
         VaultCommand::Names { json } => {
             let Some(store) = data_dir.open_existing_store().await? else {
                 if *json {
-                    println!("[]");
+                    outln!("[]");
                 } else {
-                    eprintln!("omabox vault: {}", data_dir.no_data_yet());
+                    errln!("omabox vault: {}", data_dir.no_data_yet());
                 }
                 return Ok(ExitCode::SUCCESS);
             };
@@ -53,7 +53,7 @@ pub async fn run(data_dir: &DataDir, args: &VaultArgs) -> anyhow::Result<ExitCod
         }
         VaultCommand::Delete { name } => {
             let Some(store) = data_dir.open_existing_store().await? else {
-                eprintln!(
+                errln!(
                     "omabox vault: {}; {name} is not stored",
                     data_dir.no_data_yet()
                 );
@@ -78,21 +78,21 @@ pub async fn run(data_dir: &DataDir, args: &VaultArgs) -> anyhow::Result<ExitCod
                 );
             }
             store.put(name, SecretString::new(value)).await?;
-            eprintln!("omabox vault: stored {name}");
+            errln!("omabox vault: stored {name}");
         }
         VaultCommand::Names { json } => {
             let names = store.names().await?;
             if *json {
-                println!("{}", serde_json::to_string_pretty(&names)?);
+                outln!("{}", serde_json::to_string_pretty(&names)?);
             } else {
                 for name in names {
-                    println!("{name}");
+                    outln!("{name}");
                 }
             }
         }
         VaultCommand::Delete { name } => {
             store.delete(name).await?;
-            eprintln!("omabox vault: deleted {name}");
+            errln!("omabox vault: deleted {name}");
         }
     }
     Ok(ExitCode::SUCCESS)

@@ -79,7 +79,7 @@ async fn run_export(data_dir: &DataDir, args: &ExportArgs) -> anyhow::Result<Exi
                 args.dir.display()
             )
         })?;
-    println!(
+    outln!(
         "exported revision {} of session {} into {}: {}, {} ({})",
         publication.revision,
         args.session,

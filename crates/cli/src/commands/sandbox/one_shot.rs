@@ -42,9 +42,9 @@ const READY_TIMEOUT: Duration = Duration::from_secs(10);
 fn report_out_of_memory(args: &RunArgs, code: u8, oom: omabox_sandbox::OutOfMemory) {
     let program = crate::terminal_safe::one_line(args.command.first().map_or("", String::as_str));
     if code == 128 + libc::SIGKILL as u8 {
-        eprintln!("omabox: {program}: {oom}");
+        errln!("omabox: {program}: {oom}");
     } else {
-        eprintln!("omabox: a process in the sandbox was {oom}");
+        errln!("omabox: a process in the sandbox was {oom}");
     }
 }
 
@@ -394,7 +394,7 @@ impl Relay {
                     self.exited(shell_exit_code(None, Some(signal_name(n).unwrap_or("?"))))
                 }
                 OneShotEvent::NotStarted(message) => {
-                    eprintln!("omabox: cannot run {:?}: {message}", self.program);
+                    errln!("omabox: cannot run {:?}: {message}", self.program);
                     self.exited(Some(EXIT_NOT_STARTED));
                 }
                 OneShotEvent::Interrupted => self.exited(Some(128 + libc::SIGINT as u8)),
