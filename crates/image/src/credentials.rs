@@ -102,9 +102,36 @@ impl DockerConfig {
     }
 }
 
+/// The most of a docker config file that is read (docker's own are a few KiB).
+const MAX_DOCKER_CONFIG: u64 = 4 << 20;
+
+/// A docker config file's bytes: a regular file (never a FIFO or device that would block
+/// or stream forever) of at most [`MAX_DOCKER_CONFIG`] bytes.
+fn read_config(path: &Path) -> std::io::Result<Vec<u8>> {
+    use std::io::Read as _;
+    use std::os::unix::fs::OpenOptionsExt as _;
+    // Non-blocking: opening a FIFO for reading would otherwise wait for a writer.
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(path)?;
+    if !file.metadata()?.is_file() {
+        return Err(std::io::Error::other("not a regular file"));
+    }
+    let mut text = Vec::new();
+    file.take(MAX_DOCKER_CONFIG + 1).read_to_end(&mut text)?;
+    if text.len() as u64 > MAX_DOCKER_CONFIG {
+        return Err(std::io::Error::other(format!(
+            "larger than {} MiB",
+            MAX_DOCKER_CONFIG >> 20
+        )));
+    }
+    Ok(text)
+}
+
 impl CredentialSource for DockerConfig {
     fn credential(&self, registry: &str) -> Result<Option<RegistryCredential>, String> {
-        let text = match std::fs::read(&self.path) {
+        let text = match read_config(&self.path) {
             Ok(text) => text,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
             Err(e) => return Err(format!("cannot read {}: {e}", self.path.display())),
@@ -234,6 +261,29 @@ mod tests {
         assert!(config.credential("other:5000").unwrap().is_none());
         std::fs::write(&path, r#"{"auths":{"h":{"auth":"!!"}}}"#).unwrap();
         assert!(config.credential("h").is_err());
+    }
+
+    #[test]
+    fn a_docker_config_that_is_huge_or_no_regular_file_is_refused_not_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("config.json");
+        let file = std::fs::File::create(&path).unwrap();
+        file.set_len(MAX_DOCKER_CONFIG + 1).unwrap();
+        let error = DockerConfig::at(&path).credential("h").unwrap_err();
+        assert!(error.contains("larger than 4 MiB"), "{error}");
+        // A FIFO would block the pull forever on read.
+        std::fs::remove_file(&path).unwrap();
+        nix_mkfifo(&path);
+        let error = DockerConfig::at(&path).credential("h").unwrap_err();
+        assert!(error.contains("not a regular file"), "{error}");
+    }
+
+    fn nix_mkfifo(path: &Path) {
+        let status = std::process::Command::new("mkfifo")
+            .arg(path)
+            .status()
+            .unwrap();
+        assert!(status.success());
     }
 
     #[test]
