@@ -403,6 +403,29 @@ fn a_harness_killed_by_the_memory_limit_is_named() {
     setup.assert_no_sandbox_left();
 }
 
+/// The same on the supervised lane: a supervisor the memory limit killed mid-run fails
+/// the run naming the kill and the limit, not only "closed".
+#[test]
+fn a_supervisor_killed_by_the_memory_limit_is_named() {
+    let Some(setup) = linux() else { return };
+    let supervisor = r#"read start
+printf '{"type":"ready","protocol":"openma-harness-supervisor-v1"}\n'
+exec dd if=/dev/zero of=/dev/null bs=256M count=1"#;
+    let output = setup
+        .run_command("sup-oom", &["--supervised"], &["sh", "-c", supervisor])
+        .env("OMABOX_LINUX_MEMORY", "32M")
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(1), "{}", describe(&output));
+    let report = json_of(&output);
+    assert_eq!(report["result"]["type"], "failed", "{report}");
+    assert_eq!(
+        report["result"]["error"]["message"],
+        "Supervisor closed before completion; killed: out of memory (limit 32 MiB)"
+    );
+    setup.assert_no_sandbox_left();
+}
+
 #[test]
 fn kill_9_mid_harness_then_reap_leaves_no_sandbox_and_the_session_continues() {
     let Some(setup) = linux() else { return };

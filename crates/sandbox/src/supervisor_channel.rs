@@ -49,6 +49,9 @@ pub struct JsonLinesSupervisorChannel {
     stdin: tokio::sync::Mutex<Option<SupervisorStdin>>,
     stdout: Mutex<Option<SupervisorOutput>>,
     kill: Mutex<Option<SupervisorKill>>,
+    /// The process's exit, when the transport knows it: read once the event stream ends
+    /// early, to name a memory-limit kill.
+    exited: Mutex<Option<crate::SandboxExitFuture>>,
     closed: AtomicBool,
     open_signal: AbortSignal,
 }
@@ -74,9 +77,20 @@ impl JsonLinesSupervisorChannel {
             stdin: tokio::sync::Mutex::new(Some(stdin)),
             stdout: Mutex::new(Some(stdout)),
             kill: Mutex::new(Some(kill)),
+            exited: Mutex::new(None),
             closed: AtomicBool::new(false),
             open_signal,
         }
+    }
+
+    /// The supervisor process's exit: when its event stream ends before the protocol did and
+    /// the sandbox's memory limit killed it, the stream's last item says so.
+    pub fn with_exit(self, exited: crate::SandboxExitFuture) -> Self {
+        *self
+            .exited
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(exited);
+        self
     }
 
     /// Drains and discards the supervisor's stderr in the background, so a chatty supervisor
@@ -97,7 +111,12 @@ struct EventReader {
     signal: AbortSignal,
     line: Vec<u8>,
     done: bool,
+    /// See [`JsonLinesSupervisorChannel::with_exit`].
+    exited: Option<crate::SandboxExitFuture>,
 }
+
+/// How long an ended event stream waits for the process's exit to name an OOM kill.
+const EXIT_GRACE: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// How reading one line ended.
 enum LineRead {
@@ -136,6 +155,17 @@ async fn read_line_capped(
 }
 
 impl EventReader {
+    /// At an early end of the stream: the error naming the memory-limit kill that ended
+    /// the supervisor, if the process's exit says so within [`EXIT_GRACE`].
+    async fn out_of_memory(&mut self) -> Option<PortError> {
+        let exited = self.exited.take()?;
+        let exit = tokio::time::timeout(EXIT_GRACE, exited).await.ok()?.ok()?;
+        let oom = exit.out_of_memory?;
+        Some(PortError::supervisor_protocol(format!(
+            "Supervisor closed before completion; {oom}"
+        )))
+    }
+
     /// The next validated event, `None` at end of file, or the error that ends the stream.
     async fn next_event(&mut self) -> Option<Result<HarnessSupervisorEvent, PortError>> {
         while !self.done {
@@ -165,7 +195,7 @@ impl EventReader {
                 // End of file with nothing pending.
                 Ok(LineRead::Line(false)) => {
                     self.done = true;
-                    return None;
+                    return self.out_of_memory().await.map(Err);
                 }
                 // A terminated line, or the unterminated last record at end of file.
                 Ok(LineRead::Line(true)) => String::from_utf8_lossy(&self.line).trim().to_owned(),
@@ -214,6 +244,11 @@ impl HarnessSupervisorChannel for JsonLinesSupervisorChannel {
             signal,
             line: Vec::new(),
             done: false,
+            exited: self
+                .exited
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .take(),
         };
         Ok(Box::pin(futures::stream::unfold(
             reader,

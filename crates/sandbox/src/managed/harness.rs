@@ -333,6 +333,7 @@ impl HarnessSupervisorTransportPort for SandboxSupervisorTransport {
         }
         let control = process.control();
         let exited = process.exited();
+        let exit_report = process.exited();
         let SandboxDuplexProcess {
             stdin,
             stdout,
@@ -349,12 +350,10 @@ impl HarnessSupervisorTransportPort for SandboxSupervisorTransport {
             }
             .boxed()
         });
-        Ok(Box::new(JsonLinesSupervisorChannel::new(
-            stdin,
-            stdout,
-            kill,
-            input.signal,
-        )))
+        Ok(Box::new(
+            JsonLinesSupervisorChannel::new(stdin, stdout, kill, input.signal)
+                .with_exit(exit_report),
+        ))
     }
 }
 
