@@ -7,6 +7,9 @@
 //! `session/update` notifications become [`AcpEvent`]s (replayed history during
 //! `session/load` is dropped: the log is this turn's); `session/request_permission` is
 //! answered by the [`PermissionPolicy`] at once, inside the dispatch loop.
+//!
+//! The client is the `agent-client-protocol` crate (5.x, `Client.v1()`), whose futures are
+//! `Send`: the turn runs on the caller's tokio runtime, no `LocalSet`.
 
 use crate::events::{AcpEvent, EventEmitter, MAX_PLAN_ENTRIES, PlanEntry, cap_text};
 use agent_client_protocol::schema::ProtocolVersion;

@@ -18,6 +18,9 @@
 //! changes: every block is freed by the allocator that made it. A process whose command line
 //! cannot be read takes mimalloc. A forked child (the one-shot sandbox's PID 1) inherits its
 //! parent's choice with its memory.
+//!
+//! This is the `omabox` binary's only: `omabox-sandbox-init` (the linux sandbox's PID 1, its
+//! own binary with no `#[global_allocator]`) keeps musl's.
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicU8, Ordering};

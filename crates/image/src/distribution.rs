@@ -1,7 +1,8 @@
 //! A small client of the OCI distribution protocol (pull only): `GET` of manifests and
 //! blobs of one repository, bearer-token and basic auth, redirects followed one hop at a
-//! time under [`crate::net_policy`], every body read in chunks under a size cap and the
-//! stall rule, every error naming its cause.
+//! time under [`crate::net_policy`], every body read in chunks under a size cap (the
+//! caller's for manifests and the config, 4 MiB in `registry.rs`; 1 MiB of a token response;
+//! 64 KiB of an error body) and the stall rule, every error naming its cause.
 //!
 //! Must never: follow a redirect or fetch a token realm the policy refused; send a
 //! credential (the password, the token) anywhere but the registry's own origin and an

@@ -2,6 +2,11 @@
 //! caller (the CLI's timeline and report) can name it: a damaged revision never stops a
 //! session silently (see `restore`'s `tolerate_lost`).
 //!
+//! `materialize` restores what it can of a damaged revision: a file whose blob is missing or
+//! does not match its hash (and every hard link to it) is left out, and a lost manifest
+//! starts `/workspace` empty; each loss is named here (`omabox.workspace.lost.v1`).
+//! `export_candidate` stays strict: it fails on the first loss.
+//!
 //! Must never: carry anything but paths, blob ids and fixed problem texts (binding metadata
 //! reaches the backend), or grow without bound (at most [`LOST_LISTED`] entries, then a count).
 
