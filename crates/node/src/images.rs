@@ -16,8 +16,7 @@ use std::sync::Arc;
 /// The image cache this node uses: the `image_cache` setting (`OMABOX_LINUX_IMAGE_CACHE`),
 /// else the default; unpacking within `image_max_bytes` and `image_max_entries`.
 pub fn cache(config: &NodeConfig) -> anyhow::Result<ImageCache> {
-    let env = config.factory_env();
-    let limits = UnpackLimits::from_env(|key| env.get(key).map(str::to_owned))?;
+    let limits = UnpackLimits::from_env(|key| config.factory_value(key).map(str::to_owned))?;
     Ok(ImageCache::new(config.image_cache()?).with_limits(limits))
 }
 
@@ -38,9 +37,9 @@ pub fn registry_config(
     })
 }
 
-/// The image roots and layers the sandboxes of the linux runtime dir (`env`'s) read.
-pub fn roots_in_use(env: &SandboxFactoryEnv) -> anyhow::Result<Vec<RootInUse>> {
-    let config = crate::leftovers::linux_runtime_config(env).map_err(anyhow::Error::msg)?;
+/// The image roots and layers the sandboxes of the linux runtime dir (`config`'s) read.
+pub fn roots_in_use(config: &NodeConfig) -> anyhow::Result<Vec<RootInUse>> {
+    let config = crate::leftovers::linux_runtime_config(config).map_err(anyhow::Error::msg)?;
     roots_in_use_in(&config).with_context(|| {
         format!(
             "cannot tell which images the sandboxes in {} use",
@@ -51,8 +50,8 @@ pub fn roots_in_use(env: &SandboxFactoryEnv) -> anyhow::Result<Vec<RootInUse>> {
 
 /// The cache's user source: (sandbox, root) of every sandbox of the linux runtime dir,
 /// read when asked.
-pub fn users_now(env: &SandboxFactoryEnv) -> UserList {
-    roots_in_use(env)
+pub fn users_now(config: &NodeConfig) -> UserList {
+    roots_in_use(config)
         .map(|roots| roots.into_iter().map(|r| (r.sandbox, r.path)).collect())
         .map_err(|e| format!("{e:#}"))
 }

@@ -195,8 +195,8 @@ pub fn run(args: &ImageArgs, config: &NodeConfig) -> anyhow::Result<ExitCode> {
             // Asked under each image's removal lock (a start between its resolution and
             // its record holds that lock; see omabox_image's removal.rs).
             let cache = cache.with_user_source({
-                let env = factory_env.clone();
-                move || omabox_node::images::users_now(&env)
+                let config = config.clone();
+                move || omabox_node::images::users_now(&config)
             });
             let mut removals = Vec::new();
             let mut failed = false;
@@ -237,11 +237,11 @@ pub fn run(args: &ImageArgs, config: &NodeConfig) -> anyhow::Result<ExitCode> {
         }
         ImageCommand::Prune { json } => {
             let cache = cache.with_user_source({
-                let env = factory_env.clone();
-                move || omabox_node::images::users_now(&env)
+                let config = config.clone();
+                move || omabox_node::images::users_now(&config)
             });
             let removed = cache.prune()?;
-            let in_use_paths: Vec<PathBuf> = omabox_node::images::roots_in_use(&factory_env)?
+            let in_use_paths: Vec<PathBuf> = omabox_node::images::roots_in_use(config)?
                 .into_iter()
                 .map(|r| r.path)
                 .collect();
@@ -358,7 +358,7 @@ impl StderrProgress {
         }
     }
 
-    fn clear(&self) {
+    pub(crate) fn clear(&self) {
         for (_, bar) in self
             .active
             .lock()

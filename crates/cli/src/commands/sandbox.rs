@@ -48,8 +48,8 @@ use crate::terminal_safe::ControlFilter;
 use clap::Args;
 use futures::FutureExt;
 use omabox_backend_linux::factory::{
-    IMAGE_ENV, LinuxFactoryError, LinuxSandboxFactory, SANDBOX_IMAGE_ENV, WORKSPACE_TMPFS_ENV,
-    parse_memory_size, parse_millicpus,
+    IMAGE_ENV, LinuxFactoryError, LinuxSandboxConfig, LinuxSandboxFactory, SANDBOX_IMAGE_ENV,
+    SandboxImage, WORKSPACE_TMPFS_ENV, parse_memory_size, parse_millicpus,
 };
 use omabox_backend_linux::image::{ImageCache, ImageSource};
 use omabox_contract::ErrorKind;
@@ -447,7 +447,21 @@ fn prepare(
     }
     // `--workspace` or not decides: the environment does not.
     vars.remove(WORKSPACE_TMPFS_ENV);
-    let workspace = match &args.workspace {
+    let workspace = choose_workspace(args, backend, config)?;
+    if matches!(workspace, Workspace::InSandbox) {
+        vars.insert(WORKSPACE_TMPFS_ENV.into(), "1".into());
+    }
+    Ok((vars.into_iter().collect(), workspace))
+}
+
+/// The sandbox's `/workspace`: `--workspace`'s directory (checked: it exists, apart from
+/// the data dir), else a tmpfs of the linux sandbox's own, else a temporary directory.
+fn choose_workspace(
+    args: &RunArgs,
+    backend: Option<Backend>,
+    config: &NodeConfig,
+) -> Result<Workspace, Failure> {
+    Ok(match &args.workspace {
         Some(dir) => {
             let meta = std::fs::metadata(dir)
                 .map_err(|e| Failure::usage(format!("--workspace {}: {e}", dir.display())))?;
@@ -465,14 +479,43 @@ fn prepare(
                 .map_err(|e| Failure::usage(format!("--workspace {}: {e}", dir.display())))?;
             Workspace::Given(dir)
         }
-        None if backend == Some(Backend::Linux) => {
-            vars.insert(WORKSPACE_TMPFS_ENV.into(), "1".into());
-            Workspace::InSandbox
-        }
+        None if backend == Some(Backend::Linux) => Workspace::InSandbox,
         None => Workspace::temporary_in(&config.tmp_dir())
             .map_err(|e| Failure::omabox(format!("cannot create a temporary workspace: {e}")))?,
-    };
-    Ok((vars.into_iter().collect(), workspace))
+    })
+}
+
+/// The one-shot path's typed config (no env map): the node's settings (the flags are
+/// settings there, `SandboxArgs::flags`), the workspace this command chose, and the image
+/// prepared here — a registry tag resolved and pulled with progress on stderr, a tarball
+/// unpacked — and held from removal while the config lives.
+fn prepare_linux(
+    args: &RunArgs,
+    config: &NodeConfig,
+) -> Result<(LinuxSandboxConfig, Workspace), Failure> {
+    networking(args)?;
+    let factory = LinuxSandboxFactory::new();
+    let mut linux = config
+        .linux_config(&factory)
+        .map_err(|e| linux_failure(&e))?;
+    if let SandboxImage::Pending(pending) = &mut linux.image
+        && let Some(pull) = &mut pending.registry
+    {
+        let data_dir = config
+            .data_dir()
+            .map_err(|e| Failure::omabox(e.to_string()))?;
+        pull.given = omabox_node::registry_credentials::from_vault_blocking(&data_dir, &|line| {
+            eprintln!("{line}")
+        })
+        .map_err(|e| Failure::omabox(format!("registry credentials: {e}")))?;
+    }
+    let progress = super::image::StderrProgress::new();
+    let prepared = factory.prepare_image(&mut linux, &progress);
+    progress.clear();
+    prepared.map_err(|e| linux_failure(&e))?;
+    let workspace = choose_workspace(args, Some(Backend::Linux), config)?;
+    linux.workspace_tmpfs = matches!(workspace, Workspace::InSandbox);
+    Ok((linux, workspace))
 }
 
 /// A registry image (`--image`, `OMABOX_LINUX_IMAGE` or `SANDBOX_IMAGE`) is resolved here,
