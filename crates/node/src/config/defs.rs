@@ -167,6 +167,7 @@ keys!(
     LinuxRuntimeDir,
     LinuxCgroupParent,
     LinuxInit,
+    Path,
     Home,
     XdgDataHome,
     XdgCacheHome,
@@ -356,6 +357,8 @@ pub static SETTINGS: &[Setting] = &[
         .env(&[linux::CGROUP_PARENT_ENV]).group(Linux).factory().default(Value("omabox")),
     row(Key::LinuxInit, "linux_init", "The `omabox-sandbox-init` binary.")
         .env(&[linux::INIT_ENV]).group(Linux).factory().default(Described("next to the running `omabox`, then `PATH`")),
+    row(Key::Path, "path", "Directories searched for `omabox-sandbox-init` when it is not next to `omabox`.")
+        .env(&[linux::PATH_ENV]).kind(Kind::Host).group(Host).factory(),
     row(Key::Home, "home", "The user's home: the data dir's, the image cache's and docker's defaults.")
         .env(&[linux::HOME_ENV]).kind(Kind::Host).group(Host).factory(),
     row(Key::XdgDataHome, "xdg_data_home", "The base of the default data dir.")

@@ -283,6 +283,11 @@ impl LinuxSandboxFactory {
         if let Some(init) = nonempty(INIT_ENV) {
             config.runtime.init_binary = Some(PathBuf::from(init));
         }
+        if let Some(path) = nonempty(PATH_ENV) {
+            config.runtime.init_search_path = std::env::split_paths(path)
+                .filter(|dir| dir.is_absolute())
+                .collect();
+        }
         let image_cache = || match nonempty(IMAGE_CACHE_ENV) {
             Some(dir) if Path::new(dir).is_absolute() => Ok(PathBuf::from(dir)),
             Some(dir) => Err(invalid(IMAGE_CACHE_ENV, dir, "must be an absolute path")),

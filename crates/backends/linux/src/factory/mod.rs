@@ -742,4 +742,61 @@ pub(super) mod tests {
             .unwrap_err();
         assert!(e.to_string().starts_with(IMAGE_ENV), "{e}");
     }
+
+    /// The config's values come from the env handed in, never from the process: the init
+    /// binary's search path is the map's `PATH` (absolute entries), and an image that needs
+    /// a cache without one named (key or factory) is refused, not put in a cache derived
+    /// from this process's `HOME` or `XDG_CACHE_HOME`.
+    #[test]
+    fn runtime_and_cache_come_from_the_env_given_not_the_process() {
+        let f = LinuxSandboxFactory::new();
+        let config = f
+            .config_from_env(&env(&[(PATH_ENV, "/opt/omabox/bin:relative:/usr/bin")]))
+            .unwrap();
+        assert_eq!(
+            config.runtime.init_search_path,
+            [PathBuf::from("/opt/omabox/bin"), PathBuf::from("/usr/bin")]
+        );
+        let config = f.config_from_env(&env(&[])).unwrap();
+        assert!(config.runtime.init_search_path.is_empty());
+
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("oci-layout"), b"{}").unwrap();
+        let image = dir.path().to_str().unwrap();
+        let e = f.config_from_env(&env(&[(IMAGE_ENV, image)])).unwrap_err();
+        assert!(e.to_string().starts_with(IMAGE_CACHE_ENV), "{e}");
+        let config = f
+            .clone()
+            .with_image_cache("/srv/cache")
+            .config_from_env(&env(&[(IMAGE_ENV, image)]))
+            .unwrap();
+        assert_eq!(
+            config.pending_image().unwrap().cache_dir,
+            Path::new("/srv/cache")
+        );
+    }
+
+    /// A create takes prepared configs only: a pending image or layer is refused before
+    /// anything is made (a create never pulls, resolves a tag or builds a layer).
+    #[tokio::test]
+    async fn create_refuses_an_unprepared_config() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("oci-layout"), b"{}").unwrap();
+        let f = LinuxSandboxFactory::new().with_image_cache(dir.path().join("cache"));
+        let config = f
+            .config_from_env(&env(&[(IMAGE_ENV, dir.path().to_str().unwrap())]))
+            .unwrap();
+        assert!(!config.is_prepared());
+        let e = f
+            .create_port_with_config(&ctx(), &config)
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(e, LinuxFactoryError::Unprepared("the image")),
+            "{e}"
+        );
+        assert!(!dir.path().join("cache").exists(), "nothing unpacked");
+        let e = f.prepare_one_shot(&ctx(), &config).unwrap_err();
+        assert!(matches!(e, LinuxFactoryError::Unprepared(_)), "{e}");
+    }
 }
