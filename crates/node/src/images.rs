@@ -10,7 +10,6 @@ use crate::{DataDir, NodeConfig};
 use anyhow::Context as _;
 use omabox_backend_linux::image::{ImageCache, RegistryConfig, UnpackLimits, UserList};
 use omabox_backend_linux::image_use::{RootInUse, roots_in_use as roots_in_use_in};
-use omabox_sandbox::SandboxFactoryEnv;
 use std::sync::Arc;
 
 /// The image cache this node uses: the `image_cache` setting (`OMABOX_LINUX_IMAGE_CACHE`),
@@ -20,15 +19,15 @@ pub fn cache(config: &NodeConfig) -> anyhow::Result<ImageCache> {
     Ok(ImageCache::new(config.image_cache()?).with_limits(limits))
 }
 
-/// Registry settings from `env` (the factory's: insecure registries, allowed hosts,
-/// timeouts, docker's configuration), with the credentials of the vault in `data_dir` first;
-/// `warn` gets a line per vault secret that is not `user:password`. Blocking.
+/// Registry settings from the node's (insecure registries, allowed hosts, timeouts, docker's
+/// configuration), with the credentials of the vault in `data_dir` first; `warn` gets a
+/// line per vault secret that is not `user:password`. Blocking.
 pub fn registry_config(
-    env: &SandboxFactoryEnv,
+    settings: &NodeConfig,
     data_dir: Option<&DataDir>,
     warn: &(dyn Fn(&str) + Sync),
 ) -> anyhow::Result<RegistryConfig> {
-    let config = RegistryConfig::from_env(|key| env.get(key).map(str::to_owned))?;
+    let config = RegistryConfig::from_env(|key| settings.factory_value(key).map(str::to_owned))?;
     Ok(match data_dir {
         Some(dir) => config.with_credentials(Arc::new(
             crate::registry_credentials::from_vault_blocking(dir, warn)?,

@@ -85,7 +85,6 @@ enum ImageCommand {
 /// Runs an image subcommand.
 pub fn run(args: &ImageArgs, config: &NodeConfig) -> anyhow::Result<ExitCode> {
     let cache = omabox_node::images::cache(config)?;
-    let factory_env = config.factory_env();
     match &args.command {
         ImageCommand::Pull { reference, json } => {
             let reference = match parse_reference(reference) {
@@ -95,7 +94,7 @@ pub fn run(args: &ImageArgs, config: &NodeConfig) -> anyhow::Result<ExitCode> {
             let started = Instant::now();
             let data_dir = config.data_dir()?;
             let registry =
-                omabox_node::images::registry_config(&factory_env, Some(&data_dir), &|line| {
+                omabox_node::images::registry_config(config, Some(&data_dir), &|line| {
                     eprintln!("{line}")
                 })?;
             let pulled = pull_with_progress(&cache, &reference, &registry)?;

@@ -7,9 +7,13 @@
 //!                    [--allow-package-managers] -- CMD ARGS...
 //! ```
 //!
-//! The sandbox is made through the `SANDBOX_PROVIDER` map ([`wiring::sandbox_factories`]:
-//! `linux`, and local-subprocess only in test mode), so `--backend` takes the map's names;
-//! the command runs as a duplex process. While it runs:
+//! A linux sandbox is made from the linux backend's typed config (`NodeConfig::linux_config`,
+//! no env map), its image prepared first (a registry tag resolved and pulled with progress
+//! on stderr, a tarball unpacked; held from `image rm` until the start returned): the
+//! one-shot path (`one_shot.rs`) without a network, else the factory's port. Any other
+//! `--backend` name goes through the `SANDBOX_PROVIDER` map ([`wiring::sandbox_factories`]:
+//! local-subprocess only in test mode) with an env map; the command runs as a duplex
+//! process. While it runs:
 //!
 //! - its stdout and stderr are copied byte for byte to ours, as they arrive;
 //! - our stdin is copied to its stdin until EOF (a closed or `/dev/null` stdin is EOF at
@@ -25,11 +29,12 @@
 //! temporary workspace is removed afterwards (a `--workspace` directory is kept).
 //!
 //! Flags `--image`, `--memory`, `--pids` and `--cpus` are the settings `image`,
-//! `linux_memory`, `linux_pids` and `linux_cpus` (`omabox_node::config`), handed to the linux
-//! factory as its own env keys (`OMABOX_LINUX_IMAGE`, `OMABOX_LINUX_MEMORY`,
-//! `OMABOX_LINUX_PIDS`, `OMABOX_LINUX_CPUS`), so the same values can come from the
-//! environment or the configuration file; a flag wins. So are the network flags, as one
-//! Environment `networking` object in `OMABOX_LINUX_NETWORK` (`linux_network`): `--allow-host` and `--allow-package-managers` imply
+//! `linux_memory`, `linux_pids` and `linux_cpus` (`omabox_node::config`), read into the
+//! linux backend's typed config like every other setting (`OMABOX_LINUX_IMAGE`,
+//! `OMABOX_LINUX_MEMORY`, `OMABOX_LINUX_PIDS`, `OMABOX_LINUX_CPUS` name them in errors), so
+//! the same values can come from the environment or the configuration file; a flag wins.
+//! So are the network flags, as one Environment `networking` object (`linux_network`,
+//! `OMABOX_LINUX_NETWORK`): `--allow-host` and `--allow-package-managers` imply
 //! `--network limited`; without any network flag the sandbox has loopback only (`none`,
 //! or what `OMABOX_LINUX_NETWORK` says).
 
@@ -48,13 +53,12 @@ use crate::terminal_safe::ControlFilter;
 use clap::Args;
 use futures::FutureExt;
 use omabox_backend_linux::factory::{
-    IMAGE_ENV, LinuxFactoryError, LinuxSandboxConfig, LinuxSandboxFactory, SANDBOX_IMAGE_ENV,
-    SandboxImage, WORKSPACE_TMPFS_ENV, parse_memory_size, parse_millicpus,
+    LinuxFactoryError, LinuxSandboxConfig, LinuxSandboxFactory, SandboxImage, WORKSPACE_TMPFS_ENV,
+    parse_memory_size, parse_millicpus,
 };
-use omabox_backend_linux::image::{ImageCache, ImageSource};
-use omabox_contract::ErrorKind;
 use omabox_contract::networking::{NetworkPolicy, NetworkingConfig};
 use omabox_contract::signals::shell_exit_code;
+use omabox_contract::{ErrorKind, PortError};
 use omabox_node::NodeConfig;
 use omabox_node::config::{Flags, Key};
 use omabox_node::wiring::{self, Backend};
@@ -286,44 +290,20 @@ async fn run_command(args: RunArgs, config: &NodeConfig) -> ExitCode {
     };
     // `None`: a name only the provider map can judge (OpenMA's names, typos).
     let backend = Backend::from_name(&args.backend);
-    let (env, workspace) = match prepare(&args, backend, config) {
-        Ok(p) => p,
+    let made = match backend {
+        // The typed config, its image prepared here (held until the start returned).
+        Some(Backend::Linux) => match prepare_linux(&args, config) {
+            Ok((linux, workspace)) => create_linux(linux, workspace).await,
+            Err(f) => Err(f),
+        },
+        _ => match prepare(&args, backend, config) {
+            Ok((env, workspace)) => create_from_map(&env, workspace).await,
+            Err(f) => Err(f),
+        },
+    };
+    let (sandbox, workspace) = match made {
+        Ok(made) => made,
         Err(f) => return report(&f),
-    };
-    let ctx = SandboxFactoryContext {
-        session_id: format!("omabox-run-{}", std::process::id()),
-        workdir: workspace.workdir(),
-        memory_root: None,
-        outputs_root: None,
-    };
-    let linux = LinuxSandboxFactory::new();
-    if backend == Some(Backend::Linux)
-        && let Err(e) = linux.check_host(&ctx, &env)
-    {
-        return report(&linux_failure(&e));
-    }
-    let registry = wiring::sandbox_factories(&linux);
-    let factory = match resolve_sandbox_provider(&env, &registry) {
-        Ok(f) => f,
-        Err(e) => return report(&Failure::usage(e.to_string())),
-    };
-    let sandbox = match factory.create(&ctx, &env).await {
-        Ok(s) => s,
-        Err(e) => {
-            // SAFETY: geteuid has no preconditions.
-            let root = unsafe { libc::geteuid() } == 0;
-            let failure = if e.kind() == ErrorKind::InvalidArgument {
-                Failure::usage(e.message())
-            } else if backend == Some(Backend::Linux) && !root {
-                Failure::omabox(format!(
-                    "could not create the sandbox: {}\n{NOT_ROOT_HINT}",
-                    e.message()
-                ))
-            } else {
-                Failure::omabox(format!("could not create the sandbox: {}", e.message()))
-            };
-            return report(&failure);
-        }
     };
 
     let outcome = if signals.pending() {
@@ -353,6 +333,82 @@ async fn run_command(args: RunArgs, config: &NodeConfig) -> ExitCode {
         return report(&Failure::omabox(e));
     }
     code
+}
+
+/// The sandbox of a name the `SANDBOX_PROVIDER` map resolves (local-subprocess in test
+/// mode; other names are refused by the map), made from `env`.
+async fn create_from_map(
+    env: &SandboxFactoryEnv,
+    workspace: Workspace,
+) -> Result<(Arc<dyn SandboxPort>, Workspace), Failure> {
+    let ctx = context(&workspace);
+    let registry = wiring::sandbox_factories(&LinuxSandboxFactory::new());
+    let factory = match resolve_sandbox_provider(env, &registry) {
+        Ok(f) => f,
+        Err(e) => {
+            let _ = workspace.finish();
+            return Err(Failure::usage(e.to_string()));
+        }
+    };
+    match factory.create(&ctx, env).await {
+        Ok(sandbox) => Ok((sandbox, workspace)),
+        Err(e) => {
+            let _ = workspace.finish();
+            Err(create_failure(&e, false))
+        }
+    }
+}
+
+/// A linux sandbox (with a network: the one-shot path has none) from its prepared config.
+async fn create_linux(
+    linux: LinuxSandboxConfig,
+    workspace: Workspace,
+) -> Result<(Arc<dyn SandboxPort>, Workspace), Failure> {
+    let ctx = context(&workspace);
+    let factory = LinuxSandboxFactory::new();
+    let made = match factory.check_host_config(&ctx, &linux) {
+        Ok(()) => factory
+            .create_port_with_config(&ctx, &linux)
+            .await
+            .map_err(|e| create_failure(&PortError::from(e), true)),
+        Err(e) => Err(linux_failure(&e)),
+    };
+    // Started (its roots recorded) or failed: the image may be removed from here on.
+    drop(linux);
+    match made {
+        Ok(port) => Ok((Arc::new(port) as Arc<dyn SandboxPort>, workspace)),
+        Err(f) => {
+            let _ = workspace.finish();
+            Err(f)
+        }
+    }
+}
+
+/// The factory context of this command's sandbox.
+fn context(workspace: &Workspace) -> SandboxFactoryContext {
+    SandboxFactoryContext {
+        session_id: format!("omabox-run-{}", std::process::id()),
+        workdir: workspace.workdir(),
+        memory_root: None,
+        outputs_root: None,
+    }
+}
+
+/// A failed create, said as the user's input (a bad argument) or omabox's failure (with
+/// the root hint for a linux sandbox made without root).
+fn create_failure(e: &PortError, linux: bool) -> Failure {
+    // SAFETY: geteuid has no preconditions.
+    let root = unsafe { libc::geteuid() } == 0;
+    if e.kind() == ErrorKind::InvalidArgument {
+        Failure::usage(e.message())
+    } else if linux && !root {
+        Failure::omabox(format!(
+            "could not create the sandbox: {}\n{NOT_ROOT_HINT}",
+            e.message()
+        ))
+    } else {
+        Failure::omabox(format!("could not create the sandbox: {}", e.message()))
+    }
 }
 
 /// Whether the sandbox gets a network beyond its loopback (from the flags, else from the
@@ -415,7 +471,6 @@ fn prepare(
         Some(Backend::Linux) => {
             networking(args)?;
             vars.insert(SANDBOX_PROVIDER_ENV.into(), "linux".into());
-            pin_registry_image(&mut vars, config)?;
         }
         Some(Backend::Local) => {
             for (flag, given) in [
@@ -516,63 +571,6 @@ fn prepare_linux(
     let workspace = choose_workspace(args, Some(Backend::Linux), config)?;
     linux.workspace_tmpfs = matches!(workspace, Workspace::InSandbox);
     Ok((linux, workspace))
-}
-
-/// A registry image (`--image`, `OMABOX_LINUX_IMAGE` or `SANDBOX_IMAGE`) is resolved here,
-/// once, with progress on stderr, and handed to the factory pinned to the digest it
-/// resolved to (which the cache has then, so the factory does not ask the registry again).
-fn pin_registry_image(
-    vars: &mut BTreeMap<String, String>,
-    settings: &NodeConfig,
-) -> Result<(), Failure> {
-    let nonempty = |key: &str| vars.get(key).is_some_and(|v| !v.trim().is_empty());
-    let key = if nonempty(IMAGE_ENV) {
-        IMAGE_ENV
-    } else if nonempty(SANDBOX_IMAGE_ENV) {
-        SANDBOX_IMAGE_ENV
-    } else {
-        return Ok(());
-    };
-    let value = vars[key].clone();
-    let reference = match ImageSource::parse(&value) {
-        Ok(ImageSource::Registry(r)) => r,
-        // A local path: the factory checks it.
-        Ok(ImageSource::Local(_)) => return Ok(()),
-        Err(e) => return Err(Failure::usage(format!("{key}={value:?} is invalid: {e}"))),
-    };
-    let cache = ImageCache::new(
-        settings
-            .image_cache()
-            .map_err(|e| Failure::usage(e.to_string()))?,
-    );
-    let limits = omabox_backend_linux::image::UnpackLimits::from_env(|k| vars.get(k).cloned())
-        .map_err(|e| Failure::usage(e.to_string()))?;
-    let cache = cache.with_limits(limits);
-    let data_dir = settings
-        .data_dir()
-        .map_err(|e| Failure::omabox(e.to_string()))?;
-    let env: SandboxFactoryEnv = vars.clone().into_iter().collect();
-    let config =
-        omabox_node::images::registry_config(&env, Some(&data_dir), &|line| eprintln!("{line}"))
-            .map_err(|e| Failure::omabox(format!("registry credentials: {e}")))?;
-    let pulled = super::image::pull_with_progress(&cache, &reference, &config).map_err(|e| {
-        let message = format!("cannot use image {value:?}: {e}");
-        if e.is_bad_image() {
-            Failure::usage(message)
-        } else {
-            Failure::omabox(message)
-        }
-    })?;
-    vars.insert(
-        key.to_owned(),
-        format!(
-            "{}/{}@{}",
-            reference.registry(),
-            reference.repository(),
-            pulled.digest
-        ),
-    );
-    Ok(())
 }
 
 /// `--image` as the factory wants it: an existing local path made absolute; anything
