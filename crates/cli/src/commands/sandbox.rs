@@ -45,7 +45,10 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
+mod linux;
 mod one_shot;
+
+use linux::{create_linux, prepare_linux};
 
 use omabox_node::temp_workspace::Workspace;
 
@@ -53,8 +56,7 @@ use crate::terminal_safe::ControlFilter;
 use clap::Args;
 use futures::FutureExt;
 use omabox_backend_linux::factory::{
-    LinuxFactoryError, LinuxSandboxConfig, LinuxSandboxFactory, SandboxImage, WORKSPACE_TMPFS_ENV,
-    parse_memory_size, parse_millicpus,
+    LinuxFactoryError, LinuxSandboxFactory, WORKSPACE_TMPFS_ENV, parse_memory_size, parse_millicpus,
 };
 use omabox_contract::networking::{NetworkPolicy, NetworkingConfig};
 use omabox_contract::signals::shell_exit_code;
@@ -359,31 +361,6 @@ async fn create_from_map(
     }
 }
 
-/// A linux sandbox (with a network: the one-shot path has none) from its prepared config.
-async fn create_linux(
-    linux: LinuxSandboxConfig,
-    workspace: Workspace,
-) -> Result<(Arc<dyn SandboxPort>, Workspace), Failure> {
-    let ctx = context(&workspace);
-    let factory = LinuxSandboxFactory::new();
-    let made = match factory.check_host_config(&ctx, &linux) {
-        Ok(()) => factory
-            .create_port_with_config(&ctx, &linux)
-            .await
-            .map_err(|e| create_failure(&PortError::from(e), true)),
-        Err(e) => Err(linux_failure(&e)),
-    };
-    // Started (its roots recorded) or failed: the image may be removed from here on.
-    drop(linux);
-    match made {
-        Ok(port) => Ok((Arc::new(port) as Arc<dyn SandboxPort>, workspace)),
-        Err(f) => {
-            let _ = workspace.finish();
-            Err(f)
-        }
-    }
-}
-
 /// The factory context of this command's sandbox.
 fn context(workspace: &Workspace) -> SandboxFactoryContext {
     SandboxFactoryContext {
@@ -538,39 +515,6 @@ fn choose_workspace(
         None => Workspace::temporary_in(&config.tmp_dir())
             .map_err(|e| Failure::omabox(format!("cannot create a temporary workspace: {e}")))?,
     })
-}
-
-/// The one-shot path's typed config (no env map): the node's settings (the flags are
-/// settings there, `SandboxArgs::flags`), the workspace this command chose, and the image
-/// prepared here — a registry tag resolved and pulled with progress on stderr, a tarball
-/// unpacked — and held from removal while the config lives.
-fn prepare_linux(
-    args: &RunArgs,
-    config: &NodeConfig,
-) -> Result<(LinuxSandboxConfig, Workspace), Failure> {
-    networking(args)?;
-    let factory = LinuxSandboxFactory::new();
-    let mut linux = config
-        .linux_config(&factory)
-        .map_err(|e| linux_failure(&e))?;
-    if let SandboxImage::Pending(pending) = &mut linux.image
-        && let Some(pull) = &mut pending.registry
-    {
-        let data_dir = config
-            .data_dir()
-            .map_err(|e| Failure::omabox(e.to_string()))?;
-        pull.given = omabox_node::registry_credentials::from_vault_blocking(&data_dir, &|line| {
-            eprintln!("{line}")
-        })
-        .map_err(|e| Failure::omabox(format!("registry credentials: {e}")))?;
-    }
-    let progress = super::image::StderrProgress::new();
-    let prepared = factory.prepare_image(&mut linux, &progress);
-    progress.clear();
-    prepared.map_err(|e| linux_failure(&e))?;
-    let workspace = choose_workspace(args, Some(Backend::Linux), config)?;
-    linux.workspace_tmpfs = matches!(workspace, Workspace::InSandbox);
-    Ok((linux, workspace))
 }
 
 /// `--image` as the factory wants it: an existing local path made absolute; anything

@@ -178,9 +178,9 @@ impl NodeConfig {
 
     /// The linux factory's env map: every factory setting that was given, under the variable
     /// it came from (a flag's or a file's value under the setting's first variable), and the
-    /// image cache the node resolved when none was given (so the factory never derives its
-    /// own from the process environment). The one place the map is built; commands add what
-    /// they decide for one run (`SandboxFactoryEnv::with_var`).
+    /// image cache the node resolved when none was given. Only for what still takes a map
+    /// (the local backend's test mode, the `SANDBOX_PROVIDER` map of `omabox sandbox run`
+    /// for other backend names); omabox's own linux sandboxes use [`Self::linux_config`].
     pub fn factory_env(&self) -> SandboxFactoryEnv {
         let env: SandboxFactoryEnv = SETTINGS
             .iter()

@@ -1,6 +1,6 @@
 //! The image part of the factory's settings: the artifact or registry reference the env
-//! names, checked (never unpacked) by `settings`, and resolved into the image cache by
-//! `create`.
+//! names, checked (never unpacked) by the config parser, and resolved into the image cache by
+//! `prepare_image`.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;

@@ -1,6 +1,16 @@
-//! [`LinuxSandboxFactory`]: the `linux` entry of the `SANDBOX_PROVIDER` map.
+//! [`LinuxSandboxFactory`]: makes linux sandboxes from a typed [`LinuxSandboxConfig`], and is
+//! the `linux` entry of the `SANDBOX_PROVIDER` map.
 //!
-//! It turns a factory context into a [`SandboxPlan`] and starts a [`LinuxSandboxPort`]:
+//! A sandbox is made in three steps: [`LinuxSandboxFactory::prepare_image`] (a registry tag
+//! resolved to its digest, the image pulled or unpacked into the cache, pinned and held from
+//! `image rm|prune`), [`LinuxSandboxFactory::prepare_env_layer`] (the environment layer built
+//! or found), then [`LinuxSandboxFactory::create_port_with_config`], which takes a prepared
+//! config only: a create never pulls, resolves a tag or builds a layer. omabox's node builds
+//! the config from its settings and prepares it before a run claims anything; the managed
+//! provider ([`crate::managed`]) and `omabox sandbox run` take it prepared.
+//!
+//! The config and a factory context become a [`SandboxPlan`] ([`LinuxSandboxConfig::plan`])
+//! and a started [`LinuxSandboxPort`]:
 //!
 //! | context          | sandbox                                        |
 //! |------------------|------------------------------------------------|
@@ -8,16 +18,18 @@
 //! | `outputsRoot`    | writable bind at `/mnt/session/outputs` (created if missing) |
 //! | `memoryRoot`     | ignored: linux sandboxes have no memory mounts yet |
 //!
-//! # Environment keys
+//! # Environment keys (the `SANDBOX_PROVIDER` seam)
 //!
-//! The factory reads only these keys of the env map it is handed (never the process
-//! environment directly), each optional:
+//! A tool sandbox factory is handed a context and an env map (`SandboxFactory::create`):
+//! the seam parses the map once per create ([`LinuxSandboxFactory::config_from_env`], the one
+//! parser) and runs both preparation steps itself, since it has no earlier step. It reads
+//! only these keys (never the process environment), each optional:
 //!
 //! | key | meaning | default |
 //! |-----|---------|---------|
 //! | `OMABOX_LINUX_IMAGE` | absolute path of a local rootfs directory, rootfs tarball (`.tar`, `.tar.gz`) or OCI image layout directory, or a registry reference (`node:22-slim`, `registry:5000/x@sha256:…`); the read-only lower layer of an overlay root (see [`crate::image`]) | the preinstalled rootfs (read-only host `/usr`, `/bin`, `/lib*`, generated `/etc`) |
 //! | `SANDBOX_IMAGE` | OpenMA's name, read when `OMABOX_LINUX_IMAGE` is unset | |
-//! | `OMABOX_LINUX_IMAGE_CACHE` | absolute path of the cache tarballs, OCI layouts and registry images are unpacked into | [`ImageCache::default_dir`]: `/var/lib/omabox/images` as root, else `$XDG_CACHE_HOME/omabox/images` |
+//! | `OMABOX_LINUX_IMAGE_CACHE` | absolute path of the cache tarballs, OCI layouts and registry images are unpacked into | the factory's ([`LinuxSandboxFactory::with_image_cache`]; omabox's node gives its `image_cache` setting); without one, an image that needs a cache is refused |
 //! | `OMABOX_INSECURE_REGISTRIES` | `host[:port][,…]`: registries pulled from over plain HTTP (loopback ones always are) | none |
 //! | `OMABOX_REGISTRY_ALLOWED_HOSTS` | `REGISTRY=HOST[,…]` (`host`, `host:port`, `*.suffix`; `*` for any registry): hosts a registry may send a pull to besides itself, as token realm or blob redirect (see [`crate::image`]'s `net_policy`) | the built-in entries of Docker Hub, ghcr.io, quay.io, gcr.io, mcr.microsoft.com |
 //! | `OMABOX_PULL_TIMEOUT` | seconds a registry pull (requests and downloads) may take in all | 3600 |
@@ -30,7 +42,7 @@
 //! | `OMABOX_LINUX_PIDS` | maximum tasks (processes + threads, the agent included), or `unlimited` | 512 |
 //! | `OMABOX_LINUX_EXEC_TIMEOUT_MS` | default exec timeout in ms | 120000 |
 //! | `OMABOX_LINUX_READONLY_BINDS` | `HOST_DIR:SANDBOX_DIR[,…]`: host directories mounted read-only (nosuid, nodev, idmapped) in the sandbox, e.g. an agent's package cache | none |
-//! | `OMABOX_LINUX_ENV_LAYER` | `{"apt":[…],"dockerfile":"…","files":{ID:{"path","sha256"}}}`: apt packages and dockerfile steps (`RUN`, `ENV`, `WORKDIR`, `COPY` of the listed files) run once per image and content into an environment layer over the image ([`crate::env_layer`]; needs an image, and a network that admits what the build reaches); read by `create_port` | none |
+//! | `OMABOX_LINUX_ENV_LAYER` | `{"apt":[…],"dockerfile":"…","files":{ID:{"path","sha256"}}}`: apt packages and dockerfile steps (`RUN`, `ENV`, `WORKDIR`, `COPY` of the listed files) run once per image and content into an environment layer over the image ([`crate::env_layer`]; needs an image, and a network that admits what the build reaches); built by `prepare_env_layer` | none |
 //! | `OMABOX_LINUX_MEMORY_MOUNT` | `1`: a writable tmpfs at `/mnt/memory` (size and mode as `/tmp`), where Session memory stores are copied in | none |
 //! | `OMABOX_LINUX_WORKSPACE_TMPFS` | `1`: `/workspace` is a tmpfs of the sandbox's own (half the memory limit, charged to it, gone with the sandbox) and the context's workdir is not used — `omabox sandbox run` without `--workspace` | none |
 //! | `OMABOX_LINUX_NETWORK` | what the sandbox reaches besides its loopback: `none`, `limited` (nothing but the gateway), `unrestricted`, or an Environment `networking` JSON object (`{"type":"limited","allowed_hosts":["pypi.org"],"allow_package_managers":true}`); see [`crate::network`] | `none` |
@@ -39,21 +51,23 @@
 //! | `OMABOX_LINUX_RUNTIME_DIR` | absolute parent of the sandboxes' state dirs | `/run/omabox` |
 //! | `OMABOX_LINUX_CGROUP_PARENT` | cgroup directory (below each hierarchy root) holding the sandboxes' cgroups | `omabox` |
 //! | `OMABOX_LINUX_INIT` | path of the `omabox-sandbox-init` binary | next to the running executable, then `PATH` |
+//! | `PATH` | read only to find `omabox-sandbox-init` (its absolute directories) when `OMABOX_LINUX_INIT` is unset and the binary is not next to the running executable | none searched |
 //!
 //! A directory image is used in place. A tarball, an OCI layout or a registry image is
 //! unpacked once into the content-addressed image cache (layout, pull and unpacking
-//! defences in [`crate::image`]) by `create_port`, never by
-//! [`LinuxSandboxFactory::settings`]. A registry reference is resolved at every create
-//! (a tag once per acquire: a moved tag gives the next sandbox the new image; a pinned
-//! `@sha256:` in the cache needs no registry), and the digest it resolved to is
-//! returned with the port ([`LinuxSandboxFactory::create_port_with_image`]) for the
-//! lease. Whatever the artifact,
+//! defences in [`crate::image`]) by `prepare_image`, never by the parser. A registry
+//! reference is resolved when the config is prepared (a tag once per seam create, once per
+//! run for omabox's own: every acquire of the run gets the same pinned image; a pinned
+//! `@sha256:` in the cache needs no registry), and the digest goes into the lease
+//! ([`LinuxSandboxConfig::lease_image`]). Whatever the artifact,
 //! the sandbox's PID 1 (`omabox-sandbox-init`) comes from the host, so an image needs no
 //! omabox binary; it must hold the harness the readiness probe runs.
 //!
 //! # What it must never do
 //!
 //! - Read a key that is not in the table above, or print an env value of another key.
+//! - Read the process environment: every value comes in the config.
+//! - Pull, resolve a tag or build a layer inside a create of a prepared config.
 //! - Leave a sandbox behind when `create` fails.
 
 use std::path::{Path, PathBuf};
