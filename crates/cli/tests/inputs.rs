@@ -3,6 +3,10 @@
 //! run claims its fence judged before it — so a bad input leaves no fence, lease, token or
 //! usage row, and no half-run timeline.
 
+// Shared with the other CLI tests; this one needs only part of it.
+#[allow(dead_code)]
+mod common;
+
 use std::io::Write as _;
 use std::os::unix::process::CommandExt as _;
 use std::path::{Path, PathBuf};
@@ -360,4 +364,121 @@ fn a_closed_stdin_is_no_secret() {
         stderr(&output)
     );
     let _ = std::io::stdout().flush();
+}
+
+/// A root filesystem of the host's static busybox as `/bin/sh`, with an image's mount
+/// targets.
+fn busybox_rootfs(dir: &Path) {
+    std::fs::create_dir_all(dir.join("bin")).unwrap();
+    std::fs::copy("/bin/busybox", dir.join("bin/busybox")).unwrap();
+    std::os::unix::fs::symlink("busybox", dir.join("bin/sh")).unwrap();
+    for target in [
+        "etc",
+        "proc",
+        "dev",
+        "tmp",
+        "workspace",
+        "mnt/session/outputs",
+    ] {
+        std::fs::create_dir_all(dir.join(target)).unwrap();
+    }
+}
+
+/// A run's image and environment layer are prepared before it claims its fence: an image
+/// that cannot be unpacked, or a dockerfile whose `RUN` fails, is reported with no fence,
+/// lease, token or usage row made (an acquire only starts a sandbox from what was
+/// prepared).
+#[test]
+fn a_bad_image_or_a_failing_layer_build_is_reported_before_a_fence_is_claimed() {
+    if !common::linux_available() {
+        return;
+    }
+    // `ldd` refuses a static executable ("not a dynamic executable").
+    let static_busybox = Path::new("/bin/busybox").is_file()
+        && Command::new("ldd")
+            .arg("/bin/busybox")
+            .output()
+            .is_ok_and(|o| !o.status.success());
+    if !omabox_test_support::require_capability(
+        (!static_busybox).then(|| "a static /bin/busybox is missing (busybox-static)".to_owned()),
+    ) {
+        return;
+    }
+    let dirs = common::TestDirs::new("inputs");
+    let data = dirs.data.path();
+    let cache = data.join("images");
+    let run = |image: &Path, environment: Option<&Path>| {
+        let mut command = dirs.command(&["run", "--json", "--backend", "linux", "--session", "s"]);
+        if let Some(file) = environment {
+            command.arg("--environment").arg(file);
+        }
+        command
+            .args(["--", "true"])
+            .env("SANDBOX_IMAGE", image)
+            .env("OMABOX_LINUX_IMAGE_CACHE", &cache)
+            .env_remove("OMABOX_LINUX_NETWORK")
+            .env_remove("OMABOX_INFERENCE_GATEWAY")
+            .output()
+            .unwrap()
+    };
+    let nothing_claimed = |what: &str, output: &Output| {
+        assert!(
+            !output.status.success(),
+            "{what}: {}",
+            common::describe(output)
+        );
+        assert!(
+            output.stdout.is_empty(),
+            "{what}: a report: {}",
+            common::describe(output)
+        );
+        for (table, count) in claims(data) {
+            assert_eq!(
+                count,
+                0,
+                "{what} left a {table} row: {}",
+                common::describe(output)
+            );
+        }
+    };
+
+    // A tarball cut short: its header is a tar's, its content ends early.
+    let tree = dirs.runtime_dir.path().join("tree");
+    std::fs::create_dir_all(&tree).unwrap();
+    std::fs::write(tree.join("big"), vec![7u8; 1 << 20]).unwrap();
+    let tarball = data.join("cut.tar");
+    let made = Command::new("tar")
+        .arg("-cf")
+        .arg(&tarball)
+        .arg("-C")
+        .arg(&tree)
+        .arg("big")
+        .status()
+        .unwrap();
+    assert!(made.success());
+    std::fs::File::options()
+        .write(true)
+        .open(&tarball)
+        .unwrap()
+        .set_len(4096)
+        .unwrap();
+    let output = run(&tarball, None);
+    assert!(
+        stderr(&output).contains("cannot use image"),
+        "{}",
+        stderr(&output)
+    );
+    nothing_claimed("a truncated tarball", &output);
+
+    // A dockerfile whose RUN fails, over a good image.
+    let rootfs = data.join("rootfs");
+    busybox_rootfs(&rootfs);
+    let environment = data.join("env.json");
+    std::fs::write(
+        &environment,
+        r#"{"config":{"type":"cloud","networking":{"type":"none"},"dockerfile":"RUN echo building && exit 7"}}"#,
+    )
+    .unwrap();
+    let output = run(&rootfs, Some(&environment));
+    nothing_claimed("a failing dockerfile RUN", &output);
 }

@@ -302,15 +302,15 @@ fn apt_packages_and_dockerfile_steps_are_built_once_into_an_environment_layer() 
         assert!(stderr.contains("apt-ok"), "{stderr}");
     }
 
-    // A package apt does not know fails the run with apt's error; the harness never runs
+    // A package apt does not know fails the run with apt's error, before the run claims
+    // anything (the layer is built before the fence: no report); the harness never runs
     // and no layer (nor a partial one) is kept.
     let missing = r#"{"networking":{"type":"limited","allow_package_managers":true},
         "packages":{"apt":["omabox-no-such-package"]}}"#;
     let (report, output) = setup.run_on(Some(&rootfs), "apt-bad", missing, "echo harness-ran");
     assert_eq!(output.status.code(), Some(1), "{}", describe(&output));
-    let message = report["result"]["error"]["message"]
-        .as_str()
-        .unwrap_or_default();
+    assert_eq!(report, Value::Null, "{}", describe(&output));
+    let message = String::from_utf8_lossy(&output.stderr);
     assert!(
         message.contains("environment layer: build_failed exit=100")
             && message.contains("Unable to locate package omabox-no-such-package"),

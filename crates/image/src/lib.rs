@@ -450,20 +450,6 @@ impl ImageCache {
         self
     }
 
-    /// The default cache directory of this process: [`Self::default_dir_for`] with its
-    /// effective uid and its `XDG_CACHE_HOME`, `HOME` and temp dir. The one read of the
-    /// process environment in this crate (besides the test hook `fault`), for a caller that
-    /// was handed no cache directory (omabox's node always hands one: `image_cache`).
-    pub fn default_dir() -> PathBuf {
-        let root = rustix::process::geteuid().is_root();
-        Self::default_dir_for(
-            root,
-            std::env::var_os("XDG_CACHE_HOME").as_deref(),
-            std::env::var_os("HOME").as_deref(),
-            &std::env::temp_dir(),
-        )
-    }
-
     /// The default cache directory: `/var/lib/omabox/images` for `root`, otherwise
     /// `<xdg_cache_home>/omabox/images` (an absolute one), else `<home>/.cache/omabox/images`,
     /// else `<tmp>/omabox/images`.

@@ -17,8 +17,12 @@ pub struct RuntimeConfig {
     /// Cgroup directory (below each hierarchy's root) holding one directory per sandbox.
     pub cgroup_parent: String,
     /// The setup-stage binary; `None`: next to the current executable (or one level
-    /// up, for test binaries in `deps/`), then on `PATH`.
+    /// up, for test binaries in `deps/`), then in [`Self::init_search_path`].
     pub init_binary: Option<PathBuf>,
+    /// Directories searched for the setup-stage binary after the executable's own, in
+    /// order (the caller's `PATH`, as its settings have it; this crate reads no process
+    /// environment). Empty: none.
+    pub init_search_path: Vec<PathBuf>,
     /// How long the setup stage may take before the start is abandoned.
     pub ready_timeout: Duration,
     /// How long teardown waits for the sandbox's processes and cgroup to go.
@@ -31,6 +35,7 @@ impl Default for RuntimeConfig {
             runtime_dir: PathBuf::from("/run/omabox"),
             cgroup_parent: "omabox".into(),
             init_binary: None,
+            init_search_path: Vec::new(),
             ready_timeout: Duration::from_secs(10),
             destroy_timeout: Duration::from_secs(10),
         }

@@ -119,7 +119,7 @@ impl LinuxRuntime {
         let caps = LinuxCapabilities::probe()?;
         prepare_runtime_dir(&config, &caps)?;
         let init_binary = Some(
-            spawn::locate_init(config.init_binary.as_deref())
+            spawn::locate_init(config.init_binary.as_deref(), &config.init_search_path)
                 .map_err(StartError::InitBinaryMissing)?,
         );
         let boot_id = sys::boot_id().map_err(host("read boot id"))?;

@@ -245,9 +245,10 @@ pub(crate) fn fd_arg(fd: &OwnedFd) -> CString {
 }
 
 /// The `omabox-sandbox-init` binary to exec: `explicit` (the `OMABOX_LINUX_INIT` setting),
-/// else next to this executable, one directory up, or on `PATH`. `Err`: the paths tried
-/// (for [`StartError::InitBinaryMissing`](crate::StartError::InitBinaryMissing)).
-pub(crate) fn locate_init(explicit: Option<&Path>) -> Result<PathBuf, String> {
+/// else next to this executable, one directory up, or in a directory of `search` (the
+/// caller's `PATH`). `Err`: the paths tried (for
+/// [`StartError::InitBinaryMissing`](crate::StartError::InitBinaryMissing)).
+pub(crate) fn locate_init(explicit: Option<&Path>, search: &[PathBuf]) -> Result<PathBuf, String> {
     let mut tried = Vec::new();
     let mut candidates = Vec::new();
     if let Some(p) = explicit {
@@ -261,9 +262,7 @@ pub(crate) fn locate_init(explicit: Option<&Path>) -> Result<PathBuf, String> {
                 candidates.push(up.join(INIT_BINARY));
             }
         }
-        if let Some(path) = std::env::var_os("PATH") {
-            candidates.extend(std::env::split_paths(&path).map(|d| d.join(INIT_BINARY)));
-        }
+        candidates.extend(search.iter().map(|d| d.join(INIT_BINARY)));
     }
     for c in candidates {
         if c.is_file() {
@@ -280,7 +279,8 @@ mod tests {
 
     #[test]
     fn a_missing_init_binary_names_the_setting() {
-        let tried = locate_init(Some(Path::new("/nonexistent/omabox-sandbox-init"))).unwrap_err();
+        let tried =
+            locate_init(Some(Path::new("/nonexistent/omabox-sandbox-init")), &[]).unwrap_err();
         let text = crate::StartError::InitBinaryMissing(tried).to_string();
         assert!(text.contains("OMABOX_LINUX_INIT"), "{text}");
         assert!(text.contains("/nonexistent/omabox-sandbox-init"), "{text}");

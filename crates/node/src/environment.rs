@@ -1,10 +1,11 @@
 //! What a linux sandbox of `omabox run` may reach: `--environment FILE` (an Environment's
-//! `config`) and the inference gateway, turned into the linux factory's env keys.
+//! `config`) and the inference gateway, turned into the linux backend's typed settings
+//! (`LinuxSandboxConfig`).
 //!
-//! | source | factory key | default |
-//! |--------|-------------|---------|
-//! | `--environment FILE`'s `networking` | `OMABOX_LINUX_NETWORK` | the operator's `OMABOX_LINUX_NETWORK`, else `limited` with nothing allowed (the gateway only) |
-//! | `--inference-gateway URL` | `OMABOX_LINUX_GATEWAY` (`[NAME=]IP:PORT`) | none |
+//! | source | setting | default |
+//! |--------|---------|---------|
+//! | `--environment FILE`'s `networking` | `network` | the operator's `OMABOX_LINUX_NETWORK`, else `limited` with nothing allowed (the gateway only) |
+//! | `--inference-gateway URL` | `gateway` (address, and the URL's host name) | none |
 //!
 //! The file holds either the Environment object (`{"config": {...}}`) or its `config`
 //! (`{"type": "cloud", "networking": {...}, "packages": {"type": "packages", ...}}`), as the
@@ -14,7 +15,7 @@
 //! the package managers through, e.g. `allow_package_managers`); `packages.apt` and
 //! `dockerfile` (the subset `RUN`, `ENV`, `WORKDIR`: `omabox_sandbox::dockerfile`, checked
 //! here so a bad one fails before anything starts) become the image's environment layer
-//! (`OMABOX_LINUX_ENV_LAYER`), built once per image and content.
+//! (a `LayerSpec`), built once per image and content before the run claims anything.
 //!
 //! The gateway URL as the sandbox sees it: a URL naming a host keeps its name (the
 //! sandbox's DNS answers it with its own loopback, where the gateway listener is, so TLS
@@ -26,7 +27,10 @@ use std::path::Path;
 
 use crate::DataDir;
 use anyhow::Context as _;
-use omabox_backend_linux::factory::{GATEWAY_ENV, NETWORK_ENV};
+use std::collections::BTreeMap;
+
+use omabox_backend_linux::env_layer::{CopyFile, LayerSpec};
+use omabox_backend_linux::factory::GatewaySetting;
 use omabox_contract::networking::{NetworkPolicy, NetworkingConfig};
 use omabox_sandbox::packages::EnvironmentPackages;
 use serde::Deserialize;
@@ -51,10 +55,10 @@ pub struct EnvironmentConfig {
 }
 
 impl EnvironmentConfig {
-    /// The linux factory's [`omabox_backend_linux::factory::ENV_LAYER_ENV`] value: the
-    /// apt packages, the dockerfile and the files of `data_dir`'s file store its `COPY`
-    /// steps take (path and SHA-256 each; `None` when there is neither apt nor dockerfile).
-    pub fn env_layer(&self, data_dir: &DataDir) -> anyhow::Result<Option<String>> {
+    /// The environment layer of the linux sandboxes: the apt packages, the dockerfile and
+    /// the files of `data_dir`'s file store its `COPY` steps take (path and SHA-256 each;
+    /// `None` when there is neither apt nor dockerfile).
+    pub fn env_layer(&self, data_dir: &DataDir) -> anyhow::Result<Option<LayerSpec>> {
         let apt = self
             .packages
             .as_ref()
@@ -70,7 +74,7 @@ impl EnvironmentConfig {
                 .copied_files(),
             None => Vec::new(),
         };
-        let mut files = serde_json::Map::new();
+        let mut files = BTreeMap::new();
         if !copied.is_empty() {
             let store = omabox_proxy::promoted::PromotedStore::open(data_dir.root())
                 .context("cannot open the file store")?;
@@ -83,12 +87,12 @@ impl EnvironmentConfig {
                     })?;
                 let bytes = std::fs::read(&path).with_context(|| format!("COPY {id}"))?;
                 let sha256 = hex::encode(sha2::Sha256::digest(&bytes));
-                files.insert(id, serde_json::json!({"path": path, "sha256": sha256}));
+                files.insert(id, CopyFile { path, sha256 });
             }
         }
-        Ok(Some(
-            serde_json::json!({"apt": apt, "dockerfile": dockerfile, "files": files}).to_string(),
-        ))
+        LayerSpec::new(apt, dockerfile, files).map_err(|reason| {
+            anyhow::anyhow!("--environment packages.apt and dockerfile: {reason}")
+        })
     }
 
     /// Reads `path`: an Environment object or its `config`.
@@ -146,8 +150,8 @@ fn json_kind(value: &serde_json::Value) -> &'static str {
 /// The gateway as the host reaches it and as the sandbox does.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct GatewayRoute {
-    /// `OMABOX_LINUX_GATEWAY`'s value.
-    pub factory_value: String,
+    /// Where the host reaches the gateway, and the name the sandbox knows it by.
+    pub gateway: GatewaySetting,
     /// The URL the harness in the sandbox is given.
     pub sandbox_url: String,
 }
@@ -175,37 +179,38 @@ pub async fn gateway_route(url: &str) -> anyhow::Result<GatewayRoute> {
             (addr, Some(name))
         }
     };
-    let factory_value = match &name {
-        Some(name) => format!("{name}={addr}"),
-        None => addr.to_string(),
+    let gateway = GatewaySetting {
+        addr,
+        name: name.clone(),
     };
     if name.is_none() && addr.ip() != IpAddr::V4(Ipv4Addr::LOCALHOST) {
         let _ = parsed.set_ip_host(IpAddr::V4(Ipv4Addr::LOCALHOST));
     }
     Ok(GatewayRoute {
-        factory_value,
+        gateway,
         sandbox_url: parsed.to_string(),
     })
 }
 
-/// The factory keys for a linux run: `environment`'s networking (else the operator's
-/// `OMABOX_LINUX_NETWORK`, else `limited`), and the gateway's route.
-pub fn linux_factory_keys(
+/// The networking of a linux run: `environment`'s (else the operator's
+/// `OMABOX_LINUX_NETWORK`, already in the config: `None`, else `limited` with nothing
+/// allowed, the gateway only).
+pub fn linux_network(
     environment: Option<&EnvironmentConfig>,
     operator_network: Option<&str>,
-    gateway: Option<&GatewayRoute>,
-) -> anyhow::Result<Vec<(String, String)>> {
-    let mut keys = Vec::new();
-    let networking = environment.and_then(|e| e.networking.as_ref());
-    match (networking, operator_network) {
-        (Some(config), _) => keys.push((NETWORK_ENV.to_owned(), serde_json::to_string(config)?)),
-        (None, Some(_)) => {}
-        (None, None) => keys.push((NETWORK_ENV.to_owned(), "limited".to_owned())),
+) -> Option<NetworkingConfig> {
+    match (
+        environment.and_then(|e| e.networking.as_ref()),
+        operator_network,
+    ) {
+        (Some(config), _) => Some(config.clone()),
+        (None, Some(_)) => None,
+        (None, None) => Some(NetworkingConfig::Limited {
+            allowed_hosts: Vec::new(),
+            allow_package_managers: false,
+            allow_mcp_servers: false,
+        }),
     }
-    if let Some(route) = gateway {
-        keys.push((GATEWAY_ENV.to_owned(), route.factory_value.clone()));
-    }
-    Ok(keys)
 }
 
 #[cfg(test)]
@@ -332,40 +337,46 @@ mod tests {
 
     #[tokio::test]
     async fn the_gateway_keeps_its_name_or_moves_to_the_sandbox_loopback() {
+        let addr = |route: &GatewayRoute| route.gateway.addr.to_string();
         let route = gateway_route("http://127.0.0.1:8787/").await.unwrap();
-        assert_eq!(route.factory_value, "127.0.0.1:8787");
+        assert_eq!(
+            (addr(&route), route.gateway.name),
+            ("127.0.0.1:8787".into(), None)
+        );
         assert_eq!(route.sandbox_url, "http://127.0.0.1:8787/");
         let route = gateway_route("http://10.1.2.3:9000/x").await.unwrap();
-        assert_eq!(route.factory_value, "10.1.2.3:9000");
+        assert_eq!(addr(&route), "10.1.2.3:9000");
         assert_eq!(route.sandbox_url, "http://127.0.0.1:9000/x");
         let route = gateway_route("http://[::1]:8787/").await.unwrap();
-        assert_eq!(route.factory_value, "[::1]:8787");
+        assert_eq!(addr(&route), "[::1]:8787");
         assert_eq!(route.sandbox_url, "http://127.0.0.1:8787/");
         let route = gateway_route("http://localhost:8787/").await.unwrap();
-        assert!(route.factory_value.starts_with("localhost="), "{route:?}");
+        assert_eq!(
+            route.gateway.name.as_deref(),
+            Some("localhost"),
+            "{route:?}"
+        );
         assert_eq!(route.sandbox_url, "http://localhost:8787/");
     }
 
     #[test]
     fn a_run_defaults_to_limited_unless_the_operator_or_the_environment_says() {
-        let keys = linux_factory_keys(None, None, None).unwrap();
-        assert_eq!(keys, [(NETWORK_ENV.to_owned(), "limited".to_owned())]);
-        assert!(
-            linux_factory_keys(None, Some("none"), None)
-                .unwrap()
-                .is_empty()
+        assert_eq!(
+            linux_network(None, None),
+            Some(NetworkingConfig::Limited {
+                allowed_hosts: vec![],
+                allow_package_managers: false,
+                allow_mcp_servers: false
+            })
         );
+        assert_eq!(linux_network(None, Some("none")), None);
         let env = EnvironmentConfig {
             networking: Some(NetworkingConfig::Unrestricted),
             ..EnvironmentConfig::default()
         };
-        let keys = linux_factory_keys(Some(&env), Some("none"), None).unwrap();
         assert_eq!(
-            keys,
-            [(
-                NETWORK_ENV.to_owned(),
-                r#"{"type":"unrestricted"}"#.to_owned()
-            )]
+            linux_network(Some(&env), Some("none")),
+            Some(NetworkingConfig::Unrestricted)
         );
     }
 }

@@ -36,7 +36,6 @@ use omabox_backend_linux::managed::LINUX_PROVIDER;
 use omabox_contract::RuntimeLeaseJournalPort;
 use omabox_host::lease_journal::AbandonedLeaseReaper;
 use omabox_persistence::{BlobHash, BlobStore};
-use omabox_sandbox::{SandboxFactoryContext, SandboxFactoryEnv};
 use omabox_store::SqliteStore;
 use serde::Serialize;
 use std::collections::{HashMap, HashSet};
@@ -126,7 +125,6 @@ pub async fn before_run(
 }
 
 fn sweep_blocking(config: &NodeConfig, data_dir: &DataDir, store: &SqliteStore) -> LeftoverReport {
-    let env = config.factory_env();
     let mut report = LeftoverReport::default();
     // Sandboxes a journaled lease names are the lease reaper's: it bills them too.
     let journaled: HashSet<String> = match store.journaled_runtime_ids(LINUX_PROVIDER) {
@@ -136,7 +134,7 @@ fn sweep_blocking(config: &NodeConfig, data_dir: &DataDir, store: &SqliteStore) 
             return report;
         }
     };
-    match linux_runtime_config(&env) {
+    match linux_runtime_config(config) {
         Ok(config) => match reap_leftovers(&config, &|id| journaled.contains(id)) {
             Ok(sandboxes) => report.sandboxes = sandboxes,
             Err(error) if error.kind() == std::io::ErrorKind::PermissionDenied => {
@@ -194,19 +192,13 @@ fn sweep_blocking(config: &NodeConfig, data_dir: &DataDir, store: &SqliteStore) 
     report
 }
 
-/// The linux runtime settings (runtime dir, cgroup parent) the factory's env keys select.
+/// The linux runtime settings (runtime dir, cgroup parent) the node's settings select.
 pub fn linux_runtime_config(
-    env: &SandboxFactoryEnv,
+    config: &NodeConfig,
 ) -> Result<omabox_backend_linux::RuntimeConfig, String> {
-    let context = SandboxFactoryContext {
-        session_id: "reap".into(),
-        workdir: PathBuf::from("/"),
-        memory_root: None,
-        outputs_root: None,
-    };
-    LinuxSandboxFactory::new()
-        .settings(&context, env)
-        .map(|settings| settings.runtime)
+    config
+        .linux_config(&LinuxSandboxFactory::new())
+        .map(|linux| linux.runtime)
         .map_err(|error| format!("linux runtime settings: {error}"))
 }
 

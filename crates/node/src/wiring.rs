@@ -18,7 +18,7 @@
 
 use anyhow::Context as _;
 use omabox_acp::{AcpEventSink, AcpHarnessDriver, AcpTurnOptions};
-use omabox_backend_linux::factory::LinuxSandboxFactory;
+use omabox_backend_linux::factory::{LinuxSandboxConfig, LinuxSandboxFactory};
 use omabox_backend_linux::managed::{
     LINUX_PROVIDER, LinuxManagedProvider, LinuxManagedRuntimeOptions,
 };
@@ -46,7 +46,7 @@ use omabox_sandbox::session_inputs::{
 };
 use omabox_sandbox::{
     LOCAL_SUBPROCESS, SandboxFactoryContext, SandboxFactoryEnv, SandboxFactoryRegistry,
-    SandboxProviderName, is_test_mode,
+    SandboxProviderName,
 };
 use std::path::Path;
 use std::sync::Arc;
@@ -123,8 +123,12 @@ impl Persistence {
 /// What a provider driver is built from.
 #[derive(Clone)]
 pub struct DriverInputs {
-    /// The process environment (backend keys, test mode).
+    /// The local backend's env (test mode).
     pub env: SandboxFactoryEnv,
+    /// Creates linux sandboxes.
+    pub linux_factory: LinuxSandboxFactory,
+    /// What linux sandboxes are made from, prepared (image pinned and held, layer built).
+    pub linux: LinuxSandboxConfig,
     /// `/workspace` persistence (host-directory bindings).
     pub workspace: Arc<dyn WorkspacePersistencePort>,
     /// `/mnt/session/outputs` persistence (host-directory bindings).
@@ -143,8 +147,6 @@ pub struct DriverInputs {
     /// `Environment.config.packages`, installed before the harness lane runs.
     pub packages: Option<omabox_sandbox::packages::EnvironmentPackages>,
     pub memory_stores: Option<Arc<dyn MemoryStoreHost>>,
-    /// Registry credentials from the vault, for linux sandboxes' registry images.
-    pub registry_credentials: omabox_backend_linux::image::StaticCredentials,
 }
 
 /// What the ACP harness is built from.
@@ -175,12 +177,12 @@ impl std::fmt::Debug for DriverInputs {
 /// instead.
 pub fn check_backend(
     backend: Backend,
-    env: &SandboxFactoryEnv,
+    config: &crate::NodeConfig,
     probe_dir: &Path,
 ) -> anyhow::Result<()> {
     match backend {
         Backend::Local => {
-            if !is_test_mode(env) {
+            if !config.is_test_mode() {
                 anyhow::bail!(
                     "the local backend runs commands without any isolation and is available \
                      only in test mode: set OMABOX_TEST_MODE=1 (or NODE_ENV=test)"
@@ -198,13 +200,10 @@ pub fn check_backend(
             let factory = LinuxSandboxFactory::new();
             // A bad setting is the user's input, named as such: no "this machine cannot"
             // and no hint about root.
-            if let Err(
-                error @ omabox_backend_linux::factory::LinuxFactoryError::InvalidEnv { .. },
-            ) = factory.settings(&ctx, env)
-            {
-                anyhow::bail!("{error}");
-            }
-            factory.check_host(&ctx, env).map_err(|error| {
+            let linux = config
+                .linux_config(&factory)
+                .map_err(|error| anyhow::anyhow!("{error}"))?;
+            factory.check_host_config(&ctx, &linux).map_err(|error| {
                 let mut reason = error.to_string();
                 let mut source = std::error::Error::source(&error);
                 while let Some(next) = source {
@@ -229,6 +228,8 @@ pub async fn provider_driver(
 ) -> anyhow::Result<Arc<dyn ManagedRuntimeProviderDriverPort>> {
     let DriverInputs {
         env,
+        linux_factory,
+        linux,
         workspace,
         outputs,
         harness_output,
@@ -238,7 +239,6 @@ pub async fn provider_driver(
         acp,
         packages,
         memory_stores,
-        registry_credentials,
     } = inputs;
     let acp_output = harness_output.clone();
     let with_env = |driver: ProviderManagedRuntimeDriver| {
@@ -286,8 +286,8 @@ pub async fn provider_driver(
         .map(|driver| Arc::new(with_env(driver)) as Arc<dyn ManagedRuntimeProviderDriverPort>),
         Backend::Linux => omabox_backend_linux::managed::managed_runtime_provider_driver(
             LinuxManagedRuntimeOptions {
-                factory: LinuxSandboxFactory::new().with_registry_credentials(registry_credentials),
-                env,
+                factory: linux_factory,
+                config: linux,
                 workspace,
                 outputs,
                 readiness_timeout: None,
@@ -315,7 +315,7 @@ pub fn sandbox_resolver(
     usage: Arc<dyn UsageLedgerPort>,
 ) -> SandboxPortResolver {
     let linux_runtime = ProviderManagedRuntime::new(ProviderManagedRuntimeOptions::new(Arc::new(
-        LinuxManagedProvider::new(LinuxSandboxFactory::new(), env.clone()),
+        LinuxManagedProvider::new(LinuxSandboxFactory::new(), LinuxSandboxConfig::default()),
     )));
     linux_runtime.record_usage_into(usage);
     let linux: Arc<dyn ManagedSandboxPort> = Arc::new(linux_runtime);

@@ -4,7 +4,7 @@
 //! cgroups, the `omabox-sandbox-init` binary built next to the test binaries). Elsewhere
 //! each case prints why it skipped; under `CI=true` a missing capability fails instead.
 
-use omabox_backend_linux::factory::LinuxSandboxFactory;
+use omabox_backend_linux::factory::{LinuxSandboxConfig, LinuxSandboxFactory};
 use omabox_backend_linux::managed::LinuxManagedProvider;
 use omabox_sandbox::managed::ManagedSandboxProvider;
 use omabox_sandbox::{SandboxFactoryContext, SandboxFactoryEnv};
@@ -47,7 +47,7 @@ fn linux_backend() -> Option<BackendUnderTest> {
         provider: Arc::new(|| {
             Ok(Arc::new(LinuxManagedProvider::new(
                 LinuxSandboxFactory::new(),
-                linux_env(),
+                LinuxSandboxConfig::default(),
             )) as Arc<dyn ManagedSandboxProvider>)
         }),
         workspace_dir: "/workspace".into(),

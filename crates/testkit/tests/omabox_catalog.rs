@@ -137,7 +137,7 @@ async fn the_linux_row_matches_the_live_linux_driver() {
     let driver = omabox_backend_linux::managed::create_managed_runtime_provider_driver(
         LinuxManagedRuntimeOptions {
             factory: LinuxSandboxFactory::new(),
-            env: SandboxFactoryEnv::default(),
+            config: Default::default(),
             workspace: Arc::new(FilesystemWorkspacePort::new(data.path()).unwrap()),
             outputs: Arc::new(FilesystemSessionOutputPort::new(data.path()).unwrap()),
             readiness_timeout: None,

@@ -2,9 +2,10 @@
 //! crate's sandboxes (a [`SandboxPlan`] made into Linux namespaces, cgroups, seccomp and
 //! Landlock, with the omabox agent as PID 1) omabox's ports.
 //!
-//! - [`factory`]: the `SandboxFactory` of `SANDBOX_PROVIDER=linux` — its settings from
-//!   the environment, the plan of a sandbox, the [`image`] it resolves (local or pulled,
-//!   re-exported from `omabox-image`) and the [`env_layer`]s it builds over that image;
+//! - [`factory`]: the typed [`factory::LinuxSandboxConfig`] (parsed from an env map only at
+//!   the `SANDBOX_PROVIDER=linux` seam), its preparation steps — the [`image`] resolved,
+//!   pulled and held (re-exported from `omabox-image`), the [`env_layer`] built over it —
+//!   and the `SandboxFactory` that makes a sandbox of a prepared config;
 //! - [`port`]: the `SandboxPort` and its optional capabilities over a running sandbox's
 //!   agent client, with the sandbox's [`network`] (the DNS stub and `omabox-egress`
 //!   relays the host binds in the sandbox's namespace);

@@ -4,11 +4,14 @@
 //! - `create` maps the acquisition into a [`SandboxFactoryContext`]: the workspace
 //!   binding's `hostPath` is the writable bind at `/workspace`, the outputs binding's
 //!   `hostPath` the bind at `/mnt/session/outputs`; everything else (image, limits, runtime
-//!   dir, init binary) comes from the factory's env keys (see [`crate::factory`]).
+//!   dir, init binary) comes from the provider's typed, prepared
+//!   [`LinuxSandboxConfig`]: an acquire never pulls, resolves a tag or builds a layer
+//!   (the caller prepared them before any fence: [`LinuxSandboxFactory::prepare_image`],
+//!   [`LinuxSandboxFactory::prepare_env_layer`]).
 //! - The lease is `{provider: "linux", runtimeId: <sandbox id>, metadata: {
 //!   "omabox.linux.identity.v1": <SandboxIdentity JSON>, "omabox.linux.image.v1":
 //!   {reference, digest}}}`: the pid, start time, boot id, cgroup paths and state dir,
-//!   and the image with the digest this acquire resolved it to; nothing secret. `reap` and `status` work from that alone,
+//!   and the image with the digest it was pinned to when prepared; nothing secret. `reap` and `status` work from that alone,
 //!   so a fresh process can reap a sandbox whose host died.
 //! - `attach` reaches only sandboxes this provider instance started (the agent connection
 //!   belongs to the process that created the sandbox).
@@ -16,7 +19,7 @@
 //! Never: put a handle, token or env value into the lease; destroy a sandbox whose
 //! identity does not match the lease's runtime id.
 
-use crate::factory::LinuxSandboxFactory;
+use crate::factory::{LinuxSandboxConfig, LinuxSandboxFactory};
 use crate::port::LinuxSandboxPort;
 use async_trait::async_trait;
 use omabox_contract::{
@@ -29,7 +32,7 @@ use omabox_sandbox::managed::{
     ManagedSandboxProviderCapabilities, ProvidedSandbox, ProviderManagedRuntimeDriver,
     ProviderManagedRuntimeDriverOptions,
 };
-use omabox_sandbox::{SandboxFactoryContext, SandboxFactoryEnv, SandboxPort, SandboxRuntimeStatus};
+use omabox_sandbox::{SandboxFactoryContext, SandboxPort, SandboxRuntimeStatus};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
@@ -50,17 +53,19 @@ const REAP_TIMEOUT: Duration = Duration::from_secs(10);
 #[derive(Debug)]
 pub struct LinuxManagedProvider {
     factory: LinuxSandboxFactory,
-    env: SandboxFactoryEnv,
+    config: LinuxSandboxConfig,
     live: Mutex<HashMap<String, Arc<LinuxSandboxPort>>>,
 }
 
 impl LinuxManagedProvider {
-    /// A provider creating sandboxes with `factory`, configured by `env` (the factory's
-    /// keys only).
-    pub fn new(factory: LinuxSandboxFactory, env: SandboxFactoryEnv) -> Self {
+    /// A provider creating sandboxes with `factory` as `config` says (prepared: its
+    /// image and layer, if any, are kept by the provider, the image held from removal,
+    /// for as long as it lives). A provider that only reaps and reports needs
+    /// [`LinuxSandboxConfig::default`].
+    pub fn new(factory: LinuxSandboxFactory, config: LinuxSandboxConfig) -> Self {
         Self {
             factory,
-            env,
+            config,
             live: Mutex::new(HashMap::new()),
         }
     }
@@ -129,7 +134,11 @@ impl ManagedSandboxProvider for LinuxManagedProvider {
             memory_root: None,
             outputs_root: acquisition.outputs_host_path.clone(),
         };
-        let (port, image) = self.factory.create_port_with_image(&ctx, &self.env).await?;
+        let port = self
+            .factory
+            .create_port_with_config(&ctx, &self.config)
+            .await?;
+        let image = self.config.lease_image();
         let port = Arc::new(port);
         let identity = serde_json::to_string(port.identity()).map_err(|error| {
             PortError::new(format!("cannot serialize the sandbox identity: {error}"))
@@ -212,10 +221,10 @@ impl ManagedSandboxProvider for LinuxManagedProvider {
 /// Options of the `linux` provider driver.
 #[derive(Clone)]
 pub struct LinuxManagedRuntimeOptions {
-    /// Creates the sandboxes (runtime defaults).
+    /// Creates the sandboxes.
     pub factory: LinuxSandboxFactory,
-    /// The read-only env (the factory's keys: image, limits, runtime dir, init binary).
-    pub env: SandboxFactoryEnv,
+    /// What every sandbox is made from (prepared: image and layer).
+    pub config: LinuxSandboxConfig,
     /// `/workspace` persistence with host-directory (`hostPath`) bindings.
     pub workspace: Arc<dyn WorkspacePersistencePort>,
     /// `/mnt/session/outputs` persistence with host-directory (`hostPath`) bindings.
@@ -252,7 +261,7 @@ impl std::fmt::Debug for LinuxManagedRuntimeOptions {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("LinuxManagedRuntimeOptions")
             .field("factory", &self.factory)
-            .field("env", &self.env)
+            .field("config", &self.config)
             .field("readiness_timeout", &self.readiness_timeout)
             .finish_non_exhaustive()
     }
@@ -262,7 +271,7 @@ impl std::fmt::Debug for LinuxManagedRuntimeOptions {
 pub async fn managed_runtime_provider_driver(
     options: LinuxManagedRuntimeOptions,
 ) -> Result<ProviderManagedRuntimeDriver, PortError> {
-    let provider = Arc::new(LinuxManagedProvider::new(options.factory, options.env));
+    let provider = Arc::new(LinuxManagedProvider::new(options.factory, options.config));
     let driver = ProviderManagedRuntimeDriver::new(ProviderManagedRuntimeDriverOptions {
         provider: Arc::clone(&provider) as _,
         workspace: options.workspace,

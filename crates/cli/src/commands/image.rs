@@ -85,7 +85,6 @@ enum ImageCommand {
 /// Runs an image subcommand.
 pub fn run(args: &ImageArgs, config: &NodeConfig) -> anyhow::Result<ExitCode> {
     let cache = omabox_node::images::cache(config)?;
-    let factory_env = config.factory_env();
     match &args.command {
         ImageCommand::Pull { reference, json } => {
             let reference = match parse_reference(reference) {
@@ -95,7 +94,7 @@ pub fn run(args: &ImageArgs, config: &NodeConfig) -> anyhow::Result<ExitCode> {
             let started = Instant::now();
             let data_dir = config.data_dir()?;
             let registry =
-                omabox_node::images::registry_config(&factory_env, Some(&data_dir), &|line| {
+                omabox_node::images::registry_config(config, Some(&data_dir), &|line| {
                     errln!("{line}")
                 })?;
             let pulled = pull_with_progress(&cache, &reference, &registry)?;
@@ -195,8 +194,8 @@ pub fn run(args: &ImageArgs, config: &NodeConfig) -> anyhow::Result<ExitCode> {
             // Asked under each image's removal lock (a start between its resolution and
             // its record holds that lock; see omabox_image's removal.rs).
             let cache = cache.with_user_source({
-                let env = factory_env.clone();
-                move || omabox_node::images::users_now(&env)
+                let config = config.clone();
+                move || omabox_node::images::users_now(&config)
             });
             let mut removals = Vec::new();
             let mut failed = false;
@@ -237,11 +236,11 @@ pub fn run(args: &ImageArgs, config: &NodeConfig) -> anyhow::Result<ExitCode> {
         }
         ImageCommand::Prune { json } => {
             let cache = cache.with_user_source({
-                let env = factory_env.clone();
-                move || omabox_node::images::users_now(&env)
+                let config = config.clone();
+                move || omabox_node::images::users_now(&config)
             });
             let removed = cache.prune()?;
-            let in_use_paths: Vec<PathBuf> = omabox_node::images::roots_in_use(&factory_env)?
+            let in_use_paths: Vec<PathBuf> = omabox_node::images::roots_in_use(config)?
                 .into_iter()
                 .map(|r| r.path)
                 .collect();
@@ -358,7 +357,7 @@ impl StderrProgress {
         }
     }
 
-    fn clear(&self) {
+    pub(crate) fn clear(&self) {
         for (_, bar) in self
             .active
             .lock()

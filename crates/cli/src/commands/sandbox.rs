@@ -7,9 +7,13 @@
 //!                    [--allow-package-managers] -- CMD ARGS...
 //! ```
 //!
-//! The sandbox is made through the `SANDBOX_PROVIDER` map ([`wiring::sandbox_factories`]:
-//! `linux`, and local-subprocess only in test mode), so `--backend` takes the map's names;
-//! the command runs as a duplex process. While it runs:
+//! A linux sandbox is made from the linux backend's typed config (`NodeConfig::linux_config`,
+//! no env map), its image prepared first (a registry tag resolved and pulled with progress
+//! on stderr, a tarball unpacked; held from `image rm` until the start returned): the
+//! one-shot path (`one_shot.rs`) without a network, else the factory's port. Any other
+//! `--backend` name goes through the `SANDBOX_PROVIDER` map ([`wiring::sandbox_factories`]:
+//! local-subprocess only in test mode) with an env map; the command runs as a duplex
+//! process. While it runs:
 //!
 //! - its stdout and stderr are copied byte for byte to ours, as they arrive;
 //! - our stdin is copied to its stdin until EOF (a closed or `/dev/null` stdin is EOF at
@@ -25,11 +29,12 @@
 //! temporary workspace is removed afterwards (a `--workspace` directory is kept).
 //!
 //! Flags `--image`, `--memory`, `--pids` and `--cpus` are the settings `image`,
-//! `linux_memory`, `linux_pids` and `linux_cpus` (`omabox_node::config`), handed to the linux
-//! factory as its own env keys (`OMABOX_LINUX_IMAGE`, `OMABOX_LINUX_MEMORY`,
-//! `OMABOX_LINUX_PIDS`, `OMABOX_LINUX_CPUS`), so the same values can come from the
-//! environment or the configuration file; a flag wins. So are the network flags, as one
-//! Environment `networking` object in `OMABOX_LINUX_NETWORK` (`linux_network`): `--allow-host` and `--allow-package-managers` imply
+//! `linux_memory`, `linux_pids` and `linux_cpus` (`omabox_node::config`), read into the
+//! linux backend's typed config like every other setting (`OMABOX_LINUX_IMAGE`,
+//! `OMABOX_LINUX_MEMORY`, `OMABOX_LINUX_PIDS`, `OMABOX_LINUX_CPUS` name them in errors), so
+//! the same values can come from the environment or the configuration file; a flag wins.
+//! So are the network flags, as one Environment `networking` object (`linux_network`,
+//! `OMABOX_LINUX_NETWORK`): `--allow-host` and `--allow-package-managers` imply
 //! `--network limited`; without any network flag the sandbox has loopback only (`none`,
 //! or what `OMABOX_LINUX_NETWORK` says).
 
@@ -40,7 +45,10 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
+mod linux;
 mod one_shot;
+
+use linux::{create_linux, prepare_linux};
 
 use omabox_node::temp_workspace::Workspace;
 
@@ -48,13 +56,11 @@ use crate::terminal_safe::ControlFilter;
 use clap::Args;
 use futures::FutureExt;
 use omabox_backend_linux::factory::{
-    IMAGE_ENV, LinuxFactoryError, LinuxSandboxFactory, SANDBOX_IMAGE_ENV, WORKSPACE_TMPFS_ENV,
-    parse_memory_size, parse_millicpus,
+    LinuxFactoryError, LinuxSandboxFactory, WORKSPACE_TMPFS_ENV, parse_memory_size, parse_millicpus,
 };
-use omabox_backend_linux::image::{ImageCache, ImageSource};
-use omabox_contract::ErrorKind;
 use omabox_contract::networking::{NetworkPolicy, NetworkingConfig};
 use omabox_contract::signals::shell_exit_code;
+use omabox_contract::{ErrorKind, PortError};
 use omabox_node::NodeConfig;
 use omabox_node::config::{Flags, Key};
 use omabox_node::wiring::{self, Backend};
@@ -286,44 +292,20 @@ async fn run_command(args: RunArgs, config: &NodeConfig) -> ExitCode {
     };
     // `None`: a name only the provider map can judge (OpenMA's names, typos).
     let backend = Backend::from_name(&args.backend);
-    let (env, workspace) = match prepare(&args, backend, config) {
-        Ok(p) => p,
+    let made = match backend {
+        // The typed config, its image prepared here (held until the start returned).
+        Some(Backend::Linux) => match prepare_linux(&args, config) {
+            Ok((linux, workspace)) => create_linux(linux, workspace).await,
+            Err(f) => Err(f),
+        },
+        _ => match prepare(&args, backend, config) {
+            Ok((env, workspace)) => create_from_map(&env, workspace).await,
+            Err(f) => Err(f),
+        },
+    };
+    let (sandbox, workspace) = match made {
+        Ok(made) => made,
         Err(f) => return report(&f),
-    };
-    let ctx = SandboxFactoryContext {
-        session_id: format!("omabox-run-{}", std::process::id()),
-        workdir: workspace.workdir(),
-        memory_root: None,
-        outputs_root: None,
-    };
-    let linux = LinuxSandboxFactory::new();
-    if backend == Some(Backend::Linux)
-        && let Err(e) = linux.check_host(&ctx, &env)
-    {
-        return report(&linux_failure(&e));
-    }
-    let registry = wiring::sandbox_factories(&linux);
-    let factory = match resolve_sandbox_provider(&env, &registry) {
-        Ok(f) => f,
-        Err(e) => return report(&Failure::usage(e.to_string())),
-    };
-    let sandbox = match factory.create(&ctx, &env).await {
-        Ok(s) => s,
-        Err(e) => {
-            // SAFETY: geteuid has no preconditions.
-            let root = unsafe { libc::geteuid() } == 0;
-            let failure = if e.kind() == ErrorKind::InvalidArgument {
-                Failure::usage(e.message())
-            } else if backend == Some(Backend::Linux) && !root {
-                Failure::omabox(format!(
-                    "could not create the sandbox: {}\n{NOT_ROOT_HINT}",
-                    e.message()
-                ))
-            } else {
-                Failure::omabox(format!("could not create the sandbox: {}", e.message()))
-            };
-            return report(&failure);
-        }
     };
 
     let outcome = if signals.pending() {
@@ -353,6 +335,57 @@ async fn run_command(args: RunArgs, config: &NodeConfig) -> ExitCode {
         return report(&Failure::omabox(e));
     }
     code
+}
+
+/// The sandbox of a name the `SANDBOX_PROVIDER` map resolves (local-subprocess in test
+/// mode; other names are refused by the map), made from `env`.
+async fn create_from_map(
+    env: &SandboxFactoryEnv,
+    workspace: Workspace,
+) -> Result<(Arc<dyn SandboxPort>, Workspace), Failure> {
+    let ctx = context(&workspace);
+    let registry = wiring::sandbox_factories(&LinuxSandboxFactory::new());
+    let factory = match resolve_sandbox_provider(env, &registry) {
+        Ok(f) => f,
+        Err(e) => {
+            let _ = workspace.finish();
+            return Err(Failure::usage(e.to_string()));
+        }
+    };
+    match factory.create(&ctx, env).await {
+        Ok(sandbox) => Ok((sandbox, workspace)),
+        Err(e) => {
+            let _ = workspace.finish();
+            Err(create_failure(&e, false))
+        }
+    }
+}
+
+/// The factory context of this command's sandbox.
+fn context(workspace: &Workspace) -> SandboxFactoryContext {
+    SandboxFactoryContext {
+        session_id: format!("omabox-run-{}", std::process::id()),
+        workdir: workspace.workdir(),
+        memory_root: None,
+        outputs_root: None,
+    }
+}
+
+/// A failed create, said as the user's input (a bad argument) or omabox's failure (with
+/// the root hint for a linux sandbox made without root).
+fn create_failure(e: &PortError, linux: bool) -> Failure {
+    // SAFETY: geteuid has no preconditions.
+    let root = unsafe { libc::geteuid() } == 0;
+    if e.kind() == ErrorKind::InvalidArgument {
+        Failure::usage(e.message())
+    } else if linux && !root {
+        Failure::omabox(format!(
+            "could not create the sandbox: {}\n{NOT_ROOT_HINT}",
+            e.message()
+        ))
+    } else {
+        Failure::omabox(format!("could not create the sandbox: {}", e.message()))
+    }
 }
 
 /// Whether the sandbox gets a network beyond its loopback (from the flags, else from the
@@ -415,7 +448,6 @@ fn prepare(
         Some(Backend::Linux) => {
             networking(args)?;
             vars.insert(SANDBOX_PROVIDER_ENV.into(), "linux".into());
-            pin_registry_image(&mut vars, config)?;
         }
         Some(Backend::Local) => {
             for (flag, given) in [
@@ -447,7 +479,21 @@ fn prepare(
     }
     // `--workspace` or not decides: the environment does not.
     vars.remove(WORKSPACE_TMPFS_ENV);
-    let workspace = match &args.workspace {
+    let workspace = choose_workspace(args, backend, config)?;
+    if matches!(workspace, Workspace::InSandbox) {
+        vars.insert(WORKSPACE_TMPFS_ENV.into(), "1".into());
+    }
+    Ok((vars.into_iter().collect(), workspace))
+}
+
+/// The sandbox's `/workspace`: `--workspace`'s directory (checked: it exists, apart from
+/// the data dir), else a tmpfs of the linux sandbox's own, else a temporary directory.
+fn choose_workspace(
+    args: &RunArgs,
+    backend: Option<Backend>,
+    config: &NodeConfig,
+) -> Result<Workspace, Failure> {
+    Ok(match &args.workspace {
         Some(dir) => {
             let meta = std::fs::metadata(dir)
                 .map_err(|e| Failure::usage(format!("--workspace {}: {e}", dir.display())))?;
@@ -465,71 +511,10 @@ fn prepare(
                 .map_err(|e| Failure::usage(format!("--workspace {}: {e}", dir.display())))?;
             Workspace::Given(dir)
         }
-        None if backend == Some(Backend::Linux) => {
-            vars.insert(WORKSPACE_TMPFS_ENV.into(), "1".into());
-            Workspace::InSandbox
-        }
+        None if backend == Some(Backend::Linux) => Workspace::InSandbox,
         None => Workspace::temporary_in(&config.tmp_dir())
             .map_err(|e| Failure::omabox(format!("cannot create a temporary workspace: {e}")))?,
-    };
-    Ok((vars.into_iter().collect(), workspace))
-}
-
-/// A registry image (`--image`, `OMABOX_LINUX_IMAGE` or `SANDBOX_IMAGE`) is resolved here,
-/// once, with progress on stderr, and handed to the factory pinned to the digest it
-/// resolved to (which the cache has then, so the factory does not ask the registry again).
-fn pin_registry_image(
-    vars: &mut BTreeMap<String, String>,
-    settings: &NodeConfig,
-) -> Result<(), Failure> {
-    let nonempty = |key: &str| vars.get(key).is_some_and(|v| !v.trim().is_empty());
-    let key = if nonempty(IMAGE_ENV) {
-        IMAGE_ENV
-    } else if nonempty(SANDBOX_IMAGE_ENV) {
-        SANDBOX_IMAGE_ENV
-    } else {
-        return Ok(());
-    };
-    let value = vars[key].clone();
-    let reference = match ImageSource::parse(&value) {
-        Ok(ImageSource::Registry(r)) => r,
-        // A local path: the factory checks it.
-        Ok(ImageSource::Local(_)) => return Ok(()),
-        Err(e) => return Err(Failure::usage(format!("{key}={value:?} is invalid: {e}"))),
-    };
-    let cache = ImageCache::new(
-        settings
-            .image_cache()
-            .map_err(|e| Failure::usage(e.to_string()))?,
-    );
-    let limits = omabox_backend_linux::image::UnpackLimits::from_env(|k| vars.get(k).cloned())
-        .map_err(|e| Failure::usage(e.to_string()))?;
-    let cache = cache.with_limits(limits);
-    let data_dir = settings
-        .data_dir()
-        .map_err(|e| Failure::omabox(e.to_string()))?;
-    let env: SandboxFactoryEnv = vars.clone().into_iter().collect();
-    let config =
-        omabox_node::images::registry_config(&env, Some(&data_dir), &|line| errln!("{line}"))
-            .map_err(|e| Failure::omabox(format!("registry credentials: {e}")))?;
-    let pulled = super::image::pull_with_progress(&cache, &reference, &config).map_err(|e| {
-        let message = format!("cannot use image {value:?}: {e}");
-        if e.is_bad_image() {
-            Failure::usage(message)
-        } else {
-            Failure::omabox(message)
-        }
-    })?;
-    vars.insert(
-        key.to_owned(),
-        format!(
-            "{}/{}@{}",
-            reference.registry(),
-            reference.repository(),
-            pulled.digest
-        ),
-    );
-    Ok(())
+    })
 }
 
 /// `--image` as the factory wants it: an existing local path made absolute; anything

@@ -4,8 +4,9 @@
 //!
 //! This table is the only list: `omabox config` prints it with the values in effect,
 //! `docs/configuration.md` is generated from it (`super::report::markdown`), the linux
-//! factory's env map is built from its `factory` rows (`NodeConfig::factory_env`), and a
-//! test checks that the linux factory reads no key that is missing here. What this must
+//! backend's typed config is read from its `factory` rows (`NodeConfig::linux_config`; as an
+//! env map, `NodeConfig::factory_env`), and a test checks that the linux factory reads no key
+//! that is missing here. What this must
 //! never do: read anything (it is data; the sources are `super::low`'s).
 
 use omabox_backend_linux::factory as linux;
@@ -108,7 +109,7 @@ pub struct Setting {
     pub kind: Kind,
     /// Its reference section.
     pub group: Group,
-    /// Handed to the linux factory in its env map under the variable name.
+    /// Read by the linux backend's config parser under the variable name.
     pub factory: bool,
     /// Checks a value.
     pub parse: Parser,
@@ -167,6 +168,7 @@ keys!(
     LinuxRuntimeDir,
     LinuxCgroupParent,
     LinuxInit,
+    Path,
     Home,
     XdgDataHome,
     XdgCacheHome,
@@ -356,6 +358,8 @@ pub static SETTINGS: &[Setting] = &[
         .env(&[linux::CGROUP_PARENT_ENV]).group(Linux).factory().default(Value("omabox")),
     row(Key::LinuxInit, "linux_init", "The `omabox-sandbox-init` binary.")
         .env(&[linux::INIT_ENV]).group(Linux).factory().default(Described("next to the running `omabox`, then `PATH`")),
+    row(Key::Path, "path", "Directories searched for `omabox-sandbox-init` when it is not next to `omabox`.")
+        .env(&[linux::PATH_ENV]).kind(Kind::Host).group(Host).factory(),
     row(Key::Home, "home", "The user's home: the data dir's, the image cache's and docker's defaults.")
         .env(&[linux::HOME_ENV]).kind(Kind::Host).group(Host).factory(),
     row(Key::XdgDataHome, "xdg_data_home", "The base of the default data dir.")

@@ -4,6 +4,7 @@
 use super::defs::{Key, SETTINGS, SettingDefault};
 use super::{ConfigError, NodeConfig, Source};
 use crate::data_dir::{self, DataDir};
+use omabox_backend_linux::factory::{LinuxFactoryError, LinuxSandboxConfig, LinuxSandboxFactory};
 use omabox_persistence::CheckpointLimits;
 use omabox_sandbox::SandboxFactoryEnv;
 use std::ffi::OsStr;
@@ -143,11 +144,43 @@ impl NodeConfig {
         self.given(Key::TestMode) == Some("1") || self.given(Key::NodeEnv) == Some("test")
     }
 
+    /// The value the linux factory's key `key` has in these settings: a `factory` setting
+    /// that was given, under the variable it came from (a flag's or a file's value under
+    /// the setting's first variable). The node's settings as the factory's parsers read
+    /// them, without a map in between ([`Self::linux_config`]).
+    pub fn factory_value(&self, key: &str) -> Option<&str> {
+        SETTINGS
+            .iter()
+            .filter(|setting| setting.factory)
+            .find_map(|setting| {
+                let given = self.given(setting.key)?;
+                let name = match self.source(setting.key) {
+                    Source::Env(name) => name,
+                    _ => setting.env[0],
+                };
+                (name == key).then_some(given)
+            })
+    }
+
+    /// The linux backend's typed settings (limits, network, binds, image still to be
+    /// prepared, runtime dir, cgroup parent, init binary) from these settings, with the
+    /// image cache the node resolved when none was given (so the backend never derives
+    /// its own from the process environment). A bad value names its variable.
+    pub fn linux_config(
+        &self,
+        factory: &LinuxSandboxFactory,
+    ) -> Result<LinuxSandboxConfig, LinuxFactoryError> {
+        factory
+            .clone()
+            .with_image_cache(self.default_image_cache())
+            .config_from_lookup(&|key| self.factory_value(key))
+    }
+
     /// The linux factory's env map: every factory setting that was given, under the variable
     /// it came from (a flag's or a file's value under the setting's first variable), and the
-    /// image cache the node resolved when none was given (so the factory never derives its
-    /// own from the process environment). The one place the map is built; commands add what
-    /// they decide for one run (`SandboxFactoryEnv::with_var`).
+    /// image cache the node resolved when none was given. Only for what still takes a map
+    /// (the local backend's test mode, the `SANDBOX_PROVIDER` map of `omabox sandbox run`
+    /// for other backend names); omabox's own linux sandboxes use [`Self::linux_config`].
     pub fn factory_env(&self) -> SandboxFactoryEnv {
         let env: SandboxFactoryEnv = SETTINGS
             .iter()

@@ -7,7 +7,7 @@
 //!   defs.rs    the table: key, flag, variables, default, description, secret, parser
 //!   low.rs     the sources: Flags (from the CLI), Environment (read once), ConfigFile (TOML)
 //!   mod.rs     NodeConfig: the merge, raw values and their sources, checked values
-//!   high.rs    typed settings: paths, limits, the linux factory's env map
+//!   high.rs    typed settings: paths, limits, the linux backend's config (and env map)
 //!   report.rs  what `omabox config` prints, and the generated reference
 //! ```
 //!

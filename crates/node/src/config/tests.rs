@@ -55,6 +55,56 @@ fn a_flag_beats_the_environment_which_beats_the_file_which_beats_the_default() {
     );
 }
 
+/// The linux backend's typed config is read from the settings directly (no env map): a
+/// flag, a variable and the node's image cache land in their fields, and a bad value names
+/// the variable it came from.
+#[test]
+fn the_linux_config_is_read_from_the_settings_and_names_their_variables() {
+    use omabox_backend_linux::factory::{LinuxSandboxFactory, SandboxImage};
+    let flags = Flags::new()
+        .with(Key::Image, "alpine:3")
+        .with(Key::LinuxMemory, "1G");
+    let config = NodeConfig::from_sources(
+        &flags,
+        env(&[
+            ("HOME", "/nonexistent"),
+            ("PATH", "/opt/bin:/usr/bin"),
+            ("OMABOX_LINUX_RUNTIME_DIR", "/run/x"),
+            ("OMABOX_LINUX_PIDS", "64"),
+        ]),
+    )
+    .unwrap();
+    let linux = config.linux_config(&LinuxSandboxFactory::new()).unwrap();
+    assert_eq!(linux.limits.memory_bytes, Some(1 << 30));
+    assert_eq!(linux.limits.pids_max, Some(64));
+    assert_eq!(linux.runtime.runtime_dir, Path::new("/run/x"));
+    assert_eq!(
+        linux.runtime.init_search_path,
+        [Path::new("/opt/bin"), Path::new("/usr/bin")]
+    );
+    let SandboxImage::Pending(pending) = &linux.image else {
+        panic!(
+            "a registry image is pending until prepared: {:?}",
+            linux.image
+        );
+    };
+    assert_eq!(pending.cache_dir, config.image_cache().unwrap());
+    assert_eq!(
+        pending.registry.as_ref().unwrap().reference.canonical(),
+        "docker.io/library/alpine:3"
+    );
+    let config = NodeConfig::from_sources(
+        &Flags::new(),
+        env(&[("HOME", "/nonexistent"), ("SANDBOX_IMAGE", "./relative")]),
+    )
+    .unwrap();
+    let error = config
+        .linux_config(&LinuxSandboxFactory::new())
+        .unwrap_err()
+        .to_string();
+    assert!(error.starts_with("SANDBOX_IMAGE=\"./relative\""), "{error}");
+}
+
 #[test]
 fn the_first_variable_set_wins_and_the_factory_gets_it_under_its_own_name() {
     let home = ("HOME", "/nonexistent");

@@ -1,119 +1,127 @@
-//! What one run adds to the linux factory's env map (`NodeConfig::factory_env`, the node's
-//! settings): the sandbox's networking and the gateway's route, the environment layer, the
-//! agent's package mount and memory, the memory-store mount; and the registry image pulled
-//! into the cache first, with progress, so a long download is not a silent acquire.
+//! The linux sandboxes of one run: the backend's typed settings (`NodeConfig::linux_config`,
+//! the node's settings) with what the run adds, then prepared — the image resolved, pulled
+//! and pinned, the environment layer built — before the run claims anything, so a bad image
+//! or a failing build is reported while no fence or lease exists, and an acquire only
+//! starts a sandbox.
 //!
-//! | what the run has                         | factory key                               |
+//! | what the run has                         | setting of `LinuxSandboxConfig`           |
 //! |------------------------------------------|-------------------------------------------|
-//! | `--environment`'s networking, else the operator's setting, else `limited` | `OMABOX_LINUX_NETWORK` |
-//! | an inference gateway (given or served)   | `OMABOX_LINUX_GATEWAY`                    |
-//! | `packages.apt` / `dockerfile`            | `OMABOX_LINUX_ENV_LAYER`                  |
-//! | `--agent`                                | `OMABOX_LINUX_READONLY_BINDS` (+ the package), `OMABOX_LINUX_MEMORY` `2G` unless set |
-//! | a memory resource                        | `OMABOX_LINUX_MEMORY_MOUNT=1`             |
+//! | `--environment`'s networking, else the operator's setting, else `limited` | `network` |
+//! | an inference gateway (given or served)   | `gateway`                                 |
+//! | `packages.apt` / `dockerfile`            | `env_layer` (built here)                  |
+//! | `--agent`                                | `readonly_binds` (+ the package), `limits.memory_bytes` 2 GiB unless set |
+//! | a memory resource                        | `memory_mount`                            |
+//! | an image (`image` setting)               | `image` (resolved, pulled and held here)  |
 
 use super::RunNotices;
+use crate::config::Key;
 use crate::environment::{self, EnvironmentConfig};
 use crate::{DataDir, NodeConfig};
 use anyhow::Context as _;
 use omabox_acp::agents::AGENT_MOUNT;
 use omabox_backend_linux::factory::{
-    ENV_LAYER_ENV, IMAGE_ENV, MEMORY_ENV, NETWORK_ENV, READONLY_BINDS_ENV, SANDBOX_IMAGE_ENV,
+    EnvLayerChoice, EnvLayerSetting, LinuxSandboxConfig, LinuxSandboxFactory,
 };
-use omabox_backend_linux::image::{ImageCache, ImageSource};
-use omabox_sandbox::SandboxFactoryEnv;
-use std::path::Path;
+use omabox_contract::networking::NetworkPolicy;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-/// The sandbox memory limit of an `--agent` run unless `OMABOX_LINUX_MEMORY` says otherwise.
-const AGENT_MEMORY: &str = "2G";
+/// The sandbox memory limit of an `--agent` run unless `linux_memory` says otherwise.
+const AGENT_MEMORY: u64 = 2 << 30;
 
-/// Whether `env` names an image (a root filesystem other than the host's).
-pub(super) fn has_image(env: &SandboxFactoryEnv) -> bool {
-    env.get(IMAGE_ENV).is_some() || env.get(SANDBOX_IMAGE_ENV).is_some()
+/// Whether the settings name an image (a root filesystem other than the host's).
+pub(super) fn has_image(config: &NodeConfig) -> bool {
+    config.given(Key::Image).is_some()
 }
 
-/// The linux keys of one run (module doc) over `env`; returns the map and the URL the
-/// harness in the sandbox reaches the gateway at.
+/// What one run's linux sandboxes are made from.
+pub(super) struct RunSandboxes<'a> {
+    pub(super) environment: Option<&'a EnvironmentConfig>,
+    pub(super) gateway: Option<&'a str>,
+    pub(super) agent_dir: Option<&'a Path>,
+    pub(super) memory_mount: bool,
+}
+
+/// The typed config of one run (module doc), unprepared; and the URL the harness in the
+/// sandbox reaches the gateway at.
 pub(super) async fn compose(
     config: &NodeConfig,
     data_dir: &DataDir,
-    mut env: SandboxFactoryEnv,
-    environment: Option<&EnvironmentConfig>,
-    gateway: Option<&str>,
-    agent_dir: Option<&Path>,
-    notices: &Arc<dyn RunNotices>,
-) -> anyhow::Result<(SandboxFactoryEnv, Option<String>)> {
-    let route = match gateway {
+    factory: &LinuxSandboxFactory,
+    run: RunSandboxes<'_>,
+) -> anyhow::Result<(LinuxSandboxConfig, Option<String>)> {
+    let mut linux = config.linux_config(factory)?;
+    let route = match run.gateway {
         Some(url) => Some(environment::gateway_route(url).await?),
         None => None,
     };
-    let keys = environment::linux_factory_keys(environment, env.get(NETWORK_ENV), route.as_ref())?;
-    for (key, value) in keys {
-        env = env.with_var(key, value);
+    if let Some(network) =
+        environment::linux_network(run.environment, config.given(Key::LinuxNetwork))
+    {
+        NetworkPolicy::compile(&network, &[]).context("--environment networking")?;
+        linux.network = network;
     }
-    // A registry image not cached yet is pulled here, with progress; the factory then
-    // resolves the tag again at acquire (one manifest request).
-    prefetch_registry_image(config, &env, data_dir, notices).await?;
+    if let Some(route) = &route {
+        linux.gateway = Some(route.gateway.clone());
+    }
     // apt packages and a dockerfile become the image's environment layer, built once per
     // image and content; its sandboxes start from it (the installer skips apt).
-    let layer = match environment {
+    let layer = match run.environment {
         Some(environment) => environment.env_layer(data_dir)?,
         None => None,
     };
-    if let Some(layer) = layer {
-        if !has_image(&env) {
+    if let Some(spec) = layer {
+        if !linux.has_image() {
             anyhow::bail!(
                 "--environment packages.apt and dockerfile need an image root filesystem (OMABOX_LINUX_IMAGE or SANDBOX_IMAGE): the default root shows the host's /usr read-only"
             );
         }
-        env = env.with_var(ENV_LAYER_ENV, layer);
-    }
-    if let Some(dir) = agent_dir {
-        let bind = format!("{}:{AGENT_MOUNT}", dir.display());
-        let binds = match env.get(READONLY_BINDS_ENV) {
-            Some(existing) if !existing.trim().is_empty() => format!("{existing},{bind}"),
-            _ => bind,
+        let image_cache = match linux.pending_image() {
+            Some(pending) => pending.cache_dir.clone(),
+            None => image_cache(config)?,
         };
-        env = env.with_var(READONLY_BINDS_ENV, binds);
+        linux.env_layer = Some(EnvLayerChoice::Pending(EnvLayerSetting {
+            spec,
+            image_cache,
+        }));
+    }
+    if let Some(dir) = run.agent_dir {
+        linux
+            .readonly_binds
+            .push((dir.to_path_buf(), PathBuf::from(AGENT_MOUNT)));
         // A coding agent (node + its tools) outgrows the 512M default.
-        if env.get(MEMORY_ENV).is_none_or(|m| m.trim().is_empty()) {
-            env = env.with_var(MEMORY_ENV, AGENT_MEMORY);
+        if config.given_nonempty(Key::LinuxMemory).is_none() {
+            linux.limits.memory_bytes = Some(AGENT_MEMORY);
         }
     }
-    let sandbox_url = route.map(|r| r.sandbox_url);
-    Ok((env, sandbox_url))
+    if run.memory_mount {
+        linux.memory_mount = true;
+    }
+    Ok((linux, route.map(|r| r.sandbox_url)))
 }
 
-/// Pulls the run's registry image (`OMABOX_LINUX_IMAGE`, else `SANDBOX_IMAGE`) into the image
-/// cache with progress. Local images and bad references are the factory's to judge.
-async fn prefetch_registry_image(
-    config: &NodeConfig,
-    env: &SandboxFactoryEnv,
-    data_dir: &DataDir,
+/// The image cache the node's settings name (or its default).
+fn image_cache(config: &NodeConfig) -> anyhow::Result<PathBuf> {
+    Ok(config.image_cache()?)
+}
+
+/// The preparation steps, before anything is claimed: the image resolved (a registry tag
+/// to its digest), pulled or unpacked into the cache with progress, pinned and held; then
+/// the environment layer built or found.
+pub(super) async fn prepare(
+    factory: &LinuxSandboxFactory,
+    mut linux: LinuxSandboxConfig,
     notices: &Arc<dyn RunNotices>,
-) -> anyhow::Result<()> {
-    let nonempty = |key| env.get(key).filter(|v| !v.trim().is_empty());
-    let Some(value) = nonempty(IMAGE_ENV).or_else(|| nonempty(SANDBOX_IMAGE_ENV)) else {
-        return Ok(());
-    };
-    let Ok(ImageSource::Registry(reference)) = ImageSource::parse(value) else {
-        return Ok(());
-    };
-    let cache = ImageCache::new(config.image_cache()?).with_limits(
-        omabox_backend_linux::image::UnpackLimits::from_env(|k| env.get(k).map(str::to_owned))?,
-    );
-    let (registry_env, data_dir, warn_to) = (env.clone(), data_dir.clone(), Arc::clone(notices));
-    let registry = tokio::task::spawn_blocking(move || {
-        crate::images::registry_config(&registry_env, Some(&data_dir), &|line| warn_to.line(line))
-    })
-    .await??;
-    let value = value.to_owned();
-    let progress = notices.pull();
-    tokio::task::spawn_blocking(move || {
-        cache
-            .resolve_registry(&reference, &registry, &*progress)
-            .with_context(|| format!("cannot use image {value:?}"))
-    })
-    .await??;
-    Ok(())
+) -> anyhow::Result<LinuxSandboxConfig> {
+    if linux.pending_image().is_some() {
+        let (factory, progress) = (factory.clone(), notices.pull());
+        linux = tokio::task::spawn_blocking(move || {
+            factory.prepare_image(&mut linux, &*progress)?;
+            Ok::<_, anyhow::Error>(linux)
+        })
+        .await
+        .context("the image task failed")??;
+    }
+    factory.prepare_env_layer(&mut linux).await?;
+    Ok(linux)
 }

@@ -10,9 +10,10 @@
 //!    a workspace seed apart from the data dir;
 //! 2. the store; the Session files; the in-process inference proxy of an ACP run without a
 //!    gateway (`crate::inference_server`); the `--agent` package (`crate::agent_cache`);
-//! 3. the linux factory's env map for this run (`linux_env`: networking, gateway, image
-//!    pull, environment layer, agent mount, memory mount), the CA bundle of credential
-//!    egress;
+//! 3. the linux backend's typed settings for this run (`linux_env`: networking, gateway,
+//!    environment layer, agent mount, memory mount), then its preparation steps — the image
+//!    resolved, pulled and held, the environment layer built — so neither happens under a
+//!    fence; the CA bundle of credential egress;
 //! 4. the leftovers of dead runs (`crate::leftovers::before_run`), the seed's check; then
 //!    ([`RunNotices::prepared`]) the persistence ports under the collection lock, the
 //!    revision to restore (`crate::revision`);
@@ -43,7 +44,7 @@ use anyhow::Context as _;
 use omabox_acp::AcpTurnOptions;
 use omabox_acp::agents::KnownAgent;
 use omabox_backend_linux::credential_egress::EgressCredential;
-use omabox_backend_linux::factory::{MEMORY_MOUNT_ENV, NETWORK_ENV};
+use omabox_backend_linux::factory::{LinuxSandboxConfig, LinuxSandboxFactory};
 use omabox_backend_linux::managed::CredentialEgressOptions;
 use omabox_contract::{
     AbortSignal, ManagedRuntimeProfile, PortError, RuntimeResourceScope, RuntimeSessionSnapshot,
@@ -161,7 +162,7 @@ impl Runner {
     /// whether `backend` can make sandboxes here (the error says why not and what to do).
     pub fn check_backend(&self, backend: Backend) -> anyhow::Result<()> {
         self.config.checkpoint_limits()?;
-        wiring::check_backend(backend, &self.config.factory_env(), &self.config.tmp_dir())
+        wiring::check_backend(backend, &self.config, &self.config.tmp_dir())
     }
 
     /// Runs `request` to its end (module doc), reporting to `observers`; `signal` cancels
@@ -174,7 +175,7 @@ impl Runner {
     ) -> anyhow::Result<RunOutcome> {
         let (config, data_dir) = (&self.config, &self.data_dir);
         let notices = Arc::clone(&observers.notices);
-        let mut env = config.factory_env();
+        let env = config.factory_env();
         let RunRequest {
             backend,
             scope,
@@ -190,7 +191,7 @@ impl Runner {
         crate::credential_reach::check(
             &credentials,
             environment.as_ref().and_then(|e| e.networking.as_ref()),
-            env.get(NETWORK_ENV),
+            config.given(Key::LinuxNetwork),
         )?;
         let clones = crate::session_inputs::clones_repositories(&session_inputs.resources);
         let memory = crate::session_inputs::uses_memory_stores(&session_inputs.resources);
@@ -232,7 +233,7 @@ impl Runner {
             _inference_server = Some(server);
         }
         if let Some(agent) = install
-            && !linux_env::has_image(&env)
+            && !linux_env::has_image(config)
         {
             agent_cache::check_node(agent)?;
         }
@@ -244,19 +245,22 @@ impl Runner {
             )?),
             None => None,
         };
+        let warn_to = Arc::clone(&notices);
+        let registry_credentials =
+            crate::registry_credentials::from_vault(data_dir, &|line| warn_to.line(line)).await?;
         let mut harness_gateway = gateway.clone();
+        let mut linux = LinuxSandboxConfig::default();
+        let factory = LinuxSandboxFactory::new().with_registry_credentials(registry_credentials);
         if backend == Backend::Linux {
-            let (composed, sandbox_url) = linux_env::compose(
-                config,
-                data_dir,
-                env,
-                environment.as_ref(),
-                gateway.as_deref(),
-                agent_dir.as_deref(),
-                &notices,
-            )
-            .await?;
-            env = composed;
+            let run = linux_env::RunSandboxes {
+                environment: environment.as_ref(),
+                gateway: gateway.as_deref(),
+                agent_dir: agent_dir.as_deref(),
+                memory_mount: memory,
+            };
+            let (composed, sandbox_url) =
+                linux_env::compose(config, data_dir, &factory, run).await?;
+            linux = linux_env::prepare(&factory, composed, &notices).await?;
             harness_gateway = sandbox_url.or(harness_gateway);
         }
         // The roots real servers are checked against under credential egress: SSL_CERT_FILE's
@@ -268,9 +272,6 @@ impl Runner {
                 ),
                 _ => None,
             };
-        if memory {
-            env = env.with_var(MEMORY_MOUNT_ENV, "1");
-        }
         if let Some(warning) = crate::leftovers::before_run(config, data_dir, &store).await {
             notices.line(&warning);
         }
@@ -310,13 +311,12 @@ impl Runner {
         // decorator below commits them then, or discards them).
         let memory_stores = DirMemoryStores::new(data_dir);
         let token_slots = SessionTokenSlots::new();
-        let warn_to = Arc::clone(&notices);
-        let registry_credentials =
-            crate::registry_credentials::from_vault(data_dir, &|line| warn_to.line(line)).await?;
         let driver = wiring::provider_driver(
             backend,
             DriverInputs {
                 env,
+                linux_factory: factory,
+                linux,
                 workspace: Arc::clone(&persistence.workspace) as _,
                 outputs: Arc::clone(&persistence.outputs) as _,
                 harness_output: Some(Arc::clone(&observers.harness_output)),
@@ -335,7 +335,6 @@ impl Runner {
                 }),
                 packages: environment.as_ref().and_then(|e| e.packages.clone()),
                 memory_stores: Some(Arc::new(memory_stores.clone()) as _),
-                registry_credentials,
                 acp: acp.as_ref().map(|acp| AcpInputs {
                     turn: acp.turn.clone(),
                     events: observers

@@ -35,6 +35,9 @@ pub const RUNTIME_DIR_ENV: &str = "OMABOX_LINUX_RUNTIME_DIR";
 pub const CGROUP_PARENT_ENV: &str = "OMABOX_LINUX_CGROUP_PARENT";
 /// `OMABOX_LINUX_INIT`: the setup-stage binary.
 pub const INIT_ENV: &str = "OMABOX_LINUX_INIT";
+/// `PATH`: read only to find the setup-stage binary when `OMABOX_LINUX_INIT` is unset and
+/// it is not next to the running executable.
+pub const PATH_ENV: &str = "PATH";
 
 /// `OMABOX_LINUX_READONLY_BINDS`: host directories bound read-only into the sandbox.
 pub const READONLY_BINDS_ENV: &str = "OMABOX_LINUX_READONLY_BINDS";
@@ -105,6 +108,7 @@ pub const ENV_KEYS: &[&str] = &[
     RUNTIME_DIR_ENV,
     CGROUP_PARENT_ENV,
     INIT_ENV,
+    PATH_ENV,
 ];
 
 /// Parses [`READONLY_BINDS_ENV`]: `HOST_DIR:SANDBOX_DIR` pairs separated by `,` (both

@@ -1,6 +1,6 @@
 //! The image part of the factory's settings: the artifact or registry reference the env
-//! names, checked (never unpacked) by `settings`, and resolved into the image cache by
-//! `create`.
+//! names, checked (never unpacked) by the config parser, and resolved into the image cache by
+//! `prepare_image`.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -8,8 +8,8 @@ use std::sync::Arc;
 use super::{IMAGE_ENV, LinuxFactoryError, invalid};
 use crate::image::{
     AllowedHost, CredentialSource, DockerConfig, ImageCache, ImageError, ImageKind, NoProgress,
-    PullTimeouts, RegistryConfig, RegistryReference, ResolvedImage, StaticCredentials,
-    UnpackLimits,
+    PullProgress, PullTimeouts, RegistryConfig, RegistryReference, ResolvedImage,
+    StaticCredentials, UnpackLimits,
 };
 
 /// An image artifact named by the env, checked but not unpacked yet.
@@ -80,10 +80,18 @@ impl PendingImage {
     /// Unpacks the image into its cache unless it is there already (a registry image is
     /// resolved at its registry first, unless pinned and cached). Blocking.
     pub fn resolve(&self) -> Result<ResolvedImage, LinuxFactoryError> {
+        self.resolve_with(&NoProgress)
+    }
+
+    /// [`resolve`](Self::resolve), telling `progress` about a registry pull.
+    pub fn resolve_with(
+        &self,
+        progress: &dyn PullProgress,
+    ) -> Result<ResolvedImage, LinuxFactoryError> {
         let cache = ImageCache::new(&self.cache_dir).with_limits(self.limits);
         let resolved = match &self.registry {
             Some(pull) => cache
-                .resolve_registry(&pull.reference, &pull.config(), &NoProgress)
+                .resolve_registry(&pull.reference, &pull.config(), progress)
                 .map(|pulled| pulled.image),
             None => cache.resolve(&self.path),
         };

@@ -1,6 +1,16 @@
-//! [`LinuxSandboxFactory`]: the `linux` entry of the `SANDBOX_PROVIDER` map.
+//! [`LinuxSandboxFactory`]: makes linux sandboxes from a typed [`LinuxSandboxConfig`], and is
+//! the `linux` entry of the `SANDBOX_PROVIDER` map.
 //!
-//! It turns a factory context into a [`SandboxPlan`] and starts a [`LinuxSandboxPort`]:
+//! A sandbox is made in three steps: [`LinuxSandboxFactory::prepare_image`] (a registry tag
+//! resolved to its digest, the image pulled or unpacked into the cache, pinned and held from
+//! `image rm|prune`), [`LinuxSandboxFactory::prepare_env_layer`] (the environment layer built
+//! or found), then [`LinuxSandboxFactory::create_port_with_config`], which takes a prepared
+//! config only: a create never pulls, resolves a tag or builds a layer. omabox's node builds
+//! the config from its settings and prepares it before a run claims anything; the managed
+//! provider ([`crate::managed`]) and `omabox sandbox run` take it prepared.
+//!
+//! The config and a factory context become a [`SandboxPlan`] ([`LinuxSandboxConfig::plan`])
+//! and a started [`LinuxSandboxPort`]:
 //!
 //! | context          | sandbox                                        |
 //! |------------------|------------------------------------------------|
@@ -8,16 +18,18 @@
 //! | `outputsRoot`    | writable bind at `/mnt/session/outputs` (created if missing) |
 //! | `memoryRoot`     | ignored: linux sandboxes have no memory mounts yet |
 //!
-//! # Environment keys
+//! # Environment keys (the `SANDBOX_PROVIDER` seam)
 //!
-//! The factory reads only these keys of the env map it is handed (never the process
-//! environment directly), each optional:
+//! A tool sandbox factory is handed a context and an env map (`SandboxFactory::create`):
+//! the seam parses the map once per create ([`LinuxSandboxFactory::config_from_env`], the one
+//! parser) and runs both preparation steps itself, since it has no earlier step. It reads
+//! only these keys (never the process environment), each optional:
 //!
 //! | key | meaning | default |
 //! |-----|---------|---------|
 //! | `OMABOX_LINUX_IMAGE` | absolute path of a local rootfs directory, rootfs tarball (`.tar`, `.tar.gz`) or OCI image layout directory, or a registry reference (`node:22-slim`, `registry:5000/x@sha256:…`); the read-only lower layer of an overlay root (see [`crate::image`]) | the preinstalled rootfs (read-only host `/usr`, `/bin`, `/lib*`, generated `/etc`) |
 //! | `SANDBOX_IMAGE` | OpenMA's name, read when `OMABOX_LINUX_IMAGE` is unset | |
-//! | `OMABOX_LINUX_IMAGE_CACHE` | absolute path of the cache tarballs, OCI layouts and registry images are unpacked into | [`ImageCache::default_dir`]: `/var/lib/omabox/images` as root, else `$XDG_CACHE_HOME/omabox/images` |
+//! | `OMABOX_LINUX_IMAGE_CACHE` | absolute path of the cache tarballs, OCI layouts and registry images are unpacked into | the factory's ([`LinuxSandboxFactory::with_image_cache`]; omabox's node gives its `image_cache` setting); without one, an image that needs a cache is refused |
 //! | `OMABOX_INSECURE_REGISTRIES` | `host[:port][,…]`: registries pulled from over plain HTTP (loopback ones always are) | none |
 //! | `OMABOX_REGISTRY_ALLOWED_HOSTS` | `REGISTRY=HOST[,…]` (`host`, `host:port`, `*.suffix`; `*` for any registry): hosts a registry may send a pull to besides itself, as token realm or blob redirect (see [`crate::image`]'s `net_policy`) | the built-in entries of Docker Hub, ghcr.io, quay.io, gcr.io, mcr.microsoft.com |
 //! | `OMABOX_PULL_TIMEOUT` | seconds a registry pull (requests and downloads) may take in all | 3600 |
@@ -30,7 +42,7 @@
 //! | `OMABOX_LINUX_PIDS` | maximum tasks (processes + threads, the agent included), or `unlimited` | 512 |
 //! | `OMABOX_LINUX_EXEC_TIMEOUT_MS` | default exec timeout in ms | 120000 |
 //! | `OMABOX_LINUX_READONLY_BINDS` | `HOST_DIR:SANDBOX_DIR[,…]`: host directories mounted read-only (nosuid, nodev, idmapped) in the sandbox, e.g. an agent's package cache | none |
-//! | `OMABOX_LINUX_ENV_LAYER` | `{"apt":[…],"dockerfile":"…","files":{ID:{"path","sha256"}}}`: apt packages and dockerfile steps (`RUN`, `ENV`, `WORKDIR`, `COPY` of the listed files) run once per image and content into an environment layer over the image ([`crate::env_layer`]; needs an image, and a network that admits what the build reaches); read by `create_port` | none |
+//! | `OMABOX_LINUX_ENV_LAYER` | `{"apt":[…],"dockerfile":"…","files":{ID:{"path","sha256"}}}`: apt packages and dockerfile steps (`RUN`, `ENV`, `WORKDIR`, `COPY` of the listed files) run once per image and content into an environment layer over the image ([`crate::env_layer`]; needs an image, and a network that admits what the build reaches); built by `prepare_env_layer` | none |
 //! | `OMABOX_LINUX_MEMORY_MOUNT` | `1`: a writable tmpfs at `/mnt/memory` (size and mode as `/tmp`), where Session memory stores are copied in | none |
 //! | `OMABOX_LINUX_WORKSPACE_TMPFS` | `1`: `/workspace` is a tmpfs of the sandbox's own (half the memory limit, charged to it, gone with the sandbox) and the context's workdir is not used — `omabox sandbox run` without `--workspace` | none |
 //! | `OMABOX_LINUX_NETWORK` | what the sandbox reaches besides its loopback: `none`, `limited` (nothing but the gateway), `unrestricted`, or an Environment `networking` JSON object (`{"type":"limited","allowed_hosts":["pypi.org"],"allow_package_managers":true}`); see [`crate::network`] | `none` |
@@ -39,49 +51,48 @@
 //! | `OMABOX_LINUX_RUNTIME_DIR` | absolute parent of the sandboxes' state dirs | `/run/omabox` |
 //! | `OMABOX_LINUX_CGROUP_PARENT` | cgroup directory (below each hierarchy root) holding the sandboxes' cgroups | `omabox` |
 //! | `OMABOX_LINUX_INIT` | path of the `omabox-sandbox-init` binary | next to the running executable, then `PATH` |
+//! | `PATH` | read only to find `omabox-sandbox-init` (its absolute directories) when `OMABOX_LINUX_INIT` is unset and the binary is not next to the running executable | none searched |
 //!
 //! A directory image is used in place. A tarball, an OCI layout or a registry image is
 //! unpacked once into the content-addressed image cache (layout, pull and unpacking
-//! defences in [`crate::image`]) by `create_port`, never by
-//! [`LinuxSandboxFactory::settings`]. A registry reference is resolved at every create
-//! (a tag once per acquire: a moved tag gives the next sandbox the new image; a pinned
-//! `@sha256:` in the cache needs no registry), and the digest it resolved to is
-//! returned with the port ([`LinuxSandboxFactory::create_port_with_image`]) for the
-//! lease. Whatever the artifact,
+//! defences in [`crate::image`]) by `prepare_image`, never by the parser. A registry
+//! reference is resolved when the config is prepared (a tag once per seam create, once per
+//! run for omabox's own: every acquire of the run gets the same pinned image; a pinned
+//! `@sha256:` in the cache needs no registry), and the digest goes into the lease
+//! ([`LinuxSandboxConfig::lease_image`]). Whatever the artifact,
 //! the sandbox's PID 1 (`omabox-sandbox-init`) comes from the host, so an image needs no
 //! omabox binary; it must hold the harness the readiness probe runs.
 //!
 //! # What it must never do
 //!
 //! - Read a key that is not in the table above, or print an env value of another key.
+//! - Read the process environment: every value comes in the config.
+//! - Pull, resolve a tag or build a layer inside a create of a prepared config.
 //! - Leave a sandbox behind when `create` fails.
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::Duration;
 
 use async_trait::async_trait;
 use omabox_contract::PortError;
 use omabox_sandbox::{SandboxFactory, SandboxFactoryContext, SandboxFactoryEnv, SandboxPort};
 
 use crate::env_layer::{EnvLayerError, EnvLayers, LayerSpec};
-use crate::image::{
-    DockerConfig, ImageCache, ImageError, ImageHold, ImageKind, RegistryConfig, RegistryReference,
-    ResolvedImage, StaticCredentials, UnpackLimits,
-};
-use crate::port::{DEFAULT_EXEC_TIMEOUT, LinuxPortError, LinuxSandboxPort};
-use omabox_linux_sandbox::plan::{
-    BindMount, CA_BUNDLE, CA_ENV, CpuLimit, IMAGE_CA_BUNDLE, RootfsSource, SandboxPlan,
-};
+use crate::image::{ImageError, NoProgress, PullProgress, StaticCredentials};
+use crate::port::{LinuxPortError, LinuxSandboxPort};
+use omabox_linux_sandbox::plan::SandboxPlan;
 use omabox_linux_sandbox::{LinuxRuntime, RuntimeConfig, StartError};
 
+mod config;
 mod env;
 mod image;
 mod provider;
 
+pub use config::{
+    EnvLayerChoice, GatewaySetting, LinuxSandboxConfig, PreparedImage, PreparedLayer, SandboxImage,
+};
 pub use env::*;
 pub use image::{LeaseImage, PendingImage, RegistryPull};
-use image::{image_artifact, setting};
 pub use provider::LinuxSandboxProvider;
 
 /// Why the factory could not make a sandbox.
@@ -127,6 +138,10 @@ pub enum LinuxFactoryError {
     /// Starting the sandbox failed.
     #[error(transparent)]
     Start(#[from] LinuxPortError),
+    /// A create was handed a config whose image or layer was not prepared first (a
+    /// caller's bug: a create never pulls, resolves a tag or builds a layer).
+    #[error("{0} was not prepared before the sandbox's create")]
+    Unprepared(&'static str),
 }
 
 impl LinuxFactoryError {
@@ -169,26 +184,6 @@ fn message_chain(error: &dyn std::error::Error) -> String {
     message
 }
 
-/// Everything one `create` needs, derived from the context and the env without touching
-/// the system (but for one `stat`: whether the host has a CA bundle to give an image).
-#[derive(Debug, Clone)]
-pub struct LinuxSandboxSettings {
-    /// Where state dirs and cgroups go, and the init binary.
-    pub runtime: RuntimeConfig,
-    /// The sandbox.
-    pub plan: SandboxPlan,
-    /// Default exec timeout of the port.
-    pub exec_timeout: Duration,
-    /// A tarball or OCI layout still to be unpacked: until
-    /// [`LinuxSandboxSettings::resolve_image`] ran, `plan.rootfs` is not the image's.
-    pub image: Option<PendingImage>,
-    /// Test mode only: `OMABOX_LINUX_TEST_HOSTS` (`NAME=IP,...`), names the sandbox's network
-    /// resolves before asking the host's resolver.
-    pub test_hosts: Option<String>,
-    /// `OMABOX_LINUX_ENV_LAYER`: the environment layer the image gets first.
-    pub env_layer: Option<EnvLayerSetting>,
-}
-
 /// An environment layer to put over the image ([`crate::env_layer`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct EnvLayerSetting {
@@ -196,22 +191,6 @@ pub struct EnvLayerSetting {
     pub spec: LayerSpec,
     /// The image cache it is kept in (`env-layers/` below it).
     pub image_cache: PathBuf,
-}
-
-impl LinuxSandboxSettings {
-    /// Unpacks the pending image into its cache (once per content; later calls find it
-    /// there) and makes it the plan's rootfs. Blocking. Does nothing without one. Keep the
-    /// result's `hold` until the sandbox's start returned (`image rm` waits for it).
-    pub fn resolve_image(&mut self) -> Result<Option<ResolvedImage>, LinuxFactoryError> {
-        let Some(pending) = self.image.take() else {
-            return Ok(None);
-        };
-        let resolved = pending.resolve()?;
-        self.plan.rootfs = RootfsSource::Directory {
-            path: resolved.rootfs_dir.clone(),
-        };
-        Ok(Some(resolved))
-    }
 }
 
 /// Creates linux sandboxes for the provider map.
@@ -228,7 +207,8 @@ pub struct LinuxSandboxFactory {
 }
 
 impl LinuxSandboxFactory {
-    /// A factory with the default runtime settings (`/run/omabox`, cgroup `omabox`).
+    /// A factory with the default runtime settings (`/run/omabox`, cgroup `omabox`) and
+    /// no image cache (an image that needs one then needs `OMABOX_LINUX_IMAGE_CACHE`).
     pub fn new() -> Self {
         Self::default()
     }
@@ -255,256 +235,94 @@ impl LinuxSandboxFactory {
         self
     }
 
-    /// Reads the factory's env keys and maps the context into a plan. Pure.
-    pub fn settings(
+    /// Preparation step 1: unpacks a pending image into its cache (a registry reference
+    /// resolved to its digest and pulled unless cached, `progress` told), making it
+    /// [`SandboxImage::Prepared`]: pinned, and held from `image rm|prune` as long as the
+    /// config (or a clone) lives. Blocking. Nothing to do for another image.
+    pub fn prepare_image(
         &self,
-        ctx: &SandboxFactoryContext,
-        env: &SandboxFactoryEnv,
-    ) -> Result<LinuxSandboxSettings, LinuxFactoryError> {
-        let mut runtime = self.defaults.clone();
-        if let Some(dir) = nonempty(env, RUNTIME_DIR_ENV) {
-            if !Path::new(dir).is_absolute() {
-                return Err(invalid(RUNTIME_DIR_ENV, dir, "must be an absolute path"));
-            }
-            runtime.runtime_dir = PathBuf::from(dir);
-        }
-        if let Some(parent) = nonempty(env, CGROUP_PARENT_ENV) {
-            let ok = parent
-                .bytes()
-                .all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b))
-                && !parent.starts_with('.');
-            if !ok {
-                return Err(invalid(
-                    CGROUP_PARENT_ENV,
-                    parent,
-                    "must be one directory name of letters, digits, '-', '_' or '.'",
-                ));
-            }
-            runtime.cgroup_parent = parent.to_owned();
-        }
-        if let Some(init) = nonempty(env, INIT_ENV) {
-            runtime.init_binary = Some(PathBuf::from(init));
-        }
-
-        let mut plan = SandboxPlan::preinstalled("sandbox");
-        let mut pending = None;
-        if let Some((key, image)) = nonempty(env, IMAGE_ENV)
-            .map(|v| (IMAGE_ENV, v))
-            .or_else(|| nonempty(env, SANDBOX_IMAGE_ENV).map(|v| (SANDBOX_IMAGE_ENV, v)))
-        {
-            match image_artifact(key, image)? {
-                (ImageKind::Directory, path) => plan.rootfs = RootfsSource::Directory { path },
-                (kind, path) => {
-                    let registry = match kind {
-                        ImageKind::Registry => Some(RegistryPull {
-                            reference: RegistryReference::parse(image)
-                                .map_err(|e| invalid(key, image, &e.to_string()))?,
-                            insecure: nonempty(env, INSECURE_REGISTRIES_ENV)
-                                .map(RegistryConfig::parse_insecure)
-                                .unwrap_or_default(),
-                            docker_config: DockerConfig::default_location(
-                                nonempty(env, DOCKER_CONFIG_ENV),
-                                nonempty(env, HOME_ENV),
-                            )
-                            .map(|d| d.path().to_path_buf()),
-                            given: self.registry_credentials.clone(),
-                            allowed_hosts: RegistryConfig::parse_allowed_hosts(nonempty(
-                                env,
-                                ALLOWED_HOSTS_ENV,
-                            ))
-                            .map_err(setting)?,
-                            timeouts: RegistryConfig::parse_timeouts(
-                                nonempty(env, PULL_TIMEOUT_ENV),
-                                nonempty(env, STALL_TIMEOUT_ENV),
-                            )
-                            .map_err(setting)?,
-                        }),
-                        _ => None,
-                    };
-                    let cache_dir = match nonempty(env, IMAGE_CACHE_ENV) {
-                        Some(dir) if Path::new(dir).is_absolute() => PathBuf::from(dir),
-                        Some(dir) => {
-                            return Err(invalid(IMAGE_CACHE_ENV, dir, "must be an absolute path"));
-                        }
-                        None => self
-                            .image_cache
-                            .clone()
-                            .unwrap_or_else(ImageCache::default_dir),
-                    };
-                    let limits = UnpackLimits::parse(
-                        nonempty(env, MAX_BYTES_ENV),
-                        nonempty(env, MAX_ENTRIES_ENV),
-                    )
-                    .map_err(setting)?;
-                    pending = Some(PendingImage {
-                        reference: image.to_owned(),
-                        path,
-                        kind,
-                        cache_dir,
-                        limits,
-                        registry,
-                    });
-                }
-            }
-        }
-        if let Some(memory) = nonempty(env, MEMORY_ENV) {
-            plan.limits.memory_bytes = if memory.eq_ignore_ascii_case("unlimited") {
-                None
-            } else {
-                Some(
-                    parse_memory_size(memory)
-                        .map_err(|reason| invalid(MEMORY_ENV, memory, &reason))?,
-                )
-            };
-        }
-        if let Some(cpus) = nonempty(env, CPUS_ENV) {
-            plan.limits.cpu = if cpus.eq_ignore_ascii_case("unlimited") {
-                None
-            } else {
-                Some(CpuLimit::millicpus(
-                    parse_millicpus(cpus).map_err(|reason| invalid(CPUS_ENV, cpus, &reason))?,
-                ))
-            };
-        }
-        if let Some(pids) = nonempty(env, PIDS_ENV) {
-            plan.limits.pids_max = if pids.eq_ignore_ascii_case("unlimited") {
-                None
-            } else {
-                match pids.parse::<u64>() {
-                    // The agent itself is one task; fewer than 2 cannot run a command.
-                    Ok(n) if n >= 2 => Some(n),
-                    _ => {
-                        return Err(invalid(
-                            PIDS_ENV,
-                            pids,
-                            "must be an integer of at least 2, or `unlimited`",
-                        ));
-                    }
-                }
-            };
-        }
-        let exec_timeout = match nonempty(env, EXEC_TIMEOUT_ENV) {
-            None => DEFAULT_EXEC_TIMEOUT,
-            Some(ms) => match ms.parse::<u64>() {
-                Ok(ms) if ms > 0 => Duration::from_millis(ms),
-                _ => {
-                    return Err(invalid(
-                        EXEC_TIMEOUT_ENV,
-                        ms,
-                        "must be a positive integer (milliseconds)",
-                    ));
-                }
-            },
+        config: &mut LinuxSandboxConfig,
+        progress: &dyn PullProgress,
+    ) -> Result<(), LinuxFactoryError> {
+        let SandboxImage::Pending(pending) = &config.image else {
+            return Ok(());
         };
-        if plan.rootfs == RootfsSource::Preinstalled && pending.is_none() {
-            for key in CA_ENV {
-                plan.env.insert((*key).to_owned(), CA_BUNDLE.to_owned());
-            }
-        } else if Path::new(CA_BUNDLE).is_file() {
-            // An image's TLS clients trust what the host trusts (a network that inspects
-            // TLS has its CA there): the host's bundle, read-only at its own path.
-            plan.binds.push(BindMount {
-                source: CA_BUNDLE.into(),
-                target: IMAGE_CA_BUNDLE.into(),
-                writable: false,
-            });
-            for key in CA_ENV {
-                plan.env
-                    .insert((*key).to_owned(), IMAGE_CA_BUNDLE.to_owned());
-            }
-        }
-        if let Some(binds) = nonempty(env, READONLY_BINDS_ENV) {
-            let parsed = parse_readonly_binds(binds)
-                .map_err(|reason| invalid(READONLY_BINDS_ENV, binds, &reason))?;
-            plan.binds
-                .extend(parsed.into_iter().map(|(source, target)| BindMount {
-                    source: source.into(),
-                    target: target.into(),
-                    writable: false,
-                }));
-        }
-        match nonempty(env, MEMORY_MOUNT_ENV) {
-            None | Some("0") => {}
-            Some("1") => plan.memory_mount = true,
-            Some(other) => return Err(invalid(MEMORY_MOUNT_ENV, other, "must be 0 or 1")),
-        }
-        if let Some(network) = nonempty(env, NETWORK_ENV) {
-            plan.network.config = parse_networking(network)
-                .map_err(|reason| invalid(NETWORK_ENV, network, &reason))?;
-        }
-        if let Some(gateway) = nonempty(env, GATEWAY_ENV) {
-            let (addr, name) =
-                parse_gateway(gateway).map_err(|reason| invalid(GATEWAY_ENV, gateway, &reason))?;
-            plan.network.gateway = Some(addr);
-            plan.network.gateway_name = name;
-        }
-        let test_hosts = match nonempty(env, TEST_HOSTS_ENV) {
-            None => None,
-            Some(_) if !omabox_sandbox::is_test_mode(env) => {
-                return Err(invalid(
-                    TEST_HOSTS_ENV,
-                    "<set>",
-                    "is honoured only in test mode (OMABOX_TEST_MODE=1)",
-                ));
-            }
-            Some(hosts) => {
-                omabox_egress::FixedNames::parse(hosts, Arc::new(omabox_egress::SystemResolver))
-                    .map_err(|reason| invalid(TEST_HOSTS_ENV, hosts, &reason))?;
-                Some(hosts.to_owned())
-            }
-        };
-        let env_layer = self.env_layer(env, &plan, pending.as_ref())?;
-        match nonempty(env, WORKSPACE_TMPFS_ENV) {
-            None | Some("0") => plan.workspace = Some(ctx.workdir.clone()),
-            Some("1") => plan.workspace_tmpfs = true,
-            Some(other) => return Err(invalid(WORKSPACE_TMPFS_ENV, other, "must be 0 or 1")),
-        }
-        plan.outputs = ctx.outputs_root.clone();
-        Ok(LinuxSandboxSettings {
-            runtime,
-            plan,
-            exec_timeout,
-            image: pending,
-            test_hosts,
-            env_layer,
-        })
+        let resolved = pending.resolve_with(progress)?;
+        let lease = pending.lease_image(&resolved);
+        config.image = SandboxImage::Prepared(PreparedImage {
+            rootfs_dir: resolved.rootfs_dir,
+            lease,
+            hold: resolved.hold,
+        });
+        Ok(())
     }
 
-    /// [`ENV_LAYER_ENV`], checked: package names the installer accepts, a dockerfile of
-    /// the subset, and an image to put the layer over.
-    fn env_layer(
+    /// Preparation step 2 (after [`prepare_image`](Self::prepare_image)): builds the
+    /// pending environment layer over the image, or finds it built (once per image and
+    /// content), making it [`EnvLayerChoice::Prepared`]. The build runs in a sandbox of
+    /// its own, with the config's network. Nothing to do without one.
+    pub async fn prepare_env_layer(
+        &self,
+        config: &mut LinuxSandboxConfig,
+    ) -> Result<(), LinuxFactoryError> {
+        let Some(EnvLayerChoice::Pending(layer)) = &config.env_layer else {
+            return Ok(());
+        };
+        if matches!(config.image, SandboxImage::Pending(_)) {
+            return Err(LinuxFactoryError::Unprepared("the image"));
+        }
+        let runtime_config = config.runtime.clone();
+        let checked = self.take_checked(&runtime_config);
+        let runtime = tokio::task::spawn_blocking(move || match checked {
+            Some(runtime) => Ok(runtime),
+            None => LinuxRuntime::new(runtime_config).map_err(LinuxFactoryError::Runtime),
+        })
+        .await
+        .map_err(|e| LinuxPortError::Task(e.to_string()))??;
+        let ctx = SandboxFactoryContext {
+            session_id: "env-layer".into(),
+            workdir: PathBuf::new(),
+            memory_root: None,
+            outputs_root: None,
+        };
+        let mut plan = config.plan(&ctx);
+        plan.workspace = None;
+        let made = EnvLayers::in_image_cache(&layer.image_cache)
+            .ensure(&runtime, &plan, &layer.spec, config.resolver()?)
+            .await
+            .map_err(LinuxFactoryError::EnvLayer)?;
+        tracing::info!(
+            layer = %made.dir.display(),
+            built = made.built,
+            bytes = made.bytes,
+            "environment layer"
+        );
+        let env = layer.spec.env().into_iter().collect();
+        config.env_layer = Some(EnvLayerChoice::Prepared(PreparedLayer {
+            dir: made.dir,
+            env,
+        }));
+        Ok(())
+    }
+
+    /// The tool-sandbox seam's config: `env` parsed ([`config_from_env`](Self::config_from_env)),
+    /// then its image and layer prepared (that seam has no earlier step to do it in).
+    pub async fn prepared_config(
         &self,
         env: &SandboxFactoryEnv,
-        plan: &SandboxPlan,
-        pending: Option<&PendingImage>,
-    ) -> Result<Option<EnvLayerSetting>, LinuxFactoryError> {
-        let Some(text) = nonempty(env, ENV_LAYER_ENV) else {
-            return Ok(None);
-        };
-        let Some(spec) =
-            parse_env_layer(text).map_err(|reason| invalid(ENV_LAYER_ENV, text, &reason))?
-        else {
-            return Ok(None);
-        };
-        let image_cache = match (pending, &plan.rootfs) {
-            (Some(pending), _) => pending.cache_dir.clone(),
-            (None, RootfsSource::Directory { .. }) => match nonempty(env, IMAGE_CACHE_ENV) {
-                Some(dir) if Path::new(dir).is_absolute() => PathBuf::from(dir),
-                Some(dir) => return Err(invalid(IMAGE_CACHE_ENV, dir, "must be an absolute path")),
-                None => self
-                    .image_cache
-                    .clone()
-                    .unwrap_or_else(ImageCache::default_dir),
-            },
-            (None, RootfsSource::Preinstalled) => {
-                return Err(invalid(
-                    ENV_LAYER_ENV,
-                    text,
-                    "needs an image (OMABOX_LINUX_IMAGE or SANDBOX_IMAGE): the default root shows the host's /usr read-only",
-                ));
-            }
-        };
-        Ok(Some(EnvLayerSetting { spec, image_cache }))
+    ) -> Result<LinuxSandboxConfig, LinuxFactoryError> {
+        let mut config = self.config_from_env(env)?;
+        if config.pending_image().is_some() {
+            let (factory, mut pending) = (self.clone(), config);
+            config = tokio::task::spawn_blocking(move || {
+                factory.prepare_image(&mut pending, &NoProgress)?;
+                Ok::<_, LinuxFactoryError>(pending)
+            })
+            .await
+            .map_err(|e| LinuxPortError::Task(e.to_string()))??;
+        }
+        self.prepare_env_layer(&mut config).await?;
+        Ok(config)
     }
 
     /// Probes this machine and checks that the plan `ctx` and `env` describe can run
@@ -514,11 +332,20 @@ impl LinuxSandboxFactory {
         ctx: &SandboxFactoryContext,
         env: &SandboxFactoryEnv,
     ) -> Result<(), LinuxFactoryError> {
-        let settings = self.settings(ctx, env)?;
-        let runtime = LinuxRuntime::new(settings.runtime).map_err(LinuxFactoryError::Runtime)?;
+        self.check_host_config(ctx, &self.config_from_env(env)?)
+    }
+
+    /// [`check_host`](Self::check_host) of a typed config.
+    pub fn check_host_config(
+        &self,
+        ctx: &SandboxFactoryContext,
+        config: &LinuxSandboxConfig,
+    ) -> Result<(), LinuxFactoryError> {
+        let runtime =
+            LinuxRuntime::new(config.runtime.clone()).map_err(LinuxFactoryError::Runtime)?;
         runtime
             .capabilities()
-            .check(&settings.plan)
+            .check(&config.plan(ctx))
             .map_err(|e| LinuxFactoryError::Runtime(StartError::Missing(e)))?;
         *self.checked.lock().unwrap_or_else(PoisonError::into_inner) = Some(runtime);
         Ok(())
@@ -533,38 +360,44 @@ impl LinuxSandboxFactory {
             .filter(|runtime| runtime.config() == config)
     }
 
-    /// Creates the sandbox and returns the concrete port (the provider map gets it as a
-    /// `dyn SandboxPort`). Nothing is left behind on error.
+    /// The tool-sandbox seam: parses `env`, prepares image and layer, creates the sandbox
+    /// and returns the concrete port (the provider map gets it as a `dyn SandboxPort`).
+    /// Nothing is left behind on error.
     pub async fn create_port(
         &self,
         ctx: &SandboxFactoryContext,
         env: &SandboxFactoryEnv,
     ) -> Result<LinuxSandboxPort, LinuxFactoryError> {
-        Ok(self.create_port_with_image(ctx, env).await?.0)
+        let config = self.prepared_config(env).await?;
+        // `config` (and with it the image's hold) lives until the start returned.
+        self.create_port_with_config(ctx, &config).await
     }
 
-    /// [`create_port`](Self::create_port), and the image the sandbox was made from (its
-    /// digest resolved at this call), for the lease.
-    pub async fn create_port_with_image(
+    /// Creates the sandbox of a prepared `config` ([`LinuxSandboxConfig::is_prepared`];
+    /// anything else is refused: a create never pulls, resolves a tag or builds a
+    /// layer). Keep `config` (its image hold) until this returned.
+    pub async fn create_port_with_config(
         &self,
         ctx: &SandboxFactoryContext,
-        env: &SandboxFactoryEnv,
-    ) -> Result<(LinuxSandboxPort, Option<LeaseImage>), LinuxFactoryError> {
-        let mut settings = self.settings(ctx, env)?;
+        config: &LinuxSandboxConfig,
+    ) -> Result<LinuxSandboxPort, LinuxFactoryError> {
+        if matches!(config.image, SandboxImage::Pending(_)) {
+            return Err(LinuxFactoryError::Unprepared("the image"));
+        }
+        if matches!(config.env_layer, Some(EnvLayerChoice::Pending(_))) {
+            return Err(LinuxFactoryError::Unprepared("the environment layer"));
+        }
+        let mut plan = config.plan(ctx);
         let mut dirs = Vec::new();
-        if let Some(w) = settings.plan.workspace.take() {
+        if let Some(w) = plan.workspace.take() {
             dirs.push(("workspace", w));
         }
-        if let Some(o) = settings.plan.outputs.take() {
+        if let Some(o) = plan.outputs.take() {
             dirs.push(("outputs", o));
         }
-        let runtime_config = settings.runtime;
+        let runtime_config = config.runtime.clone();
         let checked = self.take_checked(&runtime_config);
-        let pending_image = settings.image.take();
-        let (runtime, prepared, image) = tokio::task::spawn_blocking(move || {
-            let image = pending_image
-                .map(|p| p.resolve().map(|r| (p.lease_image(&r), r)))
-                .transpose()?;
+        let (runtime, prepared) = tokio::task::spawn_blocking(move || {
             let mut prepared = Vec::new();
             for (what, dir) in dirs {
                 prepared.push((what, prepare_dir(what, &dir)?));
@@ -573,108 +406,48 @@ impl LinuxSandboxFactory {
                 Some(runtime) => runtime,
                 None => LinuxRuntime::new(runtime_config).map_err(LinuxFactoryError::Runtime)?,
             };
-            Ok::<_, LinuxFactoryError>((runtime, prepared, image))
+            Ok::<_, LinuxFactoryError>((runtime, prepared))
         })
         .await
         .map_err(|e| LinuxPortError::Task(e.to_string()))??;
-        let mut lease_image = None;
-        // Held until the sandbox has recorded its roots (its start returned), so `image
-        // rm|prune` cannot delete the tree between here and the mount.
-        let mut hold = None;
-        if let Some((record, image)) = image {
-            settings.plan.rootfs = RootfsSource::Directory {
-                path: image.rootfs_dir,
-            };
-            hold = image.hold;
-            lease_image = Some(record);
-        }
         for (what, dir) in prepared {
             match what {
-                "workspace" => settings.plan.workspace = Some(dir),
-                _ => settings.plan.outputs = Some(dir),
+                "workspace" => plan.workspace = Some(dir),
+                _ => plan.outputs = Some(dir),
             }
         }
-        let resolver: Arc<dyn omabox_egress::Resolver> = match &settings.test_hosts {
-            Some(hosts) => Arc::new(
-                omabox_egress::FixedNames::parse(hosts, Arc::new(omabox_egress::SystemResolver))
-                    .map_err(|reason| invalid(TEST_HOSTS_ENV, hosts, &reason))?,
-            ),
-            None => Arc::new(omabox_egress::SystemResolver),
-        };
-        if let Some(layer) = &settings.env_layer {
-            let made = EnvLayers::in_image_cache(&layer.image_cache)
-                .ensure(&runtime, &settings.plan, &layer.spec, Arc::clone(&resolver))
-                .await
-                .map_err(LinuxFactoryError::EnvLayer)?;
-            tracing::info!(
-                layer = %made.dir.display(),
-                built = made.built,
-                bytes = made.bytes,
-                "environment layer"
-            );
-            settings.plan.root_layers.push(made.dir);
-            settings.plan.env.extend(layer.spec.env());
-        }
-        let port = LinuxSandboxPort::start_resolving(&runtime, &settings.plan, resolver).await?;
-        drop(hold);
-        Ok((
-            port.with_default_timeout(settings.exec_timeout),
-            lease_image,
-        ))
+        let port = LinuxSandboxPort::start_resolving(&runtime, &plan, config.resolver()?).await?;
+        Ok(port.with_default_timeout(config.exec_timeout))
     }
-}
 
-impl LinuxSandboxFactory {
-    /// Everything [`LinuxRuntime::start_one_shot`] needs, blocking: the settings, the
-    /// probed runtime (one-shot only: no setup-stage binary needed), the plan checked
-    /// against it, the image unpacked and the context directories created. For a
-    /// single-threaded caller that runs one command (`omabox sandbox run`). The hold
-    /// keeps the image from removal: keep it until the start has returned.
+    /// Everything [`LinuxRuntime::start_one_shot`] needs, blocking: the probed runtime
+    /// (one-shot only: no setup-stage binary needed), the plan of a prepared `config`
+    /// checked against it, and the context directories created. For a single-threaded
+    /// caller that runs one command (`omabox sandbox run`). Keep `config` (its image
+    /// hold) until the start has returned.
     pub fn prepare_one_shot(
         &self,
         ctx: &SandboxFactoryContext,
-        env: &SandboxFactoryEnv,
-    ) -> Result<(LinuxRuntime, SandboxPlan, Option<ImageHold>), LinuxFactoryError> {
-        let mut settings = self.settings(ctx, env)?;
-        let runtime =
-            LinuxRuntime::new_one_shot(settings.runtime).map_err(LinuxFactoryError::Runtime)?;
+        config: &LinuxSandboxConfig,
+    ) -> Result<(LinuxRuntime, SandboxPlan), LinuxFactoryError> {
+        if !config.is_prepared() {
+            return Err(LinuxFactoryError::Unprepared("the image"));
+        }
+        let mut plan = config.plan(ctx);
+        let runtime = LinuxRuntime::new_one_shot(config.runtime.clone())
+            .map_err(LinuxFactoryError::Runtime)?;
         runtime
             .capabilities()
-            .check(&settings.plan)
+            .check(&plan)
             .map_err(|e| LinuxFactoryError::Runtime(StartError::Missing(e)))?;
-        let mut hold = None;
-        if let Some(image) = settings.image.take() {
-            let resolved = image.resolve()?;
-            settings.plan.rootfs = RootfsSource::Directory {
-                path: resolved.rootfs_dir,
-            };
-            hold = resolved.hold;
+        if let Some(w) = plan.workspace.take() {
+            plan.workspace = Some(prepare_dir("workspace", &w)?);
         }
-        if let Some(w) = settings.plan.workspace.take() {
-            settings.plan.workspace = Some(prepare_dir("workspace", &w)?);
+        if let Some(o) = plan.outputs.take() {
+            plan.outputs = Some(prepare_dir("outputs", &o)?);
         }
-        if let Some(o) = settings.plan.outputs.take() {
-            settings.plan.outputs = Some(prepare_dir("outputs", &o)?);
-        }
-        Ok((runtime, settings.plan, hold))
+        Ok((runtime, plan))
     }
-}
-
-/// The runtime dir this process's environment names (`OMABOX_LINUX_RUNTIME_DIR`), or the
-/// default: the one [`LinuxSandboxFactory::new`]'s settings pick from the same
-/// environment (a relative path, which they refuse, gives the default here). For a caller
-/// that forks a one-shot PID 1 before it has read its settings
-/// ([`OneShotFork::fork`](crate::oneshot::OneShotFork::fork)).
-pub fn runtime_dir_of_process() -> PathBuf {
-    std::env::var(RUNTIME_DIR_ENV)
-        .ok()
-        .map(|v| PathBuf::from(v.trim()))
-        .filter(|p| p.is_absolute())
-        .unwrap_or_else(|| RuntimeConfig::default().runtime_dir)
-}
-
-fn nonempty<'a>(env: &'a SandboxFactoryEnv, key: &str) -> Option<&'a str> {
-    env.get(key).map(str::trim).filter(|v| !v.is_empty())
 }
 
 fn invalid(key: &'static str, value: &str, reason: &str) -> LinuxFactoryError {
@@ -710,6 +483,9 @@ impl SandboxFactory for LinuxSandboxFactory {
 #[cfg(test)]
 pub(super) mod tests {
     use super::*;
+    use crate::image::ImageKind;
+    use omabox_linux_sandbox::plan::{CpuLimit, RootfsSource};
+    use std::time::Duration;
 
     pub(super) fn ctx() -> SandboxFactoryContext {
         SandboxFactoryContext {
@@ -722,6 +498,34 @@ pub(super) mod tests {
 
     pub(super) fn env(pairs: &[(&str, &str)]) -> SandboxFactoryEnv {
         pairs.iter().copied().collect()
+    }
+
+    /// The parsed config of `env` and its plan for `ctx`.
+    #[derive(Debug)]
+    #[allow(dead_code)]
+    struct Settings {
+        config: LinuxSandboxConfig,
+        plan: SandboxPlan,
+        runtime: RuntimeConfig,
+        exec_timeout: std::time::Duration,
+        image: Option<PendingImage>,
+    }
+
+    impl LinuxSandboxFactory {
+        fn settings(
+            &self,
+            ctx: &SandboxFactoryContext,
+            env: &SandboxFactoryEnv,
+        ) -> Result<Settings, LinuxFactoryError> {
+            let config = self.config_from_env(env)?;
+            Ok(Settings {
+                plan: config.plan(ctx),
+                runtime: config.runtime.clone(),
+                exec_timeout: config.exec_timeout,
+                image: config.pending_image().cloned(),
+                config,
+            })
+        }
     }
 
     #[test]
@@ -951,5 +755,62 @@ pub(super) mod tests {
             .settings(&ctx(), &env(&[(IMAGE_ENV, "/no/such/rootfs")]))
             .unwrap_err();
         assert!(e.to_string().starts_with(IMAGE_ENV), "{e}");
+    }
+
+    /// The config's values come from the env handed in, never from the process: the init
+    /// binary's search path is the map's `PATH` (absolute entries), and an image that needs
+    /// a cache without one named (key or factory) is refused, not put in a cache derived
+    /// from this process's `HOME` or `XDG_CACHE_HOME`.
+    #[test]
+    fn runtime_and_cache_come_from_the_env_given_not_the_process() {
+        let f = LinuxSandboxFactory::new();
+        let config = f
+            .config_from_env(&env(&[(PATH_ENV, "/opt/omabox/bin:relative:/usr/bin")]))
+            .unwrap();
+        assert_eq!(
+            config.runtime.init_search_path,
+            [PathBuf::from("/opt/omabox/bin"), PathBuf::from("/usr/bin")]
+        );
+        let config = f.config_from_env(&env(&[])).unwrap();
+        assert!(config.runtime.init_search_path.is_empty());
+
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("oci-layout"), b"{}").unwrap();
+        let image = dir.path().to_str().unwrap();
+        let e = f.config_from_env(&env(&[(IMAGE_ENV, image)])).unwrap_err();
+        assert!(e.to_string().starts_with(IMAGE_CACHE_ENV), "{e}");
+        let config = f
+            .clone()
+            .with_image_cache("/srv/cache")
+            .config_from_env(&env(&[(IMAGE_ENV, image)]))
+            .unwrap();
+        assert_eq!(
+            config.pending_image().unwrap().cache_dir,
+            Path::new("/srv/cache")
+        );
+    }
+
+    /// A create takes prepared configs only: a pending image or layer is refused before
+    /// anything is made (a create never pulls, resolves a tag or builds a layer).
+    #[tokio::test]
+    async fn create_refuses_an_unprepared_config() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("oci-layout"), b"{}").unwrap();
+        let f = LinuxSandboxFactory::new().with_image_cache(dir.path().join("cache"));
+        let config = f
+            .config_from_env(&env(&[(IMAGE_ENV, dir.path().to_str().unwrap())]))
+            .unwrap();
+        assert!(!config.is_prepared());
+        let e = f
+            .create_port_with_config(&ctx(), &config)
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(e, LinuxFactoryError::Unprepared("the image")),
+            "{e}"
+        );
+        assert!(!dir.path().join("cache").exists(), "nothing unpacked");
+        let e = f.prepare_one_shot(&ctx(), &config).unwrap_err();
+        assert!(matches!(e, LinuxFactoryError::Unprepared(_)), "{e}");
     }
 }

@@ -24,10 +24,9 @@ use omabox_sandbox::SandboxFactoryContext;
 
 use super::{
     CHUNK, DRAIN_WAIT, EXIT_NOT_STARTED, EXIT_OMABOX_FAILED, Failure, NOT_ROOT_HINT, RunArgs,
-    linux_failure, prepare, report,
+    linux_failure, prepare_linux, report,
 };
 use crate::terminal_safe::ControlFilter;
-use omabox_node::wiring::Backend;
 
 /// After the command's exit, output that stays silent this long is abandoned (the
 /// agent's drain rule: a background process may hold the pipes open).
@@ -65,7 +64,8 @@ pub(super) fn run(args: &RunArgs, config: &omabox_node::NodeConfig) -> ExitCode 
     // process works out the plan. A failed fork is reported only where the start would
     // have failed, after the plan's own errors.
     let fork = OneShotFork::fork(&config.linux_runtime_dir());
-    let (env, workspace) = match prepare(args, Some(Backend::Linux), config) {
+    // The image is prepared (pulled, unpacked) and held by `linux` until the start returned.
+    let (linux, workspace) = match prepare_linux(args, config) {
         Ok(p) => p,
         Err(f) => return report(&f),
     };
@@ -75,9 +75,7 @@ pub(super) fn run(args: &RunArgs, config: &omabox_node::NodeConfig) -> ExitCode 
         memory_root: None,
         outputs_root: None,
     };
-    // `image_hold` keeps the image from `image rm|prune` until the start returned.
-    let (runtime, plan, image_hold) = match LinuxSandboxFactory::new().prepare_one_shot(&ctx, &env)
-    {
+    let (runtime, plan) = match LinuxSandboxFactory::new().prepare_one_shot(&ctx, &linux) {
         Ok(p) => p,
         Err(e) => {
             let _ = workspace.finish();
@@ -92,7 +90,7 @@ pub(super) fn run(args: &RunArgs, config: &omabox_node::NodeConfig) -> ExitCode 
     let mut removed = Ok(());
     let started = fork.and_then(|fork| runtime.start_forked(fork, &plan, &command));
     // Started (its roots recorded) or failed: the image may be removed from here on.
-    drop(image_hold);
+    drop(linux);
     let outcome = match started {
         Ok(mut sandbox) => {
             let (outcome, empty) = Relay::new(&mut sandbox, args).run(&mut sandbox, &signals);
