@@ -19,16 +19,18 @@ pub const HELPER_TIMEOUT: Duration = Duration::from_secs(30);
 /// The most of a helper's stdout read.
 pub const MAX_OUTPUT: u64 = 64 * 1024;
 
-/// Where helpers are looked up: `PATH`, unless set (tests).
+/// Where helpers are looked up: the search path the caller's configuration gives (its
+/// `PATH` setting); none given, no helper is found. The process environment is never read
+/// here: the node decides which environment counts.
 #[derive(Debug, Clone, Default)]
 pub struct HelperPath(pub Option<OsString>);
 
 impl HelperPath {
     /// `docker-credential-<name>` in the first directory that has it as a file.
     fn find(&self, name: &str) -> Option<PathBuf> {
-        let path = self.0.clone().or_else(|| std::env::var_os("PATH"))?;
+        let path = self.0.as_ref()?;
         let program = format!("docker-credential-{name}");
-        std::env::split_paths(&path)
+        std::env::split_paths(path)
             .map(|dir| dir.join(&program))
             .find(|p| p.is_file())
     }

@@ -78,7 +78,8 @@ impl DockerConfig {
         }
     }
 
-    /// The same file, with its credential helpers looked up in `path` instead of `PATH`.
+    /// The same file, with its credential helpers looked up in `path` (a `PATH`-style list;
+    /// without one, a helper the file names is reported as not found).
     pub fn with_helper_path(mut self, path: impl Into<std::ffi::OsString>) -> Self {
         self.helpers = HelperPath(Some(path.into()));
         self
@@ -326,5 +327,28 @@ mod tests {
             (c.username.as_str(), c.expose_password()),
             ("file", "file-pw")
         );
+        // The search path is the configuration's `PATH`, never the process's: without one
+        // the helper is not found; from a registry configuration's environment it is.
+        let error = DockerConfig::at(&path)
+            .credential("reg.example")
+            .unwrap_err();
+        assert_eq!(
+            error,
+            "credential helper docker-credential-per is not on PATH"
+        );
+        let docker_dir = dir.path().to_str().unwrap().to_owned();
+        let registry = crate::RegistryConfig::from_env(|key| match key {
+            "DOCKER_CONFIG" => Some(docker_dir.clone()),
+            "PATH" => Some(format!("/nonexistent:{docker_dir}")),
+            _ => None,
+        })
+        .unwrap();
+        let c = registry
+            .credentials
+            .unwrap()
+            .credential("reg.example")
+            .unwrap()
+            .unwrap();
+        assert_eq!(c.username, "per-registry");
     }
 }

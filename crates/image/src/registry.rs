@@ -97,13 +97,18 @@ impl RegistryConfig {
     /// From an environment: `OMABOX_INSECURE_REGISTRIES`,
     /// `OMABOX_REGISTRY_ALLOWED_HOSTS`, `OMABOX_PULL_TIMEOUT`,
     /// `OMABOX_PULL_STALL_TIMEOUT`, and docker's `config.json` (`DOCKER_CONFIG`, `HOME`)
-    /// as the credential source. A malformed value is an error naming its key.
+    /// as the credential source, its helpers looked up in `PATH`. A malformed value is an
+    /// error naming its key.
     pub fn from_env(get: impl Fn(&str) -> Option<String>) -> Result<Self, ImageError> {
         let insecure = get(INSECURE_REGISTRIES_ENV)
             .map(|v| Self::parse_insecure(&v))
             .unwrap_or_default();
         let docker =
-            DockerConfig::default_location(get("DOCKER_CONFIG").as_deref(), get("HOME").as_deref());
+            DockerConfig::default_location(get("DOCKER_CONFIG").as_deref(), get("HOME").as_deref())
+                .map(|docker| match get("PATH") {
+                    Some(path) => docker.with_helper_path(path),
+                    None => docker,
+                });
         Ok(Self {
             insecure,
             credentials: docker.map(|d| Arc::new(d) as Arc<dyn CredentialSource>),

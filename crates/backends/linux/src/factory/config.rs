@@ -318,6 +318,7 @@ impl LinuxSandboxFactory {
                                 nonempty(HOME_ENV),
                             )
                             .map(|d| d.path().to_path_buf()),
+                            helper_path: nonempty(PATH_ENV).map(Into::into),
                             given: self.registry_credentials.clone(),
                             allowed_hosts: RegistryConfig::parse_allowed_hosts(nonempty(
                                 ALLOWED_HOSTS_ENV,

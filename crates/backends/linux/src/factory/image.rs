@@ -39,6 +39,8 @@ pub struct RegistryPull {
     pub insecure: Vec<String>,
     /// Docker's `config.json`, if `DOCKER_CONFIG` or `HOME` says where.
     pub docker_config: Option<PathBuf>,
+    /// Where the file's credential helpers are looked up (`PATH`).
+    pub helper_path: Option<std::ffi::OsString>,
     /// Credentials the factory was given ([`LinuxSandboxFactory::with_registry_credentials`]),
     /// asked before docker's file.
     pub given: StaticCredentials,
@@ -52,10 +54,14 @@ impl RegistryPull {
     pub(super) fn config(&self) -> RegistryConfig {
         RegistryConfig {
             insecure: self.insecure.clone(),
-            credentials: self
-                .docker_config
-                .as_ref()
-                .map(|path| Arc::new(DockerConfig::at(path)) as Arc<dyn CredentialSource>),
+            credentials: self.docker_config.as_ref().map(|path| {
+                let docker = DockerConfig::at(path);
+                let docker = match &self.helper_path {
+                    Some(search) => docker.with_helper_path(search.clone()),
+                    None => docker,
+                };
+                Arc::new(docker) as Arc<dyn CredentialSource>
+            }),
             allowed_hosts: self.allowed_hosts.clone(),
             timeouts: self.timeouts,
             fixed_names: Vec::new(),
