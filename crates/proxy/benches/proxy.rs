@@ -201,6 +201,7 @@ fn main() {
             files: None,
             env: [("BENCH_KEY".to_owned(), SecretString::new("upstream-key"))].into(),
             operator_key: SecretString::new("bench-operator-key"),
+            sandboxes: None,
         })
         .unwrap();
         let proxy = start_proxy(omabox_proxy::router(state)).await;

@@ -1,5 +1,5 @@
 //! omabox's HTTP edge: the hosted inference proxy (reference §5), the MCP proxy, session file
-//! promotion, and `/healthz`, `/metrics`, `/openapi.json`. The only crate that knows HTTP.
+//! promotion, E2B's sandbox control plane over a [`e2b::SandboxService`], and `/healthz`, `/metrics`, `/openapi.json`. The only crate that knows HTTP.
 //!
 //! A sandboxed agent calls its model and its MCP servers through this crate without ever
 //! holding their credentials: it presents its short-lived session token, the token is
@@ -17,6 +17,7 @@
 #![forbid(unsafe_code)]
 
 pub mod config;
+pub mod e2b;
 mod error;
 pub mod files;
 mod forward;

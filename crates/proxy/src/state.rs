@@ -3,6 +3,7 @@
 
 use crate::ProxyError;
 use crate::config::{ModelCard, ServeConfig};
+use crate::e2b::SandboxService;
 use crate::files::SessionFilesPort;
 use crate::host_rule::HostRule;
 use crate::inference::UpstreamModel;
@@ -28,6 +29,9 @@ pub struct ProxyDeps {
     /// The operator key: a bearer (or `x-api-key`) equal to it may call the operator routes
     /// (file promotion and content). There is no keyless mode.
     pub operator_key: SecretString,
+    /// The sandboxes of the E2B-compatible routes; `None` answers them 503 (after the
+    /// key check).
+    pub sandboxes: Option<Arc<dyn SandboxService>>,
 }
 
 impl std::fmt::Debug for ProxyDeps {
@@ -68,6 +72,7 @@ pub(crate) struct Inner {
     pub(crate) files: Option<Arc<dyn SessionFilesPort>>,
     pub(crate) env: BTreeMap<String, SecretString>,
     pub(crate) operator_key: SecretString,
+    pub(crate) sandboxes: Option<Arc<dyn SandboxService>>,
     pub(crate) host_rule: HostRule,
     pub(crate) client: reqwest::Client,
     pub(crate) metrics: Metrics,
@@ -107,6 +112,7 @@ impl ProxyState {
                 files: deps.files,
                 env: deps.env,
                 operator_key: deps.operator_key,
+                sandboxes: deps.sandboxes,
                 host_rule,
                 client,
                 metrics: Metrics::default(),

@@ -69,6 +69,7 @@ async fn fixture(public_url: Option<&str>) -> Fixture {
         ))),
         env: Default::default(),
         operator_key: SecretString::new(KEY),
+        sandboxes: None,
     })
     .unwrap();
     Fixture { state, _dir: dir }

@@ -66,6 +66,7 @@ async fn fixture() -> (Upstream, SocketAddr) {
         files: None,
         env: BTreeMap::new(),
         operator_key: SecretString::new("operator-KEY-777"),
+        sandboxes: None,
     })
     .unwrap();
     let addr = start_proxy(state).await;

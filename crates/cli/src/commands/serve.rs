@@ -170,6 +170,7 @@ pub async fn run(
         files: Some(Arc::new(files)),
         env,
         operator_key: operator_key.clone(),
+        sandboxes: None,
     })?;
     // Before anything is announced: a SIGTERM from then on drains and exits cleanly.
     let shutdown = omabox_proxy::shutdown_signal();

@@ -1,6 +1,7 @@
 //! The router: every route, and the layers around them (sensitive headers, tracing,
 //! metrics). Handlers translate HTTP to domain calls and back; nothing else knows HTTP.
 
+pub(crate) mod e2b;
 pub(crate) mod files;
 pub(crate) mod inference;
 pub(crate) mod mcp;
@@ -63,6 +64,11 @@ pub fn router(state: ProxyState) -> Router {
         )
         .route("/v1/sessions/{session_id}/files", post(files::promote))
         .route("/v1/files/{file_id}/content", get(files::content))
+        .route("/sandboxes", get(e2b::list_v1).post(e2b::create))
+        .route("/v2/sandboxes", get(e2b::list_v2))
+        .route("/sandboxes/{sandbox_id}", get(e2b::get).delete(e2b::kill))
+        .route("/sandboxes/{sandbox_id}/timeout", post(e2b::set_timeout))
+        .route("/sandboxes/{sandbox_id}/refreshes", post(e2b::refresh))
         .route_layer(middleware::from_fn_with_state(
             state.clone(),
             record_metrics,
@@ -163,7 +169,7 @@ async fn record_metrics(State(state): State<ProxyState>, request: Request, next:
     response
 }
 
-fn header_str<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
+pub(crate) fn header_str<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
     headers.get(name).and_then(|value| value.to_str().ok())
 }
 

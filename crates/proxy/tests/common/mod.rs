@@ -311,6 +311,7 @@ pub async fn standard_state_with(config: ServeConfig) -> (ProxyState, Arc<Memory
         files: None,
         env,
         operator_key: SecretString::new("operator-KEY-777"),
+        sandboxes: None,
     })
     .unwrap();
     (state, tokens)

@@ -1,0 +1,161 @@
+//! E2B's sandbox control plane as a port: what `omabox serve`'s E2B-compatible REST routes
+//! (`routes/e2b.rs`, shapes from E2B's `spec/openapi.yml`) ask of whoever owns the
+//! sandboxes. This crate defines the requests, the answers and the [`SandboxService`] trait;
+//! the node implements it over linux sandboxes and the CLI wires it, so the HTTP edge never
+//! names a backend.
+//!
+//! Must never: carry an access token anywhere but [`CreatedSandbox::access_token`] and
+//! [`SandboxService::get`]'s answer (both `SecretString`, whose `Debug` is redacted); put a
+//! token in an error.
+
+use async_trait::async_trait;
+use omabox_contract::SecretString;
+use std::collections::BTreeMap;
+use std::time::{Duration, SystemTime};
+
+/// The longest timeout (create, set timeout) a sandbox may be given: 24 hours, E2B's
+/// largest plan.
+pub const MAX_TIMEOUT: Duration = Duration::from_secs(24 * 60 * 60);
+/// The longest `refreshes` duration: one hour, as E2B's spec says.
+pub const MAX_REFRESH: Duration = Duration::from_secs(60 * 60);
+/// A create's timeout when none is given (E2B's default).
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(15);
+/// Metadata entries one sandbox may carry, and the bytes of one key or value.
+pub const MAX_METADATA: usize = 64;
+/// Environment variables one create may set.
+pub const MAX_ENV_VARS: usize = 256;
+/// Bytes of one metadata or env var key.
+pub const MAX_KEY_BYTES: usize = 256;
+/// Bytes of one metadata or env var value.
+pub const MAX_VALUE_BYTES: usize = 16 * 1024;
+
+/// A validated `POST /sandboxes`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NewSandbox {
+    /// The template (`base`: the default root).
+    pub template_id: String,
+    /// How long it may live from its start.
+    pub timeout: Duration,
+    /// The caller's labels (listed back and filtered on).
+    pub metadata: BTreeMap<String, String>,
+    /// Environment variables of every process started in it.
+    pub env_vars: BTreeMap<String, String>,
+    /// `allow_internet_access` as given (reported back; the operator's network setting
+    /// decides what the sandbox reaches).
+    pub allow_internet_access: Option<bool>,
+}
+
+/// One running sandbox, as `GET /sandboxes/{id}` and the lists show it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SandboxInfo {
+    /// E2B-style id (20 lowercase letters and digits).
+    pub sandbox_id: String,
+    /// The template it was made from.
+    pub template_id: String,
+    /// When it started.
+    pub started_at: SystemTime,
+    /// When it will be killed unless its timeout is changed.
+    pub end_at: SystemTime,
+    /// The caller's labels.
+    pub metadata: BTreeMap<String, String>,
+    /// CPUs it may use (at least 1).
+    pub cpu_count: u32,
+    /// Memory limit in MiB (0: unlimited).
+    pub memory_mb: u64,
+    /// Disk limit in MiB (0: no limit of its own).
+    pub disk_size_mb: u64,
+    /// `allow_internet_access` as given at create.
+    pub allow_internet_access: Option<bool>,
+}
+
+/// A sandbox just created, with its access token (shown to the creator).
+#[derive(Debug, Clone)]
+pub struct CreatedSandbox {
+    /// The sandbox.
+    pub info: SandboxInfo,
+    /// Its access token (`envdAccessToken`).
+    pub access_token: SecretString,
+}
+
+/// Why a sandbox call failed. No variant carries a token.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum SandboxServiceError {
+    /// No running sandbox has this id.
+    #[error("sandbox \"{0}\" not found")]
+    NotFound(String),
+    /// The request cannot be served as asked (the text says why).
+    #[error("{0}")]
+    BadRequest(String),
+    /// No room for another sandbox now.
+    #[error("{0}")]
+    Unavailable(String),
+    /// Starting or killing a sandbox failed (the text says why).
+    #[error("{0}")]
+    Internal(String),
+}
+
+/// Whoever owns the sandboxes `omabox serve` serves.
+#[async_trait]
+pub trait SandboxService: Send + Sync + 'static {
+    /// Starts a sandbox.
+    async fn create(&self, request: NewSandbox) -> Result<CreatedSandbox, SandboxServiceError>;
+    /// Every running sandbox.
+    fn list(&self) -> Vec<SandboxInfo>;
+    /// One running sandbox and its access token.
+    fn get(&self, sandbox_id: &str) -> Option<(SandboxInfo, SecretString)>;
+    /// Kills a sandbox: its processes, cgroup and state directory are gone when this
+    /// returned `Ok`.
+    async fn kill(&self, sandbox_id: &str) -> Result<(), SandboxServiceError>;
+    /// The sandbox now expires `timeout` from now (shorter or longer than before).
+    fn set_timeout(&self, sandbox_id: &str, timeout: Duration) -> Result<(), SandboxServiceError>;
+    /// The sandbox lives at least `duration` from now (never shortened).
+    fn refresh(&self, sandbox_id: &str, duration: Duration) -> Result<(), SandboxServiceError>;
+}
+
+/// `time` as RFC 3339 in UTC with milliseconds (`2026-12-05T20:54:11.123Z`); times before
+/// 1970 print as the epoch.
+pub fn rfc3339(time: SystemTime) -> String {
+    let since = time
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .unwrap_or_default();
+    let secs = since.as_secs();
+    let (days, rest) = (secs / 86_400, secs % 86_400);
+    let (year, month, day) = civil_from_days(days);
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{:03}Z",
+        rest / 3600,
+        rest % 3600 / 60,
+        rest % 60,
+        since.subsec_millis()
+    )
+}
+
+/// Days since 1970-01-01 → (year, month, day) of the proleptic Gregorian calendar (Howard
+/// Hinnant's `civil_from_days`).
+fn civil_from_days(days: u64) -> (u64, u64, u64) {
+    let z = days + 719_468;
+    let era = z / 146_097;
+    let doe = z % 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + u64::from(month <= 2);
+    (year, month, day)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rfc3339_of_known_instants() {
+        assert_eq!(rfc3339(SystemTime::UNIX_EPOCH), "1970-01-01T00:00:00.000Z");
+        let leap = SystemTime::UNIX_EPOCH + Duration::from_millis(951_827_696_789);
+        assert_eq!(rfc3339(leap), "2000-02-29T12:34:56.789Z");
+        let later = SystemTime::UNIX_EPOCH + Duration::from_secs(1_796_428_800);
+        assert_eq!(rfc3339(later), "2026-12-05T00:00:00.000Z");
+    }
+}

@@ -1,0 +1,622 @@
+//! E2B's REST control plane (`spec/openapi.yml` of e2b-dev/E2B): `POST/GET /sandboxes`,
+//! `GET /v2/sandboxes`, `GET/DELETE /sandboxes/{id}`, `POST /sandboxes/{id}/timeout` and
+//! `POST /sandboxes/{id}/refreshes`, over a [`SandboxService`]. Field names, statuses and the
+//! error body (`{"code": <status>, "message": "..."}`) are E2B's.
+//!
+//! Every route first checks `X-API-Key` against the operator key (missing or wrong: 401);
+//! only then is a body read, capped at the configured size (over it: 400, E2B has no 413).
+//! Must never: answer anything but 401 before the key matched; put a token in an error.
+
+use crate::ProxyError;
+use crate::e2b::{
+    CreatedSandbox, DEFAULT_TIMEOUT, MAX_ENV_VARS, MAX_KEY_BYTES, MAX_METADATA, MAX_REFRESH,
+    MAX_TIMEOUT, MAX_VALUE_BYTES, NewSandbox, SandboxInfo, SandboxService, SandboxServiceError,
+    rfc3339,
+};
+use crate::routes::{header_str, read_capped};
+use crate::state::ProxyState;
+use axum::Json;
+use axum::body::Body;
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, Uri};
+use axum::response::{IntoResponse, Response};
+use serde::Deserialize;
+use serde_json::{Value, json};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+/// The `envdVersion` reported: no envd is served yet (docs/http-api.md).
+const ENVD_VERSION: &str = "0.0.0";
+/// The deprecated `clientID` every sandbox reports.
+const CLIENT_ID: &str = "omabox";
+/// Page size of `GET /v2/sandboxes` when `limit` is not given, and its largest value.
+const PAGE_LIMIT: usize = 100;
+
+/// An E2B error answer: its status and `{"code", "message"}`.
+#[derive(Debug)]
+pub(crate) struct E2bError {
+    status: StatusCode,
+    message: String,
+}
+
+impl E2bError {
+    fn new(status: StatusCode, message: impl Into<String>) -> Self {
+        Self {
+            status,
+            message: message.into(),
+        }
+    }
+
+    fn bad_request(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::BAD_REQUEST, message)
+    }
+}
+
+impl IntoResponse for E2bError {
+    fn into_response(self) -> Response {
+        if self.status.is_server_error() {
+            tracing::error!(status = %self.status, message = %self.message, "sandbox call failed");
+        }
+        let body = json!({ "code": self.status.as_u16(), "message": self.message });
+        (self.status, Json(body)).into_response()
+    }
+}
+
+impl From<SandboxServiceError> for E2bError {
+    fn from(error: SandboxServiceError) -> Self {
+        let status = match &error {
+            SandboxServiceError::NotFound(_) => StatusCode::NOT_FOUND,
+            SandboxServiceError::BadRequest(_) => StatusCode::BAD_REQUEST,
+            SandboxServiceError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+            _ => StatusCode::INTERNAL_SERVER_ERROR,
+        };
+        Self::new(status, error.to_string())
+    }
+}
+
+impl From<ProxyError> for E2bError {
+    fn from(error: ProxyError) -> Self {
+        Self::bad_request(error.to_string())
+    }
+}
+
+type Answer = Result<Response, E2bError>;
+
+/// The service behind the routes, once `X-API-Key` is the operator key (exactly one such
+/// header).
+fn authorize(state: &ProxyState, headers: &HeaderMap) -> Result<Arc<dyn SandboxService>, E2bError> {
+    let mut keys = headers.get_all("x-api-key").iter();
+    let key = match (keys.next(), keys.next()) {
+        (None, _) => {
+            return Err(E2bError::new(
+                StatusCode::UNAUTHORIZED,
+                "missing X-API-Key header (the operator key of omabox serve)",
+            ));
+        }
+        (Some(key), None) => key.to_str().ok(),
+        (Some(_), Some(_)) => None,
+    };
+    if !state.operator_allows(key) {
+        return Err(E2bError::new(StatusCode::UNAUTHORIZED, "invalid API key"));
+    }
+    state.inner.sandboxes.clone().ok_or_else(|| {
+        E2bError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "this server has no sandbox service",
+        )
+    })
+}
+
+/// The JSON body of an authorized request: capped, declared JSON when declared at all,
+/// and parsed (`None`: empty).
+async fn json_body<T: serde::de::DeserializeOwned>(
+    state: &ProxyState,
+    headers: &HeaderMap,
+    body: Body,
+) -> Result<Option<T>, E2bError> {
+    let limit = state.inner.config.limits.max_body_bytes;
+    let bytes = read_capped(headers, body, limit).await.map_err(|_| {
+        E2bError::bad_request(format!("request body too large (at most {limit} bytes)"))
+    })?;
+    if let Some(kind) = header_str(headers, "content-type") {
+        let media = kind.split(';').next().unwrap_or_default().trim();
+        if !media.eq_ignore_ascii_case("application/json") {
+            return Err(E2bError::bad_request(
+                "content-type must be application/json",
+            ));
+        }
+    }
+    if bytes.iter().all(u8::is_ascii_whitespace) {
+        return Ok(None);
+    }
+    serde_json::from_slice(&bytes).map(Some).map_err(|e| {
+        E2bError::bad_request(format!(
+            "request body is not valid JSON for this route: {e}"
+        ))
+    })
+}
+
+/// `NewSandbox` as sent.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct NewSandboxBody {
+    #[serde(rename = "templateID")]
+    template_id: String,
+    timeout: Option<i64>,
+    auto_pause: Option<bool>,
+    auto_resume: Option<Value>,
+    #[serde(rename = "allow_internet_access")]
+    allow_internet_access: Option<bool>,
+    network: Option<Value>,
+    metadata: Option<BTreeMap<String, String>>,
+    env_vars: Option<BTreeMap<String, String>>,
+    mcp: Option<Value>,
+    volume_mounts: Option<Vec<Value>>,
+    iam: Option<Value>,
+}
+
+impl NewSandboxBody {
+    fn validate(self) -> Result<NewSandbox, E2bError> {
+        let unsupported = |field: &str| {
+            Err(E2bError::bad_request(format!(
+                "{field} is not supported by omabox yet"
+            )))
+        };
+        if self.auto_pause == Some(true) {
+            return unsupported("autoPause");
+        }
+        if self
+            .auto_resume
+            .as_ref()
+            .is_some_and(|v| v.get("enabled") == Some(&Value::Bool(true)))
+        {
+            return unsupported("autoResume");
+        }
+        if self.network.as_ref().is_some_and(|v| !is_empty(v)) {
+            return unsupported("network");
+        }
+        if self.mcp.as_ref().is_some_and(|v| !is_empty(v)) {
+            return unsupported("mcp");
+        }
+        if self.iam.as_ref().is_some_and(|v| !is_empty(v)) {
+            return unsupported("iam");
+        }
+        if self.volume_mounts.as_ref().is_some_and(|v| !v.is_empty()) {
+            return unsupported("volumeMounts");
+        }
+        if self.template_id.is_empty() {
+            return Err(E2bError::bad_request("templateID must not be empty"));
+        }
+        let timeout = match self.timeout {
+            Some(secs) => seconds("timeout", secs, MAX_TIMEOUT)?,
+            None => DEFAULT_TIMEOUT,
+        };
+        let metadata = self.metadata.unwrap_or_default();
+        check_map("metadata", &metadata, MAX_METADATA)?;
+        let env_vars = self.env_vars.unwrap_or_default();
+        check_map("envVars", &env_vars, MAX_ENV_VARS)?;
+        if let Some(name) = env_vars
+            .keys()
+            .find(|name| name.is_empty() || name.contains(['=', '\0']))
+        {
+            return Err(E2bError::bad_request(format!(
+                "envVars: {:?} is not a variable name",
+                shorten(name)
+            )));
+        }
+        if let Some(value) = env_vars.values().find(|value| value.contains('\0')) {
+            let _ = value;
+            return Err(E2bError::bad_request(
+                "envVars: a value contains a NUL byte",
+            ));
+        }
+        Ok(NewSandbox {
+            template_id: self.template_id,
+            timeout,
+            metadata,
+            env_vars,
+            allow_internet_access: self.allow_internet_access,
+        })
+    }
+}
+
+/// `null`, `{}` or `[]`.
+fn is_empty(value: &Value) -> bool {
+    match value {
+        Value::Null => true,
+        Value::Object(map) => map.is_empty(),
+        Value::Array(items) => items.is_empty(),
+        _ => false,
+    }
+}
+
+/// A whole number of seconds in `0..=max`.
+fn seconds(field: &str, secs: i64, max: Duration) -> Result<Duration, E2bError> {
+    match u64::try_from(secs) {
+        Ok(secs) if secs <= max.as_secs() => Ok(Duration::from_secs(secs)),
+        _ => Err(E2bError::bad_request(format!(
+            "{field} must be between 0 and {} seconds, got {secs}",
+            max.as_secs()
+        ))),
+    }
+}
+
+fn check_map(field: &str, map: &BTreeMap<String, String>, max: usize) -> Result<(), E2bError> {
+    if map.len() > max {
+        return Err(E2bError::bad_request(format!(
+            "{field} has {} entries, at most {max} are allowed",
+            map.len()
+        )));
+    }
+    if let Some((key, _)) = map
+        .iter()
+        .find(|(key, value)| key.len() > MAX_KEY_BYTES || value.len() > MAX_VALUE_BYTES)
+    {
+        return Err(E2bError::bad_request(format!(
+            "{field}: the entry {:?} is too long (keys at most {MAX_KEY_BYTES} bytes, values at most {MAX_VALUE_BYTES})",
+            shorten(key)
+        )));
+    }
+    Ok(())
+}
+
+/// At most 64 characters of a caller's text, for a message.
+fn shorten(text: &str) -> String {
+    text.chars().take(64).collect()
+}
+
+/// `POST /sandboxes` → 201 `Sandbox`.
+pub(crate) async fn create(
+    State(state): State<ProxyState>,
+    headers: HeaderMap,
+    body: Body,
+) -> Answer {
+    let service = authorize(&state, &headers)?;
+    let body: NewSandboxBody = json_body(&state, &headers, body)
+        .await?
+        .ok_or_else(|| E2bError::bad_request("a JSON body with templateID is required"))?;
+    let request = body.validate()?;
+    let CreatedSandbox { info, access_token } = service.create(request).await?;
+    let body = json!({
+        "templateID": info.template_id,
+        "sandboxID": info.sandbox_id,
+        "alias": info.template_id,
+        "clientID": CLIENT_ID,
+        "envdVersion": ENVD_VERSION,
+        "envdAccessToken": access_token.expose(),
+        "trafficAccessToken": null,
+        "domain": null,
+    });
+    Ok((StatusCode::CREATED, Json(body)).into_response())
+}
+
+/// `ListedSandbox` (and, with `detail`, the fields `SandboxDetail` adds).
+fn listed(info: &SandboxInfo) -> Value {
+    json!({
+        "templateID": info.template_id,
+        "alias": info.template_id,
+        "sandboxID": info.sandbox_id,
+        "clientID": CLIENT_ID,
+        "startedAt": rfc3339(info.started_at),
+        "endAt": rfc3339(info.end_at),
+        "cpuCount": info.cpu_count,
+        "memoryMB": info.memory_mb,
+        "diskSizeMB": info.disk_size_mb,
+        "metadata": info.metadata,
+        "state": "running",
+        "envdVersion": ENVD_VERSION,
+    })
+}
+
+/// `GET /sandboxes/{id}` → 200 `SandboxDetail`.
+pub(crate) async fn get(
+    State(state): State<ProxyState>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+) -> Answer {
+    let service = authorize(&state, &headers)?;
+    let (info, token) = service
+        .get(&id)
+        .ok_or_else(|| E2bError::from(SandboxServiceError::NotFound(shorten(&id))))?;
+    let mut body = listed(&info);
+    if let Value::Object(map) = &mut body {
+        map.insert("envdAccessToken".into(), token.expose().into());
+        map.insert("domain".into(), Value::Null);
+        map.insert(
+            "allowInternetAccess".into(),
+            info.allow_internet_access.map_or(Value::Null, Value::Bool),
+        );
+        map.insert(
+            "lifecycle".into(),
+            json!({ "autoResume": false, "onTimeout": "kill" }),
+        );
+    }
+    Ok(Json(body).into_response())
+}
+
+/// `DELETE /sandboxes/{id}` → 204.
+pub(crate) async fn kill(
+    State(state): State<ProxyState>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+) -> Answer {
+    let service = authorize(&state, &headers)?;
+    service
+        .kill(&id)
+        .await
+        .map_err(|e| not_found_short(e, &id))?;
+    Ok(StatusCode::NO_CONTENT.into_response())
+}
+
+/// A not-found error naming at most 64 characters of the id.
+fn not_found_short(error: SandboxServiceError, id: &str) -> E2bError {
+    match error {
+        SandboxServiceError::NotFound(_) => SandboxServiceError::NotFound(shorten(id)).into(),
+        other => other.into(),
+    }
+}
+
+#[derive(Debug, Deserialize)]
+struct TimeoutBody {
+    timeout: Option<i64>,
+}
+
+/// `POST /sandboxes/{id}/timeout` `{"timeout": secs}` → 204.
+pub(crate) async fn set_timeout(
+    State(state): State<ProxyState>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+    body: Body,
+) -> Answer {
+    let service = authorize(&state, &headers)?;
+    let body: Option<TimeoutBody> = json_body(&state, &headers, body).await?;
+    let secs = body
+        .and_then(|b| b.timeout)
+        .ok_or_else(|| E2bError::bad_request("timeout is required"))?;
+    let timeout = seconds("timeout", secs, MAX_TIMEOUT)?;
+    service
+        .set_timeout(&id, timeout)
+        .map_err(|e| not_found_short(e, &id))?;
+    Ok(StatusCode::NO_CONTENT.into_response())
+}
+
+#[derive(Debug, Deserialize)]
+struct RefreshBody {
+    duration: Option<i64>,
+}
+
+/// `POST /sandboxes/{id}/refreshes` `{"duration": secs}` (optional) → 204.
+pub(crate) async fn refresh(
+    State(state): State<ProxyState>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+    body: Body,
+) -> Answer {
+    let service = authorize(&state, &headers)?;
+    let body: Option<RefreshBody> = json_body(&state, &headers, body).await?;
+    let duration = match body.and_then(|b| b.duration) {
+        Some(secs) => seconds("duration", secs, MAX_REFRESH)?,
+        None => DEFAULT_TIMEOUT,
+    };
+    service
+        .refresh(&id, duration)
+        .map_err(|e| not_found_short(e, &id))?;
+    Ok(StatusCode::NO_CONTENT.into_response())
+}
+
+/// `GET /sandboxes` → 200 `[ListedSandbox]` (every running one; `metadata` filters).
+pub(crate) async fn list_v1(
+    State(state): State<ProxyState>,
+    headers: HeaderMap,
+    uri: Uri,
+) -> Answer {
+    let service = authorize(&state, &headers)?;
+    let query = ListQuery::parse(uri.query().unwrap_or_default())?;
+    let sandboxes: Vec<Value> = query.select(service.list()).iter().map(listed).collect();
+    Ok(Json(sandboxes).into_response())
+}
+
+/// `GET /v2/sandboxes` → 200 `[ListedSandbox]`, paged (`limit`, `nextToken`; `X-Next-Token`
+/// and `X-Total-Running` headers), filtered by `metadata`, `state` and `template`.
+pub(crate) async fn list_v2(
+    State(state): State<ProxyState>,
+    headers: HeaderMap,
+    uri: Uri,
+) -> Answer {
+    let service = authorize(&state, &headers)?;
+    let query = ListQuery::parse(uri.query().unwrap_or_default())?;
+    let selected = query.select(service.list());
+    let total = selected.len();
+    let start = match &query.next_token {
+        Some(token) => {
+            let after = parse_cursor(token)?;
+            selected
+                .iter()
+                .position(|info| query.is_after(&cursor_of(info), &after))
+                .unwrap_or(selected.len())
+        }
+        None => 0,
+    };
+    let page: Vec<&SandboxInfo> = selected.iter().skip(start).take(query.limit).collect();
+    let mut response =
+        Json(page.iter().map(|info| listed(info)).collect::<Vec<_>>()).into_response();
+    let response_headers = response.headers_mut();
+    if start + page.len() < selected.len()
+        && let Some(last) = page.last()
+        && let Ok(value) = HeaderValue::from_str(&cursor_text(&cursor_of(last)))
+    {
+        response_headers.insert("x-next-token", value);
+    }
+    if query.running {
+        response_headers.insert("x-total-running", HeaderValue::from(total));
+    }
+    Ok(response)
+}
+
+/// A position in the list order: (start time in ns since the epoch, id).
+type Cursor = (u128, String);
+
+fn cursor_of(info: &SandboxInfo) -> Cursor {
+    let nanos = info
+        .started_at
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_nanos();
+    (nanos, info.sandbox_id.clone())
+}
+
+fn cursor_text((nanos, id): &Cursor) -> String {
+    format!("{nanos}.{id}")
+}
+
+fn parse_cursor(token: &str) -> Result<Cursor, E2bError> {
+    token
+        .split_once('.')
+        .and_then(|(nanos, id)| Some((nanos.parse().ok()?, id.to_owned())))
+        .ok_or_else(|| E2bError::bad_request("nextToken is not a token this server issued"))
+}
+
+/// The list routes' query.
+#[derive(Debug)]
+struct ListQuery {
+    metadata: Vec<(String, String)>,
+    /// Whether running sandboxes were asked for (every sandbox here is running).
+    running: bool,
+    template: Option<String>,
+    ascending: bool,
+    limit: usize,
+    next_token: Option<String>,
+}
+
+impl ListQuery {
+    fn parse(query: &str) -> Result<Self, E2bError> {
+        let mut parsed = Self {
+            metadata: Vec::new(),
+            running: true,
+            template: None,
+            ascending: false,
+            limit: PAGE_LIMIT,
+            next_token: None,
+        };
+        for (key, value) in url::form_urlencoded::parse(query.as_bytes()) {
+            match &*key {
+                "metadata" => parsed.metadata.extend(
+                    url::form_urlencoded::parse(value.as_bytes())
+                        .map(|(k, v)| (k.into_owned(), v.into_owned())),
+                ),
+                "state" => {
+                    let mut running = false;
+                    for state in value.split(',') {
+                        match state {
+                            "running" => running = true,
+                            "paused" => {}
+                            other => {
+                                return Err(E2bError::bad_request(format!(
+                                    "state {:?} is not running or paused",
+                                    shorten(other)
+                                )));
+                            }
+                        }
+                    }
+                    parsed.running = running;
+                }
+                "order" => {
+                    parsed.ascending = match &*value {
+                        "asc" => true,
+                        "desc" => false,
+                        _ => return Err(E2bError::bad_request("order must be asc or desc")),
+                    }
+                }
+                "limit" => {
+                    parsed.limit = value
+                        .parse::<usize>()
+                        .ok()
+                        .filter(|n| (1..=PAGE_LIMIT).contains(n))
+                        .ok_or_else(|| {
+                            E2bError::bad_request(format!(
+                                "limit must be between 1 and {PAGE_LIMIT}"
+                            ))
+                        })?;
+                }
+                "template" => parsed.template = Some(value.into_owned()),
+                "nextToken" => parsed.next_token = Some(value.into_owned()),
+                _ => {}
+            }
+        }
+        Ok(parsed)
+    }
+
+    /// The sandboxes matching, in the asked order.
+    fn select(&self, mut all: Vec<SandboxInfo>) -> Vec<SandboxInfo> {
+        all.retain(|info| {
+            self.running
+                && self
+                    .template
+                    .as_ref()
+                    .is_none_or(|template| *template == info.template_id)
+                && self
+                    .metadata
+                    .iter()
+                    .all(|(key, value)| info.metadata.get(key) == Some(value))
+        });
+        all.sort_by_key(cursor_of);
+        if !self.ascending {
+            all.reverse();
+        }
+        all
+    }
+
+    /// Whether `cursor` comes after `after` in this order.
+    fn is_after(&self, cursor: &Cursor, after: &Cursor) -> bool {
+        if self.ascending {
+            cursor > after
+        } else {
+            cursor < after
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn body(json: &str) -> Result<NewSandbox, E2bError> {
+        serde_json::from_str::<NewSandboxBody>(json)
+            .unwrap()
+            .validate()
+    }
+
+    #[test]
+    fn new_sandbox_defaults_and_limits() {
+        let ok = body(r#"{"templateID":"base","metadata":{"a":"b"},"secure":true}"#).unwrap();
+        assert_eq!(ok.timeout, DEFAULT_TIMEOUT);
+        assert_eq!(ok.metadata.get("a").map(String::as_str), Some("b"));
+        for bad in [
+            r#"{"templateID":"base","timeout":-1}"#,
+            r#"{"templateID":"base","timeout":86401}"#,
+            r#"{"templateID":"base","autoPause":true}"#,
+            r#"{"templateID":"base","envVars":{"A=B":"c"}}"#,
+            r#"{"templateID":""}"#,
+        ] {
+            let error = body(bad).unwrap_err();
+            assert_eq!(error.status, StatusCode::BAD_REQUEST, "{bad}");
+        }
+        assert!(body(r#"{"templateID":"base","timeout":86400}"#).is_ok());
+    }
+
+    #[test]
+    fn list_query_parses_filters_and_refuses_bad_values() {
+        let query = ListQuery::parse("metadata=user%3Dabc%26app%3Dprod&limit=5&order=asc").unwrap();
+        assert_eq!(
+            query.metadata,
+            vec![("user".into(), "abc".into()), ("app".into(), "prod".into())]
+        );
+        assert_eq!(query.limit, 5);
+        assert!(query.ascending);
+        assert!(!ListQuery::parse("state=paused").unwrap().running);
+        for bad in ["limit=0", "limit=101", "state=gone", "order=up"] {
+            assert!(ListQuery::parse(bad).is_err(), "{bad}");
+        }
+    }
+}
