@@ -6,6 +6,9 @@
 //! hashed). File promotion reads the session's last publication from the same store and blob
 //! store `omabox run` publishes to.
 //!
+//! E2B's sandbox control plane (`/sandboxes`, `/v2/sandboxes`; docs/http-api.md) runs linux
+//! sandboxes owned by this process ([`SandboxHost`]); they are killed when serve stops.
+//!
 //! Operator access (file promotion and content) always needs a key: `OMABOX_API_KEY` (or the
 //! config's `operator_api_key_env` / `operator_api_key`), else the key generated on first
 //! start into `<data-dir>/serve-api-key` (0600; printed once, when generated). Requests are
@@ -17,6 +20,7 @@ use clap::Args;
 use omabox_contract::{PortError, RuntimeResourcePublication, SecretString};
 use omabox_host::work_item::session_scope;
 use omabox_node::config::{Flags, Key};
+use omabox_node::sandboxes::SandboxHost;
 use omabox_node::session::publication;
 use omabox_node::{DataDir, NodeConfig};
 use omabox_persistence::{BlobStore, FilesystemSessionOutputPort, FilesystemWorkspacePort};
@@ -162,6 +166,7 @@ pub async fn run(
         })
         .collect();
     let (operator_key, key_origin) = operator_key(settings, &config, data_dir)?;
+    let sandboxes = SandboxHost::new(settings, data_dir).await?;
     let public_url = config.public_url.clone();
     let state = ProxyState::new(ProxyDeps {
         config,
@@ -170,7 +175,7 @@ pub async fn run(
         files: Some(Arc::new(files)),
         env,
         operator_key: operator_key.clone(),
-        sandboxes: None,
+        sandboxes: Some(Arc::new(sandboxes.clone())),
     })?;
     // Before anything is announced: a SIGTERM from then on drains and exits cleanly.
     let shutdown = omabox_proxy::shutdown_signal();
@@ -185,9 +190,14 @@ pub async fn run(
             "omabox serve: no public_url configured: only requests whose Host is a loopback name are served"
         );
     }
-    omabox_proxy::serve(listener, omabox_proxy::router(state), &limits, shutdown)
+    let served = omabox_proxy::serve(listener, omabox_proxy::router(state), &limits, shutdown)
         .await
-        .context("the server failed")?;
+        .context("the server failed");
+    // Every sandbox dies with serve (one that cannot be killed is `omabox reap`'s).
+    for error in sandboxes.shutdown().await {
+        errln!("omabox serve: {error}");
+    }
+    served?;
     errln!("omabox serve: stopped");
     Ok(ExitCode::SUCCESS)
 }

@@ -1,0 +1,347 @@
+//! `omabox serve`'s E2B-compatible control plane over HTTP, with real linux sandboxes:
+//! create → get → list → timeout extension → kill (its state dir and cgroup gone), a short
+//! timeout that expires, 401 without the operator key, 404 and 400 in E2B's error shape, no
+//! access token in any log line, every sandbox killed when serve stops, and those of a
+//! killed serve reaped by `omabox reap`.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use common::{TestDirs, cgroup_parent_dirs, linux_available};
+use serde_json::Value;
+use std::io::{BufRead as _, BufReader, Read as _, Write as _};
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+const KEY: &str = "omk_e2b-test-operator-key";
+/// How long a test waits for a sandbox's timeout to kill it (a bound, not a speed claim).
+const EXPIRY_WAIT: Duration = Duration::from_secs(60);
+
+/// A running `omabox serve` with every stderr line it wrote kept.
+struct Serve {
+    child: Child,
+    addr: String,
+    log: Arc<Mutex<Vec<String>>>,
+    reader: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Serve {
+    fn start(dirs: &TestDirs) -> Self {
+        let mut child = dirs
+            .command(&[
+                "serve",
+                "--listen",
+                "127.0.0.1:0",
+                "--max-body-bytes",
+                "4096",
+            ])
+            .env("OMABOX_API_KEY", KEY)
+            .env("OMABOX_LOG", "debug")
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut stderr = BufReader::new(child.stderr.take().unwrap());
+        let log = Arc::new(Mutex::new(Vec::new()));
+        let addr = loop {
+            let mut line = String::new();
+            assert_ne!(
+                stderr.read_line(&mut line).unwrap(),
+                0,
+                "serve exited: {:?}",
+                log.lock().unwrap()
+            );
+            log.lock().unwrap().push(line.clone());
+            if let Some(addr) = line
+                .trim()
+                .strip_prefix("omabox serve: listening on http://")
+            {
+                break addr.to_owned();
+            }
+        };
+        let lines = Arc::clone(&log);
+        let reader = std::thread::spawn(move || {
+            for line in stderr.lines() {
+                let Ok(line) = line else { break };
+                lines.lock().unwrap().push(line);
+            }
+        });
+        Self {
+            child,
+            addr,
+            log,
+            reader: Some(reader),
+        }
+    }
+
+    /// One HTTP/1.0 request → (status, body as JSON or `Null`).
+    fn call(
+        &self,
+        key: Option<&str>,
+        method: &str,
+        path: &str,
+        body: Option<&str>,
+    ) -> (u16, Value) {
+        let mut stream = TcpStream::connect(&self.addr).unwrap();
+        let key = key.map_or(String::new(), |key| format!("x-api-key: {key}\r\n"));
+        let body = body.unwrap_or("");
+        write!(
+            stream,
+            "{method} {path} HTTP/1.0\r\nhost: {}\r\n{key}content-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
+            self.addr,
+            body.len()
+        )
+        .unwrap();
+        let mut response = String::new();
+        stream.read_to_string(&mut response).unwrap();
+        let status = response.split(' ').nth(1).unwrap().parse().unwrap();
+        let body = response.split_once("\r\n\r\n").map_or("", |(_, body)| body);
+        let value = if body.is_empty() {
+            Value::Null
+        } else {
+            serde_json::from_str(body).unwrap_or_else(|_| panic!("not JSON: {response}"))
+        };
+        (status, value)
+    }
+
+    fn create(&self, body: &str) -> Value {
+        let (status, created) = self.call(Some(KEY), "POST", "/sandboxes", Some(body));
+        assert_eq!(status, 201, "{created}");
+        created
+    }
+
+    /// SIGTERM, wait; every stderr line.
+    fn stop(mut self) -> Vec<String> {
+        // SAFETY: plain kill(2) on our own child's pid.
+        let rc = unsafe { libc::kill(self.child.id() as libc::pid_t, libc::SIGTERM) };
+        assert_eq!(rc, 0);
+        let status = self.child.wait().unwrap();
+        self.reader.take().unwrap().join().unwrap();
+        let log = self.log.lock().unwrap().clone();
+        assert!(status.success(), "{log:#?}");
+        log
+    }
+}
+
+impl Drop for Serve {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The sandbox state dirs under the test's runtime dir.
+fn state_dirs(runtime_dir: &Path) -> Vec<PathBuf> {
+    std::fs::read_dir(runtime_dir)
+        .map(|entries| {
+            entries
+                .flatten()
+                .map(|entry| entry.path())
+                .filter(|path| path.is_dir())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// The sandbox cgroups under the test's cgroup parent (every hierarchy).
+fn cgroups(dirs: &TestDirs) -> Vec<PathBuf> {
+    cgroup_parent_dirs(&dirs.cgroup_parent)
+        .iter()
+        .flat_map(|parent| state_dirs(parent))
+        .collect()
+}
+
+fn assert_error(value: &Value, code: u16, needle: &str) {
+    assert_eq!(value["code"], code, "{value}");
+    let message = value["message"].as_str().unwrap();
+    assert!(message.contains(needle), "{message:?} lacks {needle:?}");
+}
+
+#[test]
+fn create_get_list_extend_kill_and_errors() {
+    if !linux_available() {
+        return;
+    }
+    let dirs = TestDirs::new("e2b");
+    let serve = Serve::start(&dirs);
+    let mut tokens = Vec::new();
+
+    let created = serve.create(
+        r#"{"templateID":"base","timeout":300,"metadata":{"user":"abc"},"envVars":{"GREETING":"hi"}}"#,
+    );
+    let id = created["sandboxID"].as_str().unwrap().to_owned();
+    assert_eq!(id.len(), 20, "{created}");
+    assert_eq!(created["templateID"], "base");
+    let token = created["envdAccessToken"].as_str().unwrap().to_owned();
+    assert_eq!(token.len(), 64);
+    tokens.push(token.clone());
+    assert_eq!(state_dirs(dirs.runtime_dir.path()).len(), 1);
+    assert!(!cgroups(&dirs).is_empty());
+
+    let (status, detail) = serve.call(Some(KEY), "GET", &format!("/sandboxes/{id}"), None);
+    assert_eq!(status, 200, "{detail}");
+    assert_eq!(detail["sandboxID"], id.as_str());
+    assert_eq!(detail["state"], "running");
+    assert_eq!(detail["metadata"]["user"], "abc");
+    assert_eq!(detail["envdAccessToken"], token.as_str());
+    assert!(detail["cpuCount"].as_u64().unwrap() >= 1);
+    let end_before = detail["endAt"].as_str().unwrap().to_owned();
+
+    for path in [
+        "/sandboxes",
+        "/v2/sandboxes",
+        "/sandboxes?metadata=user%3Dabc",
+    ] {
+        let (status, listed) = serve.call(Some(KEY), "GET", path, None);
+        assert_eq!(status, 200, "{path}: {listed}");
+        let ids: Vec<&str> = listed
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|s| s["sandboxID"].as_str().unwrap())
+            .collect();
+        assert_eq!(ids, [id.as_str()], "{path}");
+    }
+    let (_, none) = serve.call(Some(KEY), "GET", "/sandboxes?metadata=user%3Dxyz", None);
+    assert_eq!(none, Value::Array(vec![]));
+
+    let (status, _) = serve.call(
+        Some(KEY),
+        "POST",
+        &format!("/sandboxes/{id}/timeout"),
+        Some(r#"{"timeout":3600}"#),
+    );
+    assert_eq!(status, 204);
+    let (_, detail) = serve.call(Some(KEY), "GET", &format!("/sandboxes/{id}"), None);
+    let end_after = detail["endAt"].as_str().unwrap();
+    assert!(
+        end_after > end_before.as_str(),
+        "{end_before} → {end_after}"
+    );
+
+    // No key, a wrong key: 401, and nothing is reachable.
+    for key in [None, Some("omk_wrong")] {
+        for (method, path) in [
+            ("GET", "/sandboxes".to_owned()),
+            ("GET", format!("/sandboxes/{id}")),
+            ("DELETE", format!("/sandboxes/{id}")),
+        ] {
+            let (status, value) = serve.call(key, method, &path, None);
+            assert_eq!(status, 401, "{method} {path} {key:?}: {value}");
+            assert_eq!(value["code"], 401);
+            assert!(!value.to_string().contains(&token));
+        }
+    }
+    // Bad input: 400 naming the cause; nothing started.
+    let oversize = format!(
+        r#"{{"templateID":"base","metadata":{{"a":"{}"}}}}"#,
+        "x".repeat(8192)
+    );
+    for (body, needle) in [
+        (
+            r#"{"templateID":"base","timeout":-5}"#,
+            "timeout must be between 0 and 86400",
+        ),
+        (
+            r#"{"templateID":"base","timeout":100000000000}"#,
+            "timeout must be between 0 and 86400",
+        ),
+        (r#"{"templateID":"python"}"#, "\"python\" is not known"),
+        ("{not json", "not valid JSON"),
+        (oversize.as_str(), "too large"),
+    ] {
+        let (status, value) = serve.call(Some(KEY), "POST", "/sandboxes", Some(body));
+        assert_eq!(status, 400, "{value}");
+        assert_error(&value, 400, needle);
+    }
+    assert_eq!(state_dirs(dirs.runtime_dir.path()).len(), 1);
+
+    let (status, _) = serve.call(Some(KEY), "DELETE", &format!("/sandboxes/{id}"), None);
+    assert_eq!(status, 204);
+    assert!(state_dirs(dirs.runtime_dir.path()).is_empty());
+    assert!(cgroups(&dirs).is_empty(), "{:?}", cgroups(&dirs));
+    for (method, path) in [
+        ("GET", format!("/sandboxes/{id}")),
+        ("DELETE", format!("/sandboxes/{id}")),
+    ] {
+        let (status, value) = serve.call(Some(KEY), method, &path, None);
+        assert_eq!(status, 404, "{value}");
+        assert_error(&value, 404, &format!("sandbox \"{id}\" not found"));
+    }
+
+    // A sandbox still running when serve stops is killed with it.
+    let created = serve.create(r#"{"templateID":"base","timeout":600}"#);
+    tokens.push(created["envdAccessToken"].as_str().unwrap().to_owned());
+    assert_eq!(state_dirs(dirs.runtime_dir.path()).len(), 1);
+    let log = serve.stop();
+    assert!(state_dirs(dirs.runtime_dir.path()).is_empty(), "{log:#?}");
+    assert!(cgroups(&dirs).is_empty());
+    assert!(
+        log.iter().any(|line| line.contains("sandbox created")),
+        "{log:#?}"
+    );
+    for line in &log {
+        for token in &tokens {
+            assert!(!line.contains(token.as_str()), "a token in the log: {line}");
+        }
+    }
+}
+
+#[test]
+fn a_sandbox_is_killed_when_its_timeout_expires() {
+    if !linux_available() {
+        return;
+    }
+    let dirs = TestDirs::new("e2b");
+    let serve = Serve::start(&dirs);
+    let created = serve.create(r#"{"templateID":"base","timeout":1}"#);
+    let id = created["sandboxID"].as_str().unwrap();
+    let started = Instant::now();
+    loop {
+        let (status, _) = serve.call(Some(KEY), "GET", &format!("/sandboxes/{id}"), None);
+        if status == 404 {
+            break;
+        }
+        assert_eq!(status, 200);
+        assert!(
+            started.elapsed() < EXPIRY_WAIT,
+            "not killed after {EXPIRY_WAIT:?}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(state_dirs(dirs.runtime_dir.path()).is_empty());
+    assert!(cgroups(&dirs).is_empty());
+    let (_, listed) = serve.call(Some(KEY), "GET", "/v2/sandboxes", None);
+    assert_eq!(listed, Value::Array(vec![]));
+    serve.stop();
+}
+
+#[test]
+fn the_sandboxes_of_a_killed_serve_are_reaped() {
+    if !linux_available() {
+        return;
+    }
+    let dirs = TestDirs::new("e2b");
+    let mut serve = Serve::start(&dirs);
+    serve.create(r#"{"templateID":"base","timeout":600}"#);
+    assert_eq!(state_dirs(dirs.runtime_dir.path()).len(), 1);
+    serve.child.kill().unwrap();
+    serve.child.wait().unwrap();
+    drop(serve);
+    assert_eq!(
+        state_dirs(dirs.runtime_dir.path()).len(),
+        1,
+        "left behind by kill -9"
+    );
+    let output = dirs.command(&["reap"]).output().unwrap();
+    assert!(output.status.success(), "{}", common::describe(&output));
+    assert!(
+        state_dirs(dirs.runtime_dir.path()).is_empty(),
+        "{}",
+        common::describe(&output)
+    );
+    assert!(cgroups(&dirs).is_empty());
+}

@@ -1,0 +1,442 @@
+//! The long-lived sandboxes of `omabox serve` ([`SandboxHost`], the node's
+//! [`SandboxService`]): linux sandboxes started from the node's typed config
+//! (`NodeConfig::linux_config`, image and environment layer prepared once, before the
+//! first start), owned by serve's one process, each with an E2B-style id, its template,
+//! metadata, environment variables, start and end time and a random access token, and
+//! killed when its timeout expires (a timeout can be set again at any time).
+//!
+//! State lives in this process only. Every sandbox's state dir records serve as its owner,
+//! so when serve dies without killing them, `omabox reap` destroys them (owner dead).
+//!
+//! Must never: log a token, put one in an error, or compare one in time that depends on
+//! its bytes; leave a sandbox running after [`SandboxHost::shutdown`].
+
+mod token;
+
+use crate::{DataDir, NodeConfig};
+use anyhow::Context as _;
+use async_trait::async_trait;
+use omabox_backend_linux::CpuLimit;
+use omabox_backend_linux::factory::{LinuxSandboxConfig, LinuxSandboxFactory};
+use omabox_backend_linux::port::LinuxSandboxPort;
+use omabox_contract::SecretString;
+use omabox_proxy::e2b::{
+    CreatedSandbox, NewSandbox, SandboxInfo, SandboxService, SandboxServiceError,
+};
+use omabox_sandbox::{SandboxEnvVarsPort as _, SandboxFactoryContext};
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, PoisonError, Weak};
+use std::time::{Duration, SystemTime};
+use tokio::sync::{Notify, OnceCell};
+use tokio::time::Instant;
+
+pub use token::{new_access_token, new_sandbox_id, tokens_match};
+
+/// The one template served: the default root (templates do not map to images yet).
+pub const BASE_TEMPLATE: &str = "base";
+/// Sandboxes one serve runs at once (starting ones counted).
+pub const MAX_SANDBOXES: usize = 1024;
+/// Retry interval of a timed-out sandbox whose kill failed.
+const KILL_RETRY: Duration = Duration::from_secs(5);
+
+/// serve's sandboxes (module doc). Cheap to clone.
+#[derive(Clone)]
+pub struct SandboxHost {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for SandboxHost {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SandboxHost")
+            .field("running", &self.inner.lock().len())
+            .finish_non_exhaustive()
+    }
+}
+
+struct Inner {
+    factory: LinuxSandboxFactory,
+    /// The settings' config, prepared by the first create that needs it.
+    unprepared: LinuxSandboxConfig,
+    prepared: OnceCell<LinuxSandboxConfig>,
+    sandboxes: Mutex<HashMap<String, Arc<Entry>>>,
+    starting: AtomicUsize,
+}
+
+impl Inner {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Arc<Entry>>> {
+        self.sandboxes
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// One running sandbox.
+struct Entry {
+    port: LinuxSandboxPort,
+    token: SecretString,
+    /// What the routes show, and when the timer kills it.
+    shown: Mutex<(SandboxInfo, Instant)>,
+    /// Told when the deadline changed or the sandbox was removed.
+    changed: Notify,
+    removed: AtomicBool,
+}
+
+impl Entry {
+    fn shown(&self) -> std::sync::MutexGuard<'_, (SandboxInfo, Instant)> {
+        self.shown.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The sandbox now ends `timeout` from now, or (`extend_only`) at the later of that and
+    /// its current end.
+    fn expire_in(&self, timeout: Duration, extend_only: bool) {
+        let (wall, mono) = (SystemTime::now() + timeout, Instant::now() + timeout);
+        let mut shown = self.shown();
+        if !extend_only || mono > shown.1 {
+            shown.0.end_at = wall;
+            shown.1 = mono;
+        }
+        drop(shown);
+        self.changed.notify_one();
+    }
+}
+
+/// A guard counting one start in progress.
+struct Starting<'a>(&'a AtomicUsize);
+
+impl Drop for Starting<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+impl SandboxHost {
+    /// The host of the node's linux settings (registry credentials from the data dir's
+    /// vault). Nothing is probed or started until the first create.
+    pub async fn new(config: &NodeConfig, data_dir: &DataDir) -> anyhow::Result<Self> {
+        let credentials = crate::registry_credentials::from_vault(data_dir, &|line| {
+            tracing::warn!("{line}");
+        })
+        .await?;
+        let factory = LinuxSandboxFactory::new().with_registry_credentials(credentials);
+        let mut unprepared = config
+            .linux_config(&factory)
+            .context("the linux sandbox settings")?;
+        // `/workspace` is the sandbox's own tmpfs: no host directory to leave behind.
+        unprepared.workspace_tmpfs = true;
+        Ok(Self::with_config(factory, unprepared))
+    }
+
+    /// The host of an explicit (possibly unprepared) config.
+    pub fn with_config(factory: LinuxSandboxFactory, config: LinuxSandboxConfig) -> Self {
+        Self {
+            inner: Arc::new(Inner {
+                factory,
+                unprepared: config,
+                prepared: OnceCell::new(),
+                sandboxes: Mutex::new(HashMap::new()),
+                starting: AtomicUsize::new(0),
+            }),
+        }
+    }
+
+    /// Whether `token` is the access token of the running sandbox `sandbox_id` (compared
+    /// in constant time).
+    pub fn verify_access_token(&self, sandbox_id: &str, token: &str) -> bool {
+        let entry = self.inner.lock().get(sandbox_id).cloned();
+        entry.is_some_and(|entry| tokens_match(entry.token.expose(), token))
+    }
+
+    /// Kills every sandbox (serve is stopping); the errors of those that could not be.
+    pub async fn shutdown(&self) -> Vec<String> {
+        let entries: Vec<(String, Arc<Entry>)> = self
+            .inner
+            .lock()
+            .iter()
+            .map(|(id, entry)| (id.clone(), Arc::clone(entry)))
+            .collect();
+        let mut kills = tokio::task::JoinSet::new();
+        for (id, entry) in entries {
+            let inner = Arc::clone(&self.inner);
+            kills.spawn(async move { kill_entry(&inner, &id, &entry).await });
+        }
+        let mut errors = Vec::new();
+        while let Some(done) = kills.join_next().await {
+            match done {
+                Ok(Ok(())) => {}
+                Ok(Err(error)) => errors.push(error.to_string()),
+                Err(error) => errors.push(format!("a kill task failed: {error}")),
+            }
+        }
+        errors
+    }
+
+    /// The prepared config (image resolved, pulled and held; environment layer built) and
+    /// the host checked, once.
+    async fn prepared(&self) -> Result<&LinuxSandboxConfig, SandboxServiceError> {
+        self.inner
+            .prepared
+            .get_or_try_init(|| async {
+                let (factory, mut config) =
+                    (self.inner.factory.clone(), self.inner.unprepared.clone());
+                let config = tokio::task::spawn_blocking(move || {
+                    factory.prepare_image(&mut config, &omabox_backend_linux::image::NoProgress)?;
+                    factory.check_host_config(&context("probe"), &config)?;
+                    Ok::<_, omabox_backend_linux::factory::LinuxFactoryError>(config)
+                })
+                .await
+                .map_err(|e| internal(format!("the preparation task failed: {e}")))?;
+                let mut config = config.map_err(|e| internal(startup_error(&e)))?;
+                self.inner
+                    .factory
+                    .prepare_env_layer(&mut config)
+                    .await
+                    .map_err(|e| internal(startup_error(&e)))?;
+                Ok(config)
+            })
+            .await
+    }
+}
+
+fn internal(message: String) -> SandboxServiceError {
+    SandboxServiceError::Internal(message)
+}
+
+/// A factory error with its causes, one line.
+fn startup_error(error: &dyn std::error::Error) -> String {
+    let mut text = format!("cannot start a sandbox: {error}");
+    let mut source = error.source();
+    while let Some(cause) = source {
+        text.push_str(&format!(": {cause}"));
+        source = cause.source();
+    }
+    text
+}
+
+/// The factory context of a serve sandbox: no host directories (its `/workspace` is its
+/// own tmpfs).
+fn context(sandbox_id: &str) -> SandboxFactoryContext {
+    SandboxFactoryContext {
+        session_id: sandbox_id.to_owned(),
+        workdir: PathBuf::new(),
+        memory_root: None,
+        outputs_root: None,
+    }
+}
+
+/// Kills `entry` (still `id` in the map) and removes it.
+async fn kill_entry(
+    inner: &Inner,
+    id: &str,
+    entry: &Arc<Entry>,
+) -> Result<(), SandboxServiceError> {
+    entry
+        .port
+        .terminate()
+        .await
+        .map_err(|e| internal(format!("cannot kill sandbox {id}: {}", startup_error(&e))))?;
+    {
+        let mut map = inner.lock();
+        if map.get(id).is_some_and(|found| Arc::ptr_eq(found, entry)) {
+            map.remove(id);
+        }
+    }
+    entry.removed.store(true, Ordering::Release);
+    entry.changed.notify_one();
+    tracing::info!(sandbox = %id, "sandbox killed");
+    Ok(())
+}
+
+/// Kills the sandbox when its deadline passes; follows deadline changes; ends when it was
+/// removed.
+async fn watch_timeout(inner: Weak<Inner>, id: String, entry: Arc<Entry>) {
+    loop {
+        if entry.removed.load(Ordering::Acquire) {
+            return;
+        }
+        let deadline = entry.shown().1;
+        tokio::select! {
+            () = tokio::time::sleep_until(deadline) => {
+                if entry.shown().1 > Instant::now() {
+                    continue;
+                }
+                let Some(inner) = inner.upgrade() else { return };
+                tracing::info!(sandbox = %id, "sandbox timed out");
+                if let Err(error) = kill_entry(&inner, &id, &entry).await {
+                    tracing::error!(sandbox = %id, %error, "cannot kill a timed-out sandbox; retrying");
+                    entry.shown().1 = Instant::now() + KILL_RETRY;
+                }
+            }
+            () = entry.changed.notified() => {}
+        }
+    }
+}
+
+/// CPUs of a limit (at least 1; the machine's without a quota).
+fn cpu_count(limit: Option<&CpuLimit>) -> u32 {
+    let machine = || {
+        std::thread::available_parallelism()
+            .map(|n| u32::try_from(n.get()).unwrap_or(u32::MAX))
+            .unwrap_or(1)
+    };
+    match limit {
+        Some(CpuLimit::Quota {
+            quota_us,
+            period_us,
+        }) if *period_us > 0 => u32::try_from(quota_us.div_ceil(*period_us))
+            .unwrap_or(u32::MAX)
+            .max(1),
+        _ => machine(),
+    }
+}
+
+#[async_trait]
+impl SandboxService for SandboxHost {
+    async fn create(&self, request: NewSandbox) -> Result<CreatedSandbox, SandboxServiceError> {
+        if request.template_id != BASE_TEMPLATE {
+            let shown: String = request.template_id.chars().take(64).collect();
+            return Err(SandboxServiceError::BadRequest(format!(
+                "template {shown:?} is not known: omabox serves only \"{BASE_TEMPLATE}\" (the default root) until templates map to images"
+            )));
+        }
+        let inner = &self.inner;
+        let starting = inner.starting.fetch_add(1, Ordering::AcqRel);
+        let _starting = Starting(&inner.starting);
+        if inner.lock().len() + starting >= MAX_SANDBOXES {
+            return Err(SandboxServiceError::Unavailable(format!(
+                "this server already runs {MAX_SANDBOXES} sandboxes"
+            )));
+        }
+        let config = self.prepared().await?;
+        let id = new_sandbox_id();
+        let port = inner
+            .factory
+            .create_port_with_config(&context(&id), config)
+            .await
+            .map_err(|e| internal(startup_error(&e)))?;
+        if !request.env_vars.is_empty()
+            && let Err(error) = port.set_env_vars(request.env_vars.clone()).await
+        {
+            let _ = port.terminate().await;
+            return Err(internal(format!(
+                "cannot set the sandbox's environment variables: {error}"
+            )));
+        }
+        let started_at = SystemTime::now();
+        let info = SandboxInfo {
+            sandbox_id: id.clone(),
+            template_id: request.template_id,
+            started_at,
+            end_at: started_at + request.timeout,
+            metadata: request.metadata,
+            cpu_count: cpu_count(config.limits.cpu.as_ref()),
+            memory_mb: config.limits.memory_bytes.map_or(0, |bytes| bytes >> 20),
+            disk_size_mb: 0,
+            allow_internet_access: request.allow_internet_access,
+        };
+        let token = new_access_token();
+        let entry = Arc::new(Entry {
+            port,
+            token: token.clone(),
+            shown: Mutex::new((info.clone(), Instant::now() + request.timeout)),
+            changed: Notify::new(),
+            removed: AtomicBool::new(false),
+        });
+        inner.lock().insert(id.clone(), Arc::clone(&entry));
+        tokio::spawn(watch_timeout(Arc::downgrade(inner), id.clone(), entry));
+        tracing::info!(sandbox = %id, timeout_s = request.timeout.as_secs(), "sandbox created");
+        Ok(CreatedSandbox {
+            info,
+            access_token: token,
+        })
+    }
+
+    fn list(&self) -> Vec<SandboxInfo> {
+        let entries: Vec<Arc<Entry>> = self.inner.lock().values().cloned().collect();
+        entries
+            .iter()
+            .map(|entry| entry.shown().0.clone())
+            .collect()
+    }
+
+    fn get(&self, sandbox_id: &str) -> Option<(SandboxInfo, SecretString)> {
+        let entry = self.inner.lock().get(sandbox_id).cloned()?;
+        let info = entry.shown().0.clone();
+        Some((info, entry.token.clone()))
+    }
+
+    async fn kill(&self, sandbox_id: &str) -> Result<(), SandboxServiceError> {
+        let entry = self
+            .inner
+            .lock()
+            .get(sandbox_id)
+            .cloned()
+            .ok_or_else(|| SandboxServiceError::NotFound(sandbox_id.to_owned()))?;
+        kill_entry(&self.inner, sandbox_id, &entry).await
+    }
+
+    fn set_timeout(&self, sandbox_id: &str, timeout: Duration) -> Result<(), SandboxServiceError> {
+        self.entry(sandbox_id)?.expire_in(timeout, false);
+        Ok(())
+    }
+
+    fn refresh(&self, sandbox_id: &str, duration: Duration) -> Result<(), SandboxServiceError> {
+        self.entry(sandbox_id)?.expire_in(duration, true);
+        Ok(())
+    }
+}
+
+impl SandboxHost {
+    fn entry(&self, sandbox_id: &str) -> Result<Arc<Entry>, SandboxServiceError> {
+        self.inner
+            .lock()
+            .get(sandbox_id)
+            .cloned()
+            .ok_or_else(|| SandboxServiceError::NotFound(sandbox_id.to_owned()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cpu_count_of_limits() {
+        let quota = |quota_us, period_us| CpuLimit::Quota {
+            quota_us,
+            period_us,
+        };
+        assert_eq!(cpu_count(Some(&quota(200_000, 100_000))), 2);
+        assert_eq!(cpu_count(Some(&quota(50_000, 100_000))), 1);
+        assert_eq!(cpu_count(Some(&quota(150_000, 100_000))), 2);
+        assert!(cpu_count(None) >= 1);
+    }
+
+    #[tokio::test]
+    async fn an_unknown_template_is_refused_before_anything_starts() {
+        let host =
+            SandboxHost::with_config(LinuxSandboxFactory::new(), LinuxSandboxConfig::default());
+        let request = NewSandbox {
+            template_id: "python-3.12".into(),
+            timeout: Duration::from_secs(5),
+            metadata: Default::default(),
+            env_vars: Default::default(),
+            allow_internet_access: None,
+        };
+        let error = host.create(request).await.unwrap_err();
+        assert!(matches!(error, SandboxServiceError::BadRequest(_)));
+        assert!(
+            error.to_string().contains("\"python-3.12\" is not known"),
+            "{error}"
+        );
+        assert!(host.inner.prepared.get().is_none());
+        assert!(host.list().is_empty());
+        assert!(matches!(
+            host.kill("nope").await,
+            Err(SandboxServiceError::NotFound(_))
+        ));
+        assert!(host.set_timeout("nope", Duration::ZERO).is_err());
+        assert!(!host.verify_access_token("nope", ""));
+    }
+}
