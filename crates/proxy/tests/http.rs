@@ -174,6 +174,11 @@ async fn ops_routes() {
         "/v1/oma/mcp-proxy/{sessionId}/{server}/{rest}",
         "/v1/sessions/{sessionId}/files",
         "/v1/files/{fileId}/content",
+        "/sandboxes",
+        "/v2/sandboxes",
+        "/sandboxes/{sandboxID}",
+        "/sandboxes/{sandboxID}/timeout",
+        "/sandboxes/{sandboxID}/refreshes",
     ] {
         assert!(doc["paths"].get(path).is_some(), "openapi lacks {path}");
     }
