@@ -216,11 +216,18 @@ fn create_get_list_extend_kill_and_errors() {
     );
     assert_eq!(status, 204);
     let (_, detail) = serve.call(Some(KEY), "GET", &format!("/sandboxes/{id}"), None);
-    let end_after = detail["endAt"].as_str().unwrap();
-    assert!(
-        end_after > end_before.as_str(),
-        "{end_before} → {end_after}"
+    let end_after = detail["endAt"].as_str().unwrap().to_owned();
+    assert!(end_after > end_before, "{end_before} → {end_after}");
+    // A refresh never shortens: a minute from now is before the hour just set.
+    let (status, _) = serve.call(
+        Some(KEY),
+        "POST",
+        &format!("/sandboxes/{id}/refreshes"),
+        Some(r#"{"duration":60}"#),
     );
+    assert_eq!(status, 204);
+    let (_, detail) = serve.call(Some(KEY), "GET", &format!("/sandboxes/{id}"), None);
+    assert_eq!(detail["endAt"], end_after.as_str());
 
     // No key, a wrong key: 401, and nothing is reachable.
     for key in [None, Some("omk_wrong")] {
@@ -291,17 +298,26 @@ fn create_get_list_extend_kill_and_errors() {
 }
 
 #[test]
-fn a_sandbox_is_killed_when_its_timeout_expires() {
+fn a_sandbox_is_killed_when_its_timeout_expires_unless_extended() {
     if !linux_available() {
         return;
     }
     let dirs = TestDirs::new("e2b");
     let serve = Serve::start(&dirs);
-    let created = serve.create(r#"{"templateID":"base","timeout":1}"#);
-    let id = created["sandboxID"].as_str().unwrap();
+    // `kept` would expire 5 s after its start but is extended right away; `short` starts
+    // after it and expires 6 s after its start, so once `short` is gone, `kept`'s first
+    // deadline has passed too: it must still run.
+    let kept = serve.create(r#"{"templateID":"base","timeout":5}"#);
+    let kept = kept["sandboxID"].as_str().unwrap();
+    let path = format!("/sandboxes/{kept}/timeout");
+    let (status, _) = serve.call(Some(KEY), "POST", &path, Some(r#"{"timeout":600}"#));
+    assert_eq!(status, 204);
+    let short = serve.create(r#"{"templateID":"base","timeout":6}"#);
+    let short = short["sandboxID"].as_str().unwrap();
+    assert_eq!(state_dirs(dirs.runtime_dir.path()).len(), 2);
     let started = Instant::now();
     loop {
-        let (status, _) = serve.call(Some(KEY), "GET", &format!("/sandboxes/{id}"), None);
+        let (status, _) = serve.call(Some(KEY), "GET", &format!("/sandboxes/{short}"), None);
         if status == 404 {
             break;
         }
@@ -312,10 +328,14 @@ fn a_sandbox_is_killed_when_its_timeout_expires() {
         );
         std::thread::sleep(Duration::from_millis(100));
     }
+    assert_eq!(state_dirs(dirs.runtime_dir.path()).len(), 1);
+    let (_, listed) = serve.call(Some(KEY), "GET", "/v2/sandboxes", None);
+    assert_eq!(listed.as_array().unwrap().len(), 1, "{listed}");
+    assert_eq!(listed[0]["sandboxID"], kept);
+    let (status, _) = serve.call(Some(KEY), "DELETE", &format!("/sandboxes/{kept}"), None);
+    assert_eq!(status, 204);
     assert!(state_dirs(dirs.runtime_dir.path()).is_empty());
     assert!(cgroups(&dirs).is_empty());
-    let (_, listed) = serve.call(Some(KEY), "GET", "/v2/sandboxes", None);
-    assert_eq!(listed, Value::Array(vec![]));
     serve.stop();
 }
 
