@@ -127,9 +127,14 @@ impl Serve {
 }
 
 impl Drop for Serve {
+    /// A test that failed half-way still stops serve with SIGTERM, so serve kills its
+    /// sandboxes and none is left behind.
     fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        if let Ok(None) = self.child.try_wait() {
+            // SAFETY: plain kill(2) on our own child's pid, not yet waited for.
+            unsafe { libc::kill(self.child.id() as libc::pid_t, libc::SIGTERM) };
+            let _ = self.child.wait();
+        }
     }
 }
 
@@ -364,4 +369,40 @@ fn the_sandboxes_of_a_killed_serve_are_reaped() {
         common::describe(&output)
     );
     assert!(cgroups(&dirs).is_empty());
+}
+
+#[test]
+fn a_sandbox_whose_init_died_is_gone_and_cleaned_up() {
+    if !linux_available() {
+        return;
+    }
+    let dirs = TestDirs::new("e2b");
+    let serve = Serve::start(&dirs);
+    let created = serve.create(r#"{"templateID":"base","timeout":600}"#);
+    let id = created["sandboxID"].as_str().unwrap();
+    let [state_dir] = &state_dirs(dirs.runtime_dir.path())[..] else {
+        panic!("one state dir expected");
+    };
+    let identity: Value =
+        serde_json::from_slice(&std::fs::read(state_dir.join("identity.json")).unwrap()).unwrap();
+    let pid = identity["pid"].as_i64().unwrap() as libc::pid_t;
+    // SAFETY: plain kill(2) of the sandbox's PID 1, which this test's serve started.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGKILL) }, 0);
+    let started = Instant::now();
+    loop {
+        let (status, value) = serve.call(Some(KEY), "GET", &format!("/sandboxes/{id}"), None);
+        let (_, listed) = serve.call(Some(KEY), "GET", "/sandboxes", None);
+        if status == 404 {
+            assert_eq!(listed, Value::Array(vec![]));
+            assert_error(&value, 404, "not found");
+            break;
+        }
+        assert!(started.elapsed() < EXPIRY_WAIT, "still shown: {value}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    while !state_dirs(dirs.runtime_dir.path()).is_empty() || !cgroups(&dirs).is_empty() {
+        assert!(started.elapsed() < EXPIRY_WAIT, "not cleaned up");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    serve.stop();
 }

@@ -353,15 +353,24 @@ impl SandboxService for SandboxHost {
     }
 
     fn list(&self) -> Vec<SandboxInfo> {
-        let entries: Vec<Arc<Entry>> = self.inner.lock().values().cloned().collect();
-        entries
+        let entries: Vec<(String, Arc<Entry>)> = self
+            .inner
+            .lock()
             .iter()
-            .map(|entry| entry.shown().0.clone())
+            .map(|(id, entry)| (id.clone(), Arc::clone(entry)))
+            .collect();
+        entries
+            .into_iter()
+            .filter(|(id, entry)| self.running(id, entry))
+            .map(|(_, entry)| entry.shown().0.clone())
             .collect()
     }
 
     fn get(&self, sandbox_id: &str) -> Option<(SandboxInfo, SecretString)> {
-        let entry = self.inner.lock().get(sandbox_id).cloned()?;
+        let entry = self.entry(sandbox_id).ok()?;
+        if !self.running(sandbox_id, &entry) {
+            return None;
+        }
         let info = entry.shown().0.clone();
         Some((info, entry.token.clone()))
     }
@@ -388,6 +397,30 @@ impl SandboxService for SandboxHost {
 }
 
 impl SandboxHost {
+    /// Whether the sandbox's PID 1 still runs; one that died on its own is gone for the
+    /// caller and is cleaned up (cgroup, state dir) in the background.
+    fn running(&self, sandbox_id: &str, entry: &Arc<Entry>) -> bool {
+        if entry.port.is_alive() {
+            return true;
+        }
+        if !entry.removed.load(Ordering::Acquire)
+            && let Ok(runtime) = tokio::runtime::Handle::try_current()
+        {
+            let (inner, id, entry) = (
+                Arc::clone(&self.inner),
+                sandbox_id.to_owned(),
+                Arc::clone(entry),
+            );
+            tracing::warn!(sandbox = %id, "the sandbox's init exited; removing it");
+            runtime.spawn(async move {
+                if let Err(error) = kill_entry(&inner, &id, &entry).await {
+                    tracing::error!(sandbox = %id, %error, "cannot clean up an exited sandbox");
+                }
+            });
+        }
+        false
+    }
+
     fn entry(&self, sandbox_id: &str) -> Result<Arc<Entry>, SandboxServiceError> {
         self.inner
             .lock()
