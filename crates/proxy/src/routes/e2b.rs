@@ -205,8 +205,7 @@ impl NewSandboxBody {
                 shorten(name)
             )));
         }
-        if let Some(value) = env_vars.values().find(|value| value.contains('\0')) {
-            let _ = value;
+        if env_vars.values().any(|value| value.contains('\0')) {
             return Err(E2bError::bad_request(
                 "envVars: a value contains a NUL byte",
             ));
