@@ -21,6 +21,7 @@ macro_rules! errln {
 mod acp_events;
 mod allocator;
 mod commands;
+mod entry;
 mod run_report;
 mod signals;
 mod terminal;
