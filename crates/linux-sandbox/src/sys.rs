@@ -599,6 +599,26 @@ pub fn affinity() -> Option<libc::cpu_set_t> {
     }
 }
 
+/// How many CPUs this host can ever have online (the kernel's `nr_cpu_ids`: the highest
+/// index in `/sys/devices/system/cpu/possible`, plus one), hot-pluggable ones included;
+/// `u64::MAX` when that cannot be read (a limit is then never taken for a no-op).
+pub fn possible_cpus() -> u64 {
+    std::fs::read_to_string("/sys/devices/system/cpu/possible")
+        .ok()
+        .and_then(|list| parse_cpu_list_end(&list))
+        .unwrap_or(u64::MAX)
+}
+
+/// The highest CPU index in a kernel CPU list (`0-3,8,10-11`), plus one.
+fn parse_cpu_list_end(list: &str) -> Option<u64> {
+    let mut end = None;
+    for part in list.trim().split(',') {
+        let last = part.rsplit('-').next()?.trim().parse::<u64>().ok()?;
+        end = end.max(Some(last.checked_add(1)?));
+    }
+    end
+}
+
 /// Restricts process `pid` to `mask` without the CPU the caller runs on, when that
 /// leaves at least one CPU. Best effort.
 pub fn keep_off_this_cpu(pid: libc::pid_t, mask: &libc::cpu_set_t) {
@@ -631,6 +651,16 @@ mod tests {
     fn is_open(fd: RawFd) -> bool {
         // SAFETY: F_GETFD on an integer only reads the fd table.
         unsafe { libc::fcntl(fd, libc::F_GETFD) >= 0 }
+    }
+
+    #[test]
+    fn the_possible_cpus_are_the_highest_index_of_the_list_plus_one() {
+        assert_eq!(parse_cpu_list_end("0-1\n"), Some(2));
+        assert_eq!(parse_cpu_list_end("0"), Some(1));
+        assert_eq!(parse_cpu_list_end("0-3,8,10-11"), Some(12));
+        assert_eq!(parse_cpu_list_end("0-x"), None);
+        assert_eq!(parse_cpu_list_end(""), None);
+        assert!(possible_cpus() >= 1);
     }
 
     #[test]
