@@ -224,7 +224,8 @@ impl SandboxArgs {
 /// Runs `omabox sandbox ...`. The linux backend takes the one-shot path (`one_shot.rs`:
 /// no async runtime, no agent); any other backend runs the command through its factory
 /// and the duplex process port on a current-thread runtime (blocking work still goes to
-/// `spawn_blocking` threads), which starts no worker threads.
+/// `spawn_blocking` threads), which starts no worker threads. Either sets up logging
+/// (`init_tracing`) if `main`'s fast path has not: the one-shot path after its fork.
 pub fn run(args: SandboxArgs, config: &NodeConfig) -> anyhow::Result<ExitCode> {
     match args.command {
         SandboxCommand::Run(run) => {
@@ -235,6 +236,7 @@ pub fn run(args: SandboxArgs, config: &NodeConfig) -> anyhow::Result<ExitCode> {
             {
                 return Ok(one_shot::run(&run, config));
             }
+            crate::init_tracing(Some(config));
             let runtime = tokio::runtime::Builder::new_current_thread()
                 .enable_all()
                 .build()?;

@@ -65,6 +65,9 @@ pub(super) fn run(args: &RunArgs, config: &omabox_node::NodeConfig) -> ExitCode 
     // process works out the plan. A failed fork is reported only where the start would
     // have failed, after the plan's own errors.
     let fork = OneShotFork::fork(&config.linux_runtime_dir());
+    // Logging from here on (PID 1 never logs: its stderr is /dev/null): set up while PID 1
+    // makes its namespaces, not before its fork.
+    crate::init_tracing(Some(config));
     let (env, workspace) = match prepare(args, Some(Backend::Linux), config) {
         Ok(p) => p,
         Err(f) => return report(&f),
