@@ -41,6 +41,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 mod one_shot;
+mod plain_args;
+pub use plain_args::parse_sandbox_run;
 
 use omabox_node::temp_workspace::Workspace;
 
@@ -185,26 +187,6 @@ struct SandboxRunOnly {
     data_dir: Option<PathBuf>,
     #[command(flatten)]
     run: RunArgs,
-}
-
-/// `omabox sandbox run ARGS…` parsed by a parser of `sandbox run`'s own arguments,
-/// without building the whole command tree (a sandbox start is a few milliseconds; the
-/// whole tree is a sizeable part of one). `None` for any other command line and for one
-/// this parser does not accept (`--help`, a global option, a usage error): the full
-/// parser then handles it, with its messages.
-pub fn parse_sandbox_run() -> Option<(SandboxArgs, Flags)> {
-    let mut args = std::env::args_os();
-    args.next()?;
-    if args.next()? != "sandbox" || args.next()? != "run" {
-        return None;
-    }
-    let argv = std::iter::once(std::ffi::OsString::from("omabox sandbox run")).chain(args);
-    let parsed = <SandboxRunOnly as clap::Parser>::try_parse_from(argv).ok()?;
-    let args = SandboxArgs {
-        command: SandboxCommand::Run(parsed.run),
-    };
-    let flags = args.flags(Flags::new().with_some(Key::DataDir, parsed.data_dir));
-    Some((args, flags))
 }
 
 impl SandboxArgs {
