@@ -52,7 +52,7 @@ impl CgroupLayout {
     /// with controllers; otherwise v1 controllers are collected (a controller-less v2
     /// mount such as `/sys/fs/cgroup/unified` is ignored). `Ok(None)`: no usable cgroups.
     pub fn detect() -> io::Result<Option<Self>> {
-        let mountinfo = std::fs::read_to_string("/proc/self/mountinfo")?;
+        let mountinfo = sys::read_kernel_text("/proc/self/mountinfo", 16 << 10)?;
         let mut v1 = BTreeMap::new();
         let mut v2_root = None;
         for line in mountinfo.lines() {
