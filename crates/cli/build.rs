@@ -6,6 +6,20 @@
 fn main() {
     println!("cargo:rerun-if-changed=build.rs");
     static_unwinder();
+    populating_entry();
+}
+
+/// x86-64 musl (the project's static PIE): the executable starts at `omabox_start`
+/// (`src/entry.rs`), which has the kernel copy the pages the self-relocation writes in one
+/// call before jumping to the C library's `_start`.
+fn populating_entry() {
+    let var = |name: &str| std::env::var(name).unwrap_or_default();
+    if var("CARGO_CFG_TARGET_OS") == "linux"
+        && var("CARGO_CFG_TARGET_ENV") == "musl"
+        && var("CARGO_CFG_TARGET_ARCH") == "x86_64"
+    {
+        println!("cargo:rustc-link-arg-bin=omabox=-Wl,-e,omabox_start");
+    }
 }
 
 /// Links GCC's unwinder statically (`libgcc_eh.a`, as `-static-libgcc` does for C++)

@@ -24,6 +24,7 @@ macro_rules! errln {
 mod acp_events;
 mod allocator;
 mod commands;
+mod entry;
 mod run_report;
 mod signals;
 mod terminal;
@@ -122,8 +123,9 @@ fn main() -> ExitCode {
     // `omabox sandbox run` parses its own arguments only (see `parse_sandbox_run`).
     if let Some((args, flags)) = commands::sandbox::parse_sandbox_run() {
         let config = NodeConfig::load(&flags);
-        init_tracing(config.as_ref().ok());
         return match config {
+            // Logging is set up by `sandbox::run`: the one-shot path forks the sandbox's
+            // PID 1 first, so that work overlaps PID 1's making of its namespaces.
             Ok(config) => finish(commands::sandbox::run(args, &config)),
             // omabox failed before anything was made: docker's 125, as `sandbox run` uses.
             Err(error) => {
@@ -266,8 +268,11 @@ fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
 /// Logs go to stderr, filtered by the `log` setting (`OMABOX_LOG`; default: warnings only,
 /// except the host's "transaction failed" warning, which `omabox run` reports as its result),
 /// so `--json` output on stdout stays clean. Without a configuration (it failed to load):
-/// the default.
-fn init_tracing(config: Option<&NodeConfig>) {
+/// the default. Once per process: a later call changes nothing.
+pub(crate) fn init_tracing(config: Option<&NodeConfig>) {
+    if tracing::dispatcher::has_been_set() {
+        return;
+    }
     let filter = config
         .and_then(|config| config.given(Key::Log))
         .and_then(|filter| tracing_subscriber::EnvFilter::try_new(filter).ok())

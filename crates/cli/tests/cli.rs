@@ -192,3 +192,46 @@ fn the_executables_are_static_pies() {
         }
     }
 }
+
+/// x86-64 musl: `omabox` starts at `omabox_start` (`src/entry.rs`), which has the kernel
+/// copy the pages the static PIE's self-relocation writes in one call, before the C
+/// library's `_start`. Fails if `build.rs` stops naming it the entry point.
+#[test]
+#[cfg(all(target_arch = "x86_64", target_env = "musl"))]
+fn omabox_starts_at_its_populating_entry_point() {
+    let elf = std::fs::read(env!("CARGO_BIN_EXE_omabox")).unwrap();
+    let u16_at = |at: usize| u16::from_le_bytes(elf[at..at + 2].try_into().unwrap()) as usize;
+    let u32_at = |at: usize| u32::from_le_bytes(elf[at..at + 4].try_into().unwrap()) as usize;
+    let u64_at = |at: usize| u64::from_le_bytes(elf[at..at + 8].try_into().unwrap()) as usize;
+    let entry = u64_at(0x18);
+    let (shoff, shentsize, shnum) = (u64_at(0x28), u16_at(0x3a), u16_at(0x3c));
+    let section = |i: usize| shoff + i * shentsize;
+    const SHT_SYMTAB: usize = 2;
+    let symtab = (0..shnum)
+        .map(section)
+        .find(|&at| u32_at(at + 4) == SHT_SYMTAB)
+        .expect("a symbol table");
+    let (offset, size, strtab) = (
+        u64_at(symtab + 24),
+        u64_at(symtab + 32),
+        u32_at(symtab + 40),
+    );
+    let names = u64_at(section(strtab) + 24);
+    let name = |at: usize| {
+        let from = names + u32_at(at);
+        let len = elf[from..].iter().position(|b| *b == 0).unwrap();
+        &elf[from..from + len]
+    };
+    let start = (offset..offset + size)
+        .step_by(24)
+        .find(|&at| name(at) == b"omabox_start")
+        .map(|at| u64_at(at + 8))
+        .expect("an omabox_start symbol");
+    assert_eq!(entry, start, "the entry point is not omabox_start");
+    // And a process started there runs as before.
+    let out = Command::new(env!("CARGO_BIN_EXE_omabox"))
+        .arg("--version")
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+}

@@ -52,7 +52,7 @@ impl CgroupLayout {
     /// with controllers; otherwise v1 controllers are collected (a controller-less v2
     /// mount such as `/sys/fs/cgroup/unified` is ignored). `Ok(None)`: no usable cgroups.
     pub fn detect() -> io::Result<Option<Self>> {
-        let mountinfo = std::fs::read_to_string("/proc/self/mountinfo")?;
+        let mountinfo = sys::read_kernel_text("/proc/self/mountinfo", 16 << 10)?;
         let mut v1 = BTreeMap::new();
         let mut v2_root = None;
         for line in mountinfo.lines() {
@@ -111,6 +111,43 @@ impl CgroupLayout {
             (!controllers.is_empty()).then_some(Self::V1 { controllers })
         };
         (part(with), part(rest))
+    }
+
+    /// The layout a sandbox with `limits` joins. On v1 the cpu hierarchy (with whatever is
+    /// co-mounted with it) is left out when `limits` cannot limit CPU there: no CPU limit,
+    /// or a quota of at least every CPU this host can ever have (`possible_cpus`). Such a
+    /// cgroup would limit nothing and cost every sandbox a mkdir, two limit writes, a join
+    /// and an rmdir; the sandbox's processes stay in the host's own cpu cgroup, whose limits
+    /// (if any) bound them as before. Never the memory or pids hierarchy: those carry limits
+    /// and are how teardown finds every process of the sandbox. v2 is one directory anyway.
+    pub fn for_limits(&self, limits: &Limits, possible_cpus: impl FnOnce() -> u64) -> Self {
+        let Self::V1 { controllers } = self else {
+            return self.clone();
+        };
+        let Some(cpu_mount) = controllers.get("cpu") else {
+            return self.clone();
+        };
+        let shared_with_required = V1_REQUIRED
+            .iter()
+            .any(|c| controllers.get(*c) == Some(cpu_mount));
+        let limits_nothing = match limits.cpu {
+            None => true,
+            Some(CpuLimit::Quota {
+                quota_us,
+                period_us,
+            }) => quota_us >= period_us.saturating_mul(possible_cpus()),
+            Some(CpuLimit::Shares { .. }) => false,
+        };
+        if shared_with_required || !limits_nothing {
+            return self.clone();
+        }
+        Self::V1 {
+            controllers: controllers
+                .iter()
+                .filter(|(_, m)| *m != cpu_mount)
+                .map(|(c, m)| (c.clone(), m.clone()))
+                .collect(),
+        }
     }
 
     /// Controllers required for limits that this layout lacks.
@@ -501,6 +538,58 @@ mod tests {
             controllers: vec!["memory".into()],
         };
         assert_eq!(v2.split_v1("memory"), (None, None));
+    }
+
+    #[test]
+    fn a_cpu_limit_that_limits_nothing_joins_no_v1_cpu_hierarchy() {
+        let v1 = |pairs: &[(&str, &str)]| CgroupLayout::V1 {
+            controllers: pairs
+                .iter()
+                .map(|(c, m)| (c.to_string(), PathBuf::from(m)))
+                .collect(),
+        };
+        let layout = v1(&[
+            ("memory", "/cg/memory"),
+            ("pids", "/cg/pids"),
+            ("cpu", "/cg/cpu,cpuacct"),
+            ("cpuacct", "/cg/cpu,cpuacct"),
+            ("freezer", "/cg/freezer"),
+        ]);
+        let without_cpu = v1(&[
+            ("memory", "/cg/memory"),
+            ("pids", "/cg/pids"),
+            ("freezer", "/cg/freezer"),
+        ]);
+        let limits = |cpu| Limits {
+            cpu,
+            ..Limits::default()
+        };
+        let quota = |cpus: u64| {
+            Some(CpuLimit::Quota {
+                quota_us: cpus * 100_000,
+                period_us: 100_000,
+            })
+        };
+        // Two CPUs' worth of quota on a host that can have at most two: a no-op.
+        assert_eq!(layout.for_limits(&limits(quota(2)), || 2), without_cpu);
+        assert_eq!(layout.for_limits(&limits(None), || 2), without_cpu);
+        // A quota below what the host can have, or a weight, is a limit.
+        assert_eq!(layout.for_limits(&limits(quota(2)), || 3), layout);
+        assert_eq!(
+            layout.for_limits(&limits(Some(CpuLimit::Shares { shares: 512 })), || 1),
+            layout
+        );
+        // Unknown host size: kept.
+        assert_eq!(layout.for_limits(&limits(quota(64)), || u64::MAX), layout);
+        // Co-mounted with memory (or pids): the hierarchy is kept for their sake.
+        let shared = v1(&[("memory", "/cg/m"), ("cpu", "/cg/m"), ("pids", "/cg/pids")]);
+        assert_eq!(shared.for_limits(&limits(None), || 1), shared);
+        // v2: one directory whatever the limits.
+        let v2 = CgroupLayout::V2 {
+            root: "/sys/fs/cgroup".into(),
+            controllers: vec!["memory".into(), "cpu".into()],
+        };
+        assert_eq!(v2.for_limits(&limits(None), || 1), v2);
     }
 
     #[test]

@@ -66,6 +66,9 @@ impl IdRange {
 /// Claims a free id range for the sandbox whose state dir is `state_dir` (which
 /// exists already). Host-wide: every runtime dir draws from [`SLOTS_DIR`].
 pub fn allocate(state_dir: &Path) -> io::Result<IdRange> {
+    // In memory, like the runtime dir: a slot is claimed and freed at every start, and on
+    // a disk `/run` each is a file created and unlinked (with its block discarded).
+    let _ = crate::runtime_dir::ensure_locked(Path::new(SLOTS_DIR), "lock");
     allocate_in(Path::new(SLOTS_DIR), state_dir)
 }
 

@@ -163,7 +163,7 @@ impl Owner {
 }
 
 fn is_zombie(pid: i32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+    crate::sys::read_kernel_text(format!("/proc/{pid}/stat"), 512)
         .ok()
         .and_then(|s| {
             s.rsplit_once(')')

@@ -13,7 +13,8 @@
 //! before it forks anything (a process forked earlier would keep the disk dir in its
 //! mount namespace), and the mount is made under a lock next to the dir, so concurrent
 //! first starts agree on one tmpfs. Runtime dirs elsewhere (tests use temporary ones) are
-//! left as they are.
+//! left as they are. The host-wide id-range slots (`idmap::SLOTS_DIR`, a file claimed and
+//! unlinked at every start) go on a tmpfs the same way ([`ensure_locked`]).
 
 use std::io;
 use std::os::unix::fs::DirBuilderExt as _;
@@ -28,6 +29,18 @@ const TMPFS_OPTIONS: &str = "mode=0700,size=64m";
 /// directly below a `/run` that is not one (see the module doc). Returns whether it is
 /// on a tmpfs now. A mount that fails (no `CAP_SYS_ADMIN`, say) leaves the dir as it was.
 pub fn ensure(dir: &Path) -> io::Result<bool> {
+    ensure_holding(dir, None)
+}
+
+/// [`ensure`] for a dir whose users take the lock file `dir/<lock_file>` around every
+/// change to it (the id-range slots, `idmap`): the tmpfs goes on only while this holds
+/// that lock too and the dir holds nothing but that file, so no change is under way and
+/// nothing is hidden.
+pub(crate) fn ensure_locked(dir: &Path, lock_file: &str) -> io::Result<bool> {
+    ensure_holding(dir, Some(lock_file))
+}
+
+fn ensure_holding(dir: &Path, lock_file: Option<&str>) -> io::Result<bool> {
     std::fs::DirBuilder::new()
         .recursive(true)
         .mode(0o700)
@@ -44,8 +57,14 @@ pub fn ensure(dir: &Path) -> io::Result<bool> {
     if sys::on_tmpfs(dir)? {
         return Ok(true); // another start mounted it meanwhile
     }
-    if std::fs::read_dir(dir)?.next().is_some() {
-        return Ok(false);
+    let _users = lock_file
+        .map(|name| sys::FileLock::take(&dir.join(name)))
+        .transpose()?;
+    for entry in std::fs::read_dir(dir)? {
+        let name = entry?.file_name();
+        if lock_file.is_none_or(|lock| name != lock) {
+            return Ok(false);
+        }
     }
     match sys::mount(
         Some(Path::new("tmpfs")),
@@ -139,6 +158,28 @@ mod tests {
         assert_eq!(ensure(&dir).unwrap(), !run_on_disk());
         assert_eq!(device(&dir), device(Path::new("/run")));
         assert!(dir.join("0123456789abcdef").is_dir());
+    }
+
+    #[test]
+    fn a_locked_dir_goes_on_a_tmpfs_when_it_holds_only_its_lock_file() {
+        if !root() {
+            return;
+        }
+        let dir = PathBuf::from(format!("/run/omabox-test-slots-{}", std::process::id()));
+        let _cleanup = Cleanup(dir.clone());
+        std::fs::create_dir(&dir).unwrap();
+        std::fs::write(dir.join("7"), "a live slot").unwrap();
+        // A slot is there: hiding it would hand its range out twice.
+        assert_eq!(ensure_locked(&dir, "lock").unwrap(), !run_on_disk());
+        assert_eq!(device(&dir), device(Path::new("/run")));
+        std::fs::remove_file(dir.join("7")).unwrap();
+        // Only the users' lock file: a tmpfs now (on a disk `/run`), empty.
+        assert!(ensure_locked(&dir, "lock").unwrap());
+        assert!(sys::on_tmpfs(&dir).unwrap());
+        if run_on_disk() {
+            assert_ne!(device(&dir), device(Path::new("/run")));
+            assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 0);
+        }
     }
 
     #[test]

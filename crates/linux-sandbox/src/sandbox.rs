@@ -352,6 +352,15 @@ impl LinuxRuntime {
         Ok(init.host_ends)
     }
 
+    /// The cgroup hierarchies a sandbox of `plan` joins: the host's, less any whose
+    /// limit would be a no-op ([`crate::CgroupLayout::for_limits`]).
+    pub(crate) fn cgroup_layout(&self, plan: &SandboxPlan) -> Option<crate::CgroupLayout> {
+        self.caps
+            .cgroup
+            .as_ref()
+            .map(|layout| layout.for_limits(&plan.limits, crate::sys::possible_cpus))
+    }
+
     /// Step 4: the cgroup with its limits (created while the child execs, on the other
     /// core). On cgroup v1 (as root) the setup stage joins it itself, first thing after
     /// reading the plan (see `setup::join_cgroups` for why): returns the files it writes.
@@ -361,7 +370,7 @@ impl LinuxRuntime {
         sandbox: &mut LinuxSandbox,
         plan: &SandboxPlan,
     ) -> Result<Vec<PathBuf>, StartError> {
-        if let Some(layout) = &self.caps.cgroup {
+        if let Some(layout) = &self.cgroup_layout(plan) {
             sandbox.identity.cgroup = CgroupPaths::create(
                 layout,
                 &self.config.cgroup_parent,

@@ -416,15 +416,40 @@ pub(crate) fn socketpair() -> io::Result<(OwnedFd, OwnedFd)> {
 
 /// The boot id, to tell a pid of this boot from one of an earlier boot.
 pub(crate) fn boot_id() -> io::Result<String> {
-    Ok(std::fs::read_to_string("/proc/sys/kernel/random/boot_id")?
+    Ok(read_kernel_text("/proc/sys/kernel/random/boot_id", 64)?
         .trim()
         .to_owned())
+}
+
+/// A file the kernel generates (procfs, sysfs), read whole in reads of `chunk` bytes.
+/// Such a file's size reads as 0, for which `std::fs::read_to_string` first probes with
+/// 32-byte reads and then doubles: nine reads for a 3 KiB `/proc/self/mountinfo`, each a
+/// walk of the kernel's list from the start. `chunk` at least the usual size: one read
+/// (and the one that sees the end).
+pub fn read_kernel_text(path: impl AsRef<Path>, chunk: usize) -> io::Result<String> {
+    use std::io::Read as _;
+    let mut file = std::fs::File::open(path)?;
+    let mut buf = vec![0u8; chunk.max(1)];
+    let mut len = 0;
+    loop {
+        if len == buf.len() {
+            buf.resize(len + chunk.max(1), 0);
+        }
+        match file.read(&mut buf[len..]) {
+            Ok(0) => break,
+            Ok(n) => len += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    buf.truncate(len);
+    String::from_utf8(buf).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
 }
 
 /// Start time of `pid` in clock ticks since boot (field 22 of `/proc/<pid>/stat`);
 /// `None` when there is no such process.
 pub(crate) fn process_start_time(pid: i32) -> io::Result<Option<u64>> {
-    let stat = match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+    let stat = match read_kernel_text(format!("/proc/{pid}/stat"), 512) {
         Ok(s) => s,
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
         Err(e) => return Err(e),
@@ -599,6 +624,26 @@ pub fn affinity() -> Option<libc::cpu_set_t> {
     }
 }
 
+/// How many CPUs this host can ever have online (the kernel's `nr_cpu_ids`: the highest
+/// index in `/sys/devices/system/cpu/possible`, plus one), hot-pluggable ones included;
+/// `u64::MAX` when that cannot be read (a limit is then never taken for a no-op).
+pub fn possible_cpus() -> u64 {
+    read_kernel_text("/sys/devices/system/cpu/possible", 64)
+        .ok()
+        .and_then(|list| parse_cpu_list_end(&list))
+        .unwrap_or(u64::MAX)
+}
+
+/// The highest CPU index in a kernel CPU list (`0-3,8,10-11`), plus one.
+fn parse_cpu_list_end(list: &str) -> Option<u64> {
+    let mut end = None;
+    for part in list.trim().split(',') {
+        let last = part.rsplit('-').next()?.trim().parse::<u64>().ok()?;
+        end = end.max(Some(last.checked_add(1)?));
+    }
+    end
+}
+
 /// Restricts process `pid` to `mask` without the CPU the caller runs on, when that
 /// leaves at least one CPU. Best effort.
 pub fn keep_off_this_cpu(pid: libc::pid_t, mask: &libc::cpu_set_t) {
@@ -631,6 +676,32 @@ mod tests {
     fn is_open(fd: RawFd) -> bool {
         // SAFETY: F_GETFD on an integer only reads the fd table.
         unsafe { libc::fcntl(fd, libc::F_GETFD) >= 0 }
+    }
+
+    #[test]
+    fn kernel_text_is_read_whole_whatever_the_chunk() {
+        let whole = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+        for chunk in [0, 1, 7, 64, 16 << 10] {
+            assert_eq!(
+                read_kernel_text("/proc/self/mountinfo", chunk).unwrap(),
+                whole,
+                "{chunk}"
+            );
+        }
+        assert_eq!(
+            read_kernel_text("/no/such/file", 64).unwrap_err().kind(),
+            io::ErrorKind::NotFound
+        );
+    }
+
+    #[test]
+    fn the_possible_cpus_are_the_highest_index_of_the_list_plus_one() {
+        assert_eq!(parse_cpu_list_end("0-1\n"), Some(2));
+        assert_eq!(parse_cpu_list_end("0"), Some(1));
+        assert_eq!(parse_cpu_list_end("0-3,8,10-11"), Some(12));
+        assert_eq!(parse_cpu_list_end("0-x"), None);
+        assert_eq!(parse_cpu_list_end(""), None);
+        assert!(possible_cpus() >= 1);
     }
 
     #[test]

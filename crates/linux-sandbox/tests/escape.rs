@@ -944,39 +944,84 @@ async fn host_wide_kernel_resources_are_denied_or_bounded() {
     sb.destroy();
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_default_plan_has_a_cpu_quota_in_its_cgroup() {
-    let Some(mut sb) = start().await else { return };
-    let expected = omabox_linux_sandbox::CpuLimit::default_quota();
-    let omabox_linux_sandbox::CpuLimit::Quota {
-        quota_us,
-        period_us,
-    } = expected
-    else {
-        panic!("the default is a quota");
-    };
-    let dirs = &sb.identity.cgroup.dirs;
-    let (quota, period) = if sb.identity.cgroup.unified {
+/// The sandbox's CPU quota as its cgroup holds it (quota, period), `None` without a cpu
+/// cgroup of its own (v1).
+fn cgroup_cpu_quota(cgroup: &omabox_linux_sandbox::CgroupPaths) -> Option<(String, String)> {
+    let dirs = &cgroup.dirs;
+    if cgroup.unified {
         let max = std::fs::read_to_string(dirs[0].join("cpu.max")).unwrap();
         let (q, p) = max.trim().split_once(' ').unwrap();
-        (q.to_owned(), p.to_owned())
-    } else {
-        let cpu = dirs
-            .iter()
-            .find(|d| d.join("cpu.cfs_quota_us").exists())
-            .expect("a cpu controller dir");
-        let read = |f: &str| {
-            std::fs::read_to_string(cpu.join(f))
-                .unwrap()
-                .trim()
-                .to_owned()
-        };
-        (read("cpu.cfs_quota_us"), read("cpu.cfs_period_us"))
+        return Some((q.to_owned(), p.to_owned()));
+    }
+    let cpu = dirs.iter().find(|d| d.join("cpu.cfs_quota_us").exists())?;
+    let read = |f: &str| {
+        std::fs::read_to_string(cpu.join(f))
+            .unwrap()
+            .trim()
+            .to_owned()
     };
+    Some((read("cpu.cfs_quota_us"), read("cpu.cfs_period_us")))
+}
+
+/// How many CPUs the host can ever have (the kernel's `possible` list).
+fn possible_cpus() -> u64 {
+    let list = std::fs::read_to_string("/sys/devices/system/cpu/possible").unwrap();
+    list.trim()
+        .split(',')
+        .map(|part| part.rsplit('-').next().unwrap().parse::<u64>().unwrap() + 1)
+        .max()
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cpu_quota_below_the_hosts_cpus_is_in_the_sandboxs_cgroup() {
+    if !can_run() {
+        return;
+    }
+    // Half a CPU: less than any host has.
+    let mut plan = test_plan();
+    plan.limits.cpu = Some(omabox_linux_sandbox::CpuLimit::millicpus(500));
+    let mut sb = Sandboxed::start(plan).await;
     assert_eq!(
-        (quota, period),
-        (quota_us.to_string(), period_us.to_string())
+        cgroup_cpu_quota(&sb.identity.cgroup),
+        Some(("50000".to_owned(), "100000".to_owned()))
     );
+    sb.destroy();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cpu_quota_of_every_possible_cpu_joins_no_v1_cpu_cgroup() {
+    if !can_run() {
+        return;
+    }
+    // As many CPUs as the host can ever have: a quota that limits nothing.
+    let mut plan = test_plan();
+    plan.limits.cpu = Some(omabox_linux_sandbox::CpuLimit::millicpus(
+        possible_cpus() * 1000,
+    ));
+    let mut sb = Sandboxed::start(plan).await;
+    let cgroup = sb.identity.cgroup.clone();
+    if cgroup.unified {
+        // v2: one directory, the (no-op) quota written as asked.
+        assert!(cgroup_cpu_quota(&cgroup).is_some());
+    } else {
+        assert_eq!(cgroup_cpu_quota(&cgroup), None, "{:?}", cgroup.dirs);
+        // The memory and pids hierarchies stay: they hold the limits and are how
+        // teardown finds every process of the sandbox.
+        for file in ["memory.limit_in_bytes", "pids.max"] {
+            assert!(
+                cgroup.dirs.iter().any(|d| d.join(file).exists()),
+                "no {file} in {:?}",
+                cgroup.dirs
+            );
+        }
+        let pid = sb.ok("echo $$").await;
+        assert!(!pid.trim().is_empty());
+        assert!(
+            !cgroup.tasks().is_empty(),
+            "the sandbox's processes are tracked"
+        );
+    }
     sb.destroy();
 }
 

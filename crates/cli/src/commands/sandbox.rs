@@ -47,6 +47,8 @@ use std::time::Duration;
 
 mod linux;
 mod one_shot;
+mod plain_args;
+pub use plain_args::parse_sandbox_run;
 
 use linux::{create_linux, prepare_linux};
 
@@ -193,26 +195,6 @@ struct SandboxRunOnly {
     run: RunArgs,
 }
 
-/// `omabox sandbox run ARGS…` parsed by a parser of `sandbox run`'s own arguments,
-/// without building the whole command tree (a sandbox start is a few milliseconds; the
-/// whole tree is a sizeable part of one). `None` for any other command line and for one
-/// this parser does not accept (`--help`, a global option, a usage error): the full
-/// parser then handles it, with its messages.
-pub fn parse_sandbox_run() -> Option<(SandboxArgs, Flags)> {
-    let mut args = std::env::args_os();
-    args.next()?;
-    if args.next()? != "sandbox" || args.next()? != "run" {
-        return None;
-    }
-    let argv = std::iter::once(std::ffi::OsString::from("omabox sandbox run")).chain(args);
-    let parsed = <SandboxRunOnly as clap::Parser>::try_parse_from(argv).ok()?;
-    let args = SandboxArgs {
-        command: SandboxCommand::Run(parsed.run),
-    };
-    let flags = args.flags(Flags::new().with_some(Key::DataDir, parsed.data_dir));
-    Some((args, flags))
-}
-
 impl SandboxArgs {
     /// The flags that are settings: `--image`, `--memory`, `--pids`, `--cpus` and the network
     /// flags (as one `networking` object; a bad combination is reported by the run).
@@ -230,7 +212,8 @@ impl SandboxArgs {
 /// Runs `omabox sandbox ...`. The linux backend takes the one-shot path (`one_shot.rs`:
 /// no async runtime, no agent); any other backend runs the command through its factory
 /// and the duplex process port on a current-thread runtime (blocking work still goes to
-/// `spawn_blocking` threads), which starts no worker threads.
+/// `spawn_blocking` threads), which starts no worker threads. Either sets up logging
+/// (`init_tracing`) if `main`'s fast path has not: the one-shot path after its fork.
 pub fn run(args: SandboxArgs, config: &NodeConfig) -> anyhow::Result<ExitCode> {
     match args.command {
         SandboxCommand::Run(run) => {
@@ -241,6 +224,7 @@ pub fn run(args: SandboxArgs, config: &NodeConfig) -> anyhow::Result<ExitCode> {
             {
                 return Ok(one_shot::run(&run, config));
             }
+            crate::init_tracing(Some(config));
             let runtime = tokio::runtime::Builder::new_current_thread()
                 .enable_all()
                 .build()?;

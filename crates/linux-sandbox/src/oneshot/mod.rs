@@ -286,7 +286,8 @@ impl LinuxRuntime {
         // On cgroup v1 as root the setup stage makes and joins the cgroup itself
         // (`ChildCgroup`); its directories follow from layout, parent and id. Otherwise
         // the host makes it (and, on v2, moves PID 1 in).
-        let planned = match &self.caps.cgroup {
+        let layout = self.cgroup_layout(plan);
+        let planned = match &layout {
             Some(layout) if self.caps.root => Some(crate::leftovers::planned_cgroup(
                 layout,
                 &self.config.cgroup_parent,
@@ -301,7 +302,7 @@ impl LinuxRuntime {
         // Joined by PID 1 itself (v1 as root): made by both sides at once, the memory
         // hierarchy (the costliest) by the host while PID 1 makes the others.
         let self_join = !cgroup_join.is_empty();
-        let (host_part, child_part) = match &self.caps.cgroup {
+        let (host_part, child_part) = match &layout {
             Some(layout) if self_join => layout.split_v1("memory"),
             _ => (None, None),
         };

@@ -64,6 +64,9 @@ pub(super) fn run(args: &RunArgs, config: &omabox_node::NodeConfig) -> ExitCode 
     // process works out the plan. A failed fork is reported only where the start would
     // have failed, after the plan's own errors.
     let fork = OneShotFork::fork(&config.linux_runtime_dir());
+    // Logging from here on (PID 1 never logs: its stderr is /dev/null): set up while PID 1
+    // makes its namespaces, not before its fork.
+    crate::init_tracing(Some(config));
     // The image is prepared (pulled, unpacked) and held by `linux` until the start returned.
     let (linux, workspace) = match prepare_linux(args, config) {
         Ok(p) => p,
