@@ -38,11 +38,32 @@ pub struct Internet {
 
 impl Internet {
     pub fn new() -> Self {
-        // Unique per instance: `cargo test` runs a file's tests as threads of one process.
+        // Unique per instance: `cargo test` runs a file's tests as threads of one process,
+        // and other test processes (or a crashed one's leftovers) may hold links too. The
+        // link's name and its /30 follow from one id; the first id whose veth pair can be
+        // made is this instance's (a name taken says "File exists": try the next).
         static NEXT: AtomicUsize = AtomicUsize::new(0);
-        let n = NEXT.fetch_add(1, Ordering::SeqCst) as u32;
+        const IDS: u32 = 32768; // the /30s of 198.18.0.0/15
         let pid = std::process::id();
-        let id = (pid % 4096) * 8 + n % 8;
+        let first = (pid % 4096) * 8;
+        let (id, n) = (0..IDS)
+            .find_map(|_| {
+                let n = NEXT.fetch_add(1, Ordering::SeqCst) as u32;
+                let id = (first + n) % IDS;
+                let (vh, vf) = (format!("obh{id}"), format!("obf{id}"));
+                let made = Command::new("ip")
+                    .args(["link", "add", &vh, "type", "veth", "peer", "name", &vf])
+                    .output()
+                    .expect("run ip");
+                let taken = String::from_utf8_lossy(&made.stderr).contains("File exists");
+                assert!(
+                    made.status.success() || taken,
+                    "ip link add {vh}: {}",
+                    String::from_utf8_lossy(&made.stderr)
+                );
+                made.status.success().then_some((id, n))
+            })
+            .expect("no free veth name for the fake internet");
         let base = u32::from(Ipv4Addr::new(198, 18, 0, 0)) + id * 4;
         let (host, far) = (Ipv4Addr::from(base + 1), Ipv4Addr::from(base + 2));
         let name = format!("omabox-inet-{pid}-{n}");
@@ -50,7 +71,6 @@ impl Internet {
         let _ = Command::new("ip").args(["netns", "del", &name]).output();
         ip(&["netns", "add", &name]);
         let net = Self { name, host, far };
-        ip(&["link", "add", &vh, "type", "veth", "peer", "name", &vf]);
         ip(&["link", "set", &vf, "netns", &net.name]);
         ip(&["addr", "add", &format!("{host}/30"), "dev", &vh]);
         ip(&["link", "set", &vh, "up"]);
