@@ -74,6 +74,16 @@ pub fn load_or_create(data_dir: &Path) -> Result<(SecretString, KeyOrigin), Oper
     }
 }
 
+/// The key serve generated into `<data_dir>/serve-api-key`, never creating it (`None`: no
+/// such file); checked like a key serve reuses.
+pub fn load(data_dir: &Path) -> Result<Option<SecretString>, OperatorKeyError> {
+    let path = data_dir.join(KEY_FILE);
+    match std::fs::symlink_metadata(&path) {
+        Err(error) if error.kind() == io::ErrorKind::NotFound => Ok(None),
+        _ => read_existing(&path).map(Some),
+    }
+}
+
 fn read_existing(path: &Path) -> Result<SecretString, OperatorKeyError> {
     let unsafe_file = || OperatorKeyError::Unsafe {
         path: path.to_owned(),

@@ -48,6 +48,7 @@ use std::time::Duration;
 mod linux;
 mod one_shot;
 mod plain_args;
+mod remote;
 pub use plain_args::parse_sandbox_run;
 
 use linux::{create_linux, prepare_linux};
@@ -105,6 +106,8 @@ pub struct SandboxArgs {
 enum SandboxCommand {
     /// Run a command in a fresh sandbox that is destroyed when it ends.
     Run(RunArgs),
+    #[command(flatten)]
+    Remote(remote::RemoteCommand),
 }
 
 /// Options of `omabox sandbox run`.
@@ -199,7 +202,10 @@ impl SandboxArgs {
     /// The flags that are settings: `--image`, `--memory`, `--pids`, `--cpus` and the network
     /// flags (as one `networking` object; a bad combination is reported by the run).
     pub fn flags(&self, flags: Flags) -> Flags {
-        let SandboxCommand::Run(run) = &self.command;
+        let run = match &self.command {
+            SandboxCommand::Run(run) => run,
+            SandboxCommand::Remote(remote) => return remote.flags(flags),
+        };
         flags
             .with_some(Key::Image, run.image.as_deref().map(image_ref))
             .with_some(Key::LinuxMemory, run.memory.map(|m| m.to_string()))
@@ -230,6 +236,7 @@ pub fn run(args: SandboxArgs, config: &NodeConfig) -> anyhow::Result<ExitCode> {
                 .build()?;
             Ok(runtime.block_on(run_command(run, config)))
         }
+        SandboxCommand::Remote(remote) => remote::run(remote, config),
     }
 }
 

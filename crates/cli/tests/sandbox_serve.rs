@@ -1,0 +1,246 @@
+//! `omabox sandbox create|ls|rm|timeout` against a real `omabox serve` with real linux
+//! sandboxes: create → ls shows it → timeout → rm → ls empty and its state dir gone, the
+//! operator key taken from serve's key file, `rm` of an unknown id (named, exit 1, the
+//! others still removed), a wrong key (401 naming where the key came from, never the key),
+//! and no serve at the URL.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use common::{TestDirs, describe, linux_available};
+use serde_json::Value;
+use std::io::{BufRead as _, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Output, Stdio};
+
+/// A running `omabox serve` on a free loopback port, its key generated into the data dir.
+struct Serve {
+    child: Child,
+    url: String,
+}
+
+impl Serve {
+    fn start(dirs: &TestDirs) -> Self {
+        let mut child = dirs
+            .command(&["serve", "--listen", "127.0.0.1:0"])
+            .env_remove("OMABOX_API_KEY")
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut stderr = BufReader::new(child.stderr.take().unwrap());
+        let url = loop {
+            let mut line = String::new();
+            assert_ne!(stderr.read_line(&mut line).unwrap(), 0, "serve exited");
+            if let Some(addr) = line
+                .trim()
+                .strip_prefix("omabox serve: listening on http://")
+            {
+                break format!("http://{addr}");
+            }
+        };
+        // Drained so serve never blocks on a full pipe.
+        std::thread::spawn(move || for _ in stderr.lines() {});
+        Self { child, url }
+    }
+}
+
+impl Drop for Serve {
+    /// SIGTERM: serve kills its sandboxes, so none is left behind by a failed test.
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            // SAFETY: plain kill(2) on our own child's pid, not yet waited for.
+            unsafe { libc::kill(self.child.id() as libc::pid_t, libc::SIGTERM) };
+            let _ = self.child.wait();
+        }
+    }
+}
+
+/// `omabox sandbox ARGS…` against `url`, the key only from the data dir's file (or `key`).
+fn sandbox(dirs: &TestDirs, url: &str, key: Option<&str>, args: &[&str]) -> Output {
+    let mut command = dirs.command(&["sandbox"]);
+    command
+        .args(args)
+        .env("OMABOX_SERVE_URL", url)
+        .env_remove("OMABOX_API_KEY");
+    if let Some(key) = key {
+        command.env("OMABOX_API_KEY", key);
+    }
+    command.output().unwrap()
+}
+
+fn stdout(output: &Output) -> String {
+    assert!(output.status.success(), "{}", describe(output));
+    String::from_utf8(output.stdout.clone()).unwrap()
+}
+
+fn stderr(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stderr).into_owned()
+}
+
+/// The sandbox state dirs under the test's runtime dir.
+fn state_dirs(runtime_dir: &Path) -> Vec<PathBuf> {
+    std::fs::read_dir(runtime_dir)
+        .map(|entries| {
+            entries
+                .flatten()
+                .map(|entry| entry.path())
+                .filter(|path| path.is_dir())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// `sandbox ls --json`.
+fn listed(dirs: &TestDirs, url: &str) -> Vec<Value> {
+    let output = sandbox(dirs, url, None, &["ls", "--json"]);
+    let value: Value = serde_json::from_str(&stdout(&output)).unwrap();
+    value.as_array().unwrap().clone()
+}
+
+#[test]
+fn create_ls_timeout_rm_with_the_key_from_the_data_dir() {
+    if !linux_available() {
+        return;
+    }
+    let dirs = TestDirs::new("sandbox-serve");
+    let serve = Serve::start(&dirs);
+    let url = serve.url.as_str();
+
+    let output = sandbox(&dirs, url, None, &["ls"]);
+    assert_eq!(stdout(&output).trim_end(), "ID  TEMPLATE  STARTED  ENDS");
+
+    let output = sandbox(
+        &dirs,
+        url,
+        None,
+        &[
+            "create",
+            "--timeout",
+            "300",
+            "--metadata",
+            "owner=alice",
+            "--env",
+            "GREETING=hi",
+        ],
+    );
+    let id = stdout(&output).trim().to_owned();
+    assert_eq!(id.len(), 20, "{id:?}");
+    assert!(id.bytes().all(|b| b.is_ascii_alphanumeric()), "{id:?}");
+    assert_eq!(state_dirs(dirs.runtime_dir.path()).len(), 1);
+
+    // `--json` is the API's answer, token included; the human line was the id only.
+    let output = sandbox(&dirs, url, None, &["create", "--json"]);
+    let created: Value = serde_json::from_str(&stdout(&output)).unwrap();
+    let second = created["sandboxID"].as_str().unwrap().to_owned();
+    assert_eq!(created["templateID"], "base");
+    assert_eq!(created["envdAccessToken"].as_str().unwrap().len(), 64);
+    assert_eq!(state_dirs(dirs.runtime_dir.path()).len(), 2);
+
+    let table = stdout(&sandbox(&dirs, url, None, &["ls"]));
+    let mut lines = table.lines();
+    assert!(lines.next().unwrap().starts_with("ID "), "{table}");
+    let mut rows: Vec<Vec<&str>> = lines.map(|l| l.split_whitespace().collect()).collect();
+    rows.sort();
+    let mut ids = [id.as_str(), second.as_str()];
+    ids.sort_unstable();
+    assert_eq!(rows.len(), 2, "{table}");
+    for (row, id) in rows.iter().zip(ids) {
+        assert_eq!(row[..2], [id, "base"], "{table}");
+        assert_eq!(row.len(), 4, "{table}");
+    }
+
+    let before = listed(&dirs, url);
+    let entry = before
+        .iter()
+        .find(|s| s["sandboxID"] == id.as_str())
+        .unwrap();
+    assert_eq!(entry["metadata"]["owner"], "alice");
+    let end_before = entry["endAt"].as_str().unwrap().to_owned();
+    let output = sandbox(&dirs, url, None, &["timeout", &id, "3600"]);
+    assert_eq!(stdout(&output), "");
+    let after = listed(&dirs, url);
+    let entry = after
+        .iter()
+        .find(|s| s["sandboxID"] == id.as_str())
+        .unwrap();
+    let end_after = entry["endAt"].as_str().unwrap();
+    assert!(
+        end_after > end_before.as_str(),
+        "{end_before} → {end_after}"
+    );
+
+    // An unknown id among known ones: named, exit 1, the others still removed.
+    let output = sandbox(&dirs, url, None, &["rm", &id, "nosuchsandbox", &second]);
+    assert_eq!(output.status.code(), Some(1), "{}", describe(&output));
+    assert_eq!(
+        String::from_utf8_lossy(&output.stdout),
+        format!("{id}\n{second}\n")
+    );
+    let errors = stderr(&output);
+    assert!(
+        errors.contains(&format!("no sandbox nosuchsandbox in the serve at {url}")),
+        "{errors}"
+    );
+    assert!(listed(&dirs, url).is_empty());
+    assert!(state_dirs(dirs.runtime_dir.path()).is_empty());
+
+    let output = sandbox(&dirs, url, None, &["rm", "--json", "gone"]);
+    assert_eq!(output.status.code(), Some(1));
+    let results: Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(results[0]["sandboxID"], "gone");
+    assert_eq!(results[0]["removed"], false);
+}
+
+#[test]
+fn a_wrong_key_is_refused_naming_its_source_never_itself() {
+    if !linux_available() {
+        return;
+    }
+    let dirs = TestDirs::new("sandbox-serve-key");
+    let serve = Serve::start(&dirs);
+    let wrong = "omk_not-the-operator-key-4242";
+    for args in [&["ls"][..], &["create"], &["rm", "x"]] {
+        let output = sandbox(&dirs, &serve.url, Some(wrong), args);
+        assert_eq!(output.status.code(), Some(1), "{args:?}");
+        let errors = stderr(&output);
+        assert!(
+            errors.contains("refused the operator key (401)") && errors.contains("OMABOX_API_KEY"),
+            "{errors}"
+        );
+        assert!(!errors.contains(wrong), "{errors}");
+        assert!(output.stdout.is_empty());
+    }
+    assert!(state_dirs(dirs.runtime_dir.path()).is_empty());
+}
+
+#[test]
+fn no_serve_at_the_url_says_so() {
+    let dirs = TestDirs::new("sandbox-serve-none");
+    // A port that was free a moment ago and has no listener now.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let url = format!("http://127.0.0.1:{port}");
+    for args in [&["ls"][..], &["create"], &["rm", "x"]] {
+        let output = sandbox(&dirs, &url, Some("omk_any"), args);
+        assert_eq!(output.status.code(), Some(1), "{args:?}");
+        let errors = stderr(&output);
+        assert!(
+            errors.contains(&format!(
+                "no omabox serve at {url}: connection refused; start it with `omabox serve`"
+            )),
+            "{errors}"
+        );
+    }
+    // Without OMABOX_API_KEY and no key file: where to get one.
+    let output = sandbox(&dirs, &url, None, &["ls"]);
+    assert_eq!(output.status.code(), Some(1));
+    assert!(
+        stderr(&output).contains("no operator key"),
+        "{}",
+        stderr(&output)
+    );
+}
