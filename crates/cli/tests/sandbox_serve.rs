@@ -2,7 +2,7 @@
 //! sandboxes: create → ls shows it → timeout → rm → ls empty and its state dir gone, the
 //! operator key taken from serve's key file, `rm` of an unknown id (named, exit 1, the
 //! others still removed), a wrong key (401 naming where the key came from, never the key),
-//! and no serve at the URL.
+//! no serve at the URL, and a hostile server's text escaped and its answers capped.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -243,4 +243,63 @@ fn no_serve_at_the_url_says_so() {
         "{}",
         stderr(&output)
     );
+}
+
+/// A loopback server answering every request with `status` and `body` (a hostile "serve").
+fn fake_serve(status: &'static str, body: String) -> String {
+    use std::io::{Read as _, Write as _};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { break };
+            let mut head = Vec::new();
+            let mut byte = [0u8; 1];
+            while !head.ends_with(b"\r\n\r\n") && stream.read(&mut byte).unwrap_or(0) == 1 {
+                head.push(byte[0]);
+            }
+            let _ = write!(
+                stream,
+                "HTTP/1.1 {status}\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                body.len()
+            );
+        }
+    });
+    url
+}
+
+#[test]
+fn what_serve_says_reaches_the_terminal_escaped_and_capped() {
+    let dirs = TestDirs::new("sandbox-serve-hostile");
+    let hostile = "\u{1b}]0;owned\u{7}\u{1b}[2J\nomabox: fake line\u{202e}";
+    let escaped = "\\u{1b}]0;owned\\u{7}\\u{1b}[2J\\nomabox: fake line\\u{202e}";
+
+    let message = serde_json::json!({"code": 400, "message": hostile}).to_string();
+    let url = fake_serve("400 Bad Request", message);
+    let output = sandbox(&dirs, &url, Some("omk_any"), &["create"]);
+    assert_eq!(output.status.code(), Some(1));
+    let errors = stderr(&output);
+    assert!(errors.contains(escaped), "{errors:?}");
+    assert!(
+        !errors.contains('\u{1b}') && errors.lines().count() == 1,
+        "{errors:?}"
+    );
+
+    let listed = serde_json::json!([{"sandboxID": hostile, "templateID": hostile,
+        "startedAt": "2026-01-01T00:00:00Z", "endAt": hostile}])
+    .to_string();
+    let url = fake_serve("200 OK", listed);
+    let table = stdout(&sandbox(&dirs, &url, Some("omk_any"), &["ls"]));
+    assert_eq!(table.lines().count(), 2, "{table:?}");
+    assert!(
+        !table.contains('\u{1b}') && !table.contains('\u{202e}'),
+        "{table:?}"
+    );
+    assert!(table.contains(escaped), "{table:?}");
+
+    // An answer past the cap is refused, not read whole.
+    let url = fake_serve("200 OK", format!("[\"{}\"]", "x".repeat(5 << 20)));
+    let output = sandbox(&dirs, &url, Some("omk_any"), &["ls"]);
+    assert_eq!(output.status.code(), Some(1));
+    assert!(stderr(&output).contains("bytes"), "{}", stderr(&output));
 }
