@@ -530,6 +530,17 @@ fn stall_timeout(value: &str) -> Result<(), String> {
 
 fn serve_url(value: &str) -> Result<(), String> {
     match value.strip_prefix("http://") {
+        Some(rest)
+            if rest
+                .split('/')
+                .next()
+                .is_some_and(|host| host.contains('@')) =>
+        {
+            Err(
+                "must carry no user name or password (the operator key is OMABOX_API_KEY)"
+                    .to_owned(),
+            )
+        }
         Some(rest) if !rest.is_empty() && !rest.starts_with('/') => Ok(()),
         _ => Err("must be an http:// URL with a host (e.g. http://127.0.0.1:8787)".to_owned()),
     }

@@ -314,7 +314,7 @@ impl NodeConfig {
         };
         let value = match self.given(key) {
             _ if setting.secret && self.is_set(key) => "(set, hidden)".to_owned(),
-            Some(value) => format!("{value:?}"),
+            Some(value) => format!("{:?}", report::without_url_credentials(value)),
             None => "(unset)".to_owned(),
         };
         ConfigError::Invalid {

@@ -12,6 +12,28 @@ use serde::Serialize;
 /// What a set secret shows instead of its value.
 pub const HIDDEN: &str = "(set, hidden)";
 
+/// `value` with the user information of every URL in it (`scheme://USER:PASSWORD@host`)
+/// replaced by `(hidden)`: a password put in a URL setting is printed by no report and no
+/// error.
+pub fn without_url_credentials(value: &str) -> String {
+    let mut out = String::with_capacity(value.len());
+    let mut rest = value;
+    while let Some(at) = rest.find("://") {
+        let (head, tail) = rest.split_at(at + 3);
+        out.push_str(head);
+        let authority_end = tail.find(['/', '?', '#', ' ', ',']).unwrap_or(tail.len());
+        match tail[..authority_end].rfind('@') {
+            Some(user_end) => {
+                out.push_str("(hidden)");
+                rest = &tail[user_end..];
+            }
+            None => rest = tail,
+        }
+    }
+    out.push_str(rest);
+    out
+}
+
 /// One setting as `omabox config` shows it.
 #[derive(Debug, Clone, Serialize)]
 pub struct Row {
@@ -52,7 +74,7 @@ fn row(config: &NodeConfig, setting: &'static Setting) -> Row {
     let source = config.source(setting.key);
     let value = match config.given(setting.key) {
         _ if setting.secret => config.is_set(setting.key).then(|| HIDDEN.to_owned()),
-        Some(value) => Some(value.to_owned()),
+        Some(value) => Some(without_url_credentials(value)),
         None => config.default_of(setting.key),
     };
     let default = match (&source, setting.default) {

@@ -308,6 +308,46 @@ fn secrets_are_never_shown() {
     assert_eq!(config.given(Key::AnthropicApiKey), None);
 }
 
+/// A password written into a URL setting (`http://user:PASSWORD@host`) is shown by no
+/// report and no error; `serve_url` refuses user information outright.
+#[test]
+fn a_password_in_a_url_setting_is_never_shown() {
+    let password = "url-password-7f3e";
+    let config = NodeConfig::from_sources(
+        &Flags::new(),
+        env(&[
+            ("HOME", "/h"),
+            (
+                "OMABOX_SERVE_URL",
+                &format!("http://op:{password}@127.0.0.1:8787"),
+            ),
+            (
+                "ANTHROPIC_BASE_URL",
+                &format!("https://u:{password}@llm.example/v1"),
+            ),
+        ]),
+    )
+    .unwrap();
+    let everything = format!(
+        "{}{:?}",
+        serde_json::to_string(&rows(&config)).unwrap(),
+        config.problems()
+    );
+    assert!(!everything.contains(password), "{everything}");
+    assert!(
+        everything.contains("https://(hidden)@llm.example/v1"),
+        "{everything}"
+    );
+    assert!(
+        everything.contains("must carry no user name or password"),
+        "{everything}"
+    );
+    assert_eq!(
+        crate::config::report::without_url_credentials("a http://x@h/p and ftp://y:z@k:1 b"),
+        "a http://(hidden)@h/p and ftp://(hidden)@k:1 b"
+    );
+}
+
 #[test]
 fn a_secret_in_a_file_is_refused() {
     let dir = data_dir_with_file("anthropic_api_key = \"sk-ant\"\n");
