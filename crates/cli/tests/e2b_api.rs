@@ -406,3 +406,46 @@ fn a_sandbox_whose_init_died_is_gone_and_cleaned_up() {
     }
     serve.stop();
 }
+
+/// Whether a TCP connect to `addr` from inside the network namespace of process `pid`
+/// succeeds (on a thread of its own: a thread's `setns` leaves the others where they were).
+fn connects_from_netns_of(pid: libc::pid_t, addr: &str) -> bool {
+    let ns = std::fs::File::open(format!("/proc/{pid}/ns/net")).unwrap();
+    let addr = addr.to_owned();
+    std::thread::spawn(move || {
+        use std::os::fd::AsRawFd as _;
+        // SAFETY: setns(2) of this thread only, on a namespace fd that stays open here.
+        let rc = unsafe { libc::setns(ns.as_raw_fd(), libc::CLONE_NEWNET) };
+        assert_eq!(rc, 0, "setns: {}", std::io::Error::last_os_error());
+        TcpStream::connect_timeout(&addr.parse().unwrap(), Duration::from_secs(5)).is_ok()
+    })
+    .join()
+    .unwrap()
+}
+
+#[test]
+fn a_sandbox_cannot_reach_serves_listener_under_the_default_network() {
+    if !linux_available() {
+        return;
+    }
+    let dirs = TestDirs::new("e2b");
+    let serve = Serve::start(&dirs);
+    serve.create(r#"{"templateID":"base","timeout":300}"#);
+    let [state_dir] = &state_dirs(dirs.runtime_dir.path())[..] else {
+        panic!("one state dir expected");
+    };
+    let identity: Value =
+        serde_json::from_slice(&std::fs::read(state_dir.join("identity.json")).unwrap()).unwrap();
+    let pid = identity["pid"].as_i64().unwrap() as libc::pid_t;
+    // The probe works: from this process's own namespace serve answers.
+    assert!(connects_from_netns_of(
+        std::process::id() as libc::pid_t,
+        &serve.addr
+    ));
+    assert!(
+        !connects_from_netns_of(pid, &serve.addr),
+        "a sandbox reached serve's listener {}",
+        serve.addr
+    );
+    serve.stop();
+}
