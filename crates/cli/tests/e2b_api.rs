@@ -424,13 +424,20 @@ fn connects_from_netns_of(pid: libc::pid_t, addr: &str) -> bool {
 }
 
 #[test]
-fn a_sandbox_cannot_reach_serves_listener_under_the_default_network() {
+fn under_the_default_network_a_sandbox_has_no_internet_and_cannot_reach_serve() {
     if !linux_available() {
         return;
     }
     let dirs = TestDirs::new("e2b");
     let serve = Serve::start(&dirs);
-    serve.create(r#"{"templateID":"base","timeout":300}"#);
+    // E2B's SDKs ask for the internet by default; the operator's setting decides, and the
+    // sandbox's detail says what it got, not what was asked.
+    let created =
+        serve.create(r#"{"templateID":"base","timeout":300,"allow_internet_access":true}"#);
+    let id = created["sandboxID"].as_str().unwrap();
+    let (status, detail) = serve.call(Some(KEY), "GET", &format!("/sandboxes/{id}"), None);
+    assert_eq!(status, 200, "{detail}");
+    assert_eq!(detail["allowInternetAccess"], false, "{detail}");
     let [state_dir] = &state_dirs(dirs.runtime_dir.path())[..] else {
         panic!("one state dir expected");
     };

@@ -333,7 +333,11 @@ impl SandboxService for SandboxHost {
             cpu_count: cpu_count(config.limits.cpu.as_ref()),
             memory_mb: config.limits.memory_bytes.map_or(0, |bytes| bytes >> 20),
             disk_size_mb: 0,
-            allow_internet_access: request.allow_internet_access,
+            // What the sandbox reaches is the operator's setting, not the request's wish.
+            allow_internet_access: Some(matches!(
+                config.network,
+                omabox_contract::networking::NetworkingConfig::Unrestricted
+            )),
         };
         let token = new_access_token();
         let entry = Arc::new(Entry {
