@@ -414,3 +414,23 @@ async fn a_body_error_echoes_at_most_a_short_piece_of_the_callers_text() {
     );
     assert!(fake.created.lock().unwrap().is_empty());
 }
+
+#[test]
+fn an_empty_operator_key_is_refused_so_an_empty_header_never_authorizes() {
+    let deps = |key: &str| ProxyDeps {
+        config: ServeConfig::default(),
+        tokens: Arc::new(MemoryTokens::default()),
+        vault: Arc::new(MemoryVault::default()),
+        files: None,
+        env: Default::default(),
+        operator_key: SecretString::new(key),
+        sandboxes: Some(Arc::new(Fake::default()) as Arc<dyn SandboxService>),
+    };
+    for key in ["", " ", "\t"] {
+        let error = ProxyState::new(deps(key))
+            .err()
+            .expect("an empty operator key was accepted");
+        assert!(error.to_string().contains("operator key"), "{error}");
+    }
+    assert!(ProxyState::new(deps(KEY)).is_ok());
+}
