@@ -427,9 +427,9 @@ fn an_empty_operator_key_is_refused_so_an_empty_header_never_authorizes() {
         sandboxes: Some(Arc::new(Fake::default()) as Arc<dyn SandboxService>),
     };
     for key in ["", " ", "\t"] {
-        let error = ProxyState::new(deps(key))
-            .err()
-            .expect("an empty operator key was accepted");
+        let Err(error) = ProxyState::new(deps(key)) else {
+            panic!("the empty operator key {key:?} was accepted");
+        };
         assert!(error.to_string().contains("operator key"), "{error}");
     }
     assert!(ProxyState::new(deps(KEY)).is_ok());
