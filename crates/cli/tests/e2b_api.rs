@@ -361,6 +361,10 @@ fn the_sandboxes_of_a_killed_serve_are_reaped() {
         1,
         "left behind by kill -9"
     );
+    assert!(
+        !cgroups(&dirs).is_empty(),
+        "its cgroups are left behind too"
+    );
     let output = dirs.command(&["reap"]).output().unwrap();
     assert!(output.status.success(), "{}", common::describe(&output));
     assert!(
