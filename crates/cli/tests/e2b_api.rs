@@ -361,6 +361,10 @@ fn the_sandboxes_of_a_killed_serve_are_reaped() {
         1,
         "left behind by kill -9"
     );
+    assert!(
+        !cgroups(&dirs).is_empty(),
+        "its cgroups are left behind too"
+    );
     let output = dirs.command(&["reap"]).output().unwrap();
     assert!(output.status.success(), "{}", common::describe(&output));
     assert!(
@@ -404,5 +408,55 @@ fn a_sandbox_whose_init_died_is_gone_and_cleaned_up() {
         assert!(started.elapsed() < EXPIRY_WAIT, "not cleaned up");
         std::thread::sleep(Duration::from_millis(50));
     }
+    serve.stop();
+}
+
+/// Whether a TCP connect to `addr` from inside the network namespace of process `pid`
+/// succeeds (on a thread of its own: a thread's `setns` leaves the others where they were).
+fn connects_from_netns_of(pid: libc::pid_t, addr: &str) -> bool {
+    let ns = std::fs::File::open(format!("/proc/{pid}/ns/net")).unwrap();
+    let addr = addr.to_owned();
+    std::thread::spawn(move || {
+        use std::os::fd::AsRawFd as _;
+        // SAFETY: setns(2) of this thread only, on a namespace fd that stays open here.
+        let rc = unsafe { libc::setns(ns.as_raw_fd(), libc::CLONE_NEWNET) };
+        assert_eq!(rc, 0, "setns: {}", std::io::Error::last_os_error());
+        TcpStream::connect_timeout(&addr.parse().unwrap(), Duration::from_secs(5)).is_ok()
+    })
+    .join()
+    .unwrap()
+}
+
+#[test]
+fn under_the_default_network_a_sandbox_has_no_internet_and_cannot_reach_serve() {
+    if !linux_available() {
+        return;
+    }
+    let dirs = TestDirs::new("e2b");
+    let serve = Serve::start(&dirs);
+    // E2B's SDKs ask for the internet by default; the operator's setting decides, and the
+    // sandbox's detail says what it got, not what was asked.
+    let created =
+        serve.create(r#"{"templateID":"base","timeout":300,"allow_internet_access":true}"#);
+    let id = created["sandboxID"].as_str().unwrap();
+    let (status, detail) = serve.call(Some(KEY), "GET", &format!("/sandboxes/{id}"), None);
+    assert_eq!(status, 200, "{detail}");
+    assert_eq!(detail["allowInternetAccess"], false, "{detail}");
+    let [state_dir] = &state_dirs(dirs.runtime_dir.path())[..] else {
+        panic!("one state dir expected");
+    };
+    let identity: Value =
+        serde_json::from_slice(&std::fs::read(state_dir.join("identity.json")).unwrap()).unwrap();
+    let pid = identity["pid"].as_i64().unwrap() as libc::pid_t;
+    // The probe works: from this process's own namespace serve answers.
+    assert!(connects_from_netns_of(
+        std::process::id() as libc::pid_t,
+        &serve.addr
+    ));
+    assert!(
+        !connects_from_netns_of(pid, &serve.addr),
+        "a sandbox reached serve's listener {}",
+        serve.addr
+    );
     serve.stop();
 }

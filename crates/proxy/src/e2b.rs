@@ -40,8 +40,8 @@ pub struct NewSandbox {
     pub metadata: BTreeMap<String, String>,
     /// Environment variables of every process started in it.
     pub env_vars: BTreeMap<String, String>,
-    /// `allow_internet_access` as given (reported back; the operator's network setting
-    /// decides what the sandbox reaches).
+    /// `allow_internet_access` as given (the operator's network setting decides what the
+    /// sandbox reaches; [`SandboxInfo::allow_internet_access`] says what it got).
     pub allow_internet_access: Option<bool>,
 }
 
@@ -64,7 +64,8 @@ pub struct SandboxInfo {
     pub memory_mb: u64,
     /// Disk limit in MiB (0: no limit of its own).
     pub disk_size_mb: u64,
-    /// `allow_internet_access` as given at create.
+    /// Whether the sandbox reaches the internet (the operator's network setting; never
+    /// merely what the create asked for).
     pub allow_internet_access: Option<bool>,
 }
 

@@ -46,6 +46,9 @@ pub enum ProxyError {
     /// A port (token store, vault, blob store) failed; details go to the log only.
     #[error("internal_error")]
     Internal(String),
+    /// The server was given an empty operator key (an empty header would match it).
+    #[error("the operator key is empty: set OMABOX_API_KEY or operator_api_key to a key")]
+    EmptyOperatorKey,
 }
 
 /// The status of an error: the only place domain errors become HTTP statuses.
@@ -62,7 +65,7 @@ pub fn status_of(error: &ProxyError) -> StatusCode {
         ProxyError::NotJson => StatusCode::UNSUPPORTED_MEDIA_TYPE,
         ProxyError::BodyTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
         ProxyError::Upstream(_) => StatusCode::BAD_GATEWAY,
-        ProxyError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
+        ProxyError::Internal(_) | ProxyError::EmptyOperatorKey => StatusCode::INTERNAL_SERVER_ERROR,
     }
 }
 

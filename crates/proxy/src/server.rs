@@ -96,9 +96,22 @@ pub async fn serve(
         });
     }
     drop(listener);
-    graceful.shutdown().await;
+    if tokio::time::timeout(DRAIN_TIMEOUT, graceful.shutdown())
+        .await
+        .is_err()
+    {
+        tracing::warn!(
+            after_s = DRAIN_TIMEOUT.as_secs(),
+            "stopping with requests still in flight"
+        );
+    }
     Ok(())
 }
+
+/// How long a stopping server waits for in-flight requests before it returns anyway (their
+/// connections are dropped with the runtime): a request whose body never completes, or a
+/// stream that never ends, must not keep serve (and its sandboxes) alive.
+pub const DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Descriptors kept for the process's own work beyond its connections' (the store's files,
 /// name lookups, a blob read, the runtime's own).

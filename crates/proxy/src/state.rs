@@ -88,6 +88,10 @@ impl ProxyState {
     /// Builds the state and its upstream client (rustls, redirects never followed, the
     /// configured idle timeout between upstream reads).
     pub fn new(deps: ProxyDeps) -> Result<Self, ProxyError> {
+        // An empty key would be matched by an empty `X-API-Key` (or `Bearer `) header.
+        if deps.operator_key.expose().trim().is_empty() {
+            return Err(ProxyError::EmptyOperatorKey);
+        }
         let host_rule = HostRule::new(deps.config.public_url.as_deref()).ok_or_else(|| {
             ProxyError::Internal("public_url must be an absolute http(s) URL".to_owned())
         })?;
@@ -182,9 +186,11 @@ impl ProxyState {
     /// Checks an operator credential (`None`: none presented).
     pub fn operator_allows(&self, presented: Option<&str>) -> bool {
         let key = &self.inner.operator_key;
+        // Compare digests so the comparison time says nothing about the key; an empty
+        // credential never matches (ProxyState::new refuses an empty key too).
         presented.is_some_and(|presented| {
-            // Compare digests so the comparison time says nothing about the key.
-            Sha256::digest(presented.as_bytes()) == Sha256::digest(key.expose().as_bytes())
+            !presented.is_empty()
+                && Sha256::digest(presented.as_bytes()) == Sha256::digest(key.expose().as_bytes())
         })
     }
 }

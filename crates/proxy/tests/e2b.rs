@@ -360,3 +360,77 @@ async fn bad_input_is_a_400_naming_the_cause() {
     assert_error(&value, 400, "limit must be between 1 and 100");
     assert!(fake.created.lock().unwrap().is_empty());
 }
+
+#[tokio::test]
+async fn an_id_that_is_not_utf8_is_a_401_before_the_key_and_an_e2b_400_after() {
+    let fake = Arc::new(Fake::default());
+    let state = state(Some(Arc::clone(&fake)));
+    let routes = [
+        ("GET", "/sandboxes/%ff%fe", None),
+        ("DELETE", "/sandboxes/%ff", None),
+        ("POST", "/sandboxes/%ff/timeout", Some(r#"{"timeout":5}"#)),
+        ("POST", "/sandboxes/%c3/refreshes", None),
+    ];
+    for (method, path, body) in routes {
+        let (status, _, value) = call(&state, method, path, None, body).await;
+        assert_eq!(status, StatusCode::UNAUTHORIZED, "{method} {path}: {value}");
+        assert_error(&value, 401, "missing");
+        let (status, _, value) = call(&state, method, path, Some(KEY), body).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{method} {path}: {value}");
+        assert_error(&value, 400, "sandbox id");
+    }
+}
+
+#[tokio::test]
+async fn a_body_error_echoes_at_most_a_short_piece_of_the_callers_text() {
+    let fake = Arc::new(Fake::default());
+    let state = state(Some(Arc::clone(&fake)));
+    let long = "S".repeat(3000);
+    for body in [
+        format!(r#"{{"templateID":"base","timeout":"{long}"}}"#),
+        format!(r#"{{"templateID":"base","timeout":"a\"{long}"}}"#),
+        format!(r#"{{"templateID":"base","autoPause":"{long}"}}"#),
+        format!(r#"{{"templateID":"base","{long}":1,"timeout":"x"}}"#),
+    ] {
+        let (status, _, value) = call(&state, "POST", "/sandboxes", Some(KEY), Some(&body)).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{value}");
+        assert_error(&value, 400, "not valid JSON");
+        let message = value["message"].as_str().unwrap();
+        assert!(!message.contains(&"S".repeat(65)), "{message}");
+        assert!(message.len() < 400, "{message}");
+    }
+    let (status, _, value) = call(
+        &state,
+        "POST",
+        "/sandboxes/sb0/timeout",
+        Some(KEY),
+        Some(&format!(r#"{{"timeout":"{long}"}}"#)),
+    )
+    .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    assert!(
+        !value["message"].as_str().unwrap().contains(&"S".repeat(65)),
+        "{value}"
+    );
+    assert!(fake.created.lock().unwrap().is_empty());
+}
+
+#[test]
+fn an_empty_operator_key_is_refused_so_an_empty_header_never_authorizes() {
+    let deps = |key: &str| ProxyDeps {
+        config: ServeConfig::default(),
+        tokens: Arc::new(MemoryTokens::default()),
+        vault: Arc::new(MemoryVault::default()),
+        files: None,
+        env: Default::default(),
+        operator_key: SecretString::new(key),
+        sandboxes: Some(Arc::new(Fake::default()) as Arc<dyn SandboxService>),
+    };
+    for key in ["", " ", "\t"] {
+        let Err(error) = ProxyState::new(deps(key)) else {
+            panic!("the empty operator key {key:?} was accepted");
+        };
+        assert!(error.to_string().contains("operator key"), "{error}");
+    }
+    assert!(ProxyState::new(deps(KEY)).is_ok());
+}

@@ -62,6 +62,8 @@ struct Inner {
     prepared: OnceCell<LinuxSandboxConfig>,
     sandboxes: Mutex<HashMap<String, Arc<Entry>>>,
     starting: AtomicUsize,
+    /// Set when [`SandboxHost::shutdown`] began: no create starts or stays after it.
+    closed: AtomicBool,
 }
 
 impl Inner {
@@ -137,6 +139,7 @@ impl SandboxHost {
                 prepared: OnceCell::new(),
                 sandboxes: Mutex::new(HashMap::new()),
                 starting: AtomicUsize::new(0),
+                closed: AtomicBool::new(false),
             }),
         }
     }
@@ -150,12 +153,15 @@ impl SandboxHost {
 
     /// Kills every sandbox (serve is stopping); the errors of those that could not be.
     pub async fn shutdown(&self) -> Vec<String> {
-        let entries: Vec<(String, Arc<Entry>)> = self
-            .inner
-            .lock()
-            .iter()
-            .map(|(id, entry)| (id.clone(), Arc::clone(entry)))
-            .collect();
+        // Under the map's lock, so a create inserts either before (and is killed here) or
+        // sees the flag (and kills its own sandbox).
+        let entries: Vec<(String, Arc<Entry>)> = {
+            let map = self.inner.lock();
+            self.inner.closed.store(true, Ordering::Release);
+            map.iter()
+                .map(|(id, entry)| (id.clone(), Arc::clone(entry)))
+                .collect()
+        };
         let mut kills = tokio::task::JoinSet::new();
         for (id, entry) in entries {
             let inner = Arc::clone(&self.inner);
@@ -197,6 +203,11 @@ impl SandboxHost {
             })
             .await
     }
+}
+
+/// A create refused or undone because serve is stopping.
+fn stopping() -> SandboxServiceError {
+    SandboxServiceError::Unavailable("omabox serve is stopping: no new sandbox".into())
 }
 
 fn internal(message: String) -> SandboxServiceError {
@@ -301,6 +312,9 @@ impl SandboxService for SandboxHost {
             )));
         }
         let inner = &self.inner;
+        if inner.closed.load(Ordering::Acquire) {
+            return Err(stopping());
+        }
         let starting = inner.starting.fetch_add(1, Ordering::AcqRel);
         let _starting = Starting(&inner.starting);
         if inner.lock().len() + starting >= MAX_SANDBOXES {
@@ -333,7 +347,11 @@ impl SandboxService for SandboxHost {
             cpu_count: cpu_count(config.limits.cpu.as_ref()),
             memory_mb: config.limits.memory_bytes.map_or(0, |bytes| bytes >> 20),
             disk_size_mb: 0,
-            allow_internet_access: request.allow_internet_access,
+            // What the sandbox reaches is the operator's setting, not the request's wish.
+            allow_internet_access: Some(matches!(
+                config.network,
+                omabox_contract::networking::NetworkingConfig::Unrestricted
+            )),
         };
         let token = new_access_token();
         let entry = Arc::new(Entry {
@@ -343,7 +361,16 @@ impl SandboxService for SandboxHost {
             changed: Notify::new(),
             removed: AtomicBool::new(false),
         });
-        inner.lock().insert(id.clone(), Arc::clone(&entry));
+        {
+            let mut map = inner.lock();
+            if inner.closed.load(Ordering::Acquire) {
+                drop(map);
+                // shutdown's snapshot did not see this one: it is killed here.
+                let _ = entry.port.terminate().await;
+                return Err(stopping());
+            }
+            map.insert(id.clone(), Arc::clone(&entry));
+        }
         tokio::spawn(watch_timeout(Arc::downgrade(inner), id.clone(), entry));
         tracing::info!(sandbox = %id, timeout_s = request.timeout.as_secs(), "sandbox created");
         Ok(CreatedSandbox {
@@ -471,5 +498,27 @@ mod tests {
         ));
         assert!(host.set_timeout("nope", Duration::ZERO).is_err());
         assert!(!host.verify_access_token("nope", ""));
+    }
+
+    #[tokio::test]
+    async fn a_create_after_shutdown_began_is_refused_before_anything_starts() {
+        let host =
+            SandboxHost::with_config(LinuxSandboxFactory::new(), LinuxSandboxConfig::default());
+        assert!(host.shutdown().await.is_empty());
+        let request = NewSandbox {
+            template_id: BASE_TEMPLATE.into(),
+            timeout: Duration::from_secs(5),
+            metadata: Default::default(),
+            env_vars: Default::default(),
+            allow_internet_access: None,
+        };
+        let error = host.create(request).await.unwrap_err();
+        assert!(
+            matches!(error, SandboxServiceError::Unavailable(_)),
+            "{error}"
+        );
+        assert!(error.to_string().contains("stopping"), "{error}");
+        assert!(host.inner.prepared.get().is_none());
+        assert!(host.list().is_empty());
     }
 }

@@ -17,6 +17,7 @@ use crate::routes::{header_str, read_capped};
 use crate::state::ProxyState;
 use axum::Json;
 use axum::body::Body;
+use axum::extract::rejection::PathRejection;
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
@@ -132,9 +133,44 @@ async fn json_body<T: serde::de::DeserializeOwned>(
     }
     serde_json::from_slice(&bytes).map(Some).map_err(|e| {
         E2bError::bad_request(format!(
-            "request body is not valid JSON for this route: {e}"
+            "request body is not valid JSON for this route: {}",
+            json_error(&e)
         ))
     })
+}
+
+/// serde_json's error text with every value it quotes cut to 32 characters and the whole
+/// to 200: it quotes the caller's strings whole (`invalid type: string "…"`), and a body
+/// may be as large as the body cap.
+fn json_error(error: &serde_json::Error) -> String {
+    const QUOTED: usize = 32;
+    let mut text = String::new();
+    let mut quote = None;
+    let (mut inside, mut escaped) = (0, false);
+    for c in error.to_string().chars() {
+        match quote {
+            None => {
+                if c == '"' || c == '`' {
+                    (quote, inside, escaped) = (Some(c), 0, false);
+                }
+                text.push(c);
+            }
+            Some(q) if c == q && !escaped => {
+                quote = None;
+                text.push(c);
+            }
+            Some(_) => {
+                escaped = !escaped && c == '\\';
+                inside += 1;
+                if inside <= QUOTED {
+                    text.push(c);
+                } else if inside == QUOTED + 1 {
+                    text.push('…');
+                }
+            }
+        }
+    }
+    shorten_to(&text, 200)
 }
 
 /// `NewSandbox` as sent.
@@ -262,7 +298,18 @@ fn check_map(field: &str, map: &BTreeMap<String, String>, max: usize) -> Result<
 
 /// At most 64 characters of a caller's text, for a message.
 fn shorten(text: &str) -> String {
-    text.chars().take(64).collect()
+    shorten_to(text, 64)
+}
+
+fn shorten_to(text: &str, max: usize) -> String {
+    text.chars().take(max).collect()
+}
+
+/// The `{sandbox_id}` of an authorized request's path. Taken as a `Result` so that a
+/// non-UTF-8 id is answered only after the key was checked, and in E2B's shape.
+fn sandbox_id(id: Result<Path<String>, PathRejection>) -> Result<String, E2bError> {
+    id.map(|Path(id)| id)
+        .map_err(|_| E2bError::bad_request("the sandbox id in the path is not UTF-8 text"))
 }
 
 /// `POST /sandboxes` → 201 `Sandbox`.
@@ -312,9 +359,10 @@ fn listed(info: &SandboxInfo) -> Value {
 pub(crate) async fn get(
     State(state): State<ProxyState>,
     headers: HeaderMap,
-    Path(id): Path<String>,
+    id: Result<Path<String>, PathRejection>,
 ) -> Answer {
     let service = authorize(&state, &headers)?;
+    let id = sandbox_id(id)?;
     let (info, token) = service
         .get(&id)
         .ok_or_else(|| E2bError::from(SandboxServiceError::NotFound(shorten(&id))))?;
@@ -338,9 +386,10 @@ pub(crate) async fn get(
 pub(crate) async fn kill(
     State(state): State<ProxyState>,
     headers: HeaderMap,
-    Path(id): Path<String>,
+    id: Result<Path<String>, PathRejection>,
 ) -> Answer {
     let service = authorize(&state, &headers)?;
+    let id = sandbox_id(id)?;
     service
         .kill(&id)
         .await
@@ -365,10 +414,11 @@ struct TimeoutBody {
 pub(crate) async fn set_timeout(
     State(state): State<ProxyState>,
     headers: HeaderMap,
-    Path(id): Path<String>,
+    id: Result<Path<String>, PathRejection>,
     body: Body,
 ) -> Answer {
     let service = authorize(&state, &headers)?;
+    let id = sandbox_id(id)?;
     let body: Option<TimeoutBody> = json_body(&state, &headers, body).await?;
     let secs = body
         .and_then(|b| b.timeout)
@@ -389,10 +439,11 @@ struct RefreshBody {
 pub(crate) async fn refresh(
     State(state): State<ProxyState>,
     headers: HeaderMap,
-    Path(id): Path<String>,
+    id: Result<Path<String>, PathRejection>,
     body: Body,
 ) -> Answer {
     let service = authorize(&state, &headers)?;
+    let id = sandbox_id(id)?;
     let body: Option<RefreshBody> = json_body(&state, &headers, body).await?;
     let duration = match body.and_then(|b| b.duration) {
         Some(secs) => seconds("duration", secs, MAX_REFRESH)?,
