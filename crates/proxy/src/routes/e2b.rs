@@ -293,8 +293,18 @@ fn check_map(field: &str, map: &BTreeMap<String, String>, max: usize) -> Result<
             shorten(key)
         )));
     }
+    let total: usize = map.iter().map(|(key, value)| key.len() + value.len()).sum();
+    if total > MAX_MAP_BYTES {
+        return Err(E2bError::bad_request(format!(
+            "{field} holds {total} bytes, at most {MAX_MAP_BYTES} are allowed"
+        )));
+    }
     Ok(())
 }
+
+/// The most one sandbox's metadata (or env vars) may hold in all: what serve keeps per
+/// sandbox and returns in every listing stays small (1024 sandboxes x 64 KiB = 64 MiB).
+const MAX_MAP_BYTES: usize = 64 * 1024;
 
 /// At most 64 characters of a caller's text, for a message.
 fn shorten(text: &str) -> String {
@@ -653,6 +663,38 @@ mod tests {
             assert_eq!(error.status, StatusCode::BAD_REQUEST, "{bad}");
         }
         assert!(body(r#"{"templateID":"base","timeout":86400}"#).is_ok());
+    }
+
+    /// Each entry within its own cap, the whole over 64 KiB: refused, for metadata and
+    /// env vars alike (serve keeps them per sandbox and lists them).
+    #[test]
+    fn a_sandboxs_metadata_and_env_vars_are_capped_in_all() {
+        let entries: Vec<String> = (0..8)
+            .map(|i| format!(r#""k{i}":"{}""#, "v".repeat(10_000)))
+            .collect();
+        for field in ["metadata", "envVars"] {
+            let json = format!(
+                r#"{{"templateID":"base","{field}":{{{}}}}}"#,
+                entries.join(",")
+            );
+            let error = body(&json).unwrap_err();
+            assert_eq!(error.status, StatusCode::BAD_REQUEST);
+            assert!(
+                error
+                    .message
+                    .contains(&format!("{field} holds 80016 bytes, at most 65536")),
+                "{}",
+                error.message
+            );
+        }
+        let entries: Vec<String> = (0..6)
+            .map(|i| format!(r#""k{i}":"{}""#, "v".repeat(10_000)))
+            .collect();
+        let json = format!(
+            r#"{{"templateID":"base","metadata":{{{}}}}}"#,
+            entries.join(",")
+        );
+        assert!(body(&json).is_ok());
     }
 
     #[test]
