@@ -1,7 +1,8 @@
 //! Shared test support: the loud-skip helper and a sandbox guard that always tears down.
+//! The linux backend's tests use this file too (their `common` includes it).
 #![allow(dead_code)]
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use omabox_agent::client::{AgentClient, ExecOutput};
@@ -22,7 +23,26 @@ pub fn can_run() -> bool {
     )
 }
 
+/// `omabox-sandbox-init`, the omabox-linux-sandbox crate's binary: in the target profile
+/// dir above this test binary's `deps/`, where a test run of this crate (or `cargo build
+/// --bins`, or a workspace test run) puts it. (`env!("CARGO_BIN_EXE_…")` would name only
+/// the test's own crate's binaries, and this file serves the linux backend's tests too.)
+pub fn init_binary() -> PathBuf {
+    let exe = std::env::current_exe().expect("the test binary's path");
+    let profile_dir = exe
+        .parent()
+        .and_then(Path::parent)
+        .expect("target/<profile>/deps/");
+    profile_dir.join(omabox_linux_sandbox::INIT_BINARY)
+}
+
 fn probe_reason() -> Option<String> {
+    if !init_binary().is_file() {
+        return Some(format!(
+            "{} is missing (build it: cargo build -p omabox-linux-sandbox --bins)",
+            init_binary().display()
+        ));
+    }
     let caps = match omabox_linux_sandbox::LinuxCapabilities::probe() {
         Ok(c) => c,
         Err(e) => return Some(format!("probe failed: {e}")),
@@ -43,7 +63,7 @@ pub fn runtime_in(runtime_dir: PathBuf, cgroup_parent: &str) -> LinuxRuntime {
     LinuxRuntime::new(RuntimeConfig {
         runtime_dir,
         cgroup_parent: cgroup_parent.into(),
-        init_binary: Some(PathBuf::from(env!("CARGO_BIN_EXE_omabox-sandbox-init"))),
+        init_binary: Some(init_binary()),
         ..RuntimeConfig::default()
     })
     .expect("linux runtime")
