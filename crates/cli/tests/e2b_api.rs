@@ -8,75 +8,34 @@
 
 mod common;
 
+use common::serve::{Serve, subdirs};
 use common::{TestDirs, cgroup_parent_dirs, linux_available};
 use serde_json::Value;
-use std::io::{BufRead as _, BufReader, Read as _, Write as _};
+use std::io::{Read as _, Write as _};
 use std::net::TcpStream;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Stdio};
-use std::sync::{Arc, Mutex};
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 const KEY: &str = "omk_e2b-test-operator-key";
 /// How long a test waits for a sandbox's timeout to kill it (a bound, not a speed claim).
 const EXPIRY_WAIT: Duration = Duration::from_secs(60);
 
-/// A running `omabox serve` with every stderr line it wrote kept.
-struct Serve {
-    child: Child,
-    addr: String,
-    log: Arc<Mutex<Vec<String>>>,
-    reader: Option<std::thread::JoinHandle<()>>,
+/// serve with the tests' key, debug logs (the token must be in none) and a small body cap.
+fn start_serve(dirs: &TestDirs) -> Serve {
+    let mut command = dirs.command(&[
+        "serve",
+        "--listen",
+        "127.0.0.1:0",
+        "--max-body-bytes",
+        "4096",
+    ]);
+    command
+        .env("OMABOX_API_KEY", KEY)
+        .env("OMABOX_LOG", "debug");
+    Serve::start(command)
 }
 
 impl Serve {
-    fn start(dirs: &TestDirs) -> Self {
-        let mut child = dirs
-            .command(&[
-                "serve",
-                "--listen",
-                "127.0.0.1:0",
-                "--max-body-bytes",
-                "4096",
-            ])
-            .env("OMABOX_API_KEY", KEY)
-            .env("OMABOX_LOG", "debug")
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let mut stderr = BufReader::new(child.stderr.take().unwrap());
-        let log = Arc::new(Mutex::new(Vec::new()));
-        let addr = loop {
-            let mut line = String::new();
-            assert_ne!(
-                stderr.read_line(&mut line).unwrap(),
-                0,
-                "serve exited: {:?}",
-                log.lock().unwrap()
-            );
-            log.lock().unwrap().push(line.clone());
-            if let Some(addr) = line
-                .trim()
-                .strip_prefix("omabox serve: listening on http://")
-            {
-                break addr.to_owned();
-            }
-        };
-        let lines = Arc::clone(&log);
-        let reader = std::thread::spawn(move || {
-            for line in stderr.lines() {
-                let Ok(line) = line else { break };
-                lines.lock().unwrap().push(line);
-            }
-        });
-        Self {
-            child,
-            addr,
-            log,
-            reader: Some(reader),
-        }
-    }
-
     /// One HTTP/1.0 request → (status, body as JSON or `Null`).
     fn call(
         &self,
@@ -112,50 +71,13 @@ impl Serve {
         assert_eq!(status, 201, "{created}");
         created
     }
-
-    /// SIGTERM, wait; every stderr line.
-    fn stop(mut self) -> Vec<String> {
-        // SAFETY: plain kill(2) on our own child's pid.
-        let rc = unsafe { libc::kill(self.child.id() as libc::pid_t, libc::SIGTERM) };
-        assert_eq!(rc, 0);
-        let status = self.child.wait().unwrap();
-        self.reader.take().unwrap().join().unwrap();
-        let log = self.log.lock().unwrap().clone();
-        assert!(status.success(), "{log:#?}");
-        log
-    }
-}
-
-impl Drop for Serve {
-    /// A test that failed half-way still stops serve with SIGTERM, so serve kills its
-    /// sandboxes and none is left behind.
-    fn drop(&mut self) {
-        if let Ok(None) = self.child.try_wait() {
-            // SAFETY: plain kill(2) on our own child's pid, not yet waited for.
-            unsafe { libc::kill(self.child.id() as libc::pid_t, libc::SIGTERM) };
-            let _ = self.child.wait();
-        }
-    }
-}
-
-/// The sandbox state dirs under the test's runtime dir.
-fn state_dirs(runtime_dir: &Path) -> Vec<PathBuf> {
-    std::fs::read_dir(runtime_dir)
-        .map(|entries| {
-            entries
-                .flatten()
-                .map(|entry| entry.path())
-                .filter(|path| path.is_dir())
-                .collect()
-        })
-        .unwrap_or_default()
 }
 
 /// The sandbox cgroups under the test's cgroup parent (every hierarchy).
 fn cgroups(dirs: &TestDirs) -> Vec<PathBuf> {
     cgroup_parent_dirs(&dirs.cgroup_parent)
         .iter()
-        .flat_map(|parent| state_dirs(parent))
+        .flat_map(|parent| subdirs(parent))
         .collect()
 }
 
@@ -171,7 +93,7 @@ fn create_get_list_extend_kill_and_errors() {
         return;
     }
     let dirs = TestDirs::new("e2b");
-    let serve = Serve::start(&dirs);
+    let serve = start_serve(&dirs);
     let mut tokens = Vec::new();
 
     let created = serve.create(
@@ -183,7 +105,7 @@ fn create_get_list_extend_kill_and_errors() {
     let token = created["envdAccessToken"].as_str().unwrap().to_owned();
     assert_eq!(token.len(), 64);
     tokens.push(token.clone());
-    assert_eq!(state_dirs(dirs.runtime_dir.path()).len(), 1);
+    assert_eq!(subdirs(dirs.runtime_dir.path()).len(), 1);
     assert!(!cgroups(&dirs).is_empty());
 
     let (status, detail) = serve.call(Some(KEY), "GET", &format!("/sandboxes/{id}"), None);
@@ -269,11 +191,11 @@ fn create_get_list_extend_kill_and_errors() {
         assert_eq!(status, 400, "{value}");
         assert_error(&value, 400, needle);
     }
-    assert_eq!(state_dirs(dirs.runtime_dir.path()).len(), 1);
+    assert_eq!(subdirs(dirs.runtime_dir.path()).len(), 1);
 
     let (status, _) = serve.call(Some(KEY), "DELETE", &format!("/sandboxes/{id}"), None);
     assert_eq!(status, 204);
-    assert!(state_dirs(dirs.runtime_dir.path()).is_empty());
+    assert!(subdirs(dirs.runtime_dir.path()).is_empty());
     assert!(cgroups(&dirs).is_empty(), "{:?}", cgroups(&dirs));
     for (method, path) in [
         ("GET", format!("/sandboxes/{id}")),
@@ -287,9 +209,9 @@ fn create_get_list_extend_kill_and_errors() {
     // A sandbox still running when serve stops is killed with it.
     let created = serve.create(r#"{"templateID":"base","timeout":600}"#);
     tokens.push(created["envdAccessToken"].as_str().unwrap().to_owned());
-    assert_eq!(state_dirs(dirs.runtime_dir.path()).len(), 1);
+    assert_eq!(subdirs(dirs.runtime_dir.path()).len(), 1);
     let log = serve.stop();
-    assert!(state_dirs(dirs.runtime_dir.path()).is_empty(), "{log:#?}");
+    assert!(subdirs(dirs.runtime_dir.path()).is_empty(), "{log:#?}");
     assert!(cgroups(&dirs).is_empty());
     assert!(
         log.iter().any(|line| line.contains("sandbox created")),
@@ -308,7 +230,7 @@ fn a_sandbox_is_killed_when_its_timeout_expires_unless_extended() {
         return;
     }
     let dirs = TestDirs::new("e2b");
-    let serve = Serve::start(&dirs);
+    let serve = start_serve(&dirs);
     // `kept` would expire 5 s after its start but is extended right away; `short` starts
     // after it and expires 6 s after its start, so once `short` is gone, `kept`'s first
     // deadline has passed too: it must still run.
@@ -319,7 +241,7 @@ fn a_sandbox_is_killed_when_its_timeout_expires_unless_extended() {
     assert_eq!(status, 204);
     let short = serve.create(r#"{"templateID":"base","timeout":6}"#);
     let short = short["sandboxID"].as_str().unwrap();
-    assert_eq!(state_dirs(dirs.runtime_dir.path()).len(), 2);
+    assert_eq!(subdirs(dirs.runtime_dir.path()).len(), 2);
     let started = Instant::now();
     loop {
         let (status, _) = serve.call(Some(KEY), "GET", &format!("/sandboxes/{short}"), None);
@@ -333,13 +255,13 @@ fn a_sandbox_is_killed_when_its_timeout_expires_unless_extended() {
         );
         std::thread::sleep(Duration::from_millis(100));
     }
-    assert_eq!(state_dirs(dirs.runtime_dir.path()).len(), 1);
+    assert_eq!(subdirs(dirs.runtime_dir.path()).len(), 1);
     let (_, listed) = serve.call(Some(KEY), "GET", "/v2/sandboxes", None);
     assert_eq!(listed.as_array().unwrap().len(), 1, "{listed}");
     assert_eq!(listed[0]["sandboxID"], kept);
     let (status, _) = serve.call(Some(KEY), "DELETE", &format!("/sandboxes/{kept}"), None);
     assert_eq!(status, 204);
-    assert!(state_dirs(dirs.runtime_dir.path()).is_empty());
+    assert!(subdirs(dirs.runtime_dir.path()).is_empty());
     assert!(cgroups(&dirs).is_empty());
     serve.stop();
 }
@@ -350,14 +272,14 @@ fn the_sandboxes_of_a_killed_serve_are_reaped() {
         return;
     }
     let dirs = TestDirs::new("e2b");
-    let mut serve = Serve::start(&dirs);
+    let mut serve = start_serve(&dirs);
     serve.create(r#"{"templateID":"base","timeout":600}"#);
-    assert_eq!(state_dirs(dirs.runtime_dir.path()).len(), 1);
-    serve.child.kill().unwrap();
-    serve.child.wait().unwrap();
+    assert_eq!(subdirs(dirs.runtime_dir.path()).len(), 1);
+    serve.child().kill().unwrap();
+    serve.child().wait().unwrap();
     drop(serve);
     assert_eq!(
-        state_dirs(dirs.runtime_dir.path()).len(),
+        subdirs(dirs.runtime_dir.path()).len(),
         1,
         "left behind by kill -9"
     );
@@ -368,7 +290,7 @@ fn the_sandboxes_of_a_killed_serve_are_reaped() {
     let output = dirs.command(&["reap"]).output().unwrap();
     assert!(output.status.success(), "{}", common::describe(&output));
     assert!(
-        state_dirs(dirs.runtime_dir.path()).is_empty(),
+        subdirs(dirs.runtime_dir.path()).is_empty(),
         "{}",
         common::describe(&output)
     );
@@ -381,10 +303,10 @@ fn a_sandbox_whose_init_died_is_gone_and_cleaned_up() {
         return;
     }
     let dirs = TestDirs::new("e2b");
-    let serve = Serve::start(&dirs);
+    let serve = start_serve(&dirs);
     let created = serve.create(r#"{"templateID":"base","timeout":600}"#);
     let id = created["sandboxID"].as_str().unwrap();
-    let [state_dir] = &state_dirs(dirs.runtime_dir.path())[..] else {
+    let [state_dir] = &subdirs(dirs.runtime_dir.path())[..] else {
         panic!("one state dir expected");
     };
     let identity: Value =
@@ -404,7 +326,7 @@ fn a_sandbox_whose_init_died_is_gone_and_cleaned_up() {
         assert!(started.elapsed() < EXPIRY_WAIT, "still shown: {value}");
         std::thread::sleep(Duration::from_millis(50));
     }
-    while !state_dirs(dirs.runtime_dir.path()).is_empty() || !cgroups(&dirs).is_empty() {
+    while !subdirs(dirs.runtime_dir.path()).is_empty() || !cgroups(&dirs).is_empty() {
         assert!(started.elapsed() < EXPIRY_WAIT, "not cleaned up");
         std::thread::sleep(Duration::from_millis(50));
     }
@@ -433,7 +355,7 @@ fn under_the_default_network_a_sandbox_has_no_internet_and_cannot_reach_serve() 
         return;
     }
     let dirs = TestDirs::new("e2b");
-    let serve = Serve::start(&dirs);
+    let serve = start_serve(&dirs);
     // E2B's SDKs ask for the internet by default; the operator's setting decides, and the
     // sandbox's detail says what it got, not what was asked.
     let created =
@@ -442,7 +364,7 @@ fn under_the_default_network_a_sandbox_has_no_internet_and_cannot_reach_serve() 
     let (status, detail) = serve.call(Some(KEY), "GET", &format!("/sandboxes/{id}"), None);
     assert_eq!(status, 200, "{detail}");
     assert_eq!(detail["allowInternetAccess"], false, "{detail}");
-    let [state_dir] = &state_dirs(dirs.runtime_dir.path())[..] else {
+    let [state_dir] = &subdirs(dirs.runtime_dir.path())[..] else {
         panic!("one state dir expected");
     };
     let identity: Value =

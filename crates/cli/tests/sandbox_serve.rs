@@ -8,52 +8,16 @@
 
 mod common;
 
+use common::serve::{Serve, subdirs};
 use common::{TestDirs, describe, linux_available};
 use serde_json::Value;
-use std::io::{BufRead as _, BufReader};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Output, Stdio};
+use std::process::Output;
 
-/// A running `omabox serve` on a free loopback port, its key generated into the data dir.
-struct Serve {
-    child: Child,
-    url: String,
-}
-
-impl Serve {
-    fn start(dirs: &TestDirs) -> Self {
-        let mut child = dirs
-            .command(&["serve", "--listen", "127.0.0.1:0"])
-            .env_remove("OMABOX_API_KEY")
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let mut stderr = BufReader::new(child.stderr.take().unwrap());
-        let url = loop {
-            let mut line = String::new();
-            assert_ne!(stderr.read_line(&mut line).unwrap(), 0, "serve exited");
-            if let Some(addr) = line
-                .trim()
-                .strip_prefix("omabox serve: listening on http://")
-            {
-                break format!("http://{addr}");
-            }
-        };
-        // Drained so serve never blocks on a full pipe.
-        std::thread::spawn(move || for _ in stderr.lines() {});
-        Self { child, url }
-    }
-}
-
-impl Drop for Serve {
-    /// SIGTERM: serve kills its sandboxes, so none is left behind by a failed test.
-    fn drop(&mut self) {
-        if let Ok(None) = self.child.try_wait() {
-            // SAFETY: plain kill(2) on our own child's pid, not yet waited for.
-            unsafe { libc::kill(self.child.id() as libc::pid_t, libc::SIGTERM) };
-            let _ = self.child.wait();
-        }
-    }
+/// serve on a free loopback port, its key generated into the data dir.
+fn start_serve(dirs: &TestDirs) -> Serve {
+    let mut command = dirs.command(&["serve", "--listen", "127.0.0.1:0"]);
+    command.env_remove("OMABOX_API_KEY");
+    Serve::start(command)
 }
 
 /// `omabox sandbox ARGS…` against `url`, the key only from the data dir's file (or `key`).
@@ -78,19 +42,6 @@ fn stderr(output: &Output) -> String {
     String::from_utf8_lossy(&output.stderr).into_owned()
 }
 
-/// The sandbox state dirs under the test's runtime dir.
-fn state_dirs(runtime_dir: &Path) -> Vec<PathBuf> {
-    std::fs::read_dir(runtime_dir)
-        .map(|entries| {
-            entries
-                .flatten()
-                .map(|entry| entry.path())
-                .filter(|path| path.is_dir())
-                .collect()
-        })
-        .unwrap_or_default()
-}
-
 /// `sandbox ls --json`.
 fn listed(dirs: &TestDirs, url: &str) -> Vec<Value> {
     let output = sandbox(dirs, url, None, &["ls", "--json"]);
@@ -104,8 +55,9 @@ fn create_ls_timeout_rm_with_the_key_from_the_data_dir() {
         return;
     }
     let dirs = TestDirs::new("sandbox-serve");
-    let serve = Serve::start(&dirs);
-    let url = serve.url.as_str();
+    let serve = start_serve(&dirs);
+    let url = serve.url();
+    let url = url.as_str();
 
     let output = sandbox(&dirs, url, None, &["ls"]);
     assert_eq!(stdout(&output).trim_end(), "ID  TEMPLATE  STARTED  ENDS");
@@ -127,7 +79,7 @@ fn create_ls_timeout_rm_with_the_key_from_the_data_dir() {
     let id = stdout(&output).trim().to_owned();
     assert_eq!(id.len(), 20, "{id:?}");
     assert!(id.bytes().all(|b| b.is_ascii_alphanumeric()), "{id:?}");
-    assert_eq!(state_dirs(dirs.runtime_dir.path()).len(), 1);
+    assert_eq!(subdirs(dirs.runtime_dir.path()).len(), 1);
 
     // `--json` is the API's answer, token included; the human line was the id only.
     let output = sandbox(&dirs, url, None, &["create", "--json"]);
@@ -135,7 +87,7 @@ fn create_ls_timeout_rm_with_the_key_from_the_data_dir() {
     let second = created["sandboxID"].as_str().unwrap().to_owned();
     assert_eq!(created["templateID"], "base");
     assert_eq!(created["envdAccessToken"].as_str().unwrap().len(), 64);
-    assert_eq!(state_dirs(dirs.runtime_dir.path()).len(), 2);
+    assert_eq!(subdirs(dirs.runtime_dir.path()).len(), 2);
 
     let table = stdout(&sandbox(&dirs, url, None, &["ls"]));
     let mut lines = table.lines();
@@ -183,7 +135,7 @@ fn create_ls_timeout_rm_with_the_key_from_the_data_dir() {
         "{errors}"
     );
     assert!(listed(&dirs, url).is_empty());
-    assert!(state_dirs(dirs.runtime_dir.path()).is_empty());
+    assert!(subdirs(dirs.runtime_dir.path()).is_empty());
 
     let output = sandbox(&dirs, url, None, &["rm", "--json", "gone"]);
     assert_eq!(output.status.code(), Some(1));
@@ -198,10 +150,10 @@ fn a_wrong_key_is_refused_naming_its_source_never_itself() {
         return;
     }
     let dirs = TestDirs::new("sandbox-serve-key");
-    let serve = Serve::start(&dirs);
+    let serve = start_serve(&dirs);
     let wrong = "omk_not-the-operator-key-4242";
     for args in [&["ls"][..], &["create"], &["rm", "x"]] {
-        let output = sandbox(&dirs, &serve.url, Some(wrong), args);
+        let output = sandbox(&dirs, &serve.url(), Some(wrong), args);
         assert_eq!(output.status.code(), Some(1), "{args:?}");
         let errors = stderr(&output);
         assert!(
@@ -211,7 +163,7 @@ fn a_wrong_key_is_refused_naming_its_source_never_itself() {
         assert!(!errors.contains(wrong), "{errors}");
         assert!(output.stdout.is_empty());
     }
-    assert!(state_dirs(dirs.runtime_dir.path()).is_empty());
+    assert!(subdirs(dirs.runtime_dir.path()).is_empty());
 }
 
 #[test]

@@ -6,6 +6,8 @@ use omabox_backend_linux::factory::{INIT_ENV, LinuxSandboxFactory};
 use omabox_sandbox::{SandboxFactoryContext, SandboxFactoryEnv};
 use std::path::{Path, PathBuf};
 
+pub mod serve;
+
 /// The `omabox` binary under test.
 pub fn omabox_bin() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_omabox"))

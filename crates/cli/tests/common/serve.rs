@@ -1,0 +1,103 @@
+//! A running `omabox serve` for the tests that drive it over HTTP.
+#![allow(dead_code)]
+
+use std::io::{BufRead as _, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+
+/// A running `omabox serve` with every stderr line it wrote kept. Dropping it stops serve
+/// with SIGTERM, so a test that failed half-way still has serve kill its sandboxes.
+pub struct Serve {
+    child: Child,
+    /// `127.0.0.1:PORT`.
+    pub addr: String,
+    log: Arc<Mutex<Vec<String>>>,
+    reader: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Serve {
+    /// Spawns `command` (an `omabox serve --listen 127.0.0.1:0 …`) and waits for the
+    /// address it prints.
+    pub fn start(mut command: Command) -> Self {
+        let mut child = command.stderr(Stdio::piped()).spawn().unwrap();
+        let mut stderr = BufReader::new(child.stderr.take().unwrap());
+        let log = Arc::new(Mutex::new(Vec::new()));
+        let addr = loop {
+            let mut line = String::new();
+            assert_ne!(
+                stderr.read_line(&mut line).unwrap(),
+                0,
+                "serve exited: {:?}",
+                log.lock().unwrap()
+            );
+            log.lock().unwrap().push(line.clone());
+            if let Some(addr) = line
+                .trim()
+                .strip_prefix("omabox serve: listening on http://")
+            {
+                break addr.to_owned();
+            }
+        };
+        // Drained (and kept) so serve never blocks on a full pipe.
+        let lines = Arc::clone(&log);
+        let reader = std::thread::spawn(move || {
+            for line in stderr.lines() {
+                let Ok(line) = line else { break };
+                lines.lock().unwrap().push(line);
+            }
+        });
+        Self {
+            child,
+            addr,
+            log,
+            reader: Some(reader),
+        }
+    }
+
+    /// `http://127.0.0.1:PORT`.
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// The child, e.g. to `kill -9` it.
+    pub fn child(&mut self) -> &mut Child {
+        &mut self.child
+    }
+
+    /// SIGTERM, wait (serve must exit 0); every stderr line.
+    pub fn stop(mut self) -> Vec<String> {
+        // SAFETY: plain kill(2) on our own child's pid.
+        let rc = unsafe { libc::kill(self.child.id() as libc::pid_t, libc::SIGTERM) };
+        assert_eq!(rc, 0);
+        let status = self.child.wait().unwrap();
+        self.reader.take().unwrap().join().unwrap();
+        let log = self.log.lock().unwrap().clone();
+        assert!(status.success(), "{log:#?}");
+        log
+    }
+}
+
+impl Drop for Serve {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            // SAFETY: plain kill(2) on our own child's pid, not yet waited for.
+            unsafe { libc::kill(self.child.id() as libc::pid_t, libc::SIGTERM) };
+            let _ = self.child.wait();
+        }
+    }
+}
+
+/// The directories right under `dir` (a runtime dir's sandbox state dirs, a cgroup
+/// parent's sandbox cgroups); none when it does not exist.
+pub fn subdirs(dir: &Path) -> Vec<PathBuf> {
+    std::fs::read_dir(dir)
+        .map(|entries| {
+            entries
+                .flatten()
+                .map(|entry| entry.path())
+                .filter(|path| path.is_dir())
+                .collect()
+        })
+        .unwrap_or_default()
+}
