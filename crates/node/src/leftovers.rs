@@ -299,7 +299,7 @@ fn sweep_bindings(data_dir: &DataDir, store: &SqliteStore, report: &mut Leftover
         }
         match remove_tree(&binding.path) {
             Ok(()) => {
-                prune_empty_parents(&binding.path);
+                omabox_persistence::prune_empty_parents(&binding.path);
                 report.bindings_removed.push(binding.relative);
             }
             Err(error) if error.kind() == std::io::ErrorKind::NotFound => {}
@@ -362,18 +362,6 @@ fn remove_if_present(result: std::io::Result<()>) -> std::io::Result<()> {
     match result {
         Err(error) if error.kind() == std::io::ErrorKind::NotFound => Ok(()),
         other => other,
-    }
-}
-
-/// Removes the generation and scope directories above `binding` when they became empty.
-fn prune_empty_parents(binding: &Path) {
-    let mut dir = binding.parent();
-    for _ in 0..2 {
-        let Some(current) = dir else { return };
-        if std::fs::remove_dir(current).is_err() {
-            return;
-        }
-        dir = current.parent();
     }
 }
 

@@ -99,8 +99,9 @@ pub fn binding_host_path(metadata: Option<&Meta>) -> Option<PathBuf> {
         .map(PathBuf::from)
 }
 
-/// Removes the (now possibly empty) generation and scope directories above a binding root.
-pub(crate) fn prune_empty_parents(binding_root: &Path) {
+/// Removes the (now possibly empty) generation and scope directories above a binding root
+/// (also used by the node's leftover sweep).
+pub fn prune_empty_parents(binding_root: &Path) {
     let mut dir = binding_root.parent();
     for _ in 0..2 {
         let Some(current) = dir else { return };

@@ -61,7 +61,7 @@ pub use collection::{CollectionHold, WriterHold};
 pub use error::PersistenceError;
 pub use fault::point as fault_point;
 pub use hash::BlobHash;
-pub use layout::binding_host_path;
+pub use layout::{binding_host_path, prune_empty_parents};
 pub use limits::CheckpointLimits;
 pub use lost::{LOST_COUNT_METADATA_KEY, LOST_LISTED, LOST_METADATA_KEY, binding_losses};
 pub use manifest::{

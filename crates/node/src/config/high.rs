@@ -149,16 +149,23 @@ impl NodeConfig {
     /// the setting's first variable). The node's settings as the factory's parsers read
     /// them, without a map in between ([`Self::linux_config`]).
     pub fn factory_value(&self, key: &str) -> Option<&str> {
+        self.factory_settings()
+            .find_map(|(name, given)| (name == key).then_some(given))
+    }
+
+    /// Every factory setting that was given, under the variable it came from (a flag's or
+    /// a file's value under the setting's first variable).
+    fn factory_settings(&self) -> impl Iterator<Item = (&'static str, &str)> {
         SETTINGS
             .iter()
             .filter(|setting| setting.factory)
-            .find_map(|setting| {
+            .filter_map(|setting| {
                 let given = self.given(setting.key)?;
                 let name = match self.source(setting.key) {
                     Source::Env(name) => name,
                     _ => setting.env[0],
                 };
-                (name == key).then_some(given)
+                Some((name, given))
             })
     }
 
@@ -182,18 +189,7 @@ impl NodeConfig {
     /// (the local backend's test mode, the `SANDBOX_PROVIDER` map of `omabox sandbox run`
     /// for other backend names); omabox's own linux sandboxes use [`Self::linux_config`].
     pub fn factory_env(&self) -> SandboxFactoryEnv {
-        let env: SandboxFactoryEnv = SETTINGS
-            .iter()
-            .filter(|setting| setting.factory)
-            .filter_map(|setting| {
-                let given = self.given(setting.key)?;
-                let name = match self.source(setting.key) {
-                    Source::Env(name) => name,
-                    _ => setting.env[0],
-                };
-                Some((name, given))
-            })
-            .collect();
+        let env: SandboxFactoryEnv = self.factory_settings().collect();
         match self.given(Key::ImageCache) {
             Some(_) => env,
             None => env.with_var(
