@@ -8,9 +8,11 @@
 //! [`SandboxService::get`]'s answer (both `SecretString`, whose `Debug` is redacted); put a
 //! token in an error.
 
+use crate::envd::SandboxEnvd;
 use async_trait::async_trait;
 use omabox_contract::SecretString;
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 /// The longest timeout (create, set timeout) a sandbox may be given: 24 hours, E2B's
@@ -94,6 +96,10 @@ pub enum SandboxServiceError {
     /// Starting or killing a sandbox failed (the text says why).
     #[error("{0}")]
     Internal(String),
+    /// The request does not carry the sandbox's access token (the text says what is
+    /// missing, never the token).
+    #[error("{0}")]
+    Unauthorized(String),
 }
 
 /// Whoever owns the sandboxes `omabox serve` serves.
@@ -112,6 +118,14 @@ pub trait SandboxService: Send + Sync + 'static {
     fn set_timeout(&self, sandbox_id: &str, timeout: Duration) -> Result<(), SandboxServiceError>;
     /// The sandbox lives at least `duration` from now (never shortened).
     fn refresh(&self, sandbox_id: &str, duration: Duration) -> Result<(), SandboxServiceError>;
+    /// The in-sandbox API of the running sandbox `sandbox_id`, when `access_token` is its
+    /// token (compared in constant time): `NotFound` for no such sandbox, `Unauthorized`
+    /// for a missing or wrong token.
+    fn envd(
+        &self,
+        sandbox_id: &str,
+        access_token: &str,
+    ) -> Result<Arc<dyn SandboxEnvd>, SandboxServiceError>;
 }
 
 /// `time` as RFC 3339 in UTC with milliseconds (`2026-12-05T20:54:11.123Z`); times before

@@ -18,6 +18,7 @@
 
 pub mod config;
 pub mod e2b;
+pub mod envd;
 mod error;
 pub mod files;
 mod forward;

@@ -82,6 +82,21 @@ impl SandboxService for Fake {
     fn refresh(&self, id: &str, duration: Duration) -> Result<(), SandboxServiceError> {
         self.set_timeout(id, duration)
     }
+    fn envd(
+        &self,
+        id: &str,
+        token: &str,
+    ) -> Result<Arc<dyn omabox_proxy::envd::SandboxEnvd>, SandboxServiceError> {
+        if !self.sandboxes.lock().unwrap().contains_key(id) {
+            return Err(SandboxServiceError::NotFound(id.into()));
+        }
+        if token != TOKEN {
+            return Err(SandboxServiceError::Unauthorized("wrong token".into()));
+        }
+        Err(SandboxServiceError::Unavailable(
+            "the fake runs no processes".into(),
+        ))
+    }
 }
 
 fn state(service: Option<Arc<Fake>>) -> ProxyState {

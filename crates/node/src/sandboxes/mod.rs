@@ -11,6 +11,7 @@
 //! Must never: log a token, put one in an error, or compare one in time that depends on
 //! its bytes; leave a sandbox running after [`SandboxHost::shutdown`].
 
+mod envd;
 mod token;
 
 use crate::{DataDir, NodeConfig};
@@ -23,6 +24,7 @@ use omabox_contract::SecretString;
 use omabox_proxy::e2b::{
     CreatedSandbox, NewSandbox, SandboxInfo, SandboxService, SandboxServiceError,
 };
+use omabox_proxy::envd::SandboxEnvd;
 use omabox_sandbox::{SandboxEnvVarsPort as _, SandboxFactoryContext};
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -78,6 +80,8 @@ impl Inner {
 struct Entry {
     port: LinuxSandboxPort,
     token: SecretString,
+    /// Its processes and files.
+    envd: Arc<envd::Envd>,
     /// What the routes show, and when the timer kills it.
     shown: Mutex<(SandboxInfo, Instant)>,
     /// Told when the deadline changed or the sandbox was removed.
@@ -355,6 +359,7 @@ impl SandboxService for SandboxHost {
         };
         let token = new_access_token();
         let entry = Arc::new(Entry {
+            envd: envd::Envd::new(port.client().clone()),
             port,
             token: token.clone(),
             shown: Mutex::new((info.clone(), Instant::now() + request.timeout)),
@@ -420,6 +425,28 @@ impl SandboxService for SandboxHost {
     fn refresh(&self, sandbox_id: &str, duration: Duration) -> Result<(), SandboxServiceError> {
         self.entry(sandbox_id)?.expire_in(duration, true);
         Ok(())
+    }
+
+    fn envd(
+        &self,
+        sandbox_id: &str,
+        access_token: &str,
+    ) -> Result<Arc<dyn SandboxEnvd>, SandboxServiceError> {
+        let entry = self.entry(sandbox_id)?;
+        if !self.running(sandbox_id, &entry) {
+            return Err(SandboxServiceError::NotFound(sandbox_id.to_owned()));
+        }
+        if access_token.is_empty() {
+            return Err(SandboxServiceError::Unauthorized(
+                "missing X-Access-Token header (the sandbox's envdAccessToken)".into(),
+            ));
+        }
+        if !tokens_match(entry.token.expose(), access_token) {
+            return Err(SandboxServiceError::Unauthorized(
+                "X-Access-Token is not this sandbox's access token".into(),
+            ));
+        }
+        Ok(entry.envd.clone())
     }
 }
 

@@ -13,6 +13,7 @@ use crate::e2b::{
     MAX_TIMEOUT, MAX_VALUE_BYTES, NewSandbox, SandboxInfo, SandboxService, SandboxServiceError,
     rfc3339,
 };
+use crate::envd::ENVD_VERSION;
 use crate::routes::{header_str, read_capped};
 use crate::state::ProxyState;
 use axum::Json;
@@ -27,8 +28,6 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-/// The `envdVersion` reported: no envd is served yet (docs/http-api.md).
-const ENVD_VERSION: &str = "0.0.0";
 /// The deprecated `clientID` every sandbox reports.
 const CLIENT_ID: &str = "omabox";
 /// Page size of `GET /v2/sandboxes` when `limit` is not given, and its largest value.
@@ -70,6 +69,7 @@ impl From<SandboxServiceError> for E2bError {
             SandboxServiceError::NotFound(_) => StatusCode::NOT_FOUND,
             SandboxServiceError::BadRequest(_) => StatusCode::BAD_REQUEST,
             SandboxServiceError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+            SandboxServiceError::Unauthorized(_) => StatusCode::UNAUTHORIZED,
             _ => StatusCode::INTERNAL_SERVER_ERROR,
         };
         Self::new(status, error.to_string())

@@ -1,7 +1,9 @@
 //! The router: every route, and the layers around them (sensitive headers, tracing,
 //! metrics). Handlers translate HTTP to domain calls and back; nothing else knows HTTP.
 
+pub(crate) mod connect;
 pub(crate) mod e2b;
+pub(crate) mod envd;
 pub(crate) mod files;
 pub(crate) mod inference;
 pub(crate) mod mcp;
@@ -65,7 +67,16 @@ pub fn router(state: ProxyState) -> Router {
         .route("/v1/sessions/{session_id}/files", post(files::promote))
         .route("/v1/files/{file_id}/content", get(files::content))
         .route("/sandboxes", get(e2b::list_v1).post(e2b::create))
-        .route("/v2/sandboxes", get(e2b::list_v2))
+        .route("/v2/sandboxes", get(e2b::list_v2).post(e2b::create))
+        .route("/process.Process/{method}", post(envd::process))
+        .route("/filesystem.Filesystem/{method}", post(envd::filesystem))
+        .route("/health", get(envd::health))
+        .route(
+            "/files",
+            get(envd::download)
+                .post(envd::upload)
+                .layer(DefaultBodyLimit::disable()),
+        )
         .route("/sandboxes/{sandbox_id}", get(e2b::get).delete(e2b::kill))
         .route("/sandboxes/{sandbox_id}/timeout", post(e2b::set_timeout))
         .route("/sandboxes/{sandbox_id}/refreshes", post(e2b::refresh))
