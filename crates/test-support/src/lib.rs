@@ -10,6 +10,8 @@
 //!   client, for the image pull tests.
 //! - [`hostile_http`]: a scripted HTTP server on loopback (a malicious registry, a
 //!   host-only service that must never be contacted) and a tiny OCI image it serves.
+//! - [`sdk`]: official client SDKs (a Python venv, an npm prefix) installed from the
+//!   registries once per target directory.
 
 #![forbid(unsafe_code)]
 
@@ -18,5 +20,6 @@ pub mod drivers;
 pub mod hostile_http;
 pub mod registry;
 pub mod registry_token;
+pub mod sdk;
 
 pub use capability::{SKIP_LOG_ENV, in_ci, require_capability};

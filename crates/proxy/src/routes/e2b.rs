@@ -22,6 +22,7 @@ use axum::extract::rejection::PathRejection;
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
+use omabox_contract::SecretString;
 use serde::Deserialize;
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
@@ -334,7 +335,16 @@ pub(crate) async fn create(
         .ok_or_else(|| E2bError::bad_request("a JSON body with templateID is required"))?;
     let request = body.validate()?;
     let CreatedSandbox { info, access_token } = service.create(request).await?;
-    let body = json!({
+    Ok((
+        StatusCode::CREATED,
+        Json(sandbox_body(&info, &access_token)),
+    )
+        .into_response())
+}
+
+/// `Sandbox`: what a create or a connect answers (the access token included).
+fn sandbox_body(info: &SandboxInfo, access_token: &SecretString) -> Value {
+    json!({
         "templateID": info.template_id,
         "sandboxID": info.sandbox_id,
         "alias": info.template_id,
@@ -343,8 +353,36 @@ pub(crate) async fn create(
         "envdAccessToken": access_token.expose(),
         "trafficAccessToken": null,
         "domain": null,
-    });
-    Ok((StatusCode::CREATED, Json(body)).into_response())
+    })
+}
+
+#[derive(Debug, Deserialize)]
+struct ConnectBody {
+    timeout: Option<i64>,
+}
+
+/// `POST /sandboxes/{id}/connect` (and `/v2/…`) `{"timeout": secs}` → 200 `Sandbox`: a
+/// running sandbox lives at least `timeout` more (never shortened), and the caller gets
+/// what it needs to reach it. Paused sandboxes do not exist yet, so none is resumed (201).
+pub(crate) async fn connect(
+    State(state): State<ProxyState>,
+    headers: HeaderMap,
+    id: Result<Path<String>, PathRejection>,
+    body: Body,
+) -> Answer {
+    let service = authorize(&state, &headers)?;
+    let id = sandbox_id(id)?;
+    let body: Option<ConnectBody> = json_body(&state, &headers, body).await?;
+    if let Some(secs) = body.and_then(|b| b.timeout) {
+        let timeout = seconds("timeout", secs, MAX_TIMEOUT)?;
+        service
+            .refresh(&id, timeout)
+            .map_err(|e| not_found_short(e, &id))?;
+    }
+    let (info, access_token) = service
+        .get(&id)
+        .ok_or_else(|| not_found_short(SandboxServiceError::NotFound(id.clone()), &id))?;
+    Ok((StatusCode::OK, Json(sandbox_body(&info, &access_token))).into_response())
 }
 
 /// `ListedSandbox` (and, with `detail`, the fields `SandboxDetail` adds).

@@ -16,7 +16,7 @@ use crate::state::ProxyState;
 use axum::Router;
 use axum::extract::{DefaultBodyLimit, MatchedPath, Request, State};
 use axum::http::HeaderMap;
-use axum::http::header::{AUTHORIZATION, HeaderName, PROXY_AUTHORIZATION};
+use axum::http::header::HeaderName;
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse as _, Response};
 use axum::routing::{any, get, post};
@@ -27,8 +27,9 @@ use tower_http::trace::{DefaultMakeSpan, DefaultOnResponse, TraceLayer};
 use tracing::Level;
 
 /// Headers whose values no trace ever shows.
-pub const SENSITIVE_HEADERS: [&str; 5] = [
+pub const SENSITIVE_HEADERS: [&str; 6] = [
     "authorization",
+    "x-access-token",
     "x-api-key",
     "x-goog-api-key",
     "proxy-authorization",
@@ -37,13 +38,11 @@ pub const SENSITIVE_HEADERS: [&str; 5] = [
 
 /// The whole HTTP API.
 pub fn router(state: ProxyState) -> Router {
-    let sensitive: Vec<HeaderName> = vec![
-        AUTHORIZATION,
-        HeaderName::from_static("x-api-key"),
-        HeaderName::from_static("x-goog-api-key"),
-        PROXY_AUTHORIZATION,
-        HeaderName::from_static("api-key"),
-    ];
+    // One list: a header added to it is hidden from every trace and forwarded nowhere.
+    let sensitive: Vec<HeaderName> = SENSITIVE_HEADERS
+        .iter()
+        .map(|name| HeaderName::from_static(name))
+        .collect();
     Router::new()
         .route("/healthz", get(ops::healthz))
         .route("/metrics", get(ops::metrics))
@@ -80,6 +79,8 @@ pub fn router(state: ProxyState) -> Router {
         .route("/sandboxes/{sandbox_id}", get(e2b::get).delete(e2b::kill))
         .route("/sandboxes/{sandbox_id}/timeout", post(e2b::set_timeout))
         .route("/sandboxes/{sandbox_id}/refreshes", post(e2b::refresh))
+        .route("/sandboxes/{sandbox_id}/connect", post(e2b::connect))
+        .route("/v2/sandboxes/{sandbox_id}/connect", post(e2b::connect))
         .route_layer(middleware::from_fn_with_state(
             state.clone(),
             record_metrics,

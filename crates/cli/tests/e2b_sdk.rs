@@ -1,0 +1,96 @@
+//! The official E2B SDKs, installed from PyPI and npm (pinned versions), drive `omabox
+//! serve` unchanged through `E2B_API_URL`, `E2B_SANDBOX_URL` and `E2B_API_KEY`: sandboxes,
+//! commands (streamed output, exit codes, stdin, background, connect, kill, a flood of
+//! output), files (text, binary, list, metadata, an upload larger than the sandbox's disk)
+//! and the refusals (unknown sandbox, wrong key, another sandbox's token). The scripts
+//! check every answer themselves (`tests/e2b_sdk/`); this test runs them against a real
+//! serve and checks that its log holds none of the access tokens they saw.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use common::serve::Serve;
+use common::{TestDirs, linux_available};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+const KEY: &str = "omk_e2b-sdk-test-operator-key";
+/// The SDK versions the tests were written against.
+const PYTHON_SDK: &str = "e2b==2.63.0";
+
+/// serve with small sandboxes (64 MiB: a 32 MiB `/workspace`), so an upload can overflow
+/// one.
+fn start_serve(dirs: &TestDirs) -> Serve {
+    let mut command = dirs.command(&["serve", "--listen", "127.0.0.1:0"]);
+    command
+        .env("OMABOX_API_KEY", KEY)
+        .env("OMABOX_LINUX_MEMORY", "64M")
+        .env("OMABOX_LOG", "debug");
+    Serve::start(command)
+}
+
+fn script(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/e2b_sdk")
+        .join(name)
+}
+
+/// Runs an SDK script against `serve`; its output, after checking it ended with `OK`.
+fn run_sdk(mut command: Command, serve: &Serve, dirs: &TestDirs) -> Vec<String> {
+    let tokens = dirs.data.path().join("sdk-tokens");
+    let output = command
+        .env("E2B_API_URL", serve.url())
+        .env("E2B_SANDBOX_URL", serve.url())
+        .env("E2B_API_KEY", KEY)
+        .env("TOKENS_OUT", &tokens)
+        .env_remove("E2B_DOMAIN")
+        .env_remove("E2B_ACCESS_TOKEN")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        output.status.success() && stdout.lines().last() == Some("OK"),
+        "the SDK script failed ({}):\n{stdout}\n{stderr}",
+        output.status
+    );
+    std::fs::read_to_string(&tokens)
+        .unwrap()
+        .lines()
+        .map(str::to_owned)
+        .collect()
+}
+
+fn assert_no_token_logged(log: &[String], tokens: &[String]) {
+    assert!(tokens.len() >= 2, "{tokens:?}");
+    for token in tokens {
+        assert!(token.len() >= 32, "{token:?}");
+        if let Some(line) = log.iter().find(|line| line.contains(token.as_str())) {
+            panic!("a token was logged: {}", line.replace(token.as_str(), "<TOKEN>"));
+        }
+    }
+}
+
+#[test]
+fn the_official_python_sdk_drives_serve() {
+    if !linux_available() {
+        return;
+    }
+    let root = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
+    let Some(python) = omabox_test_support::sdk::python_venv(
+        &root,
+        "e2b-python-sdk",
+        &[PYTHON_SDK, "httpx"],
+        "e2b, httpx",
+    ) else {
+        return;
+    };
+    let dirs = TestDirs::new("e2bpy");
+    let serve = start_serve(&dirs);
+    let mut command = Command::new(python);
+    command.arg(script("sdk_test.py"));
+    let tokens = run_sdk(command, &serve, &dirs);
+    let log = serve.stop();
+    assert_no_token_logged(&log, &tokens);
+}

@@ -1,0 +1,159 @@
+"""The official `e2b` Python SDK, unchanged, against `omabox serve` (E2B_API_URL,
+E2B_SANDBOX_URL and E2B_API_KEY point at it). Every check raises on a wrong answer; the
+last line printed is `OK`. Access tokens seen are written to $TOKENS_OUT so the Rust test
+can check that serve's log holds none of them."""
+
+import os
+import time
+
+import httpx
+from e2b import (
+    AuthenticationException,
+    CommandExitException,
+    NotFoundException,
+    Sandbox,
+    SandboxException,
+)
+
+URL = os.environ["E2B_API_URL"]
+tokens = []
+
+
+def check(condition, what):
+    if not condition:
+        raise AssertionError(what)
+    print("ok:", what, flush=True)
+
+
+def wait_for(predicate, what, seconds=20):
+    deadline = time.monotonic() + seconds
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.02)
+
+
+sbx = Sandbox.create(timeout=120, metadata={"suite": "sdk"}, envs={"GREETING": "hi"})
+tokens.append(sbx._envd_access_token)
+
+# Commands: output, exit codes, stderr on failure, cwd and envs.
+r = sbx.commands.run("echo $GREETING; echo oops >&2")
+check((r.stdout, r.stderr, r.exit_code) == ("hi\n", "oops\n", 0), "run: stdout, stderr, exit 0")
+try:
+    sbx.commands.run("echo bad >&2; exit 3")
+    raise AssertionError("a failing command must raise")
+except CommandExitException as e:
+    check(e.exit_code == 3 and "bad" in e.stderr, "a failing command raises with its code and stderr")
+r = sbx.commands.run("pwd; echo $X", cwd="/tmp", envs={"X": "y"})
+check(r.stdout == "/tmp\ny\n", "cwd and envs")
+
+# Output streams as written: the command waits for a file the test writes only once it
+# saw the first line (iterating the handle yields output as it arrives).
+h = sbx.commands.run(
+    "echo ready; while [ ! -f /tmp/go ]; do sleep 0.02; done; echo done", background=True
+)
+seen = []
+for stdout, _stderr, _pty in h:
+    if stdout:
+        seen.append(stdout)
+        if stdout == "ready\n":
+            sbx.files.write("/tmp/go", "")
+check("".join(seen) == "ready\ndone\n", "output streams as written, in order")
+
+# stdin.
+h = sbx.commands.run("cat", background=True, stdin=True)
+sbx.commands.send_stdin(h.pid, "typed\n")
+sbx.commands.close_stdin(h.pid)
+check(h.wait().stdout == "typed\n", "stdin reaches the command and closes")
+
+# Background commands: listed, connected to, killed.
+h = sbx.commands.run("sleep 60", background=True)
+check(h.pid in [p.pid for p in sbx.commands.list()], "a background command is listed")
+check(sbx.commands.kill(h.pid), "kill answers true")
+try:
+    h.wait()
+    raise AssertionError("a killed command must not succeed")
+except CommandExitException as e:
+    check(e.exit_code == -1, "a killed command ends with -1")
+check(not sbx.commands.kill(h.pid), "killing a gone command answers false")
+h = sbx.commands.run("while [ ! -f /tmp/go2 ]; do sleep 0.02; done; echo later", background=True)
+h.disconnect()
+again = sbx.commands.connect(h.pid)
+sbx.files.write("/tmp/go2", "")
+check(again.wait().stdout == "later\n", "connect reattaches to a running command")
+
+# A command that floods its output: all of it arrives, in order.
+r = sbx.commands.run("head -c 20000000 /dev/zero | tr '\\0' a")
+check(len(r.stdout) == 20_000_000 and set(r.stdout) == {"a"}, "20 MB of output arrives whole")
+
+# Files: text, binary, listing, metadata.
+sbx.files.write("/tmp/dir/a.txt", "content")
+check(sbx.files.read("/tmp/dir/a.txt") == "content", "text write then read")
+blob = bytes(range(256)) * 4096
+sbx.files.write("/tmp/dir/blob", blob)
+check(bytes(sbx.files.read("/tmp/dir/blob", format="bytes")) == blob, "binary bytes survive")
+names = sorted(e.name for e in sbx.files.list("/tmp/dir"))
+check(names == ["a.txt", "blob"], f"list: {names}")
+info = sbx.files.get_info("/tmp/dir/blob")
+check(info.size == len(blob) and info.type.value == "file", "get_info size and type")
+check(sbx.files.exists("/tmp/dir/a.txt") and not sbx.files.exists("/tmp/nope"), "exists")
+try:
+    sbx.files.read("/tmp/nope")
+    raise AssertionError("reading a missing file must raise")
+except NotFoundException:
+    check(True, "a missing file is NotFound")
+
+# An upload larger than the sandbox's disk (its /workspace tmpfs): a clear error.
+try:
+    sbx.files.write("/workspace/big", b"x" * (48 << 20))
+    raise AssertionError("an oversize upload must fail")
+except SandboxException as e:
+    check("space" in str(e).lower(), f"an oversize upload fails for space: {e}")
+
+# The control plane.
+check(sbx.sandbox_id in [s.sandbox_id for s in Sandbox.list().next_items()], "Sandbox.list")
+check(sbx.get_info().metadata == {"suite": "sdk"}, "get_info metadata")
+sbx.set_timeout(90)
+
+# Bad input: unknown sandbox, wrong key, another sandbox's token.
+try:
+    Sandbox.connect("nosuchsandbox0000000")
+    raise AssertionError("connecting to no sandbox must raise")
+except (NotFoundException, SandboxException) as e:
+    check("not found" in str(e).lower(), "an unknown sandbox is not found")
+try:
+    Sandbox.create(api_key="wrong-key")
+    raise AssertionError("a wrong key must raise")
+except AuthenticationException:
+    check(True, "a wrong API key is refused")
+other = Sandbox.create(timeout=60)
+tokens.append(other._envd_access_token)
+answer = httpx.post(
+    f"{URL}/process.Process/List",
+    headers={
+        "E2b-Sandbox-Id": other.sandbox_id,
+        "X-Access-Token": sbx._envd_access_token,
+        "Content-Type": "application/json",
+    },
+    content=b"{}",
+)
+check(answer.status_code == 401, f"a sandbox's token does not open another ({answer.status_code})")
+check(sbx._envd_access_token not in answer.text, "the refusal does not echo the token")
+answer = httpx.post(
+    f"{URL}/process.Process/List",
+    headers={"E2b-Sandbox-Id": other.sandbox_id, "Content-Type": "application/json"},
+    content=b"{}",
+)
+check(answer.status_code == 401, "no token, no access")
+other.kill()
+
+sbx.kill()
+try:
+    sbx.commands.run("true")
+    raise AssertionError("a killed sandbox must not run commands")
+except SandboxException:
+    check(True, "a killed sandbox answers not running")
+
+with open(os.environ["TOKENS_OUT"], "w") as out:
+    out.write("\n".join(tokens))
+print("OK")
