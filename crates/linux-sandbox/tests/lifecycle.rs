@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use common::{Sandboxed, can_run, runtime, test_plan};
+use omabox_agent::client::ExecRequest;
 use omabox_linux_sandbox::{RootfsSource, StartError};
 
 /// A tiny rootfs: the host's dash as /bin/sh plus the libraries it links.
@@ -170,4 +171,53 @@ async fn closing_the_agent_stream_ends_the_sandbox() {
     let identity = sandbox.identity().clone();
     sandbox.destroy().unwrap();
     common::assert_gone(&identity);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_user_account_has_a_writable_home_of_its_own() {
+    if !can_run() {
+        return;
+    }
+    let run = |sb: &Sandboxed, user: &str, script: &str| {
+        let req = ExecRequest::shell(script)
+            .user(user)
+            .timeout(Duration::from_secs(60));
+        let client = sb.client.clone();
+        async move { client.exec(req).await }
+    };
+    let mut plan = test_plan();
+    plan.user_home = true;
+    let mut sb = Sandboxed::start(plan).await;
+    let script = "id -u; echo $HOME; pwd; touch /home/user/x";
+    let out = run(&sb, "user", script).await.expect("exec as user");
+    assert!(out.success(), "{:?}: {}", out.exit, out.combined());
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "1000\n/home/user\n/home/user\n"
+    );
+    let out = run(&sb, "root", "id -u; echo $HOME; touch /home/user/y")
+        .await
+        .expect("exec as root");
+    assert!(out.success(), "{:?}: {}", out.exit, out.combined());
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "0\n/root\n");
+    let shell = if Path::new("/bin/bash").is_file() {
+        "/bin/bash"
+    } else {
+        "/bin/sh"
+    };
+    assert_eq!(
+        sb.ok("stat -c '%u %g %a' /home/user /home/user/x /home/user/y; grep '^user:' /etc/passwd /etc/group")
+            .await,
+        format!(
+            "1000 1000 755\n1000 1000 644\n0 0 644\n\
+             /etc/passwd:user:x:1000:1000:user:/home/user:{shell}\n/etc/group:user:x:1000:"
+        )
+    );
+    sb.destroy();
+
+    // Without the switch there is no such account.
+    let mut sb = Sandboxed::start(test_plan()).await;
+    let err = run(&sb, "user", "true").await.unwrap_err();
+    assert_eq!(err.remote_kind(), Some(omabox_agent::ErrorKind::NotFound));
+    sb.destroy();
 }
