@@ -221,3 +221,72 @@ async fn the_user_account_has_a_writable_home_of_its_own() {
     assert_eq!(err.remote_kind(), Some(omabox_agent::ErrorKind::NotFound));
     sb.destroy();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_image_root_gets_the_user_account_without_touching_host_files() {
+    if !can_run() {
+        return;
+    }
+    let exec = |sb: &Sandboxed, user: &str, script: &str| {
+        let req = ExecRequest::shell(script)
+            .user(user)
+            .timeout(Duration::from_secs(60));
+        let client = sb.client.clone();
+        async move { client.exec(req).await }
+    };
+    // Only dash inside: its builtins read /proc and the account files.
+    let uid = "while read k v rest; do [ \"$k\" = Uid: ] && echo $v; done < /proc/self/status";
+    let image = tempfile::tempdir().unwrap();
+    tiny_rootfs(image.path());
+    std::fs::write(
+        image.path().join("etc/passwd"),
+        "root:x:0:0:root:/root:/bin/sh",
+    )
+    .unwrap();
+    let mut plan = test_plan();
+    plan.rootfs = RootfsSource::Directory {
+        path: image.path().to_path_buf(),
+    };
+    plan.user_home = true;
+    let mut sb = Sandboxed::start(plan.clone()).await;
+    let out = exec(
+        &sb,
+        "user",
+        &format!("{uid}; echo $HOME; echo x > ~/x && echo ok"),
+    )
+    .await
+    .expect("exec as user");
+    assert!(out.success(), "{:?}: {}", out.exit, out.combined());
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "1000\n/home/user\nok\n"
+    );
+    assert_eq!(
+        sb.ok("while read l; do echo \"$l\"; done < /etc/passwd")
+            .await,
+        "root:x:0:0:root:/root:/bin/sh\nuser:x:1000:1000:user:/home/user:/bin/sh"
+    );
+    sb.destroy();
+    assert_eq!(
+        std::fs::read_to_string(image.path().join("etc/passwd")).unwrap(),
+        "root:x:0:0:root:/root:/bin/sh",
+        "the image itself is untouched"
+    );
+
+    // An image whose passwd and group point at host files: resolved inside the image,
+    // the host files stay as they were.
+    let host = tempfile::tempdir().unwrap();
+    let host_passwd = host.path().join("passwd");
+    std::fs::write(&host_passwd, "host:x:0:0::/:/bin/sh\n").unwrap();
+    std::fs::remove_file(image.path().join("etc/passwd")).unwrap();
+    std::os::unix::fs::symlink(&host_passwd, image.path().join("etc/passwd")).unwrap();
+    std::os::unix::fs::symlink(&host_passwd, image.path().join("etc/group")).unwrap();
+    let mut sb = Sandboxed::start(plan).await;
+    let err = exec(&sb, "user", "true").await.unwrap_err();
+    assert_eq!(err.remote_kind(), Some(omabox_agent::ErrorKind::NotFound));
+    sb.destroy();
+    assert_eq!(
+        std::fs::read_to_string(&host_passwd).unwrap(),
+        "host:x:0:0::/:/bin/sh\n"
+    );
+}

@@ -14,18 +14,14 @@ networks: files\nprotocols: files\nservices: files\n";
 const RESOLV: &str = "nameserver 127.0.0.1\noptions ndots:0 attempts:1 timeout:1\n";
 
 /// The account of [`crate::SandboxPlan::user_home`]: its name, uid and gid, home.
-pub(super) const USER: &str = "user";
+pub(in crate::setup) const USER: &str = "user";
 pub(super) const USER_ID: u32 = 1000;
 pub(in crate::setup) const USER_HOME: &str = "/home/user";
 
 /// The `passwd` and `group` lines of the `user` account; its shell is `/bin/bash` when
-/// `root` (the new root) has one, else `/bin/sh`.
-pub(super) fn user_lines(root: &Path) -> (String, String) {
-    let shell = if root.join("bin/bash").is_file() {
-        "/bin/bash"
-    } else {
-        "/bin/sh"
-    };
+/// the new root has one, else `/bin/sh`.
+pub(super) fn user_lines(has_bash: bool) -> (String, String) {
+    let shell = if has_bash { "/bin/bash" } else { "/bin/sh" };
     (
         format!("{USER}:x:{USER_ID}:{USER_ID}:{USER}:{USER_HOME}:{shell}\n"),
         format!("{USER}:x:{USER_ID}:\n"),

@@ -476,7 +476,8 @@ fn preinstalled_root(plan: &SandboxPlan, root: &Path) -> Result<(), SetupError> 
         etc::generate(
             &etc_dir,
             &plan.hostname,
-            plan.user_home.then(|| etc::user_lines(root)),
+            plan.user_home
+                .then(|| etc::user_lines(root.join("bin/bash").is_file())),
         ),
     )?;
     for f in PREINSTALLED_ETC_BINDS {
