@@ -205,6 +205,29 @@ async fn the_user_account_has_a_writable_home_of_its_own() {
     } else {
         "/bin/sh"
     };
+    // The agent's file operations give files to the account.
+    let opts = omabox_agent::client::WriteOptions {
+        owner: Some("user".into()),
+        ..Default::default()
+    };
+    sb.client
+        .write_file_bytes("/home/user/new/w.txt", "w", opts)
+        .await
+        .expect("write as user");
+    assert!(
+        sb.client
+            .make_dir("/home/user/made", Some("user"))
+            .await
+            .expect("make_dir")
+    );
+    let st = sb.client.stat("/home/user/new/w.txt").await.expect("stat");
+    assert_eq!((st.uid, st.owner.as_deref()), (1000, Some("user")));
+    assert_eq!(
+        sb.ok("stat -c '%u %g' /home/user/new /home/user/made")
+            .await,
+        "1000 1000\n1000 1000"
+    );
+    sb.client.remove("/home/user/new").await.expect("remove");
     assert_eq!(
         sb.ok("stat -c '%u %g %a' /home/user /home/user/x /home/user/y; grep '^user:' /etc/passwd /etc/group")
             .await,
