@@ -72,7 +72,9 @@
 //! * rely on fd passing (vsock cannot carry it) or grow a buffer to a size the peer
 //!   declared;
 //! * write outside a tar target directory (`..`, absolute paths, writes through
-//!   symlinks and escaping hard links are errors, not skips).
+//!   symlinks and escaping hard links are errors, not skips);
+//! * follow a symlink while removing a tree (the walk is on directory fds, `O_NOFOLLOW`),
+//!   or read the sandbox's account files without a size cap.
 
 pub mod agent;
 pub mod client;

@@ -87,6 +87,11 @@ pub struct SpawnSpec {
     /// Working directory (relative paths resolve against the agent's workdir).
     #[serde(default)]
     pub cwd: Option<String>,
+    /// Account to run as, named in the sandbox's `/etc/passwd` (`root` always works):
+    /// its uid, gid, `HOME`/`USER`/`LOGNAME`, and its home as the default cwd. `None`:
+    /// the agent's own identity and workdir.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user: Option<String>,
     /// Whether stdin is a pipe fed by the host (else `/dev/null`).
     #[serde(default)]
     pub stdin: bool,
@@ -140,6 +145,10 @@ pub enum Request {
         /// Create missing parent directories (default true).
         #[serde(default = "yes")]
         create_parents: bool,
+        /// Account (from the sandbox's `/etc/passwd`) that owns the file and every parent
+        /// directory the write created.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        owner: Option<String>,
     },
     /// Metadata of one path (not following a final symlink); replies with [`FileStat`].
     Stat {
@@ -167,6 +176,27 @@ pub enum Request {
         /// Variables.
         vars: BTreeMap<String, Option<String>>,
     },
+    /// Create a directory and its missing parents (mode 0755); replies with [`MadeDir`].
+    /// An existing non-directory is `already_exists`.
+    MakeDir {
+        /// Path.
+        path: String,
+        /// Account (from the sandbox's `/etc/passwd`) that owns the directories created.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        owner: Option<String>,
+    },
+    /// `rename(2)`; replies `ok`.
+    Rename {
+        /// Existing path.
+        from: String,
+        /// New path (its parent must exist).
+        to: String,
+    },
+    /// Remove a file, a symlink (never followed) or a directory tree; replies `ok`.
+    Remove {
+        /// Path.
+        path: String,
+    },
 }
 
 fn yes() -> bool {
@@ -189,6 +219,9 @@ impl Request {
         "tar_out",
         "tar_in",
         "set_env",
+        "make_dir",
+        "rename",
+        "remove",
     ];
 }
 
@@ -428,6 +461,15 @@ pub struct TarInDone {
     pub entries: u64,
 }
 
+/// Reply to `make_dir`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct MadeDir {
+    /// Absolute path.
+    pub path: String,
+    /// Whether the directory was created (`false`: it already existed).
+    pub created: bool,
+}
+
 /// What a path is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -457,6 +499,18 @@ pub struct FileStat {
     pub mtime_ms: i64,
     /// Target of a symlink.
     pub link_target: Option<String>,
+    /// Owner's uid.
+    #[serde(default)]
+    pub uid: u32,
+    /// Owner's gid.
+    #[serde(default)]
+    pub gid: u32,
+    /// Owner's name in the sandbox's `/etc/passwd`, when listed.
+    #[serde(default)]
+    pub owner: Option<String>,
+    /// Group's name in the sandbox's `/etc/group`, when listed.
+    #[serde(default)]
+    pub group: Option<String>,
 }
 
 /// One entry of `list_dir`.
@@ -470,6 +524,18 @@ pub struct DirEntry {
     pub size: u64,
     /// Permission bits.
     pub mode: u32,
+    /// Owner's uid.
+    #[serde(default)]
+    pub uid: u32,
+    /// Owner's gid.
+    #[serde(default)]
+    pub gid: u32,
+    /// Owner's name in the sandbox's `/etc/passwd`, when listed.
+    #[serde(default)]
+    pub owner: Option<String>,
+    /// Group's name in the sandbox's `/etc/group`, when listed.
+    #[serde(default)]
+    pub group: Option<String>,
 }
 
 #[cfg(test)]
@@ -484,11 +550,13 @@ mod tests {
             },
             env: BTreeMap::from([("A".into(), None)]),
             cwd: None,
+            user: None,
             stdin: false,
             timeout_ms: Some(5),
         });
         let v = serde_json::to_value(&r).unwrap();
         assert_eq!(v["op"], "spawn");
+        assert!(v.get("user").is_none());
         assert_eq!(v["command"]["kind"], "shell");
         assert!(v["env"]["A"].is_null());
         let e = Event::Exited(ProcessExit {
@@ -507,6 +575,40 @@ mod tests {
                 ..
             }
         ));
+    }
+
+    #[test]
+    fn new_requests_are_in_the_ops_list_and_old_stats_still_parse() {
+        let reqs = [
+            Request::MakeDir {
+                path: "d".into(),
+                owner: None,
+            },
+            Request::Rename {
+                from: "a".into(),
+                to: "b".into(),
+            },
+            Request::Remove { path: "p".into() },
+        ];
+        for r in reqs {
+            let v = serde_json::to_value(&r).unwrap();
+            let op = v["op"].as_str().unwrap().to_owned();
+            assert!(Request::OPS.contains(&op.as_str()), "{op}");
+        }
+        // No `user`/`owner` key unless set: an older agent sees the request it knew.
+        let spec = serde_json::to_value(Request::WriteFile {
+            path: "f".into(),
+            mode: None,
+            create_parents: true,
+            owner: None,
+        })
+        .unwrap();
+        assert!(spec.get("owner").is_none());
+        let st: FileStat = serde_json::from_str(
+            r#"{"path":"/x","kind":"file","size":1,"mode":420,"mtime_ms":0,"link_target":null}"#,
+        )
+        .unwrap();
+        assert_eq!((st.uid, st.owner), (0, None));
     }
 
     #[test]

@@ -272,6 +272,7 @@ async fn files_are_binary_safe(h: Harness) {
             WriteOptions {
                 mode: Some(0o640),
                 create_parents: true,
+                owner: None,
             },
         )
         .await
@@ -302,6 +303,7 @@ async fn files_are_binary_safe(h: Harness) {
             WriteOptions {
                 mode: None,
                 create_parents: false,
+                owner: None,
             },
         )
         .await

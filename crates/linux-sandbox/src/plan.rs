@@ -59,6 +59,11 @@ pub struct SandboxPlan {
     /// Excludes [`SandboxPlan::workspace`].
     #[serde(default)]
     pub workspace_tmpfs: bool,
+    /// The account `user` (uid/gid 1000, home `/home/user`) E2B-style clients run as: the
+    /// generated `/etc/passwd` and `/etc/group` list it, and `/home/user` is a tmpfs of its
+    /// own owned by it (sized like the workspace tmpfs, charged to the memory limit).
+    #[serde(default)]
+    pub user_home: bool,
 }
 
 impl SandboxPlan {
@@ -78,6 +83,7 @@ impl SandboxPlan {
             root_upper: None,
             memory_mount: false,
             workspace_tmpfs: false,
+            user_home: false,
         }
     }
 

@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use common::{Sandboxed, can_run, runtime, test_plan};
+use omabox_agent::client::ExecRequest;
 use omabox_linux_sandbox::{RootfsSource, StartError};
 
 /// A tiny rootfs: the host's dash as /bin/sh plus the libraries it links.
@@ -170,4 +171,145 @@ async fn closing_the_agent_stream_ends_the_sandbox() {
     let identity = sandbox.identity().clone();
     sandbox.destroy().unwrap();
     common::assert_gone(&identity);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_user_account_has_a_writable_home_of_its_own() {
+    if !can_run() {
+        return;
+    }
+    let run = |sb: &Sandboxed, user: &str, script: &str| {
+        let req = ExecRequest::shell(script)
+            .user(user)
+            .timeout(Duration::from_secs(60));
+        let client = sb.client.clone();
+        async move { client.exec(req).await }
+    };
+    let mut plan = test_plan();
+    plan.user_home = true;
+    let mut sb = Sandboxed::start(plan).await;
+    let script = "id -u; echo $HOME; pwd; touch /home/user/x";
+    let out = run(&sb, "user", script).await.expect("exec as user");
+    assert!(out.success(), "{:?}: {}", out.exit, out.combined());
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "1000\n/home/user\n/home/user\n"
+    );
+    let out = run(&sb, "root", "id -u; echo $HOME; touch /home/user/y")
+        .await
+        .expect("exec as root");
+    assert!(out.success(), "{:?}: {}", out.exit, out.combined());
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "0\n/root\n");
+    let shell = if Path::new("/bin/bash").is_file() {
+        "/bin/bash"
+    } else {
+        "/bin/sh"
+    };
+    // The agent's file operations give files to the account.
+    let opts = omabox_agent::client::WriteOptions {
+        owner: Some("user".into()),
+        ..Default::default()
+    };
+    sb.client
+        .write_file_bytes("/home/user/new/w.txt", "w", opts)
+        .await
+        .expect("write as user");
+    assert!(
+        sb.client
+            .make_dir("/home/user/made", Some("user"))
+            .await
+            .expect("make_dir")
+    );
+    let st = sb.client.stat("/home/user/new/w.txt").await.expect("stat");
+    assert_eq!((st.uid, st.owner.as_deref()), (1000, Some("user")));
+    assert_eq!(
+        sb.ok("stat -c '%u %g' /home/user/new /home/user/made")
+            .await,
+        "1000 1000\n1000 1000"
+    );
+    sb.client.remove("/home/user/new").await.expect("remove");
+    assert_eq!(
+        sb.ok("stat -c '%u %g %a' /home/user /home/user/x /home/user/y; grep '^user:' /etc/passwd /etc/group")
+            .await,
+        format!(
+            "1000 1000 755\n1000 1000 644\n0 0 644\n\
+             /etc/passwd:user:x:1000:1000:user:/home/user:{shell}\n/etc/group:user:x:1000:"
+        )
+    );
+    sb.destroy();
+
+    // Without the switch there is no such account.
+    let mut sb = Sandboxed::start(test_plan()).await;
+    let err = run(&sb, "user", "true").await.unwrap_err();
+    assert_eq!(err.remote_kind(), Some(omabox_agent::ErrorKind::NotFound));
+    sb.destroy();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_image_root_gets_the_user_account_without_touching_host_files() {
+    if !can_run() {
+        return;
+    }
+    let exec = |sb: &Sandboxed, user: &str, script: &str| {
+        let req = ExecRequest::shell(script)
+            .user(user)
+            .timeout(Duration::from_secs(60));
+        let client = sb.client.clone();
+        async move { client.exec(req).await }
+    };
+    // Only dash inside: its builtins read /proc and the account files.
+    let uid = "while read k v rest; do [ \"$k\" = Uid: ] && echo $v; done < /proc/self/status";
+    let image = tempfile::tempdir().unwrap();
+    tiny_rootfs(image.path());
+    std::fs::write(
+        image.path().join("etc/passwd"),
+        "root:x:0:0:root:/root:/bin/sh",
+    )
+    .unwrap();
+    let mut plan = test_plan();
+    plan.rootfs = RootfsSource::Directory {
+        path: image.path().to_path_buf(),
+    };
+    plan.user_home = true;
+    let mut sb = Sandboxed::start(plan.clone()).await;
+    let out = exec(
+        &sb,
+        "user",
+        &format!("{uid}; echo $HOME; echo x > ~/x && echo ok"),
+    )
+    .await
+    .expect("exec as user");
+    assert!(out.success(), "{:?}: {}", out.exit, out.combined());
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "1000\n/home/user\nok\n"
+    );
+    assert_eq!(
+        sb.ok("while read l; do echo \"$l\"; done < /etc/passwd")
+            .await,
+        "root:x:0:0:root:/root:/bin/sh\nuser:x:1000:1000:user:/home/user:/bin/sh"
+    );
+    sb.destroy();
+    assert_eq!(
+        std::fs::read_to_string(image.path().join("etc/passwd")).unwrap(),
+        "root:x:0:0:root:/root:/bin/sh",
+        "the image itself is untouched"
+    );
+
+    // An image whose passwd and group point at host files: resolved inside the image,
+    // the host files stay as they were.
+    let host = tempfile::tempdir().unwrap();
+    let host_passwd = host.path().join("passwd");
+    std::fs::write(&host_passwd, "host:x:0:0::/:/bin/sh\n").unwrap();
+    std::fs::remove_file(image.path().join("etc/passwd")).unwrap();
+    std::os::unix::fs::symlink(&host_passwd, image.path().join("etc/passwd")).unwrap();
+    std::os::unix::fs::symlink(&host_passwd, image.path().join("etc/group")).unwrap();
+    let mut sb = Sandboxed::start(plan).await;
+    let err = exec(&sb, "user", "true").await.unwrap_err();
+    assert_eq!(err.remote_kind(), Some(omabox_agent::ErrorKind::NotFound));
+    sb.destroy();
+    assert_eq!(
+        std::fs::read_to_string(&host_passwd).unwrap(),
+        "host:x:0:0::/:/bin/sh\n"
+    );
 }

@@ -1,4 +1,5 @@
-//! File bytes in and out (streamed under flow control), stat and list.
+//! File bytes in and out (streamed under flow control), stat and list (with the owner's
+//! and group's names from the sandbox's account files).
 //!
 //! Writes go to a temporary file in the target's directory which is synced and renamed
 //! into place, so a reader never sees half a file and a cancelled write leaves nothing.
@@ -10,6 +11,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use tokio::io::AsyncWriteExt;
 
 use super::conn::{Inbound, StreamIo};
+use super::tree;
+use super::users::Names;
 use crate::frame::channel;
 use crate::message::{DirEntry, ErrorKind, Event, FileKind, FileStat, RemoteError, WriteDone};
 
@@ -65,8 +68,10 @@ pub(crate) async fn write_file(
     path: &str,
     mode: Option<u32>,
     create_parents: bool,
+    owner: Option<&str>,
 ) -> Result<Event, RemoteError> {
     let p = io.conn.agent.resolve(path);
+    let ids = tree::owner_ids(&io.conn.agent.config.etc_dir, owner)?;
     let (Some(parent), Some(name)) = (p.parent(), p.file_name()) else {
         return Err(RemoteError::new(
             ErrorKind::InvalidRequest,
@@ -74,9 +79,8 @@ pub(crate) async fn write_file(
         ));
     };
     if create_parents {
-        tokio::fs::create_dir_all(parent)
-            .await
-            .map_err(|e| RemoteError::io(format!("cannot create {}", parent.display()), &e))?;
+        let parent = parent.to_path_buf();
+        tree::blocking(move || tree::create_dirs(&parent, ids)).await?;
     }
     let existing = tokio::fs::metadata(&p).await.ok();
     if existing.as_ref().is_some_and(|m| m.is_dir()) {
@@ -125,6 +129,9 @@ pub(crate) async fn write_file(
             (None, None) => 0o644,
         };
         tokio::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(perm)).await?;
+        if let Some((uid, gid)) = ids {
+            std::os::unix::fs::fchown(&f, Some(uid), Some(gid))?;
+        }
         drop(f);
         tokio::fs::rename(&tmp, &p).await
     };
@@ -154,6 +161,7 @@ pub(crate) async fn stat(io: &StreamIo, path: &str) -> Result<FileStat, RemoteEr
     let meta = tokio::fs::symlink_metadata(&p)
         .await
         .map_err(|e| RemoteError::io(format!("cannot stat {}", p.display()), &e))?;
+    let names = Names::load(&io.conn.agent.config.etc_dir);
     let link_target = if meta.file_type().is_symlink() {
         tokio::fs::read_link(&p).await.ok().map(|t| lossy(&t))
     } else {
@@ -166,6 +174,10 @@ pub(crate) async fn stat(io: &StreamIo, path: &str) -> Result<FileStat, RemoteEr
         mode: meta.mode() & 0o7777,
         mtime_ms: meta.mtime() * 1000 + meta.mtime_nsec() / 1_000_000,
         link_target,
+        uid: meta.uid(),
+        gid: meta.gid(),
+        owner: names.user(meta.uid()),
+        group: names.group(meta.gid()),
     })
 }
 
@@ -173,6 +185,7 @@ pub(crate) async fn list_dir(io: &StreamIo, path: &str) -> Result<Vec<DirEntry>,
     let p = io.conn.agent.resolve(path);
     let ctx = |e: std::io::Error| RemoteError::io(format!("cannot list {}", p.display()), &e);
     let mut rd = tokio::fs::read_dir(&p).await.map_err(ctx)?;
+    let names = Names::load(&io.conn.agent.config.etc_dir);
     let mut out = Vec::new();
     while let Some(entry) = rd.next_entry().await.map_err(ctx)? {
         let Ok(meta) = entry.metadata().await else {
@@ -183,6 +196,10 @@ pub(crate) async fn list_dir(io: &StreamIo, path: &str) -> Result<Vec<DirEntry>,
             kind: kind_of(meta.file_type()),
             size: meta.len(),
             mode: meta.mode() & 0o7777,
+            uid: meta.uid(),
+            gid: meta.gid(),
+            owner: names.user(meta.uid()),
+            group: names.group(meta.gid()),
         });
     }
     out.sort_by(|a, b| a.name.cmp(&b.name));

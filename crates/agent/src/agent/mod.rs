@@ -10,6 +10,8 @@ mod files;
 mod process;
 mod reaper;
 mod tarball;
+mod tree;
+mod users;
 
 use std::collections::{BTreeMap, HashMap};
 use std::io;
@@ -54,6 +56,9 @@ pub struct AgentConfig {
     pub drain_idle: Duration,
     /// Retained bytes per stream of each background process.
     pub background_log_limit: usize,
+    /// Directory whose `passwd` and `group` name the sandbox's accounts (`/etc`; tests
+    /// point it elsewhere).
+    pub etc_dir: PathBuf,
 }
 
 impl Default for AgentConfig {
@@ -65,6 +70,7 @@ impl Default for AgentConfig {
             max_frame: MAX_FRAME_BODY,
             drain_idle: Duration::from_millis(1000),
             background_log_limit: 256 * 1024,
+            etc_dir: PathBuf::from("/etc"),
         }
     }
 }
@@ -260,13 +266,23 @@ pub(crate) async fn dispatch_request(
             path,
             mode,
             create_parents,
-        } => files::write_file(io, &path, mode, create_parents).await,
+            owner,
+        } => files::write_file(io, &path, mode, create_parents, owner.as_deref()).await,
         Request::Stat { path } => files::ok(&files::stat(io, &path).await?),
         Request::ListDir { path } => files::ok(&files::list_dir(io, &path).await?),
         Request::TarOut { path } => tarball::tar_out(io, &path).await,
         Request::TarIn { path } => tarball::tar_in(io, &path).await,
         Request::SetEnv { vars } => {
             io.conn.agent.merge_env(vars);
+            files::ok(&())
+        }
+        Request::MakeDir { path, owner } => files::ok(&tree::make_dir(io, &path, owner).await?),
+        Request::Rename { from, to } => {
+            tree::rename(io, &from, &to).await?;
+            files::ok(&())
+        }
+        Request::Remove { path } => {
+            tree::remove(io, &path).await?;
             files::ok(&())
         }
     }

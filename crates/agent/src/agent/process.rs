@@ -6,7 +6,7 @@
 
 use std::os::fd::OwnedFd;
 use std::os::unix::process::CommandExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::Arc;
 
@@ -15,7 +15,7 @@ use tokio::net::unix::pipe;
 use tokio::sync::{mpsc, oneshot, watch};
 
 use super::conn::{Inbound, InputCredit, PumpEnd, StreamIo};
-use super::{AgentShared, GroupGuard, TaskGuard};
+use super::{AgentShared, GroupGuard, TaskGuard, users};
 use crate::frame::channel;
 use crate::message::{
     CommandSpec, ErrorKind, Event, ProcessExit, RemoteError, SpawnSpec, StreamControl,
@@ -60,15 +60,41 @@ pub(crate) fn spawn(
             c
         }
     };
-    for (k, v) in agent.session_env().into_iter().chain(spec.env.clone()) {
+    let account = match &spec.user {
+        Some(name) => Some(users::lookup(&agent.config.etc_dir, name)?),
+        None => None,
+    };
+    // The account's variables sit between the session env and the request's: a request
+    // naming HOME, USER or LOGNAME keeps its value.
+    let identity = account.iter().flat_map(|a| {
+        let home = a.home.to_string_lossy().into_owned();
+        [
+            ("HOME".to_owned(), Some(home)),
+            ("USER".to_owned(), Some(a.name.clone())),
+            ("LOGNAME".to_owned(), Some(a.name.clone())),
+        ]
+    });
+    let env = agent
+        .session_env()
+        .into_iter()
+        .chain(identity)
+        .chain(spec.env.clone());
+    for (k, v) in env {
         match v {
             Some(v) => cmd.env(k, v),
             None => cmd.env_remove(k),
         };
     }
-    let cwd = match &spec.cwd {
-        Some(c) => agent.resolve(c),
-        None => agent.config.workdir.clone(),
+    if let Some(a) = &account {
+        // std drops the supplementary groups (setgroups(0)) when it sets a uid, so the
+        // process's groups are exactly the account's gid: setgroups([]), setgid, setuid.
+        cmd.uid(a.uid).gid(a.gid);
+    }
+    let cwd = match (&spec.cwd, &account) {
+        (Some(c), _) => agent.resolve(c),
+        (None, Some(a)) if a.home.is_absolute() && a.home.is_dir() => a.home.clone(),
+        (None, Some(_)) => PathBuf::from("/"),
+        (None, None) => agent.config.workdir.clone(),
     };
     // Named here: a missing cwd would otherwise read as the program being missing
     // ("cannot start …: No such file or directory").

@@ -7,7 +7,9 @@ use tokio::io::AsyncRead;
 use super::stream::{DataReader, DataWriter};
 use super::{AgentClient, ClientError, Opened, decode_ok};
 use crate::frame::channel;
-use crate::message::{DirEntry, ErrorKind, Event, FileStat, Request, TarInDone, WriteDone};
+use crate::message::{
+    DirEntry, ErrorKind, Event, FileStat, MadeDir, Request, TarInDone, WriteDone,
+};
 
 /// The most [`AgentClient::read_file_bytes`], [`AgentClient::read_file`] and
 /// [`AgentClient::tar_out_bytes`] hold in host memory: the sandbox decides how big its files
@@ -15,12 +17,15 @@ use crate::message::{DirEntry, ErrorKind, Event, FileStat, Request, TarInDone, W
 pub const MAX_WHOLE_READ: usize = 64 * 1024 * 1024;
 
 /// Options for writes.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct WriteOptions {
     /// Permission bits; `None` keeps an existing file's mode, else 0644.
     pub mode: Option<u32>,
     /// Create missing parent directories.
     pub create_parents: bool,
+    /// Account (named in the sandbox's `/etc/passwd`) that owns the file and the parent
+    /// directories the write creates; `None`: the agent's.
+    pub owner: Option<String>,
 }
 
 impl Default for WriteOptions {
@@ -28,6 +33,7 @@ impl Default for WriteOptions {
         Self {
             mode: None,
             create_parents: true,
+            owner: None,
         }
     }
 }
@@ -139,6 +145,7 @@ impl AgentClient {
             path: path.to_owned(),
             mode: opts.mode,
             create_parents: opts.create_parents,
+            owner: opts.owner,
         };
         let done: WriteDone = self.upload(&req, Source::Bytes(data.into())).await?;
         Ok(done.path)
@@ -165,6 +172,7 @@ impl AgentClient {
             path: path.to_owned(),
             mode: opts.mode,
             create_parents: opts.create_parents,
+            owner: opts.owner,
         };
         let done: WriteDone = self.upload(&req, Source::Reader(src)).await?;
         Ok(done.path)
@@ -190,6 +198,36 @@ impl AgentClient {
     /// Directory entries sorted by name.
     pub async fn list_dir(&self, path: &str) -> Result<Vec<DirEntry>, ClientError> {
         self.call(&Request::ListDir {
+            path: path.to_owned(),
+        })
+        .await
+    }
+
+    /// Creates a directory and its missing parents (mode 0755), owned by the account
+    /// `owner` names when given. `Ok(true)`: created; `Ok(false)`: it already was a
+    /// directory; an existing non-directory fails with [`ErrorKind::AlreadyExists`].
+    pub async fn make_dir(&self, path: &str, owner: Option<&str>) -> Result<bool, ClientError> {
+        let done: MadeDir = self
+            .call(&Request::MakeDir {
+                path: path.to_owned(),
+                owner: owner.map(str::to_owned),
+            })
+            .await?;
+        Ok(done.created)
+    }
+
+    /// Renames a path (`rename(2)`: the new path's parent must exist).
+    pub async fn rename(&self, from: &str, to: &str) -> Result<(), ClientError> {
+        self.call(&Request::Rename {
+            from: from.to_owned(),
+            to: to.to_owned(),
+        })
+        .await
+    }
+
+    /// Removes a file, a symlink (not followed) or a directory with everything in it.
+    pub async fn remove(&self, path: &str) -> Result<(), ClientError> {
+        self.call(&Request::Remove {
             path: path.to_owned(),
         })
         .await

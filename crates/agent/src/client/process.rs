@@ -61,6 +61,7 @@ impl ExecRequest {
                 command,
                 env: BTreeMap::new(),
                 cwd: None,
+                user: None,
                 stdin: false,
                 timeout_ms: None,
             },
@@ -114,6 +115,15 @@ impl ExecRequest {
     #[must_use]
     pub fn cwd(mut self, cwd: impl Into<String>) -> Self {
         self.spec.cwd = Some(cwd.into());
+        self
+    }
+
+    /// Runs as the account `name` of the sandbox's `/etc/passwd` (`root` always works):
+    /// its uid and gid, `HOME`, `USER` and `LOGNAME` (unless set here), and its home as
+    /// the cwd when none is given. An unknown name fails with [`ErrorKind::NotFound`].
+    #[must_use]
+    pub fn user(mut self, name: impl Into<String>) -> Self {
+        self.spec.user = Some(name.into());
         self
     }
 

@@ -24,6 +24,8 @@ pub struct Harness {
     pub child: Option<AgentProcess>,
     pub agent: Option<Agent>,
     pub serve: Option<tokio::task::JoinHandle<Result<(), omabox_agent::AgentError>>>,
+    /// The account files' directory of [`start_with_accounts`].
+    pub etc: Option<tempfile::TempDir>,
 }
 
 impl Harness {
@@ -37,15 +39,33 @@ impl Harness {
 }
 
 pub async fn start(mode: Mode) -> Harness {
+    start_with_etc(mode, None).await
+}
+
+/// An agent whose accounts come from `<dir>/etc/passwd` and `<dir>/etc/group` (in-process
+/// only: the agent binary always reads `/etc`), the files written from `passwd`/`group`.
+pub async fn start_with_accounts(passwd: &str, group: &str) -> Harness {
+    let etc = tempfile::tempdir().expect("tempdir");
+    std::fs::write(etc.path().join("passwd"), passwd).expect("passwd");
+    std::fs::write(etc.path().join("group"), group).expect("group");
+    let mut h = start_with_etc(Mode::InProcess, Some(etc.path().to_path_buf())).await;
+    h.etc = Some(etc);
+    h
+}
+
+async fn start_with_etc(mode: Mode, etc_dir: Option<PathBuf>) -> Harness {
     let dir = tempfile::tempdir().expect("tempdir");
     match mode {
         Mode::InProcess => {
-            let agent = Agent::new(AgentConfig {
+            let mut config = AgentConfig {
                 reap: ReapMode::OwnChildren,
                 workdir: dir.path().to_path_buf(),
                 ..AgentConfig::default()
-            })
-            .expect("agent");
+            };
+            if let Some(etc) = etc_dir {
+                config.etc_dir = etc;
+            }
+            let agent = Agent::new(config).expect("agent");
             let (a, b) = tokio::io::duplex(256 * 1024);
             let serving = agent.clone();
             let serve = tokio::spawn(async move { serving.serve(a).await });
@@ -58,6 +78,7 @@ pub async fn start(mode: Mode) -> Harness {
                 child: None,
                 agent: Some(agent),
                 serve: Some(serve),
+                etc: None,
             }
         }
         Mode::Child => {
@@ -74,6 +95,7 @@ pub async fn start(mode: Mode) -> Harness {
                 child: Some(child),
                 agent: None,
                 serve: None,
+                etc: None,
             }
         }
     }

@@ -13,10 +13,31 @@ const NSSWITCH: &str = "passwd: files\ngroup: files\nshadow: files\nhosts: files
 networks: files\nprotocols: files\nservices: files\n";
 const RESOLV: &str = "nameserver 127.0.0.1\noptions ndots:0 attempts:1 timeout:1\n";
 
-/// Writes the generated files into `etc` (an empty directory of the new root).
-pub(super) fn generate(etc: &Path, hostname: &str) -> io::Result<()> {
-    std::fs::write(etc.join("passwd"), PASSWD)?;
-    std::fs::write(etc.join("group"), GROUP)?;
+/// The account of [`crate::SandboxPlan::user_home`]: its name, uid and gid, home.
+pub(in crate::setup) const USER: &str = "user";
+pub(super) const USER_ID: u32 = 1000;
+pub(in crate::setup) const USER_HOME: &str = "/home/user";
+
+/// The `passwd` and `group` lines of the `user` account; its shell is `/bin/bash` when
+/// the new root has one, else `/bin/sh`.
+pub(super) fn user_lines(has_bash: bool) -> (String, String) {
+    let shell = if has_bash { "/bin/bash" } else { "/bin/sh" };
+    (
+        format!("{USER}:x:{USER_ID}:{USER_ID}:{USER}:{USER_HOME}:{shell}\n"),
+        format!("{USER}:x:{USER_ID}:\n"),
+    )
+}
+
+/// Writes the generated files into `etc` (an empty directory of the new root), with the
+/// `user` account's lines when given.
+pub(super) fn generate(
+    etc: &Path,
+    hostname: &str,
+    user: Option<(String, String)>,
+) -> io::Result<()> {
+    let (user_passwd, user_group) = user.unwrap_or_default();
+    std::fs::write(etc.join("passwd"), format!("{PASSWD}{user_passwd}"))?;
+    std::fs::write(etc.join("group"), format!("{GROUP}{user_group}"))?;
     std::fs::write(etc.join("nsswitch.conf"), NSSWITCH)?;
     for (name, text) in network_files(hostname) {
         std::fs::write(etc.join(name), text)?;

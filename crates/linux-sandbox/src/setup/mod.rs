@@ -6,6 +6,7 @@
 
 mod etc;
 pub mod harden;
+mod home;
 mod mounts;
 
 use std::io;
@@ -180,9 +181,11 @@ pub fn run(
     clock.lap("hostname, loopback, chdir");
     // A sandbox with its own root filesystem keeps the file-ownership capabilities of its
     // root, but only inside a user namespace of its own id range (never without one: they
-    // would be the host's).
+    // would be the host's). So does one with the `user` account: its agent switches to
+    // uid 1000 (SETUID, SETGID) and gives files to it (CHOWN).
     let power = match (&plan.rootfs, &userns) {
         (RootfsSource::Directory { .. }, Some(_)) => harden::RootPower::FileOwnership,
+        (_, Some(_)) if plan.user_home => harden::RootPower::FileOwnership,
         _ => harden::RootPower::None,
     };
     // 4. Into the user namespace, as its root: from here this process and everything

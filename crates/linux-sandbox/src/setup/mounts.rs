@@ -126,7 +126,7 @@ fn unless_absent(r: io::Result<()>, also: &[i32]) -> io::Result<bool> {
     }
 }
 
-fn step<T>(what: impl FnOnce() -> String, r: io::Result<T>) -> Result<T, SetupError> {
+pub(super) fn step<T>(what: impl FnOnce() -> String, r: io::Result<T>) -> Result<T, SetupError> {
     r.map_err(|source| SetupError::Step {
         step: what(),
         source,
@@ -136,7 +136,7 @@ fn step<T>(what: impl FnOnce() -> String, r: io::Result<T>) -> Result<T, SetupEr
 /// Creates `inside` (a directory, or an empty file when `file`) below `root`, refusing
 /// to follow a symlink anywhere on the way: a rootfs image must not redirect a mount
 /// target outside the new root.
-fn make_target(root: &Path, inside: &Path, file: bool) -> Result<PathBuf, SetupError> {
+pub(super) fn make_target(root: &Path, inside: &Path, file: bool) -> Result<PathBuf, SetupError> {
     let mut p = root.to_path_buf();
     let comps: Vec<_> = inside
         .components()
@@ -326,6 +326,9 @@ pub(super) fn build(
     if plan.workspace_tmpfs {
         workspace_tmpfs(plan, &root, userns.map(|(_, r)| *r))?;
     }
+    if plan.user_home {
+        super::home::user_home(plan, &root, userns.map(|(_, r)| *r))?;
+    }
     if let Some(out) = &plan.outputs {
         place(out, Path::new("/mnt/session/outputs"), rw)?;
     }
@@ -382,12 +385,7 @@ fn workspace_tmpfs(
     owner: Option<IdRange>,
 ) -> Result<(), SetupError> {
     let target = make_target(root, Path::new("/workspace"), false)?;
-    let size = plan
-        .limits
-        .memory_bytes
-        .map_or(plan.limits.tmp_bytes, |m| m / 2)
-        .max(1 << 20);
-    let mut opts = format!("size={size},mode=0755");
+    let mut opts = format!("size={},mode=0755", half_memory_or_tmp(plan));
     if let Some(r) = owner {
         opts.push_str(&format!(",uid={0},gid={0}", r.base));
     }
@@ -399,8 +397,22 @@ fn workspace_tmpfs(
     )
 }
 
+/// The size of a tmpfs the sandbox works in: half the memory limit (its pages are charged
+/// to it), else the size of `/tmp`; at least 1 MiB.
+pub(super) fn half_memory_or_tmp(plan: &SandboxPlan) -> u64 {
+    plan.limits
+        .memory_bytes
+        .map_or(plan.limits.tmp_bytes, |m| m / 2)
+        .max(1 << 20)
+}
+
 /// Mounts a tmpfs with `flags` and `options` at `target` (`what` names it in an error).
-fn tmpfs(target: &Path, what: &str, flags: libc::c_ulong, options: &str) -> Result<(), SetupError> {
+pub(super) fn tmpfs(
+    target: &Path,
+    what: &str,
+    flags: libc::c_ulong,
+    options: &str,
+) -> Result<(), SetupError> {
     step(
         || format!("mount {what}"),
         mount(
@@ -461,7 +473,12 @@ fn preinstalled_root(plan: &SandboxPlan, root: &Path) -> Result<(), SetupError> 
     let etc_dir = make_target(root, Path::new("/etc"), false)?;
     step(
         || "generate /etc".into(),
-        etc::generate(&etc_dir, &plan.hostname),
+        etc::generate(
+            &etc_dir,
+            &plan.hostname,
+            plan.user_home
+                .then(|| etc::user_lines(root.join("bin/bash").is_file())),
+        ),
     )?;
     for f in PREINSTALLED_ETC_BINDS {
         let host = Path::new("/etc").join(f);

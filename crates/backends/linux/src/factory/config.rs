@@ -109,6 +109,9 @@ pub struct LinuxSandboxConfig {
     pub memory_mount: bool,
     /// `/workspace` is a tmpfs of the sandbox's own, not the context's workdir.
     pub workspace_tmpfs: bool,
+    /// The sandbox has the account `user` (uid 1000) with a tmpfs home at `/home/user`
+    /// ([`SandboxPlan::user_home`]). Set by its caller (E2B sandboxes); no setting reads it.
+    pub user_home: bool,
     /// The root filesystem.
     pub image: SandboxImage,
     /// The environment layer over the image.
@@ -128,6 +131,7 @@ impl Default for LinuxSandboxConfig {
             readonly_binds: Vec::new(),
             memory_mount: false,
             workspace_tmpfs: false,
+            user_home: false,
             image: SandboxImage::Preinstalled,
             env_layer: None,
             test_hosts: None,
@@ -209,6 +213,7 @@ impl LinuxSandboxConfig {
                 }),
         );
         plan.memory_mount = self.memory_mount;
+        plan.user_home = self.user_home;
         plan.network.config = self.network.clone();
         if let Some(gateway) = &self.gateway {
             plan.network.gateway = Some(gateway.addr);

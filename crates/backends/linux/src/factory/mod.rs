@@ -552,6 +552,17 @@ pub(super) mod tests {
     }
 
     #[test]
+    fn the_user_home_switch_reaches_the_plan() {
+        let config = LinuxSandboxConfig::default();
+        assert!(!config.plan(&ctx()).user_home);
+        let config = LinuxSandboxConfig {
+            user_home: true,
+            ..LinuxSandboxConfig::default()
+        };
+        assert!(config.plan(&ctx()).user_home);
+    }
+
+    #[test]
     fn a_tmpfs_workspace_replaces_the_contexts_workdir() {
         let f = LinuxSandboxFactory::new();
         let s = f

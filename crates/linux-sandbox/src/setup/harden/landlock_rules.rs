@@ -66,6 +66,9 @@ pub(in crate::setup) fn landlock(plan: &SandboxPlan) -> Result<bool, SetupError>
     if plan.memory_mount {
         writable.push(Path::new(crate::setup::mounts::MEMORY_MOUNT));
     }
+    if plan.user_home {
+        writable.push(Path::new(crate::setup::etc::USER_HOME));
+    }
     writable.extend(
         plan.binds
             .iter()
