@@ -138,6 +138,24 @@ async fn a_resize_reaches_the_terminal(h: Harness) {
     read_until(&mut stdout, "1 1000").await;
     assert!(sh.wait().await.unwrap().success());
 
+    // The kernel tells the terminal's foreground group (SIGWINCH).
+    let mut sh = h
+        .client
+        .spawn(
+            ExecRequest::shell(
+                "trap 'echo winch; stty size' WINCH; echo ready; while :; do sleep 1; done",
+            )
+            .pty(80, 24),
+        )
+        .await
+        .unwrap();
+    let mut stdout = sh.stdout.take().unwrap();
+    read_until(&mut stdout, "ready").await;
+    sh.resize(90, 33).unwrap();
+    read_until(&mut stdout, "winch\r\n33 90").await;
+    sh.kill("SIGKILL").unwrap();
+    sh.wait().await.unwrap();
+
     // A resize of a process without a terminal is ignored.
     let mut cat = h.client.spawn(ExecRequest::program("cat")).await.unwrap();
     cat.resize(100, 50).unwrap();

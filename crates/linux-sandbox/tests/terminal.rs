@@ -8,6 +8,7 @@ use std::os::unix::fs::MetadataExt;
 use std::time::Duration;
 
 use common::{Sandboxed, can_run, test_plan};
+use omabox_agent::ErrorKind;
 use omabox_agent::client::ExecRequest;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -51,4 +52,76 @@ async fn a_terminal_process_gets_a_terminal_of_the_sandboxs_own_devpts() {
         "the sandbox's terminal is on the host's devpts"
     );
     sb.destroy();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sandbox_out_of_terminals_says_so_and_recovers() {
+    if !can_run() {
+        return;
+    }
+    let mut sb = Sandboxed::start(test_plan()).await;
+    // A process takes every terminal of the sandbox's devpts (128) and holds them.
+    let hog = r#"
+import os, time
+fds = []
+try:
+    while True:
+        fds.append(os.open("/dev/ptmx", os.O_RDWR | os.O_NOCTTY))
+except OSError as e:
+    print("full", len(fds), e.errno, flush=True)
+time.sleep(600)
+"#;
+    let bg = sb
+        .client
+        .start_background(ExecRequest::argv(["python3", "-c", hog]))
+        .await
+        .expect("start the hog");
+    eventually("the hog took every terminal", || async {
+        bg.logs().await.expect("logs").stdout.contains("full")
+    })
+    .await;
+    let logs = bg.logs().await.unwrap().stdout;
+    assert!(logs.starts_with("full 128 "), "{logs}");
+    let err = sb
+        .client
+        .spawn(ExecRequest::shell("tty").pty(80, 24))
+        .await
+        .unwrap_err();
+    assert_eq!(err.remote_kind(), Some(ErrorKind::SpawnFailed), "{err}");
+    assert!(
+        err.to_string().contains("every pseudo-terminal is in use"),
+        "{err}"
+    );
+    // Once they are closed, terminals open again.
+    bg.kill("SIGKILL").await.unwrap();
+    eventually("the hog ended", || async {
+        bg.info().await.expect("status").exit.is_some()
+    })
+    .await;
+    let out = sb
+        .client
+        .exec(ExecRequest::shell("tty").pty(80, 24))
+        .await
+        .unwrap();
+    assert!(
+        String::from_utf8_lossy(&out.stdout).starts_with("/dev/pts/"),
+        "{out:?}"
+    );
+    sb.destroy();
+}
+
+/// Polls `cond` until it holds; the deadline only bounds a hang.
+async fn eventually<F, Fut>(what: &str, mut cond: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while !cond().await {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "timed out waiting for: {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 }

@@ -182,10 +182,19 @@ fn spawn_pty(
     size.check()?;
     let mut cmd = command(agent, spec)?;
     let failed = |e: std::io::Error| {
-        let mut err = RemoteError::io(
-            format!("cannot open a terminal for {}", describe(&spec.command)),
-            &e,
-        );
+        let what = format!("cannot open a terminal for {}", describe(&spec.command));
+        // ENOSPC from /dev/ptmx, which rustix reports as EAGAIN: the devpts instance
+        // (128 terminals in a sandbox) or the host's pool is used up.
+        let mut err = if e.raw_os_error() == Some(libc::EAGAIN) {
+            let mut err = RemoteError::new(
+                ErrorKind::SpawnFailed,
+                format!("{what}: every pseudo-terminal is in use"),
+            );
+            err.errno = Some(libc::ENOSPC);
+            err
+        } else {
+            RemoteError::io(what, &e)
+        };
         err.kind = ErrorKind::SpawnFailed;
         err
     };

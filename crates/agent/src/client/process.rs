@@ -236,7 +236,9 @@ impl ProcessKiller {
 /// discarded (without stalling the process); a dropped stdin is closed (EOF).
 /// Dropping every part of an unfinished process kills its process group.
 ///
-/// stdout and stderr are separate pipes: their relative order is not recoverable.
+/// stdout and stderr are separate pipes: their relative order is not recoverable. In a
+/// terminal ([`ExecRequest::pty`]) everything the process shows comes on stdout in order,
+/// stderr only ends, and closing stdin leaves the process running (write `\x04` instead).
 #[derive(Debug)]
 pub struct DuplexProcess {
     /// Process stdin (present when spawned with [`AgentClient::spawn`]).
