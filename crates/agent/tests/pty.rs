@@ -109,6 +109,28 @@ async fn typed_input_comes_back_and_closing_stdin_sends_nothing(h: Harness) {
 }
 both_modes!(typed_input_comes_back_and_closing_stdin_sends_nothing);
 
+async fn all_of_a_terminals_output_arrives_before_the_exit(h: Harness) {
+    // The master is read until the kernel says every holder closed the terminal (EIO);
+    // nothing the process wrote just before exiting is lost.
+    for _ in 0..20 {
+        let out = h
+            .client
+            .exec(ExecRequest::shell("seq 1 100000; exit 3").pty(80, 24))
+            .await
+            .unwrap();
+        assert_eq!(out.exit.code, Some(3), "{:?}", out.exit);
+        assert!(!out.exit.output_truncated);
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert_eq!(text.lines().count(), 100_000);
+        assert!(
+            text.ends_with("\n99999\r\n100000\r\n"),
+            "{:?}",
+            &text[text.len() - 40..]
+        );
+    }
+}
+both_modes!(all_of_a_terminals_output_arrives_before_the_exit);
+
 async fn a_resize_reaches_the_terminal(h: Harness) {
     let mut sh = h
         .client
