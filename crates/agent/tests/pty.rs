@@ -272,3 +272,31 @@ async fn the_master_reaches_no_process(h: Harness) {
     cat.wait().await.unwrap();
 }
 both_modes!(the_master_reaches_no_process);
+
+async fn an_interactive_shell_gets_job_control(h: Harness) {
+    // What E2B's `pty.create` runs: an interactive bash. With the terminal as its
+    // controlling terminal it takes job control (else it says "no job control").
+    let mut bash = h
+        .client
+        .spawn(
+            ExecRequest::argv(["bash", "--norc", "--noprofile", "-i"])
+                .pty(80, 24)
+                .env("PS1", "prompt$ "),
+        )
+        .await
+        .unwrap();
+    let mut stdin = bash.stdin.take().unwrap();
+    let mut stdout = bash.stdout.take().unwrap();
+    stdin
+        .write_all(b"case $- in *m*) echo monitor-on;; esac; exit 7\n")
+        .await
+        .unwrap();
+    let text = String::from_utf8_lossy(&stdout.read_to_end().await.unwrap()).into_owned();
+    assert!(!text.contains("job control"), "{text}");
+    assert!(text.contains("prompt$ "), "{text}");
+    assert!(text.contains("monitor-on\r\n"), "{text}");
+    let exit = bash.wait().await.unwrap();
+    assert_eq!(exit.code, Some(7), "{exit:?}: {text}");
+    assert!(!exit.output_truncated);
+}
+both_modes!(an_interactive_shell_gets_job_control);
