@@ -1,8 +1,10 @@
-//! Starting processes, and attached (streamed) processes.
+//! Starting processes, and attached (streamed) processes, with pipes or in a terminal
+//! (`pty.rs`).
 //!
-//! Each process leads its own process group, so signals, timeouts and teardown reach
-//! everything it started. Exit is reported only after stdout and stderr both reached
-//! eof (or were abandoned after the bounded drain, which is reported).
+//! Each process leads its own process group (a terminal's process its own session too),
+//! so signals, timeouts and teardown reach everything it started that stayed in the
+//! group. Exit is reported only after stdout and stderr both reached eof (or were
+//! abandoned after the bounded drain, which is reported).
 
 use std::os::fd::OwnedFd;
 use std::os::unix::process::CommandExt;
@@ -187,7 +189,7 @@ fn spawn_pty(
         // (128 terminals in a sandbox) or the host's pool is used up.
         let mut err = if e.raw_os_error() == Some(libc::EAGAIN) {
             let mut err = RemoteError::new(
-                ErrorKind::SpawnFailed,
+                ErrorKind::Io,
                 format!("{what}: every pseudo-terminal is in use"),
             );
             err.errno = Some(libc::ENOSPC);
