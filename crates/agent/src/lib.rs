@@ -23,7 +23,7 @@
 //! * `open` (JSON request, host → agent) starts a stream; the host picks odd ids.
 //! * `control` (JSON) carries events agent → host (`started`, `file`, and exactly one
 //!   terminal `exited` / `ok` / `error`) and stream controls host → agent (`signal`,
-//!   `cancel`).
+//!   `cancel`, `resize`).
 //! * `data` carries raw bytes for the channel in `flags` (0 = host → agent input:
 //!   stdin, file or tar upload; 1 = stdout / file / tar download; 2 = stderr);
 //!   `eof` half-closes one channel; `window` (u32 BE increment) returns credit.
@@ -61,6 +61,20 @@
 //! following the exit and says so (`output_truncated`); it never truncates silently.
 //! Host stdin eof is an explicit `eof` frame on channel 0, ordered after queued bytes.
 //!
+//! # Terminals
+//!
+//! A `spawn` with `pty: {cols, rows}` runs the process in a new pseudo-terminal from the
+//! agent's `/dev/ptmx` (inside a sandbox: the sandbox's own devpts): it leads a new
+//! session with the terminal as controlling terminal and stdin/stdout/stderr, and
+//! `TERM=xterm-256color` unless the env sets it. The terminal is one stream: everything
+//! it shows comes on channel 1, read until every holder closed it (or the bounded drain
+//! after exit); channel 2 stays empty and gets its eof with channel 1's. Host input on
+//! channel 0 is typed into it; host eof writes nothing (send `\x04` for the terminal's
+//! eof). The `resize` stream control sets its size (the kernel sends SIGWINCH); a resize
+//! of a stream without a terminal, or out of 1..=1000 columns or rows, is ignored. The
+//! agent's hello lists `pty` among its ops. The master is close-on-exec in the agent
+//! only and never reaches a process.
+//!
 //! # What the agent must never do
 //!
 //! * lose an exit status: one reaper owns `waitpid`, spawn and registration happen under
@@ -96,6 +110,6 @@ pub use client::{
 pub use frame::ProtocolError;
 pub use message::{
     BackgroundLogs, BackgroundStatus, DirEntry, ErrorKind, FileKind, FileStat, ProcessExit,
-    RemoteError,
+    PtySize, RemoteError,
 };
 pub use transport::AgentProcess;

@@ -92,12 +92,56 @@ pub struct SpawnSpec {
     /// the agent's own identity and workdir.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub user: Option<String>,
-    /// Whether stdin is a pipe fed by the host (else `/dev/null`).
+    /// Whether stdin is a pipe fed by the host (else `/dev/null`). Ignored with `pty`: the
+    /// terminal is stdin, and host input always goes to it.
     #[serde(default)]
     pub stdin: bool,
     /// Kill the whole process group after this long and report `timed_out`.
     #[serde(default)]
     pub timeout_ms: Option<u64>,
+    /// Run in a new pseudo-terminal of this size (`spawn` only; `start_background` refuses
+    /// it). The process leads a new session with the terminal as its controlling terminal
+    /// and stdin/stdout/stderr; `TERM` is `xterm-256color` unless the env sets it. All
+    /// output comes on channel 1 (channel 2 only gets its eof); host input on channel 0 is
+    /// typed into the terminal, and host eof writes nothing (a terminal has no eof: send
+    /// `\x04`, `^D`, for one). Each dimension is 1..=[`MAX_PTY_DIMENSION`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pty: Option<PtySize>,
+}
+
+/// The largest number of columns or rows a terminal may have.
+pub const MAX_PTY_DIMENSION: u16 = 1000;
+
+/// A terminal's size in character cells.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PtySize {
+    /// Columns.
+    pub cols: u16,
+    /// Rows.
+    pub rows: u16,
+}
+
+impl PtySize {
+    /// Whether both dimensions are within 1..=[`MAX_PTY_DIMENSION`].
+    pub fn is_valid(self) -> bool {
+        let ok = |n: u16| (1..=MAX_PTY_DIMENSION).contains(&n);
+        ok(self.cols) && ok(self.rows)
+    }
+
+    /// An `invalid_request` error unless [`PtySize::is_valid`].
+    pub fn check(self) -> Result<Self, RemoteError> {
+        if self.is_valid() {
+            Ok(self)
+        } else {
+            Err(RemoteError::new(
+                ErrorKind::InvalidRequest,
+                format!(
+                    "terminal size {}x{} (columns x rows) is out of range: each must be 1..={MAX_PTY_DIMENSION}",
+                    self.cols, self.rows
+                ),
+            ))
+        }
+    }
 }
 
 /// A request: the body of an open frame. The stream it opens lives until the agent sends
@@ -223,6 +267,10 @@ impl Request {
         "rename",
         "remove",
     ];
+
+    /// Features beyond the ops, announced in the agent's hello `ops` after them:
+    /// `pty` = [`SpawnSpec::pty`] and [`StreamControl::Resize`] are understood.
+    pub const FEATURES: &'static [&'static str] = &["pty"];
 }
 
 /// Host → agent on an open stream.
@@ -238,6 +286,15 @@ pub enum StreamControl {
     /// The host abandons the stream: the agent stops the operation (kills a process
     /// group, removes a partial file) and sends nothing more on it.
     Cancel,
+    /// Resize the stream's terminal (the kernel sends the process SIGWINCH). Ignored on a
+    /// stream without a terminal, after exit, and when a dimension is out of
+    /// 1..=[`MAX_PTY_DIMENSION`] (the process lives on either way).
+    Resize {
+        /// Columns.
+        cols: u16,
+        /// Rows.
+        rows: u16,
+    },
 }
 
 /// Agent → host on an open stream.
@@ -553,6 +610,7 @@ mod tests {
             user: None,
             stdin: false,
             timeout_ms: Some(5),
+            pty: None,
         });
         let v = serde_json::to_value(&r).unwrap();
         assert_eq!(v["op"], "spawn");
@@ -609,6 +667,47 @@ mod tests {
         )
         .unwrap();
         assert_eq!((st.uid, st.owner), (0, None));
+    }
+
+    #[test]
+    fn terminal_wire_shapes() {
+        let plain = serde_json::to_value(SpawnSpec {
+            command: CommandSpec::Shell {
+                script: "true".into(),
+            },
+            env: BTreeMap::new(),
+            cwd: None,
+            user: None,
+            stdin: false,
+            timeout_ms: None,
+            pty: None,
+        })
+        .unwrap();
+        assert!(plain.get("pty").is_none(), "{plain}");
+        let spec: SpawnSpec = serde_json::from_str(
+            r#"{"command":{"kind":"shell","script":"sh"},"pty":{"cols":80,"rows":24}}"#,
+        )
+        .unwrap();
+        assert_eq!(spec.pty, Some(PtySize { cols: 80, rows: 24 }));
+        let v = serde_json::to_value(StreamControl::Resize {
+            cols: 132,
+            rows: 43,
+        })
+        .unwrap();
+        assert_eq!(v, serde_json::json!({"type":"resize","cols":132,"rows":43}));
+        for (cols, rows, ok) in [
+            (1, 1, true),
+            (1000, 1000, true),
+            (0, 5, false),
+            (5, 1001, false),
+        ] {
+            assert_eq!(PtySize { cols, rows }.is_valid(), ok, "{cols}x{rows}");
+            assert_eq!(PtySize { cols, rows }.check().is_ok(), ok);
+        }
+        assert_eq!(
+            PtySize { cols: 0, rows: 1 }.check().unwrap_err().kind,
+            ErrorKind::InvalidRequest
+        );
     }
 
     #[test]

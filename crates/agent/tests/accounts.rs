@@ -245,3 +245,24 @@ async fn remove_takes_a_tree_but_never_what_its_symlinks_point_at(h: Harness) {
     assert_eq!(st.kind, FileKind::Dir);
 }
 both_modes!(remove_takes_a_tree_but_never_what_its_symlinks_point_at);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_terminal_belongs_to_the_user_in_it() {
+    if !is_root() {
+        return;
+    }
+    let h = with_tester().await;
+    let mut process = h
+        .client
+        .spawn(
+            ExecRequest::shell("stat -c '%u:%g' \"$(tty)\"")
+                .user("tester")
+                .pty(80, 24),
+        )
+        .await
+        .unwrap();
+    let mut stdout = process.stdout.take().unwrap();
+    let output = stdout.read_to_string_lossy().await.unwrap();
+    assert!(process.wait().await.unwrap().code == Some(0), "{output}");
+    assert_eq!(output.trim(), "4321:4322", "{output:?}");
+}

@@ -455,3 +455,43 @@ async fn stdio_transport_works() {
     drop(client);
     assert_eq!(child.wait().await.unwrap().code(), Some(0));
 }
+
+#[tokio::test]
+async fn a_terminals_host_eof_writes_nothing_and_later_input_still_arrives() {
+    let (_agent, mut raw, _task) = inproc_raw().await;
+    raw.handshake().await;
+    let spawn =
+        r#"{"op":"spawn","command":{"kind":"argv","argv":["cat"]},"pty":{"cols":80,"rows":24}}"#;
+    raw.send(&encode(&[
+        open(1, spawn),
+        Frame::eof(1, channel::INPUT),
+        Frame::data(1, channel::INPUT, Bytes::from_static(b"after-eof\n")),
+    ]))
+    .await;
+    // The terminal echoes the line and cat (still running: nothing ended its input)
+    // writes it back.
+    let mut text = String::new();
+    let read = async {
+        while !text.contains("after-eof\r\nafter-eof\r\n") {
+            let f = raw.r.next_frame().await.unwrap().expect("a frame");
+            assert_eq!(f.stream, 1);
+            match f.kind {
+                FrameKind::Data => {
+                    assert_eq!(f.flags, channel::STDOUT);
+                    text.push_str(&String::from_utf8_lossy(&f.body));
+                }
+                FrameKind::Control => {
+                    let ev: Event = f.decode_json("event").unwrap();
+                    assert!(matches!(ev, Event::Started { .. }), "{ev:?}");
+                }
+                other => panic!("unexpected {other:?} frame; output so far {text:?}"),
+            }
+        }
+    };
+    // Bounds a hang only.
+    let ended = tokio::time::timeout(std::time::Duration::from_secs(30), read).await;
+    assert!(
+        ended.is_ok(),
+        "input after eof never came back; got {text:?}"
+    );
+}

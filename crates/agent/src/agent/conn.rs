@@ -80,7 +80,11 @@ where
         software: crate::SOFTWARE.into(),
         max_frame: agent.config.max_frame,
         initial_window: agent.config.window,
-        ops: Request::OPS.iter().map(|s| (*s).to_owned()).collect(),
+        ops: Request::OPS
+            .iter()
+            .chain(Request::FEATURES)
+            .map(|s| (*s).to_owned())
+            .collect(),
         pid: Some(crate::sys::getpid()),
     };
     // Sent before reading anything: the hello is the readiness signal.

@@ -8,6 +8,7 @@ mod background;
 mod conn;
 mod files;
 mod process;
+mod pty;
 mod reaper;
 mod tarball;
 mod tree;

@@ -1,24 +1,26 @@
-//! Starting processes, and attached (streamed) processes.
+//! Starting processes, and attached (streamed) processes, with pipes or in a terminal
+//! (`pty.rs`).
 //!
-//! Each process leads its own process group, so signals, timeouts and teardown reach
-//! everything it started. Exit is reported only after stdout and stderr both reached
-//! eof (or were abandoned after the bounded drain, which is reported).
+//! Each process leads its own process group (a terminal's process its own session too),
+//! so signals, timeouts and teardown reach everything it started that stayed in the
+//! group. Exit is reported only after stdout and stderr both reached eof (or were
+//! abandoned after the bounded drain, which is reported).
 
 use std::os::fd::OwnedFd;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 
-use tokio::io::AsyncWriteExt;
+use tokio::io::{AsyncWrite, AsyncWriteExt};
 use tokio::net::unix::pipe;
 use tokio::sync::{mpsc, oneshot, watch};
 
 use super::conn::{Inbound, InputCredit, PumpEnd, StreamIo};
-use super::{AgentShared, GroupGuard, TaskGuard, users};
+use super::{AgentShared, GroupGuard, TaskGuard, pty, users};
 use crate::frame::channel;
 use crate::message::{
-    CommandSpec, ErrorKind, Event, ProcessExit, RemoteError, SpawnSpec, StreamControl,
+    CommandSpec, ErrorKind, Event, ProcessExit, PtySize, RemoteError, SpawnSpec, StreamControl,
 };
 use crate::sys::{self, RawExit};
 
@@ -40,11 +42,8 @@ pub(crate) fn describe(cmd: &CommandSpec) -> String {
     }
 }
 
-pub(crate) fn spawn(
-    agent: &AgentShared,
-    conn: u64,
-    spec: &SpawnSpec,
-) -> Result<Spawned, RemoteError> {
+/// The command of `spec` with its env and working directory, not yet started.
+fn command(agent: &AgentShared, spec: &SpawnSpec) -> Result<Command, RemoteError> {
     let mut cmd = match &spec.command {
         CommandSpec::Shell { script } => {
             let mut c = Command::new("/bin/sh");
@@ -60,6 +59,10 @@ pub(crate) fn spawn(
             c
         }
     };
+    if spec.pty.is_some() {
+        // First, so the session env and the request's env can change or remove it.
+        cmd.env("TERM", pty::DEFAULT_TERM);
+    }
     let account = match &spec.user {
         Some(name) => Some(users::lookup(&agent.config.etc_dir, name)?),
         None => None,
@@ -121,23 +124,50 @@ pub(crate) fn spawn(
         err.kind = ErrorKind::SpawnFailed;
         return Err(err);
     }
-    cmd.current_dir(&cwd)
-        .stdin(if spec.stdin {
-            Stdio::piped()
-        } else {
-            Stdio::null()
-        })
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .process_group(0);
-    let (mut child, exit) = agent.reaper.spawn(&mut cmd).map_err(|e| {
+    cmd.current_dir(&cwd);
+    Ok(cmd)
+}
+
+/// Starts `cmd` under the reaper and registers its group with the connection.
+fn start(
+    agent: &AgentShared,
+    conn: u64,
+    spec: &SpawnSpec,
+    cmd: &mut Command,
+) -> Result<(Child, oneshot::Receiver<RawExit>, GroupGuard), RemoteError> {
+    let (child, exit) = agent.reaper.spawn(cmd).map_err(|e| {
         let mut err = RemoteError::io(format!("cannot start {}", describe(&spec.command)), &e);
         err.kind = ErrorKind::SpawnFailed;
         err
     })?;
     let pid = child.id();
     agent.register_group(pid as i32, conn);
-    let guard = GroupGuard::new(pid as i32);
+    Ok((child, exit, GroupGuard::new(pid as i32)))
+}
+
+/// Starts a process with pipes (stdin a pipe or `/dev/null`); refuses a `pty` spec.
+pub(crate) fn spawn(
+    agent: &AgentShared,
+    conn: u64,
+    spec: &SpawnSpec,
+) -> Result<Spawned, RemoteError> {
+    if spec.pty.is_some() {
+        return Err(RemoteError::new(
+            ErrorKind::InvalidRequest,
+            "only an attached process (`spawn`) can have a terminal",
+        ));
+    }
+    let mut cmd = command(agent, spec)?;
+    cmd.stdin(if spec.stdin {
+        Stdio::piped()
+    } else {
+        Stdio::null()
+    })
+    .stdout(Stdio::piped())
+    .stderr(Stdio::piped())
+    .process_group(0);
+    let (mut child, exit, guard) = start(agent, conn, spec, &mut cmd)?;
+    let pid = child.id();
     let convert = |e: std::io::Error| RemoteError::io("cannot set up process pipes", &e);
     let stdin = match child.stdin.take() {
         Some(s) => Some(pipe::Sender::from_owned_fd(OwnedFd::from(s)).map_err(convert)?),
@@ -162,6 +192,66 @@ pub(crate) fn spawn(
     })
 }
 
+/// A process started in a new terminal.
+#[derive(Debug)]
+struct PtySpawned {
+    pid: u32,
+    guard: GroupGuard,
+    exit: oneshot::Receiver<RawExit>,
+    master: pty::Master,
+}
+
+fn spawn_pty(
+    agent: &AgentShared,
+    conn: u64,
+    spec: &SpawnSpec,
+    size: PtySize,
+) -> Result<PtySpawned, RemoteError> {
+    size.check()?;
+    let mut cmd = command(agent, spec)?;
+    let failed = |e: std::io::Error| {
+        let what = format!("cannot open a terminal for {}", describe(&spec.command));
+        // ENOSPC from /dev/ptmx, which rustix reports as EAGAIN: the devpts instance
+        // (128 terminals in a sandbox) or the host's pool is used up.
+        let mut err = if e.raw_os_error() == Some(libc::EAGAIN) {
+            let mut err = RemoteError::new(
+                ErrorKind::Io,
+                format!("{what}: every pseudo-terminal is in use"),
+            );
+            err.errno = Some(libc::ENOSPC);
+            err
+        } else {
+            RemoteError::io(what, &e)
+        };
+        err.kind = ErrorKind::SpawnFailed;
+        err
+    };
+    let (master, peer) = pty::open(size).map_err(failed)?;
+    if let Some(name) = &spec.user {
+        // The terminal belongs to whoever runs in it, as a login's does: programs that
+        // reopen it by name (sudo, ssh, pinentry) need to.
+        let account = users::lookup(&agent.config.etc_dir, name)?;
+        rustix::fs::fchown(
+            &peer,
+            Some(rustix::fs::Uid::from_raw(account.uid)),
+            Some(rustix::fs::Gid::from_raw(account.gid)),
+        )
+        .map_err(|e| failed(e.into()))?;
+    }
+    pty::attach(&mut cmd, peer).map_err(failed)?;
+    let (child, exit, guard) = start(agent, conn, spec, &mut cmd)?;
+    // The command holds the agent's copies of the terminal's peer: only once they are
+    // closed does reading the master end when the process (and whatever it left holding
+    // the terminal) closed it.
+    drop(cmd);
+    Ok(PtySpawned {
+        pid: child.id(),
+        guard,
+        exit,
+        master,
+    })
+}
+
 /// Status for an exit the reaper could not deliver (someone else reaped the pid).
 pub(crate) fn unknown_exit() -> RawExit {
     RawExit {
@@ -171,10 +261,11 @@ pub(crate) fn unknown_exit() -> RawExit {
     }
 }
 
-/// Writes host stdin bytes to the pipe, returning credit as each chunk is written. After
-/// EPIPE the bytes are dropped (still credited) so the host never blocks on a dead pipe.
-async fn stdin_writer(
-    mut pipe: pipe::Sender,
+/// Writes host stdin bytes to the pipe (or terminal), returning credit as each chunk is
+/// written. After a write error (EPIPE; EIO once a terminal is closed) the bytes are
+/// dropped (still credited) so the host never blocks on a dead pipe.
+async fn stdin_writer<W: AsyncWrite + Unpin>(
+    mut pipe: W,
     mut rx: mpsc::UnboundedReceiver<bytes::Bytes>,
     credit: InputCredit,
 ) {
@@ -188,36 +279,81 @@ async fn stdin_writer(
     // Channel closed = host sent eof: dropping the pipe delivers EOF to the process.
 }
 
+/// An attached process as started: with pipes, or in a terminal.
+enum Attached {
+    Pipes(Spawned),
+    Pty(PtySpawned),
+}
+
+/// Starts the task that writes host input to `w`.
+fn writer<W: AsyncWrite + Unpin + Send + 'static>(
+    w: W,
+    credit: &InputCredit,
+) -> (mpsc::UnboundedSender<bytes::Bytes>, TaskGuard<()>) {
+    let (tx, rx) = mpsc::unbounded_channel();
+    (
+        tx,
+        TaskGuard(tokio::spawn(stdin_writer(w, rx, credit.clone()))),
+    )
+}
+
+fn abandoned(r: &std::io::Result<(PumpEnd, u64)>) -> bool {
+    !matches!(r, Ok((PumpEnd::Eof, _)))
+}
+
 pub(crate) async fn run_attached(io: &mut StreamIo, spec: SpawnSpec) -> Result<Event, RemoteError> {
     let agent: Arc<AgentShared> = io.conn.agent.clone();
-    let mut sp = spawn(&agent, io.conn.id, &spec)?;
-    io.event(&Event::Started { pid: sp.pid });
-    let pgid = sp.pid as i32;
+    let attached = match spec.pty {
+        None => Attached::Pipes(spawn(&agent, io.conn.id, &spec)?),
+        Some(size) => Attached::Pty(spawn_pty(&agent, io.conn.id, &spec, size)?),
+    };
+    let pid = match &attached {
+        Attached::Pipes(sp) => sp.pid,
+        Attached::Pty(sp) => sp.pid,
+    };
+    // Before any output: the drain below starts sending at once.
+    io.event(&Event::Started { pid });
+    let pgid = pid as i32;
     let drain_idle = agent.config.drain_idle;
 
     let (exited_tx, exited_rx) = watch::channel(false);
     let out_sender = io.sender(channel::STDOUT);
     let err_sender = io.sender(channel::STDERR);
-    let (mut stdout, mut stderr) = (sp.stdout, sp.stderr);
-    let (rx1, rx2) = (exited_rx.clone(), exited_rx);
-    let mut drain = TaskGuard(tokio::spawn(async move {
-        let (a, b) = tokio::join!(
-            out_sender.pump(&mut stdout, Some(rx1), drain_idle),
-            err_sender.pump(&mut stderr, Some(rx2), drain_idle),
-        );
-        let abandoned = |r: &std::io::Result<(PumpEnd, u64)>| !matches!(r, Ok((PumpEnd::Eof, _)));
-        abandoned(&a) || abandoned(&b)
-    }));
-
     let credit = io.input_credit();
+    let (mut guard, mut exit, mut drain, input, terminal) = match attached {
+        Attached::Pipes(sp) => {
+            let (mut stdout, mut stderr) = (sp.stdout, sp.stderr);
+            let rx1 = exited_rx.clone();
+            let drain = TaskGuard(tokio::spawn(async move {
+                let (a, b) = tokio::join!(
+                    out_sender.pump(&mut stdout, Some(rx1), drain_idle),
+                    err_sender.pump(&mut stderr, Some(exited_rx), drain_idle),
+                );
+                abandoned(&a) || abandoned(&b)
+            }));
+            let input = sp.stdin.map(|pipe| writer(pipe, &credit));
+            (sp.guard, sp.exit, drain, input, None)
+        }
+        Attached::Pty(sp) => {
+            // A terminal is one stream: everything it shows is stdout; stderr only ends.
+            let mut screen = sp.master.clone();
+            let drain = TaskGuard(tokio::spawn(async move {
+                let a = out_sender
+                    .pump(&mut screen, Some(exited_rx), drain_idle)
+                    .await;
+                if matches!(a, Ok((PumpEnd::Eof | PumpEnd::Abandoned, _))) {
+                    err_sender.eof();
+                }
+                abandoned(&a)
+            }));
+            let input = Some(writer(sp.master.clone(), &credit));
+            (sp.guard, sp.exit, drain, input, Some(sp.master))
+        }
+    };
     // The writer task lives (guarded) until this function returns; dropping `stdin_tx`
     // on the host's eof lets it finish the queued bytes and then close the pipe.
-    let (mut stdin_tx, _stdin_task) = match sp.stdin.take() {
-        Some(pipe) => {
-            let (tx, rx) = mpsc::unbounded_channel();
-            let task = TaskGuard(tokio::spawn(stdin_writer(pipe, rx, credit.clone())));
-            (Some(tx), Some(task))
-        }
+    let (mut stdin_tx, _stdin_task) = match input {
+        Some((tx, task)) => (Some(tx), Some(task)),
         None => (None, None),
     };
 
@@ -230,7 +366,7 @@ pub(crate) async fn run_attached(io: &mut StreamIo, spec: SpawnSpec) -> Result<E
     let mut inbound_open = true;
     while status.is_none() || drained.is_none() {
         tokio::select! {
-            st = &mut sp.exit, if status.is_none() => {
+            st = &mut exit, if status.is_none() => {
                 status = Some(st.unwrap_or_else(|_| unknown_exit()));
                 agent.leader_exited(pgid);
                 let _ = exited_tx.send(true);
@@ -250,6 +386,8 @@ pub(crate) async fn run_attached(io: &mut StreamIo, spec: SpawnSpec) -> Result<E
                         credit.consumed(len);
                     }
                 }
+                // A terminal has no eof (the host types ^D for one): nothing to write.
+                Some(Inbound::Eof) if terminal.is_some() => {}
                 // Dropping the sender lets the writer finish queued bytes, then close.
                 Some(Inbound::Eof) => stdin_tx = None,
                 Some(Inbound::Control(StreamControl::Signal { signal })) => {
@@ -260,16 +398,33 @@ pub(crate) async fn run_attached(io: &mut StreamIo, spec: SpawnSpec) -> Result<E
                         }
                     }
                 }
+                Some(Inbound::Control(StreamControl::Resize { cols, rows })) => {
+                    resize(terminal.as_ref(), PtySize { cols, rows });
+                }
                 Some(Inbound::Control(_)) => {}
                 None => inbound_open = false,
             },
         }
     }
-    sp.guard.disarm();
+    guard.disarm();
     let mut exit: ProcessExit = status.unwrap_or_else(unknown_exit).to_exit();
     exit.timed_out = timed_out;
     exit.output_truncated = drained.unwrap_or(true);
     Ok(Event::Exited(exit))
+}
+
+/// A resize is ignored (never an error that would end the process) on a stream without a
+/// terminal and when a dimension is out of range.
+fn resize(terminal: Option<&pty::Master>, size: PtySize) {
+    match terminal {
+        Some(master) if size.is_valid() => {
+            if let Err(e) = master.resize(size) {
+                tracing::debug!(error = %e, "terminal resize failed");
+            }
+        }
+        Some(_) => tracing::warn!(?size, "ignoring an out-of-range terminal size"),
+        None => tracing::debug!("ignoring a resize of a process without a terminal"),
+    }
 }
 
 pub(crate) async fn sleep_until(deadline: Option<tokio::time::Instant>) {

@@ -91,6 +91,22 @@ pub enum ClientError {
         /// The cap.
         limit: usize,
     },
+    /// A terminal size out of 1..=1000 columns or rows.
+    #[error("terminal size {cols}x{rows} (columns x rows) is out of range: each must be 1..=1000")]
+    InvalidPtySize {
+        /// Columns asked for.
+        cols: u16,
+        /// Rows asked for.
+        rows: u16,
+    },
+    /// The agent does not announce a feature this call needs (an older agent).
+    #[error("the agent ({software}) does not support `{feature}`")]
+    Unsupported {
+        /// The feature, as the agent's hello would list it.
+        feature: String,
+        /// Agent software string.
+        software: String,
+    },
     /// A signal name the agent would not know.
     #[error("unknown signal `{0}`")]
     UnknownSignal(String),
@@ -323,6 +339,23 @@ impl AgentClient {
     /// The agent's hello (software, pid, ops, limits).
     pub fn agent_hello(&self) -> &Hello {
         &self.handle.agent
+    }
+
+    /// Whether the agent's hello lists `op` (an op or a feature such as `pty`).
+    pub fn supports(&self, op: &str) -> bool {
+        self.handle.agent.ops.iter().any(|o| o == op)
+    }
+
+    /// [`ClientError::Unsupported`] unless [`AgentClient::supports`] `feature`.
+    pub(crate) fn require(&self, feature: &str) -> Result<(), ClientError> {
+        if self.supports(feature) {
+            Ok(())
+        } else {
+            Err(ClientError::Unsupported {
+                feature: feature.to_owned(),
+                software: self.handle.agent.software.clone(),
+            })
+        }
     }
 
     /// Negotiated protocol version.

@@ -13,8 +13,11 @@ use super::{AgentClient, ClientError, Opened};
 use crate::frame::{Frame, FrameKind, channel};
 use crate::message::{
     BackgroundInfo, BackgroundLogs, BackgroundStarted, BackgroundStatus, CommandSpec, ErrorKind,
-    Event, ProcessExit, Request, SpawnSpec, StreamControl,
+    Event, ProcessExit, PtySize, Request, SpawnSpec, StreamControl,
 };
+
+/// The hello feature that says the agent runs processes in terminals.
+const PTY_FEATURE: &str = "pty";
 
 /// The most output [`AgentClient::exec`] keeps by default: stdout and stderr together.
 /// Whatever the process writes beyond it is read and dropped (the process never blocks on
@@ -64,6 +67,7 @@ impl ExecRequest {
                 user: None,
                 stdin: false,
                 timeout_ms: None,
+                pty: None,
             },
             max_output: DEFAULT_MAX_EXEC_OUTPUT,
         }
@@ -131,6 +135,16 @@ impl ExecRequest {
     #[must_use]
     pub fn timeout(mut self, timeout: Duration) -> Self {
         self.spec.timeout_ms = Some(u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX));
+        self
+    }
+
+    /// Runs the process in a new pseudo-terminal of `cols` x `rows` (see
+    /// [`SpawnSpec::pty`]): everything it shows arrives on stdout, stderr stays empty,
+    /// stdin is typed into the terminal, and closing stdin sends nothing (write `\x04`
+    /// for an end of file). Each dimension must be 1..=1000; the agent refuses others.
+    #[must_use]
+    pub fn pty(mut self, cols: u16, rows: u16) -> Self {
+        self.spec.pty = Some(PtySize { cols, rows });
         self
     }
 
@@ -209,13 +223,32 @@ impl ProcessKiller {
         ));
         Ok(())
     }
+
+    /// Resizes the process's terminal (the process gets SIGWINCH). Each dimension must be
+    /// 1..=1000. The agent ignores a resize of a process started without
+    /// [`ExecRequest::pty`], and one after the process ended.
+    pub fn resize(&self, cols: u16, rows: u16) -> Result<(), ClientError> {
+        let size = PtySize { cols, rows };
+        if !size.is_valid() {
+            return Err(ClientError::InvalidPtySize { cols, rows });
+        }
+        self.client.require(PTY_FEATURE)?;
+        let _ = self.client.shared().out.send(Frame::json(
+            self.id,
+            FrameKind::Control,
+            &StreamControl::Resize { cols, rows },
+        ));
+        Ok(())
+    }
 }
 
 /// A process with streamed stdio. Take the fields you need; a dropped stdout/stderr is
 /// discarded (without stalling the process); a dropped stdin is closed (EOF).
 /// Dropping every part of an unfinished process kills its process group.
 ///
-/// stdout and stderr are separate pipes: their relative order is not recoverable.
+/// stdout and stderr are separate pipes: their relative order is not recoverable. In a
+/// terminal ([`ExecRequest::pty`]) everything the process shows comes on stdout in order,
+/// stderr only ends, and closing stdin leaves the process running (write `\x04` instead).
 #[derive(Debug)]
 pub struct DuplexProcess {
     /// Process stdin (present when spawned with [`AgentClient::spawn`]).
@@ -247,6 +280,11 @@ impl DuplexProcess {
         self.killer.kill(signal)
     }
 
+    /// See [`ProcessKiller::resize`].
+    pub fn resize(&self, cols: u16, rows: u16) -> Result<(), ClientError> {
+        self.killer.resize(cols, rows)
+    }
+
     /// Waits for the exit, which the agent reports only after stdout and stderr both
     /// reached eof. Like `std::process::Child::wait`, a stdin still held here is closed
     /// first. Keep reading (or drop) stdout/stderr meanwhile: an unread channel fills its
@@ -273,6 +311,11 @@ impl DuplexProcess {
 impl AgentClient {
     async fn start(&self, mut req: ExecRequest, stdin: bool) -> Result<DuplexProcess, ClientError> {
         req.spec.stdin = stdin;
+        if req.spec.pty.is_some() {
+            // An agent without terminals would ignore the field and run the process
+            // without one.
+            self.require(PTY_FEATURE)?;
+        }
         let Opened {
             id,
             mut events,
