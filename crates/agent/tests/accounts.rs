@@ -28,7 +28,8 @@ fn is_root() -> bool {
 
 /// A harness whose `tester` account's home is `<workdir>/home` (traversable by it).
 async fn with_tester() -> Harness {
-    let h = start_with_accounts(&PASSWD.replace("@HOME@", "/placeholder"), GROUP).await;
+    // The home's path is known once the harness's directory is: the passwd is rewritten.
+    let h = start_with_accounts(PASSWD, GROUP).await;
     let home = h.local("home");
     std::fs::create_dir(&home).unwrap();
     std::fs::set_permissions(h.dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();

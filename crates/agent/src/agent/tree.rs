@@ -237,6 +237,43 @@ fn remove_at(parent: OwnedFd, name: &CString) -> io::Result<()> {
 mod tests {
     use super::*;
 
+    fn dir_fd(p: &Path) -> OwnedFd {
+        rustix::fs::open(p, OFlags::RDONLY | OFlags::DIRECTORY, Mode::empty()).unwrap()
+    }
+
+    /// What the walk does when a directory it is about to enter became a symlink (the
+    /// race a sandbox process could run): the link is removed, its target never entered.
+    #[test]
+    fn a_directory_swapped_for_a_symlink_is_unlinked_not_entered() {
+        let t = tempfile::tempdir().unwrap();
+        std::fs::create_dir(t.path().join("outside")).unwrap();
+        std::fs::write(t.path().join("outside/keep"), b"k").unwrap();
+        std::fs::create_dir(t.path().join("tree")).unwrap();
+        std::os::unix::fs::symlink(t.path().join("outside"), t.path().join("tree/d")).unwrap();
+        let tree = dir_fd(&t.path().join("tree"));
+        assert!(
+            open_dir_entry(&tree, &CString::new("d").unwrap())
+                .unwrap()
+                .is_none()
+        );
+        assert!(t.path().join("tree/d").symlink_metadata().is_err());
+        assert!(t.path().join("outside/keep").is_file());
+        // A file in its place is unlinked the same way.
+        std::fs::write(t.path().join("tree/f"), b"x").unwrap();
+        assert!(
+            open_dir_entry(&tree, &CString::new("f").unwrap())
+                .unwrap()
+                .is_none()
+        );
+        assert!(!t.path().join("tree/f").exists());
+        // And the whole tree goes, its symlinked-to directory stays.
+        std::fs::create_dir_all(t.path().join("tree/a/b")).unwrap();
+        std::os::unix::fs::symlink(t.path().join("outside"), t.path().join("tree/a/b/l")).unwrap();
+        remove_at(dir_fd(t.path()), &CString::new("tree").unwrap()).unwrap();
+        assert!(!t.path().join("tree").exists());
+        assert!(t.path().join("outside/keep").is_file());
+    }
+
     #[test]
     fn split_settles_dots() {
         let (p, n) = split(Path::new("/a/b/../c/./d")).unwrap();
