@@ -593,6 +593,12 @@ pub struct DirEntry {
     /// Group's name in the sandbox's `/etc/group`, when listed.
     #[serde(default)]
     pub group: Option<String>,
+    /// Modification time, ms since the epoch.
+    #[serde(default)]
+    pub mtime_ms: i64,
+    /// Target of a symlink.
+    #[serde(default)]
+    pub link_target: Option<String>,
 }
 
 #[cfg(test)]

@@ -191,8 +191,18 @@ pub(crate) async fn list_dir(io: &StreamIo, path: &str) -> Result<Vec<DirEntry>,
         let Ok(meta) = entry.metadata().await else {
             continue; // vanished meanwhile
         };
+        let link_target = if meta.file_type().is_symlink() {
+            tokio::fs::read_link(entry.path())
+                .await
+                .ok()
+                .map(|t| lossy(&t))
+        } else {
+            None
+        };
         out.push(DirEntry {
             name: entry.file_name().to_string_lossy().into_owned(),
+            mtime_ms: meta.mtime() * 1000 + meta.mtime_nsec() / 1_000_000,
+            link_target,
             kind: kind_of(meta.file_type()),
             size: meta.len(),
             mode: meta.mode() & 0o7777,

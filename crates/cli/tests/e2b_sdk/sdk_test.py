@@ -47,6 +47,17 @@ except CommandExitException as e:
 r = sbx.commands.run("pwd; echo $X", cwd="/tmp", envs={"X": "y"})
 check(r.stdout == "/tmp\ny\n", "cwd and envs")
 
+# Users: `user` (uid 1000, home /home/user) by default, root when asked.
+r = sbx.commands.run("id -un; id -u; echo $HOME; pwd; touch mine && stat -c %U mine")
+check(r.stdout == "user\n1000\n/home/user\n/home/user\nuser\n", f"the default user: {r.stdout!r}")
+r = sbx.commands.run("id -u; pwd", user="root")
+check(r.stdout == "0\n/root\n" or r.stdout == "0\n/\n", f"root when asked: {r.stdout!r}")
+try:
+    sbx.commands.run("touch /etc/owned")
+    raise AssertionError("the default user must not write /etc")
+except CommandExitException as e:
+    check("denied" in e.stderr.lower() or "read-only" in e.stderr.lower(), "user cannot write /etc")
+
 # Output streams as written: the command waits for a file the test writes only once it
 # saw the first line (iterating the handle yields output as it arrives).
 h = sbx.commands.run(
@@ -102,6 +113,50 @@ try:
     raise AssertionError("reading a missing file must raise")
 except NotFoundException:
     check(True, "a missing file is NotFound")
+
+# Directories, renames, removals, owners and relative paths (the user's home).
+check(sbx.files.make_dir("projects/app"), "make_dir creates (relative: in the home)")
+check(not sbx.files.make_dir("/home/user/projects/app"), "make_dir of an existing dir answers false")
+sbx.files.write("projects/app/main.py", "print(1)")
+info = sbx.files.get_info("/home/user/projects/app/main.py")
+check(info.owner == "user" and info.permissions.startswith("-rw"), f"written files belong to the user: {info.owner} {info.permissions}")
+moved = sbx.files.rename("projects/app/main.py", "projects/app/run.py")
+check(moved.path == "/home/user/projects/app/run.py", f"rename answers the new path: {moved.path}")
+sbx.commands.run("ln -s /etc/hostname projects/app/link")
+entries = {e.name: e for e in sbx.files.list("projects", depth=2)}
+check(set(entries) == {"app", "run.py", "link"}, f"a depth-2 listing: {sorted(entries)}")
+check(entries["link"].symlink_target == "/etc/hostname", "a symlink's target is listed")
+check(entries["run.py"].modified_time.year >= 2024, "entries carry their modification time")
+sbx.files.remove("projects")
+check(not sbx.files.exists("projects"), "remove takes a tree")
+check(sbx.files.read("/etc/hostname") != "", "removing a tree with a symlink leaves its target")
+
+# A terminal: bash in a pty, typed input, resize.
+from e2b import PtySize
+
+terminal = sbx.pty.create(PtySize(rows=24, cols=80))
+shown = b""
+
+
+def read_until(needle):
+    global shown
+    for _out, _err, pty in terminal:
+        if pty:
+            shown += pty
+            if needle in shown:
+                return
+    raise AssertionError(f"the terminal ended before showing {needle!r}: {shown[-300:]!r}")
+
+
+sbx.pty.send_stdin(terminal.pid, b"stty size; echo mark$((40+2))\n")
+read_until(b"mark42")
+check(b"24 80" in shown, "a terminal has its size")
+sbx.pty.resize(terminal.pid, PtySize(rows=30, cols=100))
+sbx.pty.send_stdin(terminal.pid, b"stty size; echo again$((1+1))\n")
+read_until(b"again2")
+check(b"30 100" in shown, "a resized terminal has its new size")
+sbx.pty.send_stdin(terminal.pid, b"exit 0\n")
+check(terminal.wait().exit_code == 0, "a terminal session ends with its shell")
 
 # An upload larger than the sandbox's disk (its /workspace tmpfs): a clear error.
 try:

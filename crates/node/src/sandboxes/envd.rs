@@ -175,14 +175,17 @@ impl Envd {
             kind: file_type(stat.kind),
             size: stat.size,
             mode: stat.mode & 0o7777,
-            owner: "root".into(),
-            group: "root".into(),
-            modified: SystemTime::UNIX_EPOCH
-                + Duration::from_millis(u64::try_from(stat.mtime_ms).unwrap_or(0)),
+            owner: stat.owner.unwrap_or_else(|| stat.uid.to_string()),
+            group: stat.group.unwrap_or_else(|| stat.gid.to_string()),
+            modified: modified(stat.mtime_ms),
             symlink_target: stat.link_target,
             path: stat.path,
         })
     }
+}
+
+fn modified(mtime_ms: i64) -> SystemTime {
+    SystemTime::UNIX_EPOCH + Duration::from_millis(u64::try_from(mtime_ms).unwrap_or(0))
 }
 
 fn home_of(user: &str) -> String {
@@ -299,26 +302,27 @@ impl SandboxEnvd for Envd {
                 "this sandbox already runs {MAX_PROCESSES} processes started through the API"
             )));
         }
-        if request.pty.is_some() {
-            return Err(EnvdError::Unimplemented(
-                "pty processes are not served yet".into(),
-            ));
-        }
         let config = request.config.clone();
-        let mut exec =
-            ExecRequest::argv(std::iter::once(config.cmd.clone()).chain(config.args.clone())).envs(
-                config
-                    .envs
-                    .iter()
-                    .map(|(k, v)| (k.clone(), Some(v.clone())))
-                    .collect(),
-            );
+        let user = request.user.as_deref().unwrap_or(DEFAULT_USER);
+        let envs = config
+            .envs
+            .iter()
+            .map(|(k, v)| (k.clone(), Some(v.clone())));
+        let argv = std::iter::once(config.cmd.clone()).chain(config.args.clone());
+        let mut exec = ExecRequest::argv(argv).envs(envs.collect()).user(user);
+        if let Some(size) = request.pty {
+            exec = exec.pty(size.cols, size.rows);
+        }
         // Without a cwd the agent starts it in the user's home.
         if let Some(cwd) = &config.cwd {
-            exec = exec.cwd(Self::absolute(cwd, request.user.as_deref())?);
+            exec = exec.cwd(Self::absolute(cwd, Some(user))?);
         }
         let mut process = self.client.spawn(exec).await.map_err(envd_error)?;
-        let stdin = process.stdin.take().filter(|_| request.stdin);
+        // A terminal always takes input (its stdin is the terminal).
+        let stdin = process
+            .stdin
+            .take()
+            .filter(|_| request.stdin || request.pty.is_some());
         let pid = process.pid();
         let (sender, events) = mpsc::channel(STREAM_QUEUE);
         let _ = sender.try_send(ProcessEvent::Start { pid });
@@ -402,11 +406,14 @@ impl SandboxEnvd for Envd {
         proc.killer.kill(signal).map_err(envd_error)
     }
 
-    fn resize(&self, selector: ProcessSelector, _size: PtySize) -> Result<(), EnvdError> {
-        let _ = self.find(&selector)?;
-        Err(EnvdError::Unimplemented(
-            "pty processes are not served yet".into(),
-        ))
+    fn resize(&self, selector: ProcessSelector, size: PtySize) -> Result<(), EnvdError> {
+        let proc = self.find(&selector)?;
+        if !proc.pty {
+            return Err(EnvdError::InvalidArgument(format!(
+                "{selector} does not run in a terminal"
+            )));
+        }
+        proc.killer.resize(size.cols, size.rows).map_err(envd_error)
     }
 
     async fn stat(&self, path: &str, user: Option<&str>) -> Result<EntryInfo, EnvdError> {
@@ -418,10 +425,17 @@ impl SandboxEnvd for Envd {
         path: &str,
         user: Option<&str>,
     ) -> Result<Option<EntryInfo>, EnvdError> {
-        let _ = Self::absolute(path, user)?;
-        Err(EnvdError::Unimplemented(
-            "make_dir is not served yet".into(),
-        ))
+        let path = Self::absolute(path, user)?;
+        let owner = user.unwrap_or(DEFAULT_USER);
+        let created = self
+            .client
+            .make_dir(&path, Some(owner))
+            .await
+            .map_err(envd_error)?;
+        if !created {
+            return Ok(None);
+        }
+        self.entry(&path).await.map(Some)
     }
 
     async fn rename(
@@ -430,8 +444,9 @@ impl SandboxEnvd for Envd {
         to: &str,
         user: Option<&str>,
     ) -> Result<EntryInfo, EnvdError> {
-        let _ = (Self::absolute(from, user)?, Self::absolute(to, user)?);
-        Err(EnvdError::Unimplemented("move is not served yet".into()))
+        let (from, to) = (Self::absolute(from, user)?, Self::absolute(to, user)?);
+        self.client.rename(&from, &to).await.map_err(envd_error)?;
+        self.entry(&to).await
     }
 
     async fn list_dir(
@@ -461,10 +476,10 @@ impl SandboxEnvd for Envd {
                     path,
                     size: entry.size,
                     mode: entry.mode & 0o7777,
-                    owner: "root".into(),
-                    group: "root".into(),
-                    modified: SystemTime::UNIX_EPOCH,
-                    symlink_target: None,
+                    owner: entry.owner.unwrap_or_else(|| entry.uid.to_string()),
+                    group: entry.group.unwrap_or_else(|| entry.gid.to_string()),
+                    modified: modified(entry.mtime_ms),
+                    symlink_target: entry.link_target,
                 });
                 if listed.len() > MAX_LISTED {
                     return Err(EnvdError::ResourceExhausted(format!(
@@ -477,8 +492,8 @@ impl SandboxEnvd for Envd {
     }
 
     async fn remove(&self, path: &str, user: Option<&str>) -> Result<(), EnvdError> {
-        let _ = Self::absolute(path, user)?;
-        Err(EnvdError::Unimplemented("remove is not served yet".into()))
+        let path = Self::absolute(path, user)?;
+        self.client.remove(&path).await.map_err(envd_error)
     }
 
     async fn read_file(&self, path: &str, user: Option<&str>) -> Result<FileDownload, EnvdError> {
@@ -507,7 +522,14 @@ impl SandboxEnvd for Envd {
         let path = Self::absolute(path, user)?;
         let written = self
             .client
-            .write_file_from(&path, body, WriteOptions::default())
+            .write_file_from(
+                &path,
+                body,
+                WriteOptions {
+                    owner: Some(user.unwrap_or(DEFAULT_USER).to_owned()),
+                    ..WriteOptions::default()
+                },
+            )
             .await
             .map_err(envd_error)?;
         self.entry(&written).await

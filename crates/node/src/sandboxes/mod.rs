@@ -131,6 +131,8 @@ impl SandboxHost {
             .context("the linux sandbox settings")?;
         // `/workspace` is the sandbox's own tmpfs: no host directory to leave behind.
         unprepared.workspace_tmpfs = true;
+        // E2B's default user `user` with a writable `/home/user`.
+        unprepared.user_home = true;
         Ok(Self::with_config(factory, unprepared))
     }
 
