@@ -104,12 +104,12 @@ pub const SOFTWARE: &str = concat!("omabox-agent/", env!("CARGO_PKG_VERSION"));
 pub use agent::{Agent, AgentConfig, AgentError, ReapMode};
 pub use client::{
     AgentClient, BackgroundProcess, ClientConfig, ClientError, DEFAULT_MAX_EXEC_OUTPUT, DataReader,
-    DataWriter, DuplexProcess, ExecOutput, ExecRequest, FileReader, MAX_WHOLE_READ, ProcessKiller,
-    WriteOptions,
+    DataWriter, DirWatch, DuplexProcess, ExecOutput, ExecRequest, FileReader, MAX_WHOLE_READ,
+    ProcessKiller, WriteOptions,
 };
 pub use frame::ProtocolError;
 pub use message::{
     BackgroundLogs, BackgroundStatus, DirEntry, ErrorKind, FileKind, FileStat, ProcessExit,
-    PtySize, RemoteError,
+    PtySize, RemoteError, WatchEvent,
 };
 pub use transport::AgentProcess;

@@ -241,6 +241,25 @@ pub enum Request {
         /// Path.
         path: String,
     },
+    /// Watch a directory (and, `recursive`, the directories below it): a stream of JSON
+    /// lines on channel 1 (`{"watching":N}` once the watches are set, then one
+    /// [`WatchEvent`] per change) until the host cancels it.
+    WatchDir {
+        /// Directory.
+        path: String,
+        /// Watch its subdirectories too (those created later included).
+        #[serde(default)]
+        recursive: bool,
+    },
+}
+
+/// One change seen by a [`Request::WatchDir`] stream.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WatchEvent {
+    /// Path of what changed, relative to the watched directory.
+    pub name: String,
+    /// `create`, `write`, `remove`, `rename` (moved away) or `chmod`.
+    pub op: String,
 }
 
 fn yes() -> bool {
@@ -266,6 +285,7 @@ impl Request {
         "make_dir",
         "rename",
         "remove",
+        "watch_dir",
     ];
 
     /// Features beyond the ops, announced in the agent's hello `ops` after them:

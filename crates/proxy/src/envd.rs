@@ -171,6 +171,39 @@ pub struct EntryInfo {
     pub symlink_target: Option<String>,
 }
 
+/// One change below a watched directory (`FilesystemEvent`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FsEvent {
+    /// Path of what changed, relative to the watched directory.
+    pub name: String,
+    /// What happened.
+    pub kind: FsEventKind,
+}
+
+/// What happened to a watched path (`EventType`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FsEventKind {
+    /// Created (or moved in).
+    Create,
+    /// Written.
+    Write,
+    /// Removed.
+    Remove,
+    /// Moved away.
+    Rename,
+    /// Its mode or owner changed.
+    Chmod,
+}
+
+/// A watch's events, as a bounded channel (it ends when the watch failed or the sandbox
+/// went away; dropping it ends the watch).
+pub type FsEvents = mpsc::Receiver<Result<FsEvent, EnvdError>>;
+
+/// Watchers (`CreateWatcher`) one sandbox keeps at once.
+pub const MAX_WATCHERS: usize = 64;
+/// Events a watcher holds until `GetWatcherEvents` takes them; beyond it the watcher fails.
+pub const MAX_WATCHER_EVENTS: usize = 10_000;
+
 /// A file's content being read (`GET /files`).
 pub struct FileDownload {
     /// Its size when opened.
@@ -274,6 +307,24 @@ pub trait SandboxEnvd: Send + Sync + 'static {
     ) -> Result<Vec<EntryInfo>, EnvdError>;
     /// Removes a file, a symlink or a directory tree.
     async fn remove(&self, path: &str, user: Option<&str>) -> Result<(), EnvdError>;
+    /// Watches a directory (`recursive`: and everything below it) from now on.
+    async fn watch_dir(
+        &self,
+        path: &str,
+        recursive: bool,
+        user: Option<&str>,
+    ) -> Result<FsEvents, EnvdError>;
+    /// Starts a watch whose events are kept until fetched; its id.
+    async fn create_watcher(
+        &self,
+        path: &str,
+        recursive: bool,
+        user: Option<&str>,
+    ) -> Result<String, EnvdError>;
+    /// The events a watcher kept since the last call (its failure, once, as an error).
+    fn watcher_events(&self, watcher_id: &str) -> Result<Vec<FsEvent>, EnvdError>;
+    /// Stops a watcher.
+    fn remove_watcher(&self, watcher_id: &str) -> Result<(), EnvdError>;
     /// Opens a file for download.
     async fn read_file(&self, path: &str, user: Option<&str>) -> Result<FileDownload, EnvdError>;
     /// Writes a file (missing parents created), replacing it; its metadata afterwards.

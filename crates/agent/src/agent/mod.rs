@@ -13,6 +13,7 @@ mod reaper;
 mod tarball;
 mod tree;
 mod users;
+mod watch;
 
 use std::collections::{BTreeMap, HashMap};
 use std::io;
@@ -282,6 +283,7 @@ pub(crate) async fn dispatch_request(
             tree::rename(io, &from, &to).await?;
             files::ok(&())
         }
+        Request::WatchDir { path, recursive } => watch::watch_dir(io, &path, recursive).await,
         Request::Remove { path } => {
             tree::remove(io, &path).await?;
             files::ok(&())

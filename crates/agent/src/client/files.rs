@@ -284,3 +284,75 @@ impl AgentClient {
         .await
     }
 }
+
+/// Bytes one watch event line may take (a path is at most 4096).
+const MAX_WATCH_LINE: usize = 64 * 1024;
+
+/// A directory being watched ([`AgentClient::watch_dir`]); dropping it ends the watch.
+#[derive(Debug)]
+pub struct DirWatch {
+    content: DataReader,
+    events: tokio::sync::mpsc::UnboundedReceiver<Event>,
+    client: AgentClient,
+    pending: Vec<u8>,
+}
+
+impl DirWatch {
+    /// The next change; `None` when the watch ended.
+    pub async fn next(&mut self) -> Result<Option<crate::message::WatchEvent>, ClientError> {
+        match self.line().await? {
+            Some(line) => serde_json::from_slice(&line)
+                .map(Some)
+                .map_err(|e| ClientError::UnexpectedReply(format!("bad watch event: {e}"))),
+            None => Ok(None),
+        }
+    }
+
+    async fn line(&mut self) -> Result<Option<Vec<u8>>, ClientError> {
+        loop {
+            if let Some(at) = self.pending.iter().position(|&b| b == b'\n') {
+                let mut line: Vec<u8> = self.pending.drain(..=at).collect();
+                line.pop();
+                return Ok(Some(line));
+            }
+            if self.pending.len() > MAX_WATCH_LINE {
+                return Err(ClientError::UnexpectedReply(format!(
+                    "a watch event longer than {MAX_WATCH_LINE} bytes"
+                )));
+            }
+            match self.content.chunk().await? {
+                Some(bytes) => self.pending.extend_from_slice(&bytes),
+                None => {
+                    return match self.client.next_event(&mut self.events).await? {
+                        Event::Error(e) => Err(ClientError::Remote(e)),
+                        _ => Ok(None),
+                    };
+                }
+            }
+        }
+    }
+}
+
+impl AgentClient {
+    /// Watches a directory (`recursive`: and every directory below it); returns once the
+    /// watches are in place.
+    pub async fn watch_dir(&self, path: &str, recursive: bool) -> Result<DirWatch, ClientError> {
+        let opened = self.open(&Request::WatchDir {
+            path: path.to_owned(),
+            recursive,
+        })?;
+        let (content, events) = self.reader_of(opened);
+        let mut watch = DirWatch {
+            content,
+            events,
+            client: self.clone(),
+            pending: Vec::new(),
+        };
+        match watch.line().await? {
+            Some(_started) => Ok(watch),
+            None => Err(ClientError::UnexpectedReply(
+                "the watch ended before it started".into(),
+            )),
+        }
+    }
+}

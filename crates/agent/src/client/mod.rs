@@ -19,7 +19,7 @@ use serde::de::DeserializeOwned;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::mpsc;
 
-pub use files::{FileReader, MAX_WHOLE_READ, WriteOptions};
+pub use files::{DirWatch, FileReader, MAX_WHOLE_READ, WriteOptions};
 pub use process::{
     BackgroundProcess, DEFAULT_MAX_EXEC_OUTPUT, DuplexProcess, ExecOutput, ExecRequest,
     ProcessKiller,

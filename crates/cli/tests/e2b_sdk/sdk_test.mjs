@@ -64,6 +64,15 @@ check(names.join(',') === 'a.txt,blob', `list: ${names}`)
 check((await sbx.files.exists('/tmp/dir/a.txt')) && !(await sbx.files.exists('/tmp/nope')), 'exists')
 await refused(sbx.files.read('/tmp/nope'), NotFoundError, 'a missing file is NotFound')
 
+// Watching a directory through the streamed WatchDir.
+await sbx.files.makeDir('/tmp/watched')
+const fsEvents = []
+const watch = await sbx.files.watchDir('/tmp/watched', (e) => fsEvents.push(`${e.type}:${e.name}`), { recursive: true })
+await sbx.files.write('/tmp/watched/x.txt', 'x')
+for (let i = 0; i < 500 && !fsEvents.includes('create:x.txt'); i++) await new Promise((r) => setTimeout(r, 20))
+check(fsEvents.includes('create:x.txt'), `watchDir streams events: ${fsEvents}`)
+await watch.stop()
+
 // The control plane and refusals.
 const listed = await Sandbox.list().nextItems()
 check(listed.some((s) => s.sandboxId === sbx.sandboxId), 'Sandbox.list')

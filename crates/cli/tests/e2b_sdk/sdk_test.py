@@ -131,6 +131,31 @@ sbx.files.remove("projects")
 check(not sbx.files.exists("projects"), "remove takes a tree")
 check(sbx.files.read("/etc/hostname") != "", "removing a tree with a symlink leaves its target")
 
+# Watching a directory (created files, writes, removals; recursive into new directories).
+sbx.files.make_dir("watched")
+watcher = sbx.files.watch_dir("watched", recursive=True)
+sbx.files.write("watched/a.txt", "1")
+sbx.commands.run("mkdir -p watched/sub && sleep 0.1 && echo x > watched/sub/b.txt && rm watched/a.txt")
+events = []
+wait_for(
+    lambda: events.extend(watcher.get_new_events())
+    or ("sub/b.txt", "create") in [(e.name, e.type.value) for e in events],
+    "the watcher's events",
+)
+seen = {(e.name, e.type.value) for e in events}
+check({("a.txt", "create"), ("sub", "create"), ("a.txt", "remove")} <= seen, f"watch events: {sorted(seen)}")
+watcher.stop()
+try:
+    watcher.get_new_events()
+    raise AssertionError("a stopped watcher has no events")
+except SandboxException:
+    check(True, "a stopped watcher is gone")
+try:
+    sbx.files.watch_dir("/etc/hostname")
+    raise AssertionError("watching a file must fail")
+except SandboxException as e:
+    check("not a directory" in str(e), f"watching a file is refused: {e}")
+
 # A terminal: bash in a pty, typed input, resize.
 from e2b import PtySize
 

@@ -15,12 +15,14 @@
 
 use async_trait::async_trait;
 use bytes::Bytes;
-use omabox_agent::{AgentClient, ClientError, DataWriter, ErrorKind, FileKind, ProcessExit};
+use omabox_agent::{
+    AgentClient, ClientError, DataWriter, ErrorKind, FileKind, ProcessExit, WatchEvent,
+};
 use omabox_agent::{DuplexProcess, ExecRequest, ProcessKiller, WriteOptions};
 use omabox_proxy::envd::{
-    DEFAULT_USER, EntryInfo, EnvdError, FileDownload, FileType, MAX_PROCESSES, MAX_SUBSCRIBERS,
-    ProcessEnd, ProcessEvent, ProcessEvents, ProcessListing, ProcessSelector, PtySize, SandboxEnvd,
-    StartProcess, UploadBody,
+    DEFAULT_USER, EntryInfo, EnvdError, FileDownload, FileType, FsEvent, FsEventKind, FsEvents,
+    MAX_PROCESSES, MAX_SUBSCRIBERS, MAX_WATCHER_EVENTS, MAX_WATCHERS, ProcessEnd, ProcessEvent,
+    ProcessEvents, ProcessListing, ProcessSelector, PtySize, SandboxEnvd, StartProcess, UploadBody,
 };
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -38,6 +40,45 @@ const MAX_MESSAGE: usize = 1000;
 pub(super) struct Envd {
     client: AgentClient,
     processes: Arc<Table>,
+    watchers: Mutex<HashMap<String, Arc<Watcher>>>,
+}
+
+/// A watch whose events wait for `GetWatcherEvents`.
+struct Watcher {
+    kept: Arc<Mutex<Kept>>,
+    task: tokio::task::AbortHandle,
+}
+
+#[derive(Default)]
+struct Kept {
+    events: Vec<FsEvent>,
+    failed: Option<String>,
+}
+
+impl Drop for Watcher {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// A watcher's id: 16 random bytes, hex.
+fn new_watcher_id() -> String {
+    hex::encode(rand::random::<[u8; 16]>())
+}
+
+fn fs_event(event: WatchEvent) -> Option<FsEvent> {
+    let kind = match event.op.as_str() {
+        "create" => FsEventKind::Create,
+        "write" => FsEventKind::Write,
+        "remove" => FsEventKind::Remove,
+        "rename" => FsEventKind::Rename,
+        "chmod" => FsEventKind::Chmod,
+        _ => return None,
+    };
+    Some(FsEvent {
+        name: event.name,
+        kind,
+    })
 }
 
 /// Processes by pid.
@@ -90,7 +131,12 @@ impl Envd {
         Arc::new(Self {
             client,
             processes: Arc::new(Mutex::new(HashMap::new())),
+            watchers: Mutex::new(HashMap::new()),
         })
+    }
+
+    fn watchers(&self) -> std::sync::MutexGuard<'_, HashMap<String, Arc<Watcher>>> {
+        self.watchers.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     fn table(&self) -> std::sync::MutexGuard<'_, HashMap<u32, Arc<Proc>>> {
@@ -494,6 +540,100 @@ impl SandboxEnvd for Envd {
     async fn remove(&self, path: &str, user: Option<&str>) -> Result<(), EnvdError> {
         let path = Self::absolute(path, user)?;
         self.client.remove(&path).await.map_err(envd_error)
+    }
+
+    async fn watch_dir(
+        &self,
+        path: &str,
+        recursive: bool,
+        user: Option<&str>,
+    ) -> Result<FsEvents, EnvdError> {
+        let path = Self::absolute(path, user)?;
+        let mut watch = self
+            .client
+            .watch_dir(&path, recursive)
+            .await
+            .map_err(envd_error)?;
+        let (sender, events) = mpsc::channel(STREAM_QUEUE * 8);
+        tokio::spawn(async move {
+            loop {
+                let next = tokio::select! {
+                    next = watch.next() => next,
+                    () = sender.closed() => return,
+                };
+                let item = match next {
+                    Ok(Some(event)) => match fs_event(event) {
+                        Some(event) => Ok(event),
+                        None => continue,
+                    },
+                    Ok(None) => return,
+                    Err(error) => Err(envd_error(error)),
+                };
+                let failed = item.is_err();
+                if sender.send(item).await.is_err() || failed {
+                    return;
+                }
+            }
+        });
+        Ok(events)
+    }
+
+    async fn create_watcher(
+        &self,
+        path: &str,
+        recursive: bool,
+        user: Option<&str>,
+    ) -> Result<String, EnvdError> {
+        if self.watchers().len() >= MAX_WATCHERS {
+            return Err(EnvdError::ResourceExhausted(format!(
+                "this sandbox already has {MAX_WATCHERS} watchers: remove one first"
+            )));
+        }
+        let mut events = self.watch_dir(path, recursive, user).await?;
+        let kept = Arc::new(Mutex::new(Kept::default()));
+        let filling = Arc::clone(&kept);
+        let task = tokio::spawn(async move {
+            while let Some(item) = events.recv().await {
+                let mut kept = filling.lock().unwrap_or_else(PoisonError::into_inner);
+                match item {
+                    Ok(_) if kept.events.len() >= MAX_WATCHER_EVENTS => {
+                        kept.failed = Some(format!(
+                            "more than {MAX_WATCHER_EVENTS} events were not fetched; the watcher stopped"
+                        ));
+                        return;
+                    }
+                    Ok(event) => kept.events.push(event),
+                    Err(error) => {
+                        kept.failed = Some(error.to_string());
+                        return;
+                    }
+                }
+            }
+        })
+        .abort_handle();
+        let id = new_watcher_id();
+        self.watchers()
+            .insert(id.clone(), Arc::new(Watcher { kept, task }));
+        Ok(id)
+    }
+
+    fn watcher_events(&self, watcher_id: &str) -> Result<Vec<FsEvent>, EnvdError> {
+        let watcher = self.watchers().get(watcher_id).cloned().ok_or_else(|| {
+            EnvdError::NotFound(format!("watcher {:?} not found", capped(watcher_id)))
+        })?;
+        let mut kept = watcher.kept.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(failed) = kept.failed.take() {
+            drop(kept);
+            self.watchers().remove(watcher_id);
+            return Err(EnvdError::Internal(failed));
+        }
+        Ok(std::mem::take(&mut kept.events))
+    }
+
+    fn remove_watcher(&self, watcher_id: &str) -> Result<(), EnvdError> {
+        self.watchers().remove(watcher_id).map(drop).ok_or_else(|| {
+            EnvdError::NotFound(format!("watcher {:?} not found", capped(watcher_id)))
+        })
     }
 
     async fn read_file(&self, path: &str, user: Option<&str>) -> Result<FileDownload, EnvdError> {

@@ -18,8 +18,9 @@ use super::connect::{
 };
 use crate::e2b::{SandboxServiceError, rfc3339};
 use crate::envd::{
-    EntryInfo, EnvdError, FileType, MAX_UPLOAD_BYTES, ProcessConfig, ProcessEvent, ProcessEvents,
-    ProcessListing, ProcessSelector, PtySize, SandboxEnvd, StartProcess,
+    EntryInfo, EnvdError, FileType, FsEvent, FsEventKind, FsEvents, MAX_UPLOAD_BYTES,
+    ProcessConfig, ProcessEvent, ProcessEvents, ProcessListing, ProcessSelector, PtySize,
+    SandboxEnvd, StartProcess,
 };
 use crate::routes::header_str;
 use crate::state::ProxyState;
@@ -287,6 +288,85 @@ struct PathMsg {
 struct MoveMsg {
     source: String,
     destination: String,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(default, rename_all = "camelCase")]
+struct WatchMsg {
+    path: String,
+    recursive: bool,
+    include_entry: bool,
+    allow_network_mounts: bool,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(default, rename_all = "camelCase")]
+struct WatcherMsg {
+    #[serde(alias = "watcher_id")]
+    watcher_id: String,
+}
+
+fn fs_event_json(event: &FsEvent) -> Value {
+    let kind = match event.kind {
+        FsEventKind::Create => "EVENT_TYPE_CREATE",
+        FsEventKind::Write => "EVENT_TYPE_WRITE",
+        FsEventKind::Remove => "EVENT_TYPE_REMOVE",
+        FsEventKind::Rename => "EVENT_TYPE_RENAME",
+        FsEventKind::Chmod => "EVENT_TYPE_CHMOD",
+    };
+    json!({ "name": event.name, "type": kind })
+}
+
+/// A watch's events as Connect stream messages: a start, then one per change, keepalives
+/// while idle, the call's deadline honoured.
+fn watch_stream(events: FsEvents, deadline: Option<Duration>) -> Response {
+    struct Watching {
+        events: FsEvents,
+        until: Option<tokio::time::Instant>,
+        started: bool,
+        ended: bool,
+    }
+    let watching = Watching {
+        events,
+        until: deadline.map(|d| tokio::time::Instant::now() + d),
+        started: false,
+        ended: false,
+    };
+    let messages = futures::stream::unfold(watching, |mut run| async move {
+        if run.ended {
+            return None;
+        }
+        if !run.started {
+            run.started = true;
+            return Some((Ok(json!({ "start": {} })), run));
+        }
+        let expiry = async {
+            match run.until {
+                Some(at) => tokio::time::sleep_until(at).await,
+                None => std::future::pending().await,
+            }
+        };
+        let item: StreamItem = tokio::select! {
+            event = run.events.recv() => match event {
+                Some(Ok(event)) => Ok(json!({ "filesystem": fs_event_json(&event) })),
+                Some(Err(error)) => {
+                    run.ended = true;
+                    Err(connect_error(error))
+                }
+                None => {
+                    run.ended = true;
+                    Err(ConnectError::new(Code::Unavailable, "the watch ended"))
+                }
+            },
+            () = tokio::time::sleep(KEEPALIVE) => Ok(json!({ "keepalive": {} })),
+            () = expiry => {
+                run.ended = true;
+                Err(ConnectError::new(Code::DeadlineExceeded, "the call's deadline passed"))
+            }
+        };
+        Some((item, run))
+    });
+    stream_response(messages)
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -567,6 +647,17 @@ pub(crate) async fn process(
     }
 }
 
+/// Watch options the announced envd version does not offer (the SDKs refuse them first).
+fn refuse_watch_options(request: &WatchMsg) -> Result<(), ConnectError> {
+    if request.include_entry || request.allow_network_mounts {
+        return Err(ConnectError::new(
+            Code::Unimplemented,
+            "includeEntry and allowNetworkMounts are not served",
+        ));
+    }
+    Ok(())
+}
+
 fn unimplemented(service: &str, method: &str) -> ConnectError {
     ConnectError::new(
         Code::Unimplemented,
@@ -643,6 +734,39 @@ pub(crate) async fn filesystem(
                 sandbox
                     .remove(&request.path, user)
                     .await
+                    .map_err(connect_error)?;
+                Ok(unary_response(&json!({})))
+            }
+            "WatchDir" => {
+                let request: WatchMsg = stream_request(&headers, body, limit).await?;
+                refuse_watch_options(&request)?;
+                let events = sandbox
+                    .watch_dir(&request.path, request.recursive, user)
+                    .await
+                    .map_err(connect_error)?;
+                Ok(watch_stream(events, deadline(&headers)))
+            }
+            "CreateWatcher" => {
+                let request: WatchMsg = unary_request(&headers, body, limit).await?;
+                refuse_watch_options(&request)?;
+                let id = sandbox
+                    .create_watcher(&request.path, request.recursive, user)
+                    .await
+                    .map_err(connect_error)?;
+                Ok(unary_response(&json!({ "watcherId": id })))
+            }
+            "GetWatcherEvents" => {
+                let request: WatcherMsg = unary_request(&headers, body, limit).await?;
+                let events = sandbox
+                    .watcher_events(&request.watcher_id)
+                    .map_err(connect_error)?;
+                let events: Vec<Value> = events.iter().map(fs_event_json).collect();
+                Ok(unary_response(&json!({ "events": events })))
+            }
+            "RemoveWatcher" => {
+                let request: WatcherMsg = unary_request(&headers, body, limit).await?;
+                sandbox
+                    .remove_watcher(&request.watcher_id)
                     .map_err(connect_error)?;
                 Ok(unary_response(&json!({})))
             }

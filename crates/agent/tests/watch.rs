@@ -1,0 +1,111 @@
+//! Watching a directory (`AgentClient::watch_dir`), against the agent in-process and as a
+//! child process: creates, writes, renames, removes and chmods below the directory,
+//! recursion into directories made later, a symlinked directory never followed, refusals,
+//! and the watch ending when dropped.
+
+mod common;
+
+use std::os::unix::fs::PermissionsExt;
+use std::time::Duration;
+
+use common::Harness;
+use omabox_agent::{DirWatch, ErrorKind, WatchEvent};
+
+/// The next event (bounded wait: a hang fails, no speed is asserted).
+async fn next(watch: &mut DirWatch) -> WatchEvent {
+    tokio::time::timeout(Duration::from_secs(30), watch.next())
+        .await
+        .expect("an event within 30 s")
+        .expect("the watch works")
+        .expect("the watch did not end")
+}
+
+/// Events until one matches `(op, name)`; all of them.
+async fn until(watch: &mut DirWatch, op: &str, name: &str) -> Vec<WatchEvent> {
+    let mut seen = Vec::new();
+    loop {
+        let event = next(watch).await;
+        let done = event.op == op && event.name == name;
+        seen.push(event);
+        if done {
+            return seen;
+        }
+    }
+}
+
+async fn changes_below_a_directory_are_reported(h: Harness) {
+    std::fs::create_dir(h.local("w")).unwrap();
+    let mut watch = h.client.watch_dir(&h.path("w"), false).await.unwrap();
+    std::fs::write(h.local("w/a"), "1").unwrap();
+    until(&mut watch, "create", "a").await;
+    std::fs::write(h.local("w/a"), "22").unwrap();
+    until(&mut watch, "write", "a").await;
+    std::fs::set_permissions(h.local("w/a"), std::fs::Permissions::from_mode(0o600)).unwrap();
+    until(&mut watch, "chmod", "a").await;
+    std::fs::rename(h.local("w/a"), h.local("w/b")).unwrap();
+    let seen = until(&mut watch, "create", "b").await;
+    assert!(
+        seen.iter().any(|e| e.op == "rename" && e.name == "a"),
+        "{seen:?}"
+    );
+    std::fs::remove_file(h.local("w/b")).unwrap();
+    until(&mut watch, "remove", "b").await;
+    // Not recursive: a subdirectory's own changes are not reported, its creation is.
+    std::fs::create_dir(h.local("w/sub")).unwrap();
+    until(&mut watch, "create", "sub").await;
+    std::fs::write(h.local("w/sub/inner"), "x").unwrap();
+    std::fs::write(h.local("w/last"), "x").unwrap();
+    let seen = until(&mut watch, "create", "last").await;
+    assert!(seen.iter().all(|e| !e.name.contains("inner")), "{seen:?}");
+}
+both_modes!(changes_below_a_directory_are_reported);
+
+async fn a_recursive_watch_follows_new_directories_but_no_symlink(h: Harness) {
+    std::fs::create_dir_all(h.local("r/old")).unwrap();
+    std::fs::create_dir(h.local("outside")).unwrap();
+    std::os::unix::fs::symlink(h.local("outside"), h.local("r/link")).unwrap();
+    let mut watch = h.client.watch_dir(&h.path("r"), true).await.unwrap();
+    std::fs::write(h.local("r/old/f"), "1").unwrap();
+    until(&mut watch, "create", "old/f").await;
+    std::fs::create_dir_all(h.local("r/new/deeper")).unwrap();
+    std::fs::write(h.local("outside/secret"), "x").unwrap();
+    // A directory made after the watch started is watched too.
+    let mut seen = Vec::new();
+    for _ in 0..50 {
+        std::fs::write(h.local("r/new/deeper/g"), "1").unwrap();
+        let event = next(&mut watch).await;
+        let found = event.name == "new/deeper/g";
+        seen.push(event);
+        if found {
+            break;
+        }
+    }
+    assert!(seen.iter().any(|e| e.name == "new/deeper/g"), "{seen:?}");
+    assert!(seen.iter().all(|e| !e.name.contains("secret")), "{seen:?}");
+}
+both_modes!(a_recursive_watch_follows_new_directories_but_no_symlink);
+
+async fn a_watch_of_no_directory_is_refused(h: Harness) {
+    std::fs::write(h.local("file"), "x").unwrap();
+    let error = h
+        .client
+        .watch_dir(&h.path("file"), false)
+        .await
+        .unwrap_err();
+    assert_eq!(
+        error.remote_kind(),
+        Some(ErrorKind::InvalidRequest),
+        "{error}"
+    );
+    let error = h
+        .client
+        .watch_dir(&h.path("missing"), true)
+        .await
+        .unwrap_err();
+    assert_eq!(error.remote_kind(), Some(ErrorKind::NotFound), "{error}");
+    // A dropped watch leaves the connection working.
+    std::fs::create_dir(h.local("d")).unwrap();
+    drop(h.client.watch_dir(&h.path("d"), false).await.unwrap());
+    assert!(h.client.stat(&h.path("d")).await.is_ok());
+}
+both_modes!(a_watch_of_no_directory_is_refused);
