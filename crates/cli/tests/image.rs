@@ -891,3 +891,140 @@ fn image_pull_unpacks_within_the_configured_limits() {
     let pulled = json(&env.run(&["image", "pull", &name, "--json"]));
     assert_eq!(pulled["digest"], image.digest.as_str());
 }
+
+/// One HTTP/1.0 request to serve → (status, body).
+fn http(
+    addr: &str,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &[u8],
+) -> (u16, Vec<u8>) {
+    use std::io::{Read as _, Write as _};
+    let mut stream = std::net::TcpStream::connect(addr).unwrap();
+    let mut head = format!(
+        "{method} {path} HTTP/1.0\r\nhost: {addr}\r\ncontent-length: {}\r\n",
+        body.len()
+    );
+    for (name, value) in headers {
+        head.push_str(&format!("{name}: {value}\r\n"));
+    }
+    head.push_str("\r\n");
+    stream.write_all(head.as_bytes()).unwrap();
+    stream.write_all(body).unwrap();
+    let mut response = Vec::new();
+    stream.read_to_end(&mut response).unwrap();
+    let split = response.windows(4).position(|w| w == b"\r\n\r\n").unwrap();
+    let status = String::from_utf8_lossy(&response[..split])
+        .split(' ')
+        .nth(1)
+        .unwrap()
+        .parse()
+        .unwrap();
+    (status, response[split + 4..].to_vec())
+}
+
+/// The stdout bytes of a Connect `process.Process/Start` answer (its JSON envelopes).
+fn streamed_stdout(mut body: &[u8]) -> Vec<u8> {
+    let mut stdout = Vec::new();
+    while body.len() >= 5 {
+        let length = u32::from_be_bytes(body[1..5].try_into().unwrap()) as usize;
+        let message: serde_json::Value = serde_json::from_slice(&body[5..5 + length]).unwrap();
+        if let Some(data) = message["event"]["data"]["stdout"].as_str() {
+            stdout.extend(
+                base64::engine::general_purpose::STANDARD
+                    .decode(data)
+                    .unwrap(),
+            );
+        }
+        body = &body[5 + length..];
+    }
+    stdout
+}
+
+#[test]
+fn an_e2b_template_naming_a_registry_image_starts_sandboxes_of_it() {
+    if !require_capability(registry_missing()) || !common::linux_available() {
+        return;
+    }
+    const KEY: &str = "omk_template-test-key";
+    let registry = TestRegistry::start();
+    push(&registry, "test/busybox", "tpl", "from the template\n");
+    let env = Env::new();
+    let template = format!("{}/test/busybox:tpl", registry.host());
+    let mut command = env.omabox(&["serve", "--listen", "127.0.0.1:0"]);
+    command.env("OMABOX_API_KEY", KEY);
+    let serve = common::serve::Serve::start(command);
+    let json_headers = [("x-api-key", KEY), ("content-type", "application/json")];
+
+    let body = format!(r#"{{"templateID":"{template}","timeout":60}}"#);
+    let (status, created) = http(
+        &serve.addr,
+        "POST",
+        "/v2/sandboxes",
+        &json_headers,
+        body.as_bytes(),
+    );
+    assert_eq!(status, 201, "{}", text(&created));
+    let created: serde_json::Value = serde_json::from_slice(&created).unwrap();
+    assert_eq!(created["templateID"], template.as_str());
+    let (id, token) = (
+        created["sandboxID"].as_str().unwrap(),
+        created["envdAccessToken"].as_str().unwrap(),
+    );
+
+    // The sandbox's root is the image's: its marker is there.
+    let start =
+        serde_json::json!({ "process": { "cmd": "/bin/busybox", "args": ["cat", "/marker"] } });
+    let start = serde_json::to_vec(&start).unwrap();
+    let mut enveloped = vec![0u8];
+    enveloped.extend((start.len() as u32).to_be_bytes());
+    enveloped.extend(start);
+    let (status, answer) = http(
+        &serve.addr,
+        "POST",
+        "/process.Process/Start",
+        &[
+            ("content-type", "application/connect+json"),
+            ("e2b-sandbox-id", id),
+            ("x-access-token", token),
+            ("authorization", "Basic cm9vdDo="),
+        ],
+        &enveloped,
+    );
+    assert_eq!(status, 200);
+    assert_eq!(
+        text(&streamed_stdout(&answer)),
+        "from the template\n",
+        "{}",
+        text(&answer)
+    );
+
+    // A template that names no image this server can get: 400 naming it, nothing started.
+    let missing = format!("{}/test/nothing:here", registry.host());
+    let body = format!(r#"{{"templateID":"{missing}"}}"#);
+    let (status, refused) = http(
+        &serve.addr,
+        "POST",
+        "/v2/sandboxes",
+        &json_headers,
+        body.as_bytes(),
+    );
+    assert_eq!(status, 400, "{}", text(&refused));
+    assert!(
+        text(&refused).contains("test/nothing:here"),
+        "{}",
+        text(&refused)
+    );
+
+    let (status, _) = http(
+        &serve.addr,
+        "DELETE",
+        &format!("/sandboxes/{id}"),
+        &json_headers,
+        b"",
+    );
+    assert_eq!(status, 204);
+    serve.stop();
+    env.assert_no_sandbox_left();
+}

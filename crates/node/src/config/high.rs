@@ -183,6 +183,29 @@ impl NodeConfig {
             .config_from_lookup(&|key| self.factory_value(key))
     }
 
+    /// [`Self::linux_config`] with `image` as the sandboxes' root filesystem (E2B templates
+    /// that name an image), every other setting as given.
+    pub fn linux_config_with_image(
+        &self,
+        factory: &LinuxSandboxFactory,
+        image: &str,
+    ) -> Result<LinuxSandboxConfig, LinuxFactoryError> {
+        let image_keys = SETTINGS
+            .iter()
+            .find(|setting| setting.key == Key::Image)
+            .map_or(&[][..], |setting| setting.env);
+        factory
+            .clone()
+            .with_image_cache(self.default_image_cache())
+            .config_from_lookup(&|key| {
+                if image_keys.contains(&key) {
+                    Some(image)
+                } else {
+                    self.factory_value(key)
+                }
+            })
+    }
+
     /// The linux factory's env map: every factory setting that was given, under the variable
     /// it came from (a flag's or a file's value under the setting's first variable), and the
     /// image cache the node resolved when none was given. Only for what still takes a map

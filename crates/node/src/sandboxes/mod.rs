@@ -36,8 +36,11 @@ use tokio::time::Instant;
 
 pub use token::{new_access_token, new_sandbox_id, tokens_match};
 
-/// The one template served: the default root (templates do not map to images yet).
+/// The template of the default root (the node's image setting); any other template names
+/// an image (a registry reference, an OCI layout or a rootfs path), prepared once.
 pub const BASE_TEMPLATE: &str = "base";
+/// Distinct templates (images) one serve prepares and keeps.
+pub const MAX_TEMPLATES: usize = 32;
 /// Sandboxes one serve runs at once (starting ones counted).
 pub const MAX_SANDBOXES: usize = 1024;
 /// Retry interval of a timed-out sandbox whose kill failed.
@@ -57,11 +60,18 @@ impl std::fmt::Debug for SandboxHost {
     }
 }
 
+/// The node's config with another image (a template's).
+type ImageConfig = dyn Fn(&str) -> Result<LinuxSandboxConfig, String> + Send + Sync;
+
 struct Inner {
     factory: LinuxSandboxFactory,
     /// The settings' config, prepared by the first create that needs it.
     unprepared: LinuxSandboxConfig,
     prepared: OnceCell<LinuxSandboxConfig>,
+    /// How a template's config is made (`None`: only [`BASE_TEMPLATE`] is served).
+    image_config: Option<Box<ImageConfig>>,
+    /// Templates other than the base, each prepared once.
+    templates: Mutex<HashMap<String, Arc<OnceCell<LinuxSandboxConfig>>>>,
     sandboxes: Mutex<HashMap<String, Arc<Entry>>>,
     starting: AtomicUsize,
     /// Set when [`SandboxHost::shutdown`] began: no create starts or stays after it.
@@ -133,7 +143,20 @@ impl SandboxHost {
         unprepared.workspace_tmpfs = true;
         // E2B's default user `user` with a writable `/home/user`.
         unprepared.user_home = true;
-        Ok(Self::with_config(factory, unprepared))
+        let mut host = Self::with_config(factory.clone(), unprepared);
+        let config = config.clone();
+        let image_config = move |image: &str| {
+            let mut made = config
+                .linux_config_with_image(&factory, image)
+                .map_err(|e| startup_error(&e))?;
+            made.workspace_tmpfs = true;
+            made.user_home = true;
+            Ok(made)
+        };
+        if let Some(inner) = Arc::get_mut(&mut host.inner) {
+            inner.image_config = Some(Box::new(image_config));
+        }
+        Ok(host)
     }
 
     /// The host of an explicit (possibly unprepared) config.
@@ -143,6 +166,8 @@ impl SandboxHost {
                 factory,
                 unprepared: config,
                 prepared: OnceCell::new(),
+                image_config: None,
+                templates: Mutex::new(HashMap::new()),
                 sandboxes: Mutex::new(HashMap::new()),
                 starting: AtomicUsize::new(0),
                 closed: AtomicBool::new(false),
@@ -184,30 +209,86 @@ impl SandboxHost {
         errors
     }
 
-    /// The prepared config (image resolved, pulled and held; environment layer built) and
-    /// the host checked, once.
-    async fn prepared(&self) -> Result<&LinuxSandboxConfig, SandboxServiceError> {
-        self.inner
-            .prepared
-            .get_or_try_init(|| async {
-                let (factory, mut config) =
-                    (self.inner.factory.clone(), self.inner.unprepared.clone());
-                let config = tokio::task::spawn_blocking(move || {
-                    factory.prepare_image(&mut config, &omabox_backend_linux::image::NoProgress)?;
-                    factory.check_host_config(&context("probe"), &config)?;
-                    Ok::<_, omabox_backend_linux::factory::LinuxFactoryError>(config)
-                })
+    /// The prepared config of `template` (image resolved, pulled and held; environment
+    /// layer built) and the host checked, once per template.
+    async fn prepared(&self, template: &str) -> Result<LinuxSandboxConfig, SandboxServiceError> {
+        if template == BASE_TEMPLATE {
+            return self
+                .prepare(&self.inner.prepared, self.inner.unprepared.clone())
                 .await
-                .map_err(|e| internal(format!("the preparation task failed: {e}")))?;
-                let mut config = config.map_err(|e| internal(startup_error(&e)))?;
-                self.inner
-                    .factory
-                    .prepare_env_layer(&mut config)
-                    .await
-                    .map_err(|e| internal(startup_error(&e)))?;
-                Ok(config)
+                .cloned();
+        }
+        let shown: String = template.chars().take(64).collect();
+        let Some(image_config) = &self.inner.image_config else {
+            return Err(SandboxServiceError::BadRequest(format!(
+                "template {shown:?} is not known: this server serves only \"{BASE_TEMPLATE}\""
+            )));
+        };
+        // A bare name (E2B's `code-interpreter-v1`) is not taken for a Docker Hub image:
+        // pulling one nobody meant would reach a registry nobody named.
+        if !template.contains([':', '/', '@']) {
+            return Err(SandboxServiceError::BadRequest(format!(
+                "template {shown:?} is not known: use \"{BASE_TEMPLATE}\" or name an image with its tag or registry (NAME:TAG, REGISTRY/REPO:TAG, a path)"
+            )));
+        }
+        if template.len() > 512
+            || template
+                .chars()
+                .any(|c| c.is_control() || c.is_whitespace())
+        {
+            return Err(SandboxServiceError::BadRequest(format!(
+                "template {shown:?} is not an image reference"
+            )));
+        }
+        let cell = {
+            let mut templates = self
+                .inner
+                .templates
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            if !templates.contains_key(template) && templates.len() >= MAX_TEMPLATES {
+                return Err(SandboxServiceError::Unavailable(format!(
+                    "this server already keeps {MAX_TEMPLATES} templates"
+                )));
+            }
+            Arc::clone(templates.entry(template.to_owned()).or_default())
+        };
+        let unprepared = image_config(template)
+            .map_err(|e| SandboxServiceError::BadRequest(format!("template {shown:?}: {e}")))?;
+        self.prepare(&cell, unprepared)
+            .await
+            .cloned()
+            .map_err(|e| match e {
+                SandboxServiceError::Internal(message) => {
+                    SandboxServiceError::BadRequest(format!("template {shown:?}: {message}"))
+                }
+                other => other,
+            })
+    }
+
+    async fn prepare<'a>(
+        &self,
+        cell: &'a OnceCell<LinuxSandboxConfig>,
+        unprepared: LinuxSandboxConfig,
+    ) -> Result<&'a LinuxSandboxConfig, SandboxServiceError> {
+        cell.get_or_try_init(|| async {
+            let (factory, mut config) = (self.inner.factory.clone(), unprepared);
+            let config = tokio::task::spawn_blocking(move || {
+                factory.prepare_image(&mut config, &omabox_backend_linux::image::NoProgress)?;
+                factory.check_host_config(&context("probe"), &config)?;
+                Ok::<_, omabox_backend_linux::factory::LinuxFactoryError>(config)
             })
             .await
+            .map_err(|e| internal(format!("the preparation task failed: {e}")))?;
+            let mut config = config.map_err(|e| internal(startup_error(&e)))?;
+            self.inner
+                .factory
+                .prepare_env_layer(&mut config)
+                .await
+                .map_err(|e| internal(startup_error(&e)))?;
+            Ok(config)
+        })
+        .await
     }
 }
 
@@ -311,12 +392,6 @@ fn cpu_count(limit: Option<&CpuLimit>) -> u32 {
 #[async_trait]
 impl SandboxService for SandboxHost {
     async fn create(&self, request: NewSandbox) -> Result<CreatedSandbox, SandboxServiceError> {
-        if request.template_id != BASE_TEMPLATE {
-            let shown: String = request.template_id.chars().take(64).collect();
-            return Err(SandboxServiceError::BadRequest(format!(
-                "template {shown:?} is not known: omabox serves only \"{BASE_TEMPLATE}\" (the default root) until templates map to images"
-            )));
-        }
         let inner = &self.inner;
         if inner.closed.load(Ordering::Acquire) {
             return Err(stopping());
@@ -328,7 +403,8 @@ impl SandboxService for SandboxHost {
                 "this server already runs {MAX_SANDBOXES} sandboxes"
             )));
         }
-        let config = self.prepared().await?;
+        let config = self.prepared(&request.template_id).await?;
+        let config = &config;
         let id = new_sandbox_id();
         let port = inner
             .factory
