@@ -26,3 +26,30 @@ async fn a_whole_file_read_past_the_cap_fails_clearly_and_one_at_the_cap_is_read
         MAX_WHOLE_READ
     );
 }
+
+/// A fifo with no writer (opening it would block forever) or a device that never ends
+/// (`/dev/zero`) is not read: only regular files are, and the refusal is immediate.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_regular_files_are_read() {
+    use omabox_agent::ErrorKind;
+    let h = start(Mode::Child).await;
+    let fifo = h.path("fifo");
+    let status = std::process::Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .unwrap();
+    assert!(status.success());
+    for path in [fifo.as_str(), "/dev/zero"] {
+        let read =
+            tokio::time::timeout(std::time::Duration::from_secs(20), h.client.open_file(path))
+                .await
+                .expect("refused at once, not blocked");
+        let error = read.unwrap_err();
+        assert_eq!(
+            error.remote_kind(),
+            Some(ErrorKind::InvalidRequest),
+            "{error}"
+        );
+        assert!(error.to_string().contains("not a regular file"), "{error}");
+    }
+}

@@ -24,7 +24,12 @@ fn lossy(p: &Path) -> String {
 
 pub(crate) async fn read_file(io: &mut StreamIo, path: &str) -> Result<Event, RemoteError> {
     let p = io.conn.agent.resolve(path);
-    let mut f = tokio::fs::File::open(&p)
+    // Non-blocking open: a fifo without a writer would block the open forever. Only a
+    // regular file is read (a device like `/dev/zero` never ends).
+    let mut f = tokio::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(&p)
         .await
         .map_err(|e| RemoteError::io(format!("cannot open {}", p.display()), &e))?;
     let meta = f
@@ -35,6 +40,12 @@ pub(crate) async fn read_file(io: &mut StreamIo, path: &str) -> Result<Event, Re
         return Err(RemoteError::new(
             ErrorKind::InvalidRequest,
             format!("{} is a directory", p.display()),
+        ));
+    }
+    if !meta.is_file() {
+        return Err(RemoteError::new(
+            ErrorKind::InvalidRequest,
+            format!("{} is not a regular file", p.display()),
         ));
     }
     io.event(&Event::File {
