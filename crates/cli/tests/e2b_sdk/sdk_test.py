@@ -234,6 +234,28 @@ try:
 except SandboxException:
     check(True, "a killed sandbox answers not running")
 
+
+# The async SDK: ordered stdin through the client-streaming StreamInput.
+import asyncio
+
+from e2b import AsyncSandbox
+
+
+async def async_part():
+    sandbox = await AsyncSandbox.create(timeout=60)
+    tokens.append(sandbox._envd_access_token)
+    handle = await sandbox.commands.run("cat", background=True, stdin=True)
+    async with sandbox.commands.stream_input(handle.pid) as stdin:
+        for part in ["one ", "two ", "three\n"]:
+            await stdin.send(part)
+    await sandbox.commands.close_stdin(handle.pid)
+    result = await handle.wait()
+    check(result.stdout == "one two three\n", f"stream_input writes in order: {result.stdout!r}")
+    await sandbox.kill()
+
+
+asyncio.run(async_part())
+
 with open(os.environ["TOKENS_OUT"], "w") as out:
     out.write("\n".join(tokens))
 print("OK")

@@ -536,7 +536,7 @@ pub(crate) async fn process(
     headers: HeaderMap,
     body: Body,
 ) -> Response {
-    let streaming = matches!(method.as_str(), "Start" | "Connect");
+    let streaming = matches!(method.as_str(), "Start" | "Connect" | "StreamInput");
     let sandbox = match sandbox_of(&state, &headers) {
         Ok(sandbox) => sandbox,
         Err(gate) => return gate.into_response(),
@@ -627,6 +627,12 @@ pub(crate) async fn process(
                     .map_err(connect_error)?;
                 Ok(unary_response(&json!({})))
             }
+            "StreamInput" => {
+                stream_input(sandbox.as_ref(), &headers, body, limit).await?;
+                Ok(stream_response(futures::stream::once(async {
+                    Ok(json!({}))
+                })))
+            }
             "Update" => {
                 let request: UpdateMsg = unary_request(&headers, body, limit).await?;
                 let process = selector(request.process.as_ref())?;
@@ -656,6 +662,109 @@ fn refuse_watch_options(request: &WatchMsg) -> Result<(), ConnectError> {
         ));
     }
     Ok(())
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+struct StreamInputMsg {
+    start: Option<SelectMsg>,
+    data: Option<SendInputData>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+struct SendInputData {
+    input: Option<InputMsg>,
+}
+
+/// `StreamInput` (client streaming): a start naming the process, then input messages
+/// written in order as they arrive, each envelope read within `limit`.
+async fn stream_input(
+    sandbox: &dyn SandboxEnvd,
+    headers: &HeaderMap,
+    body: Body,
+    limit: usize,
+) -> Result<(), ConnectError> {
+    if let Some(kind) = header_str(headers, "content-type")
+        && !kind.trim().starts_with("application/connect+json")
+    {
+        return Err(ConnectError::new(
+            Code::InvalidArgument,
+            "content-type must be application/connect+json",
+        ));
+    }
+    let mut chunks = body.into_data_stream();
+    let mut pending: Vec<u8> = Vec::new();
+    let mut process: Option<ProcessSelector> = None;
+    loop {
+        // One whole envelope from what arrived so far, else more bytes.
+        if pending.len() >= 5 {
+            let length =
+                u32::from_be_bytes([pending[1], pending[2], pending[3], pending[4]]) as usize;
+            if length > limit {
+                return Err(ConnectError::new(
+                    Code::ResourceExhausted,
+                    format!("an input message over {limit} bytes"),
+                ));
+            }
+            if pending.len() >= 5 + length {
+                let flags = pending[0];
+                let message: Vec<u8> = pending.drain(..5 + length).skip(5).collect();
+                if flags & 0x02 != 0 {
+                    continue;
+                }
+                if flags != 0 {
+                    return Err(ConnectError::new(
+                        Code::InvalidArgument,
+                        "compressed messages are not accepted",
+                    ));
+                }
+                let message: StreamInputMsg = serde_json::from_slice(&message).map_err(|e| {
+                    ConnectError::new(
+                        Code::InvalidArgument,
+                        format!("the input message is not valid: {e}"),
+                    )
+                })?;
+                if let Some(start) = message.start {
+                    process = Some(selector(start.process.as_ref())?);
+                } else if let Some(data) = message.data {
+                    let target = process.clone().ok_or_else(|| {
+                        ConnectError::new(Code::InvalidArgument, "input before the start message")
+                    })?;
+                    let (bytes, pty) = match data.input.unwrap_or_default() {
+                        InputMsg {
+                            pty: Some(data), ..
+                        } => (bytes_field(&data)?, true),
+                        InputMsg {
+                            stdin: Some(data), ..
+                        } => (bytes_field(&data)?, false),
+                        _ => continue,
+                    };
+                    sandbox
+                        .send_input(target, bytes, pty)
+                        .await
+                        .map_err(connect_error)?;
+                }
+                continue;
+            }
+        }
+        match chunks.next().await {
+            Some(Ok(bytes)) => pending.extend_from_slice(&bytes),
+            Some(Err(e)) => {
+                return Err(ConnectError::new(
+                    Code::InvalidArgument,
+                    format!("the request body failed: {e}"),
+                ));
+            }
+            None if pending.is_empty() => return Ok(()),
+            None => {
+                return Err(ConnectError::new(
+                    Code::InvalidArgument,
+                    "the request ended inside a message",
+                ));
+            }
+        }
+    }
 }
 
 fn unimplemented(service: &str, method: &str) -> ConnectError {
