@@ -157,8 +157,7 @@ pub(crate) async fn stream_request<T: DeserializeOwned + Default>(
                 format!("request message too large (at most {limit} bytes)"),
             )
         })?;
-    let Some((&[flags, a, b, c, d], rest)) = bytes.split_first_chunk::<5>().map(|(h, r)| (h, r))
-    else {
+    let Some((&[flags, a, b, c, d], rest)) = bytes.split_first_chunk::<5>() else {
         return Err(ConnectError::new(
             Code::InvalidArgument,
             "the request is not an enveloped message",
