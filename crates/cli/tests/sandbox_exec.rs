@@ -2,7 +2,8 @@
 //! stderr reach the right streams, the exit code is the command's (`exit 7` → 7, SIGKILL →
 //! 137), `-e` and `--cwd` apply, `-i` forwards piped stdin (past one 64 KiB chunk) and
 //! without `-i` the command has none, Ctrl-C kills the command and exits 130, an unknown
-//! sandbox and a wrong key are named, and the sandbox's access token is never printed.
+//! sandbox and a wrong key are named, and the sandbox's access token is never printed; a
+//! hostile serve's text is escaped, its messages capped at 4 MiB.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -156,20 +157,28 @@ fn exec_streams_output_returns_the_exit_code_and_forwards_stdin() {
     let output = child.wait_with_output().unwrap();
     assert_eq!(output.status.code(), Some(130), "{}", describe(&output));
     outputs.push(output);
-    // The sleep is gone: it is not among the sandbox's processes.
-    let output = exec(&[
-        &id,
-        "--",
-        "sh",
-        "-c",
-        "cat /proc/[0-9]*/cmdline | tr '\\0' ' '",
-    ])
-    .output()
-    .unwrap();
-    assert!(output.status.success(), "{}", describe(&output));
-    let listed = String::from_utf8_lossy(&output.stdout);
+    // The sleep is gone: it is not among the sandbox's processes (SIGKILL was sent before
+    // omabox exited; its death may take a moment to show).
+    let mut listed = String::new();
+    for _ in 0..50 {
+        let output = exec(&[
+            &id,
+            "--",
+            "sh",
+            "-c",
+            "cat /proc/[0-9]*/cmdline | tr '\\0' ' '",
+        ])
+        .output()
+        .unwrap();
+        assert!(output.status.success(), "{}", describe(&output));
+        listed = String::from_utf8_lossy(&output.stdout).into_owned();
+        outputs.push(output);
+        if !listed.contains("sleep 1000") {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
     assert!(!listed.contains("sleep 1000"), "{listed}");
-    outputs.push(output);
 
     for output in &outputs {
         let all = [&output.stdout[..], &output.stderr[..]].concat();
@@ -240,4 +249,120 @@ fn no_serve_at_the_url_says_so() {
         )),
         "{errors}"
     );
+}
+
+/// A loopback "serve" that answers the connect route with `token` and every
+/// `process.Process` call with `status` and `body` (a hostile server).
+fn fake_serve(token: &'static str, status: &'static str, body: Vec<u8>) -> String {
+    use std::io::Read as _;
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { break };
+            let mut head = Vec::new();
+            let mut byte = [0u8; 1];
+            while !head.ends_with(b"\r\n\r\n") && stream.read(&mut byte).unwrap_or(0) == 1 {
+                head.push(byte[0]);
+            }
+            let head = String::from_utf8_lossy(&head).to_ascii_lowercase();
+            let length: usize = head
+                .lines()
+                .find_map(|l| l.strip_prefix("content-length:"))
+                .and_then(|n| n.trim().parse().ok())
+                .unwrap_or(0);
+            let mut request_body = vec![0u8; length];
+            let _ = stream.read_exact(&mut request_body);
+            let (status, kind, answer) = if head.contains("/connect ") {
+                let sandbox = serde_json::json!({"sandboxID": "x", "envdAccessToken": token});
+                (
+                    "200 OK",
+                    "application/json",
+                    sandbox.to_string().into_bytes(),
+                )
+            } else {
+                (status, "application/connect+json", body.clone())
+            };
+            let _ = write!(
+                stream,
+                "HTTP/1.1 {status}\r\ncontent-type: {kind}\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
+                answer.len()
+            );
+            let _ = stream.write_all(&answer);
+        }
+    });
+    url
+}
+
+fn envelope(flags: u8, message: &str) -> Vec<u8> {
+    let mut frame = vec![flags];
+    frame.extend_from_slice(&u32::try_from(message.len()).unwrap().to_be_bytes());
+    frame.extend_from_slice(message.as_bytes());
+    frame
+}
+
+#[test]
+fn what_a_hostile_serve_says_is_escaped_capped_and_the_token_never_shown() {
+    let dirs = TestDirs::new("sandbox-exec-hostile");
+    let token = "tok-secret-0123456789";
+    let exec = |url: &str| {
+        sandbox(&dirs, url, Some("omk_any"), &["exec", "x", "--", "true"])
+            .output()
+            .unwrap()
+    };
+
+    // An error ending the stream: one escaped line, after the output that came first.
+    let hostile = "\u{1b}]0;owned\u{7}\u{1b}[2J\nomabox: fake line\u{202e}";
+    let end = serde_json::json!({"error": {"code": "internal", "message": hostile}});
+    let mut body = envelope(0, r#"{"event":{"data":{"stdout":"aGkK"}}}"#);
+    body.extend(envelope(2, &end.to_string()));
+    let output = exec(&fake_serve(token, "200 OK", body));
+    assert_eq!(output.status.code(), Some(1), "{}", describe(&output));
+    assert_eq!(output.stdout, b"hi\n");
+    let errors = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        errors.contains("internal: \\u{1b}]0;owned\\u{7}\\u{1b}[2J\\nomabox: fake line\\u{202e}"),
+        "{errors:?}"
+    );
+    assert!(
+        !errors.contains('\u{1b}') && errors.lines().count() == 1,
+        "{errors:?}"
+    );
+
+    // A message longer than the cap is refused from its header, not read.
+    let mut body = vec![0u8];
+    body.extend_from_slice(&(5u32 << 20).to_be_bytes());
+    body.extend_from_slice(b"{}");
+    let output = exec(&fake_serve(token, "200 OK", body));
+    assert_eq!(output.status.code(), Some(1), "{}", describe(&output));
+    let errors = String::from_utf8_lossy(&output.stderr);
+    assert!(errors.contains("over the 4194304-byte cap"), "{errors}");
+
+    // The stream ending before the process did.
+    let body = envelope(0, r#"{"event":{"start":{"pid":3}}}"#);
+    let output = exec(&fake_serve(token, "200 OK", body));
+    assert_eq!(output.status.code(), Some(1), "{}", describe(&output));
+    let errors = String::from_utf8_lossy(&output.stderr);
+    assert!(errors.contains("ended without its end message"), "{errors}");
+
+    // The token refused: named as the sandbox's, never shown.
+    let refused = serde_json::json!({"code": 401, "message": "bad token"}).to_string();
+    let output = exec(&fake_serve(token, "401 Unauthorized", refused.into_bytes()));
+    assert_eq!(output.status.code(), Some(1), "{}", describe(&output));
+    let errors = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        errors.contains("refused sandbox x's access token (401)"),
+        "{errors}"
+    );
+    assert!(!errors.contains(token), "{errors}");
+
+    // A sandbox gone between the connect and the start (serve's 502 for it).
+    let gone = serde_json::json!({"code": 502, "message": "The sandbox \"x\" was not found"});
+    let output = exec(&fake_serve(
+        token,
+        "502 Bad Gateway",
+        gone.to_string().into_bytes(),
+    ));
+    let errors = String::from_utf8_lossy(&output.stderr);
+    assert!(errors.contains("no sandbox x in the serve at"), "{errors}");
 }
