@@ -1,9 +1,10 @@
 //! `omabox sandbox exec` against a real `omabox serve` with a real linux sandbox: stdout and
 //! stderr reach the right streams, the exit code is the command's (`exit 7` → 7, SIGKILL →
 //! 137), `-e` and `--cwd` apply, `-i` forwards piped stdin (past one 64 KiB chunk) and
-//! without `-i` the command has none, Ctrl-C kills the command and exits 130, an unknown
-//! sandbox and a wrong key are named, and the sandbox's access token is never printed; a
-//! hostile serve's text is escaped, its messages capped at 4 MiB.
+//! without `-i` the command has none, Ctrl-C kills the command and exits 130, a closed
+//! stdout ends it with SIGTERM, an unknown sandbox and a wrong key are named, and the
+//! sandbox's access token is never printed; a hostile serve's text is escaped, its messages
+//! capped at 4 MiB.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -157,6 +158,21 @@ fn exec_streams_output_returns_the_exit_code_and_forwards_stdin() {
     let output = child.wait_with_output().unwrap();
     assert_eq!(output.status.code(), Some(130), "{}", describe(&output));
     outputs.push(output);
+    // Our stdout closed (`| head -1`): the command gets SIGTERM, as SIGPIPE would end it.
+    let mut child = exec(&[&id, "--", "yes"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut reader = BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    reader.read_line(&mut line).unwrap();
+    assert_eq!(line, "y\n");
+    drop(reader);
+    let output = child.wait_with_output().unwrap();
+    assert_eq!(output.status.code(), Some(143), "{}", describe(&output));
+    outputs.push(output);
+
     // The sleep is gone: it is not among the sandbox's processes (SIGKILL was sent before
     // omabox exited; its death may take a moment to show).
     let mut listed = String::new();
