@@ -265,6 +265,23 @@ fn no_serve_at_the_url_says_so() {
         )),
         "{errors}"
     );
+
+    // A user name that cannot travel in `Authorization: Basic` is a usage error, not a
+    // misleading "no serve".
+    let output = sandbox(
+        &dirs,
+        &url,
+        Some("omk_any"),
+        &["exec", "--user", "a\nb", "x", "--", "true"],
+    )
+    .output()
+    .unwrap();
+    assert_eq!(output.status.code(), Some(2), "{}", describe(&output));
+    assert!(
+        String::from_utf8_lossy(&output.stderr).contains("a user name is"),
+        "{}",
+        describe(&output)
+    );
 }
 
 /// A loopback "serve" that answers the connect route with `token` and every

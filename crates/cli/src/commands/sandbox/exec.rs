@@ -43,7 +43,7 @@ pub struct ExecArgs {
     #[command(flatten)]
     pub(super) serve: ServeFlag,
     /// Run as this user (relative `--cwd` is under its home). Default: the sandbox's.
-    #[arg(long, value_name = "NAME")]
+    #[arg(long, value_name = "NAME", value_parser = user_name)]
     user: Option<String>,
     /// The command's working directory. Default: the user's home.
     #[arg(long, value_name = "DIR")]
@@ -65,6 +65,17 @@ pub struct ExecArgs {
         trailing_var_arg = true
     )]
     command: Vec<String>,
+}
+
+/// `--user`: what envd takes as a user name (it travels in `Authorization: Basic`).
+fn user_name(text: &str) -> Result<String, String> {
+    if text.is_empty()
+        || text.len() > 64
+        || !text.bytes().all(|b| b.is_ascii_graphic() && b != b':')
+    {
+        return Err("a user name is 1 to 64 printable ASCII characters without `:`".to_owned());
+    }
+    Ok(text.to_owned())
 }
 
 /// Runs `args.command` in the sandbox until it ends; its exit code.
@@ -289,6 +300,14 @@ mod tests {
             exited,
             status: status.into(),
             error: None,
+        }
+    }
+
+    #[test]
+    fn a_user_name_fits_a_basic_header() {
+        assert_eq!(user_name("nobody").unwrap(), "nobody");
+        for bad in ["", "a:b", "a b", "a\nb", "é", &"x".repeat(65)] {
+            assert!(user_name(bad).is_err(), "{bad:?}");
         }
     }
 
