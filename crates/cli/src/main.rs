@@ -111,8 +111,8 @@ enum Command {
     Reap(commands::reap::ReapArgs),
     /// Manage the image cache: pull registry images, list, remove, prune.
     Image(commands::image::ImageArgs),
-    /// Sandboxes: a one-shot `run -- CMD ARGS...`, or `create|ls|rm|timeout` in a running
-    /// `omabox serve` (no `exec` yet: serve has no process API).
+    /// Sandboxes: a one-shot `run -- CMD ARGS...`, or `create|ls|rm|timeout|exec` in a
+    /// running `omabox serve`.
     Sandbox(commands::sandbox::SandboxArgs),
     /// Serve the HTTP API: hosted inference proxy, MCP proxy, file promotion.
     Serve(commands::serve::ServeArgs),

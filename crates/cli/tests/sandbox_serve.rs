@@ -1,4 +1,4 @@
-//! `omabox sandbox create|ls|rm|timeout` against a real `omabox serve` with real linux
+//! `omabox sandbox create|ls|rm|timeout` (`exec`: sandbox_exec.rs) against a real `omabox serve` with real linux
 //! sandboxes: create → ls shows it → timeout → rm → ls empty and its state dir gone, the
 //! operator key taken from serve's key file, `rm` of an unknown id (named, exit 1, the
 //! others still removed), a wrong key (401 naming where the key came from, never the key),

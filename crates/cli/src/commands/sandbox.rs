@@ -45,6 +45,8 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
+mod envd_client;
+mod exec;
 mod linux;
 mod one_shot;
 mod plain_args;

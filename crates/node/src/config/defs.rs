@@ -314,8 +314,8 @@ pub static SETTINGS: &[Setting] = &[
     row(Key::ServeMaxBodyBytes, "serve_max_body_bytes", "Largest buffered request body in bytes (proxied bodies stream).")
         .flag("--max-body-bytes (serve)").env(&["OMABOX_SERVE_MAX_BODY_BYTES"]).group(Serve)
         .default(Described("the serve configuration's `limits`, else `1048576`")).parse(unsigned),
-    row(Key::ServeUrl, "serve_url", "The `omabox serve` that `omabox sandbox create|ls|rm|timeout` talk to (plain `http://`).")
-        .flag("--serve-url (sandbox create, ls, rm, timeout)").env(&["OMABOX_SERVE_URL"]).group(Serve)
+    row(Key::ServeUrl, "serve_url", "The `omabox serve` that `omabox sandbox create|ls|rm|timeout|exec` talk to (plain `http://`).")
+        .flag("--serve-url (sandbox create, ls, rm, timeout, exec)").env(&["OMABOX_SERVE_URL"]).group(Serve)
         .default(Value("http://127.0.0.1:8787")).parse(serve_url),
     row(Key::Image, "image", "The sandboxes' root filesystem: a rootfs directory or tarball, an OCI layout, or a registry reference (`SANDBOX_IMAGE`: OpenMA's name).")
         .flag("--image (sandbox run)").env(&[linux::IMAGE_ENV, linux::SANDBOX_IMAGE_ENV]).group(Images).factory()

@@ -1,9 +1,10 @@
-//! `omabox sandbox create|ls|rm|timeout`: the long-lived sandboxes of a running `omabox
-//! serve`, docker-style, over its E2B-compatible control plane (docs/http-api.md).
+//! `omabox sandbox create|ls|rm|timeout|exec`: the long-lived sandboxes of a running
+//! `omabox serve`, docker-style, over its E2B-compatible control plane (docs/http-api.md);
+//! `exec` (`exec.rs`) runs a command through the sandbox's envd.
 //!
 //! Serve is at the `serve_url` setting (`--serve-url`, `OMABOX_SERVE_URL`, default
 //! `http://127.0.0.1:8787`); the operator key is where serve takes it: `OMABOX_API_KEY`,
-//! else `<data-dir>/serve-api-key`. There is no `exec` yet: serve has no process API.
+//! else `<data-dir>/serve-api-key`.
 //!
 //! Must never: print the operator key or a sandbox's access token (the latter only in
 //! `create --json`, the API's own answer), or print text the server chose unescaped.
@@ -29,8 +30,7 @@ const MAX_ANSWER: usize = 4 << 20;
 /// The subcommands on a running serve.
 #[derive(Debug, Subcommand)]
 pub enum RemoteCommand {
-    /// Create a long-lived sandbox in the running `omabox serve`; prints its id. (There is no
-    /// `exec` yet: serve has no process API.)
+    /// Create a long-lived sandbox in the running `omabox serve`; prints its id.
     Create(CreateArgs),
     /// List the running serve's sandboxes: id, template, started, ends.
     Ls(ListArgs),
@@ -38,11 +38,14 @@ pub enum RemoteCommand {
     Rm(RemoveArgs),
     /// Set a sandbox's remaining lifetime to SECS from now.
     Timeout(TimeoutArgs),
+    /// Run a command in a sandbox of the running serve, like `docker exec`; exits with its
+    /// exit code.
+    Exec(super::exec::ExecArgs),
 }
 
 /// Where serve is.
 #[derive(Debug, Args)]
-pub struct ServeFlag {
+pub(super) struct ServeFlag {
     /// The `omabox serve` to talk to (plain http://; setting `serve_url`, OMABOX_SERVE_URL;
     /// default http://127.0.0.1:8787). The key: OMABOX_API_KEY, else
     /// `<data-dir>/serve-api-key`.
@@ -121,6 +124,7 @@ impl RemoteCommand {
             Self::Ls(args) => &args.serve,
             Self::Rm(args) => &args.serve,
             Self::Timeout(args) => &args.serve,
+            Self::Exec(args) => &args.serve,
         };
         flags.with_some(Key::ServeUrl, serve.serve_url.clone())
     }
@@ -150,6 +154,7 @@ pub fn run(command: RemoteCommand, config: &NodeConfig) -> anyhow::Result<ExitCo
                     .map_err(|e| e.named(&args.id))?;
                 Ok(ExitCode::SUCCESS)
             }
+            RemoteCommand::Exec(args) => super::exec::exec(&client, args).await,
         }
     })
 }
@@ -253,7 +258,7 @@ async fn remove(client: &Client, ids: &[String], json: bool) -> anyhow::Result<E
 }
 
 /// An id as one path segment: only what E2B ids are made of passes unescaped.
-fn segment(id: &str) -> String {
+pub(super) fn segment(id: &str) -> String {
     id.bytes()
         .map(|b| {
             if b.is_ascii_alphanumeric() || b == b'-' || b == b'_' {
@@ -267,7 +272,7 @@ fn segment(id: &str) -> String {
 
 /// Why a call failed: serve said no (with its status), or it could not be asked.
 #[derive(Debug)]
-enum CallError {
+pub(super) enum CallError {
     /// A 404: the sandbox is not there.
     NotFound(String),
     /// Anything else.
@@ -276,7 +281,7 @@ enum CallError {
 
 impl CallError {
     /// As an error naming the sandbox `id` when serve does not know it.
-    fn named(self, id: &str) -> anyhow::Error {
+    pub(super) fn named(self, id: &str) -> anyhow::Error {
         match self {
             Self::NotFound(base) => anyhow!("no sandbox {} in the serve at {base}", one_line(id)),
             Self::Other(error) => error,
@@ -294,9 +299,9 @@ impl From<CallError> for anyhow::Error {
 }
 
 /// Serve's address and the operator key.
-struct Client {
+pub(super) struct Client {
     http: reqwest::Client,
-    base: String,
+    pub(super) base: String,
     key: SecretString,
     /// Where the key came from, for a 401.
     key_origin: String,
@@ -344,7 +349,7 @@ impl Client {
     }
 
     /// One call; a 2xx answer's JSON (`Null` when empty).
-    async fn call(
+    pub(super) async fn call(
         &self,
         method: reqwest::Method,
         path: &str,
