@@ -4,6 +4,7 @@
 pub(crate) mod connect;
 pub(crate) mod e2b;
 pub(crate) mod envd;
+pub(crate) mod envd_fs;
 pub(crate) mod files;
 pub(crate) mod inference;
 pub(crate) mod mcp;
@@ -68,12 +69,12 @@ pub fn router(state: ProxyState) -> Router {
         .route("/sandboxes", get(e2b::list_v1).post(e2b::create))
         .route("/v2/sandboxes", get(e2b::list_v2).post(e2b::create))
         .route("/process.Process/{method}", post(envd::process))
-        .route("/filesystem.Filesystem/{method}", post(envd::filesystem))
-        .route("/health", get(envd::health))
+        .route("/filesystem.Filesystem/{method}", post(envd_fs::filesystem))
+        .route("/health", get(envd_fs::health))
         .route(
             "/files",
-            get(envd::download)
-                .post(envd::upload)
+            get(envd_fs::download)
+                .post(envd_fs::upload)
                 .layer(DefaultBodyLimit::disable()),
         )
         .route("/sandboxes/{sandbox_id}", get(e2b::get).delete(e2b::kill))
