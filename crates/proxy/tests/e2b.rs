@@ -48,6 +48,7 @@ impl SandboxService for Fake {
             memory_mb: 512,
             disk_size_mb: 0,
             allow_internet_access: request.allow_internet_access,
+            paused: false,
         };
         sandboxes.insert(info.sandbox_id.clone(), info.clone());
         self.created.lock().unwrap().push(request);
