@@ -86,6 +86,7 @@ impl SandboxHost {
             cpu: super::metrics::CpuReadings::default(),
             env_vars,
             networking: Mutex::new(networking),
+            pausing: AtomicBool::new(false),
         });
         {
             let mut map = self.inner.lock();
@@ -160,12 +161,22 @@ impl SandboxHost {
                 "this server already keeps {MAX_PAUSED} paused sandboxes"
             )));
         }
-        saved
+        // One pause at a time: a second one saving into the same directory would fail and
+        // remove the first one's files.
+        if entry.pausing.swap(true, Ordering::AcqRel) {
+            return Ok(false);
+        }
+        let saving = saved
             .save(sandbox_id, entry.port.client())
             .await
-            .map_err(|e| internal(format!("cannot pause sandbox {sandbox_id}: {e}")))?;
+            .map_err(|e| internal(format!("cannot pause sandbox {sandbox_id}: {e}")));
+        if let Err(error) = saving {
+            entry.pausing.store(false, Ordering::Release);
+            return Err(error);
+        }
         if let Err(error) = super::kill_entry(&self.inner, sandbox_id, &entry).await {
             saved.remove(sandbox_id);
+            entry.pausing.store(false, Ordering::Release);
             return Err(error);
         }
         let mut info = entry.shown().0.clone();

@@ -123,6 +123,8 @@ struct Entry {
     env_vars: BTreeMap<String, String>,
     /// The network a network update gave it (`None`: the node's).
     networking: Mutex<Option<NetworkingConfig>>,
+    /// Set by the one pause in progress (a second waits for nothing: it is refused).
+    pausing: AtomicBool,
 }
 
 impl Entry {
