@@ -274,6 +274,12 @@ fn the_sandboxes_of_a_killed_serve_are_reaped() {
     let dirs = TestDirs::new("e2b");
     let mut serve = start_serve(&dirs);
     serve.create(r#"{"templateID":"base","timeout":600}"#);
+    // A paused one too: its saved files outlive the kill -9 until the reap.
+    let paused = serve.create(r#"{"templateID":"base","timeout":600}"#);
+    let pause = format!("/sandboxes/{}/pause", paused["sandboxID"].as_str().unwrap());
+    assert_eq!(serve.call(Some(KEY), "POST", &pause, None).0, 204);
+    let saved = dirs.data.path().join("paused-sandboxes");
+    assert!(!files_below(&saved).is_empty());
     assert_eq!(subdirs(dirs.runtime_dir.path()).len(), 1);
     serve.child().kill().unwrap();
     serve.child().wait().unwrap();
@@ -295,6 +301,11 @@ fn the_sandboxes_of_a_killed_serve_are_reaped() {
         common::describe(&output)
     );
     assert!(cgroups(&dirs).is_empty());
+    assert!(
+        files_below(&saved).is_empty(),
+        "a dead serve's paused sandboxes: {}",
+        common::describe(&output)
+    );
 }
 
 #[test]

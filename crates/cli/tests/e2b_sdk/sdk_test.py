@@ -8,6 +8,7 @@ import time
 
 import httpx
 from e2b import (
+    ALL_TRAFFIC,
     AuthenticationException,
     CommandExitException,
     NotFoundException,
@@ -164,6 +165,20 @@ answer = httpx.post(
 )
 check(answer.status_code == 401, "no token, no access")
 other.kill()
+
+# Network update: the SDK's body is read (a host allow list with a deny-all is what the
+# policy enforces), but this serve's sandboxes have no network to change (its
+# OMABOX_LINUX_NETWORK is unset: none); an IP address is refused naming allowOut.
+try:
+    sbx.update_network({"allow_out": ["api.example.com"], "deny_out": [ALL_TRAFFIC]})
+    raise AssertionError("a network update of a sandbox without a network must raise")
+except SandboxException as e:
+    check("no network to change" in str(e), f"a network update without a network: {e}")
+try:
+    sbx.update_network({"allow_out": ["8.8.8.8"], "deny_out": [ALL_TRAFFIC]})
+    raise AssertionError("an IP address in allow_out must raise")
+except SandboxException as e:
+    check("allowOut" in str(e) and "IP address" in str(e), f"an IP in allow_out: {e}")
 
 # Pause (the filesystem mode: files kept, processes not) and resume by connect, under the
 # same id and token.

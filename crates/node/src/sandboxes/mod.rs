@@ -11,8 +11,8 @@
 //! and token with those files back, or a kill removes it.
 //!
 //! State lives in this process only. Every sandbox's state dir records serve as its owner,
-//! so when serve dies without killing them, `omabox reap` destroys them (owner dead); the
-//! files of its paused sandboxes are removed by the next serve on the same data dir.
+//! so when serve dies without killing them, `omabox reap` destroys them (owner dead), and
+//! the files of its paused sandboxes (`omabox reap` or the next serve on the same data dir).
 //!
 //! Must never: log a token, put one in an error, or compare one in time that depends on
 //! its bytes; leave a sandbox running after [`SandboxHost::shutdown`].
@@ -20,7 +20,7 @@
 mod envd;
 mod lifecycle;
 mod metrics;
-mod saved;
+pub(crate) mod saved;
 mod token;
 
 use crate::{DataDir, NodeConfig};

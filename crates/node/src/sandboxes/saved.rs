@@ -5,9 +5,9 @@
 //! new sandbox's agent on resume, which extracts it inside (refusing entries that leave the
 //! directory). The host never extracts, lists or follows anything in an archive.
 //!
-//! A serve that ends removes its own directory; one that died is found by the next serve on
-//! the same data dir (its owner pid gone or reused) and its directory removed then.
-//! `omabox gc` and `omabox reap` do not look there.
+//! A serve that ends removes its own directory; one that died (its owner pid gone or
+//! reused) is removed by the next serve on the same data dir and by `omabox reap` (and the
+//! leftover sweep of `omabox run`), see [`remove_dead_serves`].
 //!
 //! Must never: build a path from a caller's text (the sandbox ids used here are serve's
 //! own, from its map); write beyond the cap; leave a partial save behind a failed pause.
@@ -74,27 +74,17 @@ impl SavedFiles {
     /// The directory of this process below `data_root`; the directories of serves that
     /// are gone are removed (best effort, logged).
     pub fn of_this_process(data_root: &Path) -> Self {
-        let parent = data_root.join(PAUSED_DIR);
         let pid = std::process::id();
         let owner = format!("{pid}-{}", start_time(pid).unwrap_or(0));
-        if let Ok(entries) = std::fs::read_dir(&parent) {
-            for entry in entries.flatten() {
-                let name = entry.file_name();
-                let Some(name) = name.to_str() else { continue };
-                if name != owner && !owner_alive(name) {
-                    match std::fs::remove_dir_all(entry.path()) {
-                        Ok(()) => {
-                            tracing::info!(dir = %entry.path().display(), "removed the paused sandboxes of a serve that is gone")
-                        }
-                        Err(error) => {
-                            tracing::warn!(dir = %entry.path().display(), %error, "cannot remove the paused sandboxes of a serve that is gone")
-                        }
-                    }
-                }
-            }
+        let (removed, errors) = remove_dead_serves(data_root, Some(&owner));
+        for dir in removed {
+            tracing::info!(dir = %dir.display(), "removed the paused sandboxes of a serve that is gone");
+        }
+        for error in errors {
+            tracing::warn!(%error, "cannot remove the paused sandboxes of a serve that is gone");
         }
         Self {
-            dir: parent.join(owner),
+            dir: data_root.join(PAUSED_DIR).join(owner),
         }
     }
 
@@ -194,6 +184,40 @@ fn remove_logged(path: &Path) {
             tracing::warn!(path = %path.display(), %error, "cannot remove a paused sandbox's files");
         }
     }
+}
+
+/// Removes the saved files of every serve below `data_root` that is gone (all but `keep`'s
+/// and those of live serves): the directories removed, and what could not be.
+pub fn remove_dead_serves(data_root: &Path, keep: Option<&str>) -> (Vec<PathBuf>, Vec<String>) {
+    let parent = data_root.join(PAUSED_DIR);
+    let (mut removed, mut errors) = (Vec::new(), Vec::new());
+    let entries = match std::fs::read_dir(&parent) {
+        Ok(entries) => entries,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return (removed, errors),
+        Err(e) => {
+            errors.push(format!("listing {}: {e}", parent.display()));
+            return (removed, errors);
+        }
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let name = name.to_string_lossy();
+        if keep == Some(&*name) || owner_alive(&name) {
+            continue;
+        }
+        let path = entry.path();
+        // Neither removal follows a symlink: a link here is removed, not its target.
+        let result = if entry.file_type().is_ok_and(|t| t.is_dir()) {
+            std::fs::remove_dir_all(&path)
+        } else {
+            std::fs::remove_file(&path)
+        };
+        match result {
+            Ok(()) => removed.push(path),
+            Err(e) => errors.push(format!("removing {}: {e}", path.display())),
+        }
+    }
+    (removed, errors)
 }
 
 /// Whether the serve that named a directory `<pid>-<start time>` still runs.
