@@ -530,8 +530,9 @@ fn dns_in_netns_of(pid: libc::pid_t, name: &str) -> (u8, u16) {
 
 /// `PUT /sandboxes/{id}/network` changes what the live sandbox's DNS stub answers: a name
 /// refused under `limited` with nothing allowed is answered once allowed, and
-/// refused again after the next update; what the policy cannot enforce is a 400 naming the
-/// field, and so is an open internet the operator's network does not give.
+/// refused again after the next update; a pause and resume keeps the update; what the
+/// policy cannot enforce is a 400 naming the field, and so is an open internet the
+/// operator's network does not give.
 #[test]
 fn a_network_update_changes_what_the_sandbox_resolves() {
     if !linux_available() {
@@ -561,6 +562,18 @@ fn a_network_update_changes_what_the_sandbox_resolves() {
     assert!(
         dns_in_netns_of(pid, "other.test").0 != 0,
         "only the allowed name"
+    );
+    // A pause and resume keeps the update: the new sandbox gets it, not the node's network.
+    let (status, _) = serve.call(Some(KEY), "POST", &format!("/sandboxes/{id}/pause"), None);
+    assert_eq!(status, 204);
+    let connect = format!("/sandboxes/{id}/connect");
+    let (status, body) = serve.call(Some(KEY), "POST", &connect, Some(r#"{"timeout":300}"#));
+    assert_eq!(status, 201, "{body}");
+    let pid = only_sandbox_pid(&dirs);
+    assert_eq!(
+        dns_in_netns_of(pid, "allowed.test"),
+        (0, 1),
+        "resumed with its update"
     );
     for (bad, field) in [
         (
