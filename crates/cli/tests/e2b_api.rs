@@ -609,3 +609,37 @@ fn a_network_update_changes_what_the_sandbox_resolves() {
     assert_eq!(status, 404);
     serve.stop();
 }
+
+/// Under an `unrestricted` operator network an update may narrow a sandbox to nothing and
+/// open it again (`{}`: E2B's "no rules").
+#[test]
+fn an_open_internet_is_granted_back_under_an_unrestricted_operator_network() {
+    if !linux_available() {
+        return;
+    }
+    let dirs = TestDirs::new("e2b");
+    let mut command = dirs.command(&["serve", "--listen", "127.0.0.1:0"]);
+    command
+        .env("OMABOX_API_KEY", KEY)
+        .env("OMABOX_LINUX_NETWORK", "unrestricted")
+        .env("OMABOX_TEST_MODE", "1")
+        .env("OMABOX_LINUX_TEST_HOSTS", "allowed.test=198.18.0.7");
+    let serve = Serve::start(command);
+    let created = serve.create(r#"{"templateID":"base","timeout":300}"#);
+    let id = created["sandboxID"].as_str().unwrap();
+    let pid = only_sandbox_pid(&dirs);
+    assert_eq!(dns_in_netns_of(pid, "allowed.test"), (0, 1));
+    let network = format!("/sandboxes/{id}/network");
+    let (status, body) = serve.call(
+        Some(KEY),
+        "PUT",
+        &network,
+        Some(r#"{"denyOut":["0.0.0.0/0"]}"#),
+    );
+    assert_eq!(status, 204, "{body}");
+    assert!(dns_in_netns_of(pid, "allowed.test").0 != 0, "denied");
+    let (status, body) = serve.call(Some(KEY), "PUT", &network, Some("{}"));
+    assert_eq!(status, 204, "{body}");
+    assert_eq!(dns_in_netns_of(pid, "allowed.test"), (0, 1), "open again");
+    serve.stop();
+}
