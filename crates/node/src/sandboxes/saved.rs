@@ -28,10 +28,16 @@ pub const SAVED_DIRS: &[(&str, &str)] = &[
 ];
 /// The directory below the data dir.
 pub const PAUSED_DIR: &str = "paused-sandboxes";
+/// How long a save or a restore may take in all (a sandbox that stalls its agent's tar
+/// stream fails its own pause or resume, and holds no request longer).
+pub const TRANSFER_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(300);
 
 /// Why saving or restoring failed (the text names the directory, never file contents).
 #[derive(Debug, thiserror::Error)]
 pub enum SavedError {
+    /// Longer than [`TRANSFER_TIMEOUT`].
+    #[error("moving the sandbox's files took longer than {} s", TRANSFER_TIMEOUT.as_secs())]
+    TimedOut,
     /// Over [`MAX_SAVED_BYTES`].
     #[error("the sandbox's files are larger than {MAX_SAVED_BYTES} bytes: it cannot be paused")]
     TooLarge,
@@ -97,7 +103,9 @@ impl SavedFiles {
     /// of it is left.
     pub async fn save(&self, id: &str, client: &AgentClient) -> Result<(), SavedError> {
         let target = self.of(id);
-        let result = self.save_into(&target, client).await;
+        let result = tokio::time::timeout(TRANSFER_TIMEOUT, self.save_into(&target, client))
+            .await
+            .unwrap_or(Err(SavedError::TimedOut));
         if result.is_err() {
             let _ = std::fs::remove_dir_all(&target);
         }
@@ -145,6 +153,12 @@ impl SavedFiles {
 
     /// Sends `id`'s saved directories to the sandbox behind `client`, which extracts them.
     pub async fn restore(&self, id: &str, client: &AgentClient) -> Result<(), SavedError> {
+        tokio::time::timeout(TRANSFER_TIMEOUT, self.restore_from(id, client))
+            .await
+            .unwrap_or(Err(SavedError::TimedOut))
+    }
+
+    async fn restore_from(&self, id: &str, client: &AgentClient) -> Result<(), SavedError> {
         let source = self.of(id);
         for (dir, file) in SAVED_DIRS {
             let path = source.join(file);
