@@ -226,6 +226,7 @@ async fn every_route_needs_the_operator_key_in_x_api_key() {
         ("PUT", "/sandboxes/sb0/network", Some("{}")),
         ("POST", "/sandboxes/sb0/pause", None),
         ("POST", "/sandboxes/sb0/connect", None),
+        ("POST", "/sandboxes/sb0/resume", None),
     ];
     for (method, path, body) in routes {
         for key in [None, Some("wrong"), Some("")] {
@@ -588,4 +589,17 @@ async fn metrics_network_pause_and_resume_in_e2b_shapes() {
     assert_eq!(resumed["envdAccessToken"], TOKEN);
     let (status, _, _) = call(&state, "POST", "/sandboxes/sb0/connect", Some(KEY), None).await;
     assert_eq!(status, StatusCode::OK, "a running sandbox's connect");
+
+    // The deprecated resume: 409 running, 201 paused, 404 unknown.
+    let resume = Some(r#"{"timeout":30}"#);
+    let (status, _, error) = call(&state, "POST", "/sandboxes/sb0/resume", Some(KEY), resume).await;
+    assert_eq!(status, StatusCode::CONFLICT);
+    assert_error(&error, 409, "already running");
+    call(&state, "POST", "/sandboxes/sb0/pause", Some(KEY), None).await;
+    let (status, _, resumed) =
+        call(&state, "POST", "/sandboxes/sb0/resume", Some(KEY), resume).await;
+    assert_eq!(status, StatusCode::CREATED, "{resumed}");
+    assert_eq!(resumed["envdAccessToken"], TOKEN);
+    let (status, _, _) = call(&state, "POST", "/sandboxes/nope/resume", Some(KEY), resume).await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
 }

@@ -1,15 +1,19 @@
 //! E2B's routes beyond create/list/kill (`spec/openapi.yml` of e2b-dev/E2B): a running
 //! sandbox's metrics (`GET /sandboxes/{id}/metrics`, `GET /sandboxes/metrics`), its network
 //! (`PUT /sandboxes/{id}/network`) and its pause (`POST /sandboxes/{id}/pause`; the resume
-//! is `connect`'s, in `e2b.rs`). Same key check, body cap and error shape as `e2b.rs`.
+//! is `connect`'s, in `e2b.rs`, and the deprecated `POST /sandboxes/{id}/resume`). Same key check, body cap and error shape as `e2b.rs`.
 //!
 //! Must never: accept a network rule the sandbox's policy would not enforce (it is a 400
 //! naming the field); accept a memory pause (only the filesystem is kept).
 
 use super::e2b::{
-    Answer, E2bError, authorize, is_empty, json_body, not_found_short, sandbox_id, shorten,
+    Answer, E2bError, authorize, is_empty, json_body, not_found_short, sandbox_body, sandbox_id,
+    seconds, shorten,
 };
-use crate::e2b::{NetworkUpdate, SandboxMetrics, rfc3339};
+use crate::e2b::{
+    CreatedSandbox, DEFAULT_TIMEOUT, MAX_TIMEOUT, NetworkUpdate, SandboxMetrics,
+    SandboxServiceError, rfc3339,
+};
 use crate::state::ProxyState;
 use axum::Json;
 use axum::body::Body;
@@ -108,7 +112,7 @@ pub(crate) async fn metrics_of_many(
             Ok(metric) => {
                 sandboxes.insert(id.clone(), metric_body(&metric));
             }
-            Err(crate::e2b::SandboxServiceError::NotFound(_)) => {}
+            Err(SandboxServiceError::NotFound(_)) => {}
             Err(error) => return Err(not_found_short(error, id)),
         }
     }
@@ -252,6 +256,57 @@ pub(crate) async fn pause(
         ));
     }
     Ok(StatusCode::NO_CONTENT.into_response())
+}
+
+/// `ResumedSandbox` as sent.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct ResumeBody {
+    timeout: Option<i64>,
+    auto_pause: Option<bool>,
+}
+
+/// `POST /sandboxes/{id}/resume` (deprecated by E2B for `connect`) `{"timeout": s}` → 201
+/// `Sandbox`: the paused sandbox resumed to live `s` (default 15) seconds; 409 when it runs,
+/// 404 unknown.
+pub(crate) async fn resume(
+    State(state): State<ProxyState>,
+    headers: HeaderMap,
+    id: Result<Path<String>, PathRejection>,
+    body: Body,
+) -> Answer {
+    let service = authorize(&state, &headers)?;
+    let id = sandbox_id(id)?;
+    let body: Option<ResumeBody> = json_body(&state, &headers, body).await?;
+    let (timeout, auto_pause) = body.map_or((None, None), |b| (b.timeout, b.auto_pause));
+    if auto_pause == Some(true) {
+        return Err(E2bError::bad_request(
+            "autoPause is not supported by omabox yet",
+        ));
+    }
+    let timeout = match timeout {
+        Some(secs) => seconds("timeout", secs, MAX_TIMEOUT)?,
+        None => DEFAULT_TIMEOUT,
+    };
+    match service
+        .resume(&id, timeout)
+        .await
+        .map_err(|e| not_found_short(e, &id))?
+    {
+        Some(CreatedSandbox { info, access_token }) => Ok((
+            StatusCode::CREATED,
+            Json(sandbox_body(&info, &access_token)),
+        )
+            .into_response()),
+        None if service.get(&id).is_some() => Err(E2bError::new(
+            StatusCode::CONFLICT,
+            format!("sandbox \"{}\" is already running", shorten(&id)),
+        )),
+        None => Err(not_found_short(
+            SandboxServiceError::NotFound(id.clone()),
+            &id,
+        )),
+    }
 }
 
 #[cfg(test)]

@@ -92,6 +92,10 @@ pub fn router(state: ProxyState) -> Router {
             put(e2b_lifecycle::update_network),
         )
         .route("/sandboxes/{sandbox_id}/pause", post(e2b_lifecycle::pause))
+        .route(
+            "/sandboxes/{sandbox_id}/resume",
+            post(e2b_lifecycle::resume),
+        )
         .route_layer(middleware::from_fn_with_state(
             state.clone(),
             record_metrics,
