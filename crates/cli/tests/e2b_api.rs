@@ -274,6 +274,12 @@ fn the_sandboxes_of_a_killed_serve_are_reaped() {
     let dirs = TestDirs::new("e2b");
     let mut serve = start_serve(&dirs);
     serve.create(r#"{"templateID":"base","timeout":600}"#);
+    // A paused one too: its saved files outlive the kill -9 until the reap.
+    let paused = serve.create(r#"{"templateID":"base","timeout":600}"#);
+    let pause = format!("/sandboxes/{}/pause", paused["sandboxID"].as_str().unwrap());
+    assert_eq!(serve.call(Some(KEY), "POST", &pause, None).0, 204);
+    let saved = dirs.data.path().join("paused-sandboxes");
+    assert!(!files_below(&saved).is_empty());
     assert_eq!(subdirs(dirs.runtime_dir.path()).len(), 1);
     serve.child().kill().unwrap();
     serve.child().wait().unwrap();
@@ -295,6 +301,11 @@ fn the_sandboxes_of_a_killed_serve_are_reaped() {
         common::describe(&output)
     );
     assert!(cgroups(&dirs).is_empty());
+    assert!(
+        files_below(&saved).is_empty(),
+        "a dead serve's paused sandboxes: {}",
+        common::describe(&output)
+    );
 }
 
 #[test]
@@ -380,5 +391,255 @@ fn under_the_default_network_a_sandbox_has_no_internet_and_cannot_reach_serve() 
         "a sandbox reached serve's listener {}",
         serve.addr
     );
+    serve.stop();
+}
+
+/// The pid of the one sandbox's init (from its state dir's identity).
+fn only_sandbox_pid(dirs: &TestDirs) -> libc::pid_t {
+    let [state_dir] = &subdirs(dirs.runtime_dir.path())[..] else {
+        panic!("one state dir expected");
+    };
+    let identity: Value =
+        serde_json::from_slice(&std::fs::read(state_dir.join("identity.json")).unwrap()).unwrap();
+    identity["pid"].as_i64().unwrap() as libc::pid_t
+}
+
+/// Files (not directories) below `dir`, recursively.
+fn files_below(dir: &std::path::Path) -> Vec<PathBuf> {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    let mut files = Vec::new();
+    for entry in entries.flatten() {
+        let path = entry.path();
+        if path.is_dir() {
+            files.extend(files_below(&path));
+        } else {
+            files.push(path);
+        }
+    }
+    files
+}
+
+/// A paused sandbox: its processes, cgroup and state dir gone, its files kept in the data
+/// dir (owner-only modes), listed as paused, its timeout stopped; a connect resumes it under
+/// the same token (201), a second pause is a 409, a memory pause a 400, and a kill of a
+/// paused sandbox removes its saved files.
+#[test]
+fn a_paused_sandbox_keeps_its_files_privately_and_no_timeout_until_resumed_or_killed() {
+    use std::os::unix::fs::PermissionsExt as _;
+    if !linux_available() {
+        return;
+    }
+    let dirs = TestDirs::new("e2b");
+    let serve = start_serve(&dirs);
+    let created = serve.create(r#"{"templateID":"base","timeout":5}"#);
+    let id = created["sandboxID"].as_str().unwrap();
+    let pause = format!("/sandboxes/{id}/pause");
+    let (status, body) = serve.call(Some(KEY), "POST", &pause, Some(r#"{"memory":true}"#));
+    assert_eq!(status, 400);
+    assert_error(&body, 400, "only filesystem pause is served");
+    let (status, body) = serve.call(Some(KEY), "POST", &pause, Some(r#"{"memory":false}"#));
+    assert_eq!(status, 204, "{body}");
+    assert!(
+        subdirs(dirs.runtime_dir.path()).is_empty(),
+        "its state dir is gone"
+    );
+    assert!(cgroups(&dirs).is_empty(), "its cgroups are gone");
+    let saved = dirs.data.path().join("paused-sandboxes");
+    let files = files_below(&saved);
+    assert!(
+        files.iter().any(|f| f.ends_with("workspace.tar"))
+            && files.iter().any(|f| f.ends_with("tmp.tar")),
+        "{files:?}"
+    );
+    for file in &files {
+        let mode = std::fs::metadata(file).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600, "{}", file.display());
+        let dir_mode = std::fs::metadata(file.parent().unwrap())
+            .unwrap()
+            .permissions()
+            .mode();
+        assert_eq!(dir_mode & 0o777, 0o700, "{}", file.display());
+    }
+    let (status, body) = serve.call(Some(KEY), "POST", &pause, None);
+    assert_eq!(status, 409, "{body}");
+    // Past its 5 s timeout it is still there, paused.
+    std::thread::sleep(Duration::from_secs(7));
+    let (status, detail) = serve.call(Some(KEY), "GET", &format!("/sandboxes/{id}"), None);
+    assert_eq!(status, 200, "{detail}");
+    assert_eq!(detail["state"], "paused", "{detail}");
+    let (_, paused) = serve.call(Some(KEY), "GET", "/v2/sandboxes?state=paused", None);
+    assert_eq!(paused.as_array().unwrap().len(), 1, "{paused}");
+    let (_, running) = serve.call(Some(KEY), "GET", "/sandboxes", None);
+    assert!(running.as_array().unwrap().is_empty(), "{running}");
+    let connect = format!("/sandboxes/{id}/connect");
+    let (status, resumed) = serve.call(Some(KEY), "POST", &connect, Some(r#"{"timeout":60}"#));
+    assert_eq!(status, 201, "{resumed}");
+    assert_eq!(resumed["sandboxID"], id);
+    assert_eq!(resumed["envdAccessToken"], created["envdAccessToken"]);
+    assert!(
+        files_below(&saved).is_empty(),
+        "resumed: its saved files are removed"
+    );
+    assert_eq!(subdirs(dirs.runtime_dir.path()).len(), 1);
+    let (status, body) = serve.call(Some(KEY), "POST", &connect, Some(r#"{"timeout":60}"#));
+    assert_eq!(status, 200, "a running sandbox's connect: {body}");
+    let (status, _) = serve.call(Some(KEY), "POST", &pause, None);
+    assert_eq!(status, 204);
+    assert!(!files_below(&saved).is_empty());
+    let (status, _) = serve.call(Some(KEY), "DELETE", &format!("/sandboxes/{id}"), None);
+    assert_eq!(status, 204);
+    assert!(
+        files_below(&saved).is_empty(),
+        "killed: its saved files are removed"
+    );
+    let (status, _) = serve.call(Some(KEY), "GET", &format!("/sandboxes/{id}"), None);
+    assert_eq!(status, 404);
+    serve.stop();
+}
+
+/// One DNS question for `name`'s A record, asked of the sandbox's stub (`127.0.0.1:53` in
+/// the network namespace of process `pid`): the answer's rcode and answer count.
+fn dns_in_netns_of(pid: libc::pid_t, name: &str) -> (u8, u16) {
+    let ns = std::fs::File::open(format!("/proc/{pid}/ns/net")).unwrap();
+    let mut query = vec![0x12, 0x34, 0x01, 0x00, 0, 1, 0, 0, 0, 0, 0, 0];
+    for label in name.split('.') {
+        query.push(label.len() as u8);
+        query.extend_from_slice(label.as_bytes());
+    }
+    query.extend_from_slice(&[0, 0, 1, 0, 1]);
+    std::thread::spawn(move || {
+        use std::os::fd::AsRawFd as _;
+        // SAFETY: setns(2) of this thread only, on a namespace fd that stays open here.
+        let rc = unsafe { libc::setns(ns.as_raw_fd(), libc::CLONE_NEWNET) };
+        assert_eq!(rc, 0, "setns: {}", std::io::Error::last_os_error());
+        let socket = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        socket
+            .set_read_timeout(Some(Duration::from_secs(10)))
+            .unwrap();
+        socket.send_to(&query, "127.0.0.1:53").unwrap();
+        let mut answer = [0u8; 512];
+        let n = socket.recv(&mut answer).unwrap();
+        assert!(n >= 12 && answer[..2] == [0x12, 0x34], "{:?}", &answer[..n]);
+        (answer[3] & 0x0f, u16::from_be_bytes([answer[6], answer[7]]))
+    })
+    .join()
+    .unwrap()
+}
+
+/// `PUT /sandboxes/{id}/network` changes what the live sandbox's DNS stub answers: a name
+/// refused under `limited` with nothing allowed is answered once allowed, and
+/// refused again after the next update; a pause and resume keeps the update; what the
+/// policy cannot enforce is a 400 naming the field, and so is an open internet the
+/// operator's network does not give.
+#[test]
+fn a_network_update_changes_what_the_sandbox_resolves() {
+    if !linux_available() {
+        return;
+    }
+    let dirs = TestDirs::new("e2b");
+    let mut command = dirs.command(&["serve", "--listen", "127.0.0.1:0"]);
+    command
+        .env("OMABOX_API_KEY", KEY)
+        .env("OMABOX_LINUX_NETWORK", "limited")
+        .env("OMABOX_TEST_MODE", "1")
+        .env("OMABOX_LINUX_TEST_HOSTS", "allowed.test=198.18.0.7");
+    let serve = Serve::start(command);
+    let created = serve.create(r#"{"templateID":"base","timeout":300}"#);
+    let id = created["sandboxID"].as_str().unwrap();
+    let pid = only_sandbox_pid(&dirs);
+    let (refused, none) = dns_in_netns_of(pid, "allowed.test");
+    assert!(
+        refused != 0 && none == 0,
+        "answered before it was allowed: rcode {refused}"
+    );
+    let network = format!("/sandboxes/{id}/network");
+    let allow = r#"{"allowOut":["allowed.test"],"denyOut":["0.0.0.0/0"]}"#;
+    let (status, body) = serve.call(Some(KEY), "PUT", &network, Some(allow));
+    assert_eq!(status, 204, "{body}");
+    assert_eq!(dns_in_netns_of(pid, "allowed.test"), (0, 1));
+    assert!(
+        dns_in_netns_of(pid, "other.test").0 != 0,
+        "only the allowed name"
+    );
+    // A pause and resume keeps the update: the new sandbox gets it, not the node's network.
+    let (status, _) = serve.call(Some(KEY), "POST", &format!("/sandboxes/{id}/pause"), None);
+    assert_eq!(status, 204);
+    let connect = format!("/sandboxes/{id}/connect");
+    let (status, body) = serve.call(Some(KEY), "POST", &connect, Some(r#"{"timeout":300}"#));
+    assert_eq!(status, 201, "{body}");
+    let pid = only_sandbox_pid(&dirs);
+    assert_eq!(
+        dns_in_netns_of(pid, "allowed.test"),
+        (0, 1),
+        "resumed with its update"
+    );
+    for (bad, field) in [
+        (
+            r#"{"allowOut":["198.18.0.7"],"denyOut":["0.0.0.0/0"]}"#,
+            "allowOut",
+        ),
+        (r#"{"denyOut":["198.18.0.0/15"]}"#, "denyOut"),
+        (r#"{}"#, "OMABOX_LINUX_NETWORK"),
+    ] {
+        let (status, body) = serve.call(Some(KEY), "PUT", &network, Some(bad));
+        assert_eq!(status, 400, "{bad}: {body}");
+        assert_error(&body, 400, field);
+    }
+    assert_eq!(
+        dns_in_netns_of(pid, "allowed.test"),
+        (0, 1),
+        "a refused update changes nothing"
+    );
+    let (status, _) = serve.call(
+        Some(KEY),
+        "PUT",
+        &network,
+        Some(r#"{"allow_internet_access":false}"#),
+    );
+    assert_eq!(status, 204);
+    assert!(dns_in_netns_of(pid, "allowed.test").0 != 0, "refused again");
+    let (status, _) = serve.call(
+        Some(KEY),
+        "PUT",
+        "/sandboxes/nosuchsandbox/network",
+        Some(allow),
+    );
+    assert_eq!(status, 404);
+    serve.stop();
+}
+
+/// Under an `unrestricted` operator network an update may narrow a sandbox to nothing and
+/// open it again (`{}`: E2B's "no rules").
+#[test]
+fn an_open_internet_is_granted_back_under_an_unrestricted_operator_network() {
+    if !linux_available() {
+        return;
+    }
+    let dirs = TestDirs::new("e2b");
+    let mut command = dirs.command(&["serve", "--listen", "127.0.0.1:0"]);
+    command
+        .env("OMABOX_API_KEY", KEY)
+        .env("OMABOX_LINUX_NETWORK", "unrestricted")
+        .env("OMABOX_TEST_MODE", "1")
+        .env("OMABOX_LINUX_TEST_HOSTS", "allowed.test=198.18.0.7");
+    let serve = Serve::start(command);
+    let created = serve.create(r#"{"templateID":"base","timeout":300}"#);
+    let id = created["sandboxID"].as_str().unwrap();
+    let pid = only_sandbox_pid(&dirs);
+    assert_eq!(dns_in_netns_of(pid, "allowed.test"), (0, 1));
+    let network = format!("/sandboxes/{id}/network");
+    let (status, body) = serve.call(
+        Some(KEY),
+        "PUT",
+        &network,
+        Some(r#"{"denyOut":["0.0.0.0/0"]}"#),
+    );
+    assert_eq!(status, 204, "{body}");
+    assert!(dns_in_netns_of(pid, "allowed.test").0 != 0, "denied");
+    let (status, body) = serve.call(Some(KEY), "PUT", &network, Some("{}"));
+    assert_eq!(status, 204, "{body}");
+    assert_eq!(dns_in_netns_of(pid, "allowed.test"), (0, 1), "open again");
     serve.stop();
 }

@@ -105,6 +105,13 @@ pub fn monotonic_us() -> u64 {
 }
 
 /// `umount2(2)`.
+/// Clock ticks per second of `/proc/<pid>/stat`'s times (`_SC_CLK_TCK`); `None` if unknown.
+pub(crate) fn clock_ticks_per_second() -> Option<u64> {
+    // SAFETY: sysconf reads a constant of the C library; no pointer is involved.
+    let ticks = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    u64::try_from(ticks).ok().filter(|t| *t > 0)
+}
+
 pub(crate) fn umount2(target: &Path, flags: libc::c_int) -> io::Result<()> {
     let target = cstr(target)?;
     // SAFETY: `target` is a valid C string for the duration of the call.

@@ -20,7 +20,9 @@
 //!   (`session_inputs::recover_memory_stages`), so memory stores and workspace move together;
 //! - **promotions** into the file store (`<data-dir>/promoted/`) killed half-way: temp files
 //!   and content without a record whose writer's lock is free
-//!   (`PromotedStore::remove_abandoned`).
+//!   (`PromotedStore::remove_abandoned`);
+//! - **paused serve sandboxes' files** `<data-dir>/paused-sandboxes/<pid>-<start time>/` of a
+//!   serve that is gone (`sandboxes::saved::remove_dead_serves`): their records died with it.
 //!
 //! `omabox reap` runs [`sweep`] after its lease passes; `omabox run` runs [`before_run`]
 //! (abandoned leases, then the sweep) before it claims anything: a few directory listings and
@@ -68,6 +70,8 @@ pub struct LeftoverReport {
     pub memory_stages: crate::session_inputs::MemoryRecovery,
     /// Temp and unrecorded files of killed promotions into the file store removed.
     pub promoted_removed: u64,
+    /// Saved files of the paused sandboxes of serves that are gone, removed.
+    pub paused_sandboxes_removed: Vec<String>,
     /// What could not be looked at or removed.
     pub errors: Vec<String>,
 }
@@ -160,6 +164,11 @@ fn sweep_blocking(config: &NodeConfig, data_dir: &DataDir, store: &SqliteStore) 
             Err(error) => report.errors.push(format!("file store: {error}")),
         }
     }
+    let (paused, errors) = crate::sandboxes::saved::remove_dead_serves(data_dir.root(), None);
+    report.paused_sandboxes_removed = paused.iter().map(|p| p.display().to_string()).collect();
+    report
+        .errors
+        .extend(errors.into_iter().map(|e| format!("paused sandboxes: {e}")));
     // Their sandboxes went above; what they wrote into /workspace goes now.
     let (workspaces, errors) = crate::temp_workspace::sweep_abandoned(&config.tmp_dir());
     report.temp_workspaces_removed = workspaces.iter().map(|p| p.display().to_string()).collect();

@@ -69,6 +69,45 @@ pub struct SandboxInfo {
     /// Whether the sandbox reaches the internet (the operator's network setting; never
     /// merely what the create asked for).
     pub allow_internet_access: Option<bool>,
+    /// Paused (its files kept, nothing running): listed with state `paused` until a
+    /// connect resumes it.
+    pub paused: bool,
+}
+
+/// One sample of a running sandbox's resource use (E2B's `SandboxMetric`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct SandboxMetrics {
+    /// When it was taken.
+    pub timestamp: SystemTime,
+    /// CPUs the sandbox may use.
+    pub cpu_count: u32,
+    /// Share of those CPUs used since the previous sample, 0 to 100.
+    pub cpu_used_pct: f64,
+    /// Memory used, bytes (page cache included).
+    pub mem_used: u64,
+    /// The memory limit (the machine's memory without one), bytes.
+    pub mem_total: u64,
+    /// Page cache within `mem_used`, bytes.
+    pub mem_cache: u64,
+    /// Bytes used on the sandbox's disk (its `/workspace`).
+    pub disk_used: u64,
+    /// Size of that disk, bytes.
+    pub disk_total: u64,
+}
+
+/// What a sandbox may reach after `PUT /sandboxes/{id}/network`, validated: only what the
+/// sandbox's network policy enforces.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum NetworkUpdate {
+    /// Any host (the operator's network must allow it).
+    Internet,
+    /// Only these host entries (`HOST`, `HOST:PORT`, `*.SUFFIX`), none for nothing.
+    Only(Vec<String>),
+}
+
+/// A service call this service does not offer.
+fn not_offered(what: &str) -> SandboxServiceError {
+    SandboxServiceError::BadRequest(format!("{what} is not supported by this server"))
 }
 
 /// A sandbox just created, with its access token (shown to the creator).
@@ -126,6 +165,37 @@ pub trait SandboxService: Send + Sync + 'static {
         sandbox_id: &str,
         access_token: &str,
     ) -> Result<Arc<dyn SandboxEnvd>, SandboxServiceError>;
+    /// A sample of the running sandbox's CPU, memory and disk use.
+    async fn metrics(&self, sandbox_id: &str) -> Result<SandboxMetrics, SandboxServiceError> {
+        let _ = sandbox_id;
+        Err(not_offered("metrics"))
+    }
+    /// Replaces what the running sandbox may reach.
+    async fn update_network(
+        &self,
+        sandbox_id: &str,
+        update: NetworkUpdate,
+    ) -> Result<(), SandboxServiceError> {
+        let _ = (sandbox_id, update);
+        Err(not_offered("a network update"))
+    }
+    /// Pauses the running sandbox: its files are kept, its processes end, its timeout
+    /// stops. `Ok(false)`: it was paused already.
+    async fn pause(&self, sandbox_id: &str) -> Result<bool, SandboxServiceError> {
+        let _ = sandbox_id;
+        Err(not_offered("pause"))
+    }
+    /// Resumes a paused sandbox under its id and token with its files back, to live
+    /// `timeout`; `Ok(None)` when it is not paused (running, or no such sandbox: the
+    /// caller tells them apart).
+    async fn resume(
+        &self,
+        sandbox_id: &str,
+        timeout: Duration,
+    ) -> Result<Option<CreatedSandbox>, SandboxServiceError> {
+        let _ = (sandbox_id, timeout);
+        Ok(None)
+    }
 }
 
 /// `time` as RFC 3339 in UTC with milliseconds (`2026-12-05T20:54:11.123Z`); times before

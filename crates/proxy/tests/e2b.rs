@@ -11,7 +11,8 @@ use axum::http::{Request, StatusCode};
 use common::{MemoryTokens, MemoryVault};
 use omabox_contract::SecretString;
 use omabox_proxy::e2b::{
-    CreatedSandbox, NewSandbox, SandboxInfo, SandboxService, SandboxServiceError,
+    CreatedSandbox, NetworkUpdate, NewSandbox, SandboxInfo, SandboxMetrics, SandboxService,
+    SandboxServiceError,
 };
 use omabox_proxy::{ProxyDeps, ProxyState, ServeConfig, router};
 use serde_json::Value;
@@ -28,6 +29,7 @@ const TOKEN: &str = "access-token-of-the-fake";
 struct Fake {
     sandboxes: Mutex<BTreeMap<String, SandboxInfo>>,
     created: Mutex<Vec<NewSandbox>>,
+    networks: Mutex<Vec<NetworkUpdate>>,
 }
 
 #[async_trait::async_trait]
@@ -48,6 +50,7 @@ impl SandboxService for Fake {
             memory_mb: 512,
             disk_size_mb: 0,
             allow_internet_access: request.allow_internet_access,
+            paused: false,
         };
         sandboxes.insert(info.sandbox_id.clone(), info.clone());
         self.created.lock().unwrap().push(request);
@@ -96,6 +99,57 @@ impl SandboxService for Fake {
         Err(SandboxServiceError::Unavailable(
             "the fake runs no processes".into(),
         ))
+    }
+    async fn metrics(&self, id: &str) -> Result<SandboxMetrics, SandboxServiceError> {
+        match self.sandboxes.lock().unwrap().get(id) {
+            Some(info) if !info.paused => Ok(SandboxMetrics {
+                timestamp: SystemTime::UNIX_EPOCH + Duration::from_millis(1_700_000_000_250),
+                cpu_count: 2,
+                cpu_used_pct: 12.5,
+                mem_used: 3 << 20,
+                mem_total: 512 << 20,
+                mem_cache: 1 << 20,
+                disk_used: 4096,
+                disk_total: 32 << 20,
+            }),
+            _ => Err(SandboxServiceError::NotFound(id.into())),
+        }
+    }
+    async fn update_network(
+        &self,
+        id: &str,
+        update: NetworkUpdate,
+    ) -> Result<(), SandboxServiceError> {
+        if !self.sandboxes.lock().unwrap().contains_key(id) {
+            return Err(SandboxServiceError::NotFound(id.into()));
+        }
+        self.networks.lock().unwrap().push(update);
+        Ok(())
+    }
+    async fn pause(&self, id: &str) -> Result<bool, SandboxServiceError> {
+        let mut sandboxes = self.sandboxes.lock().unwrap();
+        let info = sandboxes
+            .get_mut(id)
+            .ok_or_else(|| SandboxServiceError::NotFound(id.into()))?;
+        Ok(!std::mem::replace(&mut info.paused, true))
+    }
+    async fn resume(
+        &self,
+        id: &str,
+        timeout: Duration,
+    ) -> Result<Option<CreatedSandbox>, SandboxServiceError> {
+        let mut sandboxes = self.sandboxes.lock().unwrap();
+        match sandboxes.get_mut(id) {
+            Some(info) if info.paused => {
+                info.paused = false;
+                info.end_at = info.started_at + timeout;
+                Ok(Some(CreatedSandbox {
+                    info: info.clone(),
+                    access_token: SecretString::new(TOKEN),
+                }))
+            }
+            _ => Ok(None),
+        }
     }
 }
 
@@ -167,6 +221,12 @@ async fn every_route_needs_the_operator_key_in_x_api_key() {
         ("DELETE", "/sandboxes/sb0", None),
         ("POST", "/sandboxes/sb0/timeout", Some(r#"{"timeout":5}"#)),
         ("POST", "/sandboxes/sb0/refreshes", None),
+        ("GET", "/sandboxes/sb0/metrics", None),
+        ("GET", "/sandboxes/metrics?sandbox_ids=sb0", None),
+        ("PUT", "/sandboxes/sb0/network", Some("{}")),
+        ("POST", "/sandboxes/sb0/pause", None),
+        ("POST", "/sandboxes/sb0/connect", None),
+        ("POST", "/sandboxes/sb0/resume", None),
     ];
     for (method, path, body) in routes {
         for key in [None, Some("wrong"), Some("")] {
@@ -448,4 +508,98 @@ fn an_empty_operator_key_is_refused_so_an_empty_header_never_authorizes() {
         assert!(error.to_string().contains("operator key"), "{error}");
     }
     assert!(ProxyState::new(deps(KEY)).is_ok());
+}
+
+#[tokio::test]
+async fn metrics_network_pause_and_resume_in_e2b_shapes() {
+    let fake = Arc::new(Fake::default());
+    let state = state(Some(Arc::clone(&fake)));
+    let create = Some(r#"{"templateID":"base","timeout":60}"#);
+    call(&state, "POST", "/sandboxes", Some(KEY), create).await;
+    call(&state, "POST", "/sandboxes", Some(KEY), create).await;
+
+    let (status, _, metrics) = call(&state, "GET", "/sandboxes/sb0/metrics", Some(KEY), None).await;
+    assert_eq!(status, StatusCode::OK, "{metrics}");
+    assert_eq!(
+        metrics,
+        serde_json::json!([{
+            "timestamp": "2023-11-14T22:13:20.250Z", "timestampUnix": 1_700_000_000u64,
+            "cpuCount": 2, "cpuUsedPct": 12.5, "memUsed": 3 << 20, "memTotal": 512 << 20,
+            "memCache": 1 << 20, "diskUsed": 4096, "diskTotal": 32 << 20,
+        }])
+    );
+    let path = "/sandboxes/metrics?sandbox_ids=sb1,nosuch,sb0";
+    let (status, _, many) = call(&state, "GET", path, Some(KEY), None).await;
+    assert_eq!(status, StatusCode::OK, "{many}");
+    let ids: Vec<&String> = many["sandboxes"].as_object().unwrap().keys().collect();
+    assert_eq!(ids, ["sb0", "sb1"]);
+    let too_many: Vec<String> = (0..101).map(|i| format!("s{i}")).collect();
+    let path = format!("/sandboxes/metrics?sandbox_ids={}", too_many.join(","));
+    let (status, _, error) = call(&state, "GET", &path, Some(KEY), None).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    assert_error(&error, 400, "more than 100");
+    let (status, _, error) = call(&state, "GET", "/sandboxes/metrics", Some(KEY), None).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    assert_error(&error, 400, "sandbox_ids is required");
+
+    let allow = Some(r#"{"allowOut":["api.example.com"],"denyOut":["0.0.0.0/0"]}"#);
+    let (status, _, _) = call(&state, "PUT", "/sandboxes/sb0/network", Some(KEY), allow).await;
+    assert_eq!(status, StatusCode::NO_CONTENT);
+    let bad = Some(r#"{"allowOut":["1.1.1.1"],"denyOut":["0.0.0.0/0"]}"#);
+    let (status, _, error) = call(&state, "PUT", "/sandboxes/sb0/network", Some(KEY), bad).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    assert_error(&error, 400, "allowOut");
+    let (status, _, _) = call(&state, "PUT", "/sandboxes/nope/network", Some(KEY), allow).await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    assert_eq!(
+        *fake.networks.lock().unwrap(),
+        [NetworkUpdate::Only(vec!["api.example.com".into()])]
+    );
+
+    let memory = Some(r#"{"memory":true}"#);
+    let (status, _, error) = call(&state, "POST", "/sandboxes/sb0/pause", Some(KEY), memory).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    assert_error(&error, 400, "only filesystem pause is served");
+    assert!(!fake.sandboxes.lock().unwrap()["sb0"].paused);
+    let (status, _, _) = call(&state, "POST", "/sandboxes/sb0/pause", Some(KEY), None).await;
+    assert_eq!(status, StatusCode::NO_CONTENT);
+    let (status, _, error) = call(&state, "POST", "/sandboxes/sb0/pause", Some(KEY), None).await;
+    assert_eq!(status, StatusCode::CONFLICT);
+    assert_error(&error, 409, "already paused");
+    let (_, _, detail) = call(&state, "GET", "/sandboxes/sb0", Some(KEY), None).await;
+    assert_eq!(detail["state"], "paused");
+    let (_, headers, paused) =
+        call(&state, "GET", "/v2/sandboxes?state=paused", Some(KEY), None).await;
+    assert_eq!(paused.as_array().unwrap().len(), 1, "{paused}");
+    assert_eq!(paused[0]["sandboxID"], "sb0");
+    assert!(headers.get("x-total-running").is_none());
+    let (_, headers, both) = call(&state, "GET", "/v2/sandboxes", Some(KEY), None).await;
+    assert_eq!(both.as_array().unwrap().len(), 2, "{both}");
+    assert_eq!(headers["x-total-running"], "1");
+    let (_, _, running) = call(&state, "GET", "/sandboxes", Some(KEY), None).await;
+    assert_eq!(
+        running.as_array().unwrap().len(),
+        1,
+        "v1 lists running ones: {running}"
+    );
+    let (status, _, resumed) =
+        call(&state, "POST", "/sandboxes/sb0/connect", Some(KEY), None).await;
+    assert_eq!(status, StatusCode::CREATED, "{resumed}");
+    assert_eq!(resumed["sandboxID"], "sb0");
+    assert_eq!(resumed["envdAccessToken"], TOKEN);
+    let (status, _, _) = call(&state, "POST", "/sandboxes/sb0/connect", Some(KEY), None).await;
+    assert_eq!(status, StatusCode::OK, "a running sandbox's connect");
+
+    // The deprecated resume: 409 running, 201 paused, 404 unknown.
+    let resume = Some(r#"{"timeout":30}"#);
+    let (status, _, error) = call(&state, "POST", "/sandboxes/sb0/resume", Some(KEY), resume).await;
+    assert_eq!(status, StatusCode::CONFLICT);
+    assert_error(&error, 409, "already running");
+    call(&state, "POST", "/sandboxes/sb0/pause", Some(KEY), None).await;
+    let (status, _, resumed) =
+        call(&state, "POST", "/sandboxes/sb0/resume", Some(KEY), resume).await;
+    assert_eq!(status, StatusCode::CREATED, "{resumed}");
+    assert_eq!(resumed["envdAccessToken"], TOKEN);
+    let (status, _, _) = call(&state, "POST", "/sandboxes/nope/resume", Some(KEY), resume).await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
 }

@@ -196,6 +196,13 @@ fn print_leftovers(report: &LeftoverReport) {
         "file store leftovers of killed promotions removed: {}",
         report.promoted_removed
     );
+    outln!(
+        "paused sandboxes of dead serves removed: {}",
+        report.paused_sandboxes_removed.len()
+    );
+    for path in &report.paused_sandboxes_removed {
+        outln!("  removed {path}");
+    }
     let memory = &report.memory_stages;
     outln!(
         "memory-store write-backs of dead runs: committed {} (published), discarded {} (never published), superseded {}, live {}",

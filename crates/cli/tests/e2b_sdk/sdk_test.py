@@ -8,14 +8,18 @@ import time
 
 import httpx
 from e2b import (
+    ALL_TRAFFIC,
     AuthenticationException,
     CommandExitException,
     NotFoundException,
     Sandbox,
     SandboxException,
+    SandboxQuery,
+    SandboxState,
 )
 
 URL = os.environ["E2B_API_URL"]
+API = {"X-API-Key": os.environ["E2B_API_KEY"]}
 tokens = []
 
 
@@ -195,6 +199,21 @@ check(sbx.sandbox_id in [s.sandbox_id for s in Sandbox.list().next_items()], "Sa
 check(sbx.get_info().metadata == {"suite": "sdk"}, "get_info metadata")
 sbx.set_timeout(90)
 
+# Metrics: one sample of the sandbox's own cgroup and /workspace (64 MiB of memory, a
+# 32 MiB /workspace), with a busy loop running and 1 MiB written.
+sbx.files.write("/workspace/mib", b"m" * (1 << 20))
+busy = sbx.commands.run("while :; do :; done", background=True)
+metrics = sbx.get_metrics()
+check(len(metrics) == 1, "get_metrics answers one sample")
+m = metrics[0]
+check(m.cpu_count >= 1 and 0 < m.cpu_used_pct <= 100, f"cpu: {m.cpu_count} CPUs, {m.cpu_used_pct}% used")
+check(0 < m.mem_used <= m.mem_total == 64 << 20, f"memory: {m.mem_used} of {m.mem_total}")
+check(0 <= m.mem_cache <= m.mem_used, f"page cache: {m.mem_cache}")
+check(m.disk_total == 32 << 20 and (1 << 20) <= m.disk_used <= m.disk_total, f"disk: {m.disk_used} of {m.disk_total}")
+sbx.commands.kill(busy.pid)
+answer = httpx.get(f"{URL}/sandboxes/metrics", params={"sandbox_ids": f"{sbx.sandbox_id},nosuchsandbox0000000"}, headers=API)
+check(answer.status_code == 200 and list(answer.json()["sandboxes"]) == [sbx.sandbox_id], f"metrics of many: the running ones ({answer.text[:200]})")
+
 # Bad input: unknown sandbox, wrong key, another sandbox's token.
 try:
     Sandbox.connect("nosuchsandbox0000000")
@@ -226,6 +245,57 @@ answer = httpx.post(
 )
 check(answer.status_code == 401, "no token, no access")
 other.kill()
+
+# Network update: the SDK's body is read (a host allow list with a deny-all is what the
+# policy enforces), but this serve's sandboxes have no network to change (its
+# OMABOX_LINUX_NETWORK is unset: none); an IP address is refused naming allowOut.
+try:
+    sbx.update_network({"allow_out": ["api.example.com"], "deny_out": [ALL_TRAFFIC]})
+    raise AssertionError("a network update of a sandbox without a network must raise")
+except SandboxException as e:
+    check("no network to change" in str(e), f"a network update without a network: {e}")
+try:
+    sbx.update_network({"allow_out": ["8.8.8.8"], "deny_out": [ALL_TRAFFIC]})
+    raise AssertionError("an IP address in allow_out must raise")
+except SandboxException as e:
+    check("allowOut" in str(e) and "IP address" in str(e), f"an IP in allow_out: {e}")
+
+# Pause (the filesystem mode: files kept, processes not) and resume by connect, under the
+# same id and token.
+sbx.files.write("/workspace/kept.txt", "kept in /workspace")
+sbx.files.write("/tmp/kept.txt", "kept in /tmp")
+sleeper = sbx.commands.run("sleep 600", background=True)
+answer = httpx.post(f"{URL}/sandboxes/{sbx.sandbox_id}/pause", headers=API, json={"memory": True})
+check(answer.status_code == 400 and "only filesystem pause" in answer.json()["message"], f"a memory pause is refused ({answer.text[:200]})")
+check(sbx.pause() is True, "pause")
+info = Sandbox.get_info(sbx.sandbox_id)
+check(info.state == SandboxState.PAUSED, f"a paused sandbox's state is paused ({info.state})")
+paused = Sandbox.list(query=SandboxQuery(state=[SandboxState.PAUSED])).next_items()
+check([s.sandbox_id for s in paused] == [sbx.sandbox_id], "listed with state=paused")
+running = Sandbox.list(query=SandboxQuery(state=[SandboxState.RUNNING])).next_items()
+check(sbx.sandbox_id not in [s.sandbox_id for s in running], "not listed as running")
+check(sbx.pause() is False, "pausing a paused sandbox answers false (409)")
+try:
+    sbx.commands.run("true")
+    raise AssertionError("a paused sandbox must not run commands")
+except SandboxException:
+    check(True, "a paused sandbox runs nothing")
+resumed = Sandbox.connect(sbx.sandbox_id, timeout=60)
+check(resumed.sandbox_id == sbx.sandbox_id, "resumed under the same id")
+check(resumed._envd_access_token == sbx._envd_access_token, "resumed with the same token")
+check(resumed.files.read("/workspace/kept.txt") == "kept in /workspace", "a /workspace file survives pause")
+check(resumed.files.read("/tmp/kept.txt") == "kept in /tmp", "a /tmp file survives pause")
+check(sleeper.pid not in [p.pid for p in resumed.commands.list()], "processes do not survive pause")
+check(resumed.commands.run("echo $GREETING").stdout == "hi\n", "the create's envs are set again")
+check(Sandbox.get_info(sbx.sandbox_id).state == SandboxState.RUNNING, "running again")
+resumed.pause()
+resumed.kill()
+check(sbx.sandbox_id not in [s.sandbox_id for s in Sandbox.list().next_items()], "a paused sandbox's kill removes it")
+try:
+    Sandbox.connect(sbx.sandbox_id)
+    raise AssertionError("connecting to a killed paused sandbox must raise")
+except (NotFoundException, SandboxException):
+    check(True, "a killed paused sandbox is gone")
 
 sbx.kill()
 try:

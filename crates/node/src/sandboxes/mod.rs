@@ -5,13 +5,22 @@
 //! metadata, environment variables, start and end time and a random access token, and
 //! killed when its timeout expires (a timeout can be set again at any time).
 //!
+//! A sandbox can be paused (E2B's filesystem mode): its `/home/user`, `/workspace` and
+//! `/tmp` are saved in the data dir (see [`saved`]), it is killed, and its record stays,
+//! `paused`, with no timeout running, until a connect starts a new sandbox under the same id
+//! and token with those files back, or a kill removes it.
+//!
 //! State lives in this process only. Every sandbox's state dir records serve as its owner,
-//! so when serve dies without killing them, `omabox reap` destroys them (owner dead).
+//! so when serve dies without killing them, `omabox reap` destroys them (owner dead), and
+//! the files of its paused sandboxes (`omabox reap` or the next serve on the same data dir).
 //!
 //! Must never: log a token, put one in an error, or compare one in time that depends on
 //! its bytes; leave a sandbox running after [`SandboxHost::shutdown`].
 
 mod envd;
+mod lifecycle;
+mod metrics;
+pub(crate) mod saved;
 mod token;
 
 use crate::{DataDir, NodeConfig};
@@ -21,12 +30,14 @@ use omabox_backend_linux::CpuLimit;
 use omabox_backend_linux::factory::{LinuxSandboxConfig, LinuxSandboxFactory};
 use omabox_backend_linux::port::LinuxSandboxPort;
 use omabox_contract::SecretString;
+use omabox_contract::networking::NetworkingConfig;
 use omabox_proxy::e2b::{
-    CreatedSandbox, NewSandbox, SandboxInfo, SandboxService, SandboxServiceError,
+    CreatedSandbox, NetworkUpdate, NewSandbox, SandboxInfo, SandboxMetrics, SandboxService,
+    SandboxServiceError,
 };
 use omabox_proxy::envd::SandboxEnvd;
-use omabox_sandbox::{SandboxEnvVarsPort as _, SandboxFactoryContext};
-use std::collections::HashMap;
+use omabox_sandbox::SandboxFactoryContext;
+use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, Weak};
@@ -43,6 +54,8 @@ pub const BASE_TEMPLATE: &str = "base";
 pub const MAX_TEMPLATES: usize = 32;
 /// Sandboxes one serve runs at once (starting ones counted).
 pub const MAX_SANDBOXES: usize = 1024;
+/// Paused sandboxes one serve keeps at once.
+pub const MAX_PAUSED: usize = 256;
 /// Retry interval of a timed-out sandbox whose kill failed.
 const KILL_RETRY: Duration = Duration::from_secs(5);
 
@@ -76,9 +89,26 @@ struct Inner {
     starting: AtomicUsize,
     /// Set when [`SandboxHost::shutdown`] began: no create starts or stays after it.
     closed: AtomicBool,
+    /// Paused sandboxes by id (their files in `saved`).
+    paused: Mutex<HashMap<String, Paused>>,
+    /// Where paused sandboxes' files are kept (`None`: no pause is offered).
+    saved: Option<saved::SavedFiles>,
+}
+
+/// A paused sandbox: what a resume starts again.
+struct Paused {
+    info: SandboxInfo,
+    token: SecretString,
+    env_vars: BTreeMap<String, String>,
+    /// The network a network update gave it (`None`: the node's).
+    networking: Option<NetworkingConfig>,
 }
 
 impl Inner {
+    fn paused_map(&self) -> std::sync::MutexGuard<'_, HashMap<String, Paused>> {
+        self.paused.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Arc<Entry>>> {
         self.sandboxes
             .lock()
@@ -97,6 +127,14 @@ struct Entry {
     /// Told when the deadline changed or the sandbox was removed.
     changed: Notify,
     removed: AtomicBool,
+    /// The previous CPU reading of a metrics call.
+    cpu: metrics::CpuReadings,
+    /// The create's environment variables (a resume sets them again).
+    env_vars: BTreeMap<String, String>,
+    /// The network a network update gave it (`None`: the node's).
+    networking: Mutex<Option<NetworkingConfig>>,
+    /// Set by the one pause in progress (a second waits for nothing: it is refused).
+    pausing: AtomicBool,
 }
 
 impl Entry {
@@ -143,7 +181,8 @@ impl SandboxHost {
         unprepared.workspace_tmpfs = true;
         // E2B's default user `user` with a writable `/home/user`.
         unprepared.user_home = true;
-        let mut host = Self::with_config(factory.clone(), unprepared);
+        let saved = saved::SavedFiles::of_this_process(data_dir.root());
+        let mut host = Self::build(factory.clone(), unprepared, Some(saved));
         let config = config.clone();
         let image_config = move |image: &str| {
             let mut made = config
@@ -159,8 +198,16 @@ impl SandboxHost {
         Ok(host)
     }
 
-    /// The host of an explicit (possibly unprepared) config.
+    /// The host of an explicit (possibly unprepared) config; it offers no pause.
     pub fn with_config(factory: LinuxSandboxFactory, config: LinuxSandboxConfig) -> Self {
+        Self::build(factory, config, None)
+    }
+
+    fn build(
+        factory: LinuxSandboxFactory,
+        config: LinuxSandboxConfig,
+        saved: Option<saved::SavedFiles>,
+    ) -> Self {
         Self {
             inner: Arc::new(Inner {
                 factory,
@@ -171,6 +218,8 @@ impl SandboxHost {
                 sandboxes: Mutex::new(HashMap::new()),
                 starting: AtomicUsize::new(0),
                 closed: AtomicBool::new(false),
+                paused: Mutex::new(HashMap::new()),
+                saved,
             }),
         }
     }
@@ -205,6 +254,11 @@ impl SandboxHost {
                 Ok(Err(error)) => errors.push(error.to_string()),
                 Err(error) => errors.push(format!("a kill task failed: {error}")),
             }
+        }
+        // Paused sandboxes end with serve (their records live in this process only).
+        self.inner.paused_map().clear();
+        if let Some(saved) = &self.inner.saved {
+            saved.remove_all();
         }
         errors
     }
@@ -392,33 +446,11 @@ fn cpu_count(limit: Option<&CpuLimit>) -> u32 {
 #[async_trait]
 impl SandboxService for SandboxHost {
     async fn create(&self, request: NewSandbox) -> Result<CreatedSandbox, SandboxServiceError> {
-        let inner = &self.inner;
-        if inner.closed.load(Ordering::Acquire) {
-            return Err(stopping());
-        }
-        let starting = inner.starting.fetch_add(1, Ordering::AcqRel);
-        let _starting = Starting(&inner.starting);
-        if inner.lock().len() + starting >= MAX_SANDBOXES {
-            return Err(SandboxServiceError::Unavailable(format!(
-                "this server already runs {MAX_SANDBOXES} sandboxes"
-            )));
-        }
-        let config = self.prepared(&request.template_id).await?;
-        let config = &config;
+        let _starting = self.reserve()?;
         let id = new_sandbox_id();
-        let port = inner
-            .factory
-            .create_port_with_config(&context(&id), config)
-            .await
-            .map_err(|e| internal(startup_error(&e)))?;
-        if !request.env_vars.is_empty()
-            && let Err(error) = port.set_env_vars(request.env_vars.clone()).await
-        {
-            let _ = port.terminate().await;
-            return Err(internal(format!(
-                "cannot set the sandbox's environment variables: {error}"
-            )));
-        }
+        let (port, config) = self
+            .start(&id, &request.template_id, &request.env_vars)
+            .await?;
         let started_at = SystemTime::now();
         let info = SandboxInfo {
             sandbox_id: id.clone(),
@@ -434,27 +466,18 @@ impl SandboxService for SandboxHost {
                 config.network,
                 omabox_contract::networking::NetworkingConfig::Unrestricted
             )),
+            paused: false,
         };
         let token = new_access_token();
-        let entry = Arc::new(Entry {
-            envd: envd::Envd::new(port.client().clone()),
+        self.insert(
             port,
-            token: token.clone(),
-            shown: Mutex::new((info.clone(), Instant::now() + request.timeout)),
-            changed: Notify::new(),
-            removed: AtomicBool::new(false),
-        });
-        {
-            let mut map = inner.lock();
-            if inner.closed.load(Ordering::Acquire) {
-                drop(map);
-                // shutdown's snapshot did not see this one: it is killed here.
-                let _ = entry.port.terminate().await;
-                return Err(stopping());
-            }
-            map.insert(id.clone(), Arc::clone(&entry));
-        }
-        tokio::spawn(watch_timeout(Arc::downgrade(inner), id.clone(), entry));
+            info.clone(),
+            token.clone(),
+            request.env_vars,
+            None,
+            request.timeout,
+        )
+        .await?;
         tracing::info!(sandbox = %id, timeout_s = request.timeout.as_secs(), "sandbox created");
         Ok(CreatedSandbox {
             info,
@@ -469,14 +492,19 @@ impl SandboxService for SandboxHost {
             .iter()
             .map(|(id, entry)| (id.clone(), Arc::clone(entry)))
             .collect();
-        entries
+        let mut all: Vec<SandboxInfo> = entries
             .into_iter()
             .filter(|(id, entry)| self.running(id, entry))
             .map(|(_, entry)| entry.shown().0.clone())
-            .collect()
+            .collect();
+        all.extend(self.inner.paused_map().values().map(|p| p.info.clone()));
+        all
     }
 
     fn get(&self, sandbox_id: &str) -> Option<(SandboxInfo, SecretString)> {
+        if let Some(paused) = self.inner.paused_map().get(sandbox_id) {
+            return Some((paused.info.clone(), paused.token.clone()));
+        }
         let entry = self.entry(sandbox_id).ok()?;
         if !self.running(sandbox_id, &entry) {
             return None;
@@ -486,6 +514,13 @@ impl SandboxService for SandboxHost {
     }
 
     async fn kill(&self, sandbox_id: &str) -> Result<(), SandboxServiceError> {
+        if self.inner.paused_map().remove(sandbox_id).is_some() {
+            if let Some(saved) = &self.inner.saved {
+                saved.remove(sandbox_id);
+            }
+            tracing::info!(sandbox = %sandbox_id, "paused sandbox removed");
+            return Ok(());
+        }
         let entry = self
             .inner
             .lock()
@@ -525,6 +560,64 @@ impl SandboxService for SandboxHost {
             ));
         }
         Ok(entry.envd.clone())
+    }
+
+    async fn metrics(&self, sandbox_id: &str) -> Result<SandboxMetrics, SandboxServiceError> {
+        let entry = self.running_entry(sandbox_id)?;
+        let (cpu_count, memory_mb) = {
+            let shown = entry.shown();
+            (shown.0.cpu_count, shown.0.memory_mb)
+        };
+        metrics::sample(metrics::Sampled {
+            cgroup: &entry.port.identity().cgroup,
+            client: entry.port.client(),
+            readings: &entry.cpu,
+            cpu_count,
+            memory_limit: memory_mb << 20,
+        })
+        .await
+    }
+
+    async fn update_network(
+        &self,
+        sandbox_id: &str,
+        update: NetworkUpdate,
+    ) -> Result<(), SandboxServiceError> {
+        let entry = self.running_entry(sandbox_id)?;
+        let config = match update {
+            NetworkUpdate::Internet => {
+                if self.inner.unprepared.network != NetworkingConfig::Unrestricted {
+                    return Err(SandboxServiceError::BadRequest(
+                        "an open internet (no denyOut, allow_internet_access not false) is not granted: this server's operator network (OMABOX_LINUX_NETWORK) is not unrestricted; name the hosts in allowOut with denyOut [\"0.0.0.0/0\"]".into(),
+                    ));
+                }
+                NetworkingConfig::Unrestricted
+            }
+            NetworkUpdate::Only(hosts) => NetworkingConfig::Limited {
+                allowed_hosts: hosts,
+                allow_package_managers: false,
+                allow_mcp_servers: false,
+            },
+        };
+        self.apply_network(&entry.port, &config)?;
+        *entry
+            .networking
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = Some(config);
+        tracing::info!(sandbox = %sandbox_id, "sandbox network updated");
+        Ok(())
+    }
+
+    async fn pause(&self, sandbox_id: &str) -> Result<bool, SandboxServiceError> {
+        self.pause_sandbox(sandbox_id).await
+    }
+
+    async fn resume(
+        &self,
+        sandbox_id: &str,
+        timeout: Duration,
+    ) -> Result<Option<CreatedSandbox>, SandboxServiceError> {
+        self.resume_sandbox(sandbox_id, timeout).await
     }
 }
 

@@ -42,14 +42,14 @@ pub(crate) struct E2bError {
 }
 
 impl E2bError {
-    fn new(status: StatusCode, message: impl Into<String>) -> Self {
+    pub(super) fn new(status: StatusCode, message: impl Into<String>) -> Self {
         Self {
             status,
             message: message.into(),
         }
     }
 
-    fn bad_request(message: impl Into<String>) -> Self {
+    pub(super) fn bad_request(message: impl Into<String>) -> Self {
         Self::new(StatusCode::BAD_REQUEST, message)
     }
 }
@@ -83,11 +83,14 @@ impl From<ProxyError> for E2bError {
     }
 }
 
-type Answer = Result<Response, E2bError>;
+pub(super) type Answer = Result<Response, E2bError>;
 
 /// The service behind the routes, once `X-API-Key` is the operator key (exactly one such
 /// header).
-fn authorize(state: &ProxyState, headers: &HeaderMap) -> Result<Arc<dyn SandboxService>, E2bError> {
+pub(super) fn authorize(
+    state: &ProxyState,
+    headers: &HeaderMap,
+) -> Result<Arc<dyn SandboxService>, E2bError> {
     let mut keys = headers.get_all("x-api-key").iter();
     let key = match (keys.next(), keys.next()) {
         (None, _) => {
@@ -112,7 +115,7 @@ fn authorize(state: &ProxyState, headers: &HeaderMap) -> Result<Arc<dyn SandboxS
 
 /// The JSON body of an authorized request: capped, declared JSON when declared at all,
 /// and parsed (`None`: empty).
-async fn json_body<T: serde::de::DeserializeOwned>(
+pub(super) async fn json_body<T: serde::de::DeserializeOwned>(
     state: &ProxyState,
     headers: &HeaderMap,
     body: Body,
@@ -258,7 +261,7 @@ impl NewSandboxBody {
 }
 
 /// `null`, `{}` or `[]`.
-fn is_empty(value: &Value) -> bool {
+pub(super) fn is_empty(value: &Value) -> bool {
     match value {
         Value::Null => true,
         Value::Object(map) => map.is_empty(),
@@ -268,7 +271,7 @@ fn is_empty(value: &Value) -> bool {
 }
 
 /// A whole number of seconds in `0..=max`.
-fn seconds(field: &str, secs: i64, max: Duration) -> Result<Duration, E2bError> {
+pub(super) fn seconds(field: &str, secs: i64, max: Duration) -> Result<Duration, E2bError> {
     match u64::try_from(secs) {
         Ok(secs) if secs <= max.as_secs() => Ok(Duration::from_secs(secs)),
         _ => Err(E2bError::bad_request(format!(
@@ -308,7 +311,7 @@ fn check_map(field: &str, map: &BTreeMap<String, String>, max: usize) -> Result<
 const MAX_MAP_BYTES: usize = 64 * 1024;
 
 /// At most 64 characters of a caller's text, for a message.
-fn shorten(text: &str) -> String {
+pub(super) fn shorten(text: &str) -> String {
     shorten_to(text, 64)
 }
 
@@ -318,7 +321,7 @@ fn shorten_to(text: &str, max: usize) -> String {
 
 /// The `{sandbox_id}` of an authorized request's path. Taken as a `Result` so that a
 /// non-UTF-8 id is answered only after the key was checked, and in E2B's shape.
-fn sandbox_id(id: Result<Path<String>, PathRejection>) -> Result<String, E2bError> {
+pub(super) fn sandbox_id(id: Result<Path<String>, PathRejection>) -> Result<String, E2bError> {
     id.map(|Path(id)| id)
         .map_err(|_| E2bError::bad_request("the sandbox id in the path is not UTF-8 text"))
 }
@@ -343,7 +346,7 @@ pub(crate) async fn create(
 }
 
 /// `Sandbox`: what a create or a connect answers (the access token included).
-fn sandbox_body(info: &SandboxInfo, access_token: &SecretString) -> Value {
+pub(super) fn sandbox_body(info: &SandboxInfo, access_token: &SecretString) -> Value {
     json!({
         "templateID": info.template_id,
         "sandboxID": info.sandbox_id,
@@ -363,7 +366,8 @@ struct ConnectBody {
 
 /// `POST /sandboxes/{id}/connect` (and `/v2/…`) `{"timeout": secs}` → 200 `Sandbox`: a
 /// running sandbox lives at least `timeout` more (never shortened), and the caller gets
-/// what it needs to reach it. Paused sandboxes do not exist yet, so none is resumed (201).
+/// what it needs to reach it. A paused one is resumed under the same id and token with
+/// its files back, to live `timeout` (15 s when not given): 201.
 pub(crate) async fn connect(
     State(state): State<ProxyState>,
     headers: HeaderMap,
@@ -373,8 +377,22 @@ pub(crate) async fn connect(
     let service = authorize(&state, &headers)?;
     let id = sandbox_id(id)?;
     let body: Option<ConnectBody> = json_body(&state, &headers, body).await?;
-    if let Some(secs) = body.and_then(|b| b.timeout) {
-        let timeout = seconds("timeout", secs, MAX_TIMEOUT)?;
+    let timeout = match body.and_then(|b| b.timeout) {
+        Some(secs) => Some(seconds("timeout", secs, MAX_TIMEOUT)?),
+        None => None,
+    };
+    if let Some(CreatedSandbox { info, access_token }) = service
+        .resume(&id, timeout.unwrap_or(DEFAULT_TIMEOUT))
+        .await
+        .map_err(|e| not_found_short(e, &id))?
+    {
+        return Ok((
+            StatusCode::CREATED,
+            Json(sandbox_body(&info, &access_token)),
+        )
+            .into_response());
+    }
+    if let Some(timeout) = timeout {
         service
             .refresh(&id, timeout)
             .map_err(|e| not_found_short(e, &id))?;
@@ -386,7 +404,7 @@ pub(crate) async fn connect(
 }
 
 /// `ListedSandbox` (and, with `detail`, the fields `SandboxDetail` adds).
-fn listed(info: &SandboxInfo) -> Value {
+pub(super) fn listed(info: &SandboxInfo) -> Value {
     json!({
         "templateID": info.template_id,
         "alias": info.template_id,
@@ -398,7 +416,7 @@ fn listed(info: &SandboxInfo) -> Value {
         "memoryMB": info.memory_mb,
         "diskSizeMB": info.disk_size_mb,
         "metadata": info.metadata,
-        "state": "running",
+        "state": if info.paused { "paused" } else { "running" },
         "envdVersion": ENVD_VERSION,
     })
 }
@@ -446,7 +464,7 @@ pub(crate) async fn kill(
 }
 
 /// A not-found error naming at most 64 characters of the id.
-fn not_found_short(error: SandboxServiceError, id: &str) -> E2bError {
+pub(super) fn not_found_short(error: SandboxServiceError, id: &str) -> E2bError {
     match error {
         SandboxServiceError::NotFound(_) => SandboxServiceError::NotFound(shorten(id)).into(),
         other => other.into(),
@@ -510,7 +528,9 @@ pub(crate) async fn list_v1(
     uri: Uri,
 ) -> Answer {
     let service = authorize(&state, &headers)?;
-    let query = ListQuery::parse(uri.query().unwrap_or_default())?;
+    let mut query = ListQuery::parse(uri.query().unwrap_or_default())?;
+    // v1 lists running sandboxes only.
+    query.paused = false;
     let sandboxes: Vec<Value> = query.select(service.list()).iter().map(listed).collect();
     Ok(Json(sandboxes).into_response())
 }
@@ -525,7 +545,6 @@ pub(crate) async fn list_v2(
     let service = authorize(&state, &headers)?;
     let query = ListQuery::parse(uri.query().unwrap_or_default())?;
     let selected = query.select(service.list());
-    let total = selected.len();
     let start = match &query.next_token {
         Some(token) => {
             let after = parse_cursor(token)?;
@@ -547,7 +566,8 @@ pub(crate) async fn list_v2(
         response_headers.insert("x-next-token", value);
     }
     if query.running {
-        response_headers.insert("x-total-running", HeaderValue::from(total));
+        let running = selected.iter().filter(|info| !info.paused).count();
+        response_headers.insert("x-total-running", HeaderValue::from(running));
     }
     Ok(response)
 }
@@ -579,8 +599,10 @@ fn parse_cursor(token: &str) -> Result<Cursor, E2bError> {
 #[derive(Debug)]
 struct ListQuery {
     metadata: Vec<(String, String)>,
-    /// Whether running sandboxes were asked for (every sandbox here is running).
+    /// Whether running sandboxes were asked for.
     running: bool,
+    /// Whether paused sandboxes were asked for.
+    paused: bool,
     template: Option<String>,
     ascending: bool,
     limit: usize,
@@ -592,6 +614,7 @@ impl ListQuery {
         let mut parsed = Self {
             metadata: Vec::new(),
             running: true,
+            paused: true,
             template: None,
             ascending: false,
             limit: PAGE_LIMIT,
@@ -604,11 +627,11 @@ impl ListQuery {
                         .map(|(k, v)| (k.into_owned(), v.into_owned())),
                 ),
                 "state" => {
-                    let mut running = false;
+                    let (mut running, mut paused) = (false, false);
                     for state in value.split(',') {
                         match state {
                             "running" => running = true,
-                            "paused" => {}
+                            "paused" => paused = true,
                             other => {
                                 return Err(E2bError::bad_request(format!(
                                     "state {:?} is not running or paused",
@@ -617,7 +640,7 @@ impl ListQuery {
                             }
                         }
                     }
-                    parsed.running = running;
+                    (parsed.running, parsed.paused) = (running, paused);
                 }
                 "order" => {
                     parsed.ascending = match &*value {
@@ -648,11 +671,14 @@ impl ListQuery {
     /// The sandboxes matching, in the asked order.
     fn select(&self, mut all: Vec<SandboxInfo>) -> Vec<SandboxInfo> {
         all.retain(|info| {
-            self.running
-                && self
-                    .template
-                    .as_ref()
-                    .is_none_or(|template| *template == info.template_id)
+            (if info.paused {
+                self.paused
+            } else {
+                self.running
+            }) && self
+                .template
+                .as_ref()
+                .is_none_or(|template| *template == info.template_id)
                 && self
                     .metadata
                     .iter()
@@ -744,7 +770,8 @@ mod tests {
         );
         assert_eq!(query.limit, 5);
         assert!(query.ascending);
-        assert!(!ListQuery::parse("state=paused").unwrap().running);
+        let paused = ListQuery::parse("state=paused").unwrap();
+        assert!(!paused.running && paused.paused);
         for bad in ["limit=0", "limit=101", "state=gone", "order=up"] {
             assert!(ListQuery::parse(bad).is_err(), "{bad}");
         }

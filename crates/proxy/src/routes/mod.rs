@@ -3,6 +3,7 @@
 
 pub(crate) mod connect;
 pub(crate) mod e2b;
+pub(crate) mod e2b_lifecycle;
 pub(crate) mod envd;
 pub(crate) mod envd_fs;
 pub(crate) mod files;
@@ -20,7 +21,7 @@ use axum::http::HeaderMap;
 use axum::http::header::HeaderName;
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse as _, Response};
-use axum::routing::{any, get, post};
+use axum::routing::{any, get, post, put};
 use omabox_contract::SessionTokenClaims;
 use std::time::Instant;
 use tower_http::sensitive_headers::SetSensitiveHeadersLayer;
@@ -82,6 +83,20 @@ pub fn router(state: ProxyState) -> Router {
         .route("/sandboxes/{sandbox_id}/refreshes", post(e2b::refresh))
         .route("/sandboxes/{sandbox_id}/connect", post(e2b::connect))
         .route("/v2/sandboxes/{sandbox_id}/connect", post(e2b::connect))
+        .route("/sandboxes/metrics", get(e2b_lifecycle::metrics_of_many))
+        .route(
+            "/sandboxes/{sandbox_id}/metrics",
+            get(e2b_lifecycle::metrics),
+        )
+        .route(
+            "/sandboxes/{sandbox_id}/network",
+            put(e2b_lifecycle::update_network),
+        )
+        .route("/sandboxes/{sandbox_id}/pause", post(e2b_lifecycle::pause))
+        .route(
+            "/sandboxes/{sandbox_id}/resume",
+            post(e2b_lifecycle::resume),
+        )
         .route_layer(middleware::from_fn_with_state(
             state.clone(),
             record_metrics,

@@ -1,0 +1,278 @@
+//! How a serve sandbox starts, pauses and resumes, and how its network changes: the steps
+//! [`SandboxHost`]'s create, pause, resume and network update share.
+//!
+//! Must never: leave a sandbox running that is in no map; lose a paused sandbox's files
+//! while its record says it can be resumed; give a sandbox an open internet the operator's
+//! network setting does not.
+
+use super::{
+    Entry, MAX_PAUSED, MAX_SANDBOXES, Paused, SandboxHost, Starting, context, internal,
+    startup_error, stopping, watch_timeout,
+};
+use omabox_backend_linux::Networking;
+use omabox_backend_linux::factory::LinuxSandboxConfig;
+use omabox_backend_linux::port::LinuxSandboxPort;
+use omabox_contract::SecretString;
+use omabox_contract::networking::NetworkingConfig;
+use omabox_proxy::e2b::{CreatedSandbox, SandboxInfo, SandboxServiceError};
+use omabox_sandbox::SandboxEnvVarsPort as _;
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, SystemTime};
+use tokio::sync::Notify;
+use tokio::time::Instant;
+
+impl SandboxHost {
+    /// Counts one start in progress, when there is room for it.
+    pub(super) fn reserve(&self) -> Result<Starting<'_>, SandboxServiceError> {
+        let inner = &self.inner;
+        if inner.closed.load(Ordering::Acquire) {
+            return Err(stopping());
+        }
+        let starting = inner.starting.fetch_add(1, Ordering::AcqRel);
+        let guard = Starting(&inner.starting);
+        if inner.lock().len() + starting >= MAX_SANDBOXES {
+            return Err(SandboxServiceError::Unavailable(format!(
+                "this server already runs {MAX_SANDBOXES} sandboxes"
+            )));
+        }
+        Ok(guard)
+    }
+
+    /// Starts a sandbox of `template` for `id` with `env_vars` set (killed again if they
+    /// cannot be).
+    pub(super) async fn start(
+        &self,
+        id: &str,
+        template: &str,
+        env_vars: &BTreeMap<String, String>,
+    ) -> Result<(LinuxSandboxPort, LinuxSandboxConfig), SandboxServiceError> {
+        let config = self.prepared(template).await?;
+        let port = self
+            .inner
+            .factory
+            .create_port_with_config(&context(id), &config)
+            .await
+            .map_err(|e| internal(startup_error(&e)))?;
+        if !env_vars.is_empty()
+            && let Err(error) = port.set_env_vars(env_vars.clone()).await
+        {
+            let _ = port.terminate().await;
+            return Err(internal(format!(
+                "cannot set the sandbox's environment variables: {error}"
+            )));
+        }
+        Ok((port, config))
+    }
+
+    /// Puts a started sandbox in the map with its timer; kills it instead when serve is
+    /// stopping.
+    pub(super) async fn insert(
+        &self,
+        port: LinuxSandboxPort,
+        info: SandboxInfo,
+        token: SecretString,
+        env_vars: BTreeMap<String, String>,
+        networking: Option<NetworkingConfig>,
+        timeout: Duration,
+    ) -> Result<(), SandboxServiceError> {
+        let id = info.sandbox_id.clone();
+        let entry = Arc::new(Entry {
+            envd: super::envd::Envd::new(port.client().clone()),
+            port,
+            token,
+            shown: Mutex::new((info, Instant::now() + timeout)),
+            changed: Notify::new(),
+            removed: AtomicBool::new(false),
+            cpu: super::metrics::CpuReadings::default(),
+            env_vars,
+            networking: Mutex::new(networking),
+            pausing: AtomicBool::new(false),
+        });
+        {
+            let mut map = self.inner.lock();
+            if self.inner.closed.load(Ordering::Acquire) {
+                drop(map);
+                // shutdown's snapshot did not see this one: it is killed here.
+                let _ = entry.port.terminate().await;
+                return Err(stopping());
+            }
+            map.insert(id.clone(), Arc::clone(&entry));
+        }
+        tokio::spawn(watch_timeout(Arc::downgrade(&self.inner), id, entry));
+        Ok(())
+    }
+
+    /// The running sandbox `sandbox_id`.
+    pub(super) fn running_entry(
+        &self,
+        sandbox_id: &str,
+    ) -> Result<Arc<Entry>, SandboxServiceError> {
+        let entry = self.entry(sandbox_id)?;
+        if !self.running(sandbox_id, &entry) {
+            return Err(SandboxServiceError::NotFound(sandbox_id.to_owned()));
+        }
+        Ok(entry)
+    }
+
+    /// Makes `config` the live network policy of `port`'s sandbox.
+    pub(super) fn apply_network(
+        &self,
+        port: &LinuxSandboxPort,
+        config: &NetworkingConfig,
+    ) -> Result<(), SandboxServiceError> {
+        let gateway = self.inner.unprepared.gateway.as_ref();
+        let networking = Networking {
+            config: config.clone(),
+            mcp_hosts: Vec::new(),
+            gateway: gateway.map(|g| g.addr),
+            gateway_name: gateway.and_then(|g| g.name.clone()),
+        };
+        port.set_networking(&networking).map_err(|error| match error {
+            omabox_backend_linux::port::LinuxPortError::Network(
+                omabox_backend_linux::NetworkError::NotStarted,
+            ) => SandboxServiceError::BadRequest(
+                "the sandbox has no network to change (this server's OMABOX_LINUX_NETWORK is none)"
+                    .into(),
+            ),
+            omabox_backend_linux::port::LinuxPortError::Network(
+                omabox_backend_linux::NetworkError::Plan(plan),
+            ) => SandboxServiceError::BadRequest(plan.to_string()),
+            other => internal(format!("cannot change the sandbox's network: {}", startup_error(&other))),
+        })
+    }
+
+    /// Saves the running sandbox's files, kills it and keeps it as paused. `Ok(false)`: it
+    /// was paused already. On error the sandbox keeps running and nothing is kept.
+    pub(super) async fn pause_sandbox(
+        &self,
+        sandbox_id: &str,
+    ) -> Result<bool, SandboxServiceError> {
+        let Some(saved) = &self.inner.saved else {
+            return Err(SandboxServiceError::BadRequest(
+                "pause is not offered by this server".into(),
+            ));
+        };
+        if self.inner.paused_map().contains_key(sandbox_id) {
+            return Ok(false);
+        }
+        let entry = self.running_entry(sandbox_id)?;
+        if self.inner.paused_map().len() >= MAX_PAUSED {
+            return Err(SandboxServiceError::Unavailable(format!(
+                "this server already keeps {MAX_PAUSED} paused sandboxes"
+            )));
+        }
+        // One pause at a time: a second one saving into the same directory would fail and
+        // remove the first one's files.
+        if entry.pausing.swap(true, Ordering::AcqRel) {
+            return Ok(false);
+        }
+        let saving = saved
+            .save(sandbox_id, entry.port.client())
+            .await
+            .map_err(|e| internal(format!("cannot pause sandbox {sandbox_id}: {e}")));
+        if let Err(error) = saving {
+            entry.pausing.store(false, Ordering::Release);
+            return Err(error);
+        }
+        if let Err(error) = super::kill_entry(&self.inner, sandbox_id, &entry).await {
+            saved.remove(sandbox_id);
+            entry.pausing.store(false, Ordering::Release);
+            return Err(error);
+        }
+        let mut info = entry.shown().0.clone();
+        info.paused = true;
+        let networking = entry
+            .networking
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone();
+        self.inner.paused_map().insert(
+            sandbox_id.to_owned(),
+            Paused {
+                info,
+                token: entry.token.clone(),
+                env_vars: entry.env_vars.clone(),
+                networking,
+            },
+        );
+        tracing::info!(sandbox = %sandbox_id, "sandbox paused");
+        Ok(true)
+    }
+
+    /// Starts the paused sandbox `sandbox_id` again under its id and token, its files
+    /// back, to live `timeout`. `Ok(None)`: it is not paused. On error it stays paused.
+    pub(super) async fn resume_sandbox(
+        &self,
+        sandbox_id: &str,
+        timeout: Duration,
+    ) -> Result<Option<CreatedSandbox>, SandboxServiceError> {
+        let (Some(saved), Some(paused)) = (
+            &self.inner.saved,
+            self.inner.paused_map().remove(sandbox_id),
+        ) else {
+            return Ok(None);
+        };
+        let result = self.restart(saved, sandbox_id, &paused, timeout).await;
+        match result {
+            Ok(info) => {
+                saved.remove(sandbox_id);
+                tracing::info!(sandbox = %sandbox_id, "sandbox resumed");
+                Ok(Some(CreatedSandbox {
+                    info,
+                    access_token: paused.token,
+                }))
+            }
+            Err(error) => {
+                self.inner
+                    .paused_map()
+                    .insert(sandbox_id.to_owned(), paused);
+                Err(error)
+            }
+        }
+    }
+
+    async fn restart(
+        &self,
+        saved: &super::saved::SavedFiles,
+        sandbox_id: &str,
+        paused: &Paused,
+        timeout: Duration,
+    ) -> Result<SandboxInfo, SandboxServiceError> {
+        let _starting = self.reserve()?;
+        let (port, _) = self
+            .start(sandbox_id, &paused.info.template_id, &paused.env_vars)
+            .await?;
+        let restored = match &paused.networking {
+            Some(config) => self.apply_network(&port, config),
+            None => Ok(()),
+        };
+        let restored = match restored {
+            Ok(()) => saved
+                .restore(sandbox_id, port.client())
+                .await
+                .map_err(|e| internal(format!("cannot resume sandbox {sandbox_id}: {e}"))),
+            Err(error) => Err(error),
+        };
+        if let Err(error) = restored {
+            let _ = port.terminate().await;
+            return Err(error);
+        }
+        let started_at = SystemTime::now();
+        let mut info = paused.info.clone();
+        info.paused = false;
+        info.started_at = started_at;
+        info.end_at = started_at + timeout;
+        self.insert(
+            port,
+            info.clone(),
+            paused.token.clone(),
+            paused.env_vars.clone(),
+            paused.networking.clone(),
+            timeout,
+        )
+        .await?;
+        Ok(info)
+    }
+}
