@@ -36,6 +36,10 @@ import time
 
 TARGETS = {"create_run_p50_ms": 25.0, "run_true_p50_ms": 2.0, "idle_mib_per_sandbox": 0.5}
 CGROUP_ROOT = "/sys/fs/cgroup"
+# The kernel's own memory a sandbox costs, from /proc/meminfo: namespaces, mounts, cgroups,
+# sockets, inodes (slab), its tasks' stacks and page tables, the cgroups' per-CPU counters.
+# System-wide, but other work moves these far less than AnonPages or the page cache.
+KERNEL_FIELDS = ("Slab", "KernelStack", "PageTables", "Percpu")
 
 
 def percentile(values, p):
@@ -205,8 +209,14 @@ def snapshot(serve_pid, parent):
     """Processes (serve's tree ∪ the sandboxes' cgroups), their PSS, meminfo, the charge."""
     pids = set(serve_tree(serve_pid)) | cgroup_pids(parent)
     info = meminfo_kib()
+    try:
+        fds = len(os.listdir(f"/proc/{serve_pid}/fd"))
+    except OSError:
+        fds = None
     return {
         "processes": len(pids),
+        "serve_fds": fds,
+        "serve_threads": len(os.listdir(f"/proc/{serve_pid}/task")),
         "pss_kib": sum(pss_kib(pid) for pid in pids),
         "serve_pss_kib": pss_kib(serve_pid),
         "used_kib": used_kib(info),
@@ -274,6 +284,11 @@ s.kill()
 
 
 def bench_whole(times):
+    imports = []
+    for _ in range(times):
+        a = time.perf_counter()
+        subprocess.run([sys.executable, "-c", "import e2b"], check=True)
+        imports.append(time.perf_counter() - a)
     walls = []
     for _ in range(times):
         a = time.perf_counter()
@@ -281,7 +296,8 @@ def bench_whole(times):
         walls.append(time.perf_counter() - a)
     s = summary(walls)
     return {"n": s["n"], "median_ms": round(statistics.median(w * 1000 for w in walls), 3),
-            "min_ms": s["min_ms"], "max_ms": s["max_ms"]}
+            "min_ms": s["min_ms"], "max_ms": s["max_ms"],
+            "import_e2b_alone_median_ms": round(statistics.median(w * 1000 for w in imports), 3)}
 
 
 def bench_idle(Sandbox, serve, parent, count, threads, check_sample):
@@ -322,25 +338,28 @@ def bench_idle(Sandbox, serve, parent, count, threads, check_sample):
         "processes_before": before["processes"],
         "processes_with_sandboxes": after["processes"],
         "sandbox_cgroups": cgroup_dirs(parent),
+        "serve_fds": [before["serve_fds"], after["serve_fds"]],
+        "serve_threads": [before["serve_threads"], after["serve_threads"]],
     }
     if held:
         d_pss = after["pss_kib"] - before["pss_kib"]
         d_used = after["used_kib"] - before["used_kib"]
         charge = after["cgroup"]
+        d_kernel = sum(after["meminfo"][k] - before["meminfo"][k] for k in KERNEL_FIELDS)
         result["memory"] = {
+            "host_mib_per_sandbox": round((d_pss + d_kernel) / 1024 / held, 3),
             "pss_delta_mib_per_sandbox": round(d_pss / 1024 / held, 3),
             "serve_pss_delta_mib_per_sandbox": round(
                 (after["serve_pss_kib"] - before["serve_pss_kib"]) / 1024 / held, 3),
+            "kernel_delta_mib_per_sandbox": round(d_kernel / 1024 / held, 3),
             "used_delta_mib_per_sandbox": round(d_used / 1024 / held, 3),
-            "kernel_and_other_mib_per_sandbox": round((d_used - d_pss) / 1024 / held, 3),
             "cgroup_charge_mib_per_sandbox": round(
                 (charge["memory.usage_in_bytes"] or 0) / 2**20 / held, 3),
             "cgroup_kmem_mib_per_sandbox": round(
                 (charge["memory.kmem.usage_in_bytes"] or 0) / 2**20 / held, 3),
             "meminfo_delta_mib": {
                 k: round((after["meminfo"][k] - before["meminfo"][k]) / 1024, 1)
-                for k in ("Slab", "SUnreclaim", "KernelStack", "PageTables", "Shmem",
-                          "AnonPages")
+                for k in KERNEL_FIELDS + ("Shmem", "AnonPages", "Cached")
             },
         }
     # Every sandbox still answers.
@@ -357,7 +376,7 @@ def bench_idle(Sandbox, serve, parent, count, threads, check_sample):
     result["answer_first_failure"] = bad[0] if bad else None
     result["answer_all_s"] = round(time.perf_counter() - a, 2)
     # Kill them all; serve's tree must come back to what it was before.
-    used_held = meminfo_kib()
+    held_info = meminfo_kib()
     kill_errors = []
 
     def kill(sbx):
@@ -384,8 +403,12 @@ def bench_idle(Sandbox, serve, parent, count, threads, check_sample):
     result["sandbox_cgroups_after_kill"] = cgroup_dirs(parent)
     time.sleep(2)
     if held:
-        freed = used_kib(used_held) - used_kib(meminfo_kib())
-        result["memory"]["freed_by_kill_mib_per_sandbox"] = round(freed / 1024 / held, 3)
+        now = meminfo_kib()
+        freed = used_kib(held_info) - used_kib(now)
+        kernel_freed = sum(held_info[k] - now[k] for k in KERNEL_FIELDS)
+        result["memory"]["used_freed_by_kill_mib_per_sandbox"] = round(freed / 1024 / held, 3)
+        result["memory"]["kernel_freed_by_kill_mib_per_sandbox"] = round(
+            kernel_freed / 1024 / held, 3)
     return result
 
 
@@ -421,7 +444,8 @@ def table(r):
         w = r["whole"]
         add("")
         add(f"3. whole command (python -c: import e2b, create, run echo hi, kill), {w['n']} runs: "
-            f"median {w['median_ms']:.0f} ms (min {w['min_ms']:.0f}, max {w['max_ms']:.0f})")
+            f"median {w['median_ms']:.0f} ms (min {w['min_ms']:.0f}, max {w['max_ms']:.0f}); "
+            f"python -c 'import e2b' alone: median {w['import_e2b_alone_median_ms']:.0f} ms")
     if "idle" in r:
         i = r["idle"]
         add("")
@@ -433,17 +457,23 @@ def table(r):
                 add(f"   serve: {line}")
         mem = i.get("memory")
         if mem:
-            add(f"   host memory per sandbox (MemTotal−MemAvailable delta, system-wide): "
-                f"{mem['used_delta_mib_per_sandbox']:.3f} MiB   target ≤ {TARGETS['idle_mib_per_sandbox']:g} MiB")
-            add(f"     of which PSS (serve + its helpers + every sandbox process): "
-                f"{mem['pss_delta_mib_per_sandbox']:.3f} MiB (serve alone {mem['serve_pss_delta_mib_per_sandbox']:.3f})")
-            add(f"     kernel and other (delta − PSS): {mem['kernel_and_other_mib_per_sandbox']:.3f} MiB")
-            add(f"   the sandboxes' memory cgroup charge: {mem['cgroup_charge_mib_per_sandbox']:.3f} MiB "
-                f"(kernel {mem['cgroup_kmem_mib_per_sandbox']:.3f} MiB)")
-            add(f"   freed when they were killed: {mem.get('freed_by_kill_mib_per_sandbox', 0):.3f} MiB per sandbox")
-            add(f"   meminfo deltas (MiB, all): {mem['meminfo_delta_mib']}")
+            add(f"   host memory per sandbox: {mem['host_mib_per_sandbox']:.3f} MiB   "
+                f"target ≤ {TARGETS['idle_mib_per_sandbox']:g} MiB")
+            add(f"     = PSS delta of serve's tree and every sandbox process "
+                f"{mem['pss_delta_mib_per_sandbox']:.3f} MiB (serve itself "
+                f"{mem['serve_pss_delta_mib_per_sandbox']:.3f})")
+            add(f"     + kernel delta (meminfo {'+'.join(KERNEL_FIELDS)}, system-wide) "
+                f"{mem['kernel_delta_mib_per_sandbox']:.3f} MiB")
+            add(f"   cross-checks: MemTotal−MemAvailable delta {mem['used_delta_mib_per_sandbox']:.3f} "
+                f"MiB (system-wide: other builds' memory moves it); freed at kill "
+                f"{mem.get('used_freed_by_kill_mib_per_sandbox', 0):.3f} MiB, kernel freed "
+                f"{mem.get('kernel_freed_by_kill_mib_per_sandbox', 0):.3f} MiB")
+            add(f"   the sandboxes' memory cgroups' charge: {mem['cgroup_charge_mib_per_sandbox']:.3f} "
+                f"MiB (kernel {mem['cgroup_kmem_mib_per_sandbox']:.3f} MiB)")
+            add(f"   meminfo deltas (MiB, all sandboxes): {mem['meminfo_delta_mib']}")
         add(f"   processes: {i['processes_before']} before, {i['processes_with_sandboxes']} with them "
-            f"({i['sandbox_cgroups']} sandbox cgroups)")
+            f"({i['sandbox_cgroups']} sandbox cgroups); serve's fds {i['serve_fds'][0]} → "
+            f"{i['serve_fds'][1]}, threads {i['serve_threads'][0]} → {i['serve_threads'][1]}")
         add(f"   answer check: commands.run('true') in {i['answer_checked']} sandboxes, "
             f"{i['answer_failed']} failed ({i['answer_all_s']} s)"
             + (f": {i['answer_first_failure']}" if i["answer_first_failure"] else ""))
@@ -456,7 +486,8 @@ def table(r):
 
 def main():
     ap = argparse.ArgumentParser(prog="scripts/bench-e2b", description=__doc__.split("\n\n")[0])
-    ap.add_argument("--json", action="store_true", help="print one JSON object")
+    ap.add_argument("--json", action="store_true",
+                    help="print one JSON object (the table goes to stderr)")
     ap.add_argument("--sandboxes", type=int, default=30, help="create+run samples (30)")
     ap.add_argument("--runs", type=int, default=200, help="run('true') samples (200)")
     ap.add_argument("--whole", type=int, default=10, help="whole-command samples (10)")
@@ -502,7 +533,11 @@ def main():
             except OSError:
                 pass
     result["machine"]["load_after"] = round(os.getloadavg()[0], 2)
-    print(json.dumps(result, indent=2) if args.json else table(result))
+    if args.json:
+        print(table(result), file=sys.stderr)
+        print(json.dumps(result, indent=2))
+    else:
+        print(table(result))
 
 
 if __name__ == "__main__":
