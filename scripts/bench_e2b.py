@@ -36,10 +36,12 @@ import time
 
 TARGETS = {"create_run_p50_ms": 25.0, "run_true_p50_ms": 2.0, "idle_mib_per_sandbox": 0.5}
 CGROUP_ROOT = "/sys/fs/cgroup"
-# The kernel's own memory a sandbox costs, from /proc/meminfo: namespaces, mounts, cgroups,
-# sockets, inodes (slab), its tasks' stacks and page tables, the cgroups' per-CPU counters.
-# System-wide, but other work moves these far less than AnonPages or the page cache.
-KERNEL_FIELDS = ("Slab", "KernelStack", "PageTables", "Percpu")
+# The memory a sandbox holds outside its processes' pages, from /proc/meminfo: the kernel's
+# (namespaces, mounts, cgroups, sockets, inodes: slab; its tasks' stacks and page tables; the
+# cgroups' per-CPU counters) and its tmpfs files (Shmem; an idle sandbox maps none, so they
+# are not in any PSS). System-wide, but other work moves these far less than AnonPages or
+# the page cache do.
+KERNEL_FIELDS = ("Slab", "KernelStack", "PageTables", "Percpu", "Shmem")
 
 
 def percentile(values, p):
@@ -192,6 +194,20 @@ def used_kib(info):
     return info["MemTotal"] - info["MemAvailable"]
 
 
+def slab_kib():
+    """Bytes held per slab cache (num_slabs × pages per slab), in KiB."""
+    page_kib = os.sysconf("SC_PAGE_SIZE") // 1024
+    caches = {}
+    try:
+        with open("/proc/slabinfo") as f:
+            for line in f.readlines()[2:]:
+                parts = line.split()
+                caches[parts[0]] = int(parts[14]) * int(parts[5]) * page_kib
+    except (OSError, IndexError, ValueError):
+        pass
+    return caches
+
+
 def cgroup_charge(parent):
     """The memory cgroup charge of every sandbox (v1, hierarchical): total and kernel part."""
     top = os.path.join(CGROUP_ROOT, "memory", parent)
@@ -221,6 +237,7 @@ def snapshot(serve_pid, parent):
         "serve_pss_kib": pss_kib(serve_pid),
         "used_kib": used_kib(info),
         "meminfo": info,
+        "slab": slab_kib(),
         "cgroup": cgroup_charge(parent),
     }
 
@@ -260,19 +277,44 @@ def bench_create_run(Sandbox, n):
     }
 
 
-def bench_run_true(Sandbox, runs):
+def cpu_ticks(pid, children=False):
+    """utime+stime (and the reaped children's, with `children`) of a process, in ticks."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0
+    # After the comm: state is fields[0]; utime, stime, cutime, cstime are stat's 14-17.
+    ticks = int(fields[11]) + int(fields[12])
+    return ticks + (int(fields[13]) + int(fields[14]) if children else 0)
+
+
+def bench_run_true(Sandbox, runs, serve, parent):
     sbx = Sandbox.create()
     try:
         for _ in range(10):
             sbx.commands.run("true")
+        (init,) = cgroup_pids(parent)
+        hz = os.sysconf("SC_CLK_TCK")
+        serve_cpu, init_cpu = cpu_ticks(serve.proc.pid), cpu_ticks(init, children=True)
+        own_cpu = time.process_time()
         times = []
         for _ in range(runs):
             a = time.perf_counter()
             sbx.commands.run("true")
             times.append(time.perf_counter() - a)
+        own_cpu = time.process_time() - own_cpu
+        serve_cpu = cpu_ticks(serve.proc.pid) - serve_cpu
+        init_cpu = cpu_ticks(init, children=True) - init_cpu
     finally:
         sbx.kill()
-    return summary(times)
+    result = summary(times)
+    result["cpu_ms_per_run"] = {
+        "sdk_process": round(own_cpu * 1000 / runs, 3),
+        "serve": round(serve_cpu * 1000 / hz / runs, 3),
+        "sandbox": round(init_cpu * 1000 / hz / runs, 3),
+    }
+    return result
 
 
 WHOLE = """
@@ -359,8 +401,12 @@ def bench_idle(Sandbox, serve, parent, count, threads, check_sample):
                 (charge["memory.kmem.usage_in_bytes"] or 0) / 2**20 / held, 3),
             "meminfo_delta_mib": {
                 k: round((after["meminfo"][k] - before["meminfo"][k]) / 1024, 1)
-                for k in KERNEL_FIELDS + ("Shmem", "AnonPages", "Cached")
+                for k in KERNEL_FIELDS + ("AnonPages", "Cached")
             },
+            "slab_top_kib_per_sandbox": dict(sorted(
+                ((name, round((kib - before["slab"].get(name, 0)) / held, 1))
+                 for name, kib in after["slab"].items()),
+                key=lambda item: -item[1])[:12]),
         }
     # Every sandbox still answers.
     sample = made if not check_sample else made[:: max(1, held // check_sample)][:check_sample]
@@ -440,6 +486,9 @@ def table(r):
         add("")
         add(f"2. commands.run('true') in one sandbox, {s['n']} runs: p50 {s['p50_ms']:.2f} ms, "
             f"p99 {s['p99_ms']:.2f} ms (max {s['max_ms']:.2f})   target ≤ {TARGETS['run_true_p50_ms']:g} ms p50")
+        cpu = s["cpu_ms_per_run"]
+        add(f"   CPU per run: the SDK's process {cpu['sdk_process']:.2f} ms, serve {cpu['serve']:.2f} ms, "
+            f"the sandbox (its init and the reaped `bash -l -c true`) {cpu['sandbox']:.2f} ms")
     if "whole" in r:
         w = r["whole"]
         add("")
@@ -471,6 +520,7 @@ def table(r):
             add(f"   the sandboxes' memory cgroups' charge: {mem['cgroup_charge_mib_per_sandbox']:.3f} "
                 f"MiB (kernel {mem['cgroup_kmem_mib_per_sandbox']:.3f} MiB)")
             add(f"   meminfo deltas (MiB, all sandboxes): {mem['meminfo_delta_mib']}")
+            add(f"   largest slab cache growth (KiB per sandbox): {mem['slab_top_kib_per_sandbox']}")
         add(f"   processes: {i['processes_before']} before, {i['processes_with_sandboxes']} with them "
             f"({i['sandbox_cgroups']} sandbox cgroups); serve's fds {i['serve_fds'][0]} → "
             f"{i['serve_fds'][1]}, threads {i['serve_threads'][0]} → {i['serve_threads'][1]}")
@@ -519,7 +569,7 @@ def main():
         if args.sandboxes:
             result["create_run"] = bench_create_run(Sandbox, args.sandboxes)
         if args.runs:
-            result["run_true"] = bench_run_true(Sandbox, args.runs)
+            result["run_true"] = bench_run_true(Sandbox, args.runs, serve, parent)
         if args.whole:
             result["whole"] = bench_whole(args.whole)
         if args.count:
