@@ -24,6 +24,7 @@ import argparse
 import concurrent.futures
 import json
 import os
+import re
 import secrets
 import shutil
 import signal
@@ -63,6 +64,14 @@ def summary(values_s):
     }
 
 
+# serve colours its log lines even into a pipe; the table shows them without escapes.
+ESCAPES = re.compile(r"\x1b\[[0-9;]*[A-Za-z]|[\x00-\x08\x0b-\x1f\x7f]")
+
+
+def plain(line):
+    return ESCAPES.sub("", line.rstrip("\n"))
+
+
 class Serve:
     """`omabox serve --listen 127.0.0.1:0` with a temp data dir; stderr kept (last lines)."""
 
@@ -85,7 +94,7 @@ class Serve:
         self.log = []
         prefix = "omabox serve: listening on http://"
         for line in self.proc.stderr:
-            self.log.append(line.rstrip("\n"))
+            self.log.append(plain(line))
             if line.startswith(prefix):
                 self.url = "http://" + line[len(prefix):].strip()
                 break
@@ -95,7 +104,7 @@ class Serve:
 
     def _drain(self):
         for line in self.proc.stderr:
-            self.log.append(line.rstrip("\n"))
+            self.log.append(plain(line))
             del self.log[:-200]
 
     def stop(self):
@@ -376,7 +385,7 @@ def bench_idle(Sandbox, serve, parent, count, threads, check_sample):
         "create_all_s": round(create_s, 2),
         "first_error": errors[0] if errors else None,
         "errors": len(errors),
-        "serve_log_tail": serve.log[-5:] if errors else [],
+        "serve_log_tail": serve.log[-2:] if errors else [],
         "processes_before": before["processes"],
         "processes_with_sandboxes": after["processes"],
         "sandbox_cgroups": cgroup_dirs(parent),
