@@ -457,6 +457,10 @@ def bench_idle(Sandbox, serve, parent, count, threads, check_sample):
     result["sandbox_processes_after_kill"] = len(cgroup_pids(parent))
     result["sandbox_cgroups_after_kill"] = cgroup_dirs(parent)
     time.sleep(2)
+    gone = snapshot(serve.proc.pid, parent)
+    result["serve_fds"].append(gone["serve_fds"])
+    result["serve_threads"].append(gone["serve_threads"])
+    result["serve_pss_mib"] = [round(x["serve_pss_kib"] / 1024, 1) for x in (before, after, gone)]
     if held:
         now = meminfo_kib()
         freed = used_kib(held_info) - used_kib(now)
@@ -531,8 +535,9 @@ def table(r):
             add(f"   meminfo deltas (MiB, all sandboxes): {mem['meminfo_delta_mib']}")
             add(f"   largest slab cache growth (KiB per sandbox): {mem['slab_top_kib_per_sandbox']}")
         add(f"   processes: {i['processes_before']} before, {i['processes_with_sandboxes']} with them "
-            f"({i['sandbox_cgroups']} sandbox cgroups); serve's fds {i['serve_fds'][0]} → "
-            f"{i['serve_fds'][1]}, threads {i['serve_threads'][0]} → {i['serve_threads'][1]}")
+            f"({i['sandbox_cgroups']} sandbox cgroups)")
+        add("   serve before → with them → after the kill: fds {} → {} → {}, threads {} → {} → {}, "
+            "PSS {} → {} → {} MiB".format(*i["serve_fds"], *i["serve_threads"], *i["serve_pss_mib"]))
         add(f"   answer check: commands.run('true') in {i['answer_checked']} sandboxes, "
             f"{i['answer_failed']} failed ({i['answer_all_s']} s)"
             + (f": {i['answer_first_failure']}" if i["answer_first_failure"] else ""))
