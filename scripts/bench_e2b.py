@@ -348,7 +348,8 @@ def bench_whole(times):
     s = summary(walls)
     return {"n": s["n"], "median_ms": round(statistics.median(w * 1000 for w in walls), 3),
             "min_ms": s["min_ms"], "max_ms": s["max_ms"],
-            "import_e2b_alone_median_ms": round(statistics.median(w * 1000 for w in imports), 3)}
+            "import_e2b_alone_median_ms": round(
+                statistics.median(w * 1000 for w in imports), 3)}
 
 
 def bench_idle(Sandbox, serve, parent, count, threads, check_sample):
@@ -418,7 +419,9 @@ def bench_idle(Sandbox, serve, parent, count, threads, check_sample):
                 key=lambda item: -item[1])[:12]),
         }
     # Every sandbox still answers.
-    sample = made if not check_sample else made[:: max(1, held // check_sample)][:check_sample]
+    sample = made
+    if check_sample:
+        sample = made[:: max(1, held // check_sample)][:check_sample]
     bad = []
     a = time.perf_counter()
     for sbx in sample:
@@ -448,7 +451,8 @@ def bench_idle(Sandbox, serve, parent, count, threads, check_sample):
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         tree = serve_tree(serve.proc.pid)
-        if len(tree) <= len(before_names) and not cgroup_pids(parent) and not cgroup_dirs(parent):
+        back = len(tree) <= len(before_names)
+        if back and not cgroup_pids(parent) and not cgroup_dirs(parent):
             break
         time.sleep(0.2)
     tree = serve_tree(serve.proc.pid)
@@ -460,7 +464,8 @@ def bench_idle(Sandbox, serve, parent, count, threads, check_sample):
     gone = snapshot(serve.proc.pid, parent)
     result["serve_fds"].append(gone["serve_fds"])
     result["serve_threads"].append(gone["serve_threads"])
-    result["serve_pss_mib"] = [round(x["serve_pss_kib"] / 1024, 1) for x in (before, after, gone)]
+    result["serve_pss_mib"] = [
+        round(x["serve_pss_kib"] / 1024, 1) for x in (before, after, gone)]
     if held:
         now = meminfo_kib()
         freed = used_kib(held_info) - used_kib(now)
@@ -490,18 +495,23 @@ def table(r):
         for key, name in (("create_then_run", "create + first run"),
                           ("create", "create alone"), ("first_run", "first run alone")):
             s = c[key]
-            target = f"   target ≤ {TARGETS['create_run_p50_ms']:g} ms p50" if key == "create_then_run" else ""
+            target = ""
+            if key == "create_then_run":
+                target = f"   target ≤ {TARGETS['create_run_p50_ms']:g} ms p50"
             add(f"   {name:28} {s['p50_ms']:9.2f} {s['p90_ms']:9.2f} {s['max_ms']:9.2f}{target}")
         f = c["first_after_start_ms"]
-        add(f"   (the first sandbox after serve started: create {f['create']:.1f} ms, run {f['run']:.1f} ms; not counted)")
+        add(f"   (the first sandbox after serve started: create {f['create']:.1f} ms, "
+            f"run {f['run']:.1f} ms; not counted)")
     if "run_true" in r:
         s = r["run_true"]
         add("")
         add(f"2. commands.run('true') in one sandbox, {s['n']} runs: p50 {s['p50_ms']:.2f} ms, "
-            f"p99 {s['p99_ms']:.2f} ms (max {s['max_ms']:.2f})   target ≤ {TARGETS['run_true_p50_ms']:g} ms p50")
+            f"p99 {s['p99_ms']:.2f} ms (max {s['max_ms']:.2f})   "
+            f"target ≤ {TARGETS['run_true_p50_ms']:g} ms p50")
         cpu = s["cpu_ms_per_run"]
-        add(f"   CPU per run: the SDK's process {cpu['sdk_process']:.2f} ms, serve {cpu['serve']:.2f} ms, "
-            f"the sandbox (its init and the reaped `bash -l -c true`) {cpu['sandbox']:.2f} ms")
+        add(f"   CPU per run: the SDK's process {cpu['sdk_process']:.2f} ms, "
+            f"serve {cpu['serve']:.2f} ms, the sandbox (its init and the reaped "
+            f"`bash -l -c true`) {cpu['sandbox']:.2f} ms")
     if "whole" in r:
         w = r["whole"]
         add("")
@@ -514,7 +524,8 @@ def table(r):
         add(f"4. idle sandboxes: {i['created']} of {i['asked']} created in {i['create_all_s']} s "
             f"({i['threads']} threads)")
         if i["first_error"]:
-            add(f"   creation stopped at the first error ({i['errors']} failed): {i['first_error']}")
+            add(f"   creation stopped at the first error ({i['errors']} failed): "
+                f"{i['first_error']}")
             for line in i["serve_log_tail"]:
                 add(f"   serve: {line}")
         mem = i.get("memory")
@@ -526,18 +537,22 @@ def table(r):
                 f"{mem['serve_pss_delta_mib_per_sandbox']:.3f})")
             add(f"     + kernel delta (meminfo {'+'.join(KERNEL_FIELDS)}, system-wide) "
                 f"{mem['kernel_delta_mib_per_sandbox']:.3f} MiB")
-            add(f"   cross-checks: MemTotal−MemAvailable delta {mem['used_delta_mib_per_sandbox']:.3f} "
-                f"MiB (system-wide: other builds' memory moves it); freed at kill "
+            add(f"   cross-checks: MemTotal−MemAvailable delta "
+                f"{mem['used_delta_mib_per_sandbox']:.3f} MiB (system-wide: other builds' "
+                f"memory moves it); freed at kill "
                 f"{mem.get('used_freed_by_kill_mib_per_sandbox', 0):.3f} MiB, kernel freed "
                 f"{mem.get('kernel_freed_by_kill_mib_per_sandbox', 0):.3f} MiB")
-            add(f"   the sandboxes' memory cgroups' charge: {mem['cgroup_charge_mib_per_sandbox']:.3f} "
-                f"MiB (kernel {mem['cgroup_kmem_mib_per_sandbox']:.3f} MiB)")
+            add(f"   the sandboxes' memory cgroups' charge: "
+                f"{mem['cgroup_charge_mib_per_sandbox']:.3f} MiB "
+                f"(kernel {mem['cgroup_kmem_mib_per_sandbox']:.3f} MiB)")
             add(f"   meminfo deltas (MiB, all sandboxes): {mem['meminfo_delta_mib']}")
-            add(f"   largest slab cache growth (KiB per sandbox): {mem['slab_top_kib_per_sandbox']}")
-        add(f"   processes: {i['processes_before']} before, {i['processes_with_sandboxes']} with them "
-            f"({i['sandbox_cgroups']} sandbox cgroups)")
-        add("   serve before → with them → after the kill: fds {} → {} → {}, threads {} → {} → {}, "
-            "PSS {} → {} → {} MiB".format(*i["serve_fds"], *i["serve_threads"], *i["serve_pss_mib"]))
+            add(f"   largest slab cache growth (KiB per sandbox): "
+                f"{mem['slab_top_kib_per_sandbox']}")
+        add(f"   processes: {i['processes_before']} before, "
+            f"{i['processes_with_sandboxes']} with them ({i['sandbox_cgroups']} sandbox cgroups)")
+        add("   serve before → with them → after the kill: fds {} → {} → {}, "
+            "threads {} → {} → {}, PSS {} → {} → {} MiB".format(
+                *i["serve_fds"], *i["serve_threads"], *i["serve_pss_mib"]))
         add(f"   answer check: commands.run('true') in {i['answer_checked']} sandboxes, "
             f"{i['answer_failed']} failed ({i['answer_all_s']} s)"
             + (f": {i['answer_first_failure']}" if i["answer_first_failure"] else ""))
