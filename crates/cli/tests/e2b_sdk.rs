@@ -67,7 +67,10 @@ fn assert_no_token_logged(log: &[String], tokens: &[String]) {
     for token in tokens {
         assert!(token.len() >= 32, "{token:?}");
         if let Some(line) = log.iter().find(|line| line.contains(token.as_str())) {
-            panic!("a token was logged: {}", line.replace(token.as_str(), "<TOKEN>"));
+            panic!(
+                "a token was logged: {}",
+                line.replace(token.as_str(), "<TOKEN>")
+            );
         }
     }
 }
