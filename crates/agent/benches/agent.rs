@@ -137,7 +137,9 @@ async fn run() {
         bytes as f64 / (1024.0 * 1024.0) / secs
     );
 
-    let data = vec![0x5au8; 256 * 1024 * 1024];
+    // A whole-file read is capped at MAX_WHOLE_READ (64 MiB): the file is that large.
+    let size = omabox_agent::MAX_WHOLE_READ;
+    let data = vec![0x5au8; size];
     let path = dir.path().join("bench.bin").to_string_lossy().into_owned();
     let t = Instant::now();
     client
@@ -148,9 +150,10 @@ async fn run() {
     let t = Instant::now();
     let back = client.read_file_bytes(&path).await.expect("read");
     let r = t.elapsed().as_secs_f64();
+    let mib = size as f64 / (1024.0 * 1024.0);
     println!(
-        "file write / read (256 MiB):       {:.0} / {:.0} MiB/s",
-        256.0 / w,
+        "file write / read ({mib:.0} MiB):        {:.0} / {:.0} MiB/s",
+        mib / w,
         back.len() as f64 / (1024.0 * 1024.0) / r
     );
 }
