@@ -280,8 +280,11 @@ pub(crate) fn init_tracing(config: Option<&NodeConfig>) {
         .unwrap_or_else(|| {
             tracing_subscriber::EnvFilter::new(Key::Log.default_value().unwrap_or("warn"))
         });
+    // Colour only for a terminal: a log piped to a file or a collector gets plain text.
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
+        .with_ansi(ansi)
         .try_init();
 }

@@ -65,6 +65,10 @@ fn run_sdk(mut command: Command, serve: &Serve, dirs: &TestDirs) -> Vec<String> 
 
 fn assert_no_token_logged(log: &[String], tokens: &[String]) {
     assert!(!tokens.is_empty());
+    // A piped log is plain text (no colour escapes for a collector to store).
+    if let Some(line) = log.iter().find(|line| line.contains('\x1b')) {
+        panic!("a log line to a pipe carries escapes: {line:?}");
+    }
     for token in tokens {
         assert!(token.len() >= 32, "{token:?}");
         if let Some(line) = log.iter().find(|line| line.contains(token.as_str())) {
