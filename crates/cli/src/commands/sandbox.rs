@@ -733,12 +733,12 @@ async fn relay<R, W>(
     }
 }
 
-/// Copies our stdin to the process until EOF, then closes its stdin. Our stdin is read
-/// on a plain thread (never joined): a blocking read of a terminal must not keep omabox
-/// from exiting once the command has ended.
-async fn feed_stdin<W: AsyncWrite + Unpin>(mut to: W) {
-    let (tx, mut rx) = mpsc::channel::<Vec<u8>>(4);
-    let spawned = std::thread::Builder::new()
+/// Our stdin in chunks of at most [`CHUNK`] bytes until EOF (a read error counts as EOF),
+/// read on a plain thread that is never joined: a blocking read of a terminal must not keep
+/// omabox from exiting once the command has ended. `None` when the thread cannot start.
+pub(super) fn stdin_chunks() -> Option<mpsc::Receiver<Vec<u8>>> {
+    let (tx, rx) = mpsc::channel::<Vec<u8>>(4);
+    std::thread::Builder::new()
         .name("omabox-stdin".into())
         .spawn(move || {
             let mut stdin = std::io::stdin().lock();
@@ -752,13 +752,18 @@ async fn feed_stdin<W: AsyncWrite + Unpin>(mut to: W) {
                         }
                     }
                     Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                    // A closed or unreadable stdin is EOF.
                     Err(_) => break,
                 }
             }
-        });
-    if spawned.is_ok() {
-        while let Some(chunk) = rx.recv().await {
+        })
+        .ok()?;
+    Some(rx)
+}
+
+/// Copies our stdin to the process until EOF, then closes its stdin.
+async fn feed_stdin<W: AsyncWrite + Unpin>(mut to: W) {
+    if let Some(mut chunks) = stdin_chunks() {
+        while let Some(chunk) = chunks.recv().await {
             if to.write_all(&chunk).await.is_err() {
                 // The command closed its stdin; what is left of ours is not wanted.
                 return;

@@ -109,6 +109,25 @@ impl IntoResponse for ConnectError {
     }
 }
 
+/// Refuses a request whose content type is given and is not `expected` (only the JSON
+/// codec is served).
+fn require_media(headers: &HeaderMap, expected: &str) -> Result<(), ConnectError> {
+    let given = header_str(headers, "content-type")
+        .map(|kind| kind.split(';').next().unwrap_or_default().trim());
+    match given {
+        Some(media) if !media.eq_ignore_ascii_case(expected) => Err(ConnectError::new(
+            Code::InvalidArgument,
+            format!("content-type must be {expected} (only the JSON codec is served)"),
+        )),
+        _ => Ok(()),
+    }
+}
+
+/// The content type of a client-streaming call's body is the streamed one.
+pub(crate) fn require_stream_media(headers: &HeaderMap) -> Result<(), ConnectError> {
+    require_media(headers, STREAM_JSON)
+}
+
 /// The message of a unary call (`Ok(None)`: an empty body, which proto3 JSON reads as the
 /// empty message).
 pub(crate) async fn unary_request<T: DeserializeOwned + Default>(
@@ -116,15 +135,7 @@ pub(crate) async fn unary_request<T: DeserializeOwned + Default>(
     body: Body,
     limit: usize,
 ) -> Result<T, ConnectError> {
-    if let Some(kind) = header_str(headers, "content-type") {
-        let media = kind.split(';').next().unwrap_or_default().trim();
-        if !media.eq_ignore_ascii_case(UNARY_JSON) {
-            return Err(ConnectError::new(
-                Code::InvalidArgument,
-                format!("content-type must be {UNARY_JSON} (only the JSON codec is served)"),
-            ));
-        }
-    }
+    require_media(headers, UNARY_JSON)?;
     let bytes = read_capped(headers, body, limit).await.map_err(|_| {
         ConnectError::new(
             Code::ResourceExhausted,
@@ -140,15 +151,7 @@ pub(crate) async fn stream_request<T: DeserializeOwned + Default>(
     body: Body,
     limit: usize,
 ) -> Result<T, ConnectError> {
-    if let Some(kind) = header_str(headers, "content-type") {
-        let media = kind.split(';').next().unwrap_or_default().trim();
-        if !media.eq_ignore_ascii_case(STREAM_JSON) {
-            return Err(ConnectError::new(
-                Code::InvalidArgument,
-                format!("content-type must be {STREAM_JSON} (only the JSON codec is served)"),
-            ));
-        }
-    }
+    require_media(headers, STREAM_JSON)?;
     let bytes = read_capped(headers, body, limit.saturating_add(5))
         .await
         .map_err(|_| {

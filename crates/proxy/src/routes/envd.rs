@@ -13,8 +13,8 @@
 //! download whole, or let a process's output stall the server (streams are bounded).
 
 use super::connect::{
-    Code, ConnectError, StreamItem, deadline, stream_error, stream_request, stream_response,
-    unary_request, unary_response,
+    Code, ConnectError, StreamItem, deadline, require_stream_media, stream_error, stream_request,
+    stream_response, unary_request, unary_response,
 };
 use crate::e2b::SandboxServiceError;
 use crate::envd::{
@@ -34,9 +34,10 @@ use serde_json::{Value, json};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
+use tokio::sync::mpsc;
 
 /// How often an idle process stream carries a keepalive (so proxies keep it open).
-pub(super) const KEEPALIVE: Duration = Duration::from_secs(30);
+const KEEPALIVE: Duration = Duration::from_secs(30);
 /// Largest terminal side accepted.
 const MAX_PTY_SIDE: u32 = 1000;
 
@@ -315,22 +316,46 @@ fn event_json(event: &ProcessEvent) -> Value {
     json!({ "event": inner })
 }
 
-/// A process's events as Connect stream messages: keepalives while idle, the call's
-/// deadline honoured, and an `unavailable` end when the sandbox went away mid-stream.
-fn process_stream(events: ProcessEvents, deadline: Option<Duration>) -> Response {
-    struct Running {
-        events: ProcessEvents,
+/// How a live stream (a process's events, a watch's) becomes Connect messages.
+pub(super) struct LiveShape<T> {
+    /// A message sent before any event (a watch's start).
+    pub(super) first: Option<Value>,
+    /// The keepalive message sent while idle.
+    pub(super) keepalive: fn() -> Value,
+    /// An event's message (or the error it ends with), and whether it is the last.
+    pub(super) message: fn(T) -> (StreamItem, bool),
+    /// The error when the events stop without a last one (the sandbox went away).
+    pub(super) gone: &'static str,
+    /// The error when the call's deadline passes.
+    pub(super) late: &'static str,
+}
+
+/// `events` as a Connect stream: keepalives while idle, the call's deadline honoured.
+pub(super) fn live_stream<T: Send + 'static>(
+    events: mpsc::Receiver<T>,
+    deadline: Option<Duration>,
+    shape: LiveShape<T>,
+) -> Response {
+    struct Running<T> {
+        events: mpsc::Receiver<T>,
         until: Option<tokio::time::Instant>,
+        first: Option<Value>,
         ended: bool,
+        shape: LiveShape<T>,
     }
     let running = Running {
         events,
         until: deadline.map(|d| tokio::time::Instant::now() + d),
+        first: shape.first.clone(),
         ended: false,
+        shape,
     };
     let messages = futures::stream::unfold(running, |mut run| async move {
         if run.ended {
             return None;
+        }
+        if let Some(first) = run.first.take() {
+            return Some((Ok(first), run));
         }
         let expiry = async {
             match run.until {
@@ -341,26 +366,40 @@ fn process_stream(events: ProcessEvents, deadline: Option<Duration>) -> Response
         let item: StreamItem = tokio::select! {
             event = run.events.recv() => match event {
                 Some(event) => {
-                    run.ended = matches!(event, ProcessEvent::End(_));
-                    Ok(event_json(&event))
+                    let (item, last) = (run.shape.message)(event);
+                    run.ended = last;
+                    item
                 }
                 None => {
                     run.ended = true;
-                    Err(ConnectError::new(
-                        Code::Unavailable,
-                        "the sandbox ended before the stream completed",
-                    ))
+                    Err(ConnectError::new(Code::Unavailable, run.shape.gone))
                 }
             },
-            () = tokio::time::sleep(KEEPALIVE) => Ok(json!({ "event": { "keepalive": {} } })),
+            () = tokio::time::sleep(KEEPALIVE) => Ok((run.shape.keepalive)()),
             () = expiry => {
                 run.ended = true;
-                Err(ConnectError::new(Code::DeadlineExceeded, "the call's deadline passed (the process keeps running)"))
+                Err(ConnectError::new(Code::DeadlineExceeded, run.shape.late))
             }
         };
         Some((item, run))
     });
     stream_response(messages)
+}
+
+/// A process's events as Connect stream messages; an `unavailable` end when the sandbox
+/// went away mid-stream.
+fn process_stream(events: ProcessEvents, deadline: Option<Duration>) -> Response {
+    let shape = LiveShape {
+        first: None,
+        keepalive: || json!({ "event": { "keepalive": {} } }),
+        message: |event: ProcessEvent| {
+            let last = matches!(event, ProcessEvent::End(_));
+            (Ok(event_json(&event)), last)
+        },
+        gone: "the sandbox ended before the stream completed",
+        late: "the call's deadline passed (the process keeps running)",
+    };
+    live_stream(events, deadline, shape)
 }
 
 fn config_json(config: &ProcessConfig) -> Value {
@@ -526,14 +565,7 @@ async fn stream_input(
     body: Body,
     limit: usize,
 ) -> Result<(), ConnectError> {
-    if let Some(kind) = header_str(headers, "content-type")
-        && !kind.trim().starts_with("application/connect+json")
-    {
-        return Err(ConnectError::new(
-            Code::InvalidArgument,
-            "content-type must be application/connect+json",
-        ));
-    }
+    require_stream_media(headers)?;
     let mut chunks = body.into_data_stream();
     let mut pending: Vec<u8> = Vec::new();
     let mut process: Option<ProcessSelector> = None;

@@ -7,11 +7,10 @@
 //! [`MAX_UPLOAD_BYTES`].
 
 use super::connect::{
-    Code, ConnectError, StreamItem, deadline, stream_error, stream_request, stream_response,
-    unary_request, unary_response,
+    Code, ConnectError, deadline, stream_error, stream_request, unary_request, unary_response,
 };
 use super::envd::{
-    Gate, KEEPALIVE, U32, connect_error, sandbox_of, shorten, unimplemented, user_of,
+    Gate, LiveShape, U32, connect_error, live_stream, sandbox_of, shorten, unimplemented, user_of,
 };
 use crate::e2b::rfc3339;
 use crate::envd::{
@@ -70,56 +69,19 @@ fn fs_event_json(event: &FsEvent) -> Value {
     json!({ "name": event.name, "type": kind })
 }
 
-/// A watch's events as Connect stream messages: a start, then one per change, keepalives
-/// while idle, the call's deadline honoured.
+/// A watch's events as Connect stream messages: a start, then one per change.
 fn watch_stream(events: FsEvents, deadline: Option<Duration>) -> Response {
-    struct Watching {
-        events: FsEvents,
-        until: Option<tokio::time::Instant>,
-        started: bool,
-        ended: bool,
-    }
-    let watching = Watching {
-        events,
-        until: deadline.map(|d| tokio::time::Instant::now() + d),
-        started: false,
-        ended: false,
+    let shape = LiveShape {
+        first: Some(json!({ "start": {} })),
+        keepalive: || json!({ "keepalive": {} }),
+        message: |event: Result<FsEvent, EnvdError>| match event {
+            Ok(event) => (Ok(json!({ "filesystem": fs_event_json(&event) })), false),
+            Err(error) => (Err(connect_error(error)), true),
+        },
+        gone: "the watch ended",
+        late: "the call's deadline passed",
     };
-    let messages = futures::stream::unfold(watching, |mut run| async move {
-        if run.ended {
-            return None;
-        }
-        if !run.started {
-            run.started = true;
-            return Some((Ok(json!({ "start": {} })), run));
-        }
-        let expiry = async {
-            match run.until {
-                Some(at) => tokio::time::sleep_until(at).await,
-                None => std::future::pending().await,
-            }
-        };
-        let item: StreamItem = tokio::select! {
-            event = run.events.recv() => match event {
-                Some(Ok(event)) => Ok(json!({ "filesystem": fs_event_json(&event) })),
-                Some(Err(error)) => {
-                    run.ended = true;
-                    Err(connect_error(error))
-                }
-                None => {
-                    run.ended = true;
-                    Err(ConnectError::new(Code::Unavailable, "the watch ended"))
-                }
-            },
-            () = tokio::time::sleep(KEEPALIVE) => Ok(json!({ "keepalive": {} })),
-            () = expiry => {
-                run.ended = true;
-                Err(ConnectError::new(Code::DeadlineExceeded, "the call's deadline passed"))
-            }
-        };
-        Some((item, run))
-    });
-    stream_response(messages)
+    live_stream(events, deadline, shape)
 }
 
 #[derive(Debug, Default, Deserialize)]

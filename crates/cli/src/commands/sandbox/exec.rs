@@ -26,14 +26,10 @@ use clap::Args;
 use omabox_contract::SecretString;
 use omabox_contract::signals::signal_number;
 use serde_json::json;
-use std::io::Read as _;
 use std::process::ExitCode;
 use tokio::io::{AsyncWrite, AsyncWriteExt as _};
 use tokio::signal::unix::{SignalKind, signal};
-use tokio::sync::mpsc;
 
-/// Largest chunk of our stdin sent in one `SendInput`.
-const STDIN_CHUNK: usize = 64 * 1024;
 /// Exit code after Ctrl-C (128 + SIGINT, as a shell reports it).
 const EXIT_INTERRUPTED: u8 = 130;
 
@@ -255,32 +251,10 @@ impl<W: AsyncWrite + Unpin> Output<W> {
     }
 }
 
-/// Sends our stdin to process `pid` until our EOF, then closes its stdin. Our stdin is
-/// read on a plain thread (never joined): a blocking read of a terminal must not keep
-/// omabox from exiting once the command has ended.
+/// Sends our stdin to process `pid` until our EOF, then closes its stdin.
 async fn feed_stdin(envd: EnvdClient, pid: u32) {
-    let (tx, mut rx) = mpsc::channel::<Vec<u8>>(4);
-    let spawned = std::thread::Builder::new()
-        .name("omabox-stdin".into())
-        .spawn(move || {
-            let mut stdin = std::io::stdin().lock();
-            let mut buf = vec![0u8; STDIN_CHUNK];
-            loop {
-                match stdin.read(&mut buf) {
-                    Ok(0) => break,
-                    Ok(n) => {
-                        if tx.blocking_send(buf[..n].to_vec()).is_err() {
-                            break;
-                        }
-                    }
-                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                    // A closed or unreadable stdin is EOF.
-                    Err(_) => break,
-                }
-            }
-        });
-    if spawned.is_ok() {
-        while let Some(chunk) = rx.recv().await {
+    if let Some(mut chunks) = super::stdin_chunks() {
+        while let Some(chunk) = chunks.recv().await {
             if envd.send_input(pid, &chunk).await.is_err() {
                 // The process ended or closed its stdin: the rest of ours is not wanted.
                 return;
