@@ -16,24 +16,12 @@ use serde_json::Value;
 use std::io::{BufRead as _, BufReader, Write as _};
 use std::process::{Command, Output, Stdio};
 
-/// serve on a free loopback port, its key generated into the data dir.
 fn start_serve(dirs: &TestDirs) -> Serve {
-    let mut command = dirs.command(&["serve", "--listen", "127.0.0.1:0"]);
-    command.env_remove("OMABOX_API_KEY");
-    Serve::start(command)
+    common::serve::start_with_key_file(dirs)
 }
 
-/// `omabox sandbox ARGS…` against `url`, the key from the data dir's file (or `key`).
 fn sandbox(dirs: &TestDirs, url: &str, key: Option<&str>, args: &[&str]) -> Command {
-    let mut command = dirs.command(&["sandbox"]);
-    command
-        .args(args)
-        .env("OMABOX_SERVE_URL", url)
-        .env_remove("OMABOX_API_KEY");
-    if let Some(key) = key {
-        command.env("OMABOX_API_KEY", key);
-    }
-    command
+    common::serve::sandbox_command(dirs, url, key, args)
 }
 
 /// Runs `command` with `input` piped to its stdin.

@@ -13,24 +13,14 @@ use common::{TestDirs, describe, linux_available};
 use serde_json::Value;
 use std::process::Output;
 
-/// serve on a free loopback port, its key generated into the data dir.
 fn start_serve(dirs: &TestDirs) -> Serve {
-    let mut command = dirs.command(&["serve", "--listen", "127.0.0.1:0"]);
-    command.env_remove("OMABOX_API_KEY");
-    Serve::start(command)
+    common::serve::start_with_key_file(dirs)
 }
 
-/// `omabox sandbox ARGS…` against `url`, the key only from the data dir's file (or `key`).
 fn sandbox(dirs: &TestDirs, url: &str, key: Option<&str>, args: &[&str]) -> Output {
-    let mut command = dirs.command(&["sandbox"]);
-    command
-        .args(args)
-        .env("OMABOX_SERVE_URL", url)
-        .env_remove("OMABOX_API_KEY");
-    if let Some(key) = key {
-        command.env("OMABOX_API_KEY", key);
-    }
-    command.output().unwrap()
+    common::serve::sandbox_command(dirs, url, key, args)
+        .output()
+        .unwrap()
 }
 
 fn stdout(output: &Output) -> String {

@@ -101,3 +101,28 @@ pub fn subdirs(dir: &Path) -> Vec<PathBuf> {
         })
         .unwrap_or_default()
 }
+
+/// serve on a free loopback port, its key generated into the data dir (no `OMABOX_API_KEY`).
+pub fn start_with_key_file(dirs: &super::TestDirs) -> Serve {
+    let mut command = dirs.command(&["serve", "--listen", "127.0.0.1:0"]);
+    command.env_remove("OMABOX_API_KEY");
+    Serve::start(command)
+}
+
+/// `omabox sandbox ARGS…` against `url`, the key from the data dir's file (or `key`).
+pub fn sandbox_command(
+    dirs: &super::TestDirs,
+    url: &str,
+    key: Option<&str>,
+    args: &[&str],
+) -> Command {
+    let mut command = dirs.command(&["sandbox"]);
+    command
+        .args(args)
+        .env("OMABOX_SERVE_URL", url)
+        .env_remove("OMABOX_API_KEY");
+    if let Some(key) = key {
+        command.env("OMABOX_API_KEY", key);
+    }
+    command
+}
