@@ -569,14 +569,18 @@ fn write_v2_limits(dir: &Path, limits: &Limits) -> io::Result<()> {
 mod tests {
     use super::*;
 
-    #[test]
-    fn a_v1_layout_splits_into_one_hierarchy_and_the_rest() {
-        let v1 = |pairs: &[(&str, &str)]| CgroupLayout::V1 {
+    /// A v1 layout of `(controller, mount)` pairs.
+    fn v1(pairs: &[(&str, &str)]) -> CgroupLayout {
+        CgroupLayout::V1 {
             controllers: pairs
                 .iter()
                 .map(|(c, m)| (c.to_string(), PathBuf::from(m)))
                 .collect(),
-        };
+        }
+    }
+
+    #[test]
+    fn a_v1_layout_splits_into_one_hierarchy_and_the_rest() {
         let layout = v1(&[
             ("memory", "/cg/memory"),
             ("pids", "/cg/pids"),
@@ -612,12 +616,6 @@ mod tests {
 
     #[test]
     fn a_cpu_limit_that_limits_nothing_joins_no_v1_cpu_hierarchy() {
-        let v1 = |pairs: &[(&str, &str)]| CgroupLayout::V1 {
-            controllers: pairs
-                .iter()
-                .map(|(c, m)| (c.to_string(), PathBuf::from(m)))
-                .collect(),
-        };
         let layout = v1(&[
             ("memory", "/cg/memory"),
             ("pids", "/cg/pids"),

@@ -113,6 +113,20 @@ pub(super) fn authorize(
     })
 }
 
+/// An authorized call on one sandbox: the service, the sandbox id from the path and the
+/// JSON body (`None`: empty), checked in that order (the key before anything else).
+pub(crate) async fn sandbox_call<T: serde::de::DeserializeOwned>(
+    state: &ProxyState,
+    headers: &HeaderMap,
+    id: Result<Path<String>, PathRejection>,
+    body: Body,
+) -> Result<(Arc<dyn SandboxService>, String, Option<T>), E2bError> {
+    let service = authorize(state, headers)?;
+    let id = sandbox_id(id)?;
+    let body = json_body(state, headers, body).await?;
+    Ok((service, id, body))
+}
+
 /// The JSON body of an authorized request: capped, declared JSON when declared at all,
 /// and parsed (`None`: empty).
 pub(super) async fn json_body<T: serde::de::DeserializeOwned>(
@@ -374,9 +388,7 @@ pub(crate) async fn connect(
     id: Result<Path<String>, PathRejection>,
     body: Body,
 ) -> Answer {
-    let service = authorize(&state, &headers)?;
-    let id = sandbox_id(id)?;
-    let body: Option<ConnectBody> = json_body(&state, &headers, body).await?;
+    let (service, id, body) = sandbox_call::<ConnectBody>(&state, &headers, id, body).await?;
     let timeout = match body.and_then(|b| b.timeout) {
         Some(secs) => Some(seconds("timeout", secs, MAX_TIMEOUT)?),
         None => None,
@@ -483,9 +495,7 @@ pub(crate) async fn set_timeout(
     id: Result<Path<String>, PathRejection>,
     body: Body,
 ) -> Answer {
-    let service = authorize(&state, &headers)?;
-    let id = sandbox_id(id)?;
-    let body: Option<TimeoutBody> = json_body(&state, &headers, body).await?;
+    let (service, id, body) = sandbox_call::<TimeoutBody>(&state, &headers, id, body).await?;
     let secs = body
         .and_then(|b| b.timeout)
         .ok_or_else(|| E2bError::bad_request("timeout is required"))?;
@@ -508,9 +518,7 @@ pub(crate) async fn refresh(
     id: Result<Path<String>, PathRejection>,
     body: Body,
 ) -> Answer {
-    let service = authorize(&state, &headers)?;
-    let id = sandbox_id(id)?;
-    let body: Option<RefreshBody> = json_body(&state, &headers, body).await?;
+    let (service, id, body) = sandbox_call::<RefreshBody>(&state, &headers, id, body).await?;
     let duration = match body.and_then(|b| b.duration) {
         Some(secs) => seconds("duration", secs, MAX_REFRESH)?,
         None => DEFAULT_TIMEOUT,

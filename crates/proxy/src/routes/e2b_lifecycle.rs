@@ -7,8 +7,8 @@
 //! naming the field); accept a memory pause (only the filesystem is kept).
 
 use super::e2b::{
-    Answer, E2bError, authorize, is_empty, json_body, not_found_short, sandbox_body, sandbox_id,
-    seconds, shorten,
+    Answer, E2bError, authorize, is_empty, json_body, not_found_short, sandbox_body, sandbox_call,
+    sandbox_id, seconds, shorten,
 };
 use crate::e2b::{
     CreatedSandbox, DEFAULT_TIMEOUT, MAX_TIMEOUT, NetworkUpdate, SandboxMetrics,
@@ -237,9 +237,7 @@ pub(crate) async fn pause(
     id: Result<Path<String>, PathRejection>,
     body: Body,
 ) -> Answer {
-    let service = authorize(&state, &headers)?;
-    let id = sandbox_id(id)?;
-    let body: Option<PauseBody> = json_body(&state, &headers, body).await?;
+    let (service, id, body) = sandbox_call::<PauseBody>(&state, &headers, id, body).await?;
     if body.and_then(|b| b.memory) == Some(true) {
         return Err(E2bError::bad_request(
             "only filesystem pause is served (memory: false, the SDK's mode=\"filesystem\"): a paused sandbox keeps its files, not its processes",
@@ -275,9 +273,7 @@ pub(crate) async fn resume(
     id: Result<Path<String>, PathRejection>,
     body: Body,
 ) -> Answer {
-    let service = authorize(&state, &headers)?;
-    let id = sandbox_id(id)?;
-    let body: Option<ResumeBody> = json_body(&state, &headers, body).await?;
+    let (service, id, body) = sandbox_call::<ResumeBody>(&state, &headers, id, body).await?;
     let (timeout, auto_pause) = body.map_or((None, None), |b| (b.timeout, b.auto_pause));
     if auto_pause == Some(true) {
         return Err(E2bError::bad_request(
