@@ -23,7 +23,8 @@
 //! protocol_endpoints = [{ protocol = "openai-chat", upstreamBaseUrl = "https://api.deepseek.com" }]
 //!
 //! [limits]                               # every key optional; the defaults:
-//! header_read_timeout_ms = 10000         # to receive a request head (also keep-alive idle)
+//! header_read_timeout_ms = 10000         # to receive a request head, from its first byte
+//! keepalive_timeout_ms = 610000          # an idle connection kept for its next request
 //! idle_timeout_ms = 300000               # no byte either way on a connection
 //! max_connections = 1024                 # served at once; beyond, accepting pauses
 //! max_body_bytes = 1048576               # buffered (JSON) bodies; proxy bodies stream
@@ -108,9 +109,14 @@ pub struct ServeConfig {
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct Limits {
-    /// Time to receive a request head, counted from when the server waits for one (so it
-    /// also bounds keep-alive idleness). Default 10 s.
+    /// Time to receive a request head, counted from accept or from the first byte of a
+    /// next request on a kept-alive connection. Default 10 s.
     pub header_read_timeout_ms: u64,
+    /// How long a connection is kept alive after a response, awaiting its next request:
+    /// longer than clients keep idle connections (E2B's SDKs: 300 s), so that the server
+    /// never closes one under a request being sent. While fewer than 1/8 of the connection
+    /// slots are free, only `header_read_timeout_ms`. Default 610 s.
+    pub keepalive_timeout_ms: u64,
     /// A connection on which no byte moved either way for this long is closed (slow or
     /// stalled bodies, streamed proxy bodies, awaited responses). Default 300 s.
     pub idle_timeout_ms: u64,
@@ -126,6 +132,7 @@ impl Default for Limits {
     fn default() -> Self {
         Self {
             header_read_timeout_ms: 10_000,
+            keepalive_timeout_ms: 610_000,
             idle_timeout_ms: 300_000,
             max_connections: 1024,
             max_body_bytes: 1024 * 1024,
@@ -138,6 +145,7 @@ impl Limits {
     pub fn validate(&self) -> Result<(), ConfigError> {
         let zero = [
             ("header_read_timeout_ms", self.header_read_timeout_ms == 0),
+            ("keepalive_timeout_ms", self.keepalive_timeout_ms == 0),
             ("idle_timeout_ms", self.idle_timeout_ms == 0),
             ("max_connections", self.max_connections == 0),
             ("max_body_bytes", self.max_body_bytes == 0),

@@ -3,11 +3,14 @@
 //!
 //! ```text
 //!   acquire a connection permit (at the cap: stop accepting; the kernel backlog waits)
-//!     ─► accept ─► hyper http1 connection:
-//!          header_read_timeout  from waiting for a request head to having it (so it also
-//!                               bounds the idle time between keep-alive requests)
-//!          idle_timeout         no byte read or written for this long, at any point (slow
-//!                               bodies both ways, streamed proxy bodies, stalled readers)
+//!     ─► accept ─► hyper http1 connection, its stream timed by the phase it is in:
+//!          awaiting a head   header_read_timeout from accept, or from the first byte of a
+//!                            next request (a slow or silent client)
+//!          serving           idle_timeout: no byte read or written for this long (slow
+//!                            bodies both ways, streamed proxy bodies, stalled readers)
+//!          kept alive        keepalive_timeout after the last response; only
+//!                            header_read_timeout while fewer than 1/8 of the permits are
+//!                            free, so idle clients make room for new ones
 //!     ─► the connection ends ─► the permit returns
 //!   request bodies: `max_body_bytes` for the routes that buffer one (the router's
 //!   `DefaultBodyLimit`); the streamed proxy bodies are excepted and bounded by idle_timeout.
@@ -20,20 +23,27 @@
 //! then fails with `EMFILE`, and so does every request's own `open` or `connect` (a 500 for
 //! everyone) until the idle ones time out.
 //!
+//! Keep-alive outlives the clients' own pools on purpose: a server that closes an idle
+//! connection just as a client sends its next request on it fails that request ("connection
+//! closed before message completed"), and clients retry only idempotent ones. The E2B SDKs
+//! keep idle connections 300 s; the default `keepalive_timeout_ms` is 610 s (the common load
+//! balancers' figure), so under no pressure it is always the client that closes first.
+//!
 //! Must never: accept without a permit, keep a connection that made no progress for
-//! `idle_timeout`, buffer a request body beyond `max_body_bytes`, or let connections take
+//! `idle_timeout` while serving, or one kept alive past `keepalive_timeout`, buffer a request body beyond `max_body_bytes`, or let connections take
 //! the descriptors the process needs to serve them.
 
 use crate::config::Limits;
 use axum::Router;
+use futures::task::AtomicWaker;
 use hyper::server::conn::http1;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::graceful::GracefulShutdown;
-use hyper_util::service::TowerToHyperService;
 use std::future::Future;
 use std::io;
 use std::pin::Pin;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::task::{Context, Poll, ready};
 use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
@@ -60,8 +70,7 @@ pub async fn serve(
     }
     let permits = Arc::new(Semaphore::new(cap));
     let graceful = GracefulShutdown::new();
-    let header_read_timeout = Duration::from_millis(limits.header_read_timeout_ms.max(1));
-    let idle_timeout = Duration::from_millis(limits.idle_timeout_ms.max(1));
+    let timeouts = Timeouts::new(limits, Arc::clone(&permits), cap);
     let mut shutdown = std::pin::pin!(shutdown);
     loop {
         let permit = tokio::select! {
@@ -82,11 +91,18 @@ pub async fn serve(
             () = &mut shutdown => break,
         };
         let _ = stream.set_nodelay(true);
-        let io = TokioIo::new(IdleTimeout::new(stream, idle_timeout));
+        let phase = Arc::new(Phase::default());
+        let io = TokioIo::new(TimedStream::new(
+            stream,
+            timeouts.clone(),
+            Arc::clone(&phase),
+        ));
         let connection = http1::Builder::new()
             .timer(TokioTimer::new())
-            .header_read_timeout(header_read_timeout)
-            .serve_connection(io, TowerToHyperService::new(router.clone()));
+            // The stream times the head itself (from its first byte, not from the end of
+            // the last response): hyper's own timer would also cut keep-alive idleness.
+            .header_read_timeout(None)
+            .serve_connection(io, phased_service(router.clone(), phase));
         let connection = graceful.watch(connection);
         tokio::spawn(async move {
             if let Err(error) = connection.await {
@@ -180,25 +196,144 @@ async fn accept_failed(error: &io::Error) {
     }
 }
 
-/// A stream that fails with `TimedOut` once no byte has moved either way for `timeout`.
+/// Where a connection is in its request cycle: set by its stream (a byte of a next head
+/// read) and by its service (a request started, a response ended). A response ends after
+/// hyper last polled the stream, so its end wakes the stream's task to re-time it.
+#[derive(Debug, Default)]
+struct Phase {
+    now: AtomicU8,
+    stream_task: AtomicWaker,
+}
+
+const AWAITING_HEAD: u8 = 0;
+const SERVING: u8 = 1;
+const KEPT_ALIVE: u8 = 2;
+
+/// The server's timeouts, shared by its connections' streams.
+#[derive(Debug, Clone)]
+struct Timeouts {
+    head: Duration,
+    idle: Duration,
+    keepalive: Duration,
+    /// The connection permits: while fewer than `crowded_below` are free, kept-alive
+    /// connections are kept only `head`.
+    permits: Arc<Semaphore>,
+    crowded_below: usize,
+}
+
+impl Timeouts {
+    fn new(limits: &Limits, permits: Arc<Semaphore>, cap: usize) -> Self {
+        let ms = |ms: u64| Duration::from_millis(ms.max(1));
+        Self {
+            head: ms(limits.header_read_timeout_ms),
+            idle: ms(limits.idle_timeout_ms),
+            keepalive: ms(limits.keepalive_timeout_ms),
+            permits,
+            crowded_below: (cap / 8).max(1),
+        }
+    }
+
+    fn crowded(&self) -> bool {
+        self.permits.available_permits() < self.crowded_below
+    }
+}
+
+/// The router as hyper's service, marking `phase`: serving from a request's head to the end
+/// (drop) of its response body, then kept alive.
+fn phased_service(
+    router: Router,
+    phase: Arc<Phase>,
+) -> impl hyper::service::Service<
+    hyper::Request<hyper::body::Incoming>,
+    Response = axum::response::Response,
+    Error = std::convert::Infallible,
+    Future = impl Future<Output = Result<axum::response::Response, std::convert::Infallible>> + Send,
+> + Clone {
+    hyper::service::service_fn(move |request| {
+        phase.now.store(SERVING, Ordering::Release);
+        let phase = Arc::clone(&phase);
+        let response = tower::ServiceExt::oneshot(router.clone(), request);
+        async move {
+            let response = response.await?;
+            Ok(response.map(|body| {
+                axum::body::Body::new(CycleEnd {
+                    body,
+                    phase: Some(phase),
+                })
+            }))
+        }
+    })
+}
+
+/// A response body that marks its connection kept alive when hyper is done with it.
+struct CycleEnd {
+    body: axum::body::Body,
+    phase: Option<Arc<Phase>>,
+}
+
+impl Drop for CycleEnd {
+    fn drop(&mut self) {
+        if let Some(phase) = self.phase.take() {
+            let ended = phase.now.compare_exchange(
+                SERVING,
+                KEPT_ALIVE,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            );
+            if ended.is_ok() {
+                phase.stream_task.wake();
+            }
+        }
+    }
+}
+
+impl http_body::Body for CycleEnd {
+    type Data = axum::body::Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<http_body::Frame<Self::Data>, Self::Error>>> {
+        Pin::new(&mut self.body).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.body.size_hint()
+    }
+}
+
+/// A connection's stream: fails with `TimedOut` once its phase's timeout passed (see the
+/// module's diagram).
 ///
 /// Progress only stamps `last_progress` (no timer operation per read or write); the timer is
-/// re-armed lazily, when it fires early because bytes moved since it was set.
+/// re-armed lazily, when it fires early because bytes moved or the phase changed since it
+/// was set.
 #[derive(Debug)]
-struct IdleTimeout {
+struct TimedStream {
     stream: TcpStream,
-    timeout: Duration,
+    timeouts: Timeouts,
+    phase: Arc<Phase>,
     last_progress: Instant,
+    /// When the head being awaited began: accept, or the first byte after a response.
+    head_since: Instant,
     deadline: Pin<Box<Sleep>>,
 }
 
-impl IdleTimeout {
-    fn new(stream: TcpStream, timeout: Duration) -> Self {
+impl TimedStream {
+    fn new(stream: TcpStream, timeouts: Timeouts, phase: Arc<Phase>) -> Self {
+        let now = Instant::now();
         Self {
+            deadline: Box::pin(tokio::time::sleep(timeouts.head)),
             stream,
-            timeout,
-            last_progress: Instant::now(),
-            deadline: Box::pin(tokio::time::sleep(timeout)),
+            timeouts,
+            phase,
+            last_progress: now,
+            head_since: now,
         }
     }
 
@@ -206,23 +341,65 @@ impl IdleTimeout {
         self.last_progress = Instant::now();
     }
 
-    /// Called when the stream would block: an error once `timeout` passed without progress.
-    fn check_idle(&mut self, cx: &mut Context<'_>) -> Poll<io::Error> {
-        loop {
-            ready!(self.deadline.as_mut().poll(cx));
-            let due = self.last_progress + self.timeout;
-            if Instant::now() >= due {
-                return Poll::Ready(io::Error::new(
-                    io::ErrorKind::TimedOut,
-                    "connection idle timeout",
-                ));
+    /// Bytes were read: on a kept-alive connection, they begin the next request's head.
+    fn read_progressed(&mut self) {
+        self.progressed();
+        let next_head = self.phase.now.compare_exchange(
+            KEPT_ALIVE,
+            AWAITING_HEAD,
+            Ordering::AcqRel,
+            Ordering::Acquire,
+        );
+        if next_head.is_ok() {
+            self.head_since = self.last_progress;
+        }
+    }
+
+    /// When this connection times out in its phase now, and why; and when to look again
+    /// (a kept-alive connection's allowance shrinks once the server is crowded).
+    fn due(&self, now: Instant) -> (Instant, Instant, &'static str) {
+        let idle = self.last_progress + self.timeouts.idle;
+        match self.phase.now.load(Ordering::Acquire) {
+            AWAITING_HEAD => {
+                let head = self.head_since + self.timeouts.head;
+                let due = head.min(idle);
+                (due, due, "request head timeout")
             }
-            self.deadline.as_mut().reset(due);
+            KEPT_ALIVE => {
+                let allowance = if self.timeouts.crowded() {
+                    self.timeouts.head
+                } else {
+                    self.timeouts.keepalive
+                };
+                let due = self.last_progress + allowance;
+                (due, due.min(now + self.timeouts.head), "keep-alive timeout")
+            }
+            _ => (idle, idle, "connection idle timeout"),
+        }
+    }
+
+    /// Called when the stream would block: an error once the phase's timeout passed. The
+    /// timer moves earlier at once when the phase shortened the allowance; later only when
+    /// it fires.
+    fn check_idle(&mut self, cx: &mut Context<'_>) -> Poll<io::Error> {
+        self.phase.stream_task.register(cx.waker());
+        loop {
+            let now = Instant::now();
+            let (due, look_again, what) = self.due(now);
+            if now >= due {
+                return Poll::Ready(io::Error::new(io::ErrorKind::TimedOut, what));
+            }
+            if look_again < self.deadline.deadline() {
+                self.deadline.as_mut().reset(look_again);
+            }
+            ready!(self.deadline.as_mut().poll(cx));
+            let (_, look_again, _) = self.due(Instant::now());
+            self.deadline.as_mut().reset(look_again);
         }
     }
 }
 
-impl AsyncRead for IdleTimeout {
+impl AsyncRead for TimedStream {
     fn poll_read(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
@@ -233,7 +410,7 @@ impl AsyncRead for IdleTimeout {
         match Pin::new(&mut this.stream).poll_read(cx, buf) {
             Poll::Ready(result) => {
                 if buf.filled().len() > before {
-                    this.progressed();
+                    this.read_progressed();
                 }
                 Poll::Ready(result)
             }
@@ -242,7 +419,7 @@ impl AsyncRead for IdleTimeout {
     }
 }
 
-impl AsyncWrite for IdleTimeout {
+impl AsyncWrite for TimedStream {
     fn poll_write(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,

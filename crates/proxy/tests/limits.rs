@@ -1,7 +1,8 @@
 //! Timeouts and caps of the server loop (issue 10 item 3): half-open clients are cut off by
-//! the header-read timeout, a stalled body by the idle timeout, the connection cap never
-//! locks out a new client for longer than those timeouts, and a buffered body over the cap
-//! is refused. Each wait below is a liveness bound (a hang fails the test), not a timing
+//! the header-read timeout, a stalled body by the idle timeout, a kept-alive connection
+//! lives for the keep-alive timeout (not the header-read one) unless the server is crowded,
+//! the connection cap never locks out a new client for longer than those timeouts, and a
+//! buffered body over the cap is refused. Each wait below is a liveness bound (a hang fails the test), not a timing
 //! assertion.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -72,6 +73,117 @@ async fn half_open_requests_are_cut_off_by_the_header_read_timeout() {
     let silent = half_open(addr, "").await;
     closed_by_server(stalled).await;
     closed_by_server(silent).await;
+}
+
+/// Sends one keep-alive `GET /healthz` on `stream` and reads its whole response.
+async fn keep_alive_healthz(stream: &mut TcpStream) -> String {
+    stream
+        .write_all(b"GET /healthz HTTP/1.1\r\nhost: 127.0.0.1\r\n\r\n")
+        .await
+        .unwrap();
+    let mut response = Vec::new();
+    let mut buf = [0u8; 1024];
+    loop {
+        let text = String::from_utf8_lossy(&response).into_owned();
+        if let Some((head, body)) = text.split_once("\r\n\r\n") {
+            let length = head
+                .lines()
+                .find_map(|line| {
+                    line.to_ascii_lowercase()
+                        .strip_prefix("content-length: ")
+                        .map(str::to_owned)
+                })
+                .and_then(|n| n.trim().parse::<usize>().ok())
+                .expect("a sized response");
+            if body.len() >= length {
+                return text;
+            }
+        }
+        let n = tokio::time::timeout(LIVENESS, stream.read(&mut buf))
+            .await
+            .expect("no response")
+            .unwrap();
+        assert!(n > 0, "the connection closed before its response: {text:?}");
+        response.extend_from_slice(&buf[..n]);
+    }
+}
+
+#[tokio::test]
+async fn a_kept_alive_connection_outlives_the_header_read_and_idle_timeouts() {
+    // A client pool reuses idle connections for minutes (the E2B SDKs: 300 s); a server
+    // closing one as a request is sent on it fails that request.
+    let addr = start(Limits {
+        header_read_timeout_ms: 100,
+        idle_timeout_ms: 100,
+        ..Limits::default()
+    })
+    .await;
+    let mut stream = TcpStream::connect(addr).await.unwrap();
+    assert!(
+        keep_alive_healthz(&mut stream)
+            .await
+            .starts_with("HTTP/1.1 200")
+    );
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    let again = keep_alive_healthz(&mut stream).await;
+    assert!(again.starts_with("HTTP/1.1 200"), "{again}");
+}
+
+#[tokio::test]
+async fn a_kept_alive_connection_is_closed_after_the_keepalive_timeout() {
+    let addr = start(Limits {
+        keepalive_timeout_ms: 200,
+        ..Limits::default()
+    })
+    .await;
+    let mut stream = TcpStream::connect(addr).await.unwrap();
+    assert!(
+        keep_alive_healthz(&mut stream)
+            .await
+            .starts_with("HTTP/1.1 200")
+    );
+    closed_by_server(stream).await;
+}
+
+#[tokio::test]
+async fn a_next_head_is_timed_from_its_first_byte() {
+    let addr = start(Limits {
+        header_read_timeout_ms: 200,
+        ..Limits::default()
+    })
+    .await;
+    let mut stream = TcpStream::connect(addr).await.unwrap();
+    assert!(
+        keep_alive_healthz(&mut stream)
+            .await
+            .starts_with("HTTP/1.1 200")
+    );
+    stream.write_all(PARTIAL_HEAD.as_bytes()).await.unwrap();
+    closed_by_server(stream).await;
+}
+
+#[tokio::test]
+async fn at_the_cap_kept_alive_connections_make_room_for_new_clients() {
+    let addr = start(Limits {
+        max_connections: 3,
+        header_read_timeout_ms: 200,
+        ..Limits::default()
+    })
+    .await;
+    let mut idle = Vec::new();
+    for _ in 0..3 {
+        let mut stream = TcpStream::connect(addr).await.unwrap();
+        assert!(
+            keep_alive_healthz(&mut stream)
+                .await
+                .starts_with("HTTP/1.1 200")
+        );
+        idle.push(stream);
+    }
+    let response = tokio::time::timeout(LIVENESS, healthz(addr))
+        .await
+        .expect("kept-alive connections locked out a new client");
+    assert!(response.starts_with("HTTP/1.1 200"), "{response}");
 }
 
 #[tokio::test]

@@ -46,10 +46,15 @@ pub struct ServeArgs {
     /// fallback), no MCP servers.
     #[arg(long, value_name = "FILE")]
     config: Option<PathBuf>,
-    /// Time to receive a request head, in ms; also bounds keep-alive idleness (config
+    /// Time to receive a request head, in ms, from its first byte or from accept (config
     /// limits.header_read_timeout_ms; default 10000).
     #[arg(long, value_name = "MS")]
     header_read_timeout_ms: Option<u64>,
+    /// How long an idle connection is kept for its next request, in ms; the header-read
+    /// timeout while the server is crowded (config limits.keepalive_timeout_ms; default
+    /// 610000, beyond the E2B SDKs' 300 s pools).
+    #[arg(long, value_name = "MS")]
+    keepalive_timeout_ms: Option<u64>,
     /// Close a connection on which no byte moved either way for this long, in ms; bounds
     /// streamed proxy bodies too (config limits.idle_timeout_ms; default 300000).
     #[arg(long, value_name = "MS")]
@@ -72,6 +77,10 @@ impl ServeArgs {
             .with_some(
                 Key::ServeHeaderReadTimeoutMs,
                 text(self.header_read_timeout_ms),
+            )
+            .with_some(
+                Key::ServeKeepaliveTimeoutMs,
+                text(self.keepalive_timeout_ms),
             )
             .with_some(Key::ServeIdleTimeoutMs, text(self.idle_timeout_ms))
             .with_some(
@@ -96,6 +105,9 @@ fn apply_limits(config: &NodeConfig, limits: &mut omabox_proxy::Limits) -> anyho
     };
     if let Some(ms) = given(Key::ServeHeaderReadTimeoutMs)? {
         limits.header_read_timeout_ms = ms;
+    }
+    if let Some(ms) = given(Key::ServeKeepaliveTimeoutMs)? {
+        limits.keepalive_timeout_ms = ms;
     }
     if let Some(ms) = given(Key::ServeIdleTimeoutMs)? {
         limits.idle_timeout_ms = ms;

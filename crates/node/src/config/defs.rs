@@ -146,6 +146,7 @@ keys!(
     SslCertFile,
     OperatorApiKey,
     ServeHeaderReadTimeoutMs,
+    ServeKeepaliveTimeoutMs,
     ServeIdleTimeoutMs,
     ServeMaxConnections,
     ServeMaxBodyBytes,
@@ -302,9 +303,12 @@ pub static SETTINGS: &[Setting] = &[
     row(Key::OperatorApiKey, "operator_api_key", "The key operator routes of `omabox serve` require.")
         .env(&["OMABOX_API_KEY"]).group(Serve).secret()
         .default(Described("the serve configuration's, else generated once into `<data_dir>/serve-api-key`")),
-    row(Key::ServeHeaderReadTimeoutMs, "serve_header_read_timeout_ms", "Time to receive a request head, in ms; also bounds keep-alive idleness.")
+    row(Key::ServeHeaderReadTimeoutMs, "serve_header_read_timeout_ms", "Time to receive a request head from its first byte (or from accept), in ms.")
         .flag("--header-read-timeout-ms (serve)").env(&["OMABOX_SERVE_HEADER_READ_TIMEOUT_MS"]).group(Serve)
         .default(Described("the serve configuration's `limits`, else `10000`")).parse(unsigned),
+    row(Key::ServeKeepaliveTimeoutMs, "serve_keepalive_timeout_ms", "How long an idle connection is kept for its next request, in ms (the header-read timeout while the server is crowded).")
+        .flag("--keepalive-timeout-ms (serve)").env(&["OMABOX_SERVE_KEEPALIVE_TIMEOUT_MS"]).group(Serve)
+        .default(Described("the serve configuration's `limits`, else `610000`")).parse(unsigned),
     row(Key::ServeIdleTimeoutMs, "serve_idle_timeout_ms", "Close a connection on which no byte moved for this long, in ms.")
         .flag("--idle-timeout-ms (serve)").env(&["OMABOX_SERVE_IDLE_TIMEOUT_MS"]).group(Serve)
         .default(Described("the serve configuration's `limits`, else `300000`")).parse(unsigned),
