@@ -85,6 +85,7 @@ impl SandboxHost {
             shown: Mutex::new((info, Instant::now() + timeout)),
             changed: Notify::new(),
             removed: AtomicBool::new(false),
+            killing: AtomicBool::new(false),
             cpu: super::metrics::CpuReadings::default(),
             env_vars,
             networking: Mutex::new(networking),

@@ -127,6 +127,10 @@ struct Entry {
     /// Told when the deadline changed or the sandbox was removed.
     changed: Notify,
     removed: AtomicBool,
+    /// Set while a kill (not a pause's) is in flight: the sandbox is gone for every route
+    /// from then on (a get, timeout or refresh during it answers 404, never a success for a
+    /// sandbox about to vanish); cleared if the kill fails.
+    killing: AtomicBool,
     /// The previous CPU reading of a metrics call.
     cpu: metrics::CpuReadings,
     /// The create's environment variables (a resume sets them again).
@@ -138,6 +142,12 @@ struct Entry {
 }
 
 impl Entry {
+    /// Being killed (a pause's kill aside: the sandbox shows as running until it shows as
+    /// paused).
+    fn gone(&self) -> bool {
+        self.killing.load(Ordering::Acquire) && !self.pausing.load(Ordering::Acquire)
+    }
+
     fn shown(&self) -> std::sync::MutexGuard<'_, (SandboxInfo, Instant)> {
         self.shown.lock().unwrap_or_else(PoisonError::into_inner)
     }
@@ -383,11 +393,14 @@ async fn kill_entry(
     id: &str,
     entry: &Arc<Entry>,
 ) -> Result<(), SandboxServiceError> {
-    entry
-        .port
-        .terminate()
-        .await
-        .map_err(|e| internal(format!("cannot kill sandbox {id}: {}", startup_error(&e))))?;
+    entry.killing.store(true, Ordering::Release);
+    if let Err(error) = entry.port.terminate().await {
+        entry.killing.store(false, Ordering::Release);
+        return Err(internal(format!(
+            "cannot kill sandbox {id}: {}",
+            startup_error(&error)
+        )));
+    }
     {
         let mut map = inner.lock();
         if map.get(id).is_some_and(|found| Arc::ptr_eq(found, entry)) {
@@ -521,12 +534,7 @@ impl SandboxService for SandboxHost {
             tracing::info!(sandbox = %sandbox_id, "paused sandbox removed");
             return Ok(());
         }
-        let entry = self
-            .inner
-            .lock()
-            .get(sandbox_id)
-            .cloned()
-            .ok_or_else(|| SandboxServiceError::NotFound(sandbox_id.to_owned()))?;
+        let entry = self.entry(sandbox_id)?;
         kill_entry(&self.inner, sandbox_id, &entry).await
     }
 
@@ -625,6 +633,9 @@ impl SandboxHost {
     /// Whether the sandbox's PID 1 still runs; one that died on its own is gone for the
     /// caller and is cleaned up (cgroup, state dir) in the background.
     fn running(&self, sandbox_id: &str, entry: &Arc<Entry>) -> bool {
+        if entry.gone() {
+            return false;
+        }
         if entry.port.is_alive() {
             return true;
         }
@@ -646,10 +657,12 @@ impl SandboxHost {
         false
     }
 
+    /// The sandbox `sandbox_id`, unless it is not there or being killed.
     fn entry(&self, sandbox_id: &str) -> Result<Arc<Entry>, SandboxServiceError> {
         self.inner
             .lock()
             .get(sandbox_id)
+            .filter(|entry| !entry.gone())
             .cloned()
             .ok_or_else(|| SandboxServiceError::NotFound(sandbox_id.to_owned()))
     }
