@@ -642,10 +642,18 @@ both_modes!(background_processes);
 async fn pipes_held_by_a_grandchild_are_reported_not_hung(h: Harness) {
     // The background sleep keeps stdout open after the shell exits: the agent drains for
     // a bounded silence, then reports the exit with `output_truncated` (never silently).
-    let out = h.client.exec("sleep 300 & echo hi").await.unwrap();
-    assert_eq!(out.stdout, b"hi\n");
+    let out = h.client.exec("sleep 300 & echo $!").await.unwrap();
+    let sleeper = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+    assert!(sleeper.parse::<u32>().is_ok(), "{:?}", out.stdout);
     assert_eq!(out.exit.code, Some(0));
     assert!(out.exit.output_truncated);
+    // Ended here: in the host mode nothing else would (it is in no sandbox).
+    let killed = h
+        .client
+        .exec(format!("kill {sleeper}").as_str())
+        .await
+        .unwrap();
+    assert_eq!(killed.exit.code, Some(0), "{}", killed.combined());
     // Output that arrives while the leader is alive is never cut.
     let out = h.client.exec("echo a; sleep 0.2; echo b").await.unwrap();
     assert_eq!(out.combined(), "a\nb");
