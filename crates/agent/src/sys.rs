@@ -68,7 +68,10 @@ pub fn waitpid_nohang(pid: i32) -> io::Result<Option<(i32, RawExit)>> {
     }
 }
 
-/// Sends `sig` to process group `pgid`. ESRCH (group gone) is `Ok(false)`.
+/// Sends `sig` to process group `pgid`, and when its leader leads a session (a process in a
+/// terminal), to the session's other groups too: an interactive shell puts each job in a
+/// group of its own, and killing the terminal's process must not leave them running. ESRCH
+/// (group gone) is `Ok(false)`.
 pub fn kill_group(pgid: i32, sig: i32) -> io::Result<bool> {
     if pgid <= 1 {
         return Err(io::Error::new(
@@ -76,9 +79,65 @@ pub fn kill_group(pgid: i32, sig: i32) -> io::Result<bool> {
             "refusing to signal group <= 1",
         ));
     }
+    // Read before the signal, while the leader still exists to be asked.
+    let leads_session = sig != 0 && session_of(pgid) == Some(pgid);
+    let signalled = signal_group(pgid, sig);
+    if leads_session {
+        for group in session_groups(pgid) {
+            let _ = signal_group(group, sig);
+        }
+    }
+    signalled
+}
+
+/// The session of process `pid`, `None` when it is gone.
+fn session_of(pid: i32) -> Option<i32> {
+    // SAFETY: getsid(2) takes a plain integer and has no memory effects.
+    let sid = unsafe { libc::getsid(pid) };
+    (sid > 0).then_some(sid)
+}
+
+/// The process groups, other than `sid`'s own, of the processes in session `sid` (read
+/// from /proc; a session id is never reused while a process is in it, so these are its).
+fn session_groups(sid: i32) -> Vec<i32> {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    let mut groups: Vec<i32> = entries
+        .flatten()
+        .filter(|e| {
+            e.file_name()
+                .to_str()
+                .is_some_and(|n| n.bytes().all(|b| b.is_ascii_digit()))
+        })
+        .filter_map(|e| std::fs::read_to_string(e.path().join("stat")).ok())
+        .filter_map(|stat| group_and_session(&stat))
+        .filter(|&(group, session)| session == sid && group != sid && group > 1)
+        .map(|(group, _)| group)
+        .collect();
+    groups.sort_unstable();
+    groups.dedup();
+    groups
+}
+
+/// The process group and session of a `/proc/PID/stat` line (fields 5 and 6, counted after
+/// the command name, which may hold spaces and parentheses).
+fn group_and_session(stat: &str) -> Option<(i32, i32)> {
+    let (_, rest) = stat.rsplit_once(')')?;
+    let mut fields = rest.split_ascii_whitespace().skip(2);
+    let group = fields.next()?.parse().ok()?;
+    let session = fields.next()?.parse().ok()?;
+    Some((group, session))
+}
+
+/// kill(2) of group `pgid` (> 1); ESRCH is `Ok(false)`.
+fn signal_group(pgid: i32, sig: i32) -> io::Result<bool> {
+    if pgid <= 1 {
+        return Ok(false);
+    }
     // SAFETY: kill(2) takes plain integers and has no memory effects; a negative pid
-    // addresses exactly the process group we created (pgid > 1 checked above, so this
-    // can never become kill(-1) = every process).
+    // addresses exactly one process group (pgid > 1 checked above, so this can never
+    // become kill(-1) = every process).
     let r = unsafe { libc::kill(-pgid, sig) };
     if r == 0 {
         return Ok(true);
@@ -179,6 +238,13 @@ pub fn signal_number(name: &str) -> Option<i32> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_stat_line_gives_its_group_and_session() {
+        let stat = "4242 (a (weird) name) S 1 4242 4240 34816 4242 4194560 97 0";
+        assert_eq!(group_and_session(stat), Some((4242, 4240)));
+        assert_eq!(group_and_session("garbage"), None);
+    }
 
     #[test]
     fn signal_names() {

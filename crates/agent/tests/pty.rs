@@ -300,3 +300,47 @@ async fn an_interactive_shell_gets_job_control(h: Harness) {
     assert!(!exit.output_truncated);
 }
 both_modes!(an_interactive_shell_gets_job_control);
+
+async fn killing_a_terminal_ends_its_shells_background_jobs(h: Harness) {
+    // An interactive shell puts each job in a process group of its own: a kill of the
+    // terminal's process group alone would leave them running.
+    let mut bash = h
+        .client
+        .spawn(
+            ExecRequest::argv(["bash", "--norc", "--noprofile", "-i"])
+                .pty(80, 24)
+                .env("PS1", "prompt$ "),
+        )
+        .await
+        .unwrap();
+    let mut stdin = bash.stdin.take().unwrap();
+    let mut stdout = bash.stdout.take().unwrap();
+    stdin
+        // Markers computed by the shell, so the terminal's echo of the line never matches.
+        .write_all(
+            b"sleep 300 & set -- $(cat /proc/$!/stat); echo J$((1+1))=$! G$((1+1))=$5 E$((1+1))\n",
+        )
+        .await
+        .unwrap();
+    let text = read_until(&mut stdout, "E2").await;
+    let field = |name: &str| -> i32 {
+        let start = text.find(name).unwrap() + name.len();
+        let digits: String = text[start..]
+            .chars()
+            .take_while(char::is_ascii_digit)
+            .collect();
+        digits.parse().unwrap()
+    };
+    let (job, group) = (field("J2="), field("G2="));
+    assert_eq!(job, group, "the job leads a group of its own: {text}");
+    assert_ne!(group as u32, bash.pid(), "{text}");
+    bash.killer().kill("SIGKILL").unwrap();
+    let exit = bash.wait().await.unwrap();
+    assert_eq!(exit.signal.as_deref(), Some("SIGKILL"), "{exit:?}");
+    common::eventually(
+        "the shell's background job is killed with it",
+        || async move { common::proc_state(job as u32).is_none_or(|(s, _)| s == 'Z') },
+    )
+    .await;
+}
+both_modes!(killing_a_terminal_ends_its_shells_background_jobs);
