@@ -143,6 +143,46 @@ fn print_checkpoint(name: &str, elapsed: Duration, report: &CheckpointReport) {
     );
 }
 
+/// The floor a checkpoint is measured against: reading every file of `workspace` (from the
+/// page cache) and hashing it with SHA-256, one thread, as `sha256sum` would. Prints it.
+fn hash_floor(workspace: &Path) -> Duration {
+    use sha2::Digest as _;
+    use std::io::Read as _;
+    let started = Instant::now();
+    let mut bytes = 0u64;
+    let mut buf = vec![0u8; 1 << 20];
+    let mut dirs = vec![workspace.to_path_buf()];
+    while let Some(dir) = dirs.pop() {
+        for entry in std::fs::read_dir(&dir).expect("read dir") {
+            let entry = entry.expect("entry");
+            let kind = entry.file_type().expect("file type");
+            if kind.is_dir() {
+                dirs.push(entry.path());
+            } else if kind.is_file() {
+                let mut file = std::fs::File::open(entry.path()).expect("open");
+                let mut hasher = sha2::Sha256::new();
+                loop {
+                    let n = file.read(&mut buf).expect("read");
+                    if n == 0 {
+                        break;
+                    }
+                    hasher.update(&buf[..n]);
+                    bytes += n as u64;
+                }
+                std::hint::black_box(hasher.finalize());
+            }
+        }
+    }
+    let elapsed = started.elapsed();
+    println!(
+        "{:<34} {:>9.1} ms {:>9} MiB/s   (read + SHA-256, one thread)",
+        "hash floor",
+        elapsed.as_secs_f64() * 1000.0,
+        rate(bytes, elapsed)
+    );
+    elapsed
+}
+
 async fn run(mib: u64, base: PathBuf) {
     let temp = tempfile::Builder::new()
         .prefix("omabox-bench-")
@@ -171,13 +211,16 @@ async fn run(mib: u64, base: PathBuf) {
     );
     // Let the last writes age past the racy margin, as a harness's writes normally have.
     tokio::time::sleep(Duration::from_millis(250)).await;
+    let floor = hash_floor(&workspace);
+
 
     let started = Instant::now();
     let (_full, report) = port
         .checkpoint_with_report(&checkpoint_input(1, &binding, "full"))
         .await
         .expect("full checkpoint");
-    print_checkpoint("checkpoint, full", started.elapsed(), &report);
+    let full_elapsed = started.elapsed();
+    print_checkpoint("checkpoint, full", full_elapsed, &report);
 
     let started = Instant::now();
     let (_, report) = port
@@ -207,13 +250,13 @@ async fn run(mib: u64, base: PathBuf) {
         ))
         .await
         .expect("restore");
-    let elapsed = started.elapsed();
+    let restore_elapsed = started.elapsed();
     let restore = restore.expect("restored");
     println!(
         "{:<34} {:>9.1} ms {:>9} MiB/s   files {:>5}  (content verified)",
         "restore into a new binding",
-        elapsed.as_secs_f64() * 1000.0,
-        rate(restore.bytes, elapsed),
+        restore_elapsed.as_secs_f64() * 1000.0,
+        rate(restore.bytes, restore_elapsed),
         restore.files
     );
 
@@ -248,6 +291,14 @@ async fn run(mib: u64, base: PathBuf) {
         "a restore round trip must reproduce the checkpoint"
     );
 
+    let ratio = |elapsed: Duration| elapsed.as_secs_f64() / floor.as_secs_f64();
+    println!(
+        "goal: full checkpoint <= 1.5x the hash floor: {:.2}x ({}); restore <= 2x: {:.2}x ({})",
+        ratio(full_elapsed),
+        if ratio(full_elapsed) <= 1.5 { "met" } else { "NOT met" },
+        ratio(restore_elapsed),
+        if ratio(restore_elapsed) <= 2.0 { "met" } else { "NOT met" },
+    );
     println!(
         "goal: incremental checkpoint with one changed file <= 100 ms: {:.1} ms ({})",
         incremental_elapsed.as_secs_f64() * 1000.0,

@@ -33,13 +33,14 @@
 //!
 //! Every method blocks; async callers run them on `spawn_blocking`.
 
+use crate::direct::DirectWriter;
 use crate::error::{IoContext, PersistenceError, Result};
 use crate::hash::BlobHash;
 use rustix::fs::{FlockOperation, Timestamps};
 use sha2::{Digest, Sha256};
 use std::collections::HashSet;
 use std::fs::File;
-use std::io::{self, Read, Write};
+use std::io::{self, Read};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -440,11 +441,13 @@ impl BlobStore {
         } else {
             false
         };
-        let (temp_path, mut temp) = self.create_temp()?;
-        let result = temp
-            .write_all(bytes)
+        let (temp_path, temp) = self.create_temp()?;
+        let mut writer = DirectWriter::new(&temp, false);
+        let result = writer
+            .write(bytes)
+            .and_then(|()| writer.finish())
             .ctx(|| format!("Cannot write {}", temp_path.display()))
-            .and_then(|()| {
+            .and_then(|_| {
                 if altered {
                     self.replace(temp, &temp_path, hash, size)
                 } else {
@@ -518,11 +521,13 @@ impl BlobStore {
         mut reader: impl Read,
         dirs: Option<&DirSync>,
     ) -> Result<PutOutcome> {
-        let (temp_path, mut temp) = self.create_temp()?;
+        let (temp_path, temp) = self.create_temp()?;
         let result = (|| {
             let mut digest = Sha256::new();
             let mut buffer = vec![0u8; COPY_BUFFER];
-            let mut size = 0u64;
+            // Zero blocks are left as holes: a sandbox's 1 GiB sparse output, which costs it
+            // nothing, must not cost the host 1 GiB of disk.
+            let mut writer = DirectWriter::new(&temp, true);
             loop {
                 let read = match reader.read(&mut buffer) {
                     Ok(0) => break,
@@ -533,12 +538,12 @@ impl BlobStore {
                     }
                 };
                 digest.update(&buffer[..read]);
-                write_or_skip_zeros(&mut temp, size, &buffer[..read])
+                writer
+                    .write(&buffer[..read])
                     .ctx(|| format!("Cannot write {}", temp_path.display()))?;
-                size += read as u64;
             }
-            // A trailing run of zeros was skipped: the length makes it a hole.
-            temp.set_len(size)
+            let size = writer
+                .finish()
                 .ctx(|| format!("Cannot write {}", temp_path.display()))?;
             let hash = BlobHash::from_digest(digest);
             if self.refresh_existing(&hash, size)? {
@@ -707,43 +712,6 @@ fn read_dir_sorted(dir: &Path) -> Result<Vec<PathBuf>> {
     }
     paths.sort();
     Ok(paths)
-}
-
-/// The unit of zero runs [`write_or_skip_zeros`] leaves as holes (a filesystem block).
-const HOLE_UNIT: usize = 4096;
-
-/// Writes `chunk` at `file`'s position `offset`, seeking over every [`HOLE_UNIT`] block (aligned
-/// to the file's offsets) that holds only zeros instead of writing it: the stored blob keeps
-/// the source's holes (a sandbox's 1 GiB sparse output, which costs it nothing, no longer
-/// costs the host 1 GiB of disk). Each block is looked at once; runs of one kind are written
-/// or skipped whole. The caller sets the final length, so trailing zeros read back as before.
-fn write_or_skip_zeros(file: &mut File, offset: u64, chunk: &[u8]) -> io::Result<()> {
-    use std::io::{Seek, SeekFrom};
-    let flush = |file: &mut File, run: &[u8], zeros: bool| {
-        if zeros {
-            file.seek(SeekFrom::Current(run.len() as i64)).map(drop)
-        } else {
-            file.write_all(run)
-        }
-    };
-    let (mut start, mut at, mut run_zeros) = (0, 0, None);
-    while at < chunk.len() {
-        let to_boundary = HOLE_UNIT - ((offset + at as u64) % HOLE_UNIT as u64) as usize;
-        let end = (at + to_boundary).min(chunk.len());
-        let zeros = chunk[at..end].iter().all(|&b| b == 0);
-        if let Some(kind) = run_zeros
-            && kind != zeros
-        {
-            flush(file, &chunk[start..at], kind)?;
-            start = at;
-        }
-        run_zeros = Some(zeros);
-        at = end;
-    }
-    match run_zeros {
-        Some(kind) => flush(file, &chunk[start..], kind),
-        None => Ok(()),
-    }
 }
 
 #[cfg(test)]

@@ -35,6 +35,7 @@
 mod blob;
 mod blob_scan;
 mod collection;
+mod direct;
 mod error;
 mod fault;
 mod hash;

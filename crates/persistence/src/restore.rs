@@ -15,6 +15,7 @@
 //! was written (deepest first), so a read-only directory can still be restored.
 
 use crate::blob::{BlobStore, COPY_BUFFER};
+use crate::direct::DirectWriter;
 use crate::error::{IoContext, PersistenceError, Result};
 use crate::hash::BlobHash;
 use crate::manifest::{EntryKind, ManifestEntry, WorkspaceManifest};
@@ -27,7 +28,7 @@ use omabox_contract::AbortSignal;
 use rustix::fs::{AtFlags, Mode};
 use sha2::{Digest, Sha256};
 use std::collections::HashMap;
-use std::io::{self, Read, Write};
+use std::io::{self, Read};
 use std::os::fd::{AsFd, BorrowedFd};
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -279,7 +280,7 @@ fn restore_file(
     if blob_size != entry.stored_size() {
         return Err(corrupt());
     }
-    let mut file =
+    let file =
         safe_fs::create_file_at(parent, name).map_err(|error| create_error(&entry.path, error))?;
     if let Some(extents) = &entry.extents {
         let mut digest = input.verify.then(Sha256::new);
@@ -293,9 +294,9 @@ fn restore_file(
         {
             return Err(corrupt());
         }
-    } else if input.verify {
-        let mut digest = Sha256::new();
-        let mut copied = 0u64;
+    } else {
+        let mut digest = input.verify.then(Sha256::new);
+        let mut writer = DirectWriter::new(&file, false);
         loop {
             let read = match blob.read(buffer) {
                 Ok(0) => break,
@@ -308,18 +309,17 @@ fn restore_file(
                     ));
                 }
             };
-            digest.update(&buffer[..read]);
-            file.write_all(&buffer[..read])
+            if let Some(digest) = digest.as_mut() {
+                digest.update(&buffer[..read]);
+            }
+            writer
+                .write(&buffer[..read])
                 .ctx(|| format!("Cannot write {}", entry.path))?;
-            copied += read as u64;
         }
-        if copied != size || BlobHash::from_digest(digest) != hash {
-            return Err(corrupt());
-        }
-    } else {
-        let copied =
-            io::copy(&mut blob, &mut file).ctx(|| format!("Cannot write {}", entry.path))?;
-        if copied != size {
+        let copied = writer
+            .finish()
+            .ctx(|| format!("Cannot write {}", entry.path))?;
+        if copied != size || digest.is_some_and(|digest| BlobHash::from_digest(digest) != hash) {
             return Err(corrupt());
         }
     }
