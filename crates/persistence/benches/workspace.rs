@@ -5,6 +5,10 @@
 //! Prints figures only; never asserts a time. Goal (issue 4): incremental checkpoint with one
 //! changed file ≤ 100 ms on a 1 GiB workspace.
 //!
+//! Then a tree of many small files (`OMABOX_BENCH_SMALL_FILES`, default 50,000 of 0.2–4 KiB in
+//! 500 directories): full checkpoint and restore beside `cp -a` of the same tree, the floor a
+//! user compares with.
+//!
 //! ```text
 //! cargo bench -p omabox-persistence --bench workspace
 //! OMABOX_BENCH_WORKSPACE_MIB=64 cargo bench -p omabox-persistence --bench workspace   # quick
@@ -213,7 +217,6 @@ async fn run(mib: u64, base: PathBuf) {
     tokio::time::sleep(Duration::from_millis(250)).await;
     let floor = hash_floor(&workspace);
 
-
     let started = Instant::now();
     let (_full, report) = port
         .checkpoint_with_report(&checkpoint_input(1, &binding, "full"))
@@ -295,9 +298,17 @@ async fn run(mib: u64, base: PathBuf) {
     println!(
         "goal: full checkpoint <= 1.5x the hash floor: {:.2}x ({}); restore <= 2x: {:.2}x ({})",
         ratio(full_elapsed),
-        if ratio(full_elapsed) <= 1.5 { "met" } else { "NOT met" },
+        if ratio(full_elapsed) <= 1.5 {
+            "met"
+        } else {
+            "NOT met"
+        },
         ratio(restore_elapsed),
-        if ratio(restore_elapsed) <= 2.0 { "met" } else { "NOT met" },
+        if ratio(restore_elapsed) <= 2.0 {
+            "met"
+        } else {
+            "NOT met"
+        },
     );
     println!(
         "goal: incremental checkpoint with one changed file <= 100 ms: {:.1} ms ({})",
@@ -307,6 +318,82 @@ async fn run(mib: u64, base: PathBuf) {
         } else {
             "NOT met"
         }
+    );
+    let _ = port.release(&scope(), &fence(1), &binding).await;
+    let _ = port.release(&scope(), &fence(2), &restored).await;
+}
+
+/// `count` small files in 500 directories; their bytes.
+fn build_small(workspace: &Path, count: u64) -> u64 {
+    let mut bytes = 0;
+    for index in 0..count {
+        let dir = workspace.join(format!("tree/d{:03}", index % 500));
+        if index < 500 {
+            std::fs::create_dir_all(&dir).expect("mkdir");
+        }
+        let len = 200 + (index as usize * 7919) % 4000;
+        std::fs::write(dir.join(format!("f{index}.txt")), noise(index + 7, len)).expect("write");
+        bytes += len as u64;
+    }
+    bytes
+}
+
+async fn run_small(count: u64, base: &Path) {
+    let temp = tempfile::Builder::new()
+        .prefix("omabox-bench-small-")
+        .tempdir_in(base)
+        .expect("temp dir under OMABOX_BENCH_DIR");
+    let port = FilesystemWorkspacePort::new(temp.path().join("data")).expect("port");
+    let binding = port
+        .materialize(materialize_input(1, None))
+        .await
+        .expect("materialize");
+    let workspace = binding_host_path(binding.metadata.as_ref()).expect("hostPath");
+    let bytes = build_small(&workspace, count);
+    println!(
+        "\nsmall files: {count} files, {} KiB in 500 directories",
+        bytes >> 10
+    );
+    tokio::time::sleep(Duration::from_millis(250)).await;
+    let copy = temp.path().join("cp-copy");
+    let started = Instant::now();
+    let status = std::process::Command::new("cp")
+        .arg("-a")
+        .arg(&workspace)
+        .arg(&copy)
+        .status()
+        .expect("cp");
+    let cp = started.elapsed();
+    assert!(status.success(), "cp -a failed");
+    println!(
+        "{:<34} {:>9.1} ms",
+        "cp -a of the tree (floor)",
+        cp.as_secs_f64() * 1000.0
+    );
+
+    let started = Instant::now();
+    let (full, report) = port
+        .checkpoint_with_report(&checkpoint_input(1, &binding, "small-full"))
+        .await
+        .expect("full checkpoint");
+    let checkpoint = started.elapsed();
+    print_checkpoint("checkpoint, full", checkpoint, &report);
+    let started = Instant::now();
+    let (restored, _) = port
+        .materialize_with_report(&materialize_input(2, Some(full.to_publication_candidate())))
+        .await
+        .expect("restore");
+    let restore = started.elapsed();
+    println!(
+        "{:<34} {:>9.1} ms",
+        "restore into a new binding",
+        restore.as_secs_f64() * 1000.0
+    );
+    let ratio = |elapsed: Duration| elapsed.as_secs_f64() / cp.as_secs_f64();
+    println!(
+        "small files against cp -a: checkpoint {:.2}x, restore {:.2}x",
+        ratio(checkpoint),
+        ratio(restore)
     );
     let _ = port.release(&scope(), &fence(1), &binding).await;
     let _ = port.release(&scope(), &fence(2), &restored).await;
@@ -325,7 +412,16 @@ fn main() {
         .enable_all()
         .build()
         .expect("tokio runtime");
-    runtime.block_on(run(mib, base));
+    let small = std::env::var("OMABOX_BENCH_SMALL_FILES")
+        .ok()
+        .and_then(|value| value.parse().ok())
+        .unwrap_or(50_000u64);
+    runtime.block_on(async {
+        run(mib, base.clone()).await;
+        if small > 0 {
+            run_small(small, &base).await;
+        }
+    });
 }
 
 /// The `omabox` binary's allocator (`crates/cli/src/main.rs`), so the figures are its.

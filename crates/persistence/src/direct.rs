@@ -47,14 +47,15 @@ pub(crate) struct DirectWriter<'f> {
 
 impl<'f> DirectWriter<'f> {
     /// A writer of `file` (empty, opened for writing) from offset 0; with `skip_zeros`,
-    /// blocks of zeros become holes.
+    /// blocks of zeros become holes. A file shorter than one gathering buffer (1 MiB) is
+    /// written the ordinary way: one synchronous device write per small file would cost
+    /// more than its page-cache copy.
     pub(crate) fn new(file: &'f File, skip_zeros: bool) -> Self {
-        let direct = set_direct(file, true).is_ok();
         Self {
             file,
             at: 0,
             gathered: 0,
-            direct,
+            direct: false,
             skip_zeros,
         }
     }
@@ -71,6 +72,9 @@ impl<'f> DirectWriter<'f> {
             self.gathered += taken;
             data = &data[taken..];
             if self.gathered == GATHER {
+                if self.at == 0 {
+                    self.direct = set_direct(self.file, true).is_ok();
+                }
                 self.flush(GATHER)?;
                 self.at += GATHER as u64;
                 self.gathered = 0;
@@ -82,33 +86,36 @@ impl<'f> DirectWriter<'f> {
     /// Writes what is gathered and cuts the file to the bytes given; returns their count.
     pub(crate) fn finish(mut self) -> io::Result<u64> {
         let total = self.at + self.gathered as u64;
-        if self.gathered > 0 {
+        if self.gathered > 0 && self.direct {
             // Padded to a whole block; the cut below drops the padding.
             let padded = self.gathered.next_multiple_of(BLOCK);
             with_buffer(|buffer| buffer[self.gathered..padded].fill(0));
             self.flush(padded)?;
+        } else if self.gathered > 0 {
+            self.flush(self.gathered)?;
         }
         if self.direct {
-            let _ = set_direct(self.file, false);
+            set_direct(self.file, false)?;
         }
         self.file.set_len(total)?;
         Ok(total)
     }
 
-    /// Writes the first `len` gathered bytes (a multiple of [`BLOCK`]) at `self.at`, runs of
-    /// zero blocks skipped when asked.
+    /// Writes the first `len` gathered bytes (under `O_DIRECT`, a multiple of [`BLOCK`]) at
+    /// `self.at`, runs of zero blocks skipped when asked.
     fn flush(&mut self, len: usize) -> io::Result<()> {
         let (file, at, skip_zeros) = (self.file, self.at, self.skip_zeros);
         let direct = &mut self.direct;
         with_buffer(|buffer| {
             let bytes = &buffer[..len];
-            let zeros = |at: usize| skip_zeros && bytes[at..at + BLOCK].iter().all(|&b| b == 0);
+            let block_end = |start: usize| (start + BLOCK).min(len);
+            let zeros = |at: usize| skip_zeros && bytes[at..block_end(at)].iter().all(|&b| b == 0);
             let mut start = 0;
             while start < len {
                 let skipping = zeros(start);
-                let mut end = start + BLOCK;
+                let mut end = block_end(start);
                 while end < len && zeros(end) == skipping {
-                    end += BLOCK;
+                    end = block_end(end);
                 }
                 if !skipping {
                     write_at(file, direct, &bytes[start..end], at + start as u64)?;
@@ -187,7 +194,16 @@ mod tests {
         let noise: Vec<u8> = (0..(3 * GATHER + 1234))
             .map(|i| (i * 7 + i / 4093) as u8)
             .collect();
-        for len in [0, 1, BLOCK - 1, BLOCK, BLOCK + 1, GATHER, GATHER + 1, noise.len()] {
+        for len in [
+            0,
+            1,
+            BLOCK - 1,
+            BLOCK,
+            BLOCK + 1,
+            GATHER,
+            GATHER + 1,
+            noise.len(),
+        ] {
             for pieces in [1, 777, 65_536, GATHER + 5] {
                 for skip_zeros in [false, true] {
                     let (read, _) = written(&noise[..len], skip_zeros, pieces);
