@@ -12,10 +12,15 @@
 //!
 //! Invariants:
 //! - **A blob's bytes always hash to its name.** Content is hashed while it is copied into a
-//!   temp file, the temp file is fsynced (`fdatasync`), and only then hard-linked to its name
-//!   (a no-clobber publish); a crash leaves at most a stray temp file. The shard directory is
-//!   fsynced right after a single put, and once per batch (before the manifest that names the
-//!   batch is stored) for checkpoints and output finalization.
+//!   temp file, the temp file is made durable, and only then hard-linked to its name (a
+//!   no-clobber publish); a crash leaves at most a stray temp file. A single put fsyncs its
+//!   temp file (`fdatasync`) and then its shard directory. A batch (a checkpoint's or an
+//!   output finalization's puts, [`DirSync`]) names nothing until its end: then its temp
+//!   files are fdatasynced sixteen at a time (the journal commits concurrent syncs together;
+//!   50,000 small files synced one by one as they were written were 50,000 commits), linked
+//!   to their names, and the shard directories fsynced — all before the manifest naming the
+//!   batch is stored. (Not `syncfs`: it would also write out whatever else is dirty on the
+//!   filesystem, a whole workspace the sandbox just wrote.)
 //! - **Write-once.** An existing blob is never rewritten unless it is proven corrupt — its
 //!   size, or, for content put from memory (files up to 8 MiB, manifests), its bytes compared
 //!   with the content in hand — in which case the verified temp file atomically replaces it.
@@ -33,6 +38,8 @@
 //!
 //! Every method blocks; async callers run them on `spawn_blocking`.
 
+pub(crate) use crate::batch::DirSync;
+use crate::batch::PendingPut;
 use crate::direct::DirectWriter;
 use crate::error::{IoContext, PersistenceError, Result};
 use crate::hash::BlobHash;
@@ -117,25 +124,6 @@ pub struct BlobStore {
     root: PathBuf,
     options: BlobStoreOptions,
     temp_counter: AtomicU64,
-}
-
-/// Shard directories whose new entries still need an fsync (see [`BlobStore::sync_dirs`]).
-#[derive(Debug, Default)]
-pub(crate) struct DirSync(std::sync::Mutex<std::collections::BTreeSet<PathBuf>>);
-
-impl DirSync {
-    fn add(&self, dir: PathBuf) {
-        if let Ok(mut dirs) = self.0.lock() {
-            dirs.insert(dir);
-        }
-    }
-
-    fn take(&self) -> Vec<PathBuf> {
-        self.0
-            .lock()
-            .map(|mut dirs| std::mem::take(&mut *dirs).into_iter().collect())
-            .unwrap_or_default()
-    }
 }
 
 /// Holds the store's lock (shared or exclusive) until dropped.
@@ -230,42 +218,6 @@ impl BlobStore {
     pub fn put_reader(&self, reader: impl Read) -> Result<PutOutcome> {
         let _lock = self.lock_shared()?;
         self.put_reader_locked(reader, None)
-    }
-
-    /// fsyncs the shard directories a batch of puts named blobs in, several at a time (the
-    /// journal commits concurrent fsyncs together). Until this returns, those names may not
-    /// survive a crash; the blobs' contents already do.
-    pub(crate) fn sync_dirs(&self, dirs: &DirSync) -> Result<()> {
-        let dirs: Vec<PathBuf> = dirs.take();
-        if dirs.is_empty() || !self.options.fsync {
-            return Ok(());
-        }
-        let threads = dirs.len().min(8);
-        let chunk = dirs.len().div_ceil(threads);
-        std::thread::scope(|scope| {
-            let handles: Vec<_> = dirs
-                .chunks(chunk)
-                .map(|chunk| {
-                    scope.spawn(move || {
-                        for dir in chunk {
-                            File::open(dir)
-                                .and_then(|dir| dir.sync_all())
-                                .ctx(|| format!("Cannot fsync {}", dir.display()))?;
-                        }
-                        Ok::<(), PersistenceError>(())
-                    })
-                })
-                .collect();
-            for handle in handles {
-                handle.join().unwrap_or_else(|_| {
-                    Err(PersistenceError::io(
-                        "Directory fsync",
-                        io::Error::other("panicked"),
-                    ))
-                })?;
-            }
-            Ok(())
-        })
     }
 
     /// Stores the regular file at `path` (a symlink there is refused, not followed).
@@ -417,8 +369,8 @@ impl BlobStore {
         Ok(BlobLock { _file: file })
     }
 
-    /// `put_bytes` for a caller that holds the shared lock; with `dirs`, the shard directory
-    /// fsync is deferred to [`BlobStore::sync_dirs`].
+    /// `put_bytes` for a caller that holds the shared lock; with a batch (`dirs`), the blob is
+    /// made durable and named only by [`BlobStore::sync_dirs`].
     pub(crate) fn put_bytes_locked(
         &self,
         bytes: &[u8],
@@ -450,12 +402,12 @@ impl BlobStore {
             .and_then(|_| {
                 if altered {
                     self.replace(temp, &temp_path, hash, size)
+                        .map(Committed::Named)
                 } else {
                     self.commit(temp, &temp_path, hash, size, dirs)
                 }
             });
-        let _ = std::fs::remove_file(&temp_path);
-        result
+        settle(&temp_path, result)
     }
 
     /// True when blob `hash` holds exactly `bytes` (a missing blob holds nothing).
@@ -515,7 +467,8 @@ impl BlobStore {
     }
 
     /// Streams `reader` into the store while hashing it, for a caller that holds the shared
-    /// lock; with `dirs`, the shard directory fsync is deferred to [`BlobStore::sync_dirs`].
+    /// lock; with a batch (`dirs`), the blob is made durable and named only by
+    /// [`BlobStore::sync_dirs`].
     pub(crate) fn put_reader_locked(
         &self,
         mut reader: impl Read,
@@ -547,16 +500,15 @@ impl BlobStore {
                 .ctx(|| format!("Cannot write {}", temp_path.display()))?;
             let hash = BlobHash::from_digest(digest);
             if self.refresh_existing(&hash, size)? {
-                return Ok(PutOutcome {
+                return Ok(Committed::Named(PutOutcome {
                     hash,
                     size,
                     stored: false,
-                });
+                }));
             }
             self.commit(temp, &temp_path, hash, size, dirs)
         })();
-        let _ = std::fs::remove_file(&temp_path);
-        result
+        settle(&temp_path, result)
     }
 
     /// True when `hash` is stored with `size` bytes; refreshes its mtime when it is older than
@@ -645,6 +597,10 @@ impl BlobStore {
 
     /// fsyncs the temp file and names it `hash`: a hard link, so an existing blob is never
     /// clobbered; a wrong-size existing blob is replaced atomically by rename.
+    ///
+    /// In a batch (with fsync on), only recorded: the temp file is the batch's now (the
+    /// caller must leave it), named by [`BlobStore::sync_dirs`]; the outcome says stored (a
+    /// twin put of the batch is then found existing when named).
     fn commit(
         &self,
         temp: File,
@@ -652,42 +608,81 @@ impl BlobStore {
         hash: BlobHash,
         size: u64,
         dirs: Option<&DirSync>,
-    ) -> Result<PutOutcome> {
+    ) -> Result<Committed> {
+        if let (Some(batch), true) = (dirs, self.options.fsync) {
+            drop(temp);
+            batch.defer(PendingPut {
+                temp: temp_path.to_path_buf(),
+                hash,
+                size,
+            });
+            return Ok(Committed::Deferred(PutOutcome {
+                hash,
+                size,
+                stored: true,
+            }));
+        }
         if self.options.fsync {
             temp.sync_data()
                 .ctx(|| format!("Cannot fsync {}", temp_path.display()))?;
         }
         drop(temp);
+        let stored = self.name(temp_path, hash, size)?;
+        if stored && self.options.fsync {
+            let target = self.path_of(&hash);
+            let shard = target.parent().unwrap_or(&self.root);
+            File::open(shard)
+                .and_then(|dir| dir.sync_all())
+                .ctx(|| format!("Cannot fsync {}", shard.display()))?;
+        }
+        Ok(Committed::Named(PutOutcome { hash, size, stored }))
+    }
+
+    /// Links the durable temp file to the name `hash` (true), or finds it stored already
+    /// (false); a wrong-size existing blob is replaced atomically by rename.
+    pub(crate) fn name(&self, temp_path: &Path, hash: BlobHash, size: u64) -> Result<bool> {
         let target = self.path_of(&hash);
-        let shard = target.parent().unwrap_or(&self.root).to_path_buf();
-        std::fs::create_dir_all(&shard).ctx(|| format!("Cannot create {}", shard.display()))?;
-        let stored = match std::fs::hard_link(temp_path, &target) {
-            Ok(()) => true,
+        let shard = target.parent().unwrap_or(&self.root);
+        std::fs::create_dir_all(shard).ctx(|| format!("Cannot create {}", shard.display()))?;
+        match std::fs::hard_link(temp_path, &target) {
+            Ok(()) => Ok(true),
             Err(error) if error.kind() == io::ErrorKind::AlreadyExists => {
                 if self.refresh_existing(&hash, size)? {
-                    false
+                    Ok(false)
                 } else {
                     std::fs::rename(temp_path, &target)
                         .ctx(|| format!("Cannot replace {}", target.display()))?;
-                    true
+                    Ok(true)
                 }
             }
-            Err(error) => {
-                return Err(PersistenceError::io(
-                    format!("Cannot link {}", target.display()),
-                    error,
-                ));
-            }
-        };
-        if stored && self.options.fsync {
-            match dirs {
-                Some(dirs) => dirs.add(shard),
-                None => File::open(&shard)
-                    .and_then(|dir| dir.sync_all())
-                    .ctx(|| format!("Cannot fsync {}", shard.display()))?,
-            }
+            Err(error) => Err(PersistenceError::io(
+                format!("Cannot link {}", target.display()),
+                error,
+            )),
         }
-        Ok(PutOutcome { hash, size, stored })
+    }
+}
+
+/// What became of a put's temp file.
+enum Committed {
+    /// Named, or found stored already: the temp file is the caller's to remove.
+    Named(PutOutcome),
+    /// Left to its batch, which names it at its end (or removes it).
+    Deferred(PutOutcome),
+}
+
+/// Removes the temp file of a put unless its batch took it; the put's outcome.
+fn settle(temp_path: &Path, result: Result<Committed>) -> Result<PutOutcome> {
+    match result {
+        Ok(Committed::Deferred(outcome)) => Ok(outcome),
+        Ok(Committed::Named(outcome)) => {
+            let _ = std::fs::remove_file(temp_path);
+            Ok(outcome)
+        }
+        Err(error) => {
+            let _ = std::fs::remove_file(temp_path);
+            Err(error)
+        }
     }
 }
 
@@ -761,6 +756,43 @@ mod tests {
             );
             assert_eq!(store.get(&put.hash).unwrap().unwrap(), content);
         }
+    }
+
+    #[test]
+    fn a_batch_names_nothing_until_its_end_and_leaves_no_temp_file() {
+        let temp = tempfile::tempdir().unwrap();
+        let store = BlobStore::new(temp.path()).unwrap();
+        let temps = || {
+            std::fs::read_dir(temp.path().join("blobs/tmp"))
+                .unwrap()
+                .count()
+        };
+        let batch = DirSync::default();
+        let a = store.put_bytes_locked(b"alpha", Some(&batch)).unwrap();
+        let twin = store
+            .put_reader_locked(&b"alpha"[..], Some(&batch))
+            .unwrap();
+        let b = store.put_reader_locked(&b"beta"[..], Some(&batch)).unwrap();
+        assert_eq!(
+            (a.hash, twin.hash),
+            (BlobHash::of(b"alpha"), BlobHash::of(b"alpha"))
+        );
+        // Not durable yet, so not named: a crash now leaves temp files only.
+        assert!(store.get(&a.hash).unwrap().is_none());
+        assert!(store.get(&b.hash).unwrap().is_none());
+        assert_eq!(temps(), 3);
+        store.sync_dirs(&batch).unwrap();
+        assert_eq!(store.get(&a.hash).unwrap().unwrap(), b"alpha");
+        assert_eq!(store.get(&b.hash).unwrap().unwrap(), b"beta");
+        assert_eq!(temps(), 0);
+
+        // A batch abandoned (an error before its end) takes its temp files with it.
+        let abandoned = DirSync::default();
+        let c = store.put_bytes_locked(b"gamma", Some(&abandoned)).unwrap();
+        assert_eq!(temps(), 1);
+        drop(abandoned);
+        assert_eq!(temps(), 0);
+        assert!(store.get(&c.hash).unwrap().is_none());
     }
 
     #[test]

@@ -32,6 +32,7 @@
 
 #![forbid(unsafe_code)]
 
+mod batch;
 mod blob;
 mod blob_scan;
 mod collection;
