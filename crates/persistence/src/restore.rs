@@ -27,10 +27,11 @@ use crate::verify::Damage;
 use omabox_contract::AbortSignal;
 use rustix::fs::{AtFlags, Mode};
 use sha2::{Digest, Sha256};
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::io::{self, Read};
-use std::os::fd::{AsFd, BorrowedFd};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::Path;
+use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 /// Counters of one restore or export.
@@ -73,7 +74,34 @@ pub(crate) struct RestoreInput<'a> {
     pub signal: &'a AbortSignal,
 }
 
+/// Files whose content is being written at once (threads of their own; the walk, which
+/// creates directories, symlinks and empty files, is the caller's thread).
+const WRITERS: usize = 2;
+
+/// A file the walk created, for a writer to fill: its entry, and its parent directory (a
+/// duplicate of the walk's fd, so a lost file can be removed by name).
+struct FileJob<'m> {
+    entry: &'m ManifestEntry,
+    name: &'m str,
+    parent: OwnedFd,
+    hash: BlobHash,
+    size: u64,
+}
+
+/// What a writer made of a file.
+enum FileDone {
+    /// Written (and verified); its stat for the cache when asked.
+    Written(Option<safe_fs::StatKey>),
+    /// Its blob is missing or damaged (only with `tolerate_lost`): removed, not written.
+    Lost(String),
+}
+
 /// Restores `input.manifest` into the empty directory `input.dest`.
+///
+/// One thread walks the manifest in order, creating every directory, symlink and (empty)
+/// file; [`WRITERS`] threads fill the files, so one file's wait for the disk overlaps
+/// another's hashing. Hard links are made once every file is written (a link to a lost file
+/// is lost too); directory modes last.
 pub(crate) fn restore(input: RestoreInput<'_>) -> Result<(RestoreReport, StatCache)> {
     let started = Instant::now();
     input.manifest.validate()?;
@@ -89,20 +117,120 @@ pub(crate) fn restore(input: RestoreInput<'_>) -> Result<(RestoreReport, StatCac
     }
     let (files_total, bytes_total) = input.manifest.file_totals();
     let progress = ProgressTracker::new(input.observer, input.phase, files_total, bytes_total);
-    let mut report = RestoreReport::default();
-    let mut cache = StatCache::new();
+    let mut state = WalkState {
+        report: RestoreReport::default(),
+        cache: StatCache::new(),
+        lost_paths: HashSet::new(),
+        record_cache: input.record_cache,
+    };
+    let (store, verify, tolerate_lost) = (input.store, input.verify, input.tolerate_lost);
+    let (jobs, queue) = std::sync::mpsc::sync_channel::<FileJob<'_>>(4 * WRITERS);
+    let queue = Mutex::new(queue);
+    let (done_tx, done) = std::sync::mpsc::channel::<(FileJob<'_>, Result<FileDone>)>();
+    let mut hardlinks: Vec<&ManifestEntry> = Vec::new();
+    let mut directories: Vec<(&ManifestEntry, u32)> = Vec::new();
+    let mut file_hashes: HashMap<&str, BlobHash> = HashMap::new();
+
+    let walked = std::thread::scope(|scope| {
+        for _ in 0..WRITERS {
+            let (queue, done_tx) = (&queue, done_tx.clone());
+            scope.spawn(move || {
+                let mut buffer = vec![0u8; COPY_BUFFER];
+                loop {
+                    let job = match queue.lock().unwrap_or_else(PoisonError::into_inner).recv() {
+                        Ok(job) => job,
+                        Err(_) => return,
+                    };
+                    let result = fill(store, verify, tolerate_lost, &job, &mut buffer);
+                    if done_tx.send((job, result)).is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+        drop(done_tx);
+        let mut cursor = ParentCursor::default();
+        let walked = (|| {
+            for entry in &input.manifest.entries {
+                input
+                    .signal
+                    .throw_if_aborted()
+                    .map_err(PersistenceError::Aborted)?;
+                while let Ok((job, result)) = done.try_recv() {
+                    state.settle(&job, result, &progress)?;
+                }
+                let unsafe_entry = || PersistenceError::UnsafeEntry(entry.path.clone());
+                let parts = safe_fs::split_relative(&entry.path).ok_or_else(unsafe_entry)?;
+                let Some((name, parents)) = parts.split_last() else {
+                    return Err(unsafe_entry());
+                };
+                let parent = match cursor.open(root.as_fd(), parents) {
+                    Ok(parent) => parent,
+                    Err(_) => {
+                        cursor.reset();
+                        return Err(unsafe_entry());
+                    }
+                };
+                match entry.kind {
+                    EntryKind::Directory => {
+                        rustix::fs::mkdirat(parent, *name, Mode::from_raw_mode(0o700))
+                            .map_err(|error| create_error(&entry.path, error.into()))?;
+                        directories.push((entry, entry.mode.unwrap_or(0o755)));
+                        state.report.directories += 1;
+                    }
+                    EntryKind::Symlink => {
+                        let target = entry.target.as_deref().ok_or_else(unsafe_entry)?;
+                        rustix::fs::symlinkat(target, parent, *name)
+                            .map_err(|error| create_error(&entry.path, error.into()))?;
+                        state.report.symlinks += 1;
+                    }
+                    // Validated: the target is a file entry listed before this one. Counted once made.
+                    EntryKind::Hardlink => {
+                        hardlinks.push(entry);
+                        continue;
+                    }
+                    EntryKind::File => {
+                        let (Some(hash), Some(size)) = (entry.hash, entry.size) else {
+                            return Err(unsafe_entry());
+                        };
+                        file_hashes.insert(&entry.path, hash);
+                        let parent = parent
+                            .try_clone_to_owned()
+                            .ctx(|| format!("Cannot open the parent of {}", entry.path))?;
+                        let job = FileJob {
+                            entry,
+                            name,
+                            parent,
+                            hash,
+                            size,
+                        };
+                        if jobs.send(job).is_err() {
+                            break;
+                        }
+                        // Counted once written (a lost file is no entry of the restore).
+                        continue;
+                    }
+                }
+                state.report.entries += 1;
+            }
+            Ok(())
+        })();
+        // The writers end once the queue is empty and closed; every file sent is settled.
+        drop(jobs);
+        let mut settled = walked;
+        for (job, result) in done.iter() {
+            let outcome = state.settle(&job, result, &progress);
+            if settled.is_ok() {
+                settled = outcome;
+            }
+        }
+        settled
+    });
+    walked?;
+
     let mut cursor = ParentCursor::default();
     let mut link_cursor = ParentCursor::default();
-    let mut file_hashes: HashMap<&str, BlobHash> = HashMap::new();
-    let mut lost_paths: std::collections::HashSet<&str> = std::collections::HashSet::new();
-    let mut directories: Vec<(&ManifestEntry, u32)> = Vec::new();
-    let mut buffer = vec![0u8; COPY_BUFFER];
-
-    for entry in &input.manifest.entries {
-        input
-            .signal
-            .throw_if_aborted()
-            .map_err(PersistenceError::Aborted)?;
+    for entry in hardlinks {
         let unsafe_entry = || PersistenceError::UnsafeEntry(entry.path.clone());
         let parts = safe_fs::split_relative(&entry.path).ok_or_else(unsafe_entry)?;
         let Some((name, parents)) = parts.split_last() else {
@@ -115,107 +243,37 @@ pub(crate) fn restore(input: RestoreInput<'_>) -> Result<(RestoreReport, StatCac
                 return Err(unsafe_entry());
             }
         };
-        match entry.kind {
-            EntryKind::Directory => {
-                rustix::fs::mkdirat(parent, *name, Mode::from_raw_mode(0o700))
-                    .map_err(|error| create_error(&entry.path, error.into()))?;
-                directories.push((entry, entry.mode.unwrap_or(0o755)));
-                report.directories += 1;
-            }
-            EntryKind::Symlink => {
-                let target = entry.target.as_deref().ok_or_else(unsafe_entry)?;
-                rustix::fs::symlinkat(target, parent, *name)
-                    .map_err(|error| create_error(&entry.path, error.into()))?;
-                report.symlinks += 1;
-            }
-            EntryKind::Hardlink => {
-                // Validated: the target is a file entry restored before this one.
-                let target = entry.target.as_deref().ok_or_else(unsafe_entry)?;
-                let hash = *file_hashes.get(target).ok_or_else(unsafe_entry)?;
-                if lost_paths.contains(target) {
-                    report.lost.push(Damage {
-                        object: format!("blob {hash}"),
-                        path: Some(entry.path.clone()),
-                        problem: format!("a hard link to {target}, which is lost"),
-                    });
-                    lost_paths.insert(&entry.path);
-                    continue;
-                }
-                let target_parts = safe_fs::split_relative(target).ok_or_else(unsafe_entry)?;
-                let Some((target_name, target_parents)) = target_parts.split_last() else {
-                    return Err(unsafe_entry());
-                };
-                let target_dir = match link_cursor.open(root.as_fd(), target_parents) {
-                    Ok(dir) => dir,
-                    Err(_) => {
-                        link_cursor.reset();
-                        return Err(unsafe_entry());
-                    }
-                };
-                rustix::fs::linkat(target_dir, *target_name, parent, *name, AtFlags::empty())
-                    .map_err(|error| create_error(&entry.path, error.into()))?;
-                if input.record_cache {
-                    let stat = safe_fs::stat_at(parent, name)
-                        .ctx(|| format!("Cannot stat {}", entry.path))?;
-                    cache.insert(entry.path.clone(), stat.key, hash);
-                }
-                report.hardlinks += 1;
-            }
-            EntryKind::File => {
-                let (Some(hash), Some(size)) = (entry.hash, entry.size) else {
-                    return Err(unsafe_entry());
-                };
-                file_hashes.insert(&entry.path, hash);
-                let file = match restore_file(&input, parent, name, entry, hash, size, &mut buffer)
-                {
-                    Ok(file) => file,
-                    Err(
-                        error @ (PersistenceError::MissingContent { .. }
-                        | PersistenceError::CorruptContent { .. }),
-                    ) if input.tolerate_lost => {
-                        // A partly written file must not stay with wrong bytes.
-                        match rustix::fs::unlinkat(parent, *name, AtFlags::empty()) {
-                            Ok(()) | Err(rustix::io::Errno::NOENT) => {}
-                            Err(unlink) => {
-                                return Err(PersistenceError::io(
-                                    format!("Cannot remove the damaged {}", entry.path),
-                                    io::Error::from(unlink),
-                                ));
-                            }
-                        }
-                        report.lost.push(Damage {
-                            object: format!("blob {hash}"),
-                            path: Some(entry.path.clone()),
-                            problem: match error {
-                                PersistenceError::MissingContent { .. } => {
-                                    "the blob is not in the blob store".to_owned()
-                                }
-                                _ => "the blob's bytes do not match the manifest".to_owned(),
-                            },
-                        });
-                        lost_paths.insert(&entry.path);
-                        progress.advance(1, entry.stored_size());
-                        continue;
-                    }
-                    Err(error) => return Err(error),
-                };
-                rustix::fs::fchmod(
-                    &file,
-                    Mode::from_raw_mode(entry.mode.unwrap_or(0o644) & 0o777),
-                )
-                .ctx(|| format!("Cannot chmod {}", entry.path))?;
-                // The cache holds hashes only; a sparse file is re-read at each checkpoint.
-                if input.record_cache && entry.extents.is_none() {
-                    let stat =
-                        safe_fs::stat_fd(&file).ctx(|| format!("Cannot stat {}", entry.path))?;
-                    cache.insert(entry.path.clone(), stat.key, hash);
-                }
-                report.files += 1;
-                report.bytes += entry.stored_size();
-                progress.advance(1, entry.stored_size());
-            }
+        let target = entry.target.as_deref().ok_or_else(unsafe_entry)?;
+        let hash = *file_hashes.get(target).ok_or_else(unsafe_entry)?;
+        if state.lost_paths.contains(target) {
+            state.report.lost.push(Damage {
+                object: format!("blob {hash}"),
+                path: Some(entry.path.clone()),
+                problem: format!("a hard link to {target}, which is lost"),
+            });
+            state.lost_paths.insert(entry.path.clone());
+            continue;
         }
-        report.entries += 1;
+        let target_parts = safe_fs::split_relative(target).ok_or_else(unsafe_entry)?;
+        let Some((target_name, target_parents)) = target_parts.split_last() else {
+            return Err(unsafe_entry());
+        };
+        let target_dir = match link_cursor.open(root.as_fd(), target_parents) {
+            Ok(dir) => dir,
+            Err(_) => {
+                link_cursor.reset();
+                return Err(unsafe_entry());
+            }
+        };
+        rustix::fs::linkat(target_dir, *target_name, parent, *name, AtFlags::empty())
+            .map_err(|error| create_error(&entry.path, error.into()))?;
+        if state.record_cache {
+            let stat =
+                safe_fs::stat_at(parent, name).ctx(|| format!("Cannot stat {}", entry.path))?;
+            state.cache.insert(entry.path.clone(), stat.key, hash);
+        }
+        state.report.hardlinks += 1;
+        state.report.entries += 1;
     }
 
     // Recorded modes, deepest first, so a read-only parent is closed after its children.
@@ -235,8 +293,105 @@ pub(crate) fn restore(input: RestoreInput<'_>) -> Result<(RestoreReport, StatCac
             .ctx(|| format!("Cannot chmod {}", entry.path))?;
     }
 
+    let mut report = state.report;
     report.duration = started.elapsed();
-    Ok((report, cache))
+    Ok((report, state.cache))
+}
+
+/// What the walk learns from the writers.
+struct WalkState {
+    report: RestoreReport,
+    cache: StatCache,
+    lost_paths: HashSet<String>,
+    record_cache: bool,
+}
+
+impl WalkState {
+    /// Records a writer's result for `job`; a fatal error is returned.
+    fn settle(
+        &mut self,
+        job: &FileJob<'_>,
+        result: Result<FileDone>,
+        progress: &ProgressTracker<'_>,
+    ) -> Result<()> {
+        let entry = job.entry;
+        match result? {
+            FileDone::Written(stat) => {
+                if let (Some(stat), true) = (stat, self.record_cache) {
+                    self.cache.insert(entry.path.clone(), stat, job.hash);
+                }
+                self.report.entries += 1;
+                self.report.files += 1;
+                self.report.bytes += entry.stored_size();
+            }
+            FileDone::Lost(problem) => {
+                self.report.lost.push(Damage {
+                    object: format!("blob {}", job.hash),
+                    path: Some(entry.path.clone()),
+                    problem,
+                });
+                self.lost_paths.insert(entry.path.clone());
+            }
+        }
+        progress.advance(1, entry.stored_size());
+        Ok(())
+    }
+}
+
+/// A writer's work on one file: its content (see [`restore_file`]), its mode, its stat for
+/// the cache; a missing or damaged blob, with `tolerate_lost`, removes the file instead.
+fn fill(
+    store: &BlobStore,
+    verify: bool,
+    tolerate_lost: bool,
+    job: &FileJob<'_>,
+    buffer: &mut [u8],
+) -> Result<FileDone> {
+    let entry = job.entry;
+    let parent = job.parent.as_fd();
+    let file = match restore_file(
+        store, verify, parent, job.name, entry, job.hash, job.size, buffer,
+    ) {
+        Ok(file) => file,
+        Err(
+            error @ (PersistenceError::MissingContent { .. }
+            | PersistenceError::CorruptContent { .. }),
+        ) if tolerate_lost => {
+            // A partly written file must not stay with wrong bytes.
+            match rustix::fs::unlinkat(parent, job.name, AtFlags::empty()) {
+                Ok(()) | Err(rustix::io::Errno::NOENT) => {}
+                Err(unlink) => {
+                    return Err(PersistenceError::io(
+                        format!("Cannot remove the damaged {}", entry.path),
+                        io::Error::from(unlink),
+                    ));
+                }
+            }
+            return Ok(FileDone::Lost(match error {
+                PersistenceError::MissingContent { .. } => {
+                    "the blob is not in the blob store".to_owned()
+                }
+                _ => "the blob's bytes do not match the manifest".to_owned(),
+            }));
+        }
+        Err(error) => return Err(error),
+    };
+    rustix::fs::fchmod(
+        &file,
+        Mode::from_raw_mode(entry.mode.unwrap_or(0o644) & 0o777),
+    )
+    .ctx(|| format!("Cannot chmod {}", entry.path))?;
+    // The cache holds hashes only; a sparse file is re-read at each checkpoint.
+    let stat = if entry.extents.is_none() {
+        Some(
+            safe_fs::stat_fd(&file)
+                .ctx(|| format!("Cannot stat {}", entry.path))?
+                .key,
+        )
+    } else {
+        None
+    };
+    Ok(FileDone::Written(stat))
 }
 
 fn create_error(path: &str, error: io::Error) -> PersistenceError {
@@ -253,8 +408,10 @@ fn create_error(path: &str, error: io::Error) -> PersistenceError {
     }
 }
 
+#[allow(clippy::too_many_arguments)]
 fn restore_file(
-    input: &RestoreInput<'_>,
+    store: &BlobStore,
+    verify: bool,
     parent: BorrowedFd<'_>,
     name: &str,
     entry: &ManifestEntry,
@@ -266,8 +423,7 @@ fn restore_file(
         path: entry.path.clone(),
         blob: hash.to_hex(),
     };
-    let mut blob = input
-        .store
+    let mut blob = store
         .open(&hash)?
         .ok_or_else(|| PersistenceError::MissingContent {
             path: entry.path.clone(),
@@ -283,7 +439,7 @@ fn restore_file(
     let file =
         safe_fs::create_file_at(parent, name).map_err(|error| create_error(&entry.path, error))?;
     if let Some(extents) = &entry.extents {
-        let mut digest = input.verify.then(Sha256::new);
+        let mut digest = verify.then(Sha256::new);
         let copied = sparse::write_extents(&mut blob, &file, extents, size, buffer, |chunk| {
             if let Some(digest) = digest.as_mut() {
                 digest.update(chunk);
@@ -295,7 +451,7 @@ fn restore_file(
             return Err(corrupt());
         }
     } else {
-        let mut digest = input.verify.then(Sha256::new);
+        let mut digest = verify.then(Sha256::new);
         let mut writer = DirectWriter::new(&file, false);
         loop {
             let read = match blob.read(buffer) {
