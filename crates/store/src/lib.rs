@@ -65,6 +65,7 @@ mod clock;
 mod error;
 mod fence_state;
 mod memory;
+mod postgres;
 mod session_token;
 mod sqlite;
 mod token;
@@ -76,6 +77,7 @@ pub use memory::{
     MemoryFenceRecord, MemoryFenceStore, MemoryLeaseJournal, MemoryOrphanStore,
     MemorySessionTokens, MemoryUsageLedger, MemoryVault,
 };
+pub use postgres::{DEFAULT_POOL_SIZE, POSTGRES_SCHEMA_VERSION, PostgresStore};
 pub use session_token::{
     SESSION_TOKEN_LEN, SESSION_TOKEN_PREFIX, new_session_token, session_token_hash,
 };
