@@ -51,6 +51,12 @@ struct Cli {
     #[arg(long, global = true, value_name = "DIR")]
     data_dir: Option<PathBuf>,
 
+    /// The PostgreSQL store several hosts share, postgres://USER:PASSWORD@HOST:PORT/DB [env:
+    /// OMABOX_DATABASE_URL, preferred: a flag shows in `ps`]. Default: the SQLite store in
+    /// the data dir. So far only `omabox vault` uses it; other store commands refuse it.
+    #[arg(long, global = true, value_name = "URL")]
+    database_url: Option<String>,
+
     /// The node configuration file (TOML; `omabox config` lists its keys) [env:
     /// OMABOX_CONFIG]. Default: <data-dir>/omabox.toml when it exists.
     #[arg(long, value_name = "FILE")]
@@ -160,7 +166,8 @@ impl Cli {
     fn flags(&self) -> Flags {
         let flags = Flags::new()
             .with_some(Key::DataDir, self.data_dir.clone())
-            .with_some(Key::Config, self.config.clone());
+            .with_some(Key::Config, self.config.clone())
+            .with_some(Key::DatabaseUrl, self.database_url.clone());
         match &self.command {
             Command::Run(args) => args.flags(flags),
             Command::Serve(args) => args.flags(flags),
@@ -174,6 +181,9 @@ impl Cli {
 fn run(cli: Cli, config: &NodeConfig) -> anyhow::Result<ExitCode> {
     if cli.command.only_reports() {
         die_quietly_on_a_closed_stdout();
+    }
+    if let Some(name) = cli.command.sqlite_only() {
+        omabox_node::store_choice::refuse_database_url(config, name)?;
     }
     match cli.command {
         Command::Run(args) => {
@@ -198,7 +208,7 @@ fn run(cli: Cli, config: &NodeConfig) -> anyhow::Result<ExitCode> {
         }
         Command::Vault(args) => {
             let data_dir = config.data_dir()?;
-            runtime()?.block_on(commands::vault::run(&data_dir, &args))
+            runtime()?.block_on(commands::vault::run(config, &data_dir, &args))
         }
         Command::Usage(args) => {
             let data_dir = config.data_dir()?;
@@ -230,6 +240,29 @@ fn run(cli: Cli, config: &NodeConfig) -> anyhow::Result<ExitCode> {
 }
 
 impl Command {
+    /// The command's name when it keeps state in the SQLite store only (not yet in the
+    /// PostgreSQL one `--database-url` names: `store_choice`).
+    fn sqlite_only(&self) -> Option<&'static str> {
+        Some(match self {
+            Command::Run(_) => "run",
+            Command::Sessions(_) => "sessions",
+            Command::Workspace(_) => "workspace",
+            Command::Outputs(_) => "outputs",
+            Command::Files(_) => "files",
+            Command::Usage(_) => "usage",
+            Command::Fsck(_) => "fsck",
+            Command::Gc(_) => "gc",
+            Command::Reap(_) => "reap",
+            Command::Serve(_) => "serve",
+            Command::Vault(_)
+            | Command::Bench(_)
+            | Command::Catalog(_)
+            | Command::Sandbox(_)
+            | Command::Image(_)
+            | Command::Config(_) => return None,
+        })
+    }
+
     /// Whether the command's writes are done (or it writes nothing) by the time it prints:
     /// it may end the moment its stdout's reader leaves (`omabox sessions | head -1`).
     fn only_reports(&self) -> bool {

@@ -4,8 +4,8 @@
 //! history would see them) and are never printed: `names` lists names only.
 
 use clap::{Args, Subcommand};
-use omabox_contract::{SecretString, VaultSecretPort};
-use omabox_node::DataDir;
+use omabox_contract::SecretString;
+use omabox_node::{DataDir, NodeConfig};
 use std::process::ExitCode;
 
 /// Options of `omabox vault`.
@@ -35,13 +35,21 @@ enum VaultCommand {
     },
 }
 
-/// Runs a vault subcommand against the data directory's store.
-pub async fn run(data_dir: &DataDir, args: &VaultArgs) -> anyhow::Result<ExitCode> {
+/// Runs a vault subcommand against the data directory's store, or the PostgreSQL store
+/// `database_url` names.
+pub async fn run(
+    config: &NodeConfig,
+    data_dir: &DataDir,
+    args: &VaultArgs,
+) -> anyhow::Result<ExitCode> {
+    let open = |create| omabox_node::store_choice::open_vault(config, data_dir, create);
     // Only `put` creates a data directory; the others have nothing to do without one.
     let store = match &args.command {
-        VaultCommand::Put { .. } => data_dir.open_store().await?,
+        VaultCommand::Put { .. } => open(true)
+            .await?
+            .ok_or_else(|| anyhow::anyhow!("the store was not created"))?,
         VaultCommand::Names { json } => {
-            let Some(store) = data_dir.open_existing_store().await? else {
+            let Some(store) = open(false).await? else {
                 if *json {
                     outln!("[]");
                 } else {
@@ -52,7 +60,7 @@ pub async fn run(data_dir: &DataDir, args: &VaultArgs) -> anyhow::Result<ExitCod
             store
         }
         VaultCommand::Delete { name } => {
-            let Some(store) = data_dir.open_existing_store().await? else {
+            let Some(store) = open(false).await? else {
                 errln!(
                     "omabox vault: {}; {name} is not stored",
                     data_dir.no_data_yet()
