@@ -317,3 +317,134 @@ async fn a_failing_vault_write_never_carries_the_value() {
     let hex: String = value.bytes().map(|byte| format!("{byte:02x}")).collect();
     assert!(!text.contains(&hex), "the value leaked: {text}");
 }
+
+/// The same fence history on SQLite and on PostgreSQL reads back the same through the
+/// read-side queries (`sessions`, `gc`, `reap`).
+#[tokio::test]
+async fn the_read_side_queries_answer_as_sqlites_do() {
+    use omabox_contract::{LeaseJournalEntry, ManagedSandboxLease, TerminationReason};
+    use omabox_store::SqliteStore;
+    let Some(server) = TestPostgres::start_or_skip() else {
+        return;
+    };
+    // A collation where "a" sorts before "B": the store must still order byte-wise.
+    let url = server.create_database_icu("reads", "en-US").unwrap();
+    let clock = ManualClock::new(1_796_222_352_000);
+    let postgres = PostgresStore::connect(&url)
+        .await
+        .unwrap()
+        .with_clock(clock.clone());
+    let dir = tempfile::tempdir().unwrap();
+    let sqlite = SqliteStore::open(dir.path().join("omabox.db"))
+        .unwrap()
+        .with_clock(clock.clone());
+    let stores: [&dyn Fences; 2] = [&sqlite, &postgres];
+    // Byte order puts "B" before "a".
+    let scope = |session: &str| RuntimeResourceScope::new("w", "e", session, "main");
+    let claim = |session: &str| AcquireRuntimeFenceInput {
+        scope: scope(session),
+        owner_id: "owner".into(),
+        ttl_ms: 60_000,
+    };
+    for store in stores {
+        // "a" only acquires; "B" publishes three generations; "c" publishes and is released.
+        store.acquire(claim("a")).await.unwrap();
+        let mut stale = None;
+        for round in 1..=3 {
+            let AcquireRuntimeFenceResult::Acquired { fence, .. } =
+                store.acquire(claim("B")).await.unwrap()
+            else {
+                panic!("acquired");
+            };
+            store
+                .publish(publish_input(&fence, &format!("wcp_{round}")))
+                .await
+                .unwrap();
+            store
+                .release(&fence, TerminationReason::Completed)
+                .await
+                .unwrap();
+            stale = Some(fence);
+        }
+        let AcquireRuntimeFenceResult::Acquired { fence, .. } =
+            store.acquire(claim("B")).await.unwrap()
+        else {
+            panic!("acquired");
+        };
+        assert_eq!(
+            store
+                .publish(publish_input(&stale.unwrap(), "wcp_lost"))
+                .await
+                .unwrap(),
+            PublishRuntimeResourcesResult::Lost
+        );
+        store
+            .record(LeaseJournalEntry {
+                scope: scope("B"),
+                generation: fence.generation,
+                owner_id: "owner".into(),
+                lease: serde_json::from_value::<ManagedSandboxLease>(serde_json::json!({
+                    "provider": "linux", "runtimeId": "rt-1"
+                }))
+                .unwrap(),
+                acquired_at: "2026-12-02T14:39:12.000Z".into(),
+            })
+            .await
+            .unwrap();
+    }
+
+    let history = postgres.publications_of(&scope("B")).await.unwrap();
+    let summary: Vec<(u64, u64, &str)> = history
+        .iter()
+        .map(|p| (p.revision, p.generation, p.workspace_candidate.id.as_str()))
+        .collect();
+    assert_eq!(summary, [(3, 3, "wcp_3"), (2, 2, "wcp_2"), (1, 1, "wcp_1")]);
+    assert_eq!(history, sqlite.publications_of(&scope("B")).unwrap());
+    assert_eq!(
+        postgres.list_publications().await.unwrap(),
+        sqlite.list_publications().unwrap()
+    );
+    assert_eq!(
+        postgres.publication_history().await.unwrap(),
+        sqlite.publication_history().unwrap()
+    );
+    for session in ["a", "B", "never"] {
+        assert_eq!(
+            postgres.publication(&scope(session)).await.unwrap(),
+            sqlite.publication(&scope(session)).unwrap(),
+            "{session}"
+        );
+    }
+    assert_eq!(postgres.active_fence_count().await.unwrap(), 2);
+    assert_eq!(sqlite.active_fence_count().unwrap(), 2);
+    let claims = postgres.work_item_claims().await.unwrap();
+    assert_eq!(claims, sqlite.work_item_claims().unwrap());
+    assert_eq!(claims[0].scope, scope("B"), "byte order: {claims:?}");
+    assert_eq!(
+        postgres.journaled_runtime_ids("linux").await.unwrap(),
+        sqlite.journaled_runtime_ids("linux").unwrap()
+    );
+    clock.advance(60_000);
+    assert_eq!(postgres.active_fence_count().await.unwrap(), 0);
+    assert!(
+        postgres
+            .work_item_claims()
+            .await
+            .unwrap()
+            .iter()
+            .all(|c| !c.held)
+    );
+
+    // Forgetting never removes the newest revision.
+    let forget = [(scope("B"), 1), (scope("B"), 3)];
+    assert_eq!(postgres.forget_revisions(&forget).await.unwrap(), 1);
+    assert_eq!(sqlite.forget_revisions(&forget).unwrap(), 1);
+    assert_eq!(
+        postgres.publications_of(&scope("B")).await.unwrap(),
+        sqlite.publications_of(&scope("B")).unwrap()
+    );
+}
+
+/// The ports the read-side scenario drives, on either store.
+trait Fences: RuntimeResourceFencePort + omabox_contract::RuntimeLeaseJournalPort {}
+impl<T: RuntimeResourceFencePort + omabox_contract::RuntimeLeaseJournalPort> Fences for T {}

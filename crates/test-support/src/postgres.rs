@@ -199,6 +199,20 @@ impl TestPostgres {
         Ok(self.url(name))
     }
 
+    /// [`TestPostgres::create_database`] with the ICU collation `icu_locale` (e.g. `en-US`,
+    /// where `a` sorts before `B`, unlike the server's default byte order).
+    pub fn create_database_icu(&self, name: &str, icu_locale: &str) -> Result<String, String> {
+        let mut createdb = command(&self.bin.join("createdb"), self.run_as);
+        createdb
+            .args(["-h", &self.dir.path().display().to_string()])
+            .args(["-p", &self.port.to_string(), "-U", SUPERUSER])
+            .args(["--template=template0", "--locale-provider=icu"])
+            .arg(format!("--icu-locale={icu_locale}"))
+            .arg(name);
+        run(&mut createdb, "createdb")?;
+        Ok(self.url(name))
+    }
+
     /// The URL of database `name`, password included.
     pub fn url(&self, name: &str) -> String {
         format!(

@@ -19,6 +19,7 @@
 
 mod credentials;
 mod fence;
+mod history;
 mod journal;
 mod orphan;
 mod schema;

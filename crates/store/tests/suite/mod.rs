@@ -82,7 +82,8 @@ pub fn sqlite() -> Subject {
 /// PostgreSQL (the capability gate printed why; under `CI=true` it failed the test).
 pub async fn postgres() -> Option<Subject> {
     let server = TestPostgres::start_or_skip()?;
-    let url = server.create_database("omabox_suite").unwrap();
+    // A collation where "a" sorts before "B": orderings must still be byte-wise.
+    let url = server.create_database_icu("omabox_suite", "en-US").unwrap();
     let clock = ManualClock::new(T0);
     let store = Arc::new(
         PostgresStore::connect(&url)
