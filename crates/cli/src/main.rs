@@ -53,7 +53,8 @@ struct Cli {
 
     /// The PostgreSQL store several hosts share, postgres://USER:PASSWORD@HOST:PORT/DB [env:
     /// OMABOX_DATABASE_URL, preferred: a flag shows in `ps`]. Default: the SQLite store in
-    /// the data dir. So far only `omabox vault` uses it; other store commands refuse it.
+    /// the data dir. So far `vault`, `usage` and `sessions` use it; other store commands
+    /// refuse it.
     #[arg(long, global = true, value_name = "URL")]
     database_url: Option<String>,
 
@@ -192,7 +193,7 @@ fn run(cli: Cli, config: &NodeConfig) -> anyhow::Result<ExitCode> {
         }
         Command::Sessions(args) => {
             let data_dir = config.data_dir()?;
-            runtime()?.block_on(commands::sessions::run(&data_dir, &args))
+            runtime()?.block_on(commands::sessions::run(config, &data_dir, &args))
         }
         Command::Workspace(args) => {
             let data_dir = config.data_dir()?;
@@ -212,7 +213,7 @@ fn run(cli: Cli, config: &NodeConfig) -> anyhow::Result<ExitCode> {
         }
         Command::Usage(args) => {
             let data_dir = config.data_dir()?;
-            runtime()?.block_on(commands::usage::run(&data_dir, &args))
+            runtime()?.block_on(commands::usage::run(config, &data_dir, &args))
         }
         Command::Bench(args) => commands::bench::run(&args),
         Command::Catalog(args) => commands::catalog::run(&args),
@@ -245,16 +246,16 @@ impl Command {
     fn sqlite_only(&self) -> Option<&'static str> {
         Some(match self {
             Command::Run(_) => "run",
-            Command::Sessions(_) => "sessions",
             Command::Workspace(_) => "workspace",
             Command::Outputs(_) => "outputs",
             Command::Files(_) => "files",
-            Command::Usage(_) => "usage",
             Command::Fsck(_) => "fsck",
             Command::Gc(_) => "gc",
             Command::Reap(_) => "reap",
             Command::Serve(_) => "serve",
             Command::Vault(_)
+            | Command::Sessions(_)
+            | Command::Usage(_)
             | Command::Bench(_)
             | Command::Catalog(_)
             | Command::Sandbox(_)

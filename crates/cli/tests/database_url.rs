@@ -1,9 +1,16 @@
 //! `--database-url` / `OMABOX_DATABASE_URL` through the `omabox` binary, against a real
 //! PostgreSQL server (`omabox_test_support::postgres`; the capability gate skips with a
 //! reason locally and fails under `CI=true`): two "hosts" (two data directories) share one
-//! vault in PostgreSQL, no SQLite file is made, the commands not yet on PostgreSQL refuse the
-//! setting, and the URL's password shows in no output.
+//! vault, the usage ledger and the session list in PostgreSQL, no SQLite file is made, the
+//! commands not yet on PostgreSQL refuse the setting, and the URL's password shows in no
+//! output.
 
+use omabox_contract::{
+    AcquireRuntimeFenceInput, AcquireRuntimeFenceResult, Nullable, PublishRuntimeResourcesInput,
+    RuntimePublicationCandidate, RuntimeResourceFencePort, RuntimeResourceScope, UsageKind,
+    UsageLedgerPort, UsageRecord,
+};
+use omabox_store::PostgresStore;
 use omabox_test_support::postgres::TestPostgres;
 use std::io::Write as _;
 use std::path::Path;
@@ -38,7 +45,7 @@ fn text(output: &Output) -> String {
 }
 
 #[test]
-fn two_hosts_share_a_vault_in_postgres_and_the_password_shows_nowhere() {
+fn two_hosts_share_vault_usage_and_sessions_in_postgres_and_the_password_shows_nowhere() {
     let Some(server) = TestPostgres::start_or_skip() else {
         return;
     };
@@ -80,16 +87,31 @@ fn two_hosts_share_a_vault_in_postgres_and_the_password_shows_nowhere() {
     assert!(text(&config).contains("database_url"), "{}", text(&config));
     assert!(!text(&config).contains(&password), "{}", text(&config));
 
+    // What another host published and used is listed here.
+    seed_a_publication_and_usage(&url);
+    let sessions = omabox(&host_b, Some(&url), &["sessions", "--json"], b"");
+    assert!(sessions.status.success(), "{}", text(&sessions));
+    let listed: serde_json::Value = serde_json::from_slice(&sessions.stdout).unwrap();
+    assert_eq!(listed[0]["session"], "shared-session", "{listed}");
+    assert_eq!(listed[0]["revision"], 1, "{listed}");
+    let usage = omabox(&host_b, Some(&url), &["usage", "--json"], b"");
+    assert!(usage.status.success(), "{}", text(&usage));
+    let records: serde_json::Value = serde_json::from_slice(&usage.stdout).unwrap();
+    assert_eq!(records[0]["runtimeId"], "rt-1", "{records}");
+    assert_eq!(records[0]["seconds"], 42, "{records}");
+
     // A command whose state is not on PostgreSQL yet refuses, instead of using a local file.
-    let sessions = omabox(&host_a, Some(&url), &["sessions"], b"");
-    assert!(!sessions.status.success());
+    let fsck = omabox(&host_a, Some(&url), &["fsck"], b"");
+    assert!(!fsck.status.success());
     assert!(
-        text(&sessions).contains("does not use the PostgreSQL store yet"),
+        text(&fsck).contains("does not use the PostgreSQL store yet"),
         "{}",
-        text(&sessions)
+        text(&fsck)
     );
-    assert!(!text(&sessions).contains(&password), "{}", text(&sessions));
-    assert!(!host_a.join("omabox.db").exists());
+    assert!(!text(&fsck).contains(&password), "{}", text(&fsck));
+    for host in [&host_a, &host_b] {
+        assert!(!host.join("omabox.db").exists(), "{}", host.display());
+    }
 
     // A wrong password: the error names the database, never the password given.
     let wrong = url.replace(&password, "not-the-p4ssword");
@@ -98,4 +120,53 @@ fn two_hosts_share_a_vault_in_postgres_and_the_password_shows_nowhere() {
     let output = text(&refused);
     assert!(output.contains("omabox@127.0.0.1:"), "{output}");
     assert!(!output.contains("not-the-p4ssword"), "{output}");
+}
+
+/// Another host's run: a publication of `shared-session` and one usage record.
+fn seed_a_publication_and_usage(url: &str) {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let store = PostgresStore::connect(url).await.unwrap();
+        let scope = RuntimeResourceScope::new("default", "default", "shared-session", "main");
+        let AcquireRuntimeFenceResult::Acquired { fence, .. } = store
+            .acquire(AcquireRuntimeFenceInput {
+                scope: scope.clone(),
+                owner_id: "host-elsewhere".into(),
+                ttl_ms: 60_000,
+            })
+            .await
+            .unwrap()
+        else {
+            panic!("a fresh work item is acquired");
+        };
+        store
+            .publish(PublishRuntimeResourcesInput {
+                fence,
+                workspace_candidate: RuntimePublicationCandidate {
+                    id: "wcp_shared".into(),
+                    content_hash: "sha256:00".into(),
+                    metadata: None,
+                },
+                output_candidate: None,
+                runtime_checkpoint: Nullable::Absent,
+            })
+            .await
+            .unwrap();
+        store
+            .record_usage(UsageRecord {
+                kind: UsageKind::SandboxActiveSeconds,
+                scope,
+                provider: "linux".into(),
+                runtime_id: "rt-1".into(),
+                seconds: 42,
+                started_at: "2026-12-02T14:39:12.000Z".into(),
+                stopped_at: "2026-12-02T14:39:54.000Z".into(),
+                stop_estimated: false,
+            })
+            .await
+            .unwrap();
+    });
 }

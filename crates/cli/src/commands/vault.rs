@@ -42,14 +42,12 @@ pub async fn run(
     data_dir: &DataDir,
     args: &VaultArgs,
 ) -> anyhow::Result<ExitCode> {
-    let open = |create| omabox_node::store_choice::open_vault(config, data_dir, create);
+    use omabox_node::store_choice::{open, open_existing};
     // Only `put` creates a data directory; the others have nothing to do without one.
     let store = match &args.command {
-        VaultCommand::Put { .. } => open(true)
-            .await?
-            .ok_or_else(|| anyhow::anyhow!("the store was not created"))?,
+        VaultCommand::Put { .. } => open(config, data_dir).await?.vault(),
         VaultCommand::Names { json } => {
-            let Some(store) = open(false).await? else {
+            let Some(store) = open_existing(config, data_dir).await? else {
                 if *json {
                     outln!("[]");
                 } else {
@@ -57,17 +55,17 @@ pub async fn run(
                 }
                 return Ok(ExitCode::SUCCESS);
             };
-            store
+            store.vault()
         }
         VaultCommand::Delete { name } => {
-            let Some(store) = open(false).await? else {
+            let Some(store) = open_existing(config, data_dir).await? else {
                 errln!(
                     "omabox vault: {}; {name} is not stored",
                     data_dir.no_data_yet()
                 );
                 return Ok(ExitCode::SUCCESS);
             };
-            store
+            store.vault()
         }
     };
     match &args.command {
