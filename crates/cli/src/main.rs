@@ -53,8 +53,8 @@ struct Cli {
 
     /// The PostgreSQL store several hosts share, postgres://USER:PASSWORD@HOST:PORT/DB [env:
     /// OMABOX_DATABASE_URL, preferred: a flag shows in `ps`]. Default: the SQLite store in
-    /// the data dir. So far `vault`, `usage` and `sessions` use it; other store commands
-    /// refuse it.
+    /// the data dir. So far `run`, `vault`, `usage` and `sessions` use it; other store
+    /// commands refuse it.
     #[arg(long, global = true, value_name = "URL")]
     database_url: Option<String>,
 
@@ -245,7 +245,6 @@ impl Command {
     /// PostgreSQL one `--database-url` names: `store_choice`).
     fn sqlite_only(&self) -> Option<&'static str> {
         Some(match self {
-            Command::Run(_) => "run",
             Command::Workspace(_) => "workspace",
             Command::Outputs(_) => "outputs",
             Command::Files(_) => "files",
@@ -253,7 +252,8 @@ impl Command {
             Command::Gc(_) => "gc",
             Command::Reap(_) => "reap",
             Command::Serve(_) => "serve",
-            Command::Vault(_)
+            Command::Run(_)
+            | Command::Vault(_)
             | Command::Sessions(_)
             | Command::Usage(_)
             | Command::Bench(_)

@@ -170,3 +170,70 @@ fn seed_a_publication_and_usage(url: &str) {
             .unwrap();
     });
 }
+
+#[test]
+fn omabox_run_keeps_its_fences_and_publications_in_postgres() {
+    let Some(server) = TestPostgres::start_or_skip() else {
+        return;
+    };
+    let url = server.create_database("runs").unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let host = dir.path().join("host");
+    let run = |cmd: &[&str]| {
+        let mut args = vec![
+            "run",
+            "--json",
+            "--backend",
+            "local",
+            "--session",
+            "pg-run",
+            "--",
+        ];
+        args.extend_from_slice(cmd);
+        let output = omabox(&host, Some(&url), &args, b"");
+        assert!(output.status.success(), "{}", text(&output));
+        let report: serde_json::Value = serde_json::from_slice(&output.stdout)
+            .unwrap_or_else(|error| panic!("{error}: {}", text(&output)));
+        (report, output)
+    };
+
+    let (first, _) = run(&["sh", "-c", "echo one > f"]);
+    assert_eq!(
+        first["result"],
+        serde_json::json!({"type": "completed", "revision": 1}),
+        "{first}"
+    );
+    // A second run (another process, another fence owner) takes the released fence and
+    // restores what the first published.
+    let (second, output) = run(&["cat", "f"]);
+    assert_eq!(second["restoredRevision"], 1, "{second}");
+    assert_eq!(
+        second["result"],
+        serde_json::json!({"type": "completed", "revision": 2}),
+        "{second}"
+    );
+    assert!(
+        String::from_utf8_lossy(&output.stderr).contains("one"),
+        "{}",
+        text(&output)
+    );
+    assert!(!host.join("omabox.db").exists(), "the run used SQLite");
+
+    // The fence, its publications and the run's usage are in PostgreSQL.
+    let sessions = omabox(&host, Some(&url), &["sessions", "--json"], b"");
+    assert!(sessions.status.success(), "{}", text(&sessions));
+    let listed: serde_json::Value = serde_json::from_slice(&sessions.stdout).unwrap();
+    assert_eq!(listed[0]["session"], "pg-run", "{listed}");
+    assert_eq!(listed[0]["revision"], 2, "{listed}");
+    assert_eq!(listed[0]["generation"], 2, "{listed}");
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let store = runtime.block_on(PostgresStore::connect(&url)).unwrap();
+    assert_eq!(
+        runtime.block_on(store.active_fence_count()).unwrap(),
+        0,
+        "both runs released their fence"
+    );
+}

@@ -2,9 +2,12 @@
 //! or the PostgreSQL database the `database_url` setting names (`--database-url`,
 //! `OMABOX_DATABASE_URL`; issue 30).
 //!
-//! So far `omabox vault`, `omabox usage` and `omabox sessions` open it; every other command
-//! that keeps state refuses to run while `database_url` is set ([`refuse_database_url`])
-//! rather than quietly using the local SQLite file, which other hosts would not see.
+//! So far `omabox run`, `vault`, `usage` and `sessions` open it; every other command that
+//! keeps state refuses to run while `database_url` is set ([`refuse_database_url`]) rather
+//! than quietly using the local SQLite file, which other hosts would not see.
+//!
+//! The `*_blocking` queries are for code on tokio's blocking pool (the leftovers sweep):
+//! SQLite's run there as they are, PostgreSQL's are driven by the runtime's handle.
 //!
 //! What this must never do: put the URL (it carries a password) in an error or a log line;
 //! the store's errors name `user@host:port/database` only.
@@ -13,10 +16,23 @@ use crate::config::{Key, NodeConfig};
 use crate::data_dir::DataDir;
 use anyhow::Context as _;
 use omabox_contract::{
-    RuntimeResourcePublication, RuntimeResourceScope, UsageLedgerPort, VaultSecretPort,
+    RuntimeLeaseJournalPort, RuntimeOrphanPort, RuntimeResourceFencePort,
+    RuntimeResourcePublication, RuntimeResourceScope, SessionTokenPort, UsageLedgerPort,
+    VaultSecretPort,
 };
-use omabox_store::{PostgresStore, SqliteStore};
+use omabox_store::{PostgresStore, SqliteStore, StoreError, WorkItemClaim};
+use std::collections::HashSet;
 use std::sync::Arc;
+
+/// `Arc<dyn $port>` of whichever store this is.
+macro_rules! port {
+    ($self:ident, $port:path) => {
+        match $self {
+            ChosenStore::Sqlite(store) => Arc::new(store.clone()) as Arc<dyn $port>,
+            ChosenStore::Postgres(store) => Arc::new(store.clone()) as Arc<dyn $port>,
+        }
+    };
+}
 
 /// The store a command opened.
 #[derive(Debug, Clone)]
@@ -60,19 +76,100 @@ async fn open_postgres(config: &NodeConfig) -> anyhow::Result<Option<ChosenStore
 }
 
 impl ChosenStore {
+    /// The fence port.
+    pub fn fences(&self) -> Arc<dyn RuntimeResourceFencePort> {
+        port!(self, RuntimeResourceFencePort)
+    }
+
+    /// The orphan queue port.
+    pub fn orphans(&self) -> Arc<dyn RuntimeOrphanPort> {
+        port!(self, RuntimeOrphanPort)
+    }
+
+    /// The lease journal port.
+    pub fn journal(&self) -> Arc<dyn RuntimeLeaseJournalPort> {
+        port!(self, RuntimeLeaseJournalPort)
+    }
+
+    /// The session token port.
+    pub fn tokens(&self) -> Arc<dyn SessionTokenPort> {
+        port!(self, SessionTokenPort)
+    }
+
     /// The vault port.
     pub fn vault(&self) -> Arc<dyn VaultSecretPort> {
-        match self {
-            Self::Sqlite(store) => Arc::new(store.clone()),
-            Self::Postgres(store) => Arc::new(store.clone()),
-        }
+        port!(self, VaultSecretPort)
     }
 
     /// The usage ledger port.
     pub fn usage(&self) -> Arc<dyn UsageLedgerPort> {
+        port!(self, UsageLedgerPort)
+    }
+
+    /// The last (active) publication of `scope`.
+    pub async fn publication(
+        &self,
+        scope: &RuntimeResourceScope,
+    ) -> anyhow::Result<Option<RuntimeResourcePublication>> {
         match self {
-            Self::Sqlite(store) => Arc::new(store.clone()),
-            Self::Postgres(store) => Arc::new(store.clone()),
+            Self::Sqlite(store) => {
+                let (store, scope) = (store.clone(), scope.clone());
+                Ok(
+                    tokio::task::spawn_blocking(move || store.publication(&scope))
+                        .await
+                        .context("the store task failed")??,
+                )
+            }
+            Self::Postgres(store) => Ok(store.publication(scope).await?),
+        }
+    }
+
+    /// The published revisions of `scope`, newest first.
+    pub async fn publications_of(
+        &self,
+        scope: &RuntimeResourceScope,
+    ) -> anyhow::Result<Vec<RuntimeResourcePublication>> {
+        match self {
+            Self::Sqlite(store) => {
+                let (store, scope) = (store.clone(), scope.clone());
+                Ok(
+                    tokio::task::spawn_blocking(move || store.publications_of(&scope))
+                        .await
+                        .context("the store task failed")??,
+                )
+            }
+            Self::Postgres(store) => Ok(store.publications_of(scope).await?),
+        }
+    }
+
+    /// [`Self::publications_of`] from a blocking thread.
+    pub fn publications_of_blocking(
+        &self,
+        scope: &RuntimeResourceScope,
+    ) -> Result<Vec<RuntimeResourcePublication>, StoreError> {
+        match self {
+            Self::Sqlite(store) => store.publications_of(scope),
+            Self::Postgres(store) => block_on(store.publications_of(scope)),
+        }
+    }
+
+    /// Every work item's latest generation and whether it holds its fence, from a blocking
+    /// thread.
+    pub fn work_item_claims_blocking(&self) -> Result<Vec<WorkItemClaim>, StoreError> {
+        match self {
+            Self::Sqlite(store) => store.work_item_claims(),
+            Self::Postgres(store) => block_on(store.work_item_claims()),
+        }
+    }
+
+    /// The runtime ids of `provider` the lease journal names, from a blocking thread.
+    pub fn journaled_runtime_ids_blocking(
+        &self,
+        provider: &str,
+    ) -> Result<HashSet<String>, StoreError> {
+        match self {
+            Self::Sqlite(store) => store.journaled_runtime_ids(provider),
+            Self::Postgres(store) => block_on(store.journaled_runtime_ids(provider)),
         }
     }
 
@@ -94,13 +191,26 @@ impl ChosenStore {
     }
 }
 
+/// Drives `future` on the current runtime from a blocking-pool thread (never from an async
+/// task: tokio panics there, as it must).
+fn block_on<T>(
+    future: impl std::future::Future<Output = Result<T, StoreError>>,
+) -> Result<T, StoreError> {
+    match tokio::runtime::Handle::try_current() {
+        Ok(handle) => handle.block_on(future),
+        Err(_) => Err(StoreError::Worker(
+            "a PostgreSQL query outside the tokio runtime".to_owned(),
+        )),
+    }
+}
+
 /// An error when `database_url` is set: `command` keeps its state in the SQLite store only.
 pub fn refuse_database_url(config: &NodeConfig, command: &str) -> anyhow::Result<()> {
     if config.is_set(Key::DatabaseUrl) {
         anyhow::bail!(
             "`omabox {command}` does not use the PostgreSQL store yet: unset --database-url / \
              OMABOX_DATABASE_URL to use the data directory's SQLite store (so far only \
-             `omabox vault`, `omabox usage` and `omabox sessions` use PostgreSQL)"
+             `omabox run`, `vault`, `usage` and `sessions` use PostgreSQL)"
         );
     }
     Ok(())

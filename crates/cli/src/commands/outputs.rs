@@ -42,6 +42,7 @@ pub async fn run(data_dir: &DataDir, args: &OutputsArgs) -> anyhow::Result<ExitC
         return Ok(ExitCode::SUCCESS);
     };
     let scope = session_scope(args.session.clone());
+    let store = omabox_node::store_choice::ChosenStore::Sqlite(store);
     let publication = publication(&store, &scope).await?.with_context(|| {
         format!(
             "session {} has published nothing (see `omabox sessions`)",

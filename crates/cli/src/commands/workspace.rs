@@ -58,6 +58,7 @@ async fn run_export(data_dir: &DataDir, args: &ExportArgs) -> anyhow::Result<Exi
         )
     })?;
     let scope = session_scope(args.session.clone());
+    let store = omabox_node::store_choice::ChosenStore::Sqlite(store);
     let publication = publication(&store, &scope).await?.with_context(|| {
         format!(
             "session {} has no published workspace (see `omabox sessions`)",
