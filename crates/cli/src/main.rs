@@ -58,6 +58,11 @@ struct Cli {
     #[arg(long, global = true, value_name = "URL")]
     database_url: Option<String>,
 
+    /// The content-addressed blob store's directory, which several hosts may share [env:
+    /// OMABOX_BLOB_DIR]. Default: <data-dir>/blobs. `gc`, `reap` and `serve` refuse it so far.
+    #[arg(long, global = true, value_name = "DIR")]
+    blob_dir: Option<PathBuf>,
+
     /// The node configuration file (TOML; `omabox config` lists its keys) [env:
     /// OMABOX_CONFIG]. Default: <data-dir>/omabox.toml when it exists.
     #[arg(long, value_name = "FILE")]
@@ -168,7 +173,8 @@ impl Cli {
         let flags = Flags::new()
             .with_some(Key::DataDir, self.data_dir.clone())
             .with_some(Key::Config, self.config.clone())
-            .with_some(Key::DatabaseUrl, self.database_url.clone());
+            .with_some(Key::DatabaseUrl, self.database_url.clone())
+            .with_some(Key::BlobDir, self.blob_dir.clone());
         match &self.command {
             Command::Run(args) => args.flags(flags),
             Command::Serve(args) => args.flags(flags),
@@ -185,6 +191,9 @@ fn run(cli: Cli, config: &NodeConfig) -> anyhow::Result<ExitCode> {
     }
     if let Some(name) = cli.command.sqlite_only() {
         omabox_node::store_choice::refuse_database_url(config, name)?;
+    }
+    if let Some(name) = cli.command.collects_blobs() {
+        omabox_node::store_choice::refuse_blob_dir(config, name)?;
     }
     match cli.command {
         Command::Run(args) => {
@@ -241,6 +250,17 @@ fn run(cli: Cli, config: &NodeConfig) -> anyhow::Result<ExitCode> {
 }
 
 impl Command {
+    /// The command's name when it collects or serves the blob store of its data dir only (not
+    /// yet a `--blob-dir` other hosts may share: `store_choice`).
+    fn collects_blobs(&self) -> Option<&'static str> {
+        match self {
+            Command::Gc(_) => Some("gc"),
+            Command::Reap(_) => Some("reap"),
+            Command::Serve(_) => Some("serve"),
+            _ => None,
+        }
+    }
+
     /// The command's name when it keeps state in the SQLite store only (not yet in the
     /// PostgreSQL one `--database-url` names: `store_choice`).
     fn sqlite_only(&self) -> Option<&'static str> {

@@ -237,3 +237,73 @@ fn omabox_run_keeps_its_fences_and_publications_in_postgres() {
         "both runs released their fence"
     );
 }
+
+/// `omabox run` on two hosts (two data directories) sharing the PostgreSQL store and one
+/// `--blob-dir`: what one host published, the other restores and continues.
+#[test]
+fn a_session_moves_between_hosts_sharing_the_database_and_the_blob_dir() {
+    let Some(server) = TestPostgres::start_or_skip() else {
+        return;
+    };
+    let url = server.create_database("moves").unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let shared_blobs = dir.path().join("shared-blobs");
+    let blob_flag = shared_blobs.to_str().unwrap().to_owned();
+    let run = |host: &str, cmd: &[&str]| {
+        let mut args = vec![
+            "--blob-dir",
+            &blob_flag,
+            "run",
+            "--json",
+            "--backend",
+            "local",
+            "--session",
+            "moving",
+            "--",
+        ];
+        args.extend_from_slice(cmd);
+        let output = omabox(&dir.path().join(host), Some(&url), &args, b"");
+        assert!(output.status.success(), "{}", text(&output));
+        let report: serde_json::Value = serde_json::from_slice(&output.stdout)
+            .unwrap_or_else(|error| panic!("{error}: {}", text(&output)));
+        (report, output)
+    };
+
+    let (first, _) = run("host-a", &["sh", "-c", "echo made-on-a > f"]);
+    assert_eq!(first["result"]["revision"], 1, "{first}");
+    let (second, output) = run("host-b", &["sh", "-c", "cat f && echo and-b >> f"]);
+    assert_eq!(second["restoredRevision"], 1, "{second}");
+    assert_eq!(second["result"]["revision"], 2, "{second}");
+    assert!(
+        String::from_utf8_lossy(&output.stderr).contains("made-on-a"),
+        "{}",
+        text(&output)
+    );
+    let (third, output) = run("host-a", &["cat", "f"]);
+    assert_eq!(third["restoredRevision"], 2, "{third}");
+    assert!(
+        String::from_utf8_lossy(&output.stderr).contains("and-b"),
+        "{}",
+        text(&output)
+    );
+    assert!(shared_blobs.join("sha256").is_dir());
+    for host in ["host-a", "host-b"] {
+        let data = dir.path().join(host);
+        assert!(!data.join("blobs").exists(), "{host} kept blobs of its own");
+        assert!(!data.join("omabox.db").exists(), "{host} used SQLite");
+    }
+
+    // A collection of the shared directory would remove what other hosts' publications name.
+    let gc = omabox(
+        &dir.path().join("host-a"),
+        None,
+        &["--blob-dir", &blob_flag, "gc"],
+        b"",
+    );
+    assert!(!gc.status.success());
+    assert!(
+        text(&gc).contains("does not support a shared blob directory yet"),
+        "{}",
+        text(&gc)
+    );
+}

@@ -193,7 +193,7 @@ fn sweep_blocking(config: &NodeConfig, data_dir: &DataDir, store: &ChosenStore) 
         Err(error) => report.errors.push(format!("image cache: {error}")),
     }
     if data_dir.blobs().is_dir() {
-        match BlobStore::new(data_dir.root()).map(|blobs| blobs.remove_abandoned_temps()) {
+        match BlobStore::at(&data_dir.blobs()).map(|blobs| blobs.remove_abandoned_temps()) {
             Ok(Ok(removed)) => report.temp_blobs_removed = removed,
             Ok(Err(error)) | Err(error) => report.errors.push(format!("temp blobs: {error}")),
         }

@@ -68,7 +68,7 @@ pub async fn open_existing(
 }
 
 async fn open_postgres(config: &NodeConfig) -> anyhow::Result<Option<ChosenStore>> {
-    let Some(url) = config.secret(Key::DatabaseUrl) else {
+    let Some(url) = config.checked_secret(Key::DatabaseUrl)? else {
         return Ok(None);
     };
     let store = PostgresStore::connect(url.expose()).await?;
@@ -202,6 +202,20 @@ fn block_on<T>(
             "a PostgreSQL query outside the tokio runtime".to_owned(),
         )),
     }
+}
+
+/// An error when `blob_dir` is set: `command` collects (or serves) the data directory's own
+/// blob store, and a collection of a directory other hosts share would remove blobs their
+/// publications name.
+pub fn refuse_blob_dir(config: &NodeConfig, command: &str) -> anyhow::Result<()> {
+    if config.is_set(Key::BlobDir) {
+        anyhow::bail!(
+            "`omabox {command}` does not support a shared blob directory yet: unset --blob-dir / \
+             OMABOX_BLOB_DIR to use the data directory's own blob store (a collection there \
+             would remove blobs other hosts' publications name)"
+        );
+    }
+    Ok(())
 }
 
 /// An error when `database_url` is set: `command` keeps its state in the SQLite store only.

@@ -34,6 +34,7 @@
 
 mod blob;
 mod blob_scan;
+mod blob_temp;
 mod collection;
 mod error;
 mod fault;

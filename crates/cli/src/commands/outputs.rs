@@ -49,7 +49,7 @@ pub async fn run(data_dir: &DataDir, args: &OutputsArgs) -> anyhow::Result<ExitC
             args.session
         )
     })?;
-    let persistence = Persistence::open(data_dir.root(), None, Default::default())?;
+    let persistence = Persistence::open(data_dir, None, Default::default())?;
     let Some(candidate) = publication.output_candidate else {
         if args.json {
             outln!("[]");

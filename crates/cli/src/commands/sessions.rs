@@ -47,7 +47,7 @@ pub async fn run(
         return Ok(ExitCode::SUCCESS);
     };
     let listed = store.list_publications().await?;
-    let persistence = Persistence::open(data_dir.root(), None, Default::default())?;
+    let persistence = Persistence::open(data_dir, None, Default::default())?;
     let mut rows = Vec::with_capacity(listed.len());
     for (scope, publication) in listed {
         let outputs = match &publication.output_candidate {

@@ -67,7 +67,7 @@ async fn run_export(data_dir: &DataDir, args: &ExportArgs) -> anyhow::Result<Exi
     })?;
     let progress: Option<Arc<dyn ProgressObserver>> =
         ProgressBars::for_stderr().map(|bars| Arc::new(bars) as Arc<dyn ProgressObserver>);
-    let persistence = Persistence::open(data_dir.root(), progress, Default::default())?;
+    let persistence = Persistence::open(data_dir, progress, Default::default())?;
     let report = persistence
         .workspace
         .export_candidate(&publication.workspace_candidate, &args.dir)

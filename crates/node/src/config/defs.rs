@@ -131,6 +131,7 @@ keys!(
     DataDir,
     Config,
     DatabaseUrl,
+    BlobDir,
     Log,
     AgentCache,
     GcKeep,
@@ -272,6 +273,9 @@ pub static SETTINGS: &[Setting] = &[
     row(Key::DatabaseUrl, "database_url", "The PostgreSQL store several hosts share (`postgres://USER:PASSWORD@HOST:PORT/DATABASE`); so far `omabox run`, `vault`, `usage` and `sessions` use it, and every other store command refuses to run with it.")
         .flag("--database-url (every command)").env(&["OMABOX_DATABASE_URL"]).secret()
         .default(Described("the embedded SQLite store `<data_dir>/omabox.db`")).parse(postgres_url),
+    row(Key::BlobDir, "blob_dir", "Absolute directory of the content-addressed blob store, which several hosts may share (a network filesystem) with `database_url`; `gc`, `reap` and `serve` refuse it so far.")
+        .flag("--blob-dir (every command)").env(&["OMABOX_BLOB_DIR"])
+        .default(Computed("`<data_dir>/blobs`")).parse(absolute_path),
     row(Key::Log, "log", "Which log lines go to stderr (a `tracing` filter).").env(&["OMABOX_LOG"])
         .default(Value("warn,omabox_host::runtime_host=error,omabox_backend_linux::env_layer=info")),
     row(Key::AgentCache, "agent_cache", "Absolute directory the ACP agents' npm packages are installed into (`omabox run --agent`).")

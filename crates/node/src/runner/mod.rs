@@ -281,7 +281,7 @@ impl Runner {
 
         notices.prepared();
         let persistence = Persistence::open(
-            data_dir.root(),
+            data_dir,
             observers.progress.clone(),
             config.checkpoint_limits()?,
         )?;
