@@ -53,8 +53,8 @@ struct Cli {
 
     /// The PostgreSQL store several hosts share, postgres://USER:PASSWORD@HOST:PORT/DB [env:
     /// OMABOX_DATABASE_URL, preferred: a flag shows in `ps`]. Default: the SQLite store in
-    /// the data dir. So far `run`, `vault`, `usage` and `sessions` use it; other store
-    /// commands refuse it.
+    /// the data dir. So far `run`, `vault`, `usage`, `sessions`, `workspace` and
+    /// `outputs` use it; other store commands refuse it.
     #[arg(long, global = true, value_name = "URL")]
     database_url: Option<String>,
 
@@ -206,11 +206,11 @@ fn run(cli: Cli, config: &NodeConfig) -> anyhow::Result<ExitCode> {
         }
         Command::Workspace(args) => {
             let data_dir = config.data_dir()?;
-            runtime()?.block_on(commands::workspace::run(&data_dir, &args))
+            runtime()?.block_on(commands::workspace::run(config, &data_dir, &args))
         }
         Command::Outputs(args) => {
             let data_dir = config.data_dir()?;
-            runtime()?.block_on(commands::outputs::run(&data_dir, &args))
+            runtime()?.block_on(commands::outputs::run(config, &data_dir, &args))
         }
         Command::Files(args) => {
             let data_dir = config.data_dir()?;
@@ -265,8 +265,6 @@ impl Command {
     /// PostgreSQL one `--database-url` names: `store_choice`).
     fn sqlite_only(&self) -> Option<&'static str> {
         Some(match self {
-            Command::Workspace(_) => "workspace",
-            Command::Outputs(_) => "outputs",
             Command::Files(_) => "files",
             Command::Fsck(_) => "fsck",
             Command::Gc(_) => "gc",
@@ -275,6 +273,8 @@ impl Command {
             Command::Run(_)
             | Command::Vault(_)
             | Command::Sessions(_)
+            | Command::Workspace(_)
+            | Command::Outputs(_)
             | Command::Usage(_)
             | Command::Bench(_)
             | Command::Catalog(_)

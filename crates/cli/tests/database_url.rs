@@ -287,6 +287,41 @@ fn a_session_moves_between_hosts_sharing_the_database_and_the_blob_dir() {
         text(&output)
     );
     assert!(shared_blobs.join("sha256").is_dir());
+    // Host B exports what host A published last, and lists its (no) outputs.
+    let export = dir.path().join("exported");
+    let exported = omabox(
+        &dir.path().join("host-b"),
+        Some(&url),
+        &[
+            "--blob-dir",
+            &blob_flag,
+            "workspace",
+            "export",
+            "--session",
+            "moving",
+            export.to_str().unwrap(),
+        ],
+        b"",
+    );
+    assert!(exported.status.success(), "{}", text(&exported));
+    assert_eq!(
+        std::fs::read_to_string(export.join("f")).unwrap(),
+        "made-on-a\nand-b\n"
+    );
+    let outputs = omabox(
+        &dir.path().join("host-b"),
+        Some(&url),
+        &[
+            "--blob-dir",
+            &blob_flag,
+            "outputs",
+            "--session",
+            "moving",
+            "--json",
+        ],
+        b"",
+    );
+    assert!(outputs.status.success(), "{}", text(&outputs));
     for host in ["host-a", "host-b"] {
         let data = dir.path().join(host);
         assert!(!data.join("blobs").exists(), "{host} kept blobs of its own");

@@ -2,7 +2,7 @@
 //! or the PostgreSQL database the `database_url` setting names (`--database-url`,
 //! `OMABOX_DATABASE_URL`; issue 30).
 //!
-//! So far `omabox run`, `vault`, `usage` and `sessions` open it; every other command that
+//! So far `omabox run`, `vault`, `usage`, `sessions`, `workspace` and `outputs` open it; every other command that
 //! keeps state refuses to run while `database_url` is set ([`refuse_database_url`]) rather
 //! than quietly using the local SQLite file, which other hosts would not see.
 //!
@@ -224,7 +224,8 @@ pub fn refuse_database_url(config: &NodeConfig, command: &str) -> anyhow::Result
         anyhow::bail!(
             "`omabox {command}` does not use the PostgreSQL store yet: unset --database-url / \
              OMABOX_DATABASE_URL to use the data directory's SQLite store (so far only \
-             `omabox run`, `vault`, `usage` and `sessions` use PostgreSQL)"
+             `omabox run`, `vault`, `usage`, `sessions`, `workspace` and `outputs` use \
+             PostgreSQL)"
         );
     }
     Ok(())

@@ -42,6 +42,10 @@ pub use schema::POSTGRES_SCHEMA_VERSION;
 /// Connections one store keeps open at most.
 pub const DEFAULT_POOL_SIZE: usize = 16;
 
+/// How long opening a connection may take when the URL sets no `connect_timeout`: a server
+/// that drops packets is an error naming it, not a command that hangs.
+pub const DEFAULT_CONNECT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// The PostgreSQL implementation of the fence, orphan, lease-journal, usage, session-token
 /// and vault ports.
 #[derive(Clone)]
@@ -69,8 +73,11 @@ impl PostgresStore {
 
     /// [`PostgresStore::connect`] with at most `size` connections.
     pub async fn connect_with_pool_size(url: &str, size: usize) -> Result<Self, StoreError> {
-        let config = tokio_postgres::Config::from_str(url)
+        let mut config = tokio_postgres::Config::from_str(url)
             .map_err(|error| StoreError::DatabaseUrl(redact_url_error(&error, url)))?;
+        if config.get_connect_timeout().is_none() {
+            config.connect_timeout(DEFAULT_CONNECT_TIMEOUT);
+        }
         let target = describe_target(&config);
         let manager = Manager::from_config(
             config,
