@@ -77,7 +77,10 @@ pub use memory::{
     MemoryFenceRecord, MemoryFenceStore, MemoryLeaseJournal, MemoryOrphanStore,
     MemorySessionTokens, MemoryUsageLedger, MemoryVault,
 };
-pub use postgres::{DEFAULT_POOL_SIZE, POSTGRES_SCHEMA_VERSION, PostgresStore};
+pub use postgres::{
+    DEFAULT_CONNECT_TIMEOUT, DEFAULT_CONNECTION_WAIT, DEFAULT_POOL_SIZE, POSTGRES_SCHEMA_VERSION,
+    PostgresStore,
+};
 pub use session_token::{
     SESSION_TOKEN_LEN, SESSION_TOKEN_PREFIX, new_session_token, session_token_hash,
 };

@@ -448,3 +448,30 @@ async fn the_read_side_queries_answer_as_sqlites_do() {
 /// The ports the read-side scenario drives, on either store.
 trait Fences: RuntimeResourceFencePort + omabox_contract::RuntimeLeaseJournalPort {}
 impl<T: RuntimeResourceFencePort + omabox_contract::RuntimeLeaseJournalPort> Fences for T {}
+
+/// A server that accepts connections and never answers (a hung or half-dead database) is an
+/// error naming it once the connection wait is over, not a call that hangs.
+#[tokio::test]
+async fn a_server_that_never_answers_is_an_error_not_a_hang() {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let silent = tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((socket, _)) = listener.accept().await {
+            held.push(socket);
+        }
+    });
+    let url = format!("postgres://omabox:silent-pw@127.0.0.1:{port}/omabox");
+    let error = PostgresStore::connect_with(&url, 1, std::time::Duration::from_millis(200))
+        .await
+        .unwrap_err();
+    let text = error.to_string();
+    assert!(matches!(error, StoreError::Connect { .. }), "{error:?}");
+    assert!(
+        text.contains(&format!("omabox@127.0.0.1:{port}/omabox")),
+        "{text}"
+    );
+    assert!(text.contains("no connection within"), "{text}");
+    assert!(!text.contains("silent-pw"), "{text}");
+    silent.abort();
+}

@@ -36,6 +36,7 @@ use std::collections::HashMap;
 use std::fmt;
 use std::str::FromStr as _;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 pub use schema::POSTGRES_SCHEMA_VERSION;
 
@@ -44,13 +45,19 @@ pub const DEFAULT_POOL_SIZE: usize = 16;
 
 /// How long opening a connection may take when the URL sets no `connect_timeout`: a server
 /// that drops packets is an error naming it, not a command that hangs.
-pub const DEFAULT_CONNECT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How long an operation waits for a connection (a free one of the pool, or a new one
+/// through the whole login) before it fails naming the database: a server that accepts and
+/// never answers must not hang a command.
+pub const DEFAULT_CONNECTION_WAIT: Duration = Duration::from_secs(30);
 
 /// The PostgreSQL implementation of the fence, orphan, lease-journal, usage, session-token
 /// and vault ports.
 #[derive(Clone)]
 pub struct PostgresStore {
     pool: Pool,
+    wait: Duration,
     target: String,
     clock: Arc<dyn Clock>,
     tokens: Arc<dyn TokenSource>,
@@ -73,6 +80,12 @@ impl PostgresStore {
 
     /// [`PostgresStore::connect`] with at most `size` connections.
     pub async fn connect_with_pool_size(url: &str, size: usize) -> Result<Self, StoreError> {
+        Self::connect_with(url, size, DEFAULT_CONNECTION_WAIT).await
+    }
+
+    /// [`PostgresStore::connect`] with at most `size` connections, each operation waiting at
+    /// most `wait` for one.
+    pub async fn connect_with(url: &str, size: usize, wait: Duration) -> Result<Self, StoreError> {
         let mut config = tokio_postgres::Config::from_str(url)
             .map_err(|error| StoreError::DatabaseUrl(redact_url_error(&error, url)))?;
         if config.get_connect_timeout().is_none() {
@@ -95,6 +108,7 @@ impl PostgresStore {
             })?;
         let store = Self {
             pool,
+            wait,
             target,
             clock: Arc::new(SystemClock),
             tokens: Arc::new(RandomTokens),
@@ -129,10 +143,18 @@ impl PostgresStore {
     }
 
     async fn client(&self) -> Result<Object, StoreError> {
-        self.pool.get().await.map_err(|error| StoreError::Connect {
+        let failed = |detail| StoreError::Connect {
             target: self.target.clone(),
-            detail: describe_pool(&error),
-        })
+            detail,
+        };
+        match tokio::time::timeout(self.wait, self.pool.get()).await {
+            Ok(client) => client.map_err(|error| failed(describe_pool(&error))),
+            Err(_) => Err(failed(format!(
+                "no connection within {} s (the server does not answer, or every pooled \
+                 connection is busy)",
+                self.wait.as_secs()
+            ))),
+        }
     }
 
     /// Maps a failure to a [`PortError`] naming the operation, and logs it.
