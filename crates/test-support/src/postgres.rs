@@ -147,7 +147,7 @@ impl TestPostgres {
                 self.dir.path().display()
             ))
             .args(["-c", "fsync=off", "-c", "full_page_writes=off"])
-            .args(["-c", "max_connections=200"])
+            .args(["-c", "max_connections=100", "-c", "shared_buffers=16MB"])
             .stdin(Stdio::null())
             .stdout(log_file)
             .stderr(stderr);
