@@ -51,6 +51,18 @@ struct Cli {
     #[arg(long, global = true, value_name = "DIR")]
     data_dir: Option<PathBuf>,
 
+    /// The PostgreSQL store several hosts share, postgres://USER:PASSWORD@HOST:PORT/DB [env:
+    /// OMABOX_DATABASE_URL, preferred: a flag shows in `ps`]. Default: the SQLite store in
+    /// the data dir. So far `run`, `vault`, `usage`, `sessions`, `workspace` and
+    /// `outputs` use it; other store commands refuse it.
+    #[arg(long, global = true, value_name = "URL")]
+    database_url: Option<String>,
+
+    /// The content-addressed blob store's directory, which several hosts may share [env:
+    /// OMABOX_BLOB_DIR]. Default: <data-dir>/blobs. `gc`, `reap` and `serve` refuse it so far.
+    #[arg(long, global = true, value_name = "DIR")]
+    blob_dir: Option<PathBuf>,
+
     /// The node configuration file (TOML; `omabox config` lists its keys) [env:
     /// OMABOX_CONFIG]. Default: <data-dir>/omabox.toml when it exists.
     #[arg(long, value_name = "FILE")]
@@ -160,7 +172,9 @@ impl Cli {
     fn flags(&self) -> Flags {
         let flags = Flags::new()
             .with_some(Key::DataDir, self.data_dir.clone())
-            .with_some(Key::Config, self.config.clone());
+            .with_some(Key::Config, self.config.clone())
+            .with_some(Key::DatabaseUrl, self.database_url.clone())
+            .with_some(Key::BlobDir, self.blob_dir.clone());
         match &self.command {
             Command::Run(args) => args.flags(flags),
             Command::Serve(args) => args.flags(flags),
@@ -175,6 +189,12 @@ fn run(cli: Cli, config: &NodeConfig) -> anyhow::Result<ExitCode> {
     if cli.command.only_reports() {
         die_quietly_on_a_closed_stdout();
     }
+    if let Some(name) = cli.command.sqlite_only() {
+        omabox_node::store_choice::refuse_database_url(config, name)?;
+    }
+    if let Some(name) = cli.command.collects_blobs() {
+        omabox_node::store_choice::refuse_blob_dir(config, name)?;
+    }
     match cli.command {
         Command::Run(args) => {
             let data_dir = config.data_dir()?;
@@ -182,15 +202,15 @@ fn run(cli: Cli, config: &NodeConfig) -> anyhow::Result<ExitCode> {
         }
         Command::Sessions(args) => {
             let data_dir = config.data_dir()?;
-            runtime()?.block_on(commands::sessions::run(&data_dir, &args))
+            runtime()?.block_on(commands::sessions::run(config, &data_dir, &args))
         }
         Command::Workspace(args) => {
             let data_dir = config.data_dir()?;
-            runtime()?.block_on(commands::workspace::run(&data_dir, &args))
+            runtime()?.block_on(commands::workspace::run(config, &data_dir, &args))
         }
         Command::Outputs(args) => {
             let data_dir = config.data_dir()?;
-            runtime()?.block_on(commands::outputs::run(&data_dir, &args))
+            runtime()?.block_on(commands::outputs::run(config, &data_dir, &args))
         }
         Command::Files(args) => {
             let data_dir = config.data_dir()?;
@@ -198,11 +218,11 @@ fn run(cli: Cli, config: &NodeConfig) -> anyhow::Result<ExitCode> {
         }
         Command::Vault(args) => {
             let data_dir = config.data_dir()?;
-            runtime()?.block_on(commands::vault::run(&data_dir, &args))
+            runtime()?.block_on(commands::vault::run(config, &data_dir, &args))
         }
         Command::Usage(args) => {
             let data_dir = config.data_dir()?;
-            runtime()?.block_on(commands::usage::run(&data_dir, &args))
+            runtime()?.block_on(commands::usage::run(config, &data_dir, &args))
         }
         Command::Bench(args) => commands::bench::run(&args),
         Command::Catalog(args) => commands::catalog::run(&args),
@@ -230,6 +250,40 @@ fn run(cli: Cli, config: &NodeConfig) -> anyhow::Result<ExitCode> {
 }
 
 impl Command {
+    /// The command's name when it collects or serves the blob store of its data dir only (not
+    /// yet a `--blob-dir` other hosts may share: `store_choice`).
+    fn collects_blobs(&self) -> Option<&'static str> {
+        match self {
+            Command::Gc(_) => Some("gc"),
+            Command::Reap(_) => Some("reap"),
+            Command::Serve(_) => Some("serve"),
+            _ => None,
+        }
+    }
+
+    /// The command's name when it keeps state in the SQLite store only (not yet in the
+    /// PostgreSQL one `--database-url` names: `store_choice`).
+    fn sqlite_only(&self) -> Option<&'static str> {
+        Some(match self {
+            Command::Files(_) => "files",
+            Command::Fsck(_) => "fsck",
+            Command::Gc(_) => "gc",
+            Command::Reap(_) => "reap",
+            Command::Serve(_) => "serve",
+            Command::Run(_)
+            | Command::Vault(_)
+            | Command::Sessions(_)
+            | Command::Workspace(_)
+            | Command::Outputs(_)
+            | Command::Usage(_)
+            | Command::Bench(_)
+            | Command::Catalog(_)
+            | Command::Sandbox(_)
+            | Command::Image(_)
+            | Command::Config(_) => return None,
+        })
+    }
+
     /// Whether the command's writes are done (or it writes nothing) by the time it prints:
     /// it may end the moment its stdout's reader leaves (`omabox sessions | head -1`).
     fn only_reports(&self) -> bool {

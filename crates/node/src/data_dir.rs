@@ -5,7 +5,8 @@
 //! <data-dir>/omabox.db              the store: fences, orphans, lease journal, usage, session
 //!                                   tokens (hashed), publication history, the vault
 //! <data-dir>/omabox.toml            the node configuration file (optional; `crate::config`)
-//! <data-dir>/blobs/                 content-addressed blobs (`omabox_persistence::BlobStore`)
+//! <data-dir>/blobs/                 content-addressed blobs (`omabox_persistence::BlobStore`),
+//!                                   unless `--blob-dir` puts them elsewhere (shared by hosts)
 //! <data-dir>/runtime/               /workspace binding dirs of live generations
 //! <data-dir>/runtime-outputs/       /mnt/session/outputs binding dirs of live generations
 //! <data-dir>/memory/<NAME>/         memory stores; `memory/.pending/<run>/` a run's write-backs
@@ -42,6 +43,7 @@ use std::path::{Path, PathBuf};
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DataDir {
     root: PathBuf,
+    blobs: Option<PathBuf>,
 }
 
 /// The database file below the data dir.
@@ -74,13 +76,30 @@ impl DataDir {
     pub fn resolve(chosen: &Path) -> anyhow::Result<Self> {
         Ok(Self {
             root: trusted(chosen)?,
+            blobs: None,
         })
     }
 
     /// The data dir at `root`, taken as resolved and checked already (tests, and a caller
     /// that holds a [`DataDir`]'s root).
     pub fn at(root: impl Into<PathBuf>) -> Self {
-        Self { root: root.into() }
+        Self {
+            root: root.into(),
+            blobs: None,
+        }
+    }
+
+    /// The blob store in `dir` (`--blob-dir`, resolved and checked like the data dir) instead
+    /// of `<data-dir>/blobs`.
+    #[must_use]
+    pub fn with_blob_dir(mut self, dir: PathBuf) -> Self {
+        self.blobs = Some(dir);
+        self
+    }
+
+    /// Whether the blob store is elsewhere than `<data-dir>/blobs` (`--blob-dir`).
+    pub fn has_own_blob_dir(&self) -> bool {
+        self.blobs.is_some()
     }
 
     /// The directory itself: what the persistence and proxy crates are handed.
@@ -98,9 +117,9 @@ impl DataDir {
         self.root.join(CONFIG_FILE)
     }
 
-    /// The blob store.
+    /// The blob store: `--blob-dir`, else `<data-dir>/blobs`.
     pub fn blobs(&self) -> PathBuf {
-        self.root.join(BLOBS)
+        self.blobs.clone().unwrap_or_else(|| self.root.join(BLOBS))
     }
 
     /// The binding areas (`/workspace`, outputs) and the binding id prefix of each.

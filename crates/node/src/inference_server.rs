@@ -15,13 +15,12 @@
 
 use crate::NodeConfig;
 use crate::config::Key;
+use crate::store_choice::ChosenStore;
 use anyhow::Context;
 use omabox_contract::SecretString;
 use omabox_proxy::{ModelCard, ProxyDeps, ProxyState, ServeConfig};
-use omabox_store::SqliteStore;
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::sync::Arc;
 use tokio::sync::oneshot;
 
 /// A running in-process proxy; stops when dropped.
@@ -75,7 +74,7 @@ pub fn config(
 /// model keys of `settings`' environment; `warn` gets a line when there is no key.
 pub async fn start(
     settings: &NodeConfig,
-    store: &SqliteStore,
+    store: &ChosenStore,
     config: ServeConfig,
     warn: &(dyn Fn(&str) + Sync),
 ) -> anyhow::Result<InferenceServer> {
@@ -93,11 +92,10 @@ pub async fn start(
         );
     }
     let limits = config.limits.clone();
-    let store = Arc::new(store.clone());
     let state = ProxyState::new(ProxyDeps {
         config,
-        tokens: store.clone(),
-        vault: store,
+        tokens: store.tokens(),
+        vault: store.vault(),
         files: None,
         env,
         // The operator routes are not used by a run; nobody knows this key.

@@ -30,6 +30,7 @@
 //! generation that holds its fence or of a sandbox whose owner is alive, follow a symlink, or
 //! fail a run because a leftover could not be removed.
 
+use crate::store_choice::ChosenStore;
 use crate::wiring;
 use crate::{DataDir, NodeConfig};
 use omabox_backend_linux::factory::LinuxSandboxFactory;
@@ -38,7 +39,6 @@ use omabox_backend_linux::managed::LINUX_PROVIDER;
 use omabox_contract::RuntimeLeaseJournalPort;
 use omabox_host::lease_journal::AbandonedLeaseReaper;
 use omabox_persistence::{BlobHash, BlobStore};
-use omabox_store::SqliteStore;
 use serde::Serialize;
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
@@ -80,7 +80,7 @@ pub struct LeftoverReport {
 /// be done is in the report's `errors`.
 /// Where it looks: `data_dir`, and from `config` the linux runtime dir, the tmp dir
 /// (temporary workspaces) and the image cache.
-pub async fn sweep(config: &NodeConfig, data_dir: &DataDir, store: &SqliteStore) -> LeftoverReport {
+pub async fn sweep(config: &NodeConfig, data_dir: &DataDir, store: &ChosenStore) -> LeftoverReport {
     let (config, data_dir, store) = (config.clone(), data_dir.clone(), store.clone());
     tokio::task::spawn_blocking(move || sweep_blocking(&config, &data_dir, &store))
         .await
@@ -95,12 +95,12 @@ pub async fn sweep(config: &NodeConfig, data_dir: &DataDir, store: &SqliteStore)
 pub async fn before_run(
     config: &NodeConfig,
     data_dir: &DataDir,
-    store: &SqliteStore,
+    store: &ChosenStore,
 ) -> Option<String> {
-    let resolver = wiring::sandbox_resolver(&config.factory_env(), Arc::new(store.clone()));
-    let journal: Arc<dyn RuntimeLeaseJournalPort> = Arc::new(store.clone());
+    let resolver = wiring::sandbox_resolver(&config.factory_env(), store.usage());
+    let journal: Arc<dyn RuntimeLeaseJournalPort> = store.journal();
     let mut errors = match AbandonedLeaseReaper::new(journal, resolver)
-        .with_session_tokens(Arc::new(store.clone()))
+        .with_session_tokens(store.tokens())
         .run_once(LEASES_PER_RUN)
         .await
     {
@@ -128,10 +128,10 @@ pub async fn before_run(
     })
 }
 
-fn sweep_blocking(config: &NodeConfig, data_dir: &DataDir, store: &SqliteStore) -> LeftoverReport {
+fn sweep_blocking(config: &NodeConfig, data_dir: &DataDir, store: &ChosenStore) -> LeftoverReport {
     let mut report = LeftoverReport::default();
     // Sandboxes a journaled lease names are the lease reaper's: it bills them too.
-    let journaled: HashSet<String> = match store.journaled_runtime_ids(LINUX_PROVIDER) {
+    let journaled: HashSet<String> = match store.journaled_runtime_ids_blocking(LINUX_PROVIDER) {
         Ok(ids) => ids,
         Err(error) => {
             report.errors.push(format!("lease journal: {error}"));
@@ -193,7 +193,7 @@ fn sweep_blocking(config: &NodeConfig, data_dir: &DataDir, store: &SqliteStore) 
         Err(error) => report.errors.push(format!("image cache: {error}")),
     }
     if data_dir.blobs().is_dir() {
-        match BlobStore::new(data_dir.root()).map(|blobs| blobs.remove_abandoned_temps()) {
+        match BlobStore::at(&data_dir.blobs()).map(|blobs| blobs.remove_abandoned_temps()) {
             Ok(Ok(removed)) => report.temp_blobs_removed = removed,
             Ok(Err(error)) | Err(error) => report.errors.push(format!("temp blobs: {error}")),
         }
@@ -274,13 +274,13 @@ fn list_bindings(data_dir: &DataDir) -> Vec<Binding> {
     found
 }
 
-fn sweep_bindings(data_dir: &DataDir, store: &SqliteStore, report: &mut LeftoverReport) {
+fn sweep_bindings(data_dir: &DataDir, store: &ChosenStore, report: &mut LeftoverReport) {
     // Listed first, fences read second (module doc).
     let bindings = list_bindings(data_dir);
     if bindings.is_empty() {
         return;
     }
-    let claims: HashMap<String, (u64, bool)> = match store.work_item_claims() {
+    let claims: HashMap<String, (u64, bool)> = match store.work_item_claims_blocking() {
         Ok(claims) => claims
             .into_iter()
             .map(|claim| {
@@ -380,6 +380,7 @@ mod tests {
     use omabox_contract::{
         AcquireRuntimeFenceInput, RuntimeResourceFencePort, RuntimeResourceScope, TerminationReason,
     };
+    use omabox_store::SqliteStore;
 
     fn binding(data: &Path, area: &str, scope: &RuntimeResourceScope, generation: u64) -> PathBuf {
         let prefix = if area == "runtime" { "wsb_" } else { "outb_" };
@@ -489,7 +490,11 @@ mod tests {
         .unwrap();
 
         let mut report = LeftoverReport::default();
-        sweep_bindings(&DataDir::at(data.path()), &store, &mut report);
+        sweep_bindings(
+            &DataDir::at(data.path()),
+            &ChosenStore::Sqlite(store.clone()),
+            &mut report,
+        );
         assert!(report.errors.is_empty(), "{:?}", report.errors);
         assert_eq!(report.bindings_live, 2);
         assert_eq!(

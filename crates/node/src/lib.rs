@@ -32,6 +32,7 @@ pub mod runner;
 pub mod sandboxes;
 pub mod session;
 pub mod session_inputs;
+pub mod store_choice;
 pub mod temp_workspace;
 pub mod wiring;
 pub mod work_profile;

@@ -7,29 +7,25 @@
 //! change). A revision is only chosen after its workspace checkpoint verified intact (every
 //! blob re-hashed), so a damaged one is refused here with what is damaged, not mid-run.
 
+use crate::store_choice::ChosenStore;
 use crate::wiring::Persistence;
 use anyhow::Context;
 use omabox_contract::{RuntimePublicationCandidate, RuntimeResourceScope};
 use omabox_persistence::{BlobVerifier, verify_workspace};
-use omabox_store::SqliteStore;
 use std::sync::Arc;
 
 /// Registers what the run of `scope` restores: revision `from` (checked to exist and be
 /// intact), else the last publication (only named, so a failed restore says its revision).
 pub async fn choose_restore(
-    store: &SqliteStore,
+    store: &ChosenStore,
     persistence: &Persistence,
     scope: &RuntimeResourceScope,
     from: Option<u64>,
 ) -> anyhow::Result<()> {
-    let history = {
-        let store = store.clone();
-        let scope = scope.clone();
-        tokio::task::spawn_blocking(move || store.publications_of(&scope))
-            .await
-            .context("the store task failed")?
-            .context("cannot read the session's publication history")?
-    };
+    let history = store
+        .publications_of(scope)
+        .await
+        .context("cannot read the session's publication history")?;
     let Some(revision) = from else {
         if let Some(last) = history.first() {
             persistence.workspace.name_revision(

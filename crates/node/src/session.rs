@@ -5,9 +5,9 @@
 //! What this must never do: accept a session id that could be a path or carry spaces into a
 //! URL (ids are `[A-Za-z0-9._-]{1,128}`).
 
+use crate::store_choice::ChosenStore;
 use anyhow::Context as _;
 use omabox_contract::{RuntimeResourcePublication, RuntimeResourceScope};
-use omabox_store::SqliteStore;
 use std::path::Path;
 
 /// A session id: 1–128 characters of `[A-Za-z0-9._-]`.
@@ -35,21 +35,19 @@ pub fn check_id(flag: &str, id: &str) -> anyhow::Result<()> {
 
 /// The last publication of `scope`, read off the async workers.
 pub async fn publication(
-    store: &SqliteStore,
+    store: &ChosenStore,
     scope: &RuntimeResourceScope,
 ) -> anyhow::Result<Option<RuntimeResourcePublication>> {
-    let store = store.clone();
-    let scope = scope.clone();
-    tokio::task::spawn_blocking(move || store.publication(&scope))
+    store
+        .publication(scope)
         .await
-        .context("the store task failed")?
         .context("cannot read the session's publication")
 }
 
 /// `--workspace DIR` seeds only a new session: DIR must be a directory and the session must
 /// have no publication yet.
 pub async fn check_seed(
-    store: &SqliteStore,
+    store: &ChosenStore,
     scope: &RuntimeResourceScope,
     seed: &Path,
 ) -> anyhow::Result<()> {

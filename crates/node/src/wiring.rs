@@ -94,17 +94,20 @@ pub struct Persistence {
 }
 
 impl Persistence {
-    /// Opens the blob store under `data_dir`; `progress` receives restore, checkpoint and
-    /// export progress; `limits` bound each checkpoint.
+    /// Opens the blob store of `data_dir` (`--blob-dir`, else `<data-dir>/blobs`);
+    /// `progress` receives restore, checkpoint and export progress; `limits` bound each
+    /// checkpoint.
     pub fn open(
-        data_dir: &Path,
+        data_dir: &crate::DataDir,
         progress: Option<Arc<dyn ProgressObserver>>,
         limits: CheckpointLimits,
     ) -> anyhow::Result<Self> {
+        let blob_dir = data_dir.blobs();
         let blobs =
-            Arc::new(BlobStore::new(data_dir).with_context(|| {
-                format!("cannot open the blob store in {}", data_dir.display())
+            Arc::new(BlobStore::at(&blob_dir).with_context(|| {
+                format!("cannot open the blob store in {}", blob_dir.display())
             })?);
+        let data_dir = data_dir.root();
         let mut workspace = FilesystemWorkspacePort::with_store(data_dir, Arc::clone(&blobs))
             .with_options(WorkspaceOptions {
                 limits,

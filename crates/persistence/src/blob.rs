@@ -1,10 +1,12 @@
 //! A content-addressed blob store on the local filesystem.
 //!
-//! Layout under `<data-dir>/blobs/`:
+//! Layout under `<data-dir>/blobs/` (or the directory [`BlobStore::at`] is given: `--blob-dir`,
+//! which several hosts may share):
 //!
 //! ```text
 //! sha256/<first 2 hex>/<64 hex>   one immutable blob; its bytes hash to its name
-//! tmp/put-<pid>-<n>-<nanos>       a put in progress (same filesystem, so the final step is a link)
+//! tmp/put-<pid>-<n>-<nanos>-h<host>  a put in progress (same filesystem, so the final step is
+//!                                 a link; `<host>` names the machine: `blob_temp`)
 //! .lock                           flock: puts hold it shared, gc holds it exclusive
 //! collect.lock                    flock: runs hold it shared, a short-grace gc exclusive
 //!                                 (see `collection`)
@@ -56,17 +58,6 @@ use std::time::{Duration, SystemTime};
 /// While puts are in flight, a temp file whose writer is gone must also be this old before
 /// [`BlobStore::remove_abandoned_temps`] removes it (a writer in another pid namespace).
 pub const TEMP_GRACE: Duration = Duration::from_secs(600);
-
-/// The writer pid of a temp file named `put-<pid>-<n>-<nanos>`.
-fn temp_writer_pid(path: &Path) -> Option<u32> {
-    path.file_name()?
-        .to_str()?
-        .strip_prefix("put-")?
-        .split('-')
-        .next()?
-        .parse()
-        .ok()
-}
 
 /// Copy buffer size for streaming puts and restores.
 pub(crate) const COPY_BUFFER: usize = 1 << 20;
@@ -140,7 +131,18 @@ impl BlobStore {
 
     /// Opens the store with explicit options.
     pub fn with_options(data_dir: &Path, options: BlobStoreOptions) -> Result<Self> {
-        let root = data_dir.join("blobs");
+        Self::at_with_options(&data_dir.join("blobs"), options)
+    }
+
+    /// Opens (creating if needed) the store in the directory `root` itself (`--blob-dir`: a
+    /// directory several hosts may share).
+    pub fn at(root: &Path) -> Result<Self> {
+        Self::at_with_options(root, BlobStoreOptions::default())
+    }
+
+    /// [`BlobStore::at`] with explicit options.
+    pub fn at_with_options(root: &Path, options: BlobStoreOptions) -> Result<Self> {
+        let root = root.to_path_buf();
         for dir in [root.join("sha256"), root.join("tmp")] {
             std::fs::create_dir_all(&dir).ctx(|| format!("Cannot create {}", dir.display()))?;
         }
@@ -319,11 +321,12 @@ impl BlobStore {
         Ok(report)
     }
 
-    /// Removes the temp files of puts that can no longer finish: all of them when no put is in
-    /// flight (the exclusive lock is free: every put holds the shared lock from its temp
-    /// file's creation to its removal), otherwise those whose writer pid (in the name) is gone
-    /// and that are older than [`TEMP_GRACE`]. Never waits for the lock, so it is cheap enough
-    /// to run before every `omabox run`. Returns how many were removed.
+    /// Removes the temp files of puts that can no longer finish: this machine's all when no
+    /// put is in flight (the exclusive lock is free: every put holds the shared lock from its
+    /// temp file's creation to its removal), otherwise those whose writer pid (in the name) is
+    /// gone and that are older than [`TEMP_GRACE`]; another machine's (a shared `--blob-dir`)
+    /// only once older than [`TEMP_GRACE`]. Never waits for the lock, so it is cheap enough to
+    /// run before every `omabox run`. Returns how many were removed.
     pub fn remove_abandoned_temps(&self) -> Result<u64> {
         let path = self.root.join(".lock");
         let file = std::fs::OpenOptions::new()
@@ -338,13 +341,17 @@ impl BlobStore {
             .unwrap_or(SystemTime::UNIX_EPOCH);
         let mut removed = 0;
         for temp in read_dir_sorted(&self.root.join("tmp"))? {
-            let abandoned = idle || {
-                let writer_gone = temp_writer_pid(&temp)
-                    .is_none_or(|pid| !Path::new(&format!("/proc/{pid}")).exists());
-                let old = std::fs::symlink_metadata(&temp)
+            let old = || {
+                std::fs::symlink_metadata(&temp)
                     .and_then(|meta| meta.modified())
-                    .is_ok_and(|time| time <= cutoff);
-                writer_gone && old
+                    .is_ok_and(|time| time <= cutoff)
+            };
+            let abandoned = match crate::blob_temp::writer(&temp) {
+                crate::blob_temp::Writer::Elsewhere => old(),
+                crate::blob_temp::Writer::Here(pid) => {
+                    idle || (!Path::new(&format!("/proc/{pid}")).exists() && old())
+                }
+                crate::blob_temp::Writer::Unknown => idle || old(),
             };
             if abandoned && std::fs::remove_file(&temp).is_ok() {
                 removed += 1;
@@ -574,7 +581,7 @@ impl BlobStore {
             let path = self
                 .root
                 .join("tmp")
-                .join(format!("put-{}-{n}-{nanos}", std::process::id()));
+                .join(crate::blob_temp::temp_name(n, nanos));
             match std::fs::OpenOptions::new()
                 .write(true)
                 .create_new(true)

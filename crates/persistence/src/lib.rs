@@ -35,6 +35,7 @@
 mod batch;
 mod blob;
 mod blob_scan;
+mod blob_temp;
 mod collection;
 mod direct;
 mod error;

@@ -70,3 +70,43 @@ fn while_a_put_is_in_flight_only_old_temps_of_dead_writers_go() {
     drop(lock);
     assert_eq!(store.remove_abandoned_temps().unwrap(), 2);
 }
+
+/// In a blob directory several hosts share, another machine's temp file is judged by its age
+/// alone: its pid means nothing here, and a lock free here may be held over there.
+#[test]
+fn another_machines_young_temp_stays_even_when_no_put_is_in_flight_here() {
+    let shared = tempfile::tempdir().unwrap();
+    let store = BlobStore::at(shared.path()).unwrap();
+    let temp_at = |name: &str, age: Duration| {
+        let path = shared.path().join("tmp").join(name);
+        std::fs::write(&path, b"half a blob").unwrap();
+        std::fs::File::options()
+            .write(true)
+            .open(&path)
+            .unwrap()
+            .set_modified(SystemTime::now() - age)
+            .unwrap();
+        path
+    };
+    let old = TEMP_GRACE + Duration::from_secs(5);
+    // pid 1 is alive here, and means another process over there.
+    let elsewhere_young = temp_at("put-1-0-0-h0123456789abcdef0", Duration::ZERO);
+    let elsewhere_old = temp_at("put-1-1-0-h0123456789abcdef0", old);
+    let mine = temp_at(&format!("put-{}-0-0", dead_pid()), Duration::ZERO);
+    assert_eq!(store.remove_abandoned_temps().unwrap(), 2);
+    assert!(
+        elsewhere_young.exists(),
+        "another machine's put in progress was removed"
+    );
+    assert!(!elsewhere_old.exists() && !mine.exists());
+    // A put names its temp file with this machine's id, and leaves none behind.
+    let put = store.put_bytes(b"shared").unwrap();
+    assert!(
+        shared
+            .path()
+            .join("sha256")
+            .join(&put.hash.to_hex()[..2])
+            .is_dir(),
+        "the store is the directory itself, not a blobs/ below it"
+    );
+}

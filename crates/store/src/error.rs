@@ -1,4 +1,4 @@
-//! Errors of opening, migrating and querying the SQLite store.
+//! Errors of opening, migrating and querying the store (SQLite or PostgreSQL).
 
 use std::path::PathBuf;
 
@@ -114,6 +114,47 @@ pub enum StoreError {
     /// A stored value could not be read back (a hand-edited or corrupt database).
     #[error("corrupt store record: {0}")]
     Corrupt(String),
+    /// The PostgreSQL database URL could not be parsed. Never carries the URL.
+    #[error(
+        "invalid PostgreSQL database URL ({0}); expected postgres://USER:PASSWORD@HOST:PORT/DATABASE"
+    )]
+    DatabaseUrl(String),
+    /// The PostgreSQL database could not be reached, or refused the login.
+    #[error("cannot connect to the PostgreSQL store {target}: {detail}")]
+    Connect {
+        /// `user@host:port/database` (never the password).
+        target: String,
+        /// Why (the driver's text, without a server error's DETAIL).
+        detail: String,
+    },
+    /// The PostgreSQL database was migrated by a newer omabox.
+    #[error(
+        "the PostgreSQL store {target} has schema version {found}, newer than the {supported} \
+         this omabox understands; upgrade omabox on this host"
+    )]
+    DatabaseSchemaTooNew {
+        /// `user@host:port/database`.
+        target: String,
+        /// The version recorded in the database.
+        found: u32,
+        /// The newest version this build knows.
+        supported: u32,
+    },
+    /// A PostgreSQL migration step failed; the database is left at its previous version.
+    #[error(
+        "cannot migrate the PostgreSQL store schema to version {version} ({description}): {detail}"
+    )]
+    MigrateDatabase {
+        /// The version the failed step leads to.
+        version: u32,
+        /// What the step does.
+        description: &'static str,
+        /// Why.
+        detail: String,
+    },
+    /// A PostgreSQL statement failed (its message and SQLSTATE, never its DETAIL).
+    #[error("PostgreSQL store query failed: {0}")]
+    Postgres(String),
     /// The blocking worker running the statement failed.
     #[error("store worker failed: {0}")]
     Worker(String),

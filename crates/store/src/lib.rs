@@ -65,6 +65,7 @@ mod clock;
 mod error;
 mod fence_state;
 mod memory;
+mod postgres;
 mod session_token;
 mod sqlite;
 mod token;
@@ -75,6 +76,10 @@ pub use fence_state::{ActiveFence, FenceRecord, TokenProof};
 pub use memory::{
     MemoryFenceRecord, MemoryFenceStore, MemoryLeaseJournal, MemoryOrphanStore,
     MemorySessionTokens, MemoryUsageLedger, MemoryVault,
+};
+pub use postgres::{
+    DEFAULT_CONNECT_TIMEOUT, DEFAULT_CONNECTION_WAIT, DEFAULT_POOL_SIZE, POSTGRES_SCHEMA_VERSION,
+    PostgresStore,
 };
 pub use session_token::{
     SESSION_TOKEN_LEN, SESSION_TOKEN_PREFIX, new_session_token, session_token_hash,

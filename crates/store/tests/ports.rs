@@ -1,5 +1,8 @@
-//! One behavioural suite, two instantiations: every fence/orphan store must pass the same
-//! contract tests (reference §1.1, §1.11), and the same lease-journal and usage-ledger tests, and the same session-token and vault tests.
+//! One behavioural suite, three instantiations (memory, SQLite, PostgreSQL): every
+//! fence/orphan store must pass the same contract tests (reference §1.1, §1.11), the same
+//! lease-journal and usage-ledger tests, and the same session-token and vault tests. The
+//! PostgreSQL cases start a server each (`omabox_test_support::postgres`), gated by the
+//! capability gate: skipped with a reason locally, a failure under `CI=true`.
 
 mod suite;
 
@@ -18,6 +21,16 @@ macro_rules! port_suite {
                 #[tokio::test]
                 async fn $case() {
                     crate::suite::$case(crate::suite::sqlite()).await;
+                }
+            )*
+        }
+        mod postgres {
+            $(
+                #[tokio::test]
+                async fn $case() {
+                    if let Some(subject) = crate::suite::postgres().await {
+                        crate::suite::$case(subject).await;
+                    }
                 }
             )*
         }

@@ -10,6 +10,8 @@
 //!   client, for the image pull tests.
 //! - [`hostile_http`]: a scripted HTTP server on loopback (a malicious registry, a
 //!   host-only service that must never be contacted) and a tiny OCI image it serves.
+//! - [`postgres`]: a real PostgreSQL server (the installed binaries) in a temp dir on a
+//!   loopback port, for the store's PostgreSQL tests.
 //! - [`sdk`]: official client SDKs (a Python venv, an npm prefix) installed from the
 //!   registries once per target directory.
 
@@ -18,6 +20,7 @@
 pub mod capability;
 pub mod drivers;
 pub mod hostile_http;
+pub mod postgres;
 pub mod registry;
 pub mod registry_token;
 pub mod sdk;

@@ -87,7 +87,7 @@ pub async fn run(data_dir: &DataDir, args: &FsckArgs) -> anyhow::Result<ExitCode
     };
     omabox_node::pause_point::pause("fsck-history-read");
     let blobs = Arc::clone(
-        Persistence::open(data_dir.root(), None, Default::default())?
+        Persistence::open(data_dir, None, Default::default())?
             .workspace
             .store(),
     );

@@ -6,9 +6,10 @@ use crate::timeline::human_bytes;
 use anyhow::Context as _;
 use clap::Args;
 use omabox_host::work_item::session_scope;
-use omabox_node::DataDir;
 use omabox_node::session::{check_id, publication};
+use omabox_node::store_choice::open_existing;
 use omabox_node::wiring::Persistence;
+use omabox_node::{DataDir, NodeConfig};
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -31,9 +32,13 @@ pub struct OutputsArgs {
 }
 
 /// Lists (or copies) a session's published outputs.
-pub async fn run(data_dir: &DataDir, args: &OutputsArgs) -> anyhow::Result<ExitCode> {
+pub async fn run(
+    config: &NodeConfig,
+    data_dir: &DataDir,
+    args: &OutputsArgs,
+) -> anyhow::Result<ExitCode> {
     check_id("--session", &args.session)?;
-    let Some(store) = data_dir.open_existing_store().await? else {
+    let Some(store) = open_existing(config, data_dir).await? else {
         if args.json {
             outln!("[]");
         } else {
@@ -48,7 +53,7 @@ pub async fn run(data_dir: &DataDir, args: &OutputsArgs) -> anyhow::Result<ExitC
             args.session
         )
     })?;
-    let persistence = Persistence::open(data_dir.root(), None, Default::default())?;
+    let persistence = Persistence::open(data_dir, None, Default::default())?;
     let Some(candidate) = publication.output_candidate else {
         if args.json {
             outln!("[]");

@@ -80,7 +80,12 @@ pub async fn run(
         .run_all(PAGE, args.limit)
         .await?;
     omabox_sandbox::fault::point("reap-leases-done");
-    let leftovers = leftovers::sweep(config, data_dir, &store).await;
+    let leftovers = leftovers::sweep(
+        config,
+        data_dir,
+        &omabox_node::store_choice::ChosenStore::Sqlite(store.clone()),
+    )
+    .await;
     let gc = collect_with_default_retention(config, data_dir, &store).await?;
     if args.json {
         let report = ReapReport {

@@ -279,7 +279,8 @@ impl PublicationLookup for StorePublications {
         session_id: &str,
     ) -> Result<Option<RuntimeResourcePublication>, PortError> {
         let scope = session_scope(session_id);
-        publication(&self.0, &scope)
+        let store = omabox_node::store_choice::ChosenStore::Sqlite((*self.0).clone());
+        publication(&store, &scope)
             .await
             .map_err(|error| PortError::new(format!("{error:#}")))
     }

@@ -3,8 +3,8 @@
 //! number of outputs), read from the fence store. Read-only.
 
 use clap::Args;
-use omabox_node::DataDir;
 use omabox_node::wiring::Persistence;
+use omabox_node::{DataDir, NodeConfig};
 use serde::Serialize;
 use std::process::ExitCode;
 
@@ -31,9 +31,14 @@ struct SessionRow {
     outputs: Option<usize>,
 }
 
-/// Lists the published sessions.
-pub async fn run(data_dir: &DataDir, args: &SessionsArgs) -> anyhow::Result<ExitCode> {
-    let Some(store) = data_dir.open_existing_store().await? else {
+/// Lists the published sessions (from the PostgreSQL store when `database_url` is set; the
+/// outputs are counted from this host's blob store, null where it lacks the manifest).
+pub async fn run(
+    config: &NodeConfig,
+    data_dir: &DataDir,
+    args: &SessionsArgs,
+) -> anyhow::Result<ExitCode> {
+    let Some(store) = omabox_node::store_choice::open_existing(config, data_dir).await? else {
         if args.json {
             outln!("[]");
         } else {
@@ -41,8 +46,8 @@ pub async fn run(data_dir: &DataDir, args: &SessionsArgs) -> anyhow::Result<Exit
         }
         return Ok(ExitCode::SUCCESS);
     };
-    let listed = tokio::task::spawn_blocking(move || store.list_publications()).await??;
-    let persistence = Persistence::open(data_dir.root(), None, Default::default())?;
+    let listed = store.list_publications().await?;
+    let persistence = Persistence::open(data_dir, None, Default::default())?;
     let mut rows = Vec::with_capacity(listed.len());
     for (scope, publication) in listed {
         let outputs = match &publication.output_candidate {

@@ -5,8 +5,8 @@
 //! from the measured kind, never added to it.
 
 use clap::Args;
-use omabox_contract::{UsageLedgerPort, UsageRecord};
-use omabox_node::DataDir;
+use omabox_contract::UsageRecord;
+use omabox_node::{DataDir, NodeConfig};
 use std::process::ExitCode;
 
 /// Options of `omabox usage`.
@@ -23,9 +23,13 @@ pub struct UsageArgs {
     json: bool,
 }
 
-/// Prints the recorded usage.
-pub async fn run(data_dir: &DataDir, args: &UsageArgs) -> anyhow::Result<ExitCode> {
-    let Some(store) = data_dir.open_existing_store().await? else {
+/// Prints the recorded usage (from the PostgreSQL store when `database_url` is set).
+pub async fn run(
+    config: &NodeConfig,
+    data_dir: &DataDir,
+    args: &UsageArgs,
+) -> anyhow::Result<ExitCode> {
+    let Some(store) = omabox_node::store_choice::open_existing(config, data_dir).await? else {
         if args.json {
             outln!("[]");
         } else {
@@ -33,6 +37,7 @@ pub async fn run(data_dir: &DataDir, args: &UsageArgs) -> anyhow::Result<ExitCod
         }
         return Ok(ExitCode::SUCCESS);
     };
+    let store = store.usage();
     let limit = usize::try_from(args.limit).unwrap_or(usize::MAX);
     let records: Vec<UsageRecord> = match &args.session {
         Some(session) => store.usage(session).await?,

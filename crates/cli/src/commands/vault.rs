@@ -4,8 +4,8 @@
 //! history would see them) and are never printed: `names` lists names only.
 
 use clap::{Args, Subcommand};
-use omabox_contract::{SecretString, VaultSecretPort};
-use omabox_node::DataDir;
+use omabox_contract::SecretString;
+use omabox_node::{DataDir, NodeConfig};
 use std::process::ExitCode;
 
 /// Options of `omabox vault`.
@@ -35,13 +35,19 @@ enum VaultCommand {
     },
 }
 
-/// Runs a vault subcommand against the data directory's store.
-pub async fn run(data_dir: &DataDir, args: &VaultArgs) -> anyhow::Result<ExitCode> {
+/// Runs a vault subcommand against the data directory's store, or the PostgreSQL store
+/// `database_url` names.
+pub async fn run(
+    config: &NodeConfig,
+    data_dir: &DataDir,
+    args: &VaultArgs,
+) -> anyhow::Result<ExitCode> {
+    use omabox_node::store_choice::{open, open_existing};
     // Only `put` creates a data directory; the others have nothing to do without one.
     let store = match &args.command {
-        VaultCommand::Put { .. } => data_dir.open_store().await?,
+        VaultCommand::Put { .. } => open(config, data_dir).await?.vault(),
         VaultCommand::Names { json } => {
-            let Some(store) = data_dir.open_existing_store().await? else {
+            let Some(store) = open_existing(config, data_dir).await? else {
                 if *json {
                     outln!("[]");
                 } else {
@@ -49,17 +55,17 @@ pub async fn run(data_dir: &DataDir, args: &VaultArgs) -> anyhow::Result<ExitCod
                 }
                 return Ok(ExitCode::SUCCESS);
             };
-            store
+            store.vault()
         }
         VaultCommand::Delete { name } => {
-            let Some(store) = data_dir.open_existing_store().await? else {
+            let Some(store) = open_existing(config, data_dir).await? else {
                 errln!(
                     "omabox vault: {}; {name} is not stored",
                     data_dir.no_data_yet()
                 );
                 return Ok(ExitCode::SUCCESS);
             };
-            store
+            store.vault()
         }
     };
     match &args.command {

@@ -8,9 +8,10 @@ use crate::timeline::{human_bytes, plural};
 use anyhow::Context as _;
 use clap::{Args, Subcommand};
 use omabox_host::work_item::session_scope;
-use omabox_node::DataDir;
 use omabox_node::session::{check_id, publication};
+use omabox_node::store_choice::open_existing;
 use omabox_node::wiring::Persistence;
+use omabox_node::{DataDir, NodeConfig};
 use omabox_persistence::ProgressObserver;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -41,16 +42,24 @@ struct ExportArgs {
 }
 
 /// Runs `omabox workspace <command>`.
-pub async fn run(data_dir: &DataDir, args: &WorkspaceArgs) -> anyhow::Result<ExitCode> {
+pub async fn run(
+    config: &NodeConfig,
+    data_dir: &DataDir,
+    args: &WorkspaceArgs,
+) -> anyhow::Result<ExitCode> {
     match &args.command {
-        WorkspaceCommand::Export(export) => run_export(data_dir, export).await,
+        WorkspaceCommand::Export(export) => run_export(config, data_dir, export).await,
     }
 }
 
-async fn run_export(data_dir: &DataDir, args: &ExportArgs) -> anyhow::Result<ExitCode> {
+async fn run_export(
+    config: &NodeConfig,
+    data_dir: &DataDir,
+    args: &ExportArgs,
+) -> anyhow::Result<ExitCode> {
     check_id("--session", &args.session)?;
     check_destination(&args.dir)?;
-    let store = data_dir.open_existing_store().await?.with_context(|| {
+    let store = open_existing(config, data_dir).await?.with_context(|| {
         format!(
             "{}; session {} has no published workspace",
             data_dir.no_data_yet(),
@@ -66,7 +75,7 @@ async fn run_export(data_dir: &DataDir, args: &ExportArgs) -> anyhow::Result<Exi
     })?;
     let progress: Option<Arc<dyn ProgressObserver>> =
         ProgressBars::for_stderr().map(|bars| Arc::new(bars) as Arc<dyn ProgressObserver>);
-    let persistence = Persistence::open(data_dir.root(), progress, Default::default())?;
+    let persistence = Persistence::open(data_dir, progress, Default::default())?;
     let report = persistence
         .workspace
         .export_candidate(&publication.workspace_candidate, &args.dir)

@@ -130,6 +130,8 @@ macro_rules! keys {
 keys!(
     DataDir,
     Config,
+    DatabaseUrl,
+    BlobDir,
     Log,
     AgentCache,
     GcKeep,
@@ -268,6 +270,12 @@ pub static SETTINGS: &[Setting] = &[
     row(Key::Config, "config", "The node configuration file (TOML, keys as in this table); not a key of that file.")
         .flag("--config (before the command)").env(&["OMABOX_CONFIG"])
         .default(Computed("`<data_dir>/omabox.toml` when it exists")).parse(path),
+    row(Key::DatabaseUrl, "database_url", "The PostgreSQL store several hosts share (`postgres://USER:PASSWORD@HOST:PORT/DATABASE`); so far `omabox run`, `vault`, `usage`, `sessions`, `workspace` and `outputs` use it, and every other store command refuses to run with it.")
+        .flag("--database-url (every command)").env(&["OMABOX_DATABASE_URL"]).secret()
+        .default(Described("the embedded SQLite store `<data_dir>/omabox.db`")).parse(postgres_url),
+    row(Key::BlobDir, "blob_dir", "Absolute directory of the content-addressed blob store, which several hosts may share (a network filesystem) with `database_url`; `gc`, `reap` and `serve` refuse it so far.")
+        .flag("--blob-dir (every command)").env(&["OMABOX_BLOB_DIR"])
+        .default(Computed("`<data_dir>/blobs`")).parse(absolute_path),
     row(Key::Log, "log", "Which log lines go to stderr (a `tracing` filter).").env(&["OMABOX_LOG"])
         .default(Value("warn,omabox_host::runtime_host=error,omabox_backend_linux::env_layer=info")),
     row(Key::AgentCache, "agent_cache", "Absolute directory the ACP agents' npm packages are installed into (`omabox run --agent`).")
@@ -547,6 +555,15 @@ fn serve_url(value: &str) -> Result<(), String> {
         }
         Some(rest) if !rest.is_empty() && !rest.starts_with('/') => Ok(()),
         _ => Err("must be an http:// URL with a host (e.g. http://127.0.0.1:8787)".to_owned()),
+    }
+}
+
+fn postgres_url(value: &str) -> Result<(), String> {
+    // The message never quotes the value: it carries a password.
+    if value.starts_with("postgres://") || value.starts_with("postgresql://") {
+        Ok(())
+    } else {
+        Err("must be a postgres:// (or postgresql://) URL".to_owned())
     }
 }
 

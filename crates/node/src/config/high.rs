@@ -37,6 +37,7 @@ impl NodeConfig {
                         .data_dir_choice()
                         .ok()
                         .map(|d| d.join(data_dir::AGENTS)),
+                    Key::BlobDir => self.data_dir_choice().ok().map(|d| d.join(data_dir::BLOBS)),
                     Key::ImageCache => Some(self.default_image_cache()),
                     Key::DockerConfig => self.os(Key::Home).map(|h| Path::new(h).join(".docker")),
                     _ => None,
@@ -64,9 +65,20 @@ impl NodeConfig {
         data_dir::choose(explicit, self.os(Key::XdgDataHome), self.os(Key::Home))
     }
 
-    /// The data directory, resolved and checked ([`DataDir::resolve`]).
+    /// The data directory, resolved and checked ([`DataDir::resolve`]), with the blob
+    /// directory `blob_dir` names (resolved and checked the same way) when it is set.
     pub fn data_dir(&self) -> anyhow::Result<DataDir> {
-        DataDir::resolve(&self.data_dir_choice()?)
+        let data_dir = DataDir::resolve(&self.data_dir_choice()?)?;
+        match self.checked(Key::BlobDir)? {
+            Some(_) => {
+                let chosen = self
+                    .os(Key::BlobDir)
+                    .map(Path::new)
+                    .unwrap_or(Path::new(""));
+                Ok(data_dir.with_blob_dir(data_dir::trusted(chosen)?))
+            }
+            None => Ok(data_dir),
+        }
     }
 
     fn default_image_cache(&self) -> PathBuf {

@@ -38,6 +38,7 @@ use crate::session::check_seed;
 use crate::session_inputs::{
     DirMemoryStores, MemoryCommitFence, PromotedFileAccess, SessionInputs,
 };
+use crate::store_choice::ChosenStore;
 use crate::wiring::{self, AcpInputs, Backend, DriverInputs, Persistence};
 use crate::{DataDir, NodeConfig, agent_cache, inference_server};
 use anyhow::Context as _;
@@ -56,7 +57,6 @@ use omabox_host::work_item::{
     SessionTokenIssuer, WorkItemPolicy, WorkItemPorts, WorkItemRunner, owner_id,
 };
 use omabox_proxy::promoted::PromotedStore;
-use omabox_store::SqliteStore;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -111,7 +111,7 @@ pub struct RunOutcome {
     /// The contract's result, or why the run was rejected (explained for the profile).
     pub result: Result<ManagedRuntimeRunResult, PortError>,
     scope: RuntimeResourceScope,
-    store: SqliteStore,
+    store: ChosenStore,
     persistence: Persistence,
 }
 
@@ -219,7 +219,7 @@ impl Runner {
             )?),
             _ => None,
         };
-        let store = data_dir.open_store().await?;
+        let store = crate::store_choice::open(config, data_dir).await?;
         session_inputs.check_files(data_dir)?;
         // An agent turn without a gateway gets the proxy served by this process.
         let mut gateway = inference_gateway;
@@ -281,7 +281,7 @@ impl Runner {
 
         notices.prepared();
         let persistence = Persistence::open(
-            data_dir.root(),
+            data_dir,
             observers.progress.clone(),
             config.checkpoint_limits()?,
         )?;
@@ -320,7 +320,7 @@ impl Runner {
                 workspace: Arc::clone(&persistence.workspace) as _,
                 outputs: Arc::clone(&persistence.outputs) as _,
                 harness_output: Some(Arc::clone(&observers.harness_output)),
-                usage: Some(Arc::new(store.clone()) as _),
+                usage: Some(store.usage()),
                 harness_env: Some(Arc::new(
                     SessionTokenEnv::new(token_slots.clone(), harness_gateway).with_agent(adapter),
                 ) as _),
@@ -328,7 +328,7 @@ impl Runner {
                 // without a secret to inject.
                 credential_egress: (!credentials.is_empty() || clones).then(|| {
                     CredentialEgressOptions {
-                        vault: Arc::new(store.clone()),
+                        vault: store.vault(),
                         rules: credentials.clone(),
                         upstream_roots,
                     }
@@ -352,11 +352,11 @@ impl Runner {
             policy,
             WorkItemPorts {
                 driver,
-                fences: Arc::new(MemoryCommitFence::new(store.clone(), memory_stores.stage())),
-                orphans: Arc::new(store.clone()),
-                lease_journal: Some(Arc::new(store.clone())),
+                fences: Arc::new(MemoryCommitFence::new(&store, memory_stores.stage())),
+                orphans: store.orphans(),
+                lease_journal: Some(store.journal()),
                 session_tokens: Some(SessionTokenIssuer {
-                    tokens: Arc::new(store.clone()),
+                    tokens: store.tokens(),
                     sink: Arc::new(token_slots),
                 }),
             },

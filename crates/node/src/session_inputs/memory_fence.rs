@@ -5,26 +5,39 @@
 //! and `omabox reap` finishes it).
 
 use super::memory_stage::MemoryStage;
+use crate::store_choice::ChosenStore;
 use async_trait::async_trait;
 use omabox_contract::{
     AcquireRuntimeFenceInput, AcquireRuntimeFenceResult, PortError, PublishRuntimeResourcesInput,
     PublishRuntimeResourcesResult, RenewRuntimeFenceResult, RuntimeResourceFence,
     RuntimeResourceFencePort, TerminationReason,
 };
-use omabox_store::SqliteStore;
 use std::sync::Arc;
 
 /// The store's fence port plus the memory stage's commit (module doc).
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct MemoryCommitFence {
-    store: SqliteStore,
+    store: Arc<dyn RuntimeResourceFencePort>,
+    history: ChosenStore,
     stage: Arc<MemoryStage>,
+}
+
+impl std::fmt::Debug for MemoryCommitFence {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MemoryCommitFence")
+            .field("stage", &self.stage)
+            .finish_non_exhaustive()
+    }
 }
 
 impl MemoryCommitFence {
     /// `store`'s fences, committing `stage` on publication.
-    pub fn new(store: SqliteStore, stage: Arc<MemoryStage>) -> Self {
-        Self { store, stage }
+    pub fn new(store: &ChosenStore, stage: Arc<MemoryStage>) -> Self {
+        Self {
+            store: store.fences(),
+            history: store.clone(),
+            stage,
+        }
     }
 
     /// Ends the stage, committing it if `published`; a failure is logged and left to
@@ -88,10 +101,16 @@ impl RuntimeResourceFencePort for MemoryCommitFence {
         // Write-backs after the publication (a sync still queued) or a publish whose result
         // was lost: the history decides, as it does for a killed run.
         if self.stage.is_pending() {
-            let published = self
-                .stage
-                .claim()
-                .map(|claim| generation_published(&self.store, &claim));
+            let published = match self.stage.claim() {
+                Some(claim) => Some(
+                    self.history
+                        .publications_of(&claim.scope)
+                        .await
+                        .map(|history| history.iter().any(|p| p.generation == claim.generation))
+                        .map_err(|error| format!("{error:#}")),
+                ),
+                None => None,
+            };
             let published = match published {
                 Some(Ok(published)) => published,
                 Some(Err(error)) => {
@@ -108,11 +127,11 @@ impl RuntimeResourceFencePort for MemoryCommitFence {
 
 /// Whether `claim`'s generation published (its revision is in the history).
 pub fn generation_published(
-    store: &SqliteStore,
+    store: &ChosenStore,
     claim: &super::memory_stage::Claim,
 ) -> Result<bool, String> {
     store
-        .publications_of(&claim.scope)
+        .publications_of_blocking(&claim.scope)
         .map(|history| history.iter().any(|p| p.generation == claim.generation))
         .map_err(|error| error.to_string())
 }

@@ -18,8 +18,9 @@ use omabox_contract::{
 };
 use omabox_store::{
     ManualClock, MemoryFenceStore, MemoryLeaseJournal, MemoryOrphanStore, MemorySessionTokens,
-    MemoryUsageLedger, MemoryVault, SqliteStore, iso_millis,
+    MemoryUsageLedger, MemoryVault, PostgresStore, SqliteStore, iso_millis,
 };
+use omabox_test_support::postgres::TestPostgres;
 use std::sync::Arc;
 use tempfile::TempDir;
 
@@ -37,6 +38,7 @@ pub struct Subject {
     pub vault: Arc<dyn VaultSecretPort>,
     pub clock: ManualClock,
     _dir: Option<TempDir>,
+    _server: Option<TestPostgres>,
 }
 
 pub fn memory() -> Subject {
@@ -51,6 +53,7 @@ pub fn memory() -> Subject {
         vault: Arc::new(MemoryVault::new()),
         clock,
         _dir: None,
+        _server: None,
     }
 }
 
@@ -71,7 +74,34 @@ pub fn sqlite() -> Subject {
         vault: store,
         clock,
         _dir: Some(dir),
+        _server: None,
     }
+}
+
+/// A `PostgresStore` on a fresh server of its own, or `None` when this machine cannot run
+/// PostgreSQL (the capability gate printed why; under `CI=true` it failed the test).
+pub async fn postgres() -> Option<Subject> {
+    let server = TestPostgres::start_or_skip()?;
+    // A collation where "a" sorts before "B": orderings must still be byte-wise.
+    let url = server.create_database_icu("omabox_suite", "en-US").unwrap();
+    let clock = ManualClock::new(T0);
+    let store = Arc::new(
+        PostgresStore::connect(&url)
+            .await
+            .unwrap()
+            .with_clock(clock.clone()),
+    );
+    Some(Subject {
+        fences: store.clone(),
+        orphans: store.clone(),
+        journal: store.clone(),
+        usage: store.clone(),
+        tokens: store.clone(),
+        vault: store,
+        clock,
+        _dir: None,
+        _server: Some(server),
+    })
 }
 
 pub fn scope() -> RuntimeResourceScope {
