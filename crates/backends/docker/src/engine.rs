@@ -1,0 +1,158 @@
+//! [`Engine`]: one Docker Engine, reached through bollard at `DOCKER_HOST` (or a given
+//! address), the API version negotiated once. Images are made present here (pulled through
+//! the engine, which keeps them); must never send a registry credential (none is
+//! configured yet: a registry wanting one fails the pull with the engine's words).
+
+use std::collections::HashMap;
+
+use bollard::Docker;
+use bollard::query_parameters::{
+    CreateImageOptions, ListContainersOptions, RemoveContainerOptions,
+};
+use futures::StreamExt as _;
+
+use crate::error::DockerError;
+
+/// The socket the docker CLI uses when `DOCKER_HOST` is unset.
+pub const DEFAULT_HOST: &str = "unix:///var/run/docker.sock";
+
+/// A connected Docker Engine. Cheap to clone (one connection pool).
+#[derive(Debug, Clone)]
+pub struct Engine {
+    docker: Docker,
+    host: String,
+}
+
+/// One container the engine lists.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ListedContainer {
+    /// The engine's container id.
+    pub id: String,
+    /// Its labels.
+    pub labels: HashMap<String, String>,
+}
+
+impl Engine {
+    /// The engine at `DOCKER_HOST`, else at [`DEFAULT_HOST`].
+    pub async fn from_env() -> Result<Self, DockerError> {
+        let host = std::env::var("DOCKER_HOST")
+            .ok()
+            .filter(|h| !h.is_empty())
+            .unwrap_or_else(|| DEFAULT_HOST.to_owned());
+        Self::connect(&host).await
+    }
+
+    /// The engine at `host` (`unix:///path`, `tcp://host:port`, `http://host:port`), its
+    /// API version negotiated (an older daemon refuses a newer client's version).
+    pub async fn connect(host: &str) -> Result<Self, DockerError> {
+        let reach = |source| DockerError::Reach {
+            host: host.to_owned(),
+            source,
+        };
+        let docker = Docker::connect_with_host(host).map_err(reach)?;
+        let docker = docker.negotiate_version().await.map_err(reach)?;
+        Ok(Self {
+            docker,
+            host: host.to_owned(),
+        })
+    }
+
+    /// The bollard client.
+    pub fn docker(&self) -> &Docker {
+        &self.docker
+    }
+
+    /// The engine's address.
+    pub fn host(&self) -> &str {
+        &self.host
+    }
+
+    /// Makes `image` present: a reference the engine has is used as is, any other is
+    /// pulled through the engine.
+    pub async fn ensure_image(&self, image: &str) -> Result<(), DockerError> {
+        match self.docker.inspect_image(image).await {
+            Ok(_) => return Ok(()),
+            Err(bollard::errors::Error::DockerResponseServerError {
+                status_code: 404, ..
+            }) => {}
+            Err(source) => {
+                return Err(DockerError::Engine {
+                    op: "inspect the image",
+                    target: image.to_owned(),
+                    source,
+                });
+            }
+        }
+        let options = CreateImageOptions {
+            from_image: Some(image.to_owned()),
+            ..Default::default()
+        };
+        let mut progress = self.docker.create_image(Some(options), None, None);
+        while let Some(step) = progress.next().await {
+            step.map_err(|source| DockerError::Engine {
+                op: "pull",
+                target: image.to_owned(),
+                source,
+            })?;
+        }
+        Ok(())
+    }
+
+    /// Every container (running or not) carrying `label` (`key` or `key=value`).
+    pub async fn containers_labelled(
+        &self,
+        label: &str,
+    ) -> Result<Vec<ListedContainer>, DockerError> {
+        let options = ListContainersOptions {
+            all: true,
+            filters: Some(HashMap::from([(
+                "label".to_owned(),
+                vec![label.to_owned()],
+            )])),
+            ..Default::default()
+        };
+        let listed = self
+            .docker
+            .list_containers(Some(options))
+            .await
+            .map_err(|source| DockerError::Engine {
+                op: "list the containers labelled",
+                target: label.to_owned(),
+                source,
+            })?;
+        Ok(listed
+            .into_iter()
+            .filter_map(|c| {
+                Some(ListedContainer {
+                    id: c.id?,
+                    labels: c.labels.unwrap_or_default(),
+                })
+            })
+            .collect())
+    }
+
+    /// Removes container `id` (killed first when running) with its anonymous volumes. A
+    /// container already gone is success: removal is idempotent.
+    pub async fn remove_container(&self, id: &str) -> Result<(), DockerError> {
+        let options = RemoveContainerOptions {
+            force: true,
+            v: true,
+            ..Default::default()
+        };
+        match self.docker.remove_container(id, Some(options)).await {
+            Ok(())
+            | Err(bollard::errors::Error::DockerResponseServerError {
+                status_code: 404, ..
+            }) => Ok(()),
+            // 409: a removal of this container is already in progress.
+            Err(bollard::errors::Error::DockerResponseServerError {
+                status_code: 409, ..
+            }) => Ok(()),
+            Err(source) => Err(DockerError::Engine {
+                op: "remove the container",
+                target: id.to_owned(),
+                source,
+            }),
+        }
+    }
+}
