@@ -44,6 +44,7 @@ pub mod container;
 mod engine;
 mod error;
 mod port;
+mod process;
 pub mod reap;
 
 pub use config::{AGENT_BINARY, DockerConfig, DockerLimits, HOST_LABEL, SANDBOX_LABEL};

@@ -7,11 +7,12 @@
 //!
 //! # Capabilities
 //!
-//! Really implemented: background processes (kill, logs, status), file bytes, env vars for
-//! later execs, destroy, the Session outputs mount (only when an outputs directory is
-//! bound), and a runtime port with empty capability lists. Not yet offered: duplex
-//! processes (the managed harness lane needs them), memory mounts, OOM notes on exits
-//! (docker reports OOM kills per container, not per command).
+//! Really implemented: duplex processes (streamed stdin with EOF, stdout and stderr,
+//! `SIGTERM`/`SIGKILL`, `{code, signal}`), background processes (kill, logs, status), file
+//! bytes, env vars for later execs, destroy, the Session outputs mount (only when an
+//! outputs directory is bound), and a runtime port with empty capability lists. Not
+//! offered: memory mounts, OOM notes on exits (docker reports OOM kills per container, not
+//! per command).
 //!
 //! # Teardown
 //!
@@ -30,16 +31,14 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use bytes::Bytes;
+use futures::FutureExt as _;
 use omabox_agent::client::exec_output::format_exec_output;
-use omabox_agent::client::{
-    AgentClient, BackgroundProcess, ClientError, ExecRequest, WriteOptions,
-};
-use omabox_agent::message::BackgroundStatus;
+use omabox_agent::client::{AgentClient, ClientError, ExecRequest, WriteOptions};
 use omabox_contract::PortError;
 use omabox_sandbox::{
-    ProcessHandle, ProcessLogs, ProcessSignal, ProcessStatus, SandboxCheckpointHandle,
-    SandboxCheckpointKind, SandboxDestroyPort, SandboxEnvVarsPort, SandboxFileBytesPort,
-    SandboxPort, SandboxProcessControl, SandboxProcessPort, SandboxRuntimeCapabilities,
+    ProcessHandle, SandboxCheckpointHandle, SandboxCheckpointKind, SandboxDestroyPort,
+    SandboxDuplexProcess, SandboxDuplexProcessPort, SandboxDuplexProcessSpec, SandboxEnvVarsPort,
+    SandboxFileBytesPort, SandboxPort, SandboxProcessPort, SandboxRuntimeCapabilities,
     SandboxRuntimeHandle, SandboxRuntimePort, SandboxRuntimeStatus, SandboxSessionOutputMountPort,
     SessionOutputMountCapabilities, SessionOutputMountDurability, SessionOutputMountRequest,
 };
@@ -47,6 +46,7 @@ use omabox_sandbox::{
 use crate::config::DockerConfig;
 use crate::engine::Engine;
 use crate::error::DockerError;
+use crate::process::{BackgroundControl, DuplexControl, ExitFuture, sandbox_exit};
 
 /// The provider name of docker sandboxes (`--backend docker`, runtime handles).
 pub const PROVIDER: &str = "docker";
@@ -176,6 +176,69 @@ impl DockerSandboxPort {
             .map_err(self.agent_error("exec", command))?;
         Ok(format_exec_output(&output, timeout, None))
     }
+
+    async fn spawn_duplex(
+        &self,
+        spec: SandboxDuplexProcessSpec,
+    ) -> Result<SandboxDuplexProcess, DockerError> {
+        self.check_open()?;
+        let SandboxDuplexProcessSpec {
+            command,
+            args,
+            env,
+            cwd,
+        } = spec;
+        let mut request = ExecRequest::argv(std::iter::once(command.clone()).chain(args)).envs(env);
+        if let Some(cwd) = cwd {
+            request = request.cwd(cwd);
+        }
+        let mut process = self
+            .client
+            .spawn(request)
+            .await
+            .map_err(self.agent_error("spawn", &command))?;
+        let (Some(stdin), Some(stdout), Some(stderr)) = (
+            process.stdin.take(),
+            process.stdout.take(),
+            process.stderr.take(),
+        ) else {
+            return Err(DockerError::Agent {
+                op: "spawn",
+                target: command,
+                source: ClientError::UnexpectedReply("process without stdio streams".into()),
+            });
+        };
+        let killer = process.killer();
+        let target = command.clone();
+        // Lazy: awaited only when someone polls `exited` (or a kill waits for it). Dropping
+        // every part of an unfinished process kills it in the container.
+        let exited: ExitFuture = async move {
+            process
+                .wait()
+                .await
+                .map(|exit| sandbox_exit(&exit))
+                .map_err(|source| {
+                    PortError::from(DockerError::Agent {
+                        op: "wait for",
+                        target,
+                        source,
+                    })
+                })
+        }
+        .boxed()
+        .shared();
+        let control = Arc::new(DuplexControl {
+            killer,
+            exited: exited.clone(),
+        });
+        Ok(SandboxDuplexProcess::new(
+            Box::new(stdin),
+            Box::new(stdout),
+            Box::new(stderr),
+            control,
+            exited,
+        ))
+    }
 }
 
 #[async_trait]
@@ -204,6 +267,10 @@ impl SandboxPort for DockerSandboxPort {
             .map_err(self.agent_error("write file", path))?)
     }
 
+    fn as_duplex_process(&self) -> Option<&dyn SandboxDuplexProcessPort> {
+        Some(self)
+    }
+
     fn as_process(&self) -> Option<&dyn SandboxProcessPort> {
         Some(self)
     }
@@ -230,6 +297,16 @@ impl SandboxPort for DockerSandboxPort {
 }
 
 #[async_trait]
+impl SandboxDuplexProcessPort for DockerSandboxPort {
+    async fn spawn_duplex_process(
+        &self,
+        spec: SandboxDuplexProcessSpec,
+    ) -> Result<SandboxDuplexProcess, PortError> {
+        Ok(self.spawn_duplex(spec).await?)
+    }
+}
+
+#[async_trait]
 impl SandboxProcessPort for DockerSandboxPort {
     async fn start_process(&self, command: &str) -> Result<ProcessHandle, PortError> {
         self.check_open()?;
@@ -243,54 +320,6 @@ impl SandboxProcessPort for DockerSandboxPort {
             process.pid(),
             Arc::new(BackgroundControl { process }),
         ))
-    }
-}
-
-/// A background process kept by the agent.
-struct BackgroundControl {
-    process: BackgroundProcess,
-}
-
-impl BackgroundControl {
-    fn error(&self, op: &'static str) -> impl FnOnce(ClientError) -> PortError {
-        let target = self.process.id().to_owned();
-        move |source| DockerError::Agent { op, target, source }.into()
-    }
-}
-
-#[async_trait]
-impl SandboxProcessControl for BackgroundControl {
-    async fn kill(&self, signal: ProcessSignal) -> Result<(), PortError> {
-        self.process
-            .kill(signal.as_str())
-            .await
-            .map_err(self.error("kill background process"))
-    }
-
-    async fn logs(&self) -> Result<ProcessLogs, PortError> {
-        let logs = self
-            .process
-            .logs()
-            .await
-            .map_err(self.error("read logs of background process"))?;
-        Ok(ProcessLogs {
-            stdout: logs.stdout,
-            stderr: logs.stderr,
-        })
-    }
-
-    async fn status(&self) -> Result<ProcessStatus, PortError> {
-        let status = self
-            .process
-            .status()
-            .await
-            .map_err(self.error("read status of background process"))?;
-        Ok(match status {
-            BackgroundStatus::Running => ProcessStatus::Running,
-            BackgroundStatus::Completed => ProcessStatus::Completed,
-            BackgroundStatus::Error => ProcessStatus::Error,
-            BackgroundStatus::Killed => ProcessStatus::Killed,
-        })
     }
 }
 

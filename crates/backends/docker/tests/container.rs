@@ -260,3 +260,56 @@ async fn reap_removes_the_containers_of_dead_hosts_only() {
     );
     live.terminate().await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn duplex_and_background_processes_run_through_the_agent() {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    if !require_capability(missing()) {
+        return;
+    }
+    let rig = rig().await;
+    let port = DockerSandboxPort::start(&rig.engine, &config(&rig, "host-a"), "sbx-duplex")
+        .await
+        .unwrap();
+    let duplex = port.as_duplex_process().expect("duplex processes");
+    let mut process = duplex
+        .spawn_duplex_process(omabox_sandbox::SandboxDuplexProcessSpec {
+            command: "/bin/sh".into(),
+            args: vec!["-c".into(), "cat; echo done >&2; exit 5".into()],
+            env: Default::default(),
+            cwd: None,
+        })
+        .await
+        .unwrap();
+    process.stdin.write_all(b"through stdin\n").await.unwrap();
+    process.stdin.shutdown().await.unwrap();
+    let mut stdout = String::new();
+    process.stdout.read_to_string(&mut stdout).await.unwrap();
+    let mut stderr = String::new();
+    process.stderr.read_to_string(&mut stderr).await.unwrap();
+    let exit = process.exited().await.unwrap();
+    assert_eq!(stdout, "through stdin\n");
+    assert_eq!(stderr, "done\n");
+    assert_eq!((exit.code, exit.signal), (Some(5), None));
+
+    let background = port
+        .as_process()
+        .expect("background processes")
+        .start_process("echo started; sleep 30")
+        .await
+        .unwrap();
+    let mut logs = background.logs().await.unwrap();
+    for _ in 0..100 {
+        if !logs.stdout.is_empty() {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        logs = background.logs().await.unwrap();
+    }
+    assert_eq!(logs.stdout, "started\n");
+    background
+        .kill(omabox_sandbox::ProcessSignal::Kill)
+        .await
+        .unwrap();
+    port.terminate().await.unwrap();
+}
