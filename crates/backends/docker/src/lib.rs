@@ -43,6 +43,7 @@ pub mod config;
 pub mod container;
 mod engine;
 mod error;
+pub mod host;
 mod port;
 mod process;
 pub mod reap;

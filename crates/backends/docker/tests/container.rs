@@ -147,6 +147,13 @@ async fn a_container_from_a_loopback_registry_runs_commands_with_their_exit_code
         caps, "CapEff:\t00000000000000fb",
         "CHOWN DAC_OVERRIDE FOWNER FSETID KILL SETGID SETUID"
     );
+    // Docker's default seccomp filter is on (mode 2: filter); no-new-privileges is set.
+    assert_eq!(
+        port.exec("grep -E '^(Seccomp|NoNewPrivs):' /proc/1/status", None)
+            .await
+            .unwrap(),
+        "NoNewPrivs:\t1\nSeccomp:\t2"
+    );
     // Network mode none: a loopback interface, nothing else.
     let links = port
         .exec(

@@ -1,0 +1,181 @@
+//! `omabox sandbox run --backend docker` driven as a user would: the real binary against an
+//! engine of the test's own (`omabox_test_support::dockerd`, `DOCKER_HOST` pointing at it)
+//! and an image pushed to a registry on loopback (the host's static busybox as `/bin/sh`).
+//! Needs root, docker.io (installed when missing), docker-registry, a static busybox and
+//! the `omabox-agent` binary next to `omabox` (`cargo build -p omabox-agent`); a missing one
+//! skips with its reason, and fails under `CI=true`.
+
+use std::io::Write as _;
+use std::process::{Command, Output, Stdio};
+
+mod common;
+
+use common::omabox_bin;
+use omabox_backend_docker::{Engine, HOST_LABEL};
+use omabox_test_support::dockerd::TestDockerd;
+use omabox_test_support::registry::{TestRegistry, tar_layer};
+use omabox_test_support::require_capability;
+
+const BUSYBOX: &str = "/bin/busybox";
+
+fn missing() -> Option<String> {
+    let agent = omabox_bin().with_file_name("omabox-agent");
+    TestRegistry::missing()
+        .or_else(|| {
+            let static_busybox = std::fs::read(BUSYBOX)
+                .map(|b| !b.windows(14).any(|w| w == b"/lib64/ld-linu"))
+                .unwrap_or(false);
+            (!static_busybox).then(|| {
+                format!("{BUSYBOX} is not a static busybox (apt-get install busybox-static)")
+            })
+        })
+        .or_else(|| {
+            (!agent.is_file()).then(|| {
+                format!(
+                    "{} is not built (cargo build -p omabox-agent)",
+                    agent.display()
+                )
+            })
+        })
+        .or_else(TestDockerd::missing)
+}
+
+struct Rig {
+    dockerd: TestDockerd,
+    image: String,
+    data: tempfile::TempDir,
+    _registry: TestRegistry,
+}
+
+fn rig() -> Rig {
+    let registry = TestRegistry::start();
+    let busybox = std::fs::read(BUSYBOX).unwrap();
+    registry.push_image(
+        "test/busybox",
+        "1",
+        &[tar_layer(&[
+            ("bin/busybox", 0o755, &busybox),
+            ("bin/sh", 0o755, &busybox),
+            ("bin/cat", 0o755, &busybox),
+            ("bin/true", 0o755, &busybox),
+        ])],
+    );
+    Rig {
+        dockerd: TestDockerd::start(),
+        image: format!("{}/test/busybox:1", registry.host()),
+        data: tempfile::tempdir().unwrap(),
+        _registry: registry,
+    }
+}
+
+impl Rig {
+    fn run(&self, args: &[&str], stdin: &[u8]) -> Output {
+        let mut child = Command::new(omabox_bin())
+            .arg("--data-dir")
+            .arg(self.data.path())
+            .args([
+                "sandbox",
+                "run",
+                "--backend",
+                "docker",
+                "--image",
+                &self.image,
+            ])
+            .args(args)
+            .env("DOCKER_HOST", self.dockerd.host())
+            .env_remove("OMABOX_LINUX_IMAGE")
+            .env_remove("SANDBOX_IMAGE")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        child.stdin.take().unwrap().write_all(stdin).unwrap();
+        child.wait_with_output().unwrap()
+    }
+
+    /// The containers omabox made that the engine still has.
+    fn containers(&self) -> usize {
+        let host = self.dockerd.host();
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap()
+            .block_on(async move {
+                Engine::connect(&host)
+                    .await
+                    .unwrap()
+                    .containers_labelled(HOST_LABEL)
+                    .await
+                    .unwrap()
+                    .len()
+            })
+    }
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+#[test]
+fn sandbox_run_backend_docker_streams_stdio_and_returns_the_exit_code() {
+    if !require_capability(missing()) {
+        return;
+    }
+    let rig = rig();
+    let out = rig.run(
+        &["--", "sh", "-c", "cat; echo to-err >&2; exit 3"],
+        b"piped in\n",
+    );
+    assert_eq!(out.status.code(), Some(3), "stderr: {}", text(&out.stderr));
+    assert_eq!(text(&out.stdout), "piped in\n");
+    assert!(
+        text(&out.stderr).contains("to-err"),
+        "{}",
+        text(&out.stderr)
+    );
+    assert_eq!(
+        rig.containers(),
+        0,
+        "the container is removed after the run"
+    );
+
+    let out = rig.run(&["--", "true"], b"");
+    assert_eq!(out.status.code(), Some(0), "stderr: {}", text(&out.stderr));
+}
+
+#[test]
+fn sandbox_run_backend_docker_binds_the_workspace_and_refuses_a_network() {
+    if !require_capability(missing()) {
+        return;
+    }
+    let rig = rig();
+    let workspace = tempfile::tempdir().unwrap();
+    std::fs::write(workspace.path().join("in.txt"), "seed").unwrap();
+    let dir = workspace.path().to_str().unwrap();
+    let out = rig.run(
+        &[
+            "--workspace",
+            dir,
+            "--",
+            "sh",
+            "-c",
+            "cat in.txt > out.txt; echo -n ' done' >> out.txt",
+        ],
+        b"",
+    );
+    assert_eq!(out.status.code(), Some(0), "stderr: {}", text(&out.stderr));
+    assert_eq!(
+        std::fs::read_to_string(workspace.path().join("out.txt")).unwrap(),
+        "seed done"
+    );
+
+    let out = rig.run(&["--network", "unrestricted", "--", "true"], b"");
+    assert_eq!(out.status.code(), Some(2), "a usage error");
+    assert!(
+        text(&out.stderr).contains("network none only"),
+        "{}",
+        text(&out.stderr)
+    );
+    assert_eq!(rig.containers(), 0);
+}
