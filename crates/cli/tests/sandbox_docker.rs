@@ -179,3 +179,58 @@ fn sandbox_run_backend_docker_binds_the_workspace_and_refuses_a_network() {
     );
     assert_eq!(rig.containers(), 0);
 }
+
+#[test]
+fn reap_removes_the_containers_a_dead_host_left_in_the_engine_and_keeps_a_live_ones() {
+    use omabox_backend_docker::config::locate_agent;
+    use omabox_backend_docker::{DockerConfig, DockerSandboxPort};
+    if !require_capability(missing()) {
+        return;
+    }
+    let rig = rig();
+    // A host of this machine that is gone: a finished process's pid.
+    let mut finished = Command::new("true").spawn().unwrap();
+    let pid = finished.id();
+    finished.wait().unwrap();
+    let current = omabox_backend_docker::host::current();
+    let machine = current.rsplitn(3, '/').nth(2).unwrap();
+    let dead_host = format!("{machine}/{pid}/1");
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let live = runtime.block_on(async {
+        let engine = Engine::connect(&rig.dockerd.host()).await.unwrap();
+        let config = |host: &str| DockerConfig {
+            agent_binary: locate_agent(Some(&omabox_bin().with_file_name("omabox-agent"))).unwrap(),
+            ..DockerConfig::new(rig.image.clone(), host)
+        };
+        let dead = DockerSandboxPort::start(&engine, &config(&dead_host), "sbx-dead")
+            .await
+            .unwrap();
+        // Its host "died": the connection goes, the container stays.
+        drop(dead);
+        DockerSandboxPort::start(&engine, &config(&current), "sbx-live")
+            .await
+            .unwrap()
+    });
+    assert_eq!(rig.containers(), 2);
+    let out = Command::new(omabox_bin())
+        .arg("--data-dir")
+        .arg(rig.data.path())
+        .args(["reap", "--json"])
+        .env("DOCKER_HOST", rig.dockerd.host())
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "stderr: {}", text(&out.stderr));
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        report["leftovers"]["dockerContainersRemoved"],
+        serde_json::json!(["sbx-dead"]),
+        "{report}"
+    );
+    assert_eq!(rig.containers(), 1, "the live host's container is kept");
+    runtime.block_on(live.terminate()).unwrap();
+    assert_eq!(rig.containers(), 0);
+}

@@ -131,6 +131,26 @@ impl Engine {
             .collect())
     }
 
+    /// Whether container `name` runs (`None`: the engine has no such container).
+    pub async fn container_running(&self, name: &str) -> Result<Option<bool>, DockerError> {
+        match self.docker.inspect_container(name, None).await {
+            Ok(inspected) => Ok(Some(
+                inspected
+                    .state
+                    .and_then(|state| state.running)
+                    .unwrap_or(false),
+            )),
+            Err(bollard::errors::Error::DockerResponseServerError {
+                status_code: 404, ..
+            }) => Ok(None),
+            Err(source) => Err(DockerError::Engine {
+                op: "inspect the container",
+                target: name.to_owned(),
+                source,
+            }),
+        }
+    }
+
     /// Removes container `id` (killed first when running) with its anonymous volumes. A
     /// container already gone is success: removal is idempotent.
     pub async fn remove_container(&self, id: &str) -> Result<(), DockerError> {

@@ -39,11 +39,13 @@
 //!   container's output unbounded in memory.
 //! - Depend on the host, the store, the CLI or another backend.
 
+pub mod catalog;
 pub mod config;
 pub mod container;
 mod engine;
 mod error;
 pub mod host;
+pub mod managed;
 mod port;
 mod process;
 pub mod reap;
