@@ -234,3 +234,52 @@ fn reap_removes_the_containers_a_dead_host_left_in_the_engine_and_keeps_a_live_o
     runtime.block_on(live.terminate()).unwrap();
     assert_eq!(rig.containers(), 0);
 }
+
+#[test]
+fn omabox_run_backend_docker_keeps_the_workspace_between_runs_and_collects_outputs() {
+    if !require_capability(missing()) {
+        return;
+    }
+    let rig = rig();
+    let run = |cmd: &[&str]| {
+        let output = Command::new(omabox_bin())
+            .arg("--data-dir")
+            .arg(rig.data.path())
+            .args([
+                "run",
+                "--json",
+                "--backend",
+                "docker",
+                "--session",
+                "s1",
+                "--",
+            ])
+            .args(cmd)
+            .env("DOCKER_HOST", rig.dockerd.host())
+            .env("OMABOX_LINUX_IMAGE", &rig.image)
+            .env_remove("SANDBOX_IMAGE")
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        let report: serde_json::Value = serde_json::from_slice(&output.stdout)
+            .unwrap_or_else(|e| panic!("{e}: stderr: {}", text(&output.stderr)));
+        (report, output)
+    };
+    let (first, output) = run(&[
+        "sh",
+        "-c",
+        "echo one > /workspace/a && echo report > /mnt/session/outputs/r.txt",
+    ]);
+    assert!(output.status.success(), "stderr: {}", text(&output.stderr));
+    assert_eq!(
+        first["result"],
+        serde_json::json!({"type": "completed", "revision": 1}),
+        "{first}"
+    );
+    assert_eq!(first["outputs"][0]["logicalPath"], "r.txt");
+    let (second, output) = run(&["cat", "/workspace/a"]);
+    assert!(output.status.success(), "stderr: {}", text(&output.stderr));
+    assert_eq!(text(&output.stderr).trim(), "one");
+    assert_eq!(second["restoredRevision"], 1, "{second}");
+    assert_eq!(rig.containers(), 0, "every container is removed");
+}

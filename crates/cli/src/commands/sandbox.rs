@@ -289,9 +289,7 @@ async fn run_command(args: RunArgs, config: &NodeConfig) -> ExitCode {
     // `None`: a name only the provider map can judge (OpenMA's names, typos).
     let backend = Backend::from_name(&args.backend);
     let made = match backend {
-        None if args.backend == omabox_backend_docker::PROVIDER => {
-            docker::create_docker(&args, config).await
-        }
+        Some(Backend::Docker) => docker::create_docker(&args, config).await,
         // The typed config, its image prepared here (held until the start returned).
         Some(Backend::Linux) => match prepare_linux(&args, config) {
             Ok((linux, workspace)) => create_linux(linux, workspace).await,
@@ -471,6 +469,12 @@ fn prepare(
                     "the local backend has no isolation and runs only in test mode: set OMABOX_TEST_MODE=1",
                 ));
             }
+        }
+        // Made from its typed config (`docker.rs`), never from a factory env.
+        Some(Backend::Docker) => {
+            return Err(Failure::omabox(
+                "the docker backend has no SANDBOX_PROVIDER factory",
+            ));
         }
         None => {
             vars.insert(SANDBOX_PROVIDER_ENV.into(), args.backend.clone());
