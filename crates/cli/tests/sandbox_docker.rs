@@ -283,3 +283,82 @@ fn omabox_run_backend_docker_keeps_the_workspace_between_runs_and_collects_outpu
     assert_eq!(second["restoredRevision"], 1, "{second}");
     assert_eq!(rig.containers(), 0, "every container is removed");
 }
+
+/// Waits until a file named `name` appears under `dir` (the harness wrote it).
+fn wait_for_file(dir: &std::path::Path, name: &str, child: &mut std::process::Child) {
+    fn find(dir: &std::path::Path, name: &str) -> bool {
+        std::fs::read_dir(dir)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .any(|entry| {
+                let path = entry.path();
+                entry.file_name() == name || (path.is_dir() && find(&path, name))
+            })
+    }
+    // Polling for the harness's file, not a timed assertion: the deadline only ends a hang.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while !find(dir, name) {
+        if let Ok(Some(status)) = child.try_wait() {
+            panic!("omabox run ended ({status}) before the harness wrote {name}");
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the harness never wrote {name}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(25));
+    }
+}
+
+#[test]
+fn kill_9_of_omabox_run_backend_docker_then_reap_reaps_its_lease_and_container() {
+    if !require_capability(missing()) {
+        return;
+    }
+    let rig = rig();
+    let mut killed = Command::new(omabox_bin())
+        .arg("--data-dir")
+        .arg(rig.data.path())
+        .args([
+            "run",
+            "--json",
+            "--backend",
+            "docker",
+            "--session",
+            "k",
+            "--",
+        ])
+        .args(["sh", "-c", "touch /workspace/started; sleep 60"])
+        .env("DOCKER_HOST", rig.dockerd.host())
+        .env("OMABOX_LINUX_IMAGE", &rig.image)
+        .env("OMABOX_LEASE_TTL_MS", "1500")
+        .env_remove("SANDBOX_IMAGE")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    wait_for_file(&rig.data.path().join("runtime"), "started", &mut killed);
+    killed.kill().unwrap(); // SIGKILL: no cleanup at all.
+    killed.wait().unwrap();
+    assert_eq!(rig.containers(), 1, "the killed run's container is left");
+    // Once its fence expired, reap terminates the container from the journaled lease.
+    std::thread::sleep(std::time::Duration::from_millis(2_000));
+    let out = Command::new(omabox_bin())
+        .arg("--data-dir")
+        .arg(rig.data.path())
+        .args(["reap", "--json"])
+        .env("DOCKER_HOST", rig.dockerd.host())
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "stderr: {}", text(&out.stderr));
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(report["abandoned"]["reaped"], 1, "{report}");
+    assert_eq!(
+        report["abandoned"]["errors"],
+        serde_json::json!([]),
+        "{report}"
+    );
+    assert_eq!(rig.containers(), 0);
+}

@@ -352,9 +352,27 @@ pub fn sandbox_resolver(
                 ProviderManagedRuntimeOptions::new(Arc::new(provider)),
             )) as Arc<dyn ManagedSandboxPort>
         });
+    // Docker leases are reaped by container name at the engine of `DOCKER_HOST` (a client
+    // that connects at its first request; no engine there fails that reap, with the reason).
+    let docker: Option<Arc<dyn ManagedSandboxPort>> =
+        omabox_backend_docker::Engine::from_env_pinned()
+            .ok()
+            .map(|engine| {
+                let provider = omabox_backend_docker::managed::DockerManagedProvider::new(
+                    engine,
+                    omabox_backend_docker::DockerConfig::new(
+                        String::new(),
+                        omabox_backend_docker::host::current(),
+                    ),
+                );
+                Arc::new(ProviderManagedRuntime::new(
+                    ProviderManagedRuntimeOptions::new(Arc::new(provider)),
+                )) as Arc<dyn ManagedSandboxPort>
+            });
     Arc::new(move |provider: &str| match provider {
         LINUX_PROVIDER => Some(Arc::clone(&linux)),
         LOCAL_PROVIDER => local.clone(),
+        omabox_backend_docker::PROVIDER => docker.clone(),
         _ => None,
     })
 }

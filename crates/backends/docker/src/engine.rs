@@ -5,16 +5,25 @@
 
 use std::collections::HashMap;
 
-use bollard::Docker;
 use bollard::query_parameters::{
     CreateImageOptions, ListContainersOptions, RemoveContainerOptions,
 };
+use bollard::{ClientVersion, Docker};
 use futures::StreamExt as _;
 
 use crate::error::DockerError;
 
 /// The socket the docker CLI uses when `DOCKER_HOST` is unset.
 pub const DEFAULT_HOST: &str = "unix:///var/run/docker.sock";
+
+/// `DOCKER_HOST`, else [`DEFAULT_HOST`]: the one read of the process environment in this
+/// crate.
+fn env_host() -> String {
+    std::env::var("DOCKER_HOST")
+        .ok()
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| DEFAULT_HOST.to_owned())
+}
 
 /// A connected Docker Engine. Cheap to clone (one connection pool).
 #[derive(Debug, Clone)]
@@ -35,11 +44,36 @@ pub struct ListedContainer {
 impl Engine {
     /// The engine at `DOCKER_HOST`, else at [`DEFAULT_HOST`].
     pub async fn from_env() -> Result<Self, DockerError> {
-        let host = std::env::var("DOCKER_HOST")
-            .ok()
-            .filter(|h| !h.is_empty())
-            .unwrap_or_else(|| DEFAULT_HOST.to_owned());
-        Self::connect(&host).await
+        Self::connect(&env_host()).await
+    }
+
+    /// [`from_env`](Self::from_env) without a round trip ([`connect_pinned`](Self::connect_pinned)).
+    pub fn from_env_pinned() -> Result<Self, DockerError> {
+        Self::connect_pinned(&env_host())
+    }
+
+    /// The engine at `host` without a round trip, for a caller that cannot wait (a lease
+    /// resolver): the API version is pinned to 1.41, Docker 20.10's, which every later
+    /// engine serves. Nothing is sent until the first request.
+    pub fn connect_pinned(host: &str) -> Result<Self, DockerError> {
+        const PINNED: ClientVersion = ClientVersion {
+            major_version: 1,
+            minor_version: 41,
+        };
+        const TIMEOUT_S: u64 = 120;
+        let docker = if host.starts_with("unix://") {
+            Docker::connect_with_unix(host, TIMEOUT_S, &PINNED)
+        } else {
+            Docker::connect_with_http(host, TIMEOUT_S, &PINNED)
+        }
+        .map_err(|source| DockerError::Reach {
+            host: host.to_owned(),
+            source,
+        })?;
+        Ok(Self {
+            docker,
+            host: host.to_owned(),
+        })
     }
 
     /// The engine at `host` (`unix:///path`, `tcp://host:port`, `http://host:port`), its

@@ -320,3 +320,33 @@ async fn duplex_and_background_processes_run_through_the_agent() {
         .unwrap();
     port.terminate().await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_image_the_engine_has_is_used_without_a_pull() {
+    if !require_capability(missing()) {
+        return;
+    }
+    let rig = rig().await;
+    rig.engine.ensure_image(&rig.image).await.unwrap();
+    // A local name no registry serves: a pull of it would fail.
+    rig.engine
+        .docker()
+        .tag_image(
+            &rig.image,
+            Some(bollard::query_parameters::TagImageOptions {
+                repo: Some("omabox-local/busybox".into()),
+                tag: Some("1".into()),
+            }),
+        )
+        .await
+        .unwrap();
+    let config = DockerConfig {
+        image: "omabox-local/busybox:1".into(),
+        ..config(&rig, "host-a")
+    };
+    let port = DockerSandboxPort::start(&rig.engine, &config, "sbx-local")
+        .await
+        .unwrap();
+    assert_eq!(port.exec("echo local", None).await.unwrap(), "local");
+    port.terminate().await.unwrap();
+}
