@@ -36,7 +36,9 @@ impl TestDockerd {
         }
         if !Path::new(DOCKERD).exists() {
             let installed = Command::new("apt-get")
-                .args(["install", "-y", "--no-install-recommends", "docker.io"])
+                // Tests run in parallel: wait for another one's install, not fail on it.
+                .args(["-o", "DPkg::Lock::Timeout=600", "install", "-y"])
+                .args(["--no-install-recommends", "docker.io"])
                 .env("DEBIAN_FRONTEND", "noninteractive")
                 .stdin(Stdio::null())
                 .stdout(Stdio::null())
