@@ -350,3 +350,25 @@ async fn an_image_the_engine_has_is_used_without_a_pull() {
     assert_eq!(port.exec("echo local", None).await.unwrap(), "local");
     port.terminate().await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_process_of_the_container_cannot_reach_the_agents_connection() {
+    if !require_capability(missing()) {
+        return;
+    }
+    let rig = rig().await;
+    let port = DockerSandboxPort::start(&rig.engine, &config(&rig, "host-a"), "sbx-fd")
+        .await
+        .unwrap();
+    // PID 1's stdout is the protocol stream to the host: a process that could write there
+    // could forge the agent's frames. The agent is non-dumpable, so its fds are closed to
+    // root in the container (no CAP_SYS_PTRACE).
+    let forged = port
+        .exec("echo forged > /proc/1/fd/1 && echo wrote", None)
+        .await
+        .unwrap();
+    assert!(forged.ends_with("[exit 1]"), "{forged}");
+    assert!(forged.contains("Permission denied"), "{forged}");
+    assert_eq!(port.exec("echo still", None).await.unwrap(), "still");
+    port.terminate().await.unwrap();
+}
