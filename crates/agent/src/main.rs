@@ -4,7 +4,8 @@
 //! or on stdin/stdout (`--stdio`). Reaps every child (as PID 1, or as a child subreaper
 //! when started as an ordinary process), forwards SIGTERM/SIGINT to the process groups it
 //! started, and when the connection ends kills all of them and exits: a sandbox dies with
-//! its host connection.
+//! its host connection. It is non-dumpable from its start, so no process it starts can open
+//! its connection through `/proc/<pid>/fd`.
 
 use std::os::fd::{FromRawFd, RawFd};
 use std::path::PathBuf;
@@ -80,6 +81,11 @@ fn main() -> ExitCode {
             return ExitCode::from(64);
         }
     };
+    // Before anything is served: no process we start may reach our connection's fds.
+    if let Err(e) = sys::set_non_dumpable() {
+        eprintln!("omabox-agent: cannot make itself non-dumpable: {e}");
+        return ExitCode::from(1);
+    }
     if sys::getpid() != 1 {
         // Not init: adopt orphaned descendants anyway, so nothing escapes reaping.
         if let Err(e) = sys::set_child_subreaper() {

@@ -186,6 +186,20 @@ pub fn set_child_subreaper() -> io::Result<()> {
     }
 }
 
+/// Makes this process non-dumpable: its `/proc/<pid>/fd`, memory and environ are closed to
+/// every process without `CAP_SYS_PTRACE`, the sandbox's root included. The agent's
+/// connection to the host is one of its fds (its stdout under `--stdio`): a process that
+/// could open it could write frames in the agent's name.
+pub fn set_non_dumpable() -> io::Result<()> {
+    // SAFETY: prctl(PR_SET_DUMPABLE, 0) takes integer arguments only.
+    let r = unsafe { libc::prctl(libc::PR_SET_DUMPABLE, 0 as libc::c_ulong, 0, 0, 0) };
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
 /// Sets FD_CLOEXEC so an inherited descriptor does not leak into the processes we start
 /// (a child holding the connection would keep it open after the agent died).
 pub fn set_cloexec(fd: RawFd) -> io::Result<()> {

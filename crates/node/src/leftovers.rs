@@ -72,6 +72,9 @@ pub struct LeftoverReport {
     pub promoted_removed: u64,
     /// Saved files of the paused sandboxes of serves that are gone, removed.
     pub paused_sandboxes_removed: Vec<String>,
+    /// Containers of dead hosts removed from the Docker Engine ([`sweep_docker`]), by
+    /// sandbox id.
+    pub docker_containers_removed: Vec<String>,
     /// What could not be looked at or removed.
     pub errors: Vec<String>,
 }
@@ -88,6 +91,45 @@ pub async fn sweep(config: &NodeConfig, data_dir: &DataDir, store: &ChosenStore)
             errors: vec![format!("the leftover sweep failed: {error}")],
             ..LeftoverReport::default()
         })
+}
+
+/// `omabox reap`'s pass over the Docker Engine at `DOCKER_HOST` (else the default socket,
+/// when it exists): removes the containers labelled by a host of this machine that is gone
+/// (`omabox_backend_docker::reap`), never another machine's. No engine there is nothing to
+/// sweep; an engine `DOCKER_HOST` names that does not answer is an error in the report.
+/// Not part of [`sweep`], so `omabox run` does not reach for an engine at every start.
+pub async fn sweep_docker(report: &mut LeftoverReport) {
+    use omabox_backend_docker::{Engine, host::host_is_gone, reap::reap_dead_hosts};
+    let given = std::env::var_os("DOCKER_HOST").is_some_and(|host| !host.is_empty());
+    if !given && !Path::new("/var/run/docker.sock").exists() {
+        return;
+    }
+    let engine = match Engine::from_env().await {
+        Ok(engine) => engine,
+        Err(error) => {
+            if given {
+                report.errors.push(format!("docker: {}", chain(&error)));
+            }
+            return;
+        }
+    };
+    match reap_dead_hosts(&engine, |host| !host_is_gone(host)).await {
+        Ok(reaped) => {
+            report.docker_containers_removed = reaped.into_iter().map(|r| r.sandbox).collect();
+        }
+        Err(error) => report.errors.push(format!("docker: {}", chain(&error))),
+    }
+}
+
+fn chain(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut next = error.source();
+    while let Some(e) = next {
+        text.push_str(": ");
+        text.push_str(&e.to_string());
+        next = e.source();
+    }
+    text
 }
 
 /// `omabox run`'s start: reaps a few abandoned leases, then [`sweep`]s. Problems come back as

@@ -8,6 +8,7 @@
 //!                                       └─ FilesystemSessionOutputPort (/mnt/session/outputs)
 //!   --backend linux ── omabox_backend_linux::managed  (namespaces, cgroups, seccomp, Landlock)
 //!   --backend local ── omabox_backend_local::managed  (test mode only, no isolation)
+//!   --backend docker ── omabox_backend_docker::managed (containers of the engine at DOCKER_HOST)
 //! ```
 //!
 //! The host never names a backend; this module is where names become drivers — for
@@ -58,6 +59,8 @@ pub enum Backend {
     Linux,
     /// A local subprocess with NO isolation; only in test mode (OMABOX_TEST_MODE=1).
     Local,
+    /// Containers of the Docker Engine at `DOCKER_HOST` (omabox-agent as their PID 1).
+    Docker,
 }
 
 impl Backend {
@@ -67,6 +70,7 @@ impl Backend {
         match name {
             LINUX_PROVIDER => Some(Self::Linux),
             LOCAL_PROVIDER | LOCAL_SUBPROCESS => Some(Self::Local),
+            omabox_backend_docker::PROVIDER => Some(Self::Docker),
             _ => None,
         }
     }
@@ -76,6 +80,7 @@ impl Backend {
         match self {
             Backend::Linux => LINUX_PROVIDER,
             Backend::Local => LOCAL_PROVIDER,
+            Backend::Docker => omabox_backend_docker::PROVIDER,
         }
     }
 }
@@ -150,6 +155,8 @@ pub struct DriverInputs {
     /// `Environment.config.packages`, installed before the harness lane runs.
     pub packages: Option<omabox_sandbox::packages::EnvironmentPackages>,
     pub memory_stores: Option<Arc<dyn MemoryStoreHost>>,
+    /// What docker containers are made from (`--backend docker`: [`docker_config`]).
+    pub docker: Option<omabox_backend_docker::DockerConfig>,
 }
 
 /// What the ACP harness is built from.
@@ -193,6 +200,7 @@ pub fn check_backend(
             }
             Ok(())
         }
+        Backend::Docker => docker_config(config).map(|_| ()),
         Backend::Linux => {
             let ctx = SandboxFactoryContext {
                 session_id: "probe".into(),
@@ -242,6 +250,7 @@ pub async fn provider_driver(
         acp,
         packages,
         memory_stores,
+        docker,
     } = inputs;
     let acp_output = harness_output.clone();
     let with_env = |driver: ProviderManagedRuntimeDriver| {
@@ -287,6 +296,24 @@ pub async fn provider_driver(
         )
         .await
         .map(|driver| Arc::new(with_env(driver)) as Arc<dyn ManagedRuntimeProviderDriverPort>),
+        Backend::Docker => {
+            let config = docker.context("no docker config for the docker backend")?;
+            let engine = omabox_backend_docker::Engine::from_env()
+                .await
+                .map_err(|error| anyhow::anyhow!(error_chain(&error)))?;
+            omabox_backend_docker::managed::managed_runtime_provider_driver(
+                omabox_backend_docker::managed::DockerManagedRuntimeOptions {
+                    engine,
+                    config,
+                    workspace,
+                    outputs,
+                    readiness_timeout: None,
+                    harness_output,
+                },
+            )
+            .await
+            .map(|driver| Arc::new(with_env(driver)) as Arc<dyn ManagedRuntimeProviderDriverPort>)
+        }
         Backend::Linux => omabox_backend_linux::managed::managed_runtime_provider_driver(
             LinuxManagedRuntimeOptions {
                 factory: linux_factory,
@@ -328,21 +355,79 @@ pub fn sandbox_resolver(
                 ProviderManagedRuntimeOptions::new(Arc::new(provider)),
             )) as Arc<dyn ManagedSandboxPort>
         });
+    // Docker leases are reaped by container name at the engine of `DOCKER_HOST` (a client
+    // that connects at its first request; no engine there fails that reap, with the reason).
+    let docker: Option<Arc<dyn ManagedSandboxPort>> =
+        omabox_backend_docker::Engine::from_env_pinned()
+            .ok()
+            .map(|engine| {
+                let provider = omabox_backend_docker::managed::DockerManagedProvider::new(
+                    engine,
+                    omabox_backend_docker::DockerConfig::new(
+                        String::new(),
+                        omabox_backend_docker::host::current(),
+                    ),
+                );
+                Arc::new(ProviderManagedRuntime::new(
+                    ProviderManagedRuntimeOptions::new(Arc::new(provider)),
+                )) as Arc<dyn ManagedSandboxPort>
+            });
     Arc::new(move |provider: &str| match provider {
         LINUX_PROVIDER => Some(Arc::clone(&linux)),
         LOCAL_PROVIDER => local.clone(),
+        omabox_backend_docker::PROVIDER => docker.clone(),
         _ => None,
     })
 }
 
+/// What containers of `--backend docker` are made from: the `image` setting (a registry
+/// reference the engine pulls, or an image it has; required), the `omabox-agent` binary next
+/// to this executable, this process's host id. The error says what is missing.
+pub fn docker_config(
+    config: &crate::NodeConfig,
+) -> anyhow::Result<omabox_backend_docker::DockerConfig> {
+    use omabox_backend_docker::config::locate_agent;
+    let image = config.given_nonempty(crate::config::Key::Image).context(
+        "the docker backend needs an image: --image REF or OMABOX_LINUX_IMAGE (a registry \
+             reference, or an image the engine has)",
+    )?;
+    if Path::new(image).is_absolute() {
+        anyhow::bail!(
+            "image {image}: the docker backend takes an engine's image reference, not a path"
+        );
+    }
+    let agent = locate_agent(None).map_err(|tried| {
+        anyhow::anyhow!(
+            "the docker backend needs the omabox-agent binary next to omabox (tried {tried}; \
+             cargo build --bins)"
+        )
+    })?;
+    Ok(omabox_backend_docker::DockerConfig {
+        agent_binary: agent,
+        ..omabox_backend_docker::DockerConfig::new(image, omabox_backend_docker::host::current())
+    })
+}
+
+fn error_chain(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut next = error.source();
+    while let Some(e) = next {
+        text.push_str(": ");
+        text.push_str(&e.to_string());
+        next = e.source();
+    }
+    text
+}
+
 /// The conformance catalog of this binary: OpenMA's twelve rows, then each backend's own
-/// (`linux`, `local`).
+/// (`linux`, `local`, `docker`).
 pub fn catalog() -> ConformanceCatalog {
     let mut catalog = ConformanceCatalog::openma();
     catalog
         .extend([
             omabox_backend_linux::catalog::conformance_row(),
             omabox_backend_local::catalog::conformance_row(),
+            omabox_backend_docker::catalog::conformance_row(),
         ])
         .expect("backend ids are distinct from OpenMA's");
     catalog
@@ -368,19 +453,21 @@ mod tests {
         assert_eq!(Backend::from_name("local-subprocess"), Some(Backend::Local));
         assert_eq!(Backend::from_name("daytona"), None);
         assert_eq!(Backend::Local.provider(), "local");
+        assert_eq!(Backend::from_name("docker"), Some(Backend::Docker));
+        assert_eq!(Backend::Docker.provider(), "docker");
     }
 
     #[test]
     fn the_catalog_appends_every_backend_after_the_openma_rows() {
         let catalog = catalog();
         let ids: Vec<&str> = catalog.rows().iter().map(|row| row.id.as_str()).collect();
-        assert_eq!(ids.len(), 14);
-        assert_eq!(&ids[12..], ["linux", "local"]);
+        assert_eq!(ids.len(), 15);
+        assert_eq!(&ids[12..], ["linux", "local", "docker"]);
         assert_eq!(
             catalog.rows()[..12],
             omabox_host::catalog::openma_rows()[..]
         );
-        for backend in [Backend::Linux, Backend::Local] {
+        for backend in [Backend::Linux, Backend::Local, Backend::Docker] {
             let row = catalog.require(backend.provider()).unwrap();
             assert!(row.runtime_checkpoints.is_empty());
         }

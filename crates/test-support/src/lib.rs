@@ -8,6 +8,8 @@
 //!   suite stay in `omabox-testkit`, which depends on the host).
 //! - [`registry`]: a real OCI registry (`docker-registry`) on loopback and a minimal push
 //!   client, for the image pull tests.
+//! - [`dockerd`]: a Docker Engine of the test's own (data root, socket, containerd
+//!   namespace in a temporary directory), for the docker backend's tests.
 //! - [`hostile_http`]: a scripted HTTP server on loopback (a malicious registry, a
 //!   host-only service that must never be contacted) and a tiny OCI image it serves.
 //! - [`postgres`]: a real PostgreSQL server (the installed binaries) in a temp dir on a
@@ -18,6 +20,7 @@
 #![forbid(unsafe_code)]
 
 pub mod capability;
+pub mod dockerd;
 pub mod drivers;
 pub mod hostile_http;
 pub mod postgres;

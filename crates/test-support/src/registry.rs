@@ -416,3 +416,93 @@ pub fn tar_layer(files: &[(&str, u32, &[u8])]) -> Vec<u8> {
     }
     builder.into_inner().expect("tar")
 }
+
+/// The applets a busybox image links to `/bin/busybox` ([`busybox_layer`]).
+pub const BUSYBOX_APPLETS: &[&str] = &[
+    "sh",
+    "cat",
+    "echo",
+    "printf",
+    "sleep",
+    "true",
+    "false",
+    "env",
+    "mkdir",
+    "ls",
+    "rm",
+    "kill",
+    "test",
+    "head",
+    "tail",
+    "grep",
+    "sed",
+    "tr",
+    "wc",
+    "cp",
+    "mv",
+    "touch",
+    "chmod",
+    "id",
+    "pwd",
+    "dd",
+    "od",
+    "sha256sum",
+    "timeout",
+    "seq",
+    "yes",
+    "tee",
+    "stat",
+    "find",
+    "xargs",
+    "sort",
+    "uniq",
+    "cut",
+    "date",
+    "uname",
+    "hostname",
+    "ps",
+    "basename",
+    "dirname",
+    "readlink",
+    "realpath",
+    "mktemp",
+    "nproc",
+];
+
+/// A layer of `busybox` (the bytes of a static busybox) at `/bin/busybox`, every one of
+/// [`BUSYBOX_APPLETS`] a symbolic link to it in `/bin`, and an empty `/tmp`: a small image
+/// whose commands behave like a distribution's.
+pub fn busybox_layer(busybox: &[u8]) -> Vec<u8> {
+    let mut builder = tar::Builder::new(Vec::new());
+    let mut entry =
+        |kind: tar::EntryType, path: &str, mode: u32, data: &[u8], link: Option<&str>| {
+            let mut header = tar::Header::new_ustar();
+            header.set_entry_type(kind);
+            header.set_mode(mode);
+            header.set_size(data.len() as u64);
+            header.set_mtime(0);
+            header.set_uid(0);
+            header.set_gid(0);
+            match link {
+                Some(target) => builder
+                    .append_link(&mut header, path, target)
+                    .expect("tar link"),
+                None => builder
+                    .append_data(&mut header, path, data)
+                    .expect("tar entry"),
+            }
+        };
+    entry(tar::EntryType::Directory, "bin/", 0o755, &[], None);
+    entry(tar::EntryType::Directory, "tmp/", 0o1777, &[], None);
+    entry(tar::EntryType::Regular, "bin/busybox", 0o755, busybox, None);
+    for applet in BUSYBOX_APPLETS {
+        entry(
+            tar::EntryType::Symlink,
+            &format!("bin/{applet}"),
+            0o777,
+            &[],
+            Some("busybox"),
+        );
+    }
+    builder.into_inner().expect("tar")
+}

@@ -152,6 +152,35 @@ async fn the_linux_row_matches_the_live_linux_driver() {
     assert_managed_and_appendable(row);
 }
 
+#[tokio::test]
+async fn the_docker_row_matches_the_live_docker_driver() {
+    use omabox_backend_docker::managed::DockerManagedRuntimeOptions;
+    use omabox_backend_docker::{DockerConfig, Engine};
+    use omabox_test_support::dockerd::TestDockerd;
+    // The driver is built over a live engine (its own dockerd); no container is made.
+    if !omabox_test_support::require_capability(TestDockerd::missing()) {
+        return;
+    }
+    let dockerd = TestDockerd::start();
+    let engine = Engine::connect(&dockerd.host()).await.expect("engine");
+    let data = tempfile::tempdir().unwrap();
+    let driver = omabox_backend_docker::managed::managed_runtime_provider_driver(
+        DockerManagedRuntimeOptions {
+            engine,
+            config: DockerConfig::new("busybox", omabox_backend_docker::host::current()),
+            workspace: Arc::new(FilesystemWorkspacePort::new(data.path()).unwrap()),
+            outputs: Arc::new(FilesystemSessionOutputPort::new(data.path()).unwrap()),
+            readiness_timeout: None,
+            harness_output: None,
+        },
+    )
+    .await
+    .expect("docker driver");
+    let row = omabox_backend_docker::catalog::conformance_row();
+    assert_row_matches_driver(&row, &driver).await;
+    assert_managed_and_appendable(row);
+}
+
 /// The row is a managed-runtime row that extends the OpenMA catalog without a clash.
 fn assert_managed_and_appendable(row: ManagedRuntimeProviderConformance) {
     let id = row.id.clone();

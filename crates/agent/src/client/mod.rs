@@ -5,6 +5,7 @@
 //! in order. Credit is returned as consumers take bytes, so an unread stream stalls only
 //! its own process.
 
+pub mod exec_output;
 mod files;
 mod process;
 mod stream;

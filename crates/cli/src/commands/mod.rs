@@ -17,7 +17,7 @@ pub mod usage;
 pub mod vault;
 pub mod workspace;
 
-/// `--backend linux|local` as the node's backend (`omabox_node::wiring::Backend`).
+/// `--backend linux|local|docker` as the node's backend (`omabox_node::wiring::Backend`).
 pub fn backend_parser() -> impl clap::builder::TypedValueParser<Value = omabox_node::wiring::Backend>
 {
     use clap::builder::{PossibleValue, PossibleValuesParser, TypedValueParser as _};
@@ -27,6 +27,9 @@ pub fn backend_parser() -> impl clap::builder::TypedValueParser<Value = omabox_n
             .help("Linux namespaces, cgroups, seccomp and Landlock (root). The default"),
         PossibleValue::new("local")
             .help("A local subprocess with NO isolation; only in test mode (OMABOX_TEST_MODE=1)"),
+        PossibleValue::new("docker").help(
+            "Containers of the Docker Engine at DOCKER_HOST (needs an image: OMABOX_LINUX_IMAGE)",
+        ),
     ])
     .map(|name| Backend::from_name(&name).unwrap_or(Backend::Linux))
 }

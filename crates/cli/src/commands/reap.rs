@@ -6,7 +6,8 @@
 //! generations that no longer hold their fence, temporary workspaces of killed `omabox sandbox
 //! run`s (in `$TMPDIR`, whose lock their owner no longer holds), temp blobs of interrupted
 //! puts, memory-store stages of dead runs (committed if the run published, else discarded)
-//! and what killed promotions left in the file store; last, the
+//! and what killed promotions left in the file store, and the containers of dead hosts in
+//! the Docker Engine at `DOCKER_HOST` ([`leftovers::sweep_docker`]); last, the
 //! blob collection of `omabox gc` with its default retention ([`omabox_node::gc`]). Every pass
 //! is token-free and safe to repeat, and safe while other runs are going on (held leases,
 //! live owners' sandboxes and workspaces and live generations' bindings are never touched).
@@ -80,12 +81,13 @@ pub async fn run(
         .run_all(PAGE, args.limit)
         .await?;
     omabox_sandbox::fault::point("reap-leases-done");
-    let leftovers = leftovers::sweep(
+    let mut leftovers = leftovers::sweep(
         config,
         data_dir,
         &omabox_node::store_choice::ChosenStore::Sqlite(store.clone()),
     )
     .await;
+    leftovers::sweep_docker(&mut leftovers).await;
     let gc = collect_with_default_retention(config, data_dir, &store).await?;
     if args.json {
         let report = ReapReport {
@@ -207,6 +209,15 @@ fn print_leftovers(report: &LeftoverReport) {
     );
     for path in &report.paused_sandboxes_removed {
         outln!("  removed {path}");
+    }
+    if !report.docker_containers_removed.is_empty() {
+        outln!(
+            "docker containers of dead hosts removed: {}",
+            report.docker_containers_removed.len()
+        );
+        for id in &report.docker_containers_removed {
+            outln!("  removed container of sandbox {id}");
+        }
     }
     let memory = &report.memory_stages;
     outln!(

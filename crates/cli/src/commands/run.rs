@@ -3,7 +3,7 @@
 //! last publication and `/mnt/session/outputs` collected.
 //!
 //! ```text
-//! omabox run [--backend linux|local] [--session ID] [--workspace DIR | --from-revision N] [--profile FILE]
+//! omabox run [--backend linux|local|docker] [--session ID] [--workspace DIR | --from-revision N] [--profile FILE]
 //!            [--supervised] [--inference-gateway URL] [--environment FILE] [--json]
 //!            [--resource file:ID:/path | git:URL[@REF]:/dir | memory:NAME[:ro]]...
 //!            [--session-json FILE] [-- CMD ARGS...]

@@ -12,8 +12,9 @@
 //! on stderr, a tarball unpacked; held from `image rm` until the start returned): the
 //! one-shot path (`one_shot.rs`) without a network, else the factory's port. Any other
 //! `--backend` name goes through the `SANDBOX_PROVIDER` map ([`wiring::sandbox_factories`]:
-//! local-subprocess only in test mode) with an env map; the command runs as a duplex
-//! process. While it runs:
+//! local-subprocess only in test mode) with an env map, but `docker`, a container of the
+//! engine at `DOCKER_HOST` (`docker.rs`: `--image` needed, network `none` only); the
+//! command runs as a duplex process. While it runs:
 //!
 //! - its stdout and stderr are copied byte for byte to ours, as they arrive;
 //! - our stdin is copied to its stdin until EOF (a closed or `/dev/null` stdin is EOF at
@@ -45,6 +46,7 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
+mod docker;
 mod envd_client;
 mod exec;
 mod linux;
@@ -115,8 +117,9 @@ enum SandboxCommand {
 /// Options of `omabox sandbox run`.
 #[derive(Debug, Args)]
 struct RunArgs {
-    /// Sandbox backend: `linux` (namespaces, the default) or `local` (no isolation; only
-    /// with OMABOX_TEST_MODE=1).
+    /// Sandbox backend: `linux` (namespaces, the default), `docker` (a container of the
+    /// engine at DOCKER_HOST; needs --image) or `local` (no isolation; only with
+    /// OMABOX_TEST_MODE=1).
     #[arg(long, default_value = "linux", value_name = "B")]
     backend: String,
     /// Root filesystem: a local rootfs directory, rootfs tarball (.tar, .tar.gz) or OCI
@@ -286,6 +289,7 @@ async fn run_command(args: RunArgs, config: &NodeConfig) -> ExitCode {
     // `None`: a name only the provider map can judge (OpenMA's names, typos).
     let backend = Backend::from_name(&args.backend);
     let made = match backend {
+        Some(Backend::Docker) => docker::create_docker(&args, config).await,
         // The typed config, its image prepared here (held until the start returned).
         Some(Backend::Linux) => match prepare_linux(&args, config) {
             Ok((linux, workspace)) => create_linux(linux, workspace).await,
@@ -465,6 +469,12 @@ fn prepare(
                     "the local backend has no isolation and runs only in test mode: set OMABOX_TEST_MODE=1",
                 ));
             }
+        }
+        // Made from its typed config (`docker.rs`), never from a factory env.
+        Some(Backend::Docker) => {
+            return Err(Failure::omabox(
+                "the docker backend has no SANDBOX_PROVIDER factory",
+            ));
         }
         None => {
             vars.insert(SANDBOX_PROVIDER_ENV.into(), args.backend.clone());

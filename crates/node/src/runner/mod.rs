@@ -209,6 +209,9 @@ impl Runner {
         if backend == Backend::Local {
             refuse_on_local(environment.as_ref())?;
         }
+        if backend == Backend::Docker {
+            refuse_on_docker(environment.as_ref())?;
+        }
         let install = acp.as_ref().and_then(|a| a.install);
         let adapter = acp.as_ref().and_then(|a| a.adapter);
         let proxy_config = match &acp {
@@ -335,6 +338,9 @@ impl Runner {
                 }),
                 packages: environment.as_ref().and_then(|e| e.packages.clone()),
                 memory_stores: Some(Arc::new(memory_stores.clone()) as _),
+                docker: (backend == Backend::Docker)
+                    .then(|| wiring::docker_config(config))
+                    .transpose()?,
                 acp: acp.as_ref().map(|acp| AcpInputs {
                     turn: acp.turn.clone(),
                     events: observers
@@ -414,6 +420,32 @@ fn refuse_on_local(environment: Option<&EnvironmentConfig>) -> anyhow::Result<()
         anyhow::bail!(
             "--environment dockerfile: the local backend runs on the host; environment layers are built for linux sandboxes only"
         );
+    }
+    Ok(())
+}
+
+/// What the docker backend does not serve yet: packages, a network beyond `none`, and
+/// environment layers are refused, never silently dropped.
+fn refuse_on_docker(environment: Option<&EnvironmentConfig>) -> anyhow::Result<()> {
+    let Some(environment) = environment else {
+        return Ok(());
+    };
+    if environment.packages.as_ref().is_some_and(|p| !p.is_empty()) {
+        anyhow::bail!("--environment packages: not served by the docker backend yet");
+    }
+    if environment
+        .networking
+        .as_ref()
+        .is_some_and(|n| !matches!(n, omabox_contract::networking::NetworkingConfig::None))
+    {
+        anyhow::bail!("--environment networking: the docker backend serves networking none only");
+    }
+    if environment
+        .dockerfile
+        .as_deref()
+        .is_some_and(|d| !d.trim().is_empty())
+    {
+        anyhow::bail!("--environment dockerfile: not served by the docker backend yet");
     }
     Ok(())
 }

@@ -77,10 +77,9 @@ use omabox_linux_sandbox::{
     DestroyError, LinuxRuntime, LinuxSandbox, SandboxIdentity, SetupReport, StartError,
 };
 
-mod exec_output;
 mod process;
 
-pub use exec_output::{OomKill, exit_number, format_exec_output};
+pub use omabox_agent::client::exec_output::{OomKill, exit_number, format_exec_output};
 use process::{BackgroundControl, DuplexControl, ExitFuture, sandbox_exit};
 
 /// The provider name of linux sandboxes (`SANDBOX_PROVIDER=linux`, runtime handles).

@@ -1,12 +1,15 @@
-//! The contract's combined output of an exec (see the `port` module doc for the exact
-//! form): stdout, stderr, the exit line in the shell's numbering, timeout and OOM notes.
-//! Pure: must never lose or reorder output, nor invent an exit the agent did not report.
+//! The contract's combined output of an exec, as every backend that runs this agent
+//! reports it (the linux and docker backends): stdout, then `"\n" + stderr` when stderr is
+//! non-empty, trailing whitespace trimmed, then the exit line in the shell's numbering
+//! (`[exit <n>]`, `128 + signal`, `124` after a timeout), with timeout, truncation and OOM
+//! notes before it. Pure: must never lose or reorder output, nor invent an exit the agent
+//! did not report.
 
 use std::fmt::Write as _;
 use std::time::Duration;
 
-use omabox_agent::client::ExecOutput;
-use omabox_agent::message::ProcessExit;
+use super::ExecOutput;
+use crate::message::ProcessExit;
 
 /// Exit number reported for a command killed by its timeout.
 const TIMEOUT_EXIT: i32 = 124;
@@ -32,7 +35,7 @@ pub fn format_exec_output(output: &ExecOutput, timeout: Duration, oom: Option<Oo
         let _ = write!(
             text,
             "\n[output truncated: more than {} bytes]",
-            omabox_agent::DEFAULT_MAX_EXEC_OUTPUT
+            super::DEFAULT_MAX_EXEC_OUTPUT
         );
     }
     let killed = output.exit.signal.as_deref() == Some("SIGKILL") || output.exit.code == Some(137);
@@ -65,7 +68,7 @@ pub fn format_exec_output(output: &ExecOutput, timeout: Duration, oom: Option<Oo
 pub fn exit_number(exit: &ProcessExit) -> i32 {
     match (&exit.code, &exit.signal) {
         (Some(code), _) => *code,
-        (None, Some(signal)) => omabox_agent::sys::signal_number(signal).map_or(255, |n| 128 + n),
+        (None, Some(signal)) => crate::sys::signal_number(signal).map_or(255, |n| 128 + n),
         (None, None) => 255,
     }
 }

@@ -1,0 +1,115 @@
+//! [`DockerError`]: why an operation of the docker backend failed. Must never carry an
+//! environment value or a registry credential; text the container controls (its stderr)
+//! is capped and escaped before it is put in one.
+
+use std::error::Error as StdError;
+use std::fmt::Write as _;
+use std::time::Duration;
+
+use omabox_agent::client::ClientError;
+use omabox_agent::message::ErrorKind;
+use omabox_contract::PortError;
+
+/// Why an operation of the docker backend failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum DockerError {
+    /// The engine did not answer at its address.
+    #[error("could not reach the Docker Engine at {host}")]
+    Reach {
+        /// `DOCKER_HOST`, or the default socket.
+        host: String,
+        /// What the client saw.
+        #[source]
+        source: bollard::errors::Error,
+    },
+    /// The engine refused or failed a request.
+    #[error("the Docker Engine could not {op} {target}")]
+    Engine {
+        /// What was asked (`create the container for`, `pull`, ...).
+        op: &'static str,
+        /// Its subject: an image reference or a container id.
+        target: String,
+        /// The engine's answer.
+        #[source]
+        source: bollard::errors::Error,
+    },
+    /// The agent binary could not be found or read.
+    #[error("the agent binary {path} could not be read (build it: cargo build -p omabox-agent)")]
+    AgentBinary {
+        /// The path (or the paths tried).
+        path: String,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The container started but its agent did not complete the handshake (the container
+    /// was removed again).
+    #[error("could not connect to the agent of container {id} (its stderr: {stderr:?})")]
+    Connect {
+        /// Container id.
+        id: String,
+        /// The container's stderr, capped at 4 KiB, escaped by `{:?}`.
+        stderr: String,
+        /// Why the handshake failed.
+        #[source]
+        source: ClientError,
+    },
+    /// The agent refused or failed an operation.
+    #[error("{op} {target:?} failed")]
+    Agent {
+        /// What was attempted (`exec`, `read file`, ...).
+        op: &'static str,
+        /// Its subject: a command or a sandbox path (never an env value).
+        target: String,
+        /// The agent's answer.
+        #[source]
+        source: ClientError,
+    },
+    /// The agent did not answer within the command's timeout plus the grace.
+    #[error("the container's agent did not answer {op} {target:?} within {waited:?}")]
+    Unresponsive {
+        /// What was attempted.
+        op: &'static str,
+        /// Its subject.
+        target: String,
+        /// How long the host waited.
+        waited: Duration,
+    },
+    /// The sandbox was destroyed; it accepts no more work.
+    #[error("the docker sandbox {id} was destroyed")]
+    Destroyed {
+        /// Sandbox id.
+        id: String,
+    },
+}
+
+/// `error: source: source...`, since a [`PortError`] carries one message only.
+pub(crate) fn chain(error: &dyn StdError) -> String {
+    let mut text = error.to_string();
+    let mut next = error.source();
+    while let Some(e) = next {
+        let _ = write!(text, ": {e}");
+        next = e.source();
+    }
+    text
+}
+
+impl From<DockerError> for PortError {
+    fn from(error: DockerError) -> Self {
+        let message = chain(&error);
+        let invalid = matches!(
+            &error,
+            DockerError::Agent { source, .. }
+                if matches!(
+                    source.remote_kind(),
+                    Some(ErrorKind::InvalidRequest | ErrorKind::UnsafePath)
+                ) || matches!(source, ClientError::UnknownSignal(_))
+        );
+        if invalid {
+            PortError::invalid_argument(message)
+        } else {
+            PortError::new(message)
+        }
+    }
+}

@@ -1,0 +1,364 @@
+//! `omabox sandbox run --backend docker` driven as a user would: the real binary against an
+//! engine of the test's own (`omabox_test_support::dockerd`, `DOCKER_HOST` pointing at it)
+//! and an image pushed to a registry on loopback (the host's static busybox as `/bin/sh`).
+//! Needs root, docker.io (installed when missing), docker-registry, a static busybox and
+//! the `omabox-agent` binary next to `omabox` (`cargo build -p omabox-agent`); a missing one
+//! skips with its reason, and fails under `CI=true`.
+
+use std::io::Write as _;
+use std::process::{Command, Output, Stdio};
+
+mod common;
+
+use common::omabox_bin;
+use omabox_backend_docker::{Engine, HOST_LABEL};
+use omabox_test_support::dockerd::TestDockerd;
+use omabox_test_support::registry::{TestRegistry, tar_layer};
+use omabox_test_support::require_capability;
+
+const BUSYBOX: &str = "/bin/busybox";
+
+fn missing() -> Option<String> {
+    let agent = omabox_bin().with_file_name("omabox-agent");
+    TestRegistry::missing()
+        .or_else(|| {
+            let static_busybox = std::fs::read(BUSYBOX)
+                .map(|b| !b.windows(14).any(|w| w == b"/lib64/ld-linu"))
+                .unwrap_or(false);
+            (!static_busybox).then(|| {
+                format!("{BUSYBOX} is not a static busybox (apt-get install busybox-static)")
+            })
+        })
+        .or_else(|| {
+            (!agent.is_file()).then(|| {
+                format!(
+                    "{} is not built (cargo build -p omabox-agent)",
+                    agent.display()
+                )
+            })
+        })
+        .or_else(TestDockerd::missing)
+}
+
+struct Rig {
+    dockerd: TestDockerd,
+    image: String,
+    data: tempfile::TempDir,
+    _registry: TestRegistry,
+}
+
+fn rig() -> Rig {
+    let registry = TestRegistry::start();
+    let busybox = std::fs::read(BUSYBOX).unwrap();
+    registry.push_image(
+        "test/busybox",
+        "1",
+        &[tar_layer(&[
+            ("bin/busybox", 0o755, &busybox),
+            ("bin/sh", 0o755, &busybox),
+            ("bin/cat", 0o755, &busybox),
+            ("bin/true", 0o755, &busybox),
+        ])],
+    );
+    Rig {
+        dockerd: TestDockerd::start(),
+        image: format!("{}/test/busybox:1", registry.host()),
+        data: tempfile::tempdir().unwrap(),
+        _registry: registry,
+    }
+}
+
+impl Rig {
+    fn run(&self, args: &[&str], stdin: &[u8]) -> Output {
+        let mut child = Command::new(omabox_bin())
+            .arg("--data-dir")
+            .arg(self.data.path())
+            .args([
+                "sandbox",
+                "run",
+                "--backend",
+                "docker",
+                "--image",
+                &self.image,
+            ])
+            .args(args)
+            .env("DOCKER_HOST", self.dockerd.host())
+            .env_remove("OMABOX_LINUX_IMAGE")
+            .env_remove("SANDBOX_IMAGE")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        child.stdin.take().unwrap().write_all(stdin).unwrap();
+        child.wait_with_output().unwrap()
+    }
+
+    /// The containers omabox made that the engine still has.
+    fn containers(&self) -> usize {
+        let host = self.dockerd.host();
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap()
+            .block_on(async move {
+                Engine::connect(&host)
+                    .await
+                    .unwrap()
+                    .containers_labelled(HOST_LABEL)
+                    .await
+                    .unwrap()
+                    .len()
+            })
+    }
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+#[test]
+fn sandbox_run_backend_docker_streams_stdio_and_returns_the_exit_code() {
+    if !require_capability(missing()) {
+        return;
+    }
+    let rig = rig();
+    let out = rig.run(
+        &["--", "sh", "-c", "cat; echo to-err >&2; exit 3"],
+        b"piped in\n",
+    );
+    assert_eq!(out.status.code(), Some(3), "stderr: {}", text(&out.stderr));
+    assert_eq!(text(&out.stdout), "piped in\n");
+    assert!(
+        text(&out.stderr).contains("to-err"),
+        "{}",
+        text(&out.stderr)
+    );
+    assert_eq!(
+        rig.containers(),
+        0,
+        "the container is removed after the run"
+    );
+
+    let out = rig.run(&["--", "true"], b"");
+    assert_eq!(out.status.code(), Some(0), "stderr: {}", text(&out.stderr));
+}
+
+#[test]
+fn sandbox_run_backend_docker_binds_the_workspace_and_refuses_a_network() {
+    if !require_capability(missing()) {
+        return;
+    }
+    let rig = rig();
+    let workspace = tempfile::tempdir().unwrap();
+    std::fs::write(workspace.path().join("in.txt"), "seed").unwrap();
+    let dir = workspace.path().to_str().unwrap();
+    let out = rig.run(
+        &[
+            "--workspace",
+            dir,
+            "--",
+            "sh",
+            "-c",
+            "cat in.txt > out.txt; echo -n ' done' >> out.txt",
+        ],
+        b"",
+    );
+    assert_eq!(out.status.code(), Some(0), "stderr: {}", text(&out.stderr));
+    assert_eq!(
+        std::fs::read_to_string(workspace.path().join("out.txt")).unwrap(),
+        "seed done"
+    );
+
+    let out = rig.run(&["--network", "unrestricted", "--", "true"], b"");
+    assert_eq!(out.status.code(), Some(2), "a usage error");
+    assert!(
+        text(&out.stderr).contains("network none only"),
+        "{}",
+        text(&out.stderr)
+    );
+    assert_eq!(rig.containers(), 0);
+}
+
+#[test]
+fn reap_removes_the_containers_a_dead_host_left_in_the_engine_and_keeps_a_live_ones() {
+    use omabox_backend_docker::config::locate_agent;
+    use omabox_backend_docker::{DockerConfig, DockerSandboxPort};
+    if !require_capability(missing()) {
+        return;
+    }
+    let rig = rig();
+    // A host of this machine that is gone: a finished process's pid.
+    let mut finished = Command::new("true").spawn().unwrap();
+    let pid = finished.id();
+    finished.wait().unwrap();
+    let current = omabox_backend_docker::host::current();
+    let machine = current.rsplitn(3, '/').nth(2).unwrap();
+    let dead_host = format!("{machine}/{pid}/1");
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let live = runtime.block_on(async {
+        let engine = Engine::connect(&rig.dockerd.host()).await.unwrap();
+        let config = |host: &str| DockerConfig {
+            agent_binary: locate_agent(Some(&omabox_bin().with_file_name("omabox-agent"))).unwrap(),
+            ..DockerConfig::new(rig.image.clone(), host)
+        };
+        let dead = DockerSandboxPort::start(&engine, &config(&dead_host), "sbx-dead")
+            .await
+            .unwrap();
+        // Its host "died": the connection goes, the container stays.
+        drop(dead);
+        DockerSandboxPort::start(&engine, &config(&current), "sbx-live")
+            .await
+            .unwrap()
+    });
+    assert_eq!(rig.containers(), 2);
+    let out = Command::new(omabox_bin())
+        .arg("--data-dir")
+        .arg(rig.data.path())
+        .args(["reap", "--json"])
+        .env("DOCKER_HOST", rig.dockerd.host())
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "stderr: {}", text(&out.stderr));
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        report["leftovers"]["dockerContainersRemoved"],
+        serde_json::json!(["sbx-dead"]),
+        "{report}"
+    );
+    assert_eq!(rig.containers(), 1, "the live host's container is kept");
+    runtime.block_on(live.terminate()).unwrap();
+    assert_eq!(rig.containers(), 0);
+}
+
+#[test]
+fn omabox_run_backend_docker_keeps_the_workspace_between_runs_and_collects_outputs() {
+    if !require_capability(missing()) {
+        return;
+    }
+    let rig = rig();
+    let run = |cmd: &[&str]| {
+        let output = Command::new(omabox_bin())
+            .arg("--data-dir")
+            .arg(rig.data.path())
+            .args([
+                "run",
+                "--json",
+                "--backend",
+                "docker",
+                "--session",
+                "s1",
+                "--",
+            ])
+            .args(cmd)
+            .env("DOCKER_HOST", rig.dockerd.host())
+            .env("OMABOX_LINUX_IMAGE", &rig.image)
+            .env_remove("SANDBOX_IMAGE")
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        let report: serde_json::Value = serde_json::from_slice(&output.stdout)
+            .unwrap_or_else(|e| panic!("{e}: stderr: {}", text(&output.stderr)));
+        (report, output)
+    };
+    let (first, output) = run(&[
+        "sh",
+        "-c",
+        "echo one > /workspace/a && echo report > /mnt/session/outputs/r.txt",
+    ]);
+    assert!(output.status.success(), "stderr: {}", text(&output.stderr));
+    assert_eq!(
+        first["result"],
+        serde_json::json!({"type": "completed", "revision": 1}),
+        "{first}"
+    );
+    assert_eq!(first["outputs"][0]["logicalPath"], "r.txt");
+    let (second, output) = run(&["cat", "/workspace/a"]);
+    assert!(output.status.success(), "stderr: {}", text(&output.stderr));
+    assert_eq!(text(&output.stderr).trim(), "one");
+    assert_eq!(second["restoredRevision"], 1, "{second}");
+    assert_eq!(rig.containers(), 0, "every container is removed");
+}
+
+/// Waits until a file named `name` appears under `dir` (the harness wrote it).
+fn wait_for_file(dir: &std::path::Path, name: &str, child: &mut std::process::Child) {
+    fn find(dir: &std::path::Path, name: &str) -> bool {
+        std::fs::read_dir(dir)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .any(|entry| {
+                let path = entry.path();
+                entry.file_name() == name || (path.is_dir() && find(&path, name))
+            })
+    }
+    // Polling for the harness's file, not a timed assertion: the deadline only ends a hang.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while !find(dir, name) {
+        if let Ok(Some(status)) = child.try_wait() {
+            panic!("omabox run ended ({status}) before the harness wrote {name}");
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the harness never wrote {name}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(25));
+    }
+}
+
+#[test]
+fn kill_9_of_omabox_run_backend_docker_then_reap_reaps_its_lease_and_container() {
+    if !require_capability(missing()) {
+        return;
+    }
+    let rig = rig();
+    let mut killed = Command::new(omabox_bin())
+        .arg("--data-dir")
+        .arg(rig.data.path())
+        .args([
+            "run",
+            "--json",
+            "--backend",
+            "docker",
+            "--session",
+            "k",
+            "--",
+        ])
+        .args(["sh", "-c", "touch /workspace/started; sleep 60"])
+        .env("DOCKER_HOST", rig.dockerd.host())
+        .env("OMABOX_LINUX_IMAGE", &rig.image)
+        .env("OMABOX_LEASE_TTL_MS", "1500")
+        .env_remove("SANDBOX_IMAGE")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    wait_for_file(&rig.data.path().join("runtime"), "started", &mut killed);
+    killed.kill().unwrap(); // SIGKILL: no cleanup at all.
+    killed.wait().unwrap();
+    assert_eq!(rig.containers(), 1, "the killed run's container is left");
+    // Once its fence expired, reap terminates the container from the journaled lease.
+    std::thread::sleep(std::time::Duration::from_millis(2_000));
+    let out = Command::new(omabox_bin())
+        .arg("--data-dir")
+        .arg(rig.data.path())
+        .args(["reap", "--json"])
+        .env("DOCKER_HOST", rig.dockerd.host())
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "stderr: {}", text(&out.stderr));
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(report["abandoned"]["reaped"], 1, "{report}");
+    assert_eq!(
+        report["abandoned"]["errors"],
+        serde_json::json!([]),
+        "{report}"
+    );
+    assert_eq!(rig.containers(), 0);
+}
