@@ -20,6 +20,10 @@ pub use port::GvisorSandboxPort;
 pub use runsc::Runsc;
 pub use sandbox::{GvisorConfig, GvisorRuntime, GvisorSandbox, State};
 
+/// What the host writes first on a restored sandbox's new socket: `omabox-gvisor-init`
+/// discards everything before it (the old connection's last frames) and then serves.
+pub const WAKE: &[u8] = b"\0omabox-gvisor-wake\n";
+
 /// The init binary's file name (found next to the `omabox` executable).
 pub const INIT_BINARY: &str = "omabox-gvisor-init";
 
@@ -60,6 +64,17 @@ pub enum GvisorError {
     Agent {
         /// The sandbox.
         id: String,
+        /// Why.
+        #[source]
+        source: omabox_agent::ClientError,
+    },
+    /// The agent of a started or restored sandbox did not complete its handshake.
+    #[error("the agent of gvisor sandbox {id} did not answer: {log_tail}")]
+    Handshake {
+        /// The sandbox.
+        id: String,
+        /// The end of the container's log (runsc and the init write there).
+        log_tail: String,
         /// Why.
         #[source]
         source: omabox_agent::ClientError,

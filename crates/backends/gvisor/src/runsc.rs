@@ -137,7 +137,7 @@ impl Runsc {
 }
 
 /// The last bytes of runsc's log, lossily decoded (runsc's own text, not the sandbox's).
-fn tail(log: &Path) -> String {
+pub(crate) fn tail(log: &Path) -> String {
     use std::io::Seek;
     let Ok(mut f) = std::fs::File::open(log) else {
         return String::new();

@@ -9,6 +9,7 @@
 //! links as links and nothing but regular files, directories and links); leave a
 //! container behind a failed step (each failure deletes what it started).
 
+use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -19,8 +20,8 @@ use tokio::sync::Mutex;
 use crate::runsc::Runsc;
 use crate::{GvisorError, bundle};
 
-/// The byte `omabox-gvisor-init` waits for on a new connection after a detach.
-const WAKE: u8 = b'W';
+/// Restores tried before a resume or fork fails (see `GvisorSandbox::boot`).
+const RESTORE_ATTEMPTS: u32 = 3;
 
 /// Where a gvisor backend keeps its sandboxes and how it runs runsc.
 #[derive(Debug, Clone)]
@@ -59,6 +60,15 @@ impl GvisorRuntime {
                 what: format!("creating {}", config.dir.display()),
                 source: e,
             })?;
+        // Checkpoints hold sandboxes' memory: root only.
+        for private in [config.dir.join("sandboxes"), state.clone()] {
+            std::fs::set_permissions(&private, std::fs::Permissions::from_mode(0o700)).map_err(
+                |e| GvisorError::Io {
+                    what: format!("making {} private", private.display()),
+                    source: e,
+                },
+            )?;
+        }
         let root = bundle::prepare_root(&config.dir)?;
         Ok(Self {
             shared: Arc::new(Shared {
@@ -109,6 +119,8 @@ struct Live {
     /// Our own copy of the host end of the agent's socket: the client's copy closes
     /// when it detaches, this one keeps the agent from reading EOF until the checkpoint.
     socket: Option<std::os::unix::net::UnixStream>,
+    /// Set once the client detached: its stream then reads EOF without reading.
+    gate: Option<Arc<std::sync::atomic::AtomicBool>>,
 }
 
 /// One gvisor sandbox (a runsc container) and its agent connection.
@@ -136,6 +148,7 @@ impl GvisorSandbox {
                 state: State::Gone,
                 client: None,
                 socket: None,
+                gate: None,
             }),
         })
     }
@@ -185,6 +198,30 @@ impl GvisorSandbox {
     /// Writes the bundle, runs (or, with `image`, restores) the container on a new
     /// socket and connects to the agent.
     async fn boot(&self, image: Option<PathBuf>) -> Result<(), GvisorError> {
+        let Some(image) = image else {
+            return self.boot_once(None).await;
+        };
+        // runsc 2022-12-19 (Debian 12) on the ptrace platform sometimes crashes a restored
+        // process right away (SIGSEGV in its first thread; also seen with a plain python
+        // process, tests/repro/runsc_restore.py). The image is unchanged by a failed
+        // restore, so it is tried again; some images crashed on every attempt.
+        let mut attempt = 1;
+        loop {
+            match self.boot_once(Some(image.clone())).await {
+                Ok(()) => return Ok(()),
+                Err(e) if attempt < RESTORE_ATTEMPTS => {
+                    tracing::warn!(id = %self.id, attempt, error = %e, "gvisor restore failed; trying again");
+                    let runsc = self.shared.runsc.clone();
+                    let (id, log) = (self.id.clone(), self.log());
+                    let _ = blocking(move || runsc.delete(&id, &log)).await;
+                    attempt += 1;
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    async fn boot_once(&self, image: Option<PathBuf>) -> Result<(), GvisorError> {
         let config = bundle::config(
             &self.shared.root,
             &self.workspace(),
@@ -214,9 +251,19 @@ impl GvisorSandbox {
             .try_clone()
             .and_then(tokio::net::UnixStream::from_std)
             .map_err(io("keeping the agent socket"))?;
-        let client = self.connect(host, restoring).await?;
+        let gate = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let client = self.connect(host, restoring, gate.clone()).await?;
+        if restoring {
+            // A restored process that crashes does so right away: one round trip shows
+            // the agent is alive before the sandbox counts as resumed.
+            client.ping().await.map_err(|e| GvisorError::Agent {
+                id: self.id.clone(),
+                source: e,
+            })?;
+        }
         let mut live = self.live.lock().await;
         live.client = Some(client);
+        live.gate = Some(gate);
         live.socket = Some(kept);
         live.state = State::Running;
         Ok(())
@@ -226,17 +273,21 @@ impl GvisorSandbox {
         &self,
         mut host: tokio::net::UnixStream,
         wake: bool,
+        gate: Arc<std::sync::atomic::AtomicBool>,
     ) -> Result<AgentClient, GvisorError> {
         if wake {
-            host.write_all(&[WAKE]).await.map_err(|e| GvisorError::Io {
-                what: "waking the restored agent".into(),
-                source: e,
-            })?;
+            host.write_all(crate::WAKE)
+                .await
+                .map_err(|e| GvisorError::Io {
+                    what: "waking the restored agent".into(),
+                    source: e,
+                })?;
         }
-        AgentClient::connect(NoShutdown(host))
+        AgentClient::connect(ClientStream { inner: host, gate })
             .await
-            .map_err(|e| GvisorError::Agent {
+            .map_err(|e| GvisorError::Handshake {
                 id: self.id.clone(),
+                log_tail: crate::runsc::tail(&self.log()),
                 source: e,
             })
     }
@@ -256,6 +307,12 @@ impl GvisorSandbox {
             id: self.id.clone(),
             source: e,
         })?;
+        // The old client's reader may still poll its copy of the socket: it must not
+        // take the init's answer.
+        if let Some(gate) = live.gate.take() {
+            gate.store(true, std::sync::atomic::Ordering::SeqCst);
+        }
+
         let image = self.checkpoint_dir();
         let _ = std::fs::remove_dir_all(&image);
         std::fs::create_dir(&image).map_err(|e| GvisorError::Io {
@@ -357,35 +414,56 @@ impl GvisorSandbox {
     }
 }
 
-/// The client's stream without its write shutdown: the client shuts its side down when
-/// it ends (a detach too), and a `shutdown(2)` is seen through every copy of the socket,
-/// so the detached agent would read EOF instead of waiting for the wake byte.
-struct NoShutdown(tokio::net::UnixStream);
+impl Drop for GvisorSandbox {
+    /// A sandbox whose handle is dropped without [`GvisorSandbox::destroy`] (a panic, an
+    /// early return) is destroyed here, synchronously: no container or checkpoint of it
+    /// outlives its owner.
+    fn drop(&mut self) {
+        let state = self.live.get_mut().state;
+        if state == State::Gone && !self.dir.exists() {
+            return;
+        }
+        let _ = self.shared.runsc.delete(&self.id, &self.log());
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
 
-impl tokio::io::AsyncRead for NoShutdown {
+/// The client's copy of the agent socket, without its write shutdown (the client shuts
+/// its side down when it ends, a detach too, and a `shutdown(2)` is seen through every
+/// copy of the socket: the detached init would read EOF) and with a gate that makes it
+/// read EOF, without reading, once the client detached.
+struct ClientStream {
+    inner: tokio::net::UnixStream,
+    gate: Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl tokio::io::AsyncRead for ClientStream {
     fn poll_read(
         mut self: std::pin::Pin<&mut Self>,
         cx: &mut std::task::Context<'_>,
         buf: &mut tokio::io::ReadBuf<'_>,
     ) -> std::task::Poll<std::io::Result<()>> {
-        std::pin::Pin::new(&mut self.0).poll_read(cx, buf)
+        if self.gate.load(std::sync::atomic::Ordering::SeqCst) {
+            return std::task::Poll::Ready(Ok(()));
+        }
+        std::pin::Pin::new(&mut self.inner).poll_read(cx, buf)
     }
 }
 
-impl tokio::io::AsyncWrite for NoShutdown {
+impl tokio::io::AsyncWrite for ClientStream {
     fn poll_write(
         mut self: std::pin::Pin<&mut Self>,
         cx: &mut std::task::Context<'_>,
         buf: &[u8],
     ) -> std::task::Poll<std::io::Result<usize>> {
-        std::pin::Pin::new(&mut self.0).poll_write(cx, buf)
+        std::pin::Pin::new(&mut self.inner).poll_write(cx, buf)
     }
 
     fn poll_flush(
         mut self: std::pin::Pin<&mut Self>,
         cx: &mut std::task::Context<'_>,
     ) -> std::task::Poll<std::io::Result<()>> {
-        std::pin::Pin::new(&mut self.0).poll_flush(cx)
+        std::pin::Pin::new(&mut self.inner).poll_flush(cx)
     }
 
     fn poll_shutdown(

@@ -1,8 +1,8 @@
 //! `omabox-gvisor-init`: the process of a gvisor sandbox's container. It is the omabox
 //! agent, serving the protocol on its stdin/stdout (one unix socket the host handed to
 //! `runsc run` or `runsc restore`), connection after connection: after the host detaches
-//! (before a checkpoint) the next byte on the socket must be the wake byte, which the
-//! host writes on the new socket after a restore; then the agent serves again.
+//! (before a checkpoint) it waits for the wake token ([`omabox_backend_gvisor::WAKE`]),
+//! which the host writes on the new socket after a restore; then the agent serves again.
 //! Everything the earlier connections started runs on.
 //!
 //! fd 0 and fd 1 are read and written only with plain blocking calls on two threads,
@@ -25,8 +25,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::signal::unix::{SignalKind, signal};
 use tokio::sync::mpsc;
 
-/// The byte the host writes on a new connection after a detach; anything else ends us.
-const WAKE: u8 = b'W';
+use omabox_backend_gvisor::WAKE;
 /// Bytes per read of fd 0 and per chunk handed to the writer thread.
 const CHUNK: usize = 64 * 1024;
 /// Chunks queued each way between the threads and the agent (bounded: backpressure).
@@ -117,26 +116,44 @@ async fn run() -> ExitCode {
         let _ = pump_out.await;
         match served {
             Ok(Served::Detached) => {}
-            Ok(Served::Closed) => break ExitCode::SUCCESS,
+            Ok(Served::Closed) => {
+                eprintln!("omabox-gvisor-init: the host closed the connection");
+                break ExitCode::SUCCESS;
+            }
             Err(e) => {
                 eprintln!("omabox-gvisor-init: {e}");
                 break ExitCode::from(2);
             }
         }
         // Detached: the sandbox may be checkpointed while we wait here, and restored
-        // with a new socket on fd 0, whose first byte is the wake byte.
-        match inbound.recv().await {
-            Some(chunk) if chunk.first() == Some(&WAKE) => carry = chunk[1..].to_vec(),
-            Some(_) => {
-                eprintln!("omabox-gvisor-init: expected the wake byte after a detach");
-                break ExitCode::from(2);
+        // with a new socket on fd 0 that starts with the wake token.
+        match wait_for_wake(&mut inbound).await {
+            Some(rest) => carry = rest,
+            None => {
+                eprintln!("omabox-gvisor-init: the socket ended while detached");
+                break ExitCode::SUCCESS;
             }
-            None => break ExitCode::SUCCESS,
         }
     };
     agent.kill_all();
     sys::kill_all_in_namespace();
     code
+}
+
+/// Discards what arrives until the wake token (frames the old client still sent after
+/// the detach reply, window credit for instance, may come first); returns the bytes after
+/// it, or `None` when the socket ended.
+async fn wait_for_wake(inbound: &mut mpsc::Receiver<Vec<u8>>) -> Option<Vec<u8>> {
+    let mut seen: Vec<u8> = Vec::new();
+    loop {
+        seen.extend_from_slice(&inbound.recv().await?);
+        if let Some(at) = seen.windows(WAKE.len()).position(|w| w == WAKE) {
+            return Some(seen.split_off(at + WAKE.len()));
+        }
+        // Keep only what could be the start of a token split across reads.
+        let keep = seen.len().min(WAKE.len() - 1);
+        seen.drain(..seen.len() - keep);
+    }
 }
 
 /// The reader thread (fd 0 → the returned receiver; it closes at EOF or error) and the
