@@ -7,9 +7,10 @@
 //!
 //! fd 0 and fd 1 are read and written only with plain blocking calls on two threads,
 //! bridged to the agent through an in-process pipe: a restore gives both descriptors a
-//! new host file, and a blocked `read(2)` is restarted on it, while the runtime's epoll
-//! registration of the old file is not carried over (measured: a tokio stream on fd 0
-//! never saw the restored socket's bytes).
+//! new host file, and a blocked `read(2)` is restarted on it (shown with a shell). A
+//! first design with a tokio stream on fd 0 never answered after a restore; whether its
+//! epoll registration was lost or the restore crash SECURITY.md describes hit it was not
+//! settled.
 //!
 //! Never: read fd 0 anywhere but the one reader thread (a second reader would steal the
 //! next connection's bytes); exit while detached unless the socket ended.
