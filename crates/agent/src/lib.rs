@@ -101,7 +101,7 @@ pub mod transport;
 /// `omabox-agent/<version>`: the agent's software string in hellos and pongs.
 pub const SOFTWARE: &str = concat!("omabox-agent/", env!("CARGO_PKG_VERSION"));
 
-pub use agent::{Agent, AgentConfig, AgentError, ReapMode};
+pub use agent::{Agent, AgentConfig, AgentError, ReapMode, Served};
 pub use client::{
     AgentClient, BackgroundProcess, ClientConfig, ClientError, DEFAULT_MAX_EXEC_OUTPUT, DataReader,
     DataWriter, DirWatch, DuplexProcess, ExecOutput, ExecRequest, FileReader, MAX_WHOLE_READ,

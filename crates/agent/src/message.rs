@@ -251,6 +251,11 @@ pub enum Request {
         #[serde(default)]
         recursive: bool,
     },
+    /// Ends the connection without ending anything it started: replies `ok`, then the
+    /// agent stops reading and writing this stream and leaves its processes running (a
+    /// backend that checkpoints the sandbox reconnects later over a new stream). Open
+    /// streams are cut; background processes keep running but their logs are dropped.
+    Detach,
 }
 
 /// One change seen by a [`Request::WatchDir`] stream.
@@ -286,6 +291,7 @@ impl Request {
         "rename",
         "remove",
         "watch_dir",
+        "detach",
     ];
 
     /// Features beyond the ops, announced in the agent's hello `ops` after them:

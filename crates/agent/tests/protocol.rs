@@ -5,7 +5,7 @@ mod common;
 use std::path::Path;
 
 use bytes::{BufMut, Bytes, BytesMut};
-use common::{AGENT_BIN, Mode, eventually, pid_exists, start};
+use common::{AGENT_BIN, Mode, eventually, pid_exists, proc_state, start};
 use omabox_agent::frame::{Frame, FrameKind, FrameReader, PREAMBLE, channel};
 use omabox_agent::message::{Event, HELLO_MAGIC, Hello, Role};
 use omabox_agent::transport::{AGENT_FD, pass_fd, socketpair};
@@ -494,4 +494,52 @@ async fn a_terminals_host_eof_writes_nothing_and_later_input_still_arrives() {
         ended.is_ok(),
         "input after eof never came back; got {text:?}"
     );
+}
+
+/// A detached connection kills nothing it started (a checkpointing backend reconnects
+/// later); a closed one still kills its processes.
+#[tokio::test]
+async fn detach_ends_the_connection_and_leaves_its_processes_running() {
+    let agent = Agent::new(AgentConfig::default()).unwrap();
+    let (a, b) = tokio::io::duplex(64 * 1024);
+    let serving = agent.clone();
+    let task = tokio::spawn(async move { serving.serve_detachable(a).await });
+    let client = AgentClient::connect(b).await.unwrap();
+    assert!(client.supports("detach"));
+    let out = client
+        .exec("sleep 300 >/dev/null 2>&1 & echo $!")
+        .await
+        .unwrap();
+    let pid: u32 = out.combined().trim().parse().unwrap();
+    client.detach().await.unwrap();
+    let served = task.await.unwrap().unwrap();
+    assert_eq!(served, omabox_agent::Served::Detached);
+
+    // A later connection is served, and closing it (not detaching) kills its processes.
+    let (a, b) = tokio::io::duplex(64 * 1024);
+    let serving = agent.clone();
+    let task = tokio::spawn(async move { serving.serve_detachable(a).await });
+    let client = AgentClient::connect(b).await.unwrap();
+    // Still asleep, not killed: a SIGKILL sent at the detach would have landed during the
+    // whole handshake and round trip since (the process would be a zombie or gone).
+    client.ping().await.unwrap();
+    assert!(
+        matches!(proc_state(pid), Some(('S', _))),
+        "the detached connection's process was killed: {:?}",
+        proc_state(pid)
+    );
+    let out = client
+        .exec("sleep 300 >/dev/null 2>&1 & echo $!")
+        .await
+        .unwrap();
+    let second: u32 = out.combined().trim().parse().unwrap();
+    drop(client);
+    assert_eq!(task.await.unwrap().unwrap(), omabox_agent::Served::Closed);
+    eventually("the closed connection's process is killed", || async {
+        !pid_exists(second)
+    })
+    .await;
+    agent.kill_all();
+    // SAFETY: plain kill(2) of a pid this test started.
+    unsafe { libc::kill(pid as i32, libc::SIGKILL) };
 }

@@ -14,7 +14,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite};
 use tokio::sync::{mpsc, watch};
 
 use super::background::Background;
-use super::{AgentError, AgentShared, lock};
+use super::{AgentError, AgentShared, Served, lock};
 use crate::flow::{RecvWindow, SendWindow};
 use crate::frame::{
     CONNECTION_STREAM, DATA_CHUNK, Frame, FrameKind, FrameReader, ProtocolError, channel,
@@ -63,9 +63,11 @@ pub(crate) struct Conn {
     pub(crate) peer_max_frame: u32,
     pub(crate) background: Mutex<HashMap<String, Arc<Background>>>,
     pub(crate) next_background: AtomicU64,
+    /// Set once a detach reply is queued: the read loop ends at its next wait.
+    detach: tokio::sync::Notify,
 }
 
-pub(crate) async fn serve<T>(agent: Arc<AgentShared>, id: u64, io: T) -> Result<(), AgentError>
+pub(crate) async fn serve<T>(agent: Arc<AgentShared>, id: u64, io: T) -> Result<Served, AgentError>
 where
     T: AsyncRead + AsyncWrite + Send + 'static,
 {
@@ -103,6 +105,7 @@ where
                 peer_max_frame: peer.max_frame,
                 background: Mutex::new(HashMap::new()),
                 next_background: AtomicU64::new(1),
+                detach: tokio::sync::Notify::new(),
             });
             let r = read_loop(&conn, &mut reader).await;
             conn.teardown();
@@ -110,10 +113,17 @@ where
         }
         Err(e) => Err(e),
     };
+    if result.as_ref().is_ok_and(|s| *s == Served::Detached) {
+        // Only the queued replies (the detach's `ok` last) are flushed: the host reads
+        // nothing after it, and what this connection started runs on.
+        drop(out);
+        let _ = tokio::time::timeout(Duration::from_secs(2), writer).await;
+        return Ok(Served::Detached);
+    }
     agent.kill_conn_groups(id);
 
     let reason = match &result {
-        Ok(()) => RemoteError::new(ErrorKind::Io, "connection closed by peer"),
+        Ok(_) => RemoteError::new(ErrorKind::Io, "connection closed by peer"),
         Err(e) => goaway_for(e),
     };
     if let Err(e) = &result {
@@ -183,10 +193,16 @@ async fn handshake<R: AsyncRead + Unpin>(
 async fn read_loop<R: AsyncRead + Unpin>(
     conn: &Arc<Conn>,
     reader: &mut FrameReader<R>,
-) -> Result<(), ProtocolError> {
+) -> Result<Served, ProtocolError> {
     loop {
-        let Some(header) = reader.read_header().await? else {
-            return Ok(());
+        // A host that detached sends nothing more, so no frame is cut by ending here.
+        let header = tokio::select! {
+            biased;
+            () = conn.detach.notified() => return Ok(Served::Detached),
+            h = reader.read_header() => h?,
+        };
+        let Some(header) = header else {
+            return Ok(Served::Closed);
         };
         let kind =
             FrameKind::from_u8(header.kind).ok_or(ProtocolError::UnknownKind(header.kind))?;
@@ -447,12 +463,17 @@ fn parse_request(frame: &Frame) -> Result<Request, RemoteError> {
 }
 
 async fn run_stream(mut io: StreamIo, req: Request) {
+    let detach = matches!(req, Request::Detach);
     let result = super::dispatch_request(&mut io, req).await;
     let ev = match result {
         Ok(ev) => ev,
         Err(err) => Event::Error(err),
     };
     io.finish(ev);
+    if detach {
+        // After the reply is queued, so the writer flushes it before the end.
+        io.conn.detach.notify_one();
+    }
 }
 
 /// A stream task's view of its stream.

@@ -42,6 +42,15 @@ pub enum AgentError {
     Setup(#[source] io::Error),
 }
 
+/// How a connection ended without a protocol fault.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Served {
+    /// The peer closed it (or sent a goaway); its processes were killed.
+    Closed,
+    /// The peer detached; its processes run on.
+    Detached,
+}
+
 /// Agent settings.
 #[derive(Debug, Clone)]
 pub struct AgentConfig {
@@ -120,6 +129,16 @@ impl Agent {
     /// process group started on it is killed before this returns. Can be called again
     /// (sequentially or concurrently) for further connections.
     pub async fn serve<T>(&self, io: T) -> Result<(), AgentError>
+    where
+        T: AsyncRead + AsyncWrite + Send + 'static,
+    {
+        self.serve_detachable(io).await.map(|_| ())
+    }
+
+    /// [`Agent::serve`], saying how the connection ended: on [`Served::Detached`] (the
+    /// host sent [`Request::Detach`](crate::message::Request::Detach)) nothing the
+    /// connection started was killed, and no goaway was sent.
+    pub async fn serve_detachable<T>(&self, io: T) -> Result<Served, AgentError>
     where
         T: AsyncRead + AsyncWrite + Send + 'static,
     {
@@ -288,5 +307,7 @@ pub(crate) async fn dispatch_request(
             tree::remove(io, &path).await?;
             files::ok(&())
         }
+        // The connection ends once this reply is queued (`conn::run_stream`).
+        Request::Detach => files::ok(&()),
     }
 }

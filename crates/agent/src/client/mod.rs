@@ -374,6 +374,15 @@ impl AgentClient {
         self.call(&Request::Ping).await
     }
 
+    /// Ends this connection and nothing it started: once the agent replied, it neither
+    /// reads nor writes this stream again and its processes run on (see
+    /// [`Request::Detach`]). The client is consumed; reconnect over a new stream to an
+    /// agent that serves one (`Agent::serve_detachable` in a loop).
+    pub async fn detach(self) -> Result<(), ClientError> {
+        self.require("detach")?;
+        self.call(&Request::Detach).await
+    }
+
     /// Merges variables into the env of every later exec/spawn (`None` removes).
     pub async fn set_env<I, K, V>(&self, vars: I) -> Result<(), ClientError>
     where

@@ -1,0 +1,138 @@
+//! The OCI bundle of one sandbox (`config.json`) and the shared read-only root it uses.
+//!
+//! The root is a directory of ours: the host's `/usr` bound read-only (with the merged-usr
+//! links `/bin`, `/lib`, `/lib64`, `/sbin`), an `/etc` holding only what we write into it,
+//! a tmpfs `/tmp`, the sandbox's own `/workspace` bound read-write and the init binary at
+//! `/.omabox/init`. Never: expose the host's `/etc`, `/root`, `/home` or omabox's data
+//! directory to a sandbox; write JSON by string formatting (paths are serde strings).
+
+use std::path::{Path, PathBuf};
+
+use serde_json::{Value, json};
+
+use crate::GvisorError;
+
+/// Where the init binary appears in the sandbox.
+pub const INIT_PATH: &str = "/.omabox/init";
+/// The sandbox's workspace.
+pub const WORKSPACE: &str = "/workspace";
+
+/// The accounts a sandbox knows (the agent reads them for `user`/`owner`).
+const PASSWD: &str =
+    "root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n";
+const GROUP: &str = "root:x:0:\nnogroup:x:65534:\n";
+
+/// Creates (idempotently) the shared root directory under `dir`.
+pub fn prepare_root(dir: &Path) -> Result<PathBuf, GvisorError> {
+    let root = dir.join("rootfs");
+    let io = |what: &str, e| GvisorError::Io {
+        what: format!("{what} in {}", root.display()),
+        source: e,
+    };
+    for sub in [
+        "usr",
+        "etc",
+        "tmp",
+        "workspace",
+        "proc",
+        "dev",
+        "sys",
+        "root",
+        ".omabox",
+    ] {
+        std::fs::create_dir_all(root.join(sub)).map_err(|e| io("creating a directory", e))?;
+    }
+    std::fs::write(root.join(".omabox/init"), b"").map_err(|e| io("the init mount point", e))?;
+    for (link, target) in [
+        ("bin", "usr/bin"),
+        ("lib", "usr/lib"),
+        ("lib64", "usr/lib64"),
+        ("sbin", "usr/sbin"),
+    ] {
+        let path = root.join(link);
+        if std::fs::symlink_metadata(&path).is_err() {
+            std::os::unix::fs::symlink(target, &path).map_err(|e| io("a usr link", e))?;
+        }
+    }
+    std::fs::write(root.join("etc/passwd"), PASSWD).map_err(|e| io("etc/passwd", e))?;
+    std::fs::write(root.join("etc/group"), GROUP).map_err(|e| io("etc/group", e))?;
+    // The dynamic loader's cache of the host's /usr (not secret; absent is fine).
+    if let Ok(cache) = std::fs::read("/etc/ld.so.cache") {
+        std::fs::write(root.join("etc/ld.so.cache"), cache).map_err(|e| io("ld.so.cache", e))?;
+    }
+    Ok(root)
+}
+
+/// `config.json` for a sandbox whose root is `root`, workspace `workspace` and init
+/// binary `init`.
+pub fn config(root: &Path, workspace: &Path, init: &Path, hostname: &str) -> Value {
+    let bind = |dest: &str, source: &Path, ro: bool| {
+        json!({
+            "destination": dest,
+            "type": "bind",
+            "source": source,
+            "options": if ro { json!(["rbind", "ro"]) } else { json!(["rbind", "rw"]) },
+        })
+    };
+    json!({
+        "ociVersion": "1.0.0",
+        "process": {
+            "terminal": false,
+            "user": { "uid": 0, "gid": 0 },
+            "args": [INIT_PATH],
+            "env": [
+                "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+                "HOME=/root",
+            ],
+            "cwd": WORKSPACE,
+            "capabilities": caps(),
+            "noNewPrivileges": true,
+        },
+        "root": { "path": root, "readonly": true },
+        "hostname": hostname,
+        "mounts": [
+            { "destination": "/proc", "type": "proc", "source": "proc" },
+            { "destination": "/dev", "type": "tmpfs", "source": "tmpfs" },
+            { "destination": "/tmp", "type": "tmpfs", "source": "tmpfs" },
+            { "destination": "/root", "type": "tmpfs", "source": "tmpfs" },
+            bind("/usr", Path::new("/usr"), true),
+            bind(WORKSPACE, workspace, false),
+            bind(INIT_PATH, init, true),
+        ],
+        "linux": {
+            "namespaces": [
+                { "type": "pid" }, { "type": "network" }, { "type": "ipc" },
+                { "type": "uts" }, { "type": "mount" },
+            ],
+        },
+    })
+}
+
+fn caps() -> Value {
+    let set = json!([
+        "CAP_CHOWN",
+        "CAP_DAC_OVERRIDE",
+        "CAP_FOWNER",
+        "CAP_FSETID",
+        "CAP_KILL",
+        "CAP_SETGID",
+        "CAP_SETUID",
+        "CAP_NET_BIND_SERVICE",
+    ]);
+    json!({
+        "bounding": set,
+        "effective": set,
+        "permitted": set,
+    })
+}
+
+/// Writes `config` as `<bundle>/config.json`.
+pub fn write(bundle: &Path, config: &Value) -> Result<(), GvisorError> {
+    let io = |e| GvisorError::Io {
+        what: format!("writing the bundle {}", bundle.display()),
+        source: e,
+    };
+    std::fs::create_dir_all(bundle).map_err(io)?;
+    let text = serde_json::to_vec_pretty(config).map_err(|e| io(std::io::Error::other(e)))?;
+    std::fs::write(bundle.join("config.json"), text).map_err(io)
+}

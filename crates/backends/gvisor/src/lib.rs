@@ -1,0 +1,94 @@
+//! omabox's gvisor backend: each sandbox is a runsc (gVisor) container whose process is
+//! `omabox-gvisor-init`, the omabox agent serving over the container's stdio, so exec,
+//! files and processes speak the same protocol as the linux backend. gVisor's checkpoint
+//! and restore give memory pause, resume and fork ([`GvisorSandbox`]).
+//!
+//! What it isolates and what it does not is SECURITY.md's gVisor row. Never: give a
+//! sandbox the host's `/etc`, home directories or omabox's data directory (`bundle`);
+//! put text a sandbox controls into an argument of runsc; let a sandbox's output grow a
+//! host buffer without bound (the agent client caps it).
+
+mod bundle;
+mod port;
+mod runsc;
+mod sandbox;
+
+use std::path::PathBuf;
+
+pub use bundle::{INIT_PATH, WORKSPACE};
+pub use port::GvisorSandboxPort;
+pub use runsc::Runsc;
+pub use sandbox::{GvisorConfig, GvisorRuntime, GvisorSandbox, State};
+
+/// What the host writes first on a restored sandbox's new socket: `omabox-gvisor-init`
+/// discards everything before it (the old connection's last frames) and then serves.
+pub const WAKE: &[u8] = b"\0omabox-gvisor-wake\n";
+
+/// The init binary's file name (found next to the `omabox` executable).
+pub const INIT_BINARY: &str = "omabox-gvisor-init";
+
+/// Errors of the gvisor backend.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum GvisorError {
+    /// `runsc` could not be started.
+    #[error("cannot run {}", binary.display())]
+    Spawn {
+        /// The runsc binary.
+        binary: PathBuf,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// `runsc <op>` failed.
+    #[error("runsc {op} failed ({status}): {log_tail}")]
+    Runsc {
+        /// The subcommand.
+        op: &'static str,
+        /// Its exit status.
+        status: String,
+        /// The end of runsc's log.
+        log_tail: String,
+    },
+    /// Host file system work failed.
+    #[error("{what}")]
+    Io {
+        /// What was being done.
+        what: String,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The agent in the sandbox failed.
+    #[error("the agent of gvisor sandbox {id} failed")]
+    Agent {
+        /// The sandbox.
+        id: String,
+        /// Why.
+        #[source]
+        source: omabox_agent::ClientError,
+    },
+    /// The agent of a started or restored sandbox did not complete its handshake.
+    #[error("the agent of gvisor sandbox {id} did not answer: {log_tail}")]
+    Handshake {
+        /// The sandbox.
+        id: String,
+        /// The end of the container's log (runsc and the init write there).
+        log_tail: String,
+        /// Why.
+        #[source]
+        source: omabox_agent::ClientError,
+    },
+    /// The sandbox is not running (paused or destroyed).
+    #[error("the gvisor sandbox is not running (it is {state:?})")]
+    NotRunning {
+        /// Its state.
+        state: State,
+    },
+    /// The sandbox is not paused (resume and fork need a checkpoint).
+    #[error("the gvisor sandbox is not paused (it is {state:?})")]
+    NotPaused {
+        /// Its state.
+        state: State,
+    },
+}

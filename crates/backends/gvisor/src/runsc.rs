@@ -1,0 +1,150 @@
+//! The `runsc` command line: run, checkpoint, restore, delete — one process each.
+//!
+//! Never: pass a sandbox-controlled string as an argument (ids are ours, paths are under
+//! the backend's own directory); keep runsc's output unbounded (stderr goes to a file
+//! the caller owns, and only its last bytes go into an error).
+
+use std::io::Read;
+use std::os::fd::OwnedFd;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+
+use crate::GvisorError;
+
+/// Bytes of runsc's log kept in an error.
+const LOG_TAIL: u64 = 2048;
+
+/// How runsc is invoked: the binary, its state root, its platform.
+#[derive(Debug, Clone)]
+pub struct Runsc {
+    /// The `runsc` executable.
+    pub binary: PathBuf,
+    /// `--root`: where runsc keeps container state (ours alone).
+    pub root: PathBuf,
+    /// `--platform`: `ptrace` (no `/dev/kvm` needed) or `kvm`.
+    pub platform: String,
+}
+
+impl Runsc {
+    fn command(&self) -> std::process::Command {
+        let mut cmd = std::process::Command::new(&self.binary);
+        cmd.arg("--root")
+            .arg(&self.root)
+            .arg("--platform")
+            .arg(&self.platform)
+            // No network stack at all for now: the host's netns and relay come later.
+            .arg("--network")
+            .arg("none")
+            // runsc's cgroup handling needs a cgroup manager we do not run.
+            .arg("--ignore-cgroups");
+        cmd
+    }
+
+    /// `runsc run --detach` with `stdio` as the container's stdin and stdout.
+    pub fn run(
+        &self,
+        id: &str,
+        bundle: &Path,
+        stdio: &OwnedFd,
+        log: &Path,
+    ) -> Result<(), GvisorError> {
+        let mut cmd = self.command();
+        cmd.arg("run")
+            .arg("--bundle")
+            .arg(bundle)
+            .arg("--detach")
+            .arg(id);
+        self.finish("run", cmd, Some(stdio), log)
+    }
+
+    /// `runsc restore --detach` of the image in `image_dir` as container `id`.
+    pub fn restore(
+        &self,
+        id: &str,
+        bundle: &Path,
+        image_dir: &Path,
+        stdio: &OwnedFd,
+        log: &Path,
+    ) -> Result<(), GvisorError> {
+        let mut cmd = self.command();
+        cmd.arg("restore")
+            .arg("--bundle")
+            .arg(bundle)
+            .arg("--image-path")
+            .arg(image_dir)
+            .arg("--detach")
+            .arg(id);
+        self.finish("restore", cmd, Some(stdio), log)
+    }
+
+    /// `runsc checkpoint` into `image_dir`; the container stops.
+    pub fn checkpoint(&self, id: &str, image_dir: &Path, log: &Path) -> Result<(), GvisorError> {
+        let mut cmd = self.command();
+        cmd.arg("checkpoint")
+            .arg("--image-path")
+            .arg(image_dir)
+            .arg(id);
+        self.finish("checkpoint", cmd, None, log)
+    }
+
+    /// `runsc delete --force`: kills and forgets the container (absent = done).
+    pub fn delete(&self, id: &str, log: &Path) -> Result<(), GvisorError> {
+        let mut cmd = self.command();
+        cmd.arg("delete").arg("--force").arg(id);
+        self.finish("delete", cmd, None, log)
+    }
+
+    fn finish(
+        &self,
+        op: &'static str,
+        mut cmd: std::process::Command,
+        stdio: Option<&OwnedFd>,
+        log: &Path,
+    ) -> Result<(), GvisorError> {
+        let spawn_err = |e| GvisorError::Spawn {
+            binary: self.binary.clone(),
+            source: e,
+        };
+        match stdio {
+            Some(fd) => {
+                let stdin = fd.try_clone().map_err(spawn_err)?;
+                let stdout = fd.try_clone().map_err(spawn_err)?;
+                cmd.stdin(Stdio::from(stdin)).stdout(Stdio::from(stdout));
+            }
+            None => {
+                cmd.stdin(Stdio::null()).stdout(Stdio::null());
+            }
+        }
+        // The sandbox processes runsc leaves behind inherit stderr: a file, never a pipe
+        // we would wait on for EOF.
+        let err_log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(log)
+            .map_err(spawn_err)?;
+        cmd.stderr(Stdio::from(err_log));
+        let status = cmd.status().map_err(spawn_err)?;
+        if status.success() {
+            Ok(())
+        } else {
+            Err(GvisorError::Runsc {
+                op,
+                status: status.to_string(),
+                log_tail: tail(log),
+            })
+        }
+    }
+}
+
+/// The last bytes of runsc's log, lossily decoded (runsc's own text, not the sandbox's).
+pub(crate) fn tail(log: &Path) -> String {
+    use std::io::Seek;
+    let Ok(mut f) = std::fs::File::open(log) else {
+        return String::new();
+    };
+    let len = f.metadata().map(|m| m.len()).unwrap_or(0);
+    let _ = f.seek(std::io::SeekFrom::Start(len.saturating_sub(LOG_TAIL)));
+    let mut buf = Vec::new();
+    let _ = f.take(LOG_TAIL).read_to_end(&mut buf);
+    String::from_utf8_lossy(&buf).into_owned()
+}

