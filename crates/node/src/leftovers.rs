@@ -108,7 +108,10 @@ pub async fn sweep_docker(report: &mut LeftoverReport) {
         Ok(engine) => engine,
         Err(error) => {
             if given {
-                report.errors.push(format!("docker: {}", chain(&error)));
+                report.errors.push(format!(
+                    "docker: {}",
+                    omabox_backend_docker::describe(&error)
+                ));
             }
             return;
         }
@@ -117,19 +120,11 @@ pub async fn sweep_docker(report: &mut LeftoverReport) {
         Ok(reaped) => {
             report.docker_containers_removed = reaped.into_iter().map(|r| r.sandbox).collect();
         }
-        Err(error) => report.errors.push(format!("docker: {}", chain(&error))),
+        Err(error) => report.errors.push(format!(
+            "docker: {}",
+            omabox_backend_docker::describe(&error)
+        )),
     }
-}
-
-fn chain(error: &dyn std::error::Error) -> String {
-    let mut text = error.to_string();
-    let mut next = error.source();
-    while let Some(e) = next {
-        text.push_str(": ");
-        text.push_str(&e.to_string());
-        next = e.source();
-    }
-    text
 }
 
 /// `omabox run`'s start: reaps a few abandoned leases, then [`sweep`]s. Problems come back as

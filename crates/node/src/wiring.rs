@@ -300,7 +300,7 @@ pub async fn provider_driver(
             let config = docker.context("no docker config for the docker backend")?;
             let engine = omabox_backend_docker::Engine::from_env()
                 .await
-                .map_err(|error| anyhow::anyhow!(error_chain(&error)))?;
+                .map_err(|error| anyhow::anyhow!(omabox_backend_docker::describe(&error)))?;
             omabox_backend_docker::managed::managed_runtime_provider_driver(
                 omabox_backend_docker::managed::DockerManagedRuntimeOptions {
                     engine,
@@ -406,17 +406,6 @@ pub fn docker_config(
         agent_binary: agent,
         ..omabox_backend_docker::DockerConfig::new(image, omabox_backend_docker::host::current())
     })
-}
-
-fn error_chain(error: &dyn std::error::Error) -> String {
-    let mut text = error.to_string();
-    let mut next = error.source();
-    while let Some(e) = next {
-        text.push_str(": ");
-        text.push_str(&e.to_string());
-        next = e.source();
-    }
-    text
 }
 
 /// The conformance catalog of this binary: OpenMA's twelve rows, then each backend's own

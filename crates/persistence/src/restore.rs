@@ -160,27 +160,17 @@ pub(crate) fn restore(input: RestoreInput<'_>) -> Result<(RestoreReport, StatCac
                     state.settle(&job, result, &progress)?;
                 }
                 let unsafe_entry = || PersistenceError::UnsafeEntry(entry.path.clone());
-                let parts = safe_fs::split_relative(&entry.path).ok_or_else(unsafe_entry)?;
-                let Some((name, parents)) = parts.split_last() else {
-                    return Err(unsafe_entry());
-                };
-                let parent = match cursor.open(root.as_fd(), parents) {
-                    Ok(parent) => parent,
-                    Err(_) => {
-                        cursor.reset();
-                        return Err(unsafe_entry());
-                    }
-                };
+                let (name, parent) = open_parent(&mut cursor, root.as_fd(), &entry.path)?;
                 match entry.kind {
                     EntryKind::Directory => {
-                        rustix::fs::mkdirat(parent, *name, Mode::from_raw_mode(0o700))
+                        rustix::fs::mkdirat(parent, name, Mode::from_raw_mode(0o700))
                             .map_err(|error| create_error(&entry.path, error.into()))?;
                         directories.push((entry, entry.mode.unwrap_or(0o755)));
                         state.report.directories += 1;
                     }
                     EntryKind::Symlink => {
                         let target = entry.target.as_deref().ok_or_else(unsafe_entry)?;
-                        rustix::fs::symlinkat(target, parent, *name)
+                        rustix::fs::symlinkat(target, parent, name)
                             .map_err(|error| create_error(&entry.path, error.into()))?;
                         state.report.symlinks += 1;
                     }
@@ -232,17 +222,7 @@ pub(crate) fn restore(input: RestoreInput<'_>) -> Result<(RestoreReport, StatCac
     let mut link_cursor = ParentCursor::default();
     for entry in hardlinks {
         let unsafe_entry = || PersistenceError::UnsafeEntry(entry.path.clone());
-        let parts = safe_fs::split_relative(&entry.path).ok_or_else(unsafe_entry)?;
-        let Some((name, parents)) = parts.split_last() else {
-            return Err(unsafe_entry());
-        };
-        let parent = match cursor.open(root.as_fd(), parents) {
-            Ok(parent) => parent,
-            Err(_) => {
-                cursor.reset();
-                return Err(unsafe_entry());
-            }
-        };
+        let (name, parent) = open_parent(&mut cursor, root.as_fd(), &entry.path)?;
         let target = entry.target.as_deref().ok_or_else(unsafe_entry)?;
         let hash = *file_hashes.get(target).ok_or_else(unsafe_entry)?;
         if state.lost_paths.contains(target) {
@@ -254,18 +234,9 @@ pub(crate) fn restore(input: RestoreInput<'_>) -> Result<(RestoreReport, StatCac
             state.lost_paths.insert(entry.path.clone());
             continue;
         }
-        let target_parts = safe_fs::split_relative(target).ok_or_else(unsafe_entry)?;
-        let Some((target_name, target_parents)) = target_parts.split_last() else {
-            return Err(unsafe_entry());
-        };
-        let target_dir = match link_cursor.open(root.as_fd(), target_parents) {
-            Ok(dir) => dir,
-            Err(_) => {
-                link_cursor.reset();
-                return Err(unsafe_entry());
-            }
-        };
-        rustix::fs::linkat(target_dir, *target_name, parent, *name, AtFlags::empty())
+        let (target_name, target_dir) =
+            open_parent(&mut link_cursor, root.as_fd(), target).map_err(|_| unsafe_entry())?;
+        rustix::fs::linkat(target_dir, target_name, parent, name, AtFlags::empty())
             .map_err(|error| create_error(&entry.path, error.into()))?;
         if state.record_cache {
             let stat =
@@ -296,6 +267,24 @@ pub(crate) fn restore(input: RestoreInput<'_>) -> Result<(RestoreReport, StatCac
     let mut report = state.report;
     report.duration = started.elapsed();
     Ok((report, state.cache))
+}
+
+/// The name of `path` and its parent directory under `root`, opened through `cursor` one
+/// component at a time without following a symlink; an entry whose parent cannot be
+/// opened so is unsafe.
+fn open_parent<'c, 'p>(
+    cursor: &'c mut ParentCursor,
+    root: BorrowedFd<'c>,
+    path: &'p str,
+) -> Result<(&'p str, BorrowedFd<'c>)> {
+    let unsafe_entry = || PersistenceError::UnsafeEntry(path.to_owned());
+    let parts = safe_fs::split_relative(path).ok_or_else(unsafe_entry)?;
+    let Some((name, parents)) = parts.split_last() else {
+        return Err(unsafe_entry());
+    };
+    // A failed open leaves the cursor empty: the next one starts from `root` again.
+    let parent = cursor.open(root, parents).map_err(|_| unsafe_entry())?;
+    Ok((name, parent))
 }
 
 /// What the walk learns from the writers.

@@ -108,6 +108,14 @@ async fn keep_alive_healthz(stream: &mut TcpStream) -> String {
     }
 }
 
+/// A connection that has had one answered request and is now kept alive.
+async fn kept_alive(addr: SocketAddr) -> TcpStream {
+    let mut stream = TcpStream::connect(addr).await.unwrap();
+    let response = keep_alive_healthz(&mut stream).await;
+    assert!(response.starts_with("HTTP/1.1 200"), "{response}");
+    stream
+}
+
 #[tokio::test]
 async fn a_kept_alive_connection_outlives_the_header_read_and_idle_timeouts() {
     // A client pool reuses idle connections for minutes (the E2B SDKs: 300 s); a server
@@ -118,12 +126,7 @@ async fn a_kept_alive_connection_outlives_the_header_read_and_idle_timeouts() {
         ..Limits::default()
     })
     .await;
-    let mut stream = TcpStream::connect(addr).await.unwrap();
-    assert!(
-        keep_alive_healthz(&mut stream)
-            .await
-            .starts_with("HTTP/1.1 200")
-    );
+    let mut stream = kept_alive(addr).await;
     tokio::time::sleep(Duration::from_millis(600)).await;
     let again = keep_alive_healthz(&mut stream).await;
     assert!(again.starts_with("HTTP/1.1 200"), "{again}");
@@ -136,12 +139,7 @@ async fn a_kept_alive_connection_is_closed_after_the_keepalive_timeout() {
         ..Limits::default()
     })
     .await;
-    let mut stream = TcpStream::connect(addr).await.unwrap();
-    assert!(
-        keep_alive_healthz(&mut stream)
-            .await
-            .starts_with("HTTP/1.1 200")
-    );
+    let stream = kept_alive(addr).await;
     closed_by_server(stream).await;
 }
 
@@ -152,12 +150,7 @@ async fn a_next_head_is_timed_from_its_first_byte() {
         ..Limits::default()
     })
     .await;
-    let mut stream = TcpStream::connect(addr).await.unwrap();
-    assert!(
-        keep_alive_healthz(&mut stream)
-            .await
-            .starts_with("HTTP/1.1 200")
-    );
+    let mut stream = kept_alive(addr).await;
     stream.write_all(PARTIAL_HEAD.as_bytes()).await.unwrap();
     closed_by_server(stream).await;
 }
@@ -172,13 +165,7 @@ async fn at_the_cap_kept_alive_connections_make_room_for_new_clients() {
     .await;
     let mut idle = Vec::new();
     for _ in 0..3 {
-        let mut stream = TcpStream::connect(addr).await.unwrap();
-        assert!(
-            keep_alive_healthz(&mut stream)
-                .await
-                .starts_with("HTTP/1.1 200")
-        );
-        idle.push(stream);
+        idle.push(kept_alive(addr).await);
     }
     let response = tokio::time::timeout(LIVENESS, healthz(addr))
         .await

@@ -113,3 +113,16 @@ impl From<DockerError> for PortError {
         }
     }
 }
+
+/// `error` and each of its sources, joined by ": " (how a failure is shown to a user: the
+/// engine's own words are usually in a source).
+pub fn describe(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut next = error.source();
+    while let Some(source) = next {
+        text.push_str(": ");
+        text.push_str(&source.to_string());
+        next = source.source();
+    }
+    text
+}

@@ -52,5 +52,5 @@ pub mod reap;
 
 pub use config::{AGENT_BINARY, DockerConfig, DockerLimits, HOST_LABEL, SANDBOX_LABEL};
 pub use engine::Engine;
-pub use error::DockerError;
+pub use error::{DockerError, describe};
 pub use port::{DEFAULT_EXEC_TIMEOUT, DockerSandboxPort, PROVIDER};

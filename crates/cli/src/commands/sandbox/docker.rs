@@ -30,7 +30,7 @@ pub(super) async fn create_docker(
         Ok(engine) => engine,
         Err(e) => {
             let _ = workspace.finish();
-            return Err(Failure::omabox(chain(&e)));
+            return Err(Failure::omabox(omabox_backend_docker::describe(&e)));
         }
     };
     let id = format!(
@@ -47,7 +47,7 @@ pub(super) async fn create_docker(
             let _ = workspace.finish();
             Err(Failure::omabox(format!(
                 "could not create the sandbox: {}",
-                chain(&e)
+                omabox_backend_docker::describe(&e)
             )))
         }
     }
@@ -94,15 +94,4 @@ fn docker_config(args: &RunArgs, config: &NodeConfig) -> Result<DockerConfig, Fa
         limits,
         ..DockerConfig::new(image, omabox_backend_docker::host::current())
     })
-}
-
-fn chain(error: &dyn std::error::Error) -> String {
-    let mut text = error.to_string();
-    let mut next = error.source();
-    while let Some(e) = next {
-        text.push_str(": ");
-        text.push_str(&e.to_string());
-        next = e.source();
-    }
-    text
 }
