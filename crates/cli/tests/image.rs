@@ -636,7 +636,10 @@ fn stalling_registry() -> (
 /// reap` keeps it while the pull lives and removes it once the pull is dead.
 #[test]
 fn reap_removes_what_a_killed_pull_left_in_the_image_cache_and_nothing_of_a_live_one() {
-    let (server, _image) = stalling_registry();
+    let (server, image) = stalling_registry();
+    // The stalled layer's download (digests are `sha256:<hex>`, files `<hex>.part`): the
+    // first layer's passes through `.part` too, for a moment, then is renamed.
+    let stalled = image.layers()[1].trim_start_matches("sha256:").to_owned();
     let env = Env::new();
     let name = format!("{}/killed/pull:1", server.host());
     let mut pull = env
@@ -659,6 +662,7 @@ fn reap_removes_what_a_killed_pull_left_in_the_image_cache_and_nothing_of_a_live
                     .map(|e| e.path())
             })
             .filter(|p| p.extension().is_some_and(|e| e == "part"))
+            .filter(|p| p.file_stem().is_some_and(|stem| stem == stalled.as_str()))
             .collect();
         if let Some(part) = parts.into_iter().next() {
             break part;
