@@ -520,14 +520,13 @@ async fn detach_ends_the_connection_and_leaves_its_processes_running() {
     let serving = agent.clone();
     let task = tokio::spawn(async move { serving.serve_detachable(a).await });
     let client = AgentClient::connect(b).await.unwrap();
-    // Still asleep, not killed: a SIGKILL sent at the detach would have landed during the
-    // whole handshake and round trip since (the process would be a zombie or gone).
+    // Still alive, not killed: it comes back to sleeping (a loaded machine may show it
+    // running for a moment); a killed one would be a zombie or gone, never asleep again.
     client.ping().await.unwrap();
-    assert!(
-        matches!(proc_state(pid), Some(('S', _))),
-        "the detached connection's process was killed: {:?}",
-        proc_state(pid)
-    );
+    eventually("the detached connection's process sleeps on", || async {
+        matches!(proc_state(pid), Some(('S', _)))
+    })
+    .await;
     let out = client
         .exec("sleep 300 >/dev/null 2>&1 & echo $!")
         .await
