@@ -1,7 +1,9 @@
 //! omabox's gvisor backend: each sandbox is a runsc (gVisor) container whose process is
-//! `omabox-gvisor-init`, the omabox agent serving over the container's stdio, so exec,
-//! files and processes speak the same protocol as the linux backend. gVisor's checkpoint
-//! and restore give memory pause, resume and fork ([`GvisorSandbox`]).
+//! `omabox-gvisor-init`, the omabox agent serving over the container's stdio, so exec and
+//! files speak the same protocol as the linux backend (processes and env vars are not
+//! ported yet). gVisor's checkpoint and restore give memory pause, resume and fork
+//! ([`GvisorSandbox`]): built, but no test of them passes in CI yet (Debian's runsc crashed
+//! restored processes in about half the debug-build runs), so no command offers them.
 //!
 //! What it isolates and what it does not is SECURITY.md's gVisor row. Never: give a
 //! sandbox the host's `/etc`, home directories or omabox's data directory (`bundle`);
