@@ -48,9 +48,18 @@ pub(super) struct Gate {
 }
 
 impl IntoResponse for Gate {
+    /// With `Connection: close`: a refusal is sent before the request's body is read, so
+    /// the server ends the connection after it; a client told so does not send its next
+    /// request on a connection being closed under it (the SDK's `connect` after a refused
+    /// `commands.run` failed with "connection closed before message completed").
     fn into_response(self) -> Response {
         let body = json!({ "code": self.status.as_u16(), "message": self.message });
-        (self.status, axum::Json(body)).into_response()
+        (
+            self.status,
+            [(axum::http::header::CONNECTION, "close")],
+            axum::Json(body),
+        )
+            .into_response()
     }
 }
 
