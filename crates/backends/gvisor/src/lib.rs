@@ -2,8 +2,11 @@
 //! `omabox-gvisor-init`, the omabox agent serving over the container's stdio, so exec and
 //! files speak the same protocol as the linux backend (processes and env vars are not
 //! ported yet). gVisor's checkpoint and restore give memory pause, resume and fork
-//! ([`GvisorSandbox`]): built, but no test of them passes in CI yet (Debian's runsc crashed
-//! restored processes in about half the debug-build runs), so no command offers them.
+//! ([`GvisorSandbox`]): built, but no test of them passes in CI yet, so no command offers
+//! them. On Debian's runsc (0.0~20221219, ptrace) the first resume crashed the restored
+//! init in 2 of 10 runs of the removed test with a release-built init and 4 of 10 with a
+//! 500 ms pause before the checkpoint (2026-12-06): a SIGSEGV in its main thread on a
+//! non-canonical pointer right after restore, and a crashing image crashes on every retry.
 //!
 //! What it isolates and what it does not is SECURITY.md's gVisor row. Never: give a
 //! sandbox the host's `/etc`, home directories or omabox's data directory (`bundle`);
@@ -22,7 +25,7 @@ pub use port::GvisorSandboxPort;
 pub use runsc::Runsc;
 pub use sandbox::{GvisorConfig, GvisorRuntime, GvisorSandbox, State};
 
-/// What the host writes first on a restored sandbox's new socket: `omabox-gvisor-init`
+/// What the host writes first on a restored sandbox's new stdin pipe: `omabox-gvisor-init`
 /// discards everything before it (the old connection's last frames) and then serves.
 pub const WAKE: &[u8] = b"\0omabox-gvisor-wake\n";
 

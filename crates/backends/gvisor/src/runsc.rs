@@ -14,6 +14,19 @@ use crate::GvisorError;
 /// Bytes of runsc's log kept in an error.
 const LOG_TAIL: u64 = 2048;
 
+/// The container's stdin and stdout: the read end of one pipe and the write end of
+/// another. Pipes, not one socket: Debian's runsc 0.0~20221219 restored a process whose
+/// stdio was a host socket with that socket reset about one time in ten (the process read
+/// EOF and exited, or crashed), and did not in 27 rounds with pipes
+/// (`tests/repro/runsc_restore.py --pipes`). The init's own restore crash remains (lib doc).
+#[derive(Debug, Clone, Copy)]
+pub struct Stdio2<'a> {
+    /// The container's fd 0 (the read end of the host's request pipe).
+    pub stdin: &'a OwnedFd,
+    /// The container's fd 1 (the write end of the host's answer pipe).
+    pub stdout: &'a OwnedFd,
+}
+
 /// How runsc is invoked: the binary, its state root, its platform.
 #[derive(Debug, Clone)]
 pub struct Runsc {
@@ -45,7 +58,7 @@ impl Runsc {
         &self,
         id: &str,
         bundle: &Path,
-        stdio: &OwnedFd,
+        stdio: Stdio2<'_>,
         log: &Path,
     ) -> Result<(), GvisorError> {
         let mut cmd = self.command();
@@ -63,7 +76,7 @@ impl Runsc {
         id: &str,
         bundle: &Path,
         image_dir: &Path,
-        stdio: &OwnedFd,
+        stdio: Stdio2<'_>,
         log: &Path,
     ) -> Result<(), GvisorError> {
         let mut cmd = self.command();
@@ -98,7 +111,7 @@ impl Runsc {
         &self,
         op: &'static str,
         mut cmd: std::process::Command,
-        stdio: Option<&OwnedFd>,
+        stdio: Option<Stdio2<'_>>,
         log: &Path,
     ) -> Result<(), GvisorError> {
         let spawn_err = |e| GvisorError::Spawn {
@@ -106,9 +119,9 @@ impl Runsc {
             source: e,
         };
         match stdio {
-            Some(fd) => {
-                let stdin = fd.try_clone().map_err(spawn_err)?;
-                let stdout = fd.try_clone().map_err(spawn_err)?;
+            Some(fds) => {
+                let stdin = fds.stdin.try_clone().map_err(spawn_err)?;
+                let stdout = fds.stdout.try_clone().map_err(spawn_err)?;
                 cmd.stdin(Stdio::from(stdin)).stdout(Stdio::from(stdout));
             }
             None => {

@@ -1,6 +1,6 @@
 //! A gvisor sandbox's life: create (bundle, `runsc run`, agent handshake), pause (detach
 //! the agent, `runsc checkpoint` into the sandbox's directory, processes and memory kept
-//! on disk, nothing running), resume (`runsc restore` with a new socket, wake byte,
+//! on disk, nothing running), resume (`runsc restore` with new stdio pipes, wake byte,
 //! handshake), fork (N restores of one checkpoint, each with its own copy of the
 //! workspace and its own id) and destroy (container and directory removed, checkpoint
 //! included).
@@ -9,6 +9,7 @@
 //! links as links and nothing but regular files, directories and links); leave a
 //! container behind a failed step (each failure deletes what it started).
 
+use std::os::fd::OwnedFd;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -17,7 +18,7 @@ use omabox_agent::AgentClient;
 use tokio::io::AsyncWriteExt;
 use tokio::sync::Mutex;
 
-use crate::runsc::Runsc;
+use crate::runsc::{Runsc, Stdio2};
 use crate::{GvisorError, bundle};
 
 /// Restores tried before a resume or fork fails (see `GvisorSandbox::boot`).
@@ -116,9 +117,10 @@ pub enum State {
 struct Live {
     state: State,
     client: Option<AgentClient>,
-    /// Our own copy of the host end of the agent's socket: the client's copy closes
-    /// when it detaches, this one keeps the agent from reading EOF until the checkpoint.
-    socket: Option<std::os::unix::net::UnixStream>,
+    /// Our own copies of the host's ends of the agent's pipes: the client's copies close
+    /// when it detaches; these keep the agent from reading EOF on fd 0 (or failing to
+    /// write fd 1) until the checkpoint.
+    kept: Option<[OwnedFd; 2]>,
     /// Set once the client detached: its stream then reads EOF without reading.
     gate: Option<Arc<std::sync::atomic::AtomicBool>>,
 }
@@ -147,7 +149,7 @@ impl GvisorSandbox {
             live: Mutex::new(Live {
                 state: State::Gone,
                 client: None,
-                socket: None,
+                kept: None,
                 gate: None,
             }),
         })
@@ -195,16 +197,16 @@ impl GvisorSandbox {
         }
     }
 
-    /// Writes the bundle, runs (or, with `image`, restores) the container on a new
-    /// socket and connects to the agent.
+    /// Writes the bundle, runs (or, with `image`, restores) the container on new stdio
+    /// pipes and connects to the agent.
     async fn boot(&self, image: Option<PathBuf>) -> Result<(), GvisorError> {
         let Some(image) = image else {
             return self.boot_once(None).await;
         };
         // runsc 2022-12-19 (Debian 12) on the ptrace platform sometimes crashes a restored
-        // process right away (SIGSEGV in its first thread; also seen with a plain python
-        // process, tests/repro/runsc_restore.py). The image is unchanged by a failed
-        // restore, so it is tried again; some images crashed on every attempt.
+        // process right away (SIGSEGV in its main thread; a plain python process's socket
+        // stdio was reset too, tests/repro/runsc_restore.py). The image is unchanged by a
+        // failed restore, so it is tried again; some images crashed on every attempt.
         let mut attempt = 1;
         loop {
             match self.boot_once(Some(image.clone())).await {
@@ -229,28 +231,43 @@ impl GvisorSandbox {
             "omabox",
         );
         bundle::write(&self.bundle(), &config)?;
-        let (host, agent_end) =
-            omabox_agent::transport::socketpair().map_err(|e| GvisorError::Io {
-                what: "creating the agent socket".into(),
-                source: e,
-            })?;
-        let runsc = self.shared.runsc.clone();
-        let (id, bundle, log) = (self.id.clone(), self.bundle(), self.log());
-        let restoring = image.is_some();
-        blocking(move || match image {
-            None => runsc.run(&id, &bundle, &agent_end, &log),
-            Some(image) => runsc.restore(&id, &bundle, &image, &agent_end, &log),
-        })
-        .await?;
         let io = |what: &str| {
             let what = what.to_owned();
             move |e| GvisorError::Io { what, source: e }
         };
-        let kept = host.into_std().map_err(io("keeping the agent socket"))?;
-        let host = kept
-            .try_clone()
-            .and_then(tokio::net::UnixStream::from_std)
-            .map_err(io("keeping the agent socket"))?;
+        // Both ends close on exec: runsc gets its copies of the container's ends as its
+        // stdin and stdout, and nothing else inherits any.
+        let (agent_in, host_out) = std::io::pipe().map_err(io("creating the agent's pipes"))?;
+        let (host_in, agent_out) = std::io::pipe().map_err(io("creating the agent's pipes"))?;
+        let (agent_in, agent_out) = (OwnedFd::from(agent_in), OwnedFd::from(agent_out));
+        let runsc = self.shared.runsc.clone();
+        let (id, bundle, log) = (self.id.clone(), self.bundle(), self.log());
+        let restoring = image.is_some();
+        blocking(move || {
+            let stdio = Stdio2 {
+                stdin: &agent_in,
+                stdout: &agent_out,
+            };
+            match image {
+                None => runsc.run(&id, &bundle, stdio, &log),
+                Some(image) => runsc.restore(&id, &bundle, &image, stdio, &log),
+            }
+        })
+        .await?;
+        let (host_in, host_out) = (OwnedFd::from(host_in), OwnedFd::from(host_out));
+        let kept = [
+            host_in
+                .try_clone()
+                .map_err(io("keeping the agent's pipes"))?,
+            host_out
+                .try_clone()
+                .map_err(io("keeping the agent's pipes"))?,
+        ];
+        let reader = tokio::net::unix::pipe::Receiver::from_owned_fd(host_in)
+            .map_err(io("reading the agent's pipe"))?;
+        let writer = tokio::net::unix::pipe::Sender::from_owned_fd(host_out)
+            .map_err(io("writing the agent's pipe"))?;
+        let host = tokio::io::join(reader, writer);
         let gate = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let client = self.connect(host, restoring, gate.clone()).await?;
         if restoring {
@@ -264,14 +281,14 @@ impl GvisorSandbox {
         let mut live = self.live.lock().await;
         live.client = Some(client);
         live.gate = Some(gate);
-        live.socket = Some(kept);
+        live.kept = Some(kept);
         live.state = State::Running;
         Ok(())
     }
 
     async fn connect(
         &self,
-        mut host: tokio::net::UnixStream,
+        mut host: AgentPipes,
         wake: bool,
         gate: Arc<std::sync::atomic::AtomicBool>,
     ) -> Result<AgentClient, GvisorError> {
@@ -307,7 +324,7 @@ impl GvisorSandbox {
             id: self.id.clone(),
             source: e,
         })?;
-        // The old client's reader may still poll its copy of the socket: it must not
+        // The old client's reader may still poll its copy of the pipe: it must not
         // take the init's answer.
         if let Some(gate) = live.gate.take() {
             gate.store(true, std::sync::atomic::Ordering::SeqCst);
@@ -326,7 +343,7 @@ impl GvisorSandbox {
             runsc.delete(&id, &log)
         })
         .await;
-        live.socket = None;
+        live.kept = None;
         match result {
             Ok(()) => {
                 live.state = State::Paused;
@@ -395,7 +412,7 @@ impl GvisorSandbox {
     pub async fn destroy(&self) -> Result<(), GvisorError> {
         let mut live = self.live.lock().await;
         live.client = None;
-        live.socket = None;
+        live.kept = None;
         live.state = State::Gone;
         let runsc = self.shared.runsc.clone();
         let (id, log, dir) = (self.id.clone(), self.log(), self.dir.clone());
@@ -428,12 +445,14 @@ impl Drop for GvisorSandbox {
     }
 }
 
-/// The client's copy of the agent socket, without its write shutdown (the client shuts
-/// its side down when it ends, a detach too, and a `shutdown(2)` is seen through every
-/// copy of the socket: the detached init would read EOF) and with a gate that makes it
-/// read EOF, without reading, once the client detached.
+/// The host's ends of the agent's pipes: it reads the agent's fd 1, writes its fd 0.
+type AgentPipes = tokio::io::Join<tokio::net::unix::pipe::Receiver, tokio::net::unix::pipe::Sender>;
+
+/// The client's copies of the agent's pipes, with no write shutdown (the client shuts its
+/// side down when it ends, a detach too; the detached init must not see it) and with a
+/// gate that makes it read EOF, without reading, once the client detached.
 struct ClientStream {
-    inner: tokio::net::UnixStream,
+    inner: AgentPipes,
     gate: Arc<std::sync::atomic::AtomicBool>,
 }
 

@@ -1,8 +1,8 @@
 //! `omabox-gvisor-init`: the process of a gvisor sandbox's container. It is the omabox
-//! agent, serving the protocol on its stdin/stdout (one unix socket the host handed to
+//! agent, serving the protocol on its stdin/stdout (a pipe each way, handed by the host to
 //! `runsc run` or `runsc restore`), connection after connection: after the host detaches
 //! (before a checkpoint) it waits for the wake token ([`omabox_backend_gvisor::WAKE`]),
-//! which the host writes on the new socket after a restore; then the agent serves again.
+//! which the host writes on the new pipe after a restore; then the agent serves again.
 //! Everything the earlier connections started runs on.
 //!
 //! fd 0 and fd 1 are read and written only with plain blocking calls on two threads,
@@ -13,7 +13,7 @@
 //! settled.
 //!
 //! Never: read fd 0 anywhere but the one reader thread (a second reader would steal the
-//! next connection's bytes); exit while detached unless the socket ended.
+//! next connection's bytes); exit while detached unless fd 0 ended.
 
 use std::io::{Read, Write};
 use std::os::fd::FromRawFd;
@@ -87,7 +87,7 @@ async fn run() -> ExitCode {
                     return;
                 }
             }
-            // The socket ended: the agent sees EOF.
+            // fd 0 ended: the agent sees EOF.
             let _ = to_agent.shutdown().await;
         };
         // agent → fd 1, until the agent's side closes (everything it wrote is forwarded).
@@ -127,11 +127,11 @@ async fn run() -> ExitCode {
             }
         }
         // Detached: the sandbox may be checkpointed while we wait here, and restored
-        // with a new socket on fd 0 that starts with the wake token.
+        // with a new pipe on fd 0 that starts with the wake token.
         match wait_for_wake(&mut inbound).await {
             Some(rest) => carry = rest,
             None => {
-                eprintln!("omabox-gvisor-init: the socket ended while detached");
+                eprintln!("omabox-gvisor-init: fd 0 ended while detached");
                 break ExitCode::SUCCESS;
             }
         }
@@ -143,7 +143,7 @@ async fn run() -> ExitCode {
 
 /// Discards what arrives until the wake token (frames the old client still sent after
 /// the detach reply, window credit for instance, may come first); returns the bytes after
-/// it, or `None` when the socket ended.
+/// it, or `None` when fd 0 ended.
 async fn wait_for_wake(inbound: &mut mpsc::Receiver<Vec<u8>>) -> Option<Vec<u8>> {
     let mut seen: Vec<u8> = Vec::new();
     loop {
