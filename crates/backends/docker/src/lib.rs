@@ -47,7 +47,6 @@ mod error;
 pub mod host;
 pub mod managed;
 mod port;
-mod process;
 pub mod reap;
 
 pub use config::{AGENT_BINARY, DockerConfig, DockerLimits, HOST_LABEL, SANDBOX_LABEL};

@@ -31,7 +31,6 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use bytes::Bytes;
-use futures::FutureExt as _;
 use omabox_agent::client::exec_output::format_exec_output;
 use omabox_agent::client::{AgentClient, ClientError, ExecRequest, WriteOptions};
 use omabox_contract::PortError;
@@ -46,7 +45,7 @@ use omabox_sandbox::{
 use crate::config::DockerConfig;
 use crate::engine::Engine;
 use crate::error::DockerError;
-use crate::process::{BackgroundControl, DuplexControl, ExitFuture, sandbox_exit};
+use omabox_agent_port::{AgentFailure, PortErrorOf};
 
 /// The provider name of docker sandboxes (`--backend docker`, runtime handles).
 pub const PROVIDER: &str = "docker";
@@ -182,63 +181,24 @@ impl DockerSandboxPort {
         spec: SandboxDuplexProcessSpec,
     ) -> Result<SandboxDuplexProcess, DockerError> {
         self.check_open()?;
-        let SandboxDuplexProcessSpec {
-            command,
-            args,
-            env,
-            cwd,
-        } = spec;
-        let mut request = ExecRequest::argv(std::iter::once(command.clone()).chain(args)).envs(env);
-        if let Some(cwd) = cwd {
-            request = request.cwd(cwd);
-        }
-        let mut process = self
-            .client
-            .spawn(request)
+        // No OOM watch: a container's OOM kills are not counted per process.
+        omabox_agent_port::spawn_duplex(&self.client, spec, None, port_error())
             .await
-            .map_err(self.agent_error("spawn", &command))?;
-        let (Some(stdin), Some(stdout), Some(stderr)) = (
-            process.stdin.take(),
-            process.stdout.take(),
-            process.stderr.take(),
-        ) else {
-            return Err(DockerError::Agent {
-                op: "spawn",
-                target: command,
-                source: ClientError::UnexpectedReply("process without stdio streams".into()),
-            });
-        };
-        let killer = process.killer();
-        let target = command.clone();
-        // Lazy: awaited only when someone polls `exited` (or a kill waits for it). Dropping
-        // every part of an unfinished process kills it in the container.
-        let exited: ExitFuture = async move {
-            process
-                .wait()
-                .await
-                .map(|exit| sandbox_exit(&exit))
-                .map_err(|source| {
-                    PortError::from(DockerError::Agent {
-                        op: "wait for",
-                        target,
-                        source,
-                    })
-                })
-        }
-        .boxed()
-        .shared();
-        let control = Arc::new(DuplexControl {
-            killer,
-            exited: exited.clone(),
-        });
-        Ok(SandboxDuplexProcess::new(
-            Box::new(stdin),
-            Box::new(stdout),
-            Box::new(stderr),
-            control,
-            exited,
-        ))
+            .map_err(|f| self.agent_failure(f))
     }
+
+    /// An agent failure as this port's error (`Destroyed` once the container is gone).
+    fn agent_failure(&self, failure: AgentFailure) -> DockerError {
+        let AgentFailure { op, target, source } = failure;
+        self.agent_error(op, &target)(source)
+    }
+}
+
+/// How the shared process controls report an agent failure: as this backend's error.
+fn port_error() -> PortErrorOf {
+    Arc::new(|AgentFailure { op, target, source }| {
+        PortError::from(DockerError::Agent { op, target, source })
+    })
 }
 
 #[async_trait]
@@ -310,16 +270,11 @@ impl SandboxDuplexProcessPort for DockerSandboxPort {
 impl SandboxProcessPort for DockerSandboxPort {
     async fn start_process(&self, command: &str) -> Result<ProcessHandle, PortError> {
         self.check_open()?;
-        let process = self
-            .client
-            .start_background(ExecRequest::shell(command))
-            .await
-            .map_err(self.agent_error("start background process", command))?;
-        Ok(ProcessHandle::new(
-            process.id().to_owned(),
-            process.pid(),
-            Arc::new(BackgroundControl { process }),
-        ))
+        Ok(
+            omabox_agent_port::start_background(&self.client, command, port_error())
+                .await
+                .map_err(|f| self.agent_failure(f))?,
+        )
     }
 }
 

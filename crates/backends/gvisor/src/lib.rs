@@ -1,7 +1,7 @@
 //! omabox's gvisor backend: each sandbox is a runsc (gVisor) container whose process is
-//! `omabox-gvisor-init`, the omabox agent serving over the container's stdio, so exec and
-//! files speak the same protocol as the linux backend (processes and env vars are not
-//! ported yet). gVisor's checkpoint and restore give memory pause, resume and fork
+//! `omabox-gvisor-init`, the omabox agent serving over the container's stdio, so exec,
+//! processes (duplex and background, from `omabox-agent-port`), files and env vars speak
+//! the same protocol as the linux backend. gVisor's checkpoint and restore give memory pause, resume and fork
 //! ([`GvisorSandbox`]): built, but no test of them passes in CI yet, so no command offers
 //! them. On Debian's runsc (0.0~20221219, ptrace) the first resume crashed the restored
 //! init in 2 of 10 runs of the removed test with a release-built init and 4 of 10 with a

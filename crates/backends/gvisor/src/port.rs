@@ -1,18 +1,30 @@
-//! A gvisor sandbox behind the tool-sandbox seam (`SandboxPort`): exec, files, destroy.
+//! A gvisor sandbox behind the tool-sandbox seam (`SandboxPort`): exec, duplex and
+//! background processes (`omabox-agent-port`, as the linux and docker backends serve
+//! them), text and byte files, env vars for later commands, destroy. Not offered: the
+//! Session outputs mount and the runtime port (no lease; pause/resume are
+//! [`GvisorSandbox`]'s own, unproven, see the crate doc).
 //!
-//! The exec text follows the linux backend's form: stdout then stderr, then
-//! `[timed out after N ms]` and `[exit N]` lines (a shell's numbering; 128+n for a
-//! signal). Never: wait for a wedged agent past the timeout plus a grace.
+//! The exec text is the agent client's combined form, the same as the linux backend's:
+//! stdout then stderr, then `[timed out after N ms]` and `[exit N]` lines (a shell's
+//! numbering; 128+n for a signal). Never: wait for a wedged agent past the timeout plus a
+//! grace; put an env value in an error (the env error names the keys).
 
+use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use omabox_agent::client::ExecOutput;
+use omabox_agent::client::WriteOptions;
+use omabox_agent::client::exec_output::format_exec_output;
 use omabox_agent::{ClientError, ExecRequest};
+use omabox_agent_port::{AgentFailure, PortErrorOf};
 use omabox_contract::PortError;
-use omabox_sandbox::{SandboxDestroyPort, SandboxPort};
+use omabox_sandbox::{
+    ProcessHandle, SandboxDestroyPort, SandboxDuplexProcess, SandboxDuplexProcessPort,
+    SandboxDuplexProcessSpec, SandboxEnvVarsPort, SandboxFileBytesPort, SandboxPort,
+    SandboxProcessPort,
+};
 
 use crate::{GvisorError, GvisorSandbox};
 
@@ -20,8 +32,6 @@ use crate::{GvisorError, GvisorSandbox};
 const DEFAULT_TIMEOUT: Duration = Duration::from_secs(300);
 /// How long past a command's timeout the agent may take to report it.
 const AGENT_GRACE: Duration = Duration::from_secs(10);
-/// Exit number of a command killed by its timeout.
-const TIMEOUT_EXIT: i32 = 124;
 
 /// [`GvisorSandbox`] as a `SandboxPort`.
 #[derive(Debug, Clone)]
@@ -40,20 +50,25 @@ impl GvisorSandboxPort {
         &self.sandbox
     }
 
-    fn agent_error(&self, op: &str, target: &str) -> impl FnOnce(ClientError) -> PortError {
-        let id = self.sandbox.id().to_owned();
-        let op = op.to_owned();
+    fn agent_error(&self, op: &'static str, target: &str) -> impl FnOnce(ClientError) -> PortError {
+        let port_error = self.port_error();
         let target = target.to_owned();
-        move |e| {
+        move |source| port_error(AgentFailure { op, target, source })
+    }
+
+    /// How an agent failure reads: what, on what, in which sandbox, and the agent's chain.
+    fn port_error(&self) -> PortErrorOf {
+        let id = self.sandbox.id().to_owned();
+        Arc::new(move |AgentFailure { op, target, source }| {
             let message = format!(
                 "{op} {target:?} in gvisor sandbox {id}: {}",
                 chain(&GvisorError::Agent {
                     id: id.clone(),
-                    source: e
+                    source
                 })
             );
             PortError::new(message)
-        }
+        })
     }
 }
 
@@ -69,29 +84,6 @@ fn chain(e: &dyn std::error::Error) -> String {
 
 fn port_error(e: GvisorError) -> PortError {
     PortError::new(chain(&e))
-}
-
-/// The contract's combined output of one exec.
-fn format_output(output: &ExecOutput, timeout: Duration) -> String {
-    let mut text = output.combined();
-    if output.truncated {
-        let _ = write!(
-            text,
-            "\n[output truncated: more than {} bytes]",
-            omabox_agent::DEFAULT_MAX_EXEC_OUTPUT
-        );
-    }
-    let status = if output.exit.timed_out {
-        let _ = write!(text, "\n[timed out after {} ms]", timeout.as_millis());
-        TIMEOUT_EXIT
-    } else {
-        omabox_contract::signals::shell_exit_code(output.exit.code, output.exit.signal.as_deref())
-            .map_or(output.exit.code.unwrap_or(1), i32::from)
-    };
-    if status != 0 {
-        let _ = write!(text, "\n[exit {status}]");
-    }
-    text
 }
 
 #[async_trait]
@@ -110,7 +102,8 @@ impl SandboxPort for GvisorSandboxPort {
                 ))
             })?
             .map_err(self.agent_error("exec", command))?;
-        Ok(format_output(&output, timeout))
+        // No OOM note: runsc is given no cgroup (yet), so nothing counts OOM kills.
+        Ok(format_exec_output(&output, timeout, None))
     }
 
     async fn read_file(&self, path: &str) -> Result<String, PortError> {
@@ -129,8 +122,85 @@ impl SandboxPort for GvisorSandboxPort {
             .map_err(self.agent_error("write file", path))
     }
 
+    fn as_duplex_process(&self) -> Option<&dyn SandboxDuplexProcessPort> {
+        Some(self)
+    }
+
+    fn as_process(&self) -> Option<&dyn SandboxProcessPort> {
+        Some(self)
+    }
+
+    fn as_file_bytes(&self) -> Option<&dyn SandboxFileBytesPort> {
+        Some(self)
+    }
+
+    fn as_env_vars(&self) -> Option<&dyn SandboxEnvVarsPort> {
+        Some(self)
+    }
+
     fn as_destroy(&self) -> Option<&dyn SandboxDestroyPort> {
         Some(self)
+    }
+}
+
+#[async_trait]
+impl SandboxDuplexProcessPort for GvisorSandboxPort {
+    async fn spawn_duplex_process(
+        &self,
+        spec: SandboxDuplexProcessSpec,
+    ) -> Result<SandboxDuplexProcess, PortError> {
+        let client = self.sandbox.client().await.map_err(port_error)?;
+        let errors = self.port_error();
+        omabox_agent_port::spawn_duplex(&client, spec, None, Arc::clone(&errors))
+            .await
+            .map_err(|f| errors(f))
+    }
+}
+
+#[async_trait]
+impl SandboxProcessPort for GvisorSandboxPort {
+    async fn start_process(&self, command: &str) -> Result<ProcessHandle, PortError> {
+        let client = self.sandbox.client().await.map_err(port_error)?;
+        let errors = self.port_error();
+        omabox_agent_port::start_background(&client, command, Arc::clone(&errors))
+            .await
+            .map_err(|f| errors(f))
+    }
+}
+
+#[async_trait]
+impl SandboxFileBytesPort for GvisorSandboxPort {
+    async fn read_file_bytes(&self, path: &str) -> Result<Vec<u8>, PortError> {
+        let client = self.sandbox.client().await.map_err(port_error)?;
+        client
+            .read_file_bytes(path)
+            .await
+            .map_err(self.agent_error("read file", path))
+    }
+
+    async fn write_file_bytes(&self, path: &str, bytes: &[u8]) -> Result<String, PortError> {
+        let client = self.sandbox.client().await.map_err(port_error)?;
+        client
+            .write_file_bytes(
+                path,
+                bytes::Bytes::copy_from_slice(bytes),
+                WriteOptions::default(),
+            )
+            .await
+            .map_err(self.agent_error("write file", path))
+    }
+}
+
+#[async_trait]
+impl SandboxEnvVarsPort for GvisorSandboxPort {
+    async fn set_env_vars(&self, vars: BTreeMap<String, String>) -> Result<(), PortError> {
+        let client = self.sandbox.client().await.map_err(port_error)?;
+        // The target names the keys only: values may be secrets.
+        let keys = vars.keys().cloned().collect::<Vec<_>>().join(", ");
+        client
+            .set_env(vars.into_iter().map(|(k, v)| (k, Some(v))))
+            .await
+            .map_err(self.agent_error("set env vars", &keys))
     }
 }
 

@@ -1,4 +1,6 @@
-//! The gvisor backend against the real runsc: exec, files, destroy.
+//! The gvisor backend against the real runsc: exec, files, destroy; duplex and background
+//! processes, byte files and env vars (the ports shared with the linux and docker
+//! backends through `omabox-agent-port`).
 //!
 //! Pause/resume/fork have no test here: the one written failed in about half its runs in
 //! debug builds (the restored process crashed; `repro/runsc_restore.py` shows Debian's runsc
@@ -12,7 +14,11 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use omabox_backend_gvisor::{GvisorConfig, GvisorRuntime, GvisorSandboxPort};
-use omabox_sandbox::SandboxPort;
+use omabox_sandbox::{
+    DuplexKillSignal, ProcessSignal, ProcessStatus, SandboxDuplexProcessSpec, SandboxPort,
+    SandboxProcessExit,
+};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 fn runsc() -> Option<PathBuf> {
     ["/usr/bin/runsc", "/usr/local/bin/runsc", "/usr/sbin/runsc"]
@@ -103,4 +109,100 @@ fn host_release() -> String {
         .unwrap()
         .trim()
         .to_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serves_duplex_and_background_processes_byte_files_and_env_vars() {
+    let tmp = tempfile::tempdir().unwrap();
+    let Some(rt) = runtime(tmp.path()) else {
+        return;
+    };
+    let sandbox = Arc::new(rt.create().await.unwrap());
+    let port = GvisorSandboxPort::new(sandbox.clone());
+
+    // A duplex `cat` echoes its stdin until EOF and exits 0.
+    let duplex = port.as_duplex_process().expect("duplex processes");
+    let mut cat = duplex
+        .spawn_duplex_process(SandboxDuplexProcessSpec::new("cat"))
+        .await
+        .unwrap();
+    let payload: Vec<u8> = (0..=255u8).cycle().take(70_000).collect();
+    let mut stdin = std::mem::replace(&mut cat.stdin, Box::new(tokio::io::sink()));
+    let sent = payload.clone();
+    let writer = tokio::spawn(async move {
+        stdin.write_all(&sent).await.unwrap();
+        stdin.shutdown().await.unwrap();
+    });
+    let mut echoed = Vec::new();
+    cat.stdout.read_to_end(&mut echoed).await.unwrap();
+    writer.await.unwrap();
+    assert!(echoed == payload, "cat echoed {} other bytes", echoed.len());
+    assert_eq!(
+        cat.exited().await.unwrap(),
+        SandboxProcessExit {
+            code: Some(0),
+            signal: None,
+            out_of_memory: None,
+        }
+    );
+    // A kill reaches the process and its exit names the signal.
+    let mut spec = SandboxDuplexProcessSpec::new("sleep");
+    spec.args = vec!["100".into()];
+    let sleeper = duplex.spawn_duplex_process(spec).await.unwrap();
+    sleeper.kill(DuplexKillSignal::Kill).await.unwrap();
+    assert_eq!(
+        sleeper.exited().await.unwrap().signal.as_deref(),
+        Some("SIGKILL")
+    );
+
+    // A background process: its logs, its status, its kill.
+    let background = port.as_process().expect("background processes");
+    let handle = background
+        .start_process("echo started; exec sleep 100")
+        .await
+        .unwrap();
+    eventually("the background process's output", || async {
+        handle.logs().await.unwrap().stdout.contains("started")
+    })
+    .await;
+    assert_eq!(handle.status().await.unwrap(), ProcessStatus::Running);
+    handle.kill(ProcessSignal::Kill).await.unwrap();
+    eventually("the background process killed", || async {
+        handle.status().await.unwrap() == ProcessStatus::Killed
+    })
+    .await;
+
+    // Bytes that are not UTF-8 round-trip; env vars reach later commands.
+    let bytes = port.as_file_bytes().expect("byte files");
+    bytes
+        .write_file_bytes("/workspace/blob.bin", &[0, 255, 1, 254])
+        .await
+        .unwrap();
+    assert_eq!(
+        bytes.read_file_bytes("/workspace/blob.bin").await.unwrap(),
+        vec![0, 255, 1, 254]
+    );
+    port.as_env_vars()
+        .expect("env vars")
+        .set_env_vars([("GREETING".to_owned(), "from the host".to_owned())].into())
+        .await
+        .unwrap();
+    assert_eq!(
+        port.exec("echo $GREETING", None).await.unwrap(),
+        "from the host"
+    );
+    sandbox.destroy().await.unwrap();
+}
+
+/// Waits (up to 20 s) until `check` holds; panics naming `what` otherwise.
+async fn eventually<F, Fut>(what: &str, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(20);
+    while !check().await {
+        assert!(tokio::time::Instant::now() < deadline, "never: {what}");
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
 }

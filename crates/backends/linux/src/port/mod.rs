@@ -57,14 +57,13 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use bytes::Bytes;
-use futures::FutureExt;
 use omabox_agent::client::{AgentClient, ClientError, ExecRequest, WriteOptions};
 use omabox_agent::message::ErrorKind;
 use omabox_contract::PortError;
 use omabox_contract::networking::NetworkPolicy;
 use omabox_egress::{Resolver, SystemResolver};
 use omabox_sandbox::{
-    OutOfMemory, ProcessHandle, SandboxCheckpointHandle, SandboxCheckpointKind, SandboxDestroyPort,
+    ProcessHandle, SandboxCheckpointHandle, SandboxCheckpointKind, SandboxDestroyPort,
     SandboxDuplexProcess, SandboxDuplexProcessPort, SandboxDuplexProcessSpec, SandboxEnvVarsPort,
     SandboxFileBytesPort, SandboxPort, SandboxProcessPort, SandboxRuntimeCapabilities,
     SandboxRuntimeHandle, SandboxRuntimePort, SandboxRuntimeStatus, SandboxSessionOutputMountPort,
@@ -77,10 +76,8 @@ use omabox_linux_sandbox::{
     DestroyError, LinuxRuntime, LinuxSandbox, SandboxIdentity, SetupReport, StartError,
 };
 
-mod process;
-
 pub use omabox_agent::client::exec_output::{OomKill, exit_number, format_exec_output};
-use process::{BackgroundControl, DuplexControl, ExitFuture, sandbox_exit};
+use omabox_agent_port::{AgentFailure, OomWatch, PortErrorOf};
 
 /// The provider name of linux sandboxes (`SANDBOX_PROVIDER=linux`, runtime handles).
 pub const PROVIDER: &str = "linux";
@@ -462,71 +459,42 @@ impl LinuxSandboxPort {
         spec: SandboxDuplexProcessSpec,
     ) -> Result<SandboxDuplexProcess, LinuxPortError> {
         self.check_open()?;
-        let SandboxDuplexProcessSpec {
-            command,
-            args,
-            env,
-            cwd,
-        } = spec;
-        let mut request = ExecRequest::argv(std::iter::once(command.clone()).chain(args)).envs(env);
-        if let Some(cwd) = cwd {
-            request = request.cwd(cwd);
-        }
-        let mut process = self
-            .client
-            .spawn(request)
-            .await
-            .map_err(self.agent_error("spawn", &command))?;
-        let (Some(stdin), Some(stdout), Some(stderr)) = (
-            process.stdin.take(),
-            process.stdout.take(),
-            process.stderr.take(),
-        ) else {
-            return Err(LinuxPortError::Agent {
-                op: "spawn",
-                target: command,
-                source: ClientError::UnexpectedReply("process without stdio streams".into()),
-            });
-        };
-        let killer = process.killer();
-        let target = command.clone();
         // OOM kills the memory cgroup counts while the process runs are its when it ends
         // by SIGKILL: the harness's "exited (SIGKILL)" then says it was the memory limit.
-        let cgroup = self.identity.cgroup.clone();
-        let oom_before = cgroup.oom_kills();
-        // Lazy: the process is awaited only when someone polls `exited` (or a kill waits
-        // for it). Dropping every part of an unfinished process kills it in the sandbox.
-        let exited: ExitFuture = async move {
-            process
-                .wait()
-                .await
-                .map(|exit| {
-                    let oom = (cgroup.oom_kills() > oom_before).then(|| OutOfMemory {
-                        limit_bytes: cgroup.memory_limit(),
-                    });
-                    sandbox_exit(&exit, oom)
-                })
-                .map_err(|source| {
-                    PortError::from(LinuxPortError::Agent {
-                        op: "wait for",
-                        target,
-                        source,
-                    })
-                })
-        }
-        .boxed()
-        .shared();
-        let control = Arc::new(DuplexControl {
-            killer,
-            exited: exited.clone(),
-        });
-        Ok(SandboxDuplexProcess::new(
-            Box::new(stdin),
-            Box::new(stdout),
-            Box::new(stderr),
-            control,
-            exited,
-        ))
+        let oom: Arc<dyn OomWatch> = Arc::new(CgroupOom(self.identity.cgroup.clone()));
+        omabox_agent_port::spawn_duplex(&self.client, spec, Some(oom), port_error())
+            .await
+            .map_err(|f| self.agent_failure(f))
+    }
+
+    /// An agent failure as this port's error (`Destroyed` once the sandbox is gone).
+    fn agent_failure(&self, failure: AgentFailure) -> LinuxPortError {
+        let AgentFailure { op, target, source } = failure;
+        self.agent_error(op, &target)(source)
+    }
+}
+
+/// How the shared process controls report an agent failure: as this backend's error.
+fn port_error() -> PortErrorOf {
+    Arc::new(|failure: AgentFailure| PortError::from(LinuxPortError::from(failure)))
+}
+
+impl From<AgentFailure> for LinuxPortError {
+    fn from(AgentFailure { op, target, source }: AgentFailure) -> Self {
+        Self::Agent { op, target, source }
+    }
+}
+
+/// The sandbox's memory cgroup as the OOM count the shared process port reads.
+struct CgroupOom(omabox_linux_sandbox::CgroupPaths);
+
+impl OomWatch for CgroupOom {
+    fn oom_kills(&self) -> Option<u64> {
+        self.0.oom_kills()
+    }
+
+    fn memory_limit(&self) -> Option<u64> {
+        self.0.memory_limit()
     }
 }
 
@@ -599,16 +567,11 @@ impl SandboxDuplexProcessPort for LinuxSandboxPort {
 impl SandboxProcessPort for LinuxSandboxPort {
     async fn start_process(&self, command: &str) -> Result<ProcessHandle, PortError> {
         self.check_open()?;
-        let process = self
-            .client
-            .start_background(ExecRequest::shell(command))
-            .await
-            .map_err(self.agent_error("start background process", command))?;
-        Ok(ProcessHandle::new(
-            process.id().to_owned(),
-            process.pid(),
-            Arc::new(BackgroundControl { process }),
-        ))
+        Ok(
+            omabox_agent_port::start_background(&self.client, command, port_error())
+                .await
+                .map_err(|f| self.agent_failure(f))?,
+        )
     }
 }
 

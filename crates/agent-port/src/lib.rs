@@ -1,0 +1,275 @@
+//! The tool sandbox's process ports over the omabox agent: a duplex process (streamed
+//! stdin with EOF, stdout, stderr, a kill that escalates from `SIGTERM` to `SIGKILL`, its
+//! exit) and a background process (kill, logs, status), each made from one agent request.
+//! Every backend whose sandbox runs `omabox-agent` (linux, docker, gvisor) serves its
+//! `SandboxDuplexProcessPort` and `SandboxProcessPort` with these, so the three behave the
+//! same way and the code exists once.
+//!
+//! What a backend still decides: whether its sandbox is open at all, how an agent failure
+//! reads as its own error ([`PortErrorOf`]), and whether its sandbox counts OOM kills
+//! ([`OomWatch`]: the linux backend's memory cgroup does; a container's kills are not
+//! counted per process).
+//!
+//! What this must never do: signal anything on the host (every kill is an agent request),
+//! or put an environment value in an error (targets are commands and ids).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use futures::FutureExt;
+use futures::future::{BoxFuture, Shared};
+use omabox_agent::client::{
+    AgentClient, BackgroundProcess, ClientError, ExecRequest, ProcessKiller,
+};
+use omabox_agent::message::{BackgroundStatus, ProcessExit};
+use omabox_contract::PortError;
+use omabox_sandbox::{
+    DuplexKillSignal, OutOfMemory, ProcessHandle, ProcessLogs, ProcessSignal, ProcessStatus,
+    SandboxDuplexProcess, SandboxDuplexProcessControl, SandboxDuplexProcessSpec,
+    SandboxProcessControl, SandboxProcessExit,
+};
+
+/// How long a duplex kill waits for the exit before escalating to `SIGKILL` (and after
+/// it).
+const KILL_WAIT: Duration = Duration::from_secs(2);
+
+/// One agent request that failed: what was attempted, on what (a command, a path or an
+/// id, never an environment value), and the agent's answer.
+#[derive(Debug, thiserror::Error)]
+#[error("{op} {target:?} failed")]
+pub struct AgentFailure {
+    /// What was attempted (`spawn`, `kill`, ...).
+    pub op: &'static str,
+    /// Its subject.
+    pub target: String,
+    /// The agent's answer.
+    #[source]
+    pub source: ClientError,
+}
+
+/// How a backend turns an [`AgentFailure`] into the port's error (through its own error
+/// type, so the message reads as that backend's).
+pub type PortErrorOf = Arc<dyn Fn(AgentFailure) -> PortError + Send + Sync>;
+
+/// A sandbox's count of OOM kills, read before a process starts and after it ends.
+pub trait OomWatch: Send + Sync {
+    /// Kills counted so far (`None`: unknown).
+    fn oom_kills(&self) -> Option<u64>;
+    /// The memory limit in bytes, when known.
+    fn memory_limit(&self) -> Option<u64>;
+}
+
+/// The port's exit of a process the agent reported as `exit`; `out_of_memory` is kept only
+/// for a SIGKILL (what the OOM killer sends).
+pub fn sandbox_exit(exit: &ProcessExit, out_of_memory: Option<OutOfMemory>) -> SandboxProcessExit {
+    let killed = exit.signal.as_deref() == Some("SIGKILL") || exit.code == Some(137);
+    SandboxProcessExit {
+        code: exit.code,
+        signal: exit.signal.clone(),
+        out_of_memory: out_of_memory.filter(|_| killed),
+    }
+}
+
+/// Starts `spec` through `client` as a duplex process. `oom`: the sandbox's OOM count, so
+/// a process that ends by SIGKILL while it rose says it was the memory limit.
+pub async fn spawn_duplex(
+    client: &AgentClient,
+    spec: SandboxDuplexProcessSpec,
+    oom: Option<Arc<dyn OomWatch>>,
+    port_error: PortErrorOf,
+) -> Result<SandboxDuplexProcess, AgentFailure> {
+    let SandboxDuplexProcessSpec {
+        command,
+        args,
+        env,
+        cwd,
+    } = spec;
+    let mut request = ExecRequest::argv(std::iter::once(command.clone()).chain(args)).envs(env);
+    if let Some(cwd) = cwd {
+        request = request.cwd(cwd);
+    }
+    let mut process = match client.spawn(request).await {
+        Ok(p) => p,
+        Err(source) => {
+            return Err(AgentFailure {
+                op: "spawn",
+                target: command,
+                source,
+            });
+        }
+    };
+    let (Some(stdin), Some(stdout), Some(stderr)) = (
+        process.stdin.take(),
+        process.stdout.take(),
+        process.stderr.take(),
+    ) else {
+        return Err(AgentFailure {
+            op: "spawn",
+            target: command,
+            source: ClientError::UnexpectedReply("process without stdio streams".into()),
+        });
+    };
+    let killer = process.killer();
+    let oom_before = oom.as_ref().and_then(|o| o.oom_kills());
+    let kill_errors = Arc::clone(&port_error);
+    // Lazy: the process is awaited only when someone polls `exited` (or a kill waits for
+    // it). Dropping every part of an unfinished process kills it in the sandbox.
+    let exited: ExitFuture = async move {
+        match process.wait().await {
+            Ok(exit) => {
+                let out_of_memory = oom.and_then(|o| {
+                    (o.oom_kills() > oom_before).then(|| OutOfMemory {
+                        limit_bytes: o.memory_limit(),
+                    })
+                });
+                Ok(sandbox_exit(&exit, out_of_memory))
+            }
+            Err(source) => Err(port_error(AgentFailure {
+                op: "wait for",
+                target: command,
+                source,
+            })),
+        }
+    }
+    .boxed()
+    .shared();
+    let control = Arc::new(DuplexControl {
+        killer,
+        exited: exited.clone(),
+        port_error: kill_errors,
+    });
+    Ok(SandboxDuplexProcess::new(
+        Box::new(stdin),
+        Box::new(stdout),
+        Box::new(stderr),
+        control,
+        exited,
+    ))
+}
+
+/// Starts `command` (through `/bin/sh -c`) as a background process the agent keeps.
+pub async fn start_background(
+    client: &AgentClient,
+    command: &str,
+    port_error: PortErrorOf,
+) -> Result<ProcessHandle, AgentFailure> {
+    let process = client
+        .start_background(ExecRequest::shell(command))
+        .await
+        .map_err(|source| AgentFailure {
+            op: "start background process",
+            target: command.to_owned(),
+            source,
+        })?;
+    Ok(ProcessHandle::new(
+        process.id().to_owned(),
+        process.pid(),
+        Arc::new(BackgroundControl {
+            process,
+            port_error,
+        }),
+    ))
+}
+
+type ExitFuture = Shared<BoxFuture<'static, Result<SandboxProcessExit, PortError>>>;
+
+/// Signals a duplex process and waits for it to go.
+struct DuplexControl {
+    killer: ProcessKiller,
+    exited: ExitFuture,
+    port_error: PortErrorOf,
+}
+
+impl DuplexControl {
+    async fn exited_within(&self, limit: Duration) -> bool {
+        tokio::time::timeout(limit, self.exited.clone())
+            .await
+            .is_ok()
+    }
+
+    fn send(&self, signal: &str) -> Result<(), PortError> {
+        self.killer.kill(signal).map_err(|source| {
+            (self.port_error)(AgentFailure {
+                op: "kill",
+                target: signal.to_owned(),
+                source,
+            })
+        })
+    }
+}
+
+#[async_trait]
+impl SandboxDuplexProcessControl for DuplexControl {
+    /// Sends `signal` to the process group; after a `SIGTERM` that is not obeyed within
+    /// two seconds, sends `SIGKILL`. Returns once the process exited or the waits ran out
+    /// (an exit is only observed after stdout and stderr were read to their end).
+    async fn kill(&self, signal: DuplexKillSignal) -> Result<(), PortError> {
+        if self.exited.peek().is_some() {
+            return Ok(());
+        }
+        self.send(signal.as_str())?;
+        if self.exited_within(KILL_WAIT).await {
+            return Ok(());
+        }
+        if signal != DuplexKillSignal::Kill {
+            self.send("SIGKILL")?;
+            self.exited_within(KILL_WAIT).await;
+        }
+        Ok(())
+    }
+}
+
+/// A background process kept by the agent.
+struct BackgroundControl {
+    process: BackgroundProcess,
+    port_error: PortErrorOf,
+}
+
+impl BackgroundControl {
+    fn error(&self, op: &'static str) -> impl FnOnce(ClientError) -> PortError + '_ {
+        move |source| {
+            (self.port_error)(AgentFailure {
+                op,
+                target: self.process.id().to_owned(),
+                source,
+            })
+        }
+    }
+}
+
+#[async_trait]
+impl SandboxProcessControl for BackgroundControl {
+    async fn kill(&self, signal: ProcessSignal) -> Result<(), PortError> {
+        self.process
+            .kill(signal.as_str())
+            .await
+            .map_err(self.error("kill background process"))
+    }
+
+    async fn logs(&self) -> Result<ProcessLogs, PortError> {
+        let logs = self
+            .process
+            .logs()
+            .await
+            .map_err(self.error("read logs of background process"))?;
+        Ok(ProcessLogs {
+            stdout: logs.stdout,
+            stderr: logs.stderr,
+        })
+    }
+
+    async fn status(&self) -> Result<ProcessStatus, PortError> {
+        let status = self
+            .process
+            .status()
+            .await
+            .map_err(self.error("read status of background process"))?;
+        Ok(match status {
+            BackgroundStatus::Running => ProcessStatus::Running,
+            BackgroundStatus::Completed => ProcessStatus::Completed,
+            BackgroundStatus::Error => ProcessStatus::Error,
+            BackgroundStatus::Killed => ProcessStatus::Killed,
+        })
+    }
+}
