@@ -75,6 +75,9 @@ pub struct LeftoverReport {
     /// Containers of dead hosts removed from the Docker Engine ([`sweep_docker`]), by
     /// sandbox id.
     pub docker_containers_removed: Vec<String>,
+    /// Gvisor sandboxes of dead omabox processes removed (runsc state and directory), by
+    /// id.
+    pub gvisor_sandboxes_removed: Vec<String>,
     /// What could not be looked at or removed.
     pub errors: Vec<String>,
 }
@@ -200,6 +203,15 @@ fn sweep_blocking(config: &NodeConfig, data_dir: &DataDir, store: &ChosenStore) 
             Ok(removed) => report.promoted_removed = removed,
             Err(error) => report.errors.push(format!("file store: {error}")),
         }
+    }
+    // `omabox sandbox run --backend gvisor` keeps its sandboxes under the data dir.
+    if let Some(runsc) = omabox_backend_gvisor::locate_runsc() {
+        let reaped =
+            omabox_backend_gvisor::reap::reap_orphans(&runsc, &data_dir.root().join("gvisor"));
+        report.gvisor_sandboxes_removed = reaped.removed;
+        report
+            .errors
+            .extend(reaped.errors.into_iter().map(|e| format!("gvisor: {e}")));
     }
     let (paused, errors) = crate::sandboxes::saved::remove_dead_serves(data_dir.root(), None);
     report.paused_sandboxes_removed = paused.iter().map(|p| p.display().to_string()).collect();

@@ -36,6 +36,7 @@ pub mod dockerfile;
 mod factory;
 pub mod fault;
 mod guard;
+pub mod host_id;
 mod lease;
 pub mod managed;
 mod orchestrator;

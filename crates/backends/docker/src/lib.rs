@@ -44,7 +44,8 @@ pub mod config;
 pub mod container;
 mod engine;
 mod error;
-pub mod host;
+/// Host ids (shared with the other backends: `omabox_sandbox::host_id`).
+pub use omabox_sandbox::host_id as host;
 pub mod managed;
 mod port;
 pub mod reap;

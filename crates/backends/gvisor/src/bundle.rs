@@ -42,7 +42,9 @@ pub fn prepare_root(dir: &Path) -> Result<PathBuf, GvisorError> {
     ] {
         std::fs::create_dir_all(root.join(sub)).map_err(|e| io("creating a directory", e))?;
     }
-    std::fs::write(root.join(".omabox/init"), b"").map_err(|e| io("the init mount point", e))?;
+    // Each file is written whole under a temporary name and renamed into place: another
+    // process of this backend may be starting a sandbox on this root right now.
+    write_whole(&root.join(".omabox/init"), b"").map_err(|e| io("the init mount point", e))?;
     for (link, target) in [
         ("bin", "usr/bin"),
         ("lib", "usr/lib"),
@@ -54,13 +56,28 @@ pub fn prepare_root(dir: &Path) -> Result<PathBuf, GvisorError> {
             std::os::unix::fs::symlink(target, &path).map_err(|e| io("a usr link", e))?;
         }
     }
-    std::fs::write(root.join("etc/passwd"), PASSWD).map_err(|e| io("etc/passwd", e))?;
-    std::fs::write(root.join("etc/group"), GROUP).map_err(|e| io("etc/group", e))?;
+    write_whole(&root.join("etc/passwd"), PASSWD.as_bytes()).map_err(|e| io("etc/passwd", e))?;
+    write_whole(&root.join("etc/group"), GROUP.as_bytes()).map_err(|e| io("etc/group", e))?;
     // The dynamic loader's cache of the host's /usr (not secret; absent is fine).
     if let Ok(cache) = std::fs::read("/etc/ld.so.cache") {
-        std::fs::write(root.join("etc/ld.so.cache"), cache).map_err(|e| io("ld.so.cache", e))?;
+        write_whole(&root.join("etc/ld.so.cache"), &cache).map_err(|e| io("ld.so.cache", e))?;
     }
     Ok(root)
+}
+
+/// Writes `bytes` to `path` so that a reader sees the old file or the new one, never a part.
+fn write_whole(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    let name = path.file_name().unwrap_or_default().to_string_lossy();
+    let temp = path.with_file_name(format!(
+        ".{name}.{}.{}",
+        std::process::id(),
+        uuid::Uuid::new_v4().simple()
+    ));
+    std::fs::write(&temp, bytes)
+        .and_then(|()| std::fs::rename(&temp, path))
+        .inspect_err(|_| {
+            let _ = std::fs::remove_file(&temp);
+        })
 }
 
 /// `config.json` for a sandbox whose root is `root`, workspace `workspace` and init

@@ -15,6 +15,7 @@
 
 mod bundle;
 mod port;
+pub mod reap;
 mod runsc;
 mod sandbox;
 
@@ -24,6 +25,42 @@ pub use bundle::{INIT_PATH, WORKSPACE};
 pub use port::GvisorSandboxPort;
 pub use runsc::Runsc;
 pub use sandbox::{GvisorConfig, GvisorRuntime, GvisorSandbox, State};
+
+/// The provider name of gvisor sandboxes (`--backend gvisor`).
+pub const PROVIDER: &str = "gvisor";
+
+/// Where `runsc` is looked for (Debian's package installs `/usr/bin/runsc`).
+const RUNSC_PATHS: [&str; 3] = ["/usr/bin/runsc", "/usr/sbin/runsc", "/usr/local/bin/runsc"];
+
+/// The `runsc` executable, when installed.
+pub fn locate_runsc() -> Option<std::path::PathBuf> {
+    RUNSC_PATHS
+        .iter()
+        .map(std::path::PathBuf::from)
+        .find(|p| p.is_file())
+}
+
+/// The `omabox-gvisor-init` binary next to this executable or one directory up (cargo's
+/// `deps/` for tests). `Err`: the paths tried.
+pub fn locate_init() -> Result<std::path::PathBuf, String> {
+    let mut candidates = Vec::new();
+    if let Ok(exe) = std::env::current_exe()
+        && let Some(dir) = exe.parent()
+    {
+        candidates.push(dir.join(INIT_BINARY));
+        if let Some(up) = dir.parent() {
+            candidates.push(up.join(INIT_BINARY));
+        }
+    }
+    match candidates.iter().find(|c| c.is_file()) {
+        Some(found) => Ok(found.clone()),
+        None => Err(candidates
+            .iter()
+            .map(|c| c.display().to_string())
+            .collect::<Vec<_>>()
+            .join(", ")),
+    }
+}
 
 /// What the host writes first on a restored sandbox's new stdin pipe: `omabox-gvisor-init`
 /// discards everything before it (the old connection's last frames) and then serves.

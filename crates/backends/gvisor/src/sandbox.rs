@@ -87,11 +87,24 @@ impl GvisorRuntime {
 
     /// Starts a sandbox with an empty workspace and connects to its agent.
     pub async fn create(&self) -> Result<GvisorSandbox, GvisorError> {
-        let sandbox = GvisorSandbox::layout(self.shared.clone())?;
-        std::fs::create_dir_all(sandbox.workspace()).map_err(|e| GvisorError::Io {
-            what: "creating the workspace".into(),
-            source: e,
-        })?;
+        self.create_in(None).await
+    }
+
+    /// Starts a sandbox whose `/workspace` is `workspace` (an existing host directory the
+    /// caller chose and keeps: [`GvisorSandbox::destroy`] leaves it), or an empty one of its
+    /// own with `None`.
+    pub async fn create_in(
+        &self,
+        workspace: Option<PathBuf>,
+    ) -> Result<GvisorSandbox, GvisorError> {
+        let mut sandbox = GvisorSandbox::layout(self.shared.clone())?;
+        match workspace {
+            Some(dir) => sandbox.workspace = dir,
+            None => std::fs::create_dir_all(sandbox.workspace()).map_err(|e| GvisorError::Io {
+                what: "creating the workspace".into(),
+                source: e,
+            })?,
+        }
         match sandbox.boot(None).await {
             Ok(()) => Ok(sandbox),
             Err(e) => {
@@ -130,6 +143,7 @@ struct Live {
 pub struct GvisorSandbox {
     id: String,
     dir: PathBuf,
+    workspace: PathBuf,
     shared: Arc<Shared>,
     live: Mutex<Live>,
 }
@@ -142,8 +156,16 @@ impl GvisorSandbox {
             what: format!("creating {}", dir.display()),
             source: e,
         })?;
+        // Before anything runs: whose it is, so `reap::reap_orphans` removes it once we are
+        // gone (kill -9).
+        let owner = omabox_sandbox::host_id::current();
+        std::fs::write(dir.join(crate::reap::OWNER_FILE), owner).map_err(|e| GvisorError::Io {
+            what: format!("writing the owner of {}", dir.display()),
+            source: e,
+        })?;
         Ok(Self {
             id,
+            workspace: dir.join("workspace"),
             dir,
             shared,
             live: Mutex::new(Live {
@@ -162,7 +184,7 @@ impl GvisorSandbox {
 
     /// The host directory bound at `/workspace`.
     pub fn workspace(&self) -> PathBuf {
-        self.dir.join("workspace")
+        self.workspace.clone()
     }
 
     /// The directory of the sandbox's checkpoint (present while paused).

@@ -219,6 +219,15 @@ fn print_leftovers(report: &LeftoverReport) {
             outln!("  removed container of sandbox {id}");
         }
     }
+    if !report.gvisor_sandboxes_removed.is_empty() {
+        outln!(
+            "gvisor sandboxes of dead omabox processes removed: {}",
+            report.gvisor_sandboxes_removed.len()
+        );
+        for id in &report.gvisor_sandboxes_removed {
+            outln!("  removed {id}");
+        }
+    }
     let memory = &report.memory_stages;
     outln!(
         "memory-store write-backs of dead runs: committed {} (published), discarded {} (never published), superseded {}, live {}",

@@ -49,6 +49,7 @@ use std::time::Duration;
 mod docker;
 mod envd_client;
 mod exec;
+mod gvisor;
 mod linux;
 mod one_shot;
 mod plain_args;
@@ -118,8 +119,8 @@ enum SandboxCommand {
 #[derive(Debug, Args)]
 struct RunArgs {
     /// Sandbox backend: `linux` (namespaces, the default), `docker` (a container of the
-    /// engine at DOCKER_HOST; needs --image) or `local` (no isolation; only with
-    /// OMABOX_TEST_MODE=1).
+    /// engine at DOCKER_HOST; needs --image), `gvisor` (runsc; network none, no limits yet)
+    /// or `local` (no isolation; only with OMABOX_TEST_MODE=1).
     #[arg(long, default_value = "linux", value_name = "B")]
     backend: String,
     /// Root filesystem: a local rootfs directory, rootfs tarball (.tar, .tar.gz) or OCI
@@ -289,6 +290,10 @@ async fn run_command(args: RunArgs, config: &NodeConfig) -> ExitCode {
     // `None`: a name only the provider map can judge (OpenMA's names, typos).
     let backend = Backend::from_name(&args.backend);
     let made = match backend {
+        // Not a node backend yet: only this one-shot command serves it.
+        None if args.backend == omabox_backend_gvisor::PROVIDER => {
+            gvisor::create_gvisor(&args, config).await
+        }
         Some(Backend::Docker) => docker::create_docker(&args, config).await,
         // The typed config, its image prepared here (held until the start returned).
         Some(Backend::Linux) => match prepare_linux(&args, config) {

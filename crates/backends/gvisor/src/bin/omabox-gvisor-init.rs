@@ -113,10 +113,11 @@ async fn run() -> ExitCode {
             }
             _ = term.recv() => break ExitCode::SUCCESS,
         };
-        // The agent's end is dropped: the out pump forwards what is left and ends.
-        let _ = pump_out.await;
         match served {
-            Ok(Served::Detached) => {}
+            // The agent's end is dropped: the out pump forwards what is left and ends.
+            Ok(Served::Detached) => {
+                let _ = pump_out.await;
+            }
             Ok(Served::Closed) => {
                 eprintln!("omabox-gvisor-init: the host closed the connection");
                 break ExitCode::SUCCESS;
@@ -136,6 +137,9 @@ async fn run() -> ExitCode {
             }
         }
     };
+    // The host is gone (or told us to stop): nothing can read what is left, and a process
+    // still writing would keep the out pump waiting for ever (a kill -9 of the host left
+    // the sandbox running). Everything started here dies with it.
     agent.kill_all();
     sys::kill_all_in_namespace();
     code

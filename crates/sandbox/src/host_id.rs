@@ -1,12 +1,12 @@
-//! Host ids: the `omabox.host` label a container carries, and whether the host it names
-//! is gone. An id is `<hostname>/<boot id>/<pid>/<start time>` of the omabox process that
+//! Host ids: which omabox process owns a backend's sandbox (the docker backend's
+//! `omabox.host` label, the gvisor backend's `owner` file), and whether it is gone. An id is `<hostname>/<boot id>/<pid>/<start time>` of the omabox process that
 //! made the container: its pid and its start time (clock ticks since boot, from
 //! `/proc/<pid>/stat`) within one boot of one machine name exactly one process, so a
 //! reused pid is not mistaken for the host.
 //!
 //! Must never call a host dead that it cannot judge: an id of another machine (an engine
 //! shared over `DOCKER_HOST`) or one it cannot parse is alive as far as
-//! [`host_is_gone`] knows, so a reap never removes another machine's containers.
+//! [`host_is_gone`] knows, so a reap never removes another machine's sandboxes.
 
 /// This process's host id.
 pub fn current() -> String {

@@ -1,0 +1,81 @@
+//! The sandboxes of omabox processes that are gone: each sandbox directory names its owner
+//! (`owner`, a host id of `omabox_sandbox::host_id`), and [`reap_orphans`] deletes the
+//! runsc container and removes the directory of every sandbox whose owner no longer runs.
+//! A host that dies (kill -9) takes its sandboxes' processes with it (their init reads the
+//! end of its stdin pipe and stops everything), but runsc's state and the directory stay
+//! for this.
+//!
+//! Never: remove a sandbox of a live owner, or of another machine's (`host_is_gone` is
+//! false for both); follow a link in the sandboxes directory (entries are matched by name,
+//! only directories are removed).
+
+use std::path::Path;
+use std::time::Duration;
+
+use omabox_sandbox::host_id::host_is_gone;
+
+use crate::runsc::Runsc;
+
+/// The owner file of a sandbox directory.
+pub(crate) const OWNER_FILE: &str = "owner";
+/// A directory without an owner file this old is a crash between its creation and the file.
+const UNOWNED_GRACE: Duration = Duration::from_secs(60);
+
+/// What one pass removed and what it could not.
+#[derive(Debug, Default)]
+pub struct Reaped {
+    /// Sandbox ids removed.
+    pub removed: Vec<String>,
+    /// What could not be read or removed.
+    pub errors: Vec<String>,
+}
+
+/// Removes the sandboxes under `dir` (a gvisor backend's directory, as in
+/// `GvisorConfig::dir`) whose owner is gone, with `runsc` as their runsc binary. A missing
+/// directory is nothing to do.
+pub fn reap_orphans(runsc: &Path, dir: &Path) -> Reaped {
+    let mut reaped = Reaped::default();
+    let sandboxes = dir.join("sandboxes");
+    let entries = match std::fs::read_dir(&sandboxes) {
+        Ok(entries) => entries,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return reaped,
+        Err(e) => {
+            reaped
+                .errors
+                .push(format!("cannot list {}: {e}", sandboxes.display()));
+            return reaped;
+        }
+    };
+    let runsc = Runsc {
+        binary: runsc.to_path_buf(),
+        root: dir.join("runsc"),
+        platform: "ptrace".into(),
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let is_dir = entry.file_type().is_ok_and(|t| t.is_dir());
+        if !is_dir || !name.starts_with("omabox-gv-") || !owner_is_gone(&entry.path()) {
+            continue;
+        }
+        // Absent (never started, paused, already deleted) is fine: delete fails then.
+        let _ = runsc.delete(&name, &entry.path().join("runsc.log"));
+        match std::fs::remove_dir_all(entry.path()) {
+            Ok(()) => reaped.removed.push(name),
+            Err(e) => reaped
+                .errors
+                .push(format!("cannot remove sandbox {name}: {e}")),
+        }
+    }
+    reaped
+}
+
+fn owner_is_gone(sandbox: &Path) -> bool {
+    match std::fs::read_to_string(sandbox.join(OWNER_FILE)) {
+        Ok(owner) => host_is_gone(owner.trim()),
+        Err(_) => std::fs::metadata(sandbox)
+            .and_then(|m| m.modified())
+            .ok()
+            .and_then(|t| t.elapsed().ok())
+            .is_some_and(|age| age > UNOWNED_GRACE),
+    }
+}

@@ -1,0 +1,105 @@
+//! `omabox sandbox run --backend gvisor`: the command in a runsc (gVisor) sandbox
+//! (omabox-backend-gvisor) whose root is the host's `/usr` read-only with a generated `/etc`.
+//! The workspace (`--workspace`, else a temporary directory) is bound at `/workspace`. What
+//! the gvisor backend does not serve yet is refused, never silently dropped: `--image`,
+//! `--memory`, `--pids`, `--cpus` (runsc is given no cgroup) and any network but `none`.
+//! Its sandboxes live under `<data-dir>/gvisor` (root only); runsc is `/usr/bin/runsc`
+//! (scripts/setup installs Debian's), the init `omabox-gvisor-init` beside `omabox`.
+
+use std::sync::Arc;
+
+use omabox_backend_gvisor::{GvisorConfig, GvisorRuntime, GvisorSandboxPort};
+use omabox_node::NodeConfig;
+use omabox_node::config::Key;
+use omabox_node::temp_workspace::Workspace;
+use omabox_sandbox::SandboxPort;
+
+use super::{Failure, RunArgs, choose_workspace, networking, reaches_out};
+
+/// The sandbox of this command, started, with its workspace.
+pub(super) async fn create_gvisor(
+    args: &RunArgs,
+    config: &NodeConfig,
+) -> Result<(Arc<dyn SandboxPort>, Workspace), Failure> {
+    let gvisor = gvisor_config(args, config)?;
+    let workspace = choose_workspace(args, None, config)?;
+    let made = async {
+        let runtime = GvisorRuntime::new(gvisor).map_err(|e| describe(&e))?;
+        let sandbox = runtime
+            .create_in(Some(workspace.workdir()))
+            .await
+            .map_err(|e| describe(&e))?;
+        Ok::<_, String>(GvisorSandboxPort::new(Arc::new(sandbox)))
+    };
+    match made.await {
+        Ok(port) => Ok((Arc::new(port) as Arc<dyn SandboxPort>, workspace)),
+        Err(e) => {
+            let _ = workspace.finish();
+            Err(Failure::omabox(format!(
+                "could not create the sandbox: {e}"
+            )))
+        }
+    }
+}
+
+/// The backend's config from the flags and settings; a usage error for what it does not
+/// serve, an omabox error for what is missing on this machine.
+fn gvisor_config(args: &RunArgs, config: &NodeConfig) -> Result<GvisorConfig, Failure> {
+    networking(args)?;
+    if reaches_out(args, config) {
+        return Err(Failure::usage(
+            "the gvisor backend serves network none only (yet): drop --network, --allow-host \
+             and --allow-package-managers, or use the linux backend",
+        ));
+    }
+    let limits = [
+        ("--image", config.given_nonempty(Key::Image).is_some()),
+        ("--memory", args.memory.is_some()),
+        ("--pids", args.pids.is_some()),
+        ("--cpus", args.cpus.is_some()),
+    ];
+    if let Some((flag, _)) = limits.iter().find(|(_, given)| *given) {
+        return Err(Failure::usage(format!(
+            "{flag}: the gvisor backend does not serve it yet (its root is the host's /usr, and \
+             runsc is given no cgroup); drop it or use the linux backend"
+        )));
+    }
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        return Err(Failure::omabox(
+            "the gvisor backend needs root here (runsc makes its sandbox's namespaces)",
+        ));
+    }
+    let runsc = omabox_backend_gvisor::locate_runsc().ok_or_else(|| {
+        Failure::omabox(
+            "runsc (gVisor) is not installed: `apt-get install runsc`, or scripts/setup",
+        )
+    })?;
+    let init = omabox_backend_gvisor::locate_init().map_err(|tried| {
+        Failure::omabox(format!(
+            "{} is not installed beside omabox (looked at {tried})",
+            omabox_backend_gvisor::INIT_BINARY
+        ))
+    })?;
+    let data_dir = config
+        .data_dir()
+        .map_err(|e| Failure::omabox(format!("{e:#}")))?;
+    Ok(GvisorConfig {
+        runsc,
+        dir: data_dir.root().join("gvisor"),
+        init,
+        platform: "ptrace".into(),
+    })
+}
+
+/// The error and its causes on one line.
+fn describe(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
+}
