@@ -230,8 +230,15 @@ async fn every_route_needs_the_operator_key_in_x_api_key() {
     ];
     for (method, path, body) in routes {
         for key in [None, Some("wrong"), Some("")] {
-            let (status, _, value) = call(&state, method, path, key, body).await;
+            let (status, headers, value) = call(&state, method, path, key, body).await;
             assert_eq!(status, StatusCode::UNAUTHORIZED, "{method} {path} {key:?}");
+            // Refused before its body was read: the connection ends, and says so (a
+            // client reusing it would lose its next request).
+            assert_eq!(
+                headers.get("connection").map(|v| v.to_str().unwrap()),
+                Some("close"),
+                "{method} {path} {key:?}"
+            );
             assert_error(
                 &value,
                 401,
