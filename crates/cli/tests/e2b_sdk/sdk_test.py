@@ -154,6 +154,34 @@ try:
     raise AssertionError("a stopped watcher has no events")
 except SandboxException:
     check(True, "a stopped watcher is gone")
+# Entries in watch events (include_entry): each event carries the path's info, read by
+# the sandbox when the event is read (none once the path is gone).
+sbx.files.make_dir("entries")
+watcher = sbx.files.watch_dir("entries", include_entry=True)
+sbx.files.write("entries/f.txt", "12345")
+sbx.commands.run("mkdir entries/d && ln -s /etc/hostname entries/l && rm entries/f.txt")
+events = []
+wait_for(
+    lambda: events.extend(watcher.get_new_events())
+    or ("f.txt", "remove") in [(e.name, e.type.value) for e in events],
+    "the watcher's events with entries",
+)
+created = {e.name: e.entry for e in events if e.type.value == "create"}
+check(set(created) >= {"f.txt", "d", "l"}, f"created: {sorted(created)}")
+check(created["d"] is not None and created["d"].type.value == "dir", f"a directory's entry: {created['d']}")
+check(created["d"].path == "/home/user/entries/d" and created["d"].owner == "user", f"its path and owner: {created['d']}")
+link = created["l"]
+check(link is not None and link.symlink_target == "/etc/hostname", f"a symlink's entry, not followed: {link}")
+writes = [e.entry for e in events if e.name == "f.txt" and e.type.value == "write" and e.entry is not None]
+check(all(w.type.value == "file" and w.size <= 5 for w in writes), f"a written file's entries: {writes}")
+removed = [e for e in events if e.type.value == "remove"]
+check(all(e.entry is None for e in removed), "a removed path has no entry")
+watcher.stop()
+try:
+    sbx.files.write("/tmp/meta.txt", "x", metadata={"k": "v"})
+    raise AssertionError("file metadata must be refused")
+except SandboxException as e:
+    check("metadata" in str(e).lower(), f"file metadata is refused: {e}")
 try:
     sbx.files.watch_dir("/etc/hostname")
     raise AssertionError("watching a file must fail")

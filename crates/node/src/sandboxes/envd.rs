@@ -23,6 +23,7 @@ use omabox_proxy::envd::{
     DEFAULT_USER, EntryInfo, EnvdError, FileDownload, FileType, FsEvent, FsEventKind, FsEvents,
     MAX_PROCESSES, MAX_SUBSCRIBERS, MAX_WATCHER_EVENTS, MAX_WATCHERS, ProcessEnd, ProcessEvent,
     ProcessEvents, ProcessListing, ProcessSelector, PtySize, SandboxEnvd, StartProcess, UploadBody,
+    WatchOptions,
 };
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -78,6 +79,7 @@ fn fs_event(event: WatchEvent) -> Option<FsEvent> {
     Some(FsEvent {
         name: event.name,
         kind,
+        entry: event.entry.map(entry_info),
     })
 }
 
@@ -216,17 +218,22 @@ impl Envd {
 
     async fn entry(&self, path: &str) -> Result<EntryInfo, EnvdError> {
         let stat = self.client.stat(path).await.map_err(envd_error)?;
-        Ok(EntryInfo {
-            name: file_name(&stat.path),
-            kind: file_type(stat.kind),
-            size: stat.size,
-            mode: stat.mode & 0o7777,
-            owner: stat.owner.unwrap_or_else(|| stat.uid.to_string()),
-            group: stat.group.unwrap_or_else(|| stat.gid.to_string()),
-            modified: modified(stat.mtime_ms),
-            symlink_target: stat.link_target,
-            path: stat.path,
-        })
+        Ok(entry_info(stat))
+    }
+}
+
+/// An agent's `stat` as E2B's `EntryInfo`.
+fn entry_info(stat: omabox_agent::FileStat) -> EntryInfo {
+    EntryInfo {
+        name: file_name(&stat.path),
+        kind: file_type(stat.kind),
+        size: stat.size,
+        mode: stat.mode & 0o7777,
+        owner: stat.owner.unwrap_or_else(|| stat.uid.to_string()),
+        group: stat.group.unwrap_or_else(|| stat.gid.to_string()),
+        modified: modified(stat.mtime_ms),
+        symlink_target: stat.link_target,
+        path: stat.path,
     }
 }
 
@@ -336,6 +343,7 @@ fn envd_error(error: ClientError) -> EnvdError {
         (Some(ErrorKind::NoSpace), _) => EnvdError::NoSpace(message),
         (Some(ErrorKind::Unsupported), _) => EnvdError::Unimplemented(message),
         (_, ClientError::ConnectionLost { .. }) => EnvdError::Unavailable(message),
+        (_, ClientError::Unsupported { .. }) => EnvdError::Unimplemented(message),
         _ => EnvdError::Internal(message),
     }
 }
@@ -545,13 +553,13 @@ impl SandboxEnvd for Envd {
     async fn watch_dir(
         &self,
         path: &str,
-        recursive: bool,
+        options: WatchOptions,
         user: Option<&str>,
     ) -> Result<FsEvents, EnvdError> {
         let path = Self::absolute(path, user)?;
         let mut watch = self
             .client
-            .watch_dir(&path, recursive)
+            .watch_dir_with(&path, options.recursive, options.include_entry)
             .await
             .map_err(envd_error)?;
         let (sender, events) = mpsc::channel(STREAM_QUEUE * 8);
@@ -581,7 +589,7 @@ impl SandboxEnvd for Envd {
     async fn create_watcher(
         &self,
         path: &str,
-        recursive: bool,
+        options: WatchOptions,
         user: Option<&str>,
     ) -> Result<String, EnvdError> {
         if self.watchers().len() >= MAX_WATCHERS {
@@ -589,7 +597,7 @@ impl SandboxEnvd for Envd {
                 "this sandbox already has {MAX_WATCHERS} watchers: remove one first"
             )));
         }
-        let mut events = self.watch_dir(path, recursive, user).await?;
+        let mut events = self.watch_dir(path, options, user).await?;
         let kept = Arc::new(Mutex::new(Kept::default()));
         let filling = Arc::clone(&kept);
         let task = tokio::spawn(async move {
