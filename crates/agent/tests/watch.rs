@@ -128,15 +128,27 @@ async fn events_carry_their_entry_when_asked(h: Harness) {
     assert!(entry.size == 0 || entry.size == 5, "{entry:?}");
     std::fs::create_dir(h.local("e/sub")).unwrap();
     let seen = until(&mut watch, "create", "sub").await;
-    assert_eq!(seen.last().unwrap().entry.as_ref().unwrap().kind, FileKind::Dir);
+    assert_eq!(
+        seen.last().unwrap().entry.as_ref().unwrap().kind,
+        FileKind::Dir
+    );
     std::os::unix::fs::symlink("/nonexistent/target", h.local("e/sub/link")).unwrap();
     let seen = until(&mut watch, "create", "sub/link").await;
-    let link = seen.last().unwrap().entry.clone().expect("a symlink's entry");
+    let link = seen
+        .last()
+        .unwrap()
+        .entry
+        .clone()
+        .expect("a symlink's entry");
     assert_eq!(link.kind, FileKind::Symlink, "not followed: {link:?}");
     assert_eq!(link.link_target.as_deref(), Some("/nonexistent/target"));
     std::fs::remove_file(h.local("e/file")).unwrap();
     let seen = until(&mut watch, "remove", "file").await;
-    assert_eq!(seen.last().unwrap().entry, None, "a removed path has no entry");
+    assert_eq!(
+        seen.last().unwrap().entry,
+        None,
+        "a removed path has no entry"
+    );
     // Not asked: no entry.
     let mut plain = h.client.watch_dir(&h.path("plain"), false).await.unwrap();
     std::fs::write(h.local("plain/x"), "1").unwrap();

@@ -237,8 +237,8 @@ pub(crate) async fn watch_dir(
                 "too many file events were not read in time; the watch lost some and ended",
             ));
         }
-        let names = (include_entry && !seen.is_empty())
-            .then(|| Names::load(&io.conn.agent.config.etc_dir));
+        let names =
+            (include_entry && !seen.is_empty()).then(|| Names::load(&io.conn.agent.config.etc_dir));
         for (mut event, relative, new_dir) in seen {
             if let Some(names) = &names {
                 event.entry = entry_of(&watches.root.join(&relative), names);

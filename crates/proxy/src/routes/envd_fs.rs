@@ -14,8 +14,7 @@ use super::envd::{
 };
 use crate::e2b::rfc3339;
 use crate::envd::{
-    EntryInfo, EnvdError, FileType, FsEvent, FsEventKind, FsEvents, MAX_UPLOAD_BYTES,
-    WatchOptions,
+    EntryInfo, EnvdError, FileType, FsEvent, FsEventKind, FsEvents, MAX_UPLOAD_BYTES, WatchOptions,
 };
 use crate::routes::header_str;
 use crate::state::ProxyState;
