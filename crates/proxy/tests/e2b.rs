@@ -11,8 +11,8 @@ use axum::http::{Request, StatusCode};
 use common::{MemoryTokens, MemoryVault};
 use omabox_contract::SecretString;
 use omabox_proxy::e2b::{
-    CreatedSandbox, NetworkUpdate, NewSandbox, SandboxInfo, SandboxMetrics, SandboxService,
-    SandboxServiceError,
+    CreatedSandbox, LogLevel, NetworkUpdate, NewSandbox, SandboxInfo, SandboxLogEntry,
+    SandboxMetrics, SandboxService, SandboxServiceError,
 };
 use omabox_proxy::{ProxyDeps, ProxyState, ServeConfig, router};
 use serde_json::Value;
@@ -133,6 +133,33 @@ impl SandboxService for Fake {
             .ok_or_else(|| SandboxServiceError::NotFound(id.into()))?;
         Ok(!std::mem::replace(&mut info.paused, true))
     }
+    fn logs(&self, id: &str) -> Result<Vec<SandboxLogEntry>, SandboxServiceError> {
+        if !self.sandboxes.lock().unwrap().contains_key(id) {
+            return Err(SandboxServiceError::NotFound(id.into()));
+        }
+        let at = |ms| SystemTime::UNIX_EPOCH + Duration::from_millis(ms);
+        let entry = |ms, level, message: &str, event: &str| SandboxLogEntry {
+            timestamp: at(ms),
+            level,
+            message: message.into(),
+            fields: BTreeMap::from([("event".to_owned(), event.to_owned())]),
+        };
+        Ok(vec![
+            entry(1_700_000_000_000, LogLevel::Info, "created", "created"),
+            entry(
+                1_700_000_001_000,
+                LogLevel::Info,
+                "process 7 started: ls",
+                "process_start",
+            ),
+            entry(
+                1_700_000_002_000,
+                LogLevel::Warn,
+                "process 7 exited with code 2",
+                "process_end",
+            ),
+        ])
+    }
     async fn resume(
         &self,
         id: &str,
@@ -227,6 +254,8 @@ async fn every_route_needs_the_operator_key_in_x_api_key() {
         ("POST", "/sandboxes/sb0/pause", None),
         ("POST", "/sandboxes/sb0/connect", None),
         ("POST", "/sandboxes/sb0/resume", None),
+        ("GET", "/sandboxes/sb0/logs", None),
+        ("GET", "/v2/sandboxes/sb0/logs", None),
     ];
     for (method, path, body) in routes {
         for key in [None, Some("wrong"), Some("")] {
@@ -609,4 +638,67 @@ async fn metrics_network_pause_and_resume_in_e2b_shapes() {
     assert_eq!(resumed["envdAccessToken"], TOKEN);
     let (status, _, _) = call(&state, "POST", "/sandboxes/nope/resume", Some(KEY), resume).await;
     assert_eq!(status, StatusCode::NOT_FOUND);
+}
+
+#[tokio::test]
+async fn sandbox_logs_in_e2b_shapes_v1_and_v2() {
+    let fake = Arc::new(Fake::default());
+    let state = state(Some(Arc::clone(&fake)));
+    let create = Some(r#"{"templateID":"base","timeout":60}"#);
+    call(&state, "POST", "/sandboxes", Some(KEY), create).await;
+
+    let (status, _, v1) = call(&state, "GET", "/sandboxes/sb0/logs", Some(KEY), None).await;
+    assert_eq!(status, StatusCode::OK, "{v1}");
+    assert_eq!(
+        v1["logs"][0],
+        serde_json::json!({"timestamp": "2023-11-14T22:13:20.000Z", "line": "created"})
+    );
+    assert_eq!(
+        v1["logEntries"][2],
+        serde_json::json!({
+            "timestamp": "2023-11-14T22:13:22.000Z", "level": "warn",
+            "message": "process 7 exited with code 2", "fields": {"event": "process_end"},
+        })
+    );
+    let path = "/sandboxes/sb0/logs?start=1700000001000&limit=1";
+    let (_, _, v1) = call(&state, "GET", path, Some(KEY), None).await;
+    assert_eq!(v1["logs"].as_array().unwrap().len(), 1, "{v1}");
+    assert_eq!(v1["logs"][0]["line"], "process 7 started: ls");
+
+    let path = "/v2/sandboxes/sb0/logs?direction=backward&limit=2";
+    let (status, _, v2) = call(&state, "GET", path, Some(KEY), None).await;
+    assert_eq!(status, StatusCode::OK, "{v2}");
+    let messages: Vec<&str> = v2["logs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["message"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        messages,
+        ["process 7 exited with code 2", "process 7 started: ls"]
+    );
+    let (_, _, warned) = call(
+        &state,
+        "GET",
+        "/v2/sandboxes/sb0/logs?level=warn",
+        Some(KEY),
+        None,
+    )
+    .await;
+    assert_eq!(warned["logs"].as_array().unwrap().len(), 1, "{warned}");
+
+    let (status, _, error) = call(
+        &state,
+        "GET",
+        "/v2/sandboxes/sb0/logs?direction=sideways",
+        Some(KEY),
+        None,
+    )
+    .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    assert_error(&error, 400, "direction must be forward or backward");
+    let (status, _, error) = call(&state, "GET", "/sandboxes/nope/logs", Some(KEY), None).await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    assert_error(&error, 404, "sandbox \"nope\" not found");
 }

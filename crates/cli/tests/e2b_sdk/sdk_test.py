@@ -50,6 +50,7 @@ except CommandExitException as e:
     check(e.exit_code == 3 and "bad" in e.stderr, "a failing command raises with its code and stderr")
 r = sbx.commands.run("pwd; echo $X", cwd="/tmp", envs={"X": "y"})
 check(r.stdout == "/tmp\ny\n", "cwd and envs")
+sbx.commands.run("true", envs={"API_SECRET": "never-logged-8c1f"})
 
 # Users: `user` (uid 1000, home /home/user) by default, root when asked.
 r = sbx.commands.run("id -un; id -u; echo $HOME; pwd; touch mine && stat -c %U mine")
@@ -332,6 +333,30 @@ try:
 except SandboxException:
     check(True, "a killed sandbox answers not running")
 
+
+# The sandbox's log (GET /v2/sandboxes/{id}/logs), read through the SDK's own API client
+# and models: what happened to it, oldest first, outliving it; no environment value.
+from e2b.api.client.api.sandboxes import get_v_2_sandboxes_sandbox_id_logs as logs_v2
+from e2b.api.client.models import LogsDirection
+from e2b.connection_config import ConnectionConfig
+from e2b.api.client_sync import get_api_client
+
+api_client = get_api_client(ConnectionConfig())
+log = logs_v2.sync(sbx.sandbox_id, client=api_client, limit=10000)
+events = [e.fields.additional_properties.get("event") for e in log.logs]
+check(events[0] == "created" and events[-1] == "killed", f"the log runs from created to killed: {events}")
+check({"process_start", "process_end", "paused", "resumed"} <= set(events), f"the log's events: {sorted(set(events))}")
+failed = [e for e in log.logs if e.fields.additional_properties.get("exitCode") == "3"]
+check(failed and failed[0].level.value == "warn" and "exited with code 3" in failed[0].message, "a failed command's end is a warning with its code")
+started = [e.fields.additional_properties for e in log.logs if e.fields.additional_properties.get("event") == "process_start"]
+check(any("exit 3" in f["cmd"] for f in started), "a process start names its command")
+check(any(f["envNames"] == "API_SECRET" for f in started), "a process start names its variables")
+raw = httpx.get(f"{URL}/v2/sandboxes/{sbx.sandbox_id}/logs", headers=API, params={"limit": 10000}).text
+check("never-logged-8c1f" not in raw and sbx._envd_access_token not in raw, "no environment value or token in the log")
+newest = logs_v2.sync(sbx.sandbox_id, client=api_client, direction=LogsDirection.BACKWARD, limit=2)
+check([e.fields.additional_properties["event"] for e in newest.logs] == ["killed", "paused"], f"backward: newest first ({[e.message for e in newest.logs]})")
+answer = httpx.get(f"{URL}/sandboxes/{sbx.sandbox_id}/logs", headers=API, params={"start": 0, "limit": 1})
+check(answer.status_code == 200 and len(answer.json()["logs"]) == 1 and "created" in answer.json()["logs"][0]["line"], f"v1 logs: {answer.text[:200]}")
 
 # The async SDK: ordered stdin through the client-streaming StreamInput.
 import asyncio

@@ -13,12 +13,14 @@
 //! Must never: resolve or open a sandbox path on the host (every file operation is the
 //! agent's, inside the sandbox); keep a process in the table after its end was sent.
 
+use super::logs::SandboxLog;
 use async_trait::async_trait;
 use bytes::Bytes;
 use omabox_agent::{
     AgentClient, ClientError, DataWriter, ErrorKind, FileKind, ProcessExit, WatchEvent,
 };
 use omabox_agent::{DuplexProcess, ExecRequest, ProcessKiller, WriteOptions};
+use omabox_proxy::e2b::LogLevel;
 use omabox_proxy::envd::{
     DEFAULT_USER, EntryInfo, EnvdError, FileDownload, FileType, FsEvent, FsEventKind, FsEvents,
     MAX_PROCESSES, MAX_SUBSCRIBERS, MAX_WATCHER_EVENTS, MAX_WATCHERS, ProcessEnd, ProcessEvent,
@@ -39,6 +41,8 @@ const MAX_MESSAGE: usize = 1000;
 
 /// A sandbox's processes and files (module doc).
 pub(super) struct Envd {
+    /// Where process starts and ends are logged.
+    log: Arc<SandboxLog>,
     client: AgentClient,
     processes: Arc<Table>,
     watchers: Mutex<HashMap<String, Arc<Watcher>>>,
@@ -129,8 +133,9 @@ impl Proc {
 }
 
 impl Envd {
-    pub(super) fn new(client: AgentClient) -> Arc<Self> {
+    pub(super) fn new(client: AgentClient, log: Arc<SandboxLog>) -> Arc<Self> {
         Arc::new(Self {
+            log,
             client,
             processes: Arc::new(Mutex::new(HashMap::new())),
             watchers: Mutex::new(HashMap::new()),
@@ -158,8 +163,14 @@ impl Envd {
     }
 }
 
-/// Reads the process's output until both streams end, then reports its end and forgets it.
-async fn pump(table: Arc<Table>, proc: Arc<Proc>, mut process: DuplexProcess) {
+/// Reads the process's output until both streams end, then reports its end (and logs it)
+/// and forgets it.
+async fn pump(
+    table: Arc<Table>,
+    proc: Arc<Proc>,
+    mut process: DuplexProcess,
+    log: Arc<SandboxLog>,
+) {
     let (mut stdout, mut stderr) = (process.stdout.take(), process.stderr.take());
     loop {
         let event = tokio::select! {
@@ -178,6 +189,7 @@ async fn pump(table: Arc<Table>, proc: Arc<Proc>, mut process: DuplexProcess) {
     }
     proc.stdin.lock().await.take();
     let end = end_of(process.wait().await);
+    log_end(&log, proc.listing.pid, &end);
     let streams = {
         let mut watchers = proc.watchers();
         watchers.ended = Some(end.clone());
@@ -318,6 +330,55 @@ fn end_of(exit: Result<ProcessExit, ClientError>) -> ProcessEnd {
     }
 }
 
+/// Logs a process's start: its command and the names (never the values) of its variables.
+fn log_start(log: &SandboxLog, listing: &ProcessListing, user: &str) {
+    let config = &listing.config;
+    let command = std::iter::once(config.cmd.as_str())
+        .chain(config.args.iter().map(String::as_str))
+        .collect::<Vec<_>>()
+        .join(" ");
+    let names: Vec<&str> = config.envs.keys().map(String::as_str).collect();
+    let mut fields = vec![
+        ("event", "process_start".to_owned()),
+        ("pid", listing.pid.to_string()),
+        ("cmd", command.clone()),
+        ("user", user.to_owned()),
+        ("envNames", names.join(",")),
+    ];
+    if let Some(tag) = &listing.tag {
+        fields.push(("tag", tag.clone()));
+    }
+    let message = format!("process {} started as {user}: {command}", listing.pid);
+    log.push(LogLevel::Info, &message, &fields);
+}
+
+/// Logs a process's end: its exit code, or the signal that ended it.
+fn log_end(log: &SandboxLog, pid: u32, end: &ProcessEnd) {
+    let (level, message) = if end.exited {
+        let level = if end.exit_code == 0 {
+            LogLevel::Info
+        } else {
+            LogLevel::Warn
+        };
+        (
+            level,
+            format!("process {pid} exited with code {}", end.exit_code),
+        )
+    } else {
+        (
+            LogLevel::Warn,
+            format!("process {pid} ended: {}", end.status),
+        )
+    };
+    let fields = [
+        ("event", "process_end".to_owned()),
+        ("pid", pid.to_string()),
+        ("exitCode", end.exit_code.to_string()),
+        ("status", end.status.clone()),
+    ];
+    log.push(level, &message, &fields);
+}
+
 fn capped(text: &str) -> String {
     let mut shown: String = text.chars().take(MAX_MESSAGE).collect();
     if shown.len() < text.len() {
@@ -395,7 +456,13 @@ impl SandboxEnvd for Envd {
             }),
         });
         self.table().insert(pid, Arc::clone(&proc));
-        tokio::spawn(pump(Arc::clone(&self.processes), proc, process));
+        log_start(&self.log, &proc.listing, user);
+        tokio::spawn(pump(
+            Arc::clone(&self.processes),
+            proc,
+            process,
+            Arc::clone(&self.log),
+        ));
         Ok(events)
     }
 

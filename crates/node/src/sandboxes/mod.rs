@@ -19,6 +19,7 @@
 
 mod envd;
 mod lifecycle;
+mod logs;
 mod metrics;
 pub(crate) mod saved;
 mod token;
@@ -32,8 +33,8 @@ use omabox_backend_linux::port::LinuxSandboxPort;
 use omabox_contract::SecretString;
 use omabox_contract::networking::NetworkingConfig;
 use omabox_proxy::e2b::{
-    CreatedSandbox, NetworkUpdate, NewSandbox, SandboxInfo, SandboxMetrics, SandboxService,
-    SandboxServiceError,
+    CreatedSandbox, LogLevel, NetworkUpdate, NewSandbox, SandboxInfo, SandboxLogEntry,
+    SandboxMetrics, SandboxService, SandboxServiceError,
 };
 use omabox_proxy::envd::SandboxEnvd;
 use omabox_sandbox::SandboxFactoryContext;
@@ -93,6 +94,8 @@ struct Inner {
     paused: Mutex<HashMap<String, Paused>>,
     /// Where paused sandboxes' files are kept (`None`: no pause is offered).
     saved: Option<saved::SavedFiles>,
+    /// What happened to each sandbox (`GET /sandboxes/{id}/logs`).
+    logs: logs::Logs,
 }
 
 /// A paused sandbox: what a resume starts again.
@@ -230,6 +233,7 @@ impl SandboxHost {
                 closed: AtomicBool::new(false),
                 paused: Mutex::new(HashMap::new()),
                 saved,
+                logs: logs::Logs::default(),
             }),
         }
     }
@@ -428,9 +432,12 @@ async fn watch_timeout(inner: Weak<Inner>, id: String, entry: Arc<Entry>) {
                 }
                 let Some(inner) = inner.upgrade() else { return };
                 tracing::info!(sandbox = %id, "sandbox timed out");
-                if let Err(error) = kill_entry(&inner, &id, &entry).await {
-                    tracing::error!(sandbox = %id, %error, "cannot kill a timed-out sandbox; retrying");
-                    entry.shown().1 = Instant::now() + KILL_RETRY;
+                match kill_entry(&inner, &id, &entry).await {
+                    Ok(()) => inner.logs.end(&id, LogLevel::Info, "timeout", "sandbox timed out and was killed"),
+                    Err(error) => {
+                        tracing::error!(sandbox = %id, %error, "cannot kill a timed-out sandbox; retrying");
+                        entry.shown().1 = Instant::now() + KILL_RETRY;
+                    }
                 }
             }
             () = entry.changed.notified() => {}
@@ -492,6 +499,17 @@ impl SandboxService for SandboxHost {
         )
         .await?;
         tracing::info!(sandbox = %id, timeout_s = request.timeout.as_secs(), "sandbox created");
+        if let Some(log) = self.inner.logs.get(&id) {
+            let template = &info.template_id;
+            log.push(
+                LogLevel::Info,
+                &format!(
+                    "sandbox created from template {template} (timeout {} s)",
+                    request.timeout.as_secs()
+                ),
+                &[("event", "created".into()), ("template", template.clone())],
+            );
+        }
         Ok(CreatedSandbox {
             info,
             access_token: token,
@@ -532,10 +550,18 @@ impl SandboxService for SandboxHost {
                 saved.remove(sandbox_id);
             }
             tracing::info!(sandbox = %sandbox_id, "paused sandbox removed");
+            let message = "paused sandbox killed (its files removed)";
+            self.inner
+                .logs
+                .end(sandbox_id, LogLevel::Info, "killed", message);
             return Ok(());
         }
         let entry = self.entry(sandbox_id)?;
-        kill_entry(&self.inner, sandbox_id, &entry).await
+        kill_entry(&self.inner, sandbox_id, &entry).await?;
+        self.inner
+            .logs
+            .end(sandbox_id, LogLevel::Info, "killed", "sandbox killed");
+        Ok(())
     }
 
     fn set_timeout(&self, sandbox_id: &str, timeout: Duration) -> Result<(), SandboxServiceError> {
@@ -613,7 +639,18 @@ impl SandboxService for SandboxHost {
             .lock()
             .unwrap_or_else(PoisonError::into_inner) = Some(config);
         tracing::info!(sandbox = %sandbox_id, "sandbox network updated");
+        if let Some(log) = self.inner.logs.get(sandbox_id) {
+            log.info("network", "sandbox network updated");
+        }
         Ok(())
+    }
+
+    fn logs(&self, sandbox_id: &str) -> Result<Vec<SandboxLogEntry>, SandboxServiceError> {
+        self.inner
+            .logs
+            .get(sandbox_id)
+            .map(|log| log.entries())
+            .ok_or_else(|| SandboxServiceError::NotFound(sandbox_id.to_owned()))
     }
 
     async fn pause(&self, sandbox_id: &str) -> Result<bool, SandboxServiceError> {
@@ -649,8 +686,16 @@ impl SandboxHost {
             );
             tracing::warn!(sandbox = %id, "the sandbox's init exited; removing it");
             runtime.spawn(async move {
-                if let Err(error) = kill_entry(&inner, &id, &entry).await {
-                    tracing::error!(sandbox = %id, %error, "cannot clean up an exited sandbox");
+                match kill_entry(&inner, &id, &entry).await {
+                    Ok(()) => inner.logs.end(
+                        &id,
+                        LogLevel::Error,
+                        "exited",
+                        "the sandbox's init exited: the sandbox is gone",
+                    ),
+                    Err(error) => {
+                        tracing::error!(sandbox = %id, %error, "cannot clean up an exited sandbox");
+                    }
                 }
             });
         }

@@ -4,6 +4,7 @@
 pub(crate) mod connect;
 pub(crate) mod e2b;
 pub(crate) mod e2b_lifecycle;
+pub(crate) mod e2b_logs;
 pub(crate) mod envd;
 pub(crate) mod envd_fs;
 pub(crate) mod files;
@@ -93,6 +94,8 @@ pub fn router(state: ProxyState) -> Router {
             put(e2b_lifecycle::update_network),
         )
         .route("/sandboxes/{sandbox_id}/pause", post(e2b_lifecycle::pause))
+        .route("/sandboxes/{sandbox_id}/logs", get(e2b_logs::logs_v1))
+        .route("/v2/sandboxes/{sandbox_id}/logs", get(e2b_logs::logs_v2))
         .route(
             "/sandboxes/{sandbox_id}/resume",
             post(e2b_lifecycle::resume),
