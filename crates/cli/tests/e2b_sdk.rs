@@ -11,7 +11,7 @@
 mod common;
 
 use common::serve::Serve;
-use common::{TestDirs, linux_available};
+use common::{TestDirs, debian_rootfs, linux_available};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -123,4 +123,60 @@ fn the_official_js_sdk_drives_serve() {
     let _ = std::fs::remove_file(&copy);
     let log = serve.stop();
     assert_no_token_logged(&log, &tokens);
+}
+
+/// `Template.build` of the Python SDK over a Debian base (`base` = the image): a template
+/// with a copied file and directory, a command and a build-time variable, built, started
+/// with `Sandbox.create(template=…)`, chained; refusals naming the step; a failing step.
+#[test]
+fn the_python_sdk_builds_a_template_and_starts_sandboxes_from_it() {
+    if !linux_available() {
+        return;
+    }
+    let Some(rootfs) = debian_rootfs() else {
+        return;
+    };
+    let root = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
+    let Some(python) = omabox_test_support::sdk::python_venv(
+        &root,
+        "e2b-python-sdk",
+        &[PYTHON_SDK, "httpx"],
+        "e2b, httpx",
+    ) else {
+        return;
+    };
+    let dirs = TestDirs::new("e2btpl");
+    let mut command = dirs.command(&["serve", "--listen", "127.0.0.1:0"]);
+    command
+        .env("OMABOX_API_KEY", KEY)
+        .env("OMABOX_LINUX_IMAGE", &rootfs)
+        .env("OMABOX_LOG", "debug");
+    let serve = Serve::start(command);
+    let output = Command::new(python)
+        .arg(script("template_test.py"))
+        .env("E2B_API_URL", serve.url())
+        .env("E2B_SANDBOX_URL", serve.url())
+        .env("E2B_API_KEY", KEY)
+        .env_remove("E2B_DOMAIN")
+        .env_remove("E2B_ACCESS_TOKEN")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let log = serve.stop();
+    assert!(
+        output.status.success() && stdout.lines().last() == Some("OK"),
+        "the template script failed ({}):\n{stdout}\n{}\nserve:\n{}",
+        output.status,
+        String::from_utf8_lossy(&output.stderr),
+        log.join("\n")
+    );
+    // Uploads end with serve.
+    let uploads = dirs.data.path().join("template-files");
+    let left: Vec<_> = std::fs::read_dir(&uploads)
+        .map(|dir| dir.flatten().map(|e| e.path()).collect())
+        .unwrap_or_default();
+    assert!(
+        left.is_empty(),
+        "uploads left after serve stopped: {left:?}"
+    );
 }

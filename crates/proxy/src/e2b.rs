@@ -230,6 +230,10 @@ pub trait SandboxService: Send + Sync + 'static {
         let _ = sandbox_id;
         Err(not_offered("sandbox logs"))
     }
+    /// Who builds templates for this service (`None`: template building is not offered).
+    fn templates(&self) -> Option<Arc<dyn crate::templates::TemplateService>> {
+        None
+    }
     /// Resumes a paused sandbox under its id and token with its files back, to live
     /// `timeout`; `Ok(None)` when it is not paused (running, or no such sandbox: the
     /// caller tells them apart).

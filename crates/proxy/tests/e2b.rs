@@ -256,6 +256,10 @@ async fn every_route_needs_the_operator_key_in_x_api_key() {
         ("POST", "/sandboxes/sb0/resume", None),
         ("GET", "/sandboxes/sb0/logs", None),
         ("GET", "/v2/sandboxes/sb0/logs", None),
+        ("POST", "/v3/templates", Some(r#"{"name":"t"}"#)),
+        ("GET", "/templates/t0/files/abc", None),
+        ("POST", "/v2/templates/t0/builds/b0", Some("{}")),
+        ("GET", "/templates/t0/builds/b0/status", None),
     ];
     for (method, path, body) in routes {
         for key in [None, Some("wrong"), Some("")] {
@@ -275,6 +279,23 @@ async fn every_route_needs_the_operator_key_in_x_api_key() {
             );
         }
     }
+    // A template upload carries its slot's token instead of the key; without one, 401.
+    let (status, headers, value) =
+        call(&state, "PUT", "/templates/t0/files/abc", None, Some("x")).await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED);
+    assert_error(&value, 401, "missing X-Omabox-Upload-Token");
+    assert_eq!(headers["connection"], "close");
+    // With the key, a service that builds no templates says so.
+    let (status, _, value) = call(
+        &state,
+        "POST",
+        "/v3/templates",
+        Some(KEY),
+        Some(r#"{"name":"t"}"#),
+    )
+    .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    assert_error(&value, 400, "template building is not offered");
     // The operator key as a bearer is not E2B's scheme.
     let request = Request::get("/sandboxes")
         .header("host", "localhost")

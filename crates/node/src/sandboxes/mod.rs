@@ -22,6 +22,8 @@ mod lifecycle;
 mod logs;
 mod metrics;
 pub(crate) mod saved;
+mod template_builds;
+mod template_recipe;
 mod token;
 
 use crate::{DataDir, NodeConfig};
@@ -96,6 +98,8 @@ struct Inner {
     saved: Option<saved::SavedFiles>,
     /// What happened to each sandbox (`GET /sandboxes/{id}/logs`).
     logs: logs::Logs,
+    /// Templates built through the E2B template API.
+    builds: template_builds::TemplateBuilds,
 }
 
 /// A paused sandbox: what a resume starts again.
@@ -196,6 +200,7 @@ impl SandboxHost {
         unprepared.user_home = true;
         let saved = saved::SavedFiles::of_this_process(data_dir.root());
         let mut host = Self::build(factory.clone(), unprepared, Some(saved));
+        let image_cache = config.image_cache().ok();
         let config = config.clone();
         let image_config = move |image: &str| {
             let mut made = config
@@ -207,6 +212,13 @@ impl SandboxHost {
         };
         if let Some(inner) = Arc::get_mut(&mut host.inner) {
             inner.image_config = Some(Box::new(image_config));
+            inner.builds.files_dir = Some(
+                data_dir
+                    .root()
+                    .join("template-files")
+                    .join(format!("serve-{}", std::process::id())),
+            );
+            inner.builds.image_cache = image_cache;
         }
         Ok(host)
     }
@@ -234,6 +246,7 @@ impl SandboxHost {
                 paused: Mutex::new(HashMap::new()),
                 saved,
                 logs: logs::Logs::default(),
+                builds: template_builds::TemplateBuilds::default(),
             }),
         }
     }
@@ -274,6 +287,7 @@ impl SandboxHost {
         if let Some(saved) = &self.inner.saved {
             saved.remove_all();
         }
+        self.inner.builds.remove_files();
         errors
     }
 
@@ -285,6 +299,9 @@ impl SandboxHost {
                 .prepare(&self.inner.prepared, self.inner.unprepared.clone())
                 .await
                 .cloned();
+        }
+        if let Some(built) = self.inner.builds.config_of(template) {
+            return built;
         }
         let shown: String = template.chars().take(64).collect();
         let Some(image_config) = &self.inner.image_config else {
@@ -643,6 +660,10 @@ impl SandboxService for SandboxHost {
             log.info("network", "sandbox network updated");
         }
         Ok(())
+    }
+
+    fn templates(&self) -> Option<Arc<dyn omabox_proxy::templates::TemplateService>> {
+        Some(Arc::new(self.clone()))
     }
 
     fn logs(&self, sandbox_id: &str) -> Result<Vec<SandboxLogEntry>, SandboxServiceError> {
