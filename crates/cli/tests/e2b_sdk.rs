@@ -170,6 +170,21 @@ fn the_python_sdk_builds_a_template_and_starts_sandboxes_from_it() {
         String::from_utf8_lossy(&output.stderr),
         log.join("\n")
     );
+    // An upload token is traced as hidden, like the keys.
+    let traced: Vec<&String> = log
+        .iter()
+        .filter(|line| line.contains("x-omabox-upload-token"))
+        .collect();
+    assert!(
+        !traced.is_empty(),
+        "the uploads were not traced (debug log)"
+    );
+    for line in traced {
+        assert!(
+            line.contains(r#""x-omabox-upload-token": Sensitive"#),
+            "an upload token in the log: {line}"
+        );
+    }
     // Uploads end with serve.
     let uploads = dirs.data.path().join("template-files");
     let left: Vec<_> = std::fs::read_dir(&uploads)
