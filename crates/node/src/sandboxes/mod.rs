@@ -506,6 +506,17 @@ impl SandboxService for SandboxHost {
             paused: false,
         };
         let token = new_access_token();
+        // Logged before the sandbox is in the map, so nothing of it (a zero timeout's kill)
+        // comes first.
+        let template = &info.template_id;
+        self.inner.logs.open(&id).push(
+            LogLevel::Info,
+            &format!(
+                "sandbox created from template {template} (timeout {} s)",
+                request.timeout.as_secs()
+            ),
+            &[("event", "created".into()), ("template", template.clone())],
+        );
         self.insert(
             port,
             info.clone(),
@@ -516,17 +527,6 @@ impl SandboxService for SandboxHost {
         )
         .await?;
         tracing::info!(sandbox = %id, timeout_s = request.timeout.as_secs(), "sandbox created");
-        if let Some(log) = self.inner.logs.get(&id) {
-            let template = &info.template_id;
-            log.push(
-                LogLevel::Info,
-                &format!(
-                    "sandbox created from template {template} (timeout {} s)",
-                    request.timeout.as_secs()
-                ),
-                &[("event", "created".into()), ("template", template.clone())],
-            );
-        }
         Ok(CreatedSandbox {
             info,
             access_token: token,
