@@ -153,6 +153,8 @@ pub trait TemplateService: Send + Sync + 'static {
         build_id: &str,
         spec: TemplateBuildSpec,
     ) -> Result<(), SandboxServiceError>;
+    /// The id of the template named `name`, if there is one.
+    fn template_id(&self, name: &str) -> Option<String>;
     /// Where the build is, and its log.
     fn build_status(
         &self,

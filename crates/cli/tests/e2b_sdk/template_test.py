@@ -38,6 +38,8 @@ info = Template.build(template, "omabox-sdk-tpl", on_build_logs=logs.append)
 check(info.name == "omabox-sdk-tpl" and info.template_id and info.build_id, f"built: {info}")
 check(any("ready" in str(entry.message) for entry in logs), f"the build's log: {[str(e.message) for e in logs]}")
 
+check(Template.exists("omabox-sdk-tpl") and not Template.exists("omabox-sdk-none"), "Template.exists")
+
 sbx = Sandbox.create(template="omabox-sdk-tpl", timeout=60)
 r = sbx.commands.run("cat /opt/app/marker; stat -c %a /opt/app/pkg/sub/mod.py; echo env:${BUILD_ONLY:-unset}")
 check(

@@ -424,6 +424,10 @@ impl TemplateService for SandboxHost {
         Ok(())
     }
 
+    fn template_id(&self, name: &str) -> Option<String> {
+        self.inner.builds.state().names.get(name).cloned()
+    }
+
     fn build_status(
         &self,
         template_id: &str,

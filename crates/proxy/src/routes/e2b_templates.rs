@@ -5,7 +5,8 @@
 //! streamed, with the slot's `X-Omabox-Upload-Token` instead of the operator key, as a
 //! presigned URL would be), `POST /v2/templates/{id}/builds/{build}` (202: started; 400
 //! naming a step omabox cannot honour) and `GET /templates/{id}/builds/{build}/status`
-//! (`logsOffset`, `limit`, `level`). Over [`SandboxService::templates`].
+//! (`logsOffset`, `limit`, `level`), and `GET /templates/aliases/{name}` (`Template.exists`).
+//! Over [`SandboxService::templates`].
 //!
 //! Must never: put a token in a URL or an answer other than the file slot's; take an
 //! upload past [`MAX_TEMPLATE_FILE_BYTES`]; answer more than [`MAX_STATUS_LOG_ENTRIES`]
@@ -359,4 +360,22 @@ pub(crate) async fn build_status(
         body["reason"] = json!({ "message": reason });
     }
     Ok(Json(body).into_response())
+}
+
+/// `GET /templates/aliases/{name}` → 200 `TemplateAliasResponse`; 404 when no template has
+/// the name.
+pub(crate) async fn alias(
+    State(state): State<ProxyState>,
+    headers: HeaderMap,
+    path: Result<Path<String>, PathRejection>,
+) -> Answer {
+    let service = service(&state, &headers)?;
+    let name = segments(path)?;
+    match service.template_id(&name) {
+        Some(id) => Ok(Json(json!({ "templateID": id, "public": false })).into_response()),
+        None => Err(E2bError::new(
+            StatusCode::NOT_FOUND,
+            format!("template {:?} not found", shorten(&name)),
+        )),
+    }
 }

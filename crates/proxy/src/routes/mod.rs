@@ -97,6 +97,7 @@ pub fn router(state: ProxyState) -> Router {
         )
         .route("/sandboxes/{sandbox_id}/pause", post(e2b_lifecycle::pause))
         .route("/v3/templates", post(e2b_templates::request_build))
+        .route("/templates/aliases/{alias}", get(e2b_templates::alias))
         .route(
             "/templates/{template_id}/files/{hash}",
             get(e2b_templates::file_slot)
