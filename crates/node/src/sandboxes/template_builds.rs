@@ -10,8 +10,8 @@
 //! serve's memory; uploads in `<data-dir>/template-files/serve-<pid>/`, removed when serve
 //! stops.
 //!
-//! Must never: open an uploaded archive on the host (it is staged into the build sandbox
-//! as bytes, unpacked there); name a host path after the caller's text (ids are ours,
+//! Must never: unpack an uploaded archive on the host (it is staged into the build sandbox
+//! as bytes, its hash checked, and unpacked there); name a host path after the caller's text (ids are ours,
 //! hashes letters and digits); log or answer an upload token but in its slot.
 
 use super::template_recipe::{self, Base, Recipe};
@@ -272,6 +272,12 @@ impl TemplateService for SandboxHost {
     ) -> Result<(), SandboxServiceError> {
         let builds = &self.inner.builds;
         let dir = builds.files_dir.clone().ok_or_else(not_offered)?;
+        // The route checked it too; it names a file below.
+        if hash.is_empty() || hash.len() > 128 || !hash.chars().all(|c| c.is_ascii_alphanumeric()) {
+            return Err(SandboxServiceError::BadRequest(
+                "a files hash is 1 to 128 letters and digits".into(),
+            ));
+        }
         {
             let mut state = builds.state();
             let template = TemplateBuilds::template_mut(&mut state, template_id)?;
