@@ -1,8 +1,10 @@
 //! The official E2B SDKs, installed from PyPI and npm (pinned versions), drive `omabox
 //! serve` unchanged through `E2B_API_URL`, `E2B_SANDBOX_URL` and `E2B_API_KEY`: sandboxes,
 //! commands (streamed output, exit codes, stdin, background, connect, kill, a flood of
-//! output), files (text, binary, list, metadata, an upload larger than the sandbox's disk)
-//! and the refusals (unknown sandbox, wrong key, another sandbox's token). The scripts
+//! output), files (text, binary, list, metadata, an upload larger than the sandbox's disk),
+//! watches with entries, the sandbox log, template building (`Template.build` over a
+//! Debian base, then `Sandbox.create` from the template) and the refusals (unknown
+//! sandbox, wrong key, another sandbox's token, steps omabox cannot honour). The scripts
 //! check every answer themselves (`tests/e2b_sdk/`); this test runs them against a real
 //! serve and checks that its log holds none of the access tokens they saw.
 
@@ -193,5 +195,48 @@ fn the_python_sdk_builds_a_template_and_starts_sandboxes_from_it() {
     assert!(
         left.is_empty(),
         "uploads left after serve stopped: {left:?}"
+    );
+}
+
+/// `Template.build` of the JS SDK over a Debian base: a copied file and a command, a
+/// sandbox from the template, a refused step.
+#[test]
+fn the_js_sdk_builds_a_template_and_starts_sandboxes_from_it() {
+    if !linux_available() {
+        return;
+    }
+    let Some(rootfs) = debian_rootfs() else {
+        return;
+    };
+    let root = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
+    let Some(prefix) = omabox_test_support::sdk::npm_prefix(&root, "e2b-js-sdk", &[JS_SDK]) else {
+        return;
+    };
+    let copy = prefix.join(format!("template_test.{}.mjs", std::process::id()));
+    std::fs::copy(script("template_test.mjs"), &copy).unwrap();
+    let dirs = TestDirs::new("e2bjstpl");
+    let mut command = dirs.command(&["serve", "--listen", "127.0.0.1:0"]);
+    command
+        .env("OMABOX_API_KEY", KEY)
+        .env("OMABOX_LINUX_IMAGE", &rootfs);
+    let serve = Serve::start(command);
+    let output = Command::new("node")
+        .arg(&copy)
+        .env("E2B_API_URL", serve.url())
+        .env("E2B_SANDBOX_URL", serve.url())
+        .env("E2B_API_KEY", KEY)
+        .env_remove("E2B_DOMAIN")
+        .env_remove("E2B_ACCESS_TOKEN")
+        .output()
+        .unwrap();
+    let _ = std::fs::remove_file(&copy);
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let log = serve.stop();
+    assert!(
+        output.status.success() && stdout.lines().last() == Some("OK"),
+        "the JS template script failed ({}):\n{stdout}\n{}\nserve:\n{}",
+        output.status,
+        String::from_utf8_lossy(&output.stderr),
+        log.join("\n")
     );
 }
