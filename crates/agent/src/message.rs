@@ -250,6 +250,11 @@ pub enum Request {
         /// Watch its subdirectories too (those created later included).
         #[serde(default)]
         recursive: bool,
+        /// Give each event the [`FileStat`] of its path, read when the event is read (a
+        /// final symlink not followed; none when the path is gone by then). Needs the
+        /// `watch_entry` feature.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        include_entry: bool,
     },
     /// Ends the connection without ending anything it started: replies `ok`, then the
     /// agent stops reading and writing this stream and leaves its processes running (a
@@ -265,6 +270,10 @@ pub struct WatchEvent {
     pub name: String,
     /// `create`, `write`, `remove`, `rename` (moved away) or `chmod`.
     pub op: String,
+    /// The path's metadata when the watch asked for it (`include_entry`) and the path
+    /// still existed when the agent read the event.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub entry: Option<FileStat>,
 }
 
 fn yes() -> bool {
@@ -295,8 +304,9 @@ impl Request {
     ];
 
     /// Features beyond the ops, announced in the agent's hello `ops` after them:
-    /// `pty` = [`SpawnSpec::pty`] and [`StreamControl::Resize`] are understood.
-    pub const FEATURES: &'static [&'static str] = &["pty"];
+    /// `pty` = [`SpawnSpec::pty`] and [`StreamControl::Resize`] are understood;
+    /// `watch_entry` = [`Request::WatchDir`]'s `include_entry` is.
+    pub const FEATURES: &'static [&'static str] = &["pty", "watch_entry"];
 }
 
 /// Host → agent on an open stream.
@@ -568,7 +578,7 @@ pub enum FileKind {
 }
 
 /// Reply to `stat`.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct FileStat {
     /// Absolute path.
     pub path: String,

@@ -109,3 +109,50 @@ async fn a_watch_of_no_directory_is_refused(h: Harness) {
     assert!(h.client.stat(&h.path("d")).await.is_ok());
 }
 both_modes!(a_watch_of_no_directory_is_refused);
+
+async fn events_carry_their_entry_when_asked(h: Harness) {
+    use omabox_agent::FileKind;
+    std::fs::create_dir(h.local("e")).unwrap();
+    std::fs::create_dir(h.local("plain")).unwrap();
+    let mut watch = h
+        .client
+        .watch_dir_with(&h.path("e"), true, true)
+        .await
+        .unwrap();
+    std::fs::write(h.local("e/file"), "12345").unwrap();
+    let seen = until(&mut watch, "create", "file").await;
+    let entry = seen.last().unwrap().entry.clone().expect("an entry");
+    assert_eq!(entry.path, h.path("e/file"));
+    assert_eq!(entry.kind, FileKind::File);
+    // Read when the event is read: the write may already be there, or not yet.
+    assert!(entry.size == 0 || entry.size == 5, "{entry:?}");
+    std::fs::create_dir(h.local("e/sub")).unwrap();
+    let seen = until(&mut watch, "create", "sub").await;
+    assert_eq!(
+        seen.last().unwrap().entry.as_ref().unwrap().kind,
+        FileKind::Dir
+    );
+    std::os::unix::fs::symlink("/nonexistent/target", h.local("e/sub/link")).unwrap();
+    let seen = until(&mut watch, "create", "sub/link").await;
+    let link = seen
+        .last()
+        .unwrap()
+        .entry
+        .clone()
+        .expect("a symlink's entry");
+    assert_eq!(link.kind, FileKind::Symlink, "not followed: {link:?}");
+    assert_eq!(link.link_target.as_deref(), Some("/nonexistent/target"));
+    std::fs::remove_file(h.local("e/file")).unwrap();
+    let seen = until(&mut watch, "remove", "file").await;
+    assert_eq!(
+        seen.last().unwrap().entry,
+        None,
+        "a removed path has no entry"
+    );
+    // Not asked: no entry.
+    let mut plain = h.client.watch_dir(&h.path("plain"), false).await.unwrap();
+    std::fs::write(h.local("plain/x"), "1").unwrap();
+    let seen = until(&mut plain, "create", "x").await;
+    assert!(seen.iter().all(|e| e.entry.is_none()), "{seen:?}");
+}
+both_modes!(events_carry_their_entry_when_asked);

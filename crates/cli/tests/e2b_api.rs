@@ -206,6 +206,37 @@ fn create_get_list_extend_kill_and_errors() {
         assert_error(&value, 404, &format!("sandbox \"{id}\" not found"));
     }
 
+    // Its log outlives it: created (with its template), killed; never a token or an
+    // environment value.
+    let (status, logs) = serve.call(Some(KEY), "GET", &format!("/sandboxes/{id}/logs"), None);
+    assert_eq!(status, 200, "{logs}");
+    let events: Vec<&str> = logs["logEntries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["fields"]["event"].as_str().unwrap())
+        .collect();
+    assert_eq!(events, ["created", "killed"], "{logs}");
+    assert_eq!(logs["logEntries"][0]["fields"]["template"], "base");
+    assert_eq!(logs["logEntries"][0]["level"], "info");
+    assert_eq!(logs["logs"].as_array().unwrap().len(), 2, "{logs}");
+    assert!(logs["logs"][1]["line"].as_str().unwrap().contains("killed"));
+    assert!(!logs.to_string().contains(&token) && !logs.to_string().contains("hi\""));
+    let path = format!("/v2/sandboxes/{id}/logs?direction=backward&limit=1");
+    let (status, newest) = serve.call(Some(KEY), "GET", &path, None);
+    assert_eq!(status, 200, "{newest}");
+    assert_eq!(newest["logs"].as_array().unwrap().len(), 1, "{newest}");
+    assert_eq!(newest["logs"][0]["fields"]["event"], "killed");
+    let (status, value) = serve.call(None, "GET", &format!("/sandboxes/{id}/logs"), None);
+    assert_eq!(status, 401, "{value}");
+    let (status, value) = serve.call(
+        Some(KEY),
+        "GET",
+        "/sandboxes/nosuchsandbox0000000/logs",
+        None,
+    );
+    assert_eq!(status, 404, "{value}");
+
     // A sandbox still running when serve stops is killed with it.
     let created = serve.create(r#"{"templateID":"base","timeout":600}"#);
     tokens.push(created["envdAccessToken"].as_str().unwrap().to_owned());
@@ -263,6 +294,15 @@ fn a_sandbox_is_killed_when_its_timeout_expires_unless_extended() {
         );
         std::thread::sleep(Duration::from_millis(50));
     }
+    let (status, logs) = serve.call(
+        Some(KEY),
+        "GET",
+        &format!("/v2/sandboxes/{short}/logs"),
+        None,
+    );
+    assert_eq!(status, 200, "{logs}");
+    let last = logs["logs"].as_array().unwrap().last().unwrap().clone();
+    assert_eq!(last["fields"]["event"], "timeout", "{logs}");
     let (_, listed) = serve.call(Some(KEY), "GET", "/v2/sandboxes", None);
     assert_eq!(listed.as_array().unwrap().len(), 1, "{listed}");
     assert_eq!(listed[0]["sandboxID"], kept);

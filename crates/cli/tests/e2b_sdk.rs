@@ -1,8 +1,10 @@
 //! The official E2B SDKs, installed from PyPI and npm (pinned versions), drive `omabox
 //! serve` unchanged through `E2B_API_URL`, `E2B_SANDBOX_URL` and `E2B_API_KEY`: sandboxes,
 //! commands (streamed output, exit codes, stdin, background, connect, kill, a flood of
-//! output), files (text, binary, list, metadata, an upload larger than the sandbox's disk)
-//! and the refusals (unknown sandbox, wrong key, another sandbox's token). The scripts
+//! output), files (text, binary, list, metadata, an upload larger than the sandbox's disk),
+//! watches with entries, the sandbox log, template building (`Template.build` over a
+//! Debian base, then `Sandbox.create` from the template) and the refusals (unknown
+//! sandbox, wrong key, another sandbox's token, steps omabox cannot honour). The scripts
 //! check every answer themselves (`tests/e2b_sdk/`); this test runs them against a real
 //! serve and checks that its log holds none of the access tokens they saw.
 
@@ -11,7 +13,7 @@
 mod common;
 
 use common::serve::Serve;
-use common::{TestDirs, linux_available};
+use common::{TestDirs, debian_rootfs, linux_available};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -123,4 +125,118 @@ fn the_official_js_sdk_drives_serve() {
     let _ = std::fs::remove_file(&copy);
     let log = serve.stop();
     assert_no_token_logged(&log, &tokens);
+}
+
+/// `Template.build` of the Python SDK over a Debian base (`base` = the image): a template
+/// with a copied file and directory, a command and a build-time variable, built, started
+/// with `Sandbox.create(template=…)`, chained; refusals naming the step; a failing step.
+#[test]
+fn the_python_sdk_builds_a_template_and_starts_sandboxes_from_it() {
+    if !linux_available() {
+        return;
+    }
+    let Some(rootfs) = debian_rootfs() else {
+        return;
+    };
+    let root = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
+    let Some(python) = omabox_test_support::sdk::python_venv(
+        &root,
+        "e2b-python-sdk",
+        &[PYTHON_SDK, "httpx"],
+        "e2b, httpx",
+    ) else {
+        return;
+    };
+    let dirs = TestDirs::new("e2btpl");
+    let mut command = dirs.command(&["serve", "--listen", "127.0.0.1:0"]);
+    command
+        .env("OMABOX_API_KEY", KEY)
+        .env("OMABOX_LINUX_IMAGE", &rootfs)
+        .env("OMABOX_LOG", "debug");
+    let serve = Serve::start(command);
+    let output = Command::new(python)
+        .arg(script("template_test.py"))
+        .env("E2B_API_URL", serve.url())
+        .env("E2B_SANDBOX_URL", serve.url())
+        .env("E2B_API_KEY", KEY)
+        .env_remove("E2B_DOMAIN")
+        .env_remove("E2B_ACCESS_TOKEN")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let log = serve.stop();
+    assert!(
+        output.status.success() && stdout.lines().last() == Some("OK"),
+        "the template script failed ({}):\n{stdout}\n{}\nserve:\n{}",
+        output.status,
+        String::from_utf8_lossy(&output.stderr),
+        log.join("\n")
+    );
+    // An upload token is traced as hidden, like the keys.
+    let traced: Vec<&String> = log
+        .iter()
+        .filter(|line| line.contains("x-omabox-upload-token"))
+        .collect();
+    assert!(
+        !traced.is_empty(),
+        "the uploads were not traced (debug log)"
+    );
+    for line in traced {
+        assert!(
+            line.contains(r#""x-omabox-upload-token": Sensitive"#),
+            "an upload token in the log: {line}"
+        );
+    }
+    // Uploads end with serve.
+    let uploads = dirs.data.path().join("template-files");
+    let left: Vec<_> = std::fs::read_dir(&uploads)
+        .map(|dir| dir.flatten().map(|e| e.path()).collect())
+        .unwrap_or_default();
+    assert!(
+        left.is_empty(),
+        "uploads left after serve stopped: {left:?}"
+    );
+}
+
+/// `Template.build` of the JS SDK over a Debian base: a copied file and a command, a
+/// sandbox from the template, a refused step.
+#[test]
+fn the_js_sdk_builds_a_template_and_starts_sandboxes_from_it() {
+    if !linux_available() {
+        return;
+    }
+    let Some(rootfs) = debian_rootfs() else {
+        return;
+    };
+    let root = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
+    let Some(prefix) = omabox_test_support::sdk::npm_prefix(&root, "e2b-js-sdk", &[JS_SDK]) else {
+        return;
+    };
+    let copy = prefix.join(format!("template_test.{}.mjs", std::process::id()));
+    std::fs::copy(script("template_test.mjs"), &copy).unwrap();
+    let dirs = TestDirs::new("e2bjstpl");
+    let mut command = dirs.command(&["serve", "--listen", "127.0.0.1:0"]);
+    command
+        .env("OMABOX_API_KEY", KEY)
+        .env("OMABOX_LINUX_IMAGE", &rootfs);
+    let serve = Serve::start(command);
+    let output = Command::new("node")
+        .arg(&copy)
+        .env("E2B_API_URL", serve.url())
+        .env("E2B_SANDBOX_URL", serve.url())
+        .env("E2B_API_KEY", KEY)
+        .env_remove("E2B_DOMAIN")
+        .env_remove("E2B_ACCESS_TOKEN")
+        .output()
+        .unwrap();
+    let _ = std::fs::remove_file(&copy);
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let log = serve.stop();
+    assert!(
+        output.status.success() && stdout.lines().last() == Some("OK"),
+        "the JS template script failed ({}):\n{stdout}\n{}\nserve:\n{}",
+        output.status,
+        String::from_utf8_lossy(&output.stderr),
+        log.join("\n")
+    );
 }

@@ -105,6 +105,45 @@ pub enum NetworkUpdate {
     Only(Vec<String>),
 }
 
+/// How much a sandbox log entry matters (E2B's `LogLevel`), least first.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum LogLevel {
+    /// Detail.
+    Debug,
+    /// What happened.
+    Info,
+    /// Something went wrong but the sandbox lives on.
+    Warn,
+    /// Something failed.
+    Error,
+}
+
+impl LogLevel {
+    /// E2B's name of the level.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Debug => "debug",
+            Self::Info => "info",
+            Self::Warn => "warn",
+            Self::Error => "error",
+        }
+    }
+}
+
+/// One entry of a sandbox's log (E2B's `SandboxLogEntry`): what happened to it, never a
+/// secret (no environment value, no token).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SandboxLogEntry {
+    /// When it happened.
+    pub timestamp: SystemTime,
+    /// How much it matters.
+    pub level: LogLevel,
+    /// What happened, one line.
+    pub message: String,
+    /// Structured details (`event`, `pid`, `exitCode`, …).
+    pub fields: BTreeMap<String, String>,
+}
+
 /// A service call this service does not offer.
 fn not_offered(what: &str) -> SandboxServiceError {
     SandboxServiceError::BadRequest(format!("{what} is not supported by this server"))
@@ -184,6 +223,16 @@ pub trait SandboxService: Send + Sync + 'static {
     async fn pause(&self, sandbox_id: &str) -> Result<bool, SandboxServiceError> {
         let _ = sandbox_id;
         Err(not_offered("pause"))
+    }
+    /// The log of the sandbox `sandbox_id` (running, paused or recently ended), oldest
+    /// first; bounded by the implementation.
+    fn logs(&self, sandbox_id: &str) -> Result<Vec<SandboxLogEntry>, SandboxServiceError> {
+        let _ = sandbox_id;
+        Err(not_offered("sandbox logs"))
+    }
+    /// Who builds templates for this service (`None`: template building is not offered).
+    fn templates(&self) -> Option<Arc<dyn crate::templates::TemplateService>> {
+        None
     }
     /// Resumes a paused sandbox under its id and token with its files back, to live
     /// `timeout`; `Ok(None)` when it is not paused (running, or no such sandbox: the

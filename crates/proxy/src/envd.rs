@@ -19,9 +19,10 @@ use std::time::SystemTime;
 use tokio::sync::mpsc;
 
 /// The envd version announced (`envdVersion`): the SDK features it enables are the ones
-/// served (stdin, default user, `close_stdin`, octet-stream uploads); later ones (file
-/// metadata, entries in watch events) the SDKs refuse with their own clear error.
-pub const ENVD_VERSION: &str = "0.5.7";
+/// served (stdin, default user, `close_stdin`, octet-stream uploads, entries in watch
+/// events) but file metadata (0.6.2, refused by the upload route with a clear error);
+/// later ones (watches of network mounts) the SDKs refuse with their own clear error.
+pub const ENVD_VERSION: &str = "0.6.3";
 /// The user commands and file operations run as when the request names none.
 pub const DEFAULT_USER: &str = "user";
 /// Processes one sandbox tracks at once (running or ending).
@@ -178,6 +179,18 @@ pub struct FsEvent {
     pub name: String,
     /// What happened.
     pub kind: FsEventKind,
+    /// Its metadata, when the watch asked for it ([`WatchOptions::include_entry`]) and
+    /// the path still existed when the sandbox read the event.
+    pub entry: Option<EntryInfo>,
+}
+
+/// How a directory is watched (`WatchDirRequest`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct WatchOptions {
+    /// Everything below it too.
+    pub recursive: bool,
+    /// Each event carries its path's [`EntryInfo`], read inside the sandbox.
+    pub include_entry: bool,
 }
 
 /// What happened to a watched path (`EventType`).
@@ -307,18 +320,18 @@ pub trait SandboxEnvd: Send + Sync + 'static {
     ) -> Result<Vec<EntryInfo>, EnvdError>;
     /// Removes a file, a symlink or a directory tree.
     async fn remove(&self, path: &str, user: Option<&str>) -> Result<(), EnvdError>;
-    /// Watches a directory (`recursive`: and everything below it) from now on.
+    /// Watches a directory (as `options` say) from now on.
     async fn watch_dir(
         &self,
         path: &str,
-        recursive: bool,
+        options: WatchOptions,
         user: Option<&str>,
     ) -> Result<FsEvents, EnvdError>;
     /// Starts a watch whose events are kept until fetched; its id.
     async fn create_watcher(
         &self,
         path: &str,
-        recursive: bool,
+        options: WatchOptions,
         user: Option<&str>,
     ) -> Result<String, EnvdError>;
     /// The events a watcher kept since the last call (its failure, once, as an error).

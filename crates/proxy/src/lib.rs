@@ -32,6 +32,7 @@ mod routes;
 pub mod server;
 mod state;
 pub mod sub_path;
+pub mod templates;
 
 pub use config::{ConfigError, Limits, McpServerConfig, ModelCard, ServeConfig};
 pub use error::{ProxyError, status_of};

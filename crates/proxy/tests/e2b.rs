@@ -11,8 +11,12 @@ use axum::http::{Request, StatusCode};
 use common::{MemoryTokens, MemoryVault};
 use omabox_contract::SecretString;
 use omabox_proxy::e2b::{
-    CreatedSandbox, NetworkUpdate, NewSandbox, SandboxInfo, SandboxMetrics, SandboxService,
-    SandboxServiceError,
+    CreatedSandbox, LogLevel, NetworkUpdate, NewSandbox, SandboxInfo, SandboxLogEntry,
+    SandboxMetrics, SandboxService, SandboxServiceError,
+};
+use omabox_proxy::templates::{
+    BuildLogEntry, BuildState, BuildStatus, FileSlot, TemplateBuildRequest, TemplateBuildSpec,
+    TemplateBuildTicket, TemplateService,
 };
 use omabox_proxy::{ProxyDeps, ProxyState, ServeConfig, router};
 use serde_json::Value;
@@ -30,6 +34,84 @@ struct Fake {
     sandboxes: Mutex<BTreeMap<String, SandboxInfo>>,
     created: Mutex<Vec<NewSandbox>>,
     networks: Mutex<Vec<NetworkUpdate>>,
+    builds: Option<Arc<FakeBuilds>>,
+}
+
+/// Template building that records what reached it.
+#[derive(Default)]
+struct FakeBuilds {
+    uploaded: Mutex<Vec<usize>>,
+    started: Mutex<Vec<TemplateBuildSpec>>,
+}
+
+#[async_trait::async_trait]
+impl TemplateService for FakeBuilds {
+    async fn request_build(
+        &self,
+        request: TemplateBuildRequest,
+    ) -> Result<TemplateBuildTicket, SandboxServiceError> {
+        Ok(TemplateBuildTicket {
+            template_id: "t0".into(),
+            build_id: "b0".into(),
+            name: request.name,
+            tags: request.tags,
+        })
+    }
+    fn file_slot(&self, _: &str, _: &str) -> Result<FileSlot, SandboxServiceError> {
+        Ok(FileSlot {
+            present: false,
+            upload_token: Some(SecretString::new("upload-token-of-the-fake")),
+        })
+    }
+    async fn upload_file(
+        &self,
+        _: &str,
+        _: &str,
+        token: &str,
+        body: omabox_proxy::envd::UploadBody<'_>,
+    ) -> Result<(), SandboxServiceError> {
+        if token != "upload-token-of-the-fake" {
+            return Err(SandboxServiceError::Unauthorized(
+                "wrong upload token".into(),
+            ));
+        }
+        let mut bytes = Vec::new();
+        tokio::io::AsyncReadExt::read_to_end(body, &mut bytes)
+            .await
+            .map_err(|e| SandboxServiceError::BadRequest(e.to_string()))?;
+        self.uploaded.lock().unwrap().push(bytes.len());
+        Ok(())
+    }
+    async fn start_build(
+        &self,
+        _: &str,
+        _: &str,
+        spec: TemplateBuildSpec,
+    ) -> Result<(), SandboxServiceError> {
+        self.started.lock().unwrap().push(spec);
+        Ok(())
+    }
+    fn template_id(&self, name: &str) -> Option<String> {
+        (name == "known").then(|| "t0".to_owned())
+    }
+    fn build_status(&self, _: &str, _: &str) -> Result<BuildStatus, SandboxServiceError> {
+        let log = (0..150)
+            .map(|n| BuildLogEntry {
+                timestamp: SystemTime::UNIX_EPOCH,
+                level: if n == 149 {
+                    LogLevel::Error
+                } else {
+                    LogLevel::Info
+                },
+                message: format!("line {n}"),
+            })
+            .collect();
+        Ok(BuildStatus {
+            state: BuildState::Error,
+            log,
+            reason: Some("step 2 failed".into()),
+        })
+    }
 }
 
 #[async_trait::async_trait]
@@ -133,6 +215,38 @@ impl SandboxService for Fake {
             .ok_or_else(|| SandboxServiceError::NotFound(id.into()))?;
         Ok(!std::mem::replace(&mut info.paused, true))
     }
+    fn logs(&self, id: &str) -> Result<Vec<SandboxLogEntry>, SandboxServiceError> {
+        if !self.sandboxes.lock().unwrap().contains_key(id) {
+            return Err(SandboxServiceError::NotFound(id.into()));
+        }
+        let at = |ms| SystemTime::UNIX_EPOCH + Duration::from_millis(ms);
+        let entry = |ms, level, message: &str, event: &str| SandboxLogEntry {
+            timestamp: at(ms),
+            level,
+            message: message.into(),
+            fields: BTreeMap::from([("event".to_owned(), event.to_owned())]),
+        };
+        Ok(vec![
+            entry(1_700_000_000_000, LogLevel::Info, "created", "created"),
+            entry(
+                1_700_000_001_000,
+                LogLevel::Info,
+                "process 7 started: ls",
+                "process_start",
+            ),
+            entry(
+                1_700_000_002_000,
+                LogLevel::Warn,
+                "process 7 exited with code 2",
+                "process_end",
+            ),
+        ])
+    }
+    fn templates(&self) -> Option<Arc<dyn TemplateService>> {
+        self.builds
+            .clone()
+            .map(|builds| builds as Arc<dyn TemplateService>)
+    }
     async fn resume(
         &self,
         id: &str,
@@ -227,11 +341,24 @@ async fn every_route_needs_the_operator_key_in_x_api_key() {
         ("POST", "/sandboxes/sb0/pause", None),
         ("POST", "/sandboxes/sb0/connect", None),
         ("POST", "/sandboxes/sb0/resume", None),
+        ("GET", "/sandboxes/sb0/logs", None),
+        ("GET", "/v2/sandboxes/sb0/logs", None),
+        ("POST", "/v3/templates", Some(r#"{"name":"t"}"#)),
+        ("GET", "/templates/t0/files/abc", None),
+        ("POST", "/v2/templates/t0/builds/b0", Some("{}")),
+        ("GET", "/templates/t0/builds/b0/status", None),
     ];
     for (method, path, body) in routes {
         for key in [None, Some("wrong"), Some("")] {
-            let (status, _, value) = call(&state, method, path, key, body).await;
+            let (status, headers, value) = call(&state, method, path, key, body).await;
             assert_eq!(status, StatusCode::UNAUTHORIZED, "{method} {path} {key:?}");
+            // Refused before its body was read: the connection ends, and says so (a
+            // client reusing it would lose its next request).
+            assert_eq!(
+                headers.get("connection").map(|v| v.to_str().unwrap()),
+                Some("close"),
+                "{method} {path} {key:?}"
+            );
             assert_error(
                 &value,
                 401,
@@ -239,6 +366,23 @@ async fn every_route_needs_the_operator_key_in_x_api_key() {
             );
         }
     }
+    // A template upload carries its slot's token instead of the key; without one, 401.
+    let (status, headers, value) =
+        call(&state, "PUT", "/templates/t0/files/abc", None, Some("x")).await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED);
+    assert_error(&value, 401, "missing X-Omabox-Upload-Token");
+    assert_eq!(headers["connection"], "close");
+    // With the key, a service that builds no templates says so.
+    let (status, _, value) = call(
+        &state,
+        "POST",
+        "/v3/templates",
+        Some(KEY),
+        Some(r#"{"name":"t"}"#),
+    )
+    .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    assert_error(&value, 400, "template building is not offered");
     // The operator key as a bearer is not E2B's scheme.
     let request = Request::get("/sandboxes")
         .header("host", "localhost")
@@ -601,5 +745,206 @@ async fn metrics_network_pause_and_resume_in_e2b_shapes() {
     assert_eq!(status, StatusCode::CREATED, "{resumed}");
     assert_eq!(resumed["envdAccessToken"], TOKEN);
     let (status, _, _) = call(&state, "POST", "/sandboxes/nope/resume", Some(KEY), resume).await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+}
+
+#[tokio::test]
+async fn sandbox_logs_in_e2b_shapes_v1_and_v2() {
+    let fake = Arc::new(Fake::default());
+    let state = state(Some(Arc::clone(&fake)));
+    let create = Some(r#"{"templateID":"base","timeout":60}"#);
+    call(&state, "POST", "/sandboxes", Some(KEY), create).await;
+
+    let (status, _, v1) = call(&state, "GET", "/sandboxes/sb0/logs", Some(KEY), None).await;
+    assert_eq!(status, StatusCode::OK, "{v1}");
+    assert_eq!(
+        v1["logs"][0],
+        serde_json::json!({"timestamp": "2023-11-14T22:13:20.000Z", "line": "created"})
+    );
+    assert_eq!(
+        v1["logEntries"][2],
+        serde_json::json!({
+            "timestamp": "2023-11-14T22:13:22.000Z", "level": "warn",
+            "message": "process 7 exited with code 2", "fields": {"event": "process_end"},
+        })
+    );
+    let path = "/sandboxes/sb0/logs?start=1700000001000&limit=1";
+    let (_, _, v1) = call(&state, "GET", path, Some(KEY), None).await;
+    assert_eq!(v1["logs"].as_array().unwrap().len(), 1, "{v1}");
+    assert_eq!(v1["logs"][0]["line"], "process 7 started: ls");
+
+    let path = "/v2/sandboxes/sb0/logs?direction=backward&limit=2";
+    let (status, _, v2) = call(&state, "GET", path, Some(KEY), None).await;
+    assert_eq!(status, StatusCode::OK, "{v2}");
+    let messages: Vec<&str> = v2["logs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["message"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        messages,
+        ["process 7 exited with code 2", "process 7 started: ls"]
+    );
+    let (_, _, warned) = call(
+        &state,
+        "GET",
+        "/v2/sandboxes/sb0/logs?level=warn",
+        Some(KEY),
+        None,
+    )
+    .await;
+    assert_eq!(warned["logs"].as_array().unwrap().len(), 1, "{warned}");
+
+    let (status, _, error) = call(
+        &state,
+        "GET",
+        "/v2/sandboxes/sb0/logs?direction=sideways",
+        Some(KEY),
+        None,
+    )
+    .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    assert_error(&error, 400, "direction must be forward or backward");
+    let (status, _, error) = call(&state, "GET", "/sandboxes/nope/logs", Some(KEY), None).await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    assert_error(&error, 404, "sandbox \"nope\" not found");
+}
+
+#[tokio::test]
+async fn template_building_in_e2b_shapes_and_bounded() {
+    let builds = Arc::new(FakeBuilds::default());
+    let fake = Arc::new(Fake {
+        builds: Some(Arc::clone(&builds)),
+        ..Fake::default()
+    });
+    let state = state(Some(Arc::clone(&fake)));
+    let body = Some(r#"{"name":"my-tpl","tags":["v1"]}"#);
+    let (status, _, made) = call(&state, "POST", "/v3/templates", Some(KEY), body).await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{made}");
+    assert_eq!(
+        made,
+        serde_json::json!({"templateID": "t0", "buildID": "b0", "public": false,
+            "names": ["my-tpl"], "aliases": ["my-tpl"], "tags": ["v1"]})
+    );
+    let bad = Some(r#"{"name":"no spaces please"}"#);
+    let (status, _, error) = call(&state, "POST", "/v3/templates", Some(KEY), bad).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    assert_error(&error, 400, "must be 1 to 128 letters");
+
+    // The upload slot: serve's own URL, the token in a header (not the URL).
+    let (status, _, slot) = call(&state, "GET", "/templates/t0/files/abc1", Some(KEY), None).await;
+    assert_eq!(status, StatusCode::CREATED, "{slot}");
+    assert_eq!(slot["present"], false);
+    assert_eq!(slot["url"], "http://localhost:8787/templates/t0/files/abc1");
+    assert_eq!(
+        slot["headers"]["x-omabox-upload-token"],
+        "upload-token-of-the-fake"
+    );
+    let (status, _, error) = call(&state, "GET", "/templates/t0/files/a.b", Some(KEY), None).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    assert_error(&error, 400, "letters and digits");
+    let upload = |body: Body, declared: Option<u64>| {
+        let mut builder = Request::put("/templates/t0/files/abc1")
+            .header("host", "localhost:8787")
+            .header("x-omabox-upload-token", "upload-token-of-the-fake");
+        if let Some(length) = declared {
+            builder = builder.header("content-length", length);
+        }
+        router(state.clone()).oneshot(builder.body(body).unwrap())
+    };
+    let response = upload(Body::from("0123456789"), None).await.unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    assert_eq!(*builds.uploaded.lock().unwrap(), [10]);
+    // Over 64 MiB: refused from its declared length, or as it streams past the cap.
+    let response = upload(Body::from("x"), Some((64 << 20) + 1)).await.unwrap();
+    assert_eq!(response.status(), StatusCode::BAD_REQUEST);
+    let mib = axum::body::Bytes::from(vec![b'x'; 1 << 20]);
+    let chunks = futures::stream::iter((0..65).map(move |_| Ok::<_, std::io::Error>(mib.clone())));
+    let response = upload(Body::from_stream(chunks), None).await.unwrap();
+    assert_eq!(response.status(), StatusCode::BAD_REQUEST);
+    let bytes = axum::body::to_bytes(response.into_body(), usize::MAX)
+        .await
+        .unwrap();
+    assert!(String::from_utf8_lossy(&bytes).contains("at most 64 MiB"));
+    assert_eq!(
+        builds.uploaded.lock().unwrap().len(),
+        1,
+        "nothing over the cap was stored"
+    );
+
+    // The build: steps passed on (filesHash kept); more than 256 refused.
+    let start = r#"{"fromTemplate":"base","steps":[{"type":"COPY","args":["a","/b","",""],"filesHash":"abc1","force":false},{"type":"RUN","args":["true"]}],"force":false}"#;
+    let (status, _, _) = call(
+        &state,
+        "POST",
+        "/v2/templates/t0/builds/b0",
+        Some(KEY),
+        Some(start),
+    )
+    .await;
+    assert_eq!(status, StatusCode::ACCEPTED);
+    let started = builds.started.lock().unwrap()[0].clone();
+    assert_eq!(started.from_template.as_deref(), Some("base"));
+    assert_eq!(started.steps[0].files_hash.as_deref(), Some("abc1"));
+    assert_eq!(started.steps[1].args, ["true"]);
+    let many: Vec<String> = (0..257)
+        .map(|_| r#"{"type":"RUN","args":["true"]}"#.to_owned())
+        .collect();
+    let many = format!(r#"{{"steps":[{}]}}"#, many.join(","));
+    let mut config = ServeConfig::default();
+    config.limits.max_body_bytes = 1 << 20;
+    let roomy = ProxyState::new(ProxyDeps {
+        config,
+        tokens: Arc::new(MemoryTokens::default()),
+        vault: Arc::new(MemoryVault::default()),
+        files: None,
+        env: Default::default(),
+        operator_key: SecretString::new(KEY),
+        sandboxes: Some(Arc::clone(&fake) as Arc<dyn SandboxService>),
+    })
+    .unwrap();
+    let (status, _, error) = call(
+        &roomy,
+        "POST",
+        "/v2/templates/t0/builds/b0",
+        Some(KEY),
+        Some(&many),
+    )
+    .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    assert_error(&error, 400, "at most 256 steps");
+
+    // Status: 100 log entries a call, from logsOffset; the reason of a failure.
+    let path = "/templates/t0/builds/b0/status";
+    let (status, _, first) = call(&state, "GET", path, Some(KEY), None).await;
+    assert_eq!(status, StatusCode::OK, "{first}");
+    assert_eq!(first["status"], "error");
+    assert_eq!(first["logEntries"].as_array().unwrap().len(), 100);
+    assert_eq!(first["reason"]["message"], "step 2 failed");
+    let (_, _, rest) = call(
+        &state,
+        "GET",
+        &format!("{path}?logsOffset=100"),
+        Some(KEY),
+        None,
+    )
+    .await;
+    assert_eq!(rest["logEntries"].as_array().unwrap().len(), 50);
+    assert_eq!(rest["logEntries"][49]["level"], "error");
+    let (_, _, errors) = call(
+        &state,
+        "GET",
+        &format!("{path}?level=error"),
+        Some(KEY),
+        None,
+    )
+    .await;
+    assert_eq!(errors["logEntries"].as_array().unwrap().len(), 1);
+
+    let (status, _, alias) = call(&state, "GET", "/templates/aliases/known", Some(KEY), None).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(alias["templateID"], "t0");
+    let (status, _, _) = call(&state, "GET", "/templates/aliases/unknown", Some(KEY), None).await;
     assert_eq!(status, StatusCode::NOT_FOUND);
 }

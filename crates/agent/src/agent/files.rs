@@ -178,8 +178,18 @@ pub(crate) async fn stat(io: &StreamIo, path: &str) -> Result<FileStat, RemoteEr
     } else {
         None
     };
-    Ok(FileStat {
-        path: lossy(&p),
+    Ok(file_stat(&p, &meta, link_target, &names))
+}
+
+/// The [`FileStat`] of `path`, from its `lstat` metadata.
+pub(crate) fn file_stat(
+    path: &Path,
+    meta: &std::fs::Metadata,
+    link_target: Option<String>,
+    names: &Names,
+) -> FileStat {
+    FileStat {
+        path: lossy(path),
         kind: kind_of(meta.file_type()),
         size: meta.len(),
         mode: meta.mode() & 0o7777,
@@ -189,7 +199,7 @@ pub(crate) async fn stat(io: &StreamIo, path: &str) -> Result<FileStat, RemoteEr
         gid: meta.gid(),
         owner: names.user(meta.uid()),
         group: names.group(meta.gid()),
-    })
+    }
 }
 
 pub(crate) async fn list_dir(io: &StreamIo, path: &str) -> Result<Vec<DirEntry>, RemoteError> {

@@ -302,7 +302,11 @@ pub(crate) async fn dispatch_request(
             tree::rename(io, &from, &to).await?;
             files::ok(&())
         }
-        Request::WatchDir { path, recursive } => watch::watch_dir(io, &path, recursive).await,
+        Request::WatchDir {
+            path,
+            recursive,
+            include_entry,
+        } => watch::watch_dir(io, &path, recursive, include_entry).await,
         Request::Remove { path } => {
             tree::remove(io, &path).await?;
             files::ok(&())

@@ -6,6 +6,10 @@
 //! watches follow directories created later; at most [`MAX_WATCHES`] directories are
 //! watched, and a tree larger than that is refused rather than watched in part.
 //!
+//! With `include_entry`, each event carries its path's metadata, read (`lstat`, inside the
+//! sandbox) when the event is read, so a path changed again meanwhile shows its latest
+//! state and a path gone by then has none.
+//!
 //! Must never: follow a symlink to a directory (watches are added with `IN_DONT_FOLLOW`
 //! and `IN_ONLYDIR`, subdirectories found without following links), or buffer events
 //! beyond one kernel read.
@@ -22,8 +26,10 @@ use rustix::io::Errno;
 use tokio::io::unix::AsyncFd;
 
 use super::conn::StreamIo;
+use super::files::file_stat;
+use super::users::Names;
 use crate::frame::channel;
-use crate::message::{ErrorKind, Event, RemoteError, WatchEvent};
+use crate::message::{ErrorKind, Event, FileStat, RemoteError, WatchEvent};
 
 /// Directories one watch may cover.
 pub(crate) const MAX_WATCHES: usize = 8192;
@@ -112,10 +118,24 @@ fn line(value: &impl serde::Serialize) -> Bytes {
     Bytes::from(bytes)
 }
 
+/// The metadata of `path` (a final symlink not followed); `None` once it is gone.
+fn entry_of(path: &Path, names: &Names) -> Option<FileStat> {
+    let meta = std::fs::symlink_metadata(path).ok()?;
+    let target = if meta.file_type().is_symlink() {
+        std::fs::read_link(path)
+            .ok()
+            .map(|t| t.to_string_lossy().into_owned())
+    } else {
+        None
+    };
+    Some(file_stat(path, &meta, target, names))
+}
+
 pub(crate) async fn watch_dir(
     io: &mut StreamIo,
     path: &str,
     recursive: bool,
+    include_entry: bool,
 ) -> Result<Event, RemoteError> {
     let root = io.conn.agent.resolve(path);
     let meta = std::fs::symlink_metadata(&root)
@@ -158,7 +178,7 @@ pub(crate) async fn watch_dir(
             .readable()
             .await
             .map_err(|e| RemoteError::io("cannot read file events", &e))?;
-        let mut seen: Vec<(WatchEvent, Option<PathBuf>)> = Vec::new();
+        let mut seen: Vec<(WatchEvent, PathBuf, bool)> = Vec::new();
         let mut overflow = false;
         let mut forgotten = Vec::new();
         {
@@ -185,13 +205,14 @@ pub(crate) async fn watch_dir(
                         let name = Path::new(std::ffi::OsStr::from_bytes(name.to_bytes()));
                         let relative = dir.join(name);
                         let new_dir =
-                            (recursive && flags.contains(ReadFlags::ISDIR) && op == "create")
-                                .then(|| relative.clone());
+                            recursive && flags.contains(ReadFlags::ISDIR) && op == "create";
                         seen.push((
                             WatchEvent {
                                 name: relative.to_string_lossy().into_owned(),
                                 op: op.to_owned(),
+                                entry: None,
                             },
+                            relative,
                             new_dir,
                         ));
                     }
@@ -216,9 +237,14 @@ pub(crate) async fn watch_dir(
                 "too many file events were not read in time; the watch lost some and ended",
             ));
         }
-        for (event, new_dir) in seen {
-            if let Some(dir) = new_dir {
-                watches.add_tree(dir)?;
+        let names =
+            (include_entry && !seen.is_empty()).then(|| Names::load(&io.conn.agent.config.etc_dir));
+        for (mut event, relative, new_dir) in seen {
+            if let Some(names) = &names {
+                event.entry = entry_of(&watches.root.join(&relative), names);
+            }
+            if new_dir {
+                watches.add_tree(relative)?;
             }
             if !out.send_all(line(&event)).await {
                 return Ok(Event::Ok {

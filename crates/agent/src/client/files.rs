@@ -285,7 +285,8 @@ impl AgentClient {
     }
 }
 
-/// Bytes one watch event line may take (a path is at most 4096).
+/// Bytes one watch event line may take (a path is at most 4096; with its entry, twice and
+/// a symlink target).
 const MAX_WATCH_LINE: usize = 64 * 1024;
 
 /// A directory being watched ([`AgentClient::watch_dir`]); dropping it ends the watch.
@@ -337,9 +338,25 @@ impl AgentClient {
     /// Watches a directory (`recursive`: and every directory below it); returns once the
     /// watches are in place.
     pub async fn watch_dir(&self, path: &str, recursive: bool) -> Result<DirWatch, ClientError> {
+        self.watch_dir_with(path, recursive, false).await
+    }
+
+    /// [`AgentClient::watch_dir`], each event carrying its path's metadata when
+    /// `include_entry` (read by the agent; [`ClientError::Unsupported`] by an agent
+    /// without the `watch_entry` feature).
+    pub async fn watch_dir_with(
+        &self,
+        path: &str,
+        recursive: bool,
+        include_entry: bool,
+    ) -> Result<DirWatch, ClientError> {
+        if include_entry {
+            self.require("watch_entry")?;
+        }
         let opened = self.open(&Request::WatchDir {
             path: path.to_owned(),
             recursive,
+            include_entry,
         })?;
         let (content, events) = self.reader_of(opened);
         let mut watch = DirWatch {

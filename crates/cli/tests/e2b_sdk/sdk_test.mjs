@@ -72,6 +72,14 @@ await sbx.files.write('/tmp/watched/x.txt', 'x')
 for (let i = 0; i < 500 && !fsEvents.includes('create:x.txt'); i++) await new Promise((r) => setTimeout(r, 20))
 check(fsEvents.includes('create:x.txt'), `watchDir streams events: ${fsEvents}`)
 await watch.stop()
+// With includeEntry, each streamed event carries the path's info (read in the sandbox).
+const entries = []
+const withEntries = await sbx.files.watchDir('/tmp/watched', (e) => entries.push(e), { includeEntry: true })
+await sbx.files.write('/tmp/watched/y.txt', '12345')
+for (let i = 0; i < 500 && !entries.some((e) => e.name === 'y.txt' && e.type === 'create'); i++) await new Promise((r) => setTimeout(r, 20))
+const created = entries.find((e) => e.name === 'y.txt' && e.type === 'create')
+check(created && created.entry && created.entry.path === '/tmp/watched/y.txt' && created.entry.type === 'file', `an event's entry: ${JSON.stringify(created)}`)
+await withEntries.stop()
 
 // The control plane and refusals.
 const listed = await Sandbox.list().nextItems()

@@ -50,6 +50,7 @@ except CommandExitException as e:
     check(e.exit_code == 3 and "bad" in e.stderr, "a failing command raises with its code and stderr")
 r = sbx.commands.run("pwd; echo $X", cwd="/tmp", envs={"X": "y"})
 check(r.stdout == "/tmp\ny\n", "cwd and envs")
+sbx.commands.run("true", envs={"API_SECRET": "never-logged-8c1f"})
 
 # Users: `user` (uid 1000, home /home/user) by default, root when asked.
 r = sbx.commands.run("id -un; id -u; echo $HOME; pwd; touch mine && stat -c %U mine")
@@ -154,6 +155,34 @@ try:
     raise AssertionError("a stopped watcher has no events")
 except SandboxException:
     check(True, "a stopped watcher is gone")
+# Entries in watch events (include_entry): each event carries the path's info, read by
+# the sandbox when the event is read (none once the path is gone).
+sbx.files.make_dir("entries")
+watcher = sbx.files.watch_dir("entries", include_entry=True)
+sbx.files.write("entries/f.txt", "12345")
+sbx.commands.run("mkdir entries/d && ln -s /etc/hostname entries/l && rm entries/f.txt")
+events = []
+wait_for(
+    lambda: events.extend(watcher.get_new_events())
+    or ("f.txt", "remove") in [(e.name, e.type.value) for e in events],
+    "the watcher's events with entries",
+)
+created = {e.name: e.entry for e in events if e.type.value == "create"}
+check(set(created) >= {"f.txt", "d", "l"}, f"created: {sorted(created)}")
+check(created["d"] is not None and created["d"].type.value == "dir", f"a directory's entry: {created['d']}")
+check(created["d"].path == "/home/user/entries/d" and created["d"].owner == "user", f"its path and owner: {created['d']}")
+link = created["l"]
+check(link is not None and link.symlink_target == "/etc/hostname", f"a symlink's entry, not followed: {link}")
+writes = [e.entry for e in events if e.name == "f.txt" and e.type.value == "write" and e.entry is not None]
+check(all(w.type.value == "file" and w.size <= 5 for w in writes), f"a written file's entries: {writes}")
+removed = [e for e in events if e.type.value == "remove"]
+check(all(e.entry is None for e in removed), "a removed path has no entry")
+watcher.stop()
+try:
+    sbx.files.write("/tmp/meta.txt", "x", metadata={"k": "v"})
+    raise AssertionError("file metadata must be refused")
+except SandboxException as e:
+    check("metadata" in str(e).lower(), f"file metadata is refused: {e}")
 try:
     sbx.files.watch_dir("/etc/hostname")
     raise AssertionError("watching a file must fail")
@@ -304,6 +333,30 @@ try:
 except SandboxException:
     check(True, "a killed sandbox answers not running")
 
+
+# The sandbox's log (GET /v2/sandboxes/{id}/logs), read through the SDK's own API client
+# and models: what happened to it, oldest first, outliving it; no environment value.
+from e2b.api.client.api.sandboxes import get_v_2_sandboxes_sandbox_id_logs as logs_v2
+from e2b.api.client.models import LogsDirection
+from e2b.connection_config import ConnectionConfig
+from e2b.api.client_sync import get_api_client
+
+api_client = get_api_client(ConnectionConfig())
+log = logs_v2.sync(sbx.sandbox_id, client=api_client, limit=10000)
+events = [e.fields.additional_properties.get("event") for e in log.logs]
+check(events[0] == "created" and events[-1] == "killed", f"the log runs from created to killed: {events}")
+check({"process_start", "process_end", "paused", "resumed"} <= set(events), f"the log's events: {sorted(set(events))}")
+failed = [e for e in log.logs if e.fields.additional_properties.get("exitCode") == "3"]
+check(failed and failed[0].level.value == "warn" and "exited with code 3" in failed[0].message, "a failed command's end is a warning with its code")
+started = [e.fields.additional_properties for e in log.logs if e.fields.additional_properties.get("event") == "process_start"]
+check(any("exit 3" in f["cmd"] for f in started), "a process start names its command")
+check(any(f["envNames"] == "API_SECRET" for f in started), "a process start names its variables")
+raw = httpx.get(f"{URL}/v2/sandboxes/{sbx.sandbox_id}/logs", headers=API, params={"limit": 10000}).text
+check("never-logged-8c1f" not in raw and sbx._envd_access_token not in raw, "no environment value or token in the log")
+newest = logs_v2.sync(sbx.sandbox_id, client=api_client, direction=LogsDirection.BACKWARD, limit=2)
+check([e.fields.additional_properties["event"] for e in newest.logs] == ["killed", "paused"], f"backward: newest first ({[e.message for e in newest.logs]})")
+answer = httpx.get(f"{URL}/sandboxes/{sbx.sandbox_id}/logs", headers=API, params={"start": 0, "limit": 1})
+check(answer.status_code == 200 and len(answer.json()["logs"]) == 1 and "created" in answer.json()["logs"][0]["line"], f"v1 logs: {answer.text[:200]}")
 
 # The async SDK: ordered stdin through the client-streaming StreamInput.
 import asyncio

@@ -13,16 +13,19 @@
 //! Must never: resolve or open a sandbox path on the host (every file operation is the
 //! agent's, inside the sandbox); keep a process in the table after its end was sent.
 
+use super::logs::SandboxLog;
 use async_trait::async_trait;
 use bytes::Bytes;
 use omabox_agent::{
     AgentClient, ClientError, DataWriter, ErrorKind, FileKind, ProcessExit, WatchEvent,
 };
 use omabox_agent::{DuplexProcess, ExecRequest, ProcessKiller, WriteOptions};
+use omabox_proxy::e2b::LogLevel;
 use omabox_proxy::envd::{
     DEFAULT_USER, EntryInfo, EnvdError, FileDownload, FileType, FsEvent, FsEventKind, FsEvents,
     MAX_PROCESSES, MAX_SUBSCRIBERS, MAX_WATCHER_EVENTS, MAX_WATCHERS, ProcessEnd, ProcessEvent,
     ProcessEvents, ProcessListing, ProcessSelector, PtySize, SandboxEnvd, StartProcess, UploadBody,
+    WatchOptions,
 };
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -38,6 +41,8 @@ const MAX_MESSAGE: usize = 1000;
 
 /// A sandbox's processes and files (module doc).
 pub(super) struct Envd {
+    /// Where process starts and ends are logged.
+    log: Arc<SandboxLog>,
     client: AgentClient,
     processes: Arc<Table>,
     watchers: Mutex<HashMap<String, Arc<Watcher>>>,
@@ -78,6 +83,7 @@ fn fs_event(event: WatchEvent) -> Option<FsEvent> {
     Some(FsEvent {
         name: event.name,
         kind,
+        entry: event.entry.map(entry_info),
     })
 }
 
@@ -127,8 +133,9 @@ impl Proc {
 }
 
 impl Envd {
-    pub(super) fn new(client: AgentClient) -> Arc<Self> {
+    pub(super) fn new(client: AgentClient, log: Arc<SandboxLog>) -> Arc<Self> {
         Arc::new(Self {
+            log,
             client,
             processes: Arc::new(Mutex::new(HashMap::new())),
             watchers: Mutex::new(HashMap::new()),
@@ -156,8 +163,14 @@ impl Envd {
     }
 }
 
-/// Reads the process's output until both streams end, then reports its end and forgets it.
-async fn pump(table: Arc<Table>, proc: Arc<Proc>, mut process: DuplexProcess) {
+/// Reads the process's output until both streams end, then reports its end (and logs it)
+/// and forgets it.
+async fn pump(
+    table: Arc<Table>,
+    proc: Arc<Proc>,
+    mut process: DuplexProcess,
+    log: Arc<SandboxLog>,
+) {
     let (mut stdout, mut stderr) = (process.stdout.take(), process.stderr.take());
     loop {
         let event = tokio::select! {
@@ -176,6 +189,7 @@ async fn pump(table: Arc<Table>, proc: Arc<Proc>, mut process: DuplexProcess) {
     }
     proc.stdin.lock().await.take();
     let end = end_of(process.wait().await);
+    log_end(&log, proc.listing.pid, &end);
     let streams = {
         let mut watchers = proc.watchers();
         watchers.ended = Some(end.clone());
@@ -216,17 +230,22 @@ impl Envd {
 
     async fn entry(&self, path: &str) -> Result<EntryInfo, EnvdError> {
         let stat = self.client.stat(path).await.map_err(envd_error)?;
-        Ok(EntryInfo {
-            name: file_name(&stat.path),
-            kind: file_type(stat.kind),
-            size: stat.size,
-            mode: stat.mode & 0o7777,
-            owner: stat.owner.unwrap_or_else(|| stat.uid.to_string()),
-            group: stat.group.unwrap_or_else(|| stat.gid.to_string()),
-            modified: modified(stat.mtime_ms),
-            symlink_target: stat.link_target,
-            path: stat.path,
-        })
+        Ok(entry_info(stat))
+    }
+}
+
+/// An agent's `stat` as E2B's `EntryInfo`.
+fn entry_info(stat: omabox_agent::FileStat) -> EntryInfo {
+    EntryInfo {
+        name: file_name(&stat.path),
+        kind: file_type(stat.kind),
+        size: stat.size,
+        mode: stat.mode & 0o7777,
+        owner: stat.owner.unwrap_or_else(|| stat.uid.to_string()),
+        group: stat.group.unwrap_or_else(|| stat.gid.to_string()),
+        modified: modified(stat.mtime_ms),
+        symlink_target: stat.link_target,
+        path: stat.path,
     }
 }
 
@@ -311,6 +330,55 @@ fn end_of(exit: Result<ProcessExit, ClientError>) -> ProcessEnd {
     }
 }
 
+/// Logs a process's start: its command and the names (never the values) of its variables.
+fn log_start(log: &SandboxLog, listing: &ProcessListing, user: &str) {
+    let config = &listing.config;
+    let command = std::iter::once(config.cmd.as_str())
+        .chain(config.args.iter().map(String::as_str))
+        .collect::<Vec<_>>()
+        .join(" ");
+    let names: Vec<&str> = config.envs.keys().map(String::as_str).collect();
+    let mut fields = vec![
+        ("event", "process_start".to_owned()),
+        ("pid", listing.pid.to_string()),
+        ("cmd", command.clone()),
+        ("user", user.to_owned()),
+        ("envNames", names.join(",")),
+    ];
+    if let Some(tag) = &listing.tag {
+        fields.push(("tag", tag.clone()));
+    }
+    let message = format!("process {} started as {user}: {command}", listing.pid);
+    log.push(LogLevel::Info, &message, &fields);
+}
+
+/// Logs a process's end: its exit code, or the signal that ended it.
+fn log_end(log: &SandboxLog, pid: u32, end: &ProcessEnd) {
+    let (level, message) = if end.exited {
+        let level = if end.exit_code == 0 {
+            LogLevel::Info
+        } else {
+            LogLevel::Warn
+        };
+        (
+            level,
+            format!("process {pid} exited with code {}", end.exit_code),
+        )
+    } else {
+        (
+            LogLevel::Warn,
+            format!("process {pid} ended: {}", end.status),
+        )
+    };
+    let fields = [
+        ("event", "process_end".to_owned()),
+        ("pid", pid.to_string()),
+        ("exitCode", end.exit_code.to_string()),
+        ("status", end.status.clone()),
+    ];
+    log.push(level, &message, &fields);
+}
+
 fn capped(text: &str) -> String {
     let mut shown: String = text.chars().take(MAX_MESSAGE).collect();
     if shown.len() < text.len() {
@@ -336,6 +404,7 @@ fn envd_error(error: ClientError) -> EnvdError {
         (Some(ErrorKind::NoSpace), _) => EnvdError::NoSpace(message),
         (Some(ErrorKind::Unsupported), _) => EnvdError::Unimplemented(message),
         (_, ClientError::ConnectionLost { .. }) => EnvdError::Unavailable(message),
+        (_, ClientError::Unsupported { .. }) => EnvdError::Unimplemented(message),
         _ => EnvdError::Internal(message),
     }
 }
@@ -387,7 +456,13 @@ impl SandboxEnvd for Envd {
             }),
         });
         self.table().insert(pid, Arc::clone(&proc));
-        tokio::spawn(pump(Arc::clone(&self.processes), proc, process));
+        log_start(&self.log, &proc.listing, user);
+        tokio::spawn(pump(
+            Arc::clone(&self.processes),
+            proc,
+            process,
+            Arc::clone(&self.log),
+        ));
         Ok(events)
     }
 
@@ -545,13 +620,13 @@ impl SandboxEnvd for Envd {
     async fn watch_dir(
         &self,
         path: &str,
-        recursive: bool,
+        options: WatchOptions,
         user: Option<&str>,
     ) -> Result<FsEvents, EnvdError> {
         let path = Self::absolute(path, user)?;
         let mut watch = self
             .client
-            .watch_dir(&path, recursive)
+            .watch_dir_with(&path, options.recursive, options.include_entry)
             .await
             .map_err(envd_error)?;
         let (sender, events) = mpsc::channel(STREAM_QUEUE * 8);
@@ -581,7 +656,7 @@ impl SandboxEnvd for Envd {
     async fn create_watcher(
         &self,
         path: &str,
-        recursive: bool,
+        options: WatchOptions,
         user: Option<&str>,
     ) -> Result<String, EnvdError> {
         if self.watchers().len() >= MAX_WATCHERS {
@@ -589,7 +664,7 @@ impl SandboxEnvd for Envd {
                 "this sandbox already has {MAX_WATCHERS} watchers: remove one first"
             )));
         }
-        let mut events = self.watch_dir(path, recursive, user).await?;
+        let mut events = self.watch_dir(path, options, user).await?;
         let kept = Arc::new(Mutex::new(Kept::default()));
         let filling = Arc::clone(&kept);
         let task = tokio::spawn(async move {

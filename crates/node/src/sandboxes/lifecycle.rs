@@ -6,7 +6,7 @@
 //! network setting does not.
 
 use super::{
-    Entry, MAX_PAUSED, MAX_SANDBOXES, Paused, SandboxHost, Starting, context, internal,
+    Entry, LogLevel, MAX_PAUSED, MAX_SANDBOXES, Paused, SandboxHost, Starting, context, internal,
     startup_error, stopping, watch_timeout,
 };
 use omabox_backend_linux::Networking;
@@ -79,7 +79,7 @@ impl SandboxHost {
     ) -> Result<(), SandboxServiceError> {
         let id = info.sandbox_id.clone();
         let entry = Arc::new(Entry {
-            envd: super::envd::Envd::new(port.client().clone()),
+            envd: super::envd::Envd::new(port.client().clone(), self.inner.logs.open(&id)),
             port,
             token,
             shown: Mutex::new((info, Instant::now() + timeout)),
@@ -97,6 +97,8 @@ impl SandboxHost {
                 drop(map);
                 // shutdown's snapshot did not see this one: it is killed here.
                 let _ = entry.port.terminate().await;
+                let message = "serve is stopping: the sandbox was killed as it started";
+                self.inner.logs.end(&id, LogLevel::Warn, "killed", message);
                 return Err(stopping());
             }
             map.insert(id.clone(), Arc::clone(&entry));
@@ -199,6 +201,8 @@ impl SandboxHost {
             },
         );
         tracing::info!(sandbox = %sandbox_id, "sandbox paused");
+        let message = "sandbox paused (its files kept, its processes ended)";
+        self.inner.logs.open(sandbox_id).info("paused", message);
         Ok(true)
     }
 
@@ -220,6 +224,8 @@ impl SandboxHost {
             Ok(info) => {
                 saved.remove(sandbox_id);
                 tracing::info!(sandbox = %sandbox_id, "sandbox resumed");
+                let message = "sandbox resumed (its files back)";
+                self.inner.logs.open(sandbox_id).info("resumed", message);
                 Ok(Some(CreatedSandbox {
                     info,
                     access_token: paused.token,

@@ -19,8 +19,11 @@
 
 mod envd;
 mod lifecycle;
+mod logs;
 mod metrics;
 pub(crate) mod saved;
+mod template_builds;
+mod template_recipe;
 mod token;
 
 use crate::{DataDir, NodeConfig};
@@ -32,8 +35,8 @@ use omabox_backend_linux::port::LinuxSandboxPort;
 use omabox_contract::SecretString;
 use omabox_contract::networking::NetworkingConfig;
 use omabox_proxy::e2b::{
-    CreatedSandbox, NetworkUpdate, NewSandbox, SandboxInfo, SandboxMetrics, SandboxService,
-    SandboxServiceError,
+    CreatedSandbox, LogLevel, NetworkUpdate, NewSandbox, SandboxInfo, SandboxLogEntry,
+    SandboxMetrics, SandboxService, SandboxServiceError,
 };
 use omabox_proxy::envd::SandboxEnvd;
 use omabox_sandbox::SandboxFactoryContext;
@@ -93,6 +96,10 @@ struct Inner {
     paused: Mutex<HashMap<String, Paused>>,
     /// Where paused sandboxes' files are kept (`None`: no pause is offered).
     saved: Option<saved::SavedFiles>,
+    /// What happened to each sandbox (`GET /sandboxes/{id}/logs`).
+    logs: logs::Logs,
+    /// Templates built through the E2B template API.
+    builds: template_builds::TemplateBuilds,
 }
 
 /// A paused sandbox: what a resume starts again.
@@ -193,6 +200,7 @@ impl SandboxHost {
         unprepared.user_home = true;
         let saved = saved::SavedFiles::of_this_process(data_dir.root());
         let mut host = Self::build(factory.clone(), unprepared, Some(saved));
+        let image_cache = config.image_cache().ok();
         let config = config.clone();
         let image_config = move |image: &str| {
             let mut made = config
@@ -204,6 +212,13 @@ impl SandboxHost {
         };
         if let Some(inner) = Arc::get_mut(&mut host.inner) {
             inner.image_config = Some(Box::new(image_config));
+            inner.builds.files_dir = Some(
+                data_dir
+                    .root()
+                    .join("template-files")
+                    .join(format!("serve-{}", std::process::id())),
+            );
+            inner.builds.image_cache = image_cache;
         }
         Ok(host)
     }
@@ -230,6 +245,8 @@ impl SandboxHost {
                 closed: AtomicBool::new(false),
                 paused: Mutex::new(HashMap::new()),
                 saved,
+                logs: logs::Logs::default(),
+                builds: template_builds::TemplateBuilds::default(),
             }),
         }
     }
@@ -270,6 +287,7 @@ impl SandboxHost {
         if let Some(saved) = &self.inner.saved {
             saved.remove_all();
         }
+        self.inner.builds.remove_files();
         errors
     }
 
@@ -281,6 +299,9 @@ impl SandboxHost {
                 .prepare(&self.inner.prepared, self.inner.unprepared.clone())
                 .await
                 .cloned();
+        }
+        if let Some(built) = self.inner.builds.config_of(template) {
+            return built;
         }
         let shown: String = template.chars().take(64).collect();
         let Some(image_config) = &self.inner.image_config else {
@@ -428,9 +449,12 @@ async fn watch_timeout(inner: Weak<Inner>, id: String, entry: Arc<Entry>) {
                 }
                 let Some(inner) = inner.upgrade() else { return };
                 tracing::info!(sandbox = %id, "sandbox timed out");
-                if let Err(error) = kill_entry(&inner, &id, &entry).await {
-                    tracing::error!(sandbox = %id, %error, "cannot kill a timed-out sandbox; retrying");
-                    entry.shown().1 = Instant::now() + KILL_RETRY;
+                match kill_entry(&inner, &id, &entry).await {
+                    Ok(()) => inner.logs.end(&id, LogLevel::Info, "timeout", "sandbox timed out and was killed"),
+                    Err(error) => {
+                        tracing::error!(sandbox = %id, %error, "cannot kill a timed-out sandbox; retrying");
+                        entry.shown().1 = Instant::now() + KILL_RETRY;
+                    }
                 }
             }
             () = entry.changed.notified() => {}
@@ -482,6 +506,17 @@ impl SandboxService for SandboxHost {
             paused: false,
         };
         let token = new_access_token();
+        // Logged before the sandbox is in the map, so nothing of it (a zero timeout's kill)
+        // comes first.
+        let template = &info.template_id;
+        self.inner.logs.open(&id).push(
+            LogLevel::Info,
+            &format!(
+                "sandbox created from template {template} (timeout {} s)",
+                request.timeout.as_secs()
+            ),
+            &[("event", "created".into()), ("template", template.clone())],
+        );
         self.insert(
             port,
             info.clone(),
@@ -532,10 +567,18 @@ impl SandboxService for SandboxHost {
                 saved.remove(sandbox_id);
             }
             tracing::info!(sandbox = %sandbox_id, "paused sandbox removed");
+            let message = "paused sandbox killed (its files removed)";
+            self.inner
+                .logs
+                .end(sandbox_id, LogLevel::Info, "killed", message);
             return Ok(());
         }
         let entry = self.entry(sandbox_id)?;
-        kill_entry(&self.inner, sandbox_id, &entry).await
+        kill_entry(&self.inner, sandbox_id, &entry).await?;
+        self.inner
+            .logs
+            .end(sandbox_id, LogLevel::Info, "killed", "sandbox killed");
+        Ok(())
     }
 
     fn set_timeout(&self, sandbox_id: &str, timeout: Duration) -> Result<(), SandboxServiceError> {
@@ -613,7 +656,22 @@ impl SandboxService for SandboxHost {
             .lock()
             .unwrap_or_else(PoisonError::into_inner) = Some(config);
         tracing::info!(sandbox = %sandbox_id, "sandbox network updated");
+        if let Some(log) = self.inner.logs.get(sandbox_id) {
+            log.info("network", "sandbox network updated");
+        }
         Ok(())
+    }
+
+    fn templates(&self) -> Option<Arc<dyn omabox_proxy::templates::TemplateService>> {
+        Some(Arc::new(self.clone()))
+    }
+
+    fn logs(&self, sandbox_id: &str) -> Result<Vec<SandboxLogEntry>, SandboxServiceError> {
+        self.inner
+            .logs
+            .get(sandbox_id)
+            .map(|log| log.entries())
+            .ok_or_else(|| SandboxServiceError::NotFound(sandbox_id.to_owned()))
     }
 
     async fn pause(&self, sandbox_id: &str) -> Result<bool, SandboxServiceError> {
@@ -649,8 +707,16 @@ impl SandboxHost {
             );
             tracing::warn!(sandbox = %id, "the sandbox's init exited; removing it");
             runtime.spawn(async move {
-                if let Err(error) = kill_entry(&inner, &id, &entry).await {
-                    tracing::error!(sandbox = %id, %error, "cannot clean up an exited sandbox");
+                match kill_entry(&inner, &id, &entry).await {
+                    Ok(()) => inner.logs.end(
+                        &id,
+                        LogLevel::Error,
+                        "exited",
+                        "the sandbox's init exited: the sandbox is gone",
+                    ),
+                    Err(error) => {
+                        tracing::error!(sandbox = %id, %error, "cannot clean up an exited sandbox");
+                    }
                 }
             });
         }

@@ -55,12 +55,22 @@ impl E2bError {
 }
 
 impl IntoResponse for E2bError {
+    /// With `Connection: close`, as envd's refusals (`envd.rs`'s `Gate`): most are answered
+    /// before the request's body was read (a wrong key, a bad id, a body over the cap), so
+    /// the server ends the connection after them; a client told so does not send its next
+    /// request on it. An error after the body was read closes a connection a client opens
+    /// again, which costs little next to a lost request.
     fn into_response(self) -> Response {
         if self.status.is_server_error() {
             tracing::error!(status = %self.status, message = %self.message, "sandbox call failed");
         }
         let body = json!({ "code": self.status.as_u16(), "message": self.message });
-        (self.status, Json(body)).into_response()
+        (
+            self.status,
+            [(axum::http::header::CONNECTION, "close")],
+            Json(body),
+        )
+            .into_response()
     }
 }
 

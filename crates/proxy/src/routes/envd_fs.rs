@@ -14,7 +14,7 @@ use super::envd::{
 };
 use crate::e2b::rfc3339;
 use crate::envd::{
-    EntryInfo, EnvdError, FileType, FsEvent, FsEventKind, FsEvents, MAX_UPLOAD_BYTES,
+    EntryInfo, EnvdError, FileType, FsEvent, FsEventKind, FsEvents, MAX_UPLOAD_BYTES, WatchOptions,
 };
 use crate::routes::header_str;
 use crate::state::ProxyState;
@@ -66,7 +66,11 @@ fn fs_event_json(event: &FsEvent) -> Value {
         FsEventKind::Rename => "EVENT_TYPE_RENAME",
         FsEventKind::Chmod => "EVENT_TYPE_CHMOD",
     };
-    json!({ "name": event.name, "type": kind })
+    let mut body = json!({ "name": event.name, "type": kind });
+    if let Some(entry) = &event.entry {
+        body["entry"] = entry_json(entry);
+    }
+    body
 }
 
 /// A watch's events as Connect stream messages: a start, then one per change.
@@ -141,15 +145,19 @@ fn entry_json(entry: &EntryInfo) -> Value {
     body
 }
 
-/// Watch options the announced envd version does not offer (the SDKs refuse them first).
-fn refuse_watch_options(request: &WatchMsg) -> Result<(), ConnectError> {
-    if request.include_entry || request.allow_network_mounts {
+/// A watch request's options; `allowNetworkMounts` (envd 0.6.4, beyond the announced
+/// version: the SDKs refuse it first) is refused.
+fn watch_options(request: &WatchMsg) -> Result<WatchOptions, ConnectError> {
+    if request.allow_network_mounts {
         return Err(ConnectError::new(
             Code::Unimplemented,
-            "includeEntry and allowNetworkMounts are not served",
+            "allowNetworkMounts is not served: a sandbox has no network mounts",
         ));
     }
-    Ok(())
+    Ok(WatchOptions {
+        recursive: request.recursive,
+        include_entry: request.include_entry,
+    })
 }
 
 // ---- filesystem.Filesystem
@@ -226,18 +234,18 @@ pub(crate) async fn filesystem(
             }
             "WatchDir" => {
                 let request: WatchMsg = stream_request(&headers, body, limit).await?;
-                refuse_watch_options(&request)?;
+                let options = watch_options(&request)?;
                 let events = sandbox
-                    .watch_dir(&request.path, request.recursive, user)
+                    .watch_dir(&request.path, options, user)
                     .await
                     .map_err(connect_error)?;
                 Ok(watch_stream(events, deadline(&headers)))
             }
             "CreateWatcher" => {
                 let request: WatchMsg = unary_request(&headers, body, limit).await?;
-                refuse_watch_options(&request)?;
+                let options = watch_options(&request)?;
                 let id = sandbox
-                    .create_watcher(&request.path, request.recursive, user)
+                    .create_watcher(&request.path, options, user)
                     .await
                     .map_err(connect_error)?;
                 Ok(unary_response(&json!({ "watcherId": id })))
@@ -393,6 +401,14 @@ pub(crate) async fn upload(
         {
             return Err(bad(
                 "encoded (gzip) uploads are not supported: send the bytes as they are",
+            ));
+        }
+        if headers
+            .keys()
+            .any(|name| name.as_str().starts_with("x-metadata-"))
+        {
+            return Err(bad(
+                "file metadata (X-Metadata-* headers) is not supported: upload without metadata",
             ));
         }
         let (path, user) = file_query(query.as_deref());

@@ -4,6 +4,8 @@
 pub(crate) mod connect;
 pub(crate) mod e2b;
 pub(crate) mod e2b_lifecycle;
+pub(crate) mod e2b_logs;
+pub(crate) mod e2b_templates;
 pub(crate) mod envd;
 pub(crate) mod envd_fs;
 pub(crate) mod files;
@@ -29,13 +31,14 @@ use tower_http::trace::{DefaultMakeSpan, DefaultOnResponse, TraceLayer};
 use tracing::Level;
 
 /// Headers whose values no trace ever shows.
-pub const SENSITIVE_HEADERS: [&str; 6] = [
+pub const SENSITIVE_HEADERS: [&str; 7] = [
     "authorization",
     "x-access-token",
     "x-api-key",
     "x-goog-api-key",
     "proxy-authorization",
     "api-key",
+    "x-omabox-upload-token",
 ];
 
 /// The whole HTTP API.
@@ -93,6 +96,24 @@ pub fn router(state: ProxyState) -> Router {
             put(e2b_lifecycle::update_network),
         )
         .route("/sandboxes/{sandbox_id}/pause", post(e2b_lifecycle::pause))
+        .route("/v3/templates", post(e2b_templates::request_build))
+        .route("/templates/aliases/{alias}", get(e2b_templates::alias))
+        .route(
+            "/templates/{template_id}/files/{hash}",
+            get(e2b_templates::file_slot)
+                .put(e2b_templates::upload)
+                .layer(DefaultBodyLimit::disable()),
+        )
+        .route(
+            "/v2/templates/{template_id}/builds/{build_id}",
+            post(e2b_templates::start_build),
+        )
+        .route(
+            "/templates/{template_id}/builds/{build_id}/status",
+            get(e2b_templates::build_status),
+        )
+        .route("/sandboxes/{sandbox_id}/logs", get(e2b_logs::logs_v1))
+        .route("/v2/sandboxes/{sandbox_id}/logs", get(e2b_logs::logs_v2))
         .route(
             "/sandboxes/{sandbox_id}/resume",
             post(e2b_lifecycle::resume),
