@@ -73,7 +73,7 @@ fn runs_a_command_with_its_output_stdin_and_exit_code_and_refuses_what_it_does_n
     assert_eq!(out.stdout, b"through the sandbox\n");
 
     for refused in [
-        &["--memory", "1G"][..],
+        &["--pids", "100"][..],
         &["--network", "limited", "--allow-host", "example.com"],
     ] {
         let out = omabox(data.path())
@@ -139,6 +139,47 @@ fn a_killed_omabox_leaves_nothing_running_and_reap_removes_the_rest() {
         .output()
         .unwrap();
     assert!(listed.stdout.is_empty(), "{listed:?}");
+}
+
+#[test]
+fn the_memory_limit_stops_the_sandbox_and_says_so() {
+    if !require_capability(missing()) {
+        return;
+    }
+    let data = tempfile::tempdir().unwrap();
+    let allocate = |mib: u32| format!("x = bytearray({mib} << 20); print('allocated')");
+    let out = omabox(data.path())
+        .args([
+            "sandbox",
+            "run",
+            "--backend",
+            "gvisor",
+            "--memory",
+            "400M",
+            "--cpus",
+            "0.5",
+        ])
+        .args(["--", "python3", "-c"])
+        .arg(allocate(20))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(out.stdout, b"allocated\n");
+
+    let out = omabox(data.path())
+        .args(["sandbox", "run", "--backend", "gvisor", "--memory", "100M"])
+        .args(["--", "python3", "-c"])
+        .arg(allocate(300))
+        .output()
+        .unwrap();
+    assert!(!out.status.success(), "{out:?}");
+    assert!(out.stdout.is_empty(), "{out:?}");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("exceeded its memory limit of 100 MiB"),
+        "{out:?}"
+    );
+    let sandboxes = data.path().join("gvisor/sandboxes");
+    assert_eq!(std::fs::read_dir(sandboxes).unwrap().count(), 0);
 }
 
 /// Processes whose command line names `marker` (runsc's are given the data dir's paths).

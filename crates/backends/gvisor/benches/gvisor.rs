@@ -32,6 +32,7 @@ async fn run(rounds: usize) {
         dir: tmp.path().to_path_buf(),
         init: PathBuf::from(env!("CARGO_BIN_EXE_omabox-gvisor-init")),
         platform: "ptrace".into(),
+        limits: Default::default(),
     })
     .expect("gvisor runtime");
 

@@ -125,6 +125,31 @@ pub fn config(root: &Path, workspace: &Path, init: &Path, hostname: &str) -> Val
     })
 }
 
+/// The parent of every sandbox's cgroup (under each controller on cgroup v1).
+pub const CGROUP_PARENT: &str = "/omabox-gvisor";
+
+/// `config` with the sandbox's own cgroup (`CGROUP_PARENT/<id>`, made and removed by runsc)
+/// and `limits` as its resources.
+pub fn with_cgroup(mut config: Value, id: &str, limits: &crate::GvisorLimits) -> Value {
+    const PERIOD_US: u64 = 100_000;
+    let mut resources = serde_json::Map::new();
+    if let Some(bytes) = limits.memory_bytes {
+        resources.insert("memory".into(), json!({ "limit": bytes }));
+    }
+    if let Some(pids) = limits.pids {
+        resources.insert("pids".into(), json!({ "limit": pids }));
+    }
+    if let Some(milli) = limits.millicpus {
+        let quota = (milli.saturating_mul(PERIOD_US) / 1000).max(1000);
+        resources.insert("cpu".into(), json!({ "quota": quota, "period": PERIOD_US }));
+    }
+    if let Some(linux) = config.get_mut("linux").and_then(Value::as_object_mut) {
+        linux.insert("cgroupsPath".into(), json!(format!("{CGROUP_PARENT}/{id}")));
+        linux.insert("resources".into(), Value::Object(resources));
+    }
+    config
+}
+
 fn caps() -> Value {
     let set = json!([
         "CAP_CHOWN",

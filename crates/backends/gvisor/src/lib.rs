@@ -24,7 +24,7 @@ use std::path::PathBuf;
 pub use bundle::{INIT_PATH, WORKSPACE};
 pub use port::GvisorSandboxPort;
 pub use runsc::Runsc;
-pub use sandbox::{GvisorConfig, GvisorRuntime, GvisorSandbox, State};
+pub use sandbox::{GvisorConfig, GvisorLimits, GvisorRuntime, GvisorSandbox, State};
 
 /// The provider name of gvisor sandboxes (`--backend gvisor`).
 pub const PROVIDER: &str = "gvisor";

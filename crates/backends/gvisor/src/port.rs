@@ -59,14 +59,27 @@ impl GvisorSandboxPort {
     /// How an agent failure reads: what, on what, in which sandbox, and the agent's chain.
     fn port_error(&self) -> PortErrorOf {
         let id = self.sandbox.id().to_owned();
+        let memory_limit = self.sandbox.memory_limit();
         Arc::new(move |AgentFailure { op, target, source }| {
-            let message = format!(
+            let mut message = format!(
                 "{op} {target:?} in gvisor sandbox {id}: {}",
                 chain(&GvisorError::Agent {
                     id: id.clone(),
                     source
                 })
             );
+            // The memory limit ends the whole sandbox (gVisor's kernel is one host process),
+            // so its commands see the connection drop: say why.
+            if let Some(limit) = memory_limit
+                && crate::sandbox::oom_kills(&id) > 0
+            {
+                let _ = write!(
+                    message,
+                    " (the sandbox exceeded its memory limit of {} MiB, which counts gVisor's \
+                     kernel too, and was stopped)",
+                    limit >> 20
+                );
+            }
             PortError::new(message)
         })
     }

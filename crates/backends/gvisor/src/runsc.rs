@@ -47,9 +47,7 @@ impl Runsc {
             .arg(&self.platform)
             // No network stack at all for now: the host's netns and relay come later.
             .arg("--network")
-            .arg("none")
-            // runsc's cgroup handling needs a cgroup manager we do not run.
-            .arg("--ignore-cgroups");
+            .arg("none");
         cmd
     }
 

@@ -35,6 +35,22 @@ pub struct GvisorConfig {
     pub init: PathBuf,
     /// runsc's platform: `ptrace` works without `/dev/kvm`.
     pub platform: String,
+    /// Each sandbox's resource limits.
+    pub limits: GvisorLimits,
+}
+
+/// A sandbox's resource limits, enforced by runsc through the sandbox's own cgroup
+/// (`/omabox-gvisor/<id>`, under every controller on cgroup v1). Exceeding the memory limit
+/// kills the whole sandbox (gVisor's kernel is one host process): its commands end with
+/// SIGKILL.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct GvisorLimits {
+    /// Memory in bytes (the Sentry's and every process's), when limited.
+    pub memory_bytes: Option<u64>,
+    /// Processes and threads, when limited.
+    pub pids: Option<u64>,
+    /// CPU in thousandths of a CPU (1000 = one CPU), when limited.
+    pub millicpus: Option<u64>,
 }
 
 #[derive(Debug)]
@@ -43,6 +59,7 @@ struct Shared {
     dir: PathBuf,
     root: PathBuf,
     init: PathBuf,
+    limits: GvisorLimits,
 }
 
 /// Creates gvisor sandboxes.
@@ -81,6 +98,7 @@ impl GvisorRuntime {
                 dir: config.dir,
                 root,
                 init: config.init,
+                limits: config.limits,
             }),
         })
     }
@@ -192,6 +210,11 @@ impl GvisorSandbox {
         self.dir.join("checkpoint")
     }
 
+    /// The memory limit this sandbox was started with.
+    pub fn memory_limit(&self) -> Option<u64> {
+        self.shared.limits.memory_bytes
+    }
+
     /// The sandbox's own directory (removed by [`GvisorSandbox::destroy`]).
     pub fn dir(&self) -> &Path {
         &self.dir
@@ -252,6 +275,7 @@ impl GvisorSandbox {
             &self.shared.init,
             "omabox",
         );
+        let config = bundle::with_cgroup(config, &self.id, &self.shared.limits);
         bundle::write(&self.bundle(), &config)?;
         let io = |what: &str| {
             let what = what.to_owned();
@@ -566,4 +590,26 @@ fn copy_file(src: &Path, dst: &Path) -> std::io::Result<()> {
     std::io::copy(&mut input, &mut output)?;
     output.set_permissions(mode)?;
     Ok(())
+}
+
+/// OOM kills counted in the memory cgroup of sandbox `id` (cgroup v1 `memory.oom_control`,
+/// else v2 `memory.events`); 0 when it cannot be read (gone, or no such controller).
+pub(crate) fn oom_kills(id: &str) -> u64 {
+    let parent = crate::bundle::CGROUP_PARENT.trim_start_matches('/');
+    let v1 = Path::new("/sys/fs/cgroup/memory")
+        .join(parent)
+        .join(id)
+        .join("memory.oom_control");
+    let v2 = Path::new("/sys/fs/cgroup")
+        .join(parent)
+        .join(id)
+        .join("memory.events");
+    [v1, v2]
+        .iter()
+        .find_map(|file| std::fs::read_to_string(file).ok())
+        .and_then(|text| {
+            text.lines()
+                .find_map(|line| line.strip_prefix("oom_kill ")?.trim().parse().ok())
+        })
+        .unwrap_or(0)
 }

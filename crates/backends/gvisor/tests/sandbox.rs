@@ -44,6 +44,7 @@ fn runtime(dir: &Path) -> Option<GvisorRuntime> {
             dir: dir.to_path_buf(),
             init: PathBuf::from(env!("CARGO_BIN_EXE_omabox-gvisor-init")),
             platform: "ptrace".into(),
+            limits: Default::default(),
         })
         .unwrap(),
     )

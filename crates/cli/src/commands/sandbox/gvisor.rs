@@ -1,20 +1,23 @@
 //! `omabox sandbox run --backend gvisor`: the command in a runsc (gVisor) sandbox
 //! (omabox-backend-gvisor) whose root is the host's `/usr` read-only with a generated `/etc`.
-//! The workspace (`--workspace`, else a temporary directory) is bound at `/workspace`. What
+//! The workspace (`--workspace`, else a temporary directory) is bound at `/workspace`;
+//! `--memory` and `--cpus` are the sandbox's limits (its own cgroup, set by runsc; the
+//! memory limit counts gVisor's kernel too, and exceeding it ends the whole sandbox). What
 //! the gvisor backend does not serve yet is refused, never silently dropped: `--image`,
-//! `--memory`, `--pids`, `--cpus` (runsc is given no cgroup) and any network but `none`.
+//! `--pids` (a pids cgroup would count gVisor's own threads, not the sandbox's processes) and
+//! any network but `none`.
 //! Its sandboxes live under `<data-dir>/gvisor` (root only); runsc is `/usr/bin/runsc`
 //! (scripts/setup installs Debian's), the init `omabox-gvisor-init` beside `omabox`.
 
 use std::sync::Arc;
 
-use omabox_backend_gvisor::{GvisorConfig, GvisorRuntime, GvisorSandboxPort};
+use omabox_backend_gvisor::{GvisorConfig, GvisorLimits, GvisorRuntime, GvisorSandboxPort};
 use omabox_node::NodeConfig;
 use omabox_node::config::Key;
 use omabox_node::temp_workspace::Workspace;
 use omabox_sandbox::SandboxPort;
 
-use super::{Failure, RunArgs, choose_workspace, networking, reaches_out};
+use super::{Failure, RunArgs, choose_workspace, networking, parse_millicpus, reaches_out};
 
 /// The sandbox of this command, started, with its workspace.
 pub(super) async fn create_gvisor(
@@ -52,18 +55,29 @@ fn gvisor_config(args: &RunArgs, config: &NodeConfig) -> Result<GvisorConfig, Fa
              and --allow-package-managers, or use the linux backend",
         ));
     }
-    let limits = [
-        ("--image", config.given_nonempty(Key::Image).is_some()),
-        ("--memory", args.memory.is_some()),
-        ("--pids", args.pids.is_some()),
-        ("--cpus", args.cpus.is_some()),
-    ];
-    if let Some((flag, _)) = limits.iter().find(|(_, given)| *given) {
-        return Err(Failure::usage(format!(
-            "{flag}: the gvisor backend does not serve it yet (its root is the host's /usr, and \
-             runsc is given no cgroup); drop it or use the linux backend"
-        )));
+    if config.given_nonempty(Key::Image).is_some() {
+        return Err(Failure::usage(
+            "--image: the gvisor backend does not serve images yet (its root is the host's \
+             /usr); drop it or use the linux backend",
+        ));
     }
+    if args.pids.is_some() {
+        return Err(Failure::usage(
+            "--pids: the gvisor backend cannot limit the sandbox's processes yet (a pids cgroup \
+             would count gVisor's own threads); drop it or use the linux backend",
+        ));
+    }
+    let millicpus = match args.cpus.as_deref() {
+        None | Some("unlimited") => None,
+        Some(cpus) => {
+            Some(parse_millicpus(cpus).map_err(|e| Failure::usage(format!("--cpus {e}")))?)
+        }
+    };
+    let limits = GvisorLimits {
+        memory_bytes: args.memory,
+        pids: None,
+        millicpus,
+    };
     // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } != 0 {
         return Err(Failure::omabox(
@@ -89,6 +103,7 @@ fn gvisor_config(args: &RunArgs, config: &NodeConfig) -> Result<GvisorConfig, Fa
         dir: data_dir.root().join("gvisor"),
         init,
         platform: "ptrace".into(),
+        limits,
     })
 }
 
