@@ -43,9 +43,14 @@ use omabox_sandbox::{
     SessionOutputMountCapabilities, SessionOutputMountDurability, SessionOutputMountRequest,
 };
 
+use omabox_contract::networking::NetworkPolicy;
+use omabox_egress::{Resolver, SystemResolver};
+use omabox_sandbox_net::SandboxNetwork;
+
 use crate::config::DockerConfig;
 use crate::engine::Engine;
 use crate::error::DockerError;
+use crate::network::DockerNetwork;
 use crate::process::{BackgroundControl, DuplexControl, ExitFuture, sandbox_exit};
 
 /// The provider name of docker sandboxes (`--backend docker`, runtime handles).
@@ -68,18 +73,56 @@ pub struct DockerSandboxPort {
     session_outputs: bool,
     destroyed: AtomicBool,
     teardown: tokio::sync::Mutex<()>,
+    /// The host side of its network (`None` under networking `none`); dropping it closes
+    /// everything bound in the container's namespace.
+    network: std::sync::Mutex<Option<SandboxNetwork>>,
 }
 
 impl DockerSandboxPort {
-    /// Makes the image present, then starts sandbox `id`'s container from `config` and
-    /// connects to its agent. Nothing is left behind when this fails.
+    /// Makes the image present, then starts sandbox `id`'s container from `config`,
+    /// connects to its agent and, under a networking config other than `none`, serves its
+    /// network (see [`crate::network`]). Nothing is left behind when this fails.
     pub async fn start(
         engine: &Engine,
         config: &DockerConfig,
         id: &str,
     ) -> Result<Self, DockerError> {
+        Self::start_resolving(engine, config, id, Arc::new(SystemResolver)).await
+    }
+
+    /// [`start`](Self::start) with the container's names resolved by `resolver` instead of
+    /// the host's resolver (tests stand up their own "internet").
+    pub async fn start_resolving(
+        engine: &Engine,
+        config: &DockerConfig,
+        id: &str,
+        resolver: Arc<dyn Resolver>,
+    ) -> Result<Self, DockerError> {
+        crate::network::check(engine, &config.network)?;
         engine.ensure_image(&config.image).await?;
         let started = crate::container::start(engine, config, id).await?;
+        // The agent runs nothing until asked: no process of the container sees its
+        // namespace before the host's listeners are there.
+        let network = if config.network.reaches_out() {
+            let served = crate::network::start(
+                engine,
+                &started.container,
+                &config.network,
+                config.limits.memory_bytes,
+                resolver,
+            )
+            .await;
+            match served {
+                Ok(network) => Some(network),
+                Err(e) => {
+                    // The start's error is the one to report (the label reaps the rest).
+                    let _ = engine.remove_container(&started.container).await;
+                    return Err(e);
+                }
+            }
+        } else {
+            None
+        };
         Ok(Self {
             engine: engine.clone(),
             id: id.to_owned(),
@@ -89,7 +132,29 @@ impl DockerSandboxPort {
             session_outputs: config.outputs.is_some(),
             destroyed: AtomicBool::new(false),
             teardown: tokio::sync::Mutex::new(()),
+            network: std::sync::Mutex::new(network),
         })
+    }
+
+    /// Changes what the live container may reach (see [`SandboxNetwork::set_policy`];
+    /// the gateway stays as it was started). A sandbox started under `none` has no
+    /// network to change ([`DockerError::NoNetwork`]).
+    pub fn set_networking(&self, network: &DockerNetwork) -> Result<(), DockerError> {
+        self.check_open()?;
+        let policy = network.policy().map_err(DockerError::Networking)?;
+        let slot = self.network.lock().unwrap_or_else(|e| e.into_inner());
+        match slot.as_ref() {
+            Some(served) => served.set_policy(policy).map_err(DockerError::Network),
+            None => Err(DockerError::NoNetwork),
+        }
+    }
+
+    /// The policy the container's network applies now (`none` when it has none).
+    pub fn network_policy(&self) -> Arc<NetworkPolicy> {
+        let slot = self.network.lock().unwrap_or_else(|e| e.into_inner());
+        slot.as_ref()
+            .map(SandboxNetwork::policy)
+            .unwrap_or_else(|| Arc::new(NetworkPolicy::None))
     }
 
     /// Sandbox id (the container's `omabox.sandbox` label).
@@ -127,6 +192,13 @@ impl DockerSandboxPort {
         }
         self.engine.remove_container(&self.container).await?;
         self.destroyed.store(true, Ordering::Release);
+        // Its namespace is gone with the container; the host's tasks and sockets go too.
+        drop(
+            self.network
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .take(),
+        );
         Ok(())
     }
 
