@@ -55,7 +55,9 @@
 //! `networking`; without it the operator's `OMABOX_LINUX_NETWORK`, else `limited` with
 //! nothing allowed but the gateway. The gateway is reachable from the sandbox under every
 //! policy but `none`, and `HOSTED_INFERENCE_URL` is a URL that works from there
-//! ([`omabox_node::environment`]).
+//! ([`omabox_node::environment`]). Docker (`--backend docker`, a local engine): the same,
+//! but without an environment or operator setting the network is `none` unless the run has
+//! a gateway (then `limited` with nothing allowed but it).
 //!
 //! Session inputs (`--resource`, `--session-json`; [`omabox_node::session_inputs`]): the session
 //! snapshot's resources, materialized by the sandbox crate's generic materializer after
