@@ -7,7 +7,9 @@
 //!   listener;
 //! - [`network`]: [`SandboxNetwork`], the DNS stub, the admitting relay's listeners and the
 //!   gateway bound there and served by the host's tokio runtime, with live policy changes
-//!   and credential interception (the policy and the relay are `omabox-egress`'s).
+//!   and credential interception (the policy and the relay are `omabox-egress`'s);
+//! - [`credential_egress`]: the `CredentialEgressPort` over such sandboxes (vault secrets
+//!   injected by the relay into HTTPS requests to bound hosts).
 //!
 //! The linux backend starts it on its sandbox's init; the docker backend on a local
 //! container's PID 1 under network mode `none`.
@@ -17,6 +19,7 @@
 //! depends on `omabox-contract` and `omabox-egress` only, so no backend reaches another
 //! through it.
 
+pub mod credential_egress;
 pub mod netns;
 pub mod network;
 pub mod sk_lookup;

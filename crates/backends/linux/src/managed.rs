@@ -109,8 +109,11 @@ impl LinuxManagedProvider {
 }
 
 impl crate::credential_egress::LiveSandboxes for LinuxManagedProvider {
-    fn live_port(&self, id: &str) -> Option<Arc<LinuxSandboxPort>> {
-        self.live().get(id).cloned()
+    fn live_target(&self, id: &str) -> Option<Arc<dyn crate::credential_egress::CredentialTarget>> {
+        self.live()
+            .get(id)
+            .cloned()
+            .map(|port| port as Arc<dyn crate::credential_egress::CredentialTarget>)
     }
 }
 
@@ -283,7 +286,7 @@ pub async fn managed_runtime_provider_driver(
     Ok(match options.credential_egress {
         None => driver,
         Some(egress) => {
-            let port = crate::credential_egress::LinuxCredentialEgress::new(
+            let port = crate::credential_egress::linux_credential_egress(
                 provider,
                 egress.vault,
                 egress.rules,
@@ -291,7 +294,7 @@ pub async fn managed_runtime_provider_driver(
             );
             driver.with_credential_egress(
                 Arc::new(port),
-                crate::credential_egress::LinuxCredentialEgress::capabilities_value(),
+                crate::credential_egress::CredentialEgress::capabilities_value(),
             )
         }
     })
