@@ -137,6 +137,25 @@ struct Binding {
     credentials: Option<Arc<Credentials>>,
 }
 
+/// What the credential egress port of the driver injects, from where.
+#[derive(Clone)]
+pub struct CredentialEgressOptions {
+    /// Where the secrets are read (at every attach).
+    pub vault: Arc<dyn omabox_contract::VaultSecretPort>,
+    /// The bindings' rules.
+    pub rules: Vec<EgressCredential>,
+    /// PEM roots upstream servers are checked against (`None`: the host's bundle).
+    pub upstream_roots: Option<Vec<u8>>,
+}
+
+impl std::fmt::Debug for CredentialEgressOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CredentialEgressOptions")
+            .field("rules", &self.rules)
+            .finish_non_exhaustive()
+    }
+}
+
 /// The port (see the module doc).
 pub struct CredentialEgress {
     /// The backend's provider name (binding ids, errors).

@@ -29,12 +29,13 @@ pub fn conformance_row() -> ManagedRuntimeProviderConformance {
             "container_name_reap",
             "dead_host_label_reap",
             "network_egress_policy",
+            "credential_egress_https",
         ],
         &[
             "provider_suspend_resume",
             "process_memory_checkpoint",
             "network_egress_policy_remote_engine",
-            "credential_egress_https",
+            "credential_egress_http_tcp",
             "user_namespace",
         ],
         Some(
@@ -42,7 +43,8 @@ pub fn conformance_row() -> ManagedRuntimeProviderConformance {
              only from the creating process. Networking none/limited/unrestricted and the \
              gateway: enforced by name on the host (DNS stub and relay bound in the \
              container's own network-none namespace), for a local engine only (a remote one \
-             refuses any config but none); no credential egress.",
+             refuses any config but none); credential egress enforced for HTTPS when the \
+             driver is given rules (omabox run --credential), as on linux.",
         ),
     )
 }

@@ -102,6 +102,14 @@ pub enum DockerError {
     /// The host side of the container's network failed to start or change.
     #[error("the container's network")]
     Network(#[source] omabox_sandbox_net::NetworkError),
+    /// The image's CA bundle is larger than omabox reads.
+    #[error("the container's {path} is larger than {max} bytes")]
+    CaBundle {
+        /// The bundle's path in the container.
+        path: &'static str,
+        /// The cap.
+        max: usize,
+    },
     /// The sandbox was started under networking `none`: it has no network to change.
     #[error(
         "the sandbox was started with networking none; start it with another config to change its network later"

@@ -26,6 +26,8 @@
 //!   config other than `none` the host serves the DNS stub, the egress relay and the
 //!   gateway inside it ([`network`]; a local engine only), and the sysctl
 //!   `net.ipv4.ip_unprivileged_port_start=1024` keeps the ports it binds there its own;
+//!   credential egress ([`DockerSandboxPort::attach_credentials`], the managed driver's
+//!   port) is the linux backend's, shared through `omabox-sandbox-net`;
 //! - memory, CPU and pids limits;
 //! - the only host paths it sees are the bindings: the workspace at `/workspace` and,
 //!   when given, the Session outputs at `/mnt/session/outputs`.

@@ -10,7 +10,9 @@
 //! Really implemented: duplex processes (streamed stdin with EOF, stdout and stderr,
 //! `SIGTERM`/`SIGKILL`, `{code, signal}`), background processes (kill, logs, status), file
 //! bytes, env vars for later execs, destroy, the Session outputs mount (only when an
-//! outputs directory is bound), and a runtime port with empty capability lists. Not
+//! outputs directory is bound), a runtime port with empty capability lists, and beyond the
+//! seam the live network policy ([`DockerSandboxPort::set_networking`]) and credential
+//! egress ([`DockerSandboxPort::attach_credentials`]). Not
 //! offered: memory mounts, OOM notes on exits (docker reports OOM kills per container, not
 //! per command).
 //!
@@ -46,6 +48,7 @@ use omabox_sandbox::{
 use omabox_contract::networking::NetworkPolicy;
 use omabox_egress::{Resolver, SystemResolver};
 use omabox_sandbox_net::SandboxNetwork;
+use omabox_sandbox_net::credential_egress::{CA_ENV, CredentialTarget};
 
 use crate::config::DockerConfig;
 use crate::engine::Engine;
@@ -58,6 +61,16 @@ pub const PROVIDER: &str = "docker";
 
 /// Timeout of [`SandboxPort::exec`] when the caller gives none.
 pub const DEFAULT_EXEC_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// Where a container trusts a credential egress binding's CA: its own bundle plus that CA
+/// (the CA variables name it).
+pub const SANDBOX_CA_FILE: &str = "/tmp/.omabox/ca-certificates.crt";
+
+/// The bundle a container's image usually trusts (Debian's and Alpine's path).
+const IMAGE_CA_BUNDLE: &str = "/etc/ssl/certs/ca-certificates.crt";
+
+/// The largest image CA bundle read (Debian's is about 200 KiB).
+const CA_BUNDLE_MAX: usize = 4 << 20;
 
 /// How long the host waits for the agent beyond a command's own timeout.
 const AGENT_GRACE: Duration = Duration::from_secs(10);
@@ -145,6 +158,66 @@ impl DockerSandboxPort {
         let slot = self.network.lock().unwrap_or_else(|e| e.into_inner());
         match slot.as_ref() {
             Some(served) => served.set_policy(policy).map_err(DockerError::Network),
+            None => Err(DockerError::NoNetwork),
+        }
+    }
+
+    /// Attaches a credential egress binding's `credentials` (see
+    /// [`omabox_sandbox_net::credential_egress`]): the relay intercepts their hosts, and
+    /// every process started afterwards trusts their CA through [`SANDBOX_CA_FILE`] (the
+    /// container's own bundle, read inside it, plus that CA) and the usual CA variables.
+    /// Needs a network.
+    pub async fn attach_credentials(
+        &self,
+        credentials: Arc<omabox_egress::intercept::Credentials>,
+    ) -> Result<(), DockerError> {
+        self.check_open()?;
+        if self
+            .network
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .is_none()
+        {
+            return Err(DockerError::NoNetwork);
+        }
+        // The image's bundle, whatever it holds, is the container's own trust; a missing
+        // one is none. Capped: the image is not ours.
+        let mut bundle = self
+            .client
+            .read_file_bytes(IMAGE_CA_BUNDLE)
+            .await
+            .unwrap_or_default();
+        if bundle.len() > CA_BUNDLE_MAX {
+            return Err(DockerError::CaBundle {
+                path: IMAGE_CA_BUNDLE,
+                max: CA_BUNDLE_MAX,
+            });
+        }
+        if !bundle.is_empty() && !bundle.ends_with(b"\n") {
+            bundle.push(b'\n');
+        }
+        bundle.extend_from_slice(credentials.ca_pem().as_bytes());
+        self.client
+            .write_file_bytes(
+                SANDBOX_CA_FILE,
+                Bytes::from(bundle),
+                WriteOptions::default(),
+            )
+            .await
+            .map_err(self.agent_error("write file", SANDBOX_CA_FILE))?;
+        let vars = CA_ENV
+            .iter()
+            .map(|key| ((*key).to_owned(), Some(SANDBOX_CA_FILE.to_owned())));
+        self.client
+            .set_env(vars)
+            .await
+            .map_err(self.agent_error("set env vars", "CA variables"))?;
+        let slot = self.network.lock().unwrap_or_else(|e| e.into_inner());
+        match slot.as_ref() {
+            Some(network) => {
+                network.set_credentials(Some(credentials));
+                Ok(())
+            }
             None => Err(DockerError::NoNetwork),
         }
     }
@@ -521,5 +594,15 @@ impl SandboxRuntimePort for DockerSandboxPort {
         Err(PortError::capability(format!(
             "docker sandboxes take no checkpoints yet ({kind:?} requested; runtimeCapabilities().checkpoint is empty)"
         )))
+    }
+}
+
+#[async_trait]
+impl CredentialTarget for DockerSandboxPort {
+    async fn attach_credentials(
+        &self,
+        credentials: Arc<omabox_egress::intercept::Credentials>,
+    ) -> Result<(), PortError> {
+        Ok(DockerSandboxPort::attach_credentials(self, credentials).await?)
     }
 }

@@ -242,23 +242,7 @@ pub struct LinuxManagedRuntimeOptions {
 }
 
 /// What the credential egress port of the driver injects, from where.
-#[derive(Clone)]
-pub struct CredentialEgressOptions {
-    /// Where the secrets are read (at every attach).
-    pub vault: Arc<dyn omabox_contract::VaultSecretPort>,
-    /// The bindings' rules.
-    pub rules: Vec<crate::credential_egress::EgressCredential>,
-    /// PEM roots upstream servers are checked against (`None`: the host's bundle).
-    pub upstream_roots: Option<Vec<u8>>,
-}
-
-impl std::fmt::Debug for CredentialEgressOptions {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("CredentialEgressOptions")
-            .field("rules", &self.rules)
-            .finish_non_exhaustive()
-    }
-}
+pub use omabox_sandbox_net::credential_egress::CredentialEgressOptions;
 
 impl std::fmt::Debug for LinuxManagedRuntimeOptions {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {

@@ -137,10 +137,10 @@ pub struct RunArgs {
     #[arg(long, value_name = "FILE")]
     environment: Option<PathBuf>,
     /// Inject a vault secret into the sandbox's HTTPS requests to HOST (under PREFIX):
-    /// `HOST[/PREFIX]=SECRET[:bearer|basic|token]` (repeatable; linux; PREFIX matches whole
-    /// path segments). The host must be allowed by the networking, else the run is refused
-    /// before it starts. The sandbox never holds the secret; the work item then requires
-    /// enforced credential egress.
+    /// `HOST[/PREFIX]=SECRET[:bearer|basic|token]` (repeatable; linux, or docker on a local
+    /// engine; PREFIX matches whole path segments). The host must be allowed by the
+    /// networking, else the run is refused before it starts. The sandbox never holds the
+    /// secret; the work item then requires enforced credential egress.
     #[arg(long = "credential", value_name = "HOST[/PREFIX]=SECRET",
           value_parser = omabox_backend_linux::credential_egress::EgressCredential::parse)]
     credentials: Vec<omabox_backend_linux::credential_egress::EgressCredential>,
@@ -544,8 +544,10 @@ fn request(args: &RunArgs) -> anyhow::Result<Request> {
         process.clone_from(&agent.process);
     }
     if !args.credentials.is_empty() {
-        if args.backend != Backend::Linux {
-            anyhow::bail!("--credential needs the linux backend (its enforced egress path)");
+        if !matches!(args.backend, Backend::Linux | Backend::Docker) {
+            anyhow::bail!(
+                "--credential needs the linux or docker backend (their enforced egress path)"
+            );
         }
         profile.credential_egress = Some(omabox_contract::CredentialEgressProfile {
             requirement: omabox_contract::CredentialEgressRequirement::Required,
