@@ -54,7 +54,6 @@ pub mod host;
 pub mod managed;
 pub mod network;
 mod port;
-mod process;
 pub mod reap;
 
 pub use config::{AGENT_BINARY, DockerConfig, DockerLimits, HOST_LABEL, SANDBOX_LABEL};

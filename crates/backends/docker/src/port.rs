@@ -54,7 +54,7 @@ use crate::config::DockerConfig;
 use crate::engine::Engine;
 use crate::error::DockerError;
 use crate::network::DockerNetwork;
-use crate::process::{BackgroundControl, DuplexControl, ExitFuture, sandbox_exit};
+use omabox_agent_port::process::{BackgroundControl, DuplexControl, ExitFuture, sandbox_exit};
 
 /// The provider name of docker sandboxes (`--backend docker`, runtime handles).
 pub const PROVIDER: &str = "docker";
@@ -361,7 +361,7 @@ impl DockerSandboxPort {
             process
                 .wait()
                 .await
-                .map(|exit| sandbox_exit(&exit))
+                .map(|exit| sandbox_exit(&exit, None))
                 .map_err(|source| {
                     PortError::from(DockerError::Agent {
                         op: "wait for",
@@ -375,6 +375,7 @@ impl DockerSandboxPort {
         let control = Arc::new(DuplexControl {
             killer,
             exited: exited.clone(),
+            agent_error: agent_port_error,
         });
         Ok(SandboxDuplexProcess::new(
             Box::new(stdin),
@@ -463,7 +464,10 @@ impl SandboxProcessPort for DockerSandboxPort {
         Ok(ProcessHandle::new(
             process.id().to_owned(),
             process.pid(),
-            Arc::new(BackgroundControl { process }),
+            Arc::new(BackgroundControl {
+                process,
+                agent_error: agent_port_error,
+            }),
         ))
     }
 }
@@ -605,4 +609,9 @@ impl CredentialTarget for DockerSandboxPort {
     ) -> Result<(), PortError> {
         Ok(DockerSandboxPort::attach_credentials(self, credentials).await?)
     }
+}
+
+/// The port error of an agent's failure (the process controls of `omabox-agent-port`).
+fn agent_port_error(op: &'static str, target: String, source: ClientError) -> PortError {
+    DockerError::Agent { op, target, source }.into()
 }

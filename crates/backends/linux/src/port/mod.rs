@@ -77,10 +77,8 @@ use omabox_linux_sandbox::{
     DestroyError, LinuxRuntime, LinuxSandbox, SandboxIdentity, SetupReport, StartError,
 };
 
-mod process;
-
 pub use omabox_agent::client::exec_output::{OomKill, exit_number, format_exec_output};
-use process::{BackgroundControl, DuplexControl, ExitFuture, sandbox_exit};
+use omabox_agent_port::process::{BackgroundControl, DuplexControl, ExitFuture, sandbox_exit};
 
 /// The provider name of linux sandboxes (`SANDBOX_PROVIDER=linux`, runtime handles).
 pub const PROVIDER: &str = "linux";
@@ -520,6 +518,7 @@ impl LinuxSandboxPort {
         let control = Arc::new(DuplexControl {
             killer,
             exited: exited.clone(),
+            agent_error: agent_port_error,
         });
         Ok(SandboxDuplexProcess::new(
             Box::new(stdin),
@@ -608,7 +607,10 @@ impl SandboxProcessPort for LinuxSandboxPort {
         Ok(ProcessHandle::new(
             process.id().to_owned(),
             process.pid(),
-            Arc::new(BackgroundControl { process }),
+            Arc::new(BackgroundControl {
+                process,
+                agent_error: agent_port_error,
+            }),
         ))
     }
 }
@@ -749,6 +751,11 @@ impl SandboxRuntimePort for LinuxSandboxPort {
             "linux sandboxes take no checkpoints ({kind:?} requested; runtimeCapabilities().checkpoint is empty)"
         )))
     }
+}
+
+/// The port error of an agent's failure (the process controls of `omabox-agent-port`).
+fn agent_port_error(op: &'static str, target: String, source: ClientError) -> PortError {
+    LinuxPortError::Agent { op, target, source }.into()
 }
 
 #[cfg(test)]

@@ -1,10 +1,7 @@
 //! Process controls behind the seam: signalling a duplex process (SIGTERM, then SIGKILL
 //! after a grace period) and a background one (kill, logs, status). They only send
-//! agent requests: must never signal anything on the host.
-//!
-//! The same as the linux backend's `port/process.rs` but for the error type and OOM notes
-//! (a container's OOM kills are not counted per process): a crate both backends could share
-//! would need `omabox-sandbox` and `omabox-agent` together, which neither of them may name.
+//! agent requests: must never signal anything on the host. A backend gives each control
+//! its [`AgentErrorFn`], so an agent's refusal becomes that backend's error text and kind.
 
 use std::time::Duration;
 
@@ -14,32 +11,47 @@ use omabox_agent::client::{BackgroundProcess, ClientError, ProcessKiller};
 use omabox_agent::message::{BackgroundStatus, ProcessExit};
 use omabox_contract::PortError;
 use omabox_sandbox::{
-    DuplexKillSignal, ProcessLogs, ProcessSignal, ProcessStatus, SandboxDuplexProcessControl,
-    SandboxProcessControl, SandboxProcessExit,
+    DuplexKillSignal, OutOfMemory, ProcessLogs, ProcessSignal, ProcessStatus,
+    SandboxDuplexProcessControl, SandboxProcessControl, SandboxProcessExit,
 };
 
-use crate::error::DockerError;
+/// How a backend turns an agent's failure of `op` on `target` into a port error (its own
+/// error type's text and kind).
+pub type AgentErrorFn = fn(op: &'static str, target: String, source: ClientError) -> PortError;
 
 /// How long a duplex kill waits for the exit before escalating to `SIGKILL` (and after
 /// it).
 const KILL_WAIT: Duration = Duration::from_secs(2);
 
-/// The port's exit of a process the agent reported as `exit` (no OOM note: see the module
-/// doc).
-pub(crate) fn sandbox_exit(exit: &ProcessExit) -> SandboxProcessExit {
+/// The port's exit of a process the agent reported as `exit`; `out_of_memory` when the
+/// sandbox's memory cgroup counted an OOM kill while it ran, taken only for a SIGKILL (what
+/// the OOM killer sends); `None` for a backend that counts no OOM kill per process.
+pub fn sandbox_exit(exit: &ProcessExit, out_of_memory: Option<OutOfMemory>) -> SandboxProcessExit {
+    let killed = exit.signal.as_deref() == Some("SIGKILL") || exit.code == Some(137);
     SandboxProcessExit {
         code: exit.code,
         signal: exit.signal.clone(),
-        out_of_memory: None,
+        out_of_memory: out_of_memory.filter(|_| killed),
     }
 }
 
-pub(crate) type ExitFuture = Shared<BoxFuture<'static, Result<SandboxProcessExit, PortError>>>;
+/// A process's exit, awaited by any number of callers.
+pub type ExitFuture = Shared<BoxFuture<'static, Result<SandboxProcessExit, PortError>>>;
 
 /// Signals a duplex process and waits for it to go.
-pub(crate) struct DuplexControl {
-    pub(crate) killer: ProcessKiller,
-    pub(crate) exited: ExitFuture,
+pub struct DuplexControl {
+    /// Sends the process group a signal.
+    pub killer: ProcessKiller,
+    /// Its exit.
+    pub exited: ExitFuture,
+    /// The backend's error for a failed kill.
+    pub agent_error: AgentErrorFn,
+}
+
+impl std::fmt::Debug for DuplexControl {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DuplexControl").finish_non_exhaustive()
+    }
 }
 
 impl DuplexControl {
@@ -61,22 +73,14 @@ impl SandboxDuplexProcessControl for DuplexControl {
         }
         self.killer
             .kill(signal.as_str())
-            .map_err(|source| DockerError::Agent {
-                op: "kill",
-                target: signal.as_str().to_owned(),
-                source,
-            })?;
+            .map_err(|source| (self.agent_error)("kill", signal.as_str().to_owned(), source))?;
         if self.exited_within(KILL_WAIT).await {
             return Ok(());
         }
         if signal != DuplexKillSignal::Kill {
             self.killer
                 .kill("SIGKILL")
-                .map_err(|source| DockerError::Agent {
-                    op: "kill",
-                    target: "SIGKILL".to_owned(),
-                    source,
-                })?;
+                .map_err(|source| (self.agent_error)("kill", "SIGKILL".to_owned(), source))?;
             self.exited_within(KILL_WAIT).await;
         }
         Ok(())
@@ -84,14 +88,25 @@ impl SandboxDuplexProcessControl for DuplexControl {
 }
 
 /// A background process kept by the agent.
-pub(crate) struct BackgroundControl {
-    pub(crate) process: BackgroundProcess,
+pub struct BackgroundControl {
+    /// The agent's handle of it.
+    pub process: BackgroundProcess,
+    /// The backend's error for a failed request.
+    pub agent_error: AgentErrorFn,
+}
+
+impl std::fmt::Debug for BackgroundControl {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BackgroundControl")
+            .field("id", &self.process.id())
+            .finish_non_exhaustive()
+    }
 }
 
 impl BackgroundControl {
     fn error(&self, op: &'static str) -> impl FnOnce(ClientError) -> PortError {
-        let target = self.process.id().to_owned();
-        move |source| DockerError::Agent { op, target, source }.into()
+        let (target, agent_error) = (self.process.id().to_owned(), self.agent_error);
+        move |source| agent_error(op, target, source)
     }
 }
 
