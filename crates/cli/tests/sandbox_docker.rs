@@ -9,6 +9,8 @@ use std::io::Write as _;
 use std::process::{Command, Output, Stdio};
 
 mod common;
+#[path = "../../backends/linux/tests/internet/mod.rs"]
+mod internet;
 
 use common::omabox_bin;
 use omabox_backend_docker::{Engine, HOST_LABEL};
@@ -365,6 +367,91 @@ fn omabox_run_backend_docker_reaches_the_inference_gateway_and_nothing_else_of_t
     assert!(
         stderr.contains(&format!("url=http://127.0.0.1:{gateway}/")),
         "{stderr}"
+    );
+    assert_eq!(rig.containers(), 0, "every container is removed");
+}
+
+#[test]
+fn omabox_run_backend_docker_injects_a_credential_the_container_never_holds() {
+    const SECRET: &str = "omabox-cli-docker-secret-5c1a";
+    const CURL: &str = "/usr/bin/curl";
+    const BUNDLE: &str = "/etc/ssl/certs/ca-certificates.crt";
+    let curl = (!std::path::Path::new(CURL).is_file())
+        .then(|| format!("{CURL} is needed (apt-get install curl)"));
+    if !require_capability(missing().or(curl)) {
+        return;
+    }
+    let rig = rig();
+    // An image with the host's curl, its libraries and CA bundle, and busybox as sh.
+    let mut files = omabox_test_support::registry::host_files(&[CURL, BUNDLE]);
+    let busybox = std::fs::read(BUSYBOX).unwrap();
+    files.push(("bin/busybox".into(), busybox.clone()));
+    files.push(("bin/sh".into(), busybox));
+    files.push(("tmp/.keep".into(), Vec::new()));
+    let entries: Vec<(&str, u32, &[u8])> = files
+        .iter()
+        .map(|(path, bytes)| (path.as_str(), 0o755, bytes.as_slice()))
+        .collect();
+    rig._registry
+        .push_image("test/curl", "1", &[tar_layer(&entries)]);
+    let image = format!("{}/test/curl:1", rig._registry.host());
+    let inet = internet::Internet::new();
+    let origin = internet::https::Origin::start(&inet, SECRET);
+    let omabox = |args: &[&str]| {
+        let mut command = Command::new(omabox_bin());
+        command
+            .arg("--data-dir")
+            .arg(rig.data.path())
+            .args(args)
+            .env("DOCKER_HOST", rig.dockerd.host())
+            .env("OMABOX_LINUX_IMAGE", &image)
+            .env("OMABOX_TEST_MODE", "1")
+            .env("OMABOX_LINUX_TEST_HOSTS", format!("api.test={}", inet.far))
+            .env("SSL_CERT_FILE", origin.ca_path())
+            .env_remove("SANDBOX_IMAGE")
+            .env_remove("OMABOX_LINUX_NETWORK")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        command
+    };
+    let mut put = omabox(&["vault", "put", "api-token"]).spawn().unwrap();
+    put.stdin
+        .take()
+        .unwrap()
+        .write_all(SECRET.as_bytes())
+        .unwrap();
+    let put = put.wait_with_output().unwrap();
+    assert!(put.status.success(), "{}", text(&put.stderr));
+    let environment = rig.data.path().join("env.json");
+    std::fs::write(
+        &environment,
+        r#"{"networking":{"type":"limited","allowed_hosts":["api.test"]}}"#,
+    )
+    .unwrap();
+    let mut run = omabox(&[
+        "run",
+        "--json",
+        "--backend",
+        "docker",
+        "--session",
+        "cred",
+        "--environment",
+        environment.to_str().unwrap(),
+        "--credential",
+        "api.test=api-token",
+        "--",
+        "sh",
+        "-c",
+        "curl -fsS -m 10 https://api.test/hello.txt 2>&1",
+    ]);
+    let output = run.stdin(Stdio::null()).output().unwrap();
+    let (stdout, stderr) = (text(&output.stdout), text(&output.stderr));
+    assert!(output.status.success(), "stderr: {stderr}");
+    assert!(stderr.contains("hello from api"), "{stderr}");
+    assert!(
+        !stdout.contains(SECRET) && !stderr.contains(SECRET),
+        "the secret was printed"
     );
     assert_eq!(rig.containers(), 0, "every container is removed");
 }

@@ -63,6 +63,10 @@ pub struct DockerConfig {
     pub exec_timeout: Duration,
     /// What the container may reach (`none` by default: loopback only).
     pub network: DockerNetwork,
+    /// Test mode only (the caller's check): `NAME=IP,...` answered before the host's
+    /// resolver for the container's network, for tests whose servers live in namespaces
+    /// they made.
+    pub test_hosts: Option<String>,
 }
 
 impl DockerConfig {
@@ -78,6 +82,7 @@ impl DockerConfig {
             outputs: None,
             exec_timeout: crate::port::DEFAULT_EXEC_TIMEOUT,
             network: DockerNetwork::default(),
+            test_hosts: None,
         }
     }
 }

@@ -102,6 +102,9 @@ pub enum DockerError {
     /// The host side of the container's network failed to start or change.
     #[error("the container's network")]
     Network(#[source] omabox_sandbox_net::NetworkError),
+    /// The test hosts are not `NAME=IP,...`.
+    #[error("test hosts: {0}")]
+    TestHosts(String),
     /// The image's CA bundle is larger than omabox reads.
     #[error("the container's {path} is larger than {max} bytes")]
     CaBundle {

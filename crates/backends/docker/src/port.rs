@@ -100,7 +100,14 @@ impl DockerSandboxPort {
         config: &DockerConfig,
         id: &str,
     ) -> Result<Self, DockerError> {
-        Self::start_resolving(engine, config, id, Arc::new(SystemResolver)).await
+        let resolver: Arc<dyn Resolver> = match &config.test_hosts {
+            Some(hosts) => Arc::new(
+                omabox_egress::FixedNames::parse(hosts, Arc::new(SystemResolver))
+                    .map_err(DockerError::TestHosts)?,
+            ),
+            None => Arc::new(SystemResolver),
+        };
+        Self::start_resolving(engine, config, id, resolver).await
     }
 
     /// [`start`](Self::start) with the container's names resolved by `resolver` instead of

@@ -10,7 +10,6 @@ mod common;
 mod internet;
 
 use std::net::IpAddr;
-use std::process::Command;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -36,26 +35,10 @@ fn missing() -> Option<String> {
     })
 }
 
-/// The files of an image running the host's curl: it, every library `ldd` names, busybox.
+/// The files of an image running the host's curl: it, the libraries it links, the host's
+/// CA bundle, busybox.
 fn curl_image_files() -> Vec<(String, Vec<u8>)> {
-    let ldd = Command::new("ldd").arg(CURL).output().expect("ldd");
-    let mut paths: Vec<String> = String::from_utf8_lossy(&ldd.stdout)
-        .lines()
-        .filter_map(|line| {
-            line.split_whitespace()
-                .find(|word| word.starts_with('/'))
-                .map(str::to_owned)
-        })
-        .collect();
-    paths.push(CURL.into());
-    paths.push(HOST_BUNDLE.into());
-    let mut files: Vec<(String, Vec<u8>)> = paths
-        .into_iter()
-        .map(|p| {
-            let bytes = std::fs::read(&p).unwrap_or_else(|e| panic!("{p}: {e}"));
-            (p.trim_start_matches('/').to_owned(), bytes)
-        })
-        .collect();
+    let mut files = omabox_test_support::registry::host_files(&[CURL, HOST_BUNDLE]);
     let busybox = std::fs::read("/bin/busybox").unwrap();
     files.push(("bin/busybox".into(), busybox.clone()));
     files.push(("bin/sh".into(), busybox));

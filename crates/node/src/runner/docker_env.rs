@@ -8,6 +8,8 @@
 //! | else an inference gateway (given or served) | `limited` with nothing allowed: the gateway only |
 //! | else | `none` (loopback only) |
 //!
+//! In test mode, `linux_test_hosts` names answered before the host's resolver.
+//!
 //! A gateway is reached at `127.0.0.1:<its port>` (and by its URL's host name) under every
 //! config but `none`; the harness is given the URL it reaches it at. Every config but
 //! `none` needs a local engine (`omabox-backend-docker`'s `network` module).
@@ -28,6 +30,14 @@ pub(super) async fn compose(
     gateway: Option<&str>,
 ) -> anyhow::Result<(DockerConfig, Option<String>)> {
     let mut docker = crate::wiring::docker_config(config)?;
+    if let Some(hosts) = config.given_nonempty(Key::LinuxTestHosts) {
+        if !config.is_test_mode() {
+            anyhow::bail!(
+                "linux_test_hosts (OMABOX_LINUX_TEST_HOSTS) needs test mode (OMABOX_TEST_MODE=1)"
+            );
+        }
+        docker.test_hosts = Some(hosts.to_owned());
+    }
     let route = match gateway {
         Some(url) => Some(environment::gateway_route(url).await?),
         None => None,
