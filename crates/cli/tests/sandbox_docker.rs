@@ -9,6 +9,8 @@ use std::io::Write as _;
 use std::process::{Command, Output, Stdio};
 
 mod common;
+#[path = "../../backends/linux/tests/internet/mod.rs"]
+mod internet;
 
 use common::omabox_bin;
 use omabox_backend_docker::{Engine, HOST_LABEL};
@@ -145,7 +147,7 @@ fn sandbox_run_backend_docker_streams_stdio_and_returns_the_exit_code() {
 }
 
 #[test]
-fn sandbox_run_backend_docker_binds_the_workspace_and_refuses_a_network() {
+fn sandbox_run_backend_docker_binds_the_workspace_and_serves_a_network() {
     if !require_capability(missing()) {
         return;
     }
@@ -170,10 +172,38 @@ fn sandbox_run_backend_docker_binds_the_workspace_and_refuses_a_network() {
         "seed done"
     );
 
-    let out = rig.run(&["--network", "unrestricted", "--", "true"], b"");
+    // `limited`: the host's DNS stub answers in the container, and refuses a name the
+    // policy does not allow (the lookup never leaves the host).
+    let out = rig.run(
+        &[
+            "--network",
+            "limited",
+            "--allow-host",
+            "allowed.test",
+            "--",
+            "sh",
+            "-c",
+            "cat /etc/resolv.conf; busybox nslookup -type=a denied.test 2>&1",
+        ],
+        b"",
+    );
+    let stdout = text(&out.stdout);
+    assert!(stdout.contains("nameserver 127.0.0.1"), "{stdout}");
+    assert!(stdout.contains("REFUSED"), "{stdout}");
+    let out = rig.run(
+        &[
+            "--network",
+            "limited",
+            "--allow-host",
+            "bad host",
+            "--",
+            "true",
+        ],
+        b"",
+    );
     assert_eq!(out.status.code(), Some(2), "a usage error");
     assert!(
-        text(&out.stderr).contains("network none only"),
+        text(&out.stderr).contains("--allow-host"),
         "{}",
         text(&out.stderr)
     );
@@ -281,6 +311,148 @@ fn omabox_run_backend_docker_keeps_the_workspace_between_runs_and_collects_outpu
     assert!(output.status.success(), "stderr: {}", text(&output.stderr));
     assert_eq!(text(&output.stderr).trim(), "one");
     assert_eq!(second["restoredRevision"], 1, "{second}");
+    assert_eq!(rig.containers(), 0, "every container is removed");
+}
+
+#[test]
+fn omabox_run_backend_docker_reaches_the_inference_gateway_and_nothing_else_of_the_host() {
+    if !require_capability(missing()) {
+        return;
+    }
+    let rig = rig();
+    // The gateway, and another service of the host's loopback.
+    let serve = |name: &'static str| {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        std::thread::spawn(move || {
+            for stream in listener.incoming().flatten() {
+                let mut stream = stream;
+                let mut head = [0u8; 1024];
+                let _ = std::io::Read::read(&mut stream, &mut head);
+                let _ =
+                    stream.write_all(format!("HTTP/1.0 200 OK\r\n\r\n{name} saw it\n").as_bytes());
+            }
+        });
+        port
+    };
+    let (gateway, other) = (serve("gateway"), serve("other"));
+    let get = |port: u16| {
+        format!(
+            "printf 'GET / HTTP/1.0\\r\\n\\r\\n' | busybox nc -w 5 127.0.0.1 {port} | busybox tail -n 1"
+        )
+    };
+    let script = format!(
+        "{}; {}; echo url=$HOSTED_INFERENCE_URL",
+        get(gateway),
+        get(other)
+    );
+    let output = Command::new(omabox_bin())
+        .arg("--data-dir")
+        .arg(rig.data.path())
+        .args(["run", "--json", "--backend", "docker", "--session", "gw"])
+        .arg("--inference-gateway")
+        .arg(format!("http://127.0.0.1:{gateway}/"))
+        .args(["--", "sh", "-c", &script])
+        .env("DOCKER_HOST", rig.dockerd.host())
+        .env("OMABOX_LINUX_IMAGE", &rig.image)
+        .env_remove("SANDBOX_IMAGE")
+        .env_remove("OMABOX_LINUX_NETWORK")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let stderr = text(&output.stderr);
+    assert!(output.status.success(), "stderr: {stderr}");
+    assert!(stderr.contains("gateway saw it"), "{stderr}");
+    assert!(!stderr.contains("other saw it"), "{stderr}");
+    assert!(
+        stderr.contains(&format!("url=http://127.0.0.1:{gateway}/")),
+        "{stderr}"
+    );
+    assert_eq!(rig.containers(), 0, "every container is removed");
+}
+
+#[test]
+fn omabox_run_backend_docker_injects_a_credential_the_container_never_holds() {
+    const SECRET: &str = "omabox-cli-docker-secret-5c1a";
+    const CURL: &str = "/usr/bin/curl";
+    const BUNDLE: &str = "/etc/ssl/certs/ca-certificates.crt";
+    let curl = (!std::path::Path::new(CURL).is_file())
+        .then(|| format!("{CURL} is needed (apt-get install curl)"));
+    if !require_capability(missing().or(curl)) {
+        return;
+    }
+    let rig = rig();
+    // An image with the host's curl, its libraries and CA bundle, and busybox as sh.
+    let mut files = omabox_test_support::registry::host_files(&[CURL, BUNDLE]);
+    let busybox = std::fs::read(BUSYBOX).unwrap();
+    files.push(("bin/busybox".into(), busybox.clone()));
+    files.push(("bin/sh".into(), busybox));
+    files.push(("tmp/.keep".into(), Vec::new()));
+    let entries: Vec<(&str, u32, &[u8])> = files
+        .iter()
+        .map(|(path, bytes)| (path.as_str(), 0o755, bytes.as_slice()))
+        .collect();
+    rig._registry
+        .push_image("test/curl", "1", &[tar_layer(&entries)]);
+    let image = format!("{}/test/curl:1", rig._registry.host());
+    let inet = internet::Internet::new();
+    let origin = internet::https::Origin::start(&inet, SECRET);
+    let omabox = |args: &[&str]| {
+        let mut command = Command::new(omabox_bin());
+        command
+            .arg("--data-dir")
+            .arg(rig.data.path())
+            .args(args)
+            .env("DOCKER_HOST", rig.dockerd.host())
+            .env("OMABOX_LINUX_IMAGE", &image)
+            .env("OMABOX_TEST_MODE", "1")
+            .env("OMABOX_LINUX_TEST_HOSTS", format!("api.test={}", inet.far))
+            .env("SSL_CERT_FILE", origin.ca_path())
+            .env_remove("SANDBOX_IMAGE")
+            .env_remove("OMABOX_LINUX_NETWORK")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        command
+    };
+    let mut put = omabox(&["vault", "put", "api-token"]).spawn().unwrap();
+    put.stdin
+        .take()
+        .unwrap()
+        .write_all(SECRET.as_bytes())
+        .unwrap();
+    let put = put.wait_with_output().unwrap();
+    assert!(put.status.success(), "{}", text(&put.stderr));
+    let environment = rig.data.path().join("env.json");
+    std::fs::write(
+        &environment,
+        r#"{"networking":{"type":"limited","allowed_hosts":["api.test"]}}"#,
+    )
+    .unwrap();
+    let mut run = omabox(&[
+        "run",
+        "--json",
+        "--backend",
+        "docker",
+        "--session",
+        "cred",
+        "--environment",
+        environment.to_str().unwrap(),
+        "--credential",
+        "api.test=api-token",
+        "--",
+        "sh",
+        "-c",
+        "curl -fsS -m 10 https://api.test/hello.txt 2>&1",
+    ]);
+    let output = run.stdin(Stdio::null()).output().unwrap();
+    let (stdout, stderr) = (text(&output.stdout), text(&output.stderr));
+    assert!(output.status.success(), "stderr: {stderr}");
+    assert!(stderr.contains("hello from api"), "{stderr}");
+    assert!(
+        !stdout.contains(SECRET) && !stderr.contains(SECRET),
+        "the secret was printed"
+    );
     assert_eq!(rig.containers(), 0, "every container is removed");
 }
 

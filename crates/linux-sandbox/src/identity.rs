@@ -137,3 +137,19 @@ impl SandboxIdentity {
         Ok(out)
     }
 }
+
+impl SandboxIdentity {
+    /// A pidfd for this sandbox's init, verified to be this identity's process (boot id and
+    /// start time re-checked after opening it, so it cannot refer to a recycled pid): what
+    /// `omabox-sandbox-net` enters the sandbox's network namespace through.
+    pub fn pidfd(&self) -> io::Result<std::os::fd::OwnedFd> {
+        let pidfd = sys::pidfd_open(self.pid)?;
+        if !self.is_alive() {
+            return Err(io::Error::new(
+                io::ErrorKind::NotFound,
+                format!("sandbox {} is not running", self.id),
+            ));
+        }
+        Ok(pidfd)
+    }
+}

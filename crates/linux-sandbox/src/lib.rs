@@ -7,7 +7,8 @@
 //! `omabox-contract` (the networking config a plan carries) and `omabox-agent` (the PID 1
 //! it serves): the backend that makes plans, resolves images, builds environment layers
 //! and wires the network is `omabox-backend-linux`, which hands this crate a rootfs path
-//! and a plan, and binds its own sockets in a sandbox's namespace through [`netns`].
+//! and a plan, and binds its own sockets in a sandbox's namespace through
+//! `omabox-sandbox-net`.
 //!
 //! # What a running sandbox guarantees
 //!
@@ -25,7 +26,7 @@
 //! - Its memory, task count and CPU are bounded by its own cgroup (v1 or v2), which the
 //!   sandbox joins before it runs any code the plan controls.
 //! - Its network namespace has loopback only and no route out. What it reaches beyond
-//!   that is what the host binds inside it ([`netns`]; the backend's `SandboxNetwork`, for
+//!   that is what the host binds inside it (`omabox-sandbox-net`'s `SandboxNetwork`, for
 //!   every networking config but `none`): a DNS stub and relay listeners that admit by name.
 //! - Every process runs with no capabilities in any set, locked securebits,
 //!   `no_new_privs`, a seccomp filter refusing mount/keyring/bpf/perf/module/ptrace/
@@ -55,7 +56,6 @@ mod identity;
 pub mod idmap;
 pub mod image_use;
 pub mod leftovers;
-pub mod netns;
 pub mod oneshot;
 pub mod plan;
 pub mod probe;
@@ -63,7 +63,6 @@ pub mod runtime_dir;
 mod sandbox;
 #[doc(hidden)]
 pub mod setup;
-pub mod sk_lookup;
 mod spawn;
 mod state_dir;
 mod sys;

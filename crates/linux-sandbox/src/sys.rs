@@ -213,33 +213,6 @@ pub(crate) fn loopback_up() -> io::Result<()> {
     check(unsafe { libc::ioctl(sock.as_raw_fd(), libc::SIOCSIFFLAGS as libc::Ioctl, &req) })
 }
 
-/// Adds `address` to the loopback interface as the alias `lo:1` (class-A netmask, inside
-/// 127.0.0.0/8 it changes no route). Why: glibc's `getaddrinfo` with `AI_ADDRCONFIG`
-/// (used by `getent ahosts`, apt and others) returns no IPv4 address at all unless the
-/// namespace has an IPv4 address other than 127.0.0.1, and a sandbox's namespace has only
-/// that one.
-pub fn loopback_alias(address: std::net::Ipv4Addr) -> io::Result<()> {
-    let (sock, mut req) = interface_request(b"lo:1\0")?;
-    let sin = libc::sockaddr_in {
-        sin_family: libc::AF_INET as libc::sa_family_t,
-        sin_port: 0,
-        sin_addr: libc::in_addr {
-            s_addr: u32::from(address).to_be(),
-        },
-        sin_zero: [0; 8],
-    };
-    // SAFETY: ifru_addr is a `sockaddr`, which a `sockaddr_in` fits exactly (both 16
-    // bytes); the write covers only that union member.
-    unsafe {
-        std::ptr::write(
-            std::ptr::addr_of_mut!(req.ifr_ifru.ifru_addr).cast::<libc::sockaddr_in>(),
-            sin,
-        );
-    }
-    // SAFETY: SIOCSIFADDR reads the valid `req`.
-    check(unsafe { libc::ioctl(sock.as_raw_fd(), libc::SIOCSIFADDR as libc::Ioctl, &req) })
-}
-
 /// `pidfd_open(2)`.
 pub(crate) fn pidfd_open(pid: i32) -> io::Result<OwnedFd> {
     // SAFETY: pidfd_open takes integers; a non-negative result is a new fd we own.

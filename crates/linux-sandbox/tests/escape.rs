@@ -10,7 +10,7 @@ use std::io::Read as _;
 use std::os::fd::AsFd as _;
 use std::time::Duration;
 
-use omabox_linux_sandbox::netns;
+use omabox_sandbox_net::netns;
 
 use common::{Sandboxed, can_run, test_plan};
 

@@ -148,7 +148,7 @@ pub struct DriverInputs {
     pub usage: Option<Arc<dyn UsageLedgerPort>>,
     /// Variables merged over the harness process's env at spawn time (the session token).
     pub harness_env: Option<Arc<dyn HarnessEnvSource>>,
-    /// Credential egress of linux sandboxes (`omabox run --credential`).
+    /// Credential egress of linux and docker sandboxes (`omabox run --credential`).
     pub credential_egress: Option<omabox_backend_linux::managed::CredentialEgressOptions>,
     /// Run the `ama_worker` lane as the ACP harness (`omabox run --acp-command`).
     pub acp: Option<AcpInputs>,
@@ -309,6 +309,7 @@ pub async fn provider_driver(
                     outputs,
                     readiness_timeout: None,
                     harness_output,
+                    credential_egress,
                 },
             )
             .await

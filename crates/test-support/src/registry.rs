@@ -506,3 +506,31 @@ pub fn busybox_layer(busybox: &[u8]) -> Vec<u8> {
     }
     builder.into_inner().expect("tar")
 }
+
+/// The files of a layer running host programs: each of `paths` (a program, a data file)
+/// and every library `ldd` names for it, at their host paths (symbolic links followed), as
+/// `(path without the leading /, bytes)`. For an image with the host's `curl`, say.
+pub fn host_files(paths: &[&str]) -> Vec<(String, Vec<u8>)> {
+    let mut all: Vec<String> = Vec::new();
+    for path in paths {
+        let ldd = Command::new("ldd").arg(path).output().expect("run ldd");
+        all.extend(
+            String::from_utf8_lossy(&ldd.stdout)
+                .lines()
+                .filter_map(|line| {
+                    line.split_whitespace()
+                        .find(|word| word.starts_with('/'))
+                        .map(str::to_owned)
+                }),
+        );
+        all.push((*path).to_owned());
+    }
+    all.sort();
+    all.dedup();
+    all.into_iter()
+        .map(|p| {
+            let bytes = std::fs::read(&p).unwrap_or_else(|e| panic!("{p}: {e}"));
+            (p.trim_start_matches('/').to_owned(), bytes)
+        })
+        .collect()
+}

@@ -172,6 +172,7 @@ async fn the_docker_row_matches_the_live_docker_driver() {
             outputs: Arc::new(FilesystemSessionOutputPort::new(data.path()).unwrap()),
             readiness_timeout: None,
             harness_output: None,
+            credential_egress: None,
         },
     )
     .await
@@ -187,4 +188,44 @@ fn assert_managed_and_appendable(row: ManagedRuntimeProviderConformance) {
     let mut catalog = ConformanceCatalog::openma();
     catalog.extend([row]).expect("a new id");
     assert!(catalog.require(&id).is_ok());
+}
+
+#[tokio::test]
+async fn the_docker_driver_enforces_credential_egress_when_given_rules() {
+    use omabox_backend_docker::managed::DockerManagedRuntimeOptions;
+    use omabox_backend_docker::{DockerConfig, Engine};
+    use omabox_backend_linux::credential_egress::{CredentialEgress, EgressCredential};
+    use omabox_backend_linux::managed::CredentialEgressOptions;
+    // Building the driver sends nothing to the engine.
+    let engine = Engine::connect_pinned("tcp://127.0.0.1:9").expect("engine");
+    let data = tempfile::tempdir().unwrap();
+    let options = |credential_egress| DockerManagedRuntimeOptions {
+        engine: engine.clone(),
+        config: DockerConfig::new("busybox", omabox_backend_docker::host::current()),
+        workspace: Arc::new(FilesystemWorkspacePort::new(data.path()).unwrap()),
+        outputs: Arc::new(FilesystemSessionOutputPort::new(data.path()).unwrap()),
+        readiness_timeout: None,
+        harness_output: None,
+        credential_egress,
+    };
+    let plain = omabox_backend_docker::managed::managed_runtime_provider_driver(options(None))
+        .await
+        .expect("docker driver");
+    assert_eq!(
+        plain.descriptor().credential_egress,
+        omabox_contract::CredentialEgressCapabilities::unsupported()
+    );
+    let egress = CredentialEgressOptions {
+        vault: Arc::new(omabox_store::MemoryVault::new()),
+        rules: vec![EgressCredential::parse("api.test=token").unwrap()],
+        upstream_roots: Some(Vec::new()),
+    };
+    let driver =
+        omabox_backend_docker::managed::managed_runtime_provider_driver(options(Some(egress)))
+            .await
+            .expect("docker driver");
+    assert_eq!(
+        driver.descriptor().credential_egress,
+        CredentialEgress::capabilities_value()
+    );
 }

@@ -28,17 +28,23 @@ pub fn conformance_row() -> ManagedRuntimeProviderConformance {
             "content_addressed_workspace_checkpoint",
             "container_name_reap",
             "dead_host_label_reap",
+            "network_egress_policy",
+            "credential_egress_https",
         ],
         &[
             "provider_suspend_resume",
             "process_memory_checkpoint",
-            "network_egress_policy",
-            "credential_egress_https",
+            "network_egress_policy_remote_engine",
+            "credential_egress_http_tcp",
             "user_namespace",
         ],
         Some(
-            "Containers of the Docker Engine at DOCKER_HOST (omabox-agent as PID 1); network \
-             none only; attach only from the creating process.",
+            "Containers of the Docker Engine at DOCKER_HOST (omabox-agent as PID 1); attach \
+             only from the creating process. Networking none/limited/unrestricted and the \
+             gateway: enforced by name on the host (DNS stub and relay bound in the \
+             container's own network-none namespace), for a local engine only (a remote one \
+             refuses any config but none); credential egress enforced for HTTPS when the \
+             driver is given rules (omabox run --credential), as on linux.",
         ),
     )
 }

@@ -5,6 +5,8 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use crate::network::DockerNetwork;
+
 /// The label naming a container's sandbox id.
 pub const SANDBOX_LABEL: &str = "omabox.sandbox";
 
@@ -59,6 +61,12 @@ pub struct DockerConfig {
     pub outputs: Option<PathBuf>,
     /// Exec timeout when the caller gives none.
     pub exec_timeout: Duration,
+    /// What the container may reach (`none` by default: loopback only).
+    pub network: DockerNetwork,
+    /// Test mode only (the caller's check): `NAME=IP,...` answered before the host's
+    /// resolver for the container's network, for tests whose servers live in namespaces
+    /// they made.
+    pub test_hosts: Option<String>,
 }
 
 impl DockerConfig {
@@ -73,6 +81,8 @@ impl DockerConfig {
             workspace: None,
             outputs: None,
             exec_timeout: crate::port::DEFAULT_EXEC_TIMEOUT,
+            network: DockerNetwork::default(),
+            test_hosts: None,
         }
     }
 }

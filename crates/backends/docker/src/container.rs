@@ -62,6 +62,17 @@ pub fn container_body(config: &DockerConfig, id: &str) -> ContainerCreateBody {
     if let Some(outputs) = &config.outputs {
         bind(outputs, OUTPUTS);
     }
+    // Docker lets a container's uid 0 bind any port (the sysctl is 0 in its namespace);
+    // 1024 is the kernel's default, so without NET_BIND_SERVICE the container cannot take
+    // the ports the host binds there for its network (53, 80, 443, the catch-all's).
+    let sysctls = HashMap::from([(
+        "net.ipv4.ip_unprivileged_port_start".to_owned(),
+        "1024".to_owned(),
+    )]);
+    // Under a config that reaches out, the host's DNS stub answers at 127.0.0.1 inside
+    // (the engine writes `/etc/resolv.conf`; with the network disabled it writes none).
+    let reaches_out = config.network.reaches_out();
+    let dns = reaches_out.then(|| vec!["127.0.0.1".to_owned()]);
     let limits = &config.limits;
     let memory = i64::try_from(limits.memory_bytes).unwrap_or(i64::MAX);
     let host_config = HostConfig {
@@ -70,6 +81,8 @@ pub fn container_body(config: &DockerConfig, id: &str) -> ContainerCreateBody {
         cap_add: Some(CAPABILITIES.iter().map(|c| (*c).to_owned()).collect()),
         security_opt: Some(vec!["no-new-privileges".to_owned()]),
         network_mode: Some("none".to_owned()),
+        dns,
+        sysctls: Some(sysctls),
         ipc_mode: Some("private".to_owned()),
         // The agent is PID 1 and reaps; docker's init would sit between it and the engine.
         init: Some(false),
@@ -101,7 +114,7 @@ pub fn container_body(config: &DockerConfig, id: &str) -> ContainerCreateBody {
         // Stdin closes when the attach stream ends: the agent exits with its host.
         stdin_once: Some(true),
         tty: Some(false),
-        network_disabled: Some(true),
+        network_disabled: Some(!reaches_out),
         host_config: Some(host_config),
         ..Default::default()
     }

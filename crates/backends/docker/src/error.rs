@@ -76,6 +76,48 @@ pub enum DockerError {
         /// How long the host waited.
         waited: Duration,
     },
+    /// The networking config does not compile (a bad host entry).
+    #[error("networking: {0}")]
+    Networking(omabox_contract::networking::NetworkingError),
+    /// A networking config other than `none` on an engine that is not on this machine:
+    /// the host serves a container's network inside its namespace, which it can only do
+    /// for a local engine's containers.
+    #[error(
+        "networking other than none needs a local Docker Engine (a unix socket); the engine at {host} is not local"
+    )]
+    RemoteNetwork {
+        /// The engine's address.
+        host: String,
+    },
+    /// The container's network namespace could not be opened from this host (its PID 1 is
+    /// gone, or is not a process of this host's pid namespace).
+    #[error("could not open the network namespace of container {id}")]
+    Namespace {
+        /// Container id.
+        id: String,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The host side of the container's network failed to start or change.
+    #[error("the container's network")]
+    Network(#[source] omabox_sandbox_net::NetworkError),
+    /// The test hosts are not `NAME=IP,...`.
+    #[error("test hosts: {0}")]
+    TestHosts(String),
+    /// The image's CA bundle is larger than omabox reads.
+    #[error("the container's {path} is larger than {max} bytes")]
+    CaBundle {
+        /// The bundle's path in the container.
+        path: &'static str,
+        /// The cap.
+        max: usize,
+    },
+    /// The sandbox was started under networking `none`: it has no network to change.
+    #[error(
+        "the sandbox was started with networking none; start it with another config to change its network later"
+    )]
+    NoNetwork,
     /// The sandbox was destroyed; it accepts no more work.
     #[error("the docker sandbox {id} was destroyed")]
     Destroyed {
@@ -99,6 +141,9 @@ impl From<DockerError> for PortError {
     fn from(error: DockerError) -> Self {
         let message = chain(&error);
         let invalid = matches!(
+            &error,
+            DockerError::Networking(_) | DockerError::RemoteNetwork { .. } | DockerError::NoNetwork
+        ) || matches!(
             &error,
             DockerError::Agent { source, .. }
                 if matches!(

@@ -22,7 +22,12 @@
 //! - no privilege: not privileged, every capability dropped but the seven the agent's
 //!   file and process operations need (`CHOWN`, `DAC_OVERRIDE`, `FOWNER`, `FSETID`,
 //!   `KILL`, `SETGID`, `SETUID`), `no-new-privileges`, a private IPC namespace;
-//! - network mode `none` (the only networking served so far: a loopback interface only);
+//! - network mode `none`: a namespace with a loopback interface only; under a networking
+//!   config other than `none` the host serves the DNS stub, the egress relay and the
+//!   gateway inside it ([`network`]; a local engine only), and the sysctl
+//!   `net.ipv4.ip_unprivileged_port_start=1024` keeps the ports it binds there its own;
+//!   credential egress ([`DockerSandboxPort::attach_credentials`], the managed driver's
+//!   port) is the linux backend's, shared through `omabox-sandbox-net`;
 //! - memory, CPU and pids limits;
 //! - the only host paths it sees are the bindings: the workspace at `/workspace` and,
 //!   when given, the Session outputs at `/mnt/session/outputs`.
@@ -37,7 +42,8 @@
 //!   path that is not a binding the caller named.
 //! - Put an environment value in an error or log line (they may be secrets), or the
 //!   container's output unbounded in memory.
-//! - Depend on the host, the store, the CLI or another backend.
+//! - Depend on the host, the store, the CLI or another backend (the enforced network is
+//!   `omabox-sandbox-net`'s, shared with the linux backend).
 
 pub mod catalog;
 pub mod config;
@@ -47,10 +53,13 @@ mod error;
 /// Host ids (shared with the other backends: `omabox_sandbox::host_id`).
 pub use omabox_sandbox::host_id as host;
 pub mod managed;
+pub mod network;
 mod port;
 pub mod reap;
 
 pub use config::{AGENT_BINARY, DockerConfig, DockerLimits, HOST_LABEL, SANDBOX_LABEL};
 pub use engine::Engine;
 pub use error::{DockerError, describe};
+pub use network::DockerNetwork;
+pub use omabox_sandbox_net::GatewayAccess;
 pub use port::{DEFAULT_EXEC_TIMEOUT, DockerSandboxPort, PROVIDER};

@@ -30,6 +30,8 @@ use omabox_sandbox::managed::{
 };
 use omabox_sandbox::{SandboxPort, SandboxRuntimeStatus};
 
+use omabox_sandbox_net::credential_egress::{CredentialEgress, CredentialEgressOptions};
+
 use crate::config::DockerConfig;
 use crate::engine::Engine;
 use crate::port::{DockerSandboxPort, PROVIDER};
@@ -167,6 +169,18 @@ impl ManagedSandboxProvider for DockerManagedProvider {
     }
 }
 
+impl omabox_sandbox_net::credential_egress::LiveSandboxes for DockerManagedProvider {
+    fn live_target(
+        &self,
+        id: &str,
+    ) -> Option<Arc<dyn omabox_sandbox_net::credential_egress::CredentialTarget>> {
+        live()
+            .get(id)
+            .cloned()
+            .map(|port| port as Arc<dyn omabox_sandbox_net::credential_egress::CredentialTarget>)
+    }
+}
+
 /// Options of the `docker` provider driver.
 #[derive(Clone)]
 pub struct DockerManagedRuntimeOptions {
@@ -182,6 +196,9 @@ pub struct DockerManagedRuntimeOptions {
     pub readiness_timeout: Option<Duration>,
     /// Where harness output goes as it arrives.
     pub harness_output: Option<Arc<dyn HarnessOutputSink>>,
+    /// Credential egress: vault secrets injected for bound hosts (see
+    /// [`omabox_sandbox_net::credential_egress`]; needs a network). `None`: `unsupported`.
+    pub credential_egress: Option<CredentialEgressOptions>,
 }
 
 impl std::fmt::Debug for DockerManagedRuntimeOptions {
@@ -199,12 +216,26 @@ pub async fn managed_runtime_provider_driver(
     options: DockerManagedRuntimeOptions,
 ) -> Result<ProviderManagedRuntimeDriver, PortError> {
     let provider = Arc::new(DockerManagedProvider::new(options.engine, options.config));
-    ProviderManagedRuntimeDriver::new(ProviderManagedRuntimeDriverOptions {
-        provider,
+    let driver = ProviderManagedRuntimeDriver::new(ProviderManagedRuntimeDriverOptions {
+        provider: Arc::clone(&provider) as _,
         workspace: options.workspace,
         outputs: options.outputs,
         readiness_timeout: options.readiness_timeout,
         harness_output: options.harness_output,
     })
-    .await
+    .await?;
+    Ok(match options.credential_egress {
+        None => driver,
+        Some(egress) => {
+            let roots = egress
+                .upstream_roots
+                .unwrap_or_else(|| std::fs::read(HOST_CA_BUNDLE).unwrap_or_default());
+            let port = CredentialEgress::new(PROVIDER, provider, egress.vault, egress.rules, roots);
+            driver.with_credential_egress(Arc::new(port), CredentialEgress::capabilities_value())
+        }
+    })
 }
+
+/// The host's CA bundle: what upstream servers are checked against unless the operator
+/// gives other roots.
+const HOST_CA_BUNDLE: &str = "/etc/ssl/certs/ca-certificates.crt";

@@ -10,7 +10,9 @@
 //! Really implemented: duplex processes (streamed stdin with EOF, stdout and stderr,
 //! `SIGTERM`/`SIGKILL`, `{code, signal}`), background processes (kill, logs, status), file
 //! bytes, env vars for later execs, destroy, the Session outputs mount (only when an
-//! outputs directory is bound), and a runtime port with empty capability lists. Not
+//! outputs directory is bound), a runtime port with empty capability lists, and beyond the
+//! seam the live network policy ([`DockerSandboxPort::set_networking`]) and credential
+//! egress ([`DockerSandboxPort::attach_credentials`]). Not
 //! offered: memory mounts, OOM notes on exits (docker reports OOM kills per container, not
 //! per command).
 //!
@@ -42,9 +44,15 @@ use omabox_sandbox::{
     SessionOutputMountCapabilities, SessionOutputMountDurability, SessionOutputMountRequest,
 };
 
+use omabox_contract::networking::NetworkPolicy;
+use omabox_egress::{Resolver, SystemResolver};
+use omabox_sandbox_net::SandboxNetwork;
+use omabox_sandbox_net::credential_egress::{CA_ENV, CredentialTarget};
+
 use crate::config::DockerConfig;
 use crate::engine::Engine;
 use crate::error::DockerError;
+use crate::network::DockerNetwork;
 use omabox_agent_port::{AgentFailure, PortErrorOf};
 
 /// The provider name of docker sandboxes (`--backend docker`, runtime handles).
@@ -52,6 +60,16 @@ pub const PROVIDER: &str = "docker";
 
 /// Timeout of [`SandboxPort::exec`] when the caller gives none.
 pub const DEFAULT_EXEC_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// Where a container trusts a credential egress binding's CA: its own bundle plus that CA
+/// (the CA variables name it).
+pub const SANDBOX_CA_FILE: &str = "/tmp/.omabox/ca-certificates.crt";
+
+/// The bundle a container's image usually trusts (Debian's and Alpine's path).
+const IMAGE_CA_BUNDLE: &str = "/etc/ssl/certs/ca-certificates.crt";
+
+/// The largest image CA bundle read (Debian's is about 200 KiB).
+const CA_BUNDLE_MAX: usize = 4 << 20;
 
 /// How long the host waits for the agent beyond a command's own timeout.
 const AGENT_GRACE: Duration = Duration::from_secs(10);
@@ -67,18 +85,63 @@ pub struct DockerSandboxPort {
     session_outputs: bool,
     destroyed: AtomicBool,
     teardown: tokio::sync::Mutex<()>,
+    /// The host side of its network (`None` under networking `none`); dropping it closes
+    /// everything bound in the container's namespace.
+    network: std::sync::Mutex<Option<SandboxNetwork>>,
 }
 
 impl DockerSandboxPort {
-    /// Makes the image present, then starts sandbox `id`'s container from `config` and
-    /// connects to its agent. Nothing is left behind when this fails.
+    /// Makes the image present, then starts sandbox `id`'s container from `config`,
+    /// connects to its agent and, under a networking config other than `none`, serves its
+    /// network (see [`crate::network`]). Nothing is left behind when this fails.
     pub async fn start(
         engine: &Engine,
         config: &DockerConfig,
         id: &str,
     ) -> Result<Self, DockerError> {
+        let resolver: Arc<dyn Resolver> = match &config.test_hosts {
+            Some(hosts) => Arc::new(
+                omabox_egress::FixedNames::parse(hosts, Arc::new(SystemResolver))
+                    .map_err(DockerError::TestHosts)?,
+            ),
+            None => Arc::new(SystemResolver),
+        };
+        Self::start_resolving(engine, config, id, resolver).await
+    }
+
+    /// [`start`](Self::start) with the container's names resolved by `resolver` instead of
+    /// the host's resolver (tests stand up their own "internet").
+    pub async fn start_resolving(
+        engine: &Engine,
+        config: &DockerConfig,
+        id: &str,
+        resolver: Arc<dyn Resolver>,
+    ) -> Result<Self, DockerError> {
+        crate::network::check(engine, &config.network)?;
         engine.ensure_image(&config.image).await?;
         let started = crate::container::start(engine, config, id).await?;
+        // The agent runs nothing until asked: no process of the container sees its
+        // namespace before the host's listeners are there.
+        let network = if config.network.reaches_out() {
+            let served = crate::network::start(
+                engine,
+                &started.container,
+                &config.network,
+                config.limits.memory_bytes,
+                resolver,
+            )
+            .await;
+            match served {
+                Ok(network) => Some(network),
+                Err(e) => {
+                    // The start's error is the one to report (the label reaps the rest).
+                    let _ = engine.remove_container(&started.container).await;
+                    return Err(e);
+                }
+            }
+        } else {
+            None
+        };
         Ok(Self {
             engine: engine.clone(),
             id: id.to_owned(),
@@ -88,7 +151,89 @@ impl DockerSandboxPort {
             session_outputs: config.outputs.is_some(),
             destroyed: AtomicBool::new(false),
             teardown: tokio::sync::Mutex::new(()),
+            network: std::sync::Mutex::new(network),
         })
+    }
+
+    /// Changes what the live container may reach (see [`SandboxNetwork::set_policy`];
+    /// the gateway stays as it was started). A sandbox started under `none` has no
+    /// network to change ([`DockerError::NoNetwork`]).
+    pub fn set_networking(&self, network: &DockerNetwork) -> Result<(), DockerError> {
+        self.check_open()?;
+        let policy = network.policy().map_err(DockerError::Networking)?;
+        let slot = self.network.lock().unwrap_or_else(|e| e.into_inner());
+        match slot.as_ref() {
+            Some(served) => served.set_policy(policy).map_err(DockerError::Network),
+            None => Err(DockerError::NoNetwork),
+        }
+    }
+
+    /// Attaches a credential egress binding's `credentials` (see
+    /// [`omabox_sandbox_net::credential_egress`]): the relay intercepts their hosts, and
+    /// every process started afterwards trusts their CA through [`SANDBOX_CA_FILE`] (the
+    /// container's own bundle, read inside it, plus that CA) and the usual CA variables.
+    /// Needs a network.
+    pub async fn attach_credentials(
+        &self,
+        credentials: Arc<omabox_egress::intercept::Credentials>,
+    ) -> Result<(), DockerError> {
+        self.check_open()?;
+        if self
+            .network
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .is_none()
+        {
+            return Err(DockerError::NoNetwork);
+        }
+        // The image's bundle, whatever it holds, is the container's own trust; a missing
+        // one is none. Capped: the image is not ours.
+        let mut bundle = self
+            .client
+            .read_file_bytes(IMAGE_CA_BUNDLE)
+            .await
+            .unwrap_or_default();
+        if bundle.len() > CA_BUNDLE_MAX {
+            return Err(DockerError::CaBundle {
+                path: IMAGE_CA_BUNDLE,
+                max: CA_BUNDLE_MAX,
+            });
+        }
+        if !bundle.is_empty() && !bundle.ends_with(b"\n") {
+            bundle.push(b'\n');
+        }
+        bundle.extend_from_slice(credentials.ca_pem().as_bytes());
+        self.client
+            .write_file_bytes(
+                SANDBOX_CA_FILE,
+                Bytes::from(bundle),
+                WriteOptions::default(),
+            )
+            .await
+            .map_err(self.agent_error("write file", SANDBOX_CA_FILE))?;
+        let vars = CA_ENV
+            .iter()
+            .map(|key| ((*key).to_owned(), Some(SANDBOX_CA_FILE.to_owned())));
+        self.client
+            .set_env(vars)
+            .await
+            .map_err(self.agent_error("set env vars", "CA variables"))?;
+        let slot = self.network.lock().unwrap_or_else(|e| e.into_inner());
+        match slot.as_ref() {
+            Some(network) => {
+                network.set_credentials(Some(credentials));
+                Ok(())
+            }
+            None => Err(DockerError::NoNetwork),
+        }
+    }
+
+    /// The policy the container's network applies now (`none` when it has none).
+    pub fn network_policy(&self) -> Arc<NetworkPolicy> {
+        let slot = self.network.lock().unwrap_or_else(|e| e.into_inner());
+        slot.as_ref()
+            .map(SandboxNetwork::policy)
+            .unwrap_or_else(|| Arc::new(NetworkPolicy::None))
     }
 
     /// Sandbox id (the container's `omabox.sandbox` label).
@@ -126,6 +271,13 @@ impl DockerSandboxPort {
         }
         self.engine.remove_container(&self.container).await?;
         self.destroyed.store(true, Ordering::Release);
+        // Its namespace is gone with the container; the host's tasks and sockets go too.
+        drop(
+            self.network
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .take(),
+        );
         Ok(())
     }
 
@@ -404,5 +556,15 @@ impl SandboxRuntimePort for DockerSandboxPort {
         Err(PortError::capability(format!(
             "docker sandboxes take no checkpoints yet ({kind:?} requested; runtimeCapabilities().checkpoint is empty)"
         )))
+    }
+}
+
+#[async_trait]
+impl CredentialTarget for DockerSandboxPort {
+    async fn attach_credentials(
+        &self,
+        credentials: Arc<omabox_egress::intercept::Credentials>,
+    ) -> Result<(), PortError> {
+        Ok(DockerSandboxPort::attach_credentials(self, credentials).await?)
     }
 }

@@ -4,70 +4,13 @@
 //! The agent binary must be built (`cargo build -p omabox-agent`; the workspace's test run
 //! builds it); a missing engine, registry, busybox or agent skips, and fails under CI.
 
-use omabox_backend_docker::config::locate_agent;
+mod common;
+
+use common::{config, missing, rig};
 use omabox_backend_docker::reap::reap_dead_hosts;
 use omabox_backend_docker::{DockerConfig, DockerSandboxPort, Engine, HOST_LABEL, SANDBOX_LABEL};
 use omabox_sandbox::SandboxPort as _;
-use omabox_test_support::dockerd::TestDockerd;
-use omabox_test_support::registry::{TestRegistry, tar_layer};
 use omabox_test_support::require_capability;
-
-const BUSYBOX: &str = "/bin/busybox";
-
-fn missing() -> Option<String> {
-    TestRegistry::missing()
-        .or_else(|| {
-            let static_busybox = std::fs::read(BUSYBOX)
-                .map(|b| !b.windows(14).any(|w| w == b"/lib64/ld-linu"))
-                .unwrap_or(false);
-            (!static_busybox).then(|| {
-                format!("{BUSYBOX} is not a static busybox (apt-get install busybox-static)")
-            })
-        })
-        .or_else(|| {
-            locate_agent(None).err().map(|tried| {
-                format!("omabox-agent is not built (tried {tried}; cargo build -p omabox-agent)")
-            })
-        })
-        .or_else(TestDockerd::missing)
-}
-
-/// An engine, a registry, and the busybox image pushed to it (its reference).
-struct Rig {
-    engine: Engine,
-    image: String,
-    _dockerd: TestDockerd,
-    _registry: TestRegistry,
-}
-
-async fn rig() -> Rig {
-    let registry = TestRegistry::start();
-    let busybox = std::fs::read(BUSYBOX).unwrap();
-    registry.push_image(
-        "test/busybox",
-        "1",
-        &[tar_layer(&[
-            ("bin/busybox", 0o755, &busybox),
-            ("bin/sh", 0o755, &busybox),
-            ("tmp/.keep", 0o644, b""),
-        ])],
-    );
-    let dockerd = TestDockerd::start();
-    let engine = Engine::connect(&dockerd.host()).await.unwrap();
-    Rig {
-        engine,
-        image: format!("{}/test/busybox:1", registry.host()),
-        _dockerd: dockerd,
-        _registry: registry,
-    }
-}
-
-fn config(rig: &Rig, host: &str) -> DockerConfig {
-    DockerConfig {
-        agent_binary: locate_agent(None).unwrap(),
-        ..DockerConfig::new(rig.image.clone(), host)
-    }
-}
 
 async fn inspect(engine: &Engine, container: &str) -> serde_json::Value {
     let inspected = engine

@@ -33,8 +33,9 @@ pub mod network;
 pub mod port;
 
 pub use omabox_linux_sandbox::{
-    cgroup, handoff, idmap, image_use, leftovers, netns, oneshot, plan, probe, runtime_dir,
+    cgroup, handoff, idmap, image_use, leftovers, oneshot, plan, probe, runtime_dir,
 };
+pub use omabox_sandbox_net::netns;
 
 pub use image::{CachedImage, ImageCache, ImageError, ImageKind, ResolvedImage};
 pub use network::{NetworkError, SandboxNetwork};

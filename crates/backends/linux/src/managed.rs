@@ -109,8 +109,11 @@ impl LinuxManagedProvider {
 }
 
 impl crate::credential_egress::LiveSandboxes for LinuxManagedProvider {
-    fn live_port(&self, id: &str) -> Option<Arc<LinuxSandboxPort>> {
-        self.live().get(id).cloned()
+    fn live_target(&self, id: &str) -> Option<Arc<dyn crate::credential_egress::CredentialTarget>> {
+        self.live()
+            .get(id)
+            .cloned()
+            .map(|port| port as Arc<dyn crate::credential_egress::CredentialTarget>)
     }
 }
 
@@ -239,23 +242,7 @@ pub struct LinuxManagedRuntimeOptions {
 }
 
 /// What the credential egress port of the driver injects, from where.
-#[derive(Clone)]
-pub struct CredentialEgressOptions {
-    /// Where the secrets are read (at every attach).
-    pub vault: Arc<dyn omabox_contract::VaultSecretPort>,
-    /// The bindings' rules.
-    pub rules: Vec<crate::credential_egress::EgressCredential>,
-    /// PEM roots upstream servers are checked against (`None`: the host's bundle).
-    pub upstream_roots: Option<Vec<u8>>,
-}
-
-impl std::fmt::Debug for CredentialEgressOptions {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("CredentialEgressOptions")
-            .field("rules", &self.rules)
-            .finish_non_exhaustive()
-    }
-}
+pub use omabox_sandbox_net::credential_egress::CredentialEgressOptions;
 
 impl std::fmt::Debug for LinuxManagedRuntimeOptions {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -283,7 +270,7 @@ pub async fn managed_runtime_provider_driver(
     Ok(match options.credential_egress {
         None => driver,
         Some(egress) => {
-            let port = crate::credential_egress::LinuxCredentialEgress::new(
+            let port = crate::credential_egress::linux_credential_egress(
                 provider,
                 egress.vault,
                 egress.rules,
@@ -291,7 +278,7 @@ pub async fn managed_runtime_provider_driver(
             );
             driver.with_credential_egress(
                 Arc::new(port),
-                crate::credential_egress::LinuxCredentialEgress::capabilities_value(),
+                crate::credential_egress::CredentialEgress::capabilities_value(),
             )
         }
     })

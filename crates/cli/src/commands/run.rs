@@ -55,7 +55,9 @@
 //! `networking`; without it the operator's `OMABOX_LINUX_NETWORK`, else `limited` with
 //! nothing allowed but the gateway. The gateway is reachable from the sandbox under every
 //! policy but `none`, and `HOSTED_INFERENCE_URL` is a URL that works from there
-//! ([`omabox_node::environment`]).
+//! ([`omabox_node::environment`]). Docker (`--backend docker`, a local engine): the same,
+//! but without an environment or operator setting the network is `none` unless the run has
+//! a gateway (then `limited` with nothing allowed but it).
 //!
 //! Session inputs (`--resource`, `--session-json`; [`omabox_node::session_inputs`]): the session
 //! snapshot's resources, materialized by the sandbox crate's generic materializer after
@@ -135,10 +137,10 @@ pub struct RunArgs {
     #[arg(long, value_name = "FILE")]
     environment: Option<PathBuf>,
     /// Inject a vault secret into the sandbox's HTTPS requests to HOST (under PREFIX):
-    /// `HOST[/PREFIX]=SECRET[:bearer|basic|token]` (repeatable; linux; PREFIX matches whole
-    /// path segments). The host must be allowed by the networking, else the run is refused
-    /// before it starts. The sandbox never holds the secret; the work item then requires
-    /// enforced credential egress.
+    /// `HOST[/PREFIX]=SECRET[:bearer|basic|token]` (repeatable; linux, or docker on a local
+    /// engine; PREFIX matches whole path segments). The host must be allowed by the
+    /// networking, else the run is refused before it starts. The sandbox never holds the
+    /// secret; the work item then requires enforced credential egress.
     #[arg(long = "credential", value_name = "HOST[/PREFIX]=SECRET",
           value_parser = omabox_backend_linux::credential_egress::EgressCredential::parse)]
     credentials: Vec<omabox_backend_linux::credential_egress::EgressCredential>,
@@ -542,8 +544,10 @@ fn request(args: &RunArgs) -> anyhow::Result<Request> {
         process.clone_from(&agent.process);
     }
     if !args.credentials.is_empty() {
-        if args.backend != Backend::Linux {
-            anyhow::bail!("--credential needs the linux backend (its enforced egress path)");
+        if !matches!(args.backend, Backend::Linux | Backend::Docker) {
+            anyhow::bail!(
+                "--credential needs the linux or docker backend (their enforced egress path)"
+            );
         }
         profile.credential_egress = Some(omabox_contract::CredentialEgressProfile {
             requirement: omabox_contract::CredentialEgressRequirement::Required,

@@ -13,8 +13,8 @@
 //! one-shot path (`one_shot.rs`) without a network, else the factory's port. Any other
 //! `--backend` name goes through the `SANDBOX_PROVIDER` map ([`wiring::sandbox_factories`]:
 //! local-subprocess only in test mode) with an env map, but `docker`, a container of the
-//! engine at `DOCKER_HOST` (`docker.rs`: `--image` needed, network `none` only); the
-//! command runs as a duplex process. While it runs:
+//! engine at `DOCKER_HOST` (`docker.rs`: `--image` needed; a network other than `none` on a
+//! local engine only); the command runs as a duplex process. While it runs:
 //!
 //! - its stdout and stderr are copied byte for byte to ours, as they arrive;
 //! - our stdin is copied to its stdin until EOF (a closed or `/dev/null` stdin is EOF at

@@ -26,6 +26,7 @@
 //! the process environment (the settings are the [`NodeConfig`]'s), or put a session token,
 //! a model key or a vault value anywhere but the harness env and the proxy.
 
+mod docker_env;
 mod linux_env;
 mod observer;
 
@@ -266,6 +267,13 @@ impl Runner {
             linux = linux_env::prepare(&factory, composed, &notices).await?;
             harness_gateway = sandbox_url.or(harness_gateway);
         }
+        let mut docker = None;
+        if backend == Backend::Docker {
+            let (composed, sandbox_url) =
+                docker_env::compose(config, environment.as_ref(), gateway.as_deref()).await?;
+            harness_gateway = sandbox_url.or(harness_gateway);
+            docker = Some(composed);
+        }
         // The roots real servers are checked against under credential egress: SSL_CERT_FILE's
         // bundle when set (the usual knob for a host behind its own CA), else the system's.
         let upstream_roots =
@@ -338,9 +346,7 @@ impl Runner {
                 }),
                 packages: environment.as_ref().and_then(|e| e.packages.clone()),
                 memory_stores: Some(Arc::new(memory_stores.clone()) as _),
-                docker: (backend == Backend::Docker)
-                    .then(|| wiring::docker_config(config))
-                    .transpose()?,
+                docker,
                 acp: acp.as_ref().map(|acp| AcpInputs {
                     turn: acp.turn.clone(),
                     events: observers
@@ -432,13 +438,6 @@ fn refuse_on_docker(environment: Option<&EnvironmentConfig>) -> anyhow::Result<(
     };
     if environment.packages.as_ref().is_some_and(|p| !p.is_empty()) {
         anyhow::bail!("--environment packages: not served by the docker backend yet");
-    }
-    if environment
-        .networking
-        .as_ref()
-        .is_some_and(|n| !matches!(n, omabox_contract::networking::NetworkingConfig::None))
-    {
-        anyhow::bail!("--environment networking: the docker backend serves networking none only");
     }
     if environment
         .dockerfile

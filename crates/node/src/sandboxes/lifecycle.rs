@@ -140,8 +140,8 @@ impl SandboxHost {
                     .into(),
             ),
             omabox_backend_linux::port::LinuxPortError::Network(
-                omabox_backend_linux::NetworkError::Plan(plan),
-            ) => SandboxServiceError::BadRequest(plan.to_string()),
+                omabox_backend_linux::NetworkError::Policy(bad),
+            ) => SandboxServiceError::BadRequest(format!("networking: {bad}")),
             other => internal(format!("cannot change the sandbox's network: {}", startup_error(&other))),
         })
     }

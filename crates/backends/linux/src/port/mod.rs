@@ -221,7 +221,8 @@ impl LinuxSandboxPort {
                 .pidfd()
                 .map_err(NetworkError::Sandbox)
                 .and_then(|pidfd| {
-                    SandboxNetwork::start(pidfd, &plan.network, plan.limits.memory_bytes, resolver)
+                    let setup = crate::network::setup(&plan.network, plan.limits.memory_bytes)?;
+                    SandboxNetwork::start(pidfd, setup, resolver)
                 });
             match started {
                 Ok(network) => Some(network),
@@ -256,8 +257,8 @@ impl LinuxSandboxPort {
         self.check_open()?;
         let slot = self.network.lock().unwrap_or_else(|e| e.into_inner());
         match slot.as_ref() {
-            Some(network) => network
-                .set_policy(networking)
+            Some(network) => crate::network::policy(networking)
+                .and_then(|policy| network.set_policy(policy))
                 .map_err(LinuxPortError::Network),
             None => Err(LinuxPortError::Network(NetworkError::NotStarted)),
         }

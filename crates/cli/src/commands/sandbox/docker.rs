@@ -2,18 +2,23 @@
 //! at `DOCKER_HOST` (omabox-backend-docker), from `--image` (the `image` setting): a
 //! registry reference the engine pulls, or an image the engine has. The workspace
 //! (`--workspace`, else a temporary directory) is bound at `/workspace`; `--memory`,
-//! `--pids` and `--cpus` are the container's limits; the network is `none` (the only one
-//! the docker backend serves yet, so any other is refused, never silently dropped).
+//! `--pids` and `--cpus` are the container's limits; the network is `--network` (with
+//! `--allow-host`, `--allow-package-managers`), else the `linux_network` setting, else
+//! `none`: under `limited`/`unrestricted` the host serves the container's DNS stub and
+//! egress relay in its namespace (a local engine only; a remote one refuses it).
 
 use std::sync::Arc;
 
-use omabox_backend_docker::{DockerConfig, DockerLimits, DockerSandboxPort, Engine};
+use omabox_backend_docker::{
+    DockerConfig, DockerError, DockerLimits, DockerNetwork, DockerSandboxPort, Engine,
+};
+use omabox_contract::networking::NetworkingConfig;
 use omabox_node::NodeConfig;
 use omabox_node::config::Key;
 use omabox_node::temp_workspace::Workspace;
 use omabox_sandbox::SandboxPort;
 
-use super::{Failure, RunArgs, choose_workspace, networking, parse_millicpus, reaches_out};
+use super::{Failure, RunArgs, choose_workspace, networking, parse_millicpus};
 
 /// The container of this command, started, with its workspace.
 pub(super) async fn create_docker(
@@ -45,10 +50,13 @@ pub(super) async fn create_docker(
         Ok(port) => Ok((Arc::new(port) as Arc<dyn SandboxPort>, workspace)),
         Err(e) => {
             let _ = workspace.finish();
-            Err(Failure::omabox(format!(
-                "could not create the sandbox: {}",
-                omabox_backend_docker::describe(&e)
-            )))
+            let said = omabox_backend_docker::describe(&e);
+            Err(match e {
+                DockerError::RemoteNetwork { .. } | DockerError::Networking(_) => {
+                    Failure::usage(said)
+                }
+                _ => Failure::omabox(format!("could not create the sandbox: {said}")),
+            })
         }
     }
 }
@@ -56,13 +64,7 @@ pub(super) async fn create_docker(
 /// The container's config from the flags and settings; a usage error for what the docker
 /// backend does not serve.
 fn docker_config(args: &RunArgs, config: &NodeConfig) -> Result<DockerConfig, Failure> {
-    networking(args)?;
-    if reaches_out(args, config) {
-        return Err(Failure::usage(
-            "the docker backend serves network none only (yet): drop --network, --allow-host and \
-             --allow-package-managers, or use the linux backend",
-        ));
-    }
+    let network = docker_network(args, config)?;
     let Some(image) = config.given_nonempty(Key::Image) else {
         return Err(Failure::usage(
             "the docker backend needs an image: --image REF (a registry reference, or an image \
@@ -92,6 +94,21 @@ fn docker_config(args: &RunArgs, config: &NodeConfig) -> Result<DockerConfig, Fa
     }
     Ok(DockerConfig {
         limits,
+        network,
         ..DockerConfig::new(image, omabox_backend_docker::host::current())
     })
+}
+
+/// The network flags, else the `linux_network` setting, else `none`.
+fn docker_network(args: &RunArgs, config: &NodeConfig) -> Result<DockerNetwork, Failure> {
+    let network = match networking(args)? {
+        Some(json) => serde_json::from_str::<NetworkingConfig>(&json)
+            .map_err(|e| Failure::omabox(format!("decoding the network flags: {e}")))?,
+        None => match config.given_nonempty(Key::LinuxNetwork) {
+            Some(text) => omabox_backend_linux::factory::parse_networking(text)
+                .map_err(|e| Failure::usage(format!("linux_network: {e}")))?,
+            None => NetworkingConfig::None,
+        },
+    };
+    Ok(DockerNetwork::new(network))
 }
