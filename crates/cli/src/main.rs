@@ -269,8 +269,8 @@ impl Command {
             Command::Fsck(_) => "fsck",
             Command::Gc(_) => "gc",
             Command::Reap(_) => "reap",
-            Command::Serve(_) => "serve",
             Command::Run(_)
+            | Command::Serve(_)
             | Command::Vault(_)
             | Command::Sessions(_)
             | Command::Workspace(_)

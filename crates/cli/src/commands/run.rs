@@ -338,6 +338,7 @@ pub async fn run(
             inference_config: args.inference_config.clone(),
         }),
         inference_gateway: args.inference_gateway.clone(),
+        queued: None,
     };
 
     let bars = ProgressBars::for_stderr().map(|bars| Arc::new(bars) as Arc<dyn ProgressObserver>);
