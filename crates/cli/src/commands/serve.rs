@@ -165,12 +165,12 @@ pub async fn run(
     // The data directory's SQLite store, or the PostgreSQL one `database_url` names (whose
     // run queue several serve hosts share).
     let store = omabox_node::store_choice::open(settings, data_dir).await?;
-    let blobs = Arc::new(BlobStore::new(data_dir.root()).with_context(|| {
-        format!(
-            "cannot open the blob store in {}",
-            data_dir.root().display()
-        )
-    })?);
+    // `--blob-dir` (shared by hosts) or the data dir's: serve only reads it.
+    let blob_dir = data_dir.blobs();
+    let blobs = Arc::new(
+        BlobStore::at(&blob_dir)
+            .with_context(|| format!("cannot open the blob store in {}", blob_dir.display()))?,
+    );
     let files = PublishedSessionFiles::new(
         Arc::new(StorePublications(store.clone())),
         Arc::clone(&blobs),
