@@ -218,3 +218,69 @@ fn bad_run_requests_get_the_proxys_errors_and_credentials_show_nowhere() {
         );
     }
 }
+
+#[test]
+fn a_run_cancelled_by_a_serve_shutdown_is_run_again_by_the_next_server() {
+    if !common::linux_available() {
+        return;
+    }
+    let dirs = common::TestDirs::new("serve-runs-stop");
+    let with_short_claims = |dirs: &common::TestDirs| {
+        let mut command = dirs.command(&["serve", "--listen", "127.0.0.1:0"]);
+        command
+            .env("OMABOX_API_KEY", KEY)
+            .env("OMABOX_LEASE_TTL_MS", "1000")
+            .env_remove("OMABOX_LOG");
+        Serve::start(command)
+    };
+    let first = with_short_claims(&dirs);
+    let run_id = submit(
+        &first.addr,
+        "stopped",
+        r#"{"command": ["sh", "-c", "echo attempt >> tries; sleep 30"]}"#,
+    );
+    let start = Instant::now();
+    loop {
+        let (_, body) = request(
+            &first.addr,
+            Some(KEY),
+            "GET",
+            &format!("/v1/runs/{run_id}"),
+            "",
+        );
+        if json(&body)["status"] == "running" {
+            break;
+        }
+        assert!(start.elapsed() < Duration::from_secs(300), "{body}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // SIGTERM: serve cancels the run (its sandbox cleaned up) and exits 0, the run left
+    // claimed; the next server claims it once the claim expired and runs it again.
+    first.stop();
+    let second = with_short_claims(&dirs);
+    let (_, body) = request(
+        &second.addr,
+        Some(KEY),
+        "GET",
+        &format!("/v1/runs/{run_id}"),
+        "",
+    );
+    assert_ne!(json(&body)["status"], "failed", "{body}");
+    let start = Instant::now();
+    loop {
+        let (_, body) = request(
+            &second.addr,
+            Some(KEY),
+            "GET",
+            &format!("/v1/runs/{run_id}"),
+            "",
+        );
+        let run = json(&body);
+        if run["attempts"].as_u64() >= Some(2) && run["status"] == "running" {
+            break;
+        }
+        assert!(start.elapsed() < Duration::from_secs(300), "{run}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    second.stop();
+}
