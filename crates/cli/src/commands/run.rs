@@ -532,10 +532,8 @@ fn request(args: &RunArgs) -> anyhow::Result<Request> {
             None => work_profile::for_command(&args.command, args.supervised),
         },
     };
-    if let (Some(agent), HarnessDriverDeclaration::AmaWorker { process }) =
-        (args.known_agent(), &mut profile.driver)
-    {
-        process.env = Some(agent.env());
+    if let Some(agent) = args.known_agent() {
+        work_profile::set_agent_env(&mut profile, agent);
     }
     if let (Some(agent), HarnessDriverDeclaration::AmaWorker { process }) =
         (&oma_agent, &mut profile.driver)
@@ -546,9 +544,7 @@ fn request(args: &RunArgs) -> anyhow::Result<Request> {
         if args.backend != Backend::Linux {
             anyhow::bail!("--credential needs the linux backend (its enforced egress path)");
         }
-        profile.credential_egress = Some(omabox_contract::CredentialEgressProfile {
-            requirement: omabox_contract::CredentialEgressRequirement::Required,
-        });
+        work_profile::require_credential_egress(&mut profile);
     }
     Ok(Request {
         scope: session_scope(session),

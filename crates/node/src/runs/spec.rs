@@ -13,9 +13,6 @@ use crate::{NodeConfig, work_profile};
 use omabox_acp::AcpTurnOptions;
 use omabox_acp::agents::{AGENT_MOUNT, known_agent};
 use omabox_backend_linux::credential_egress::EgressCredential;
-use omabox_contract::{
-    CredentialEgressProfile, CredentialEgressRequirement, HarnessDriverDeclaration,
-};
 use omabox_host::work_item::session_scope;
 use omabox_proxy::runs::RunSpec;
 use std::time::Duration;
@@ -68,9 +65,7 @@ pub fn request(
                 anyhow::bail!("`agent` needs the linux backend (its package is mounted)");
             }
             let mut profile = work_profile::for_command(&agent.command(AGENT_MOUNT), false);
-            if let HarnessDriverDeclaration::AmaWorker { process } = &mut profile.driver {
-                process.env = Some(agent.env());
-            }
+            work_profile::set_agent_env(&mut profile, agent);
             let mut turn = AcpTurnOptions::new(spec.prompt.clone().unwrap_or_default());
             if let Some(ms) = config.number(Key::AcpInitializeTimeoutMs)? {
                 turn.initialize_timeout = Duration::from_millis(ms);
@@ -89,9 +84,7 @@ pub fn request(
         _ => anyhow::bail!("give `command` or `agent`"),
     };
     if !credentials.is_empty() {
-        profile.credential_egress = Some(CredentialEgressProfile {
-            requirement: CredentialEgressRequirement::Required,
-        });
+        work_profile::require_credential_egress(&mut profile);
     }
     Ok(RunRequest {
         backend,
