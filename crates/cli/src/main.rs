@@ -228,7 +228,7 @@ fn run(cli: Cli, config: &NodeConfig) -> anyhow::Result<ExitCode> {
         Command::Catalog(args) => commands::catalog::run(&args),
         Command::Fsck(args) => {
             let data_dir = config.data_dir()?;
-            runtime()?.block_on(commands::fsck::run(&data_dir, &args))
+            runtime()?.block_on(commands::fsck::run(config, &data_dir, &args))
         }
         Command::Gc(args) => {
             let data_dir = config.data_dir()?;
@@ -256,7 +256,6 @@ impl Command {
         match self {
             Command::Gc(_) => Some("gc"),
             Command::Reap(_) => Some("reap"),
-            Command::Serve(_) => Some("serve"),
             _ => None,
         }
     }
@@ -266,11 +265,11 @@ impl Command {
     fn sqlite_only(&self) -> Option<&'static str> {
         Some(match self {
             Command::Files(_) => "files",
-            Command::Fsck(_) => "fsck",
             Command::Gc(_) => "gc",
-            Command::Reap(_) => "reap",
-            Command::Serve(_) => "serve",
             Command::Run(_)
+            | Command::Serve(_)
+            | Command::Fsck(_)
+            | Command::Reap(_)
             | Command::Vault(_)
             | Command::Sessions(_)
             | Command::Workspace(_)

@@ -656,3 +656,75 @@ fn an_agent_without_node_on_the_host_fails_clearly() {
         describe(&output)
     );
 }
+
+/// `{"agent": "claude", "prompt": …}` posted to `omabox serve` (issue 30): the queued run
+/// is the same agent turn as `omabox run --agent claude`, through serve's worker; its ACP
+/// events are in the run's timeline and the operator key in none of them.
+#[test]
+fn claude_runs_as_a_queued_run_posted_to_serve() {
+    let Some(setup) = Setup::new() else { return };
+    const API_KEY: &str = "agents-serve-operator-key";
+    let mut command = setup.command(&["serve", "--listen", "127.0.0.1:0"]);
+    command
+        .env("OMABOX_API_KEY", API_KEY)
+        .env_remove("OMABOX_LOG");
+    let serve = common::serve::Serve::start(command);
+    let call = |method: &str, path: &str, body: &str| -> (u16, String) {
+        use std::io::{Read as _, Write as _};
+        let mut stream = std::net::TcpStream::connect(&serve.addr).unwrap();
+        write!(
+            stream,
+            "{method} {path} HTTP/1.0\r\nhost: {}\r\nauthorization: Bearer {API_KEY}\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
+            serve.addr,
+            body.len()
+        )
+        .unwrap();
+        let mut response = String::new();
+        stream.read_to_string(&mut response).unwrap();
+        let status = response.split(' ').nth(1).unwrap().parse().unwrap();
+        let body = response.split_once("\r\n\r\n").unwrap().1.to_owned();
+        (status, body)
+    };
+    let (status, answer) = call(
+        "POST",
+        "/v1/sessions/agent-over-http/runs",
+        r#"{"agent": "claude", "prompt": "please write the file"}"#,
+    );
+    assert_eq!(status, 201, "{answer}");
+    let run_id = serde_json::from_str::<Value>(&answer).unwrap()["run_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let start = std::time::Instant::now();
+    let run = loop {
+        let (_, body) = call("GET", &format!("/v1/runs/{run_id}"), "");
+        let run: Value = serde_json::from_str(&body).unwrap();
+        if run["status"] == "completed" || run["status"] == "failed" {
+            break run;
+        }
+        assert!(
+            start.elapsed() < std::time::Duration::from_secs(600),
+            "{run}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    };
+    assert_eq!(run["status"], "completed", "{run}");
+    assert_eq!(run["revision"], 1, "{run}");
+    let (_, events) = call("GET", &format!("/v1/runs/{run_id}/events"), "");
+    assert!(events.contains(r#""type":"acp""#), "{events}");
+    assert!(events.contains("toolu_write"), "{events}");
+    assert!(
+        !events.contains(OPERATOR_KEY) && !events.contains("omst_"),
+        "{events}"
+    );
+    let log = serve.stop().join("\n");
+    assert!(
+        !log.contains(OPERATOR_KEY) && !log.contains("omst_"),
+        "{log}"
+    );
+    let exported = setup.export("agent-over-http");
+    assert_eq!(
+        std::fs::read_to_string(exported.path().join("ws/hello.txt")).unwrap(),
+        "written by the agent\n"
+    );
+}

@@ -101,14 +101,14 @@ fn two_hosts_share_vault_usage_and_sessions_in_postgres_and_the_password_shows_n
     assert_eq!(records[0]["seconds"], 42, "{records}");
 
     // A command whose state is not on PostgreSQL yet refuses, instead of using a local file.
-    let fsck = omabox(&host_a, Some(&url), &["fsck"], b"");
-    assert!(!fsck.status.success());
+    let gc = omabox(&host_a, Some(&url), &["gc"], b"");
+    assert!(!gc.status.success());
     assert!(
-        text(&fsck).contains("does not use the PostgreSQL store yet"),
+        text(&gc).contains("does not use the PostgreSQL store yet"),
         "{}",
-        text(&fsck)
+        text(&gc)
     );
-    assert!(!text(&fsck).contains(&password), "{}", text(&fsck));
+    assert!(!text(&gc).contains(&password), "{}", text(&gc));
     for host in [&host_a, &host_b] {
         assert!(!host.join("omabox.db").exists(), "{}", host.display());
     }

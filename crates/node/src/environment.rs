@@ -102,7 +102,9 @@ impl EnvironmentConfig {
         Self::parse(&text).with_context(|| format!("--environment {}", path.display()))
     }
 
-    fn parse(text: &str) -> anyhow::Result<Self> {
+    /// Parses an Environment object or its `config` (JSON text), checked as [`Self::load`]
+    /// checks a file.
+    pub fn parse(text: &str) -> anyhow::Result<Self> {
         let value: serde_json::Value = serde_json::from_str(text).context("not JSON")?;
         // Only an object is an Environment or a config: serde would read a struct from an
         // array too (`[]` as an empty environment), and `null` only by luck of the error.

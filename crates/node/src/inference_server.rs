@@ -101,6 +101,7 @@ pub async fn start(
         // The operator routes are not used by a run; nobody knows this key.
         operator_key: SecretString::new(format!("{:032x}", rand::random::<u128>())),
         sandboxes: None,
+        runs: None,
     })?;
     let listener = tokio::net::TcpListener::bind(("127.0.0.1", 0))
         .await

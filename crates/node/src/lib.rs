@@ -29,6 +29,7 @@ pub mod profile_hint;
 pub mod registry_credentials;
 pub mod revision;
 pub mod runner;
+pub mod runs;
 pub mod sandboxes;
 pub mod session;
 pub mod session_inputs;

@@ -2,7 +2,7 @@
 //! or the PostgreSQL database the `database_url` setting names (`--database-url`,
 //! `OMABOX_DATABASE_URL`; issue 30).
 //!
-//! So far `omabox run`, `vault`, `usage`, `sessions`, `workspace` and `outputs` open it; every other command that
+//! So far `omabox run`, `serve`, `fsck`, `reap` (without its blob collection), `vault`, `usage`, `sessions`, `workspace` and `outputs` open it; every other command that
 //! keeps state refuses to run while `database_url` is set ([`refuse_database_url`]) rather
 //! than quietly using the local SQLite file, which other hosts would not see.
 //!
@@ -16,7 +16,7 @@ use crate::config::{Key, NodeConfig};
 use crate::data_dir::DataDir;
 use anyhow::Context as _;
 use omabox_contract::{
-    RuntimeLeaseJournalPort, RuntimeOrphanPort, RuntimeResourceFencePort,
+    RunQueuePort, RuntimeLeaseJournalPort, RuntimeOrphanPort, RuntimeResourceFencePort,
     RuntimeResourcePublication, RuntimeResourceScope, SessionTokenPort, UsageLedgerPort,
     VaultSecretPort,
 };
@@ -101,6 +101,11 @@ impl ChosenStore {
         port!(self, VaultSecretPort)
     }
 
+    /// The run queue port.
+    pub fn runs(&self) -> Arc<dyn RunQueuePort> {
+        port!(self, RunQueuePort)
+    }
+
     /// The usage ledger port.
     pub fn usage(&self) -> Arc<dyn UsageLedgerPort> {
         port!(self, UsageLedgerPort)
@@ -173,6 +178,23 @@ impl ChosenStore {
         }
     }
 
+    /// Every publication of every work item, newest first per work item.
+    pub async fn publication_history(
+        &self,
+    ) -> anyhow::Result<Vec<(RuntimeResourceScope, RuntimeResourcePublication)>> {
+        match self {
+            Self::Sqlite(store) => {
+                let store = store.clone();
+                Ok(
+                    tokio::task::spawn_blocking(move || store.publication_history())
+                        .await
+                        .context("the store task failed")??,
+                )
+            }
+            Self::Postgres(store) => Ok(store.publication_history().await?),
+        }
+    }
+
     /// Every work item that has published, with its last publication, in scope order.
     pub async fn list_publications(
         &self,
@@ -224,8 +246,8 @@ pub fn refuse_database_url(config: &NodeConfig, command: &str) -> anyhow::Result
         anyhow::bail!(
             "`omabox {command}` does not use the PostgreSQL store yet: unset --database-url / \
              OMABOX_DATABASE_URL to use the data directory's SQLite store (so far only \
-             `omabox run`, `vault`, `usage`, `sessions`, `workspace` and `outputs` use \
-             PostgreSQL)"
+             `omabox run`, `serve`, `fsck`, `reap`, `vault`, `usage`, `sessions`, `workspace` \
+             and `outputs` use PostgreSQL)"
         );
     }
     Ok(())

@@ -45,6 +45,21 @@ pub fn demo() -> ManagedRuntimeProfile {
     )
 }
 
+/// Gives an `ama_worker` harness a known ACP agent's env (its inference adapter's
+/// variables); `omabox run --agent` and a queued `{"agent": …}` run both use it.
+pub fn set_agent_env(profile: &mut ManagedRuntimeProfile, agent: &omabox_acp::agents::KnownAgent) {
+    if let HarnessDriverDeclaration::AmaWorker { process } = &mut profile.driver {
+        process.env = Some(agent.env());
+    }
+}
+
+/// Marks the work item as needing enforced credential egress (a run with credentials).
+pub fn require_credential_egress(profile: &mut ManagedRuntimeProfile) {
+    profile.credential_egress = Some(omabox_contract::CredentialEgressProfile {
+        requirement: omabox_contract::CredentialEgressRequirement::Required,
+    });
+}
+
 /// CMD ARGS in the default profile (see the module doc).
 pub fn for_command(command: &[String], supervised: bool) -> ManagedRuntimeProfile {
     default_profile(process_of(command), supervised)

@@ -202,6 +202,7 @@ fn main() {
             env: [("BENCH_KEY".to_owned(), SecretString::new("upstream-key"))].into(),
             operator_key: SecretString::new("bench-operator-key"),
             sandboxes: None,
+            runs: None,
         })
         .unwrap();
         let proxy = start_proxy(omabox_proxy::router(state)).await;

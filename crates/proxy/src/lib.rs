@@ -29,6 +29,7 @@ pub mod metrics;
 pub mod operator_key;
 pub mod promoted;
 mod routes;
+pub mod runs;
 pub mod server;
 mod state;
 pub mod sub_path;

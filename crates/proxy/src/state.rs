@@ -8,6 +8,7 @@ use crate::files::SessionFilesPort;
 use crate::host_rule::HostRule;
 use crate::inference::UpstreamModel;
 use crate::metrics::Metrics;
+use crate::runs::RunService;
 use omabox_contract::{SecretString, SessionTokenPort, VaultSecretPort};
 use sha2::{Digest, Sha256};
 use std::collections::BTreeMap;
@@ -32,6 +33,9 @@ pub struct ProxyDeps {
     /// The sandboxes of the E2B-compatible routes; `None` answers them 503 (after the
     /// key check).
     pub sandboxes: Option<Arc<dyn SandboxService>>,
+    /// The run queue of `/v1/sessions/{id}/runs` and `/v1/runs/{id}`; `None` answers them
+    /// 400 (after the key check).
+    pub runs: Option<Arc<dyn RunService>>,
 }
 
 impl std::fmt::Debug for ProxyDeps {
@@ -73,6 +77,7 @@ pub(crate) struct Inner {
     pub(crate) env: BTreeMap<String, SecretString>,
     pub(crate) operator_key: SecretString,
     pub(crate) sandboxes: Option<Arc<dyn SandboxService>>,
+    pub(crate) runs: Option<Arc<dyn RunService>>,
     pub(crate) host_rule: HostRule,
     pub(crate) client: reqwest::Client,
     pub(crate) metrics: Metrics,
@@ -117,6 +122,7 @@ impl ProxyState {
                 env: deps.env,
                 operator_key: deps.operator_key,
                 sandboxes: deps.sandboxes,
+                runs: deps.runs,
                 host_rule,
                 client,
                 metrics: Metrics::default(),

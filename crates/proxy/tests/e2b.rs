@@ -278,6 +278,7 @@ fn state(service: Option<Arc<Fake>>) -> ProxyState {
         env: Default::default(),
         operator_key: SecretString::new(KEY),
         sandboxes: service.map(|s| s as Arc<dyn SandboxService>),
+        runs: None,
     })
     .unwrap()
 }
@@ -644,6 +645,7 @@ fn an_empty_operator_key_is_refused_so_an_empty_header_never_authorizes() {
         env: Default::default(),
         operator_key: SecretString::new(key),
         sandboxes: Some(Arc::new(Fake::default()) as Arc<dyn SandboxService>),
+        runs: None,
     };
     for key in ["", " ", "\t"] {
         let Err(error) = ProxyState::new(deps(key)) else {

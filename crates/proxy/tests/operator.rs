@@ -70,6 +70,7 @@ async fn fixture(public_url: Option<&str>) -> Fixture {
         env: Default::default(),
         operator_key: SecretString::new(KEY),
         sandboxes: None,
+        runs: None,
     })
     .unwrap();
     Fixture { state, _dir: dir }

@@ -67,6 +67,7 @@ async fn fixture() -> (Upstream, SocketAddr) {
         env: BTreeMap::new(),
         operator_key: SecretString::new("operator-KEY-777"),
         sandboxes: None,
+        runs: None,
     })
     .unwrap();
     let addr = start_proxy(state).await;

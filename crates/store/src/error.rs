@@ -155,7 +155,11 @@ pub enum StoreError {
     /// A PostgreSQL statement failed (its message and SQLSTATE, never its DETAIL).
     #[error("PostgreSQL store query failed: {0}")]
     Postgres(String),
+    /// A run id given to `enqueue` that the queue already holds.
+    #[error("run {0} is already queued")]
+    DuplicateRun(String),
     /// The blocking worker running the statement failed.
+
     #[error("store worker failed: {0}")]
     Worker(String),
 }

@@ -17,6 +17,11 @@
 //! [`SessionTokenPort`] (`SqliteStore`, [`MemorySessionTokens`]) and [`VaultSecretPort`]
 //! (`SqliteStore`, [`MemoryVault`]).
 //!
+//! The run queue ([`RunQueuePort`], issue 30: runs accepted over HTTP, claimed by any host)
+//! is on all three: [`SqliteStore`], [`PostgresStore`] and [`MemoryRunQueue`] (over a
+//! `MemoryFenceStore`, through which it publishes). A run's publication and the revision it
+//! records on the run are one transaction, taken only while the run's claim is live.
+//!
 //! Both fence stores run the same pure state machine ([`FenceRecord`]), and one behavioural
 //! suite (`tests/ports.rs`) runs against both.
 //!
@@ -74,7 +79,7 @@ pub use clock::{Clock, MAX_TIMESTAMP_MS, ManualClock, SystemClock, iso_millis};
 pub use error::StoreError;
 pub use fence_state::{ActiveFence, FenceRecord, TokenProof};
 pub use memory::{
-    MemoryFenceRecord, MemoryFenceStore, MemoryLeaseJournal, MemoryOrphanStore,
+    MemoryFenceRecord, MemoryFenceStore, MemoryLeaseJournal, MemoryOrphanStore, MemoryRunQueue,
     MemorySessionTokens, MemoryUsageLedger, MemoryVault,
 };
 pub use postgres::{
@@ -91,6 +96,6 @@ pub use token::{RandomTokens, TokenHash, TokenSource};
 
 #[doc(no_inline)]
 pub use omabox_contract::{
-    RuntimeLeaseJournalPort, RuntimeOrphanPort, RuntimeResourceFencePort, SessionTokenPort,
-    UsageLedgerPort, VaultSecretPort,
+    RunQueuePort, RuntimeLeaseJournalPort, RuntimeOrphanPort, RuntimeResourceFencePort,
+    SessionTokenPort, UsageLedgerPort, VaultSecretPort,
 };

@@ -1,6 +1,7 @@
 //! One behavioural suite, three instantiations (memory, SQLite, PostgreSQL): every
 //! fence/orphan store must pass the same contract tests (reference §1.1, §1.11), the same
-//! lease-journal and usage-ledger tests, and the same session-token and vault tests. The
+//! lease-journal and usage-ledger tests, the same session-token and vault tests, and the same
+//! run-queue tests (issue 30). The
 //! PostgreSQL cases start a server each (`omabox_test_support::postgres`), gated by the
 //! capability gate: skipped with a reason locally, a failure under `CI=true`.
 
@@ -65,4 +66,13 @@ port_suite!(
     garbage_tokens_do_not_verify,
     vault_puts_gets_replaces_deletes_and_lists_names,
     vault_errors_never_carry_a_value,
+    runs_are_claimed_in_order_and_end_once,
+    runs_of_one_session_never_overlap,
+    a_host_claims_up_to_its_capacity,
+    an_expired_claim_is_claimed_again_and_the_old_one_refused,
+    eight_claimers_never_claim_a_run_twice,
+    a_run_published_before_its_host_died_is_not_run_again,
+    a_stale_claims_publish_is_lost_after_a_reclaim,
+    a_live_claim_publishes_exactly_once,
+    run_events_are_capped_and_replayed_in_order,
 );

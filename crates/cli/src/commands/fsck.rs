@@ -13,10 +13,11 @@ use crate::terminal_safe::one_line;
 use anyhow::Context;
 use clap::Args;
 use omabox_node::DataDir;
+use omabox_node::NodeConfig;
 use omabox_node::session::check_id;
+use omabox_node::store_choice::ChosenStore;
 use omabox_node::wiring::Persistence;
 use omabox_persistence::{BlobVerifier, Damage, verify_outputs, verify_workspace};
-use omabox_store::SqliteStore;
 use serde::Serialize;
 use std::collections::HashSet;
 use std::process::ExitCode;
@@ -58,11 +59,15 @@ struct FsckReport {
 }
 
 /// Verifies the published revisions.
-pub async fn run(data_dir: &DataDir, args: &FsckArgs) -> anyhow::Result<ExitCode> {
+pub async fn run(
+    config: &NodeConfig,
+    data_dir: &DataDir,
+    args: &FsckArgs,
+) -> anyhow::Result<ExitCode> {
     if let Some(session) = &args.session {
         check_id("--session", session)?;
     }
-    let Some(store) = data_dir.open_existing_store().await? else {
+    let Some(store) = omabox_node::store_choice::open_existing(config, data_dir).await? else {
         if args.json {
             outln!(
                 "{}",
@@ -78,13 +83,10 @@ pub async fn run(data_dir: &DataDir, args: &FsckArgs) -> anyhow::Result<ExitCode
         }
         return Ok(ExitCode::SUCCESS);
     };
-    let history = {
-        let store = store.clone();
-        tokio::task::spawn_blocking(move || store.publication_history())
-            .await
-            .context("the store task failed")?
-            .context("cannot read the publication history")?
-    };
+    let history = store
+        .publication_history()
+        .await
+        .context("cannot read the publication history")?;
     omabox_node::pause_point::pause("fsck-history-read");
     let blobs = Arc::clone(
         Persistence::open(data_dir, None, Default::default())?
@@ -147,15 +149,14 @@ pub async fn run(data_dir: &DataDir, args: &FsckArgs) -> anyhow::Result<ExitCode
 /// no longer there is simply no published revision any more.
 async fn forget_collected(
     mut report: FsckReport,
-    store: &SqliteStore,
+    store: &ChosenStore,
 ) -> anyhow::Result<FsckReport> {
     if report.damaged_revisions == 0 {
         return Ok(report);
     }
-    let store = store.clone();
-    let now = tokio::task::spawn_blocking(move || store.publication_history())
+    let now = store
+        .publication_history()
         .await
-        .context("the store task failed")?
         .context("cannot read the publication history")?;
     let published: HashSet<(String, String, u64)> = now
         .into_iter()

@@ -340,6 +340,7 @@ pub async fn run(
             inference_config: args.inference_config.clone(),
         }),
         inference_gateway: args.inference_gateway.clone(),
+        queued: None,
     };
 
     let bars = ProgressBars::for_stderr().map(|bars| Arc::new(bars) as Arc<dyn ProgressObserver>);
@@ -533,10 +534,8 @@ fn request(args: &RunArgs) -> anyhow::Result<Request> {
             None => work_profile::for_command(&args.command, args.supervised),
         },
     };
-    if let (Some(agent), HarnessDriverDeclaration::AmaWorker { process }) =
-        (args.known_agent(), &mut profile.driver)
-    {
-        process.env = Some(agent.env());
+    if let Some(agent) = args.known_agent() {
+        work_profile::set_agent_env(&mut profile, agent);
     }
     if let (Some(agent), HarnessDriverDeclaration::AmaWorker { process }) =
         (&oma_agent, &mut profile.driver)
@@ -549,9 +548,7 @@ fn request(args: &RunArgs) -> anyhow::Result<Request> {
                 "--credential needs the linux or docker backend (their enforced egress path)"
             );
         }
-        profile.credential_egress = Some(omabox_contract::CredentialEgressProfile {
-            requirement: omabox_contract::CredentialEgressRequirement::Required,
-        });
+        work_profile::require_credential_egress(&mut profile);
     }
     Ok(Request {
         scope: session_scope(session),

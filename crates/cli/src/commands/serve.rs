@@ -6,6 +6,12 @@
 //! hashed). File promotion reads the session's last publication from the same store and blob
 //! store `omabox run` publishes to.
 //!
+//! Runs over HTTP (issue 30; docs/http-api.md): `POST /v1/sessions/{id}/runs` queues a run
+//! in the store's run queue, `GET /v1/runs/{id}` and `/v1/runs/{id}/events` report it; this
+//! process's [`RunWorker`] claims queued runs (at most `--max-runs` at once) and runs them
+//! like `omabox run`. With `--database-url`, every serve host on the database shares the
+//! queue.
+//!
 //! E2B's sandbox control plane (`/sandboxes`, `/v2/sandboxes`; docs/http-api.md) runs linux
 //! sandboxes owned by this process ([`SandboxHost`]); they are killed when serve stops.
 //!
@@ -20,15 +26,16 @@ use clap::Args;
 use omabox_contract::{PortError, RuntimeResourcePublication, SecretString};
 use omabox_host::work_item::session_scope;
 use omabox_node::config::{Flags, Key};
+use omabox_node::runs::{RunQueueService, RunWorker};
 use omabox_node::sandboxes::SandboxHost;
 use omabox_node::session::publication;
-use omabox_node::{DataDir, NodeConfig};
+use omabox_node::store_choice::ChosenStore;
+use omabox_node::{DataDir, NodeConfig, Runner};
 use omabox_persistence::{BlobStore, FilesystemSessionOutputPort, FilesystemWorkspacePort};
 use omabox_proxy::files::{PublicationLookup, PublishedSessionFiles};
 use omabox_proxy::operator_key::{self, KeyOrigin};
 use omabox_proxy::promoted::PromotedStore;
 use omabox_proxy::{ProxyDeps, ProxyState, ServeConfig};
-use omabox_store::SqliteStore;
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -67,6 +74,10 @@ pub struct ServeArgs {
     /// limits.max_body_bytes; default 1048576).
     #[arg(long, value_name = "BYTES")]
     max_body_bytes: Option<usize>,
+    /// Queued runs (`POST /v1/sessions/{id}/runs`) this server runs at once; it claims no
+    /// more from the queue (default 4).
+    #[arg(long, value_name = "N")]
+    max_runs: Option<u64>,
 }
 
 impl ServeArgs {
@@ -91,6 +102,7 @@ impl ServeArgs {
                 Key::ServeMaxBodyBytes,
                 text(self.max_body_bytes.map(|n| n as u64)),
             )
+            .with_some(Key::ServeMaxRuns, text(self.max_runs))
     }
 }
 
@@ -150,15 +162,17 @@ pub async fn run(
             data_dir.root().display()
         )
     })?;
-    let store = Arc::new(data_dir.open_store().await?);
-    let blobs = Arc::new(BlobStore::new(data_dir.root()).with_context(|| {
-        format!(
-            "cannot open the blob store in {}",
-            data_dir.root().display()
-        )
-    })?);
+    // The data directory's SQLite store, or the PostgreSQL one `database_url` names (whose
+    // run queue several serve hosts share).
+    let store = omabox_node::store_choice::open(settings, data_dir).await?;
+    // `--blob-dir` (shared by hosts) or the data dir's: serve only reads it.
+    let blob_dir = data_dir.blobs();
+    let blobs = Arc::new(
+        BlobStore::at(&blob_dir)
+            .with_context(|| format!("cannot open the blob store in {}", blob_dir.display()))?,
+    );
     let files = PublishedSessionFiles::new(
-        Arc::new(StorePublications(Arc::clone(&store))),
+        Arc::new(StorePublications(store.clone())),
         Arc::clone(&blobs),
         Arc::new(FilesystemWorkspacePort::with_store(
             data_dir.root(),
@@ -180,17 +194,34 @@ pub async fn run(
     let (operator_key, key_origin) = operator_key(settings, &config, data_dir)?;
     let sandboxes = SandboxHost::new(settings, data_dir).await?;
     let public_url = config.public_url.clone();
+    let wake = Arc::new(tokio::sync::Notify::new());
+    let runs = RunQueueService::new(store.runs(), settings.clone(), Arc::clone(&wake));
+    let worker = RunWorker::new(
+        store.runs(),
+        Runner::new(settings.clone(), data_dir.clone()),
+        settings.clone(),
+        host_id(),
+        settings.number(Key::ServeMaxRuns)?.unwrap_or(4),
+        wake,
+    )?;
     let state = ProxyState::new(ProxyDeps {
         config,
-        tokens: store.clone(),
-        vault: store,
+        tokens: store.tokens(),
+        vault: store.vault(),
         files: Some(Arc::new(files)),
         env,
         operator_key: operator_key.clone(),
         sandboxes: Some(Arc::new(sandboxes.clone())),
+        runs: Some(Arc::new(runs)),
     })?;
-    // Before anything is announced: a SIGTERM from then on drains and exits cleanly.
-    let shutdown = omabox_proxy::shutdown_signal();
+    // Before anything is announced: a SIGTERM from then on drains and exits cleanly, and
+    // the run worker cancels its runs (left claimed for any host once their claims expire).
+    let signal = omabox_proxy::shutdown_signal();
+    let (stop_worker, worker_stopped) = tokio::sync::oneshot::channel::<()>();
+    let shutdown = async move {
+        signal.await;
+        let _ = stop_worker.send(());
+    };
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await
         .with_context(|| format!("cannot listen on {}", args.listen))?;
@@ -202,9 +233,15 @@ pub async fn run(
             "omabox serve: no public_url configured: only requests whose Host is a loopback name are served"
         );
     }
+    let worker = tokio::spawn(worker.run(async move {
+        let _ = worker_stopped.await;
+    }));
     let served = omabox_proxy::serve(listener, omabox_proxy::router(state), &limits, shutdown)
         .await
         .context("the server failed");
+    if let Err(error) = worker.await {
+        errln!("omabox serve: the run worker failed: {error}");
+    }
     // Every sandbox dies with serve (one that cannot be killed is `omabox reap`'s).
     for error in sandboxes.shutdown().await {
         errln!("omabox serve: {error}");
@@ -268,9 +305,15 @@ fn announce_key(data_dir: &DataDir, source: KeySource, key: &SecretString, addre
     }
 }
 
+/// This process's run-queue host id (`<hostname>:<pid>:<random>`, like a fence owner id).
+fn host_id() -> String {
+    let hostname = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
+    omabox_host::work_item::owner_id(&hostname, std::process::id(), rand::random())
+}
+
 /// A session's last publication from the fence store (`local/default/<session>/main`, the
 /// work item `omabox run` uses).
-struct StorePublications(Arc<SqliteStore>);
+struct StorePublications(ChosenStore);
 
 #[async_trait]
 impl PublicationLookup for StorePublications {
@@ -279,8 +322,7 @@ impl PublicationLookup for StorePublications {
         session_id: &str,
     ) -> Result<Option<RuntimeResourcePublication>, PortError> {
         let scope = session_scope(session_id);
-        let store = omabox_node::store_choice::ChosenStore::Sqlite((*self.0).clone());
-        publication(&store, &scope)
+        publication(&self.0, &scope)
             .await
             .map_err(|error| PortError::new(format!("{error:#}")))
     }

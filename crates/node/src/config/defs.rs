@@ -152,6 +152,7 @@ keys!(
     ServeIdleTimeoutMs,
     ServeMaxConnections,
     ServeMaxBodyBytes,
+    ServeMaxRuns,
     ServeUrl,
     Image,
     ImageCache,
@@ -326,6 +327,9 @@ pub static SETTINGS: &[Setting] = &[
     row(Key::ServeMaxBodyBytes, "serve_max_body_bytes", "Largest buffered request body in bytes (proxied bodies stream).")
         .flag("--max-body-bytes (serve)").env(&["OMABOX_SERVE_MAX_BODY_BYTES"]).group(Serve)
         .default(Described("the serve configuration's `limits`, else `1048576`")).parse(unsigned),
+    row(Key::ServeMaxRuns, "serve_max_runs", "Queued runs (`POST /v1/sessions/{id}/runs`) this `omabox serve` runs at once; it claims no more from the shared queue.")
+        .flag("--max-runs (serve)").env(&["OMABOX_SERVE_MAX_RUNS"]).group(Serve)
+        .default(Value("4")).parse(at_least_1),
     row(Key::ServeUrl, "serve_url", "The `omabox serve` that `omabox sandbox create|ls|rm|timeout|exec` talk to (plain `http://`).")
         .flag("--serve-url (sandbox create, ls, rm, timeout, exec)").env(&["OMABOX_SERVE_URL"]).group(Serve)
         .default(Value("http://127.0.0.1:8787")).parse(serve_url),

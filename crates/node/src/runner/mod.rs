@@ -1,8 +1,8 @@
 //! The runner: one work item on this machine, end to end — the contract's fenced transaction
 //! (the host's `WorkItemRunner`) around a harness in a sandbox, with everything a run needs
 //! from this node assembled first. `omabox run` builds a [`RunRequest`] from its arguments
-//! and hands it here; `omabox serve` is meant to hand work items arriving over HTTP to the
-//! same [`Runner`].
+//! and hands it here; `omabox serve` hands it the runs arriving over HTTP (`crate::runs`),
+//! whose publication goes through the run queue ([`QueuedRun`]).
 //!
 //! In order, as [`Runner::run`] reads:
 //!
@@ -88,6 +88,25 @@ pub struct RunRequest {
     /// The OpenMA gateway origin the harness reaches the hosted inference proxy at (an ACP
     /// run without one gets the proxy served by this process).
     pub inference_gateway: Option<String>,
+    /// The queued run this work item is (`omabox serve`): it publishes through the queue.
+    pub queued: Option<QueuedRun>,
+}
+
+/// A run of the run queue, as its claiming host holds it.
+#[derive(Clone)]
+pub struct QueuedRun {
+    /// The queue (in the store the run publishes to).
+    pub queue: Arc<dyn omabox_contract::RunQueuePort>,
+    /// The live claim.
+    pub claim: omabox_contract::RunClaim,
+}
+
+impl std::fmt::Debug for QueuedRun {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("QueuedRun")
+            .field("claim", &self.claim)
+            .finish_non_exhaustive()
+    }
 }
 
 /// An ACP agent as the harness.
@@ -188,6 +207,7 @@ impl Runner {
             session_inputs,
             acp,
             inference_gateway,
+            queued,
         } = request;
         crate::credential_reach::check(
             &credentials,
@@ -364,7 +384,10 @@ impl Runner {
             policy,
             WorkItemPorts {
                 driver,
-                fences: Arc::new(MemoryCommitFence::new(&store, memory_stores.stage())),
+                fences: Arc::new(
+                    MemoryCommitFence::new(&store, memory_stores.stage())
+                        .publishing_through(queued),
+                ),
                 orphans: store.orphans(),
                 lease_journal: Some(store.journal()),
                 session_tokens: Some(SessionTokenIssuer {

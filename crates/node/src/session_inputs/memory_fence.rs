@@ -1,6 +1,7 @@
 //! [`MemoryCommitFence`]: the fence port of `omabox run`, which commits the run's staged
 //! memory-store write-backs right after its publication and discards them when it releases
-//! without one (`memory_stage.rs`). Fence semantics are the store's, unchanged: every call is
+//! without one (`memory_stage.rs`). A run of `omabox serve`'s queue publishes through the
+//! queue's `publish_for_run` instead of the fence port's `publish`. Fence semantics are the store's, unchanged: every call is
 //! passed through, and a commit failure never changes a fence result (the stage stays on disk
 //! and `omabox reap` finishes it).
 
@@ -20,6 +21,8 @@ pub struct MemoryCommitFence {
     store: Arc<dyn RuntimeResourceFencePort>,
     history: ChosenStore,
     stage: Arc<MemoryStage>,
+    /// A queued run publishes through the run queue (with its claim), never directly.
+    queued: Option<crate::runner::QueuedRun>,
 }
 
 impl std::fmt::Debug for MemoryCommitFence {
@@ -37,7 +40,15 @@ impl MemoryCommitFence {
             store: store.fences(),
             history: store.clone(),
             stage,
+            queued: None,
         }
+    }
+
+    /// Publishes through `queued`'s run queue: the publication, the run's revision and the
+    /// history row's run id in one transaction, only while the run's claim is live.
+    pub fn publishing_through(mut self, queued: Option<crate::runner::QueuedRun>) -> Self {
+        self.queued = queued;
+        self
     }
 
     /// Ends the stage, committing it if `published`; a failure is logged and left to
@@ -84,7 +95,10 @@ impl RuntimeResourceFencePort for MemoryCommitFence {
         &self,
         input: PublishRuntimeResourcesInput,
     ) -> Result<PublishRuntimeResourcesResult, PortError> {
-        let result = self.store.publish(input).await?;
+        let result = match &self.queued {
+            Some(queued) => queued.queue.publish_for_run(&queued.claim, input).await?,
+            None => self.store.publish(input).await?,
+        };
         if let PublishRuntimeResourcesResult::Published { .. } = result {
             omabox_sandbox::fault::point("run-published");
             self.finish(true).await;

@@ -77,6 +77,22 @@ impl SessionInputs {
         Ok(inputs)
     }
 
+    /// Session resources given as the contract's JSON shapes (`omabox serve`'s run body),
+    /// judged as [`Self::load`] judges them.
+    pub fn from_resources(resources: &[serde_json::Value]) -> anyhow::Result<Self> {
+        let mut inputs = Self::default();
+        for (index, resource) in resources.iter().enumerate() {
+            let resource: RuntimeSessionResourceSnapshot = serde_json::from_value(resource.clone())
+                .map_err(|error| {
+                    anyhow::anyhow!("`resources[{index}]` is not a session resource: {error}")
+                })?;
+            omabox_sandbox::session_inputs::validate(&resource)
+                .map_err(|error| anyhow::anyhow!("`resources[{index}]`: {}", error.message()))?;
+            inputs.resources.push(resource);
+        }
+        Ok(inputs)
+    }
+
     /// Every `file` resource names a file of the store in `data_dir` no larger than a file
     /// resource may carry (checked before the run claims its fence).
     pub fn check_files(&self, data_dir: &crate::DataDir) -> anyhow::Result<()> {

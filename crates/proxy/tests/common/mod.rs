@@ -312,6 +312,7 @@ pub async fn standard_state_with(config: ServeConfig) -> (ProxyState, Arc<Memory
         env,
         operator_key: SecretString::new("operator-KEY-777"),
         sandboxes: None,
+        runs: None,
     })
     .unwrap();
     (state, tokens)

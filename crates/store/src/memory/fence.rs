@@ -63,6 +63,22 @@ impl MemoryFenceStore {
             .is_some_and(|record| record.held_by(generation, now_ms))
     }
 
+    /// "Now" by this store's clock.
+    pub(crate) fn now_ms(&self) -> u64 {
+        self.clock.now_ms()
+    }
+
+    /// Publishes `input` now (the port's `publish`, synchronous): `Some(revision)`, or
+    /// `None` when the fence is lost.
+    pub(crate) fn publish_now(&self, input: &PublishRuntimeResourcesInput) -> Option<u64> {
+        let mut records = self.lock();
+        let now_ms = self.clock.now_ms();
+        records
+            .get_mut(&input.fence.scope().key())
+            .and_then(|record| record.publish(input, now_ms))
+            .map(|published| published.revision)
+    }
+
     fn lock(&self) -> MutexGuard<'_, HashMap<String, MemoryFenceRecord>> {
         // No transition panics halfway, so a poisoned map is still consistent.
         self.records

@@ -5,9 +5,11 @@ mod credentials;
 mod fence;
 mod journal;
 mod orphan;
+mod run_queue;
 
 pub use credentials::{MemorySessionTokens, MemoryVault};
 pub(crate) use credentials::{check_vault_name, superseded};
 pub use fence::{MemoryFenceRecord, MemoryFenceStore};
 pub use journal::{MemoryLeaseJournal, MemoryUsageLedger};
 pub use orphan::MemoryOrphanStore;
+pub use run_queue::MemoryRunQueue;

@@ -15,10 +15,10 @@ use omabox_contract::{
     RuntimeResourceFencePort, RuntimeResourcePublication, RuntimeResourceScope, TerminationReason,
 };
 
-type StoredRecord = FenceRecord<TokenHash>;
+pub(super) type StoredRecord = FenceRecord<TokenHash>;
 
 /// Reads the record of `scope`, if it was ever acquired.
-async fn load(
+pub(super) async fn load(
     client: &impl GenericClient,
     scope: &RuntimeResourceScope,
 ) -> Result<Option<StoredRecord>, StoreError> {
@@ -74,7 +74,7 @@ async fn load(
 }
 
 /// Writes the record of `scope`, and its publication's history row.
-async fn save(
+pub(super) async fn save(
     client: &impl GenericClient,
     scope: &RuntimeResourceScope,
     record: &StoredRecord,

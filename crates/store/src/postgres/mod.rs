@@ -22,6 +22,7 @@ mod fence;
 mod history;
 mod journal;
 mod orphan;
+mod run_queue;
 mod schema;
 mod usage;
 

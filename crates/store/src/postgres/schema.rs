@@ -23,10 +23,11 @@ struct Migration {
     sql: &'static str,
 }
 
-const MIGRATIONS: &[Migration] = &[Migration {
-    version: 1,
-    description: "fences, publications, orphans, lease journal, usage, session tokens, vault",
-    sql: r#"
+const MIGRATIONS: &[Migration] = &[
+    Migration {
+        version: 1,
+        description: "fences, publications, orphans, lease journal, usage, session tokens, vault",
+        sql: r#"
     -- One row per work item. The active fence's token is kept only as its SHA-256.
     CREATE TABLE runtime_fence (
         workspace_id          text    NOT NULL,
@@ -141,10 +142,48 @@ const MIGRATIONS: &[Migration] = &[Migration {
         updated_at_ms   bigint  NOT NULL
     );
 "#,
-}];
+    },
+    Migration {
+        version: 2,
+        description: "the run queue, its events, and the run id of each publication",
+        sql: RUN_QUEUE_SQL,
+    },
+];
+
+/// Version 2 (issue 30; SQLite's version 7): runs accepted over HTTP, claimed by any host
+/// (`run_queue.rs`). A run is claimed by `(host_id, attempts)` until `claim_expires_at_ms`;
+/// `revision` is set in the publish transaction, like `runtime_publication.run_id`.
+const RUN_QUEUE_SQL: &str = r#"
+    CREATE TABLE run_queue (
+        seq                  bigserial PRIMARY KEY,
+        run_id               text    NOT NULL UNIQUE,
+        session_id           text    NOT NULL,
+        spec_json            text    NOT NULL,
+        status               text    NOT NULL
+                             CHECK (status IN ('queued', 'running', 'completed', 'failed')),
+        attempts             bigint  NOT NULL DEFAULT 0 CHECK (attempts >= 0),
+        host_id              text,
+        claim_expires_at_ms  bigint,
+        revision             bigint  CHECK (revision IS NULL OR revision >= 1),
+        error                text,
+        enqueued_at_ms       bigint  NOT NULL,
+        CHECK ((status = 'running') = (host_id IS NOT NULL)
+               AND (host_id IS NULL) = (claim_expires_at_ms IS NULL))
+    );
+    CREATE INDEX run_queue_unended ON run_queue (session_id, seq)
+        WHERE status IN ('queued', 'running');
+    CREATE INDEX run_queue_host ON run_queue (host_id) WHERE status = 'running';
+    CREATE TABLE run_event (
+        run_id  text    NOT NULL,
+        seq     bigint  NOT NULL CHECK (seq >= 1),
+        text    text    NOT NULL,
+        PRIMARY KEY (run_id, seq)
+    );
+    ALTER TABLE runtime_publication ADD COLUMN run_id text;
+"#;
 
 /// The schema version this build writes and understands.
-pub const POSTGRES_SCHEMA_VERSION: u32 = 1;
+pub const POSTGRES_SCHEMA_VERSION: u32 = 2;
 
 /// Brings the database to [`POSTGRES_SCHEMA_VERSION`]; returns the version it found.
 /// `target` names the database in errors.

@@ -14,10 +14,10 @@ use omabox_contract::{
 };
 use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
 
-type StoredRecord = FenceRecord<TokenHash>;
+pub(super) type StoredRecord = FenceRecord<TokenHash>;
 
 /// Reads the record of `scope`, if it was ever acquired.
-fn load(
+pub(super) fn load(
     conn: &Connection,
     scope: &RuntimeResourceScope,
 ) -> Result<Option<StoredRecord>, StoreError> {
@@ -79,7 +79,7 @@ fn load(
 }
 
 /// Writes the record of `scope`.
-fn save(
+pub(super) fn save(
     conn: &Connection,
     scope: &RuntimeResourceScope,
     record: &StoredRecord,

@@ -28,6 +28,7 @@ mod journal;
 mod open;
 mod orphan;
 mod permissions;
+mod run_queue;
 pub(crate) mod schema;
 mod sessions;
 mod usage;

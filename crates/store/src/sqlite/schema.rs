@@ -9,8 +9,9 @@
 //!
 //! To change the schema, append a [`Migration`] with the next version; never edit a released
 //! step. Planned: the blob index.
-//! (Version 3, session tokens and the vault, version 4, the publication history, and
-//! version 6, the estimated sandbox kind, are described on their steps.)
+//! (Version 3, session tokens and the vault, version 4, the publication history,
+//! version 6, the estimated sandbox kind, and version 7, the run queue, are described on
+//! their steps.)
 
 use crate::StoreError;
 use rusqlite::{Connection, TransactionBehavior};
@@ -231,7 +232,44 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
             WHERE kind IN ('sandbox_active_seconds', 'sandbox_active_seconds_estimated');
     "#,
     },
+    Migration {
+        version: 7,
+        description: "the run queue, its events, and the run id of each publication",
+        sql: RUN_QUEUE_SQL,
+    },
 ];
+
+/// Version 7 (issue 30): runs accepted over HTTP, claimed by any host (`run_queue.rs`). A run
+/// is claimed by `(host_id, attempts)` until `claim_expires_at_ms`; `revision` is set in the
+/// publish transaction, like `runtime_publication.run_id`.
+const RUN_QUEUE_SQL: &str = r#"
+        CREATE TABLE run_queue (
+            seq                  INTEGER NOT NULL PRIMARY KEY,
+            run_id               TEXT    NOT NULL UNIQUE,
+            session_id           TEXT    NOT NULL,
+            spec_json            TEXT    NOT NULL,
+            status               TEXT    NOT NULL
+                                 CHECK (status IN ('queued', 'running', 'completed', 'failed')),
+            attempts             INTEGER NOT NULL DEFAULT 0 CHECK (attempts >= 0),
+            host_id              TEXT,
+            claim_expires_at_ms  INTEGER,
+            revision             INTEGER CHECK (revision IS NULL OR revision >= 1),
+            error                TEXT,
+            enqueued_at_ms       INTEGER NOT NULL,
+            CHECK ((status = 'running') = (host_id IS NOT NULL)
+                   AND (host_id IS NULL) = (claim_expires_at_ms IS NULL))
+        ) STRICT;
+        CREATE INDEX run_queue_unended ON run_queue (session_id, seq)
+            WHERE status IN ('queued', 'running');
+        CREATE INDEX run_queue_host ON run_queue (host_id) WHERE status = 'running';
+        CREATE TABLE run_event (
+            run_id  TEXT    NOT NULL,
+            seq     INTEGER NOT NULL CHECK (seq >= 1),
+            text    TEXT    NOT NULL,
+            PRIMARY KEY (run_id, seq)
+        ) STRICT;
+        ALTER TABLE runtime_publication ADD COLUMN run_id TEXT;
+"#;
 
 /// The schema version this build writes and understands.
 pub const SCHEMA_VERSION: u32 = MIGRATIONS[MIGRATIONS.len() - 1].version;

@@ -4,21 +4,23 @@
 
 mod credentials;
 mod journal;
+mod run_queue;
 pub use credentials::*;
 pub use journal::*;
+pub use run_queue::*;
 
 use omabox_contract::{
     AcquireRuntimeFenceInput, AcquireRuntimeFenceResult, EnqueueRuntimeOrphanInput,
     ManagedSandboxLease, Nullable, PortError, PublishRuntimeResourcesInput,
-    PublishRuntimeResourcesResult, RenewRuntimeFenceResult, RuntimeCheckpointKind,
+    PublishRuntimeResourcesResult, RenewRuntimeFenceResult, RunQueuePort, RuntimeCheckpointKind,
     RuntimeCheckpointRef, RuntimeLeaseJournalPort, RuntimeOrphanPort, RuntimePublicationCandidate,
     RuntimeResourceFence, RuntimeResourceFencePort, RuntimeResourcePublication,
     RuntimeResourceScope, SecretString, SessionTokenPort, TerminationReason, UsageLedgerPort,
     VaultSecretPort,
 };
 use omabox_store::{
-    ManualClock, MemoryFenceStore, MemoryLeaseJournal, MemoryOrphanStore, MemorySessionTokens,
-    MemoryUsageLedger, MemoryVault, PostgresStore, SqliteStore, iso_millis,
+    ManualClock, MemoryFenceStore, MemoryLeaseJournal, MemoryOrphanStore, MemoryRunQueue,
+    MemorySessionTokens, MemoryUsageLedger, MemoryVault, PostgresStore, SqliteStore, iso_millis,
 };
 use omabox_test_support::postgres::TestPostgres;
 use std::sync::Arc;
@@ -36,6 +38,7 @@ pub struct Subject {
     pub usage: Arc<dyn UsageLedgerPort>,
     pub tokens: Arc<dyn SessionTokenPort>,
     pub vault: Arc<dyn VaultSecretPort>,
+    pub runs: Arc<dyn RunQueuePort>,
     pub clock: ManualClock,
     _dir: Option<TempDir>,
     _server: Option<TestPostgres>,
@@ -46,6 +49,7 @@ pub fn memory() -> Subject {
     let fences = Arc::new(MemoryFenceStore::new().with_clock(clock.clone()));
     Subject {
         journal: Arc::new(MemoryLeaseJournal::new(fences.clone())),
+        runs: Arc::new(MemoryRunQueue::new(fences.clone())),
         fences,
         orphans: Arc::new(MemoryOrphanStore::new()),
         usage: Arc::new(MemoryUsageLedger::new()),
@@ -71,6 +75,7 @@ pub fn sqlite() -> Subject {
         journal: store.clone(),
         usage: store.clone(),
         tokens: store.clone(),
+        runs: store.clone(),
         vault: store,
         clock,
         _dir: Some(dir),
@@ -97,6 +102,7 @@ pub async fn postgres() -> Option<Subject> {
         journal: store.clone(),
         usage: store.clone(),
         tokens: store.clone(),
+        runs: store.clone(),
         vault: store,
         clock,
         _dir: None,

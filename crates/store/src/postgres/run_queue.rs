@@ -1,0 +1,412 @@
+//! The run queue over PostgreSQL (omabox extension, schema version 2).
+//!
+//! A claim is one transaction: a transaction-scoped advisory lock on the claiming host (its
+//! capacity count cannot race itself), then `SELECT … ORDER BY seq LIMIT 1 FOR UPDATE SKIP
+//! LOCKED` over the claimable runs (each session's oldest unended run, queued or with an
+//! expired claim): hosts claiming at once lock different rows, and a run another host is
+//! claiming is skipped, never waited for. A session's later run is not claimable while an
+//! earlier one is unended, and the earlier one's row stays unended in every snapshot until
+//! its end commits, so two hosts never run one session at once.
+//!
+//! Every call that needs a live claim locks the run's row (`FOR UPDATE`) before checking
+//! it, so a re-claim and a publish of the old claim are ordered: `publish_for_run` then
+//! takes the work item's advisory lock (as the fence port does), publishes, and records the
+//! revision on the run and the run id on the history row before it commits.
+
+use super::fence::{load, save};
+use super::{PostgresStore, scope_lock_key, to_i64, to_u64};
+use crate::StoreError;
+use async_trait::async_trait;
+use deadpool_postgres::GenericClient;
+use omabox_contract::{
+    ClaimedRun, EnqueueRunInput, MAX_RUN_EVENTS, PortError, PublishRuntimeResourcesInput,
+    PublishRuntimeResourcesResult, RunClaim, RunEnd, RunEvent, RunQueuePort, RunRecord, RunStatus,
+    cap_event,
+};
+
+/// The claimable runs, oldest first (`$1`: now), the first one not being claimed by
+/// another transaction locked.
+const CLAIM_SQL: &str = "
+    SELECT run_id, session_id, spec_json, attempts, revision FROM run_queue r
+     WHERE (status = 'queued' OR (status = 'running' AND claim_expires_at_ms <= $1))
+       AND NOT EXISTS (SELECT 1 FROM run_queue e
+                        WHERE e.session_id = r.session_id AND e.seq < r.seq
+                          AND e.status IN ('queued', 'running'))
+     ORDER BY seq LIMIT 1
+       FOR UPDATE SKIP LOCKED";
+
+/// The advisory lock class of a host's claims ("omar"; the two-key form, like migrations).
+const HOST_LOCK_CLASS: i32 = 0x6f6d_6172;
+
+/// True when `claim` is live at `now_ms`; locks the run's row for the transaction.
+async fn live(
+    client: &impl GenericClient,
+    claim: &RunClaim,
+    now_ms: i64,
+) -> Result<bool, StoreError> {
+    Ok(client
+        .query_opt(
+            "SELECT 1 FROM run_queue
+              WHERE run_id = $1 AND status = 'running' AND host_id = $2 AND attempts = $3
+                AND claim_expires_at_ms > $4
+                FOR UPDATE",
+            &[
+                &claim.run_id,
+                &claim.host_id,
+                &to_i64(claim.attempt, "attempt")?,
+                &now_ms,
+            ],
+        )
+        .await?
+        .is_some())
+}
+
+impl PostgresStore {
+    fn now(&self) -> Result<i64, StoreError> {
+        to_i64(self.clock.now_ms(), "time")
+    }
+
+    async fn enqueue_run(&self, input: &EnqueueRunInput) -> Result<(), StoreError> {
+        let client = self.client().await?;
+        let inserted = client
+            .execute(
+                "INSERT INTO run_queue (run_id, session_id, spec_json, status, enqueued_at_ms)
+                      VALUES ($1, $2, $3, 'queued', $4)
+                 ON CONFLICT (run_id) DO NOTHING",
+                &[&input.run_id, &input.session_id, &input.spec, &self.now()?],
+            )
+            .await?;
+        if inserted == 0 {
+            return Err(StoreError::DuplicateRun(input.run_id.clone()));
+        }
+        Ok(())
+    }
+
+    async fn claim_run(
+        &self,
+        host_id: &str,
+        capacity: u64,
+        ttl_ms: u64,
+    ) -> Result<Option<ClaimedRun>, StoreError> {
+        let mut client = self.client().await?;
+        let tx = client.transaction().await?;
+        tx.execute(
+            "SELECT pg_advisory_xact_lock($1, hashtext($2))",
+            &[&HOST_LOCK_CLASS, &host_id],
+        )
+        .await?;
+        let now = self.now()?;
+        let held: i64 = tx
+            .query_one(
+                "SELECT count(*) FROM run_queue
+                  WHERE host_id = $1 AND status = 'running' AND claim_expires_at_ms > $2",
+                &[&host_id, &now],
+            )
+            .await?
+            .try_get(0)?;
+        if to_u64(held, "claims")? >= capacity {
+            return Ok(None);
+        }
+        let expires = now.saturating_add(to_i64(ttl_ms, "ttl")?);
+        loop {
+            let Some(row) = tx.query_opt(CLAIM_SQL, &[&now]).await? else {
+                tx.commit().await?;
+                return Ok(None);
+            };
+            let run_id: String = row.try_get(0)?;
+            if row.try_get::<_, Option<i64>>(4)?.is_some() {
+                // Its last host published and died before finishing: it is done.
+                tx.execute(
+                    "UPDATE run_queue SET status = 'completed', host_id = NULL,
+                            claim_expires_at_ms = NULL WHERE run_id = $1",
+                    &[&run_id],
+                )
+                .await?;
+                continue;
+            }
+            let attempt = row.try_get::<_, i64>(3)? + 1;
+            tx.execute(
+                "UPDATE run_queue SET status = 'running', attempts = $2, host_id = $3,
+                        claim_expires_at_ms = $4 WHERE run_id = $1",
+                &[&run_id, &attempt, &host_id, &expires],
+            )
+            .await?;
+            tx.commit().await?;
+            return Ok(Some(ClaimedRun {
+                claim: RunClaim {
+                    run_id,
+                    host_id: host_id.to_owned(),
+                    attempt: to_u64(attempt, "attempt")?,
+                },
+                session_id: row.try_get(1)?,
+                spec: row.try_get(2)?,
+            }));
+        }
+    }
+
+    async fn renew_run(&self, claim: &RunClaim, ttl_ms: u64) -> Result<bool, StoreError> {
+        let mut client = self.client().await?;
+        let tx = client.transaction().await?;
+        let now = self.now()?;
+        if !live(&tx, claim, now).await? {
+            return Ok(false);
+        }
+        tx.execute(
+            "UPDATE run_queue SET claim_expires_at_ms = $2 WHERE run_id = $1",
+            &[&claim.run_id, &now.saturating_add(to_i64(ttl_ms, "ttl")?)],
+        )
+        .await?;
+        tx.commit().await?;
+        Ok(true)
+    }
+
+    async fn finish_run(&self, claim: &RunClaim, end: &RunEnd) -> Result<bool, StoreError> {
+        let mut client = self.client().await?;
+        let tx = client.transaction().await?;
+        if !live(&tx, claim, self.now()?).await? {
+            return Ok(false);
+        }
+        match end {
+            RunEnd::Completed { revision } => {
+                let revision = revision.map(|r| to_i64(r, "revision")).transpose()?;
+                tx.execute(
+                    "UPDATE run_queue SET status = 'completed', host_id = NULL,
+                            claim_expires_at_ms = NULL, revision = coalesce($2, revision)
+                      WHERE run_id = $1",
+                    &[&claim.run_id, &revision],
+                )
+                .await?
+            }
+            RunEnd::Failed { error } => {
+                tx.execute(
+                    "UPDATE run_queue SET status = 'failed', host_id = NULL,
+                            claim_expires_at_ms = NULL, error = $2
+                      WHERE run_id = $1",
+                    &[&claim.run_id, error],
+                )
+                .await?
+            }
+        };
+        tx.commit().await?;
+        Ok(true)
+    }
+
+    async fn publish_run(
+        &self,
+        claim: &RunClaim,
+        input: &PublishRuntimeResourcesInput,
+    ) -> Result<PublishRuntimeResourcesResult, StoreError> {
+        let mut client = self.client().await?;
+        let tx = client.transaction().await?;
+        if !live(&tx, claim, self.now()?).await? {
+            return Ok(PublishRuntimeResourcesResult::Lost);
+        }
+        let scope = input.fence.scope();
+        tx.execute(
+            "SELECT pg_advisory_xact_lock($1)",
+            &[&scope_lock_key(&scope)],
+        )
+        .await?;
+        let mut fence = load(&tx, &scope).await?.unwrap_or_default();
+        let Some(published) = fence.publish(input, self.clock.now_ms()) else {
+            return Ok(PublishRuntimeResourcesResult::Lost);
+        };
+        if published.changed {
+            save(&tx, &scope, &fence).await?;
+        }
+        let revision = to_i64(published.revision, "revision")?;
+        tx.execute(
+            "UPDATE runtime_publication SET run_id = $6
+              WHERE workspace_id = $1 AND environment_id = $2 AND session_id = $3
+                AND work_id = $4 AND revision = $5 AND run_id IS NULL",
+            &[
+                &scope.workspace_id,
+                &scope.environment_id,
+                &scope.session_id,
+                &scope.work_id,
+                &revision,
+                &claim.run_id,
+            ],
+        )
+        .await?;
+        tx.execute(
+            "UPDATE run_queue SET revision = $2 WHERE run_id = $1",
+            &[&claim.run_id, &revision],
+        )
+        .await?;
+        tx.commit().await?;
+        Ok(PublishRuntimeResourcesResult::Published {
+            revision: published.revision,
+        })
+    }
+
+    async fn run_status(&self, run_id: &str) -> Result<Option<RunRecord>, StoreError> {
+        let client = self.client().await?;
+        let Some(row) = client
+            .query_opt(
+                "SELECT run_id, session_id, status, attempts, revision, error
+                   FROM run_queue WHERE run_id = $1",
+                &[&run_id],
+            )
+            .await?
+        else {
+            return Ok(None);
+        };
+        let status: String = row.try_get(2)?;
+        Ok(Some(RunRecord {
+            run_id: row.try_get(0)?,
+            session_id: row.try_get(1)?,
+            status: RunStatus::parse(&status)
+                .ok_or_else(|| StoreError::Corrupt(format!("run status {status:?}")))?,
+            attempts: to_u64(row.try_get(3)?, "attempts")?,
+            revision: row
+                .try_get::<_, Option<i64>>(4)?
+                .map(|r| to_u64(r, "revision"))
+                .transpose()?,
+            error: row.try_get(5)?,
+        }))
+    }
+
+    async fn append_run_event(&self, claim: &RunClaim, text: &str) -> Result<bool, StoreError> {
+        let mut client = self.client().await?;
+        let tx = client.transaction().await?;
+        if !live(&tx, claim, self.now()?).await? {
+            return Ok(false);
+        }
+        let count: i64 = tx
+            .query_one(
+                "SELECT count(*) FROM run_event WHERE run_id = $1",
+                &[&claim.run_id],
+            )
+            .await?
+            .try_get(0)?;
+        if to_u64(count, "events")? < MAX_RUN_EVENTS {
+            tx.execute(
+                "INSERT INTO run_event (run_id, seq, text) VALUES ($1, $2, $3)",
+                &[&claim.run_id, &(count + 1), &cap_event(text)],
+            )
+            .await?;
+        }
+        tx.commit().await?;
+        Ok(true)
+    }
+
+    async fn run_events(
+        &self,
+        run_id: &str,
+        after: u64,
+        limit: usize,
+    ) -> Result<Vec<RunEvent>, StoreError> {
+        let client = self.client().await?;
+        let rows = client
+            .query(
+                "SELECT seq, text FROM run_event WHERE run_id = $1 AND seq > $2
+                  ORDER BY seq LIMIT $3",
+                &[
+                    &run_id,
+                    &to_i64(after, "event")?,
+                    &i64::try_from(limit).unwrap_or(i64::MAX),
+                ],
+            )
+            .await?;
+        rows.iter()
+            .map(|row| {
+                Ok(RunEvent {
+                    seq: to_u64(row.try_get(0)?, "event")?,
+                    text: row.try_get(1)?,
+                })
+            })
+            .collect()
+    }
+
+    async fn session_published_runs(
+        &self,
+        session_id: &str,
+    ) -> Result<Vec<(u64, Option<String>)>, StoreError> {
+        let client = self.client().await?;
+        let rows = client
+            .query(
+                "SELECT revision, run_id FROM runtime_publication WHERE session_id = $1
+                  ORDER BY revision",
+                &[&session_id],
+            )
+            .await?;
+        rows.iter()
+            .map(|row| Ok((to_u64(row.try_get(0)?, "revision")?, row.try_get(1)?)))
+            .collect()
+    }
+}
+
+#[async_trait]
+impl RunQueuePort for PostgresStore {
+    async fn enqueue(&self, input: EnqueueRunInput) -> Result<(), PortError> {
+        self.enqueue_run(&input)
+            .await
+            .map_err(|error| self.port_error("enqueue run", error))
+    }
+
+    async fn claim(
+        &self,
+        host_id: &str,
+        capacity: u64,
+        ttl_ms: u64,
+    ) -> Result<Option<ClaimedRun>, PortError> {
+        self.claim_run(host_id, capacity, ttl_ms)
+            .await
+            .map_err(|error| self.port_error("claim run", error))
+    }
+
+    async fn renew(&self, claim: &RunClaim, ttl_ms: u64) -> Result<bool, PortError> {
+        self.renew_run(claim, ttl_ms)
+            .await
+            .map_err(|error| self.port_error("renew run claim", error))
+    }
+
+    async fn finish(&self, claim: &RunClaim, end: RunEnd) -> Result<bool, PortError> {
+        self.finish_run(claim, &end)
+            .await
+            .map_err(|error| self.port_error("finish run", error))
+    }
+
+    async fn publish_for_run(
+        &self,
+        claim: &RunClaim,
+        input: PublishRuntimeResourcesInput,
+    ) -> Result<PublishRuntimeResourcesResult, PortError> {
+        self.publish_run(claim, &input)
+            .await
+            .map_err(|error| self.port_error("publish run", error))
+    }
+
+    async fn status(&self, run_id: &str) -> Result<Option<RunRecord>, PortError> {
+        self.run_status(run_id)
+            .await
+            .map_err(|error| self.port_error("run status", error))
+    }
+
+    async fn append_event(&self, claim: &RunClaim, text: &str) -> Result<bool, PortError> {
+        self.append_run_event(claim, text)
+            .await
+            .map_err(|error| self.port_error("append run event", error))
+    }
+
+    async fn events(
+        &self,
+        run_id: &str,
+        after: u64,
+        limit: usize,
+    ) -> Result<Vec<RunEvent>, PortError> {
+        self.run_events(run_id, after, limit)
+            .await
+            .map_err(|error| self.port_error("run events", error))
+    }
+
+    async fn published_runs(
+        &self,
+        session_id: &str,
+    ) -> Result<Vec<(u64, Option<String>)>, PortError> {
+        self.session_published_runs(session_id)
+            .await
+            .map_err(|error| self.port_error("published runs", error))
+    }
+}
