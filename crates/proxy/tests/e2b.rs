@@ -904,6 +904,7 @@ async fn template_building_in_e2b_shapes_and_bounded() {
         env: Default::default(),
         operator_key: SecretString::new(KEY),
         sandboxes: Some(Arc::clone(&fake) as Arc<dyn SandboxService>),
+        runs: None,
     })
     .unwrap();
     let (status, _, error) = call(
