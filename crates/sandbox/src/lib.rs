@@ -38,6 +38,7 @@ pub mod fault;
 mod guard;
 pub mod host_id;
 mod lease;
+pub mod locate;
 pub mod managed;
 mod orchestrator;
 pub mod packages;

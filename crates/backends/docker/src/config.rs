@@ -90,26 +90,5 @@ impl DockerConfig {
 /// The `omabox-agent` binary: `explicit`, else next to this executable or one directory
 /// up (cargo's `deps/` for tests). `Err`: the paths tried.
 pub fn locate_agent(explicit: Option<&Path>) -> Result<PathBuf, String> {
-    let mut candidates = Vec::new();
-    match explicit {
-        Some(path) => candidates.push(path.to_path_buf()),
-        None => {
-            if let Ok(exe) = std::env::current_exe()
-                && let Some(dir) = exe.parent()
-            {
-                candidates.push(dir.join(AGENT_BINARY));
-                if let Some(up) = dir.parent() {
-                    candidates.push(up.join(AGENT_BINARY));
-                }
-            }
-        }
-    }
-    match candidates.iter().find(|c| c.is_file()) {
-        Some(found) => Ok(found.clone()),
-        None => Err(candidates
-            .iter()
-            .map(|c| c.display().to_string())
-            .collect::<Vec<_>>()
-            .join(", ")),
-    }
+    omabox_sandbox::locate::beside_executable(AGENT_BINARY, explicit)
 }

@@ -43,23 +43,7 @@ pub fn locate_runsc() -> Option<std::path::PathBuf> {
 /// The `omabox-gvisor-init` binary next to this executable or one directory up (cargo's
 /// `deps/` for tests). `Err`: the paths tried.
 pub fn locate_init() -> Result<std::path::PathBuf, String> {
-    let mut candidates = Vec::new();
-    if let Ok(exe) = std::env::current_exe()
-        && let Some(dir) = exe.parent()
-    {
-        candidates.push(dir.join(INIT_BINARY));
-        if let Some(up) = dir.parent() {
-            candidates.push(up.join(INIT_BINARY));
-        }
-    }
-    match candidates.iter().find(|c| c.is_file()) {
-        Some(found) => Ok(found.clone()),
-        None => Err(candidates
-            .iter()
-            .map(|c| c.display().to_string())
-            .collect::<Vec<_>>()
-            .join(", ")),
-    }
+    omabox_sandbox::locate::beside_executable(INIT_BINARY, None)
 }
 
 /// What the host writes first on a restored sandbox's new stdin pipe: `omabox-gvisor-init`

@@ -27,11 +27,11 @@ pub(super) async fn create_gvisor(
     let gvisor = gvisor_config(args, config)?;
     let workspace = choose_workspace(args, None, config)?;
     let made = async {
-        let runtime = GvisorRuntime::new(gvisor).map_err(|e| describe(&e))?;
+        let runtime = GvisorRuntime::new(gvisor).map_err(describe)?;
         let sandbox = runtime
             .create_in(Some(workspace.workdir()))
             .await
-            .map_err(|e| describe(&e))?;
+            .map_err(describe)?;
         Ok::<_, String>(GvisorSandboxPort::new(Arc::new(sandbox)))
     };
     match made.await {
@@ -108,13 +108,6 @@ fn gvisor_config(args: &RunArgs, config: &NodeConfig) -> Result<GvisorConfig, Fa
 }
 
 /// The error and its causes on one line.
-fn describe(error: &dyn std::error::Error) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    text
+fn describe(error: omabox_backend_gvisor::GvisorError) -> String {
+    format!("{:#}", anyhow::Error::new(error))
 }
