@@ -150,6 +150,35 @@ pub fn with_cgroup(mut config: Value, id: &str, limits: &crate::GvisorLimits) ->
     config
 }
 
+/// The memory cgroup of sandbox `id` (cgroup v1's memory controller, else v2's one tree).
+pub fn memory_cgroup(id: &str) -> std::path::PathBuf {
+    let parent = CGROUP_PARENT.trim_start_matches('/');
+    let v1 = Path::new("/sys/fs/cgroup/memory").join(parent).join(id);
+    if v1.is_dir() {
+        v1
+    } else {
+        Path::new("/sys/fs/cgroup").join(parent).join(id)
+    }
+}
+
+/// Removes the cgroups of sandbox `id` (each controller's on cgroup v1, the one on v2) that
+/// runsc left, once nothing runs in them; absent ones are fine.
+pub fn remove_cgroups(id: &str) {
+    let parent = CGROUP_PARENT.trim_start_matches('/');
+    let Ok(controllers) = std::fs::read_dir("/sys/fs/cgroup") else {
+        return;
+    };
+    let mut dirs: Vec<std::path::PathBuf> = controllers
+        .flatten()
+        .map(|c| c.path().join(parent).join(id))
+        .collect();
+    dirs.push(Path::new("/sys/fs/cgroup").join(parent).join(id));
+    for dir in dirs {
+        // rmdir, never a recursive removal: a cgroup directory's files are the kernel's.
+        let _ = std::fs::remove_dir(&dir);
+    }
+}
+
 fn caps() -> Value {
     let set = json!([
         "CAP_CHOWN",

@@ -60,6 +60,7 @@ impl GvisorSandboxPort {
     fn port_error(&self) -> PortErrorOf {
         let id = self.sandbox.id().to_owned();
         let memory_limit = self.sandbox.memory_limit();
+        let runsc = self.sandbox.runsc_slot();
         Arc::new(move |AgentFailure { op, target, source }| {
             let mut message = format!(
                 "{op} {target:?} in gvisor sandbox {id}: {}",
@@ -70,15 +71,22 @@ impl GvisorSandboxPort {
             );
             // The memory limit ends the whole sandbox (gVisor's kernel is one host process),
             // so its commands see the connection drop: say why.
-            if let Some(limit) = memory_limit
-                && crate::sandbox::oom_kills(&id) > 0
-            {
-                let _ = write!(
-                    message,
-                    " (the sandbox exceeded its memory limit of {} MiB, which counts gVisor's \
-                     kernel too, and was stopped)",
-                    limit >> 20
-                );
+            if let Some(limit) = memory_limit {
+                let mib = limit >> 20;
+                if crate::sandbox::oom_kills(&id) > 0 {
+                    let _ = write!(
+                        message,
+                        " (the sandbox exceeded its memory limit of {mib} MiB, which counts \
+                         gVisor's kernel too, and was stopped)"
+                    );
+                } else if runsc.killed_from_outside() {
+                    // The cgroup that counted it is gone with the container by now.
+                    let _ = write!(
+                        message,
+                        " (the sandbox was killed, not by omabox: most likely by its memory \
+                         limit of {mib} MiB, which counts gVisor's kernel too)"
+                    );
+                }
             }
             PortError::new(message)
         })

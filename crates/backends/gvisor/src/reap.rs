@@ -59,6 +59,7 @@ pub fn reap_orphans(runsc: &Path, dir: &Path) -> Reaped {
         }
         // Absent (never started, paused, already deleted) is fine: delete fails then.
         let _ = runsc.delete(&name, &entry.path().join("runsc.log"));
+        crate::bundle::remove_cgroups(&name);
         match std::fs::remove_dir_all(entry.path()) {
             Ok(()) => reaped.removed.push(name),
             Err(e) => reaped

@@ -7,7 +7,7 @@
 use std::io::Read;
 use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
+use std::process::{Child, Stdio};
 
 use crate::GvisorError;
 
@@ -51,24 +51,28 @@ impl Runsc {
         cmd
     }
 
-    /// `runsc run --detach` with `stdio` as the container's stdin and stdout.
+    /// `runsc run` of container `id` in the foreground, with `stdio` as its stdin and stdout.
+    ///
+    /// The returned child is runsc waiting for the container. Not `--detach`: a detached
+    /// sandbox process is an orphan, reaped only by PID 1, and a PID 1 that does not reap
+    /// (this project's machines, many containers) left it a zombie for which every
+    /// `runsc delete` waited a second and then left its cgroups behind. In the foreground
+    /// runsc reaps its sandbox and removes the container when it ends (a kill, the init's
+    /// exit, a checkpoint); the caller waits for the child.
     pub fn run(
         &self,
         id: &str,
         bundle: &Path,
         stdio: Stdio2<'_>,
         log: &Path,
-    ) -> Result<(), GvisorError> {
+    ) -> Result<Child, GvisorError> {
         let mut cmd = self.command();
-        cmd.arg("run")
-            .arg("--bundle")
-            .arg(bundle)
-            .arg("--detach")
-            .arg(id);
-        self.finish("run", cmd, Some(stdio), log)
+        cmd.arg("run").arg("--bundle").arg(bundle).arg(id);
+        self.spawn(cmd, stdio, log)
     }
 
-    /// `runsc restore --detach` of the image in `image_dir` as container `id`.
+    /// `runsc restore` of the image in `image_dir` as container `id`, in the foreground as
+    /// [`Runsc::run`].
     pub fn restore(
         &self,
         id: &str,
@@ -76,16 +80,46 @@ impl Runsc {
         image_dir: &Path,
         stdio: Stdio2<'_>,
         log: &Path,
-    ) -> Result<(), GvisorError> {
+    ) -> Result<Child, GvisorError> {
         let mut cmd = self.command();
         cmd.arg("restore")
             .arg("--bundle")
             .arg(bundle)
             .arg("--image-path")
             .arg(image_dir)
-            .arg("--detach")
             .arg(id);
-        self.finish("restore", cmd, Some(stdio), log)
+        self.spawn(cmd, stdio, log)
+    }
+
+    /// `runsc kill <id> KILL`: the container's processes die, and a foreground runsc ends.
+    pub fn kill(&self, id: &str, log: &Path) -> Result<(), GvisorError> {
+        let mut cmd = self.command();
+        cmd.arg("kill").arg(id).arg("KILL");
+        self.finish("kill", cmd, log)
+    }
+
+    fn spawn(
+        &self,
+        mut cmd: std::process::Command,
+        stdio: Stdio2<'_>,
+        log: &Path,
+    ) -> Result<Child, GvisorError> {
+        let spawn_err = |e| GvisorError::Spawn {
+            binary: self.binary.clone(),
+            source: e,
+        };
+        let stdin = stdio.stdin.try_clone().map_err(spawn_err)?;
+        let stdout = stdio.stdout.try_clone().map_err(spawn_err)?;
+        let err_log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(log)
+            .map_err(spawn_err)?;
+        cmd.stdin(Stdio::from(stdin))
+            .stdout(Stdio::from(stdout))
+            .stderr(Stdio::from(err_log))
+            .spawn()
+            .map_err(spawn_err)
     }
 
     /// `runsc checkpoint` into `image_dir`; the container stops.
@@ -95,39 +129,28 @@ impl Runsc {
             .arg("--image-path")
             .arg(image_dir)
             .arg(id);
-        self.finish("checkpoint", cmd, None, log)
+        self.finish("checkpoint", cmd, log)
     }
 
     /// `runsc delete --force`: kills and forgets the container (absent = done).
     pub fn delete(&self, id: &str, log: &Path) -> Result<(), GvisorError> {
         let mut cmd = self.command();
         cmd.arg("delete").arg("--force").arg(id);
-        self.finish("delete", cmd, None, log)
+        self.finish("delete", cmd, log)
     }
 
     fn finish(
         &self,
         op: &'static str,
         mut cmd: std::process::Command,
-        stdio: Option<Stdio2<'_>>,
         log: &Path,
     ) -> Result<(), GvisorError> {
         let spawn_err = |e| GvisorError::Spawn {
             binary: self.binary.clone(),
             source: e,
         };
-        match stdio {
-            Some(fds) => {
-                let stdin = fds.stdin.try_clone().map_err(spawn_err)?;
-                let stdout = fds.stdout.try_clone().map_err(spawn_err)?;
-                cmd.stdin(Stdio::from(stdin)).stdout(Stdio::from(stdout));
-            }
-            None => {
-                cmd.stdin(Stdio::null()).stdout(Stdio::null());
-            }
-        }
-        // The sandbox processes runsc leaves behind inherit stderr: a file, never a pipe
-        // we would wait on for EOF.
+        cmd.stdin(Stdio::null()).stdout(Stdio::null());
+        // stderr goes to a file, never a pipe we would wait on for EOF.
         let err_log = std::fs::OpenOptions::new()
             .create(true)
             .append(true)

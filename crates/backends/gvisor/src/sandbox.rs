@@ -23,6 +23,8 @@ use crate::{GvisorError, bundle};
 
 /// Restores tried before a resume or fork fails (see `GvisorSandbox::boot`).
 const RESTORE_ATTEMPTS: u32 = 3;
+/// How long a foreground runsc may take to end after `runsc kill` before it is killed.
+const RUNSC_END: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// Where a gvisor backend keeps its sandboxes and how it runs runsc.
 #[derive(Debug, Clone)]
@@ -162,6 +164,9 @@ pub struct GvisorSandbox {
     id: String,
     dir: PathBuf,
     workspace: PathBuf,
+    /// runsc in the foreground, waiting for the container ([`Runsc::run`] says why); shared
+    /// with the port, which reads its exit to explain a lost agent.
+    runsc: RunscSlot,
     shared: Arc<Shared>,
     live: Mutex<Live>,
 }
@@ -183,6 +188,7 @@ impl GvisorSandbox {
         })?;
         Ok(Self {
             id,
+            runsc: RunscSlot::default(),
             workspace: dir.join("workspace"),
             dir,
             shared,
@@ -213,6 +219,11 @@ impl GvisorSandbox {
     /// The memory limit this sandbox was started with.
     pub fn memory_limit(&self) -> Option<u64> {
         self.shared.limits.memory_bytes
+    }
+
+    /// The sandbox's foreground runsc, for the port's account of a lost agent.
+    pub(crate) fn runsc_slot(&self) -> RunscSlot {
+        self.runsc.clone()
     }
 
     /// The sandbox's own directory (removed by [`GvisorSandbox::destroy`]).
@@ -258,9 +269,6 @@ impl GvisorSandbox {
                 Ok(()) => return Ok(()),
                 Err(e) if attempt < RESTORE_ATTEMPTS => {
                     tracing::warn!(id = %self.id, attempt, error = %e, "gvisor restore failed; trying again");
-                    let runsc = self.shared.runsc.clone();
-                    let (id, log) = (self.id.clone(), self.log());
-                    let _ = blocking(move || runsc.delete(&id, &log)).await;
                     attempt += 1;
                 }
                 Err(e) => return Err(e),
@@ -289,7 +297,7 @@ impl GvisorSandbox {
         let runsc = self.shared.runsc.clone();
         let (id, bundle, log) = (self.id.clone(), self.bundle(), self.log());
         let restoring = image.is_some();
-        blocking(move || {
+        let child = blocking(move || {
             let stdio = Stdio2 {
                 stdin: &agent_in,
                 stdout: &agent_out,
@@ -300,6 +308,42 @@ impl GvisorSandbox {
             }
         })
         .await?;
+        match self.connect_booted(host_in, host_out, restoring).await {
+            Ok((client, gate, kept)) => {
+                let mut live = self.live.lock().await;
+                live.client = Some(client);
+                live.gate = Some(gate);
+                live.kept = Some(kept);
+                self.runsc.set(child);
+                live.state = State::Running;
+                Ok(())
+            }
+            Err(e) => {
+                // Whatever started is stopped: runsc, the container, its cgroups.
+                self.end_container(Some(child)).await;
+                Err(e)
+            }
+        }
+    }
+
+    /// Connects to the agent of a container just started on these pipe ends.
+    async fn connect_booted(
+        &self,
+        host_in: std::io::PipeReader,
+        host_out: std::io::PipeWriter,
+        restoring: bool,
+    ) -> Result<
+        (
+            AgentClient,
+            Arc<std::sync::atomic::AtomicBool>,
+            [OwnedFd; 2],
+        ),
+        GvisorError,
+    > {
+        let io = |what: &str| {
+            let what = what.to_owned();
+            move |e| GvisorError::Io { what, source: e }
+        };
         let (host_in, host_out) = (OwnedFd::from(host_in), OwnedFd::from(host_out));
         let kept = [
             host_in
@@ -324,12 +368,21 @@ impl GvisorSandbox {
                 source: e,
             })?;
         }
-        let mut live = self.live.lock().await;
-        live.client = Some(client);
-        live.gate = Some(gate);
-        live.kept = Some(kept);
-        live.state = State::Running;
-        Ok(())
+        Ok((client, gate, kept))
+    }
+
+    /// Ends the container and what runsc keeps of it: `runsc kill` while the foreground
+    /// runsc still waits (it then reaps the sandbox and removes the container), that runsc
+    /// killed itself if it does not end within [`RUNSC_END`], `runsc delete --force` for
+    /// anything left, and the sandbox's cgroups.
+    async fn end_container(&self, child: Option<std::process::Child>) {
+        let runsc = self.shared.runsc.clone();
+        let (id, log) = (self.id.clone(), self.log());
+        let _ = blocking(move || {
+            end_container(&runsc, &id, &log, child);
+            Ok(())
+        })
+        .await;
     }
 
     async fn connect(
@@ -384,23 +437,19 @@ impl GvisorSandbox {
         })?;
         let runsc = self.shared.runsc.clone();
         let (id, log) = (self.id.clone(), self.log());
-        let result = blocking(move || {
-            runsc.checkpoint(&id, &image, &log)?;
-            runsc.delete(&id, &log)
-        })
-        .await;
+        let result = blocking(move || runsc.checkpoint(&id, &image, &log)).await;
         live.kept = None;
+        // The checkpoint stopped the container and its foreground runsc ends; after a failed
+        // one its state is unknown: either way nothing half-paused is left running.
+        let child = self.runsc.take();
+        self.end_container(child).await;
         match result {
             Ok(()) => {
                 live.state = State::Paused;
                 Ok(())
             }
             Err(e) => {
-                // The container's state is unknown: nothing half-paused is left running.
                 live.state = State::Gone;
-                let runsc = self.shared.runsc.clone();
-                let (id, log) = (self.id.clone(), self.log());
-                let _ = blocking(move || runsc.delete(&id, &log)).await;
                 Err(e)
             }
         }
@@ -460,11 +509,11 @@ impl GvisorSandbox {
         live.client = None;
         live.kept = None;
         live.state = State::Gone;
+        let child = self.runsc.take();
         let runsc = self.shared.runsc.clone();
         let (id, log, dir) = (self.id.clone(), self.log(), self.dir.clone());
         blocking(move || {
-            // Absent (never started, paused) is fine: delete --force of an unknown id fails.
-            let _ = runsc.delete(&id, &log);
+            end_container(&runsc, &id, &log, child);
             match std::fs::remove_dir_all(&dir) {
                 Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(GvisorError::Io {
                     what: format!("removing {}", dir.display()),
@@ -482,11 +531,15 @@ impl Drop for GvisorSandbox {
     /// early return) is destroyed here, synchronously: no container or checkpoint of it
     /// outlives its owner.
     fn drop(&mut self) {
-        let state = self.live.get_mut().state;
-        if state == State::Gone && !self.dir.exists() {
+        let live = self.live.get_mut();
+        if live.state == State::Gone && !self.dir.exists() {
             return;
         }
-        let _ = self.shared.runsc.delete(&self.id, &self.log());
+        // The client and our pipe ends first: the init reads EOF and stops everything.
+        live.client = None;
+        live.kept = None;
+        let child = self.runsc.take();
+        end_container(&self.shared.runsc, &self.id, &self.log(), child);
         let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
@@ -595,21 +648,78 @@ fn copy_file(src: &Path, dst: &Path) -> std::io::Result<()> {
 /// OOM kills counted in the memory cgroup of sandbox `id` (cgroup v1 `memory.oom_control`,
 /// else v2 `memory.events`); 0 when it cannot be read (gone, or no such controller).
 pub(crate) fn oom_kills(id: &str) -> u64 {
-    let parent = crate::bundle::CGROUP_PARENT.trim_start_matches('/');
-    let v1 = Path::new("/sys/fs/cgroup/memory")
-        .join(parent)
-        .join(id)
-        .join("memory.oom_control");
-    let v2 = Path::new("/sys/fs/cgroup")
-        .join(parent)
-        .join(id)
-        .join("memory.events");
-    [v1, v2]
+    let cgroup = bundle::memory_cgroup(id);
+    ["memory.oom_control", "memory.events"]
         .iter()
-        .find_map(|file| std::fs::read_to_string(file).ok())
+        .find_map(|file| std::fs::read_to_string(cgroup.join(file)).ok())
         .and_then(|text| {
             text.lines()
                 .find_map(|line| line.strip_prefix("oom_kill ")?.trim().parse().ok())
         })
         .unwrap_or(0)
+}
+
+/// [`GvisorSandbox::end_container`], synchronously (also for `Drop`).
+fn end_container(runsc: &Runsc, id: &str, log: &Path, child: Option<std::process::Child>) {
+    if let Some(mut child) = child {
+        if matches!(child.try_wait(), Ok(None)) {
+            let _ = runsc.kill(id, log);
+            let deadline = std::time::Instant::now() + RUNSC_END;
+            while matches!(child.try_wait(), Ok(None)) && std::time::Instant::now() < deadline {
+                std::thread::sleep(std::time::Duration::from_millis(5));
+            }
+            if matches!(child.try_wait(), Ok(None)) {
+                let _ = child.kill();
+            }
+        }
+        let _ = child.wait();
+    }
+    // Absent (the foreground runsc removed it, or it never started) is fine.
+    let _ = runsc.delete(id, log);
+    crate::bundle::remove_cgroups(id);
+}
+
+/// The foreground runsc of a sandbox, shared between the sandbox and its port.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct RunscSlot(Arc<std::sync::Mutex<RunscState>>);
+
+#[derive(Debug, Default)]
+struct RunscState {
+    child: Option<std::process::Child>,
+    /// Set once omabox itself ends the container.
+    ending: bool,
+}
+
+impl RunscSlot {
+    fn lock(&self) -> std::sync::MutexGuard<'_, RunscState> {
+        self.0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn set(&self, child: std::process::Child) {
+        let mut state = self.lock();
+        state.child = Some(child);
+        state.ending = false;
+    }
+
+    fn take(&self) -> Option<std::process::Child> {
+        let mut state = self.lock();
+        state.ending = true;
+        state.child.take()
+    }
+
+    /// Whether runsc ended by SIGKILL without omabox ending the container.
+    pub(crate) fn killed_from_outside(&self) -> bool {
+        use std::os::unix::process::ExitStatusExt;
+        let mut state = self.lock();
+        if state.ending {
+            return false;
+        }
+        let status = state
+            .child
+            .as_mut()
+            .and_then(|c| c.try_wait().ok().flatten());
+        status.is_some_and(|s| s.code() == Some(137) || s.signal() == Some(libc::SIGKILL))
+    }
 }
