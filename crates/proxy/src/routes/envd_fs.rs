@@ -382,6 +382,54 @@ fn too_large() -> Gate {
     }
 }
 
+/// Bytes of a refused upload's body read (and dropped) before the refusal is sent: the
+/// client of a small upload is still writing it, and a refusal sent at once (the
+/// connection then closed) reached it as a broken pipe instead of the error (the Python
+/// SDK's `files.write(..., metadata=...)` in CI).
+const REFUSED_BODY_DRAIN: usize = 1 << 20;
+/// How long that read may take.
+const REFUSED_BODY_WAIT: Duration = Duration::from_secs(2);
+
+/// Reads and drops at most [`REFUSED_BODY_DRAIN`] bytes of `body` within
+/// [`REFUSED_BODY_WAIT`].
+async fn drain(body: Body) {
+    let mut stream = body.into_data_stream();
+    let mut seen = 0usize;
+    let _ = tokio::time::timeout(REFUSED_BODY_WAIT, async {
+        while let Some(Ok(chunk)) = stream.next().await {
+            seen += chunk.len();
+            if seen > REFUSED_BODY_DRAIN {
+                return;
+            }
+        }
+    })
+    .await;
+}
+
+/// An upload refused by its headers alone: an encoding or file metadata.
+fn refused_by_headers(headers: &HeaderMap) -> Option<Gate> {
+    let bad = |message: &str| Gate {
+        status: StatusCode::BAD_REQUEST,
+        message: message.to_owned(),
+    };
+    if header_str(headers, "content-encoding")
+        .is_some_and(|e| !e.trim().eq_ignore_ascii_case("identity"))
+    {
+        return Some(bad(
+            "encoded (gzip) uploads are not supported: send the bytes as they are",
+        ));
+    }
+    if headers
+        .keys()
+        .any(|name| name.as_str().starts_with("x-metadata-"))
+    {
+        return Some(bad(
+            "file metadata (X-Metadata-* headers) is not supported: upload without metadata",
+        ));
+    }
+    None
+}
+
 /// `POST /files`: a multipart upload (each part's file name its path, or `path` for a
 /// single part) or the raw bytes of `path`; answers the written files.
 pub(crate) async fn upload(
@@ -390,27 +438,19 @@ pub(crate) async fn upload(
     headers: HeaderMap,
     request: axum::extract::Request,
 ) -> Response {
+    if let Err(gate) = sandbox_of(&state, &headers) {
+        return gate.into_response();
+    }
+    if let Some(gate) = refused_by_headers(&headers) {
+        drain(request.into_body()).await;
+        return gate.into_response();
+    }
     let result = async {
         let sandbox = sandbox_of(&state, &headers)?;
         let bad = |message: &str| Gate {
             status: StatusCode::BAD_REQUEST,
             message: message.to_owned(),
         };
-        if header_str(&headers, "content-encoding")
-            .is_some_and(|e| !e.trim().eq_ignore_ascii_case("identity"))
-        {
-            return Err(bad(
-                "encoded (gzip) uploads are not supported: send the bytes as they are",
-            ));
-        }
-        if headers
-            .keys()
-            .any(|name| name.as_str().starts_with("x-metadata-"))
-        {
-            return Err(bad(
-                "file metadata (X-Metadata-* headers) is not supported: upload without metadata",
-            ));
-        }
         let (path, user) = file_query(query.as_deref());
         let user = match user {
             Some(user) => Some(user),
