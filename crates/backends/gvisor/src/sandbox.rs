@@ -23,6 +23,8 @@ use crate::{GvisorError, bundle};
 
 /// Restores tried before a resume or fork fails (see `GvisorSandbox::boot`).
 const RESTORE_ATTEMPTS: u32 = 3;
+/// How long a lost connection's account waits for runsc's exit to be waitable.
+const EXIT_SETTLE: std::time::Duration = std::time::Duration::from_millis(500);
 /// How long a foreground runsc may take to end after `runsc kill` before it is killed.
 const RUNSC_END: std::time::Duration = std::time::Duration::from_secs(10);
 
@@ -709,17 +711,30 @@ impl RunscSlot {
         state.child.take()
     }
 
-    /// Whether runsc ended by SIGKILL without omabox ending the container.
+    /// Whether runsc ended by SIGKILL without omabox ending the container. Asked when the
+    /// agent's connection was lost: runsc holds the container's stdout, so it is ending
+    /// then, though its exit may not be waitable yet (its files close before it becomes a
+    /// zombie): waits up to [`EXIT_SETTLE`] for it.
     pub(crate) fn killed_from_outside(&self) -> bool {
         use std::os::unix::process::ExitStatusExt;
-        let mut state = self.lock();
-        if state.ending {
-            return false;
+        let deadline = std::time::Instant::now() + EXIT_SETTLE;
+        loop {
+            let mut state = self.lock();
+            if state.ending {
+                return false;
+            }
+            let Some(child) = state.child.as_mut() else {
+                return false;
+            };
+            match child.try_wait() {
+                Ok(Some(s)) => {
+                    return s.code() == Some(137) || s.signal() == Some(libc::SIGKILL);
+                }
+                Ok(None) if std::time::Instant::now() < deadline => {}
+                _ => return false,
+            }
+            drop(state);
+            std::thread::sleep(std::time::Duration::from_millis(5));
         }
-        let status = state
-            .child
-            .as_mut()
-            .and_then(|c| c.try_wait().ok().flatten());
-        status.is_some_and(|s| s.code() == Some(137) || s.signal() == Some(libc::SIGKILL))
     }
 }
