@@ -4,6 +4,8 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod common;
+
 use std::io::{BufRead as _, BufReader, Read as _, Write as _};
 use std::net::TcpStream;
 use std::process::{Command, Stdio};
@@ -68,38 +70,7 @@ fn request(addr: &str, key: &str, method: &str, path: &str, body: &str) -> (u16,
     raw_request(addr, addr, Some(key), method, path, body)
 }
 
-/// One HTTP/1.0 request with an explicit Host and key → (status code, body).
-fn raw_request(
-    addr: &str,
-    host: &str,
-    key: Option<&str>,
-    method: &str,
-    path: &str,
-    body: &str,
-) -> (u16, String) {
-    let mut stream = TcpStream::connect(addr).unwrap();
-    let auth = key.map_or(String::new(), |key| {
-        format!("authorization: Bearer {key}\r\n")
-    });
-    write!(
-        stream,
-        "{method} {path} HTTP/1.0\r\nhost: {host}\r\n{auth}content-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
-        body.len()
-    )
-    .unwrap();
-    let mut response = String::new();
-    stream.read_to_string(&mut response).unwrap();
-    let status = response
-        .split(' ')
-        .nth(1)
-        .and_then(|code| code.parse().ok())
-        .unwrap_or_else(|| panic!("no status line: {response:?}"));
-    let body = response
-        .split_once("\r\n\r\n")
-        .map(|(_, body)| body.to_owned())
-        .unwrap_or_default();
-    (status, body)
-}
+use common::serve::http_request as raw_request;
 
 /// Starts `omabox serve` on a free loopback port; returns the child, its address, and its
 /// stderr (kept open so the server can still log while it shuts down).

@@ -24,28 +24,7 @@ pub fn request(
     path: &str,
     body: &str,
 ) -> (u16, String) {
-    let mut stream = TcpStream::connect(addr).unwrap();
-    let auth = key.map_or(String::new(), |key| {
-        format!("authorization: Bearer {key}\r\n")
-    });
-    write!(
-        stream,
-        "{method} {path} HTTP/1.0\r\nhost: {addr}\r\n{auth}content-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
-        body.len()
-    )
-    .unwrap();
-    let mut response = String::new();
-    stream.read_to_string(&mut response).unwrap();
-    let status = response
-        .split(' ')
-        .nth(1)
-        .and_then(|code| code.parse().ok())
-        .unwrap_or_else(|| panic!("no status line: {response:?}"));
-    let body = response
-        .split_once("\r\n\r\n")
-        .map(|(_, body)| body.to_owned())
-        .unwrap_or_default();
-    (status, body)
+    common::serve::http_request(addr, addr, key, method, path, body)
 }
 
 fn json(body: &str) -> serde_json::Value {

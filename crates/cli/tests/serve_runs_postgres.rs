@@ -15,8 +15,6 @@ use omabox_contract::RunQueuePort as _;
 use omabox_store::PostgresStore;
 use omabox_test_support::postgres::TestPostgres;
 use std::collections::BTreeMap;
-use std::io::{Read as _, Write as _};
-use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
 const KEY: &str = "three-hosts-operator-key";
@@ -24,25 +22,7 @@ const SESSIONS: usize = 12;
 const RUNS_PER_SESSION: usize = 3;
 
 fn request(addr: &str, method: &str, path: &str, body: &str) -> (u16, String) {
-    let mut stream = TcpStream::connect(addr).unwrap();
-    write!(
-        stream,
-        "{method} {path} HTTP/1.0\r\nhost: {addr}\r\nauthorization: Bearer {KEY}\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
-        body.len()
-    )
-    .unwrap();
-    let mut response = String::new();
-    stream.read_to_string(&mut response).unwrap();
-    let status = response
-        .split(' ')
-        .nth(1)
-        .and_then(|code| code.parse().ok())
-        .unwrap_or_else(|| panic!("no status line: {response:?}"));
-    let body = response
-        .split_once("\r\n\r\n")
-        .map(|(_, body)| body.to_owned())
-        .unwrap_or_default();
-    (status, body)
+    common::serve::http_request(addr, addr, Some(KEY), method, path, body)
 }
 
 fn json(body: &str) -> serde_json::Value {

@@ -1,7 +1,8 @@
 //! A running `omabox serve` for the tests that drive it over HTTP.
 #![allow(dead_code)]
 
-use std::io::{BufRead as _, BufReader};
+use std::io::{BufRead as _, BufReader, Read as _, Write as _};
+use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
@@ -125,4 +126,38 @@ pub fn sandbox_command(
         command.env("OMABOX_API_KEY", key);
     }
     command
+}
+
+/// One HTTP/1.0 request to `addr` with `host` as its Host and, with `key`, the operator key
+/// as a bearer token → (status code, body).
+pub fn http_request(
+    addr: &str,
+    host: &str,
+    key: Option<&str>,
+    method: &str,
+    path: &str,
+    body: &str,
+) -> (u16, String) {
+    let mut stream = TcpStream::connect(addr).unwrap();
+    let auth = key.map_or(String::new(), |key| {
+        format!("authorization: Bearer {key}\r\n")
+    });
+    write!(
+        stream,
+        "{method} {path} HTTP/1.0\r\nhost: {host}\r\n{auth}content-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    let mut response = String::new();
+    stream.read_to_string(&mut response).unwrap();
+    let status = response
+        .split(' ')
+        .nth(1)
+        .and_then(|code| code.parse().ok())
+        .unwrap_or_else(|| panic!("no status line: {response:?}"));
+    let body = response
+        .split_once("\r\n\r\n")
+        .map(|(_, body)| body.to_owned())
+        .unwrap_or_default();
+    (status, body)
 }
