@@ -2,7 +2,7 @@
 //! serve` unchanged through `E2B_API_URL`, `E2B_SANDBOX_URL` and `E2B_API_KEY`: sandboxes,
 //! commands (streamed output, exit codes, stdin, background, connect, kill, a flood of
 //! output), files (text, binary, list, metadata, an upload larger than the sandbox's disk),
-//! watches with entries, the sandbox log, template building (`Template.build` over a
+//! watches with entries, the sandbox log, filesystem snapshots, template building (`Template.build` over a
 //! Debian base, then `Sandbox.create` from the template) and the refusals (unknown
 //! sandbox, wrong key, another sandbox's token, steps omabox cannot honour). The scripts
 //! check every answer themselves (`tests/e2b_sdk/`); this test runs them against a real
@@ -103,6 +103,48 @@ fn the_official_python_sdk_drives_serve() {
     let tokens = run_sdk(command, &serve, &dirs);
     let log = serve.stop();
     assert_no_token_logged(&log, &tokens);
+}
+
+/// Filesystem snapshots through the Python SDK (`snapshot_test.py`): taken, listed, started
+/// from, deleted, refused where a memory snapshot is asked for; none of their files are
+/// left once serve stopped.
+#[test]
+fn the_python_sdk_takes_snapshots_and_starts_sandboxes_from_them() {
+    if !linux_available() {
+        return;
+    }
+    let root = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
+    let Some(python) = omabox_test_support::sdk::python_venv(
+        &root,
+        "e2b-python-sdk",
+        &[PYTHON_SDK, "httpx"],
+        "e2b, httpx",
+    ) else {
+        return;
+    };
+    let dirs = TestDirs::new("e2bsnap");
+    let serve = start_serve(&dirs);
+    let mut command = Command::new(python);
+    command.arg(script("snapshot_test.py"));
+    let tokens = run_sdk(command, &serve, &dirs);
+    // The script deleted every snapshot and killed every sandbox: no files are kept.
+    let saved = dirs.data.path().join("paused-sandboxes");
+    let kept: Vec<_> = std::fs::read_dir(&saved)
+        .unwrap()
+        .flatten()
+        .flat_map(|owner| std::fs::read_dir(owner.path()).unwrap().flatten())
+        .map(|e| e.path())
+        .collect();
+    assert!(kept.is_empty(), "files of deleted snapshots kept: {kept:?}");
+    let log = serve.stop();
+    assert_no_token_logged(&log, &tokens);
+    let left: Vec<_> = std::fs::read_dir(&saved)
+        .map(|dir| dir.flatten().map(|e| e.path()).collect())
+        .unwrap_or_default();
+    assert!(
+        left.is_empty(),
+        "snapshot files left after serve stopped: {left:?}"
+    );
 }
 
 #[test]

@@ -144,6 +144,38 @@ pub struct SandboxLogEntry {
     pub fields: BTreeMap<String, String>,
 }
 
+/// A filesystem snapshot of a sandbox (E2B's `SnapshotInfo`): sandboxes created with its
+/// id as their template start with its files.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SnapshotInfo {
+    /// `NAME:default` for a named snapshot, else `ID:default` (E2B's template-with-tag form).
+    pub snapshot_id: String,
+    /// Its full names (the one above).
+    pub names: Vec<String>,
+    /// The sandbox it was taken from.
+    pub sandbox_id: String,
+    /// When it was taken.
+    pub created_at: SystemTime,
+}
+
+/// The tag of every snapshot id (E2B names a snapshot `NAME:TAG`; one build is kept per
+/// name).
+pub const SNAPSHOT_TAG: &str = "default";
+
+impl SnapshotInfo {
+    /// Whether `wanted` (an id or a name, with or without its tag) names this snapshot.
+    pub fn is_named(&self, wanted: &str) -> bool {
+        let bare = |text: &str| -> String {
+            text.strip_suffix(SNAPSHOT_TAG)
+                .and_then(|text| text.strip_suffix(':'))
+                .unwrap_or(text)
+                .to_owned()
+        };
+        let wanted = bare(wanted);
+        bare(&self.snapshot_id) == wanted || self.names.iter().any(|name| bare(name) == wanted)
+    }
+}
+
 /// A service call this service does not offer.
 fn not_offered(what: &str) -> SandboxServiceError {
     SandboxServiceError::BadRequest(format!("{what} is not supported by this server"))
@@ -233,6 +265,26 @@ pub trait SandboxService: Send + Sync + 'static {
     /// Who builds templates for this service (`None`: template building is not offered).
     fn templates(&self) -> Option<Arc<dyn crate::templates::TemplateService>> {
         None
+    }
+    /// Takes a filesystem snapshot of the running sandbox (it keeps running); `name`
+    /// (checked by the caller) replaces an earlier snapshot of that name.
+    async fn create_snapshot(
+        &self,
+        sandbox_id: &str,
+        name: Option<String>,
+    ) -> Result<SnapshotInfo, SandboxServiceError> {
+        let _ = (sandbox_id, name);
+        Err(not_offered("a snapshot"))
+    }
+    /// Every snapshot kept, newest first.
+    fn snapshots(&self) -> Vec<SnapshotInfo> {
+        Vec::new()
+    }
+    /// Removes the snapshot `snapshot_id` (its id or name, as `Sandbox.create` takes it);
+    /// `Ok(false)`: there is none.
+    async fn delete_snapshot(&self, snapshot_id: &str) -> Result<bool, SandboxServiceError> {
+        let _ = snapshot_id;
+        Ok(false)
     }
     /// Resumes a paused sandbox under its id and token with its files back, to live
     /// `timeout`; `Ok(None)` when it is not paused (running, or no such sandbox: the

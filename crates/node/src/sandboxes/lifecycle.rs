@@ -6,8 +6,8 @@
 //! network setting does not.
 
 use super::{
-    Entry, LogLevel, MAX_PAUSED, MAX_SANDBOXES, Paused, SandboxHost, Starting, context, internal,
-    startup_error, stopping, watch_timeout,
+    Entry, LogLevel, MAX_PAUSED, MAX_SANDBOXES, Paused, SandboxHost, StartWith, Starting, context,
+    internal, startup_error, stopping, watch_timeout,
 };
 use omabox_backend_linux::Networking;
 use omabox_backend_linux::factory::LinuxSandboxConfig;
@@ -73,7 +73,7 @@ impl SandboxHost {
         port: LinuxSandboxPort,
         info: SandboxInfo,
         token: SecretString,
-        env_vars: BTreeMap<String, String>,
+        start_with: StartWith,
         networking: Option<NetworkingConfig>,
         timeout: Duration,
     ) -> Result<(), SandboxServiceError> {
@@ -87,7 +87,7 @@ impl SandboxHost {
             removed: AtomicBool::new(false),
             killing: AtomicBool::new(false),
             cpu: super::metrics::CpuReadings::default(),
-            env_vars,
+            start_with,
             networking: Mutex::new(networking),
             pausing: AtomicBool::new(false),
         });
@@ -196,7 +196,7 @@ impl SandboxHost {
             Paused {
                 info,
                 token: entry.token.clone(),
-                env_vars: entry.env_vars.clone(),
+                start_with: entry.start_with.clone(),
                 networking,
             },
         );
@@ -249,7 +249,11 @@ impl SandboxHost {
     ) -> Result<SandboxInfo, SandboxServiceError> {
         let _starting = self.reserve()?;
         let (port, _) = self
-            .start(sandbox_id, &paused.info.template_id, &paused.env_vars)
+            .start(
+                sandbox_id,
+                &paused.start_with.template,
+                &paused.start_with.env_vars,
+            )
             .await?;
         let restored = match &paused.networking {
             Some(config) => self.apply_network(&port, config),
@@ -275,7 +279,7 @@ impl SandboxHost {
             port,
             info.clone(),
             paused.token.clone(),
-            paused.env_vars.clone(),
+            paused.start_with.clone(),
             paused.networking.clone(),
             timeout,
         )

@@ -22,6 +22,7 @@ mod lifecycle;
 mod logs;
 mod metrics;
 pub(crate) mod saved;
+mod snapshots;
 mod template_builds;
 mod template_recipe;
 mod token;
@@ -36,7 +37,7 @@ use omabox_contract::SecretString;
 use omabox_contract::networking::NetworkingConfig;
 use omabox_proxy::e2b::{
     CreatedSandbox, LogLevel, NetworkUpdate, NewSandbox, SandboxInfo, SandboxLogEntry,
-    SandboxMetrics, SandboxService, SandboxServiceError,
+    SandboxMetrics, SandboxService, SandboxServiceError, SnapshotInfo,
 };
 use omabox_proxy::envd::SandboxEnvd;
 use omabox_sandbox::SandboxFactoryContext;
@@ -100,13 +101,24 @@ struct Inner {
     logs: logs::Logs,
     /// Templates built through the E2B template API.
     builds: template_builds::TemplateBuilds,
+    /// Filesystem snapshots (their files in `saved`).
+    snapshots: snapshots::Snapshots,
+}
+
+/// What a sandbox was started from, and a resume starts it from again.
+#[derive(Clone)]
+struct StartWith {
+    /// Its template (its snapshot's base when it came from one: never a snapshot).
+    template: String,
+    /// The create's environment variables.
+    env_vars: BTreeMap<String, String>,
 }
 
 /// A paused sandbox: what a resume starts again.
 struct Paused {
     info: SandboxInfo,
     token: SecretString,
-    env_vars: BTreeMap<String, String>,
+    start_with: StartWith,
     /// The network a network update gave it (`None`: the node's).
     networking: Option<NetworkingConfig>,
 }
@@ -140,8 +152,8 @@ struct Entry {
     killing: AtomicBool,
     /// The previous CPU reading of a metrics call.
     cpu: metrics::CpuReadings,
-    /// The create's environment variables (a resume sets them again).
-    env_vars: BTreeMap<String, String>,
+    /// What a resume starts it from again.
+    start_with: StartWith,
     /// The network a network update gave it (`None`: the node's).
     networking: Mutex<Option<NetworkingConfig>>,
     /// Set by the one pause in progress (a second waits for nothing: it is refused).
@@ -247,6 +259,7 @@ impl SandboxHost {
                 saved,
                 logs: logs::Logs::default(),
                 builds: template_builds::TemplateBuilds::default(),
+                snapshots: snapshots::Snapshots::default(),
             }),
         }
     }
@@ -282,8 +295,10 @@ impl SandboxHost {
                 Err(error) => errors.push(format!("a kill task failed: {error}")),
             }
         }
-        // Paused sandboxes end with serve (their records live in this process only).
+        // Paused sandboxes and snapshots end with serve (their records live in this process
+        // only).
         self.inner.paused_map().clear();
+        self.inner.snapshots.clear();
         if let Some(saved) = &self.inner.saved {
             saved.remove_all();
         }
@@ -485,9 +500,23 @@ impl SandboxService for SandboxHost {
     async fn create(&self, request: NewSandbox) -> Result<CreatedSandbox, SandboxServiceError> {
         let _starting = self.reserve()?;
         let id = new_sandbox_id();
+        let snapshot = self.inner.snapshots.find(&request.template_id);
+        let start_with = StartWith {
+            template: snapshot
+                .as_ref()
+                .map_or(&request.template_id, |s| &s.base_template)
+                .clone(),
+            env_vars: request.env_vars,
+        };
         let (port, config) = self
-            .start(&id, &request.template_id, &request.env_vars)
+            .start(&id, &start_with.template, &start_with.env_vars)
             .await?;
+        if let Some(snapshot) = &snapshot
+            && let Err(error) = snapshot.restore(port.client()).await
+        {
+            let _ = port.terminate().await;
+            return Err(error);
+        }
         let started_at = SystemTime::now();
         let info = SandboxInfo {
             sandbox_id: id.clone(),
@@ -521,7 +550,7 @@ impl SandboxService for SandboxHost {
             port,
             info.clone(),
             token.clone(),
-            request.env_vars,
+            start_with,
             None,
             request.timeout,
         )
@@ -676,6 +705,22 @@ impl SandboxService for SandboxHost {
 
     async fn pause(&self, sandbox_id: &str) -> Result<bool, SandboxServiceError> {
         self.pause_sandbox(sandbox_id).await
+    }
+
+    async fn create_snapshot(
+        &self,
+        sandbox_id: &str,
+        name: Option<String>,
+    ) -> Result<SnapshotInfo, SandboxServiceError> {
+        self.take_snapshot(sandbox_id, name).await
+    }
+
+    fn snapshots(&self) -> Vec<SnapshotInfo> {
+        self.inner.snapshots.list()
+    }
+
+    async fn delete_snapshot(&self, snapshot_id: &str) -> Result<bool, SandboxServiceError> {
+        Ok(self.forget_snapshot(snapshot_id))
     }
 
     async fn resume(

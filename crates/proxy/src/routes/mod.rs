@@ -5,6 +5,7 @@ pub(crate) mod connect;
 pub(crate) mod e2b;
 pub(crate) mod e2b_lifecycle;
 pub(crate) mod e2b_logs;
+pub(crate) mod e2b_snapshots;
 pub(crate) mod e2b_templates;
 pub(crate) mod envd;
 pub(crate) mod envd_fs;
@@ -24,7 +25,7 @@ use axum::http::HeaderMap;
 use axum::http::header::HeaderName;
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse as _, Response};
-use axum::routing::{any, get, post, put};
+use axum::routing::{any, delete, get, post, put};
 use omabox_contract::SessionTokenClaims;
 use std::time::Instant;
 use tower_http::sensitive_headers::SetSensitiveHeadersLayer;
@@ -100,6 +101,16 @@ pub fn router(state: ProxyState) -> Router {
             put(e2b_lifecycle::update_network),
         )
         .route("/sandboxes/{sandbox_id}/pause", post(e2b_lifecycle::pause))
+        .route(
+            "/sandboxes/{sandbox_id}/snapshots",
+            post(e2b_snapshots::create),
+        )
+        .route("/sandboxes/{sandbox_id}/fork", post(e2b_snapshots::fork))
+        .route("/snapshots", get(e2b_snapshots::list))
+        .route(
+            "/templates/{template_id}",
+            delete(e2b_snapshots::delete_template),
+        )
         .route("/v3/templates", post(e2b_templates::request_build))
         .route("/templates/aliases/{alias}", get(e2b_templates::alias))
         .route(

@@ -1,0 +1,172 @@
+//! serve's filesystem snapshots (E2B's `create_snapshot(mode="filesystem")`): a running
+//! sandbox's saved directories (`/home/user`, `/workspace`, `/tmp`, as a pause saves them,
+//! see [`saved`](super::saved)) kept under a snapshot id while the sandbox goes on running;
+//! `Sandbox.create(snapshot_id)` starts a sandbox of the snapshot's base template and
+//! restores those files into it. Processes and memory are not kept (no backend of serve
+//! can capture them), which is what E2B's filesystem mode promises.
+//!
+//! Snapshots live as long as serve, like built templates: their files are in serve's own
+//! directory of saved sandboxes, so a serve that stops removes them and one that died has
+//! them removed by `omabox reap` or the next serve. At most [`MAX_SNAPSHOTS`] are kept, each
+//! at most `MAX_SAVED_BYTES`. A name taken again replaces its snapshot.
+//!
+//! Must never: name a host path after the caller's text (a snapshot's files are under a
+//! random id of ours); remove files a create is still restoring from (the files go when the
+//! last user of a snapshot lets go of it, see [`Stored`]); keep a half-saved snapshot.
+
+use super::saved::SavedFiles;
+use super::{SandboxHost, internal, new_sandbox_id};
+use omabox_agent::AgentClient;
+use omabox_proxy::e2b::{SNAPSHOT_TAG, SandboxServiceError, SnapshotInfo};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::SystemTime;
+
+/// Snapshots one serve keeps at once.
+pub const MAX_SNAPSHOTS: usize = 64;
+
+/// One snapshot: what it is shown as and where its files are.
+pub(super) struct Snapshot {
+    pub(super) info: SnapshotInfo,
+    /// The template its sandboxes start from before its files are restored (never a
+    /// snapshot: a snapshot of a sandbox made from a snapshot has that one's base).
+    pub(super) base_template: String,
+    files: Arc<Stored>,
+}
+
+impl Snapshot {
+    /// Restores its files into the sandbox behind `client`.
+    pub(super) async fn restore(&self, client: &AgentClient) -> Result<(), SandboxServiceError> {
+        self.files
+            .saved
+            .restore(&self.files.key, client)
+            .await
+            .map_err(|e| {
+                internal(format!(
+                    "cannot restore snapshot {}: {e}",
+                    self.info.snapshot_id
+                ))
+            })
+    }
+}
+
+/// A snapshot's saved files, removed when the last [`Snapshot`] holding them is dropped (a
+/// delete while a create restores from them waits for that create, without blocking).
+struct Stored {
+    saved: SavedFiles,
+    key: String,
+}
+
+impl Drop for Stored {
+    fn drop(&mut self) {
+        self.saved.remove(&self.key);
+    }
+}
+
+/// serve's snapshots, newest last.
+#[derive(Default)]
+pub(super) struct Snapshots(Mutex<Vec<Arc<Snapshot>>>);
+
+impl Snapshots {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<Arc<Snapshot>>> {
+        self.0.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The snapshot `wanted` names, if any.
+    pub(super) fn find(&self, wanted: &str) -> Option<Arc<Snapshot>> {
+        self.lock()
+            .iter()
+            .rev()
+            .find(|s| s.info.is_named(wanted))
+            .cloned()
+    }
+
+    /// Every snapshot, newest first.
+    pub(super) fn list(&self) -> Vec<SnapshotInfo> {
+        self.lock().iter().rev().map(|s| s.info.clone()).collect()
+    }
+
+    /// Forgets every snapshot (serve is stopping; its directory goes with it).
+    pub(super) fn clear(&self) {
+        self.lock().clear();
+    }
+}
+
+impl SandboxHost {
+    /// Saves the running sandbox `sandbox_id`'s files as a new snapshot, named `name` or
+    /// by a random id (an existing snapshot of that name is replaced once this one is
+    /// saved). The sandbox goes on running; on error nothing of the new snapshot is kept.
+    pub(super) async fn take_snapshot(
+        &self,
+        sandbox_id: &str,
+        name: Option<String>,
+    ) -> Result<SnapshotInfo, SandboxServiceError> {
+        let Some(saved) = &self.inner.saved else {
+            return Err(SandboxServiceError::BadRequest(
+                "snapshots are not offered by this server".into(),
+            ));
+        };
+        let entry = self.running_entry(sandbox_id)?;
+        let snapshot_id = format!(
+            "{}:{SNAPSHOT_TAG}",
+            name.as_deref().unwrap_or(&new_sandbox_id())
+        );
+        let full = || {
+            SandboxServiceError::Unavailable(format!(
+                "this server already keeps {MAX_SNAPSHOTS} snapshots: delete one first"
+            ))
+        };
+        let room = |list: &[Arc<Snapshot>]| {
+            list.len() < MAX_SNAPSHOTS || list.iter().any(|s| s.info.snapshot_id == snapshot_id)
+        };
+        if !room(&self.inner.snapshots.lock()) {
+            return Err(full());
+        }
+        let key = format!("snapshot-{}", new_sandbox_id());
+        saved
+            .save(&key, entry.port.client())
+            .await
+            .map_err(|e| internal(format!("cannot snapshot sandbox {sandbox_id}: {e}")))?;
+        let files = Arc::new(Stored {
+            saved: saved.clone(),
+            key,
+        });
+        let info = SnapshotInfo {
+            names: vec![snapshot_id.clone()],
+            snapshot_id: snapshot_id.clone(),
+            sandbox_id: sandbox_id.to_owned(),
+            created_at: SystemTime::now(),
+        };
+        let snapshot = Arc::new(Snapshot {
+            info: info.clone(),
+            base_template: entry.start_with.template.clone(),
+            files,
+        });
+        {
+            let mut list = self.inner.snapshots.lock();
+            // Checked again: other snapshots may have been taken while this one saved (its
+            // files go with `snapshot` when refused).
+            if !room(&list) {
+                return Err(full());
+            }
+            list.retain(|s| s.info.snapshot_id != info.snapshot_id);
+            list.push(snapshot);
+        }
+        tracing::info!(sandbox = %sandbox_id, snapshot = %info.snapshot_id, "snapshot taken");
+        let message = format!("snapshot {} taken (its files kept)", info.snapshot_id);
+        self.inner.logs.open(sandbox_id).info("snapshot", &message);
+        Ok(info)
+    }
+
+    /// Forgets the snapshot `wanted` names; its files go once no create restores from it.
+    pub(super) fn forget_snapshot(&self, wanted: &str) -> bool {
+        let mut list = self.inner.snapshots.lock();
+        let before = list.len();
+        list.retain(|s| !s.info.is_named(wanted));
+        let removed = list.len() < before;
+        drop(list);
+        if removed {
+            tracing::info!(snapshot = %wanted.chars().take(140).collect::<String>(), "snapshot deleted");
+        }
+        removed
+    }
+}
