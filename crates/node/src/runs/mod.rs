@@ -194,7 +194,11 @@ impl RunWorker {
                 {
                     Ok(Some(run)) => {
                         tracing::info!(run_id = %run.claim.run_id, attempt = run.claim.attempt, "run claimed");
-                        tasks.spawn(run_one(Arc::clone(&shared), run));
+                        // Registered before the task first runs, so a stop that comes before
+                        // it does still cancels it.
+                        let controller = AbortController::new();
+                        lock(&shared.running).insert(run.claim.run_id.clone(), controller.clone());
+                        tasks.spawn(run_one(Arc::clone(&shared), run, controller));
                     }
                     Ok(None) => break,
                     Err(error) => {
@@ -222,11 +226,10 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
-/// Runs one claimed run to its end (or to this host's shutdown).
-async fn run_one(shared: Arc<Shared>, run: ClaimedRun) {
+/// Runs one claimed run (its `controller` already in `shared.running`) to its end (or to
+/// this host's shutdown).
+async fn run_one(shared: Arc<Shared>, run: ClaimedRun, controller: AbortController) {
     let claim = run.claim.clone();
-    let controller = AbortController::new();
-    lock(&shared.running).insert(claim.run_id.clone(), controller.clone());
     let lost = Arc::new(AtomicBool::new(false));
     let renewer = tokio::spawn(renew(
         Arc::clone(&shared),
@@ -297,6 +300,11 @@ async fn execute(
         claim: run.claim.clone(),
     };
     loop {
+        // A stop that came before this run began: nothing is started (the claim stays, for
+        // any host once it expires).
+        if shared.stopping.load(Ordering::SeqCst) || controller.is_aborted() {
+            return None;
+        }
         let request =
             match spec::request(&spec, &run.session_id, &shared.config, Some(queued.clone())) {
                 Ok(request) => request,
