@@ -195,3 +195,125 @@ fn processes_mentioning(marker: &str) -> usize {
         })
         .count()
 }
+
+/// `omabox run --backend gvisor` in session `session` of `data`, with `envs`; its JSON
+/// report and output.
+fn run_gvisor(
+    data: &Path,
+    session: &str,
+    envs: &[(&str, &str)],
+    cmd: &[&str],
+) -> (serde_json::Value, std::process::Output) {
+    let output = omabox(data)
+        .args(["run", "--json", "--backend", "gvisor", "--session", session])
+        .arg("--")
+        .args(cmd)
+        .envs(envs.iter().copied())
+        .env_remove("OMABOX_LINUX_IMAGE")
+        .env_remove("SANDBOX_IMAGE")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let report = serde_json::from_slice(&output.stdout).unwrap_or(serde_json::Value::Null);
+    (report, output)
+}
+
+#[test]
+fn omabox_run_backend_gvisor_keeps_the_workspace_between_runs_and_collects_outputs() {
+    if !require_capability(missing()) {
+        return;
+    }
+    let data = tempfile::tempdir().unwrap();
+    let (first, output) = run_gvisor(
+        data.path(),
+        "s1",
+        &[],
+        &[
+            "sh",
+            "-c",
+            "echo one > /workspace/a && echo report > /mnt/session/outputs/r.txt && uname -r",
+        ],
+    );
+    assert!(output.status.success(), "{output:?}");
+    assert_eq!(
+        first["result"],
+        serde_json::json!({"type": "completed", "revision": 1}),
+        "{first}"
+    );
+    assert_eq!(first["outputs"][0]["logicalPath"], "r.txt", "{first}");
+    // The harness ran under gVisor's kernel, not the host's.
+    let host = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!stderr.contains(host.trim()), "{stderr}");
+
+    let (second, output) = run_gvisor(data.path(), "s1", &[], &["cat", "/workspace/a"]);
+    assert!(output.status.success(), "{output:?}");
+    assert_eq!(String::from_utf8_lossy(&output.stderr).trim(), "one");
+    assert_eq!(second["restoredRevision"], 1, "{second}");
+    let sandboxes = data.path().join("gvisor/sandboxes");
+    assert_eq!(std::fs::read_dir(sandboxes).unwrap().count(), 0);
+}
+
+#[test]
+fn omabox_run_backend_gvisor_applies_its_limits_probes_readiness_and_refuses_pids() {
+    if !require_capability(missing()) {
+        return;
+    }
+    let data = tempfile::tempdir().unwrap();
+    // The memory limit (the sandbox's cgroup) ends the sandbox, and the failure says so.
+    let (report, output) = run_gvisor(
+        data.path(),
+        "oom",
+        &[
+            ("OMABOX_LINUX_MEMORY", "100M"),
+            ("OMABOX_LINUX_CPUS", "0.5"),
+        ],
+        &[
+            "python3",
+            "-c",
+            "x = bytearray(300 << 20); print('allocated')",
+        ],
+    );
+    assert_eq!(output.status.code(), Some(1), "{output:?}");
+    assert_eq!(report["result"]["type"], "failed", "{report}");
+    let message = report["result"]["error"]["message"].as_str().unwrap_or("");
+    assert!(message.contains("memory limit of 100 MiB"), "{report}");
+    // Under the limit the same run completes.
+    let (report, output) = run_gvisor(
+        data.path(),
+        "ok",
+        &[
+            ("OMABOX_LINUX_MEMORY", "400M"),
+            ("OMABOX_LINUX_CPUS", "0.5"),
+        ],
+        &[
+            "python3",
+            "-c",
+            "x = bytearray(20 << 20); print('allocated')",
+        ],
+    );
+    assert!(output.status.success(), "{output:?}");
+    assert_eq!(report["result"]["type"], "completed", "{report}");
+
+    // A harness the sandbox cannot run is refused by the readiness probe.
+    let (report, output) = run_gvisor(data.path(), "ready", &[], &["no-such-harness-xyz"]);
+    assert!(!output.status.success(), "{output:?}");
+    let text = format!("{report} {}", String::from_utf8_lossy(&output.stderr));
+    assert!(text.contains("Runtime environment is not ready"), "{text}");
+
+    // A pids limit is refused before anything is made, saying why.
+    let (_, output) = run_gvisor(
+        data.path(),
+        "pids",
+        &[("OMABOX_LINUX_PIDS", "100")],
+        &["true"],
+    );
+    assert!(!output.status.success(), "{output:?}");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("the gvisor backend cannot limit"),
+        "{stderr}"
+    );
+    let sandboxes = data.path().join("gvisor/sandboxes");
+    assert_eq!(std::fs::read_dir(sandboxes).unwrap().count(), 0);
+}

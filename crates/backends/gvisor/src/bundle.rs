@@ -1,10 +1,12 @@
 //! The OCI bundle of one sandbox (`config.json`) and the shared read-only root it uses.
 //!
 //! The root is a directory of ours: the host's `/usr` bound read-only (with the merged-usr
-//! links `/bin`, `/lib`, `/lib64`, `/sbin`), an `/etc` holding only what we write into it,
-//! a tmpfs `/tmp`, the sandbox's own `/workspace` bound read-write and the init binary at
-//! `/.omabox/init`. Never: expose the host's `/etc`, `/root`, `/home` or omabox's data
-//! directory to a sandbox; write JSON by string formatting (paths are serde strings).
+//! links `/bin`, `/lib`, `/lib64`, `/sbin`), an `/etc` holding only what we write into it
+//! (accounts, `resolv.conf` naming the host's DNS stub, `hosts`, the public CA bundle),
+//! a tmpfs `/tmp`, the sandbox's own `/workspace` bound read-write, the Session outputs at
+//! `/mnt/session/outputs` when given, and the init binary at `/.omabox/init`. Never: expose
+//! the host's `/etc`, `/root`, `/home` or omabox's data directory to a sandbox; write JSON
+//! by string formatting (paths are serde strings).
 
 use std::path::{Path, PathBuf};
 
@@ -16,6 +18,16 @@ use crate::GvisorError;
 pub const INIT_PATH: &str = "/.omabox/init";
 /// The sandbox's workspace.
 pub const WORKSPACE: &str = "/workspace";
+/// Where the Session outputs directory appears, when the sandbox has one.
+pub const OUTPUTS: &str = "/mnt/session/outputs";
+/// The CA bundle of the default root (a copy of the host's public one, so HTTPS works).
+pub const CA_BUNDLE: &str = "/etc/ssl/certs/ca-certificates.crt";
+/// The host's CA bundle the default root copies (absent: the root has none).
+const HOST_CA_BUNDLE: &str = "/etc/ssl/certs/ca-certificates.crt";
+/// Names resolve through the host's DNS stub, bound at 127.0.0.1:53 in the sandbox's own
+/// network namespace (networking other than `none`; under `none` nothing answers).
+const RESOLV_CONF: &str = "nameserver 127.0.0.1\noptions ndots:0\n";
+const HOSTS: &str = "127.0.0.1 localhost\n::1 localhost\n";
 
 /// The accounts a sandbox knows (the agent reads them for `user`/`owner`).
 const PASSWD: &str =
@@ -39,6 +51,8 @@ pub fn prepare_root(dir: &Path) -> Result<PathBuf, GvisorError> {
         "sys",
         "root",
         ".omabox",
+        "mnt/session/outputs",
+        "etc/ssl/certs",
     ] {
         std::fs::create_dir_all(root.join(sub)).map_err(|e| io("creating a directory", e))?;
     }
@@ -58,6 +72,15 @@ pub fn prepare_root(dir: &Path) -> Result<PathBuf, GvisorError> {
     }
     write_whole(&root.join("etc/passwd"), PASSWD.as_bytes()).map_err(|e| io("etc/passwd", e))?;
     write_whole(&root.join("etc/group"), GROUP.as_bytes()).map_err(|e| io("etc/group", e))?;
+    write_whole(&root.join("etc/resolv.conf"), RESOLV_CONF.as_bytes())
+        .map_err(|e| io("etc/resolv.conf", e))?;
+    write_whole(&root.join("etc/hosts"), HOSTS.as_bytes()).map_err(|e| io("etc/hosts", e))?;
+    // Public certificates (not secret; absent is fine): HTTPS clients in the sandbox need
+    // them, and credential egress appends its CA to a copy.
+    if let Ok(bundle) = std::fs::read(HOST_CA_BUNDLE) {
+        write_whole(&root.join(CA_BUNDLE.trim_start_matches('/')), &bundle)
+            .map_err(|e| io("the CA bundle", e))?;
+    }
     // The dynamic loader's cache of the host's /usr (not secret; absent is fine).
     if let Ok(cache) = std::fs::read("/etc/ld.so.cache") {
         write_whole(&root.join("etc/ld.so.cache"), &cache).map_err(|e| io("ld.so.cache", e))?;
@@ -80,9 +103,35 @@ fn write_whole(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
         })
 }
 
-/// `config.json` for a sandbox whose root is `root`, workspace `workspace` and init
-/// binary `init`.
-pub fn config(root: &Path, workspace: &Path, init: &Path, hostname: &str) -> Value {
+/// What one sandbox's bundle is made of.
+#[derive(Debug, Clone, Copy)]
+pub struct Layout<'a> {
+    /// The shared root ([`prepare_root`]).
+    pub root: &'a Path,
+    /// The host directory bound read-write at [`WORKSPACE`].
+    pub workspace: &'a Path,
+    /// The host directory bound read-write at [`OUTPUTS`], when the sandbox has one.
+    pub outputs: Option<&'a Path>,
+    /// The init binary.
+    pub init: &'a Path,
+    /// The sandbox's host name.
+    pub hostname: &'a str,
+    /// Whether runsc runs with `--network host` in a namespace omabox made: the spec then
+    /// names no network namespace (runsc would make a fresh one), so the sandbox is in
+    /// runsc's own, ours.
+    pub host_network: bool,
+}
+
+/// `config.json` for a sandbox laid out as `layout` says.
+pub fn config(layout: &Layout<'_>) -> Value {
+    let Layout {
+        root,
+        workspace,
+        outputs,
+        init,
+        hostname,
+        host_network,
+    } = *layout;
     let bind = |dest: &str, source: &Path, ro: bool| {
         json!({
             "destination": dest,
@@ -91,7 +140,7 @@ pub fn config(root: &Path, workspace: &Path, init: &Path, hostname: &str) -> Val
             "options": if ro { json!(["rbind", "ro"]) } else { json!(["rbind", "rw"]) },
         })
     };
-    json!({
+    let mut config = json!({
         "ociVersion": "1.0.0",
         "process": {
             "terminal": false,
@@ -122,7 +171,20 @@ pub fn config(root: &Path, workspace: &Path, init: &Path, hostname: &str) -> Val
                 { "type": "uts" }, { "type": "mount" },
             ],
         },
-    })
+    });
+    if let Some(outputs) = outputs
+        && let Some(mounts) = config.get_mut("mounts").and_then(Value::as_array_mut)
+    {
+        mounts.push(bind(OUTPUTS, outputs, false));
+    }
+    if host_network
+        && let Some(namespaces) = config
+            .pointer_mut("/linux/namespaces")
+            .and_then(Value::as_array_mut)
+    {
+        namespaces.retain(|ns| ns["type"] != "network");
+    }
+    config
 }
 
 /// The parent of every sandbox's cgroup (under each controller on cgroup v1).

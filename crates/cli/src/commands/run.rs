@@ -543,9 +543,12 @@ fn request(args: &RunArgs) -> anyhow::Result<Request> {
         process.clone_from(&agent.process);
     }
     if !args.credentials.is_empty() {
-        if !matches!(args.backend, Backend::Linux | Backend::Docker) {
+        if !matches!(
+            args.backend,
+            Backend::Linux | Backend::Docker | Backend::Gvisor
+        ) {
             anyhow::bail!(
-                "--credential needs the linux or docker backend (their enforced egress path)"
+                "--credential needs the linux, docker or gvisor backend (their enforced egress path)"
             );
         }
         work_profile::require_credential_egress(&mut profile);

@@ -104,6 +104,8 @@ fn gvisor_config(args: &RunArgs, config: &NodeConfig) -> Result<GvisorConfig, Fa
         init,
         platform: "ptrace".into(),
         limits,
+        network: omabox_backend_gvisor::GvisorNetwork::default(),
+        test_hosts: None,
     })
 }
 
