@@ -9,6 +9,8 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 mod common;
+#[path = "../../backends/linux/tests/internet/mod.rs"]
+mod internet;
 
 use common::omabox_bin;
 use omabox_test_support::require_capability;
@@ -72,10 +74,7 @@ fn runs_a_command_with_its_output_stdin_and_exit_code_and_refuses_what_it_does_n
     assert!(out.status.success(), "{out:?}");
     assert_eq!(out.stdout, b"through the sandbox\n");
 
-    for refused in [
-        &["--pids", "100"][..],
-        &["--network", "limited", "--allow-host", "example.com"],
-    ] {
+    for refused in [&["--pids", "100"][..], &["--image", "debian:12"]] {
         let out = omabox(data.path())
             .args(["sandbox", "run", "--backend", "gvisor"])
             .args(refused)
@@ -314,6 +313,196 @@ fn omabox_run_backend_gvisor_applies_its_limits_probes_readiness_and_refuses_pid
         stderr.contains("the gvisor backend cannot limit"),
         "{stderr}"
     );
+    let sandboxes = data.path().join("gvisor/sandboxes");
+    assert_eq!(std::fs::read_dir(sandboxes).unwrap().count(), 0);
+}
+
+/// `get NAME`: the name looked up through the sandbox's resolver, then `GET /` to the
+/// address it answered, printing the body's last line (`UNRESOLVED`, `ERROR ...`).
+const GET: &str = r#"import socket, sys
+try:
+    a = socket.gethostbyname(sys.argv[1])
+except OSError:
+    print(sys.argv[1], "UNRESOLVED"); sys.exit()
+try:
+    s = socket.create_connection((a, 80), timeout=5)
+    s.sendall(b"GET / HTTP/1.0\r\nHost: " + sys.argv[1].encode() + b"\r\n\r\n")
+    data = b""
+    while True:
+        chunk = s.recv(4096)
+        if not chunk: break
+        data += chunk
+    print(sys.argv[1], data.decode().strip().splitlines()[-1])
+except OSError as e:
+    print(sys.argv[1], "ERROR", e)
+"#;
+
+#[test]
+fn omabox_run_and_sandbox_run_backend_gvisor_enforce_the_network_policy() {
+    if !require_capability(missing()) {
+        return;
+    }
+    // The fake internet's server runs on a runtime's workers while this thread waits for
+    // omabox.
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let _entered = runtime.enter();
+    let inet = internet::Internet::new();
+    let web = inet.http(80, "web");
+    let far = inet.far.to_string();
+    let hosts = format!("allowed.test={far},denied.test={far}");
+    let data = tempfile::tempdir().unwrap();
+    let script = format!("for h in allowed.test denied.test; do python3 -c '{GET}' $h; done");
+    let limited = r#"{"type":"limited","allowed_hosts":["allowed.test"]}"#;
+    let (report, output) = run_gvisor(
+        data.path(),
+        "net",
+        &[
+            ("OMABOX_TEST_MODE", "1"),
+            ("OMABOX_LINUX_TEST_HOSTS", &hosts),
+            ("OMABOX_LINUX_NETWORK", limited),
+        ],
+        &["sh", "-c", &script],
+    );
+    assert!(output.status.success(), "{output:?}");
+    assert_eq!(report["result"]["type"], "completed", "{report}");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("allowed.test web saw host allowed.test"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("denied.test UNRESOLVED"), "{stderr}");
+    assert_eq!(web.accepts(), 1);
+
+    // `none` (the default): no way out, the allowed name included.
+    let (_, output) = run_gvisor(
+        data.path(),
+        "net",
+        &[
+            ("OMABOX_TEST_MODE", "1"),
+            ("OMABOX_LINUX_TEST_HOSTS", &hosts),
+        ],
+        &["sh", "-c", &script],
+    );
+    assert!(output.status.success(), "{output:?}");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("allowed.test UNRESOLVED"), "{stderr}");
+    assert_eq!(web.accepts(), 1);
+
+    // The one-shot command serves the same flags as the linux backend's.
+    let out = omabox(data.path())
+        .args([
+            "sandbox",
+            "run",
+            "--backend",
+            "gvisor",
+            "--network",
+            "limited",
+        ])
+        .args(["--allow-host", "allowed.test", "--", "sh", "-c"])
+        .arg(format!(
+            "cat /etc/resolv.conf; python3 -c '{GET}' denied.test"
+        ))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains("nameserver 127.0.0.1"), "{stdout}");
+    assert!(stdout.contains("denied.test UNRESOLVED"), "{stdout}");
+    let sandboxes = data.path().join("gvisor/sandboxes");
+    assert_eq!(std::fs::read_dir(sandboxes).unwrap().count(), 0);
+}
+
+#[test]
+fn omabox_run_backend_gvisor_injects_a_credential_the_sandbox_never_holds() {
+    const SECRET: &str = "omabox-cli-gvisor-secret-7e2d";
+    const CURL: &str = "/usr/bin/curl";
+    let curl =
+        (!Path::new(CURL).is_file()).then(|| format!("{CURL} is needed (apt-get install curl)"));
+    if !require_capability(missing().or(curl)) {
+        return;
+    }
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let _entered = runtime.enter();
+    let data = tempfile::tempdir().unwrap();
+    let inet = internet::Internet::new();
+    let origin = internet::https::Origin::start(&inet, SECRET);
+    let hosts = format!("api.test={}", inet.far);
+    let omabox = |args: &[&str]| {
+        let mut command = omabox(data.path());
+        command
+            .args(args)
+            .env("OMABOX_TEST_MODE", "1")
+            .env("OMABOX_LINUX_TEST_HOSTS", &hosts)
+            .env("SSL_CERT_FILE", origin.ca_path())
+            .env_remove("OMABOX_LINUX_IMAGE")
+            .env_remove("SANDBOX_IMAGE")
+            .env_remove("OMABOX_LINUX_NETWORK")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        command
+    };
+    let mut put = omabox(&["vault", "put", "api-token"]).spawn().unwrap();
+    put.stdin
+        .take()
+        .unwrap()
+        .write_all(SECRET.as_bytes())
+        .unwrap();
+    let put = put.wait_with_output().unwrap();
+    assert!(put.status.success(), "{put:?}");
+    let environment = data.path().join("env.json");
+    std::fs::write(
+        &environment,
+        r#"{"networking":{"type":"limited","allowed_hosts":["api.test"]}}"#,
+    )
+    .unwrap();
+    let output = omabox(&[
+        "run",
+        "--json",
+        "--backend",
+        "gvisor",
+        "--session",
+        "cred",
+        "--environment",
+        environment.to_str().unwrap(),
+        "--credential",
+        "api.test=api-token",
+        "--",
+        "sh",
+        "-c",
+        "curl -fsS -m 10 https://api.test/hello.txt 2>&1; env; cat /proc/1/environ",
+    ])
+    .stdin(Stdio::null())
+    .output()
+    .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "stderr: {stderr}");
+    assert!(stderr.contains("hello from api"), "{stderr}");
+    assert!(
+        !stdout.contains(SECRET) && !stderr.contains(SECRET),
+        "the secret was printed"
+    );
+    // Without the credential the same request is refused by the origin.
+    let output = omabox(&[
+        "run",
+        "--json",
+        "--backend",
+        "gvisor",
+        "--session",
+        "nocred",
+        "--environment",
+        environment.to_str().unwrap(),
+        "--",
+        "sh",
+        "-c",
+        "curl -fsS -m 10 https://api.test/hello.txt 2>&1",
+    ])
+    .stdin(Stdio::null())
+    .output()
+    .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!stderr.contains("hello from api"), "{stderr}");
     let sandboxes = data.path().join("gvisor/sandboxes");
     assert_eq!(std::fs::read_dir(sandboxes).unwrap().count(), 0);
 }

@@ -12,9 +12,13 @@
 //! What keeps the sandbox from going around it: the namespace has no interface but
 //! loopback and no route; gVisor's host-network mode passes socket calls, not interface,
 //! route or firewall changes, to the host (its netlink is read-only there), and no raw
-//! sockets (no `--net-raw`); the namespace's `ip_unprivileged_port_start` is the kernel's
-//! 1024 (`tests/network.rs` checks that a sandbox cannot bind a port below it). Must never
-//! decide a policy (the config says it) nor run anything in the sandbox.
+//! sockets (no `--net-raw`). The host binds its listeners before anything runs in the
+//! namespace, so the sandbox cannot take their ports; gVisor's kernel holds
+//! `CAP_NET_BIND_SERVICE` there, so a port below 1024 that the host does not listen on is
+//! the sandbox's to take, and it leads only back to the sandbox itself (a port a later
+//! policy admits may find it taken: that sandbox then reaches its own listener, never
+//! another's). Must never decide a policy (the config says it) nor run anything in the
+//! sandbox.
 
 use std::os::fd::OwnedFd;
 use std::sync::Arc;
