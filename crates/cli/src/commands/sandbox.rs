@@ -119,7 +119,7 @@ enum SandboxCommand {
 #[derive(Debug, Args)]
 struct RunArgs {
     /// Sandbox backend: `linux` (namespaces, the default), `docker` (a container of the
-    /// engine at DOCKER_HOST; needs --image), `gvisor` (runsc; network none, no limits yet)
+    /// engine at DOCKER_HOST; needs --image), `gvisor` (runsc; no --image or --pids yet)
     /// or `local` (no isolation; only with OMABOX_TEST_MODE=1).
     #[arg(long, default_value = "linux", value_name = "B")]
     backend: String,
