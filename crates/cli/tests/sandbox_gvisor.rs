@@ -207,9 +207,9 @@ fn run_gvisor(
         .args(["run", "--json", "--backend", "gvisor", "--session", session])
         .arg("--")
         .args(cmd)
-        .envs(envs.iter().copied())
         .env_remove("OMABOX_LINUX_IMAGE")
         .env_remove("SANDBOX_IMAGE")
+        .envs(envs.iter().copied())
         .stdin(Stdio::null())
         .output()
         .unwrap();
@@ -505,4 +505,92 @@ fn omabox_run_backend_gvisor_injects_a_credential_the_sandbox_never_holds() {
     assert!(!stderr.contains("hello from api"), "{stderr}");
     let sandboxes = data.path().join("gvisor/sandboxes");
     assert_eq!(std::fs::read_dir(sandboxes).unwrap().count(), 0);
+}
+
+#[test]
+fn omabox_run_backend_gvisor_uses_an_images_root_writable_only_in_memory() {
+    if !require_capability(missing()) {
+        return;
+    }
+    let data = tempfile::tempdir().unwrap();
+    // A rootfs tarball: the host's dash as /bin/sh with its libc and loader, nothing else.
+    let rootfs = data.path().join("rootfs");
+    for (from, to) in [
+        ("/bin/dash", "bin/sh"),
+        (
+            "/lib/x86_64-linux-gnu/libc.so.6",
+            "lib/x86_64-linux-gnu/libc.so.6",
+        ),
+        ("/lib64/ld-linux-x86-64.so.2", "lib64/ld-linux-x86-64.so.2"),
+    ] {
+        let to = rootfs.join(to);
+        std::fs::create_dir_all(to.parent().unwrap()).unwrap();
+        std::fs::copy(from, &to).unwrap();
+    }
+    let tarball = data.path().join("rootfs.tar");
+    let tarred = Command::new("tar")
+        .arg("-cf")
+        .arg(&tarball)
+        .arg("-C")
+        .arg(&rootfs)
+        .arg(".")
+        .status()
+        .unwrap();
+    assert!(tarred.success());
+    let image = tarball.to_str().unwrap();
+    let script = "test -e /usr/bin/python3 && echo host-usr || echo own-root; \
+                  echo x > /etc/written && echo root-writable; echo w > /workspace/w";
+    let (report, output) = run_gvisor(
+        data.path(),
+        "img",
+        &[("OMABOX_LINUX_IMAGE", image)],
+        &["sh", "-c", script],
+    );
+    assert!(output.status.success(), "{output:?}");
+    assert_eq!(report["result"]["type"], "completed", "{report}");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("own-root"), "{stderr}");
+    assert!(stderr.contains("root-writable"), "{stderr}");
+    // The root's writes stayed in the sandbox's memory: nowhere under the data dir.
+    assert!(
+        !contains_file(data.path(), "written"),
+        "a root write reached the host"
+    );
+    let (_, output) = run_gvisor(
+        data.path(),
+        "img",
+        &[("OMABOX_LINUX_IMAGE", image)],
+        &["sh", "-c", "read w < /workspace/w; echo got-$w"],
+    );
+    assert!(
+        String::from_utf8_lossy(&output.stderr).contains("got-w"),
+        "{output:?}"
+    );
+    // A directory used in place is refused (runsc would make its mount points in it).
+    let (_, output) = run_gvisor(
+        data.path(),
+        "dir",
+        &[("OMABOX_LINUX_IMAGE", rootfs.to_str().unwrap())],
+        &["true"],
+    );
+    assert!(!output.status.success(), "{output:?}");
+    assert!(
+        String::from_utf8_lossy(&output.stderr).contains("not a directory used in place"),
+        "{output:?}"
+    );
+    assert!(!rootfs.join("workspace").exists());
+}
+
+/// Whether a file named `name` is anywhere under `dir`.
+fn contains_file(dir: &Path, name: &str) -> bool {
+    std::fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .any(|e| {
+            let path = e.path();
+            e.file_name() == name
+                || (e.file_type().is_ok_and(|t| t.is_dir() && !t.is_symlink())
+                    && contains_file(&path, name))
+        })
 }

@@ -447,22 +447,15 @@ pub fn docker_config(
 /// What sandboxes of `--backend gvisor` are made from: Debian's runsc (ptrace platform),
 /// the `omabox-gvisor-init` binary next to this executable, `<data-dir>/gvisor`, and the
 /// `linux_memory` and `linux_cpus` settings as limits (through the sandbox's own cgroup;
-/// the memory limit counts gVisor's kernel too). Refused, never dropped: an image (the
-/// root is the host's `/usr`) and `linux_pids` (a pids cgroup would count gVisor's own
-/// threads, not the sandbox's processes). Networking none: the run sets it
+/// the memory limit counts gVisor's kernel too). Refused, never dropped: `linux_pids` (a
+/// pids cgroup would count gVisor's own threads, not the sandbox's processes). Networking
+/// none and the host's `/usr` as root: the run sets the network and an image's root
 /// (`runner::gvisor_env`). The error says what is missing.
 pub fn gvisor_config(
     config: &crate::NodeConfig,
 ) -> anyhow::Result<omabox_backend_gvisor::GvisorConfig> {
     use crate::config::Key;
     use omabox_backend_linux::factory::{parse_memory_size, parse_millicpus};
-    if config.given_nonempty(Key::Image).is_some() {
-        anyhow::bail!(
-            "the gvisor backend does not serve images yet (its root is the host's /usr \
-             read-only): unset OMABOX_LINUX_IMAGE/SANDBOX_IMAGE, or use the linux or docker \
-             backend"
-        );
-    }
     if config
         .given_nonempty(Key::LinuxPids)
         .is_some_and(|v| v.trim() != "unlimited")
@@ -514,6 +507,7 @@ pub fn gvisor_config(
         },
         network: omabox_backend_gvisor::GvisorNetwork::default(),
         test_hosts: None,
+        image_root: None,
     })
 }
 

@@ -39,6 +39,7 @@ async fn gvisor_backend() -> Option<BackendUnderTest> {
         limits: Default::default(),
         network: Default::default(),
         test_hosts: None,
+        image_root: None,
     })
     .unwrap();
     Some(BackendUnderTest {

@@ -209,6 +209,7 @@ async fn the_gvisor_row_matches_the_live_gvisor_driver() {
         limits: Default::default(),
         network: Default::default(),
         test_hosts: None,
+        image_root: None,
     })
     .expect("gvisor runtime");
     let options = |credential_egress| GvisorManagedRuntimeOptions {

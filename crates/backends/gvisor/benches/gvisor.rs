@@ -35,6 +35,7 @@ async fn run(rounds: usize) {
         limits: Default::default(),
         network: Default::default(),
         test_hosts: None,
+        image_root: None,
     })
     .expect("gvisor runtime");
 

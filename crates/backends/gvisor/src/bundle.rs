@@ -106,8 +106,13 @@ fn write_whole(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
 /// What one sandbox's bundle is made of.
 #[derive(Debug, Clone, Copy)]
 pub struct Layout<'a> {
-    /// The shared root ([`prepare_root`]).
+    /// The root: the shared one of [`prepare_root`], or an image's rootfs.
     pub root: &'a Path,
+    /// Whether `root` is an image's (its own `/usr` and `/etc`): then the host's `/usr` is
+    /// not bound, and `resolv_conf` is bound at `/etc/resolv.conf`.
+    pub image: bool,
+    /// The generated `resolv.conf` naming the host's DNS stub (for an image root).
+    pub resolv_conf: &'a Path,
     /// The host directory bound read-write at [`WORKSPACE`].
     pub workspace: &'a Path,
     /// The host directory bound read-write at [`OUTPUTS`], when the sandbox has one.
@@ -126,6 +131,8 @@ pub struct Layout<'a> {
 pub fn config(layout: &Layout<'_>) -> Value {
     let Layout {
         root,
+        image,
+        resolv_conf,
         workspace,
         outputs,
         init,
@@ -154,7 +161,9 @@ pub fn config(layout: &Layout<'_>) -> Value {
             "capabilities": caps(),
             "noNewPrivileges": true,
         },
-        "root": { "path": root, "readonly": true },
+        // An image root is writable through the overlay in the sandbox's memory
+        // (`Runsc::overlay_root`); the host's directory never is.
+        "root": { "path": root, "readonly": !image },
         "hostname": hostname,
         "mounts": [
             { "destination": "/proc", "type": "proc", "source": "proc" },
@@ -172,10 +181,15 @@ pub fn config(layout: &Layout<'_>) -> Value {
             ],
         },
     });
-    if let Some(outputs) = outputs
-        && let Some(mounts) = config.get_mut("mounts").and_then(Value::as_array_mut)
-    {
-        mounts.push(bind(OUTPUTS, outputs, false));
+    if let Some(mounts) = config.get_mut("mounts").and_then(Value::as_array_mut) {
+        if let Some(outputs) = outputs {
+            mounts.push(bind(OUTPUTS, outputs, false));
+        }
+        if image {
+            // The image's own /usr; its /etc with our resolv.conf (the stub's address).
+            mounts.retain(|m| m["destination"] != "/usr");
+            mounts.push(bind("/etc/resolv.conf", resolv_conf, true));
+        }
     }
     if host_network
         && let Some(namespaces) = config

@@ -29,18 +29,19 @@ pub fn conformance_row() -> ManagedRuntimeProviderConformance {
             "dead_host_directory_reap",
             "network_egress_policy",
             "credential_egress_https",
+            "image_root_in_memory_overlay",
         ],
         &[
             "provider_suspend_resume",
             "process_memory_checkpoint",
             "credential_egress_http_tcp",
-            "image_root_filesystem",
             "pids_limit",
         ],
         Some(
             "Sandboxes under gVisor's runsc (ptrace platform; omabox's agent as the \
              container's process over its stdio), the host's /usr read-only under a \
-             generated /etc; attach only from the creating process. Networking \
+             generated /etc, or an image's rootfs under a writable overlay in the sandbox's \
+             memory; attach only from the creating process. Networking \
              none/limited/unrestricted and the gateway: enforced by name on the host (DNS \
              stub and relay bound in the sandbox's own network namespace, runsc with \
              --network host inside it); credential egress enforced for HTTPS when the \

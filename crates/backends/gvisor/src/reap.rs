@@ -50,6 +50,7 @@ pub fn reap_orphans(runsc: &Path, dir: &Path) -> Reaped {
         binary: runsc.to_path_buf(),
         root: dir.join("runsc"),
         platform: "ptrace".into(),
+        overlay_root: false,
     };
     for entry in entries.flatten() {
         let name = entry.file_name().to_string_lossy().into_owned();
@@ -78,6 +79,7 @@ pub(crate) fn reap_one(runsc: &Path, dir: &Path, id: &str) -> Result<(), crate::
         binary: runsc.to_path_buf(),
         root: dir.join("runsc"),
         platform: "ptrace".into(),
+        overlay_root: false,
     };
     if sandbox.is_dir() {
         let _ = runsc.delete(id, &sandbox.join("runsc.log"));

@@ -37,6 +37,10 @@ pub struct Runsc {
     pub root: PathBuf,
     /// `--platform`: `ptrace` (no `/dev/kvm` needed) or `kvm`.
     pub platform: String,
+    /// `--overlay2 root:memory`: the root (an image's, read-only in the cache) gets a
+    /// writable overlay in the sandbox's memory, where mount points missing in the image
+    /// are made too.
+    pub overlay_root: bool,
 }
 
 impl Runsc {
@@ -56,6 +60,9 @@ impl Runsc {
             .arg(&self.platform)
             .arg("--network")
             .arg(if netns.is_some() { "host" } else { "none" });
+        if self.overlay_root {
+            cmd.arg("--overlay2").arg("root:memory");
+        }
         if let Some(netns) = netns {
             let fd = netns.as_raw_fd();
             // SAFETY: the closure runs in the forked child before exec and makes one

@@ -49,6 +49,10 @@ pub struct GvisorConfig {
     /// Test mode only: `NAME=IP,...` answered before the host's resolver
     /// (`OMABOX_LINUX_TEST_HOSTS`).
     pub test_hosts: Option<String>,
+    /// An image's unpacked rootfs (read-only; the caller keeps it in place for the
+    /// runtime's life) as every sandbox's root, under a writable overlay in the sandbox's
+    /// memory; `None`: the host's `/usr` under a generated `/etc`.
+    pub image_root: Option<PathBuf>,
 }
 
 /// A sandbox's resource limits, enforced by runsc through the sandbox's own cgroup
@@ -68,7 +72,12 @@ pub struct GvisorLimits {
 struct Shared {
     runsc: Runsc,
     dir: PathBuf,
+    /// The sandboxes' root: the generated one or an image's.
     root: PathBuf,
+    /// Whether `root` is an image's.
+    image: bool,
+    /// The generated root (its `etc/resolv.conf` is bound into an image's).
+    generated: PathBuf,
     init: PathBuf,
     limits: GvisorLimits,
     network: GvisorNetwork,
@@ -121,7 +130,7 @@ impl GvisorRuntime {
                 },
             )?;
         }
-        let root = bundle::prepare_root(&config.dir)?;
+        let generated = bundle::prepare_root(&config.dir)?;
         config.network.policy().map_err(GvisorError::Networking)?;
         let resolver: Arc<dyn Resolver> = match &config.test_hosts {
             Some(hosts) => Arc::new(
@@ -136,9 +145,12 @@ impl GvisorRuntime {
                     binary: config.runsc,
                     root: state,
                     platform: config.platform,
+                    overlay_root: config.image_root.is_some(),
                 },
                 dir: config.dir,
-                root,
+                image: config.image_root.is_some(),
+                root: config.image_root.unwrap_or_else(|| generated.clone()),
+                generated,
                 init: config.init,
                 limits: config.limits,
                 network: config.network,
@@ -156,6 +168,8 @@ impl GvisorRuntime {
                 runsc: shared.runsc.clone(),
                 dir: shared.dir.clone(),
                 root: shared.root.clone(),
+                image: shared.image,
+                generated: shared.generated.clone(),
                 init: shared.init.clone(),
                 limits: shared.limits,
                 network: shared.network.clone(),
@@ -414,8 +428,11 @@ impl GvisorSandbox {
                 source: e,
             })?;
         let workspace = self.workspace();
+        let resolv_conf = self.shared.generated.join("etc/resolv.conf");
         let config = bundle::config(&bundle::Layout {
             root: &self.shared.root,
+            image: self.shared.image,
+            resolv_conf: &resolv_conf,
             workspace: &workspace,
             outputs: self.outputs.as_deref(),
             init: &self.shared.init,

@@ -41,6 +41,7 @@ impl Sandboxed {
             limits: Default::default(),
             network: Default::default(),
             test_hosts: None,
+            image_root: None,
         })
         .unwrap();
         let sandbox = runtime.create_with(spec).await.unwrap();

@@ -118,6 +118,7 @@ fn runtime(dir: &Path, network: GvisorNetwork) -> GvisorRuntime {
         limits: Default::default(),
         network,
         test_hosts: None,
+        image_root: None,
     })
     .unwrap()
 }

@@ -47,6 +47,7 @@ fn runtime(dir: &Path) -> Option<GvisorRuntime> {
             limits: Default::default(),
             network: Default::default(),
             test_hosts: None,
+            image_root: None,
         })
         .unwrap(),
     )

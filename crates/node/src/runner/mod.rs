@@ -298,8 +298,12 @@ impl Runner {
         }
         let mut gvisor = None;
         if backend == Backend::Gvisor {
-            let (composed, sandbox_url) =
+            let (mut composed, sandbox_url) =
                 gvisor_env::compose(config, environment.as_ref(), gateway.as_deref()).await?;
+            if linux_env::has_image(config) {
+                // `linux` (unused by the gvisor driver) holds the image for the run.
+                linux = gvisor_env::with_image(config, &factory, &notices, &mut composed).await?;
+            }
             harness_gateway = sandbox_url.or(harness_gateway);
             gvisor = Some(composed);
         }

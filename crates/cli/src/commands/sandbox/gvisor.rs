@@ -7,7 +7,7 @@
 //! `linux_network` setting, else `none`: under `limited`/`unrestricted` the host serves the
 //! sandbox's DNS stub and egress relay in a network namespace of its own (runsc with
 //! `--network host` inside it). What the gvisor backend does not serve yet is refused,
-//! never silently dropped: `--image` and `--pids` (a pids cgroup would count gVisor's own
+//! never silently dropped: `--image` (served by `omabox run --backend gvisor` only) and `--pids` (a pids cgroup would count gVisor's own
 //! threads, not the sandbox's processes).
 //! Its sandboxes live under `<data-dir>/gvisor` (root only); runsc is `/usr/bin/runsc`
 //! (scripts/setup installs Debian's), the init `omabox-gvisor-init` beside `omabox`.
@@ -54,8 +54,8 @@ fn gvisor_config(args: &RunArgs, config: &NodeConfig) -> Result<GvisorConfig, Fa
     let network = super::docker::docker_network(args, config)?.config;
     if config.given_nonempty(Key::Image).is_some() {
         return Err(Failure::usage(
-            "--image: the gvisor backend does not serve images yet (its root is the host's \
-             /usr); drop it or use the linux backend",
+            "--image: the gvisor backend serves images to `omabox run` only yet (here its \
+             root is the host's /usr); drop it or use the linux backend",
         ));
     }
     if args.pids.is_some() {
@@ -103,6 +103,7 @@ fn gvisor_config(args: &RunArgs, config: &NodeConfig) -> Result<GvisorConfig, Fa
         limits,
         network: omabox_backend_gvisor::GvisorNetwork::new(network),
         test_hosts: None,
+        image_root: None,
     })
 }
 
