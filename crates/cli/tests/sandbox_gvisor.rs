@@ -594,3 +594,58 @@ fn contains_file(dir: &Path, name: &str) -> bool {
                     && contains_file(&path, name))
         })
 }
+
+#[test]
+fn kill_9_of_omabox_run_backend_gvisor_then_reap_reaps_its_lease_and_sandbox() {
+    if !require_capability(missing()) {
+        return;
+    }
+    let data = tempfile::tempdir().unwrap();
+    let mut killed = omabox(data.path())
+        .args([
+            "run",
+            "--json",
+            "--backend",
+            "gvisor",
+            "--session",
+            "k",
+            "--",
+        ])
+        .args(["sh", "-c", "touch /workspace/started; sleep 60"])
+        .env("OMABOX_LEASE_TTL_MS", "1500")
+        .env_remove("OMABOX_LINUX_IMAGE")
+        .env_remove("SANDBOX_IMAGE")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    // Polling for the harness's file, not a timed assertion: the deadline only ends a hang.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !contains_file(&data.path().join("runtime"), "started") {
+        assert!(killed.try_wait().unwrap().is_none(), "the run ended first");
+        assert!(Instant::now() < deadline, "the harness never started");
+        std::thread::sleep(Duration::from_millis(25));
+    }
+    killed.kill().unwrap(); // SIGKILL: no cleanup at all.
+    killed.wait().unwrap();
+    let sandboxes = data.path().join("gvisor/sandboxes");
+    assert_eq!(std::fs::read_dir(&sandboxes).unwrap().count(), 1);
+    // Once its fence expired, reap terminates the sandbox from the journaled lease.
+    std::thread::sleep(Duration::from_millis(2_000));
+    let out = omabox(data.path())
+        .args(["reap", "--json"])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(report["abandoned"]["reaped"], 1, "{report}");
+    assert_eq!(
+        report["abandoned"]["errors"],
+        serde_json::json!([]),
+        "{report}"
+    );
+    assert_eq!(std::fs::read_dir(&sandboxes).unwrap().count(), 0);
+    assert_eq!(processes_mentioning(&data.path().to_string_lossy()), 0);
+}
