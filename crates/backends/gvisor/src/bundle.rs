@@ -283,3 +283,52 @@ pub fn write(bundle: &Path, config: &Value) -> Result<(), GvisorError> {
     let text = serde_json::to_vec_pretty(config).map_err(|e| io(std::io::Error::other(e)))?;
     std::fs::write(bundle.join("config.json"), text).map_err(io)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn layout<'a>(image: bool, outputs: Option<&'a Path>, host_network: bool) -> Layout<'a> {
+        Layout {
+            root: Path::new("/r"),
+            image,
+            resolv_conf: Path::new("/g/etc/resolv.conf"),
+            workspace: Path::new("/w"),
+            outputs,
+            init: Path::new("/i"),
+            hostname: "omabox",
+            host_network,
+        }
+    }
+
+    fn destinations(config: &Value) -> Vec<&str> {
+        config["mounts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|m| m["destination"].as_str())
+            .collect()
+    }
+
+    #[test]
+    fn the_bundle_binds_what_the_layout_names_and_nothing_of_the_hosts_etc() {
+        let plain = config(&layout(false, None, false));
+        let mounts = destinations(&plain);
+        assert!(mounts.contains(&"/usr") && mounts.contains(&WORKSPACE));
+        assert!(!mounts.contains(&OUTPUTS) && !mounts.contains(&"/etc/resolv.conf"));
+        assert_eq!(plain["root"]["readonly"], true);
+        let namespaces = plain["linux"]["namespaces"].to_string();
+        assert!(namespaces.contains("network"), "{namespaces}");
+
+        let full = config(&layout(true, Some(Path::new("/o")), true));
+        let mounts = destinations(&full);
+        assert!(mounts.contains(&OUTPUTS) && mounts.contains(&"/etc/resolv.conf"));
+        assert!(!mounts.contains(&"/usr"), "an image has its own /usr");
+        // Writable only through runsc's overlay in the sandbox's memory.
+        assert_eq!(full["root"]["readonly"], false);
+        // runsc must stay in omabox's namespace: the spec names none of its own.
+        let namespaces = full["linux"]["namespaces"].to_string();
+        assert!(!namespaces.contains("network"), "{namespaces}");
+        assert!(!full.to_string().contains("\"/etc\""), "no host /etc");
+    }
+}
