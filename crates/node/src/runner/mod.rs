@@ -233,7 +233,7 @@ impl Runner {
             refuse_on_local(environment.as_ref())?;
         }
         if matches!(backend, Backend::Docker | Backend::Gvisor) {
-            refuse_on_docker(backend, environment.as_ref())?;
+            refuse_unserved(backend, environment.as_ref())?;
         }
         let install = acp.as_ref().and_then(|a| a.install);
         let adapter = acp.as_ref().and_then(|a| a.adapter);
@@ -469,7 +469,7 @@ fn refuse_on_local(environment: Option<&EnvironmentConfig>) -> anyhow::Result<()
 
 /// What the docker and gvisor backends do not serve yet: packages and environment layers
 /// are refused, never silently dropped.
-fn refuse_on_docker(
+fn refuse_unserved(
     backend: Backend,
     environment: Option<&EnvironmentConfig>,
 ) -> anyhow::Result<()> {
