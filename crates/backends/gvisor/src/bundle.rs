@@ -197,6 +197,18 @@ pub fn config(layout: &Layout<'_>) -> Value {
             .and_then(Value::as_array_mut)
     {
         namespaces.retain(|ns| ns["type"] != "network");
+        // runsc gives a `--network host` sandbox no user namespace of its own: its Sentry
+        // would be root with the spec's capabilities over the host's user namespace (the
+        // network namespace's owner). A user namespace of the spec's puts it (and the
+        // gofer) in one; uid 0 maps to 0 so the gofer still opens the bundle's root-owned
+        // directories, while its capabilities hold only in that namespace (no binding
+        // below 1024 in ours, no other host privilege).
+        namespaces.push(json!({ "type": "user" }));
+        if let Some(linux) = config.get_mut("linux").and_then(Value::as_object_mut) {
+            let map = json!([{ "containerID": 0, "hostID": 0, "size": 1 }]);
+            linux.insert("uidMappings".into(), map.clone());
+            linux.insert("gidMappings".into(), map);
+        }
     }
     config
 }
@@ -326,9 +338,13 @@ mod tests {
         assert!(!mounts.contains(&"/usr"), "an image has its own /usr");
         // Writable only through runsc's overlay in the sandbox's memory.
         assert_eq!(full["root"]["readonly"], false);
-        // runsc must stay in omabox's namespace: the spec names none of its own.
+        // runsc must stay in omabox's namespace: the spec names none of its own; the
+        // Sentry gets a user namespace (uid 0 mapped to 0 only).
         let namespaces = full["linux"]["namespaces"].to_string();
         assert!(!namespaces.contains("network"), "{namespaces}");
+        assert!(namespaces.contains("user"), "{namespaces}");
+        assert_eq!(full["linux"]["uidMappings"][0]["size"], 1);
+        assert!(!plain["linux"]["namespaces"].to_string().contains("user"));
         assert!(!full.to_string().contains("\"/etc\""), "no host /etc");
     }
 }
