@@ -13,12 +13,11 @@
 //! loopback and no route; gVisor's host-network mode passes socket calls, not interface,
 //! route or firewall changes, to the host (its netlink is read-only there), and no raw
 //! sockets (no `--net-raw`). The host binds its listeners before anything runs in the
-//! namespace, so the sandbox cannot take their ports; gVisor's kernel holds
-//! `CAP_NET_BIND_SERVICE` there, so a port below 1024 that the host does not listen on is
-//! the sandbox's to take, and it leads only back to the sandbox itself (a port a later
-//! policy admits may find it taken: that sandbox then reaches its own listener, never
-//! another's). Must never decide a policy (the config says it) nor run anything in the
-//! sandbox.
+//! namespace, and gVisor's kernel runs in a user namespace of its own (`bundle::config`),
+//! so it holds no capability over the network namespace and binds no port below 1024
+//! there (a port ≥ 1024 a later policy admits may find the sandbox's own listener: it then
+//! reaches itself, never another). Must never decide a policy (the config says it) nor run
+//! anything in the sandbox.
 
 use std::os::fd::OwnedFd;
 use std::sync::Arc;
