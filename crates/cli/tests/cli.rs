@@ -49,7 +49,8 @@ fn catalog_json_lists_the_twelve_openma_providers_then_omaboxs_own_with_every_co
             "superserve",
             "linux",
             "local",
-            "docker"
+            "docker",
+            "gvisor"
         ]
     );
     for row in rows {
@@ -74,7 +75,7 @@ fn catalog_prints_a_readable_table() {
     let output = omabox(dir.path(), &["catalog"]);
     assert!(output.status.success());
     let text = String::from_utf8(output.stdout).unwrap();
-    assert_eq!(text.lines().count(), 16, "{text}");
+    assert_eq!(text.lines().count(), 17, "{text}");
     assert!(text.contains("superserve"));
     assert!(
         text.lines().any(|line| line.starts_with("linux ")),
@@ -86,6 +87,10 @@ fn catalog_prints_a_readable_table() {
     );
     assert!(
         text.lines().any(|line| line.starts_with("docker ")),
+        "{text}"
+    );
+    assert!(
+        text.lines().any(|line| line.starts_with("gvisor ")),
         "{text}"
     );
 }

@@ -9,6 +9,7 @@
 //!   --backend linux ── omabox_backend_linux::managed  (namespaces, cgroups, seccomp, Landlock)
 //!   --backend local ── omabox_backend_local::managed  (test mode only, no isolation)
 //!   --backend docker ── omabox_backend_docker::managed (containers of the engine at DOCKER_HOST)
+//!   --backend gvisor ── omabox_backend_gvisor::managed (runsc sandboxes under <data-dir>/gvisor)
 //! ```
 //!
 //! The host never names a backend; this module is where names become drivers — for
@@ -61,6 +62,8 @@ pub enum Backend {
     Local,
     /// Containers of the Docker Engine at `DOCKER_HOST` (omabox-agent as their PID 1).
     Docker,
+    /// Sandboxes under gVisor's runsc (root; the host's `/usr` under a generated `/etc`).
+    Gvisor,
 }
 
 impl Backend {
@@ -71,6 +74,7 @@ impl Backend {
             LINUX_PROVIDER => Some(Self::Linux),
             LOCAL_PROVIDER | LOCAL_SUBPROCESS => Some(Self::Local),
             omabox_backend_docker::PROVIDER => Some(Self::Docker),
+            omabox_backend_gvisor::PROVIDER => Some(Self::Gvisor),
             _ => None,
         }
     }
@@ -81,6 +85,7 @@ impl Backend {
             Backend::Linux => LINUX_PROVIDER,
             Backend::Local => LOCAL_PROVIDER,
             Backend::Docker => omabox_backend_docker::PROVIDER,
+            Backend::Gvisor => omabox_backend_gvisor::PROVIDER,
         }
     }
 }
@@ -157,6 +162,8 @@ pub struct DriverInputs {
     pub memory_stores: Option<Arc<dyn MemoryStoreHost>>,
     /// What docker containers are made from (`--backend docker`: [`docker_config`]).
     pub docker: Option<omabox_backend_docker::DockerConfig>,
+    /// What gvisor sandboxes are made from (`--backend gvisor`: [`gvisor_config`]).
+    pub gvisor: Option<omabox_backend_gvisor::GvisorConfig>,
 }
 
 /// What the ACP harness is built from.
@@ -201,6 +208,7 @@ pub fn check_backend(
             Ok(())
         }
         Backend::Docker => docker_config(config).map(|_| ()),
+        Backend::Gvisor => gvisor_config(config).map(|_| ()),
         Backend::Linux => {
             let ctx = SandboxFactoryContext {
                 session_id: "probe".into(),
@@ -251,6 +259,7 @@ pub async fn provider_driver(
         packages,
         memory_stores,
         docker,
+        gvisor,
     } = inputs;
     let acp_output = harness_output.clone();
     let with_env = |driver: ProviderManagedRuntimeDriver| {
@@ -305,6 +314,23 @@ pub async fn provider_driver(
                 omabox_backend_docker::managed::DockerManagedRuntimeOptions {
                     engine,
                     config,
+                    workspace,
+                    outputs,
+                    readiness_timeout: None,
+                    harness_output,
+                    credential_egress,
+                },
+            )
+            .await
+            .map(|driver| Arc::new(with_env(driver)) as Arc<dyn ManagedRuntimeProviderDriverPort>)
+        }
+        Backend::Gvisor => {
+            let config = gvisor.context("no gvisor config for the gvisor backend")?;
+            let runtime = omabox_backend_gvisor::GvisorRuntime::new(config)
+                .map_err(|error| anyhow::anyhow!("{:#}", anyhow::Error::new(error)))?;
+            omabox_backend_gvisor::managed::managed_runtime_provider_driver(
+                omabox_backend_gvisor::managed::GvisorManagedRuntimeOptions {
+                    runtime,
                     workspace,
                     outputs,
                     readiness_timeout: None,
@@ -373,10 +399,19 @@ pub fn sandbox_resolver(
                     ProviderManagedRuntimeOptions::new(Arc::new(provider)),
                 )) as Arc<dyn ManagedSandboxPort>
             });
+    // Gvisor leases name their backend directory: reaped with this machine's runsc.
+    let gvisor: Option<Arc<dyn ManagedSandboxPort>> =
+        omabox_backend_gvisor::locate_runsc().map(|runsc| {
+            let provider = omabox_backend_gvisor::managed::GvisorManagedProvider::reaper(runsc);
+            Arc::new(ProviderManagedRuntime::new(
+                ProviderManagedRuntimeOptions::new(Arc::new(provider)),
+            )) as Arc<dyn ManagedSandboxPort>
+        });
     Arc::new(move |provider: &str| match provider {
         LINUX_PROVIDER => Some(Arc::clone(&linux)),
         LOCAL_PROVIDER => local.clone(),
         omabox_backend_docker::PROVIDER => docker.clone(),
+        omabox_backend_gvisor::PROVIDER => gvisor.clone(),
         _ => None,
     })
 }
@@ -409,8 +444,75 @@ pub fn docker_config(
     })
 }
 
+/// What sandboxes of `--backend gvisor` are made from: Debian's runsc (ptrace platform),
+/// the `omabox-gvisor-init` binary next to this executable, `<data-dir>/gvisor`, and the
+/// `linux_memory` and `linux_cpus` settings as limits (through the sandbox's own cgroup;
+/// the memory limit counts gVisor's kernel too). Refused, never dropped: `linux_pids` (a
+/// pids cgroup would count gVisor's own threads, not the sandbox's processes). Networking
+/// none and the host's `/usr` as root: the run sets the network and an image's root
+/// (`runner::gvisor_env`). The error says what is missing.
+pub fn gvisor_config(
+    config: &crate::NodeConfig,
+) -> anyhow::Result<omabox_backend_gvisor::GvisorConfig> {
+    use crate::config::Key;
+    use omabox_backend_linux::factory::{parse_memory_size, parse_millicpus};
+    if config
+        .given_nonempty(Key::LinuxPids)
+        .is_some_and(|v| v.trim() != "unlimited")
+    {
+        anyhow::bail!(
+            "linux_pids (OMABOX_LINUX_PIDS): the gvisor backend cannot limit a sandbox's \
+             processes (a pids cgroup would count gVisor's own threads); unset it, or use the \
+             linux or docker backend"
+        );
+    }
+    let limited = |key: Key| {
+        config
+            .given_nonempty(key)
+            .filter(|v| v.trim() != "unlimited")
+    };
+    let memory_bytes = limited(Key::LinuxMemory)
+        .map(|text| {
+            parse_memory_size(text)
+                .map_err(|e| anyhow::anyhow!("linux_memory (OMABOX_LINUX_MEMORY): {e}"))
+        })
+        .transpose()?;
+    let millicpus = limited(Key::LinuxCpus)
+        .map(|text| {
+            parse_millicpus(text)
+                .map_err(|e| anyhow::anyhow!("linux_cpus (OMABOX_LINUX_CPUS): {e}"))
+        })
+        .transpose()?;
+    if !omabox_backend_gvisor::runs_as_root() {
+        anyhow::bail!("the gvisor backend needs root here (runsc makes its sandbox's namespaces)");
+    }
+    let runsc = omabox_backend_gvisor::locate_runsc()
+        .context("runsc (gVisor) is not installed: `apt-get install runsc`, or scripts/setup")?;
+    let init = omabox_backend_gvisor::locate_init().map_err(|tried| {
+        anyhow::anyhow!(
+            "{} is not installed beside omabox (looked at {tried}; cargo build --bins)",
+            omabox_backend_gvisor::INIT_BINARY
+        )
+    })?;
+    let data_dir = config.data_dir()?;
+    Ok(omabox_backend_gvisor::GvisorConfig {
+        runsc,
+        dir: data_dir.root().join("gvisor"),
+        init,
+        platform: "ptrace".into(),
+        limits: omabox_backend_gvisor::GvisorLimits {
+            memory_bytes,
+            pids: None,
+            millicpus,
+        },
+        network: omabox_backend_gvisor::GvisorNetwork::default(),
+        test_hosts: None,
+        image_root: None,
+    })
+}
+
 /// The conformance catalog of this binary: OpenMA's twelve rows, then each backend's own
-/// (`linux`, `local`, `docker`).
+/// (`linux`, `local`, `docker`, `gvisor`).
 pub fn catalog() -> ConformanceCatalog {
     let mut catalog = ConformanceCatalog::openma();
     catalog
@@ -418,6 +520,7 @@ pub fn catalog() -> ConformanceCatalog {
             omabox_backend_linux::catalog::conformance_row(),
             omabox_backend_local::catalog::conformance_row(),
             omabox_backend_docker::catalog::conformance_row(),
+            omabox_backend_gvisor::catalog::conformance_row(),
         ])
         .expect("backend ids are distinct from OpenMA's");
     catalog
@@ -445,19 +548,26 @@ mod tests {
         assert_eq!(Backend::Local.provider(), "local");
         assert_eq!(Backend::from_name("docker"), Some(Backend::Docker));
         assert_eq!(Backend::Docker.provider(), "docker");
+        assert_eq!(Backend::from_name("gvisor"), Some(Backend::Gvisor));
+        assert_eq!(Backend::Gvisor.provider(), "gvisor");
     }
 
     #[test]
     fn the_catalog_appends_every_backend_after_the_openma_rows() {
         let catalog = catalog();
         let ids: Vec<&str> = catalog.rows().iter().map(|row| row.id.as_str()).collect();
-        assert_eq!(ids.len(), 15);
-        assert_eq!(&ids[12..], ["linux", "local", "docker"]);
+        assert_eq!(ids.len(), 16);
+        assert_eq!(&ids[12..], ["linux", "local", "docker", "gvisor"]);
         assert_eq!(
             catalog.rows()[..12],
             omabox_host::catalog::openma_rows()[..]
         );
-        for backend in [Backend::Linux, Backend::Local, Backend::Docker] {
+        for backend in [
+            Backend::Linux,
+            Backend::Local,
+            Backend::Docker,
+            Backend::Gvisor,
+        ] {
             let row = catalog.require(backend.provider()).unwrap();
             assert!(row.runtime_checkpoints.is_empty());
         }

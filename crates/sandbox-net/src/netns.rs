@@ -56,6 +56,65 @@ pub fn in_netns<T: Send + 'static>(
         .map_err(|_| io::Error::other("the namespace thread panicked"))?
 }
 
+/// A fresh network namespace with its loopback interface up and nothing else, held by the
+/// returned fd (`/proc/thread-self/ns/net` of a thread that made it and ended): for a
+/// sandbox whose runtime joins a namespace it is given rather than making its own (the
+/// gvisor backend runs runsc in it with `--network host`). The namespace lives while the
+/// fd or a process in it does. The fd serves [`in_netns`] as a pidfd would.
+pub fn create() -> io::Result<OwnedFd> {
+    std::thread::Builder::new()
+        .name("omabox-netns".into())
+        .spawn(|| {
+            // SAFETY: unshare with a constant flag changes only this thread's network
+            // namespace; the thread ends right after.
+            if unsafe { libc::unshare(libc::CLONE_NEWNET) } != 0 {
+                return Err(io::Error::last_os_error());
+            }
+            loopback_up()?;
+            Ok(OwnedFd::from(std::fs::File::open(
+                "/proc/thread-self/ns/net",
+            )?))
+        })?
+        .join()
+        .map_err(|_| io::Error::other("the namespace thread panicked"))?
+}
+
+/// Brings the loopback interface of the calling thread's network namespace up.
+fn loopback_up() -> io::Result<()> {
+    // SAFETY: socket(2) with constant arguments; the result is checked below.
+    let fd = unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: `fd` is a fresh socket we own; OwnedFd closes it.
+    let sock = unsafe { OwnedFd::from_raw_fd(fd) };
+    // SAFETY: ifreq is a plain C struct; all-zero is a valid value.
+    let mut req: libc::ifreq = unsafe { std::mem::zeroed() };
+    for (dst, src) in req.ifr_name.iter_mut().zip(b"lo\0") {
+        *dst = *src as libc::c_char;
+    }
+    // SAFETY: SIOCGIFFLAGS reads ifr_name and writes ifr_flags of the valid `req`.
+    if unsafe {
+        libc::ioctl(
+            sock.as_raw_fd(),
+            libc::SIOCGIFFLAGS as libc::Ioctl,
+            &mut req,
+        )
+    } < 0
+    {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: the union member SIOCGIFFLAGS wrote is ifru_flags.
+    unsafe {
+        req.ifr_ifru.ifru_flags |= (libc::IFF_UP | libc::IFF_RUNNING) as libc::c_short;
+    }
+    // SAFETY: SIOCSIFFLAGS reads the valid `req`.
+    if unsafe { libc::ioctl(sock.as_raw_fd(), libc::SIOCSIFFLAGS as libc::Ioctl, &req) } < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
 /// Adds `address` to the loopback interface as the alias `lo:1` (class-A netmask, inside
 /// 127.0.0.0/8 it changes no route). Why: glibc's `getaddrinfo` with `AI_ADDRCONFIG`
 /// (used by `getent ahosts`, apt and others) returns no IPv4 address at all unless the

@@ -158,7 +158,8 @@ impl std::fmt::Debug for SandboxNetwork {
 
 impl SandboxNetwork {
     /// Binds the stub, the relay's listeners and the gateway's inside the network namespace
-    /// of the process `pidfd` refers to (the sandbox's init), and serves them on the
+    /// of the process `pidfd` refers to (the sandbox's init; or `pidfd` is the namespace's
+    /// own fd, [`netns::create`]), and serves them on the
     /// current tokio runtime. `resolver` is the host's (tests give their own).
     pub fn start(
         pidfd: OwnedFd,

@@ -182,6 +182,70 @@ async fn the_docker_row_matches_the_live_docker_driver() {
     assert_managed_and_appendable(row);
 }
 
+#[tokio::test]
+async fn the_gvisor_row_matches_the_live_gvisor_driver() {
+    use omabox_backend_gvisor::managed::GvisorManagedRuntimeOptions;
+    use omabox_backend_gvisor::{GvisorConfig, GvisorRuntime};
+    use omabox_backend_linux::credential_egress::{CredentialEgress, EgressCredential};
+    use omabox_backend_linux::managed::CredentialEgressOptions;
+    // Building the driver starts no sandbox; the runtime prepares its directory only.
+    let runsc = omabox_backend_gvisor::locate_runsc();
+    let missing = match &runsc {
+        None => Some("runsc is not installed (scripts/setup installs it)".to_owned()),
+        Some(_) if !omabox_backend_gvisor::runs_as_root() => {
+            Some("the gvisor backend needs root".to_owned())
+        }
+        Some(_) => None,
+    };
+    if !omabox_test_support::require_capability(missing) {
+        return;
+    }
+    let data = tempfile::tempdir().unwrap();
+    let runtime = GvisorRuntime::new(GvisorConfig {
+        runsc: runsc.unwrap(),
+        dir: data.path().join("gvisor"),
+        init: data.path().join("init"),
+        platform: "ptrace".into(),
+        limits: Default::default(),
+        network: Default::default(),
+        test_hosts: None,
+        image_root: None,
+    })
+    .expect("gvisor runtime");
+    let options = |credential_egress| GvisorManagedRuntimeOptions {
+        runtime: runtime.clone(),
+        workspace: Arc::new(FilesystemWorkspacePort::new(data.path()).unwrap()),
+        outputs: Arc::new(FilesystemSessionOutputPort::new(data.path()).unwrap()),
+        readiness_timeout: None,
+        harness_output: None,
+        credential_egress,
+    };
+    let driver = omabox_backend_gvisor::managed::managed_runtime_provider_driver(options(None))
+        .await
+        .expect("gvisor driver");
+    let row = omabox_backend_gvisor::catalog::conformance_row();
+    assert_row_matches_driver(&row, &driver).await;
+    assert_managed_and_appendable(row);
+    assert_eq!(
+        driver.descriptor().credential_egress,
+        omabox_contract::CredentialEgressCapabilities::unsupported()
+    );
+    // Given rules, the driver enforces credential egress (as the row claims).
+    let egress = CredentialEgressOptions {
+        vault: Arc::new(omabox_store::MemoryVault::new()),
+        rules: vec![EgressCredential::parse("api.test=token").unwrap()],
+        upstream_roots: Some(Vec::new()),
+    };
+    let driver =
+        omabox_backend_gvisor::managed::managed_runtime_provider_driver(options(Some(egress)))
+            .await
+            .expect("gvisor driver");
+    assert_eq!(
+        driver.descriptor().credential_egress,
+        CredentialEgress::capabilities_value()
+    );
+}
+
 /// The row is a managed-runtime row that extends the OpenMA catalog without a clash.
 fn assert_managed_and_appendable(row: ManagedRuntimeProviderConformance) {
     let id = row.id.clone();

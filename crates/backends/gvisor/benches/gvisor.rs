@@ -33,6 +33,9 @@ async fn run(rounds: usize) {
         init: PathBuf::from(env!("CARGO_BIN_EXE_omabox-gvisor-init")),
         platform: "ptrace".into(),
         limits: Default::default(),
+        network: Default::default(),
+        test_hosts: None,
+        image_root: None,
     })
     .expect("gvisor runtime");
 

@@ -1,10 +1,12 @@
 //! The OCI bundle of one sandbox (`config.json`) and the shared read-only root it uses.
 //!
 //! The root is a directory of ours: the host's `/usr` bound read-only (with the merged-usr
-//! links `/bin`, `/lib`, `/lib64`, `/sbin`), an `/etc` holding only what we write into it,
-//! a tmpfs `/tmp`, the sandbox's own `/workspace` bound read-write and the init binary at
-//! `/.omabox/init`. Never: expose the host's `/etc`, `/root`, `/home` or omabox's data
-//! directory to a sandbox; write JSON by string formatting (paths are serde strings).
+//! links `/bin`, `/lib`, `/lib64`, `/sbin`), an `/etc` holding only what we write into it
+//! (accounts, `resolv.conf` naming the host's DNS stub, `hosts`, the public CA bundle),
+//! a tmpfs `/tmp`, the sandbox's own `/workspace` bound read-write, the Session outputs at
+//! `/mnt/session/outputs` when given, and the init binary at `/.omabox/init`. Never: expose
+//! the host's `/etc`, `/root`, `/home` or omabox's data directory to a sandbox; write JSON
+//! by string formatting (paths are serde strings).
 
 use std::path::{Path, PathBuf};
 
@@ -16,6 +18,16 @@ use crate::GvisorError;
 pub const INIT_PATH: &str = "/.omabox/init";
 /// The sandbox's workspace.
 pub const WORKSPACE: &str = "/workspace";
+/// Where the Session outputs directory appears, when the sandbox has one.
+pub const OUTPUTS: &str = "/mnt/session/outputs";
+/// The CA bundle of the default root (a copy of the host's public one, so HTTPS works).
+pub const CA_BUNDLE: &str = "/etc/ssl/certs/ca-certificates.crt";
+/// The host's CA bundle the default root copies (absent: the root has none).
+const HOST_CA_BUNDLE: &str = "/etc/ssl/certs/ca-certificates.crt";
+/// Names resolve through the host's DNS stub, bound at 127.0.0.1:53 in the sandbox's own
+/// network namespace (networking other than `none`; under `none` nothing answers).
+const RESOLV_CONF: &str = "nameserver 127.0.0.1\noptions ndots:0\n";
+const HOSTS: &str = "127.0.0.1 localhost\n::1 localhost\n";
 
 /// The accounts a sandbox knows (the agent reads them for `user`/`owner`).
 const PASSWD: &str =
@@ -39,6 +51,8 @@ pub fn prepare_root(dir: &Path) -> Result<PathBuf, GvisorError> {
         "sys",
         "root",
         ".omabox",
+        "mnt/session/outputs",
+        "etc/ssl/certs",
     ] {
         std::fs::create_dir_all(root.join(sub)).map_err(|e| io("creating a directory", e))?;
     }
@@ -58,6 +72,15 @@ pub fn prepare_root(dir: &Path) -> Result<PathBuf, GvisorError> {
     }
     write_whole(&root.join("etc/passwd"), PASSWD.as_bytes()).map_err(|e| io("etc/passwd", e))?;
     write_whole(&root.join("etc/group"), GROUP.as_bytes()).map_err(|e| io("etc/group", e))?;
+    write_whole(&root.join("etc/resolv.conf"), RESOLV_CONF.as_bytes())
+        .map_err(|e| io("etc/resolv.conf", e))?;
+    write_whole(&root.join("etc/hosts"), HOSTS.as_bytes()).map_err(|e| io("etc/hosts", e))?;
+    // Public certificates (not secret; absent is fine): HTTPS clients in the sandbox need
+    // them, and credential egress appends its CA to a copy.
+    if let Ok(bundle) = std::fs::read(HOST_CA_BUNDLE) {
+        write_whole(&root.join(CA_BUNDLE.trim_start_matches('/')), &bundle)
+            .map_err(|e| io("the CA bundle", e))?;
+    }
     // The dynamic loader's cache of the host's /usr (not secret; absent is fine).
     if let Ok(cache) = std::fs::read("/etc/ld.so.cache") {
         write_whole(&root.join("etc/ld.so.cache"), &cache).map_err(|e| io("ld.so.cache", e))?;
@@ -80,9 +103,42 @@ fn write_whole(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
         })
 }
 
-/// `config.json` for a sandbox whose root is `root`, workspace `workspace` and init
-/// binary `init`.
-pub fn config(root: &Path, workspace: &Path, init: &Path, hostname: &str) -> Value {
+/// What one sandbox's bundle is made of.
+#[derive(Debug, Clone, Copy)]
+pub struct Layout<'a> {
+    /// The root: the shared one of [`prepare_root`], or an image's rootfs.
+    pub root: &'a Path,
+    /// Whether `root` is an image's (its own `/usr` and `/etc`): then the host's `/usr` is
+    /// not bound, and `resolv_conf` is bound at `/etc/resolv.conf`.
+    pub image: bool,
+    /// The generated `resolv.conf` naming the host's DNS stub (for an image root).
+    pub resolv_conf: &'a Path,
+    /// The host directory bound read-write at [`WORKSPACE`].
+    pub workspace: &'a Path,
+    /// The host directory bound read-write at [`OUTPUTS`], when the sandbox has one.
+    pub outputs: Option<&'a Path>,
+    /// The init binary.
+    pub init: &'a Path,
+    /// The sandbox's host name.
+    pub hostname: &'a str,
+    /// Whether runsc runs with `--network host` in a namespace omabox made: the spec then
+    /// names no network namespace (runsc would make a fresh one), so the sandbox is in
+    /// runsc's own, ours.
+    pub host_network: bool,
+}
+
+/// `config.json` for a sandbox laid out as `layout` says.
+pub fn config(layout: &Layout<'_>) -> Value {
+    let Layout {
+        root,
+        image,
+        resolv_conf,
+        workspace,
+        outputs,
+        init,
+        hostname,
+        host_network,
+    } = *layout;
     let bind = |dest: &str, source: &Path, ro: bool| {
         json!({
             "destination": dest,
@@ -91,7 +147,7 @@ pub fn config(root: &Path, workspace: &Path, init: &Path, hostname: &str) -> Val
             "options": if ro { json!(["rbind", "ro"]) } else { json!(["rbind", "rw"]) },
         })
     };
-    json!({
+    let mut config = json!({
         "ociVersion": "1.0.0",
         "process": {
             "terminal": false,
@@ -105,7 +161,9 @@ pub fn config(root: &Path, workspace: &Path, init: &Path, hostname: &str) -> Val
             "capabilities": caps(),
             "noNewPrivileges": true,
         },
-        "root": { "path": root, "readonly": true },
+        // An image root is writable through the overlay in the sandbox's memory
+        // (`Runsc::overlay_root`); the host's directory never is.
+        "root": { "path": root, "readonly": !image },
         "hostname": hostname,
         "mounts": [
             { "destination": "/proc", "type": "proc", "source": "proc" },
@@ -122,7 +180,37 @@ pub fn config(root: &Path, workspace: &Path, init: &Path, hostname: &str) -> Val
                 { "type": "uts" }, { "type": "mount" },
             ],
         },
-    })
+    });
+    if let Some(mounts) = config.get_mut("mounts").and_then(Value::as_array_mut) {
+        if let Some(outputs) = outputs {
+            mounts.push(bind(OUTPUTS, outputs, false));
+        }
+        if image {
+            // The image's own /usr; its /etc with our resolv.conf (the stub's address).
+            mounts.retain(|m| m["destination"] != "/usr");
+            mounts.push(bind("/etc/resolv.conf", resolv_conf, true));
+        }
+    }
+    if host_network
+        && let Some(namespaces) = config
+            .pointer_mut("/linux/namespaces")
+            .and_then(Value::as_array_mut)
+    {
+        namespaces.retain(|ns| ns["type"] != "network");
+        // runsc gives a `--network host` sandbox no user namespace of its own: its Sentry
+        // would be root with the spec's capabilities over the host's user namespace (the
+        // network namespace's owner). A user namespace of the spec's puts it (and the
+        // gofer) in one; uid 0 maps to 0 so the gofer still opens the bundle's root-owned
+        // directories, while its capabilities hold only in that namespace (no binding
+        // below 1024 in ours, no other host privilege).
+        namespaces.push(json!({ "type": "user" }));
+        if let Some(linux) = config.get_mut("linux").and_then(Value::as_object_mut) {
+            let map = json!([{ "containerID": 0, "hostID": 0, "size": 1 }]);
+            linux.insert("uidMappings".into(), map.clone());
+            linux.insert("gidMappings".into(), map);
+        }
+    }
+    config
 }
 
 /// The parent of every sandbox's cgroup (under each controller on cgroup v1).
@@ -206,4 +294,57 @@ pub fn write(bundle: &Path, config: &Value) -> Result<(), GvisorError> {
     std::fs::create_dir_all(bundle).map_err(io)?;
     let text = serde_json::to_vec_pretty(config).map_err(|e| io(std::io::Error::other(e)))?;
     std::fs::write(bundle.join("config.json"), text).map_err(io)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn layout<'a>(image: bool, outputs: Option<&'a Path>, host_network: bool) -> Layout<'a> {
+        Layout {
+            root: Path::new("/r"),
+            image,
+            resolv_conf: Path::new("/g/etc/resolv.conf"),
+            workspace: Path::new("/w"),
+            outputs,
+            init: Path::new("/i"),
+            hostname: "omabox",
+            host_network,
+        }
+    }
+
+    fn destinations(config: &Value) -> Vec<&str> {
+        config["mounts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|m| m["destination"].as_str())
+            .collect()
+    }
+
+    #[test]
+    fn the_bundle_binds_what_the_layout_names_and_nothing_of_the_hosts_etc() {
+        let plain = config(&layout(false, None, false));
+        let mounts = destinations(&plain);
+        assert!(mounts.contains(&"/usr") && mounts.contains(&WORKSPACE));
+        assert!(!mounts.contains(&OUTPUTS) && !mounts.contains(&"/etc/resolv.conf"));
+        assert_eq!(plain["root"]["readonly"], true);
+        let namespaces = plain["linux"]["namespaces"].to_string();
+        assert!(namespaces.contains("network"), "{namespaces}");
+
+        let full = config(&layout(true, Some(Path::new("/o")), true));
+        let mounts = destinations(&full);
+        assert!(mounts.contains(&OUTPUTS) && mounts.contains(&"/etc/resolv.conf"));
+        assert!(!mounts.contains(&"/usr"), "an image has its own /usr");
+        // Writable only through runsc's overlay in the sandbox's memory.
+        assert_eq!(full["root"]["readonly"], false);
+        // runsc must stay in omabox's namespace: the spec names none of its own; the
+        // Sentry gets a user namespace (uid 0 mapped to 0 only).
+        let namespaces = full["linux"]["namespaces"].to_string();
+        assert!(!namespaces.contains("network"), "{namespaces}");
+        assert!(namespaces.contains("user"), "{namespaces}");
+        assert_eq!(full["linux"]["uidMappings"][0]["size"], 1);
+        assert!(!plain["linux"]["namespaces"].to_string().contains("user"));
+        assert!(!full.to_string().contains("\"/etc\""), "no host /etc");
+    }
 }

@@ -14,17 +14,25 @@
 //! host buffer without bound (the agent client caps it).
 
 mod bundle;
+pub mod catalog;
+mod copy;
+pub mod managed;
+mod network;
 mod port;
 pub mod reap;
 mod runsc;
 mod sandbox;
+mod slot;
+mod stream;
 
 use std::path::PathBuf;
 
-pub use bundle::{INIT_PATH, WORKSPACE};
+pub use bundle::{INIT_PATH, OUTPUTS, WORKSPACE};
+pub use network::GvisorNetwork;
+pub use omabox_sandbox_net::GatewayAccess;
 pub use port::GvisorSandboxPort;
 pub use runsc::Runsc;
-pub use sandbox::{GvisorConfig, GvisorLimits, GvisorRuntime, GvisorSandbox, State};
+pub use sandbox::{GvisorConfig, GvisorLimits, GvisorRuntime, GvisorSandbox, SandboxSpec, State};
 
 /// The provider name of gvisor sandboxes (`--backend gvisor`).
 pub const PROVIDER: &str = "gvisor";
@@ -44,6 +52,12 @@ pub fn locate_runsc() -> Option<std::path::PathBuf> {
 /// `deps/` for tests). `Err`: the paths tried.
 pub fn locate_init() -> Result<std::path::PathBuf, String> {
     omabox_sandbox::locate::beside_executable(INIT_BINARY, None)
+}
+
+/// Whether this process runs as root (runsc makes its sandbox's namespaces and cgroups).
+pub fn runs_as_root() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    unsafe { libc::geteuid() == 0 }
 }
 
 /// What the host writes first on a restored sandbox's new stdin pipe: `omabox-gvisor-init`
@@ -110,6 +124,26 @@ pub enum GvisorError {
     NotRunning {
         /// Its state.
         state: State,
+    },
+    /// The networking config does not compile.
+    #[error("networking")]
+    Networking(#[source] omabox_contract::networking::NetworkingError),
+    /// The host side of the sandbox's network could not be set up or changed.
+    #[error("the sandbox's network")]
+    Network(#[source] omabox_sandbox_net::NetworkError),
+    /// The sandbox was started under networking `none`: there is no network to change.
+    #[error("the gvisor sandbox has no network (it was started with networking none)")]
+    NoNetwork,
+    /// `OMABOX_LINUX_TEST_HOSTS` does not parse.
+    #[error("test hosts: {0}")]
+    TestHosts(String),
+    /// The sandbox's image CA bundle is larger than read.
+    #[error("the sandbox's CA bundle {path} is larger than {max} bytes")]
+    CaBundle {
+        /// The bundle.
+        path: &'static str,
+        /// The cap.
+        max: usize,
     },
     /// The sandbox is not paused (resume and fork need a checkpoint).
     #[error("the gvisor sandbox is not paused (it is {state:?})")]

@@ -1,8 +1,10 @@
 //! A gvisor sandbox behind the tool-sandbox seam (`SandboxPort`): exec, duplex and
 //! background processes (`omabox-agent-port`, as the linux and docker backends serve
-//! them), text and byte files, env vars for later commands, destroy. Not offered: the
-//! Session outputs mount and the runtime port (no lease; pause/resume are
-//! [`GvisorSandbox`]'s own, unproven, see the crate doc).
+//! them), text and byte files, env vars for later commands, destroy, the Session outputs
+//! mount (when an outputs directory is bound), a runtime port with empty capability lists
+//! (pause/resume are [`GvisorSandbox`]'s own, unproven, see the crate doc), and beyond the
+//! seam the live network policy ([`GvisorSandboxPort::set_networking`]) and credential
+//! egress ([`GvisorSandboxPort::attach_credentials`]).
 //!
 //! The exec text is the agent client's combined form, the same as the linux backend's:
 //! stdout then stderr, then `[timed out after N ms]` and `[exit N]` lines (a shell's
@@ -20,13 +22,23 @@ use omabox_agent::client::exec_output::format_exec_output;
 use omabox_agent::{ClientError, ExecRequest};
 use omabox_agent_port::{AgentFailure, PortErrorOf};
 use omabox_contract::PortError;
+use omabox_contract::networking::NetworkPolicy;
 use omabox_sandbox::{
-    ProcessHandle, SandboxDestroyPort, SandboxDuplexProcess, SandboxDuplexProcessPort,
-    SandboxDuplexProcessSpec, SandboxEnvVarsPort, SandboxFileBytesPort, SandboxPort,
-    SandboxProcessPort,
+    ProcessHandle, SandboxCheckpointHandle, SandboxCheckpointKind, SandboxDestroyPort,
+    SandboxDuplexProcess, SandboxDuplexProcessPort, SandboxDuplexProcessSpec, SandboxEnvVarsPort,
+    SandboxFileBytesPort, SandboxPort, SandboxProcessPort, SandboxRuntimeCapabilities,
+    SandboxRuntimeHandle, SandboxRuntimePort, SandboxRuntimeStatus, SandboxSessionOutputMountPort,
+    SessionOutputMountCapabilities, SessionOutputMountDurability, SessionOutputMountRequest,
 };
+use omabox_sandbox_net::credential_egress::{CA_ENV, CredentialTarget};
 
-use crate::{GvisorError, GvisorSandbox};
+use crate::{GvisorError, GvisorNetwork, GvisorSandbox, State};
+
+/// Where a sandbox trusts a credential egress binding's CA: its root's bundle plus that CA
+/// (the CA variables name it).
+pub const SANDBOX_CA_FILE: &str = "/tmp/.omabox/ca-certificates.crt";
+/// The largest root CA bundle read (Debian's is about 200 KiB).
+const CA_BUNDLE_MAX: usize = 4 << 20;
 
 /// A command's default timeout.
 const DEFAULT_TIMEOUT: Duration = Duration::from_secs(300);
@@ -48,6 +60,68 @@ impl GvisorSandboxPort {
     /// The sandbox.
     pub fn sandbox(&self) -> &Arc<GvisorSandbox> {
         &self.sandbox
+    }
+
+    /// Changes what the live sandbox may reach (`SandboxNetwork::set_policy`; the gateway
+    /// stays as it was started). A sandbox started under `none` has no network to change
+    /// ([`GvisorError::NoNetwork`]).
+    pub fn set_networking(&self, network: &GvisorNetwork) -> Result<(), GvisorError> {
+        let policy = network.policy().map_err(GvisorError::Networking)?;
+        self.sandbox
+            .with_network(|served| served.set_policy(policy))?
+            .map_err(GvisorError::Network)
+    }
+
+    /// The policy the sandbox's network applies now (`none` when it has none).
+    pub fn network_policy(&self) -> Arc<NetworkPolicy> {
+        self.sandbox
+            .with_network(omabox_sandbox_net::SandboxNetwork::policy)
+            .unwrap_or_else(|_| Arc::new(NetworkPolicy::None))
+    }
+
+    /// Attaches a credential egress binding's `credentials` (see
+    /// [`omabox_sandbox_net::credential_egress`]): the relay intercepts their hosts, and
+    /// every process started afterwards trusts their CA through [`SANDBOX_CA_FILE`] (the
+    /// root's bundle, read inside the sandbox, plus that CA) and the usual CA variables.
+    /// Needs a network.
+    pub async fn attach_credentials(
+        &self,
+        credentials: Arc<omabox_egress::intercept::Credentials>,
+    ) -> Result<(), PortError> {
+        self.sandbox.with_network(|_| ()).map_err(port_error)?;
+        let client = self.sandbox.client().await.map_err(port_error)?;
+        let mut bundle = client
+            .read_file_bytes(crate::bundle::CA_BUNDLE)
+            .await
+            .unwrap_or_default();
+        if bundle.len() > CA_BUNDLE_MAX {
+            return Err(port_error(GvisorError::CaBundle {
+                path: crate::bundle::CA_BUNDLE,
+                max: CA_BUNDLE_MAX,
+            }));
+        }
+        if !bundle.is_empty() && !bundle.ends_with(b"\n") {
+            bundle.push(b'\n');
+        }
+        bundle.extend_from_slice(credentials.ca_pem().as_bytes());
+        client
+            .write_file_bytes(
+                SANDBOX_CA_FILE,
+                bytes::Bytes::from(bundle),
+                WriteOptions::default(),
+            )
+            .await
+            .map_err(self.agent_error("write file", SANDBOX_CA_FILE))?;
+        let vars = CA_ENV
+            .iter()
+            .map(|key| ((*key).to_owned(), Some(SANDBOX_CA_FILE.to_owned())));
+        client
+            .set_env(vars)
+            .await
+            .map_err(self.agent_error("set env vars", "CA variables"))?;
+        self.sandbox
+            .with_network(|served| served.set_credentials(Some(credentials)))
+            .map_err(port_error)
     }
 
     fn agent_error(&self, op: &'static str, target: &str) -> impl FnOnce(ClientError) -> PortError {
@@ -93,7 +167,7 @@ impl GvisorSandboxPort {
     }
 }
 
-fn chain(e: &dyn std::error::Error) -> String {
+pub(crate) fn chain(e: &dyn std::error::Error) -> String {
     let mut text = e.to_string();
     let mut src = e.source();
     while let Some(s) = src {
@@ -160,6 +234,14 @@ impl SandboxPort for GvisorSandboxPort {
     }
 
     fn as_destroy(&self) -> Option<&dyn SandboxDestroyPort> {
+        Some(self)
+    }
+
+    fn as_session_output_mount(&self) -> Option<&dyn SandboxSessionOutputMountPort> {
+        Some(self)
+    }
+
+    fn as_runtime(&self) -> Option<&dyn SandboxRuntimePort> {
         Some(self)
     }
 }
@@ -229,5 +311,119 @@ impl SandboxEnvVarsPort for GvisorSandboxPort {
 impl SandboxDestroyPort for GvisorSandboxPort {
     async fn destroy(&self) -> Result<(), PortError> {
         self.sandbox.destroy().await.map_err(port_error)
+    }
+}
+
+#[async_trait]
+impl SandboxSessionOutputMountPort for GvisorSandboxPort {
+    /// Durable when an outputs directory is bound: writes land in the host's directory.
+    fn session_output_mount_capabilities(&self) -> Option<SessionOutputMountCapabilities> {
+        self.sandbox
+            .outputs()
+            .is_some()
+            .then_some(SessionOutputMountCapabilities {
+                durability: SessionOutputMountDurability::Durable,
+            })
+    }
+
+    /// The bind is in the sandbox's bundle from its start, so this only confirms it.
+    async fn mount_session_outputs(
+        &self,
+        _request: SessionOutputMountRequest,
+    ) -> Result<(), PortError> {
+        if self.sandbox.outputs().is_some() {
+            Ok(())
+        } else {
+            Err(PortError::capability(
+                "this gvisor sandbox was started without an outputs directory; \
+                 /mnt/session/outputs is not mounted",
+            ))
+        }
+    }
+}
+
+#[async_trait]
+impl SandboxRuntimePort for GvisorSandboxPort {
+    fn runtime_handle(&self) -> SandboxRuntimeHandle {
+        SandboxRuntimeHandle {
+            provider: crate::PROVIDER.to_owned(),
+            runtime_id: self.sandbox.id().to_owned(),
+        }
+    }
+
+    /// No lease renewal beyond liveness, no suspend, no checkpoint offered: the lists are
+    /// empty, honestly (pause/resume are built but unproven, the crate doc says why).
+    fn runtime_capabilities(&self) -> SandboxRuntimeCapabilities {
+        SandboxRuntimeCapabilities::default()
+    }
+
+    async fn status(&self) -> Result<SandboxRuntimeStatus, PortError> {
+        Ok(if self.is_alive().await {
+            SandboxRuntimeStatus::Running
+        } else {
+            SandboxRuntimeStatus::Stopped
+        })
+    }
+
+    async fn renew_lease(&self, _ttl_ms: u64) -> Result<(), PortError> {
+        if self.is_alive().await {
+            Ok(())
+        } else {
+            Err(PortError::new(format!(
+                "the gvisor sandbox {} is no longer running",
+                self.sandbox.id()
+            )))
+        }
+    }
+
+    async fn suspend(
+        &self,
+        kind: SandboxCheckpointKind,
+    ) -> Result<SandboxCheckpointHandle, PortError> {
+        Err(PortError::capability(format!(
+            "gvisor sandboxes do not offer suspend ({kind:?} requested; runtimeCapabilities().suspend is empty)"
+        )))
+    }
+
+    async fn resume(&self, handle: &SandboxCheckpointHandle) -> Result<(), PortError> {
+        Err(PortError::invalid_argument(format!(
+            "gvisor sandbox {} never suspends, so checkpoint {:?} of provider {:?} cannot be resumed",
+            self.sandbox.id(),
+            handle.checkpoint_id,
+            handle.provider
+        )))
+    }
+
+    async fn checkpoint(
+        &self,
+        kind: SandboxCheckpointKind,
+        _name: Option<&str>,
+    ) -> Result<SandboxCheckpointHandle, PortError> {
+        Err(PortError::capability(format!(
+            "gvisor sandboxes do not offer checkpoints ({kind:?} requested; runtimeCapabilities().checkpoint is empty)"
+        )))
+    }
+}
+
+impl GvisorSandboxPort {
+    /// Whether the sandbox runs and its agent still answers.
+    pub async fn is_alive(&self) -> bool {
+        match self.sandbox.client().await {
+            Ok(client) => client.closed_reason().is_none(),
+            Err(GvisorError::NotRunning {
+                state: State::Paused,
+            }) => true,
+            Err(_) => false,
+        }
+    }
+}
+
+#[async_trait]
+impl CredentialTarget for GvisorSandboxPort {
+    async fn attach_credentials(
+        &self,
+        credentials: Arc<omabox_egress::intercept::Credentials>,
+    ) -> Result<(), PortError> {
+        GvisorSandboxPort::attach_credentials(self, credentials).await
     }
 }

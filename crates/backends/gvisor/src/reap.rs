@@ -50,6 +50,7 @@ pub fn reap_orphans(runsc: &Path, dir: &Path) -> Reaped {
         binary: runsc.to_path_buf(),
         root: dir.join("runsc"),
         platform: "ptrace".into(),
+        overlay_root: false,
     };
     for entry in entries.flatten() {
         let name = entry.file_name().to_string_lossy().into_owned();
@@ -68,6 +69,35 @@ pub fn reap_orphans(runsc: &Path, dir: &Path) -> Reaped {
         }
     }
     reaped
+}
+
+/// Removes sandbox `id` of the backend directory `dir` (a lease's reap from any process):
+/// its runsc container, cgroups and directory. Absent is done.
+pub(crate) fn reap_one(runsc: &Path, dir: &Path, id: &str) -> Result<(), crate::GvisorError> {
+    let sandbox = crate::managed::sandbox_dir(dir, id);
+    let runsc = Runsc {
+        binary: runsc.to_path_buf(),
+        root: dir.join("runsc"),
+        platform: "ptrace".into(),
+        overlay_root: false,
+    };
+    if sandbox.is_dir() {
+        let _ = runsc.delete(id, &sandbox.join("runsc.log"));
+    }
+    crate::bundle::remove_cgroups(id);
+    match std::fs::remove_dir_all(&sandbox) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(crate::GvisorError::Io {
+            what: format!("removing {}", sandbox.display()),
+            source: e,
+        }),
+        _ => Ok(()),
+    }
+}
+
+/// Whether sandbox `id` of `dir` exists and its owner still runs.
+pub(crate) fn owner_alive(dir: &Path, id: &str) -> bool {
+    let sandbox = crate::managed::sandbox_dir(dir, id);
+    sandbox.is_dir() && !owner_is_gone(&sandbox)
 }
 
 fn owner_is_gone(sandbox: &Path) -> bool {

@@ -5,7 +5,8 @@
 //! the caller owns, and only its last bytes go into an error).
 
 use std::io::Read;
-use std::os::fd::OwnedFd;
+use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd};
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Stdio};
 
@@ -36,18 +37,46 @@ pub struct Runsc {
     pub root: PathBuf,
     /// `--platform`: `ptrace` (no `/dev/kvm` needed) or `kvm`.
     pub platform: String,
+    /// `--overlay2 root:memory`: the root (an image's, read-only in the cache) gets a
+    /// writable overlay in the sandbox's memory, where mount points missing in the image
+    /// are made too.
+    pub overlay_root: bool,
 }
 
 impl Runsc {
     fn command(&self) -> std::process::Command {
+        self.command_in(None)
+    }
+
+    /// A runsc command; with `netns`, run inside that network namespace with
+    /// `--network host`: gVisor's sockets are then host sockets of that namespace, which has
+    /// loopback only and the host's DNS stub, relay and gateway bound in it
+    /// (`omabox_sandbox_net`). Without, `--network none`: gVisor's own stack, loopback only.
+    fn command_in(&self, netns: Option<BorrowedFd<'_>>) -> std::process::Command {
         let mut cmd = std::process::Command::new(&self.binary);
         cmd.arg("--root")
             .arg(&self.root)
             .arg("--platform")
             .arg(&self.platform)
-            // No network stack at all for now: the host's netns and relay come later.
             .arg("--network")
-            .arg("none");
+            .arg(if netns.is_some() { "host" } else { "none" });
+        if self.overlay_root {
+            cmd.arg("--overlay2").arg("root:memory");
+        }
+        if let Some(netns) = netns {
+            let fd = netns.as_raw_fd();
+            // SAFETY: the closure runs in the forked child before exec and makes one
+            // async-signal-safe system call (setns) on an fd the parent keeps open for the
+            // whole spawn; it allocates nothing.
+            unsafe {
+                cmd.pre_exec(move || {
+                    if libc::setns(fd, libc::CLONE_NEWNET) != 0 {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                    Ok(())
+                });
+            }
+        }
         cmd
     }
 
@@ -59,14 +88,17 @@ impl Runsc {
     /// `runsc delete` waited a second and then left its cgroups behind. In the foreground
     /// runsc reaps its sandbox and removes the container when it ends (a kill, the init's
     /// exit, a checkpoint); the caller waits for the child.
+    /// With `netns`, runsc and its sandbox run in that network namespace
+    /// ([`Runsc::command_in`]).
     pub fn run(
         &self,
         id: &str,
         bundle: &Path,
         stdio: Stdio2<'_>,
         log: &Path,
+        netns: Option<BorrowedFd<'_>>,
     ) -> Result<Child, GvisorError> {
-        let mut cmd = self.command();
+        let mut cmd = self.command_in(netns);
         cmd.arg("run").arg("--bundle").arg(bundle).arg(id);
         self.spawn(cmd, stdio, log)
     }
@@ -80,8 +112,9 @@ impl Runsc {
         image_dir: &Path,
         stdio: Stdio2<'_>,
         log: &Path,
+        netns: Option<BorrowedFd<'_>>,
     ) -> Result<Child, GvisorError> {
-        let mut cmd = self.command();
+        let mut cmd = self.command_in(netns);
         cmd.arg("restore")
             .arg("--bundle")
             .arg(bundle)

@@ -9,22 +9,25 @@
 //! links as links and nothing but regular files, directories and links); leave a
 //! container behind a failed step (each failure deletes what it started).
 
-use std::os::fd::OwnedFd;
+use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use omabox_agent::AgentClient;
+use omabox_egress::{Resolver, SystemResolver};
 use tokio::io::AsyncWriteExt;
 use tokio::sync::Mutex;
 
+use crate::copy::copy_tree;
+use crate::network::{GvisorNetwork, OwnNetwork};
 use crate::runsc::{Runsc, Stdio2};
+pub(crate) use crate::slot::RunscSlot;
+use crate::stream::{AgentPipes, ClientStream};
 use crate::{GvisorError, bundle};
 
 /// Restores tried before a resume or fork fails (see `GvisorSandbox::boot`).
 const RESTORE_ATTEMPTS: u32 = 3;
-/// How long a lost connection's account waits for runsc's exit to be waitable.
-const EXIT_SETTLE: std::time::Duration = std::time::Duration::from_millis(500);
 /// How long a foreground runsc may take to end after `runsc kill` before it is killed.
 const RUNSC_END: std::time::Duration = std::time::Duration::from_secs(10);
 
@@ -41,6 +44,15 @@ pub struct GvisorConfig {
     pub platform: String,
     /// Each sandbox's resource limits.
     pub limits: GvisorLimits,
+    /// What each sandbox may reach (`crate::network`).
+    pub network: GvisorNetwork,
+    /// Test mode only: `NAME=IP,...` answered before the host's resolver
+    /// (`OMABOX_LINUX_TEST_HOSTS`).
+    pub test_hosts: Option<String>,
+    /// An image's unpacked rootfs (read-only; the caller keeps it in place for the
+    /// runtime's life) as every sandbox's root, under a writable overlay in the sandbox's
+    /// memory; `None`: the host's `/usr` under a generated `/etc`.
+    pub image_root: Option<PathBuf>,
 }
 
 /// A sandbox's resource limits, enforced by runsc through the sandbox's own cgroup
@@ -57,13 +69,40 @@ pub struct GvisorLimits {
     pub millicpus: Option<u64>,
 }
 
-#[derive(Debug)]
 struct Shared {
     runsc: Runsc,
     dir: PathBuf,
+    /// The sandboxes' root: the generated one or an image's.
     root: PathBuf,
+    /// Whether `root` is an image's.
+    image: bool,
+    /// The generated root (its `etc/resolv.conf` is bound into an image's).
+    generated: PathBuf,
     init: PathBuf,
     limits: GvisorLimits,
+    network: GvisorNetwork,
+    resolver: Arc<dyn Resolver>,
+}
+
+impl std::fmt::Debug for Shared {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Shared")
+            .field("runsc", &self.runsc)
+            .field("dir", &self.dir)
+            .field("limits", &self.limits)
+            .field("network", &self.network)
+            .finish_non_exhaustive()
+    }
+}
+
+/// What one sandbox binds besides the shared root.
+#[derive(Debug, Clone, Default)]
+pub struct SandboxSpec {
+    /// The host directory bound at `/workspace` (the caller's, kept by
+    /// [`GvisorSandbox::destroy`]); `None`: an empty one of the sandbox's own.
+    pub workspace: Option<PathBuf>,
+    /// The host directory bound at `/mnt/session/outputs`, when the sandbox has one.
+    pub outputs: Option<PathBuf>,
 }
 
 /// Creates gvisor sandboxes.
@@ -91,20 +130,62 @@ impl GvisorRuntime {
                 },
             )?;
         }
-        let root = bundle::prepare_root(&config.dir)?;
+        let generated = bundle::prepare_root(&config.dir)?;
+        config.network.policy().map_err(GvisorError::Networking)?;
+        let resolver: Arc<dyn Resolver> = match &config.test_hosts {
+            Some(hosts) => Arc::new(
+                omabox_egress::FixedNames::parse(hosts, Arc::new(SystemResolver))
+                    .map_err(GvisorError::TestHosts)?,
+            ),
+            None => Arc::new(SystemResolver),
+        };
         Ok(Self {
             shared: Arc::new(Shared {
                 runsc: Runsc {
                     binary: config.runsc,
                     root: state,
                     platform: config.platform,
+                    overlay_root: config.image_root.is_some(),
                 },
                 dir: config.dir,
-                root,
+                image: config.image_root.is_some(),
+                root: config.image_root.unwrap_or_else(|| generated.clone()),
+                generated,
                 init: config.init,
                 limits: config.limits,
+                network: config.network,
+                resolver,
             }),
         })
+    }
+
+    /// This runtime with its sandboxes' names resolved by `resolver` instead of the host's
+    /// (tests stand up their own "internet").
+    pub fn with_resolver(self, resolver: Arc<dyn Resolver>) -> Self {
+        let shared = &self.shared;
+        Self {
+            shared: Arc::new(Shared {
+                runsc: shared.runsc.clone(),
+                dir: shared.dir.clone(),
+                root: shared.root.clone(),
+                image: shared.image,
+                generated: shared.generated.clone(),
+                init: shared.init.clone(),
+                limits: shared.limits,
+                network: shared.network.clone(),
+                resolver,
+            }),
+        }
+    }
+
+    /// The runsc executable.
+    pub fn runsc_binary(&self) -> &Path {
+        &self.shared.runsc.binary
+    }
+
+    /// The backend's directory (sandboxes, the shared root, runsc's state).
+    pub fn dir(&self) -> &Path {
+        &self.shared.dir
     }
 
     /// Starts a sandbox with an empty workspace and connects to its agent.
@@ -119,15 +200,30 @@ impl GvisorRuntime {
         &self,
         workspace: Option<PathBuf>,
     ) -> Result<GvisorSandbox, GvisorError> {
+        self.create_with(SandboxSpec {
+            workspace,
+            outputs: None,
+        })
+        .await
+    }
+
+    /// Starts a sandbox binding what `spec` names and, under a networking config other
+    /// than `none`, serving its network (`crate::network`) before anything runs in it.
+    pub async fn create_with(&self, spec: SandboxSpec) -> Result<GvisorSandbox, GvisorError> {
         let mut sandbox = GvisorSandbox::layout(self.shared.clone())?;
-        match workspace {
+        sandbox.outputs = spec.outputs;
+        match spec.workspace {
             Some(dir) => sandbox.workspace = dir,
             None => std::fs::create_dir_all(sandbox.workspace()).map_err(|e| GvisorError::Io {
                 what: "creating the workspace".into(),
                 source: e,
             })?,
         }
-        match sandbox.boot(None).await {
+        let booted = match sandbox.serve_network() {
+            Ok(()) => sandbox.boot(None).await,
+            Err(e) => Err(e),
+        };
+        match booted {
             Ok(()) => Ok(sandbox),
             Err(e) => {
                 let _ = sandbox.destroy().await;
@@ -166,6 +262,10 @@ pub struct GvisorSandbox {
     id: String,
     dir: PathBuf,
     workspace: PathBuf,
+    outputs: Option<PathBuf>,
+    /// The sandbox's own network namespace and the host side of its network (`None` under
+    /// networking `none`).
+    network: std::sync::Mutex<Option<OwnNetwork>>,
     /// runsc in the foreground, waiting for the container ([`Runsc::run`] says why); shared
     /// with the port, which reads its exit to explain a lost agent.
     runsc: RunscSlot,
@@ -192,6 +292,8 @@ impl GvisorSandbox {
             id,
             runsc: RunscSlot::default(),
             workspace: dir.join("workspace"),
+            outputs: None,
+            network: std::sync::Mutex::new(None),
             dir,
             shared,
             live: Mutex::new(Live {
@@ -211,6 +313,43 @@ impl GvisorSandbox {
     /// The host directory bound at `/workspace`.
     pub fn workspace(&self) -> PathBuf {
         self.workspace.clone()
+    }
+
+    /// The host directory bound at `/mnt/session/outputs`, if any.
+    pub fn outputs(&self) -> Option<&Path> {
+        self.outputs.as_deref()
+    }
+
+    fn network_slot(&self) -> std::sync::MutexGuard<'_, Option<OwnNetwork>> {
+        self.network
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Under a config other than `none`: the sandbox's namespace, with the host's side of
+    /// its network bound in it.
+    fn serve_network(&self) -> Result<(), GvisorError> {
+        if !self.shared.network.reaches_out() {
+            return Ok(());
+        }
+        let own = crate::network::start(
+            &self.shared.network,
+            self.shared.limits.memory_bytes,
+            Arc::clone(&self.shared.resolver),
+        )?;
+        *self.network_slot() = Some(own);
+        Ok(())
+    }
+
+    /// Runs `f` on the host side of the sandbox's network; `NoNetwork` under `none`.
+    pub(crate) fn with_network<T>(
+        &self,
+        f: impl FnOnce(&omabox_sandbox_net::SandboxNetwork) -> T,
+    ) -> Result<T, GvisorError> {
+        self.network_slot()
+            .as_ref()
+            .map(|own| f(&own.served))
+            .ok_or(GvisorError::NoNetwork)
     }
 
     /// The directory of the sandbox's checkpoint (present while paused).
@@ -279,12 +418,27 @@ impl GvisorSandbox {
     }
 
     async fn boot_once(&self, image: Option<PathBuf>) -> Result<(), GvisorError> {
-        let config = bundle::config(
-            &self.shared.root,
-            &self.workspace(),
-            &self.shared.init,
-            "omabox",
-        );
+        let netns = self
+            .network_slot()
+            .as_ref()
+            .map(|own| own.netns.try_clone())
+            .transpose()
+            .map_err(|e| GvisorError::Io {
+                what: "passing the sandbox's network namespace".into(),
+                source: e,
+            })?;
+        let workspace = self.workspace();
+        let resolv_conf = self.shared.generated.join("etc/resolv.conf");
+        let config = bundle::config(&bundle::Layout {
+            root: &self.shared.root,
+            image: self.shared.image,
+            resolv_conf: &resolv_conf,
+            workspace: &workspace,
+            outputs: self.outputs.as_deref(),
+            init: &self.shared.init,
+            hostname: "omabox",
+            host_network: netns.is_some(),
+        });
         let config = bundle::with_cgroup(config, &self.id, &self.shared.limits);
         bundle::write(&self.bundle(), &config)?;
         let io = |what: &str| {
@@ -304,9 +458,10 @@ impl GvisorSandbox {
                 stdin: &agent_in,
                 stdout: &agent_out,
             };
+            let netns = netns.as_ref().map(AsFd::as_fd);
             match image {
-                None => runsc.run(&id, &bundle, stdio, &log),
-                Some(image) => runsc.restore(&id, &bundle, &image, stdio, &log),
+                None => runsc.run(&id, &bundle, stdio, &log, netns),
+                Some(image) => runsc.restore(&id, &bundle, &image, stdio, &log, netns),
             }
         })
         .await?;
@@ -487,7 +642,10 @@ impl GvisorSandbox {
         for _ in 0..count {
             let fork = GvisorSandbox::layout(runtime.shared.clone())?;
             let (from, to) = (self.workspace(), fork.workspace());
-            let copied = blocking(move || copy_tree(&from, &to)).await;
+            let copied = match blocking(move || copy_tree(&from, &to)).await {
+                Ok(()) => fork.serve_network(),
+                Err(e) => Err(e),
+            };
             let booted = match copied {
                 Ok(()) => fork.boot(Some(self.checkpoint_dir())).await,
                 Err(e) => Err(e),
@@ -514,8 +672,12 @@ impl GvisorSandbox {
         let child = self.runsc.take();
         let runsc = self.shared.runsc.clone();
         let (id, log, dir) = (self.id.clone(), self.log(), self.dir.clone());
+        let network = self.network_slot().take();
         blocking(move || {
             end_container(&runsc, &id, &log, child);
+            // Its processes are gone: the host's sockets in the namespace and the
+            // namespace go too.
+            drop(network);
             match std::fs::remove_dir_all(&dir) {
                 Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(GvisorError::Io {
                     what: format!("removing {}", dir.display()),
@@ -542,55 +704,8 @@ impl Drop for GvisorSandbox {
         live.kept = None;
         let child = self.runsc.take();
         end_container(&self.shared.runsc, &self.id, &self.log(), child);
+        drop(self.network_slot().take());
         let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
-
-/// The host's ends of the agent's pipes: it reads the agent's fd 1, writes its fd 0.
-type AgentPipes = tokio::io::Join<tokio::net::unix::pipe::Receiver, tokio::net::unix::pipe::Sender>;
-
-/// The client's copies of the agent's pipes, with no write shutdown (the client shuts its
-/// side down when it ends, a detach too; the detached init must not see it) and with a
-/// gate that makes it read EOF, without reading, once the client detached.
-struct ClientStream {
-    inner: AgentPipes,
-    gate: Arc<std::sync::atomic::AtomicBool>,
-}
-
-impl tokio::io::AsyncRead for ClientStream {
-    fn poll_read(
-        mut self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-        buf: &mut tokio::io::ReadBuf<'_>,
-    ) -> std::task::Poll<std::io::Result<()>> {
-        if self.gate.load(std::sync::atomic::Ordering::SeqCst) {
-            return std::task::Poll::Ready(Ok(()));
-        }
-        std::pin::Pin::new(&mut self.inner).poll_read(cx, buf)
-    }
-}
-
-impl tokio::io::AsyncWrite for ClientStream {
-    fn poll_write(
-        mut self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-        buf: &[u8],
-    ) -> std::task::Poll<std::io::Result<usize>> {
-        std::pin::Pin::new(&mut self.inner).poll_write(cx, buf)
-    }
-
-    fn poll_flush(
-        mut self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<std::io::Result<()>> {
-        std::pin::Pin::new(&mut self.inner).poll_flush(cx)
-    }
-
-    fn poll_shutdown(
-        self: std::pin::Pin<&mut Self>,
-        _cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<std::io::Result<()>> {
-        std::task::Poll::Ready(Ok(()))
     }
 }
 
@@ -603,48 +718,6 @@ async fn blocking<T: Send + 'static>(
             what: "a runsc step".into(),
             source: std::io::Error::other(e.to_string()),
         })?
-}
-
-/// Copies a workspace tree: directories, regular files and symlinks (as links, never
-/// followed); anything else (fifos, sockets, devices) is skipped.
-fn copy_tree(from: &Path, to: &Path) -> Result<(), GvisorError> {
-    let io = |what: &Path, e| GvisorError::Io {
-        what: format!("copying the workspace at {}", what.display()),
-        source: e,
-    };
-    std::fs::create_dir(to).map_err(|e| io(to, e))?;
-    for entry in std::fs::read_dir(from).map_err(|e| io(from, e))? {
-        let entry = entry.map_err(|e| io(from, e))?;
-        let (src, dst) = (entry.path(), to.join(entry.file_name()));
-        let kind = entry.file_type().map_err(|e| io(&src, e))?;
-        if kind.is_dir() {
-            copy_tree(&src, &dst)?;
-        } else if kind.is_symlink() {
-            let target = std::fs::read_link(&src).map_err(|e| io(&src, e))?;
-            std::os::unix::fs::symlink(target, &dst).map_err(|e| io(&dst, e))?;
-        } else if kind.is_file() {
-            copy_file(&src, &dst).map_err(|e| io(&src, e))?;
-        }
-    }
-    Ok(())
-}
-
-/// Copies one regular file without following a link at `src` (O_NOFOLLOW).
-fn copy_file(src: &Path, dst: &Path) -> std::io::Result<()> {
-    use std::os::unix::fs::OpenOptionsExt;
-    let mut input = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NOFOLLOW)
-        .open(src)?;
-    let mode = input.metadata()?.permissions();
-    let mut output = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .custom_flags(libc::O_NOFOLLOW)
-        .open(dst)?;
-    std::io::copy(&mut input, &mut output)?;
-    output.set_permissions(mode)?;
-    Ok(())
 }
 
 /// OOM kills counted in the memory cgroup of sandbox `id` (cgroup v1 `memory.oom_control`,
@@ -679,62 +752,4 @@ fn end_container(runsc: &Runsc, id: &str, log: &Path, child: Option<std::process
     // Absent (the foreground runsc removed it, or it never started) is fine.
     let _ = runsc.delete(id, log);
     crate::bundle::remove_cgroups(id);
-}
-
-/// The foreground runsc of a sandbox, shared between the sandbox and its port.
-#[derive(Debug, Clone, Default)]
-pub(crate) struct RunscSlot(Arc<std::sync::Mutex<RunscState>>);
-
-#[derive(Debug, Default)]
-struct RunscState {
-    child: Option<std::process::Child>,
-    /// Set once omabox itself ends the container.
-    ending: bool,
-}
-
-impl RunscSlot {
-    fn lock(&self) -> std::sync::MutexGuard<'_, RunscState> {
-        self.0
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-    }
-
-    fn set(&self, child: std::process::Child) {
-        let mut state = self.lock();
-        state.child = Some(child);
-        state.ending = false;
-    }
-
-    fn take(&self) -> Option<std::process::Child> {
-        let mut state = self.lock();
-        state.ending = true;
-        state.child.take()
-    }
-
-    /// Whether runsc ended by SIGKILL without omabox ending the container. Asked when the
-    /// agent's connection was lost: runsc holds the container's stdout, so it is ending
-    /// then, though its exit may not be waitable yet (its files close before it becomes a
-    /// zombie): waits up to [`EXIT_SETTLE`] for it.
-    pub(crate) fn killed_from_outside(&self) -> bool {
-        use std::os::unix::process::ExitStatusExt;
-        let deadline = std::time::Instant::now() + EXIT_SETTLE;
-        loop {
-            let mut state = self.lock();
-            if state.ending {
-                return false;
-            }
-            let Some(child) = state.child.as_mut() else {
-                return false;
-            };
-            match child.try_wait() {
-                Ok(Some(s)) => {
-                    return s.code() == Some(137) || s.signal() == Some(libc::SIGKILL);
-                }
-                Ok(None) if std::time::Instant::now() < deadline => {}
-                _ => return false,
-            }
-            drop(state);
-            std::thread::sleep(std::time::Duration::from_millis(5));
-        }
-    }
 }

@@ -45,6 +45,9 @@ fn runtime(dir: &Path) -> Option<GvisorRuntime> {
             init: PathBuf::from(env!("CARGO_BIN_EXE_omabox-gvisor-init")),
             platform: "ptrace".into(),
             limits: Default::default(),
+            network: Default::default(),
+            test_hosts: None,
+            image_root: None,
         })
         .unwrap(),
     )

@@ -110,7 +110,7 @@ mod tests {
         let catalog = wiring::catalog();
         let table = render_table(catalog.rows());
         let lines: Vec<&str> = table.lines().collect();
-        assert_eq!(lines.len(), 16);
+        assert_eq!(lines.len(), 17);
         assert!(lines[0].starts_with("PROVIDER"));
         assert!(lines[1].starts_with("node-docker"));
         assert!(lines[1].contains("ama_worker,openma_supervised"));
@@ -118,6 +118,7 @@ mod tests {
         assert!(lines[13].starts_with("linux"));
         assert!(lines[14].starts_with("local"));
         assert!(lines[15].starts_with("docker"));
+        assert!(lines[16].starts_with("gvisor"));
         let status_column = lines[0].find("STATUS").unwrap();
         for line in &lines[1..] {
             assert_eq!(&line[status_column..status_column + 15], "managed-runtime");

@@ -30,6 +30,8 @@ pub fn backend_parser() -> impl clap::builder::TypedValueParser<Value = omabox_n
         PossibleValue::new("docker").help(
             "Containers of the Docker Engine at DOCKER_HOST (needs an image: OMABOX_LINUX_IMAGE)",
         ),
+        PossibleValue::new("gvisor")
+            .help("Sandboxes under gVisor's runsc (root; the host's /usr read-only, no image yet)"),
     ])
     .map(|name| Backend::from_name(&name).unwrap_or(Backend::Linux))
 }

@@ -3,7 +3,7 @@
 //! last publication and `/mnt/session/outputs` collected.
 //!
 //! ```text
-//! omabox run [--backend linux|local|docker] [--session ID] [--workspace DIR | --from-revision N] [--profile FILE]
+//! omabox run [--backend linux|local|docker|gvisor] [--session ID] [--workspace DIR | --from-revision N] [--profile FILE]
 //!            [--supervised] [--inference-gateway URL] [--environment FILE] [--json]
 //!            [--resource file:ID:/path | git:URL[@REF]:/dir | memory:NAME[:ro]]...
 //!            [--session-json FILE] [-- CMD ARGS...]
@@ -57,7 +57,8 @@
 //! policy but `none`, and `HOSTED_INFERENCE_URL` is a URL that works from there
 //! ([`omabox_node::environment`]). Docker (`--backend docker`, a local engine): the same,
 //! but without an environment or operator setting the network is `none` unless the run has
-//! a gateway (then `limited` with nothing allowed but it).
+//! a gateway (then `limited` with nothing allowed but it). Gvisor (`--backend gvisor`): as
+//! docker, its limits from `OMABOX_LINUX_MEMORY`/`OMABOX_LINUX_CPUS`.
 //!
 //! Session inputs (`--resource`, `--session-json`; [`omabox_node::session_inputs`]): the session
 //! snapshot's resources, materialized by the sandbox crate's generic materializer after
@@ -543,9 +544,12 @@ fn request(args: &RunArgs) -> anyhow::Result<Request> {
         process.clone_from(&agent.process);
     }
     if !args.credentials.is_empty() {
-        if !matches!(args.backend, Backend::Linux | Backend::Docker) {
+        if !matches!(
+            args.backend,
+            Backend::Linux | Backend::Docker | Backend::Gvisor
+        ) {
             anyhow::bail!(
-                "--credential needs the linux or docker backend (their enforced egress path)"
+                "--credential needs the linux, docker or gvisor backend (their enforced egress path)"
             );
         }
         work_profile::require_credential_egress(&mut profile);

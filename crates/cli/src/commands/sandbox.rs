@@ -119,7 +119,7 @@ enum SandboxCommand {
 #[derive(Debug, Args)]
 struct RunArgs {
     /// Sandbox backend: `linux` (namespaces, the default), `docker` (a container of the
-    /// engine at DOCKER_HOST; needs --image), `gvisor` (runsc; network none, no limits yet)
+    /// engine at DOCKER_HOST; needs --image), `gvisor` (runsc; no --image or --pids yet)
     /// or `local` (no isolation; only with OMABOX_TEST_MODE=1).
     #[arg(long, default_value = "linux", value_name = "B")]
     backend: String,
@@ -290,10 +290,7 @@ async fn run_command(args: RunArgs, config: &NodeConfig) -> ExitCode {
     // `None`: a name only the provider map can judge (OpenMA's names, typos).
     let backend = Backend::from_name(&args.backend);
     let made = match backend {
-        // Not a node backend yet: only this one-shot command serves it.
-        None if args.backend == omabox_backend_gvisor::PROVIDER => {
-            gvisor::create_gvisor(&args, config).await
-        }
+        Some(Backend::Gvisor) => gvisor::create_gvisor(&args, config).await,
         Some(Backend::Docker) => docker::create_docker(&args, config).await,
         // The typed config, its image prepared here (held until the start returned).
         Some(Backend::Linux) => match prepare_linux(&args, config) {
@@ -475,11 +472,12 @@ fn prepare(
                 ));
             }
         }
-        // Made from its typed config (`docker.rs`), never from a factory env.
-        Some(Backend::Docker) => {
-            return Err(Failure::omabox(
-                "the docker backend has no SANDBOX_PROVIDER factory",
-            ));
+        // Made from their typed configs (`docker.rs`, `gvisor.rs`), never from a factory env.
+        Some(backend @ (Backend::Docker | Backend::Gvisor)) => {
+            return Err(Failure::omabox(format!(
+                "the {} backend has no SANDBOX_PROVIDER factory",
+                backend.provider()
+            )));
         }
         None => {
             vars.insert(SANDBOX_PROVIDER_ENV.into(), args.backend.clone());

@@ -62,8 +62,8 @@ pub(super) async fn compose(
     }
 }
 
-/// The networking of a docker run (module doc).
-fn network_of(
+/// The networking of a docker run (module doc); a gvisor run's too (`gvisor_env`).
+pub(super) fn network_of(
     environment: Option<&EnvironmentConfig>,
     operator: Option<&str>,
     has_gateway: bool,

@@ -13,7 +13,8 @@
 //! 3. the linux backend's typed settings for this run (`linux_env`: networking, gateway,
 //!    environment layer, agent mount, memory mount), then its preparation steps — the image
 //!    resolved, pulled and held, the environment layer built — so neither happens under a
-//!    fence; the CA bundle of credential egress;
+//!    fence (docker's and gvisor's configs: `docker_env`, `gvisor_env`); the CA bundle of
+//!    credential egress;
 //! 4. the leftovers of dead runs (`crate::leftovers::before_run`), the seed's check; then
 //!    ([`RunNotices::prepared`]) the persistence ports under the collection lock, the
 //!    revision to restore (`crate::revision`);
@@ -27,6 +28,7 @@
 //! a model key or a vault value anywhere but the harness env and the proxy.
 
 mod docker_env;
+mod gvisor_env;
 mod linux_env;
 mod observer;
 
@@ -230,8 +232,8 @@ impl Runner {
         if backend == Backend::Local {
             refuse_on_local(environment.as_ref())?;
         }
-        if backend == Backend::Docker {
-            refuse_on_docker(environment.as_ref())?;
+        if matches!(backend, Backend::Docker | Backend::Gvisor) {
+            refuse_unserved(backend, environment.as_ref())?;
         }
         let install = acp.as_ref().and_then(|a| a.install);
         let adapter = acp.as_ref().and_then(|a| a.adapter);
@@ -293,6 +295,17 @@ impl Runner {
                 docker_env::compose(config, environment.as_ref(), gateway.as_deref()).await?;
             harness_gateway = sandbox_url.or(harness_gateway);
             docker = Some(composed);
+        }
+        let mut gvisor = None;
+        if backend == Backend::Gvisor {
+            let (mut composed, sandbox_url) =
+                gvisor_env::compose(config, environment.as_ref(), gateway.as_deref()).await?;
+            if linux_env::has_image(config) {
+                // `linux` (unused by the gvisor driver) holds the image for the run.
+                linux = gvisor_env::with_image(config, &factory, &notices, &mut composed).await?;
+            }
+            harness_gateway = sandbox_url.or(harness_gateway);
+            gvisor = Some(composed);
         }
         // The roots real servers are checked against under credential egress: SSL_CERT_FILE's
         // bundle when set (the usual knob for a host behind its own CA), else the system's.
@@ -367,6 +380,7 @@ impl Runner {
                 packages: environment.as_ref().and_then(|e| e.packages.clone()),
                 memory_stores: Some(Arc::new(memory_stores.clone()) as _),
                 docker,
+                gvisor,
                 acp: acp.as_ref().map(|acp| AcpInputs {
                     turn: acp.turn.clone(),
                     events: observers
@@ -453,21 +467,25 @@ fn refuse_on_local(environment: Option<&EnvironmentConfig>) -> anyhow::Result<()
     Ok(())
 }
 
-/// What the docker backend does not serve yet: packages, a network beyond `none`, and
-/// environment layers are refused, never silently dropped.
-fn refuse_on_docker(environment: Option<&EnvironmentConfig>) -> anyhow::Result<()> {
+/// What the docker and gvisor backends do not serve yet: packages and environment layers
+/// are refused, never silently dropped.
+fn refuse_unserved(
+    backend: Backend,
+    environment: Option<&EnvironmentConfig>,
+) -> anyhow::Result<()> {
     let Some(environment) = environment else {
         return Ok(());
     };
+    let name = backend.provider();
     if environment.packages.as_ref().is_some_and(|p| !p.is_empty()) {
-        anyhow::bail!("--environment packages: not served by the docker backend yet");
+        anyhow::bail!("--environment packages: not served by the {name} backend yet");
     }
     if environment
         .dockerfile
         .as_deref()
         .is_some_and(|d| !d.trim().is_empty())
     {
-        anyhow::bail!("--environment dockerfile: not served by the docker backend yet");
+        anyhow::bail!("--environment dockerfile: not served by the {name} backend yet");
     }
     Ok(())
 }

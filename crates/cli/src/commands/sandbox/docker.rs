@@ -99,8 +99,12 @@ fn docker_config(args: &RunArgs, config: &NodeConfig) -> Result<DockerConfig, Fa
     })
 }
 
-/// The network flags, else the `linux_network` setting, else `none`.
-fn docker_network(args: &RunArgs, config: &NodeConfig) -> Result<DockerNetwork, Failure> {
+/// The network flags, else the `linux_network` setting, else `none` (the gvisor backend's
+/// too).
+pub(super) fn docker_network(
+    args: &RunArgs,
+    config: &NodeConfig,
+) -> Result<DockerNetwork, Failure> {
     let network = match networking(args)? {
         Some(json) => serde_json::from_str::<NetworkingConfig>(&json)
             .map_err(|e| Failure::omabox(format!("decoding the network flags: {e}")))?,

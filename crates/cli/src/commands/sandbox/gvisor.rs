@@ -2,10 +2,13 @@
 //! (omabox-backend-gvisor) whose root is the host's `/usr` read-only with a generated `/etc`.
 //! The workspace (`--workspace`, else a temporary directory) is bound at `/workspace`;
 //! `--memory` and `--cpus` are the sandbox's limits (its own cgroup, set by runsc; the
-//! memory limit counts gVisor's kernel too, and exceeding it ends the whole sandbox). What
-//! the gvisor backend does not serve yet is refused, never silently dropped: `--image`,
-//! `--pids` (a pids cgroup would count gVisor's own threads, not the sandbox's processes) and
-//! any network but `none`.
+//! memory limit counts gVisor's kernel too, and exceeding it ends the whole sandbox). The
+//! network is `--network` (with `--allow-host`, `--allow-package-managers`), else the
+//! `linux_network` setting, else `none`: under `limited`/`unrestricted` the host serves the
+//! sandbox's DNS stub and egress relay in a network namespace of its own (runsc with
+//! `--network host` inside it). What the gvisor backend does not serve yet is refused,
+//! never silently dropped: `--image` (served by `omabox run --backend gvisor` only) and `--pids` (a pids cgroup would count gVisor's own
+//! threads, not the sandbox's processes).
 //! Its sandboxes live under `<data-dir>/gvisor` (root only); runsc is `/usr/bin/runsc`
 //! (scripts/setup installs Debian's), the init `omabox-gvisor-init` beside `omabox`.
 
@@ -17,7 +20,7 @@ use omabox_node::config::Key;
 use omabox_node::temp_workspace::Workspace;
 use omabox_sandbox::SandboxPort;
 
-use super::{Failure, RunArgs, choose_workspace, networking, parse_millicpus, reaches_out};
+use super::{Failure, RunArgs, choose_workspace, parse_millicpus};
 
 /// The sandbox of this command, started, with its workspace.
 pub(super) async fn create_gvisor(
@@ -48,17 +51,11 @@ pub(super) async fn create_gvisor(
 /// The backend's config from the flags and settings; a usage error for what it does not
 /// serve, an omabox error for what is missing on this machine.
 fn gvisor_config(args: &RunArgs, config: &NodeConfig) -> Result<GvisorConfig, Failure> {
-    networking(args)?;
-    if reaches_out(args, config) {
-        return Err(Failure::usage(
-            "the gvisor backend serves network none only (yet): drop --network, --allow-host \
-             and --allow-package-managers, or use the linux backend",
-        ));
-    }
+    let network = super::docker::docker_network(args, config)?.config;
     if config.given_nonempty(Key::Image).is_some() {
         return Err(Failure::usage(
-            "--image: the gvisor backend does not serve images yet (its root is the host's \
-             /usr); drop it or use the linux backend",
+            "--image: the gvisor backend serves images to `omabox run` only yet (here its \
+             root is the host's /usr); drop it or use the linux backend",
         ));
     }
     if args.pids.is_some() {
@@ -104,6 +101,9 @@ fn gvisor_config(args: &RunArgs, config: &NodeConfig) -> Result<GvisorConfig, Fa
         init,
         platform: "ptrace".into(),
         limits,
+        network: omabox_backend_gvisor::GvisorNetwork::new(network),
+        test_hosts: None,
+        image_root: None,
     })
 }
 
