@@ -936,6 +936,44 @@ fn an_evicted_warm_session_takes_a_cold_turn_with_the_same_workspace() {
 }
 
 #[test]
+fn warm_sessions_live_side_by_side_and_end_after_their_ttl() {
+    let Some(setup) = Setup::new() else { return };
+    let serve = warm_serve(&setup, &[("OMABOX_SERVE_WARM_TTL_MS", "20000")]);
+    let (x, _) = warm_turn(&serve.addr, "ttl-x", "please write the file");
+    assert_eq!(x["status"], "completed", "{x}");
+    // y's cold turn (its sweep of dead runs' leftovers included) leaves x's runtime alone.
+    let (y, _) = warm_turn(&serve.addr, "ttl-y", "please write the file");
+    assert_eq!(y["status"], "completed", "{y}");
+    let (x, x_events) = warm_turn(&serve.addr, "ttl-x", "please write the file");
+    assert_eq!(x["status"], "completed", "{x}");
+    assert!(ran_warm(&x_events), "{x_events:?}");
+    // Idle past their ttl, both end: agent, sandbox, bindings (a hung keeper fails the
+    // test at the limit, not a timing).
+    let start = std::time::Instant::now();
+    while !leftovers(&setup).is_empty() {
+        assert!(
+            start.elapsed() < std::time::Duration::from_secs(120),
+            "{:?}",
+            leftovers(&setup)
+        );
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+    // Its claim was released with it: the next turn is cold at once, from revision 1.
+    let (y, y_events) = warm_turn(&serve.addr, "ttl-y", "please write the file");
+    assert_eq!(y["status"], "completed", "{y}");
+    assert_eq!(y["revision"], 2, "{y}");
+    assert!(!ran_warm(&y_events), "{y_events:?}");
+    assert!(
+        !y_events.iter().any(|e| e["type"] == "notice"
+            && e["text"]
+                .as_str()
+                .is_some_and(|t| t.contains("held by another owner"))),
+        "{y_events:?}"
+    );
+    serve.stop();
+}
+
+#[test]
 fn a_killed_serve_with_a_warm_session_leaves_nothing_after_reap() {
     let Some(setup) = Setup::new() else { return };
     let mut serve = warm_serve(&setup, &[("OMABOX_LEASE_TTL_MS", "1000")]);

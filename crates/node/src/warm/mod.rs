@@ -44,6 +44,7 @@ use omabox_contract::{
 };
 use ports::Reused;
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 use tokio::task::JoinHandle;
@@ -168,6 +169,8 @@ struct Pool {
     settings: WarmSettings,
     kept: Mutex<HashMap<String, Kept>>,
     keeper: Mutex<Option<JoinHandle<()>>>,
+    /// Set by `shutdown`: nothing is kept any more, and the keeper stops after its pass.
+    stopping: AtomicBool,
 }
 
 impl std::fmt::Debug for WarmSessions {
@@ -186,6 +189,7 @@ impl WarmSessions {
                 settings,
                 kept: Mutex::new(HashMap::new()),
                 keeper: Mutex::new(None),
+                stopping: AtomicBool::new(false),
             }),
         }
     }
@@ -228,7 +232,7 @@ impl WarmSessions {
     /// Keeps `kept` for its session's next turn; the least recently used one goes when
     /// more than `serve_warm_max` would be kept.
     pub(crate) async fn keep(&self, mut kept: Kept) {
-        if !self.enabled() {
+        if !self.enabled() || self.inner.stopping.load(Ordering::SeqCst) {
             kept.teardown("warm sessions are off").await;
             return;
         }
@@ -269,6 +273,9 @@ impl WarmSessions {
             loop {
                 tokio::time::sleep(TICK).await;
                 let Some(inner) = weak.upgrade() else { return };
+                if inner.stopping.load(Ordering::SeqCst) {
+                    return;
+                }
                 let pool = WarmSessions { inner };
                 pool.tick(&mut renewed).await;
             }
@@ -342,16 +349,18 @@ impl WarmSessions {
         }
     }
 
-    /// Ends every kept runtime (serve stopping).
+    /// Ends every kept runtime (serve stopping). The keeper finishes its pass first (never
+    /// cancelled half-way through a teardown).
     pub async fn shutdown(&self) {
-        if let Some(keeper) = self
+        self.inner.stopping.store(true, Ordering::SeqCst);
+        let keeper = self
             .inner
             .keeper
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
-            .take()
-        {
-            keeper.abort();
+            .take();
+        if let Some(keeper) = keeper {
+            let _ = keeper.await;
         }
         let all: Vec<Kept> = self.kept().drain().map(|(_, kept)| kept).collect();
         for kept in all {

@@ -338,3 +338,55 @@ pub(crate) async fn run(
         outcome_persistence,
     ))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::runner::QueuedRun;
+    use omabox_contract::RunClaim;
+    use omabox_proxy::runs::RunSpec;
+
+    fn request(spec: &str, queued: bool) -> RunRequest {
+        let env: crate::config::Environment = [("HOME", "/nonexistent")].into_iter().collect();
+        let config = crate::NodeConfig::from_sources(&crate::config::Flags::new(), env).unwrap();
+        let spec: RunSpec = serde_json::from_str(spec).unwrap();
+        let queued = queued.then(|| QueuedRun {
+            queue: Arc::new(omabox_store::MemoryRunQueue::new(Arc::new(
+                omabox_store::MemoryFenceStore::new(),
+            ))),
+            claim: RunClaim {
+                run_id: "run_1".into(),
+                host_id: "h".into(),
+                attempt: 1,
+            },
+        });
+        crate::runs::spec::request(&spec, "s1", &config, queued).unwrap()
+    }
+
+    #[test]
+    fn only_plain_queued_agent_turns_may_run_warm() {
+        let claude = request(r#"{"agent": "claude", "prompt": "hi"}"#, true);
+        let again = request(r#"{"agent": "claude", "prompt": "something else"}"#, true);
+        // The prompt is the turn's, not the runtime's: the two turns share a runtime.
+        assert_eq!(identity(&claude), identity(&again));
+        assert!(identity(&claude).is_some());
+        let codex = request(r#"{"agent": "codex", "prompt": "hi"}"#, true);
+        assert_ne!(identity(&claude), identity(&codex));
+        let networked = request(
+            r#"{"agent": "claude", "prompt": "hi", "environment": {"networking": {"type": "unrestricted"}}}"#,
+            true,
+        );
+        assert_ne!(identity(&claude), identity(&networked));
+        // Not warm: `omabox run` (not queued), commands, credentials.
+        assert_eq!(
+            identity(&request(r#"{"agent": "claude", "prompt": "hi"}"#, false)),
+            None
+        );
+        assert_eq!(identity(&request(r#"{"command": ["true"]}"#, true)), None);
+        let credentials = request(
+            r#"{"agent": "claude", "prompt": "hi", "credentials": ["api.example.com=tok"]}"#,
+            true,
+        );
+        assert_eq!(identity(&credentials), None);
+    }
+}
