@@ -25,6 +25,7 @@ use omabox_contract::{
     RuntimeResourceScope, SandboxHarnessDriverCapabilities, SandboxHarnessDriverPort,
 };
 use omabox_sandbox::{DuplexKillSignal, SandboxDuplexProcessControl, SandboxExitFuture};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
@@ -80,6 +81,9 @@ pub struct LiveAcpAgent {
     control: Arc<dyn SandboxDuplexProcessControl>,
     exited: SandboxExitFuture,
     stderr: JoinHandle<()>,
+    /// Set when a prompt found the agent gone (exited, its connection closed): the turn
+    /// failed for that alone and may run again cold.
+    lost: AtomicBool,
 }
 
 impl std::fmt::Debug for LiveAcpAgent {
@@ -106,7 +110,18 @@ impl LiveAcpAgent {
             control,
             exited,
             stderr,
+            lost: AtomicBool::new(false),
         }
+    }
+
+    /// Whether a prompt failed because the agent was gone rather than because of the turn.
+    pub fn was_lost(&self) -> bool {
+        self.lost.load(Ordering::SeqCst)
+    }
+
+    fn gone(&self, message: String) -> PortError {
+        self.lost.store(true, Ordering::SeqCst);
+        PortError::new(message)
     }
 
     /// The ACP session every prompt goes to.
@@ -145,12 +160,12 @@ impl LiveAcpAgent {
             reply,
         };
         if self.jobs.send(job).await.is_err() {
-            return Err(PortError::new("the warm ACP agent's connection is closed"));
+            return Err(self.gone("the warm ACP agent's connection is closed".to_owned()));
         }
         let outcome = tokio::select! {
-            answer = answer => answer.map_err(|_| PortError::new("the warm ACP agent's connection closed during its turn"))?,
+            answer = answer => answer.map_err(|_| self.gone("the warm ACP agent's connection closed during its turn".to_owned()))?,
             exit = self.exited.clone() => {
-                return Err(PortError::new(match exit {
+                return Err(self.gone(match exit {
                     Ok(exit) => format!("the warm ACP agent exited ({}) before its turn ended", crate::driver::describe_exit(&exit)),
                     Err(error) => format!("the warm ACP agent was lost: {}", error.message()),
                 }));
@@ -164,7 +179,13 @@ impl LiveAcpAgent {
             }),
             Ok(TurnOutcome::AbortedBeforePrompt) => Ok(ManagedWorkExecutionResult::Aborted),
             Err(_) if signal.is_aborted() => Ok(ManagedWorkExecutionResult::Aborted),
-            Err(error) => Err(PortError::new(error.to_string())),
+            // A broken connection is mostly an agent that died: it is lost if it exits now.
+            Err(error) => match tokio::time::timeout(EXIT_GRACE, self.exited.clone()).await {
+                Ok(_) => Err(self.gone(format!(
+                    "the warm ACP agent exited during its turn: {error}"
+                ))),
+                Err(_) => Err(PortError::new(error.to_string())),
+            },
         }
     }
 

@@ -974,6 +974,45 @@ fn warm_sessions_live_side_by_side_and_end_after_their_ttl() {
 }
 
 #[test]
+fn a_warm_session_whose_agent_died_takes_a_cold_turn() {
+    let Some(setup) = Setup::new() else { return };
+    let serve = warm_serve(&setup, &[]);
+    let (run, _) = warm_turn(&serve.addr, "crashed-warm", "please write the file");
+    assert_eq!(run["status"], "completed", "{run}");
+    let marker = agent_token_line(&setup, "crashed-warm");
+    // The kept agent (node running the ACP adapter, and what it started) dies between turns.
+    let cgroup_parent = &setup.dirs.cgroup_parent;
+    let mut killed = 0;
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let in_sandbox = std::fs::read_to_string(entry.path().join("cgroup"))
+            .is_ok_and(|cgroup| cgroup.contains(cgroup_parent.as_str()));
+        let cmdline = std::fs::read(entry.path().join("cmdline")).unwrap_or_default();
+        if in_sandbox && contains(&cmdline, "claude") {
+            let pid: i32 = entry.file_name().to_string_lossy().parse().unwrap();
+            // SAFETY: plain kill(2) on a process of this test's sandbox.
+            if unsafe { libc::kill(pid, libc::SIGKILL) } == 0 {
+                killed += 1;
+            }
+        }
+    }
+    assert!(killed > 0, "no agent process found in the kept sandbox");
+    let (run, events) = warm_turn(&serve.addr, "crashed-warm", "please write the file");
+    assert_eq!(run["status"], "completed", "{run}");
+    assert_eq!(run["revision"], 2, "{run}");
+    // Seen dead before the turn, or found dead by it (then the same turn ran again cold).
+    let fell_back = events.iter().any(|e| {
+        e["type"] == "notice"
+            && e["text"]
+                .as_str()
+                .is_some_and(|t| t.contains("the agent was gone; the turn runs cold"))
+    });
+    assert!(!ran_warm(&events) || fell_back, "{events:?}");
+    assert!(agent_token_line(&setup, "crashed-warm") != marker);
+    serve.stop();
+    assert!(leftovers(&setup).is_empty(), "{:?}", leftovers(&setup));
+}
+
+#[test]
 fn a_killed_serve_with_a_warm_session_leaves_nothing_after_reap() {
     let Some(setup) = Setup::new() else { return };
     let mut serve = warm_serve(&setup, &[("OMABOX_LEASE_TTL_MS", "1000")]);

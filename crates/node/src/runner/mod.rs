@@ -237,10 +237,17 @@ impl Runner {
             let identity = crate::warm::turn::identity(&request);
             if let Some(kept) = warm.reusable(&request.scope, identity.as_deref()).await {
                 // Boxed: the warm turn's future is large and rarely the one awaited.
-                return Box::pin(crate::warm::turn::run(
-                    warm, kept, request, observers, signal,
-                ))
-                .await;
+                let warm_turn = Box::pin(crate::warm::turn::run(
+                    warm,
+                    kept,
+                    request.clone(),
+                    observers.clone(),
+                    signal.clone(),
+                ));
+                if let Some(outcome) = warm_turn.await? {
+                    return Ok(outcome);
+                }
+                // The kept agent was gone: the same turn, cold.
             }
             keep = identity.filter(|_| warm.enabled());
         }

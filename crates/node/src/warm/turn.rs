@@ -13,7 +13,7 @@ use anyhow::Context as _;
 use omabox_acp::{AcpAgentSlot, WarmAcpHarness};
 use omabox_contract::{
     AbortSignal, ManagedRuntimeProviderDriverPort, ManagedRuntimeProviderResources, PortError,
-    RuntimeResourceFencePort, RuntimeResourceScope,
+    RuntimeResourceFencePort, RuntimeResourceScope, SandboxHeartbeatResult,
 };
 use omabox_host::runtime_host::{ManagedRuntimeRunInput, ManagedRuntimeRunResult};
 use omabox_host::session_tokens::{SessionTokenFence, SessionTokenSlots};
@@ -58,17 +58,30 @@ impl WarmSessions {
         identity: Option<&str>,
     ) -> Option<Kept> {
         let kept = self.take(scope)?;
-        if identity == Some(kept.identity.as_str()) && kept.agent.is_alive() {
-            return Some(kept);
-        }
-        let why = if kept.agent.is_alive() {
+        let why = if identity != Some(kept.identity.as_str()) {
             "a run the warm runtime cannot take (command, other agent or settings)"
-        } else {
+        } else if !kept.agent.is_alive() {
             "its agent exited"
+        } else if !sandbox_alive(&kept).await {
+            "its sandbox is gone"
+        } else {
+            return Some(kept);
         };
         kept.teardown(why).await;
         None
     }
+}
+
+/// Whether the kept sandbox is still there (one heartbeat): a sandbox killed from outside
+/// between turns makes the next turn cold rather than failed.
+async fn sandbox_alive(kept: &Kept) -> bool {
+    matches!(
+        kept.resources
+            .sandbox
+            .heartbeat(&kept.scope, &kept.fence, &kept.reused.lease)
+            .await,
+        Ok(SandboxHeartbeatResult::Alive)
+    )
 }
 
 /// A cold turn that may keep its runtime.
@@ -213,14 +226,16 @@ impl Keeping {
 /// A warm turn: `request`'s prompt on `kept`'s live agent, through the fenced transaction
 /// (the same claim re-acquired, the kept sandbox and bindings reused, the workspace
 /// checkpointed incrementally and published through the queue). The runtime is kept again
-/// when the turn completed, else ended.
+/// when the turn completed, else ended. `None` when the turn failed only because the agent
+/// was gone (it died between turns unseen): nothing was published and the claim is
+/// released, so the caller runs the turn cold.
 pub(crate) async fn run(
     warm: &WarmSessions,
     kept: Kept,
     request: RunRequest,
     observers: RunObservers,
     signal: AbortSignal,
-) -> anyhow::Result<RunOutcome> {
+) -> anyhow::Result<Option<RunOutcome>> {
     let notices = Arc::clone(&observers.notices);
     let Some(acp) = request.acp else {
         kept.teardown("not an agent turn").await;
@@ -314,6 +329,8 @@ pub(crate) async fn run(
     let outcome_store = kept.store.clone();
     let outcome_persistence = kept.persistence.clone();
     let owner_id = kept.owner_id.clone();
+    let lost =
+        kept.agent.was_lost() && matches!(&result, Ok(ManagedRuntimeRunResult::Failed { .. }));
     match (&result, kept_again, fence) {
         (Ok(ManagedRuntimeRunResult::Completed { revision }), true, Some(fence)) => {
             let revision = *revision;
@@ -330,13 +347,17 @@ pub(crate) async fn run(
         // idempotent.
         _ => kept.teardown("its warm turn did not complete").await,
     }
-    Ok(RunOutcome::warm(
+    if lost {
+        notices.line("warm session: the agent was gone; the turn runs cold");
+        return Ok(None);
+    }
+    Ok(Some(RunOutcome::warm(
         owner_id,
         result,
         request.scope,
         outcome_store,
         outcome_persistence,
-    ))
+    )))
 }
 
 #[cfg(test)]
