@@ -243,19 +243,23 @@ pub(crate) async fn run(
     };
     notices.prepared();
     // As a cold run: a collection waits for this turn's publication, and it for one.
-    let _writer = {
-        let blobs = Arc::clone(kept.persistence.workspace.store());
-        let warn_to = Arc::clone(&notices);
-        tokio::task::spawn_blocking(move || {
-            blobs.hold_as_writer(|| {
-                warn_to.line(
-                    "omabox serve: waiting for `omabox gc` to finish collecting the blob store",
-                );
-            })
+    let blobs = Arc::clone(kept.persistence.workspace.store());
+    let warn_to = Arc::clone(&notices);
+    let writer = tokio::task::spawn_blocking(move || {
+        blobs.hold_as_writer(|| {
+            warn_to
+                .line("omabox serve: waiting for `omabox gc` to finish collecting the blob store");
         })
-        .await
-        .context("the blob store lock task failed")?
-        .context("cannot lock the blob store for this run")?
+    })
+    .await
+    .context("the blob store lock task failed")
+    .and_then(|held| held.context("cannot lock the blob store for this run"));
+    let _writer = match writer {
+        Ok(writer) => writer,
+        Err(error) => {
+            kept.teardown("its turn could not start").await;
+            return Err(error);
+        }
     };
     // This turn's own checkpoint key (ports::Reused::turn).
     let turn = match &request.queued {
@@ -309,7 +313,14 @@ pub(crate) async fn run(
             lease_journal: None,
             session_tokens: None,
         },
-    )?;
+    );
+    let runner = match runner {
+        Ok(runner) => runner,
+        Err(error) => {
+            kept.teardown("its turn could not start").await;
+            return Err(error.into());
+        }
+    };
     let mut input = ManagedRuntimeRunInput::new(request.scope.clone(), request.profile.clone());
     input.signal = Some(signal);
     input.observer = Some(Arc::clone(&observers.steps));
