@@ -863,6 +863,12 @@ fn a_warm_session_takes_its_next_turn_on_the_same_agent_and_publishes_each() {
             .any(|e| e["type"] == "acp" && e["event"]["type"] == "tool_call"),
         "{second_events:?}"
     );
+    // The warm turn's timeline has no credential (the session token, the operator key).
+    let timeline = format!("{first_events:?}{second_events:?}");
+    assert!(
+        !timeline.contains(OPERATOR_KEY) && !timeline.contains("omst_"),
+        "a credential in a timeline"
+    );
     // A command run of the session ends the warm runtime first and runs cold, from
     // revision 2: nothing of the warm runtime is left after it.
     let (run, events) = warm_run(
