@@ -171,6 +171,9 @@ struct Pool {
     keeper: Mutex<Option<JoinHandle<()>>>,
     /// Set by `shutdown`: nothing is kept any more, and the keeper stops after its pass.
     stopping: AtomicBool,
+    /// Teardowns of runtimes a newer one pushed out, run beside the turn that kept it (so
+    /// its run ends without waiting for them); `shutdown` waits for them.
+    teardowns: Mutex<Vec<JoinHandle<()>>>,
 }
 
 impl std::fmt::Debug for WarmSessions {
@@ -190,6 +193,7 @@ impl WarmSessions {
                 kept: Mutex::new(HashMap::new()),
                 keeper: Mutex::new(None),
                 stopping: AtomicBool::new(false),
+                teardowns: Mutex::new(Vec::new()),
             }),
         }
     }
@@ -252,8 +256,18 @@ impl WarmSessions {
                 }
             }
         }
-        for old in ended {
-            old.teardown("more warm sessions than serve_warm_max").await;
+        if !ended.is_empty() {
+            let mut teardowns = self
+                .inner
+                .teardowns
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            teardowns.retain(|task| !task.is_finished());
+            for old in ended {
+                teardowns.push(tokio::spawn(
+                    old.teardown("more warm sessions than serve_warm_max"),
+                ));
+            }
         }
         self.start_keeper();
     }
@@ -361,6 +375,16 @@ impl WarmSessions {
             .take();
         if let Some(keeper) = keeper {
             let _ = keeper.await;
+        }
+        let teardowns: Vec<JoinHandle<()>> = self
+            .inner
+            .teardowns
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .drain(..)
+            .collect();
+        for teardown in teardowns {
+            let _ = teardown.await;
         }
         let all: Vec<Kept> = self.kept().drain().map(|(_, kept)| kept).collect();
         for kept in all {
