@@ -1019,6 +1019,29 @@ fn a_warm_session_whose_agent_died_takes_a_cold_turn() {
 }
 
 #[test]
+fn a_warm_session_ends_when_memory_runs_low() {
+    let Some(setup) = Setup::new() else { return };
+    // More than any machine has available: always under pressure.
+    let serve = warm_serve(&setup, &[("OMABOX_SERVE_WARM_MIN_AVAILABLE", "1024T")]);
+    let (run, _) = warm_turn(&serve.addr, "low-memory", "please write the file");
+    assert_eq!(run["status"], "completed", "{run}");
+    let start = std::time::Instant::now();
+    while !leftovers(&setup).is_empty() {
+        assert!(
+            start.elapsed() < std::time::Duration::from_secs(120),
+            "{:?}",
+            leftovers(&setup)
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    let (run, events) = warm_turn(&serve.addr, "low-memory", "please write the file");
+    assert_eq!(run["status"], "completed", "{run}");
+    assert_eq!(run["revision"], 2, "{run}");
+    assert!(!ran_warm(&events), "{events:?}");
+    serve.stop();
+}
+
+#[test]
 fn a_killed_serve_with_a_warm_session_leaves_nothing_after_reap() {
     let Some(setup) = Setup::new() else { return };
     let mut serve = warm_serve(&setup, &[("OMABOX_LEASE_TTL_MS", "1000")]);
