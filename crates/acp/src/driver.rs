@@ -13,10 +13,16 @@
 //!
 //! A failed turn is an `Err`, so the host's transaction resolves the run `failed` and
 //! publishes nothing (reference §2.6); an abort resolves `aborted`.
+//!
+//! With [`AcpHarnessDriver::with_retention`] (a warm session of `omabox serve`), a turn that
+//! ended is not closed: the agent, its connection and its ACP session go into the
+//! [`AcpAgentSlot`] as a [`LiveAcpAgent`] (`acp.json` is written all the same, so a cold
+//! turn after an eviction resumes the same session).
 
 use crate::events::{AcpEvent, AcpEventSink, EventEmitter};
+use crate::live::{AcpAgentSlot, LiveAcpAgent};
 use crate::state::{ACP_STATE_PATH, AcpHarnessState};
-use crate::turn::{PermissionPolicy, TurnOutcome, TurnRequest, run_turn};
+use crate::turn::{Keep, PermissionPolicy, TurnOutcome, TurnRequest, run_turn};
 use crate::wire::transport;
 use async_trait::async_trait;
 use omabox_contract::AbortSignal;
@@ -44,10 +50,10 @@ pub const SANDBOX_ACP_UNSUPPORTED: &str =
 /// connection broke) before it gets SIGTERM. Short: the turn has ended and every agent
 /// measured (claude-code-acp, codex-acp) keeps running on a closed stdin, so this is pure
 /// wait; an agent persists its session as the turn goes, and SIGTERM lets it exit cleanly.
-const EXIT_GRACE: Duration = Duration::from_millis(500);
+pub(crate) const EXIT_GRACE: Duration = Duration::from_millis(500);
 
 /// How long the agent's stderr may take to drain after it exited or was signalled.
-const DRAIN_GRACE: Duration = Duration::from_secs(2);
+pub(crate) const DRAIN_GRACE: Duration = Duration::from_secs(2);
 
 /// Where the system prompt goes.
 pub const AGENTS_MD_PATH: &str = "/workspace/AGENTS.md";
@@ -99,6 +105,7 @@ pub struct AcpHarnessDriver {
     events: Option<Arc<dyn AcpEventSink>>,
     output: Option<Arc<dyn HarnessOutputSink>>,
     harness_env: Option<Arc<dyn HarnessEnvSource>>,
+    retain: Option<Arc<AcpAgentSlot>>,
 }
 
 impl std::fmt::Debug for AcpHarnessDriver {
@@ -120,7 +127,14 @@ impl AcpHarnessDriver {
             events: None,
             output: None,
             harness_env: None,
+            retain: None,
         }
+    }
+
+    /// Keeps the agent of a turn that ended in `slot` instead of closing it (module doc).
+    pub fn with_retention(mut self, slot: Arc<AcpAgentSlot>) -> Self {
+        self.retain = Some(slot);
+        self
     }
 
     /// Sends the turn's events to `sink` as they happen.
@@ -210,16 +224,101 @@ impl AcpHarnessDriver {
             cancel_grace: self.turn.cancel_grace,
         };
         let turn_events = events.clone();
-        let outcome = under_lease(&*sandbox, &input.signal, move |signal| {
-            run_turn(transport(stdin, stdout), request, turn_events, signal)
+        let Some(slot) = &self.retain else {
+            let outcome = under_lease(&*sandbox, &input.signal, move |signal| {
+                run_turn(transport(stdin, stdout), request, turn_events, signal, None)
+            })
+            .await;
+            // The connection is closed (the agent's stdin with it): a well-behaved agent exits.
+            let exit = tokio::time::timeout(EXIT_GRACE, exited.clone()).await.ok();
+            if exit.is_none() {
+                let _ = control.kill(DuplexKillSignal::Term).await;
+            }
+            let _ = tokio::time::timeout(DRAIN_GRACE, stderr).await;
+            return self
+                .ended(&*sandbox, process, input, &events, outcome, exit)
+                .await;
+        };
+        let (first_tx, first_rx) = tokio::sync::oneshot::channel();
+        let (jobs_tx, jobs_rx) = tokio::sync::mpsc::channel(1);
+        let keep = Keep {
+            first: first_tx,
+            jobs: jobs_rx,
+        };
+        let connection = tokio::spawn(run_turn(
+            transport(stdin, stdout),
+            request,
+            turn_events,
+            input.signal.clone(),
+            Some(keep),
+        ));
+        let mut connection = Some(connection);
+        let pending = &mut connection;
+        let outcome = under_lease(&*sandbox, &input.signal, move |_| async move {
+            // The first turn's outcome: at once when the connection is kept, else when it
+            // ended.
+            match first_rx.await {
+                Ok(outcome) => (outcome, true),
+                Err(_) => match pending.take() {
+                    Some(task) => (
+                        task.await.unwrap_or_else(|error| {
+                            Err(crate::turn::AcpTurnError::Connection(error.to_string()))
+                        }),
+                        false,
+                    ),
+                    None => (
+                        Err(crate::turn::AcpTurnError::Connection(
+                            "the ACP connection task is gone".to_owned(),
+                        )),
+                        false,
+                    ),
+                },
+            }
         })
         .await;
-        // The connection is closed (the agent's stdin with it): a well-behaved agent exits.
+        if let Ok((Ok(TurnOutcome::Ended { session_id, .. }), true)) = &outcome
+            && let Some(task) = connection.take()
+            && !input.signal.is_aborted()
+        {
+            slot.put(LiveAcpAgent::new(
+                session_id.clone(),
+                jobs_tx,
+                task,
+                control,
+                exited,
+                stderr,
+            ));
+            let kept = outcome.map(|(outcome, _)| outcome);
+            return self
+                .ended(&*sandbox, process, input, &events, kept, None)
+                .await;
+        }
+        // Not kept: close as an unkept turn does.
+        drop(jobs_tx);
+        if let Some(task) = connection.take() {
+            let _ = tokio::time::timeout(EXIT_GRACE, task).await;
+        }
         let exit = tokio::time::timeout(EXIT_GRACE, exited.clone()).await.ok();
         if exit.is_none() {
             let _ = control.kill(DuplexKillSignal::Term).await;
         }
         let _ = tokio::time::timeout(DRAIN_GRACE, stderr).await;
+        let outcome = outcome.map(|(outcome, _)| outcome);
+        self.ended(&*sandbox, process, input, &events, outcome, exit)
+            .await
+    }
+
+    /// The run's result from the turn's `outcome` (`exit`: the agent's, when it exited);
+    /// saves the session for the next run of the session.
+    async fn ended(
+        &self,
+        sandbox: &dyn SandboxPort,
+        process: &RuntimeProcessDeclaration,
+        input: &RunHarnessInput,
+        events: &EventEmitter,
+        outcome: Result<Result<TurnOutcome, crate::turn::AcpTurnError>, PortError>,
+        exit: Option<Result<SandboxProcessExit, PortError>>,
+    ) -> Result<ManagedWorkExecutionResult, PortError> {
         let outcome = outcome?; // the lease was lost: the run fails
         match outcome {
             Ok(TurnOutcome::Ended {
@@ -294,7 +393,7 @@ fn duplex_of(sandbox: &dyn SandboxPort) -> Result<&dyn SandboxDuplexProcessPort,
         .ok_or_else(|| PortError::capability(SANDBOX_ACP_UNSUPPORTED))
 }
 
-fn describe_exit(exit: &SandboxProcessExit) -> String {
+pub(crate) fn describe_exit(exit: &SandboxProcessExit) -> String {
     let how = match (&exit.code, &exit.signal) {
         (Some(code), _) => format!("code {code}"),
         (None, Some(signal)) => format!("signal {signal}"),

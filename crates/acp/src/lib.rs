@@ -26,10 +26,12 @@
 pub mod agents;
 mod driver;
 pub mod events;
+pub mod live;
 pub mod state;
 mod turn;
 pub mod wire;
 
 pub use driver::{AcpHarnessDriver, AcpTurnOptions, SANDBOX_ACP_UNSUPPORTED};
 pub use events::{AcpEvent, AcpEventSink};
+pub use live::{AcpAgentSlot, LiveAcpAgent, WarmAcpHarness};
 pub use turn::{AcpTurnError, PermissionPolicy};

@@ -10,6 +10,11 @@
 //!
 //! The client is the `agent-client-protocol` crate (5.x, `Client.v1()`), whose futures are
 //! `Send`: the turn runs on the caller's tokio runtime, no `LocalSet`.
+//!
+//! A turn asked to [`Keep`] the connection (a warm session, `crate::live`) reports its
+//! outcome as soon as the prompt returned and then stays connected, sending one more
+//! `session/prompt` in the same ACP session per [`PromptJob`] until the job channel closes
+//! or a prompt fails; events then go to the job's emitter.
 
 use crate::events::{AcpEvent, EventEmitter, MAX_PLAN_ENTRIES, PlanEntry, cap_text};
 use agent_client_protocol::schema::ProtocolVersion;
@@ -23,9 +28,10 @@ use agent_client_protocol::v1::schema::{
 use agent_client_protocol::{Agent, Client, ConnectTo};
 use omabox_contract::AbortSignal;
 use serde::Serialize;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
+use tokio::sync::{mpsc, oneshot};
 
 /// How a permission request of the agent is answered.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -48,6 +54,42 @@ pub(crate) struct TurnRequest {
     pub initialize_timeout: Duration,
     pub turn_timeout: Duration,
     pub cancel_grace: Duration,
+}
+
+/// One more prompt for a kept connection (see [`Keep`]).
+pub(crate) struct PromptJob {
+    pub prompt: String,
+    pub turn_timeout: Duration,
+    pub cancel_grace: Duration,
+    pub events: EventEmitter,
+    pub signal: AbortSignal,
+    pub reply: oneshot::Sender<Result<TurnOutcome, AcpTurnError>>,
+}
+
+/// Keeps the connection after a turn that ended (not aborted): `first` gets that turn's
+/// outcome at once, then `jobs` are prompted in the same session one at a time.
+pub(crate) struct Keep {
+    pub first: oneshot::Sender<Result<TurnOutcome, AcpTurnError>>,
+    pub jobs: mpsc::Receiver<PromptJob>,
+}
+
+/// The emitter the connection's handlers forward to: the current turn's.
+#[derive(Clone)]
+struct CurrentEvents(Arc<Mutex<EventEmitter>>);
+
+impl CurrentEvents {
+    fn emit(&self, event: AcpEvent) {
+        let emitter = self
+            .0
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone();
+        emitter.emit(event);
+    }
+
+    fn set(&self, emitter: EventEmitter) {
+        *self.0.lock().unwrap_or_else(PoisonError::into_inner) = emitter;
+    }
 }
 
 /// How a turn ended without a protocol failure.
@@ -241,17 +283,19 @@ fn decide(
     (RequestPermissionResponse::new(outcome), event)
 }
 
-/// Runs one turn over `transport`.
+/// Runs one turn over `transport`; with `keep`, more turns (module doc).
 pub(crate) async fn run_turn(
     transport: impl ConnectTo<Client> + 'static,
     request: TurnRequest,
     events: EventEmitter,
     signal: AbortSignal,
+    keep: Option<Keep>,
 ) -> Result<TurnOutcome, AcpTurnError> {
     // Set while `session/load` replays the loaded session's history.
     let replaying = Arc::new(AtomicBool::new(false));
-    let (updates, updates_replaying) = (events.clone(), Arc::clone(&replaying));
-    let (permissions, policy) = (events.clone(), request.permission);
+    let current = CurrentEvents(Arc::new(Mutex::new(events.clone())));
+    let (updates, updates_replaying) = (current.clone(), Arc::clone(&replaying));
+    let (permissions, policy) = (current.clone(), request.permission);
     let result = Client
         .v1()
         .name("omabox")
@@ -275,7 +319,42 @@ pub(crate) async fn run_turn(
             agent_client_protocol::on_receive_request!(),
         )
         .connect_with(transport, async move |cx: ConnectionTo<Agent>| {
-            Ok(conversation(cx, request, events, replaying, signal).await)
+            let outcome = conversation(&cx, request, events, replaying, signal).await;
+            let Some(keep) = keep else {
+                return Ok(outcome);
+            };
+            let session_id = match &outcome {
+                Ok(TurnOutcome::Ended {
+                    session_id,
+                    aborted: false,
+                    ..
+                }) => session_id.clone(),
+                _ => return Ok(outcome),
+            };
+            if keep.first.send(outcome.clone()).is_err() {
+                return Ok(outcome);
+            }
+            let mut jobs = keep.jobs;
+            while let Some(job) = jobs.recv().await {
+                current.set(job.events.clone());
+                let prompted = prompt(
+                    &cx,
+                    &session_id,
+                    &job.prompt,
+                    (job.turn_timeout, job.cancel_grace),
+                    &job.events,
+                    &job.signal,
+                )
+                .await;
+                // A failed or cancelled prompt leaves the agent in a state the next turn
+                // must not inherit: the connection ends (the next turn is cold).
+                let ended = matches!(prompted, Ok(TurnOutcome::Ended { aborted: false, .. }));
+                let _ = job.reply.send(prompted);
+                if !ended {
+                    break;
+                }
+            }
+            Ok(outcome)
         })
         .await;
     match result {
@@ -285,7 +364,7 @@ pub(crate) async fn run_turn(
 }
 
 async fn conversation(
-    cx: ConnectionTo<Agent>,
+    cx: &ConnectionTo<Agent>,
     request: TurnRequest,
     events: EventEmitter,
     replaying: Arc<AtomicBool>,
@@ -363,10 +442,32 @@ async fn conversation(
         resumed,
     });
 
+    prompt(
+        cx,
+        &session_id,
+        &request.prompt,
+        (request.turn_timeout, request.cancel_grace),
+        &events,
+        &signal,
+    )
+    .await
+}
+
+/// One `session/prompt` in `session_id`: `session/cancel` when `signal` aborts it or it runs
+/// past `limits.0` (the turn timeout), then at most `limits.1` (the cancel grace) for the
+/// agent to end it.
+async fn prompt(
+    cx: &ConnectionTo<Agent>,
+    session_id: &str,
+    text: &str,
+    (turn_timeout, cancel_grace): (Duration, Duration),
+    events: &EventEmitter,
+    signal: &AbortSignal,
+) -> Result<TurnOutcome, AcpTurnError> {
     let prompt = cx
         .send_request(PromptRequest::new(
-            session_id.clone(),
-            vec![ContentBlock::Text(TextContent::new(request.prompt.clone()))],
+            session_id.to_owned(),
+            vec![ContentBlock::Text(TextContent::new(text.to_owned()))],
         ))
         .block_task();
     tokio::pin!(prompt);
@@ -375,16 +476,16 @@ async fn conversation(
         answer = &mut prompt => answer,
         _ = signal.aborted() => {
             aborted = true;
-            cx.send_notification(CancelNotification::new(session_id.clone()))
+            cx.send_notification(CancelNotification::new(session_id.to_owned()))
                 .map_err(request_error("session/cancel"))?;
-            tokio::time::timeout(request.cancel_grace, &mut prompt)
+            tokio::time::timeout(cancel_grace, &mut prompt)
                 .await
-                .map_err(|_| AcpTurnError::CancelIgnored(request.cancel_grace))?
+                .map_err(|_| AcpTurnError::CancelIgnored(cancel_grace))?
         }
-        _ = tokio::time::sleep(request.turn_timeout) => {
-            let _ = cx.send_notification(CancelNotification::new(session_id.clone()));
-            let _ = tokio::time::timeout(request.cancel_grace, &mut prompt).await;
-            return Err(AcpTurnError::TurnTimeout(request.turn_timeout));
+        _ = tokio::time::sleep(turn_timeout) => {
+            let _ = cx.send_notification(CancelNotification::new(session_id.to_owned()));
+            let _ = tokio::time::timeout(cancel_grace, &mut prompt).await;
+            return Err(AcpTurnError::TurnTimeout(turn_timeout));
         }
     };
     let answer = answer.map_err(request_error("session/prompt"))?;
@@ -393,7 +494,7 @@ async fn conversation(
         reason: stop_reason.clone(),
     });
     Ok(TurnOutcome::Ended {
-        session_id,
+        session_id: session_id.to_owned(),
         stop_reason,
         aborted,
     })

@@ -728,3 +728,384 @@ fn claude_runs_as_a_queued_run_posted_to_serve() {
         "written by the agent\n"
     );
 }
+
+// Warm sessions on `omabox serve` (issue 31): after a turn the session's sandbox and its ACP
+// agent stay up, and the next turn is one prompt on the live agent. The marker that the
+// agent process is the same one: the session token in the environment its tools see (the
+// agent read it at spawn; a cold turn spawns a new agent with a rotated token). Compared,
+// never printed.
+
+const WARM_KEY: &str = "agents-warm-operator-key";
+
+/// `omabox serve` of `setup` with `env` on top.
+fn warm_serve(setup: &Setup, env: &[(&str, &str)]) -> common::serve::Serve {
+    let mut command = setup.command(&["serve", "--listen", "127.0.0.1:0"]);
+    command
+        .env("OMABOX_API_KEY", WARM_KEY)
+        .env_remove("OMABOX_LOG");
+    for (name, value) in env {
+        command.env(name, value);
+    }
+    common::serve::Serve::start(command)
+}
+
+/// One claude turn posted to `session`, waited for: its final status and its events (ACP
+/// events parsed).
+fn warm_turn(addr: &str, session: &str, prompt: &str) -> (Value, Vec<Value>) {
+    let body = json!({ "agent": "claude", "prompt": prompt }).to_string();
+    warm_run(addr, session, &body)
+}
+
+/// The run `body` posted to `session`, waited for (as [`warm_turn`]).
+fn warm_run(addr: &str, session: &str, body: &str) -> (Value, Vec<Value>) {
+    let call = |method: &str, path: &str, body: &str| {
+        common::serve::http_request(addr, addr, Some(WARM_KEY), method, path, body)
+    };
+    let (status, answer) = call("POST", &format!("/v1/sessions/{session}/runs"), body);
+    assert_eq!(status, 201, "{answer}");
+    let run_id = serde_json::from_str::<Value>(&answer).unwrap()["run_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let start = std::time::Instant::now();
+    let run = loop {
+        let (_, body) = call("GET", &format!("/v1/runs/{run_id}"), "");
+        let run: Value = serde_json::from_str(&body).unwrap();
+        if run["status"] == "completed" || run["status"] == "failed" {
+            break run;
+        }
+        assert!(
+            start.elapsed() < std::time::Duration::from_secs(600),
+            "{run}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
+    let (_, stream) = call("GET", &format!("/v1/runs/{run_id}/events"), "");
+    let events = stream
+        .lines()
+        .filter_map(|line| line.strip_prefix("data: "))
+        .filter_map(|data| serde_json::from_str::<Value>(data).ok())
+        .map(|mut event| {
+            if event["type"] == "acp"
+                && let Some(text) = event["event"].as_str()
+                && let Ok(parsed) = serde_json::from_str::<Value>(text)
+            {
+                event["event"] = parsed;
+            }
+            event
+        })
+        .collect();
+    (run, events)
+}
+
+/// The ACP session id a turn ran in.
+fn acp_session(events: &[Value]) -> String {
+    events
+        .iter()
+        .find(|e| e["type"] == "acp" && e["event"]["type"] == "session")
+        .and_then(|e| e["event"]["acpSessionId"].as_str())
+        .unwrap_or_else(|| panic!("no ACP session event: {events:?}"))
+        .to_owned()
+}
+
+/// Whether the turn ran on a kept runtime (the runner says so in a notice).
+fn ran_warm(events: &[Value]) -> bool {
+    events.iter().any(|e| {
+        e["type"] == "notice"
+            && e["text"]
+                .as_str()
+                .is_some_and(|t| t.starts_with("warm session:"))
+    })
+}
+
+/// The `HOSTED_INFERENCE_TOKEN=` line of the env the agent's tool dumped into the session's
+/// published workspace (the marker of the agent process, module section doc).
+fn agent_token_line(setup: &Setup, session: &str) -> String {
+    let exported = setup.export(session);
+    let env = std::fs::read_to_string(exported.path().join("ws/env.txt")).unwrap();
+    env.lines()
+        .find(|line| line.starts_with("HOSTED_INFERENCE_TOKEN="))
+        .map(str::to_owned)
+        .expect("the agent's env has its session token")
+}
+
+#[test]
+fn a_warm_session_takes_its_next_turn_on_the_same_agent_and_publishes_each() {
+    let Some(setup) = Setup::new() else { return };
+    let serve = warm_serve(&setup, &[]);
+
+    let (first, first_events) = warm_turn(&serve.addr, "warm-1", "please write the file");
+    assert_eq!(first["status"], "completed", "{first}");
+    assert_eq!(first["revision"], 1, "{first}");
+    assert!(!ran_warm(&first_events), "{first_events:?}");
+    let first_marker = agent_token_line(&setup, "warm-1");
+
+    let (second, second_events) = warm_turn(&serve.addr, "warm-1", "please write the file");
+    assert_eq!(second["status"], "completed", "{second}");
+    assert_eq!(second["revision"], 2, "{second} {second_events:?}");
+    assert!(ran_warm(&second_events), "{second_events:?}");
+    // The same ACP session on the same agent process.
+    assert_eq!(acp_session(&first_events), acp_session(&second_events));
+    assert!(
+        agent_token_line(&setup, "warm-1") == first_marker,
+        "the second turn ran in another agent process"
+    );
+    // Published through the queue, incrementally, as any turn.
+    assert!(
+        second_events
+            .iter()
+            .any(|e| e["type"] == "step" && e["step"] == "fence.publish" && e["revision"] == 2),
+        "{second_events:?}"
+    );
+    assert!(
+        second_events
+            .iter()
+            .any(|e| e["type"] == "acp" && e["event"]["type"] == "tool_call"),
+        "{second_events:?}"
+    );
+    // The warm turn's timeline has no credential (the session token, the operator key).
+    let timeline = format!("{first_events:?}{second_events:?}");
+    assert!(
+        !timeline.contains(OPERATOR_KEY) && !timeline.contains("omst_"),
+        "a credential in a timeline"
+    );
+    // A command run of the session ends the warm runtime first and runs cold, from
+    // revision 2: nothing of the warm runtime is left after it.
+    let (run, events) = warm_run(
+        &serve.addr,
+        "warm-1",
+        r#"{"command": ["cat", "hello.txt"]}"#,
+    );
+    assert_eq!(run["status"], "completed", "{run}");
+    assert_eq!(run["revision"], 3, "{run}");
+    assert!(
+        events.iter().any(|e| e["type"] == "output"
+            && e["text"]
+                .as_str()
+                .is_some_and(|t| t.contains("written by the agent"))),
+        "{events:?}"
+    );
+    assert!(leftovers(&setup).is_empty(), "{:?}", leftovers(&setup));
+    let log = serve.stop().join("\n");
+    assert!(
+        !log.contains(OPERATOR_KEY) && !log.contains("omst_"),
+        "{log}"
+    );
+    assert!(leftovers(&setup).is_empty(), "{:?}", leftovers(&setup));
+}
+
+#[test]
+fn an_evicted_warm_session_takes_a_cold_turn_with_the_same_workspace() {
+    let Some(setup) = Setup::new() else { return };
+    // One warm session at most: b's turn evicts a's runtime.
+    let serve = warm_serve(&setup, &[("OMABOX_SERVE_WARM_MAX", "1")]);
+    let (a, a_first) = warm_turn(&serve.addr, "evict-a", "please write the file");
+    assert_eq!(a["status"], "completed", "{a}");
+    let a_marker = agent_token_line(&setup, "evict-a");
+    let (b, _) = warm_turn(&serve.addr, "evict-b", "please write the file");
+    assert_eq!(b["status"], "completed", "{b}");
+
+    // a's second turn is cold: a new agent, resuming the same ACP session.
+    let (a, a_second) = warm_turn(&serve.addr, "evict-a", "please write the file");
+    assert_eq!(a["status"], "completed", "{a}");
+    assert_eq!(a["revision"], 2, "{a}");
+    assert!(!ran_warm(&a_second), "{a_second:?}");
+    assert!(
+        agent_token_line(&setup, "evict-a") != a_marker,
+        "the evicted session's turn reused its agent"
+    );
+    assert_eq!(acp_session(&a_first), acp_session(&a_second));
+
+    // c takes the same two turns warm: its workspace is a's, the same files with the same
+    // bytes (the env dump and the agent's own session files aside).
+    for revision in [1, 2] {
+        let (c, c_events) = warm_turn(&serve.addr, "evict-c", "please write the file");
+        assert_eq!(c["status"], "completed", "{c}");
+        assert_eq!(c["revision"], revision, "{c}");
+        assert_eq!(ran_warm(&c_events), revision == 2, "{c_events:?}");
+    }
+    let (a_ws, c_ws) = (setup.export("evict-a"), setup.export("evict-c"));
+    let tree = |dir: &Path| -> Vec<(PathBuf, Vec<u8>)> {
+        let mut files: Vec<_> = files(&dir.join("ws"))
+            .into_iter()
+            .map(|(path, bytes)| (path.strip_prefix(dir).unwrap().to_path_buf(), bytes))
+            .filter(|(path, _)| !path.starts_with("ws/.openma") && path != Path::new("ws/env.txt"))
+            .collect();
+        files.sort();
+        files
+    };
+    let a_tree = tree(a_ws.path());
+    assert!(!a_tree.is_empty());
+    assert_eq!(a_tree, tree(c_ws.path()));
+    serve.stop();
+    assert!(leftovers(&setup).is_empty(), "{:?}", leftovers(&setup));
+}
+
+#[test]
+fn warm_sessions_live_side_by_side_and_end_after_their_ttl() {
+    let Some(setup) = Setup::new() else { return };
+    let serve = warm_serve(&setup, &[("OMABOX_SERVE_WARM_TTL_MS", "20000")]);
+    let (x, _) = warm_turn(&serve.addr, "ttl-x", "please write the file");
+    assert_eq!(x["status"], "completed", "{x}");
+    // y's cold turn (its sweep of dead runs' leftovers included) leaves x's runtime alone.
+    let (y, _) = warm_turn(&serve.addr, "ttl-y", "please write the file");
+    assert_eq!(y["status"], "completed", "{y}");
+    let (x, x_events) = warm_turn(&serve.addr, "ttl-x", "please write the file");
+    assert_eq!(x["status"], "completed", "{x}");
+    assert!(ran_warm(&x_events), "{x_events:?}");
+    // Idle past their ttl, both end: agent, sandbox, bindings (a hung keeper fails the
+    // test at the limit, not a timing).
+    let start = std::time::Instant::now();
+    while !leftovers(&setup).is_empty() {
+        assert!(
+            start.elapsed() < std::time::Duration::from_secs(120),
+            "{:?}",
+            leftovers(&setup)
+        );
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+    // Its claim was released with it: the next turn is cold at once, from revision 1.
+    let (y, y_events) = warm_turn(&serve.addr, "ttl-y", "please write the file");
+    assert_eq!(y["status"], "completed", "{y}");
+    assert_eq!(y["revision"], 2, "{y}");
+    assert!(!ran_warm(&y_events), "{y_events:?}");
+    assert!(
+        !y_events.iter().any(|e| e["type"] == "notice"
+            && e["text"]
+                .as_str()
+                .is_some_and(|t| t.contains("held by another owner"))),
+        "{y_events:?}"
+    );
+    serve.stop();
+}
+
+#[test]
+fn a_warm_session_whose_agent_died_takes_a_cold_turn() {
+    let Some(setup) = Setup::new() else { return };
+    let serve = warm_serve(&setup, &[]);
+    let (run, _) = warm_turn(&serve.addr, "crashed-warm", "please write the file");
+    assert_eq!(run["status"], "completed", "{run}");
+    let marker = agent_token_line(&setup, "crashed-warm");
+    // The kept agent (node running the ACP adapter, and what it started) dies between turns.
+    let cgroup_parent = &setup.dirs.cgroup_parent;
+    let mut killed = 0;
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let in_sandbox = std::fs::read_to_string(entry.path().join("cgroup"))
+            .is_ok_and(|cgroup| cgroup.contains(cgroup_parent.as_str()));
+        let cmdline = std::fs::read(entry.path().join("cmdline")).unwrap_or_default();
+        if in_sandbox && contains(&cmdline, "claude") {
+            let pid: i32 = entry.file_name().to_string_lossy().parse().unwrap();
+            // SAFETY: plain kill(2) on a process of this test's sandbox.
+            if unsafe { libc::kill(pid, libc::SIGKILL) } == 0 {
+                killed += 1;
+            }
+        }
+    }
+    assert!(killed > 0, "no agent process found in the kept sandbox");
+    let (run, events) = warm_turn(&serve.addr, "crashed-warm", "please write the file");
+    assert_eq!(run["status"], "completed", "{run}");
+    assert_eq!(run["revision"], 2, "{run}");
+    // Seen dead before the turn, or found dead by it (then the same turn ran again cold).
+    let fell_back = events.iter().any(|e| {
+        e["type"] == "notice"
+            && e["text"]
+                .as_str()
+                .is_some_and(|t| t.contains("the agent was gone; the turn runs cold"))
+    });
+    assert!(!ran_warm(&events) || fell_back, "{events:?}");
+    assert!(agent_token_line(&setup, "crashed-warm") != marker);
+    serve.stop();
+    assert!(leftovers(&setup).is_empty(), "{:?}", leftovers(&setup));
+}
+
+#[test]
+fn a_warm_session_ends_when_memory_runs_low() {
+    let Some(setup) = Setup::new() else { return };
+    // More than any machine has available: always under pressure.
+    let serve = warm_serve(&setup, &[("OMABOX_SERVE_WARM_MIN_AVAILABLE", "1024T")]);
+    let (run, _) = warm_turn(&serve.addr, "low-memory", "please write the file");
+    assert_eq!(run["status"], "completed", "{run}");
+    let start = std::time::Instant::now();
+    while !leftovers(&setup).is_empty() {
+        assert!(
+            start.elapsed() < std::time::Duration::from_secs(120),
+            "{:?}",
+            leftovers(&setup)
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    let (run, events) = warm_turn(&serve.addr, "low-memory", "please write the file");
+    assert_eq!(run["status"], "completed", "{run}");
+    assert_eq!(run["revision"], 2, "{run}");
+    assert!(!ran_warm(&events), "{events:?}");
+    serve.stop();
+}
+
+#[test]
+fn a_killed_serve_with_a_warm_session_leaves_nothing_after_reap() {
+    let Some(setup) = Setup::new() else { return };
+    let mut serve = warm_serve(&setup, &[("OMABOX_LEASE_TTL_MS", "1000")]);
+    let (run, _) = warm_turn(&serve.addr, "killed-warm", "please write the file");
+    assert_eq!(run["status"], "completed", "{run}");
+    // The kept runtime is there: its sandbox and its agent.
+    assert!(!leftovers(&setup).is_empty());
+    serve.child().kill().unwrap();
+    serve.child().wait().unwrap();
+    // The kept claim expires (1 s) once nobody renews it; then reap takes the sandbox.
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    let output = setup
+        .command(&["reap"])
+        .env("OMABOX_LEASE_TTL_MS", "1000")
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{}", describe(&output));
+    assert!(leftovers(&setup).is_empty(), "{:?}", leftovers(&setup));
+    // The session goes on, cold, from what the warm runtime's turn published.
+    let serve = warm_serve(&setup, &[]);
+    let (run, _) = warm_turn(&serve.addr, "killed-warm", "please write the file");
+    assert_eq!(run["status"], "completed", "{run}");
+    assert_eq!(run["revision"], 2, "{run}");
+    serve.stop();
+}
+
+/// What a serve of `setup` left: sandbox state dirs, cgroups, processes in them, binding
+/// dirs (empty when everything ended).
+fn leftovers(setup: &Setup) -> Vec<String> {
+    let dirs = &setup.dirs;
+    let mut left = Vec::new();
+    for entry in std::fs::read_dir(dirs.runtime_dir.path())
+        .into_iter()
+        .flatten()
+        .flatten()
+    {
+        left.push(format!("state dir {}", entry.path().display()));
+    }
+    for parent in common::cgroup_parent_dirs(&dirs.cgroup_parent) {
+        for entry in std::fs::read_dir(&parent).into_iter().flatten().flatten() {
+            if entry.path().is_dir() {
+                left.push(format!("cgroup {}", entry.path().display()));
+            }
+        }
+    }
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        if std::fs::read_to_string(entry.path().join("cgroup"))
+            .is_ok_and(|cgroup| cgroup.contains(&dirs.cgroup_parent))
+        {
+            left.push(format!("process {}", entry.file_name().to_string_lossy()));
+        }
+    }
+    for area in ["runtime", "runtime-outputs"] {
+        let mut stack = vec![dirs.data.path().join(area)];
+        while let Some(dir) = stack.pop() {
+            for entry in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
+                let name = entry.file_name().to_string_lossy().into_owned();
+                if name.starts_with("wsb_") || name.starts_with("outb_") {
+                    left.push(format!("binding {}", entry.path().display()));
+                } else if entry.path().is_dir() {
+                    stack.push(entry.path());
+                }
+            }
+        }
+    }
+    left
+}

@@ -35,6 +35,7 @@ pub mod session;
 pub mod session_inputs;
 pub mod store_choice;
 pub mod temp_workspace;
+pub mod warm;
 pub mod wiring;
 pub mod work_profile;
 

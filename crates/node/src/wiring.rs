@@ -173,6 +173,8 @@ pub struct AcpInputs {
     pub turn: AcpTurnOptions,
     /// Where the turn's events go.
     pub events: Arc<dyn AcpEventSink>,
+    /// Where the agent of a turn that ended is kept (a warm session, `crate::warm`).
+    pub retain: Option<Arc<omabox_acp::AcpAgentSlot>>,
 }
 
 impl std::fmt::Debug for AcpInputs {
@@ -290,6 +292,9 @@ pub async fn provider_driver(
         }
         if let Some(source) = &harness_env {
             harness = harness.with_harness_env(Arc::clone(source));
+        }
+        if let Some(slot) = &acp.retain {
+            harness = harness.with_retention(Arc::clone(slot));
         }
         driver.with_harness_driver(Arc::new(harness))
     };

@@ -211,6 +211,23 @@ impl FilesystemSessionOutputPort {
         Ok(root)
     }
 
+    /// Empties the outputs of `binding` and keeps the binding (its directory stays
+    /// mounted in the sandbox): a warm session's next turn starts with no outputs, as a
+    /// fresh binding would.
+    pub async fn empty(
+        &self,
+        scope: &RuntimeResourceScope,
+        fence: &RuntimeResourceFence,
+        binding: &SessionOutputBinding,
+    ) -> std::result::Result<(), PortError> {
+        let outputs = self.resolve_binding(scope, fence, binding)?.join("outputs");
+        Ok(blocking(move || {
+            crate::safe_fs::empty_dir(&outputs)
+                .ctx(|| format!("Cannot empty {}", outputs.display()))
+        })
+        .await?)
+    }
+
     async fn discard(
         &self,
         scope: &RuntimeResourceScope,

@@ -240,6 +240,13 @@ pub(crate) fn remove_tree(path: &Path) -> io::Result<()> {
     if stat.file_type != FileType::Directory {
         return std::fs::remove_file(path);
     }
+    empty_dir(path)?;
+    std::fs::remove_dir(path)
+}
+
+/// Removes everything under the directory `path` (as [`remove_tree`] does) and keeps the
+/// directory itself: a bind-mounted directory stays the mount's.
+pub(crate) fn empty_dir(path: &Path) -> io::Result<()> {
     let dir = open_root(path)?;
     let _ = rustix::fs::fchmod(&dir, Mode::from_raw_mode(0o700));
     let mut hoisted = 0u64;
@@ -248,8 +255,7 @@ pub(crate) fn remove_tree(path: &Path) -> io::Result<()> {
     while !list_names(dir.as_fd())?.is_empty() {
         clear_dir(dir.as_fd(), dir.as_fd(), 0, &mut hoisted)?;
     }
-    drop(dir);
-    std::fs::remove_dir(path)
+    Ok(())
 }
 
 /// Nesting at which `remove_tree` hoists a subtree up to its root.

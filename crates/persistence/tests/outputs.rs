@@ -269,3 +269,34 @@ async fn abort_discards_and_other_strategies_are_refused() {
         "Session output manifest content hash mismatch"
     );
 }
+
+/// A warm session's next turn reuses the binding (its directory stays mounted): `empty`
+/// removes what the last turn wrote — nested dirs, read-only ones, symlinks (not their
+/// targets) — and keeps the directory, so the next collection sees only the new turn's files.
+#[tokio::test]
+async fn empty_clears_the_outputs_and_keeps_the_mounted_directory() {
+    let data = tempfile::tempdir().unwrap();
+    let outside = tempfile::tempdir().unwrap();
+    std::fs::write(outside.path().join("keep"), "not the sandbox's").unwrap();
+    let port = port(data.path());
+    let (binding, dir) = prepare(&port).await;
+    std::fs::create_dir_all(dir.join("a/b")).unwrap();
+    std::fs::write(dir.join("a/b/report.txt"), "turn one").unwrap();
+    std::fs::write(dir.join("top.txt"), "turn one").unwrap();
+    std::os::unix::fs::symlink(outside.path(), dir.join("escape")).unwrap();
+    use std::os::unix::fs::PermissionsExt as _;
+    std::fs::set_permissions(dir.join("a/b"), std::fs::Permissions::from_mode(0o555)).unwrap();
+    let inode =
+        |path: &Path| std::os::unix::fs::MetadataExt::ino(&std::fs::metadata(path).unwrap());
+    let before = inode(&dir);
+
+    port.empty(&scope(), &fence(1), &binding).await.unwrap();
+
+    assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 0);
+    assert_eq!(inode(&dir), before, "the directory itself was replaced");
+    assert!(outside.path().join("keep").exists());
+    std::fs::write(dir.join("second.txt"), "turn two").unwrap();
+    let entries = collect(&port, &binding).await.unwrap();
+    let paths: Vec<_> = entries.iter().map(|e| e.logical_path.clone()).collect();
+    assert_eq!(paths, ["second.txt"]);
+}

@@ -153,6 +153,9 @@ keys!(
     ServeMaxConnections,
     ServeMaxBodyBytes,
     ServeMaxRuns,
+    ServeWarmTtlMs,
+    ServeWarmMax,
+    ServeWarmMinAvailable,
     ServeUrl,
     Image,
     ImageCache,
@@ -330,6 +333,15 @@ pub static SETTINGS: &[Setting] = &[
     row(Key::ServeMaxRuns, "serve_max_runs", "Queued runs (`POST /v1/sessions/{id}/runs`) this `omabox serve` runs at once; it claims no more from the shared queue.")
         .flag("--max-runs (serve)").env(&["OMABOX_SERVE_MAX_RUNS"]).group(Serve)
         .default(Value("4")).parse(at_least_1),
+    row(Key::ServeWarmTtlMs, "serve_warm_ttl_ms", "How long an agent session's sandbox and ACP agent stay up after its turn on `omabox serve`, waiting for its next turn (a warm turn: one prompt on the live agent); `0` keeps none.")
+        .env(&["OMABOX_SERVE_WARM_TTL_MS"]).group(Serve)
+        .default(Value("300000")).parse(unsigned),
+    row(Key::ServeWarmMax, "serve_warm_max", "Agent sessions `omabox serve` keeps warm at most; the least recently used one ends first; `0` keeps none.")
+        .env(&["OMABOX_SERVE_WARM_MAX"]).group(Serve)
+        .default(Value("8")).parse(unsigned),
+    row(Key::ServeWarmMinAvailable, "serve_warm_min_available", "Below this much `MemAvailable` (`/proc/meminfo`; K, M, G suffixes), `omabox serve` ends its least recently used warm session, one a second; `0` never.")
+        .env(&["OMABOX_SERVE_WARM_MIN_AVAILABLE"]).group(Serve)
+        .default(Value("512M")).parse(memory_or_zero),
     row(Key::ServeUrl, "serve_url", "The `omabox serve` that `omabox sandbox create|ls|rm|timeout|exec` talk to (plain `http://`).")
         .flag("--serve-url (sandbox create, ls, rm, timeout, exec)").env(&["OMABOX_SERVE_URL"]).group(Serve)
         .default(Value("http://127.0.0.1:8787")).parse(serve_url),
@@ -473,6 +485,13 @@ fn limit(value: &str, parse: fn(&str) -> Result<u64, String>) -> Result<(), Stri
         return Ok(());
     }
     parse(value).map(|_| ())
+}
+
+fn memory_or_zero(value: &str) -> Result<(), String> {
+    match value.trim() {
+        "0" => Ok(()),
+        value => linux::parse_memory_size(value).map(|_| ()),
+    }
 }
 
 fn memory(value: &str) -> Result<(), String> {

@@ -42,6 +42,7 @@ use crate::session_inputs::{
     DirMemoryStores, MemoryCommitFence, PromotedFileAccess, SessionInputs,
 };
 use crate::store_choice::ChosenStore;
+use crate::warm::WarmSessions;
 use crate::wiring::{self, AcpInputs, Backend, DriverInputs, Persistence};
 use crate::{DataDir, NodeConfig, agent_cache, inference_server};
 use anyhow::Context as _;
@@ -167,17 +168,52 @@ impl RunOutcome {
     }
 }
 
+impl RunOutcome {
+    /// The outcome of a warm turn (`crate::warm`).
+    pub(crate) fn warm(
+        owner_id: String,
+        result: Result<ManagedRuntimeRunResult, PortError>,
+        scope: RuntimeResourceScope,
+        store: ChosenStore,
+        persistence: Persistence,
+    ) -> Self {
+        Self {
+            owner_id,
+            result,
+            scope,
+            store,
+            persistence,
+        }
+    }
+}
+
 /// Runs work items on this node.
 #[derive(Debug, Clone)]
 pub struct Runner {
     config: NodeConfig,
     data_dir: DataDir,
+    warm: Option<WarmSessions>,
 }
 
 impl Runner {
     /// A runner over `data_dir` with `config`'s settings.
     pub fn new(config: NodeConfig, data_dir: DataDir) -> Self {
-        Self { config, data_dir }
+        Self {
+            config,
+            data_dir,
+            warm: None,
+        }
+    }
+
+    /// Keeps agent sessions warm between their turns in `warm` (`omabox serve`).
+    pub fn with_warm(mut self, warm: WarmSessions) -> Self {
+        self.warm = Some(warm);
+        self
+    }
+
+    /// The warm sessions of this runner, when it keeps them.
+    pub fn warm(&self) -> Option<&WarmSessions> {
+        self.warm.as_ref()
     }
 
     /// What can be judged before a request is even built: the settings a run uses and
@@ -196,6 +232,27 @@ impl Runner {
         signal: AbortSignal,
     ) -> anyhow::Result<RunOutcome> {
         let (config, data_dir) = (&self.config, &self.data_dir);
+        // A warm session's next turn runs on its kept runtime; any other run of a session
+        // ends the session's kept runtime first (crate::warm).
+        let mut keep = None;
+        if let Some(warm) = &self.warm {
+            let identity = crate::warm::turn::identity(&request);
+            if let Some(kept) = warm.reusable(&request.scope, identity.as_deref()).await {
+                // Boxed: the warm turn's future is large and rarely the one awaited.
+                let warm_turn = Box::pin(crate::warm::turn::run(
+                    warm,
+                    kept,
+                    request.clone(),
+                    observers.clone(),
+                    signal.clone(),
+                ));
+                if let Some(outcome) = warm_turn.await? {
+                    return Ok(outcome);
+                }
+                // The kept agent was gone: the same turn, cold.
+            }
+            keep = identity.filter(|_| warm.enabled());
+        }
         let notices = Arc::clone(&observers.notices);
         let env = config.factory_env();
         let RunRequest {
@@ -249,14 +306,14 @@ impl Runner {
         session_inputs.check_files(data_dir)?;
         // An agent turn without a gateway gets the proxy served by this process.
         let mut gateway = inference_gateway;
-        let mut _inference_server = None;
+        let mut inference_server_running = None;
         if let Some(proxy_config) = proxy_config {
             let warn_to = Arc::clone(&notices);
             let server =
                 inference_server::start(config, &store, proxy_config, &|line| warn_to.line(line))
                     .await?;
             gateway = Some(server.url().to_owned());
-            _inference_server = Some(server);
+            inference_server_running = Some(server);
         }
         if let Some(agent) = install
             && !linux_env::has_image(config)
@@ -355,6 +412,9 @@ impl Runner {
         // decorator below commits them then, or discards them).
         let memory_stores = DirMemoryStores::new(data_dir);
         let token_slots = SessionTokenSlots::new();
+        let agent_slot = keep
+            .is_some()
+            .then(|| Arc::new(omabox_acp::AcpAgentSlot::new()));
         let driver = wiring::provider_driver(
             backend,
             DriverInputs {
@@ -387,6 +447,7 @@ impl Runner {
                         .acp_events
                         .clone()
                         .unwrap_or_else(|| Arc::new(NoAcpEvents)),
+                    retain: agent_slot.clone(),
                 }),
             },
         )
@@ -394,22 +455,35 @@ impl Runner {
         let lease_ttl_ms = config.number(Key::LeaseTtlMs)?;
         let policy = WorkItemPolicy::new(process_owner_id(), lease_ttl_ms);
         let owner_id = policy.owner_id.clone();
-        let runner = WorkItemRunner::new(
-            policy,
-            WorkItemPorts {
+        let fences: Arc<dyn omabox_contract::RuntimeResourceFencePort> = Arc::new(
+            MemoryCommitFence::new(&store, memory_stores.stage()).publishing_through(queued),
+        );
+        let keeping = match (&keep, &agent_slot) {
+            (Some(_), Some(slot)) => Some(crate::warm::turn::Keeping::new(
+                &policy,
+                &store,
+                &persistence,
+                &token_slots,
+                Arc::clone(slot),
+                Arc::clone(&driver),
+                Arc::clone(&fences),
+            )),
+            _ => None,
+        };
+        let ports = match &keeping {
+            Some(keeping) => keeping.ports(&store),
+            None => WorkItemPorts {
                 driver,
-                fences: Arc::new(
-                    MemoryCommitFence::new(&store, memory_stores.stage())
-                        .publishing_through(queued),
-                ),
+                fences,
                 orphans: store.orphans(),
                 lease_journal: Some(store.journal()),
                 session_tokens: Some(SessionTokenIssuer {
                     tokens: store.tokens(),
-                    sink: Arc::new(token_slots),
+                    sink: Arc::new(token_slots.clone()),
                 }),
             },
-        )?;
+        };
+        let runner = WorkItemRunner::new(policy, ports)?;
         let mut input = ManagedRuntimeRunInput::new(scope.clone(), profile.clone());
         input.signal = Some(signal);
         input.observer = Some(Arc::clone(&observers.steps));
@@ -429,6 +503,28 @@ impl Runner {
             let strategies = persistence.workspace.strategies();
             crate::profile_hint::explain_rejection(&profile, strategies, error)
         });
+        drop(runner);
+        if let (Some(keeping), Some(warm), Some(identity)) = (keeping, &self.warm, keep) {
+            let guards: Vec<Box<dyn std::any::Any + Send + Sync>> = inference_server_running
+                .take()
+                .into_iter()
+                .map(|server| Box::new(server) as _)
+                .collect();
+            Box::pin(keeping.finish(
+                warm,
+                crate::warm::turn::Finished {
+                    scope: scope.clone(),
+                    identity,
+                    result: &result,
+                    store: store.clone(),
+                    persistence: persistence.clone(),
+                    token_slots,
+                    memory_stores,
+                    guards,
+                },
+            ))
+            .await;
+        }
         Ok(RunOutcome {
             owner_id,
             result,

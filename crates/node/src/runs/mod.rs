@@ -14,7 +14,9 @@
 //! A run whose fence is still held by a dead host (`conflict`) is tried again while its
 //! claim lives. On shutdown (SIGTERM) the worker cancels its runs and leaves them claimed:
 //! their claims expire and any host runs them again. A run is never finished twice: the
-//! queue refuses every call of a claim that is no longer live.
+//! queue refuses every call of a claim that is no longer live. An agent session's runtime
+//! stays warm between its turns (`crate::warm`); a command run of a warm session ends the
+//! warm runtime first and runs cold. Shutdown ends every warm runtime.
 //!
 //! What this must never do: put a credential of a run (`HOST=SECRET`, or the secret's
 //! name) in its status, its events or a log line ([`spec::redact`]); block the server on
@@ -24,6 +26,7 @@ mod events;
 pub mod spec;
 
 use crate::runner::{QueuedRun, RunObservers};
+use crate::warm::{WarmSessions, WarmSettings};
 use crate::{NodeConfig, Runner};
 use async_trait::async_trait;
 use events::EventLog;
@@ -161,6 +164,8 @@ impl RunWorker {
         let claim_ttl_ms = config
             .number(crate::config::Key::LeaseTtlMs)?
             .unwrap_or(DEFAULT_CLAIM_TTL_MS);
+        // Agent sessions stay warm between their turns (crate::warm).
+        let runner = runner.with_warm(WarmSessions::new(WarmSettings::from_config(&config)?));
         Ok(Self {
             queue,
             runner,
@@ -219,6 +224,10 @@ impl RunWorker {
             controller.abort(PortError::new("omabox serve is stopping"));
         }
         while tasks.join_next().await.is_some() {}
+        // Every kept runtime ends with serve (SIGTERM): its sandbox, agent and claim.
+        if let Some(warm) = self.runner.warm() {
+            warm.shutdown().await;
+        }
     }
 }
 
