@@ -8,13 +8,19 @@
 //! earlier one is unended, and the earlier one's row stays unended in every snapshot until
 //! its end commits, so two hosts never run one session at once.
 //!
+//! "Now" for a claim's expiry is the database's clock ([`ClaimClock::Database`]: read with
+//! `clock_timestamp()` inside the transaction, after its locks), so hosts whose clocks
+//! disagree still agree on which claims are live. A change that can make a run claimable
+//! (enqueue, an end) notifies [`super::RUNS_CHANNEL`] in its transaction
+//! ([`super::listen`]).
+//!
 //! Every call that needs a live claim locks the run's row (`FOR UPDATE`) before checking
 //! it, so a re-claim and a publish of the old claim are ordered: `publish_for_run` then
 //! takes the work item's advisory lock (as the fence port does), publishes, and records the
 //! revision on the run and the run id on the history row before it commits.
 
 use super::fence::{load, save};
-use super::{PostgresStore, scope_lock_key, to_i64, to_u64};
+use super::{ClaimClock, PostgresStore, RUNS_CHANNEL, scope_lock_key, to_i64, to_u64};
 use crate::StoreError;
 use async_trait::async_trait;
 use deadpool_postgres::GenericClient;
@@ -38,47 +44,72 @@ const CLAIM_SQL: &str = "
 /// The advisory lock class of a host's claims ("omar"; the two-key form, like migrations).
 const HOST_LOCK_CLASS: i32 = 0x6f6d_6172;
 
-/// True when `claim` is live at `now_ms`; locks the run's row for the transaction.
-async fn live(
-    client: &impl GenericClient,
-    claim: &RunClaim,
-    now_ms: i64,
-) -> Result<bool, StoreError> {
-    Ok(client
-        .query_opt(
-            "SELECT 1 FROM run_queue
-              WHERE run_id = $1 AND status = 'running' AND host_id = $2 AND attempts = $3
-                AND claim_expires_at_ms > $4
-                FOR UPDATE",
-            &[
-                &claim.run_id,
-                &claim.host_id,
-                &to_i64(claim.attempt, "attempt")?,
-                &now_ms,
-            ],
-        )
-        .await?
-        .is_some())
-}
+/// The database's clock in milliseconds since the epoch (`clock_timestamp()`: the time of
+/// this statement, not of the transaction's start, so it is read after the locks).
+const DATABASE_NOW_SQL: &str = "SELECT (extract(epoch FROM clock_timestamp()) * 1000)::bigint";
 
 impl PostgresStore {
-    fn now(&self) -> Result<i64, StoreError> {
-        to_i64(self.clock.now_ms(), "time")
+    /// "Now" for claims: the database's clock, or the store's ([`ClaimClock`]).
+    async fn now(&self, client: &impl GenericClient) -> Result<i64, StoreError> {
+        match self.claim_clock {
+            ClaimClock::Database => {
+                Ok(client.query_one(DATABASE_NOW_SQL, &[]).await?.try_get(0)?)
+            }
+            ClaimClock::Store => to_i64(self.clock.now_ms(), "time"),
+        }
+    }
+
+    /// `Some(now)` when `claim` is live now: locks the run's row for the transaction first,
+    /// then reads the clock (so a wait for the lock never makes an expired claim look live).
+    async fn live(
+        &self,
+        client: &impl GenericClient,
+        claim: &RunClaim,
+    ) -> Result<Option<i64>, StoreError> {
+        let Some(row) = client
+            .query_opt(
+                "SELECT claim_expires_at_ms FROM run_queue
+                  WHERE run_id = $1 AND status = 'running' AND host_id = $2 AND attempts = $3
+                    FOR UPDATE",
+                &[
+                    &claim.run_id,
+                    &claim.host_id,
+                    &to_i64(claim.attempt, "attempt")?,
+                ],
+            )
+            .await?
+        else {
+            return Ok(None);
+        };
+        let expires: Option<i64> = row.try_get(0)?;
+        let now = self.now(client).await?;
+        Ok(expires.filter(|expires| *expires > now).map(|_| now))
+    }
+
+    /// Wakes the hosts listening for runs when `tx` commits.
+    async fn notify_runs(tx: &impl GenericClient) -> Result<(), StoreError> {
+        tx.execute("SELECT pg_notify($1, '')", &[&RUNS_CHANNEL])
+            .await?;
+        Ok(())
     }
 
     async fn enqueue_run(&self, input: &EnqueueRunInput) -> Result<(), StoreError> {
-        let client = self.client().await?;
-        let inserted = client
+        let mut client = self.client().await?;
+        let tx = client.transaction().await?;
+        let now = self.now(&tx).await?;
+        let inserted = tx
             .execute(
                 "INSERT INTO run_queue (run_id, session_id, spec_json, status, enqueued_at_ms)
                       VALUES ($1, $2, $3, 'queued', $4)
                  ON CONFLICT (run_id) DO NOTHING",
-                &[&input.run_id, &input.session_id, &input.spec, &self.now()?],
+                &[&input.run_id, &input.session_id, &input.spec, &now],
             )
             .await?;
         if inserted == 0 {
             return Err(StoreError::DuplicateRun(input.run_id.clone()));
         }
+        Self::notify_runs(&tx).await?;
+        tx.commit().await?;
         Ok(())
     }
 
@@ -95,7 +126,7 @@ impl PostgresStore {
             &[&HOST_LOCK_CLASS, &host_id],
         )
         .await?;
-        let now = self.now()?;
+        let now = self.now(&tx).await?;
         let held: i64 = tx
             .query_one(
                 "SELECT count(*) FROM run_queue
@@ -147,10 +178,9 @@ impl PostgresStore {
     async fn renew_run(&self, claim: &RunClaim, ttl_ms: u64) -> Result<bool, StoreError> {
         let mut client = self.client().await?;
         let tx = client.transaction().await?;
-        let now = self.now()?;
-        if !live(&tx, claim, now).await? {
+        let Some(now) = self.live(&tx, claim).await? else {
             return Ok(false);
-        }
+        };
         tx.execute(
             "UPDATE run_queue SET claim_expires_at_ms = $2 WHERE run_id = $1",
             &[&claim.run_id, &now.saturating_add(to_i64(ttl_ms, "ttl")?)],
@@ -163,7 +193,7 @@ impl PostgresStore {
     async fn finish_run(&self, claim: &RunClaim, end: &RunEnd) -> Result<bool, StoreError> {
         let mut client = self.client().await?;
         let tx = client.transaction().await?;
-        if !live(&tx, claim, self.now()?).await? {
+        if self.live(&tx, claim).await?.is_none() {
             return Ok(false);
         }
         match end {
@@ -187,6 +217,7 @@ impl PostgresStore {
                 .await?
             }
         };
+        Self::notify_runs(&tx).await?;
         tx.commit().await?;
         Ok(true)
     }
@@ -198,7 +229,7 @@ impl PostgresStore {
     ) -> Result<PublishRuntimeResourcesResult, StoreError> {
         let mut client = self.client().await?;
         let tx = client.transaction().await?;
-        if !live(&tx, claim, self.now()?).await? {
+        if self.live(&tx, claim).await?.is_none() {
             return Ok(PublishRuntimeResourcesResult::Lost);
         }
         let scope = input.fence.scope();
@@ -270,7 +301,7 @@ impl PostgresStore {
     async fn append_run_event(&self, claim: &RunClaim, text: &str) -> Result<bool, StoreError> {
         let mut client = self.client().await?;
         let tx = client.transaction().await?;
-        if !live(&tx, claim, self.now()?).await? {
+        if self.live(&tx, claim).await?.is_none() {
             return Ok(false);
         }
         let count: i64 = tx
