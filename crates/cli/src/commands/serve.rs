@@ -182,7 +182,8 @@ pub async fn run(
             data_dir.root(),
             blobs,
         )),
-        PromotedStore::open(data_dir.root()).context("cannot open the promoted-file store")?,
+        PromotedStore::open(&data_dir.files_home())
+            .context("cannot open the promoted-file store")?,
     );
     let env: BTreeMap<String, SecretString> = omabox_proxy::env_keys(&config)
         .into_iter()

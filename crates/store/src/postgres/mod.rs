@@ -75,7 +75,8 @@ pub struct PostgresStore {
     pool: Pool,
     wait: Duration,
     target: String,
-    config: tokio_postgres::Config,
+    /// For connections outside the pool (the run listener); shared, it is large.
+    config: Arc<tokio_postgres::Config>,
     tls: tls::MakeRustls,
     clock: Arc<dyn Clock>,
     claim_clock: ClaimClock,
@@ -134,7 +135,7 @@ impl PostgresStore {
             pool,
             wait,
             target,
-            config,
+            config: Arc::new(config),
             tls,
             clock: Arc::new(SystemClock),
             claim_clock: ClaimClock::Database,
