@@ -100,12 +100,12 @@ fn two_hosts_share_vault_usage_and_sessions_in_postgres_and_the_password_shows_n
     assert_eq!(records[0]["runtimeId"], "rt-1", "{records}");
     assert_eq!(records[0]["seconds"], 42, "{records}");
 
-    // `gc` reads the shared history (so it stops at the other host's seeded manifest, which
-    // is not in this host's blob store), and makes no local SQLite file either.
+    // `gc` on the shared history without the shared blob dir would find other hosts'
+    // manifests nowhere: it refuses, and makes no local SQLite file either.
     let gc = omabox(&host_a, Some(&url), &["gc"], b"");
     assert!(!gc.status.success(), "{}", text(&gc));
     assert!(
-        text(&gc).contains("the manifest wcp_shared of session shared-session revision 1"),
+        text(&gc).contains("--database-url without --blob-dir"),
         "{}",
         text(&gc)
     );

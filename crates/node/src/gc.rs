@@ -22,9 +22,9 @@
 //! age (the default grace: every put refreshes a reused blob's mtime), or, for a shorter
 //! grace, by the run's shared hold of `collect.lock` in the shared directory (flock: the
 //! filesystem must honour it across hosts, as NFSv4 on Linux does) and by the store's count
-//! of live fences, which counts every host's runs in progress. A shared blob directory with
-//! a host's own SQLite store is refused ([`SharedBlobsWithoutSharedStore`]): that history
-//! knows one host's publications only.
+//! of live fences, which counts every host's runs in progress. A history and a blob store
+//! that are not shared alike are refused ([`UnsharedCollection`]): a shared blob dir with a
+//! host's own SQLite history, or the shared PostgreSQL history with a data dir's own blobs.
 
 use crate::DataDir;
 use crate::store_choice::ChosenStore;
@@ -97,16 +97,28 @@ pub struct BlobFigures {
     pub bytes: u64,
 }
 
-/// The refusal to collect a shared blob directory (`--blob-dir`) from one host's SQLite
-/// history: other hosts' publications would lose their blobs.
+/// The refusal to collect a blob store whose history is not the one its writers publish
+/// into: a shared `--blob-dir` against one host's SQLite store (other hosts' publications
+/// would lose their blobs), or the data dir's own blobs against the shared PostgreSQL
+/// history (whose manifests other hosts stored elsewhere: nothing could be marked).
 #[derive(Debug, thiserror::Error)]
-#[error(
-    "cannot collect the blob directory {0}: --blob-dir without --database-url, so this host's \
-     SQLite store knows only its own publications, and other hosts sharing the directory \
-     would lose blobs theirs name (set --database-url / OMABOX_DATABASE_URL to the database \
-     the hosts share, or collect from a host whose store knows every publication)"
-)]
-pub struct SharedBlobsWithoutSharedStore(pub String);
+pub enum UnsharedCollection {
+    /// `--blob-dir` without `--database-url`.
+    #[error(
+        "cannot collect the blob directory {0}: --blob-dir without --database-url, so this \
+         host's SQLite store knows only its own publications, and other hosts sharing the \
+         directory would lose blobs theirs name (set --database-url / OMABOX_DATABASE_URL to \
+         the database the hosts share)"
+    )]
+    SharedBlobsOwnHistory(String),
+    /// `--database-url` without `--blob-dir`.
+    #[error(
+        "cannot collect {0} against the shared PostgreSQL history: --database-url without \
+         --blob-dir, so the hosts' publications name blobs stored in their own data dirs (set \
+         --blob-dir / OMABOX_BLOB_DIR to the directory the hosts share)"
+    )]
+    SharedHistoryOwnBlobs(String),
+}
 
 /// Collects the blob store of `data_dir` (`--blob-dir` or `<data-dir>/blobs`) against the
 /// history of `store` (see the module doc). Blocks: call it from `spawn_blocking` (on
@@ -118,8 +130,18 @@ pub fn collect_garbage(
 ) -> anyhow::Result<GcSummary> {
     let keep = options.keep.max(1);
     let root = data_dir.blobs();
-    if data_dir.has_own_blob_dir() && matches!(store, ChosenStore::Sqlite(_)) {
-        return Err(SharedBlobsWithoutSharedStore(root.display().to_string()).into());
+    match (store, data_dir.has_own_blob_dir()) {
+        (ChosenStore::Sqlite(_), true) => {
+            return Err(
+                UnsharedCollection::SharedBlobsOwnHistory(root.display().to_string()).into(),
+            );
+        }
+        (ChosenStore::Postgres(_), false) => {
+            return Err(
+                UnsharedCollection::SharedHistoryOwnBlobs(root.display().to_string()).into(),
+            );
+        }
+        _ => {}
     }
     let blobs = BlobStore::at_with_options(
         &root,

@@ -10,7 +10,7 @@
 //! the Docker Engine at `DOCKER_HOST` ([`leftovers::sweep_docker`]); last, the
 //! blob collection of `omabox gc` with its default retention ([`omabox_node::gc`]: with
 //! `--database-url` against the history every host publishes into, in the `--blob-dir` they
-//! share; skipped, and said, for a shared blob dir with a host's own SQLite store). Every pass
+//! share; skipped, and said, when only one of the two is shared). Every pass
 //! is token-free and safe to repeat, and safe while other runs are going on (held leases,
 //! live owners' sandboxes and workspaces and live generations' bindings are never touched).
 
@@ -21,9 +21,7 @@ use omabox_host::lease_journal::{AbandonedLeaseReaper, AbandonedLeaseSummary};
 use omabox_host::reconciler::{ManagedRuntimeOrphanReconciler, ReconcileSummary};
 use omabox_node::DataDir;
 use omabox_node::NodeConfig;
-use omabox_node::gc::{
-    DEFAULT_GRACE, GcOptions, GcSummary, SharedBlobsWithoutSharedStore, collect_garbage,
-};
+use omabox_node::gc::{DEFAULT_GRACE, GcOptions, GcSummary, UnsharedCollection, collect_garbage};
 use omabox_node::leftovers::{self, LeftoverReport};
 use omabox_node::store_choice::ChosenStore;
 use omabox_node::wiring;
@@ -87,11 +85,12 @@ pub async fn run(
     omabox_sandbox::fault::point("reap-leases-done");
     let mut leftovers = leftovers::sweep(config, data_dir, &store).await;
     leftovers::sweep_docker(&mut leftovers).await;
-    // A shared blob dir with this host's own SQLite history is not collected: the history
-    // knows this host's publications only (the collection says so; the reap goes on).
+    // A blob store and a history not shared alike (a shared blob dir with this host's own
+    // SQLite history, or the shared PostgreSQL history with this data dir's own blobs) are
+    // not collected (the collection says so; the reap goes on).
     let gc = match collect_with_default_retention(config, data_dir, &store).await {
         Ok(gc) => gc,
-        Err(error) if error.is::<SharedBlobsWithoutSharedStore>() => {
+        Err(error) if error.is::<UnsharedCollection>() => {
             if !args.json {
                 outln!("blobs: not collected: {error}");
             }
