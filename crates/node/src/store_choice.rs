@@ -22,7 +22,7 @@ use omabox_contract::{
     RuntimeResourcePublication, RuntimeResourceScope, SessionTokenPort, UsageLedgerPort,
     VaultSecretPort,
 };
-use omabox_store::{PostgresStore, SqliteStore, StoreError, WorkItemClaim};
+use omabox_store::{PostgresStore, RunListener, SqliteStore, StoreError, WorkItemClaim};
 use std::collections::HashSet;
 use std::sync::Arc;
 
@@ -106,6 +106,19 @@ impl ChosenStore {
     /// The run queue port.
     pub fn runs(&self) -> Arc<dyn RunQueuePort> {
         port!(self, RunQueuePort)
+    }
+
+    /// On PostgreSQL, wakes `wake` whenever any host queues or ends a run (`LISTEN`; the
+    /// listener stops when dropped); `None` on SQLite, whose runs are queued by this process
+    /// only, which wakes its worker itself.
+    pub async fn listen_for_runs(
+        &self,
+        wake: Arc<tokio::sync::Notify>,
+    ) -> anyhow::Result<Option<RunListener>> {
+        match self {
+            Self::Sqlite(_) => Ok(None),
+            Self::Postgres(store) => Ok(Some(store.listen_for_runs(wake).await?)),
+        }
     }
 
     /// The usage ledger port.

@@ -1,4 +1,4 @@
-//! The run queue over PostgreSQL (omabox extension, schema version 2).
+//! The run queue over PostgreSQL (omabox extension, schema versions 2 and 3).
 //!
 //! A claim is one transaction: a transaction-scoped advisory lock on the claiming host (its
 //! capacity count cannot race itself), then `SELECT … ORDER BY seq LIMIT 1 FOR UPDATE SKIP
@@ -25,15 +25,15 @@ use crate::StoreError;
 use async_trait::async_trait;
 use deadpool_postgres::GenericClient;
 use omabox_contract::{
-    ClaimedRun, EnqueueRunInput, MAX_RUN_EVENTS, PortError, PublishRuntimeResourcesInput,
-    PublishRuntimeResourcesResult, RunClaim, RunEnd, RunEvent, RunQueuePort, RunRecord, RunStatus,
-    cap_event,
+    CancelOutcome, ClaimedRun, EnqueueRunInput, MAX_RUN_EVENTS, MAX_RUN_PAGE, PortError,
+    PublishRuntimeResourcesInput, PublishRuntimeResourcesResult, RunClaim, RunEnd, RunEvent,
+    RunPage, RunQueuePort, RunRecord, RunStatus, cap_event,
 };
 
 /// The claimable runs, oldest first (`$1`: now), the first one not being claimed by
 /// another transaction locked.
 const CLAIM_SQL: &str = "
-    SELECT run_id, session_id, spec_json, attempts, revision FROM run_queue r
+    SELECT run_id, session_id, spec_json, attempts, revision, cancel_requested FROM run_queue r
      WHERE (status = 'queued' OR (status = 'running' AND claim_expires_at_ms <= $1))
        AND NOT EXISTS (SELECT 1 FROM run_queue e
                         WHERE e.session_id = r.session_id AND e.seq < r.seq
@@ -145,12 +145,14 @@ impl PostgresStore {
                 return Ok(None);
             };
             let run_id: String = row.try_get(0)?;
-            if row.try_get::<_, Option<i64>>(4)?.is_some() {
-                // Its last host published and died before finishing: it is done.
+            let cancelled: bool = row.try_get(5)?;
+            if cancelled || row.try_get::<_, Option<i64>>(4)?.is_some() {
+                // Cancelled while its dead host ran it, or published before that host died:
+                // it is done either way.
                 tx.execute(
-                    "UPDATE run_queue SET status = 'completed', host_id = NULL,
+                    "UPDATE run_queue SET status = $2, host_id = NULL,
                             claim_expires_at_ms = NULL WHERE run_id = $1",
-                    &[&run_id],
+                    &[&run_id, &if cancelled { "cancelled" } else { "completed" }],
                 )
                 .await?;
                 continue;
@@ -216,6 +218,14 @@ impl PostgresStore {
                 )
                 .await?
             }
+            RunEnd::Cancelled => {
+                tx.execute(
+                    "UPDATE run_queue SET status = 'cancelled', host_id = NULL,
+                            claim_expires_at_ms = NULL WHERE run_id = $1",
+                    &[&claim.run_id],
+                )
+                .await?
+            }
         };
         Self::notify_runs(&tx).await?;
         tx.commit().await?;
@@ -271,31 +281,96 @@ impl PostgresStore {
         })
     }
 
+    async fn cancel_run(&self, run_id: &str) -> Result<CancelOutcome, StoreError> {
+        let mut client = self.client().await?;
+        let tx = client.transaction().await?;
+        let Some(row) = tx
+            .query_opt(
+                "SELECT status FROM run_queue WHERE run_id = $1 FOR UPDATE",
+                &[&run_id],
+            )
+            .await?
+        else {
+            return Ok(CancelOutcome::NotFound);
+        };
+        let status: String = row.try_get(0)?;
+        let outcome = match parse_status(&status)? {
+            RunStatus::Queued => {
+                tx.execute(
+                    "UPDATE run_queue SET status = 'cancelled' WHERE run_id = $1",
+                    &[&run_id],
+                )
+                .await?;
+                // Its session's next run may be claimable now.
+                Self::notify_runs(&tx).await?;
+                CancelOutcome::Cancelled
+            }
+            RunStatus::Running => {
+                tx.execute(
+                    "UPDATE run_queue SET cancel_requested = true WHERE run_id = $1",
+                    &[&run_id],
+                )
+                .await?;
+                CancelOutcome::Requested
+            }
+            ended => return Ok(CancelOutcome::AlreadyEnded(ended)),
+        };
+        tx.commit().await?;
+        Ok(outcome)
+    }
+
+    async fn run_cancel_requested(&self, claim: &RunClaim) -> Result<bool, StoreError> {
+        let client = self.client().await?;
+        Ok(client
+            .query_opt(
+                "SELECT cancel_requested FROM run_queue WHERE run_id = $1",
+                &[&claim.run_id],
+            )
+            .await?
+            .map(|row| row.try_get::<_, bool>(0))
+            .transpose()?
+            .unwrap_or(false))
+    }
+
+    async fn runs_of_session(
+        &self,
+        session_id: &str,
+        before: Option<u64>,
+        limit: usize,
+    ) -> Result<RunPage, StoreError> {
+        let limit = limit.clamp(1, MAX_RUN_PAGE);
+        let before = before.map_or(Ok(i64::MAX), |before| to_i64(before, "cursor"))?;
+        let client = self.client().await?;
+        let rows = client
+            .query(
+                "SELECT run_id, session_id, status, attempts, revision, error, seq
+                   FROM run_queue WHERE session_id = $1 AND seq < $2
+                  ORDER BY seq DESC LIMIT $3",
+                &[&session_id, &before, &(limit as i64)],
+            )
+            .await?;
+        let next = match rows.last() {
+            Some(row) if rows.len() == limit => Some(to_u64(row.try_get(6)?, "cursor")?),
+            _ => None,
+        };
+        Ok(RunPage {
+            runs: rows.iter().map(to_record).collect::<Result<_, _>>()?,
+            next,
+        })
+    }
+
     async fn run_status(&self, run_id: &str) -> Result<Option<RunRecord>, StoreError> {
         let client = self.client().await?;
-        let Some(row) = client
+        client
             .query_opt(
                 "SELECT run_id, session_id, status, attempts, revision, error
                    FROM run_queue WHERE run_id = $1",
                 &[&run_id],
             )
             .await?
-        else {
-            return Ok(None);
-        };
-        let status: String = row.try_get(2)?;
-        Ok(Some(RunRecord {
-            run_id: row.try_get(0)?,
-            session_id: row.try_get(1)?,
-            status: RunStatus::parse(&status)
-                .ok_or_else(|| StoreError::Corrupt(format!("run status {status:?}")))?,
-            attempts: to_u64(row.try_get(3)?, "attempts")?,
-            revision: row
-                .try_get::<_, Option<i64>>(4)?
-                .map(|r| to_u64(r, "revision"))
-                .transpose()?,
-            error: row.try_get(5)?,
-        }))
+            .as_ref()
+            .map(to_record)
+            .transpose()
     }
 
     async fn append_run_event(&self, claim: &RunClaim, text: &str) -> Result<bool, StoreError> {
@@ -368,6 +443,25 @@ impl PostgresStore {
     }
 }
 
+fn parse_status(status: &str) -> Result<RunStatus, StoreError> {
+    RunStatus::parse(status).ok_or_else(|| StoreError::Corrupt(format!("run status {status:?}")))
+}
+
+/// A row of `run_id, session_id, status, attempts, revision, error` as a [`RunRecord`].
+fn to_record(row: &tokio_postgres::Row) -> Result<RunRecord, StoreError> {
+    Ok(RunRecord {
+        run_id: row.try_get(0)?,
+        session_id: row.try_get(1)?,
+        status: parse_status(row.try_get(2)?)?,
+        attempts: to_u64(row.try_get(3)?, "attempts")?,
+        revision: row
+            .try_get::<_, Option<i64>>(4)?
+            .map(|r| to_u64(r, "revision"))
+            .transpose()?,
+        error: row.try_get(5)?,
+    })
+}
+
 #[async_trait]
 impl RunQueuePort for PostgresStore {
     async fn enqueue(&self, input: EnqueueRunInput) -> Result<(), PortError> {
@@ -413,6 +507,29 @@ impl RunQueuePort for PostgresStore {
         self.run_status(run_id)
             .await
             .map_err(|error| self.port_error("run status", error))
+    }
+
+    async fn cancel(&self, run_id: &str) -> Result<CancelOutcome, PortError> {
+        self.cancel_run(run_id)
+            .await
+            .map_err(|error| self.port_error("cancel run", error))
+    }
+
+    async fn cancel_requested(&self, claim: &RunClaim) -> Result<bool, PortError> {
+        self.run_cancel_requested(claim)
+            .await
+            .map_err(|error| self.port_error("run cancel request", error))
+    }
+
+    async fn session_runs(
+        &self,
+        session_id: &str,
+        before: Option<u64>,
+        limit: usize,
+    ) -> Result<RunPage, PortError> {
+        self.runs_of_session(session_id, before, limit)
+            .await
+            .map_err(|error| self.port_error("session runs", error))
     }
 
     async fn append_event(&self, claim: &RunClaim, text: &str) -> Result<bool, PortError> {
