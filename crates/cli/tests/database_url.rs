@@ -240,7 +240,8 @@ fn omabox_run_keeps_its_fences_and_publications_in_postgres() {
 }
 
 /// `omabox run` on two hosts (two data directories) sharing the PostgreSQL store and one
-/// `--blob-dir`: what one host published, the other restores and continues.
+/// `--blob-dir`: what one host published, the other restores and continues; either host
+/// collects the shared dir; `files add` puts its file in the shared file store.
 #[test]
 fn a_session_moves_between_hosts_sharing_the_database_and_the_blob_dir() {
     let Some(server) = TestPostgres::start_or_skip() else {
@@ -358,6 +359,34 @@ fn a_session_moves_between_hosts_sharing_the_database_and_the_blob_dir() {
     assert!(fsck.status.success(), "{}", text(&fsck));
     let (fourth, _) = run("host-a", &["cat", "f"]);
     assert_eq!(fourth["restoredRevision"], 3, "{fourth}");
+
+    // `files add` on a host keeps the file next to the shared blobs, where the host that
+    // runs the session finds it; no SQLite file is made.
+    let input = dir.path().join("input.txt");
+    std::fs::write(&input, "for any host\n").unwrap();
+    let added = omabox(
+        &dir.path().join("host-a"),
+        Some(&url),
+        &[
+            "--blob-dir",
+            &blob_flag,
+            "files",
+            "add",
+            input.to_str().unwrap(),
+        ],
+        b"",
+    );
+    assert!(added.status.success(), "{}", text(&added));
+    let id = String::from_utf8_lossy(&added.stdout).trim().to_owned();
+    assert!(id.starts_with("file_"), "{id}");
+    assert!(
+        shared_blobs
+            .join("promoted")
+            .join(format!("{id}.json"))
+            .is_file(),
+        "the file is not in the shared file store"
+    );
+    assert!(!dir.path().join("host-a/omabox.db").exists());
 }
 
 /// `omabox --data-dir HOST --database-url URL --blob-dir BLOBS ARGS…` in test mode, with
