@@ -6,6 +6,9 @@
 //!    from the first post to the last run's end as `GET /v1/runs/{id}` reports it.
 //! 2. Claim latency (p50, p99) of the PostgreSQL queue with 1, 2 and 3 concurrent claimers,
 //!    each claiming and finishing runs until the queue is empty.
+//! 3. Pick-up latency (p50, p99): from one store's enqueue to an idle host's claim of the
+//!    run, the host woken by `LISTEN omabox_runs` (serve on PostgreSQL), and, for
+//!    comparison, polling every 200 ms (serve's poll without a notifying store).
 //!
 //! Needs root (linux sandboxes) and PostgreSQL binaries (`omabox_test_support::postgres`).
 //! Run: `cargo bench -p omabox --bench serve_runs`.
@@ -23,12 +26,15 @@ use std::io::{Read as _, Write as _};
 use std::net::TcpStream;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use tokio::sync::Notify;
 
 const KEY: &str = "bench-operator-key";
 /// Runs per host count.
 const RUNS: usize = 60;
 /// Runs per claim-latency measurement.
 const CLAIMS: usize = 600;
+/// Runs per pick-up measurement.
+const PICKUPS: usize = 100;
 
 fn request(addr: &str, method: &str, path: &str, body: &str) -> String {
     let mut stream = TcpStream::connect(addr).unwrap();
@@ -147,6 +153,62 @@ async fn claim_latency(server: &TestPostgres, claimers: usize) -> (Duration, Dur
     (percentile(&all, 0.5), percentile(&all, 0.99))
 }
 
+/// Enqueue on one store → claimed by an idle host on another, `PICKUPS` times, one run at a
+/// time: the host waits on `LISTEN` (`listen`) or polls every 200 ms.
+async fn pickup_latency(server: &TestPostgres, listen: bool) -> (Duration, Duration) {
+    let url = server.create_database(&format!("pickup_{listen}")).unwrap();
+    let poster = PostgresStore::connect(&url).await.unwrap();
+    let host = Arc::new(PostgresStore::connect(&url).await.unwrap());
+    let wake = Arc::new(Notify::new());
+    let _listener = if listen {
+        Some(host.listen_for_runs(Arc::clone(&wake)).await.unwrap())
+    } else {
+        None
+    };
+    let mut latencies = Vec::new();
+    for index in 0..PICKUPS {
+        let claimer = {
+            let (host, wake) = (Arc::clone(&host), Arc::clone(&wake));
+            tokio::spawn(async move {
+                loop {
+                    if let Some(run) = host.claim("idle-host", 4, 30_000).await.unwrap() {
+                        return (run, Instant::now());
+                    }
+                    tokio::select! {
+                        () = wake.notified(), if listen => {}
+                        () = tokio::time::sleep(Duration::from_millis(200)), if !listen => {}
+                    }
+                }
+            })
+        };
+        // Let the host go idle (it found nothing and waits), then post at a point spread
+        // over the poll's 200 ms (the same points for both ways of waiting).
+        let spread = 20 + (index as u64 * 37) % 200;
+        tokio::time::sleep(Duration::from_millis(spread)).await;
+        let posted = Instant::now();
+        poster
+            .enqueue(EnqueueRunInput {
+                run_id: format!("run_{index}"),
+                session_id: format!("session_{index}"),
+                spec: "{}".into(),
+            })
+            .await
+            .unwrap();
+        let (run, claimed) = claimer.await.unwrap();
+        latencies.push(claimed - posted);
+        let end = RunEnd::Completed { revision: None };
+        assert!(host.finish(&run.claim, end).await.unwrap());
+        // The finish's own notification is not a pick-up.
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        while tokio::time::timeout(Duration::ZERO, wake.notified())
+            .await
+            .is_ok()
+        {}
+    }
+    latencies.sort();
+    (percentile(&latencies, 0.5), percentile(&latencies, 0.99))
+}
+
 fn main() {
     let Some(server) = TestPostgres::start_or_skip() else {
         return;
@@ -168,6 +230,15 @@ fn main() {
         let (p50, p99) = runtime.block_on(claim_latency(&server, claimers));
         println!(
             "  {claimers} claimer(s): p50 {:.2} ms, p99 {:.2} ms",
+            p50.as_secs_f64() * 1e3,
+            p99.as_secs_f64() * 1e3
+        );
+    }
+    println!("pick-up latency ({PICKUPS} runs, enqueue on one store -> claimed by an idle host):");
+    for (listen, how) in [(true, "LISTEN/NOTIFY"), (false, "200 ms poll")] {
+        let (p50, p99) = runtime.block_on(pickup_latency(&server, listen));
+        println!(
+            "  {how}: p50 {:.2} ms, p99 {:.2} ms",
             p50.as_secs_f64() * 1e3,
             p99.as_secs_f64() * 1e3
         );

@@ -53,13 +53,13 @@ struct Cli {
 
     /// The PostgreSQL store several hosts share, postgres://USER:PASSWORD@HOST:PORT/DB [env:
     /// OMABOX_DATABASE_URL, preferred: a flag shows in `ps`]. Default: the SQLite store in
-    /// the data dir. So far `run`, `vault`, `usage`, `sessions`, `workspace` and
-    /// `outputs` use it; other store commands refuse it.
+    /// the data dir. Every command that keeps state uses it.
     #[arg(long, global = true, value_name = "URL")]
     database_url: Option<String>,
 
     /// The content-addressed blob store's directory, which several hosts may share [env:
-    /// OMABOX_BLOB_DIR]. Default: <data-dir>/blobs. `gc`, `reap` and `serve` refuse it so far.
+    /// OMABOX_BLOB_DIR], with `files add`'s file store next to it. Default: <data-dir>/blobs.
+    /// `gc` and `reap` collect it only with --database-url (the history every host shares).
     #[arg(long, global = true, value_name = "DIR")]
     blob_dir: Option<PathBuf>,
 
@@ -189,12 +189,6 @@ fn run(cli: Cli, config: &NodeConfig) -> anyhow::Result<ExitCode> {
     if cli.command.only_reports() {
         die_quietly_on_a_closed_stdout();
     }
-    if let Some(name) = cli.command.sqlite_only() {
-        omabox_node::store_choice::refuse_database_url(config, name)?;
-    }
-    if let Some(name) = cli.command.collects_blobs() {
-        omabox_node::store_choice::refuse_blob_dir(config, name)?;
-    }
     match cli.command {
         Command::Run(args) => {
             let data_dir = config.data_dir()?;
@@ -214,7 +208,7 @@ fn run(cli: Cli, config: &NodeConfig) -> anyhow::Result<ExitCode> {
         }
         Command::Files(args) => {
             let data_dir = config.data_dir()?;
-            runtime()?.block_on(commands::files::run(&data_dir, &args))
+            runtime()?.block_on(commands::files::run(config, &data_dir, &args))
         }
         Command::Vault(args) => {
             let data_dir = config.data_dir()?;
@@ -250,39 +244,6 @@ fn run(cli: Cli, config: &NodeConfig) -> anyhow::Result<ExitCode> {
 }
 
 impl Command {
-    /// The command's name when it collects or serves the blob store of its data dir only (not
-    /// yet a `--blob-dir` other hosts may share: `store_choice`).
-    fn collects_blobs(&self) -> Option<&'static str> {
-        match self {
-            Command::Gc(_) => Some("gc"),
-            Command::Reap(_) => Some("reap"),
-            _ => None,
-        }
-    }
-
-    /// The command's name when it keeps state in the SQLite store only (not yet in the
-    /// PostgreSQL one `--database-url` names: `store_choice`).
-    fn sqlite_only(&self) -> Option<&'static str> {
-        Some(match self {
-            Command::Files(_) => "files",
-            Command::Gc(_) => "gc",
-            Command::Run(_)
-            | Command::Serve(_)
-            | Command::Fsck(_)
-            | Command::Reap(_)
-            | Command::Vault(_)
-            | Command::Sessions(_)
-            | Command::Workspace(_)
-            | Command::Outputs(_)
-            | Command::Usage(_)
-            | Command::Bench(_)
-            | Command::Catalog(_)
-            | Command::Sandbox(_)
-            | Command::Image(_)
-            | Command::Config(_) => return None,
-        })
-    }
-
     /// Whether the command's writes are done (or it writes nothing) by the time it prints:
     /// it may end the moment its stdout's reader leaves (`omabox sessions | head -1`).
     fn only_reports(&self) -> bool {

@@ -1,9 +1,9 @@
 //! `--database-url` / `OMABOX_DATABASE_URL` through the `omabox` binary, against a real
 //! PostgreSQL server (`omabox_test_support::postgres`; the capability gate skips with a
 //! reason locally and fails under `CI=true`): two "hosts" (two data directories) share one
-//! vault, the usage ledger and the session list in PostgreSQL, no SQLite file is made, the
-//! commands not yet on PostgreSQL refuse the setting, and the URL's password shows in no
-//! output.
+//! vault, the usage ledger and the session list in PostgreSQL, no SQLite file is made, a
+//! collection on one host keeps what a run on another has stored and not yet published, and
+//! the URL's password shows in no output.
 
 use omabox_contract::{
     AcquireRuntimeFenceInput, AcquireRuntimeFenceResult, Nullable, PublishRuntimeResourcesInput,
@@ -100,11 +100,12 @@ fn two_hosts_share_vault_usage_and_sessions_in_postgres_and_the_password_shows_n
     assert_eq!(records[0]["runtimeId"], "rt-1", "{records}");
     assert_eq!(records[0]["seconds"], 42, "{records}");
 
-    // A command whose state is not on PostgreSQL yet refuses, instead of using a local file.
+    // `gc` on the shared history without the shared blob dir would find other hosts'
+    // manifests nowhere: it refuses, and makes no local SQLite file either.
     let gc = omabox(&host_a, Some(&url), &["gc"], b"");
-    assert!(!gc.status.success());
+    assert!(!gc.status.success(), "{}", text(&gc));
     assert!(
-        text(&gc).contains("does not use the PostgreSQL store yet"),
+        text(&gc).contains("--database-url without --blob-dir"),
         "{}",
         text(&gc)
     );
@@ -239,7 +240,8 @@ fn omabox_run_keeps_its_fences_and_publications_in_postgres() {
 }
 
 /// `omabox run` on two hosts (two data directories) sharing the PostgreSQL store and one
-/// `--blob-dir`: what one host published, the other restores and continues.
+/// `--blob-dir`: what one host published, the other restores and continues; either host
+/// collects the shared dir; `files add` puts its file in the shared file store.
 #[test]
 fn a_session_moves_between_hosts_sharing_the_database_and_the_blob_dir() {
     let Some(server) = TestPostgres::start_or_skip() else {
@@ -328,17 +330,264 @@ fn a_session_moves_between_hosts_sharing_the_database_and_the_blob_dir() {
         assert!(!data.join("omabox.db").exists(), "{host} used SQLite");
     }
 
-    // A collection of the shared directory would remove what other hosts' publications name.
+    // Host B collects the shared directory against the shared history, keeping one revision
+    // per session: host A's last revision still verifies and exports on host A.
     let gc = omabox(
-        &dir.path().join("host-a"),
-        None,
-        &["--blob-dir", &blob_flag, "gc"],
+        &dir.path().join("host-b"),
+        Some(&url),
+        &[
+            "--blob-dir",
+            &blob_flag,
+            "gc",
+            "--keep",
+            "1",
+            "--grace",
+            "0",
+            "--json",
+        ],
         b"",
     );
-    assert!(!gc.status.success());
+    assert!(gc.status.success(), "{}", text(&gc));
+    let summary: serde_json::Value = serde_json::from_slice(&gc.stdout).unwrap();
+    assert_eq!(summary["revisionsForgotten"], 2, "{summary}");
+    let fsck = omabox(
+        &dir.path().join("host-a"),
+        Some(&url),
+        &["--blob-dir", &blob_flag, "fsck", "--json"],
+        b"",
+    );
+    assert!(fsck.status.success(), "{}", text(&fsck));
+    let (fourth, _) = run("host-a", &["cat", "f"]);
+    assert_eq!(fourth["restoredRevision"], 3, "{fourth}");
+
+    // `files add` on a host keeps the file next to the shared blobs, where the host that
+    // runs the session finds it; no SQLite file is made.
+    let input = dir.path().join("input.txt");
+    std::fs::write(&input, "for any host\n").unwrap();
+    let added = omabox(
+        &dir.path().join("host-a"),
+        Some(&url),
+        &[
+            "--blob-dir",
+            &blob_flag,
+            "files",
+            "add",
+            input.to_str().unwrap(),
+        ],
+        b"",
+    );
+    assert!(added.status.success(), "{}", text(&added));
+    let id = String::from_utf8_lossy(&added.stdout).trim().to_owned();
+    assert!(id.starts_with("file_"), "{id}");
     assert!(
-        text(&gc).contains("does not support a shared blob directory yet"),
+        shared_blobs
+            .join("promoted")
+            .join(format!("{id}.json"))
+            .is_file(),
+        "the file is not in the shared file store"
+    );
+    assert!(!dir.path().join("host-a/omabox.db").exists());
+}
+
+/// `omabox --data-dir HOST --database-url URL --blob-dir BLOBS ARGS…` in test mode, with
+/// `extra` environment variables, not yet waited for.
+fn host_command(host: &Path, url: &str, blobs: &Path, args: &[&str]) -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_omabox"));
+    command
+        .arg("--data-dir")
+        .arg(host)
+        .arg("--database-url")
+        .arg(url)
+        .arg("--blob-dir")
+        .arg(blobs)
+        .args(args)
+        .env("OMABOX_TEST_MODE", "1")
+        .env_remove("OMABOX_DATA_DIR")
+        .env_remove("OMABOX_DATABASE_URL")
+        .env_remove("OMABOX_BLOB_DIR")
+        .env_remove("OMABOX_GC_KEEP")
+        .env_remove("OMABOX_PAUSE_POINT")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    command
+}
+
+fn json_of(output: &Output) -> serde_json::Value {
+    serde_json::from_slice(&output.stdout)
+        .unwrap_or_else(|error| panic!("{error}: {}", text(output)))
+}
+
+/// The blobs in a blob dir (`sha256/<2 hex>/<hex>`).
+fn blob_count(blobs: &Path) -> usize {
+    std::fs::read_dir(blobs.join("sha256"))
+        .map(|shards| {
+            shards
+                .flatten()
+                .map(|shard| std::fs::read_dir(shard.path()).map_or(0, Iterator::count))
+                .sum()
+        })
+        .unwrap_or(0)
+}
+
+/// Two hosts share the PostgreSQL store and one `--blob-dir`. Host A's run has stored its
+/// checkpoint's blobs in the shared directory and is paused right before its publish when
+/// host B collects: with `--grace 0` B refuses (a run is in progress on some host), with
+/// the default grace and through `omabox reap` it keeps the young blobs. A then publishes;
+/// B collects with `--grace 0`, every published revision verifies, and B continues the
+/// session from what A stored.
+#[test]
+fn a_collection_on_one_host_keeps_what_another_host_stored_and_has_not_published() {
+    let Some(server) = TestPostgres::start_or_skip() else {
+        return;
+    };
+    let url = server.create_database("collect").unwrap();
+    let password = server.password().to_owned();
+    let dir = tempfile::tempdir().unwrap();
+    let (host_a, host_b, blobs) = (
+        dir.path().join("a"),
+        dir.path().join("b"),
+        dir.path().join("blobs"),
+    );
+    let run = |host: &Path, script: &str| {
+        let mut command = host_command(
+            host,
+            &url,
+            &blobs,
+            &[
+                "run",
+                "--json",
+                "--backend",
+                "local",
+                "--session",
+                "moving",
+                "--",
+                "sh",
+                "-c",
+            ],
+        );
+        command.arg(script);
+        command
+    };
+    let first = run(&host_a, "echo old > old").output().unwrap();
+    assert!(first.status.success(), "{}", text(&first));
+
+    let go = dir.path().join("go");
+    let mut paused = run(
+        &host_a,
+        "head -c 300000 /dev/urandom > data; echo new > small",
+    )
+    .env("OMABOX_PAUSE_POINT", "run-publishing")
+    .env("OMABOX_PAUSE_FILE", &go)
+    .spawn()
+    .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    while !dir.path().join("go.paused").exists() {
+        assert!(
+            paused.try_wait().unwrap().is_none(),
+            "host A's run ended before its publish"
+        );
+        assert!(std::time::Instant::now() < deadline, "host A never paused");
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    let stored = blob_count(&blobs);
+
+    let short = host_command(&host_b, &url, &blobs, &["gc", "--grace", "0", "--json"])
+        .output()
+        .unwrap();
+    assert!(!short.status.success(), "{}", text(&short));
+    assert!(text(&short).contains("in progress"), "{}", text(&short));
+    let default = host_command(&host_b, &url, &blobs, &["gc", "--keep", "1", "--json"])
+        .output()
+        .unwrap();
+    assert!(default.status.success(), "{}", text(&default));
+    assert_eq!(json_of(&default)["blobsRemoved"], 0, "{}", text(&default));
+    let reap = host_command(&host_b, &url, &blobs, &["reap", "--json"])
+        .output()
+        .unwrap();
+    assert!(reap.status.success(), "{}", text(&reap));
+    assert_eq!(json_of(&reap)["gc"]["blobsRemoved"], 0, "{}", text(&reap));
+    assert_eq!(
+        blob_count(&blobs),
+        stored,
+        "a collection removed host A's blobs"
+    );
+    for output in [&short, &default, &reap] {
+        assert!(!text(output).contains(&password), "{}", text(output));
+    }
+
+    std::fs::write(&go, b"").unwrap();
+    let published = paused.wait_with_output().unwrap();
+    assert!(published.status.success(), "{}", text(&published));
+    assert_eq!(
+        json_of(&published)["result"]["revision"],
+        2,
+        "{}",
+        text(&published)
+    );
+
+    let collected = host_command(
+        &host_b,
+        &url,
+        &blobs,
+        &["gc", "--keep", "1", "--grace", "0", "--json"],
+    )
+    .output()
+    .unwrap();
+    assert!(collected.status.success(), "{}", text(&collected));
+    assert_eq!(
+        json_of(&collected)["revisionsForgotten"],
+        1,
+        "{}",
+        text(&collected)
+    );
+    let fsck = host_command(&host_b, &url, &blobs, &["fsck", "--json"])
+        .output()
+        .unwrap();
+    assert_eq!(json_of(&fsck)["damagedRevisions"], 0, "{}", text(&fsck));
+    assert!(fsck.status.success(), "{}", text(&fsck));
+    let next = run(&host_b, "cat small").output().unwrap();
+    assert!(next.status.success(), "{}", text(&next));
+    assert!(
+        String::from_utf8_lossy(&next.stderr).contains("new"),
+        "{}",
+        text(&next)
+    );
+}
+
+/// A shared blob dir without the shared store: `gc` refuses (this host's SQLite history
+/// knows only its own publications) and `reap` skips the collection and says so.
+#[test]
+fn a_shared_blob_dir_is_never_collected_from_one_hosts_sqlite_history() {
+    let dir = tempfile::tempdir().unwrap();
+    let (host, blobs) = (dir.path().join("host"), dir.path().join("blobs"));
+    let command = |args: &[&str]| {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_omabox"));
+        command
+            .arg("--data-dir")
+            .arg(&host)
+            .arg("--blob-dir")
+            .arg(&blobs)
+            .args(args)
+            .env("OMABOX_TEST_MODE", "1")
+            .env_remove("OMABOX_DATABASE_URL")
+            .stdin(Stdio::null());
+        command.output().unwrap()
+    };
+    let run = command(&["run", "--backend", "local", "--", "true"]);
+    assert!(run.status.success(), "{}", text(&run));
+    let gc = command(&["gc", "--grace", "0"]);
+    assert!(!gc.status.success(), "{}", text(&gc));
+    assert!(
+        text(&gc).contains("without --database-url"),
         "{}",
         text(&gc)
+    );
+    let reap = command(&["reap"]);
+    assert!(reap.status.success(), "{}", text(&reap));
+    assert!(
+        text(&reap).contains("blobs: not collected"),
+        "{}",
+        text(&reap)
     );
 }

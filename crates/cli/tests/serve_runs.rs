@@ -3,7 +3,8 @@
 //! server's worker, run like `omabox run`, polled with `GET /v1/runs/{id}` until it ends,
 //! its revision published and its timeline streamed (`GET /v1/runs/{id}/events`); bad input
 //! is refused with the proxy's errors, and a run's credential shows in no answer, event or
-//! log line.
+//! log line; runs are cancelled (`POST /v1/runs/{id}/cancel`) and a session's runs listed
+//! (`GET /v1/sessions/{id}/runs`).
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -52,7 +53,10 @@ fn wait_ended(addr: &str, run_id: &str, limit: Duration) -> serde_json::Value {
         let (status, body) = request(addr, Some(KEY), "GET", &format!("/v1/runs/{run_id}"), "");
         assert_eq!(status, 200, "{body}");
         let run = json(&body);
-        if matches!(run["status"].as_str(), Some("completed" | "failed")) {
+        if matches!(
+            run["status"].as_str(),
+            Some("completed" | "failed" | "cancelled")
+        ) {
             return run;
         }
         assert!(start.elapsed() < limit, "run {run_id} did not end: {run}");
@@ -262,4 +266,109 @@ fn a_run_cancelled_by_a_serve_shutdown_is_run_again_by_the_next_server() {
         std::thread::sleep(Duration::from_millis(50));
     }
     second.stop();
+}
+
+/// Polls the run until its status is `wanted` (bounded: a run that never gets there fails
+/// the test, not a timing).
+fn wait_status(addr: &str, run_id: &str, wanted: &str) {
+    let start = Instant::now();
+    loop {
+        let (_, body) = request(addr, Some(KEY), "GET", &format!("/v1/runs/{run_id}"), "");
+        if json(&body)["status"] == wanted {
+            return;
+        }
+        assert!(start.elapsed() < Duration::from_secs(300), "{body}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// A queued run cancelled ends `cancelled` at once and never runs; a running one is aborted
+/// by its host after its next claim renewal (it would sleep a minute) and ends `cancelled`;
+/// an ended one is a 409. The session goes on, and `GET /v1/sessions/{id}/runs` lists its
+/// runs newest first in pages, without their specs. Local backend (test mode): no sandbox
+/// is needed to show the queue's behaviour.
+#[test]
+fn runs_are_cancelled_and_a_sessions_runs_listed_over_http() {
+    let dirs = common::TestDirs::new("serve-runs-cancel");
+    let mut command = dirs.command(&["serve", "--listen", "127.0.0.1:0"]);
+    command
+        .env("OMABOX_API_KEY", KEY)
+        .env("OMABOX_TEST_MODE", "1")
+        .env("OMABOX_LEASE_TTL_MS", "1500")
+        .env_remove("OMABOX_LOG");
+    let serve = Serve::start(command);
+    let addr = serve.addr.clone();
+    let local = |script: &str| {
+        serde_json::json!({"backend": "local", "command": ["sh", "-c", script]}).to_string()
+    };
+
+    let sleeper = submit(&addr, "cancels", &local("echo sleeping; sleep 60"));
+    let queued = submit(&addr, "cancels", &local("echo never > f"));
+    wait_status(&addr, &sleeper, "running");
+
+    let cancel = |run_id: &str, key: Option<&str>| {
+        request(&addr, key, "POST", &format!("/v1/runs/{run_id}/cancel"), "")
+    };
+    let (status, body) = cancel(&queued, Some(KEY));
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(json(&body)["status"], "cancelled", "{body}");
+    let (status, body) = cancel(&sleeper, Some(KEY));
+    assert_eq!(status, 202, "{body}");
+    assert_eq!(json(&body)["status"], "cancelling", "{body}");
+    let run = wait_ended(&addr, &sleeper, Duration::from_secs(300));
+    assert_eq!(run["status"], "cancelled", "{run}");
+    assert_eq!(run["revision"], serde_json::Value::Null, "{run}");
+    let (status, body) = cancel(&sleeper, Some(KEY));
+    assert_eq!(status, 409, "{body}");
+    assert!(body.contains("cancelled"), "{body}");
+    assert_eq!(cancel("run_nonexistent", Some(KEY)).0, 404);
+    assert_eq!(cancel(&queued, None).0, 401);
+
+    // The session goes on from where it was: the cancelled runs published nothing.
+    let next = submit(&addr, "cancels", &local("test ! -e f && echo fresh > g"));
+    let run = wait_ended(&addr, &next, Duration::from_secs(300));
+    assert_eq!(run["status"], "completed", "{run}");
+    assert_eq!(run["revision"], 1, "{run}");
+
+    let list = |query: &str| {
+        let (status, body) = request(
+            &addr,
+            Some(KEY),
+            "GET",
+            &format!("/v1/sessions/cancels/runs{query}"),
+            "",
+        );
+        assert_eq!(status, 200, "{body}");
+        assert!(
+            !body.contains("sleep 60"),
+            "a run's spec in the list: {body}"
+        );
+        json(&body)
+    };
+    let first = list("?limit=2");
+    let ids: Vec<&str> = first["runs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|run| run["run_id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids, [next.as_str(), queued.as_str()], "{first}");
+    assert_eq!(first["runs"][1]["status"], "cancelled", "{first}");
+    let cursor = first["next_cursor"]
+        .as_str()
+        .expect("a next page")
+        .to_owned();
+    let second = list(&format!("?limit=2&cursor={cursor}"));
+    assert_eq!(second["runs"][0]["run_id"], sleeper.as_str(), "{second}");
+    assert_eq!(second["runs"].as_array().unwrap().len(), 1, "{second}");
+    assert_eq!(second["next_cursor"], serde_json::Value::Null, "{second}");
+    let (status, body) = request(
+        &addr,
+        Some(KEY),
+        "GET",
+        "/v1/sessions/cancels/runs?limit=0",
+        "",
+    );
+    assert_eq!(status, 400, "{body}");
+    serve.stop();
 }

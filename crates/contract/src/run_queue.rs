@@ -6,9 +6,10 @@
 //! store ports so that one behavioural suite runs it on every store.
 //!
 //! ```text
-//!   enqueue ──► queued ──claim──► running ──finish──► completed | failed
-//!                 ▲                  │
-//!                 └── claim expired ─┘  (another host claims it again: attempt + 1)
+//!   enqueue ──► queued ──claim──► running ──finish──► completed | failed | cancelled
+//!               │  ▲                  │ cancel: requested; its host sees it after a
+//!               │  └── claim expired ─┘ renewal, aborts the run and finishes it cancelled
+//!               └──cancel──► cancelled    (another host claims it again: attempt + 1)
 //! ```
 //!
 //! Rules every implementation keeps, each decided in one transaction with one clock read:
@@ -18,6 +19,10 @@
 //! - **Runs of one session never overlap, and start in order.** Only a session's oldest
 //!   unended run may be claimed, and only while no live claim holds it.
 //! - **A host holds at most `capacity` live claims.**
+//! - **A cancelled run never starts again.** A queued run ends `cancelled` at once; a
+//!   running one is marked, its host learns it from [`RunQueuePort::cancel_requested`] after
+//!   each renewal and finishes it `cancelled` (keeping a revision it published meanwhile); a
+//!   marked run whose host died is ended `cancelled` by the next claim that finds it.
 //! - **Each run publishes at most once.** [`RunQueuePort::publish_for_run`] publishes through
 //!   the fence *and* records the revision on the run (and the run id on the publication
 //!   history row) in the same transaction, only while the claim is live. A claim that finds
@@ -48,6 +53,8 @@ pub enum RunStatus {
     Completed,
     /// Ended without a result; `error` says why.
     Failed,
+    /// Ended by an operator's cancel (`revision`: what it published before it noticed).
+    Cancelled,
 }
 
 impl RunStatus {
@@ -58,6 +65,7 @@ impl RunStatus {
             RunStatus::Running => "running",
             RunStatus::Completed => "completed",
             RunStatus::Failed => "failed",
+            RunStatus::Cancelled => "cancelled",
         }
     }
 
@@ -68,13 +76,17 @@ impl RunStatus {
             "running" => Some(RunStatus::Running),
             "completed" => Some(RunStatus::Completed),
             "failed" => Some(RunStatus::Failed),
+            "cancelled" => Some(RunStatus::Cancelled),
             _ => None,
         }
     }
 
-    /// True for `completed` and `failed`.
+    /// True for `completed`, `failed` and `cancelled`.
     pub fn is_ended(self) -> bool {
-        matches!(self, RunStatus::Completed | RunStatus::Failed)
+        matches!(
+            self,
+            RunStatus::Completed | RunStatus::Failed | RunStatus::Cancelled
+        )
     }
 }
 
@@ -124,6 +136,34 @@ pub enum RunEnd {
         /// Why.
         error: String,
     },
+    /// Its host aborted it on a cancel request (a revision a publish recorded is kept).
+    Cancelled,
+}
+
+/// What [`RunQueuePort::cancel`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CancelOutcome {
+    /// The run was queued: it ended `cancelled` now.
+    Cancelled,
+    /// The run is running: its host aborts it after its next renewal and ends it `cancelled`
+    /// (unless it ends first).
+    Requested,
+    /// The run had ended already with this status; nothing changed.
+    AlreadyEnded(RunStatus),
+    /// No such run.
+    NotFound,
+}
+
+/// Most runs one [`RunQueuePort::session_runs`] page holds.
+pub const MAX_RUN_PAGE: usize = 100;
+
+/// One page of a session's runs, newest first.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct RunPage {
+    /// The runs.
+    pub runs: Vec<RunRecord>,
+    /// Where the next (older) page starts, when there may be one: pass it as `before`.
+    pub next: Option<u64>,
 }
 
 /// A run as the queue knows it.
@@ -189,6 +229,22 @@ pub trait RunQueuePort: Send + Sync {
 
     /// The run, if queued ever.
     async fn status(&self, run_id: &str) -> Result<Option<RunRecord>, PortError>;
+
+    /// Cancels a run: a queued one ends `cancelled` now, a running one is marked for its host
+    /// (see [`CancelOutcome`]). Idempotent while it runs.
+    async fn cancel(&self, run_id: &str) -> Result<CancelOutcome, PortError>;
+
+    /// Whether the run of `claim` was asked to cancel (its host asks after each renewal).
+    async fn cancel_requested(&self, claim: &RunClaim) -> Result<bool, PortError>;
+
+    /// `session_id`'s runs newest first: at most `limit` (capped to [`MAX_RUN_PAGE`]) of
+    /// those enqueued before the cursor `before` (a [`RunPage::next`]; `None`: the newest).
+    async fn session_runs(
+        &self,
+        session_id: &str,
+        before: Option<u64>,
+        limit: usize,
+    ) -> Result<RunPage, PortError>;
 
     /// Appends an event to the run of a live claim (cut to [`MAX_RUN_EVENT_BYTES`]);
     /// beyond [`MAX_RUN_EVENTS`] events it is dropped. `false` when the claim is not live.

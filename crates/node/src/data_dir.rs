@@ -140,9 +140,17 @@ impl DataDir {
         self.memory().join(MEMORY_STAGES)
     }
 
+    /// The directory whose `promoted/` is the file store (what `PromotedStore::open` takes):
+    /// the blob dir when `--blob-dir` is set, so the files one host adds or promotes are
+    /// found by the host that runs the session (a run may be claimed by any), else the data
+    /// dir. The blob store's collection never looks there (it walks `sha256/` and `tmp/`).
+    pub fn files_home(&self) -> PathBuf {
+        self.blobs.clone().unwrap_or_else(|| self.root.clone())
+    }
+
     /// The file store.
     pub fn promoted(&self) -> PathBuf {
-        self.root.join(PROMOTED)
+        self.files_home().join(PROMOTED)
     }
 
     /// The operator key `omabox serve` generates when none is configured.

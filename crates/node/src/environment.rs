@@ -76,7 +76,7 @@ impl EnvironmentConfig {
         };
         let mut files = BTreeMap::new();
         if !copied.is_empty() {
-            let store = omabox_proxy::promoted::PromotedStore::open(data_dir.root())
+            let store = omabox_proxy::promoted::PromotedStore::open(&data_dir.files_home())
                 .context("cannot open the file store")?;
             for id in copied {
                 let path = store

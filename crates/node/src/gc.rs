@@ -14,12 +14,23 @@
 //!
 //! A retained revision whose manifest cannot be read stops the collection (nothing removed):
 //! its content is unknown. `dry_run` computes the same figures (count, bytes, per session) and changes nothing.
+//!
+//! Many hosts (issue 30): with `--database-url` the history read is PostgreSQL's, which every
+//! host publishes into, and the blob store is the one `--blob-dir` names, which they share;
+//! so a collection on any host keeps what any host's publications name. A blob a host
+//! stored but has not published yet is kept by the same two guards as on one machine: by
+//! age (the default grace: every put refreshes a reused blob's mtime), or, for a shorter
+//! grace, by the run's shared hold of `collect.lock` in the shared directory (flock: the
+//! filesystem must honour it across hosts, as NFSv4 on Linux does) and by the store's count
+//! of live fences, which counts every host's runs in progress. A history and a blob store
+//! that are not shared alike are refused ([`UnsharedCollection`]): a shared blob dir with a
+//! host's own SQLite history, or the shared PostgreSQL history with a data dir's own blobs.
 
 use crate::DataDir;
+use crate::store_choice::ChosenStore;
 use anyhow::Context;
 use omabox_contract::RuntimeResourceScope;
 use omabox_persistence::{BlobHash, BlobStore, BlobStoreOptions, referenced_blobs};
-use omabox_store::SqliteStore;
 use serde::Serialize;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::time::{Duration, SystemTime};
@@ -86,27 +97,60 @@ pub struct BlobFigures {
     pub bytes: u64,
 }
 
-/// Collects the blob store of `data_dir` (see the module doc). Blocks: call it from
-/// `spawn_blocking`.
+/// The refusal to collect a blob store whose history is not the one its writers publish
+/// into: a shared `--blob-dir` against one host's SQLite store (other hosts' publications
+/// would lose their blobs), or the data dir's own blobs against the shared PostgreSQL
+/// history (whose manifests other hosts stored elsewhere: nothing could be marked).
+#[derive(Debug, thiserror::Error)]
+pub enum UnsharedCollection {
+    /// `--blob-dir` without `--database-url`.
+    #[error(
+        "cannot collect the blob directory {0}: --blob-dir without --database-url, so this \
+         host's SQLite store knows only its own publications, and other hosts sharing the \
+         directory would lose blobs theirs name (set --database-url / OMABOX_DATABASE_URL to \
+         the database the hosts share)"
+    )]
+    SharedBlobsOwnHistory(String),
+    /// `--database-url` without `--blob-dir`.
+    #[error(
+        "cannot collect {0} against the shared PostgreSQL history: --database-url without \
+         --blob-dir, so the hosts' publications name blobs stored in their own data dirs (set \
+         --blob-dir / OMABOX_BLOB_DIR to the directory the hosts share)"
+    )]
+    SharedHistoryOwnBlobs(String),
+}
+
+/// Collects the blob store of `data_dir` (`--blob-dir` or `<data-dir>/blobs`) against the
+/// history of `store` (see the module doc). Blocks: call it from `spawn_blocking` (on
+/// PostgreSQL, of a tokio runtime).
 pub fn collect_garbage(
     data_dir: &DataDir,
-    store: &SqliteStore,
+    store: &ChosenStore,
     options: GcOptions,
 ) -> anyhow::Result<GcSummary> {
     let keep = options.keep.max(1);
-    let blobs = BlobStore::with_options(
-        data_dir.root(),
+    let root = data_dir.blobs();
+    match (store, data_dir.has_own_blob_dir()) {
+        (ChosenStore::Sqlite(_), true) => {
+            return Err(
+                UnsharedCollection::SharedBlobsOwnHistory(root.display().to_string()).into(),
+            );
+        }
+        (ChosenStore::Postgres(_), false) => {
+            return Err(
+                UnsharedCollection::SharedHistoryOwnBlobs(root.display().to_string()).into(),
+            );
+        }
+        _ => {}
+    }
+    let blobs = BlobStore::at_with_options(
+        &root,
         BlobStoreOptions {
             gc_grace: options.grace,
             fsync: true,
         },
     )
-    .with_context(|| {
-        format!(
-            "cannot open the blob store in {}",
-            data_dir.root().display()
-        )
-    })?;
+    .with_context(|| format!("cannot open the blob store in {}", root.display()))?;
     // A short grace could remove the blobs a run in progress checkpointed and is about to
     // publish: such a collection holds the collection lock exclusively from before it reads
     // the history until its sweep ended, and every run holds it shared from before its first
@@ -119,7 +163,7 @@ pub fn collect_garbage(
             .try_hold_for_collection()
             .context("cannot lock the blob store for a collection")?;
         let active = store
-            .active_fence_count()
+            .active_fence_count_blocking()
             .context("cannot read the fences")?;
         if hold.is_none() || active > 0 {
             let what = match active {
@@ -139,7 +183,7 @@ pub fn collect_garbage(
         None
     };
     let history = store
-        .publication_history()
+        .publication_history_blocking()
         .context("cannot read the publication history")?;
 
     // Newest first per work item: the first `keep` rows of each scope are retained.
@@ -242,7 +286,7 @@ pub fn collect_garbage(
         .map(|(scope, publication)| (scope.clone(), publication.revision))
         .collect();
     store
-        .forget_revisions(&rows)
+        .forget_revisions_blocking(&rows)
         .context("cannot forget the revisions beyond the retention")?;
     omabox_sandbox::fault::point("gc-forgotten");
     let report = blobs

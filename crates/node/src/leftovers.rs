@@ -198,7 +198,8 @@ fn sweep_blocking(config: &NodeConfig, data_dir: &DataDir, store: &ChosenStore) 
     report.memory_stages = crate::session_inputs::recover_memory_stages(data_dir, &|claim| {
         crate::session_inputs::generation_published(store, claim)
     });
-    if let Some(promoted) = omabox_proxy::promoted::PromotedStore::existing(data_dir.root()) {
+    if let Some(promoted) = omabox_proxy::promoted::PromotedStore::existing(&data_dir.files_home())
+    {
         match promoted.remove_abandoned() {
             Ok(removed) => report.promoted_removed = removed,
             Err(error) => report.errors.push(format!("file store: {error}")),

@@ -34,3 +34,12 @@ pub fn pause(name: &str) {
         std::thread::sleep(Duration::from_millis(5));
     }
 }
+
+/// [`pause`] from async code: the wait runs on the blocking pool; without the variable it is
+/// one environment lookup and no task.
+pub async fn pause_async(name: &'static str) {
+    if std::env::var_os(PAUSE_POINT_ENV).is_none() {
+        return;
+    }
+    let _ = tokio::task::spawn_blocking(move || pause(name)).await;
+}

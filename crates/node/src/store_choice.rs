@@ -2,12 +2,14 @@
 //! or the PostgreSQL database the `database_url` setting names (`--database-url`,
 //! `OMABOX_DATABASE_URL`; issue 30).
 //!
-//! So far `omabox run`, `serve`, `fsck`, `reap` (without its blob collection), `vault`, `usage`, `sessions`, `workspace` and `outputs` open it; every other command that
-//! keeps state refuses to run while `database_url` is set ([`refuse_database_url`]) rather
-//! than quietly using the local SQLite file, which other hosts would not see.
+//! Every command that keeps state opens it through here (`run`, `serve`, `fsck`, `reap`,
+//! `gc`, `vault`, `usage`, `sessions`, `workspace`, `outputs`); `files` keeps its files in
+//! the file store next to the blobs (`DataDir::files_home`), which hosts share with
+//! `--blob-dir`.
 //!
-//! The `*_blocking` queries are for code on tokio's blocking pool (the leftovers sweep):
-//! SQLite's run there as they are, PostgreSQL's are driven by the runtime's handle.
+//! The `*_blocking` queries are for code on tokio's blocking pool (the leftovers sweep, the
+//! blob collection): SQLite's run there as they are, PostgreSQL's are driven by the
+//! runtime's handle.
 //!
 //! What this must never do: put the URL (it carries a password) in an error or a log line;
 //! the store's errors name `user@host:port/database` only.
@@ -20,7 +22,7 @@ use omabox_contract::{
     RuntimeResourcePublication, RuntimeResourceScope, SessionTokenPort, UsageLedgerPort,
     VaultSecretPort,
 };
-use omabox_store::{PostgresStore, SqliteStore, StoreError, WorkItemClaim};
+use omabox_store::{PostgresStore, RunListener, SqliteStore, StoreError, WorkItemClaim};
 use std::collections::HashSet;
 use std::sync::Arc;
 
@@ -106,6 +108,19 @@ impl ChosenStore {
         port!(self, RunQueuePort)
     }
 
+    /// On PostgreSQL, wakes `wake` whenever any host queues or ends a run (`LISTEN`; the
+    /// listener stops when dropped); `None` on SQLite, whose runs are queued by this process
+    /// only, which wakes its worker itself.
+    pub async fn listen_for_runs(
+        &self,
+        wake: Arc<tokio::sync::Notify>,
+    ) -> anyhow::Result<Option<RunListener>> {
+        match self {
+            Self::Sqlite(_) => Ok(None),
+            Self::Postgres(store) => Ok(Some(store.listen_for_runs(wake).await?)),
+        }
+    }
+
     /// The usage ledger port.
     pub fn usage(&self) -> Arc<dyn UsageLedgerPort> {
         port!(self, UsageLedgerPort)
@@ -178,6 +193,37 @@ impl ChosenStore {
         }
     }
 
+    /// How many work items hold an unexpired fence, on every host of the store, from a
+    /// blocking thread.
+    pub fn active_fence_count_blocking(&self) -> Result<u64, StoreError> {
+        match self {
+            Self::Sqlite(store) => store.active_fence_count(),
+            Self::Postgres(store) => block_on(store.active_fence_count()),
+        }
+    }
+
+    /// [`Self::publication_history`] from a blocking thread.
+    pub fn publication_history_blocking(
+        &self,
+    ) -> Result<Vec<(RuntimeResourceScope, RuntimeResourcePublication)>, StoreError> {
+        match self {
+            Self::Sqlite(store) => store.publication_history(),
+            Self::Postgres(store) => block_on(store.publication_history()),
+        }
+    }
+
+    /// Removes `(scope, revision)` rows from the publication history (never a work item's
+    /// newest), from a blocking thread; how many went.
+    pub fn forget_revisions_blocking(
+        &self,
+        revisions: &[(RuntimeResourceScope, u64)],
+    ) -> Result<u64, StoreError> {
+        match self {
+            Self::Sqlite(store) => store.forget_revisions(revisions),
+            Self::Postgres(store) => block_on(store.forget_revisions(revisions)),
+        }
+    }
+
     /// Every publication of every work item, newest first per work item.
     pub async fn publication_history(
         &self,
@@ -224,31 +270,4 @@ fn block_on<T>(
             "a PostgreSQL query outside the tokio runtime".to_owned(),
         )),
     }
-}
-
-/// An error when `blob_dir` is set: `command` collects (or serves) the data directory's own
-/// blob store, and a collection of a directory other hosts share would remove blobs their
-/// publications name.
-pub fn refuse_blob_dir(config: &NodeConfig, command: &str) -> anyhow::Result<()> {
-    if config.is_set(Key::BlobDir) {
-        anyhow::bail!(
-            "`omabox {command}` does not support a shared blob directory yet: unset --blob-dir / \
-             OMABOX_BLOB_DIR to use the data directory's own blob store (a collection there \
-             would remove blobs other hosts' publications name)"
-        );
-    }
-    Ok(())
-}
-
-/// An error when `database_url` is set: `command` keeps its state in the SQLite store only.
-pub fn refuse_database_url(config: &NodeConfig, command: &str) -> anyhow::Result<()> {
-    if config.is_set(Key::DatabaseUrl) {
-        anyhow::bail!(
-            "`omabox {command}` does not use the PostgreSQL store yet: unset --database-url / \
-             OMABOX_DATABASE_URL to use the data directory's SQLite store (so far only \
-             `omabox run`, `serve`, `fsck`, `reap`, `vault`, `usage`, `sessions`, `workspace` \
-             and `outputs` use PostgreSQL)"
-        );
-    }
-    Ok(())
 }

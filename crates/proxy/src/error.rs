@@ -31,6 +31,10 @@ pub enum ProxyError {
     /// No such resource.
     #[error("not_found")]
     NotFound,
+    /// The resource is not in a state the request applies to (a finished run's cancel; the
+    /// text says which state).
+    #[error("{0}")]
+    Conflict(String),
     /// The `Host` (or `Origin`) is neither the public origin nor a loopback name.
     #[error("host_not_allowed")]
     HostNotAllowed,
@@ -61,6 +65,7 @@ pub fn status_of(error: &ProxyError) -> StatusCode {
         ProxyError::ProtocolUnsupported => StatusCode::CONFLICT,
         ProxyError::BadRequest(_) => StatusCode::BAD_REQUEST,
         ProxyError::NotFound => StatusCode::NOT_FOUND,
+        ProxyError::Conflict(_) => StatusCode::CONFLICT,
         ProxyError::HostNotAllowed => StatusCode::MISDIRECTED_REQUEST,
         ProxyError::NotJson => StatusCode::UNSUPPORTED_MEDIA_TYPE,
         ProxyError::BodyTooLarge => StatusCode::PAYLOAD_TOO_LARGE,

@@ -1,6 +1,6 @@
-//! Runs over HTTP as a port: what `POST /v1/sessions/{id}/runs`, `GET /v1/runs/{id}` and
-//! `GET /v1/runs/{id}/events` (`routes/runs.rs`) ask of whoever queues and runs work
-//! items. This crate validates the body into a [`RunSpec`] and defines [`RunService`]; the
+//! Runs over HTTP as a port: what `POST /v1/sessions/{id}/runs`, `GET
+//! /v1/sessions/{id}/runs`, `GET /v1/runs/{id}`, `POST /v1/runs/{id}/cancel` and `GET
+//! /v1/runs/{id}/events` (`routes/runs.rs`) ask of whoever queues and runs work items. This crate validates the body into a [`RunSpec`] and defines [`RunService`]; the
 //! node implements it over the store's run queue and its runner, so the HTTP edge never
 //! names a store or a backend.
 //!
@@ -8,7 +8,7 @@
 //! hosts) in a response, an error or a log line — a bad one is refused by its position only.
 
 use async_trait::async_trait;
-use omabox_contract::{RunEvent, RunRecord};
+use omabox_contract::{CancelOutcome, RunEvent, RunPage, RunRecord};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -160,6 +160,15 @@ pub trait RunService: Send + Sync {
         after: u64,
         limit: usize,
     ) -> Result<Vec<RunEvent>, RunServiceError>;
+    /// Cancels the run (a queued one now, a running one by its host).
+    async fn cancel(&self, run_id: &str) -> Result<CancelOutcome, RunServiceError>;
+    /// The session's runs, newest first, from the cursor `before`.
+    async fn list(
+        &self,
+        session_id: &str,
+        before: Option<u64>,
+        limit: usize,
+    ) -> Result<RunPage, RunServiceError>;
 }
 
 #[cfg(test)]

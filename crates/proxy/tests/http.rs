@@ -177,6 +177,7 @@ async fn ops_routes() {
         "/v1/sessions/{sessionId}/runs",
         "/v1/runs/{runId}",
         "/v1/runs/{runId}/events",
+        "/v1/runs/{runId}/cancel",
         "/sandboxes",
         "/v2/sandboxes",
         "/sandboxes/{sandboxID}",

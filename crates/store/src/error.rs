@@ -119,6 +119,10 @@ pub enum StoreError {
         "invalid PostgreSQL database URL ({0}); expected postgres://USER:PASSWORD@HOST:PORT/DATABASE"
     )]
     DatabaseUrl(String),
+    /// The TLS settings of the PostgreSQL URL cannot be used (an unreadable or empty
+    /// `sslrootcert`, no system roots). Never carries the URL.
+    #[error("cannot set up TLS to the PostgreSQL store: {0}")]
+    Tls(String),
     /// The PostgreSQL database could not be reached, or refused the login.
     #[error("cannot connect to the PostgreSQL store {target}: {detail}")]
     Connect {

@@ -83,8 +83,8 @@ pub use memory::{
     MemorySessionTokens, MemoryUsageLedger, MemoryVault,
 };
 pub use postgres::{
-    DEFAULT_CONNECT_TIMEOUT, DEFAULT_CONNECTION_WAIT, DEFAULT_POOL_SIZE, POSTGRES_SCHEMA_VERSION,
-    PostgresStore,
+    ClaimClock, DEFAULT_CONNECT_TIMEOUT, DEFAULT_CONNECTION_WAIT, DEFAULT_POOL_SIZE,
+    POSTGRES_SCHEMA_VERSION, PostgresStore, RUNS_CHANNEL, RunListener,
 };
 pub use session_token::{
     SESSION_TOKEN_LEN, SESSION_TOKEN_PREFIX, new_session_token, session_token_hash,

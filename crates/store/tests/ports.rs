@@ -75,4 +75,7 @@ port_suite!(
     a_stale_claims_publish_is_lost_after_a_reclaim,
     a_live_claim_publishes_exactly_once,
     run_events_are_capped_and_replayed_in_order,
+    a_queued_run_is_cancelled_and_a_running_one_ends_cancelled_by_its_host,
+    a_cancelled_run_whose_host_died_is_never_run_again,
+    a_sessions_runs_are_listed_newest_first_in_pages,
 );

@@ -32,6 +32,7 @@ const START_TIMEOUT: Duration = Duration::from_secs(60);
 pub struct TestPostgres {
     child: Option<Child>,
     port: u16,
+    tls: bool,
     password: String,
     bin: PathBuf,
     data: PathBuf,
@@ -71,6 +72,24 @@ impl TestPostgres {
 
     /// `initdb` and start a server. The error says which step failed, with its output.
     pub fn start() -> Result<Self, String> {
+        Self::start_with(None)
+    }
+
+    /// [`TestPostgres::start_or_skip`] with TLS on (`ssl=on`): the server presents
+    /// `cert_pem` (a chain, PEM) with the private key `key_pem`, and refuses a TCP login
+    /// without TLS (`hostssl`; the rig's own tools use the unix socket).
+    pub fn start_with_tls_or_skip(cert_pem: &str, key_pem: &str) -> Option<Self> {
+        if !crate::require_capability(Self::missing()) {
+            return None;
+        }
+        let tls = (cert_pem.to_owned(), key_pem.to_owned());
+        Some(
+            Self::start_with(Some(tls))
+                .unwrap_or_else(|error| panic!("cannot start PostgreSQL: {error}")),
+        )
+    }
+
+    fn start_with(tls: Option<(String, String)>) -> Result<Self, String> {
         let bin = PathBuf::from(POSTGRES_BIN_DIR);
         let dir = tempfile::Builder::new()
             .prefix("omabox-pg-")
@@ -104,10 +123,39 @@ impl TestPostgres {
             .arg(format!("--pwfile={}", password_file.display()));
         run(&mut initdb, "initdb")?;
         let _ = std::fs::remove_file(&password_file);
+        if let Some((cert, key)) = &tls {
+            // TCP logins must come over TLS (`hostssl`), so a test sees a plain one refused.
+            let hba = data.join("pg_hba.conf");
+            let rules =
+                std::fs::read_to_string(&hba).map_err(|error| format!("pg_hba: {error}"))?;
+            let rules: String = rules
+                .lines()
+                .map(|line| match line.strip_prefix("host ") {
+                    Some(rest) => format!("hostssl {rest}\n"),
+                    None => format!("{line}\n"),
+                })
+                .collect();
+            std::fs::write(&hba, rules).map_err(|error| format!("pg_hba: {error}"))?;
+            // The server reads them as its own user and refuses a key others can read.
+            for (name, pem) in [("server.crt", cert), ("server.key", key)] {
+                let path = data.join(name);
+                std::fs::write(&path, pem).map_err(|error| format!("{name}: {error}"))?;
+                std::fs::set_permissions(
+                    &path,
+                    std::os::unix::fs::PermissionsExt::from_mode(0o600),
+                )
+                .map_err(|error| format!("chmod {name}: {error}"))?;
+                if let Some((uid, gid)) = run_as {
+                    std::os::unix::fs::chown(&path, Some(uid), Some(gid))
+                        .map_err(|error| format!("chown {name}: {error}"))?;
+                }
+            }
+        }
 
         let mut server = Self {
             child: None,
             port: 0,
+            tls: tls.is_some(),
             password,
             bin,
             data,
@@ -148,6 +196,7 @@ impl TestPostgres {
             ))
             .args(["-c", "fsync=off", "-c", "full_page_writes=off"])
             .args(["-c", "max_connections=100", "-c", "shared_buffers=16MB"])
+            .args(["-c", if self.tls { "ssl=on" } else { "ssl=off" }])
             .stdin(Stdio::null())
             .stdout(log_file)
             .stderr(stderr);

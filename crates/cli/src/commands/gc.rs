@@ -1,6 +1,9 @@
 //! `omabox gc [--keep N] [--grace SECONDS] [--dry-run] [--json]`: removes the blobs no
 //! retained revision needs (see `omabox_node::gc`). `--dry-run` shows what would go (count, bytes,
 //! per session) and changes nothing. Without a data directory there is nothing to collect.
+//! With `--database-url` it collects the `--blob-dir` the hosts share against the history
+//! they all publish into (`omabox_node::gc`'s module doc says how a blob another host has
+//! not published yet is kept).
 
 use anyhow::Context;
 use clap::Args;
@@ -45,7 +48,7 @@ pub async fn run(
     args: &GcArgs,
 ) -> anyhow::Result<ExitCode> {
     let keep = config.gc_keep()?;
-    let Some(store) = data_dir.open_existing_store().await? else {
+    let Some(store) = omabox_node::store_choice::open_existing(config, data_dir).await? else {
         if args.json {
             outln!("{}", serde_json::to_string_pretty(&GcSummary::default())?);
         } else {

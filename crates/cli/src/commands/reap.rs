@@ -8,9 +8,9 @@
 //! puts, memory-store stages of dead runs (committed if the run published, else discarded)
 //! and what killed promotions left in the file store, and the containers of dead hosts in
 //! the Docker Engine at `DOCKER_HOST` ([`leftovers::sweep_docker`]); last, the
-//! blob collection of `omabox gc` with its default retention ([`omabox_node::gc`]; SQLite
-//! store only: with `--database-url` the other passes run on PostgreSQL and no blob is
-//! collected). Every pass
+//! blob collection of `omabox gc` with its default retention ([`omabox_node::gc`]: with
+//! `--database-url` against the history every host publishes into, in the `--blob-dir` they
+//! share; skipped, and said, when only one of the two is shared). Every pass
 //! is token-free and safe to repeat, and safe while other runs are going on (held leases,
 //! live owners' sandboxes and workspaces and live generations' bindings are never touched).
 
@@ -21,11 +21,10 @@ use omabox_host::lease_journal::{AbandonedLeaseReaper, AbandonedLeaseSummary};
 use omabox_host::reconciler::{ManagedRuntimeOrphanReconciler, ReconcileSummary};
 use omabox_node::DataDir;
 use omabox_node::NodeConfig;
-use omabox_node::gc::{DEFAULT_GRACE, GcOptions, GcSummary, collect_garbage};
+use omabox_node::gc::{DEFAULT_GRACE, GcOptions, GcSummary, UnsharedCollection, collect_garbage};
 use omabox_node::leftovers::{self, LeftoverReport};
 use omabox_node::store_choice::ChosenStore;
 use omabox_node::wiring;
-use omabox_store::SqliteStore;
 use serde::Serialize;
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -86,20 +85,18 @@ pub async fn run(
     omabox_sandbox::fault::point("reap-leases-done");
     let mut leftovers = leftovers::sweep(config, data_dir, &store).await;
     leftovers::sweep_docker(&mut leftovers).await;
-    // The blob collection reads the SQLite store's history only; on PostgreSQL (several
-    // hosts, possibly one shared blob dir) it is not run yet.
-    let gc = match &store {
-        ChosenStore::Sqlite(store) => {
-            collect_with_default_retention(config, data_dir, store).await?
-        }
-        ChosenStore::Postgres(_) => {
+    // A blob store and a history not shared alike (a shared blob dir with this host's own
+    // SQLite history, or the shared PostgreSQL history with this data dir's own blobs) are
+    // not collected (the collection says so; the reap goes on).
+    let gc = match collect_with_default_retention(config, data_dir, &store).await {
+        Ok(gc) => gc,
+        Err(error) if error.is::<UnsharedCollection>() => {
             if !args.json {
-                outln!(
-                    "blobs: not collected (the PostgreSQL store's blob collection is not built yet)"
-                );
+                outln!("blobs: not collected: {error}");
             }
             GcSummary::default()
         }
+        Err(error) => return Err(error),
     };
     if args.json {
         let report = ReapReport {
@@ -166,7 +163,7 @@ pub async fn run(
 async fn collect_with_default_retention(
     config: &NodeConfig,
     data_dir: &DataDir,
-    store: &SqliteStore,
+    store: &ChosenStore,
 ) -> anyhow::Result<GcSummary> {
     let options = GcOptions {
         keep: config.gc_keep()?,

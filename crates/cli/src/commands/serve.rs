@@ -10,7 +10,7 @@
 //! in the store's run queue, `GET /v1/runs/{id}` and `/v1/runs/{id}/events` report it; this
 //! process's [`RunWorker`] claims queued runs (at most `--max-runs` at once) and runs them
 //! like `omabox run`. With `--database-url`, every serve host on the database shares the
-//! queue.
+//! queue, and a run queued or ended on any host wakes the others (`LISTEN`/`NOTIFY`).
 //!
 //! E2B's sandbox control plane (`/sandboxes`, `/v2/sandboxes`; docs/http-api.md) runs linux
 //! sandboxes owned by this process ([`SandboxHost`]); they are killed when serve stops.
@@ -182,7 +182,8 @@ pub async fn run(
             data_dir.root(),
             blobs,
         )),
-        PromotedStore::open(data_dir.root()).context("cannot open the promoted-file store")?,
+        PromotedStore::open(&data_dir.files_home())
+            .context("cannot open the promoted-file store")?,
     );
     let env: BTreeMap<String, SecretString> = omabox_proxy::env_keys(&config)
         .into_iter()
@@ -195,6 +196,12 @@ pub async fn run(
     let sandboxes = SandboxHost::new(settings, data_dir).await?;
     let public_url = config.public_url.clone();
     let wake = Arc::new(tokio::sync::Notify::new());
+    // On PostgreSQL every host's queued or ended run wakes this worker (`LISTEN`); its poll
+    // is then only the fallback for claims of dead hosts.
+    let run_listener = store
+        .listen_for_runs(Arc::clone(&wake))
+        .await
+        .context("cannot listen for queued runs")?;
     let runs = RunQueueService::new(store.runs(), settings.clone(), Arc::clone(&wake));
     let worker = RunWorker::new(
         store.runs(),
@@ -204,6 +211,11 @@ pub async fn run(
         settings.number(Key::ServeMaxRuns)?.unwrap_or(4),
         wake,
     )?;
+    let worker = if run_listener.is_some() {
+        worker.with_poll(omabox_node::runs::LISTENING_POLL)
+    } else {
+        worker
+    };
     let state = ProxyState::new(ProxyDeps {
         config,
         tokens: store.tokens(),
@@ -246,6 +258,7 @@ pub async fn run(
     for error in sandboxes.shutdown().await {
         errln!("omabox serve: {error}");
     }
+    drop(run_listener);
     served?;
     errln!("omabox serve: stopped");
     Ok(ExitCode::SUCCESS)

@@ -274,10 +274,10 @@ pub static SETTINGS: &[Setting] = &[
     row(Key::Config, "config", "The node configuration file (TOML, keys as in this table); not a key of that file.")
         .flag("--config (before the command)").env(&["OMABOX_CONFIG"])
         .default(Computed("`<data_dir>/omabox.toml` when it exists")).parse(path),
-    row(Key::DatabaseUrl, "database_url", "The PostgreSQL store several hosts share (`postgres://USER:PASSWORD@HOST:PORT/DATABASE`); so far `omabox run`, `vault`, `usage`, `sessions`, `workspace` and `outputs` use it, and every other store command refuses to run with it.")
+    row(Key::DatabaseUrl, "database_url", "The PostgreSQL store several hosts share (`postgres://USER:PASSWORD@HOST:PORT/DATABASE`); every command that keeps state uses it.")
         .flag("--database-url (every command)").env(&["OMABOX_DATABASE_URL"]).secret()
         .default(Described("the embedded SQLite store `<data_dir>/omabox.db`")).parse(postgres_url),
-    row(Key::BlobDir, "blob_dir", "Absolute directory of the content-addressed blob store, which several hosts may share (a network filesystem) with `database_url`; `gc`, `reap` and `serve` refuse it so far.")
+    row(Key::BlobDir, "blob_dir", "Absolute directory of the content-addressed blob store, which several hosts may share (a network filesystem) with `database_url`, and `omabox files add`'s file store (`<blob_dir>/promoted`); `gc` and `reap` collect it only with `database_url` (the history every host publishes into).")
         .flag("--blob-dir (every command)").env(&["OMABOX_BLOB_DIR"])
         .default(Computed("`<data_dir>/blobs`")).parse(absolute_path),
     row(Key::Log, "log", "Which log lines go to stderr (a `tracing` filter).").env(&["OMABOX_LOG"])

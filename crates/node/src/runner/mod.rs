@@ -494,8 +494,8 @@ impl Runner {
                 metadata: session_inputs.metadata,
                 resources: session_inputs.resources,
             });
-            let files =
-                PromotedStore::open(data_dir.root()).context("cannot open the file store")?;
+            let files = PromotedStore::open(&data_dir.files_home())
+                .context("cannot open the file store")?;
             input.session_input_access = Some(Arc::new(PromotedFileAccess::new(files)));
         }
         notices.starting(&owner_id);

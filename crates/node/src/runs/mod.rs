@@ -11,6 +11,8 @@
 //!
 //! A run's claim lives `lease_ttl_ms` (30 s by default, like the fence) and is renewed by
 //! the host running it; a host that dies leaves it to expire and any host claims it again.
+//! After each renewal the host asks whether the run was cancelled (`POST
+//! /v1/runs/{id}/cancel` on any host); if so it aborts the run and ends it `cancelled`.
 //! A run whose fence is still held by a dead host (`conflict`) is tried again while its
 //! claim lives. On shutdown (SIGTERM) the worker cancels its runs and leaves them claimed:
 //! their claims expire and any host runs them again. A run is never finished twice: the
@@ -31,8 +33,8 @@ use crate::{NodeConfig, Runner};
 use async_trait::async_trait;
 use events::EventLog;
 use omabox_contract::{
-    AbortController, ClaimedRun, EnqueueRunInput, PortError, RunEnd, RunEvent, RunQueuePort,
-    RunRecord,
+    AbortController, CancelOutcome, ClaimedRun, EnqueueRunInput, PortError, RunEnd, RunEvent,
+    RunPage, RunQueuePort, RunRecord,
 };
 use omabox_host::runtime_host::ManagedRuntimeRunResult;
 use omabox_proxy::runs::{RunService, RunServiceError, RunSpec};
@@ -46,8 +48,14 @@ use tokio::sync::Notify;
 pub const DEFAULT_CLAIM_TTL_MS: u64 = 30_000;
 
 /// How often an idle worker looks at the queue (a run submitted to this host wakes it at
-/// once; one submitted to another host is found by this poll).
+/// once; one submitted to another host is found by this poll, or at once where the store
+/// notifies: [`LISTENING_POLL`]).
 const POLL: Duration = Duration::from_millis(200);
+
+/// The poll of a worker the store wakes for every queued or ended run (PostgreSQL's
+/// `LISTEN`): what is left for it is a claim that expired because its host died, and a
+/// notification lost while the listening connection was being re-made.
+pub const LISTENING_POLL: Duration = Duration::from_secs(2);
 
 /// How long a run whose fence another owner holds waits before it is tried again.
 const CONFLICT_RETRY: Duration = Duration::from_millis(500);
@@ -127,6 +135,27 @@ impl RunService for RunQueueService {
             .await
             .map_err(internal)
     }
+
+    async fn cancel(&self, run_id: &str) -> Result<CancelOutcome, RunServiceError> {
+        let outcome = self.queue.cancel(run_id).await.map_err(internal)?;
+        if outcome == CancelOutcome::Cancelled {
+            // The session's next run may be claimable now.
+            self.wake.notify_one();
+        }
+        Ok(outcome)
+    }
+
+    async fn list(
+        &self,
+        session_id: &str,
+        before: Option<u64>,
+        limit: usize,
+    ) -> Result<RunPage, RunServiceError> {
+        self.queue
+            .session_runs(session_id, before, limit)
+            .await
+            .map_err(internal)
+    }
 }
 
 /// Claims queued runs and runs them on this host.
@@ -138,6 +167,7 @@ pub struct RunWorker {
     capacity: u64,
     claim_ttl_ms: u64,
     wake: Arc<Notify>,
+    poll: Duration,
 }
 
 /// What every run task of a worker shares.
@@ -174,7 +204,16 @@ impl RunWorker {
             capacity: capacity.max(1),
             claim_ttl_ms,
             wake,
+            poll: POLL,
         })
+    }
+
+    /// Looks at the queue every `poll` when nothing woke it (default 200 ms; see
+    /// [`LISTENING_POLL`]).
+    #[must_use]
+    pub fn with_poll(mut self, poll: Duration) -> Self {
+        self.poll = poll;
+        self
     }
 
     /// Claims and runs until `stop` resolves; then cancels the runs in progress (left
@@ -215,7 +254,7 @@ impl RunWorker {
             tokio::select! {
                 () = &mut stop => break,
                 () = self.wake.notified() => {}
-                () = tokio::time::sleep(POLL) => {}
+                () = tokio::time::sleep(self.poll) => {}
                 Some(_) = tasks.join_next() => {}
             }
         }
@@ -239,15 +278,15 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 /// this host's shutdown).
 async fn run_one(shared: Arc<Shared>, run: ClaimedRun, controller: AbortController) {
     let claim = run.claim.clone();
-    let lost = Arc::new(AtomicBool::new(false));
+    let flags = Arc::new(RunFlags::default());
     let renewer = tokio::spawn(renew(
         Arc::clone(&shared),
         claim.clone(),
         controller.clone(),
-        Arc::clone(&lost),
+        Arc::clone(&flags),
     ));
     let log = EventLog::start(Arc::clone(&shared.queue), claim.clone());
-    let end = execute(&shared, &run, &controller, &lost, &log).await;
+    let end = execute(&shared, &run, &controller, &flags, &log).await;
     renewer.abort();
     log.close().await;
     lock(&shared.running).remove(&claim.run_id);
@@ -261,12 +300,22 @@ async fn run_one(shared: Arc<Shared>, run: ClaimedRun, controller: AbortControll
     }
 }
 
-/// Renews `claim` every third of its ttl; cancels the run when the claim is lost.
+/// What a run's renewer learnt.
+#[derive(Default)]
+struct RunFlags {
+    /// The claim is no longer this host's: nothing may be recorded.
+    lost: AtomicBool,
+    /// An operator cancelled the run: it ends `cancelled`.
+    cancelled: AtomicBool,
+}
+
+/// Renews `claim` every third of its ttl; aborts the run when the claim is lost, or when the
+/// run was cancelled (then it keeps renewing, so the run's end can be recorded).
 async fn renew(
     shared: Arc<Shared>,
     claim: omabox_contract::RunClaim,
     controller: AbortController,
-    lost: Arc<AtomicBool>,
+    flags: Arc<RunFlags>,
 ) {
     let every = Duration::from_millis((shared.claim_ttl_ms / 3).max(50));
     loop {
@@ -274,12 +323,27 @@ async fn renew(
         match shared.queue.renew(&claim, shared.claim_ttl_ms).await {
             Ok(true) => {}
             Ok(false) => {
-                lost.store(true, Ordering::SeqCst);
+                flags.lost.store(true, Ordering::SeqCst);
                 controller.abort(PortError::new("the run's claim was lost"));
                 return;
             }
             // A store hiccup: the next renewal may succeed before the claim expires.
-            Err(error) => tracing::warn!(%error, "cannot renew a run's claim"),
+            Err(error) => {
+                tracing::warn!(%error, "cannot renew a run's claim");
+                continue;
+            }
+        }
+        if flags.cancelled.load(Ordering::SeqCst) {
+            continue;
+        }
+        match shared.queue.cancel_requested(&claim).await {
+            Ok(true) => {
+                tracing::info!(run_id = %claim.run_id, "run cancelled");
+                flags.cancelled.store(true, Ordering::SeqCst);
+                controller.abort(PortError::new("the run was cancelled"));
+            }
+            Ok(false) => {}
+            Err(error) => tracing::warn!(%error, "cannot read a run's cancel request"),
         }
     }
 }
@@ -290,9 +354,10 @@ async fn execute(
     shared: &Shared,
     run: &ClaimedRun,
     controller: &AbortController,
-    lost: &AtomicBool,
+    flags: &RunFlags,
     log: &Arc<EventLog>,
 ) -> Option<RunEnd> {
+    let lost = &flags.lost;
     let spec: RunSpec = match serde_json::from_str(&run.spec) {
         Ok(spec) => spec,
         Err(error) => {
@@ -309,10 +374,13 @@ async fn execute(
         claim: run.claim.clone(),
     };
     loop {
-        // A stop that came before this run began: nothing is started (the claim stays, for
-        // any host once it expires).
-        if shared.stopping.load(Ordering::SeqCst) || controller.is_aborted() {
+        // A stop (or a lost claim, or a cancel) that came before this run began: nothing is
+        // started (a stopping host leaves the claim for any host once it expires).
+        if shared.stopping.load(Ordering::SeqCst) || lost.load(Ordering::SeqCst) {
             return None;
+        }
+        if flags.cancelled.load(Ordering::SeqCst) {
+            return Some(RunEnd::Cancelled);
         }
         let request =
             match spec::request(&spec, &run.session_id, &shared.config, Some(queued.clone())) {
@@ -330,6 +398,10 @@ async fn execute(
         if shared.stopping.load(Ordering::SeqCst) || lost.load(Ordering::SeqCst) {
             return None;
         }
+        if flags.cancelled.load(Ordering::SeqCst) {
+            log.line("the run was cancelled");
+            return Some(RunEnd::Cancelled);
+        }
         let outcome = match outcome {
             Ok(outcome) => outcome,
             Err(error) => return Some(failed(format!("{error:#}"))),
@@ -345,6 +417,9 @@ async fn execute(
                 tokio::time::sleep(CONFLICT_RETRY).await;
                 if shared.stopping.load(Ordering::SeqCst) || lost.load(Ordering::SeqCst) {
                     return None;
+                }
+                if flags.cancelled.load(Ordering::SeqCst) {
+                    return Some(RunEnd::Cancelled);
                 }
                 continue;
             }

@@ -95,6 +95,9 @@ impl RuntimeResourceFencePort for MemoryCommitFence {
         &self,
         input: PublishRuntimeResourcesInput,
     ) -> Result<PublishRuntimeResourcesResult, PortError> {
+        // Its candidates' blobs are stored, not yet named by any publication: where a test
+        // runs a collection on another host.
+        crate::pause_point::pause_async("run-publishing").await;
         let result = match &self.queued {
             Some(queued) => queued.queue.publish_for_run(&queued.claim, input).await?,
             None => self.store.publish(input).await?,

@@ -105,7 +105,8 @@ impl SessionInputs {
         if ids.is_empty() {
             return Ok(());
         }
-        let store = PromotedStore::open(data_dir.root()).context("cannot open the file store")?;
+        let store =
+            PromotedStore::open(&data_dir.files_home()).context("cannot open the file store")?;
         for id in ids {
             let record = store
                 .open_file(id)
@@ -301,7 +302,8 @@ pub fn add_file(
     path: &Path,
 ) -> anyhow::Result<omabox_proxy::files::PromotedFile> {
     use sha2::{Digest as _, Sha256};
-    let store = PromotedStore::open(data_dir.root()).context("cannot open the file store")?;
+    let store =
+        PromotedStore::open(&data_dir.files_home()).context("cannot open the file store")?;
     // A file resource carries at most MAX_FILE_BYTES: a larger file (or /dev/zero) is
     // refused here, not stored to fail every run that names it.
     let open = || {

@@ -72,8 +72,12 @@ pub fn router(state: ProxyState) -> Router {
         )
         .route("/v1/sessions/{session_id}/files", post(files::promote))
         .route("/v1/files/{file_id}/content", get(files::content))
-        .route("/v1/sessions/{session_id}/runs", post(runs::submit))
+        .route(
+            "/v1/sessions/{session_id}/runs",
+            post(runs::submit).get(runs::list),
+        )
         .route("/v1/runs/{run_id}", get(runs::status))
+        .route("/v1/runs/{run_id}/cancel", post(runs::cancel))
         .route("/v1/runs/{run_id}/events", get(runs::events))
         .route("/sandboxes", get(e2b::list_v1).post(e2b::create))
         .route("/v2/sandboxes", get(e2b::list_v2).post(e2b::create))

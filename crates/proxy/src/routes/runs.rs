@@ -1,7 +1,12 @@
 //! Runs over HTTP, behind the operator key: `POST /v1/sessions/{id}/runs` queues a run,
-//! `GET /v1/runs/{id}` says where it is, `GET /v1/runs/{id}/events` streams its stored
-//! timeline as server-sent events — every stored event (after `Last-Event-ID`), then the
-//! new ones as they are stored, until the run ended and its last event was sent.
+//! `GET /v1/sessions/{id}/runs` lists the session's runs newest first (`?limit=N` up to
+//! 100, default 20; `?cursor=` the previous page's `next_cursor`), `GET /v1/runs/{id}` says
+//! where one is, `POST /v1/runs/{id}/cancel` cancels it (200: a queued run is `cancelled`;
+//! 202: a running one is being cancelled by its host; 409: it had ended), `GET
+//! /v1/runs/{id}/events` streams its stored timeline as server-sent events — every stored
+//! event (after `Last-Event-ID`), then the new ones as they are stored, until the run ended
+//! and its last event was sent. A run's view never has its spec (its credentials' names);
+//! its error was redacted by the host that ran it.
 
 use super::{authorize_operator, header_str, read_capped, require_json};
 use crate::ProxyError;
@@ -10,10 +15,10 @@ use crate::state::ProxyState;
 use axum::Json;
 use axum::body::Body;
 use axum::extract::{Path, State};
-use axum::http::{HeaderMap, StatusCode};
+use axum::http::{HeaderMap, StatusCode, Uri};
 use axum::response::sse::{Event, KeepAlive, Sse};
 use futures::Stream;
-use omabox_contract::RunRecord;
+use omabox_contract::{CancelOutcome, MAX_RUN_PAGE, RunRecord};
 use std::convert::Infallible;
 use std::time::Duration;
 
@@ -21,6 +26,8 @@ use std::time::Duration;
 const FOLLOW_EVERY: Duration = Duration::from_millis(200);
 /// Events read from the queue at once.
 const EVENT_PAGE: usize = 100;
+/// Runs of a list page when the request names no `limit`.
+const DEFAULT_RUN_PAGE: usize = 20;
 
 impl From<RunServiceError> for ProxyError {
     fn from(error: RunServiceError) -> Self {
@@ -82,6 +89,70 @@ pub(crate) async fn status(
         .await?
         .ok_or(ProxyError::NotFound)?;
     Ok(Json(view(&record)))
+}
+
+/// `GET /v1/sessions/{id}/runs[?limit=N][&cursor=C]`.
+pub(crate) async fn list(
+    State(state): State<ProxyState>,
+    Path(session_id): Path<String>,
+    headers: HeaderMap,
+    uri: Uri,
+) -> Result<Json<serde_json::Value>, ProxyError> {
+    authorize_operator(&state, &headers)?;
+    let runs = service(&state)?;
+    let (mut limit, mut before) = (DEFAULT_RUN_PAGE, None);
+    for pair in uri.query().unwrap_or_default().split('&') {
+        match pair.split_once('=') {
+            Some(("limit", value)) => {
+                limit = value
+                    .parse::<usize>()
+                    .ok()
+                    .filter(|limit| (1..=MAX_RUN_PAGE).contains(limit))
+                    .ok_or_else(|| {
+                        ProxyError::BadRequest(format!(
+                            "`limit` must be a number from 1 to {MAX_RUN_PAGE}"
+                        ))
+                    })?;
+            }
+            Some(("cursor", value)) => {
+                before = Some(value.parse::<u64>().map_err(|_| {
+                    ProxyError::BadRequest(
+                        "`cursor` must be a `next_cursor` of an earlier page".to_owned(),
+                    )
+                })?);
+            }
+            _ => {}
+        }
+    }
+    let page = runs.list(&session_id, before, limit).await?;
+    Ok(Json(serde_json::json!({
+        "runs": page.runs.iter().map(view).collect::<Vec<_>>(),
+        "next_cursor": page.next.map(|next| next.to_string()),
+    })))
+}
+
+/// `POST /v1/runs/{id}/cancel`.
+pub(crate) async fn cancel(
+    State(state): State<ProxyState>,
+    Path(run_id): Path<String>,
+    headers: HeaderMap,
+) -> Result<(StatusCode, Json<serde_json::Value>), ProxyError> {
+    authorize_operator(&state, &headers)?;
+    let (code, status) = match service(&state)?.cancel(&run_id).await? {
+        CancelOutcome::Cancelled => (StatusCode::OK, "cancelled"),
+        CancelOutcome::Requested => (StatusCode::ACCEPTED, "cancelling"),
+        CancelOutcome::AlreadyEnded(status) => {
+            return Err(ProxyError::Conflict(format!(
+                "the run already ended: {}",
+                status.as_str()
+            )));
+        }
+        CancelOutcome::NotFound => return Err(ProxyError::NotFound),
+    };
+    Ok((
+        code,
+        Json(serde_json::json!({ "run_id": run_id, "status": status })),
+    ))
 }
 
 /// `GET /v1/runs/{id}/events`.

@@ -8,9 +8,9 @@
 use super::fence::MemoryFenceStore;
 use async_trait::async_trait;
 use omabox_contract::{
-    ClaimedRun, EnqueueRunInput, MAX_RUN_EVENTS, PortError, PublishRuntimeResourcesInput,
-    PublishRuntimeResourcesResult, RunClaim, RunEnd, RunEvent, RunQueuePort, RunRecord, RunStatus,
-    cap_event,
+    CancelOutcome, ClaimedRun, EnqueueRunInput, MAX_RUN_EVENTS, MAX_RUN_PAGE, PortError,
+    PublishRuntimeResourcesInput, PublishRuntimeResourcesResult, RunClaim, RunEnd, RunEvent,
+    RunPage, RunQueuePort, RunRecord, RunStatus, cap_event,
 };
 use std::fmt;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -22,6 +22,7 @@ struct Entry {
     spec: String,
     host_id: Option<String>,
     claim_expires_at_ms: Option<u64>,
+    cancel_requested: bool,
     events: Vec<String>,
 }
 
@@ -104,6 +105,7 @@ impl RunQueuePort for MemoryRunQueue {
             spec: input.spec,
             host_id: None,
             claim_expires_at_ms: None,
+            cancel_requested: false,
             events: Vec::new(),
         });
         Ok(())
@@ -138,8 +140,14 @@ impl RunQueuePort for MemoryRunQueue {
                 return Ok(None);
             };
             let entry = &mut state.runs[index];
-            if entry.record.revision.is_some() {
-                entry.record.status = RunStatus::Completed;
+            if entry.cancel_requested || entry.record.revision.is_some() {
+                // Cancelled while its dead host ran it, or published before that host died:
+                // it is done either way.
+                entry.record.status = if entry.cancel_requested {
+                    RunStatus::Cancelled
+                } else {
+                    RunStatus::Completed
+                };
                 entry.host_id = None;
                 entry.claim_expires_at_ms = None;
                 continue;
@@ -187,6 +195,7 @@ impl RunQueuePort for MemoryRunQueue {
                 entry.record.status = RunStatus::Failed;
                 entry.record.error = Some(error);
             }
+            RunEnd::Cancelled => entry.record.status = RunStatus::Cancelled,
         }
         entry.host_id = None;
         entry.claim_expires_at_ms = None;
@@ -222,6 +231,59 @@ impl RunQueuePort for MemoryRunQueue {
 
     async fn status(&self, run_id: &str) -> Result<Option<RunRecord>, PortError> {
         Ok(find(&mut self.lock(), run_id).map(|e| e.record.clone()))
+    }
+
+    async fn cancel(&self, run_id: &str) -> Result<CancelOutcome, PortError> {
+        let mut state = self.lock();
+        let Some(entry) = find(&mut state, run_id) else {
+            return Ok(CancelOutcome::NotFound);
+        };
+        Ok(match entry.record.status {
+            RunStatus::Queued => {
+                entry.record.status = RunStatus::Cancelled;
+                CancelOutcome::Cancelled
+            }
+            RunStatus::Running => {
+                entry.cancel_requested = true;
+                CancelOutcome::Requested
+            }
+            ended => CancelOutcome::AlreadyEnded(ended),
+        })
+    }
+
+    async fn cancel_requested(&self, claim: &RunClaim) -> Result<bool, PortError> {
+        let mut state = self.lock();
+        Ok(find(&mut state, &claim.run_id).is_some_and(|e| e.cancel_requested))
+    }
+
+    async fn session_runs(
+        &self,
+        session_id: &str,
+        before: Option<u64>,
+        limit: usize,
+    ) -> Result<RunPage, PortError> {
+        let state = self.lock();
+        let limit = limit.clamp(1, MAX_RUN_PAGE);
+        // A run's cursor is its 1-based position in enqueue order.
+        let runs: Vec<(u64, RunRecord)> = state
+            .runs
+            .iter()
+            .enumerate()
+            .map(|(index, e)| (index as u64 + 1, e))
+            .filter(|(seq, e)| {
+                e.record.session_id == session_id && before.is_none_or(|before| *seq < before)
+            })
+            .rev()
+            .take(limit)
+            .map(|(seq, e)| (seq, e.record.clone()))
+            .collect();
+        let next = (runs.len() == limit)
+            .then(|| runs.last().map(|(seq, _)| *seq))
+            .flatten();
+        Ok(RunPage {
+            runs: runs.into_iter().map(|(_, record)| record).collect(),
+            next,
+        })
     }
 
     async fn append_event(&self, claim: &RunClaim, text: &str) -> Result<bool, PortError> {

@@ -1,14 +1,15 @@
 //! `PostgresStore`: the same ports as [`crate::SqliteStore`] on a PostgreSQL database that
 //! several hosts share.
 //!
-//! Driver: `tokio-postgres` (async, pure Rust, no TLS here: `NoTls`) behind a
-//! `deadpool-postgres` pool. Every fence operation that writes (`acquire`, `renew`,
+//! Driver: `tokio-postgres` (async, pure Rust) behind a `deadpool-postgres` pool, TLS through
+//! rustls as the URL's `sslmode`/`sslrootcert` ask ([`tls`]). Every fence operation that writes (`acquire`, `renew`,
 //! `publish`, `release`) is one transaction that first takes a transaction-scoped advisory
 //! lock on the work item (`pg_advisory_xact_lock` of 64 bits of the scope's SHA-256), then
 //! reads the row, applies the pure transition of [`crate::fence_state`] with the time read
 //! *after* the lock, and writes the row back; so two hosts racing on one work item are
 //! serialised exactly like two processes on one SQLite file. The time is the store's
-//! injected [`Clock`] (the host's clock by default), as in SQLite.
+//! injected [`Clock`] (the host's clock by default), as in SQLite; the run queue's claims
+//! expire by the database's clock instead ([`ClaimClock`]), which every host shares.
 //!
 //! What this must never do: put a fence or session token in the database (only SHA-256),
 //! put a vault value or the database URL's password in an error or a log line, or report a
@@ -21,9 +22,11 @@ mod credentials;
 mod fence;
 mod history;
 mod journal;
+mod listen;
 mod orphan;
 mod run_queue;
 mod schema;
+pub mod tls;
 mod usage;
 
 use crate::StoreError;
@@ -39,6 +42,7 @@ use std::str::FromStr as _;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+pub use listen::{RUNS_CHANNEL, RunListener};
 pub use schema::POSTGRES_SCHEMA_VERSION;
 
 /// Connections one store keeps open at most.
@@ -53,6 +57,17 @@ pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// never answers must not hang a command.
 pub const DEFAULT_CONNECTION_WAIT: Duration = Duration::from_secs(30);
 
+/// Whose clock decides when a run's claim expired.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ClaimClock {
+    /// The database server's (`clock_timestamp()`, read in the claim's transaction): one
+    /// clock for every host, so a host whose clock runs ahead never takes a live claim over.
+    /// The default.
+    Database,
+    /// The store's [`Clock`] (tests that move time by hand; what SQLite, one machine, does).
+    Store,
+}
+
 /// The PostgreSQL implementation of the fence, orphan, lease-journal, usage, session-token
 /// and vault ports.
 #[derive(Clone)]
@@ -60,7 +75,11 @@ pub struct PostgresStore {
     pool: Pool,
     wait: Duration,
     target: String,
+    /// For connections outside the pool (the run listener); shared, it is large.
+    config: Arc<tokio_postgres::Config>,
+    tls: tls::MakeRustls,
     clock: Arc<dyn Clock>,
+    claim_clock: ClaimClock,
     tokens: Arc<dyn TokenSource>,
     issued: Arc<Mutex<HashMap<String, IssuedToken>>>,
 }
@@ -87,15 +106,20 @@ impl PostgresStore {
     /// [`PostgresStore::connect`] with at most `size` connections, each operation waiting at
     /// most `wait` for one.
     pub async fn connect_with(url: &str, size: usize, wait: Duration) -> Result<Self, StoreError> {
-        let mut config = tokio_postgres::Config::from_str(url)
+        let (driver_url, tls_options, verified) = tls::split(url)?;
+        let mut config = tokio_postgres::Config::from_str(&driver_url)
             .map_err(|error| StoreError::DatabaseUrl(redact_url_error(&error, url)))?;
+        if verified {
+            config.ssl_mode(tokio_postgres::config::SslMode::Require);
+        }
         if config.get_connect_timeout().is_none() {
             config.connect_timeout(DEFAULT_CONNECT_TIMEOUT);
         }
         let target = describe_target(&config);
+        let tls = tls::MakeRustls::new(&tls_options)?;
         let manager = Manager::from_config(
-            config,
-            tokio_postgres::NoTls,
+            config.clone(),
+            tls.clone(),
             ManagerConfig {
                 recycling_method: RecyclingMethod::Fast,
             },
@@ -111,7 +135,10 @@ impl PostgresStore {
             pool,
             wait,
             target,
+            config: Arc::new(config),
+            tls,
             clock: Arc::new(SystemClock),
+            claim_clock: ClaimClock::Database,
             tokens: Arc::new(RandomTokens),
             issued: Arc::new(Mutex::new(HashMap::new())),
         };
@@ -120,9 +147,17 @@ impl PostgresStore {
         Ok(store)
     }
 
-    /// Uses `clock` for "now" (for example a [`crate::ManualClock`]).
+    /// Uses `clock` for "now" (for example a [`crate::ManualClock`]), the run queue's claims
+    /// included ([`ClaimClock::Store`]; [`PostgresStore::with_claim_clock`] undoes that).
     pub fn with_clock(mut self, clock: impl Clock + 'static) -> Self {
         self.clock = Arc::new(clock);
+        self.claim_clock = ClaimClock::Store;
+        self
+    }
+
+    /// Whose clock the run queue's claims expire by.
+    pub fn with_claim_clock(mut self, claim_clock: ClaimClock) -> Self {
+        self.claim_clock = claim_clock;
         self
     }
 

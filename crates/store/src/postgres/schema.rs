@@ -148,6 +148,19 @@ const MIGRATIONS: &[Migration] = &[
         description: "the run queue, its events, and the run id of each publication",
         sql: RUN_QUEUE_SQL,
     },
+    Migration {
+        version: 3,
+        description: "runs can be cancelled",
+        sql: r#"
+    -- POST /v1/runs/{id}/cancel (SQLite's version 8): a queued run ends 'cancelled', a
+    -- running one is marked for its host.
+    ALTER TABLE run_queue DROP CONSTRAINT run_queue_status_check;
+    ALTER TABLE run_queue ADD CONSTRAINT run_queue_status_check
+        CHECK (status IN ('queued', 'running', 'completed', 'failed', 'cancelled'));
+    ALTER TABLE run_queue ADD COLUMN cancel_requested boolean NOT NULL DEFAULT false;
+    CREATE INDEX run_queue_session ON run_queue (session_id, seq);
+"#,
+    },
 ];
 
 /// Version 2 (issue 30; SQLite's version 7): runs accepted over HTTP, claimed by any host
@@ -183,7 +196,7 @@ const RUN_QUEUE_SQL: &str = r#"
 "#;
 
 /// The schema version this build writes and understands.
-pub const POSTGRES_SCHEMA_VERSION: u32 = 2;
+pub const POSTGRES_SCHEMA_VERSION: u32 = 3;
 
 /// Brings the database to [`POSTGRES_SCHEMA_VERSION`]; returns the version it found.
 /// `target` names the database in errors.

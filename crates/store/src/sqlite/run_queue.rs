@@ -1,4 +1,4 @@
-//! The run queue over SQLite (omabox extension, schema version 7): every call is one
+//! The run queue over SQLite (omabox extension, schema versions 7 and 8): every call is one
 //! `BEGIN IMMEDIATE` transaction with the time read inside it, so SQLite's single writer
 //! lock orders the claims of every process sharing the file. `publish_for_run` publishes
 //! through the fence table in the same transaction that checks the run's claim and records
@@ -9,16 +9,17 @@ use super::{SqliteStore, to_i64, to_u64};
 use crate::StoreError;
 use async_trait::async_trait;
 use omabox_contract::{
-    ClaimedRun, EnqueueRunInput, MAX_RUN_EVENTS, PortError, PublishRuntimeResourcesInput,
-    PublishRuntimeResourcesResult, RunClaim, RunEnd, RunEvent, RunQueuePort, RunRecord, RunStatus,
-    cap_event,
+    CancelOutcome, ClaimedRun, EnqueueRunInput, MAX_RUN_EVENTS, MAX_RUN_PAGE, PortError,
+    PublishRuntimeResourcesInput, PublishRuntimeResourcesResult, RunClaim, RunEnd, RunEvent,
+    RunPage, RunQueuePort, RunRecord, RunStatus, cap_event,
 };
 use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
 
 /// The claimable runs, oldest first: each session's oldest unended run, when queued or its
 /// claim expired (`?1`: now).
 pub(crate) const CLAIMABLE_SQL: &str = "
-    SELECT seq, run_id, session_id, spec_json, attempts, revision FROM run_queue r
+    SELECT seq, run_id, session_id, spec_json, attempts, revision, cancel_requested
+      FROM run_queue r
      WHERE (status = 'queued' OR (status = 'running' AND claim_expires_at_ms <= ?1))
        AND NOT EXISTS (SELECT 1 FROM run_queue e
                         WHERE e.session_id = r.session_id AND e.seq < r.seq
@@ -111,7 +112,7 @@ impl RunQueuePort for SqliteStore {
             }
             let expires = now.saturating_add(to_i64(ttl_ms, "ttl")?);
             loop {
-                let Some((run_id, session_id, spec, attempts, revision)) = tx
+                let Some((run_id, session_id, spec, attempts, revision, cancelled)) = tx
                     .query_row(CLAIMABLE_SQL, [now], |row| {
                         Ok((
                             row.get::<_, String>(1)?,
@@ -119,6 +120,7 @@ impl RunQueuePort for SqliteStore {
                             row.get::<_, String>(3)?,
                             row.get::<_, i64>(4)?,
                             row.get::<_, Option<i64>>(5)?,
+                            row.get::<_, i64>(6)? != 0,
                         ))
                     })
                     .optional()?
@@ -126,12 +128,13 @@ impl RunQueuePort for SqliteStore {
                     tx.commit()?;
                     return Ok(None);
                 };
-                if revision.is_some() {
-                    // Its last host published and died before finishing: it is done.
+                if cancelled || revision.is_some() {
+                    // Cancelled while its dead host ran it, or published before that host
+                    // died: it is done either way.
                     tx.execute(
-                        "UPDATE run_queue SET status = 'completed', host_id = NULL,
+                        "UPDATE run_queue SET status = ?2, host_id = NULL,
                                 claim_expires_at_ms = NULL WHERE run_id = ?1",
-                        [&run_id],
+                        params![run_id, if cancelled { "cancelled" } else { "completed" }],
                     )?;
                     continue;
                 }
@@ -202,6 +205,11 @@ impl RunQueuePort for SqliteStore {
                       WHERE run_id = ?1",
                     params![claim.run_id, error],
                 )?,
+                RunEnd::Cancelled => tx.execute(
+                    "UPDATE run_queue SET status = 'cancelled', host_id = NULL,
+                            claim_expires_at_ms = NULL WHERE run_id = ?1",
+                    [&claim.run_id],
+                )?,
             };
             tx.commit()?;
             Ok(true)
@@ -270,6 +278,96 @@ impl RunQueuePort for SqliteStore {
                 )
                 .optional()?;
             row.map(to_record).transpose()
+        })
+        .await
+    }
+
+    async fn cancel(&self, run_id: &str) -> Result<CancelOutcome, PortError> {
+        let run_id = run_id.to_owned();
+        self.run("cancel run", move |inner, _| {
+            let tx = inner
+                .conn
+                .transaction_with_behavior(TransactionBehavior::Immediate)?;
+            let Some(status) = tx
+                .query_row(
+                    "SELECT status FROM run_queue WHERE run_id = ?1",
+                    [&run_id],
+                    |row| row.get::<_, String>(0),
+                )
+                .optional()?
+            else {
+                return Ok(CancelOutcome::NotFound);
+            };
+            let outcome = match parse_status(&status)? {
+                RunStatus::Queued => {
+                    tx.execute(
+                        "UPDATE run_queue SET status = 'cancelled' WHERE run_id = ?1",
+                        [&run_id],
+                    )?;
+                    CancelOutcome::Cancelled
+                }
+                RunStatus::Running => {
+                    tx.execute(
+                        "UPDATE run_queue SET cancel_requested = 1 WHERE run_id = ?1",
+                        [&run_id],
+                    )?;
+                    CancelOutcome::Requested
+                }
+                ended => return Ok(CancelOutcome::AlreadyEnded(ended)),
+            };
+            tx.commit()?;
+            Ok(outcome)
+        })
+        .await
+    }
+
+    async fn cancel_requested(&self, claim: &RunClaim) -> Result<bool, PortError> {
+        let run_id = claim.run_id.clone();
+        self.run("run cancel request", move |inner, _| {
+            Ok(inner
+                .conn
+                .query_row(
+                    "SELECT cancel_requested FROM run_queue WHERE run_id = ?1",
+                    [&run_id],
+                    |row| row.get::<_, i64>(0),
+                )
+                .optional()?
+                .is_some_and(|requested| requested != 0))
+        })
+        .await
+    }
+
+    async fn session_runs(
+        &self,
+        session_id: &str,
+        before: Option<u64>,
+        limit: usize,
+    ) -> Result<RunPage, PortError> {
+        let session_id = session_id.to_owned();
+        let limit = limit.clamp(1, MAX_RUN_PAGE);
+        self.run("session runs", move |inner, _| {
+            let before = before.map_or(Ok(i64::MAX), |before| to_i64(before, "cursor"))?;
+            let mut statement = inner.conn.prepare(
+                "SELECT run_id, session_id, status, attempts, revision, error, seq
+                   FROM run_queue WHERE session_id = ?1 AND seq < ?2
+                  ORDER BY seq DESC LIMIT ?3",
+            )?;
+            let rows = statement
+                .query_map(params![session_id, before, limit as i64], |row| {
+                    Ok((record(row)?, row.get::<_, i64>(6)?))
+                })?
+                .collect::<Result<Vec<_>, _>>()?;
+            let next = match rows.last() {
+                Some((_, seq)) if rows.len() == limit => Some(to_u64(*seq, "cursor")?),
+                _ => None,
+            };
+            Ok(RunPage {
+                runs: rows
+                    .into_iter()
+                    .map(|(row, _)| to_record(row))
+                    .collect::<Result<_, _>>()?,
+                next,
+            })
         })
         .await
     }
@@ -363,10 +461,13 @@ fn to_record(
     Ok(RunRecord {
         run_id,
         session_id,
-        status: RunStatus::parse(&status)
-            .ok_or_else(|| StoreError::Corrupt(format!("run status {status:?}")))?,
+        status: parse_status(&status)?,
         revision: revision.map(|r| to_u64(r, "revision")).transpose()?,
         error,
         attempts: to_u64(attempts, "attempts")?,
     })
+}
+
+fn parse_status(status: &str) -> Result<RunStatus, StoreError> {
+    RunStatus::parse(status).ok_or_else(|| StoreError::Corrupt(format!("run status {status:?}")))
 }

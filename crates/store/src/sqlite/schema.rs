@@ -237,7 +237,47 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
         description: "the run queue, its events, and the run id of each publication",
         sql: RUN_QUEUE_SQL,
     },
+    Migration {
+        version: 8,
+        description: "runs can be cancelled",
+        sql: RUN_CANCEL_SQL,
+    },
 ];
+
+/// Version 8: `POST /v1/runs/{id}/cancel`. A queued run ends `cancelled`; a running one is
+/// marked (`cancel_requested`) for its host. SQLite cannot change a CHECK in place: the
+/// table is rebuilt, rows and their order (seq) kept.
+const RUN_CANCEL_SQL: &str = r#"
+        CREATE TABLE run_queue_v8 (
+            seq                  INTEGER NOT NULL PRIMARY KEY,
+            run_id               TEXT    NOT NULL UNIQUE,
+            session_id           TEXT    NOT NULL,
+            spec_json            TEXT    NOT NULL,
+            status               TEXT    NOT NULL
+                                 CHECK (status IN ('queued', 'running', 'completed', 'failed',
+                                                   'cancelled')),
+            attempts             INTEGER NOT NULL DEFAULT 0 CHECK (attempts >= 0),
+            host_id              TEXT,
+            claim_expires_at_ms  INTEGER,
+            revision             INTEGER CHECK (revision IS NULL OR revision >= 1),
+            error                TEXT,
+            enqueued_at_ms       INTEGER NOT NULL,
+            cancel_requested     INTEGER NOT NULL DEFAULT 0 CHECK (cancel_requested IN (0, 1)),
+            CHECK ((status = 'running') = (host_id IS NOT NULL)
+                   AND (host_id IS NULL) = (claim_expires_at_ms IS NULL))
+        ) STRICT;
+        INSERT INTO run_queue_v8 (seq, run_id, session_id, spec_json, status, attempts, host_id,
+                                  claim_expires_at_ms, revision, error, enqueued_at_ms)
+            SELECT seq, run_id, session_id, spec_json, status, attempts, host_id,
+                   claim_expires_at_ms, revision, error, enqueued_at_ms
+              FROM run_queue;
+        DROP TABLE run_queue;
+        ALTER TABLE run_queue_v8 RENAME TO run_queue;
+        CREATE INDEX run_queue_unended ON run_queue (session_id, seq)
+            WHERE status IN ('queued', 'running');
+        CREATE INDEX run_queue_host ON run_queue (host_id) WHERE status = 'running';
+        CREATE INDEX run_queue_session ON run_queue (session_id, seq);
+"#;
 
 /// Version 7 (issue 30): runs accepted over HTTP, claimed by any host (`run_queue.rs`). A run
 /// is claimed by `(host_id, attempts)` until `claim_expires_at_ms`; `revision` is set in the

@@ -1,12 +1,13 @@
 //! The run queue (omabox extension, issue 30): claims in order, one run per session at a
 //! time, a host's capacity, expiry and re-claim, exactly-once publication in both orders of
-//! a dead host's publish and a re-claim, the capped event timeline.
+//! a dead host's publish and a re-claim, the capped event timeline, cancels, and a session's
+//! runs in pages.
 
 use super::{Subject, TTL, candidate, scope};
 use omabox_contract::{
-    AcquireRuntimeFenceInput, AcquireRuntimeFenceResult, ClaimedRun, EnqueueRunInput,
-    MAX_RUN_EVENT_BYTES, MAX_RUN_EVENTS, Nullable, PublishRuntimeResourcesInput,
-    PublishRuntimeResourcesResult, RunEnd, RunStatus, RuntimeResourceFence,
+    AcquireRuntimeFenceInput, AcquireRuntimeFenceResult, CancelOutcome, ClaimedRun,
+    EnqueueRunInput, MAX_RUN_EVENT_BYTES, MAX_RUN_EVENTS, Nullable, PublishRuntimeResourcesInput,
+    PublishRuntimeResourcesResult, RunEnd, RunPage, RunStatus, RuntimeResourceFence,
 };
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -336,4 +337,102 @@ pub async fn run_events_are_capped_and_replayed_in_order(s: Subject) {
     let all = s.runs.events("run_1", 0, 10_000).await.unwrap();
     assert_eq!(all.len() as u64, MAX_RUN_EVENTS);
     assert_eq!(all.last().unwrap().seq, MAX_RUN_EVENTS);
+}
+
+pub async fn a_queued_run_is_cancelled_and_a_running_one_ends_cancelled_by_its_host(s: Subject) {
+    s.enqueue("run_1", SESSION).await;
+    s.enqueue("run_2", SESSION).await;
+    s.enqueue("run_3", SESSION).await;
+    // The session's first run is running; the third is still queued.
+    let running = s.claim("host-a", 4).await.unwrap();
+    assert_eq!(
+        s.runs.cancel("run_3").await.unwrap(),
+        CancelOutcome::Cancelled
+    );
+    assert_eq!(s.status_of("run_3").await, RunStatus::Cancelled);
+    assert!(!s.runs.cancel_requested(&running.claim).await.unwrap());
+
+    // A running run is only marked: its claim stays live until its host ends it.
+    assert_eq!(
+        s.runs.cancel("run_1").await.unwrap(),
+        CancelOutcome::Requested
+    );
+    assert_eq!(
+        s.runs.cancel("run_1").await.unwrap(),
+        CancelOutcome::Requested,
+        "idempotent while it runs"
+    );
+    assert_eq!(s.status_of("run_1").await, RunStatus::Running);
+    assert!(s.runs.renew(&running.claim, TTL).await.unwrap());
+    assert!(s.runs.cancel_requested(&running.claim).await.unwrap());
+    assert!(
+        s.runs
+            .finish(&running.claim, RunEnd::Cancelled)
+            .await
+            .unwrap()
+    );
+    assert_eq!(s.status_of("run_1").await, RunStatus::Cancelled);
+
+    // Ended runs are left as they are; the session goes on with its next run (never the
+    // cancelled third).
+    assert_eq!(
+        s.runs.cancel("run_1").await.unwrap(),
+        CancelOutcome::AlreadyEnded(RunStatus::Cancelled)
+    );
+    assert_eq!(
+        s.runs.cancel("nope").await.unwrap(),
+        CancelOutcome::NotFound
+    );
+    let next = s.claim("host-a", 4).await.unwrap();
+    assert_eq!(next.claim.run_id, "run_2");
+    assert!(
+        s.runs
+            .finish(&next.claim, RunEnd::Completed { revision: None })
+            .await
+            .unwrap()
+    );
+    assert_eq!(
+        s.runs.cancel("run_2").await.unwrap(),
+        CancelOutcome::AlreadyEnded(RunStatus::Completed)
+    );
+    assert!(s.claim("host-a", 4).await.is_none(), "a cancelled run ran");
+}
+
+pub async fn a_cancelled_run_whose_host_died_is_never_run_again(s: Subject) {
+    s.enqueue("run_1", SESSION).await;
+    let dead = s.claim("host-a", 1).await.unwrap();
+    assert_eq!(
+        s.runs.cancel("run_1").await.unwrap(),
+        CancelOutcome::Requested
+    );
+    s.clock.advance(2 * TTL);
+    assert!(
+        s.claim("host-b", 1).await.is_none(),
+        "a cancelled run ran again"
+    );
+    assert_eq!(s.status_of("run_1").await, RunStatus::Cancelled);
+    assert!(!s.runs.finish(&dead.claim, RunEnd::Cancelled).await.unwrap());
+}
+
+pub async fn a_sessions_runs_are_listed_newest_first_in_pages(s: Subject) {
+    for index in 1..=5 {
+        s.enqueue(&format!("run_{index}"), SESSION).await;
+        s.enqueue(&format!("other_{index}"), "other").await;
+    }
+    let first = s.runs.session_runs(SESSION, None, 2).await.unwrap();
+    let ids = |page: &RunPage| -> Vec<String> {
+        page.runs.iter().map(|run| run.run_id.clone()).collect()
+    };
+    assert_eq!(ids(&first), ["run_5", "run_4"]);
+    let second = s.runs.session_runs(SESSION, first.next, 2).await.unwrap();
+    assert_eq!(ids(&second), ["run_3", "run_2"]);
+    let last = s.runs.session_runs(SESSION, second.next, 2).await.unwrap();
+    assert_eq!(ids(&last), ["run_1"]);
+    assert_eq!(last.next, None);
+    let all = s.runs.session_runs(SESSION, None, 10_000).await.unwrap();
+    assert_eq!(all.runs.len(), 5);
+    assert_eq!(all.next, None);
+    assert!(all.runs.iter().all(|run| run.status == RunStatus::Queued));
+    let none = s.runs.session_runs("nobody", None, 10).await.unwrap();
+    assert_eq!(none, RunPage::default());
 }
