@@ -2,7 +2,7 @@
 //! serve` unchanged through `E2B_API_URL`, `E2B_SANDBOX_URL` and `E2B_API_KEY`: sandboxes,
 //! commands (streamed output, exit codes, stdin, background, connect, kill, a flood of
 //! output), files (text, binary, list, metadata, an upload larger than the sandbox's disk),
-//! watches with entries, the sandbox log, filesystem snapshots, template building (`Template.build` over a
+//! watches with entries, the sandbox log, filesystem snapshots (Python and JS), template building (`Template.build` over a
 //! Debian base, then `Sandbox.create` from the template) and the refusals (unknown
 //! sandbox, wrong key, another sandbox's token, steps omabox cannot honour). The scripts
 //! check every answer themselves (`tests/e2b_sdk/`); this test runs them against a real

@@ -89,6 +89,19 @@ await sbx.setTimeout(90_000)
 await refused(Sandbox.connect('nosuchsandbox0000000'), SandboxError, 'an unknown sandbox is refused')
 await refused(Sandbox.create({ apiKey: 'wrong-key' }), AuthenticationError, 'a wrong API key is refused')
 
+// A filesystem snapshot (this SDK sends no mode: served as one) and a sandbox from it.
+await sbx.files.write('/workspace/snap.txt', 'kept by the snapshot')
+const snap = await sbx.createSnapshot({ name: 'js-snap' })
+check(snap.snapshotId === 'js-snap:default', `createSnapshot: ${snap.snapshotId}`)
+const fromSnap = await Sandbox.create(snap.snapshotId, { timeoutMs: 60_000 })
+tokens.push(fromSnap.envdAccessToken)
+check((await fromSnap.files.read('/workspace/snap.txt')) === 'kept by the snapshot', 'a sandbox from a snapshot has its files')
+const snaps = await Sandbox.listSnapshots().nextItems()
+check(snaps.map((s) => s.snapshotId).includes('js-snap:default'), 'listSnapshots')
+await fromSnap.kill()
+check((await Sandbox.deleteSnapshot(snap.snapshotId)) === true, 'deleteSnapshot')
+check((await Sandbox.deleteSnapshot(snap.snapshotId)) === false, 'deleting it again answers false')
+
 await sbx.kill()
 await refused(sbx.commands.run('true'), Error, 'a killed sandbox runs nothing')
 
