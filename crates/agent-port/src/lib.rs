@@ -60,14 +60,47 @@ pub trait OomWatch: Send + Sync {
     fn memory_limit(&self) -> Option<u64>;
 }
 
+/// Whether the process ended by SIGKILL (or a shell's 137 for it).
+fn sigkilled(exit: &ProcessExit) -> bool {
+    exit.signal.as_deref() == Some("SIGKILL") || exit.code == Some(137)
+}
+
 /// The port's exit of a process the agent reported as `exit`; `out_of_memory` is kept only
 /// for a SIGKILL (what the OOM killer sends).
 pub fn sandbox_exit(exit: &ProcessExit, out_of_memory: Option<OutOfMemory>) -> SandboxProcessExit {
-    let killed = exit.signal.as_deref() == Some("SIGKILL") || exit.code == Some(137);
+    let killed = sigkilled(exit);
     SandboxProcessExit {
         code: exit.code,
         signal: exit.signal.clone(),
         out_of_memory: out_of_memory.filter(|_| killed),
+    }
+}
+
+/// How long a SIGKILLed process's OOM count is looked at again before it is taken as not
+/// the memory limit's doing. The kernel sends the OOM killer's SIGKILL before it counts the
+/// kill (`__oom_kill_process`), so on a loaded machine the victim's exit can reach us first
+/// (`run.rs::a_harness_killed_by_the_memory_limit_is_named` failed so, once in CI).
+const OOM_COUNT_SETTLE: std::time::Duration = std::time::Duration::from_millis(200);
+
+/// The OOM kill a process that ended with `exit` owes to the memory limit: the count rose
+/// since `before`. Only a SIGKILL waits (up to [`OOM_COUNT_SETTLE`]) for the count.
+async fn oom_since(
+    oom: &dyn OomWatch,
+    before: Option<u64>,
+    exit: &ProcessExit,
+) -> Option<OutOfMemory> {
+    let killed = sigkilled(exit);
+    let deadline = tokio::time::Instant::now() + OOM_COUNT_SETTLE;
+    loop {
+        if oom.oom_kills() > before {
+            return Some(OutOfMemory {
+                limit_bytes: oom.memory_limit(),
+            });
+        }
+        if !killed || before.is_none() || tokio::time::Instant::now() >= deadline {
+            return None;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
     }
 }
 
@@ -118,11 +151,10 @@ pub async fn spawn_duplex(
     let exited: ExitFuture = async move {
         match process.wait().await {
             Ok(exit) => {
-                let out_of_memory = oom.and_then(|o| {
-                    (o.oom_kills() > oom_before).then(|| OutOfMemory {
-                        limit_bytes: o.memory_limit(),
-                    })
-                });
+                let out_of_memory = match oom {
+                    Some(o) => oom_since(o.as_ref(), oom_before, &exit).await,
+                    None => None,
+                };
                 Ok(sandbox_exit(&exit, out_of_memory))
             }
             Err(source) => Err(port_error(AgentFailure {
