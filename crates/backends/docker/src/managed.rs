@@ -14,9 +14,8 @@
 //! Must never reap a container that is not the lease's (the name is derived from the
 //! runtime id, which must be one of ours: `docker-` and hex).
 
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, LazyLock, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -24,7 +23,7 @@ use omabox_contract::{
     ManagedSandboxLease, Meta, MetaValue, PortError, SessionOutputPort, WorkspacePersistencePort,
 };
 use omabox_sandbox::managed::{
-    AcquisitionContext, HarnessOutputSink, ManagedSandboxProvider,
+    AcquisitionContext, HarnessOutputSink, LiveRuntimes, ManagedSandboxProvider,
     ManagedSandboxProviderCapabilities, ProvidedSandbox, ProviderManagedRuntimeDriver,
     ProviderManagedRuntimeDriverOptions,
 };
@@ -41,15 +40,9 @@ pub const CONTAINER_METADATA_KEY: &str = "container";
 /// Lease metadata key: the host id (`omabox.host`).
 pub const HOST_METADATA_KEY: &str = "host";
 
-type LiveTable = HashMap<String, Arc<DockerSandboxPort>>;
-
 /// The runtimes this process created and still holds, by runtime id.
-static LIVE: LazyLock<Mutex<LiveTable>> = LazyLock::new(|| Mutex::new(HashMap::new()));
+static LIVE: LazyLock<LiveRuntimes<DockerSandboxPort>> = LazyLock::new(LiveRuntimes::default);
 static NEXT_RUNTIME: AtomicU64 = AtomicU64::new(1);
-
-fn live() -> MutexGuard<'static, LiveTable> {
-    LIVE.lock().unwrap_or_else(PoisonError::into_inner)
-}
 
 /// The `docker` [`ManagedSandboxProvider`].
 #[derive(Debug, Clone)]
@@ -95,13 +88,7 @@ impl ManagedSandboxProvider for DockerManagedProvider {
         acquisition.signal.throw_if_aborted()?;
         // The directories belong to the persistence ports: made here so the engine never
         // creates (as root) a binding's host path itself.
-        for dir in std::iter::once(&acquisition.workspace_host_path)
-            .chain(acquisition.outputs_host_path.iter())
-        {
-            std::fs::create_dir_all(dir).map_err(|e| {
-                PortError::new(format!("creating the binding {}: {e}", dir.display()))
-            })?;
-        }
+        acquisition.create_binding_dirs()?;
         let runtime_id = format!(
             "docker-{:x}-{:x}",
             std::process::id(),
@@ -122,7 +109,7 @@ impl ManagedSandboxProvider for DockerManagedProvider {
             HOST_METADATA_KEY.into(),
             MetaValue::String(config.host_id.clone()),
         );
-        live().insert(runtime_id.clone(), Arc::clone(&port));
+        LIVE.insert(runtime_id.clone(), Arc::clone(&port));
         Ok(ProvidedSandbox {
             sandbox: port as Arc<dyn SandboxPort>,
             runtime_id,
@@ -131,20 +118,12 @@ impl ManagedSandboxProvider for DockerManagedProvider {
     }
 
     async fn attach(&self, lease: &ManagedSandboxLease) -> Result<Arc<dyn SandboxPort>, PortError> {
-        live()
-            .get(&lease.runtime_id)
-            .map(|port| Arc::clone(port) as Arc<dyn SandboxPort>)
-            .ok_or_else(|| {
-                PortError::new(format!(
-                    "docker runtime {} is not attached in this process (its agent connection \
-                     was another process's)",
-                    lease.runtime_id
-                ))
-            })
+        LIVE.attached("docker", &lease.runtime_id)
+            .map(|port| port as Arc<dyn SandboxPort>)
     }
 
     async fn reap(&self, lease: &ManagedSandboxLease) -> Result<(), PortError> {
-        let port = live().remove(&lease.runtime_id);
+        let port = LIVE.remove(&lease.runtime_id);
         if let Some(port) = port {
             return Ok(port.terminate().await?);
         }
@@ -153,7 +132,7 @@ impl ManagedSandboxProvider for DockerManagedProvider {
     }
 
     async fn status(&self, lease: &ManagedSandboxLease) -> Result<SandboxRuntimeStatus, PortError> {
-        let port = live().get(&lease.runtime_id).cloned();
+        let port = LIVE.get(&lease.runtime_id);
         if let Some(port) = port {
             return Ok(if port.is_alive() {
                 SandboxRuntimeStatus::Running
@@ -174,9 +153,7 @@ impl omabox_sandbox_net::credential_egress::LiveSandboxes for DockerManagedProvi
         &self,
         id: &str,
     ) -> Option<Arc<dyn omabox_sandbox_net::credential_egress::CredentialTarget>> {
-        live()
-            .get(id)
-            .cloned()
+        LIVE.get(id)
             .map(|port| port as Arc<dyn omabox_sandbox_net::credential_egress::CredentialTarget>)
     }
 }

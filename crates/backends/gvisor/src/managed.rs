@@ -15,9 +15,8 @@
 //! Must never reap what is not the lease's sandbox: the id must be one of ours and the
 //! directory absolute; only `<dir>/sandboxes/<id>` is removed.
 
-use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, LazyLock, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -25,7 +24,7 @@ use omabox_contract::{
     ManagedSandboxLease, Meta, MetaValue, PortError, SessionOutputPort, WorkspacePersistencePort,
 };
 use omabox_sandbox::managed::{
-    AcquisitionContext, HarnessOutputSink, ManagedSandboxProvider,
+    AcquisitionContext, HarnessOutputSink, LiveRuntimes, ManagedSandboxProvider,
     ManagedSandboxProviderCapabilities, ProvidedSandbox, ProviderManagedRuntimeDriver,
     ProviderManagedRuntimeDriverOptions,
 };
@@ -37,14 +36,8 @@ use crate::{GvisorRuntime, GvisorSandboxPort, PROVIDER, SandboxSpec};
 /// Lease metadata key: the backend's directory (`GvisorConfig::dir`).
 pub const DIR_METADATA_KEY: &str = "dir";
 
-type LiveTable = HashMap<String, Arc<GvisorSandboxPort>>;
-
 /// The runtimes this process created and still holds, by runtime id.
-static LIVE: LazyLock<Mutex<LiveTable>> = LazyLock::new(|| Mutex::new(HashMap::new()));
-
-fn live() -> MutexGuard<'static, LiveTable> {
-    LIVE.lock().unwrap_or_else(PoisonError::into_inner)
-}
+static LIVE: LazyLock<LiveRuntimes<GvisorSandboxPort>> = LazyLock::new(LiveRuntimes::default);
 
 /// The `gvisor` [`ManagedSandboxProvider`].
 #[derive(Debug, Clone)]
@@ -127,13 +120,7 @@ impl ManagedSandboxProvider for GvisorManagedProvider {
         })?;
         // The directories belong to the persistence ports: made here so runsc never finds a
         // binding's source missing.
-        for dir in std::iter::once(&acquisition.workspace_host_path)
-            .chain(acquisition.outputs_host_path.iter())
-        {
-            std::fs::create_dir_all(dir).map_err(|e| {
-                PortError::new(format!("creating the binding {}: {e}", dir.display()))
-            })?;
-        }
+        acquisition.create_binding_dirs()?;
         let sandbox = runtime
             .create_with(SandboxSpec {
                 workspace: Some(acquisition.workspace_host_path.clone()),
@@ -148,7 +135,7 @@ impl ManagedSandboxProvider for GvisorManagedProvider {
             DIR_METADATA_KEY.into(),
             MetaValue::String(runtime.dir().to_string_lossy().into_owned()),
         );
-        live().insert(runtime_id.clone(), Arc::clone(&port));
+        LIVE.insert(runtime_id.clone(), Arc::clone(&port));
         Ok(ProvidedSandbox {
             sandbox: port as Arc<dyn SandboxPort>,
             runtime_id,
@@ -157,20 +144,12 @@ impl ManagedSandboxProvider for GvisorManagedProvider {
     }
 
     async fn attach(&self, lease: &ManagedSandboxLease) -> Result<Arc<dyn SandboxPort>, PortError> {
-        live()
-            .get(&lease.runtime_id)
-            .map(|port| Arc::clone(port) as Arc<dyn SandboxPort>)
-            .ok_or_else(|| {
-                PortError::new(format!(
-                    "gvisor runtime {} is not attached in this process (its agent connection \
-                     was another process's)",
-                    lease.runtime_id
-                ))
-            })
+        LIVE.attached("gvisor", &lease.runtime_id)
+            .map(|port| port as Arc<dyn SandboxPort>)
     }
 
     async fn reap(&self, lease: &ManagedSandboxLease) -> Result<(), PortError> {
-        let port = live().remove(&lease.runtime_id);
+        let port = LIVE.remove(&lease.runtime_id);
         if let Some(port) = port {
             return port
                 .sandbox()
@@ -187,7 +166,7 @@ impl ManagedSandboxProvider for GvisorManagedProvider {
     }
 
     async fn status(&self, lease: &ManagedSandboxLease) -> Result<SandboxRuntimeStatus, PortError> {
-        let port = live().get(&lease.runtime_id).cloned();
+        let port = LIVE.get(&lease.runtime_id);
         if let Some(port) = port {
             return Ok(if port.is_alive().await {
                 SandboxRuntimeStatus::Running
@@ -209,9 +188,7 @@ impl omabox_sandbox_net::credential_egress::LiveSandboxes for GvisorManagedProvi
         &self,
         id: &str,
     ) -> Option<Arc<dyn omabox_sandbox_net::credential_egress::CredentialTarget>> {
-        live()
-            .get(id)
-            .cloned()
+        LIVE.get(id)
             .map(|port| port as Arc<dyn omabox_sandbox_net::credential_egress::CredentialTarget>)
     }
 }

@@ -38,7 +38,7 @@ pub use harness::{
     SandboxSupervisorTransport, drain, harness_process_spec,
 };
 pub use provider::{
-    AcquisitionContext, HOST_PATH_METADATA_KEY, ManagedSandboxProvider,
+    AcquisitionContext, HOST_PATH_METADATA_KEY, LiveRuntimes, ManagedSandboxProvider,
     ManagedSandboxProviderCapabilities, ProvidedSandbox,
 };
 pub use runtime::{ProviderManagedRuntime, ProviderManagedRuntimeOptions, STARTED_AT_METADATA_KEY};

@@ -12,8 +12,9 @@ use omabox_contract::{
     AbortSignal, ManagedRuntimePlan, ManagedSandboxLease, Meta, PortError, RuntimeResourceScope,
     SessionOutputBinding, WorkspaceBinding,
 };
+use std::collections::HashMap;
 use std::path::PathBuf;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 
 /// The metadata key of a binding that names the host directory to bind-mount.
 pub const HOST_PATH_METADATA_KEY: &str = "hostPath";
@@ -38,6 +39,62 @@ pub struct AcquisitionContext {
     pub outputs_host_path: Option<PathBuf>,
     /// Cancellation of the acquire.
     pub signal: AbortSignal,
+}
+
+impl AcquisitionContext {
+    /// Creates the binding directories (the workspace's, the outputs'): they belong to the
+    /// persistence ports, and a backend must never have them made for it (by an engine or
+    /// runsc, as root, or missing when bound).
+    pub fn create_binding_dirs(&self) -> Result<(), PortError> {
+        for dir in std::iter::once(&self.workspace_host_path).chain(self.outputs_host_path.iter()) {
+            std::fs::create_dir_all(dir).map_err(|e| {
+                PortError::new(format!("creating the binding {}: {e}", dir.display()))
+            })?;
+        }
+        Ok(())
+    }
+}
+
+/// The runtimes a provider created in this process and still holds, by runtime id. Only
+/// these can be attached: a runtime's agent connection belongs to the process that made it.
+#[derive(Debug)]
+pub struct LiveRuntimes<P>(Mutex<HashMap<String, Arc<P>>>);
+
+impl<P> Default for LiveRuntimes<P> {
+    fn default() -> Self {
+        Self(Mutex::new(HashMap::new()))
+    }
+}
+
+impl<P> LiveRuntimes<P> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Arc<P>>> {
+        self.0.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Holds `port` as runtime `id`.
+    pub fn insert(&self, id: String, port: Arc<P>) {
+        self.lock().insert(id, port);
+    }
+
+    /// The runtime `id`, when this process holds it.
+    pub fn get(&self, id: &str) -> Option<Arc<P>> {
+        self.lock().get(id).cloned()
+    }
+
+    /// Lets go of the runtime `id`, returning it when this process held it.
+    pub fn remove(&self, id: &str) -> Option<Arc<P>> {
+        self.lock().remove(id)
+    }
+
+    /// The runtime `id` for an attach, or the error saying it is another process's.
+    pub fn attached(&self, backend: &str, id: &str) -> Result<Arc<P>, PortError> {
+        self.get(id).ok_or_else(|| {
+            PortError::new(format!(
+                "{backend} runtime {id} is not attached in this process (its agent connection \
+                 was another process's)"
+            ))
+        })
+    }
 }
 
 /// A runtime the provider created: the live tool sandbox and its serializable identity.
