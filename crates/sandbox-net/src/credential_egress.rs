@@ -156,6 +156,27 @@ impl std::fmt::Debug for CredentialEgressOptions {
     }
 }
 
+/// The host's CA bundle: what upstream servers are checked against unless the operator
+/// gives other roots.
+pub const HOST_CA_BUNDLE: &str = "/etc/ssl/certs/ca-certificates.crt";
+
+impl CredentialEgressOptions {
+    /// The port injecting these secrets into the sandboxes of `provider` (named
+    /// `provider_name`), upstream servers checked against the given roots or else the
+    /// host's bundle ([`HOST_CA_BUNDLE`]; none when it cannot be read: every upstream then
+    /// fails its check).
+    pub fn into_port(
+        self,
+        provider_name: &'static str,
+        provider: Arc<dyn LiveSandboxes>,
+    ) -> CredentialEgress {
+        let roots = self
+            .upstream_roots
+            .unwrap_or_else(|| std::fs::read(HOST_CA_BUNDLE).unwrap_or_default());
+        CredentialEgress::new(provider_name, provider, self.vault, self.rules, roots)
+    }
+}
+
 /// The port (see the module doc).
 pub struct CredentialEgress {
     /// The backend's provider name (binding ids, errors).

@@ -204,15 +204,8 @@ pub async fn managed_runtime_provider_driver(
     Ok(match options.credential_egress {
         None => driver,
         Some(egress) => {
-            let roots = egress
-                .upstream_roots
-                .unwrap_or_else(|| std::fs::read(HOST_CA_BUNDLE).unwrap_or_default());
-            let port = CredentialEgress::new(PROVIDER, provider, egress.vault, egress.rules, roots);
+            let port = egress.into_port(PROVIDER, provider);
             driver.with_credential_egress(Arc::new(port), CredentialEgress::capabilities_value())
         }
     })
 }
-
-/// The host's CA bundle: what upstream servers are checked against unless the operator
-/// gives other roots.
-const HOST_CA_BUNDLE: &str = "/etc/ssl/certs/ca-certificates.crt";

@@ -7,28 +7,14 @@
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use omabox_contract::{PortError, VaultSecretPort};
+use omabox_contract::PortError;
 use omabox_egress::intercept::Credentials;
-use omabox_linux_sandbox::plan::CA_BUNDLE;
 
+use crate::port::LinuxSandboxPort;
 pub use crate::port::SANDBOX_CA_FILE;
-use crate::port::{LinuxSandboxPort, PROVIDER};
 pub use omabox_sandbox_net::credential_egress::{
     AuthScheme, CredentialEgress, CredentialTarget, EgressCredential, LiveSandboxes,
 };
-
-/// The port injecting `rules`' secrets from `vault` into the sandboxes of `provider`,
-/// checking upstream servers against `upstream_roots` (PEM; the host's bundle when `None`).
-pub fn linux_credential_egress(
-    provider: Arc<dyn LiveSandboxes>,
-    vault: Arc<dyn VaultSecretPort>,
-    rules: Vec<EgressCredential>,
-    upstream_roots: Option<Vec<u8>>,
-) -> CredentialEgress {
-    let upstream_roots =
-        upstream_roots.unwrap_or_else(|| std::fs::read(CA_BUNDLE).unwrap_or_default());
-    CredentialEgress::new(PROVIDER, provider, vault, rules, upstream_roots)
-}
 
 #[async_trait]
 impl CredentialTarget for LinuxSandboxPort {

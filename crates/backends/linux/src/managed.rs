@@ -270,12 +270,7 @@ pub async fn managed_runtime_provider_driver(
     Ok(match options.credential_egress {
         None => driver,
         Some(egress) => {
-            let port = crate::credential_egress::linux_credential_egress(
-                provider,
-                egress.vault,
-                egress.rules,
-                egress.upstream_roots,
-            );
+            let port = egress.into_port(crate::port::PROVIDER, provider);
             driver.with_credential_egress(
                 Arc::new(port),
                 crate::credential_egress::CredentialEgress::capabilities_value(),
