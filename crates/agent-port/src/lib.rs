@@ -14,6 +14,7 @@
 //! or put an environment value in an error (targets are commands and ids).
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -83,13 +84,15 @@ pub fn sandbox_exit(exit: &ProcessExit, out_of_memory: Option<OutOfMemory>) -> S
 const OOM_COUNT_SETTLE: std::time::Duration = std::time::Duration::from_millis(200);
 
 /// The OOM kill a process that ended with `exit` owes to the memory limit: the count rose
-/// since `before`. Only a SIGKILL waits (up to [`OOM_COUNT_SETTLE`]) for the count.
+/// since `before`. Only a SIGKILL this port did not send (`wait`) waits, up to
+/// [`OOM_COUNT_SETTLE`], for the count.
 async fn oom_since(
     oom: &dyn OomWatch,
     before: Option<u64>,
     exit: &ProcessExit,
+    wait: bool,
 ) -> Option<OutOfMemory> {
-    let killed = sigkilled(exit);
+    let killed = wait && sigkilled(exit);
     let deadline = tokio::time::Instant::now() + OOM_COUNT_SETTLE;
     loop {
         if oom.oom_kills() > before {
@@ -146,13 +149,18 @@ pub async fn spawn_duplex(
     let killer = process.killer();
     let oom_before = oom.as_ref().and_then(|o| o.oom_kills());
     let kill_errors = Arc::clone(&port_error);
+    // Set once this port signals the process: a SIGKILL is then ours, not the OOM killer's,
+    // and its exit is not held back for the OOM count (a harness cancelled on every run).
+    let signalled = Arc::new(AtomicBool::new(false));
+    let ours = Arc::clone(&signalled);
     // Lazy: the process is awaited only when someone polls `exited` (or a kill waits for
     // it). Dropping every part of an unfinished process kills it in the sandbox.
     let exited: ExitFuture = async move {
         match process.wait().await {
             Ok(exit) => {
+                let wait = !ours.load(Ordering::Acquire);
                 let out_of_memory = match oom {
-                    Some(o) => oom_since(o.as_ref(), oom_before, &exit).await,
+                    Some(o) => oom_since(o.as_ref(), oom_before, &exit, wait).await,
                     None => None,
                 };
                 Ok(sandbox_exit(&exit, out_of_memory))
@@ -170,6 +178,7 @@ pub async fn spawn_duplex(
         killer,
         exited: exited.clone(),
         port_error: kill_errors,
+        signalled,
     });
     Ok(SandboxDuplexProcess::new(
         Box::new(stdin),
@@ -211,6 +220,8 @@ struct DuplexControl {
     killer: ProcessKiller,
     exited: ExitFuture,
     port_error: PortErrorOf,
+    /// Set before this port sends the process a signal.
+    signalled: Arc<AtomicBool>,
 }
 
 impl DuplexControl {
@@ -221,6 +232,7 @@ impl DuplexControl {
     }
 
     fn send(&self, signal: &str) -> Result<(), PortError> {
+        self.signalled.store(true, Ordering::Release);
         self.killer.kill(signal).map_err(|source| {
             (self.port_error)(AgentFailure {
                 op: "kill",
