@@ -1,12 +1,12 @@
 //! omabox's gvisor backend: each sandbox is a runsc (gVisor) container whose process is
 //! `omabox-gvisor-init`, the omabox agent serving over the container's stdio, so exec,
 //! processes (duplex and background, from `omabox-agent-port`), files and env vars speak
-//! the same protocol as the linux backend. gVisor's checkpoint and restore give memory pause, resume and fork
-//! ([`GvisorSandbox`]): built, but no test of them passes in CI yet, so no command offers
-//! them. On Debian's runsc (0.0~20221219, ptrace) the first resume crashed the restored
-//! init in 2 of 10 runs of the removed test with a release-built init and 4 of 10 with a
-//! 500 ms pause before the checkpoint (2026-12-06): a SIGSEGV in its main thread on a
-//! non-canonical pointer right after restore, and a crashing image crashes on every retry.
+//! the same protocol as the linux backend. gVisor's checkpoint and restore give memory pause,
+//! resume and fork ([`GvisorSandbox`], tested by `tests/sandbox.rs`). They need Debian 13's
+//! runsc (0.0~20240729; scripts/setup installs it): Debian 12's crashed restored processes.
+//! That runsc still brings back epoll registrations removed before a checkpoint, which made
+//! the restored init use memory it had freed; the init filters their events
+//! (`src/bin/omabox-gvisor-init/stale_epoll.rs`).
 //!
 //! What it isolates and what it does not is SECURITY.md's gVisor row. Never: give a
 //! sandbox the host's `/etc`, home directories or omabox's data directory (`bundle`);

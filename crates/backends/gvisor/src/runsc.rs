@@ -19,7 +19,7 @@ const LOG_TAIL: u64 = 2048;
 /// another. Pipes, not one socket: Debian's runsc 0.0~20221219 restored a process whose
 /// stdio was a host socket with that socket reset about one time in ten (the process read
 /// EOF and exited, or crashed), and did not in 27 rounds with pipes
-/// (`tests/repro/runsc_restore.py --pipes`). The init's own restore crash remains (lib doc).
+/// (`tests/repro/runsc_restore.py --pipes`).
 #[derive(Debug, Clone, Copy)]
 pub struct Stdio2<'a> {
     /// The container's fd 0 (the read end of the host's request pipe).

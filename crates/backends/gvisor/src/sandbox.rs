@@ -400,10 +400,8 @@ impl GvisorSandbox {
         let Some(image) = image else {
             return self.boot_once(None).await;
         };
-        // runsc 2022-12-19 (Debian 12) on the ptrace platform sometimes crashes a restored
-        // process right away (SIGSEGV in its main thread; a plain python process's socket
-        // stdio was reset too, tests/repro/runsc_restore.py). The image is unchanged by a
-        // failed restore, so it is tried again; some images crashed on every attempt.
+        // A restore that fails (runsc 2022-12-19 crashed restored processes right away,
+        // tests/repro/runsc_restore.py) leaves the image unchanged, so it is tried again.
         let mut attempt = 1;
         loop {
             match self.boot_once(Some(image.clone())).await {

@@ -15,6 +15,8 @@
 //! Never: read fd 0 anywhere but the one reader thread (a second reader would steal the
 //! next connection's bytes); exit while detached unless fd 0 ended.
 
+mod stale_epoll;
+
 use std::io::{Read, Write};
 use std::os::fd::FromRawFd;
 use std::process::ExitCode;
