@@ -18,6 +18,9 @@ pub const DEFAULT_WINDOW: u32 = 1 << 20;
 struct SendState {
     avail: u64,
     closed: bool,
+    /// Nobody reads this channel any more (its connection detached): credit is endless
+    /// and what would be sent is dropped ([`SendWindow::discard`]).
+    discard: bool,
     waker: Option<Waker>,
 }
 
@@ -40,6 +43,7 @@ impl SendWindow {
             state: Mutex::new(SendState {
                 avail: u64::from(initial),
                 closed: false,
+                discard: false,
                 waker: None,
             }),
         }
@@ -65,6 +69,9 @@ impl SendWindow {
         let mut s = lock(&self.state);
         if s.closed {
             return Poll::Ready(None);
+        }
+        if s.discard {
+            return Poll::Ready(Some(max));
         }
         if s.avail == 0 || max == 0 {
             if max == 0 {
@@ -92,6 +99,23 @@ impl SendWindow {
                 w.wake();
             }
         }
+    }
+
+    /// From now on nobody reads this channel, and its writer must not be held up or cut
+    /// off: credit is endless and the sender drops what it would send
+    /// ([`SendWindow::discarding`]). A detached connection's processes go on writing.
+    pub fn discard(&self) {
+        let mut s = lock(&self.state);
+        s.discard = true;
+        s.avail = MAX_WINDOW;
+        if let Some(w) = s.waker.take() {
+            w.wake();
+        }
+    }
+
+    /// Whether [`SendWindow::discard`] was called.
+    pub fn discarding(&self) -> bool {
+        lock(&self.state).discard
     }
 
     /// Closes the window; waiters wake up with `None`.

@@ -256,10 +256,11 @@ pub enum Request {
         #[serde(default, skip_serializing_if = "std::ops::Not::not")]
         include_entry: bool,
     },
-    /// Ends the connection without ending anything it started: replies `ok`, then the
-    /// agent stops reading and writing this stream and leaves its processes running (a
-    /// backend that checkpoints the sandbox reconnects later over a new stream). Open
-    /// streams are cut; background processes keep running but their logs are dropped.
+    /// Ends the connection without ending anything it started: replies `ok`, then a
+    /// goaway (`detached`), then the agent neither reads nor writes this stream again and
+    /// leaves its processes running (a backend that checkpoints the sandbox reconnects
+    /// later over a new stream). Open streams' processes run on with their output dropped
+    /// (their stdin stays open); background processes run on with their logs unreachable.
     Detach,
 }
 

@@ -511,9 +511,22 @@ async fn detach_ends_the_connection_and_leaves_its_processes_running() {
         .await
         .unwrap();
     let pid: u32 = out.combined().trim().parse().unwrap();
+    // A process still streaming its output when the host detaches runs on: its output is
+    // dropped from then on, never blocked or cut (no SIGPIPE), and its stdin stays open.
+    let chatty = client
+        .spawn("while :; do echo line; sleep 0.02; done")
+        .await
+        .unwrap();
+    let chatty_pid = chatty.pid();
     client.detach().await.unwrap();
     let served = task.await.unwrap().unwrap();
     assert_eq!(served, omabox_agent::Served::Detached);
+    drop(chatty);
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    assert!(
+        pid_exists(chatty_pid) && !matches!(proc_state(chatty_pid), Some(('Z', _))),
+        "a streaming process ended with its detached connection"
+    );
 
     // A later connection is served, and closing it (not detaching) kills its processes.
     let (a, b) = tokio::io::duplex(64 * 1024);
@@ -538,7 +551,14 @@ async fn detach_ends_the_connection_and_leaves_its_processes_running() {
         !pid_exists(second)
     })
     .await;
+    assert!(
+        pid_exists(chatty_pid),
+        "the detached connection's streaming process was killed with the next connection"
+    );
     agent.kill_all();
-    // SAFETY: plain kill(2) of a pid this test started.
-    unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+    // SAFETY: plain kill(2) of pids this test started.
+    unsafe {
+        libc::kill(pid as i32, libc::SIGKILL);
+        libc::kill(chatty_pid as i32, libc::SIGKILL);
+    }
 }

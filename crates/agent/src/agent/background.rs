@@ -56,6 +56,13 @@ pub(crate) struct Background {
     task: Mutex<Option<TaskGuard<()>>>,
 }
 
+impl Background {
+    /// Whether its process has ended (its exit recorded).
+    pub(crate) fn ended(&self) -> bool {
+        lock(&self.state).exit.is_some()
+    }
+}
+
 pub(crate) fn start(
     conn: &Arc<Conn>,
     mut spec: SpawnSpec,

@@ -108,14 +108,17 @@ where
                 detach: tokio::sync::Notify::new(),
             });
             let r = read_loop(&conn, &mut reader).await;
-            conn.teardown();
+            conn.teardown(r.as_ref().is_ok_and(|s| *s == Served::Detached));
             r
         }
         Err(e) => Err(e),
     };
     if result.as_ref().is_ok_and(|s| *s == Served::Detached) {
-        // Only the queued replies (the detach's `ok` last) are flushed: the host reads
-        // nothing after it, and what this connection started runs on.
+        // The queued replies (the detach's `ok` last) are flushed, then a goaway ends the
+        // writer: the host reads nothing after the `ok`, and the streams of processes that
+        // run on send nothing more (their windows discard).
+        let detached = RemoteError::new(ErrorKind::Io, "detached");
+        let _ = out.send(Frame::json(CONNECTION_STREAM, FrameKind::Goaway, &detached));
         drop(out);
         let _ = tokio::time::timeout(Duration::from_secs(2), writer).await;
         return Ok(Served::Detached);
@@ -418,12 +421,27 @@ impl Conn {
         );
     }
 
-    fn teardown(&self) {
+    /// Ends the connection's streams. After a detach their processes run on: each stream
+    /// task goes on (draining its process's output into windows that discard it) until the
+    /// process ends; the background processes are kept by the agent (ended ones dropped as
+    /// others come).
+    fn teardown(&self, detached: bool) {
         let entries: Vec<StreamEntry> = lock(&self.streams).drain().map(|(_, e)| e).collect();
         for e in entries {
-            e.shut();
+            if detached {
+                for w in &e.send {
+                    w.discard();
+                }
+            } else {
+                e.shut();
+            }
         }
-        lock(&self.background).clear();
+        let background: Vec<_> = lock(&self.background).drain().map(|(_, b)| b).collect();
+        if detached {
+            let mut kept = lock(&self.agent.detached_background);
+            kept.retain(|b| !b.ended());
+            kept.extend(background);
+        }
     }
 }
 
@@ -567,6 +585,9 @@ impl ChannelSender {
 
     /// Sends `bytes` in window-sized chunks. `false` if the window closed.
     pub(crate) async fn send_all(&self, mut bytes: Bytes) -> bool {
+        if self.window.discarding() {
+            return true;
+        }
         while !bytes.is_empty() {
             let Some(n) = self.window.reserve(bytes.len().min(self.chunk)).await else {
                 return false;
@@ -628,6 +649,9 @@ impl ChannelSender {
             }
             buf.truncate(n);
             total += n as u64;
+            if self.window.discarding() {
+                continue;
+            }
             if self
                 .out
                 .send(Frame::data(self.id, self.channel, buf.freeze()))

@@ -102,6 +102,9 @@ pub(crate) struct AgentShared {
     /// Process group id → connection that started it.
     groups: Mutex<HashMap<i32, u64>>,
     next_conn: AtomicU64,
+    /// Background processes of detached connections (they run on; nobody can ask for
+    /// their output again). Ended ones are dropped as others are added.
+    detached_background: Mutex<Vec<Arc<background::Background>>>,
 }
 
 pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -120,6 +123,7 @@ impl Agent {
                 started: Instant::now(),
                 env: Mutex::new(BTreeMap::new()),
                 groups: Mutex::new(HashMap::new()),
+                detached_background: Mutex::new(Vec::new()),
                 next_conn: AtomicU64::new(1),
             }),
         })
