@@ -33,6 +33,19 @@ const HOSTS: &str = "127.0.0.1 localhost\n::1 localhost\n";
 const PASSWD: &str =
     "root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n";
 const GROUP: &str = "root:x:0:\nnogroup:x:65534:\n";
+/// E2B's default user, whose home a sandbox with [`Layout::user_home`] has.
+pub const USER_UID: u32 = 1000;
+/// The accounts of a sandbox with E2B's user (bound over the generated ones).
+const PASSWD_WITH_USER: &str = "root:x:0:0:root:/root:/bin/sh\nuser:x:1000:1000:user:/home/user:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n";
+const GROUP_WITH_USER: &str = "root:x:0:\nuser:x:1000:\nnogroup:x:65534:\n";
+/// Where E2B's user's home is (a tmpfs of the sandbox's own, owned by [`USER_UID`]).
+pub const USER_HOME: &str = "/home/user";
+
+/// The directory beside the generated root with the accounts of E2B's user
+/// (`passwd`, `group`).
+pub fn accounts_dir(root: &Path) -> PathBuf {
+    root.with_file_name("accounts")
+}
 
 /// Creates (idempotently) the shared root directory under `dir`.
 pub fn prepare_root(dir: &Path) -> Result<PathBuf, GvisorError> {
@@ -51,6 +64,7 @@ pub fn prepare_root(dir: &Path) -> Result<PathBuf, GvisorError> {
         "sys",
         "root",
         ".omabox",
+        "home/user",
         "mnt/session/outputs",
         "etc/ssl/certs",
     ] {
@@ -71,6 +85,12 @@ pub fn prepare_root(dir: &Path) -> Result<PathBuf, GvisorError> {
         }
     }
     write_whole(&root.join("etc/passwd"), PASSWD.as_bytes()).map_err(|e| io("etc/passwd", e))?;
+    let accounts = accounts_dir(&root);
+    std::fs::create_dir_all(&accounts).map_err(|e| io("creating the accounts", e))?;
+    write_whole(&accounts.join("passwd"), PASSWD_WITH_USER.as_bytes())
+        .map_err(|e| io("the accounts", e))?;
+    write_whole(&accounts.join("group"), GROUP_WITH_USER.as_bytes())
+        .map_err(|e| io("the accounts", e))?;
     write_whole(&root.join("etc/group"), GROUP.as_bytes()).map_err(|e| io("etc/group", e))?;
     write_whole(&root.join("etc/resolv.conf"), RESOLV_CONF.as_bytes())
         .map_err(|e| io("etc/resolv.conf", e))?;
@@ -125,6 +145,10 @@ pub struct Layout<'a> {
     /// names no network namespace (runsc would make a fresh one), so the sandbox is in
     /// runsc's own, ours.
     pub host_network: bool,
+    /// E2B's user `user` (uid [`USER_UID`]) with a writable [`USER_HOME`] (a tmpfs of the
+    /// sandbox's own), its accounts bound over the generated `/etc/passwd` and `/etc/group`
+    /// (not over an image's).
+    pub user_home: bool,
 }
 
 /// `config.json` for a sandbox laid out as `layout` says.
@@ -138,6 +162,7 @@ pub fn config(layout: &Layout<'_>) -> Value {
         init,
         hostname,
         host_network,
+        user_home,
     } = *layout;
     let bind = |dest: &str, source: &Path, ro: bool| {
         json!({
@@ -184,6 +209,17 @@ pub fn config(layout: &Layout<'_>) -> Value {
     if let Some(mounts) = config.get_mut("mounts").and_then(Value::as_array_mut) {
         if let Some(outputs) = outputs {
             mounts.push(bind(OUTPUTS, outputs, false));
+        }
+        if user_home {
+            mounts.push(json!({
+                "destination": USER_HOME, "type": "tmpfs", "source": "tmpfs",
+                "options": [format!("uid={USER_UID}"), format!("gid={USER_UID}"), "mode=0755"],
+            }));
+            if !image {
+                let accounts = accounts_dir(root);
+                mounts.push(bind("/etc/passwd", &accounts.join("passwd"), true));
+                mounts.push(bind("/etc/group", &accounts.join("group"), true));
+            }
         }
         if image {
             // The image's own /usr; its /etc with our resolv.conf (the stub's address).
@@ -310,6 +346,7 @@ mod tests {
             init: Path::new("/i"),
             hostname: "omabox",
             host_network,
+            user_home: false,
         }
     }
 

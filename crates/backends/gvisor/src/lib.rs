@@ -27,7 +27,7 @@ mod stream;
 
 use std::path::PathBuf;
 
-pub use bundle::{INIT_PATH, OUTPUTS, WORKSPACE};
+pub use bundle::{CGROUP_PARENT, INIT_PATH, OUTPUTS, WORKSPACE};
 pub use network::GvisorNetwork;
 pub use omabox_sandbox_net::GatewayAccess;
 pub use port::GvisorSandboxPort;

@@ -125,6 +125,7 @@ impl ManagedSandboxProvider for GvisorManagedProvider {
             .create_with(SandboxSpec {
                 workspace: Some(acquisition.workspace_host_path.clone()),
                 outputs: acquisition.outputs_host_path.clone(),
+                user_home: false,
             })
             .await
             .map_err(|e| PortError::new(crate::port::chain(&e)))?;

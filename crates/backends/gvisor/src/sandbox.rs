@@ -103,6 +103,8 @@ pub struct SandboxSpec {
     pub workspace: Option<PathBuf>,
     /// The host directory bound at `/mnt/session/outputs`, when the sandbox has one.
     pub outputs: Option<PathBuf>,
+    /// E2B's user `user` with a writable `/home/user` (`bundle::Layout::user_home`).
+    pub user_home: bool,
 }
 
 /// Creates gvisor sandboxes.
@@ -202,7 +204,7 @@ impl GvisorRuntime {
     ) -> Result<GvisorSandbox, GvisorError> {
         self.create_with(SandboxSpec {
             workspace,
-            outputs: None,
+            ..SandboxSpec::default()
         })
         .await
     }
@@ -212,6 +214,7 @@ impl GvisorRuntime {
     pub async fn create_with(&self, spec: SandboxSpec) -> Result<GvisorSandbox, GvisorError> {
         let mut sandbox = GvisorSandbox::layout(self.shared.clone())?;
         sandbox.outputs = spec.outputs;
+        sandbox.user_home = spec.user_home;
         match spec.workspace {
             Some(dir) => sandbox.workspace = dir,
             None => std::fs::create_dir_all(sandbox.workspace()).map_err(|e| GvisorError::Io {
@@ -263,6 +266,8 @@ pub struct GvisorSandbox {
     dir: PathBuf,
     workspace: PathBuf,
     outputs: Option<PathBuf>,
+    /// Whether it has E2B's user and home ([`SandboxSpec::user_home`]).
+    user_home: bool,
     /// The sandbox's own network namespace and the host side of its network (`None` under
     /// networking `none`).
     network: std::sync::Mutex<Option<OwnNetwork>>,
@@ -293,6 +298,7 @@ impl GvisorSandbox {
             runsc: RunscSlot::default(),
             workspace: dir.join("workspace"),
             outputs: None,
+            user_home: false,
             network: std::sync::Mutex::new(None),
             dir,
             shared,
@@ -436,6 +442,7 @@ impl GvisorSandbox {
             init: &self.shared.init,
             hostname: "omabox",
             host_network: netns.is_some(),
+            user_home: self.user_home,
         });
         let config = bundle::with_cgroup(config, &self.id, &self.shared.limits);
         bundle::write(&self.bundle(), &config)?;
@@ -638,7 +645,9 @@ impl GvisorSandbox {
         }
         let mut forks = Vec::with_capacity(count);
         for _ in 0..count {
-            let fork = GvisorSandbox::layout(runtime.shared.clone())?;
+            let mut fork = GvisorSandbox::layout(runtime.shared.clone())?;
+            // The checkpoint's mounts: a restore needs the same ones.
+            fork.user_home = self.user_home;
             let (from, to) = (self.workspace(), fork.workspace());
             let copied = match blocking(move || copy_tree(&from, &to)).await {
                 Ok(()) => fork.serve_network(),
