@@ -2,14 +2,14 @@
 //! create → get → list → timeout extension → kill (its state dir and cgroup gone), a short
 //! timeout that expires, 401 without the operator key, 404 and 400 in E2B's error shape, no
 //! access token in any log line, every sandbox killed when serve stops, and those of a
-//! killed serve reaped by `omabox reap`.
+//! killed serve reaped by `omabox reap` (linux, and gvisor with a memory pause).
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
 
 use common::serve::{Serve, subdirs};
-use common::{TestDirs, cgroup_parent_dirs, linux_available};
+use common::{TestDirs, cgroup_parent_dirs, gvisor_missing, linux_available};
 use serde_json::Value;
 use std::io::{Read as _, Write as _};
 use std::net::TcpStream;
@@ -353,6 +353,80 @@ fn the_sandboxes_of_a_killed_serve_are_reaped() {
         "a dead serve's paused sandboxes: {}",
         common::describe(&output)
     );
+}
+
+/// `omabox serve --backend gvisor` killed with a running sandbox and one paused with its
+/// memory (a checkpoint on disk): `omabox reap` removes both, checkpoint, runsc state and
+/// cgroups included; nothing of them runs.
+#[test]
+fn the_gvisor_sandboxes_of_a_killed_serve_are_reaped() {
+    if !omabox_test_support::require_capability(gvisor_missing()) {
+        return;
+    }
+    let dirs = TestDirs::new("e2bgvreap");
+    let mut command = dirs.command(&["serve", "--listen", "127.0.0.1:0", "--backend", "gvisor"]);
+    command
+        .env("OMABOX_API_KEY", KEY)
+        .env("OMABOX_LOG", "debug");
+    let mut serve = Serve::start(command);
+    let running = serve.create(r#"{"templateID":"base","timeout":600}"#);
+    let paused = serve.create(r#"{"templateID":"base","timeout":600}"#);
+    let pause = format!("/sandboxes/{}/pause", paused["sandboxID"].as_str().unwrap());
+    assert_eq!(
+        serve
+            .call(Some(KEY), "POST", &pause, Some(r#"{"memory":true}"#))
+            .0,
+        204
+    );
+    let sandboxes = dirs.data.path().join("gvisor/sandboxes");
+    let ids: Vec<String> = subdirs(&sandboxes)
+        .iter()
+        .map(|d| d.file_name().unwrap().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(ids.len(), 2, "{ids:?}");
+    let checkpoints: Vec<_> = subdirs(&sandboxes)
+        .into_iter()
+        .filter(|d| d.join("checkpoint").is_dir())
+        .collect();
+    assert_eq!(checkpoints.len(), 1, "the paused one's checkpoint");
+    let running_id = running["sandboxID"].as_str().unwrap();
+    serve.child().kill().unwrap();
+    serve.child().wait().unwrap();
+    drop(serve);
+    assert_eq!(
+        subdirs(&sandboxes).len(),
+        2,
+        "left behind by kill -9 {running_id}"
+    );
+    let output = dirs.command(&["reap"]).output().unwrap();
+    assert!(output.status.success(), "{}", common::describe(&output));
+    assert!(
+        subdirs(&sandboxes).is_empty(),
+        "not reaped: {:?}\n{}",
+        subdirs(&sandboxes),
+        common::describe(&output)
+    );
+    for id in &ids {
+        let cgroups: Vec<_> = std::fs::read_dir("/sys/fs/cgroup")
+            .unwrap()
+            .flatten()
+            .map(|c| c.path().join("omabox-gvisor").join(id))
+            .filter(|d| d.exists())
+            .collect();
+        assert!(cgroups.is_empty(), "{cgroups:?}");
+        assert!(!runs_a_process_naming(id), "a process of {id} runs on");
+    }
+}
+
+/// Whether a process's command line names `text`.
+fn runs_a_process_naming(text: &str) -> bool {
+    std::fs::read_dir("/proc").unwrap().flatten().any(|e| {
+        e.file_name()
+            .to_str()
+            .is_some_and(|n| n.parse::<u32>().is_ok())
+            && std::fs::read(e.path().join("cmdline"))
+                .is_ok_and(|c| String::from_utf8_lossy(&c).contains(text))
+    })
 }
 
 #[test]

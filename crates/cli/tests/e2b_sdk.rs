@@ -13,7 +13,7 @@
 mod common;
 
 use common::serve::Serve;
-use common::{TestDirs, debian_rootfs, linux_available};
+use common::{TestDirs, debian_rootfs, gvisor_missing, linux_available};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -280,5 +280,47 @@ fn the_js_sdk_builds_a_template_and_starts_sandboxes_from_it() {
         output.status,
         String::from_utf8_lossy(&output.stderr),
         log.join("\n")
+    );
+}
+
+/// E2B's full pause on `omabox serve --backend gvisor` through the Python SDK
+/// (`gvisor_pause_test.py`): processes and memory go on after `connect`, a filesystem pause
+/// ends them, a paused sandbox's kill removes it. Nothing of a sandbox (directory,
+/// checkpoint) is left once serve stopped.
+#[test]
+fn the_python_sdk_pauses_a_gvisor_sandbox_with_its_memory() {
+    if !omabox_test_support::require_capability(gvisor_missing()) {
+        return;
+    }
+    let root = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
+    let Some(python) = omabox_test_support::sdk::python_venv(
+        &root,
+        "e2b-python-sdk",
+        &[PYTHON_SDK, "httpx"],
+        "e2b, httpx",
+    ) else {
+        return;
+    };
+    let dirs = TestDirs::new("e2bgv");
+    let mut command = dirs.command(&["serve", "--listen", "127.0.0.1:0", "--backend", "gvisor"]);
+    command
+        .env("OMABOX_API_KEY", KEY)
+        .env("OMABOX_LINUX_MEMORY", "256M")
+        .env("OMABOX_LOG", "debug");
+    let serve = Serve::start(command);
+    let mut command = Command::new(python);
+    command.arg(script("gvisor_pause_test.py"));
+    let tokens = run_sdk(command, &serve, &dirs);
+    let sandboxes = dirs.data.path().join("gvisor/sandboxes");
+    let log = serve.stop();
+    assert_no_token_logged(&log, &tokens);
+    let left: Vec<_> = std::fs::read_dir(&sandboxes)
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .collect();
+    assert!(
+        left.is_empty(),
+        "gvisor sandboxes left after serve stopped: {left:?}"
     );
 }

@@ -12,25 +12,8 @@ mod common;
 #[path = "../../backends/linux/tests/internet/mod.rs"]
 mod internet;
 
-use common::omabox_bin;
+use common::{gvisor_missing as missing, omabox_bin};
 use omabox_test_support::require_capability;
-
-fn missing() -> Option<String> {
-    let init = omabox_bin().with_file_name("omabox-gvisor-init");
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
-        return Some("runsc needs root".into());
-    }
-    if omabox_backend_gvisor::locate_runsc().is_none() {
-        return Some("runsc is not installed (scripts/setup installs it)".into());
-    }
-    (!init.is_file()).then(|| {
-        format!(
-            "{} is not built (cargo build -p omabox-backend-gvisor --bins)",
-            init.display()
-        )
-    })
-}
 
 fn omabox(data: &Path) -> Command {
     let mut cmd = Command::new(omabox_bin());

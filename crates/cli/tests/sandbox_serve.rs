@@ -2,14 +2,15 @@
 //! sandboxes: create → ls shows it → timeout → rm → ls empty and its state dir gone, the
 //! operator key taken from serve's key file, `rm` of an unknown id (named, exit 1, the
 //! others still removed), a wrong key (401 naming where the key came from, never the key),
-//! no serve at the URL, and a hostile server's text escaped and its answers capped.
+//! no serve at the URL, and a hostile server's text escaped and its answers capped;
+//! `pause`/`resume` of a gvisor serve's sandbox, whose processes go on from their memory.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
 
 use common::serve::{Serve, subdirs};
-use common::{TestDirs, describe, linux_available};
+use common::{TestDirs, describe, gvisor_missing, linux_available};
 use serde_json::Value;
 use std::process::Output;
 
@@ -244,4 +245,111 @@ fn what_serve_says_reaches_the_terminal_escaped_and_capped() {
     let output = sandbox(&dirs, &url, Some("omk_any"), &["ls"]);
     assert_eq!(output.status.code(), Some(1));
     assert!(stderr(&output).contains("bytes"), "{}", stderr(&output));
+}
+
+/// `omabox sandbox pause|resume` against `omabox serve --backend gvisor`: a counter held
+/// only in a shell's memory goes on after the resume (and after `exec`, which connects and
+/// so resumes); `ls` shows it only while it runs; `--filesystem` ends its processes; `--memory` is
+/// refused by a linux serve.
+#[test]
+fn pause_and_resume_keep_a_gvisor_sandboxs_processes() {
+    if !omabox_test_support::require_capability(gvisor_missing()) {
+        return;
+    }
+    let dirs = TestDirs::new("sandbox-serve-gv");
+    let mut command = dirs.command(&["serve", "--listen", "127.0.0.1:0", "--backend", "gvisor"]);
+    command.env_remove("OMABOX_API_KEY");
+    let serve = Serve::start(command);
+    let url = serve.url();
+    let url = url.as_str();
+    let id = stdout(&sandbox(&dirs, url, None, &["create", "--timeout", "300"]))
+        .trim()
+        .to_owned();
+    let exec = |script: &str| sandbox(&dirs, url, None, &["exec", &id, "--", "sh", "-c", script]);
+    let started = exec(
+        "mkfifo /tmp/ask /tmp/answer && \
+         (i=0; while :; do read l < /tmp/ask; i=$((i+1)); echo $i > /tmp/answer; done) \
+         >/dev/null 2>&1 </dev/null & echo started",
+    );
+    assert_eq!(stdout(&started).trim(), "started");
+    let ask = || {
+        stdout(&exec("echo x > /tmp/ask; cat /tmp/answer"))
+            .trim()
+            .to_owned()
+    };
+    assert_eq!(ask(), "1");
+
+    assert_eq!(
+        stdout(&sandbox(&dirs, url, None, &["pause", &id])).trim(),
+        id
+    );
+    let state = |dirs: &TestDirs| {
+        listed(dirs, url)
+            .iter()
+            .find(|s| s["sandboxID"] == id.as_str())
+            .map(|s| s["state"].as_str().unwrap_or_default().to_owned())
+    };
+    // `ls` lists running sandboxes (E2B's list): a paused one is not among them.
+    assert_eq!(state(&dirs), None);
+    assert_eq!(
+        stdout(&sandbox(
+            &dirs,
+            url,
+            None,
+            &["resume", &id, "--timeout", "300"]
+        ))
+        .trim(),
+        id
+    );
+    assert_eq!(state(&dirs).as_deref(), Some("running"));
+    assert_eq!(ask(), "2", "the counter went on from its memory");
+    // `exec` connects, as E2B's SDKs do: a paused sandbox is resumed by it.
+    stdout(&sandbox(&dirs, url, None, &["pause", &id]));
+    assert_eq!(ask(), "3", "exec resumed it, memory and all");
+
+    // (`[r]ead`: the pattern does not match this very command line.)
+    let counters = || stdout(&exec("ps -eo args | grep -c '[r]ead l < /tmp/ask' || true"));
+    assert_ne!(
+        counters().trim(),
+        "0",
+        "the counter runs before the filesystem pause"
+    );
+    stdout(&exec("echo saved > /tmp/file"));
+    let output = sandbox(&dirs, url, None, &["pause", "--filesystem", &id]);
+    stdout(&output);
+    stdout(&sandbox(&dirs, url, None, &["resume", &id]));
+    let kept = exec("cat /tmp/file");
+    assert_eq!(
+        stdout(&kept).trim(),
+        "saved",
+        "a filesystem pause keeps /tmp's files"
+    );
+    assert_eq!(counters().trim(), "0", "a filesystem pause ends processes");
+    stdout(&sandbox(&dirs, url, None, &["rm", &id]));
+    serve.stop();
+}
+
+#[test]
+fn pause_memory_is_refused_by_a_linux_serve() {
+    if !linux_available() {
+        return;
+    }
+    let dirs = TestDirs::new("sandbox-serve-pause");
+    let serve = start_serve(&dirs);
+    let url = serve.url();
+    let url = url.as_str();
+    let id = stdout(&sandbox(&dirs, url, None, &["create", "--timeout", "300"]))
+        .trim()
+        .to_owned();
+    let refused = sandbox(&dirs, url, None, &["pause", "--memory", &id]);
+    assert!(!refused.status.success());
+    assert!(
+        stderr(&refused).contains("only filesystem pause"),
+        "{}",
+        describe(&refused)
+    );
+    stdout(&sandbox(&dirs, url, None, &["pause", &id]));
+    stdout(&sandbox(&dirs, url, None, &["resume", &id]));
+    stdout(&sandbox(&dirs, url, None, &["rm", &id]));
+    serve.stop();
 }

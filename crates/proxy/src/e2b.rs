@@ -250,11 +250,21 @@ pub trait SandboxService: Send + Sync + 'static {
         let _ = (sandbox_id, update);
         Err(not_offered("a network update"))
     }
-    /// Pauses the running sandbox: its files are kept, its processes end, its timeout
-    /// stops. `Ok(false)`: it was paused already.
-    async fn pause(&self, sandbox_id: &str) -> Result<bool, SandboxServiceError> {
-        let _ = sandbox_id;
+    /// Pauses the running sandbox: its files are kept, its timeout stops; with
+    /// `keep_memory` (only asked of a service whose [`SandboxService::pauses_memory`]) its
+    /// processes and memory are kept too and go on after the resume, else they end.
+    /// `Ok(false)`: it was paused already.
+    async fn pause(
+        &self,
+        sandbox_id: &str,
+        keep_memory: bool,
+    ) -> Result<bool, SandboxServiceError> {
+        let _ = (sandbox_id, keep_memory);
         Err(not_offered("pause"))
+    }
+    /// Whether a pause can keep a sandbox's processes and memory (E2B's full pause).
+    fn pauses_memory(&self) -> bool {
+        false
     }
     /// The log of the sandbox `sandbox_id` (running, paused or recently ended), oldest
     /// first; bounded by the implementation.

@@ -208,7 +208,7 @@ impl SandboxService for Fake {
         self.networks.lock().unwrap().push(update);
         Ok(())
     }
-    async fn pause(&self, id: &str) -> Result<bool, SandboxServiceError> {
+    async fn pause(&self, id: &str, _keep_memory: bool) -> Result<bool, SandboxServiceError> {
         let mut sandboxes = self.sandboxes.lock().unwrap();
         let info = sandboxes
             .get_mut(id)

@@ -27,7 +27,7 @@ use omabox_contract::{PortError, RuntimeResourcePublication, SecretString};
 use omabox_host::work_item::session_scope;
 use omabox_node::config::{Flags, Key};
 use omabox_node::runs::{RunQueueService, RunWorker};
-use omabox_node::sandboxes::SandboxHost;
+use omabox_node::sandboxes::{SandboxHost, ServeBackend};
 use omabox_node::session::publication;
 use omabox_node::store_choice::ChosenStore;
 use omabox_node::{DataDir, NodeConfig, Runner};
@@ -48,6 +48,11 @@ pub struct ServeArgs {
     /// Address to listen on.
     #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:8787")]
     listen: SocketAddr,
+    /// What runs the sandboxes of the E2B API: `linux` (namespaces; templates are images;
+    /// a pause keeps files) or `gvisor` (runsc; the base template; a pause keeps processes
+    /// and memory). Runs use `omabox run`'s backend setting, not this.
+    #[arg(long, value_enum, default_value = "linux")]
+    backend: SandboxBackend,
     /// Configuration file (TOML when it ends in .toml, JSON otherwise): model cards, MCP
     /// servers, operator key. Without it: no cards (ANTHROPIC_API_KEY/ANTHROPIC_BASE_URL
     /// fallback), no MCP servers.
@@ -104,6 +109,13 @@ impl ServeArgs {
             )
             .with_some(Key::ServeMaxRuns, text(self.max_runs))
     }
+}
+
+/// `--backend` of `omabox serve`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum SandboxBackend {
+    Linux,
+    Gvisor,
 }
 
 /// The serve configuration's limits with the settings (flags, env, node file) over them.
@@ -193,7 +205,11 @@ pub async fn run(
         })
         .collect();
     let (operator_key, key_origin) = operator_key(settings, &config, data_dir)?;
-    let sandboxes = SandboxHost::new(settings, data_dir).await?;
+    let backend = match args.backend {
+        SandboxBackend::Linux => ServeBackend::Linux,
+        SandboxBackend::Gvisor => ServeBackend::Gvisor,
+    };
+    let sandboxes = SandboxHost::new(settings, data_dir, backend).await?;
     let public_url = config.public_url.clone();
     let wake = Arc::new(tokio::sync::Notify::new());
     // On PostgreSQL every host's queued or ended run wakes this worker (`LISTEN`); its poll

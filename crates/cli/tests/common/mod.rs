@@ -101,6 +101,26 @@ pub fn init_bin() -> PathBuf {
 }
 
 #[allow(dead_code)]
+/// Why gvisor sandboxes cannot run here (root, runsc, the init binary beside omabox), or
+/// `None`.
+pub fn gvisor_missing() -> Option<String> {
+    let init = omabox_bin().with_file_name("omabox-gvisor-init");
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        return Some("runsc needs root".into());
+    }
+    if omabox_backend_gvisor::locate_runsc().is_none() {
+        return Some("runsc is not installed (scripts/setup installs it)".into());
+    }
+    (!init.is_file()).then(|| {
+        format!(
+            "{} is not built (cargo build -p omabox-backend-gvisor --bins)",
+            init.display()
+        )
+    })
+}
+
+#[allow(dead_code)]
 /// `true` when linux sandboxes can run here. Otherwise prints why and returns `false`, or
 /// panics under `CI=true` ([`omabox_test_support::require_capability`]).
 pub fn linux_available() -> bool {

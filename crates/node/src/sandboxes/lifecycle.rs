@@ -5,17 +5,16 @@
 //! while its record says it can be resumed; give a sandbox an open internet the operator's
 //! network setting does not.
 
+use super::backend::{Shape, cpu_count};
 use super::{
-    Entry, LogLevel, MAX_PAUSED, MAX_SANDBOXES, Paused, SandboxHost, StartWith, Starting, context,
-    internal, startup_error, stopping, watch_timeout,
+    BASE_TEMPLATE, Entry, LogLevel, MAX_PAUSED, MAX_SANDBOXES, Paused, Running, SandboxHost,
+    StartWith, Starting, backend, context, internal, startup_error, stopping, watch_timeout,
 };
-use omabox_backend_linux::Networking;
-use omabox_backend_linux::factory::LinuxSandboxConfig;
-use omabox_backend_linux::port::LinuxSandboxPort;
+use omabox_agent::AgentClient;
+use omabox_backend_gvisor::{GvisorSandboxPort, SandboxSpec};
 use omabox_contract::SecretString;
 use omabox_contract::networking::NetworkingConfig;
 use omabox_proxy::e2b::{CreatedSandbox, SandboxInfo, SandboxServiceError};
-use omabox_sandbox::SandboxEnvVarsPort as _;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -47,14 +46,50 @@ impl SandboxHost {
         id: &str,
         template: &str,
         env_vars: &BTreeMap<String, String>,
-    ) -> Result<(LinuxSandboxPort, LinuxSandboxConfig), SandboxServiceError> {
-        let config = self.prepared(template).await?;
-        let port = self
-            .inner
-            .factory
-            .create_port_with_config(&context(id), &config)
-            .await
-            .map_err(|e| internal(startup_error(&e)))?;
+    ) -> Result<(Running, AgentClient, Shape), SandboxServiceError> {
+        let (port, client, shape) = match &self.inner.gvisor {
+            Some(gvisor) => {
+                if template != BASE_TEMPLATE {
+                    let shown: String = template.chars().take(64).collect();
+                    return Err(SandboxServiceError::BadRequest(format!(
+                        "template {shown:?}: this server's gvisor sandboxes start only from \"{BASE_TEMPLATE}\""
+                    )));
+                }
+                let sandbox = gvisor
+                    .runtime
+                    .create_with(SandboxSpec {
+                        user_home: true,
+                        ..SandboxSpec::default()
+                    })
+                    .await
+                    .map_err(|e| internal(startup_error(&e)))?;
+                let port = GvisorSandboxPort::new(std::sync::Arc::new(sandbox));
+                let client = match port.sandbox().client().await {
+                    Ok(client) => client,
+                    Err(e) => {
+                        let _ = port.sandbox().destroy().await;
+                        return Err(internal(startup_error(&e)));
+                    }
+                };
+                (Running::Gvisor(port), client, gvisor.shape)
+            }
+            None => {
+                let config = self.prepared(template).await?;
+                let port = self
+                    .inner
+                    .factory
+                    .create_port_with_config(&context(id), &config)
+                    .await
+                    .map_err(|e| internal(startup_error(&e)))?;
+                let shape = Shape {
+                    cpu_count: cpu_count(config.limits.cpu.as_ref()),
+                    memory_mb: config.limits.memory_bytes.map_or(0, |bytes| bytes >> 20),
+                    internet: config.network == NetworkingConfig::Unrestricted,
+                };
+                let client = port.client().clone();
+                (Running::Linux(port), client, shape)
+            }
+        };
         if !env_vars.is_empty()
             && let Err(error) = port.set_env_vars(env_vars.clone()).await
         {
@@ -63,14 +98,16 @@ impl SandboxHost {
                 "cannot set the sandbox's environment variables: {error}"
             )));
         }
-        Ok((port, config))
+        Ok((port, client, shape))
     }
 
     /// Puts a started sandbox in the map with its timer; kills it instead when serve is
     /// stopping.
+    #[allow(clippy::too_many_arguments)]
     pub(super) async fn insert(
         &self,
-        port: LinuxSandboxPort,
+        port: Running,
+        client: AgentClient,
         info: SandboxInfo,
         token: SecretString,
         start_with: StartWith,
@@ -79,8 +116,9 @@ impl SandboxHost {
     ) -> Result<(), SandboxServiceError> {
         let id = info.sandbox_id.clone();
         let entry = Arc::new(Entry {
-            envd: super::envd::Envd::new(port.client().clone(), self.inner.logs.open(&id)),
+            envd: super::envd::Envd::new(client.clone(), self.inner.logs.open(&id)),
             port,
+            client,
             token,
             shown: Mutex::new((info, Instant::now() + timeout)),
             changed: Notify::new(),
@@ -122,35 +160,20 @@ impl SandboxHost {
     /// Makes `config` the live network policy of `port`'s sandbox.
     pub(super) fn apply_network(
         &self,
-        port: &LinuxSandboxPort,
+        port: &Running,
         config: &NetworkingConfig,
     ) -> Result<(), SandboxServiceError> {
-        let gateway = self.inner.unprepared.gateway.as_ref();
-        let networking = Networking {
-            config: config.clone(),
-            mcp_hosts: Vec::new(),
-            gateway: gateway.map(|g| g.addr),
-            gateway_name: gateway.and_then(|g| g.name.clone()),
-        };
-        port.set_networking(&networking).map_err(|error| match error {
-            omabox_backend_linux::port::LinuxPortError::Network(
-                omabox_backend_linux::NetworkError::NotStarted,
-            ) => SandboxServiceError::BadRequest(
-                "the sandbox has no network to change (this server's OMABOX_LINUX_NETWORK is none)"
-                    .into(),
-            ),
-            omabox_backend_linux::port::LinuxPortError::Network(
-                omabox_backend_linux::NetworkError::Policy(bad),
-            ) => SandboxServiceError::BadRequest(format!("networking: {bad}")),
-            other => internal(format!("cannot change the sandbox's network: {}", startup_error(&other))),
-        })
+        port.set_network(config, self.inner.unprepared.gateway.as_ref())
     }
 
-    /// Saves the running sandbox's files, kills it and keeps it as paused. `Ok(false)`: it
-    /// was paused already. On error the sandbox keeps running and nothing is kept.
+    /// Saves the running sandbox's files, kills it and keeps it as paused; with
+    /// `keep_memory` (a gvisor sandbox) checkpoints it instead: its processes go on after
+    /// the resume. `Ok(false)`: it was paused already. On error the sandbox keeps running
+    /// and nothing is kept (a failed checkpoint ends the gvisor sandbox).
     pub(super) async fn pause_sandbox(
         &self,
         sandbox_id: &str,
+        keep_memory: bool,
     ) -> Result<bool, SandboxServiceError> {
         let Some(saved) = &self.inner.saved else {
             return Err(SandboxServiceError::BadRequest(
@@ -171,8 +194,11 @@ impl SandboxHost {
         if entry.pausing.swap(true, Ordering::AcqRel) {
             return Ok(false);
         }
+        if let (true, Running::Gvisor(port)) = (keep_memory, &entry.port) {
+            return self.pause_in_memory(sandbox_id, &entry, port).await;
+        }
         let saving = saved
-            .save(sandbox_id, entry.port.client())
+            .save(sandbox_id, &entry.client)
             .await
             .map_err(|e| internal(format!("cannot pause sandbox {sandbox_id}: {e}")));
         if let Err(error) = saving {
@@ -198,6 +224,7 @@ impl SandboxHost {
                 token: entry.token.clone(),
                 start_with: entry.start_with.clone(),
                 networking,
+                in_memory: None,
             },
         );
         tracing::info!(sandbox = %sandbox_id, "sandbox paused");
@@ -206,8 +233,56 @@ impl SandboxHost {
         Ok(true)
     }
 
+    /// Checkpoints the running gvisor sandbox (its processes, memory and files kept in its
+    /// directory, nothing running) and keeps it as paused.
+    async fn pause_in_memory(
+        &self,
+        sandbox_id: &str,
+        entry: &Arc<Entry>,
+        port: &GvisorSandboxPort,
+    ) -> Result<bool, SandboxServiceError> {
+        let paused = port.sandbox().pause().await;
+        if let Err(error) = paused {
+            // A failed checkpoint leaves the sandbox ended (GvisorSandbox::pause): it goes.
+            let _ = super::kill_entry(&self.inner, sandbox_id, entry).await;
+            self.inner.logs.end(
+                sandbox_id,
+                LogLevel::Error,
+                "killed",
+                "the sandbox could not be paused and was killed",
+            );
+            return Err(internal(format!(
+                "cannot pause sandbox {sandbox_id}: {}",
+                backend::chain(&error)
+            )));
+        }
+        super::forget_entry(&self.inner, sandbox_id, entry);
+        let mut info = entry.shown().0.clone();
+        info.paused = true;
+        let networking = entry
+            .networking
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone();
+        self.inner.paused_map().insert(
+            sandbox_id.to_owned(),
+            Paused {
+                info,
+                token: entry.token.clone(),
+                start_with: entry.start_with.clone(),
+                networking,
+                in_memory: Some(port.clone()),
+            },
+        );
+        tracing::info!(sandbox = %sandbox_id, "sandbox paused with its memory");
+        let message = "sandbox paused (its processes, memory and files kept)";
+        self.inner.logs.open(sandbox_id).info("paused", message);
+        Ok(true)
+    }
+
     /// Starts the paused sandbox `sandbox_id` again under its id and token, its files
-    /// back, to live `timeout`. `Ok(None)`: it is not paused. On error it stays paused.
+    /// back (a gvisor sandbox paused with its memory: restored, its processes going on), to
+    /// live `timeout`. `Ok(None)`: it is not paused. On error it stays paused.
     pub(super) async fn resume_sandbox(
         &self,
         sandbox_id: &str,
@@ -219,12 +294,19 @@ impl SandboxHost {
         ) else {
             return Ok(None);
         };
-        let result = self.restart(saved, sandbox_id, &paused, timeout).await;
+        let result = match &paused.in_memory {
+            Some(port) => self.restore(sandbox_id, port, &paused, timeout).await,
+            None => self.restart(saved, sandbox_id, &paused, timeout).await,
+        };
         match result {
             Ok(info) => {
                 saved.remove(sandbox_id);
                 tracing::info!(sandbox = %sandbox_id, "sandbox resumed");
-                let message = "sandbox resumed (its files back)";
+                let message = if paused.in_memory.is_some() {
+                    "sandbox resumed (its processes going on)"
+                } else {
+                    "sandbox resumed (its files back)"
+                };
                 self.inner.logs.open(sandbox_id).info("resumed", message);
                 Ok(Some(CreatedSandbox {
                     info,
@@ -240,6 +322,43 @@ impl SandboxHost {
         }
     }
 
+    /// Restores a gvisor sandbox paused with its memory.
+    async fn restore(
+        &self,
+        sandbox_id: &str,
+        port: &GvisorSandboxPort,
+        paused: &Paused,
+        timeout: Duration,
+    ) -> Result<SandboxInfo, SandboxServiceError> {
+        let _starting = self.reserve()?;
+        let cannot = |error: &dyn std::error::Error| {
+            internal(format!(
+                "cannot resume sandbox {sandbox_id}: {}",
+                backend::chain(error)
+            ))
+        };
+        port.sandbox().resume().await.map_err(|e| cannot(&e))?;
+        let client = match port.sandbox().client().await {
+            Ok(client) => client,
+            Err(error) => return Err(cannot(&error)),
+        };
+        let started_at = SystemTime::now();
+        let mut info = paused.info.clone();
+        info.paused = false;
+        info.end_at = started_at + timeout;
+        self.insert(
+            Running::Gvisor(port.clone()),
+            client,
+            info.clone(),
+            paused.token.clone(),
+            paused.start_with.clone(),
+            paused.networking.clone(),
+            timeout,
+        )
+        .await?;
+        Ok(info)
+    }
+
     async fn restart(
         &self,
         saved: &super::saved::SavedFiles,
@@ -248,7 +367,7 @@ impl SandboxHost {
         timeout: Duration,
     ) -> Result<SandboxInfo, SandboxServiceError> {
         let _starting = self.reserve()?;
-        let (port, _) = self
+        let (port, client, _) = self
             .start(
                 sandbox_id,
                 &paused.start_with.template,
@@ -261,7 +380,7 @@ impl SandboxHost {
         };
         let restored = match restored {
             Ok(()) => saved
-                .restore(sandbox_id, port.client())
+                .restore(sandbox_id, &client)
                 .await
                 .map_err(|e| internal(format!("cannot resume sandbox {sandbox_id}: {e}"))),
             Err(error) => Err(error),
@@ -277,6 +396,7 @@ impl SandboxHost {
         info.end_at = started_at + timeout;
         self.insert(
             port,
+            client,
             info.clone(),
             paused.token.clone(),
             paused.start_with.clone(),

@@ -1,7 +1,8 @@
 //! The long-lived sandboxes of `omabox serve` ([`SandboxHost`], the node's
 //! [`SandboxService`]): linux sandboxes started from the node's typed config
 //! (`NodeConfig::linux_config`, image and environment layer prepared once, before the
-//! first start), owned by serve's one process, each with an E2B-style id, its template,
+//! first start), or under `--backend gvisor` gvisor ones (`backend.rs`: the base template
+//! only; a pause checkpoints their processes and memory), owned by serve's one process, each with an E2B-style id, its template,
 //! metadata, environment variables, start and end time and a random access token, and
 //! killed when its timeout expires (a timeout can be set again at any time).
 //!
@@ -17,10 +18,12 @@
 //! Must never: log a token, put one in an error, or compare one in time that depends on
 //! its bytes; leave a sandbox running after [`SandboxHost::shutdown`].
 
+mod backend;
 mod envd;
 mod lifecycle;
 mod logs;
 mod metrics;
+mod prepare;
 pub(crate) mod saved;
 mod snapshots;
 mod template_builds;
@@ -30,9 +33,11 @@ mod token;
 use crate::{DataDir, NodeConfig};
 use anyhow::Context as _;
 use async_trait::async_trait;
-use omabox_backend_linux::CpuLimit;
+pub use backend::ServeBackend;
+use backend::{GvisorServing, Running, gvisor_serving};
+use omabox_agent::AgentClient;
+use omabox_backend_gvisor::GvisorSandboxPort;
 use omabox_backend_linux::factory::{LinuxSandboxConfig, LinuxSandboxFactory};
-use omabox_backend_linux::port::LinuxSandboxPort;
 use omabox_contract::SecretString;
 use omabox_contract::networking::NetworkingConfig;
 use omabox_proxy::e2b::{
@@ -82,6 +87,8 @@ type ImageConfig = dyn Fn(&str) -> Result<LinuxSandboxConfig, String> + Send + S
 
 struct Inner {
     factory: LinuxSandboxFactory,
+    /// Set under `--backend gvisor`: every sandbox is a gvisor one.
+    gvisor: Option<GvisorServing>,
     /// The settings' config, prepared by the first create that needs it.
     unprepared: LinuxSandboxConfig,
     prepared: OnceCell<LinuxSandboxConfig>,
@@ -121,6 +128,9 @@ struct Paused {
     start_with: StartWith,
     /// The network a network update gave it (`None`: the node's).
     networking: Option<NetworkingConfig>,
+    /// A gvisor sandbox paused with its memory (checkpointed, nothing running): a resume
+    /// restores it. `None`: its files are in `saved`.
+    in_memory: Option<GvisorSandboxPort>,
 }
 
 impl Inner {
@@ -137,7 +147,9 @@ impl Inner {
 
 /// One running sandbox.
 struct Entry {
-    port: LinuxSandboxPort,
+    port: Running,
+    /// Its agent (a gvisor sandbox's changes with each resume: a new entry then).
+    client: AgentClient,
     token: SecretString,
     /// Its processes and files.
     envd: Arc<envd::Envd>,
@@ -197,7 +209,11 @@ impl Drop for Starting<'_> {
 impl SandboxHost {
     /// The host of the node's linux settings (registry credentials from the data dir's
     /// vault). Nothing is probed or started until the first create.
-    pub async fn new(config: &NodeConfig, data_dir: &DataDir) -> anyhow::Result<Self> {
+    pub async fn new(
+        config: &NodeConfig,
+        data_dir: &DataDir,
+        backend: ServeBackend,
+    ) -> anyhow::Result<Self> {
         let credentials = crate::registry_credentials::from_vault(data_dir, &|line| {
             tracing::warn!("{line}");
         })
@@ -210,6 +226,10 @@ impl SandboxHost {
         unprepared.workspace_tmpfs = true;
         // E2B's default user `user` with a writable `/home/user`.
         unprepared.user_home = true;
+        let gvisor = match backend {
+            ServeBackend::Linux => None,
+            ServeBackend::Gvisor => Some(gvisor_serving(config, &unprepared)?),
+        };
         let saved = saved::SavedFiles::of_this_process(data_dir.root());
         let mut host = Self::build(factory.clone(), unprepared, Some(saved));
         let image_cache = config.image_cache().ok();
@@ -223,6 +243,7 @@ impl SandboxHost {
             Ok(made)
         };
         if let Some(inner) = Arc::get_mut(&mut host.inner) {
+            inner.gvisor = gvisor;
             inner.image_config = Some(Box::new(image_config));
             inner.builds.files_dir = Some(
                 data_dir
@@ -248,6 +269,7 @@ impl SandboxHost {
         Self {
             inner: Arc::new(Inner {
                 factory,
+                gvisor: None,
                 unprepared: config,
                 prepared: OnceCell::new(),
                 image_config: None,
@@ -297,98 +319,21 @@ impl SandboxHost {
         }
         // Paused sandboxes and snapshots end with serve (their records live in this process
         // only).
-        self.inner.paused_map().clear();
+        let paused: Vec<Paused> = self.inner.paused_map().drain().map(|(_, p)| p).collect();
+        for kept in paused.into_iter().filter_map(|p| p.in_memory) {
+            if let Err(error) = kept.sandbox().destroy().await {
+                errors.push(format!(
+                    "cannot remove a paused sandbox: {}",
+                    backend::chain(&error)
+                ));
+            }
+        }
         self.inner.snapshots.clear();
         if let Some(saved) = &self.inner.saved {
             saved.remove_all();
         }
         self.inner.builds.remove_files();
         errors
-    }
-
-    /// The prepared config of `template` (image resolved, pulled and held; environment
-    /// layer built) and the host checked, once per template.
-    async fn prepared(&self, template: &str) -> Result<LinuxSandboxConfig, SandboxServiceError> {
-        if template == BASE_TEMPLATE {
-            return self
-                .prepare(&self.inner.prepared, self.inner.unprepared.clone())
-                .await
-                .cloned();
-        }
-        if let Some(built) = self.inner.builds.config_of(template) {
-            return built;
-        }
-        let shown: String = template.chars().take(64).collect();
-        let Some(image_config) = &self.inner.image_config else {
-            return Err(SandboxServiceError::BadRequest(format!(
-                "template {shown:?} is not known: this server serves only \"{BASE_TEMPLATE}\""
-            )));
-        };
-        // A bare name (E2B's `code-interpreter-v1`) is not taken for a Docker Hub image:
-        // pulling one nobody meant would reach a registry nobody named.
-        if !template.contains([':', '/', '@']) {
-            return Err(SandboxServiceError::BadRequest(format!(
-                "template {shown:?} is not known: use \"{BASE_TEMPLATE}\" or name an image with its tag or registry (NAME:TAG, REGISTRY/REPO:TAG, a path)"
-            )));
-        }
-        if template.len() > 512
-            || template
-                .chars()
-                .any(|c| c.is_control() || c.is_whitespace())
-        {
-            return Err(SandboxServiceError::BadRequest(format!(
-                "template {shown:?} is not an image reference"
-            )));
-        }
-        let cell = {
-            let mut templates = self
-                .inner
-                .templates
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner);
-            if !templates.contains_key(template) && templates.len() >= MAX_TEMPLATES {
-                return Err(SandboxServiceError::Unavailable(format!(
-                    "this server already keeps {MAX_TEMPLATES} templates"
-                )));
-            }
-            Arc::clone(templates.entry(template.to_owned()).or_default())
-        };
-        let unprepared = image_config(template)
-            .map_err(|e| SandboxServiceError::BadRequest(format!("template {shown:?}: {e}")))?;
-        self.prepare(&cell, unprepared)
-            .await
-            .cloned()
-            .map_err(|e| match e {
-                SandboxServiceError::Internal(message) => {
-                    SandboxServiceError::BadRequest(format!("template {shown:?}: {message}"))
-                }
-                other => other,
-            })
-    }
-
-    async fn prepare<'a>(
-        &self,
-        cell: &'a OnceCell<LinuxSandboxConfig>,
-        unprepared: LinuxSandboxConfig,
-    ) -> Result<&'a LinuxSandboxConfig, SandboxServiceError> {
-        cell.get_or_try_init(|| async {
-            let (factory, mut config) = (self.inner.factory.clone(), unprepared);
-            let config = tokio::task::spawn_blocking(move || {
-                factory.prepare_image(&mut config, &omabox_backend_linux::image::NoProgress)?;
-                factory.check_host_config(&context("probe"), &config)?;
-                Ok::<_, omabox_backend_linux::factory::LinuxFactoryError>(config)
-            })
-            .await
-            .map_err(|e| internal(format!("the preparation task failed: {e}")))?;
-            let mut config = config.map_err(|e| internal(startup_error(&e)))?;
-            self.inner
-                .factory
-                .prepare_env_layer(&mut config)
-                .await
-                .map_err(|e| internal(startup_error(&e)))?;
-            Ok(config)
-        })
-        .await
     }
 }
 
@@ -432,11 +377,15 @@ async fn kill_entry(
     entry.killing.store(true, Ordering::Release);
     if let Err(error) = entry.port.terminate().await {
         entry.killing.store(false, Ordering::Release);
-        return Err(internal(format!(
-            "cannot kill sandbox {id}: {}",
-            startup_error(&error)
-        )));
+        return Err(internal(format!("cannot kill sandbox {id}: {error}")));
     }
+    forget_entry(inner, id, entry);
+    tracing::info!(sandbox = %id, "sandbox killed");
+    Ok(())
+}
+
+/// Removes `entry` (still `id` in the map, no longer running) and ends its timer.
+fn forget_entry(inner: &Inner, id: &str, entry: &Arc<Entry>) {
     {
         let mut map = inner.lock();
         if map.get(id).is_some_and(|found| Arc::ptr_eq(found, entry)) {
@@ -445,8 +394,6 @@ async fn kill_entry(
     }
     entry.removed.store(true, Ordering::Release);
     entry.changed.notify_one();
-    tracing::info!(sandbox = %id, "sandbox killed");
-    Ok(())
 }
 
 /// Kills the sandbox when its deadline passes; follows deadline changes; ends when it was
@@ -477,24 +424,6 @@ async fn watch_timeout(inner: Weak<Inner>, id: String, entry: Arc<Entry>) {
     }
 }
 
-/// CPUs of a limit (at least 1; the machine's without a quota).
-fn cpu_count(limit: Option<&CpuLimit>) -> u32 {
-    let machine = || {
-        std::thread::available_parallelism()
-            .map(|n| u32::try_from(n.get()).unwrap_or(u32::MAX))
-            .unwrap_or(1)
-    };
-    match limit {
-        Some(CpuLimit::Quota {
-            quota_us,
-            period_us,
-        }) if *period_us > 0 => u32::try_from(quota_us.div_ceil(*period_us))
-            .unwrap_or(u32::MAX)
-            .max(1),
-        _ => machine(),
-    }
-}
-
 #[async_trait]
 impl SandboxService for SandboxHost {
     async fn create(&self, request: NewSandbox) -> Result<CreatedSandbox, SandboxServiceError> {
@@ -508,11 +437,11 @@ impl SandboxService for SandboxHost {
                 .clone(),
             env_vars: request.env_vars,
         };
-        let (port, config) = self
+        let (port, client, shape) = self
             .start(&id, &start_with.template, &start_with.env_vars)
             .await?;
         if let Some(snapshot) = &snapshot
-            && let Err(error) = snapshot.restore(port.client()).await
+            && let Err(error) = snapshot.restore(&client).await
         {
             let _ = port.terminate().await;
             return Err(error);
@@ -524,14 +453,11 @@ impl SandboxService for SandboxHost {
             started_at,
             end_at: started_at + request.timeout,
             metadata: request.metadata,
-            cpu_count: cpu_count(config.limits.cpu.as_ref()),
-            memory_mb: config.limits.memory_bytes.map_or(0, |bytes| bytes >> 20),
+            cpu_count: shape.cpu_count,
+            memory_mb: shape.memory_mb,
             disk_size_mb: 0,
             // What the sandbox reaches is the operator's setting, not the request's wish.
-            allow_internet_access: Some(matches!(
-                config.network,
-                omabox_contract::networking::NetworkingConfig::Unrestricted
-            )),
+            allow_internet_access: Some(shape.internet),
             paused: false,
         };
         let token = new_access_token();
@@ -548,6 +474,7 @@ impl SandboxService for SandboxHost {
         );
         self.insert(
             port,
+            client,
             info.clone(),
             token.clone(),
             start_with,
@@ -591,9 +518,18 @@ impl SandboxService for SandboxHost {
     }
 
     async fn kill(&self, sandbox_id: &str) -> Result<(), SandboxServiceError> {
-        if self.inner.paused_map().remove(sandbox_id).is_some() {
+        let paused = self.inner.paused_map().remove(sandbox_id);
+        if let Some(paused) = paused {
             if let Some(saved) = &self.inner.saved {
                 saved.remove(sandbox_id);
+            }
+            if let Some(kept) = &paused.in_memory
+                && let Err(error) = kept.sandbox().destroy().await
+            {
+                return Err(internal(format!(
+                    "cannot remove paused sandbox {sandbox_id}: {}",
+                    backend::chain(&error)
+                )));
             }
             tracing::info!(sandbox = %sandbox_id, "paused sandbox removed");
             let message = "paused sandbox killed (its files removed)";
@@ -648,9 +584,10 @@ impl SandboxService for SandboxHost {
             let shown = entry.shown();
             (shown.0.cpu_count, shown.0.memory_mb)
         };
+        let cgroup = entry.port.cgroup();
         metrics::sample(metrics::Sampled {
-            cgroup: &entry.port.identity().cgroup,
-            client: entry.port.client(),
+            cgroup: &cgroup,
+            client: &entry.client,
             readings: &entry.cpu,
             cpu_count,
             memory_limit: memory_mb << 20,
@@ -703,8 +640,16 @@ impl SandboxService for SandboxHost {
             .ok_or_else(|| SandboxServiceError::NotFound(sandbox_id.to_owned()))
     }
 
-    async fn pause(&self, sandbox_id: &str) -> Result<bool, SandboxServiceError> {
-        self.pause_sandbox(sandbox_id).await
+    async fn pause(
+        &self,
+        sandbox_id: &str,
+        keep_memory: bool,
+    ) -> Result<bool, SandboxServiceError> {
+        self.pause_sandbox(sandbox_id, keep_memory).await
+    }
+
+    fn pauses_memory(&self) -> bool {
+        self.inner.gvisor.is_some()
     }
 
     async fn create_snapshot(
@@ -739,7 +684,7 @@ impl SandboxHost {
         if entry.gone() {
             return false;
         }
-        if entry.port.is_alive() {
+        if entry.port.is_alive(&entry.client) {
             return true;
         }
         if !entry.removed.load(Ordering::Acquire)
@@ -781,7 +726,9 @@ impl SandboxHost {
 
 #[cfg(test)]
 mod tests {
+    use super::backend::cpu_count;
     use super::*;
+    use omabox_backend_linux::CpuLimit;
 
     #[test]
     fn cpu_count_of_limits() {

@@ -123,7 +123,7 @@ impl SandboxHost {
         }
         let key = format!("snapshot-{}", new_sandbox_id());
         saved
-            .save(&key, entry.port.client())
+            .save(&key, &entry.client)
             .await
             .map_err(|e| internal(format!("cannot snapshot sandbox {sandbox_id}: {e}")))?;
         let files = Arc::new(Stored {

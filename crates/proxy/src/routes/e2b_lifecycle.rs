@@ -228,7 +228,9 @@ struct PauseBody {
     memory: Option<bool>,
 }
 
-/// `POST /sandboxes/{id}/pause` → 204 (409: paused already). Only E2B's filesystem mode:
+/// `POST /sandboxes/{id}/pause` → 204 (409: paused already). Where the service keeps memory
+/// (`omabox serve --backend gvisor`) a pause is E2B's full one unless the body says
+/// `"memory": false`: processes go on after the resume. Elsewhere only the filesystem mode:
 /// the files are kept, processes end; `{"memory": true}` is a 400 (an absent `memory`, E2B's
 /// default of a full snapshot, is served as a filesystem pause).
 pub(crate) async fn pause(
@@ -238,13 +240,15 @@ pub(crate) async fn pause(
     body: Body,
 ) -> Answer {
     let (service, id, body) = sandbox_call::<PauseBody>(&state, &headers, id, body).await?;
-    if body.and_then(|b| b.memory) == Some(true) {
+    let memory = body.and_then(|b| b.memory);
+    let keep_memory = service.pauses_memory() && memory != Some(false);
+    if memory == Some(true) && !keep_memory {
         return Err(E2bError::bad_request(
             "only filesystem pause is served (memory: false, the SDK's mode=\"filesystem\"): a paused sandbox keeps its files, not its processes",
         ));
     }
     let paused = service
-        .pause(&id)
+        .pause(&id, keep_memory)
         .await
         .map_err(|e| not_found_short(e, &id))?;
     if !paused {

@@ -1,4 +1,4 @@
-//! `omabox sandbox create|ls|rm|timeout|exec`: the long-lived sandboxes of a running
+//! `omabox sandbox create|ls|rm|timeout|pause|resume|exec`: the long-lived sandboxes of a running
 //! `omabox serve`, docker-style, over its E2B-compatible control plane (docs/http-api.md);
 //! `exec` (`exec.rs`) runs a command through the sandbox's envd.
 //!
@@ -38,6 +38,12 @@ pub enum RemoteCommand {
     Rm(RemoveArgs),
     /// Set a sandbox's remaining lifetime to SECS from now.
     Timeout(TimeoutArgs),
+    /// Pause a sandbox: nothing of it runs and its timeout stops until `resume`. On a
+    /// `serve --backend gvisor` its processes and memory are kept (they go on after the
+    /// resume); on linux its files only.
+    Pause(PauseArgs),
+    /// Resume a paused sandbox (E2B's connect) for SECS more.
+    Resume(ResumeArgs),
     /// Run a command in a sandbox of the running serve, like `docker exec`; exits with its
     /// exit code.
     Exec(super::exec::ExecArgs),
@@ -109,6 +115,35 @@ pub struct TimeoutArgs {
     secs: u64,
 }
 
+/// Options of `omabox sandbox pause`.
+#[derive(Debug, Args)]
+pub struct PauseArgs {
+    #[command(flatten)]
+    serve: ServeFlag,
+    /// The sandbox.
+    id: String,
+    /// Keep its files only: its processes end (E2B's `mode="filesystem"`). Default: what
+    /// the server keeps (processes and memory under gvisor, files under linux).
+    #[arg(long, conflicts_with = "memory")]
+    filesystem: bool,
+    /// Keep its processes and memory, or fail (E2B's `mode="full"`; needs
+    /// `serve --backend gvisor`).
+    #[arg(long)]
+    memory: bool,
+}
+
+/// Options of `omabox sandbox resume`.
+#[derive(Debug, Args)]
+pub struct ResumeArgs {
+    #[command(flatten)]
+    serve: ServeFlag,
+    /// The sandbox.
+    id: String,
+    /// Seconds it lives after the resume (serve's default, 15, as E2B's API).
+    #[arg(long, value_name = "SECS")]
+    timeout: Option<u64>,
+}
+
 fn pair(text: &str) -> Result<(String, String), String> {
     text.split_once('=')
         .filter(|(key, _)| !key.is_empty())
@@ -124,6 +159,8 @@ impl RemoteCommand {
             Self::Ls(args) => &args.serve,
             Self::Rm(args) => &args.serve,
             Self::Timeout(args) => &args.serve,
+            Self::Pause(args) => &args.serve,
+            Self::Resume(args) => &args.serve,
             Self::Exec(args) => &args.serve,
         };
         flags.with_some(Key::ServeUrl, serve.serve_url.clone())
@@ -152,6 +189,32 @@ pub fn run(command: RemoteCommand, config: &NodeConfig) -> anyhow::Result<ExitCo
                     )
                     .await
                     .map_err(|e| e.named(&args.id))?;
+                Ok(ExitCode::SUCCESS)
+            }
+            RemoteCommand::Pause(args) => {
+                let path = format!("/sandboxes/{}/pause", segment(&args.id));
+                let body = match (args.filesystem, args.memory) {
+                    (true, _) => Some(json!({"memory": false})),
+                    (_, true) => Some(json!({"memory": true})),
+                    _ => None,
+                };
+                client
+                    .call(reqwest::Method::POST, &path, body)
+                    .await
+                    .map_err(|e| e.named(&args.id))?;
+                outln!("{}", one_line(&args.id));
+                Ok(ExitCode::SUCCESS)
+            }
+            RemoteCommand::Resume(args) => {
+                let path = format!("/sandboxes/{}/connect", segment(&args.id));
+                let body = args
+                    .timeout
+                    .map_or_else(|| json!({}), |secs| json!({"timeout": secs}));
+                client
+                    .call(reqwest::Method::POST, &path, Some(body))
+                    .await
+                    .map_err(|e| e.named(&args.id))?;
+                outln!("{}", one_line(&args.id));
                 Ok(ExitCode::SUCCESS)
             }
             RemoteCommand::Exec(args) => super::exec::exec(&client, args).await,

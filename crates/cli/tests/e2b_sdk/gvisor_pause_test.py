@@ -1,0 +1,93 @@
+"""E2B's full pause through the official `e2b` Python SDK, unchanged, against
+`omabox serve --backend gvisor`: a sandbox (E2B's user in its home, envs, files), a process
+holding state only in its memory and a background command, `pause(mode="full")`, nothing
+running while paused, `Sandbox.connect` restoring it (same id and token, the counter and the
+background command going on (its output stream ends with the pause), files kept), the default `pause()` (the SDK leaves the mode to
+the server: full here), a filesystem-only pause (processes end), and a paused sandbox's
+kill. Every check raises on a wrong answer; the last line printed is `OK`. Access tokens
+seen are written to $TOKENS_OUT."""
+
+import os
+
+from e2b import NotFoundException, Sandbox, SandboxException, SandboxState
+
+tokens = []
+
+
+def check(condition, what):
+    if not condition:
+        raise AssertionError(what)
+    print("ok:", what, flush=True)
+
+
+sbx = Sandbox.create(timeout=120, envs={"GREETING": "hi"})
+tokens.append(sbx._envd_access_token)
+check(sbx.commands.run("echo hello").stdout == "hello\n", "a command runs")
+check(sbx.commands.run("whoami").stdout == "user\n", "as E2B's user")
+check(sbx.commands.run("pwd").stdout == "/home/user\n", "in its home")
+check(sbx.commands.run("echo $GREETING").stdout == "hi\n", "with the create's envs")
+check(sbx.commands.run("whoami", user="root").stdout == "root\n", "root when asked")
+sbx.files.write("/home/user/note.txt", "in the home")
+sbx.files.write("/workspace/kept.txt", "in the workspace")
+
+# A counter held only in a shell's memory, answering over fifos in /tmp (gVisor's memory).
+sbx.commands.run(
+    "mkfifo /tmp/ask /tmp/answer && "
+    "(i=0; while :; do read l < /tmp/ask; i=$((i+1)); echo $i > /tmp/answer; done) "
+    ">/dev/null 2>&1 </dev/null &"
+)
+
+
+def ask(sandbox):
+    return sandbox.commands.run("echo x > /tmp/ask; cat /tmp/answer", timeout=30).stdout.strip()
+
+
+check(ask(sbx) == "1", "the counter answers")
+check(ask(sbx) == "2", "and counts")
+sleeper = sbx.commands.run("sleep 600", background=True)
+
+check(sbx.pause(mode="full") is True, "a full pause")
+check(Sandbox.get_info(sbx.sandbox_id).state == SandboxState.PAUSED, "paused")
+try:
+    sbx.commands.run("true")
+    raise AssertionError("a paused sandbox must not run commands")
+except SandboxException:
+    check(True, "a paused sandbox runs nothing")
+
+resumed = Sandbox.connect(sbx.sandbox_id, timeout=60)
+check(resumed.sandbox_id == sbx.sandbox_id, "resumed under the same id")
+check(resumed._envd_access_token == sbx._envd_access_token, "with the same token")
+check(ask(resumed) == "3", "the counter went on from its memory")
+# The background command runs on; its output stream ended with the pause (the connection it
+# was served on), so the SDK's process list does not show it again.
+alive = resumed.commands.run(f"kill -0 {sleeper.pid} && echo alive", user="root").stdout
+check(alive == "alive\n", "the background command runs on")
+check(resumed.files.read("/home/user/note.txt") == "in the home", "the home's file kept")
+check(resumed.files.read("/workspace/kept.txt") == "in the workspace", "the workspace's file kept")
+check(Sandbox.get_info(sbx.sandbox_id).state == SandboxState.RUNNING, "running again")
+
+# The SDK's default pause leaves the mode to the server: full here.
+check(resumed.pause() is True, "the default pause")
+again = Sandbox.connect(sbx.sandbox_id, timeout=60)
+check(ask(again) == "4", "the default pause kept the memory too")
+
+# A filesystem pause keeps the files and ends the processes.
+check(again.pause(mode="filesystem") is True, "a filesystem pause")
+cold = Sandbox.connect(sbx.sandbox_id, timeout=60)
+check(cold.files.read("/workspace/kept.txt") == "in the workspace", "files kept by a filesystem pause")
+gone = cold.commands.run(f"kill -0 {sleeper.pid} 2>/dev/null || echo gone", user="root").stdout
+check(gone == "gone\n", "its processes ended")
+
+# A paused sandbox's kill removes it, checkpoint and all.
+check(cold.pause() is True, "paused again")
+cold.kill()
+try:
+    Sandbox.connect(sbx.sandbox_id)
+    raise AssertionError("connecting to a killed paused sandbox must raise")
+except (NotFoundException, SandboxException):
+    check(True, "a killed paused sandbox is gone")
+
+with open(os.environ["TOKENS_OUT"], "w") as out:
+    out.write("\n".join(tokens) + "\n")
+print("OK", flush=True)
+os._exit(0)
