@@ -123,7 +123,7 @@ enum Command {
     Reap(commands::reap::ReapArgs),
     /// Manage the image cache: pull registry images, list, remove, prune.
     Image(commands::image::ImageArgs),
-    /// Sandboxes: a one-shot `run -- CMD ARGS...`, or `create|ls|rm|timeout|pause|resume|exec` in a
+    /// Sandboxes: a one-shot `run -- CMD ARGS...`, or `create|ls|rm|timeout|pause|resume|fork|exec` in a
     /// running `omabox serve`.
     Sandbox(commands::sandbox::SandboxArgs),
     /// Serve the HTTP API: hosted inference proxy, MCP proxy, file promotion.

@@ -247,12 +247,12 @@ fn what_serve_says_reaches_the_terminal_escaped_and_capped() {
     assert!(stderr(&output).contains("bytes"), "{}", stderr(&output));
 }
 
-/// `omabox sandbox pause|resume` against `omabox serve --backend gvisor`: a counter held
+/// `omabox sandbox pause|resume|fork` against `omabox serve --backend gvisor`: a counter held
 /// only in a shell's memory goes on after the resume (and after `exec`, which connects and
 /// so resumes); `ls` shows it only while it runs; `--filesystem` ends its processes; `--memory` is
 /// refused by a linux serve.
 #[test]
-fn pause_and_resume_keep_a_gvisor_sandboxs_processes() {
+fn pause_resume_and_fork_keep_a_gvisor_sandboxs_processes() {
     if !omabox_test_support::require_capability(gvisor_missing()) {
         return;
     }
@@ -307,6 +307,32 @@ fn pause_and_resume_keep_a_gvisor_sandboxs_processes() {
     stdout(&sandbox(&dirs, url, None, &["pause", &id]));
     assert_eq!(ask(), "3", "exec resumed it, memory and all");
 
+    // Two copies from its memory: each goes on from 3 on its own; the source runs on.
+    let forked = stdout(&sandbox(&dirs, url, None, &["fork", &id, "--count", "2"]));
+    let forks: Vec<&str> = forked.lines().collect();
+    assert_eq!(forks.len(), 2, "{forked}");
+    for fork in &forks {
+        assert_ne!(*fork, id);
+        let asked = sandbox(
+            &dirs,
+            url,
+            None,
+            &[
+                "exec",
+                fork,
+                "--",
+                "sh",
+                "-c",
+                "echo x > /tmp/ask; cat /tmp/answer",
+            ],
+        );
+        assert_eq!(stdout(&asked).trim(), "4", "a fork's counter goes on");
+    }
+    assert_eq!(ask(), "4", "the source's counter goes on by itself");
+    let mut rm = vec!["rm"];
+    rm.extend(forks.iter().copied());
+    stdout(&sandbox(&dirs, url, None, &rm));
+
     // (`[r]ead`: the pattern does not match this very command line.)
     let counters = || stdout(&exec("ps -eo args | grep -c '[r]ead l < /tmp/ask' || true"));
     assert_ne!(
@@ -330,7 +356,7 @@ fn pause_and_resume_keep_a_gvisor_sandboxs_processes() {
 }
 
 #[test]
-fn pause_memory_is_refused_by_a_linux_serve() {
+fn pause_memory_and_fork_are_refused_by_a_linux_serve() {
     if !linux_available() {
         return;
     }
@@ -341,6 +367,13 @@ fn pause_memory_is_refused_by_a_linux_serve() {
     let id = stdout(&sandbox(&dirs, url, None, &["create", "--timeout", "300"]))
         .trim()
         .to_owned();
+    let refused = sandbox(&dirs, url, None, &["fork", &id]);
+    assert!(!refused.status.success());
+    assert!(
+        stderr(&refused).contains("fork is not offered"),
+        "{}",
+        describe(&refused)
+    );
     let refused = sandbox(&dirs, url, None, &["pause", "--memory", &id]);
     assert!(!refused.status.success());
     assert!(

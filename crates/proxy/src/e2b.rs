@@ -262,9 +262,22 @@ pub trait SandboxService: Send + Sync + 'static {
         let _ = (sandbox_id, keep_memory);
         Err(not_offered("pause"))
     }
-    /// Whether a pause can keep a sandbox's processes and memory (E2B's full pause).
+    /// Whether a pause can keep a sandbox's processes and memory (E2B's full pause), and
+    /// so whether [`SandboxService::fork`] is offered.
     fn pauses_memory(&self) -> bool {
         false
+    }
+    /// `count` new sandboxes from the running sandbox's memory (checkpointed in place: it
+    /// runs on under its id, token and end), each living `timeout`, each with a fresh id and
+    /// token, or the error that kept it from starting.
+    async fn fork(
+        &self,
+        sandbox_id: &str,
+        count: usize,
+        timeout: Duration,
+    ) -> Result<Vec<Result<CreatedSandbox, SandboxServiceError>>, SandboxServiceError> {
+        let _ = (sandbox_id, count, timeout);
+        Err(not_offered("fork"))
     }
     /// The log of the sandbox `sandbox_id` (running, paused or recently ended), oldest
     /// first; bounded by the implementation.

@@ -3,14 +3,18 @@
 holding state only in its memory and a background command, `pause(mode="full")`, nothing
 running while paused, `Sandbox.connect` restoring it (same id and token, the counter and the
 background command going on (its output stream ends with the pause), files kept), the default `pause()` (the SDK leaves the mode to
-the server: full here), a filesystem-only pause (processes end), and a paused sandbox's
-kill. Every check raises on a wrong answer; the last line printed is `OK`. Access tokens
+the server: full here), `fork(count=2)` (each copy going on from the same memory with its
+own id, token and files; the source running on), a filesystem-only pause (processes end),
+and a paused sandbox's kill. Every check raises on a wrong answer; the last line printed is `OK`. Access tokens
 seen are written to $TOKENS_OUT."""
 
 import os
 
+import httpx
 from e2b import NotFoundException, Sandbox, SandboxException, SandboxState
 
+URL = os.environ["E2B_API_URL"]
+API = {"X-API-Key": os.environ["E2B_API_KEY"]}
 tokens = []
 
 
@@ -70,6 +74,26 @@ check(Sandbox.get_info(sbx.sandbox_id).state == SandboxState.RUNNING, "running a
 check(resumed.pause() is True, "the default pause")
 again = Sandbox.connect(sbx.sandbox_id, timeout=60)
 check(ask(again) == "4", "the default pause kept the memory too")
+
+# Fork: checkpointed in place, restored twice; every copy's counter goes on from the same
+# point, separately, and each has its own id, token and files.
+forks = again.fork(count=2, timeout=60)
+check(len(forks) == 2 and all(isinstance(f, Sandbox) for f in forks), f"two forks ({forks})")
+tokens.extend(f._envd_access_token for f in forks)
+check(len({f.sandbox_id for f in forks} | {again.sandbox_id}) == 3, "each fork has its own id")
+check(all(f._envd_access_token != again._envd_access_token for f in forks), "and its own token")
+check([ask(f) for f in forks] == ["5", "5"], "each fork's counter goes on from the checkpoint")
+check(ask(again) == "5", "the source runs on from the same point")
+check(ask(forks[0]) == "6" and ask(forks[1]) == "6", "each fork counts on its own")
+forks[0].files.write("/home/user/mine.txt", "fork 0")
+check(not forks[1].files.exists("/home/user/mine.txt"), "forks' files are their own")
+check(not again.files.exists("/home/user/mine.txt"), "and not the source's")
+check(forks[1].files.read("/home/user/note.txt") == "in the home", "a fork has the source's files")
+check(forks[1].commands.run("whoami").stdout == "user\n", "a fork runs as E2B's user")
+answer = httpx.post(f"{URL}/sandboxes/{again.sandbox_id}/fork", headers=API, json={"count": 21})
+check(answer.status_code == 400 and "count must be 1 to 20" in answer.text, f"21 forks refused ({answer.text[:200]})")
+for f in forks:
+    f.kill()
 
 # A filesystem pause keeps the files and ends the processes.
 check(again.pause(mode="filesystem") is True, "a filesystem pause")

@@ -342,7 +342,7 @@ pub static SETTINGS: &[Setting] = &[
     row(Key::ServeWarmMinAvailable, "serve_warm_min_available", "Below this much `MemAvailable` (`/proc/meminfo`; K, M, G suffixes), `omabox serve` ends its least recently used warm session, one a second; `0` never.")
         .env(&["OMABOX_SERVE_WARM_MIN_AVAILABLE"]).group(Serve)
         .default(Value("512M")).parse(memory_or_zero),
-    row(Key::ServeUrl, "serve_url", "The `omabox serve` that `omabox sandbox create|ls|rm|timeout|pause|resume|exec` talk to (plain `http://`).")
+    row(Key::ServeUrl, "serve_url", "The `omabox serve` that `omabox sandbox create|ls|rm|timeout|pause|resume|fork|exec` talk to (plain `http://`).")
         .flag("--serve-url (sandbox create, ls, rm, timeout, exec)").env(&["OMABOX_SERVE_URL"]).group(Serve)
         .default(Value("http://127.0.0.1:8787")).parse(serve_url),
     row(Key::Image, "image", "The sandboxes' root filesystem: a rootfs directory or tarball, an OCI layout, or a registry reference (`SANDBOX_IMAGE`: OpenMA's name).")

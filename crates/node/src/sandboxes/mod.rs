@@ -20,6 +20,7 @@
 
 mod backend;
 mod envd;
+mod fork;
 mod lifecycle;
 mod logs;
 mod metrics;
@@ -650,6 +651,15 @@ impl SandboxService for SandboxHost {
 
     fn pauses_memory(&self) -> bool {
         self.inner.gvisor.is_some()
+    }
+
+    async fn fork(
+        &self,
+        sandbox_id: &str,
+        count: usize,
+        timeout: Duration,
+    ) -> Result<Vec<Result<CreatedSandbox, SandboxServiceError>>, SandboxServiceError> {
+        self.fork_sandbox(sandbox_id, count, timeout).await
     }
 
     async fn create_snapshot(

@@ -64,13 +64,20 @@ impl IntoResponse for E2bError {
         if self.status.is_server_error() {
             tracing::error!(status = %self.status, message = %self.message, "sandbox call failed");
         }
-        let body = json!({ "code": self.status.as_u16(), "message": self.message });
+        let body = self.body();
         (
             self.status,
             [(axum::http::header::CONNECTION, "close")],
             Json(body),
         )
             .into_response()
+    }
+}
+
+impl E2bError {
+    /// E2B's `Error` object, `{code, message}`, as a value (a fork's failed entry).
+    pub(super) fn body(&self) -> Value {
+        json!({ "code": self.status.as_u16(), "message": self.message })
     }
 }
 

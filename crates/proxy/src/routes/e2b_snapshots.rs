@@ -1,7 +1,8 @@
 //! E2B's snapshots (`spec/openapi.yml` of e2b-dev/E2B): `POST /sandboxes/{id}/snapshots`
 //! takes one, `GET /snapshots` lists them, `DELETE /templates/{id}` removes one (a
 //! snapshot is a template to E2B: `Sandbox.create(snapshot_id)` starts from it), and
-//! `POST /sandboxes/{id}/fork`, which needs a memory snapshot, is refused with the way that
+//! `POST /sandboxes/{id}/fork` starts sandboxes from a running one's memory where the service
+//! keeps memory (`omabox serve --backend gvisor`) and is refused elsewhere with the way that
 //! works. Same key check, body cap and error shape as `e2b.rs`.
 //!
 //! Only the filesystem is kept (E2B's `mode="filesystem"`, `"memory": false`). A request
@@ -11,7 +12,9 @@
 //! Must never: accept a memory snapshot (a 400 that says what to ask for instead); take a
 //! name it would have to quote, escape or turn into a path (letters, digits, `.`, `_`, `-`).
 
-use super::e2b::{Answer, E2bError, authorize, not_found_short, sandbox_call, shorten};
+use super::e2b::{
+    Answer, E2bError, authorize, not_found_short, sandbox_body, sandbox_call, seconds, shorten,
+};
 #[cfg(test)]
 use crate::e2b::SNAPSHOT_TAG;
 use crate::e2b::SnapshotInfo;
@@ -29,6 +32,15 @@ use serde_json::{Value, json};
 const MAX_NAME_BYTES: usize = 128;
 /// Page size of `GET /snapshots` when `limit` is not given, and its largest value.
 const PAGE_LIMIT: usize = 100;
+/// Forks one request may ask for (E2B's bound).
+const MAX_FORKS: i64 = 20;
+
+/// `SandboxForkRequest` as sent.
+#[derive(Debug, Deserialize)]
+struct ForkBody {
+    timeout: Option<i64>,
+    count: Option<i64>,
+}
 
 /// `SandboxSnapshotRequest` as sent.
 #[derive(Debug, Deserialize)]
@@ -186,20 +198,51 @@ pub(crate) async fn delete_template(
     ))
 }
 
-/// `POST /sandboxes/{id}/fork` → 400: a fork starts from the sandbox's memory, which this
-/// server cannot capture; the answer says how to start sandboxes from its files instead.
+/// `POST /sandboxes/{id}/fork` `{"timeout"?, "count"?}` → 201 `[SandboxForkResult]`: one
+/// entry per fork, `{"sandbox": Sandbox}` or `{"error": Error}`; `count` 1–20 (default 1),
+/// `timeout` the forks' (default 15 s). Where the service cannot capture memory: 400, the
+/// answer saying how to start sandboxes from its files instead.
 pub(crate) async fn fork(
     State(state): State<ProxyState>,
     headers: HeaderMap,
     id: Result<Path<String>, PathRejection>,
     body: Body,
 ) -> Answer {
-    let (service, id, _) = sandbox_call::<Value>(&state, &headers, id, body).await?;
+    let (service, id, body) = sandbox_call::<ForkBody>(&state, &headers, id, body).await?;
     if service.get(&id).is_none() {
         return Err(not_found_short(
             crate::e2b::SandboxServiceError::NotFound(id.clone()),
             &id,
         ));
+    }
+    if service.pauses_memory() {
+        let (timeout, count) = body.map_or((None, None), |b| (b.timeout, b.count));
+        let count = match count.unwrap_or(1) {
+            n @ 1..=MAX_FORKS => n as usize,
+            n => {
+                return Err(E2bError::bad_request(format!(
+                    "count must be 1 to {MAX_FORKS}, not {n}"
+                )));
+            }
+        };
+        let timeout = match timeout {
+            Some(secs) => seconds("timeout", secs, crate::e2b::MAX_TIMEOUT)?,
+            None => crate::e2b::DEFAULT_TIMEOUT,
+        };
+        let forks = service
+            .fork(&id, count, timeout)
+            .await
+            .map_err(|e| not_found_short(e, &id))?;
+        let results: Vec<Value> = forks
+            .into_iter()
+            .map(|fork| match fork {
+                Ok(created) => {
+                    json!({ "sandbox": sandbox_body(&created.info, &created.access_token) })
+                }
+                Err(error) => json!({ "error": E2bError::from(error).body() }),
+            })
+            .collect();
+        return Ok((StatusCode::CREATED, Json(Value::Array(results))).into_response());
     }
     Err(E2bError::bad_request(
         "fork is not offered by this server: it needs a memory snapshot; take a filesystem snapshot (create_snapshot(mode=\"filesystem\")) and create sandboxes from its snapshot_id",

@@ -1,4 +1,4 @@
-//! `omabox sandbox create|ls|rm|timeout|pause|resume|exec`: the long-lived sandboxes of a running
+//! `omabox sandbox create|ls|rm|timeout|pause|resume|fork|exec`: the long-lived sandboxes of a running
 //! `omabox serve`, docker-style, over its E2B-compatible control plane (docs/http-api.md);
 //! `exec` (`exec.rs`) runs a command through the sandbox's envd.
 //!
@@ -44,6 +44,9 @@ pub enum RemoteCommand {
     Pause(PauseArgs),
     /// Resume a paused sandbox (E2B's connect) for SECS more.
     Resume(ResumeArgs),
+    /// Start copies of a running sandbox from its memory (`serve --backend gvisor`); prints
+    /// each new id. The sandbox runs on.
+    Fork(ForkArgs),
     /// Run a command in a sandbox of the running serve, like `docker exec`; exits with its
     /// exit code.
     Exec(super::exec::ExecArgs),
@@ -144,6 +147,24 @@ pub struct ResumeArgs {
     timeout: Option<u64>,
 }
 
+/// Options of `omabox sandbox fork`.
+#[derive(Debug, Args)]
+pub struct ForkArgs {
+    #[command(flatten)]
+    serve: ServeFlag,
+    /// The sandbox to copy.
+    id: String,
+    /// How many copies (1 to 20).
+    #[arg(long, default_value = "1", value_parser = clap::value_parser!(u64).range(1..=20))]
+    count: u64,
+    /// Seconds each copy lives (serve's default, 15, as E2B's API).
+    #[arg(long, value_name = "SECS")]
+    timeout: Option<u64>,
+    /// Print the API's JSON answer (it holds the copies' access tokens).
+    #[arg(long)]
+    json: bool,
+}
+
 fn pair(text: &str) -> Result<(String, String), String> {
     text.split_once('=')
         .filter(|(key, _)| !key.is_empty())
@@ -161,6 +182,7 @@ impl RemoteCommand {
             Self::Timeout(args) => &args.serve,
             Self::Pause(args) => &args.serve,
             Self::Resume(args) => &args.serve,
+            Self::Fork(args) => &args.serve,
             Self::Exec(args) => &args.serve,
         };
         flags.with_some(Key::ServeUrl, serve.serve_url.clone())
@@ -217,6 +239,7 @@ pub fn run(command: RemoteCommand, config: &NodeConfig) -> anyhow::Result<ExitCo
                 outln!("{}", one_line(&args.id));
                 Ok(ExitCode::SUCCESS)
             }
+            RemoteCommand::Fork(args) => fork(&client, args).await,
             RemoteCommand::Exec(args) => super::exec::exec(&client, args).await,
         }
     })
@@ -243,6 +266,45 @@ async fn create(client: &Client, args: CreateArgs) -> anyhow::Result<ExitCode> {
         .ok_or_else(|| anyhow!("serve at {} answered without a sandboxID", client.base))?;
     outln!("{}", one_line(id));
     Ok(ExitCode::SUCCESS)
+}
+
+/// Prints each fork's id (a failed one's error on stderr: exit 1).
+async fn fork(client: &Client, args: ForkArgs) -> anyhow::Result<ExitCode> {
+    let path = format!("/sandboxes/{}/fork", segment(&args.id));
+    let mut body = json!({ "count": args.count });
+    if let Some(secs) = args.timeout {
+        body["timeout"] = secs.into();
+    }
+    let forks = client
+        .call(reqwest::Method::POST, &path, Some(body))
+        .await
+        .map_err(|e| e.named(&args.id))?;
+    if args.json {
+        outln!("{forks}");
+        return Ok(ExitCode::SUCCESS);
+    }
+    let Some(forks) = forks.as_array() else {
+        bail!(
+            "serve at {} answered a fork that is not an array",
+            client.base
+        );
+    };
+    let mut failed = false;
+    for fork in forks {
+        match fork["sandbox"]["sandboxID"].as_str() {
+            Some(id) => outln!("{}", one_line(id)),
+            None => {
+                failed = true;
+                let message = fork["error"]["message"].as_str().unwrap_or("(no message)");
+                errln!("omabox: error: a fork failed: {}", one_line(message));
+            }
+        }
+    }
+    Ok(if failed {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    })
 }
 
 async fn list(client: &Client, json: bool) -> anyhow::Result<ExitCode> {

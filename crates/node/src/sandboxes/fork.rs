@@ -1,0 +1,152 @@
+//! E2B's fork on a gvisor serve: the running sandbox is checkpointed in place (a memory
+//! pause), `count` sandboxes are restored from that one checkpoint, and the source is
+//! resumed under its id and token with the time it had left. Each fork has its own copy of
+//! the workspace (its memory, `/tmp` and `/home/user` come from the checkpoint), a fresh id
+//! and access token, the source's template, metadata, environment and network.
+//!
+//! Must never: leave the source paused when a fork fails (it is resumed whatever happened);
+//! let a fork share a token or a writable directory with its source.
+
+use super::{LogLevel, Running, SandboxHost, internal, new_access_token, new_sandbox_id, stopping};
+use omabox_backend_gvisor::GvisorSandboxPort;
+use omabox_proxy::e2b::{CreatedSandbox, SandboxServiceError};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+use tokio::time::Instant;
+
+impl SandboxHost {
+    pub(super) async fn fork_sandbox(
+        &self,
+        sandbox_id: &str,
+        count: usize,
+        timeout: Duration,
+    ) -> Result<Vec<Result<CreatedSandbox, SandboxServiceError>>, SandboxServiceError> {
+        let Some(gvisor) = &self.inner.gvisor else {
+            return Err(SandboxServiceError::BadRequest(
+                "fork needs a memory snapshot: serve with --backend gvisor".into(),
+            ));
+        };
+        let entry = self.running_entry(sandbox_id)?;
+        // The source keeps the time it had left (at least a second to be resumed into).
+        let left = entry
+            .shown()
+            .1
+            .saturating_duration_since(Instant::now())
+            .max(Duration::from_secs(1));
+        let source_info = entry.shown().0.clone();
+        drop(entry);
+        if !self.pause_sandbox(sandbox_id, true).await? {
+            return Err(SandboxServiceError::Unavailable(format!(
+                "sandbox {sandbox_id} is being paused: fork it once it runs again"
+            )));
+        }
+        let paused = self.inner.paused_map().get(sandbox_id).map(|p| {
+            (
+                p.in_memory.clone(),
+                p.start_with.clone(),
+                p.networking.clone(),
+            )
+        });
+        let forked = match &paused {
+            Some((Some(port), _, _)) => {
+                port.sandbox()
+                    .fork(&gvisor.runtime, count)
+                    .await
+                    .map_err(|e| {
+                        internal(format!(
+                            "cannot fork sandbox {sandbox_id}: {}",
+                            super::backend::chain(&e)
+                        ))
+                    })
+            }
+            _ => Err(internal(format!(
+                "sandbox {sandbox_id} was not paused with its memory"
+            ))),
+        };
+        let resumed = self.resume_sandbox(sandbox_id, left).await;
+        let forks = forked?;
+        if let Err(error) = resumed {
+            tracing::error!(sandbox = %sandbox_id, %error, "cannot resume a forked sandbox");
+        }
+        let Some((_, start_with, networking)) = paused else {
+            return Err(stopping());
+        };
+        let mut results = Vec::with_capacity(forks.len());
+        for fork in forks {
+            let port = GvisorSandboxPort::new(Arc::new(fork));
+            results.push(
+                self.insert_fork(
+                    port,
+                    &source_info,
+                    start_with.clone(),
+                    networking.clone(),
+                    timeout,
+                )
+                .await,
+            );
+        }
+        tracing::info!(sandbox = %sandbox_id, count, "sandbox forked");
+        self.inner
+            .logs
+            .open(sandbox_id)
+            .info("forked", &format!("sandbox forked into {count}"));
+        Ok(results)
+    }
+
+    /// Puts one restored fork in the map as a new sandbox (destroyed if it cannot be).
+    async fn insert_fork(
+        &self,
+        port: GvisorSandboxPort,
+        source: &omabox_proxy::e2b::SandboxInfo,
+        start_with: super::StartWith,
+        networking: Option<omabox_contract::networking::NetworkingConfig>,
+        timeout: Duration,
+    ) -> Result<CreatedSandbox, SandboxServiceError> {
+        let reserved = self.reserve();
+        let client = match (&reserved, port.sandbox().client().await) {
+            (Ok(_), Ok(client)) => client,
+            (Err(_), _) | (_, Err(_)) => {
+                let _ = port.sandbox().destroy().await;
+                return Err(match reserved {
+                    Err(error) => error,
+                    Ok(_) => internal("a fork lost its agent as it started".into()),
+                });
+            }
+        };
+        let running = Running::Gvisor(port);
+        if let Some(config) = &networking
+            && let Err(error) = self.apply_network(&running, config)
+        {
+            let _ = running.terminate().await;
+            return Err(error);
+        }
+        let id = new_sandbox_id();
+        let started_at = SystemTime::now();
+        let mut info = source.clone();
+        info.sandbox_id = id.clone();
+        info.started_at = started_at;
+        info.end_at = started_at + timeout;
+        info.paused = false;
+        let token = new_access_token();
+        self.inner.logs.open(&id).push(
+            LogLevel::Info,
+            &format!("sandbox forked from {}", source.sandbox_id),
+            &[("event", "created".into())],
+        );
+        self.insert(
+            running,
+            client,
+            info.clone(),
+            token.clone(),
+            start_with,
+            networking,
+            timeout,
+        )
+        .await?;
+        drop(reserved);
+        Ok(CreatedSandbox {
+            info,
+            access_token: token,
+        })
+    }
+}
