@@ -355,9 +355,10 @@ fn the_sandboxes_of_a_killed_serve_are_reaped() {
     );
 }
 
-/// `omabox serve --backend gvisor` killed with a running sandbox and one paused with its
-/// memory (a checkpoint on disk): `omabox reap` removes both, checkpoint, runsc state and
-/// cgroups included; nothing of them runs.
+/// `omabox serve --backend gvisor` killed with a running sandbox, its fork (their workspaces
+/// overlays over a shared layer) and one paused with its memory (a checkpoint on disk):
+/// `omabox reap` removes them all, checkpoint, overlays, layers, runsc state and cgroups
+/// included; nothing of them runs.
 #[test]
 fn the_gvisor_sandboxes_of_a_killed_serve_are_reaped() {
     if !omabox_test_support::require_capability(gvisor_missing()) {
@@ -370,6 +371,10 @@ fn the_gvisor_sandboxes_of_a_killed_serve_are_reaped() {
         .env("OMABOX_LOG", "debug");
     let mut serve = Serve::start(command);
     let running = serve.create(r#"{"templateID":"base","timeout":600}"#);
+    let fork = format!("/sandboxes/{}/fork", running["sandboxID"].as_str().unwrap());
+    let (status, forked) = serve.call(Some(KEY), "POST", &fork, Some(r#"{"timeout":600}"#));
+    assert_eq!(status, 201, "{forked}");
+    assert!(forked[0]["sandbox"]["sandboxID"].is_string(), "{forked}");
     let paused = serve.create(r#"{"templateID":"base","timeout":600}"#);
     let pause = format!("/sandboxes/{}/pause", paused["sandboxID"].as_str().unwrap());
     assert_eq!(
@@ -383,7 +388,9 @@ fn the_gvisor_sandboxes_of_a_killed_serve_are_reaped() {
         .iter()
         .map(|d| d.file_name().unwrap().to_string_lossy().into_owned())
         .collect();
-    assert_eq!(ids.len(), 2, "{ids:?}");
+    assert_eq!(ids.len(), 3, "{ids:?}");
+    let bases = dirs.data.path().join("gvisor/bases");
+    assert_eq!(subdirs(&bases).len(), 1, "the fork's shared layer");
     let checkpoints: Vec<_> = subdirs(&sandboxes)
         .into_iter()
         .filter(|d| d.join("checkpoint").is_dir())
@@ -395,7 +402,7 @@ fn the_gvisor_sandboxes_of_a_killed_serve_are_reaped() {
     drop(serve);
     assert_eq!(
         subdirs(&sandboxes).len(),
-        2,
+        3,
         "left behind by kill -9 {running_id}"
     );
     let output = dirs.command(&["reap"]).output().unwrap();
@@ -405,6 +412,16 @@ fn the_gvisor_sandboxes_of_a_killed_serve_are_reaped() {
         "not reaped: {:?}\n{}",
         subdirs(&sandboxes),
         common::describe(&output)
+    );
+    assert!(
+        subdirs(&bases).is_empty(),
+        "layers left: {:?}",
+        subdirs(&bases)
+    );
+    let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+    assert!(
+        !mounts.contains(&sandboxes.display().to_string()),
+        "an overlay is still mounted"
     );
     for id in &ids {
         let cgroups: Vec<_> = std::fs::read_dir("/sys/fs/cgroup")

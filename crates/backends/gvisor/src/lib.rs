@@ -16,6 +16,7 @@
 mod bundle;
 pub mod catalog;
 mod copy;
+mod layers;
 pub mod managed;
 mod network;
 mod port;

@@ -61,7 +61,7 @@ pub fn reap_orphans(runsc: &Path, dir: &Path) -> Reaped {
         // Absent (never started, paused, already deleted) is fine: delete fails then.
         let _ = runsc.delete(&name, &entry.path().join("runsc.log"));
         crate::bundle::remove_cgroups(&name);
-        match std::fs::remove_dir_all(entry.path()) {
+        match crate::sandbox::remove_sandbox_dir(&entry.path(), dir) {
             Ok(()) => reaped.removed.push(name),
             Err(e) => reaped
                 .errors
@@ -85,13 +85,7 @@ pub(crate) fn reap_one(runsc: &Path, dir: &Path, id: &str) -> Result<(), crate::
         let _ = runsc.delete(id, &sandbox.join("runsc.log"));
     }
     crate::bundle::remove_cgroups(id);
-    match std::fs::remove_dir_all(&sandbox) {
-        Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(crate::GvisorError::Io {
-            what: format!("removing {}", sandbox.display()),
-            source: e,
-        }),
-        _ => Ok(()),
-    }
+    crate::sandbox::remove_sandbox_dir(&sandbox, dir)
 }
 
 /// Whether sandbox `id` of `dir` exists and its owner still runs.

@@ -216,7 +216,10 @@ impl GvisorRuntime {
         sandbox.outputs = spec.outputs;
         sandbox.user_home = spec.user_home;
         match spec.workspace {
-            Some(dir) => sandbox.workspace = dir,
+            Some(dir) => {
+                sandbox.workspace = dir;
+                sandbox.own_workspace = false;
+            }
             None => std::fs::create_dir_all(sandbox.workspace()).map_err(|e| GvisorError::Io {
                 what: "creating the workspace".into(),
                 source: e,
@@ -268,6 +271,9 @@ pub struct GvisorSandbox {
     outputs: Option<PathBuf>,
     /// Whether it has E2B's user and home ([`SandboxSpec::user_home`]).
     user_home: bool,
+    /// Whether the workspace is the sandbox's own (not a caller's directory): then forks
+    /// share it through overlay layers (`layers.rs`) instead of copying it.
+    own_workspace: bool,
     /// The sandbox's own network namespace and the host side of its network (`None` under
     /// networking `none`).
     network: std::sync::Mutex<Option<OwnNetwork>>,
@@ -299,6 +305,7 @@ impl GvisorSandbox {
             workspace: dir.join("workspace"),
             outputs: None,
             user_home: false,
+            own_workspace: true,
             network: std::sync::Mutex::new(None),
             dir,
             shared,
@@ -643,28 +650,71 @@ impl GvisorSandbox {
                 return Err(GvisorError::NotPaused { state: live.state });
             }
         }
+        // The workspace is shared through overlay layers where it can be (the sandbox's own,
+        // not too deep, paths overlayfs can name), else copied.
+        let bases = self.shared.dir.join("bases");
+        let layered = self.own_workspace
+            && crate::layers::lowers(&self.dir).len() < crate::layers::MAX_LAYERS
+            && crate::layers::nameable(&[&bases, &self.dir]);
+        let layers = if layered {
+            let (bases, dir) = (bases.clone(), self.dir.clone());
+            Some(
+                blocking(move || {
+                    crate::layers::freeze(&bases, &dir).map_err(|e| GvisorError::Io {
+                        what: "freezing the workspace into a layer".into(),
+                        source: e,
+                    })
+                })
+                .await?,
+            )
+        } else {
+            None
+        };
+        // Each fork's directory, workspace and network first, one after the other (disk
+        // bound); then every restore at once (runsc's restores are CPU and latency bound).
         let mut forks = Vec::with_capacity(count);
+        let mut failed = None;
         for _ in 0..count {
-            let mut fork = GvisorSandbox::layout(runtime.shared.clone())?;
+            let mut fork = match GvisorSandbox::layout(runtime.shared.clone()) {
+                Ok(fork) => fork,
+                Err(e) => {
+                    failed = Some(e);
+                    break;
+                }
+            };
             // The checkpoint's mounts: a restore needs the same ones.
             fork.user_home = self.user_home;
+            forks.push(fork);
+            let fork = forks.last().expect("just pushed");
             let (from, to) = (self.workspace(), fork.workspace());
-            let copied = match blocking(move || copy_tree(&from, &to)).await {
+            let (dir, layers) = (fork.dir.clone(), layers.clone());
+            let made = blocking(move || match layers {
+                Some(layers) => crate::layers::mount(&dir, &layers).map_err(|e| GvisorError::Io {
+                    what: "mounting a fork's workspace".into(),
+                    source: e,
+                }),
+                None => copy_tree(&from, &to),
+            });
+            let copied = match made.await {
                 Ok(()) => fork.serve_network(),
                 Err(e) => Err(e),
             };
-            let booted = match copied {
-                Ok(()) => fork.boot(Some(self.checkpoint_dir())).await,
-                Err(e) => Err(e),
-            };
-            if let Err(e) = booted {
-                let _ = fork.destroy().await;
-                for f in forks {
-                    let _ = GvisorSandbox::destroy(&f).await;
-                }
-                return Err(e);
+            if let Err(e) = copied {
+                failed = Some(e);
+                break;
             }
-            forks.push(fork);
+        }
+        if failed.is_none() {
+            let image = self.checkpoint_dir();
+            let booted =
+                futures::future::join_all(forks.iter().map(|f| f.boot(Some(image.clone())))).await;
+            failed = booted.into_iter().find_map(Result::err);
+        }
+        if let Some(e) = failed {
+            for f in &forks {
+                let _ = f.destroy().await;
+            }
+            return Err(e);
         }
         Ok(forks)
     }
@@ -679,19 +729,14 @@ impl GvisorSandbox {
         let child = self.runsc.take();
         let runsc = self.shared.runsc.clone();
         let (id, log, dir) = (self.id.clone(), self.log(), self.dir.clone());
+        let backend_dir = self.shared.dir.clone();
         let network = self.network_slot().take();
         blocking(move || {
             end_container(&runsc, &id, &log, child);
             // Its processes are gone: the host's sockets in the namespace and the
             // namespace go too.
             drop(network);
-            match std::fs::remove_dir_all(&dir) {
-                Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(GvisorError::Io {
-                    what: format!("removing {}", dir.display()),
-                    source: e,
-                }),
-                _ => Ok(()),
-            }
+            remove_sandbox_dir(&dir, &backend_dir)
         })
         .await
     }
@@ -712,8 +757,28 @@ impl Drop for GvisorSandbox {
         let child = self.runsc.take();
         end_container(&self.shared.runsc, &self.id, &self.log(), child);
         drop(self.network_slot().take());
-        let _ = std::fs::remove_dir_all(&self.dir);
+        let _ = remove_sandbox_dir(&self.dir, &self.shared.dir);
     }
+}
+
+/// Removes a sandbox's directory (its workspace overlay unmounted first), then the layers
+/// no sandbox of `backend_dir` stacks any more.
+pub(crate) fn remove_sandbox_dir(dir: &Path, backend_dir: &Path) -> Result<(), GvisorError> {
+    if let Err(e) = crate::layers::unmount(dir) {
+        return Err(GvisorError::Io {
+            what: format!("unmounting the workspace of {}", dir.display()),
+            source: e,
+        });
+    }
+    let removed = match std::fs::remove_dir_all(dir) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(GvisorError::Io {
+            what: format!("removing {}", dir.display()),
+            source: e,
+        }),
+        _ => Ok(()),
+    };
+    crate::layers::collect_bases(backend_dir);
+    removed
 }
 
 async fn blocking<T: Send + 'static>(

@@ -278,6 +278,11 @@ async fn a_process_keeps_its_memory_across_pause_resume_and_in_each_fork() {
         .map(Arc::new)
         .collect();
     let ports: Vec<GvisorSandboxPort> = forks.iter().cloned().map(GvisorSandboxPort::new).collect();
+    assert_eq!(
+        std::fs::read_dir(tmp.path().join("bases")).unwrap().count(),
+        1,
+        "the workspace was frozen into one layer, not copied"
+    );
     for p in &ports {
         assert_eq!(ask(p).await, "4", "each fork goes on from the checkpoint");
         assert_eq!(p.read_file("shared.txt").await.unwrap(), "before the fork");
@@ -292,16 +297,59 @@ async fn a_process_keeps_its_memory_across_pause_resume_and_in_each_fork() {
     sandbox.resume().await.unwrap();
     assert_eq!(ask(&port).await, "4");
     assert!(port.read_file("mine.txt").await.is_err());
-
+    // The workspace is shared through layers, never written through: a change on either
+    // side stays on that side.
+    port.write_file("shared.txt", "changed by the source")
+        .await
+        .unwrap();
+    ports[0]
+        .write_file("shared.txt", "changed by fork 0")
+        .await
+        .unwrap();
+    assert_eq!(
+        ports[1].read_file("shared.txt").await.unwrap(),
+        "before the fork"
+    );
+    assert_eq!(
+        port.read_file("shared.txt").await.unwrap(),
+        "changed by the source"
+    );
+    // A fork of the source again (a second layer) and of a fork (its own layers).
     sandbox.pause().await.unwrap();
+    let again = sandbox.fork(&rt, 1).await.unwrap().remove(0);
+    let again = GvisorSandboxPort::new(Arc::new(again));
+    assert_eq!(
+        again.read_file("shared.txt").await.unwrap(),
+        "changed by the source"
+    );
+    assert_eq!(ask(&again).await, "5");
+    forks[0].pause().await.unwrap();
+    let grandchild = forks[0].fork(&rt, 1).await.unwrap().remove(0);
+    let grandchild = GvisorSandboxPort::new(Arc::new(grandchild));
+    assert_eq!(
+        grandchild.read_file("shared.txt").await.unwrap(),
+        "changed by fork 0"
+    );
+    assert_eq!(grandchild.read_file("mine.txt").await.unwrap(), "fork 0");
+
     let dir = sandbox.dir().to_path_buf();
     sandbox.destroy().await.unwrap();
     assert!(!dir.exists(), "the checkpoint is removed with its sandbox");
-    for f in &forks {
+    for f in forks.iter().chain([again.sandbox(), grandchild.sandbox()]) {
         let d = f.dir().to_path_buf();
         f.destroy().await.unwrap();
         assert!(!d.exists());
     }
+    // No layer and no overlay is left once every sandbox stacking them is gone.
+    let bases: Vec<_> = std::fs::read_dir(tmp.path().join("bases"))
+        .map(|d| d.flatten().map(|e| e.path()).collect())
+        .unwrap_or_default();
+    assert!(bases.is_empty(), "layers left: {bases:?}");
+    let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+    assert!(
+        !mounts.contains(&tmp.path().display().to_string()),
+        "an overlay is still mounted"
+    );
 }
 
 /// Whether runsc still knows container `id` under the runtime's state root.
