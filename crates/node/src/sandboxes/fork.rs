@@ -1,7 +1,8 @@
 //! E2B's fork on a gvisor serve: the running sandbox is checkpointed in place (a memory
 //! pause), `count` sandboxes are restored from that one checkpoint, and the source is
-//! resumed under its id and token with the time it had left. Each fork has its own copy of
-//! the workspace (its memory, `/tmp` and `/home/user` come from the checkpoint), a fresh id
+//! resumed under its id and token with the time it had left. Each fork has a workspace of
+//! its own that starts as the source's (overlay layers, `omabox-backend-gvisor`'s
+//! `layers.rs`; its memory, `/tmp` and `/home/user` come from the checkpoint), a fresh id
 //! and access token, the source's template, metadata, environment and network.
 //!
 //! Must never: leave the source paused when a fork fails (it is resumed whatever happened);
