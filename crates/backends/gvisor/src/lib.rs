@@ -16,6 +16,7 @@
 mod bundle;
 pub mod catalog;
 mod copy;
+mod fork;
 mod layers;
 pub mod managed;
 mod network;

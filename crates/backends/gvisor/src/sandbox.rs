@@ -19,7 +19,6 @@ use omabox_egress::{Resolver, SystemResolver};
 use tokio::io::AsyncWriteExt;
 use tokio::sync::Mutex;
 
-use crate::copy::copy_tree;
 use crate::network::{GvisorNetwork, OwnNetwork};
 use crate::runsc::{Runsc, Stdio2};
 pub(crate) use crate::slot::RunscSlot;
@@ -69,9 +68,9 @@ pub struct GvisorLimits {
     pub millicpus: Option<u64>,
 }
 
-struct Shared {
+pub(crate) struct Shared {
     runsc: Runsc,
-    dir: PathBuf,
+    pub(crate) dir: PathBuf,
     /// The sandboxes' root: the generated one or an image's.
     root: PathBuf,
     /// Whether `root` is an image's.
@@ -110,7 +109,7 @@ pub struct SandboxSpec {
 /// Creates gvisor sandboxes.
 #[derive(Debug, Clone)]
 pub struct GvisorRuntime {
-    shared: Arc<Shared>,
+    pub(crate) shared: Arc<Shared>,
 }
 
 impl GvisorRuntime {
@@ -251,8 +250,8 @@ pub enum State {
 }
 
 #[derive(Debug)]
-struct Live {
-    state: State,
+pub(crate) struct Live {
+    pub(crate) state: State,
     client: Option<AgentClient>,
     /// Our own copies of the host's ends of the agent's pipes: the client's copies close
     /// when it detaches; these keep the agent from reading EOF on fd 0 (or failing to
@@ -266,26 +265,26 @@ struct Live {
 #[derive(Debug)]
 pub struct GvisorSandbox {
     id: String,
-    dir: PathBuf,
+    pub(crate) dir: PathBuf,
     workspace: PathBuf,
     outputs: Option<PathBuf>,
     /// Whether it has E2B's user and home ([`SandboxSpec::user_home`]).
-    user_home: bool,
+    pub(crate) user_home: bool,
     /// Whether the workspace is the sandbox's own (not a caller's directory): then forks
     /// share it through overlay layers (`layers.rs`) instead of copying it.
-    own_workspace: bool,
+    pub(crate) own_workspace: bool,
     /// The sandbox's own network namespace and the host side of its network (`None` under
     /// networking `none`).
     network: std::sync::Mutex<Option<OwnNetwork>>,
     /// runsc in the foreground, waiting for the container ([`Runsc::run`] says why); shared
     /// with the port, which reads its exit to explain a lost agent.
     runsc: RunscSlot,
-    shared: Arc<Shared>,
-    live: Mutex<Live>,
+    pub(crate) shared: Arc<Shared>,
+    pub(crate) live: Mutex<Live>,
 }
 
 impl GvisorSandbox {
-    fn layout(shared: Arc<Shared>) -> Result<Self, GvisorError> {
+    pub(crate) fn layout(shared: Arc<Shared>) -> Result<Self, GvisorError> {
         let id = format!("omabox-gv-{}", uuid::Uuid::new_v4().simple());
         let dir = shared.dir.join("sandboxes").join(&id);
         std::fs::create_dir(&dir).map_err(|e| GvisorError::Io {
@@ -341,7 +340,7 @@ impl GvisorSandbox {
 
     /// Under a config other than `none`: the sandbox's namespace, with the host's side of
     /// its network bound in it.
-    fn serve_network(&self) -> Result<(), GvisorError> {
+    pub(crate) fn serve_network(&self) -> Result<(), GvisorError> {
         if !self.shared.network.reaches_out() {
             return Ok(());
         }
@@ -409,7 +408,7 @@ impl GvisorSandbox {
 
     /// Writes the bundle, runs (or, with `image`, restores) the container on new stdio
     /// pipes and connects to the agent.
-    async fn boot(&self, image: Option<PathBuf>) -> Result<(), GvisorError> {
+    pub(crate) async fn boot(&self, image: Option<PathBuf>) -> Result<(), GvisorError> {
         let Some(image) = image else {
             return self.boot_once(None).await;
         };
@@ -637,88 +636,6 @@ impl GvisorSandbox {
         Ok(())
     }
 
-    /// `count` new sandboxes restored from this paused sandbox's checkpoint, each with
-    /// its own copy of the workspace and its own id; this one stays paused.
-    pub async fn fork(
-        &self,
-        runtime: &GvisorRuntime,
-        count: usize,
-    ) -> Result<Vec<GvisorSandbox>, GvisorError> {
-        {
-            let live = self.live.lock().await;
-            if live.state != State::Paused {
-                return Err(GvisorError::NotPaused { state: live.state });
-            }
-        }
-        // The workspace is shared through overlay layers where it can be (the sandbox's own,
-        // not too deep, paths overlayfs can name), else copied.
-        let bases = self.shared.dir.join("bases");
-        let layered = self.own_workspace
-            && crate::layers::lowers(&self.dir).len() < crate::layers::MAX_LAYERS
-            && crate::layers::nameable(&[&bases, &self.dir]);
-        let layers = if layered {
-            let (bases, dir) = (bases.clone(), self.dir.clone());
-            Some(
-                blocking(move || {
-                    crate::layers::freeze(&bases, &dir).map_err(|e| GvisorError::Io {
-                        what: "freezing the workspace into a layer".into(),
-                        source: e,
-                    })
-                })
-                .await?,
-            )
-        } else {
-            None
-        };
-        // Each fork's directory, workspace and network first, one after the other (disk
-        // bound); then every restore at once (runsc's restores are CPU and latency bound).
-        let mut forks = Vec::with_capacity(count);
-        let mut failed = None;
-        for _ in 0..count {
-            let mut fork = match GvisorSandbox::layout(runtime.shared.clone()) {
-                Ok(fork) => fork,
-                Err(e) => {
-                    failed = Some(e);
-                    break;
-                }
-            };
-            // The checkpoint's mounts: a restore needs the same ones.
-            fork.user_home = self.user_home;
-            forks.push(fork);
-            let fork = forks.last().expect("just pushed");
-            let (from, to) = (self.workspace(), fork.workspace());
-            let (dir, layers) = (fork.dir.clone(), layers.clone());
-            let made = blocking(move || match layers {
-                Some(layers) => crate::layers::mount(&dir, &layers).map_err(|e| GvisorError::Io {
-                    what: "mounting a fork's workspace".into(),
-                    source: e,
-                }),
-                None => copy_tree(&from, &to),
-            });
-            let copied = match made.await {
-                Ok(()) => fork.serve_network(),
-                Err(e) => Err(e),
-            };
-            if let Err(e) = copied {
-                failed = Some(e);
-                break;
-            }
-        }
-        if failed.is_none() {
-            let image = self.checkpoint_dir();
-            let booted =
-                futures::future::join_all(forks.iter().map(|f| f.boot(Some(image.clone())))).await;
-            failed = booted.into_iter().find_map(Result::err);
-        }
-        if let Some(e) = failed {
-            for f in &forks {
-                let _ = f.destroy().await;
-            }
-            return Err(e);
-        }
-        Ok(forks)
-    }
-
     /// Kills the container (if any) and removes the sandbox's directory, its
     /// checkpoint and workspace included.
     pub async fn destroy(&self) -> Result<(), GvisorError> {
@@ -781,7 +698,7 @@ pub(crate) fn remove_sandbox_dir(dir: &Path, backend_dir: &Path) -> Result<(), G
     removed
 }
 
-async fn blocking<T: Send + 'static>(
+pub(crate) async fn blocking<T: Send + 'static>(
     f: impl FnOnce() -> Result<T, GvisorError> + Send + 'static,
 ) -> Result<T, GvisorError> {
     tokio::task::spawn_blocking(f)
