@@ -159,6 +159,7 @@ impl Runsc {
     pub fn checkpoint(&self, id: &str, image_dir: &Path, log: &Path) -> Result<(), GvisorError> {
         let mut cmd = self.command();
         cmd.arg("checkpoint")
+            .arg("--compression=none")
             .arg("--image-path")
             .arg(image_dir)
             .arg(id);
