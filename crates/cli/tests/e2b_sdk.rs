@@ -65,6 +65,18 @@ fn run_sdk(mut command: Command, serve: &Serve, dirs: &TestDirs) -> Vec<String> 
         .collect()
 }
 
+/// The Python of a venv with the pinned SDK (installed once per target dir), or `None`
+/// (skipped locally without the registries; a failure under CI=true).
+fn python_sdk() -> Option<PathBuf> {
+    let root = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
+    omabox_test_support::sdk::python_venv(
+        &root,
+        "e2b-python-sdk",
+        &[PYTHON_SDK, "httpx"],
+        "e2b, httpx",
+    )
+}
+
 fn assert_no_token_logged(log: &[String], tokens: &[String]) {
     assert!(!tokens.is_empty());
     // A piped log is plain text (no colour escapes for a collector to store).
@@ -87,13 +99,7 @@ fn the_official_python_sdk_drives_serve() {
     if !linux_available() {
         return;
     }
-    let root = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
-    let Some(python) = omabox_test_support::sdk::python_venv(
-        &root,
-        "e2b-python-sdk",
-        &[PYTHON_SDK, "httpx"],
-        "e2b, httpx",
-    ) else {
+    let Some(python) = python_sdk() else {
         return;
     };
     let dirs = TestDirs::new("e2bpy");
@@ -113,13 +119,7 @@ fn the_python_sdk_takes_snapshots_and_starts_sandboxes_from_them() {
     if !linux_available() {
         return;
     }
-    let root = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
-    let Some(python) = omabox_test_support::sdk::python_venv(
-        &root,
-        "e2b-python-sdk",
-        &[PYTHON_SDK, "httpx"],
-        "e2b, httpx",
-    ) else {
+    let Some(python) = python_sdk() else {
         return;
     };
     let dirs = TestDirs::new("e2bsnap");
@@ -180,13 +180,7 @@ fn the_python_sdk_builds_a_template_and_starts_sandboxes_from_it() {
     let Some(rootfs) = debian_rootfs() else {
         return;
     };
-    let root = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
-    let Some(python) = omabox_test_support::sdk::python_venv(
-        &root,
-        "e2b-python-sdk",
-        &[PYTHON_SDK, "httpx"],
-        "e2b, httpx",
-    ) else {
+    let Some(python) = python_sdk() else {
         return;
     };
     let dirs = TestDirs::new("e2btpl");
@@ -292,13 +286,7 @@ fn the_python_sdk_pauses_a_gvisor_sandbox_with_its_memory() {
     if !omabox_test_support::require_capability(gvisor_missing()) {
         return;
     }
-    let root = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
-    let Some(python) = omabox_test_support::sdk::python_venv(
-        &root,
-        "e2b-python-sdk",
-        &[PYTHON_SDK, "httpx"],
-        "e2b, httpx",
-    ) else {
+    let Some(python) = python_sdk() else {
         return;
     };
     let dirs = TestDirs::new("e2bgv");

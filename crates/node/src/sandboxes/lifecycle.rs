@@ -210,6 +210,15 @@ impl SandboxHost {
             entry.pausing.store(false, Ordering::Release);
             return Err(error);
         }
+        self.keep_paused(sandbox_id, &entry, None);
+        tracing::info!(sandbox = %sandbox_id, "sandbox paused");
+        let message = "sandbox paused (its files kept, its processes ended)";
+        self.inner.logs.open(sandbox_id).info("paused", message);
+        Ok(true)
+    }
+
+    /// Records the sandbox of `entry` (no longer running) as paused: what a resume needs.
+    fn keep_paused(&self, sandbox_id: &str, entry: &Entry, in_memory: Option<GvisorSandboxPort>) {
         let mut info = entry.shown().0.clone();
         info.paused = true;
         let networking = entry
@@ -224,13 +233,9 @@ impl SandboxHost {
                 token: entry.token.clone(),
                 start_with: entry.start_with.clone(),
                 networking,
-                in_memory: None,
+                in_memory,
             },
         );
-        tracing::info!(sandbox = %sandbox_id, "sandbox paused");
-        let message = "sandbox paused (its files kept, its processes ended)";
-        self.inner.logs.open(sandbox_id).info("paused", message);
-        Ok(true)
     }
 
     /// Checkpoints the running gvisor sandbox (its processes, memory and files kept in its
@@ -257,23 +262,7 @@ impl SandboxHost {
             )));
         }
         super::forget_entry(&self.inner, sandbox_id, entry);
-        let mut info = entry.shown().0.clone();
-        info.paused = true;
-        let networking = entry
-            .networking
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clone();
-        self.inner.paused_map().insert(
-            sandbox_id.to_owned(),
-            Paused {
-                info,
-                token: entry.token.clone(),
-                start_with: entry.start_with.clone(),
-                networking,
-                in_memory: Some(port.clone()),
-            },
-        );
+        self.keep_paused(sandbox_id, entry, Some(port.clone()));
         tracing::info!(sandbox = %sandbox_id, "sandbox paused with its memory");
         let message = "sandbox paused (its processes, memory and files kept)";
         self.inner.logs.open(sandbox_id).info("paused", message);
