@@ -356,7 +356,8 @@ fn the_sandboxes_of_a_killed_serve_are_reaped() {
 }
 
 /// `omabox serve --backend gvisor` killed with a running sandbox, its fork (their workspaces
-/// overlays over a shared layer) and one paused with its memory (a checkpoint on disk):
+/// overlays over a shared layer), a memory snapshot of it (an image) and one paused with
+/// its memory (a checkpoint on disk):
 /// `omabox reap` removes them all, checkpoint, overlays, layers, runsc state and cgroups
 /// included; nothing of them runs.
 #[test]
@@ -375,6 +376,13 @@ fn the_gvisor_sandboxes_of_a_killed_serve_are_reaped() {
     let (status, forked) = serve.call(Some(KEY), "POST", &fork, Some(r#"{"timeout":600}"#));
     assert_eq!(status, 201, "{forked}");
     assert!(forked[0]["sandbox"]["sandboxID"].is_string(), "{forked}");
+    // A memory snapshot too: an image that outlives the kill -9 until the reap.
+    let snapshot = format!(
+        "/sandboxes/{}/snapshots",
+        running["sandboxID"].as_str().unwrap()
+    );
+    let (status, snapped) = serve.call(Some(KEY), "POST", &snapshot, Some("{}"));
+    assert_eq!(status, 201, "{snapped}");
     let paused = serve.create(r#"{"templateID":"base","timeout":600}"#);
     let pause = format!("/sandboxes/{}/pause", paused["sandboxID"].as_str().unwrap());
     assert_eq!(
@@ -390,7 +398,13 @@ fn the_gvisor_sandboxes_of_a_killed_serve_are_reaped() {
         .collect();
     assert_eq!(ids.len(), 3, "{ids:?}");
     let bases = dirs.data.path().join("gvisor/bases");
-    assert_eq!(subdirs(&bases).len(), 1, "the fork's shared layer");
+    assert_eq!(
+        subdirs(&bases).len(),
+        2,
+        "the fork's and the snapshot's layers"
+    );
+    let images = dirs.data.path().join("gvisor/images");
+    assert_eq!(subdirs(&images).len(), 1, "the memory snapshot's image");
     let checkpoints: Vec<_> = subdirs(&sandboxes)
         .into_iter()
         .filter(|d| d.join("checkpoint").is_dir())
@@ -417,6 +431,11 @@ fn the_gvisor_sandboxes_of_a_killed_serve_are_reaped() {
         subdirs(&bases).is_empty(),
         "layers left: {:?}",
         subdirs(&bases)
+    );
+    assert!(
+        subdirs(&images).is_empty(),
+        "images left: {:?}",
+        subdirs(&images)
     );
     let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
     assert!(

@@ -279,8 +279,9 @@ fn the_js_sdk_builds_a_template_and_starts_sandboxes_from_it() {
 
 /// E2B's full pause on `omabox serve --backend gvisor` through the Python SDK
 /// (`gvisor_pause_test.py`): processes and memory go on after `connect`, a filesystem pause
-/// ends them, a paused sandbox's kill removes it. Nothing of a sandbox (directory,
-/// checkpoint) is left once serve stopped.
+/// ends them, a paused sandbox's kill removes it, forks and a memory snapshot go on from
+/// the same memory. Nothing of a sandbox (directory, checkpoint, image, layer) is left once
+/// serve stopped.
 #[test]
 fn the_python_sdk_pauses_a_gvisor_sandbox_with_its_memory() {
     if !omabox_test_support::require_capability(gvisor_missing()) {
@@ -311,4 +312,12 @@ fn the_python_sdk_pauses_a_gvisor_sandbox_with_its_memory() {
         left.is_empty(),
         "gvisor sandboxes left after serve stopped: {left:?}"
     );
+    // Memory snapshots (images) and the layers they and forks stacked go too.
+    for kept in ["images", "bases"] {
+        let dir = dirs.data.path().join("gvisor").join(kept);
+        let left: Vec<_> = std::fs::read_dir(&dir)
+            .map(|d| d.flatten().map(|e| e.path()).collect())
+            .unwrap_or_default();
+        assert!(left.is_empty(), "{kept} left after serve stopped: {left:?}");
+    }
 }

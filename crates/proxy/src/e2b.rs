@@ -289,14 +289,17 @@ pub trait SandboxService: Send + Sync + 'static {
     fn templates(&self) -> Option<Arc<dyn crate::templates::TemplateService>> {
         None
     }
-    /// Takes a filesystem snapshot of the running sandbox (it keeps running); `name`
-    /// (checked by the caller) replaces an earlier snapshot of that name.
+    /// Takes a snapshot of the running sandbox (it keeps running): its files, or with
+    /// `memory` (only asked of a service whose [`SandboxService::pauses_memory`]) its
+    /// processes and memory too; `name` (checked by the caller) replaces an earlier
+    /// snapshot of that name.
     async fn create_snapshot(
         &self,
         sandbox_id: &str,
         name: Option<String>,
+        memory: bool,
     ) -> Result<SnapshotInfo, SandboxServiceError> {
-        let _ = (sandbox_id, name);
+        let _ = (sandbox_id, name, memory);
         Err(not_offered("a snapshot"))
     }
     /// Every snapshot kept, newest first.

@@ -86,6 +86,14 @@ pub(crate) fn mount(sandbox: &Path, layers: &[PathBuf]) -> io::Result<()> {
     mount_locked(sandbox, layers)
 }
 
+/// Records `layers` as stacked by `dir` (an image's directory: nothing is mounted there), so
+/// [`collect_bases`] keeps them.
+pub(crate) fn record(dir: &Path, layers: &[PathBuf]) -> io::Result<()> {
+    let _held = layering();
+    std::fs::create_dir_all(dir.join("ws"))?;
+    write_lowers(dir, layers)
+}
+
 fn write_lowers(sandbox: &Path, layers: &[PathBuf]) -> io::Result<()> {
     let text: String = layers
         .iter()
@@ -150,17 +158,22 @@ pub(crate) fn unmount(sandbox: &Path) -> io::Result<()> {
     Ok(())
 }
 
-/// Removes the bases under `<dir>/bases` that no sandbox under `<dir>/sandboxes` stacks.
+/// Removes the bases under `<dir>/bases` that no sandbox under `<dir>/sandboxes` and no
+/// image under `<dir>/images` stacks.
 pub(crate) fn collect_bases(dir: &Path) {
     let _held = layering();
     let Ok(bases) = std::fs::read_dir(dir.join("bases")) else {
         return;
     };
-    let named: std::collections::HashSet<PathBuf> = std::fs::read_dir(dir.join("sandboxes"))
-        .into_iter()
-        .flatten()
-        .flatten()
-        .flat_map(|sandbox| lowers(&sandbox.path()))
+    let named: std::collections::HashSet<PathBuf> = ["sandboxes", "images"]
+        .iter()
+        .flat_map(|kind| {
+            std::fs::read_dir(dir.join(kind))
+                .into_iter()
+                .flatten()
+                .flatten()
+        })
+        .flat_map(|stacker| lowers(&stacker.path()))
         .collect();
     for base in bases.flatten() {
         let is_dir = base.file_type().is_ok_and(|t| t.is_dir());

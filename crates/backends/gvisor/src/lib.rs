@@ -2,7 +2,8 @@
 //! `omabox-gvisor-init`, the omabox agent serving over the container's stdio, so exec,
 //! processes (duplex and background, from `omabox-agent-port`), files and env vars speak
 //! the same protocol as the linux backend. gVisor's checkpoint and restore give memory pause,
-//! resume and fork ([`GvisorSandbox`], tested by `tests/sandbox.rs`). They need Debian 13's
+//! resume and fork ([`GvisorSandbox`], tested by `tests/sandbox.rs`), and memory snapshots
+//! to start sandboxes from ([`GvisorImage`]). They need Debian 13's
 //! runsc (0.0~20240729; scripts/setup installs it): Debian 12's crashed restored processes.
 //! That runsc still brings back epoll registrations removed before a checkpoint, which made
 //! the restored init use memory it had freed; the init filters their events
@@ -17,6 +18,7 @@ mod bundle;
 pub mod catalog;
 mod copy;
 mod fork;
+mod image;
 mod layers;
 pub mod managed;
 mod network;
@@ -30,6 +32,7 @@ mod stream;
 use std::path::PathBuf;
 
 pub use bundle::{CGROUP_PARENT, INIT_PATH, OUTPUTS, WORKSPACE};
+pub use image::GvisorImage;
 pub use network::GvisorNetwork;
 pub use omabox_sandbox_net::GatewayAccess;
 pub use port::GvisorSandboxPort;

@@ -68,6 +68,25 @@ pub fn reap_orphans(runsc: &Path, dir: &Path) -> Reaped {
                 .push(format!("cannot remove sandbox {name}: {e}")),
         }
     }
+    // The memory snapshots (images) of owners that are gone, and the layers only they
+    // stacked.
+    for image in std::fs::read_dir(dir.join("images"))
+        .into_iter()
+        .flatten()
+        .flatten()
+    {
+        let is_dir = image.file_type().is_ok_and(|t| t.is_dir());
+        if is_dir
+            && owner_is_gone(&image.path())
+            && let Err(e) = std::fs::remove_dir_all(image.path())
+        {
+            reaped.errors.push(format!(
+                "cannot remove image {}: {e}",
+                image.file_name().to_string_lossy()
+            ));
+        }
+    }
+    crate::layers::collect_bases(dir);
     reaped
 }
 

@@ -4,7 +4,8 @@ holding state only in its memory and a background command, `pause(mode="full")`,
 running while paused, `Sandbox.connect` restoring it (same id and token, the counter and the
 background command going on (its output stream ends with the pause), files kept), the default `pause()` (the SDK leaves the mode to
 the server: full here), `fork(count=2)` (each copy going on from the same memory with its
-own id, token and files; the source running on), a filesystem-only pause (processes end),
+own id, token and files; the source running on), a memory snapshot and a sandbox created
+from it (going on from its memory), a filesystem-only pause (processes end),
 and a paused sandbox's kill. Every check raises on a wrong answer; the last line printed is `OK`. Access tokens
 seen are written to $TOKENS_OUT."""
 
@@ -94,6 +95,20 @@ answer = httpx.post(f"{URL}/sandboxes/{again.sandbox_id}/fork", headers=API, jso
 check(answer.status_code == 400 and "count must be 1 to 20" in answer.text, f"21 forks refused ({answer.text[:200]})")
 for f in forks:
     f.kill()
+
+# A memory snapshot (the SDK's default mode, full here): the source runs on, and a sandbox
+# created from the snapshot goes on from the snapshot's memory, with its files.
+snap = again.create_snapshot()
+check(ask(again) == "6", "the source runs on after its memory snapshot")
+child = Sandbox.create(snap.snapshot_id, timeout=60)
+tokens.append(child._envd_access_token)
+check(child.sandbox_id != again.sandbox_id, "a sandbox from the snapshot has its own id")
+check(ask(child) == "6", "it goes on from the snapshot's memory")
+check(ask(child) == "7" and ask(again) == "7", "and counts on its own")
+check(child.files.read("/home/user/note.txt") == "in the home", "with the snapshot's files")
+check(child.commands.run("echo $GREETING").stdout == "hi\n", "and its environment")
+child.kill()
+check(Sandbox.delete_snapshot(snap.snapshot_id) is True, "the memory snapshot is deleted")
 
 # A filesystem pause keeps the files and ends the processes.
 check(again.pause(mode="filesystem") is True, "a filesystem pause")

@@ -15,6 +15,16 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 use tokio::time::Instant;
 
+/// A sandbox checkpointed in place: its paused port and what it is resumed and copied with.
+pub(super) struct CheckpointHeld {
+    pub(super) port: GvisorSandboxPort,
+    /// The time it had left.
+    left: Duration,
+    pub(super) info: omabox_proxy::e2b::SandboxInfo,
+    pub(super) start_with: super::StartWith,
+    pub(super) networking: Option<omabox_contract::networking::NetworkingConfig>,
+}
+
 impl SandboxHost {
     pub(super) async fn fork_sandbox(
         &self,
@@ -27,51 +37,20 @@ impl SandboxHost {
                 "fork needs a memory snapshot: serve with --backend gvisor".into(),
             ));
         };
-        let entry = self.running_entry(sandbox_id)?;
-        // The source keeps the time it had left (at least a second to be resumed into).
-        let left = entry
-            .shown()
-            .1
-            .saturating_duration_since(Instant::now())
-            .max(Duration::from_secs(1));
-        let source_info = entry.shown().0.clone();
-        drop(entry);
-        if !self.pause_sandbox(sandbox_id, true).await? {
-            return Err(SandboxServiceError::Unavailable(format!(
-                "sandbox {sandbox_id} is being paused: fork it once it runs again"
-            )));
-        }
-        let paused = self.inner.paused_map().get(sandbox_id).map(|p| {
-            (
-                p.in_memory.clone(),
-                p.start_with.clone(),
-                p.networking.clone(),
-            )
-        });
-        let forked = match &paused {
-            Some((Some(port), _, _)) => {
-                port.sandbox()
-                    .fork(&gvisor.runtime, count)
-                    .await
-                    .map_err(|e| {
-                        internal(format!(
-                            "cannot fork sandbox {sandbox_id}: {}",
-                            super::backend::chain(&e)
-                        ))
-                    })
-            }
-            _ => Err(internal(format!(
-                "sandbox {sandbox_id} was not paused with its memory"
-            ))),
-        };
-        let resumed = self.resume_sandbox(sandbox_id, left).await;
-        let forks = forked?;
-        if let Err(error) = resumed {
-            tracing::error!(sandbox = %sandbox_id, %error, "cannot resume a forked sandbox");
-        }
-        let Some((_, start_with, networking)) = paused else {
-            return Err(stopping());
-        };
+        let held = self.checkpoint_in_place(sandbox_id).await?;
+        let forked = held.port.sandbox().fork(&gvisor.runtime, count).await;
+        let CheckpointHeld {
+            info: source_info,
+            start_with,
+            networking,
+            ..
+        } = self.resume_in_place(sandbox_id, held).await;
+        let forks = forked.map_err(|e| {
+            internal(format!(
+                "cannot fork sandbox {sandbox_id}: {}",
+                super::backend::chain(&e)
+            ))
+        })?;
         let mut results = Vec::with_capacity(forks.len());
         for fork in forks {
             let port = GvisorSandboxPort::new(Arc::new(fork));
@@ -92,6 +71,58 @@ impl SandboxHost {
             .open(sandbox_id)
             .info("forked", &format!("sandbox forked into {count}"));
         Ok(results)
+    }
+
+    /// Pauses the running gvisor sandbox with its memory, to be resumed by
+    /// [`SandboxHost::resume_in_place`] whatever is done with its checkpoint meanwhile.
+    pub(super) async fn checkpoint_in_place(
+        &self,
+        sandbox_id: &str,
+    ) -> Result<CheckpointHeld, SandboxServiceError> {
+        let entry = self.running_entry(sandbox_id)?;
+        // It keeps the time it had left (at least a second to be resumed into).
+        let left = entry
+            .shown()
+            .1
+            .saturating_duration_since(Instant::now())
+            .max(Duration::from_secs(1));
+        drop(entry);
+        if !self.pause_sandbox(sandbox_id, true).await? {
+            return Err(SandboxServiceError::Unavailable(format!(
+                "sandbox {sandbox_id} is being paused: try again once it runs again"
+            )));
+        }
+        let paused = self.inner.paused_map().get(sandbox_id).map(|p| {
+            (
+                p.in_memory.clone(),
+                p.info.clone(),
+                p.start_with.clone(),
+                p.networking.clone(),
+            )
+        });
+        match paused {
+            Some((Some(port), info, start_with, networking)) => Ok(CheckpointHeld {
+                port,
+                left,
+                info,
+                start_with,
+                networking,
+            }),
+            _ => Err(stopping()),
+        }
+    }
+
+    /// Resumes what [`SandboxHost::checkpoint_in_place`] paused (a failure is logged: the
+    /// sandbox then stays paused, and a connect tries again).
+    pub(super) async fn resume_in_place(
+        &self,
+        sandbox_id: &str,
+        held: CheckpointHeld,
+    ) -> CheckpointHeld {
+        if let Err(error) = self.resume_sandbox(sandbox_id, held.left).await {
+            tracing::error!(sandbox = %sandbox_id, %error, "cannot resume a sandbox checkpointed in place");
+        }
+        held
     }
 
     /// Puts one restored fork in the map as a new sandbox (destroyed if it cannot be).

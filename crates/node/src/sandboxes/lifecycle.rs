@@ -101,6 +101,43 @@ impl SandboxHost {
         Ok((port, client, shape))
     }
 
+    /// Restores a gvisor sandbox from a memory snapshot's `image` (its processes go on) with
+    /// `env_vars` set on top of the ones it had.
+    pub(super) async fn start_from_image(
+        &self,
+        image: &omabox_backend_gvisor::GvisorImage,
+        env_vars: &BTreeMap<String, String>,
+    ) -> Result<(Running, AgentClient, Shape), SandboxServiceError> {
+        let Some(gvisor) = &self.inner.gvisor else {
+            return Err(internal(
+                "a memory snapshot on a server without gvisor".into(),
+            ));
+        };
+        let sandbox = gvisor
+            .runtime
+            .start_from(image)
+            .await
+            .map_err(|e| internal(startup_error(&e)))?;
+        let port = GvisorSandboxPort::new(std::sync::Arc::new(sandbox));
+        let client = match port.sandbox().client().await {
+            Ok(client) => client,
+            Err(e) => {
+                let _ = port.sandbox().destroy().await;
+                return Err(internal(startup_error(&e)));
+            }
+        };
+        let port = Running::Gvisor(port);
+        if !env_vars.is_empty()
+            && let Err(error) = port.set_env_vars(env_vars.clone()).await
+        {
+            let _ = port.terminate().await;
+            return Err(internal(format!(
+                "cannot set the sandbox's environment variables: {error}"
+            )));
+        }
+        Ok((port, client, gvisor.shape))
+    }
+
     /// Puts a started sandbox in the map with its timer; kills it instead when serve is
     /// stopping.
     #[allow(clippy::too_many_arguments)]

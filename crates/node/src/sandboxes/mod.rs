@@ -438,9 +438,13 @@ impl SandboxService for SandboxHost {
                 .clone(),
             env_vars: request.env_vars,
         };
-        let (port, client, shape) = self
-            .start(&id, &start_with.template, &start_with.env_vars)
-            .await?;
+        let (port, client, shape) = match snapshot.as_ref().and_then(|s| s.image()) {
+            Some(image) => self.start_from_image(image, &start_with.env_vars).await?,
+            None => {
+                self.start(&id, &start_with.template, &start_with.env_vars)
+                    .await?
+            }
+        };
         if let Some(snapshot) = &snapshot
             && let Err(error) = snapshot.restore(&client).await
         {
@@ -666,8 +670,9 @@ impl SandboxService for SandboxHost {
         &self,
         sandbox_id: &str,
         name: Option<String>,
+        memory: bool,
     ) -> Result<SnapshotInfo, SandboxServiceError> {
-        self.take_snapshot(sandbox_id, name).await
+        self.take_snapshot(sandbox_id, name, memory).await
     }
 
     fn snapshots(&self) -> Vec<SnapshotInfo> {

@@ -1,4 +1,10 @@
-//! serve's filesystem snapshots (E2B's `create_snapshot(mode="filesystem")`): a running
+//! serve's snapshots. Under `--backend gvisor` a snapshot is E2B's full one unless the
+//! caller asks for the filesystem mode: the sandbox is checkpointed in place (paused with
+//! its memory, resumed at once) and the checkpoint kept as a `GvisorImage` (its memory, and
+//! its workspace frozen into layers), from which `Sandbox.create(snapshot_id)` restores a
+//! sandbox whose processes go on. The rest of this doc is the filesystem mode.
+//!
+//! Filesystem snapshots (E2B's `create_snapshot(mode="filesystem")`): a running
 //! sandbox's saved directories (`/home/user`, `/workspace`, `/tmp`, as a pause saves them,
 //! see [`saved`](super::saved)) kept under a snapshot id while the sandbox goes on running;
 //! `Sandbox.create(snapshot_id)` starts a sandbox of the snapshot's base template and
@@ -17,6 +23,7 @@
 use super::saved::SavedFiles;
 use super::{SandboxHost, internal, new_sandbox_id};
 use omabox_agent::AgentClient;
+use omabox_backend_gvisor::GvisorImage;
 use omabox_proxy::e2b::{SNAPSHOT_TAG, SandboxServiceError, SnapshotInfo};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::SystemTime;
@@ -30,22 +37,41 @@ pub(super) struct Snapshot {
     /// The template its sandboxes start from before its files are restored (never a
     /// snapshot: a snapshot of a sandbox made from a snapshot has that one's base).
     pub(super) base_template: String,
-    files: Arc<Stored>,
+    /// Its saved files (a filesystem snapshot).
+    files: Option<Arc<Stored>>,
+    /// Its memory and workspace (a gvisor memory snapshot).
+    image: Option<Arc<KeptImage>>,
+}
+
+/// A gvisor image, removed when the last [`Snapshot`] holding it is dropped.
+struct KeptImage(GvisorImage);
+
+impl Drop for KeptImage {
+    fn drop(&mut self) {
+        if let Err(error) = self.0.remove() {
+            tracing::error!(%error, "cannot remove a snapshot's image");
+        }
+    }
 }
 
 impl Snapshot {
-    /// Restores its files into the sandbox behind `client`.
+    /// The image a memory snapshot restores sandboxes from.
+    pub(super) fn image(&self) -> Option<&GvisorImage> {
+        self.image.as_ref().map(|kept| &kept.0)
+    }
+
+    /// Restores its files into the sandbox behind `client` (nothing for a memory snapshot:
+    /// its sandbox was restored from the image).
     pub(super) async fn restore(&self, client: &AgentClient) -> Result<(), SandboxServiceError> {
-        self.files
-            .saved
-            .restore(&self.files.key, client)
-            .await
-            .map_err(|e| {
-                internal(format!(
-                    "cannot restore snapshot {}: {e}",
-                    self.info.snapshot_id
-                ))
-            })
+        let Some(files) = &self.files else {
+            return Ok(());
+        };
+        files.saved.restore(&files.key, client).await.map_err(|e| {
+            internal(format!(
+                "cannot restore snapshot {}: {e}",
+                self.info.snapshot_id
+            ))
+        })
     }
 }
 
@@ -99,6 +125,7 @@ impl SandboxHost {
         &self,
         sandbox_id: &str,
         name: Option<String>,
+        memory: bool,
     ) -> Result<SnapshotInfo, SandboxServiceError> {
         let Some(saved) = &self.inner.saved else {
             return Err(SandboxServiceError::BadRequest(
@@ -121,15 +148,31 @@ impl SandboxHost {
         if !room(&self.inner.snapshots.lock()) {
             return Err(full());
         }
-        let key = format!("snapshot-{}", new_sandbox_id());
-        saved
-            .save(&key, &entry.client)
-            .await
-            .map_err(|e| internal(format!("cannot snapshot sandbox {sandbox_id}: {e}")))?;
-        let files = Arc::new(Stored {
-            saved: saved.clone(),
-            key,
-        });
+        let base_template = entry.start_with.template.clone();
+        let (files, image) = if memory {
+            drop(entry);
+            let held = self.checkpoint_in_place(sandbox_id).await?;
+            let kept = held.port.sandbox().keep_image().await;
+            let _ = self.resume_in_place(sandbox_id, held).await;
+            let image = kept.map_err(|e| {
+                internal(format!(
+                    "cannot snapshot sandbox {sandbox_id}: {}",
+                    super::backend::chain(&e)
+                ))
+            })?;
+            (None, Some(Arc::new(KeptImage(image))))
+        } else {
+            let key = format!("snapshot-{}", new_sandbox_id());
+            saved
+                .save(&key, &entry.client)
+                .await
+                .map_err(|e| internal(format!("cannot snapshot sandbox {sandbox_id}: {e}")))?;
+            let files = Arc::new(Stored {
+                saved: saved.clone(),
+                key,
+            });
+            (Some(files), None)
+        };
         let info = SnapshotInfo {
             names: vec![snapshot_id.clone()],
             snapshot_id: snapshot_id.clone(),
@@ -138,8 +181,9 @@ impl SandboxHost {
         };
         let snapshot = Arc::new(Snapshot {
             info: info.clone(),
-            base_template: entry.start_with.template.clone(),
+            base_template,
             files,
+            image,
         });
         {
             let mut list = self.inner.snapshots.lock();
@@ -152,7 +196,12 @@ impl SandboxHost {
             list.push(snapshot);
         }
         tracing::info!(sandbox = %sandbox_id, snapshot = %info.snapshot_id, "snapshot taken");
-        let message = format!("snapshot {} taken (its files kept)", info.snapshot_id);
+        let kept = if memory {
+            "its processes, memory and files kept"
+        } else {
+            "its files kept"
+        };
+        let message = format!("snapshot {} taken ({kept})", info.snapshot_id);
         self.inner.logs.open(sandbox_id).info("snapshot", &message);
         Ok(info)
     }

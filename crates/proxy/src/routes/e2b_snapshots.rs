@@ -5,11 +5,13 @@
 //! keeps memory (`omabox serve --backend gvisor`) and is refused elsewhere with the way that
 //! works. Same key check, body cap and error shape as `e2b.rs`.
 //!
-//! Only the filesystem is kept (E2B's `mode="filesystem"`, `"memory": false`). A request
-//! that leaves `memory` out gets that too: the SDK leaves the choice to the server when
-//! its caller names no mode, and a full snapshot is not something this server can take.
+//! Under `serve --backend gvisor` a snapshot keeps the sandbox's processes and memory
+//! unless the request says `"memory": false`. Elsewhere only the filesystem is kept (E2B's
+//! `mode="filesystem"`, `"memory": false`), and a request that leaves `memory` out gets that
+//! too: the SDK leaves the choice to the server when its caller names no mode.
 //!
-//! Must never: accept a memory snapshot (a 400 that says what to ask for instead); take a
+//! Must never: accept a memory snapshot from a service that cannot take one (a 400 that
+//! says what to ask for instead); take a
 //! name it would have to quote, escape or turn into a path (letters, digits, `.`, `_`, `-`).
 
 use super::e2b::{
@@ -56,7 +58,8 @@ fn snapshot_body(info: &SnapshotInfo) -> Value {
 }
 
 /// `POST /sandboxes/{id}/snapshots` `{"name"?, "memory"?}` → 201 `SnapshotInfo`: the
-/// running sandbox's files kept under a new snapshot (the sandbox goes on running).
+/// running sandbox's files kept under a new snapshot (the sandbox goes on running); where
+/// the service keeps memory (gvisor) its processes and memory too, unless `"memory": false`.
 pub(crate) async fn create(
     State(state): State<ProxyState>,
     headers: HeaderMap,
@@ -65,14 +68,15 @@ pub(crate) async fn create(
 ) -> Answer {
     let (service, id, body) = sandbox_call::<SnapshotBody>(&state, &headers, id, body).await?;
     let (name, memory) = body.map_or((None, None), |b| (b.name, b.memory));
-    if memory == Some(true) {
+    let keep_memory = service.pauses_memory() && memory != Some(false);
+    if memory == Some(true) && !keep_memory {
         return Err(E2bError::bad_request(
             "memory snapshots are not offered by this server: ask for a filesystem snapshot (\"memory\": false, the SDK's mode=\"filesystem\"); sandboxes created from it start fresh with its files",
         ));
     }
     let name = name.map(checked_name).transpose()?;
     let info = service
-        .create_snapshot(&id, name)
+        .create_snapshot(&id, name, keep_memory)
         .await
         .map_err(|e| not_found_short(e, &id))?;
     Ok((StatusCode::CREATED, Json(snapshot_body(&info))).into_response())
