@@ -160,6 +160,23 @@ pub struct Frame {
 }
 
 impl Frame {
+    /// Not a frame for the wire: queued to [`write_loop`], it ends the loop after the
+    /// frames queued before it and is not written itself (a detach: nothing may follow the
+    /// reply, or a checkpoint could carry it to the next connection). An empty goaway on
+    /// the connection stream; a goaway that is sent always has a body.
+    pub fn end_of_writes() -> Self {
+        Self {
+            stream: 0,
+            kind: FrameKind::Goaway,
+            flags: 0,
+            body: Bytes::new(),
+        }
+    }
+
+    fn is_end_of_writes(&self) -> bool {
+        self.stream == 0 && self.kind == FrameKind::Goaway && self.body.is_empty()
+    }
+
     /// A frame with a JSON body.
     pub fn json<T: serde::Serialize>(stream: u32, kind: FrameKind, value: &T) -> Self {
         // Serializing our own message types cannot fail (no maps with non-string keys,
@@ -358,8 +375,8 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
 }
 
 /// Writes the preamble and then every frame from `rx` in order, batching frames that are
-/// already queued into one write. Ends after a goaway frame, when every sender is gone,
-/// or when the transport fails.
+/// already queued into one write. Ends after a goaway frame, at [`Frame::end_of_writes`]
+/// (not written), when every sender is gone, or when the transport fails.
 pub async fn write_loop<W: AsyncWrite + Unpin>(
     mut writer: W,
     mut rx: tokio::sync::mpsc::UnboundedReceiver<Frame>,
@@ -370,6 +387,7 @@ pub async fn write_loop<W: AsyncWrite + Unpin>(
     while !done {
         if buf.is_empty() {
             match rx.recv().await {
+                Some(frame) if frame.is_end_of_writes() => break,
                 Some(frame) => {
                     done = frame.kind == FrameKind::Goaway;
                     frame.encode(&mut buf);
@@ -379,6 +397,9 @@ pub async fn write_loop<W: AsyncWrite + Unpin>(
         }
         while !done && buf.len() < 512 * 1024 {
             match rx.try_recv() {
+                Ok(frame) if frame.is_end_of_writes() => {
+                    done = true;
+                }
                 Ok(frame) => {
                     done = frame.kind == FrameKind::Goaway;
                     frame.encode(&mut buf);
@@ -397,6 +418,25 @@ pub async fn write_loop<W: AsyncWrite + Unpin>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// What follows the end of writes is never written, even when already queued (a
+    /// detach's reply is the last thing a checkpointed agent writes).
+    #[tokio::test]
+    async fn the_end_of_writes_ends_the_loop_and_is_not_written() {
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        let before = Frame::data(3, channel::STDOUT, Bytes::from_static(b"before"));
+        let after = Frame::data(3, channel::STDOUT, Bytes::from_static(b"after"));
+        tx.send(before.clone()).unwrap();
+        tx.send(Frame::end_of_writes()).unwrap();
+        tx.send(after).unwrap();
+        let mut written = Vec::new();
+        // The loop ends though `tx` is alive.
+        write_loop(&mut written, rx).await.unwrap();
+        let mut expected = BytesMut::new();
+        expected.extend_from_slice(PREAMBLE);
+        before.encode(&mut expected);
+        assert_eq!(written, expected.to_vec());
+    }
 
     #[tokio::test]
     async fn round_trip_and_limits() {

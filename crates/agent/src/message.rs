@@ -256,8 +256,8 @@ pub enum Request {
         #[serde(default, skip_serializing_if = "std::ops::Not::not")]
         include_entry: bool,
     },
-    /// Ends the connection without ending anything it started: replies `ok`, then a
-    /// goaway (`detached`), then the agent neither reads nor writes this stream again and
+    /// Ends the connection without ending anything it started: replies `ok`, then the
+    /// agent neither reads nor writes this stream again (not even a goaway) and
     /// leaves its processes running (a backend that checkpoints the sandbox reconnects
     /// later over a new stream). Open streams' processes run on with their output dropped
     /// (their stdin stays open); background processes run on with their logs unreachable.

@@ -114,11 +114,8 @@ where
         Err(e) => Err(e),
     };
     if result.as_ref().is_ok_and(|s| *s == Served::Detached) {
-        // The queued replies (the detach's `ok` last) are flushed, then a goaway ends the
-        // writer: the host reads nothing after the `ok`, and the streams of processes that
-        // run on send nothing more (their windows discard).
-        let detached = RemoteError::new(ErrorKind::Io, "detached");
-        let _ = out.send(Frame::json(CONNECTION_STREAM, FrameKind::Goaway, &detached));
+        // The queued replies (the detach's `ok` last) are flushed and nothing after them
+        // (`run_stream` queued the end of writes right behind the `ok`).
         drop(out);
         let _ = tokio::time::timeout(Duration::from_secs(2), writer).await;
         return Ok(Served::Detached);
@@ -421,18 +418,26 @@ impl Conn {
         );
     }
 
+    /// Every open stream's windows discard what its process writes (a detach).
+    fn discard_streams(&self) {
+        for e in lock(&self.streams).values() {
+            for w in &e.send {
+                w.discard();
+            }
+        }
+    }
+
     /// Ends the connection's streams. After a detach their processes run on: each stream
     /// task goes on (draining its process's output into windows that discard it) until the
     /// process ends; the background processes are kept by the agent (ended ones dropped as
     /// others come).
     fn teardown(&self, detached: bool) {
+        if detached {
+            self.discard_streams();
+        }
         let entries: Vec<StreamEntry> = lock(&self.streams).drain().map(|(_, e)| e).collect();
         for e in entries {
-            if detached {
-                for w in &e.send {
-                    w.discard();
-                }
-            } else {
+            if !detached {
                 e.shut();
             }
         }
@@ -489,7 +494,14 @@ async fn run_stream(mut io: StreamIo, req: Request) {
     };
     io.finish(ev);
     if detach {
-        // After the reply is queued, so the writer flushes it before the end.
+        // Right behind the reply, with no await between (nothing else is queued in between
+        // on the gvisor init's one-thread runtime): the writer writes the `ok` and nothing
+        // more. A byte written after it could be caught by a checkpoint and reach the next
+        // connection (a restored init's first bytes were once a stale frame).
+        // The processes of the connection's streams run on, their output dropped from now
+        // on (never queued behind the end, where a failed send would cut their pipes).
+        io.conn.discard_streams();
+        let _ = io.conn.out.send(Frame::end_of_writes());
         io.conn.detach.notify_one();
     }
 }
