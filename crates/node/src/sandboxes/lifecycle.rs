@@ -368,21 +368,10 @@ impl SandboxHost {
             Ok(client) => client,
             Err(error) => return Err(cannot(&error)),
         };
-        let started_at = SystemTime::now();
         let mut info = paused.info.clone();
-        info.paused = false;
-        info.end_at = started_at + timeout;
-        self.insert(
-            Running::Gvisor(port.clone()),
-            client,
-            info.clone(),
-            paused.token.clone(),
-            paused.start_with.clone(),
-            paused.networking.clone(),
-            timeout,
-        )
-        .await?;
-        Ok(info)
+        info.end_at = SystemTime::now() + timeout;
+        self.insert_resumed(Running::Gvisor(port.clone()), client, paused, info, timeout)
+            .await
     }
 
     async fn restart(
@@ -417,9 +406,23 @@ impl SandboxHost {
         }
         let started_at = SystemTime::now();
         let mut info = paused.info.clone();
-        info.paused = false;
         info.started_at = started_at;
         info.end_at = started_at + timeout;
+        self.insert_resumed(port, client, paused, info, timeout)
+            .await
+    }
+
+    /// Puts a resumed sandbox in the map as `info` (shown running) under its paused
+    /// record's token, start and network.
+    async fn insert_resumed(
+        &self,
+        port: Running,
+        client: AgentClient,
+        paused: &Paused,
+        mut info: SandboxInfo,
+        timeout: Duration,
+    ) -> Result<SandboxInfo, SandboxServiceError> {
+        info.paused = false;
         self.insert(
             port,
             client,
