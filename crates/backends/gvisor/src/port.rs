@@ -351,8 +351,10 @@ impl SandboxRuntimePort for GvisorSandboxPort {
         }
     }
 
-    /// No lease renewal beyond liveness, no suspend, no checkpoint offered: the lists are
-    /// empty, honestly (pause/resume are built but unproven, the crate doc says why).
+    /// No lease renewal beyond liveness, no suspend, no checkpoint offered through this
+    /// port: the lists are empty, honestly. Memory pause, resume, fork and images are
+    /// `GvisorSandbox`'s (tested in `tests/sandbox.rs`), which `omabox serve --backend gvisor`
+    /// uses directly; they are not wired into the contract's runtime port yet.
     fn runtime_capabilities(&self) -> SandboxRuntimeCapabilities {
         SandboxRuntimeCapabilities::default()
     }

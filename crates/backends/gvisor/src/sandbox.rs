@@ -678,9 +678,11 @@ impl Drop for GvisorSandbox {
     }
 }
 
-/// Removes a sandbox's directory (its workspace overlay unmounted first), then the layers
-/// no sandbox of `backend_dir` stacks any more.
+/// Removes a sandbox's directory (its workspace overlay unmounted first), then, when it
+/// stacked layers, the layers no sandbox of `backend_dir` stacks any more (a sandbox that
+/// never forked costs no scan of the others).
 pub(crate) fn remove_sandbox_dir(dir: &Path, backend_dir: &Path) -> Result<(), GvisorError> {
+    let layered = !crate::layers::lowers(dir).is_empty();
     if let Err(e) = crate::layers::unmount(dir) {
         return Err(GvisorError::Io {
             what: format!("unmounting the workspace of {}", dir.display()),
@@ -694,7 +696,9 @@ pub(crate) fn remove_sandbox_dir(dir: &Path, backend_dir: &Path) -> Result<(), G
         }),
         _ => Ok(()),
     };
-    crate::layers::collect_bases(backend_dir);
+    if layered {
+        crate::layers::collect_bases(backend_dir);
+    }
     removed
 }
 

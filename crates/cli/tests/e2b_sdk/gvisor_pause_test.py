@@ -32,6 +32,9 @@ check(sbx.commands.run("whoami").stdout == "user\n", "as E2B's user")
 check(sbx.commands.run("pwd").stdout == "/home/user\n", "in its home")
 check(sbx.commands.run("echo $GREETING").stdout == "hi\n", "with the create's envs")
 check(sbx.commands.run("whoami", user="root").stdout == "root\n", "root when asked")
+metrics = sbx.get_metrics()
+check(len(metrics) == 1 and metrics[0].mem_used > 0 and metrics[0].cpu_count >= 1,
+      f"metrics from the sandbox's cgroup ({metrics})")
 sbx.files.write("/home/user/note.txt", "in the home")
 sbx.files.write("/workspace/kept.txt", "in the workspace")
 
