@@ -107,7 +107,34 @@ pub async fn assert_row_matches_driver(
     };
     assert_eq!(row.lifecycle.suspend_resume, suspend);
     assert_eq!(row.runtime_checkpoints, live_sandbox.runtime_checkpoints);
-    assert!(resources.runtime_checkpoint.is_none() && row.runtime_checkpoints.is_empty());
+    // A plan without runtime checkpoints gets no port; each kind the row claims is served
+    // by a port for a plan that asks for it.
+    assert!(resources.runtime_checkpoint.is_none());
+    for kind in &row.runtime_checkpoints {
+        let planned = driver
+            .create(omabox_contract::ManagedRuntimeProviderCreateInput {
+                environment_id: "e".into(),
+                placement: omabox_contract::ManagedRuntimeProviderPlacement::InProcess,
+                profile: serde_json::from_value(serde_json::json!({
+                    "workspace": {"requirement": "durable"},
+                    "outputs": {"requirement": "durable"},
+                    "runtimeCheckpoint": "required",
+                    "driver": {"type": "ama_worker", "process": {"command": "sh"}},
+                }))
+                .expect("profile"),
+                plan: serde_json::from_value(serde_json::json!({
+                    "workspaceStrategy": "checkpoint_restore",
+                    "outputStrategy": "final_collect",
+                    "runtimeCheckpoint": kind,
+                    "driver": {"type": "ama_worker", "process": {"command": "sh"}},
+                }))
+                .expect("plan"),
+                provider_config: serde_json::Map::new(),
+            })
+            .await
+            .expect("create");
+        assert!(planned.runtime_checkpoint.is_some(), "{kind} is served");
+    }
 }
 
 #[tokio::test]

@@ -81,6 +81,7 @@ impl ManagedSandboxProvider for DockerManagedProvider {
     fn capabilities(&self) -> ManagedSandboxProviderCapabilities {
         ManagedSandboxProviderCapabilities {
             duplex_process: true,
+            process_checkpoints: false,
         }
     }
 

@@ -5,6 +5,7 @@
 
 use crate::PROVIDER;
 use omabox_contract::HarnessDriverType::{AmaWorker, OpenmaSupervised};
+use omabox_contract::RuntimeCheckpointKind;
 use omabox_contract::WorkspaceStrategy::{CheckpointRestore, Ephemeral};
 use omabox_contract::catalog::{
     CatalogDurability, CatalogSuspendResume, ManagedRuntimeProviderConformance, managed_runtime_row,
@@ -12,7 +13,7 @@ use omabox_contract::catalog::{
 
 /// This backend's catalog row.
 pub fn conformance_row() -> ManagedRuntimeProviderConformance {
-    managed_runtime_row(
+    let mut row = managed_runtime_row(
         PROVIDER,
         &[AmaWorker, OpenmaSupervised],
         CatalogSuspendResume::Unsupported,
@@ -30,10 +31,10 @@ pub fn conformance_row() -> ManagedRuntimeProviderConformance {
             "network_egress_policy",
             "credential_egress_https",
             "image_root_in_memory_overlay",
+            "process_memory_checkpoint",
         ],
         &[
             "provider_suspend_resume",
-            "process_memory_checkpoint",
             "credential_egress_http_tcp",
             "pids_limit",
         ],
@@ -45,8 +46,12 @@ pub fn conformance_row() -> ManagedRuntimeProviderConformance {
              none/limited/unrestricted and the gateway: enforced by name on the host (DNS \
              stub and relay bound in the sandbox's own network namespace, runsc with \
              --network host inside it); credential egress enforced for HTTPS when the \
-             driver is given rules, as on linux. Memory pause/resume/fork are built but \
-             not offered (Debian's runsc crashes restored processes).",
+             driver is given rules, as on linux. Process runtime checkpoints: the next run \
+             of a work item restores the previous run's processes and memory (runsc \
+             checkpoint/restore; consumed once, expired after a day); the lease itself \
+             does not suspend.",
         ),
-    )
+    );
+    row.runtime_checkpoints = vec![RuntimeCheckpointKind::Process];
+    row
 }

@@ -16,6 +16,7 @@
 
 mod bundle;
 pub mod catalog;
+mod checkpoints;
 mod copy;
 mod fork;
 mod image;
@@ -32,6 +33,7 @@ mod stream;
 use std::path::PathBuf;
 
 pub use bundle::{CGROUP_PARENT, INIT_PATH, OUTPUTS, WORKSPACE};
+pub use checkpoints::{CHECKPOINT_RETENTION, is_checkpoint_id};
 pub use image::GvisorImage;
 pub use network::GvisorNetwork;
 pub use omabox_sandbox_net::GatewayAccess;
@@ -149,6 +151,14 @@ pub enum GvisorError {
         path: &'static str,
         /// The cap.
         max: usize,
+    },
+    /// A runtime checkpoint (`checkpoints.rs`) cannot be kept or restored.
+    #[error("gvisor runtime checkpoint {id:?}: {why}")]
+    Checkpoint {
+        /// The checkpoint id (as given).
+        id: String,
+        /// Why.
+        why: String,
     },
     /// The sandbox is not paused (resume and fork need a checkpoint).
     #[error("the gvisor sandbox is not paused (it is {state:?})")]

@@ -11,6 +11,10 @@
 //! - Attach works in the process that created the runtime (its agent connection is the
 //!   container's stdio, which dies with that process). Reap and status work from any
 //!   process on this machine.
+//! - `process` runtime checkpoints: `capture_processes` checkpoints a live sandbox into a
+//!   runtime checkpoint that outlives it and this process (`checkpoints.rs`);
+//!   `restore_processes` starts a new sandbox from one, binding the restoring run's
+//!   directories (any process on this machine: the checkpoint is on disk).
 //!
 //! Must never reap what is not the lease's sandbox: the id must be one of ours and the
 //! directory absolute; only `<dir>/sandboxes/<id>` is removed.
@@ -68,6 +72,38 @@ impl GvisorManagedProvider {
         }
     }
 
+    /// What a sandbox of `acquisition` binds.
+    fn spec(acquisition: &AcquisitionContext) -> SandboxSpec {
+        SandboxSpec {
+            workspace: Some(acquisition.workspace_host_path.clone()),
+            outputs: acquisition.outputs_host_path.clone(),
+            user_home: false,
+        }
+    }
+
+    /// A sandbox this process made, held for attach and handed to the managed runtime.
+    fn provided(runtime: &GvisorRuntime, sandbox: crate::GvisorSandbox) -> ProvidedSandbox {
+        let runtime_id = sandbox.id().to_owned();
+        let port = Arc::new(GvisorSandboxPort::new(Arc::new(sandbox)));
+        let mut metadata = Meta::new();
+        metadata.insert(
+            DIR_METADATA_KEY.into(),
+            MetaValue::String(runtime.dir().to_string_lossy().into_owned()),
+        );
+        LIVE.insert(runtime_id.clone(), Arc::clone(&port));
+        ProvidedSandbox {
+            sandbox: port as Arc<dyn SandboxPort>,
+            runtime_id,
+            metadata,
+        }
+    }
+
+    fn runtime(&self) -> Result<&GvisorRuntime, PortError> {
+        self.runtime.as_ref().ok_or_else(|| {
+            PortError::new("this gvisor provider only reaps (it was built without a runtime)")
+        })
+    }
+
     /// The sandbox directory a lease names, if its id is one of ours and its metadata names
     /// an absolute backend directory.
     fn sandbox_of(lease: &ManagedSandboxLease) -> Result<(PathBuf, &str), PortError> {
@@ -110,38 +146,21 @@ impl ManagedSandboxProvider for GvisorManagedProvider {
     fn capabilities(&self) -> ManagedSandboxProviderCapabilities {
         ManagedSandboxProviderCapabilities {
             duplex_process: true,
+            process_checkpoints: true,
         }
     }
 
     async fn create(&self, acquisition: AcquisitionContext) -> Result<ProvidedSandbox, PortError> {
         acquisition.signal.throw_if_aborted()?;
-        let runtime = self.runtime.as_ref().ok_or_else(|| {
-            PortError::new("this gvisor provider only reaps (it was built without a runtime)")
-        })?;
+        let runtime = self.runtime()?;
         // The directories belong to the persistence ports: made here so runsc never finds a
         // binding's source missing.
         acquisition.create_binding_dirs()?;
         let sandbox = runtime
-            .create_with(SandboxSpec {
-                workspace: Some(acquisition.workspace_host_path.clone()),
-                outputs: acquisition.outputs_host_path.clone(),
-                user_home: false,
-            })
+            .create_with(Self::spec(&acquisition))
             .await
             .map_err(|e| PortError::new(crate::port::chain(&e)))?;
-        let runtime_id = sandbox.id().to_owned();
-        let port = Arc::new(GvisorSandboxPort::new(Arc::new(sandbox)));
-        let mut metadata = Meta::new();
-        metadata.insert(
-            DIR_METADATA_KEY.into(),
-            MetaValue::String(runtime.dir().to_string_lossy().into_owned()),
-        );
-        LIVE.insert(runtime_id.clone(), Arc::clone(&port));
-        Ok(ProvidedSandbox {
-            sandbox: port as Arc<dyn SandboxPort>,
-            runtime_id,
-            metadata,
-        })
+        Ok(Self::provided(runtime, sandbox))
     }
 
     async fn attach(&self, lease: &ManagedSandboxLease) -> Result<Arc<dyn SandboxPort>, PortError> {
@@ -181,6 +200,36 @@ impl ManagedSandboxProvider for GvisorManagedProvider {
         } else {
             SandboxRuntimeStatus::Stopped
         })
+    }
+
+    /// Checkpoints the live sandbox (it stops) into a runtime checkpoint that outlives it
+    /// (`checkpoints.rs`). Only a sandbox this process holds: its agent is ours to detach.
+    async fn capture_processes(&self, lease: &ManagedSandboxLease) -> Result<String, PortError> {
+        let port = LIVE.attached("gvisor", &lease.runtime_id)?;
+        port.sandbox()
+            .capture()
+            .await
+            .map_err(|e| PortError::new(crate::port::chain(&e)))
+    }
+
+    async fn restore_processes(
+        &self,
+        checkpoint_id: &str,
+        acquisition: AcquisitionContext,
+    ) -> Result<ProvidedSandbox, PortError> {
+        acquisition.signal.throw_if_aborted()?;
+        let runtime = self.runtime()?;
+        let sandbox = runtime
+            .restore_checkpoint(checkpoint_id, Self::spec(&acquisition))
+            .await
+            .map_err(|e| PortError::new(crate::port::chain(&e)))?;
+        Ok(Self::provided(runtime, sandbox))
+    }
+
+    async fn remove_processes(&self, checkpoint_id: &str) -> Result<(), PortError> {
+        self.runtime()?
+            .remove_checkpoint(checkpoint_id)
+            .map_err(|e| PortError::new(crate::port::chain(&e)))
     }
 }
 

@@ -354,7 +354,8 @@ impl SandboxRuntimePort for GvisorSandboxPort {
     /// No lease renewal beyond liveness, no suspend, no checkpoint offered through this
     /// port: the lists are empty, honestly. Memory pause, resume, fork and images are
     /// `GvisorSandbox`'s (tested in `tests/sandbox.rs`), which `omabox serve --backend gvisor`
-    /// uses directly; they are not wired into the contract's runtime port yet.
+    /// uses directly; the contract's `process` runtime checkpoints are the managed
+    /// provider's (`managed.rs`).
     fn runtime_capabilities(&self) -> SandboxRuntimeCapabilities {
         SandboxRuntimeCapabilities::default()
     }

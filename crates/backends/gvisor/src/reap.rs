@@ -3,7 +3,8 @@
 //! runsc container and removes the directory of every sandbox whose owner no longer runs.
 //! A host that dies (kill -9) takes its sandboxes' processes with it (their init reads the
 //! end of its stdin pipe and stops everything), but runsc's state and the directory stay
-//! for this.
+//! for this. Runtime checkpoints have no owner (they outlive the process that took them):
+//! they expire (`checkpoints.rs`).
 //!
 //! Never: remove a sandbox of a live owner, or of another machine's (`host_is_gone` is
 //! false for both); follow a link in the sandboxes directory (entries are matched by name,
@@ -87,6 +88,10 @@ pub fn reap_orphans(runsc: &Path, dir: &Path) -> Reaped {
         }
     }
     crate::layers::collect_bases(dir);
+    reaped.errors.extend(crate::checkpoints::expire(
+        dir,
+        crate::checkpoints::CHECKPOINT_RETENTION,
+    ));
     reaped
 }
 

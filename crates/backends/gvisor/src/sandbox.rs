@@ -211,6 +211,16 @@ impl GvisorRuntime {
     /// Starts a sandbox binding what `spec` names and, under a networking config other
     /// than `none`, serving its network (`crate::network`) before anything runs in it.
     pub async fn create_with(&self, spec: SandboxSpec) -> Result<GvisorSandbox, GvisorError> {
+        self.start(spec, None).await
+    }
+
+    /// [`Self::create_with`], restoring the processes of checkpoint directory `image` when
+    /// given (its mounts must be the ones `spec` names).
+    pub(crate) async fn start(
+        &self,
+        spec: SandboxSpec,
+        image: Option<PathBuf>,
+    ) -> Result<GvisorSandbox, GvisorError> {
         let mut sandbox = GvisorSandbox::layout(self.shared.clone())?;
         sandbox.outputs = spec.outputs;
         sandbox.user_home = spec.user_home;
@@ -225,7 +235,7 @@ impl GvisorRuntime {
             })?,
         }
         let booted = match sandbox.serve_network() {
-            Ok(()) => sandbox.boot(None).await,
+            Ok(()) => sandbox.boot(image).await,
             Err(e) => Err(e),
         };
         match booted {

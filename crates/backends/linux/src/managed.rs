@@ -126,6 +126,7 @@ impl ManagedSandboxProvider for LinuxManagedProvider {
     fn capabilities(&self) -> ManagedSandboxProviderCapabilities {
         ManagedSandboxProviderCapabilities {
             duplex_process: true,
+            process_checkpoints: false,
         }
     }
 

@@ -96,6 +96,7 @@ impl ManagedSandboxProvider for LocalManagedProvider {
     fn capabilities(&self) -> ManagedSandboxProviderCapabilities {
         ManagedSandboxProviderCapabilities {
             duplex_process: true,
+            process_checkpoints: false,
         }
     }
 

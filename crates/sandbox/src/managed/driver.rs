@@ -4,16 +4,19 @@
 //! | descriptor field        | value                                                        |
 //! |-------------------------|--------------------------------------------------------------|
 //! | placements              | `in_process`                                                 |
-//! | sandbox                 | suspendResume `unsupported`, hardTerminate `supported`, runtimeCheckpoints `[]` |
+//! | sandbox                 | suspendResume `unsupported`, hardTerminate `supported`, runtimeCheckpoints `[process]` iff the provider captures processes, else `[]` |
 //! | workspace strategies    | whatever the workspace port reports (read once at build)     |
 //! | outputs                 | whatever the outputs port reports (read once at build)       |
 //! | harness lanes           | `ama_worker`, `openma_supervised` iff the provider's sandboxes have duplex processes, else none |
 //! | credential egress       | `unsupported` (fail closed; no egress port) unless the backend composes its port with `with_credential_egress` |
 //!
 //! `create` returns the same ports every time (one [`ProviderManagedRuntime`] per driver, so
-//! leases it acquired stay reachable) and rejects every placement but `in_process` with
+//! leases it acquired stay reachable), except for a plan with `process` runtime checkpoints:
+//! then the run gets its own checkpoint port and the workspace and outputs ports that record
+//! its bindings for it (`checkpoint.rs`), and rejects every placement but `in_process` with
 //! "<provider> does not support <placement> placement".
 
+use super::checkpoint::ProviderRuntimeCheckpoint;
 use super::harness::{
     DirectAmaWorkerDriver, HarnessEnvSource, HarnessOutputSink, SandboxSupervisorTransport,
 };
@@ -25,8 +28,9 @@ use omabox_contract::{
     ManagedRuntimeProviderCreateInput, ManagedRuntimeProviderDriverDescriptor,
     ManagedRuntimeProviderDriverPort, ManagedRuntimeProviderPlacement,
     ManagedRuntimeProviderResources, ManagedRuntimeResourceCapabilities, ManagedSandboxPort,
-    PortError, RuntimeResourceScope, SandboxHarnessDriverCapabilities, SandboxHarnessDriverPort,
-    SessionInputMaterializerPort, SessionOutputPort, WorkspacePersistencePort,
+    PortError, RuntimeCheckpointKind, RuntimeResourceScope, SandboxHarnessDriverCapabilities,
+    SandboxHarnessDriverPort, SessionInputMaterializerPort, SessionOutputPort,
+    WorkspacePersistencePort,
 };
 use std::sync::Arc;
 use std::time::Duration;
@@ -247,7 +251,14 @@ impl ProviderManagedRuntimeDriver {
         &self.runtime
     }
 
-    /// The ports `create` returns.
+    /// Whether the provider's runtimes are captured with their processes (the descriptor
+    /// then advertises `process` runtime checkpoints).
+    fn provider_checkpoints(&self) -> bool {
+        self.runtime.provider().capabilities().process_checkpoints
+    }
+
+    /// The ports `create` returns, without a runtime checkpoint port (`create` adds one,
+    /// made for its run, when the plan asks for `process` checkpoints).
     pub fn resources(&self) -> ManagedRuntimeProviderResources {
         ManagedRuntimeProviderResources {
             sandbox: Arc::clone(&self.runtime) as Arc<dyn ManagedSandboxPort>,
@@ -301,6 +312,20 @@ impl ManagedRuntimeProviderDriverPort for ProviderManagedRuntimeDriver {
                 self.descriptor.provider, input.placement
             )));
         }
-        Ok(self.resources())
+        let mut resources = self.resources();
+        if input.plan.runtime_checkpoint == Some(RuntimeCheckpointKind::Process)
+            && self.provider_checkpoints()
+        {
+            let (port, workspace, outputs) = ProviderRuntimeCheckpoint::for_run(
+                Arc::clone(&self.runtime),
+                input.plan,
+                resources.workspace,
+                resources.outputs,
+            );
+            resources.runtime_checkpoint = Some(port);
+            resources.workspace = workspace;
+            resources.outputs = outputs;
+        }
+        Ok(resources)
     }
 }

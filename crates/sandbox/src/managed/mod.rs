@@ -17,14 +17,16 @@
 //! - **The fence token never reaches a provider**: the acquisition context has the
 //!   generation only, and leases carry `{provider, runtimeId, metadata}` with the provider's
 //!   non-secret identity data.
-//! - **Honest capabilities**: suspend/resume, runtime checkpoints and credential egress are
-//!   neither implemented nor advertised; lanes are advertised only for duplex-capable
-//!   providers.
+//! - **Honest capabilities**: suspend/resume is neither implemented nor advertised; `process`
+//!   runtime checkpoints only for a provider that captures processes (`checkpoint.rs`);
+//!   credential egress only when the backend composes its port; lanes only for
+//!   duplex-capable providers.
 //!
 //! What it must never do: keep a runtime alive after a failed acquire, reap another
 //! provider's lease ("Incompatible sandbox lease provider: <p>"), or invent a runtime state
 //! it did not observe (errors read as `lost`/`unknown`).
 
+mod checkpoint;
 mod driver;
 mod harness;
 mod provider;

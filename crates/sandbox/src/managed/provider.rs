@@ -124,6 +124,10 @@ pub struct ManagedSandboxProviderCapabilities {
     /// Every sandbox implements [`crate::SandboxDuplexProcessPort`] (needed by both harness
     /// lanes).
     pub duplex_process: bool,
+    /// The provider captures a runtime's processes and memory and restores them into a new
+    /// runtime ([`ManagedSandboxProvider::capture_processes`]): the managed ports then
+    /// advertise and serve `process` runtime checkpoints.
+    pub process_checkpoints: bool,
 }
 
 /// A backend of [`super::ProviderManagedRuntime`].
@@ -161,5 +165,40 @@ pub trait ManagedSandboxProvider: Send + Sync {
     /// usage ledger bills a crashed runtime up to there. Default: it cannot tell.
     async fn last_alive_ms(&self, _lease: &ManagedSandboxLease) -> Option<u64> {
         None
+    }
+
+    /// Captures the processes and memory of the live runtime `lease` names into a
+    /// checkpoint that outlives it and this process, and returns the checkpoint's id (an
+    /// opaque name, never a path). The runtime stops; its lease is still terminated or
+    /// reaped as usual. Only for providers whose capabilities say `process_checkpoints`.
+    async fn capture_processes(&self, lease: &ManagedSandboxLease) -> Result<String, PortError> {
+        Err(PortError::capability(format!(
+            "{} does not capture processes (runtime {})",
+            self.name(),
+            lease.runtime_id
+        )))
+    }
+
+    /// A new *running* runtime whose processes go on from checkpoint `checkpoint_id`, with
+    /// the acquisition's directories bound as `create` binds them (readiness is checked by
+    /// the caller). The checkpoint is kept: [`Self::remove_processes`] removes it.
+    async fn restore_processes(
+        &self,
+        checkpoint_id: &str,
+        acquisition: AcquisitionContext,
+    ) -> Result<ProvidedSandbox, PortError> {
+        let _ = acquisition;
+        Err(PortError::capability(format!(
+            "{} does not restore processes (checkpoint {checkpoint_id:?})",
+            self.name()
+        )))
+    }
+
+    /// Removes checkpoint `checkpoint_id`. Idempotent: a checkpoint that is gone is removed.
+    async fn remove_processes(&self, checkpoint_id: &str) -> Result<(), PortError> {
+        Err(PortError::capability(format!(
+            "{} keeps no process checkpoints ({checkpoint_id:?})",
+            self.name()
+        )))
     }
 }

@@ -13,24 +13,29 @@
 //! `{provider, runtimeId, metadata}` with the provider's non-secret identity data, so
 //! `reap` works from a serialized lease in a fresh process.
 //!
-//! Not implemented (and not advertised): suspend/resume, runtime checkpoints. Credential
+//! Not implemented (and not advertised): suspend/resume. `process` runtime checkpoints are
+//! advertised when the provider captures processes; the port is `checkpoint.rs`'s, which
+//! restores through [`ProviderManagedRuntime::admit`] as acquire does. Credential
 //! egress is the provider's own port, composed by the driver
 //! (`ProviderManagedRuntimeDriver::with_credential_egress`); without one, an acquire that
 //! carries a binding is refused. `sandbox_active_seconds` is not recorded yet: the place for it is
 //! [`ProviderManagedRuntime::destroy`] (the one path terminate and reap share), once the
 //! runtime observes a start it can carry in the lease.
 
-use super::provider::{AcquisitionContext, HOST_PATH_METADATA_KEY, ManagedSandboxProvider};
+use super::provider::{
+    AcquisitionContext, HOST_PATH_METADATA_KEY, ManagedSandboxProvider, ProvidedSandbox,
+};
 use crate::port::SandboxPort;
 use crate::readiness::{DEFAULT_READINESS_TIMEOUT, verify_runtime_environment};
 use crate::runtime::SandboxRuntimeStatus;
 use async_trait::async_trait;
 use omabox_contract::MetaValue;
 use omabox_contract::{
-    AbortSignal, AcquireSandboxInput, HardTerminate, ManagedSandboxLease, ManagedSandboxPort, Meta,
-    PortError, RuntimeResourceFence, RuntimeResourceScope, SandboxHeartbeatResult,
-    SandboxObservation, SandboxResourceCapabilities, SandboxState, SuspendResume,
-    TerminationReason, UsageKind, UsageLedgerPort, UsageRecord,
+    AbortSignal, AcquireSandboxInput, HardTerminate, ManagedRuntimePlan, ManagedSandboxLease,
+    ManagedSandboxPort, Meta, PortError, RuntimeCheckpointKind, RuntimeResourceFence,
+    RuntimeResourceScope, SandboxHeartbeatResult, SandboxObservation, SandboxResourceCapabilities,
+    SandboxState, SessionOutputBinding, SuspendResume, TerminationReason, UsageKind,
+    UsageLedgerPort, UsageRecord, WorkspaceBinding,
 };
 use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
@@ -286,15 +291,35 @@ impl ProviderManagedRuntime {
                 self.provider.name()
             )));
         }
-        let workspace_host_path =
-            host_path(input.workspace.metadata.as_ref()).ok_or_else(|| {
-                PortError::new(format!(
-                    "{} binds host directories only: workspace binding {} has no hostPath",
-                    self.provider.name(),
-                    input.workspace.binding_id
-                ))
-            })?;
-        let outputs_host_path = match &input.outputs {
+        self.bind(
+            &input.scope,
+            input.fence.generation,
+            &input.plan,
+            &input.workspace,
+            input.outputs.as_ref(),
+            &input.signal,
+        )
+    }
+
+    /// The acquisition context of a runtime binding `workspace` and `outputs` (host
+    /// directory bindings only).
+    pub(crate) fn bind(
+        &self,
+        scope: &RuntimeResourceScope,
+        generation: u64,
+        plan: &ManagedRuntimePlan,
+        workspace: &WorkspaceBinding,
+        outputs: Option<&SessionOutputBinding>,
+        signal: &AbortSignal,
+    ) -> Result<AcquisitionContext, PortError> {
+        let workspace_host_path = host_path(workspace.metadata.as_ref()).ok_or_else(|| {
+            PortError::new(format!(
+                "{} binds host directories only: workspace binding {} has no hostPath",
+                self.provider.name(),
+                workspace.binding_id
+            ))
+        })?;
+        let outputs_host_path = match outputs {
             None => None,
             Some(outputs) => Some(host_path(outputs.metadata.as_ref()).ok_or_else(|| {
                 PortError::new(format!(
@@ -305,14 +330,14 @@ impl ProviderManagedRuntime {
             })?),
         };
         Ok(AcquisitionContext {
-            scope: input.scope.clone(),
-            generation: input.fence.generation,
-            plan: input.plan.clone(),
-            workspace: input.workspace.clone(),
-            outputs: input.outputs.clone(),
+            scope: scope.clone(),
+            generation,
+            plan: plan.clone(),
+            workspace: workspace.clone(),
+            outputs: outputs.cloned(),
             workspace_host_path,
             outputs_host_path,
-            signal: input.signal.clone(),
+            signal: signal.clone(),
         })
     }
 
@@ -343,6 +368,43 @@ impl ProviderManagedRuntime {
         }
         self.record_active_seconds(scope, lease, stop).await;
         Ok(())
+    }
+
+    /// Publishes a runtime the provider made (created or restored) as a lease once it is
+    /// ready; a runtime that is not is destroyed (best effort) and the original error
+    /// returned.
+    pub(crate) async fn admit(
+        &self,
+        provided: ProvidedSandbox,
+        plan: &ManagedRuntimePlan,
+        signal: &AbortSignal,
+    ) -> Result<ManagedSandboxLease, PortError> {
+        let command = plan.driver.entry_process().command.clone();
+        let mut metadata = provided.metadata.clone();
+        if self.usage.get().is_some() {
+            metadata.insert(STARTED_AT_METADATA_KEY.into(), now_ms().into());
+        }
+        let lease = ManagedSandboxLease {
+            provider: self.provider.name().to_owned(),
+            runtime_id: provided.runtime_id.clone(),
+            metadata: (!metadata.is_empty()).then_some(metadata),
+        };
+        let checked = if provided.runtime_id.is_empty() {
+            Err(PortError::new(format!(
+                "Sandbox provider returned an incompatible runtime for {}",
+                self.provider.name()
+            )))
+        } else {
+            self.ready(&provided.sandbox, &command, signal).await
+        };
+        if let Err(error) = checked {
+            self.discard(&provided.sandbox, &lease).await;
+            return Err(error);
+        }
+        self.table()
+            .live
+            .insert(lease.runtime_id.clone(), Arc::clone(&provided.sandbox));
+        Ok(lease)
     }
 
     /// Best-effort teardown after a failed acquire; errors are logged, never returned.
@@ -383,40 +445,19 @@ impl ManagedSandboxPort for ProviderManagedRuntime {
         Ok(SandboxResourceCapabilities {
             suspend_resume: SuspendResume::Unsupported,
             hard_terminate: HardTerminate::Supported,
-            runtime_checkpoints: Vec::new(),
+            runtime_checkpoints: if self.provider.capabilities().process_checkpoints {
+                vec![RuntimeCheckpointKind::Process]
+            } else {
+                Vec::new()
+            },
         })
     }
 
     async fn acquire(&self, input: AcquireSandboxInput) -> Result<ManagedSandboxLease, PortError> {
         input.signal.throw_if_aborted()?;
         let acquisition = self.acquisition(&input)?;
-        let command = input.plan.driver.entry_process().command.clone();
         let provided = self.provider.create(acquisition).await?;
-        let mut metadata = provided.metadata.clone();
-        if self.usage.get().is_some() {
-            metadata.insert(STARTED_AT_METADATA_KEY.into(), now_ms().into());
-        }
-        let lease = ManagedSandboxLease {
-            provider: self.provider.name().to_owned(),
-            runtime_id: provided.runtime_id.clone(),
-            metadata: (!metadata.is_empty()).then_some(metadata),
-        };
-        let checked = if provided.runtime_id.is_empty() {
-            Err(PortError::new(format!(
-                "Sandbox provider returned an incompatible runtime for {}",
-                self.provider.name()
-            )))
-        } else {
-            self.ready(&provided.sandbox, &command, &input.signal).await
-        };
-        if let Err(error) = checked {
-            self.discard(&provided.sandbox, &lease).await;
-            return Err(error);
-        }
-        self.table()
-            .live
-            .insert(lease.runtime_id.clone(), Arc::clone(&provided.sandbox));
-        Ok(lease)
+        self.admit(provided, &input.plan, &input.signal).await
     }
 
     async fn heartbeat(

@@ -1,6 +1,7 @@
 //! The conformance cases. Each takes the [`Subject`] and panics on a violation; the macro
 //! checks afterwards that no runtime was left running.
 
+pub use super::process_checkpoints::process_checkpoints_carry_running_processes_into_the_next_run;
 use super::subject::Subject;
 use omabox_contract::{
     AbortController, AbortSignal, CollectOutputsInput, CredentialEgressEnforcement,
@@ -258,7 +259,6 @@ pub async fn suspend_is_refused_and_not_advertised(subject: &Subject) {
     let runtime = subject.driver.runtime();
     let capabilities = runtime.capabilities(&acquired.scope).await.unwrap();
     assert_eq!(capabilities.suspend_resume, SuspendResume::Unsupported);
-    assert!(capabilities.runtime_checkpoints.is_empty());
     let error = runtime
         .suspend(
             &acquired.scope,
@@ -741,6 +741,7 @@ pub async fn the_descriptor_is_honest_and_other_placements_are_rejected(subject:
         live_lanes.push(HarnessDriverType::OpenmaSupervised);
     }
     assert_eq!(descriptor.capabilities.harness.drivers, live_lanes);
+    // The checkpoint port is made per run, for a plan that asks for it.
     assert!(resources.runtime_checkpoint.is_none());
     assert!(resources.credential_egress.is_none());
     for placement in [
@@ -767,7 +768,7 @@ pub async fn the_descriptor_is_honest_and_other_placements_are_rejected(subject:
     }
 }
 
-fn profile(process: RuntimeProcessDeclaration) -> ManagedRuntimeProfile {
+pub(super) fn profile(process: RuntimeProcessDeclaration) -> ManagedRuntimeProfile {
     ManagedRuntimeProfile {
         workspace: WorkspaceProfile {
             requirement: WorkspaceRequirement::Durable,
@@ -797,7 +798,10 @@ fn supervised_declaration(supervisor: RuntimeProcessDeclaration) -> HarnessDrive
     }
 }
 
-fn provider_host(subject: &Subject, fences: Arc<MemoryFenceStore>) -> ManagedRuntimeProviderHost {
+pub(super) fn provider_host(
+    subject: &Subject,
+    fences: Arc<MemoryFenceStore>,
+) -> ManagedRuntimeProviderHost {
     ManagedRuntimeProviderHost::new(ManagedRuntimeProviderHostOptions {
         owner_id: "conformance-host".into(),
         lease_ttl_ms: 60_000,

@@ -17,6 +17,7 @@
 //! and a full host run through the managed runtime host with the in-memory fence store.
 
 pub mod cases;
+mod process_checkpoints;
 mod subject;
 
 pub use subject::{Acquired, BackendUnderTest, ProviderFactory, Subject, TrackingProvider};
@@ -68,7 +69,8 @@ macro_rules! conformance_suite {
                 a_foreign_workspace_candidate_is_rejected_on_restore,
                 the_descriptor_is_honest_and_other_placements_are_rejected,
                 a_full_host_run_completes_and_persists_workspace_and_outputs,
-                a_supervised_host_run_completes_over_a_duplex_process
+                a_supervised_host_run_completes_over_a_duplex_process,
+                process_checkpoints_carry_running_processes_into_the_next_run
             );
         }
     };

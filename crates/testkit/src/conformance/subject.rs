@@ -86,6 +86,19 @@ impl TrackingProvider {
     }
 }
 
+impl TrackingProvider {
+    fn track(&self, provided: &ProvidedSandbox) {
+        self.created
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(ManagedSandboxLease {
+                provider: self.inner.name().to_owned(),
+                runtime_id: provided.runtime_id.clone(),
+                metadata: (!provided.metadata.is_empty()).then(|| provided.metadata.clone()),
+            });
+    }
+}
+
 #[async_trait]
 impl ManagedSandboxProvider for TrackingProvider {
     fn name(&self) -> &str {
@@ -98,14 +111,7 @@ impl ManagedSandboxProvider for TrackingProvider {
 
     async fn create(&self, acquisition: AcquisitionContext) -> Result<ProvidedSandbox, PortError> {
         let provided = self.inner.create(acquisition).await?;
-        self.created
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .push(ManagedSandboxLease {
-                provider: self.inner.name().to_owned(),
-                runtime_id: provided.runtime_id.clone(),
-                metadata: (!provided.metadata.is_empty()).then(|| provided.metadata.clone()),
-            });
+        self.track(&provided);
         Ok(provided)
     }
 
@@ -119,6 +125,27 @@ impl ManagedSandboxProvider for TrackingProvider {
 
     async fn status(&self, lease: &ManagedSandboxLease) -> Result<SandboxRuntimeStatus, PortError> {
         self.inner.status(lease).await
+    }
+
+    async fn capture_processes(&self, lease: &ManagedSandboxLease) -> Result<String, PortError> {
+        self.inner.capture_processes(lease).await
+    }
+
+    async fn restore_processes(
+        &self,
+        checkpoint_id: &str,
+        acquisition: AcquisitionContext,
+    ) -> Result<ProvidedSandbox, PortError> {
+        let provided = self
+            .inner
+            .restore_processes(checkpoint_id, acquisition)
+            .await?;
+        self.track(&provided);
+        Ok(provided)
+    }
+
+    async fn remove_processes(&self, checkpoint_id: &str) -> Result<(), PortError> {
+        self.inner.remove_processes(checkpoint_id).await
     }
 }
 
