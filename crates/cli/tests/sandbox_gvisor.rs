@@ -632,3 +632,78 @@ fn kill_9_of_omabox_run_backend_gvisor_then_reap_reaps_its_lease_and_sandbox() {
     assert_eq!(std::fs::read_dir(&sandboxes).unwrap().count(), 0);
     assert_eq!(processes_mentioning(&data.path().to_string_lossy()), 0);
 }
+
+#[test]
+fn omabox_run_backend_gvisor_restores_the_previous_runs_processes_when_the_profile_asks() {
+    if !require_capability(missing()) {
+        return;
+    }
+    let data = tempfile::tempdir().unwrap();
+    // One harness for every run (a checkpoint serves the same harness identity only): the
+    // first run starts a counter held in a shell variable; a later run exits 4 when the
+    // counter is not there (a cold sandbox), else prints where it got to.
+    let script = "if [ ! -f /workspace/before ]; then \
+        setsid sh -c 'n=0; while :; do n=$((n+1)); echo $n > /tmp/count; sleep 0.1; done' \
+        counter </dev/null >/dev/null 2>&1 & sleep 0.5; cat /tmp/count > /workspace/before; \
+        else now=$(cat /tmp/count 2>/dev/null) || exit 4; echo \"before=$(cat /workspace/before) now=$now\"; fi";
+    let profile = data.path().join("profile.json");
+    std::fs::write(
+        &profile,
+        serde_json::json!({
+            "workspace": {"requirement": "durable"},
+            "outputs": {"requirement": "durable"},
+            "runtimeCheckpoint": "required",
+            "driver": {"type": "ama_worker", "process": {"command": "sh", "args": ["-c", script]}},
+        })
+        .to_string(),
+    )
+    .unwrap();
+    let run = || {
+        let output = omabox(data.path())
+            .args(["run", "--json", "--backend", "gvisor", "--session", "warm"])
+            .arg("--profile")
+            .arg(&profile)
+            .env_remove("OMABOX_LINUX_IMAGE")
+            .env_remove("SANDBOX_IMAGE")
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        let report: serde_json::Value =
+            serde_json::from_slice(&output.stdout).unwrap_or(serde_json::Value::Null);
+        (report, output)
+    };
+    let checkpoints = data.path().join("gvisor/checkpoints");
+    let kept = || -> Vec<String> {
+        std::fs::read_dir(&checkpoints)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect()
+    };
+    let (first, output) = run();
+    assert_eq!(first["result"]["type"], "completed", "{output:?}");
+    let taken = kept();
+    assert_eq!(taken.len(), 1, "{taken:?}");
+
+    // Another omabox process restores it: the counter went on from where it was.
+    let (second, output) = run();
+    assert_eq!(second["result"]["revision"], 2, "{output:?}");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    let line = stderr
+        .lines()
+        .find(|l| l.contains("before="))
+        .unwrap_or_else(|| panic!("{stderr}"));
+    let number = |key: &str| -> u64 {
+        line.split_whitespace()
+            .find_map(|w| w.strip_prefix(key))
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("{line}"))
+    };
+    assert!(number("now=") >= number("before="), "{line}");
+    // Consumed, and a newer one kept; no sandbox left.
+    let now = kept();
+    assert_eq!(now.len(), 1, "{now:?}");
+    assert_ne!(now, taken);
+    let sandboxes = data.path().join("gvisor/sandboxes");
+    assert_eq!(std::fs::read_dir(sandboxes).unwrap().count(), 0);
+    assert_eq!(processes_mentioning(&data.path().to_string_lossy()), 0);
+}

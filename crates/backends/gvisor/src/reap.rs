@@ -52,6 +52,7 @@ pub fn reap_orphans(runsc: &Path, dir: &Path) -> Reaped {
         root: dir.join("runsc"),
         platform: "ptrace".into(),
         overlay_root: false,
+        subreaper: None,
     };
     for entry in entries.flatten() {
         let name = entry.file_name().to_string_lossy().into_owned();
@@ -104,6 +105,7 @@ pub(crate) fn reap_one(runsc: &Path, dir: &Path, id: &str) -> Result<(), crate::
         root: dir.join("runsc"),
         platform: "ptrace".into(),
         overlay_root: false,
+        subreaper: None,
     };
     if sandbox.is_dir() {
         let _ = runsc.delete(id, &sandbox.join("runsc.log"));

@@ -41,19 +41,39 @@ pub struct Runsc {
     /// writable overlay in the sandbox's memory, where mount points missing in the image
     /// are made too.
     pub overlay_root: bool,
+    /// The parent of a foreground runsc (`omabox-gvisor-init --subreaper`): it reaps what
+    /// runsc leaves when it ends first (the init's `subreaper.rs` says why). `None`: runsc
+    /// is our child directly.
+    pub subreaper: Option<PathBuf>,
 }
 
 impl Runsc {
     fn command(&self) -> std::process::Command {
-        self.command_in(None)
+        self.with_options(std::process::Command::new(&self.binary), None)
     }
 
-    /// A runsc command; with `netns`, run inside that network namespace with
+    /// A foreground container's runsc: under [`Runsc::subreaper`] when set.
+    fn foreground(&self, netns: Option<BorrowedFd<'_>>) -> std::process::Command {
+        let cmd = match &self.subreaper {
+            Some(parent) => {
+                let mut cmd = std::process::Command::new(parent);
+                cmd.arg("--subreaper").arg(&self.binary);
+                cmd
+            }
+            None => std::process::Command::new(&self.binary),
+        };
+        self.with_options(cmd, netns)
+    }
+
+    /// `cmd` (runsc, or its subreaper with runsc's path) with runsc's global options; with `netns`, run inside that network namespace with
     /// `--network host`: gVisor's sockets are then host sockets of that namespace, which has
     /// loopback only and the host's DNS stub, relay and gateway bound in it
     /// (`omabox_sandbox_net`). Without, `--network none`: gVisor's own stack, loopback only.
-    fn command_in(&self, netns: Option<BorrowedFd<'_>>) -> std::process::Command {
-        let mut cmd = std::process::Command::new(&self.binary);
+    fn with_options(
+        &self,
+        mut cmd: std::process::Command,
+        netns: Option<BorrowedFd<'_>>,
+    ) -> std::process::Command {
         cmd.arg("--root")
             .arg(&self.root)
             .arg("--platform")
@@ -89,7 +109,7 @@ impl Runsc {
     /// runsc reaps its sandbox and removes the container when it ends (a kill, the init's
     /// exit, a checkpoint); the caller waits for the child.
     /// With `netns`, runsc and its sandbox run in that network namespace
-    /// ([`Runsc::command_in`]).
+    /// ([`Runsc::with_options`]).
     pub fn run(
         &self,
         id: &str,
@@ -98,7 +118,7 @@ impl Runsc {
         log: &Path,
         netns: Option<BorrowedFd<'_>>,
     ) -> Result<Child, GvisorError> {
-        let mut cmd = self.command_in(netns);
+        let mut cmd = self.foreground(netns);
         cmd.arg("run").arg("--bundle").arg(bundle).arg(id);
         self.spawn(cmd, stdio, log)
     }
@@ -114,7 +134,7 @@ impl Runsc {
         log: &Path,
         netns: Option<BorrowedFd<'_>>,
     ) -> Result<Child, GvisorError> {
-        let mut cmd = self.command_in(netns);
+        let mut cmd = self.foreground(netns);
         cmd.arg("restore")
             .arg("--bundle")
             .arg(bundle)

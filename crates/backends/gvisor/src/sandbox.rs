@@ -147,6 +147,7 @@ impl GvisorRuntime {
                     root: state,
                     platform: config.platform,
                     overlay_root: config.image_root.is_some(),
+                    subreaper: Some(config.init.clone()),
                 },
                 dir: config.dir,
                 image: config.image_root.is_some(),

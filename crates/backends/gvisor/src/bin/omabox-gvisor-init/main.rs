@@ -12,10 +12,14 @@
 //! epoll registration was lost or the restore crash SECURITY.md describes hit it was not
 //! settled.
 //!
+//! On the host, `--subreaper` makes it the parent of a foreground runsc instead
+//! (`subreaper.rs`).
+//!
 //! Never: read fd 0 anywhere but the one reader thread (a second reader would steal the
 //! next connection's bytes); exit while detached unless fd 0 ended.
 
 mod stale_epoll;
+mod subreaper;
 
 use std::io::{Read, Write};
 use std::os::fd::FromRawFd;
@@ -35,6 +39,10 @@ const CHUNK: usize = 64 * 1024;
 const QUEUE: usize = 16;
 
 fn main() -> ExitCode {
+    let mut args = std::env::args_os().skip(1);
+    if args.next().is_some_and(|first| first == "--subreaper") {
+        return subreaper::run(args.collect());
+    }
     let rt = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
