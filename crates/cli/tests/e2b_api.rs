@@ -419,6 +419,80 @@ fn the_gvisor_sandboxes_of_a_killed_serve_are_reaped() {
         3,
         "left behind by kill -9 {running_id}"
     );
+    assert_reap_leaves_nothing(&dirs, &ids);
+}
+
+#[test]
+fn a_kill_9_during_a_gvisor_pause_resume_or_fork_leaves_only_what_reap_removes() {
+    if !omabox_test_support::require_capability(gvisor_missing()) {
+        return;
+    }
+    // (crash point, what the request does there)
+    for (point, op) in [
+        ("gvisor-checkpointed", "pause"),
+        ("gvisor-restoring", "resume"),
+        ("gvisor-restoring", "fork"),
+    ] {
+        let dirs = TestDirs::new("e2bgvkill");
+        let mut command =
+            dirs.command(&["serve", "--listen", "127.0.0.1:0", "--backend", "gvisor"]);
+        command
+            .env("OMABOX_API_KEY", KEY)
+            .env("OMABOX_TEST_MODE", "1")
+            .env("OMABOX_FAULT_POINT", point);
+        let mut serve = Serve::start(command);
+        let created = serve.create(r#"{"templateID":"base","timeout":600}"#);
+        let id = created["sandboxID"].as_str().unwrap();
+        let (path, body) = match op {
+            "pause" => (format!("/sandboxes/{id}/pause"), r#"{"memory":true}"#),
+            "resume" => {
+                let pause = format!("/sandboxes/{id}/pause");
+                let (status, paused) =
+                    serve.call(Some(KEY), "POST", &pause, Some(r#"{"memory":true}"#));
+                assert_eq!(status, 204, "{paused}");
+                (format!("/sandboxes/{id}/connect"), r#"{"timeout":60}"#)
+            }
+            _ => (
+                format!("/sandboxes/{id}/fork"),
+                r#"{"count":2,"timeout":60}"#,
+            ),
+        };
+        // serve kills itself at the point: the request gets no answer.
+        let mut stream = TcpStream::connect(&serve.addr).unwrap();
+        write!(
+            stream,
+            "POST {path} HTTP/1.0\r\nhost: {}\r\nx-api-key: {KEY}\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
+            serve.addr,
+            body.len()
+        )
+        .unwrap();
+        let mut answer = String::new();
+        let _ = stream.read_to_string(&mut answer);
+        assert!(answer.is_empty(), "{op}: answered before {point}: {answer}");
+        let status = serve.child().wait().unwrap();
+        assert!(
+            !status.success(),
+            "{op}: serve did not crash at {point}: {answer}"
+        );
+        drop(serve);
+        let ids: Vec<String> = subdirs(&dirs.data.path().join("gvisor/sandboxes"))
+            .iter()
+            .map(|d| d.file_name().unwrap().to_string_lossy().into_owned())
+            .collect();
+        assert!(!ids.is_empty(), "{op}: the crash left its sandbox for reap");
+        assert_reap_leaves_nothing(&dirs, &ids);
+    }
+}
+
+/// `omabox reap` after a kill -9 of serve: no sandbox directory, layer, image, overlay
+/// mount, cgroup or process of `ids` is left.
+fn assert_reap_leaves_nothing(dirs: &TestDirs, ids: &[String]) {
+    let gvisor = dirs.data.path().join("gvisor");
+    let (sandboxes, bases, images) = (
+        gvisor.join("sandboxes"),
+        gvisor.join("bases"),
+        gvisor.join("images"),
+    );
     let output = dirs.command(&["reap"]).output().unwrap();
     assert!(output.status.success(), "{}", common::describe(&output));
     assert!(
@@ -442,7 +516,7 @@ fn the_gvisor_sandboxes_of_a_killed_serve_are_reaped() {
         !mounts.contains(&sandboxes.display().to_string()),
         "an overlay is still mounted"
     );
-    for id in &ids {
+    for id in ids {
         let cgroups: Vec<_> = std::fs::read_dir("/sys/fs/cgroup")
             .unwrap()
             .flatten()

@@ -298,8 +298,34 @@ pub fn remove_cgroups(id: &str) {
         .collect();
     dirs.push(Path::new("/sys/fs/cgroup").join(parent).join(id));
     for dir in dirs {
-        // rmdir, never a recursive removal: a cgroup directory's files are the kernel's.
-        let _ = std::fs::remove_dir(&dir);
+        remove_cgroup(&dir);
+    }
+}
+
+/// How long a sandbox cgroup may take to empty once its processes are killed.
+const CGROUP_EMPTY_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// rmdir of one sandbox cgroup, never a recursive removal (a cgroup directory's files are
+/// the kernel's). A cgroup still holding processes (a reap right after its owner died,
+/// while the sandbox's processes are still ending) gets them killed, as nothing but the
+/// sandbox's processes is ever in it, and the rmdir retried for [`CGROUP_EMPTY_WAIT`].
+fn remove_cgroup(dir: &Path) {
+    let deadline = std::time::Instant::now() + CGROUP_EMPTY_WAIT;
+    loop {
+        match std::fs::remove_dir(dir) {
+            Err(e)
+                if e.raw_os_error() == Some(libc::EBUSY)
+                    && std::time::Instant::now() < deadline =>
+            {
+                let procs = std::fs::read_to_string(dir.join("cgroup.procs")).unwrap_or_default();
+                for pid in procs.lines().filter_map(|l| l.trim().parse::<i32>().ok()) {
+                    // SAFETY: kill(2) with plain integers.
+                    unsafe { libc::kill(pid, libc::SIGKILL) };
+                }
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            }
+            _ => return,
+        }
     }
 }
 

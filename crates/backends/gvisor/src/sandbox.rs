@@ -487,6 +487,9 @@ impl GvisorSandbox {
             }
         })
         .await?;
+        if restoring {
+            omabox_sandbox::fault::point("gvisor-restoring");
+        }
         match self.connect_booted(host_in, host_out, restoring).await {
             Ok((client, gate, kept)) => {
                 let mut live = self.live.lock().await;
@@ -617,6 +620,7 @@ impl GvisorSandbox {
         let runsc = self.shared.runsc.clone();
         let (id, log) = (self.id.clone(), self.log());
         let result = blocking(move || runsc.checkpoint(&id, &image, &log)).await;
+        omabox_sandbox::fault::point("gvisor-checkpointed");
         live.kept = None;
         // The checkpoint stopped the container and its foreground runsc ends; after a failed
         // one its state is unknown: either way nothing half-paused is left running.
