@@ -16,6 +16,37 @@ use omabox_persistence::{FilesystemSessionOutputPort, FilesystemWorkspacePort};
 use omabox_sandbox::SandboxFactoryEnv;
 use std::sync::Arc;
 
+/// The create input of an `ama_worker` plan running `sh`, with runtime checkpoints of
+/// `kind` required (`None`: disabled).
+fn create_input(
+    kind: Option<omabox_contract::RuntimeCheckpointKind>,
+) -> omabox_contract::ManagedRuntimeProviderCreateInput {
+    let requirement = if kind.is_some() {
+        "required"
+    } else {
+        "disabled"
+    };
+    omabox_contract::ManagedRuntimeProviderCreateInput {
+        environment_id: "e".into(),
+        placement: omabox_contract::ManagedRuntimeProviderPlacement::InProcess,
+        profile: serde_json::from_value(serde_json::json!({
+            "workspace": {"requirement": "durable"},
+            "outputs": {"requirement": "durable"},
+            "runtimeCheckpoint": requirement,
+            "driver": {"type": "ama_worker", "process": {"command": "sh"}},
+        }))
+        .expect("profile"),
+        plan: serde_json::from_value(serde_json::json!({
+            "workspaceStrategy": "checkpoint_restore",
+            "outputStrategy": "final_collect",
+            "runtimeCheckpoint": kind,
+            "driver": {"type": "ama_worker", "process": {"command": "sh"}},
+        }))
+        .expect("plan"),
+        provider_config: serde_json::Map::new(),
+    }
+}
+
 /// Checks `row` against `driver`: lanes, workspace strategies, outputs, suspend/resume and
 /// runtime checkpoints, from the descriptor and from the live ports.
 pub async fn assert_row_matches_driver(
@@ -25,28 +56,7 @@ pub async fn assert_row_matches_driver(
     let descriptor = driver.descriptor();
     assert_eq!(descriptor.provider, row.id);
     let scope = RuntimeResourceScope::new("w", "e", "s", "k");
-    let resources = driver
-        .create(omabox_contract::ManagedRuntimeProviderCreateInput {
-            environment_id: "e".into(),
-            placement: omabox_contract::ManagedRuntimeProviderPlacement::InProcess,
-            profile: serde_json::from_value(serde_json::json!({
-                "workspace": {"requirement": "durable"},
-                "outputs": {"requirement": "durable"},
-                "runtimeCheckpoint": "disabled",
-                "driver": {"type": "ama_worker", "process": {"command": "sh"}},
-            }))
-            .expect("profile"),
-            plan: serde_json::from_value(serde_json::json!({
-                "workspaceStrategy": "checkpoint_restore",
-                "outputStrategy": "final_collect",
-                "runtimeCheckpoint": null,
-                "driver": {"type": "ama_worker", "process": {"command": "sh"}},
-            }))
-            .expect("plan"),
-            provider_config: serde_json::Map::new(),
-        })
-        .await
-        .expect("create");
+    let resources = driver.create(create_input(None)).await.expect("create");
 
     // Lanes: the descriptor, and the live harness driver plus a projected transport.
     let mut live_lanes = resources
@@ -112,25 +122,7 @@ pub async fn assert_row_matches_driver(
     assert!(resources.runtime_checkpoint.is_none());
     for kind in &row.runtime_checkpoints {
         let planned = driver
-            .create(omabox_contract::ManagedRuntimeProviderCreateInput {
-                environment_id: "e".into(),
-                placement: omabox_contract::ManagedRuntimeProviderPlacement::InProcess,
-                profile: serde_json::from_value(serde_json::json!({
-                    "workspace": {"requirement": "durable"},
-                    "outputs": {"requirement": "durable"},
-                    "runtimeCheckpoint": "required",
-                    "driver": {"type": "ama_worker", "process": {"command": "sh"}},
-                }))
-                .expect("profile"),
-                plan: serde_json::from_value(serde_json::json!({
-                    "workspaceStrategy": "checkpoint_restore",
-                    "outputStrategy": "final_collect",
-                    "runtimeCheckpoint": kind,
-                    "driver": {"type": "ama_worker", "process": {"command": "sh"}},
-                }))
-                .expect("plan"),
-                provider_config: serde_json::Map::new(),
-            })
+            .create(create_input(Some(*kind)))
             .await
             .expect("create");
         assert!(planned.runtime_checkpoint.is_some(), "{kind} is served");

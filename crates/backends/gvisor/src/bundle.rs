@@ -302,8 +302,10 @@ pub fn remove_cgroups(id: &str) {
     }
 }
 
-/// How long a sandbox cgroup may take to empty once its processes are killed.
-const CGROUP_EMPTY_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
+/// How long a sandbox cgroup may take to empty once its processes are killed: a killed
+/// process whose parent is gone stays in it as a zombie until PID 1 reaps it, which on this
+/// project's machines happens about every two seconds.
+const CGROUP_EMPTY_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// rmdir of one sandbox cgroup, never a recursive removal (a cgroup directory's files are
 /// the kernel's). A cgroup still holding processes (a reap right after its owner died,

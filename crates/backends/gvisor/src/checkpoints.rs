@@ -30,6 +30,23 @@ const PARTIAL: &str = ".partial";
 /// The file naming a checkpoint's mounts (`outputs`, `user-home`, one per line).
 const MOUNTS_FILE: &str = "mounts";
 
+/// Hard-links the files of the checkpoint directory `from` into a new directory `to` (the
+/// same file system; nothing is copied). Anything but a regular file in `from` is refused.
+pub(crate) fn link_checkpoint(from: &Path, to: &Path) -> std::io::Result<()> {
+    std::fs::create_dir_all(to)?;
+    for file in std::fs::read_dir(from)? {
+        let file = file?;
+        if !file.file_type()?.is_file() {
+            return Err(std::io::Error::other(format!(
+                "the checkpoint holds {:?}, not a file",
+                file.file_name()
+            )));
+        }
+        std::fs::hard_link(file.path(), to.join(file.file_name()))?;
+    }
+    Ok(())
+}
+
 /// Whether `id` is a runtime checkpoint id this backend makes.
 pub fn is_checkpoint_id(id: &str) -> bool {
     id.strip_prefix(PREFIX)
@@ -66,21 +83,9 @@ impl GvisorSandbox {
         let (made, kept) = (root.join(format!("{id}{PARTIAL}")), root.join(&id));
         blocking(move || {
             let keep = || -> std::io::Result<()> {
-                std::fs::create_dir_all(made.join("checkpoint"))?;
+                std::fs::create_dir_all(&made)?;
                 std::fs::write(made.join(MOUNTS_FILE), mounts)?;
-                for file in std::fs::read_dir(&from)? {
-                    let file = file?;
-                    if !file.file_type()?.is_file() {
-                        return Err(std::io::Error::other(format!(
-                            "the checkpoint holds {:?}, not a file",
-                            file.file_name()
-                        )));
-                    }
-                    std::fs::hard_link(
-                        file.path(),
-                        made.join("checkpoint").join(file.file_name()),
-                    )?;
-                }
+                link_checkpoint(&from, &made.join("checkpoint"))?;
                 std::fs::rename(&made, &kept)
             };
             keep().map_err(|e| {

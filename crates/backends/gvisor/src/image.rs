@@ -77,26 +77,13 @@ impl GvisorSandbox {
             let layers =
                 crate::layers::freeze(&bases, &dir).map_err(io("freezing the workspace"))?;
             let kept = (|| {
-                std::fs::create_dir_all(made.join("checkpoint"))?;
+                std::fs::create_dir_all(&made)?;
                 std::fs::write(
                     made.join(crate::reap::OWNER_FILE),
                     omabox_sandbox::host_id::current(),
                 )?;
                 crate::layers::record(&made, &layers)?;
-                for file in std::fs::read_dir(&checkpoint)? {
-                    let file = file?;
-                    if !file.file_type()?.is_file() {
-                        return Err(std::io::Error::other(format!(
-                            "the checkpoint holds {:?}, not a file",
-                            file.file_name()
-                        )));
-                    }
-                    std::fs::hard_link(
-                        file.path(),
-                        made.join("checkpoint").join(file.file_name()),
-                    )?;
-                }
-                Ok(())
+                crate::checkpoints::link_checkpoint(&checkpoint, &made.join("checkpoint"))
             })();
             if let Err(e) = kept {
                 let _ = std::fs::remove_dir_all(&made);
