@@ -1,9 +1,11 @@
-//! gvisor sandbox timings: start + `true` + destroy, pause, resume and fork ×3, each with
+//! gvisor sandbox timings: start + `true` + destroy, pause, resume, pause again (of the
+//! resumed sandbox) and fork ×3, each with
 //! an empty and a 1 GiB workspace. Prints figures (median of the rounds that worked, and
 //! how many failed: this runsc crashes some restored processes); asserts nothing.
 //!
 //! `cargo bench -p omabox-backend-gvisor --bench gvisor` as root with runsc installed.
-//! `OMABOX_BENCH_ROUNDS` sets the rounds per figure (default 5).
+//! `OMABOX_BENCH_ROUNDS` sets the rounds per figure (default 5);
+//! `OMABOX_BENCH_GVISOR_PLATFORM` runsc's platform (default `ptrace`, as omabox runs it).
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -31,7 +33,7 @@ async fn run(rounds: usize) {
         runsc: PathBuf::from("/usr/bin/runsc"),
         dir: tmp.path().to_path_buf(),
         init: PathBuf::from(env!("CARGO_BIN_EXE_omabox-gvisor-init")),
-        platform: "ptrace".into(),
+        platform: std::env::var("OMABOX_BENCH_GVISOR_PLATFORM").unwrap_or_else(|_| "ptrace".into()),
         limits: Default::default(),
         network: Default::default(),
         test_hosts: None,
@@ -56,6 +58,7 @@ async fn run(rounds: usize) {
     for (label, bytes) in [("empty workspace", 0u64), ("1 GiB workspace", 1 << 30)] {
         let mut pause = Figure::default();
         let mut resume = Figure::default();
+        let mut pause_again = Figure::default();
         let mut fork = Figure::default();
         for _ in 0..rounds {
             let Ok(sandbox) = runtime.create().await else {
@@ -70,7 +73,9 @@ async fn run(rounds: usize) {
                 .await;
             pause.add(timed(sandbox.pause()).await);
             resume.add(timed(sandbox.resume()).await);
-            if sandbox.pause().await.is_ok() {
+            let paused = timed(sandbox.pause()).await;
+            pause_again.add(paused);
+            if paused.is_some() {
                 let t = Instant::now();
                 match sandbox.fork(&runtime, 3).await {
                     Ok(forks) => {
@@ -88,6 +93,7 @@ async fn run(rounds: usize) {
         }
         println!("gvisor pause ({label}): {pause}");
         println!("gvisor resume ({label}): {resume}");
+        println!("gvisor pause of a resumed sandbox ({label}): {pause_again}");
         println!("gvisor fork x3 ({label}): {fork}");
     }
 }
