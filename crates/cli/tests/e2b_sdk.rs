@@ -321,3 +321,39 @@ fn the_python_sdk_pauses_a_gvisor_sandbox_with_its_memory() {
         assert!(left.is_empty(), "{kept} left after serve stopped: {left:?}");
     }
 }
+
+/// The same full pause through the official JS SDK (`gvisor_pause_test.mjs`):
+/// `pause({ keepMemory })`, `Sandbox.connect`, `fork({ count })`, a memory snapshot and a
+/// sandbox from it, a filesystem-only pause, a paused sandbox's kill. Nothing of a sandbox is
+/// left once serve stopped.
+#[test]
+fn the_js_sdk_pauses_a_gvisor_sandbox_with_its_memory() {
+    if !omabox_test_support::require_capability(gvisor_missing()) {
+        return;
+    }
+    let root = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
+    let Some(prefix) = omabox_test_support::sdk::npm_prefix(&root, "e2b-js-sdk", &[JS_SDK]) else {
+        return;
+    };
+    let copy = prefix.join(format!("gvisor_pause_test.{}.mjs", std::process::id()));
+    std::fs::copy(script("gvisor_pause_test.mjs"), &copy).unwrap();
+    let dirs = TestDirs::new("e2bjsgv");
+    let mut command = dirs.command(&["serve", "--listen", "127.0.0.1:0", "--backend", "gvisor"]);
+    command
+        .env("OMABOX_API_KEY", KEY)
+        .env("OMABOX_LINUX_MEMORY", "256M");
+    let serve = Serve::start(command);
+    let mut command = Command::new("node");
+    command.arg(&copy);
+    let tokens = run_sdk(command, &serve, &dirs);
+    let _ = std::fs::remove_file(&copy);
+    let log = serve.stop();
+    assert_no_token_logged(&log, &tokens);
+    for kept in ["sandboxes", "images", "bases"] {
+        let dir = dirs.data.path().join("gvisor").join(kept);
+        let left: Vec<_> = std::fs::read_dir(&dir)
+            .map(|d| d.flatten().map(|e| e.path()).collect())
+            .unwrap_or_default();
+        assert!(left.is_empty(), "{kept} left after serve stopped: {left:?}");
+    }
+}
