@@ -13,6 +13,10 @@
 //! What this must never do: signal anything on the host (every kill is an agent request),
 //! or put an environment value in an error (targets are commands and ids).
 
+mod ca_trust;
+
+pub use ca_trust::{CA_BUNDLE_MAX, CaTrustError, RootBundle, SANDBOX_CA_FILE, trust_ca};
+
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;

@@ -53,7 +53,7 @@ use crate::config::DockerConfig;
 use crate::engine::Engine;
 use crate::error::DockerError;
 use crate::network::DockerNetwork;
-use omabox_agent_port::{AgentFailure, PortErrorOf};
+use omabox_agent_port::{AgentFailure, CaTrustError, PortErrorOf, RootBundle, trust_ca};
 
 /// The provider name of docker sandboxes (`--backend docker`, runtime handles).
 pub const PROVIDER: &str = "docker";
@@ -61,15 +61,8 @@ pub const PROVIDER: &str = "docker";
 /// Timeout of [`SandboxPort::exec`] when the caller gives none.
 pub const DEFAULT_EXEC_TIMEOUT: Duration = Duration::from_secs(120);
 
-/// Where a container trusts a credential egress binding's CA: its own bundle plus that CA
-/// (the CA variables name it).
-pub const SANDBOX_CA_FILE: &str = "/tmp/.omabox/ca-certificates.crt";
-
 /// The bundle a container's image usually trusts (Debian's and Alpine's path).
 const IMAGE_CA_BUNDLE: &str = "/etc/ssl/certs/ca-certificates.crt";
-
-/// The largest image CA bundle read (Debian's is about 200 KiB).
-const CA_BUNDLE_MAX: usize = 4 << 20;
 
 /// How long the host waits for the agent beyond a command's own timeout.
 const AGENT_GRACE: Duration = Duration::from_secs(10);
@@ -170,7 +163,8 @@ impl DockerSandboxPort {
 
     /// Attaches a credential egress binding's `credentials` (see
     /// [`omabox_sandbox_net::credential_egress`]): the relay intercepts their hosts, and
-    /// every process started afterwards trusts their CA through [`SANDBOX_CA_FILE`] (the
+    /// every process started afterwards trusts their CA through
+    /// `omabox_agent_port::SANDBOX_CA_FILE` (the
     /// container's own bundle, read inside it, plus that CA) and the usual CA variables.
     /// Needs a network.
     pub async fn attach_credentials(
@@ -188,36 +182,16 @@ impl DockerSandboxPort {
         }
         // The image's bundle, whatever it holds, is the container's own trust; a missing
         // one is none. Capped: the image is not ours.
-        let mut bundle = self
-            .client
-            .read_file_bytes(IMAGE_CA_BUNDLE)
+        let root = RootBundle::InSandbox(IMAGE_CA_BUNDLE);
+        trust_ca(&self.client, root, &credentials.ca_pem(), &CA_ENV)
             .await
-            .unwrap_or_default();
-        if bundle.len() > CA_BUNDLE_MAX {
-            return Err(DockerError::CaBundle {
-                path: IMAGE_CA_BUNDLE,
-                max: CA_BUNDLE_MAX,
-            });
-        }
-        if !bundle.is_empty() && !bundle.ends_with(b"\n") {
-            bundle.push(b'\n');
-        }
-        bundle.extend_from_slice(credentials.ca_pem().as_bytes());
-        self.client
-            .write_file_bytes(
-                SANDBOX_CA_FILE,
-                Bytes::from(bundle),
-                WriteOptions::default(),
-            )
-            .await
-            .map_err(self.agent_error("write file", SANDBOX_CA_FILE))?;
-        let vars = CA_ENV
-            .iter()
-            .map(|key| ((*key).to_owned(), Some(SANDBOX_CA_FILE.to_owned())));
-        self.client
-            .set_env(vars)
-            .await
-            .map_err(self.agent_error("set env vars", "CA variables"))?;
+            .map_err(|e| match e {
+                CaTrustError::Agent(f) => self.agent_error(f.op, &f.target)(f.source),
+                CaTrustError::BundleTooLarge { max, .. } => DockerError::CaBundle {
+                    path: IMAGE_CA_BUNDLE,
+                    max,
+                },
+            })?;
         let slot = self.network.lock().unwrap_or_else(|e| e.into_inner());
         match slot.as_ref() {
             Some(network) => {

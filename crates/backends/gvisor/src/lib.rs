@@ -144,14 +144,6 @@ pub enum GvisorError {
     /// `OMABOX_LINUX_TEST_HOSTS` does not parse.
     #[error("test hosts: {0}")]
     TestHosts(String),
-    /// The sandbox's image CA bundle is larger than read.
-    #[error("the sandbox's CA bundle {path} is larger than {max} bytes")]
-    CaBundle {
-        /// The bundle.
-        path: &'static str,
-        /// The cap.
-        max: usize,
-    },
     /// A runtime checkpoint (`checkpoints.rs`) cannot be kept or restored.
     #[error("gvisor runtime checkpoint {id:?}: {why}")]
     Checkpoint {

@@ -20,7 +20,7 @@ use async_trait::async_trait;
 use omabox_agent::client::WriteOptions;
 use omabox_agent::client::exec_output::format_exec_output;
 use omabox_agent::{ClientError, ExecRequest};
-use omabox_agent_port::{AgentFailure, PortErrorOf};
+use omabox_agent_port::{AgentFailure, CaTrustError, PortErrorOf, RootBundle, trust_ca};
 use omabox_contract::PortError;
 use omabox_contract::networking::NetworkPolicy;
 use omabox_sandbox::{
@@ -33,12 +33,6 @@ use omabox_sandbox::{
 use omabox_sandbox_net::credential_egress::{CA_ENV, CredentialTarget};
 
 use crate::{GvisorError, GvisorNetwork, GvisorSandbox, State};
-
-/// Where a sandbox trusts a credential egress binding's CA: its root's bundle plus that CA
-/// (the CA variables name it).
-pub const SANDBOX_CA_FILE: &str = "/tmp/.omabox/ca-certificates.crt";
-/// The largest root CA bundle read (Debian's is about 200 KiB).
-const CA_BUNDLE_MAX: usize = 4 << 20;
 
 /// A command's default timeout.
 const DEFAULT_TIMEOUT: Duration = Duration::from_secs(300);
@@ -81,7 +75,8 @@ impl GvisorSandboxPort {
 
     /// Attaches a credential egress binding's `credentials` (see
     /// [`omabox_sandbox_net::credential_egress`]): the relay intercepts their hosts, and
-    /// every process started afterwards trusts their CA through [`SANDBOX_CA_FILE`] (the
+    /// every process started afterwards trusts their CA through
+    /// `omabox_agent_port::SANDBOX_CA_FILE` (the
     /// root's bundle, read inside the sandbox, plus that CA) and the usual CA variables.
     /// Needs a network.
     pub async fn attach_credentials(
@@ -90,35 +85,15 @@ impl GvisorSandboxPort {
     ) -> Result<(), PortError> {
         self.sandbox.with_network(|_| ()).map_err(port_error)?;
         let client = self.sandbox.client().await.map_err(port_error)?;
-        let mut bundle = client
-            .read_file_bytes(crate::bundle::CA_BUNDLE)
+        let root = RootBundle::InSandbox(crate::bundle::CA_BUNDLE);
+        trust_ca(&client, root, &credentials.ca_pem(), &CA_ENV)
             .await
-            .unwrap_or_default();
-        if bundle.len() > CA_BUNDLE_MAX {
-            return Err(port_error(GvisorError::CaBundle {
-                path: crate::bundle::CA_BUNDLE,
-                max: CA_BUNDLE_MAX,
-            }));
-        }
-        if !bundle.is_empty() && !bundle.ends_with(b"\n") {
-            bundle.push(b'\n');
-        }
-        bundle.extend_from_slice(credentials.ca_pem().as_bytes());
-        client
-            .write_file_bytes(
-                SANDBOX_CA_FILE,
-                bytes::Bytes::from(bundle),
-                WriteOptions::default(),
-            )
-            .await
-            .map_err(self.agent_error("write file", SANDBOX_CA_FILE))?;
-        let vars = CA_ENV
-            .iter()
-            .map(|key| ((*key).to_owned(), Some(SANDBOX_CA_FILE.to_owned())));
-        client
-            .set_env(vars)
-            .await
-            .map_err(self.agent_error("set env vars", "CA variables"))?;
+            .map_err(|e| match e {
+                CaTrustError::Agent(failure) => self.port_error()(failure),
+                too_large => {
+                    PortError::new(format!("gvisor sandbox {}: {too_large}", self.sandbox.id()))
+                }
+            })?;
         self.sandbox
             .with_network(|served| served.set_credentials(Some(credentials)))
             .map_err(port_error)

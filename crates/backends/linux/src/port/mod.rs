@@ -77,14 +77,14 @@ use omabox_linux_sandbox::{
 };
 
 pub use omabox_agent::client::exec_output::{OomKill, exit_number, format_exec_output};
-use omabox_agent_port::{AgentFailure, OomWatch, PortErrorOf};
+use omabox_agent_port::{AgentFailure, CaTrustError, OomWatch, PortErrorOf, RootBundle, trust_ca};
 
 /// The provider name of linux sandboxes (`SANDBOX_PROVIDER=linux`, runtime handles).
 pub const PROVIDER: &str = "linux";
 
 /// Where the sandbox's trust bundle goes once a credential egress binding is attached
-/// ([`LinuxSandboxPort::attach_credentials`]).
-pub const SANDBOX_CA_FILE: &str = "/tmp/.omabox/ca-certificates.crt";
+/// ([`LinuxSandboxPort::attach_credentials`]; `omabox-agent-port`'s).
+pub use omabox_agent_port::SANDBOX_CA_FILE;
 
 /// Timeout of [`SandboxPort::exec`] when the caller gives none.
 pub const DEFAULT_EXEC_TIMEOUT: Duration = Duration::from_secs(120);
@@ -273,23 +273,18 @@ impl LinuxSandboxPort {
         credentials: Arc<omabox_egress::intercept::Credentials>,
     ) -> Result<(), PortError> {
         self.check_open()?;
-        let mut bundle = std::fs::read(omabox_linux_sandbox::plan::CA_BUNDLE).unwrap_or_default();
-        if !bundle.is_empty() && !bundle.ends_with(b"\n") {
-            bundle.push(b'\n');
-        }
-        bundle.extend_from_slice(credentials.ca_pem().as_bytes());
-        let path = SANDBOX_CA_FILE;
-        self.client
-            .write_file_bytes(path, Bytes::from(bundle), WriteOptions::default())
+        let root = RootBundle::Host(
+            std::fs::read(omabox_linux_sandbox::plan::CA_BUNDLE).unwrap_or_default(),
+        );
+        let vars = omabox_linux_sandbox::plan::CA_ENV;
+        trust_ca(&self.client, root, &credentials.ca_pem(), vars)
             .await
-            .map_err(self.agent_error("write file", path))?;
-        let vars = omabox_linux_sandbox::plan::CA_ENV
-            .iter()
-            .map(|key| ((*key).to_owned(), Some(path.to_owned())));
-        self.client
-            .set_env(vars)
-            .await
-            .map_err(self.agent_error("set env vars", "CA variables"))?;
+            .map_err(|e| match e {
+                CaTrustError::Agent(f) => {
+                    PortError::from(self.agent_error(f.op, &f.target)(f.source))
+                }
+                too_large => PortError::new(too_large.to_string()),
+            })?;
         let slot = self.network.lock().unwrap_or_else(|e| e.into_inner());
         match slot.as_ref() {
             Some(network) => {
