@@ -67,6 +67,17 @@ fn run_sdk(mut command: Command, serve: &Serve, dirs: &TestDirs) -> Vec<String> 
 
 /// The Python of a venv with the pinned SDK (installed once per target dir), or `None`
 /// (skipped locally without the registries; a failure under CI=true).
+/// A copy of the JS script `name` placed in the npm prefix holding the JS SDK (installed
+/// when missing; `None`: it could not be, the reason printed): ES modules resolve packages
+/// from the script's own directory. The caller removes the copy.
+fn js_sdk_script(name: &str) -> Option<PathBuf> {
+    let root = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
+    let prefix = omabox_test_support::sdk::npm_prefix(&root, "e2b-js-sdk", &[JS_SDK])?;
+    let copy = prefix.join(format!("{}.{name}", std::process::id()));
+    std::fs::copy(script(name), &copy).unwrap();
+    Some(copy)
+}
+
 fn python_sdk() -> Option<PathBuf> {
     let root = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
     omabox_test_support::sdk::python_venv(
@@ -152,13 +163,9 @@ fn the_official_js_sdk_drives_serve() {
     if !linux_available() {
         return;
     }
-    let root = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
-    let Some(prefix) = omabox_test_support::sdk::npm_prefix(&root, "e2b-js-sdk", &[JS_SDK]) else {
+    let Some(copy) = js_sdk_script("sdk_test.mjs") else {
         return;
     };
-    // ES modules resolve packages from the script's own directory: run a copy placed there.
-    let copy = prefix.join(format!("sdk_test.{}.mjs", std::process::id()));
-    std::fs::copy(script("sdk_test.mjs"), &copy).unwrap();
     let dirs = TestDirs::new("e2bjs");
     let serve = start_serve(&dirs);
     let mut command = Command::new("node");
@@ -244,12 +251,9 @@ fn the_js_sdk_builds_a_template_and_starts_sandboxes_from_it() {
     let Some(rootfs) = debian_rootfs() else {
         return;
     };
-    let root = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
-    let Some(prefix) = omabox_test_support::sdk::npm_prefix(&root, "e2b-js-sdk", &[JS_SDK]) else {
+    let Some(copy) = js_sdk_script("template_test.mjs") else {
         return;
     };
-    let copy = prefix.join(format!("template_test.{}.mjs", std::process::id()));
-    std::fs::copy(script("template_test.mjs"), &copy).unwrap();
     let dirs = TestDirs::new("e2bjstpl");
     let mut command = dirs.command(&["serve", "--listen", "127.0.0.1:0"]);
     command
@@ -331,12 +335,9 @@ fn the_js_sdk_pauses_a_gvisor_sandbox_with_its_memory() {
     if !omabox_test_support::require_capability(gvisor_missing()) {
         return;
     }
-    let root = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
-    let Some(prefix) = omabox_test_support::sdk::npm_prefix(&root, "e2b-js-sdk", &[JS_SDK]) else {
+    let Some(copy) = js_sdk_script("gvisor_pause_test.mjs") else {
         return;
     };
-    let copy = prefix.join(format!("gvisor_pause_test.{}.mjs", std::process::id()));
-    std::fs::copy(script("gvisor_pause_test.mjs"), &copy).unwrap();
     let dirs = TestDirs::new("e2bjsgv");
     let mut command = dirs.command(&["serve", "--listen", "127.0.0.1:0", "--backend", "gvisor"]);
     command
