@@ -484,6 +484,59 @@ fn a_kill_9_during_a_gvisor_pause_resume_or_fork_leaves_only_what_reap_removes()
     }
 }
 
+#[test]
+fn a_memory_pause_without_room_on_disk_is_refused_and_the_sandbox_runs_on() {
+    if !omabox_test_support::require_capability(gvisor_missing()) {
+        return;
+    }
+    let dirs = TestDirs::new("e2bgvdisk");
+    // The gvisor backend's directory on a 64 MiB file system: below the checkpoint reserve.
+    let gvisor = dirs.data.path().join("gvisor");
+    std::fs::create_dir_all(&gvisor).unwrap();
+    let mounted = std::process::Command::new("mount")
+        .args(["-t", "tmpfs", "-o", "size=64m", "tmpfs"])
+        .arg(&gvisor)
+        .status()
+        .unwrap();
+    assert!(mounted.success());
+    let checked = std::panic::catch_unwind(|| {
+        let mut command =
+            dirs.command(&["serve", "--listen", "127.0.0.1:0", "--backend", "gvisor"]);
+        command.env("OMABOX_API_KEY", KEY);
+        let serve = Serve::start(command);
+        let created = serve.create(r#"{"templateID":"base","timeout":600}"#);
+        let id = created["sandboxID"].as_str().unwrap();
+        let pause = format!("/sandboxes/{id}/pause");
+        let (status, refused) = serve.call(Some(KEY), "POST", &pause, Some(r#"{"memory":true}"#));
+        assert_eq!(status, 503, "{refused}");
+        assert_error(&refused, 503, "not enough disk space");
+        // Still running: listed as such, and a fork (which pauses first) is refused the same way.
+        let (status, info) = serve.call(Some(KEY), "GET", &format!("/sandboxes/{id}"), None);
+        assert_eq!(
+            (status, info["state"].as_str()),
+            (200, Some("running")),
+            "{info}"
+        );
+        let fork = format!("/sandboxes/{id}/fork");
+        let (status, forked) = serve.call(Some(KEY), "POST", &fork, Some(r#"{"count":1}"#));
+        assert_eq!(status, 503, "{forked}");
+        assert_error(&forked, 503, "not enough disk space");
+        let (status, info) = serve.call(Some(KEY), "GET", &format!("/sandboxes/{id}"), None);
+        assert_eq!(
+            (status, info["state"].as_str()),
+            (200, Some("running")),
+            "{info}"
+        );
+        let kill = format!("/sandboxes/{id}");
+        assert_eq!(serve.call(Some(KEY), "DELETE", &kill, None).0, 204);
+        serve.stop();
+    });
+    let _ = std::process::Command::new("umount").arg(&gvisor).status();
+    if let Err(panic) = checked {
+        std::panic::resume_unwind(panic);
+    }
+}
+
 /// `omabox reap` after a kill -9 of serve: no sandbox directory, layer, image, overlay
 /// mount, cgroup or process of `ids` is left.
 fn assert_reap_leaves_nothing(dirs: &TestDirs, ids: &[String]) {

@@ -18,6 +18,7 @@ mod bundle;
 pub mod catalog;
 mod checkpoints;
 mod copy;
+mod disk_room;
 mod fork;
 mod image;
 mod layers;
@@ -34,6 +35,7 @@ use std::path::PathBuf;
 
 pub use bundle::{CGROUP_PARENT, INIT_PATH, OUTPUTS, WORKSPACE};
 pub use checkpoints::{CHECKPOINT_RETENTION, is_checkpoint_id};
+pub use disk_room::CHECKPOINT_DISK_RESERVE;
 pub use image::GvisorImage;
 pub use network::GvisorNetwork;
 pub use omabox_sandbox_net::GatewayAccess;
@@ -151,6 +153,21 @@ pub enum GvisorError {
         id: String,
         /// Why.
         why: String,
+    },
+    /// The backend's file system has no room for a checkpoint (`disk_room.rs`).
+    #[error(
+        "not enough disk space under {} for the checkpoint: {free_mib} MiB free, about \
+         {needed_mib} MiB needed (the sandbox's memory in use plus a reserve); the sandbox \
+         runs on",
+        dir.display()
+    )]
+    NoDiskRoom {
+        /// The backend's directory.
+        dir: PathBuf,
+        /// Free MiB.
+        free_mib: u64,
+        /// MiB a checkpoint needs.
+        needed_mib: u64,
     },
     /// The sandbox is not paused (resume and fork need a checkpoint).
     #[error("the gvisor sandbox is not paused (it is {state:?})")]

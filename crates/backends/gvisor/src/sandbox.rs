@@ -591,12 +591,14 @@ impl GvisorSandbox {
     }
 
     /// Checkpoints the running sandbox to its directory: its processes and memory are
-    /// kept there and nothing runs until [`GvisorSandbox::resume`].
+    /// kept there and nothing runs until [`GvisorSandbox::resume`]. Refused, the sandbox
+    /// running on, when the disk has no room for it ([`GvisorError::NoDiskRoom`]).
     pub async fn pause(&self) -> Result<(), GvisorError> {
         let mut live = self.live.lock().await;
         if live.state != State::Running {
             return Err(GvisorError::NotRunning { state: live.state });
         }
+        crate::disk_room::check(&self.dir, &self.id)?;
         let client = live
             .client
             .take()

@@ -379,3 +379,46 @@ fn processes_naming(id: &str) -> Vec<u32> {
         })
         .collect()
 }
+
+/// A pause needs room for the sandbox's memory plus a reserve: on a file system without it
+/// (a 64 MiB tmpfs, below `CHECKPOINT_DISK_RESERVE` alone) the pause is refused with the
+/// figures, and the sandbox runs on, its processes and memory intact.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pause_without_room_on_disk_is_refused_and_the_sandbox_runs_on() {
+    let tmp = tempfile::tempdir().unwrap();
+    if runtime(tmp.path()).is_none() {
+        return;
+    }
+    let small = tmp.path().join("small");
+    std::fs::create_dir(&small).unwrap();
+    let mounted = std::process::Command::new("mount")
+        .args(["-t", "tmpfs", "-o", "size=64m", "tmpfs"])
+        .arg(&small)
+        .status()
+        .unwrap();
+    assert!(mounted.success(), "mount a 64 MiB tmpfs");
+    let dir = small.clone();
+    let outcome = async move {
+        let rt = runtime(&dir).unwrap();
+        let sandbox = Arc::new(rt.create().await.unwrap());
+        let port = GvisorSandboxPort::new(sandbox.clone());
+        start_counter(&port).await;
+        assert_eq!(ask(&port).await, "1");
+        let refused = sandbox.pause().await.expect_err("no room for a checkpoint");
+        let message = refused.to_string();
+        assert!(
+            message.contains("not enough disk space") && message.contains("MiB free"),
+            "{message}"
+        );
+        assert_eq!(sandbox.state().await, State::Running);
+        assert_eq!(ask(&port).await, "2", "the sandbox runs on with its memory");
+        assert!(!sandbox.checkpoint_dir().exists(), "no checkpoint started");
+        sandbox.destroy().await.unwrap();
+    };
+    // Unmounted whatever happened, so the temporary directory can go.
+    let result = tokio::spawn(outcome).await;
+    let _ = std::process::Command::new("umount").arg(&small).status();
+    if let Err(panic) = result {
+        std::panic::resume_unwind(panic.into_panic());
+    }
+}

@@ -284,6 +284,13 @@ impl SandboxHost {
         port: &GvisorSandboxPort,
     ) -> Result<bool, SandboxServiceError> {
         let paused = port.sandbox().pause().await;
+        if let Err(error @ omabox_backend_gvisor::GvisorError::NoDiskRoom { .. }) = paused {
+            // Refused before anything stopped: the sandbox runs on.
+            entry.pausing.store(false, Ordering::Release);
+            return Err(SandboxServiceError::Unavailable(format!(
+                "cannot pause sandbox {sandbox_id}: {error}"
+            )));
+        }
         if let Err(error) = paused {
             // A failed checkpoint leaves the sandbox ended (GvisorSandbox::pause): it goes.
             let _ = super::kill_entry(&self.inner, sandbox_id, entry).await;
