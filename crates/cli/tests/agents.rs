@@ -1054,11 +1054,15 @@ fn a_killed_serve_with_a_warm_session_leaves_nothing_after_reap() {
     // The kept claim expires (1 s) once nobody renews it; then reap takes the sandbox.
     std::thread::sleep(std::time::Duration::from_millis(1500));
     let output = setup
-        .command(&["reap"])
+        .command(&["reap", "--json"])
         .env("OMABOX_LEASE_TTL_MS", "1000")
         .output()
         .unwrap();
     assert!(output.status.success(), "{}", describe(&output));
+    // Reaped through the lease journal (the kept runtime's lease was never terminated), not
+    // only by the sweep of sandboxes whose owner is gone, which would find it too.
+    let report: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(report["abandoned"]["reaped"], 1, "{report}");
     assert!(leftovers(&setup).is_empty(), "{:?}", leftovers(&setup));
     // The session goes on, cold, from what the warm runtime's turn published.
     let serve = warm_serve(&setup, &[]);
