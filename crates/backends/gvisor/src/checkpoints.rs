@@ -29,6 +29,8 @@ const PREFIX: &str = "omabox-gvcp-";
 const PARTIAL: &str = ".partial";
 /// The file naming a checkpoint's mounts (`outputs`, `user-home`, one per line).
 const MOUNTS_FILE: &str = "mounts";
+/// The file naming the session a checkpoint is kept for.
+const SESSION_FILE: &str = "session";
 
 /// Hard-links the files of the checkpoint directory `from` into a new directory `to` (the
 /// same file system; nothing is copied). Anything but a regular file in `from` is refused.
@@ -70,9 +72,10 @@ fn mounts(outputs: bool, user_home: bool) -> String {
 }
 
 impl GvisorSandbox {
-    /// Pauses this running sandbox and keeps its checkpoint as runtime checkpoint `<id>`,
-    /// which outlives the sandbox (its destroy removes only its own links); returns the id.
-    pub async fn capture(&self) -> Result<String, GvisorError> {
+    /// Pauses this running sandbox and keeps its checkpoint as runtime checkpoint `<id>` for
+    /// session `session` only, which outlives the sandbox (its destroy removes only its own
+    /// links); returns the id.
+    pub async fn capture(&self, session: &str) -> Result<String, GvisorError> {
         self.pause().await?;
         let id = format!("{PREFIX}{}", uuid::Uuid::new_v4().simple());
         let root = checkpoints(&self.shared.dir);
@@ -81,10 +84,12 @@ impl GvisorSandbox {
             mounts(self.outputs().is_some(), self.user_home),
         );
         let (made, kept) = (root.join(format!("{id}{PARTIAL}")), root.join(&id));
+        let session = session.to_owned();
         blocking(move || {
             let keep = || -> std::io::Result<()> {
                 std::fs::create_dir_all(&made)?;
                 std::fs::write(made.join(MOUNTS_FILE), mounts)?;
+                std::fs::write(made.join(SESSION_FILE), session)?;
                 link_checkpoint(&from, &made.join("checkpoint"))?;
                 std::fs::rename(&made, &kept)
             };
@@ -103,12 +108,14 @@ impl GvisorSandbox {
 
 impl GvisorRuntime {
     /// A new sandbox binding what `spec` names whose processes go on from runtime
-    /// checkpoint `id` (kept: [`Self::remove_checkpoint`] removes it). `spec` must have
-    /// the checkpoint's mounts (an outputs directory or not, E2B's home or not).
+    /// checkpoint `id` (kept: [`Self::remove_checkpoint`] removes it). Only for the session
+    /// it was captured for, and `spec` must have the checkpoint's mounts (an outputs
+    /// directory or not, E2B's home or not).
     pub async fn restore_checkpoint(
         &self,
         id: &str,
         spec: SandboxSpec,
+        session: &str,
     ) -> Result<GvisorSandbox, GvisorError> {
         let refuse = |why: String| GvisorError::Checkpoint {
             id: id.to_owned(),
@@ -127,6 +134,11 @@ impl GvisorRuntime {
             }
             Err(e) => return Err(refuse(format!("cannot read its mounts: {e}"))),
         };
+        let owner = std::fs::read_to_string(dir.join(SESSION_FILE)).unwrap_or_default();
+        if owner != session {
+            // Neither session is named: ids are not secrets, but they are not ours to show.
+            return Err(refuse("it was taken for another session".into()));
+        }
         let wanted = mounts(spec.outputs.is_some(), spec.user_home);
         if kept != wanted {
             return Err(refuse(format!(

@@ -204,10 +204,14 @@ impl ManagedSandboxProvider for GvisorManagedProvider {
 
     /// Checkpoints the live sandbox (it stops) into a runtime checkpoint that outlives it
     /// (`checkpoints.rs`). Only a sandbox this process holds: its agent is ours to detach.
-    async fn capture_processes(&self, lease: &ManagedSandboxLease) -> Result<String, PortError> {
+    async fn capture_processes(
+        &self,
+        lease: &ManagedSandboxLease,
+        session_id: &str,
+    ) -> Result<String, PortError> {
         let port = LIVE.attached("gvisor", &lease.runtime_id)?;
         port.sandbox()
-            .capture()
+            .capture(session_id)
             .await
             .map_err(|e| PortError::new(crate::port::chain(&e)))
     }
@@ -220,7 +224,11 @@ impl ManagedSandboxProvider for GvisorManagedProvider {
         acquisition.signal.throw_if_aborted()?;
         let runtime = self.runtime()?;
         let sandbox = runtime
-            .restore_checkpoint(checkpoint_id, Self::spec(&acquisition))
+            .restore_checkpoint(
+                checkpoint_id,
+                Self::spec(&acquisition),
+                &acquisition.scope.session_id,
+            )
             .await
             .map_err(|e| PortError::new(crate::port::chain(&e)))?;
         Ok(Self::provided(runtime, sandbox))

@@ -13,7 +13,9 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use omabox_backend_gvisor::{GvisorConfig, GvisorRuntime, GvisorSandbox, GvisorSandboxPort, State};
+use omabox_backend_gvisor::{
+    GvisorConfig, GvisorRuntime, GvisorSandbox, GvisorSandboxPort, SandboxSpec, State,
+};
 use omabox_sandbox::{
     DuplexKillSignal, ProcessSignal, ProcessStatus, SandboxDuplexProcessSpec, SandboxPort,
     SandboxProcessExit,
@@ -421,4 +423,85 @@ async fn a_pause_without_room_on_disk_is_refused_and_the_sandbox_runs_on() {
     if let Err(panic) = result {
         std::panic::resume_unwind(panic.into_panic());
     }
+}
+
+/// A runtime checkpoint restores only for the session it was taken for and with its mounts;
+/// the right session gets the processes back, its memory intact, in a new sandbox binding
+/// the directory it names; a restore does not consume it (the managed port removes it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_runtime_checkpoint_restores_only_for_its_session_and_mounts() {
+    let tmp = tempfile::tempdir().unwrap();
+    let Some(rt) = runtime(tmp.path()) else {
+        return;
+    };
+    let first = tmp.path().join("first");
+    std::fs::create_dir(&first).unwrap();
+    let sandbox = Arc::new(
+        rt.create_with(SandboxSpec {
+            workspace: Some(first.clone()),
+            ..SandboxSpec::default()
+        })
+        .await
+        .unwrap(),
+    );
+    let port = GvisorSandboxPort::new(sandbox.clone());
+    start_counter(&port).await;
+    assert_eq!(ask(&port).await, "1");
+    let id = sandbox.capture("session-a").await.unwrap();
+    assert!(omabox_backend_gvisor::is_checkpoint_id(&id), "{id}");
+    sandbox.destroy().await.unwrap();
+
+    let second = tmp.path().join("second");
+    std::fs::create_dir(&second).unwrap();
+    std::fs::write(second.join("seen.txt"), "the restoring run's").unwrap();
+    let spec = SandboxSpec {
+        workspace: Some(second.clone()),
+        ..SandboxSpec::default()
+    };
+    let other = rt.restore_checkpoint(&id, spec.clone(), "session-b").await;
+    let refused = other
+        .expect_err("another session's restore is refused")
+        .to_string();
+    assert!(refused.contains("another session"), "{refused}");
+    assert!(
+        !refused.contains("session-a"),
+        "names no session: {refused}"
+    );
+    let with_outputs = SandboxSpec {
+        outputs: Some(tmp.path().to_path_buf()),
+        ..spec.clone()
+    };
+    let refused = rt
+        .restore_checkpoint(&id, with_outputs, "session-a")
+        .await
+        .expect_err("other mounts are refused")
+        .to_string();
+    assert!(refused.contains("mounts"), "{refused}");
+    let not_ours = rt
+        .restore_checkpoint("../../etc", spec.clone(), "session-a")
+        .await
+        .expect_err("not an id")
+        .to_string();
+    assert!(
+        not_ours.contains("not a gvisor runtime checkpoint id"),
+        "{not_ours}"
+    );
+
+    let restored = Arc::new(rt.restore_checkpoint(&id, spec, "session-a").await.unwrap());
+    let port = GvisorSandboxPort::new(restored.clone());
+    assert_eq!(ask(&port).await, "2", "the counter goes on from its memory");
+    assert_eq!(
+        port.read_file("/workspace/seen.txt").await.unwrap(),
+        "the restoring run's",
+        "the workspace is the restoring side's"
+    );
+    restored.destroy().await.unwrap();
+    rt.remove_checkpoint(&id).unwrap();
+    rt.remove_checkpoint(&id).unwrap();
+    assert_eq!(
+        std::fs::read_dir(tmp.path().join("checkpoints"))
+            .unwrap()
+            .count(),
+        0
+    );
 }

@@ -110,7 +110,10 @@ impl RuntimeCheckpointPort for ProviderRuntimeCheckpoint {
             )));
         }
         self.runtime.check_provider(&input.sandbox)?;
-        let checkpoint_id = self.provider().capture_processes(&input.sandbox).await?;
+        let checkpoint_id = self
+            .provider()
+            .capture_processes(&input.sandbox, &input.scope.session_id)
+            .await?;
         Ok(RuntimeCheckpointRef {
             provider: input.sandbox.provider.clone(),
             checkpoint_id,

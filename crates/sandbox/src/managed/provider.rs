@@ -168,10 +168,17 @@ pub trait ManagedSandboxProvider: Send + Sync {
     }
 
     /// Captures the processes and memory of the live runtime `lease` names into a
-    /// checkpoint that outlives it and this process, and returns the checkpoint's id (an
-    /// opaque name, never a path). The runtime stops; its lease is still terminated or
-    /// reaped as usual. Only for providers whose capabilities say `process_checkpoints`.
-    async fn capture_processes(&self, lease: &ManagedSandboxLease) -> Result<String, PortError> {
+    /// checkpoint that outlives it and this process, kept for session `session_id` only
+    /// ([`Self::restore_processes`] refuses another session's acquisition), and returns the
+    /// checkpoint's id (an opaque name, never a path). The runtime stops; its lease is still
+    /// terminated or reaped as usual. Only for providers whose capabilities say
+    /// `process_checkpoints`.
+    async fn capture_processes(
+        &self,
+        lease: &ManagedSandboxLease,
+        session_id: &str,
+    ) -> Result<String, PortError> {
+        let _ = session_id;
         Err(PortError::capability(format!(
             "{} does not capture processes (runtime {})",
             self.name(),
@@ -181,7 +188,8 @@ pub trait ManagedSandboxProvider: Send + Sync {
 
     /// A new *running* runtime whose processes go on from checkpoint `checkpoint_id`, with
     /// the acquisition's directories bound as `create` binds them (readiness is checked by
-    /// the caller). The checkpoint is kept: [`Self::remove_processes`] removes it.
+    /// the caller); refused unless the acquisition's session is the checkpoint's. The
+    /// checkpoint is kept: [`Self::remove_processes`] removes it.
     async fn restore_processes(
         &self,
         checkpoint_id: &str,

@@ -127,8 +127,12 @@ impl ManagedSandboxProvider for TrackingProvider {
         self.inner.status(lease).await
     }
 
-    async fn capture_processes(&self, lease: &ManagedSandboxLease) -> Result<String, PortError> {
-        self.inner.capture_processes(lease).await
+    async fn capture_processes(
+        &self,
+        lease: &ManagedSandboxLease,
+        session_id: &str,
+    ) -> Result<String, PortError> {
+        self.inner.capture_processes(lease, session_id).await
     }
 
     async fn restore_processes(
