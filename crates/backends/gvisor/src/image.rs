@@ -106,26 +106,19 @@ impl GvisorRuntime {
         let mut sandbox = GvisorSandbox::layout(self.shared.clone())?;
         sandbox.user_home = image.user_home;
         let (dir, layers) = (sandbox.dir.clone(), crate::layers::lowers(&image.dir));
-        let booted = match blocking(move || {
+        let mounted = blocking(move || {
             crate::layers::mount(&dir, &layers).map_err(|e| GvisorError::Io {
                 what: "mounting the workspace of a sandbox from an image".into(),
                 source: e,
             })
         })
-        .await
-        {
-            Ok(()) => match sandbox.serve_network() {
-                Ok(()) => sandbox.boot(Some(image.dir.join("checkpoint"))).await,
-                Err(e) => Err(e),
-            },
-            Err(e) => Err(e),
-        };
-        match booted {
-            Ok(()) => Ok(sandbox),
-            Err(e) => {
-                let _ = sandbox.destroy().await;
-                Err(e)
-            }
+        .await;
+        if let Err(e) = mounted {
+            let _ = sandbox.destroy().await;
+            return Err(e);
         }
+        sandbox
+            .start_in_place(Some(image.dir.join("checkpoint")))
+            .await
     }
 }

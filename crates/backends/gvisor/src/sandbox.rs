@@ -235,17 +235,7 @@ impl GvisorRuntime {
                 source: e,
             })?,
         }
-        let booted = match sandbox.serve_network() {
-            Ok(()) => sandbox.boot(image).await,
-            Err(e) => Err(e),
-        };
-        match booted {
-            Ok(()) => Ok(sandbox),
-            Err(e) => {
-                let _ = sandbox.destroy().await;
-                Err(e)
-            }
-        }
+        sandbox.start_in_place(image).await
     }
 }
 
@@ -326,6 +316,22 @@ impl GvisorSandbox {
                 gate: None,
             }),
         })
+    }
+
+    /// Serves the sandbox's network and boots it (restoring `image` when given); a sandbox
+    /// that does not start is destroyed, its directory with it.
+    pub(crate) async fn start_in_place(self, image: Option<PathBuf>) -> Result<Self, GvisorError> {
+        let booted = match self.serve_network() {
+            Ok(()) => self.boot(image).await,
+            Err(e) => Err(e),
+        };
+        match booted {
+            Ok(()) => Ok(self),
+            Err(e) => {
+                let _ = self.destroy().await;
+                Err(e)
+            }
+        }
     }
 
     /// The runsc container id (also the directory name).

@@ -63,14 +63,7 @@ impl SandboxHost {
                     })
                     .await
                     .map_err(|e| internal(startup_error(&e)))?;
-                let port = GvisorSandboxPort::new(std::sync::Arc::new(sandbox));
-                let client = match port.sandbox().client().await {
-                    Ok(client) => client,
-                    Err(e) => {
-                        let _ = port.sandbox().destroy().await;
-                        return Err(internal(startup_error(&e)));
-                    }
-                };
+                let (port, client) = connected(sandbox).await?;
                 (Running::Gvisor(port), client, gvisor.shape)
             }
             None => {
@@ -90,14 +83,7 @@ impl SandboxHost {
                 (Running::Linux(port), client, shape)
             }
         };
-        if !env_vars.is_empty()
-            && let Err(error) = port.set_env_vars(env_vars.clone()).await
-        {
-            let _ = port.terminate().await;
-            return Err(internal(format!(
-                "cannot set the sandbox's environment variables: {error}"
-            )));
-        }
+        with_env(&port, env_vars).await?;
         Ok((port, client, shape))
     }
 
@@ -118,23 +104,9 @@ impl SandboxHost {
             .start_from(image)
             .await
             .map_err(|e| internal(startup_error(&e)))?;
-        let port = GvisorSandboxPort::new(std::sync::Arc::new(sandbox));
-        let client = match port.sandbox().client().await {
-            Ok(client) => client,
-            Err(e) => {
-                let _ = port.sandbox().destroy().await;
-                return Err(internal(startup_error(&e)));
-            }
-        };
+        let (port, client) = connected(sandbox).await?;
         let port = Running::Gvisor(port);
-        if !env_vars.is_empty()
-            && let Err(error) = port.set_env_vars(env_vars.clone()).await
-        {
-            let _ = port.terminate().await;
-            return Err(internal(format!(
-                "cannot set the sandbox's environment variables: {error}"
-            )));
-        }
+        with_env(&port, env_vars).await?;
         Ok((port, client, gvisor.shape))
     }
 
@@ -442,4 +414,35 @@ impl SandboxHost {
         .await?;
         Ok(info)
     }
+}
+
+/// A started gvisor sandbox as a port, with its agent's client; the sandbox is destroyed
+/// when its agent does not answer.
+async fn connected(
+    sandbox: omabox_backend_gvisor::GvisorSandbox,
+) -> Result<(GvisorSandboxPort, AgentClient), SandboxServiceError> {
+    let port = GvisorSandboxPort::new(std::sync::Arc::new(sandbox));
+    match port.sandbox().client().await {
+        Ok(client) => Ok((port, client)),
+        Err(e) => {
+            let _ = port.sandbox().destroy().await;
+            Err(internal(startup_error(&e)))
+        }
+    }
+}
+
+/// Sets `env_vars` (when any) on a started sandbox, which is terminated when that fails.
+async fn with_env(
+    port: &Running,
+    env_vars: &BTreeMap<String, String>,
+) -> Result<(), SandboxServiceError> {
+    if !env_vars.is_empty()
+        && let Err(error) = port.set_env_vars(env_vars.clone()).await
+    {
+        let _ = port.terminate().await;
+        return Err(internal(format!(
+            "cannot set the sandbox's environment variables: {error}"
+        )));
+    }
+    Ok(())
 }
