@@ -197,6 +197,10 @@ pub enum SandboxServiceError {
     /// No running sandbox has this id.
     #[error("sandbox \"{0}\" not found")]
     NotFound(String),
+    /// Something other than a sandbox (a template, a build, a tag) is not there (the text
+    /// says what).
+    #[error("{0}")]
+    Missing(String),
     /// The request cannot be served as asked (the text says why).
     #[error("{0}")]
     BadRequest(String),

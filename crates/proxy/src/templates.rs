@@ -20,6 +20,9 @@ pub const MAX_TEMPLATE_FILE_BYTES: u64 = 64 << 20;
 pub const MAX_TEMPLATE_STEPS: usize = 256;
 /// Build log entries one status answer carries at most (E2B's page).
 pub const MAX_STATUS_LOG_ENTRIES: usize = 100;
+/// The tag a build gets when none is named, and the one a name without a tag means
+/// (`Sandbox.create("NAME")` starts from `NAME:default`).
+pub const DEFAULT_TAG: &str = "default";
 
 /// `POST /v3/templates`: a template (by name) and a build of it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -127,6 +130,54 @@ pub struct BuildStatus {
     pub reason: Option<String>,
 }
 
+/// A template as `GET /templates` and `GET /templates/{id}` show it (`Template`,
+/// `TemplateWithBuilds`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TemplateInfo {
+    /// Its id.
+    pub template_id: String,
+    /// Its name.
+    pub name: String,
+    /// When its first build was requested.
+    pub created_at: SystemTime,
+    /// When a build of it was last requested or finished.
+    pub updated_at: SystemTime,
+    /// When a sandbox last started from it.
+    pub last_spawned_at: Option<SystemTime>,
+    /// Sandboxes started from it.
+    pub spawn_count: u64,
+    /// CPUs and memory (MiB) of its sandboxes (0: not limited).
+    pub cpu_count: u32,
+    /// See `cpu_count`.
+    pub memory_mb: u64,
+    /// Its builds kept, newest first.
+    pub builds: Vec<TemplateBuildInfo>,
+}
+
+/// One build of a template (`TemplateBuild`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TemplateBuildInfo {
+    /// Its id (a UUID, as E2B's).
+    pub build_id: String,
+    /// Where it is.
+    pub state: BuildState,
+    /// When it was requested.
+    pub created_at: SystemTime,
+    /// When it ended, ready or failed.
+    pub finished_at: Option<SystemTime>,
+}
+
+/// A tag of a template: the build it names (`TemplateTag`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TemplateTag {
+    /// The tag.
+    pub tag: String,
+    /// The build it names.
+    pub build_id: String,
+    /// When it was given.
+    pub created_at: SystemTime,
+}
+
 /// Whoever builds serve's templates.
 #[async_trait]
 pub trait TemplateService: Send + Sync + 'static {
@@ -161,4 +212,19 @@ pub trait TemplateService: Send + Sync + 'static {
         template_id: &str,
         build_id: &str,
     ) -> Result<BuildStatus, SandboxServiceError>;
+    /// Every template built here, oldest first.
+    fn list(&self) -> Vec<TemplateInfo>;
+    /// The template of that id or name (`NotFound` when none).
+    fn info(&self, id_or_name: &str) -> Result<TemplateInfo, SandboxServiceError>;
+    /// Forgets the template of that id or name: its builds, tags and uploads (sandboxes
+    /// started from it run on). `Ok(false)`: there is none.
+    async fn delete(&self, id_or_name: &str) -> Result<bool, SandboxServiceError>;
+    /// Gives `tags` to the finished build `target` names (`NAME:TAG`, or `NAME` for its
+    /// [`DEFAULT_TAG`]), moving any of them from another build; answers that build's id.
+    fn assign_tags(&self, target: &str, tags: &[String]) -> Result<String, SandboxServiceError>;
+    /// Takes `tags` off the template `name` (`NotFound` naming the first it lacks; none
+    /// is removed then).
+    fn remove_tags(&self, name: &str, tags: &[String]) -> Result<(), SandboxServiceError>;
+    /// The tags of the template of that id or name, by tag.
+    fn tags(&self, id_or_name: &str) -> Result<Vec<TemplateTag>, SandboxServiceError>;
 }

@@ -15,8 +15,8 @@ use omabox_proxy::e2b::{
     SandboxMetrics, SandboxService, SandboxServiceError,
 };
 use omabox_proxy::templates::{
-    BuildLogEntry, BuildState, BuildStatus, FileSlot, TemplateBuildRequest, TemplateBuildSpec,
-    TemplateBuildTicket, TemplateService,
+    BuildLogEntry, BuildState, BuildStatus, FileSlot, TemplateBuildInfo, TemplateBuildRequest,
+    TemplateBuildSpec, TemplateBuildTicket, TemplateInfo, TemplateService, TemplateTag,
 };
 use omabox_proxy::{ProxyDeps, ProxyState, ServeConfig, router};
 use serde_json::Value;
@@ -42,6 +42,28 @@ struct Fake {
 struct FakeBuilds {
     uploaded: Mutex<Vec<usize>>,
     started: Mutex<Vec<TemplateBuildSpec>>,
+    /// Tag calls, as (target or name, tags, assigned).
+    tagged: Mutex<Vec<(String, Vec<String>, bool)>>,
+}
+
+/// The fake's one template, `known` (id `t0`), with one ready build `b0`.
+fn known_template() -> TemplateInfo {
+    TemplateInfo {
+        template_id: "t0".into(),
+        name: "known".into(),
+        created_at: SystemTime::UNIX_EPOCH + Duration::from_secs(60),
+        updated_at: SystemTime::UNIX_EPOCH + Duration::from_secs(120),
+        last_spawned_at: None,
+        spawn_count: 3,
+        cpu_count: 2,
+        memory_mb: 512,
+        builds: vec![TemplateBuildInfo {
+            build_id: "b0".into(),
+            state: BuildState::Ready,
+            created_at: SystemTime::UNIX_EPOCH + Duration::from_secs(60),
+            finished_at: Some(SystemTime::UNIX_EPOCH + Duration::from_secs(120)),
+        }],
+    }
 }
 
 #[async_trait::async_trait]
@@ -93,6 +115,42 @@ impl TemplateService for FakeBuilds {
     }
     fn template_id(&self, name: &str) -> Option<String> {
         (name == "known").then(|| "t0".to_owned())
+    }
+    fn list(&self) -> Vec<TemplateInfo> {
+        vec![known_template()]
+    }
+    fn info(&self, id_or_name: &str) -> Result<TemplateInfo, SandboxServiceError> {
+        match id_or_name {
+            "t0" | "known" => Ok(known_template()),
+            other => Err(SandboxServiceError::Missing(format!(
+                "template {other:?} not found"
+            ))),
+        }
+    }
+    async fn delete(&self, id_or_name: &str) -> Result<bool, SandboxServiceError> {
+        Ok(self.info(id_or_name).is_ok())
+    }
+    fn assign_tags(&self, target: &str, tags: &[String]) -> Result<String, SandboxServiceError> {
+        self.tagged
+            .lock()
+            .unwrap()
+            .push((target.to_owned(), tags.to_vec(), true));
+        Ok("b0".into())
+    }
+    fn remove_tags(&self, name: &str, tags: &[String]) -> Result<(), SandboxServiceError> {
+        self.tagged
+            .lock()
+            .unwrap()
+            .push((name.to_owned(), tags.to_vec(), false));
+        Ok(())
+    }
+    fn tags(&self, id_or_name: &str) -> Result<Vec<TemplateTag>, SandboxServiceError> {
+        self.info(id_or_name)?;
+        Ok(vec![TemplateTag {
+            tag: "default".into(),
+            build_id: "b0".into(),
+            created_at: SystemTime::UNIX_EPOCH + Duration::from_secs(120),
+        }])
     }
     fn build_status(&self, _: &str, _: &str) -> Result<BuildStatus, SandboxServiceError> {
         let log = (0..150)
@@ -348,6 +406,20 @@ async fn every_route_needs_the_operator_key_in_x_api_key() {
         ("GET", "/templates/t0/files/abc", None),
         ("POST", "/v2/templates/t0/builds/b0", Some("{}")),
         ("GET", "/templates/t0/builds/b0/status", None),
+        ("GET", "/templates", None),
+        ("GET", "/templates/t0", None),
+        ("DELETE", "/templates/t0", None),
+        ("GET", "/templates/t0/tags", None),
+        (
+            "POST",
+            "/templates/tags",
+            Some(r#"{"target":"known","tags":["x"]}"#),
+        ),
+        (
+            "DELETE",
+            "/templates/tags",
+            Some(r#"{"name":"known","tags":["x"]}"#),
+        ),
     ];
     for (method, path, body) in routes {
         for key in [None, Some("wrong"), Some("")] {
@@ -950,4 +1022,105 @@ async fn template_building_in_e2b_shapes_and_bounded() {
     assert_eq!(alias["templateID"], "t0");
     let (status, _, _) = call(&state, "GET", "/templates/aliases/unknown", Some(KEY), None).await;
     assert_eq!(status, StatusCode::NOT_FOUND);
+}
+
+#[tokio::test]
+async fn built_templates_are_listed_tagged_and_deleted_in_e2b_shapes() {
+    let builds = Arc::new(FakeBuilds::default());
+    let fake = Arc::new(Fake {
+        builds: Some(Arc::clone(&builds)),
+        ..Fake::default()
+    });
+    let state = state(Some(Arc::clone(&fake)));
+    // `NAME:TAG` is the name with the tag first among the tags (E2B's rule).
+    let body = Some(r#"{"name":"my-tpl:v2","tags":["stable"]}"#);
+    let (status, _, made) = call(&state, "POST", "/v3/templates", Some(KEY), body).await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{made}");
+    assert_eq!(made["names"], serde_json::json!(["my-tpl"]));
+    assert_eq!(made["tags"], serde_json::json!(["v2", "stable"]));
+
+    let (status, _, list) = call(&state, "GET", "/templates", Some(KEY), None).await;
+    assert_eq!(status, StatusCode::OK, "{list}");
+    assert_eq!(
+        list,
+        serde_json::json!([{
+            "templateID": "t0", "buildID": "b0", "cpuCount": 2, "memoryMB": 512,
+            "diskSizeMB": 0, "public": false, "aliases": ["known"], "names": ["known"],
+            "createdAt": "1970-01-01T00:01:00.000Z", "updatedAt": "1970-01-01T00:02:00.000Z",
+            "createdBy": null, "lastSpawnedAt": null, "spawnCount": 3, "buildCount": 1,
+            "envdVersion": omabox_proxy::envd::ENVD_VERSION, "buildStatus": "ready",
+        }])
+    );
+    let (status, _, one) = call(&state, "GET", "/templates/known", Some(KEY), None).await;
+    assert_eq!(status, StatusCode::OK, "{one}");
+    assert_eq!(one["templateID"], "t0");
+    assert_eq!(one["builds"][0]["buildID"], "b0");
+    assert_eq!(one["builds"][0]["status"], "ready");
+    assert_eq!(one["builds"][0]["finishedAt"], "1970-01-01T00:02:00.000Z");
+    let (status, _, error) = call(&state, "GET", "/templates/nope", Some(KEY), None).await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    assert_error(&error, 404, "nope");
+
+    let (status, _, tags) = call(&state, "GET", "/templates/t0/tags", Some(KEY), None).await;
+    assert_eq!(status, StatusCode::OK, "{tags}");
+    assert_eq!(
+        tags,
+        serde_json::json!([{"tag": "default", "buildID": "b0",
+            "createdAt": "1970-01-01T00:02:00.000Z"}])
+    );
+    let assign = Some(r#"{"target":"known:default","tags":["prod","stable"]}"#);
+    let (status, _, assigned) = call(&state, "POST", "/templates/tags", Some(KEY), assign).await;
+    assert_eq!(status, StatusCode::CREATED, "{assigned}");
+    assert_eq!(
+        assigned,
+        serde_json::json!({"tags": ["prod", "stable"], "buildID": "b0"})
+    );
+    let remove = Some(r#"{"name":"known","tags":["prod"]}"#);
+    let (status, _, _) = call(&state, "DELETE", "/templates/tags", Some(KEY), remove).await;
+    assert_eq!(status, StatusCode::NO_CONTENT);
+    assert_eq!(
+        *builds.tagged.lock().unwrap(),
+        [
+            (
+                "known:default".to_owned(),
+                vec!["prod".to_owned(), "stable".to_owned()],
+                true
+            ),
+            ("known".to_owned(), vec!["prod".to_owned()], false),
+        ]
+    );
+    // Bad tag calls are refused before they reach the service.
+    for (method, body, needle) in [
+        ("POST", r#"{"tags":["x"]}"#, "target is required"),
+        (
+            "POST",
+            r#"{"target":"known","tags":[]}"#,
+            "at least one tag",
+        ),
+        (
+            "POST",
+            r#"{"target":"known","tags":["a b"]}"#,
+            "tag \"a b\"",
+        ),
+        ("DELETE", r#"{"tags":["x"]}"#, "name is required"),
+        ("DELETE", r#"{"name":"known"}"#, "at least one tag"),
+    ] {
+        let (status, _, error) =
+            call(&state, method, "/templates/tags", Some(KEY), Some(body)).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{method} {body}");
+        assert_error(&error, 400, needle);
+    }
+    let many: Vec<String> = (0..17).map(|n| format!("\"t{n}\"")).collect();
+    let many = format!(r#"{{"target":"known","tags":[{}]}}"#, many.join(","));
+    let (status, _, error) = call(&state, "POST", "/templates/tags", Some(KEY), Some(&many)).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    assert_error(&error, 400, "at most 16 tags");
+    assert_eq!(builds.tagged.lock().unwrap().len(), 2);
+
+    // Delete: a built template (by name or id) is 204; anything else 404.
+    let (status, _, _) = call(&state, "DELETE", "/templates/known", Some(KEY), None).await;
+    assert_eq!(status, StatusCode::NO_CONTENT);
+    let (status, _, error) = call(&state, "DELETE", "/templates/nope", Some(KEY), None).await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    assert_error(&error, 404, "template \"nope\" not found");
 }

@@ -2,8 +2,9 @@
 (E2B_API_URL and E2B_API_KEY point at it; its base is a Debian image): a template from
 `base` with a file copied in, a command run and a build-time variable is built (its files
 uploaded, its status and log polled), then `Sandbox.create(template=NAME)` starts from it;
-a template chained on it adds a step; steps omabox cannot honour are refused naming the
-step. Every check raises on a wrong answer; the last line printed is `OK`."""
+a template chained on it adds a step; a build tagged `v2` and the tags given and taken
+each start their build; the API client lists templates with their builds and deletes one
+(its running sandbox runs on); steps omabox cannot honour are refused naming the step. Every check raises on a wrong answer; the last line printed is `OK`."""
 
 import os
 import tempfile
@@ -55,6 +56,64 @@ child = Template().from_template("omabox-sdk-tpl").run_cmd("echo child >> /opt/a
 Template.build(child, "omabox-sdk-child")
 sbx = Sandbox.create(template="omabox-sdk-child", timeout=60)
 check(sbx.commands.run("tail -n 1 /opt/app/marker").stdout == "child\n", "a template built on a template")
+
+# Tags: a build named NAME:TAG (plus `tags`) gets its tags; NAME stays on `default`.
+v2 = Template().from_template("omabox-sdk-tpl").run_cmd("echo v2 >> /opt/app/marker")
+built = Template.build(v2, "omabox-sdk-tpl:v2", tags=["stable"])
+tags = {t.tag: t.build_id for t in Template.get_tags("omabox-sdk-tpl")}
+check(set(tags) == {"default", "v2", "stable"} and tags["v2"] == built.build_id == tags["stable"]
+      and tags["default"] != built.build_id, f"Template.get_tags: {tags}")
+last = lambda name: Sandbox.create(template=name, timeout=30)  # noqa: E731
+for name, want in [("omabox-sdk-tpl:v2", "v2\n"), ("omabox-sdk-tpl:stable", "v2\n"),
+                   ("omabox-sdk-tpl", "mod.py\n"), ("omabox-sdk-tpl:default", "mod.py\n")]:
+    s = last(name)
+    got = s.commands.run("tail -n 1 /opt/app/marker").stdout
+    s.kill()
+    check(got == want, f"{name} starts its tagged build ({got!r})")
+info = Template.assign_tags("omabox-sdk-tpl:v2", ["prod"])
+check(str(info.build_id) == built.build_id and info.tags == ["prod"], f"Template.assign_tags: {info}")
+Template.remove_tags("omabox-sdk-tpl", ["prod", "stable"])
+check({t.tag for t in Template.get_tags("omabox-sdk-tpl")} == {"default", "v2"}, "Template.remove_tags")
+for bad, needle in [
+    (lambda: Template.remove_tags("omabox-sdk-tpl", "nosuchtag"), "no tag"),
+    (lambda: Template.assign_tags("omabox-sdk-tpl:nosuchtag", "x"), "no build tagged"),
+    (lambda: Template.get_tags("omabox-sdk-none"), "not found"),
+    (lambda: last("omabox-sdk-tpl:nosuchtag"), "no build tagged"),
+]:
+    try:
+        bad()
+        raise AssertionError(f"must be refused: {needle}")
+    except Exception as e:  # the SDK raises its own classes per call
+        check(needle in str(e), f"refused: {e}")
+
+# The API lists templates with their builds and deletes one; its sandboxes run on.
+from e2b.api.client.api.templates import (  # noqa: E402
+    delete_templates_template_id, get_templates, get_templates_template_id)
+from e2b.api.client_sync import get_api_client  # noqa: E402
+from e2b.connection_config import ConnectionConfig  # noqa: E402
+
+api = get_api_client(ConnectionConfig())
+listed = get_templates.sync_detailed(client=api).parsed
+by_name = {t.names[0]: t for t in listed}
+check({"omabox-sdk-tpl", "omabox-sdk-child"} <= set(by_name), f"GET /templates: {sorted(by_name)}")
+tpl = by_name["omabox-sdk-tpl"]
+check(tpl.build_count == 3 and tpl.spawn_count >= 3 and str(tpl.build_status) == "ready",
+      f"a listed template: {tpl}")
+detail = get_templates_template_id.sync_detailed("omabox-sdk-tpl", client=api).parsed
+check(detail.template_id == tpl.template_id and str(detail.builds[0].build_id) == built.build_id
+      and all(str(b.status) == "ready" for b in detail.builds), f"GET /templates/id: {detail.builds}")
+gone = delete_templates_template_id.sync_detailed("omabox-sdk-child", client=api)
+check(gone.status_code == 204, f"DELETE /templates/id: {gone.status_code}")
+check(not Template.exists("omabox-sdk-child"), "a deleted template is gone")
+again = delete_templates_template_id.sync_detailed("omabox-sdk-child", client=api)
+check(again.status_code == 404, f"deleted twice: {again.status_code}")
+try:
+    Sandbox.create(template="omabox-sdk-child")
+    raise AssertionError("a deleted template must not start")
+except SandboxException as e:
+    check("not known" in str(e), f"a deleted template: {e}")
+check(sbx.commands.run("tail -n 1 /opt/app/marker").stdout == "child\n",
+      "a sandbox of a deleted template runs on")
 sbx.kill()
 
 # Refusals name the step.

@@ -4,7 +4,15 @@
 //! layer (`template_recipe`) over the template's base, built once per image and content
 //! in a build sandbox, as `omabox run --environment` builds one.
 //!
-//! Bounded: [`MAX_BUILT_TEMPLATES`] templates, [`MAX_BUILDS`] builds kept per template,
+//! Tags (E2B's): a build gets the tags it was requested with (`NAME:TAG`, `tags`; none:
+//! [`DEFAULT_TAG`]) once it is ready, moving them from an older build; `NAME` means
+//! `NAME:default`. Tags can be given to a ready build later and taken off. A template can
+//! be deleted: its builds, tags and uploads are forgotten, sandboxes started from it run
+//! on, and its environment layer stays in the image cache (content-addressed: a later
+//! build of the same steps finds it; `omabox image rm|prune` removes it with its image).
+//!
+//! Bounded: [`MAX_BUILT_TEMPLATES`] templates, [`MAX_BUILDS`] builds kept per template
+//! (the oldest finished one no tag names is forgotten), [`MAX_TAGS`] tags per template,
 //! [`MAX_FILES`] uploads per template of at most `MAX_TEMPLATE_FILE_BYTES` each and
 //! [`MAX_STORED_BYTES`] in all, [`MAX_BUILD_LOG`] log entries per build. State lives in
 //! serve's memory; uploads in `<data-dir>/template-files/serve-<pid>/`, removed when serve
@@ -23,11 +31,12 @@ use omabox_contract::SecretString;
 use omabox_proxy::e2b::{LogLevel, SandboxServiceError};
 use omabox_proxy::envd::UploadBody;
 use omabox_proxy::templates::{
-    BuildLogEntry, BuildState, BuildStatus, FileSlot, TemplateBuildRequest, TemplateBuildSpec,
-    TemplateBuildTicket, TemplateService,
+    BuildLogEntry, BuildState, BuildStatus, DEFAULT_TAG, FileSlot, TemplateBuildInfo,
+    TemplateBuildRequest, TemplateBuildSpec, TemplateBuildTicket, TemplateInfo, TemplateService,
+    TemplateTag,
 };
 use sha2::{Digest as _, Sha256};
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -44,6 +53,8 @@ pub const MAX_FILES: usize = 256;
 pub const MAX_STORED_BYTES: u64 = 1 << 30;
 /// Log entries one build keeps.
 pub const MAX_BUILD_LOG: usize = 1000;
+/// Tags one template keeps.
+pub const MAX_TAGS: usize = 64;
 
 /// Every template built here (module doc).
 #[derive(Default)]
@@ -65,10 +76,43 @@ struct State {
 
 struct Template {
     name: String,
+    created_at: SystemTime,
+    updated_at: SystemTime,
     files: HashMap<String, Slot>,
+    /// Oldest first.
     builds: Vec<(String, Arc<Build>)>,
-    /// The last finished build's recipe and prepared config.
-    ready: Option<(Recipe, LinuxSandboxConfig)>,
+    /// Each tag's build id, and when it was given.
+    tags: BTreeMap<String, (String, SystemTime)>,
+    spawn_count: u64,
+    last_spawned_at: Option<SystemTime>,
+}
+
+impl Template {
+    fn build(&self, build_id: &str) -> Option<&Arc<Build>> {
+        self.builds
+            .iter()
+            .find(|(id, _)| id == build_id)
+            .map(|(_, build)| build)
+    }
+
+    /// The recipe and prepared config of the ready build `tag` names.
+    fn tagged(&self, tag: &str) -> Option<(Recipe, LinuxSandboxConfig)> {
+        let (build_id, _) = self.tags.get(tag)?;
+        self.build(build_id)?.progress().ready.clone()
+    }
+
+    /// Why `tag` starts no sandbox.
+    fn untagged(&self, tag: &str) -> SandboxServiceError {
+        let any_ready = self
+            .builds
+            .iter()
+            .any(|(_, build)| build.progress().ready.is_some());
+        SandboxServiceError::BadRequest(if any_ready {
+            format!("template {:?} has no build tagged {tag:?}", self.name)
+        } else {
+            format!("template {:?} has no finished build yet", self.name)
+        })
+    }
 }
 
 enum Slot {
@@ -76,18 +120,52 @@ enum Slot {
     Stored(CopyFile),
 }
 
-#[derive(Default)]
 struct Build {
-    status: Mutex<Option<BuildStatus>>,
+    created_at: SystemTime,
+    /// The tags it gets once ready.
+    tags: Vec<String>,
+    progress: Mutex<Progress>,
+}
+
+struct Progress {
+    status: BuildStatus,
+    finished_at: Option<SystemTime>,
+    /// Once ready: its recipe and the prepared config its sandboxes start from.
+    ready: Option<(Recipe, LinuxSandboxConfig)>,
 }
 
 impl Build {
+    fn new(tags: Vec<String>) -> Self {
+        Self {
+            created_at: SystemTime::now(),
+            tags,
+            progress: Mutex::new(Progress {
+                status: BuildStatus {
+                    state: BuildState::Waiting,
+                    log: Vec::new(),
+                    reason: None,
+                },
+                finished_at: None,
+                ready: None,
+            }),
+        }
+    }
+
+    fn progress(&self) -> std::sync::MutexGuard<'_, Progress> {
+        self.progress.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn finished(&self) -> bool {
+        matches!(
+            self.progress().status.state,
+            BuildState::Ready | BuildState::Error
+        )
+    }
+
     fn log(&self, level: LogLevel, message: &str) {
-        let mut status = self.status.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some(status) = status.as_mut()
-            && status.log.len() < MAX_BUILD_LOG
-        {
-            status.log.push(BuildLogEntry {
+        let mut progress = self.progress();
+        if progress.status.log.len() < MAX_BUILD_LOG {
+            progress.status.log.push(BuildLogEntry {
                 timestamp: SystemTime::now(),
                 level,
                 message: super::logs::clean(message),
@@ -95,17 +173,56 @@ impl Build {
         }
     }
 
-    fn finish(&self, state: BuildState, reason: Option<String>) {
-        if let Some(status) = self
-            .status
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .as_mut()
-        {
-            status.state = state;
-            status.reason = reason;
+    fn finish(&self, ready: Result<(Recipe, LinuxSandboxConfig), String>) {
+        let mut progress = self.progress();
+        progress.finished_at = Some(SystemTime::now());
+        match ready {
+            Ok(ready) => {
+                progress.status.state = BuildState::Ready;
+                progress.ready = Some(ready);
+            }
+            Err(reason) => {
+                progress.status.state = BuildState::Error;
+                progress.status.reason = Some(reason);
+            }
         }
     }
+
+    fn info(&self, build_id: &str) -> TemplateBuildInfo {
+        let progress = self.progress();
+        TemplateBuildInfo {
+            build_id: build_id.to_owned(),
+            state: progress.status.state,
+            created_at: self.created_at,
+            finished_at: progress.finished_at,
+        }
+    }
+}
+
+impl State {
+    /// The template `name` names (`NAME`, `NAME:TAG`, or its id with or without `:TAG`)
+    /// and the tag it means.
+    fn find<'a>(&self, name: &'a str) -> Option<(String, &'a str)> {
+        let (plain, tag) = name.rsplit_once(':').unwrap_or((name, DEFAULT_TAG));
+        let id = match self.names.get(plain) {
+            Some(id) => id.clone(),
+            None => self.by_id.contains_key(plain).then(|| plain.to_owned())?,
+        };
+        Some((id, tag))
+    }
+
+    fn named(&self, name: &str) -> Result<(String, &Template), SandboxServiceError> {
+        self.find(name)
+            .and_then(|(id, _)| self.by_id.get(&id).map(|template| (id, template)))
+            .ok_or_else(|| not_found(name))
+    }
+}
+
+fn not_found(name: &str) -> SandboxServiceError {
+    SandboxServiceError::Missing(format!(
+        "template {:?} not found",
+        name.chars().take(64).collect::<String>()
+    ))
 }
 
 impl TemplateBuilds {
@@ -113,27 +230,23 @@ impl TemplateBuilds {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// The prepared config of the template `name` (`NAME`, `NAME:TAG` or its id): `None`
-    /// when no template has that name; an error when it has no finished build.
+    /// The prepared config a sandbox of the template `name` (`NAME`, `NAME:TAG` or its id)
+    /// starts from, counted as a start: `None` when no template has that name; an error
+    /// when the tag names no ready build.
     pub(super) fn config_of(
         &self,
         name: &str,
     ) -> Option<Result<LinuxSandboxConfig, SandboxServiceError>> {
-        let state = self.state();
-        let plain = name.split_once(':').map_or(name, |(plain, _)| plain);
-        let id = state
-            .names
-            .get(name)
-            .or_else(|| state.names.get(plain))
-            .cloned()
-            .or_else(|| state.by_id.contains_key(name).then(|| name.to_owned()))?;
-        let template = state.by_id.get(&id)?;
-        Some(match &template.ready {
-            Some((_, config)) => Ok(config.clone()),
-            None => Err(SandboxServiceError::BadRequest(format!(
-                "template {:?} has no finished build yet",
-                template.name
-            ))),
+        let mut state = self.state();
+        let (id, tag) = state.find(name)?;
+        let template = state.by_id.get_mut(&id)?;
+        Some(match template.tagged(tag) {
+            Some((_, config)) => {
+                template.spawn_count += 1;
+                template.last_spawned_at = Some(SystemTime::now());
+                Ok(config)
+            }
+            None => Err(template.untagged(tag)),
         })
     }
 
@@ -148,12 +261,10 @@ impl TemplateBuilds {
         state: &'a mut State,
         template_id: &str,
     ) -> Result<&'a mut Template, SandboxServiceError> {
-        state.by_id.get_mut(template_id).ok_or_else(|| {
-            SandboxServiceError::NotFound(format!(
-                "template {}",
-                template_id.chars().take(64).collect::<String>()
-            ))
-        })
+        state
+            .by_id
+            .get_mut(template_id)
+            .ok_or_else(|| not_found(template_id))
     }
 }
 
@@ -181,55 +292,53 @@ impl TemplateService for SandboxHost {
                     )));
                 }
                 let id = new_sandbox_id();
+                let now = SystemTime::now();
                 state.names.insert(request.name.clone(), id.clone());
                 state.by_id.insert(
                     id.clone(),
                     Template {
                         name: request.name.clone(),
+                        created_at: now,
+                        updated_at: now,
                         files: HashMap::new(),
                         builds: Vec::new(),
-                        ready: None,
+                        tags: BTreeMap::new(),
+                        spawn_count: 0,
+                        last_spawned_at: None,
                     },
                 );
                 id
             }
         };
         let template = TemplateBuilds::template_mut(&mut state, &id)?;
-        let build_id = new_sandbox_id();
+        // E2B's build ids are UUIDs (the SDKs parse them as such).
+        let build_id = uuid::Uuid::new_v4().to_string();
         if template.builds.len() >= MAX_BUILDS {
-            let finished = template.builds.iter().position(|(_, b)| {
-                b.status
-                    .lock()
-                    .unwrap_or_else(PoisonError::into_inner)
-                    .as_ref()
-                    .is_none_or(|s| matches!(s.state, BuildState::Ready | BuildState::Error))
+            let forgettable = template.builds.iter().position(|(id, build)| {
+                build.finished() && !template.tags.values().any(|(tagged, _)| tagged == id)
             });
-            match finished {
+            match forgettable {
                 Some(oldest) => drop(template.builds.remove(oldest)),
                 None => {
                     return Err(SandboxServiceError::Unavailable(format!(
-                        "template {:?} already has {MAX_BUILDS} builds in progress",
+                        "template {:?} already keeps {MAX_BUILDS} builds in progress or tagged",
                         template.name
                     )));
                 }
             }
         }
-        let build = Arc::new(Build::default());
-        *build.status.lock().unwrap_or_else(PoisonError::into_inner) = Some(BuildStatus {
-            state: BuildState::Waiting,
-            log: Vec::new(),
-            reason: None,
-        });
+        let tags = if request.tags.is_empty() {
+            vec![DEFAULT_TAG.to_owned()]
+        } else {
+            request.tags
+        };
+        let build = Arc::new(Build::new(tags.clone()));
         build.log(
             LogLevel::Info,
             &format!("build {build_id} of template {} requested", template.name),
         );
         template.builds.push((build_id.clone(), build));
-        let tags = if request.tags.is_empty() {
-            vec!["default".to_owned()]
-        } else {
-            request.tags
-        };
+        template.updated_at = SystemTime::now();
         Ok(TemplateBuildTicket {
             template_id: id,
             build_id,
@@ -361,39 +470,28 @@ impl TemplateService for SandboxHost {
                 .as_deref()
                 .filter(|name| *name != template_recipe::BASE)
                 .and_then(|name| {
-                    let id = state.names.get(name)?;
-                    state.by_id.get(id)?.ready.as_ref().map(|(r, _)| r.clone())
+                    let (id, tag) = state.find(name)?;
+                    state.by_id.get(&id)?.tagged(tag).map(|(recipe, _)| recipe)
                 });
             let template = TemplateBuilds::template_mut(&mut state, template_id)?;
             let build = template
-                .builds
-                .iter()
-                .find(|(id, _)| id == build_id)
-                .map(|(_, b)| Arc::clone(b))
-                .ok_or_else(|| {
-                    SandboxServiceError::NotFound(format!(
-                        "build {}",
-                        build_id.chars().take(64).collect::<String>()
-                    ))
-                })?;
+                .build(build_id)
+                .map(Arc::clone)
+                .ok_or_else(|| build_not_found(build_id))?;
             let files = |hash: &str| match template.files.get(hash) {
                 Some(Slot::Stored(file)) => Some(file.clone()),
                 _ => None,
             };
             let recipe = template_recipe::recipe_of(&spec, parent.as_ref(), &files)
                 .map_err(SandboxServiceError::BadRequest)?;
-            let mut status = build.status.lock().unwrap_or_else(PoisonError::into_inner);
-            match status.as_mut() {
-                Some(status) if status.state == BuildState::Waiting => {
-                    status.state = BuildState::Building;
-                }
-                _ => {
-                    return Err(SandboxServiceError::BadRequest(format!(
-                        "build {build_id} was started already"
-                    )));
-                }
+            let mut progress = build.progress();
+            if progress.status.state != BuildState::Waiting {
+                return Err(SandboxServiceError::BadRequest(format!(
+                    "build {build_id} was started already"
+                )));
             }
-            drop(status);
+            progress.status.state = BuildState::Building;
+            drop(progress);
             (build, recipe, template.name.clone())
         };
         build.log(
@@ -408,22 +506,26 @@ impl TemplateService for SandboxHost {
             ),
         );
         let host = self.clone();
-        let template_id = template_id.to_owned();
+        let (template_id, build_id) = (template_id.to_owned(), build_id.to_owned());
         tokio::spawn(async move {
             match host.template_config(&recipe).await {
                 Ok(config) => {
-                    let mut state = host.inner.builds.state();
-                    if let Some(template) = state.by_id.get_mut(&template_id) {
-                        template.ready = Some((recipe, config));
-                    }
-                    drop(state);
                     build.log(LogLevel::Info, &format!("template {name} is ready"));
-                    build.finish(BuildState::Ready, None);
+                    // Ready and tagged at once: a status poll that saw `ready` finds the tags.
+                    let mut state = host.inner.builds.state();
+                    build.finish(Ok((recipe, config)));
+                    if let Some(template) = state.by_id.get_mut(&template_id) {
+                        let now = SystemTime::now();
+                        for tag in &build.tags {
+                            template.tags.insert(tag.clone(), (build_id.clone(), now));
+                        }
+                        template.updated_at = now;
+                    }
                 }
                 Err(error) => {
                     let message = error.to_string();
                     build.log(LogLevel::Error, &message);
-                    build.finish(BuildState::Error, Some(super::logs::clean(&message)));
+                    build.finish(Err(super::logs::clean(&message)));
                 }
             }
         });
@@ -431,7 +533,7 @@ impl TemplateService for SandboxHost {
     }
 
     fn template_id(&self, name: &str) -> Option<String> {
-        self.inner.builds.state().names.get(name).cloned()
+        self.inner.builds.state().find(name).map(|(id, _)| id)
     }
 
     fn build_status(
@@ -442,21 +544,165 @@ impl TemplateService for SandboxHost {
         let mut state = self.inner.builds.state();
         let template = TemplateBuilds::template_mut(&mut state, template_id)?;
         template
+            .build(build_id)
+            .map(|build| build.progress().status.clone())
+            .ok_or_else(|| build_not_found(build_id))
+    }
+
+    fn list(&self) -> Vec<TemplateInfo> {
+        let state = self.inner.builds.state();
+        let mut templates: Vec<TemplateInfo> = state
+            .by_id
+            .iter()
+            .map(|(id, template)| info_of(id, template))
+            .collect();
+        templates
+            .sort_by(|a, b| (a.created_at, &a.template_id).cmp(&(b.created_at, &b.template_id)));
+        templates
+    }
+
+    fn info(&self, id_or_name: &str) -> Result<TemplateInfo, SandboxServiceError> {
+        let state = self.inner.builds.state();
+        let (id, template) = state.named(id_or_name)?;
+        Ok(info_of(&id, template))
+    }
+
+    async fn delete(&self, id_or_name: &str) -> Result<bool, SandboxServiceError> {
+        let builds = &self.inner.builds;
+        let removed = {
+            let mut state = builds.state();
+            let Some((id, _)) = state.find(id_or_name) else {
+                return Ok(false);
+            };
+            let Some(template) = state.by_id.remove(&id) else {
+                return Ok(false);
+            };
+            state.names.remove(&template.name);
+            (id, template)
+        };
+        let (id, template) = removed;
+        // Its uploads: their bytes no longer count against the server's cap.
+        let stored: u64 = template
+            .files
+            .values()
+            .filter_map(|slot| match slot {
+                Slot::Stored(file) => std::fs::metadata(&file.path).ok().map(|m| m.len()),
+                Slot::Waiting(_) => None,
+            })
+            .sum();
+        if let Some(dir) = &builds.files_dir {
+            // `id` is ours (letters and digits).
+            match tokio::fs::remove_dir_all(dir.join(&id)).await {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(internal(format!("cannot remove the uploads: {e}"))),
+            }
+        }
+        builds.stored.fetch_sub(
+            stored.min(builds.stored.load(Ordering::Acquire)),
+            Ordering::AcqRel,
+        );
+        Ok(true)
+    }
+
+    fn assign_tags(&self, target: &str, tags: &[String]) -> Result<String, SandboxServiceError> {
+        let mut state = self.inner.builds.state();
+        let (id, tag) = state.find(target).ok_or_else(|| not_found(target))?;
+        let template = TemplateBuilds::template_mut(&mut state, &id)?;
+        let (build_id, _) = template.tags.get(tag).cloned().ok_or_else(|| {
+            SandboxServiceError::Missing(format!(
+                "template {:?} has no build tagged {:?}",
+                template.name,
+                tag.chars().take(64).collect::<String>()
+            ))
+        })?;
+        let new = tags
+            .iter()
+            .filter(|t| !template.tags.contains_key(*t))
+            .count();
+        if template.tags.len() + new > MAX_TAGS {
+            return Err(SandboxServiceError::Unavailable(format!(
+                "template {:?} may have at most {MAX_TAGS} tags",
+                template.name
+            )));
+        }
+        let now = SystemTime::now();
+        for tag in tags {
+            template.tags.insert(tag.clone(), (build_id.clone(), now));
+        }
+        template.updated_at = now;
+        Ok(build_id)
+    }
+
+    fn remove_tags(&self, name: &str, tags: &[String]) -> Result<(), SandboxServiceError> {
+        let mut state = self.inner.builds.state();
+        let (id, _) = state.find(name).ok_or_else(|| not_found(name))?;
+        let template = TemplateBuilds::template_mut(&mut state, &id)?;
+        if let Some(missing) = tags.iter().find(|tag| !template.tags.contains_key(*tag)) {
+            return Err(SandboxServiceError::Missing(format!(
+                "template {:?} has no tag {:?}",
+                template.name,
+                missing.chars().take(64).collect::<String>()
+            )));
+        }
+        for tag in tags {
+            template.tags.remove(tag);
+        }
+        template.updated_at = SystemTime::now();
+        Ok(())
+    }
+
+    fn tags(&self, id_or_name: &str) -> Result<Vec<TemplateTag>, SandboxServiceError> {
+        let state = self.inner.builds.state();
+        let (_, template) = state.named(id_or_name)?;
+        Ok(template
+            .tags
+            .iter()
+            .map(|(tag, (build_id, created_at))| TemplateTag {
+                tag: tag.clone(),
+                build_id: build_id.clone(),
+                created_at: *created_at,
+            })
+            .collect())
+    }
+}
+
+fn build_not_found(build_id: &str) -> SandboxServiceError {
+    SandboxServiceError::Missing(format!(
+        "build {:?} not found",
+        build_id.chars().take(64).collect::<String>()
+    ))
+}
+
+/// What the API shows of a template: its shape is its newest ready build's.
+fn info_of(id: &str, template: &Template) -> TemplateInfo {
+    let newest_ready = template.builds.iter().rev().find_map(|(_, build)| {
+        build
+            .progress()
+            .ready
+            .as_ref()
+            .map(|(_, c)| c.limits.clone())
+    });
+    TemplateInfo {
+        template_id: id.to_owned(),
+        name: template.name.clone(),
+        created_at: template.created_at,
+        updated_at: template.updated_at,
+        last_spawned_at: template.last_spawned_at,
+        spawn_count: template.spawn_count,
+        cpu_count: newest_ready
+            .as_ref()
+            .map_or(0, |limits| super::backend::cpu_count(limits.cpu.as_ref())),
+        memory_mb: newest_ready
+            .as_ref()
+            .and_then(|limits| limits.memory_bytes)
+            .map_or(0, |bytes| bytes >> 20),
+        builds: template
             .builds
             .iter()
-            .find(|(id, _)| id == build_id)
-            .and_then(|(_, b)| {
-                b.status
-                    .lock()
-                    .unwrap_or_else(PoisonError::into_inner)
-                    .clone()
-            })
-            .ok_or_else(|| {
-                SandboxServiceError::NotFound(format!(
-                    "build {}",
-                    build_id.chars().take(64).collect::<String>()
-                ))
-            })
+            .rev()
+            .map(|(id, build)| build.info(id))
+            .collect(),
     }
 }
 

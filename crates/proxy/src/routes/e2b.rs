@@ -84,7 +84,9 @@ impl E2bError {
 impl From<SandboxServiceError> for E2bError {
     fn from(error: SandboxServiceError) -> Self {
         let status = match &error {
-            SandboxServiceError::NotFound(_) => StatusCode::NOT_FOUND,
+            SandboxServiceError::NotFound(_) | SandboxServiceError::Missing(_) => {
+                StatusCode::NOT_FOUND
+            }
             SandboxServiceError::BadRequest(_) => StatusCode::BAD_REQUEST,
             SandboxServiceError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
             SandboxServiceError::Unauthorized(_) => StatusCode::UNAUTHORIZED,

@@ -1,6 +1,7 @@
 //! E2B's snapshots (`spec/openapi.yml` of e2b-dev/E2B): `POST /sandboxes/{id}/snapshots`
-//! takes one, `GET /snapshots` lists them, `DELETE /templates/{id}` removes one (a
-//! snapshot is a template to E2B: `Sandbox.create(snapshot_id)` starts from it), and
+//! takes one, `GET /snapshots` lists them, `DELETE /templates/{id}` removes one
+//! (`e2b_templates.rs`: a snapshot is a template to E2B, `Sandbox.create(snapshot_id)`
+//! starts from it), and
 //! `POST /sandboxes/{id}/fork` starts sandboxes from a running one's memory where the service
 //! keeps memory (`omabox serve --backend gvisor`) and is refused elsewhere with the way that
 //! works. Same key check, body cap and error shape as `e2b.rs`.
@@ -177,29 +178,6 @@ pub(crate) async fn list(State(state): State<ProxyState>, headers: HeaderMap, ur
         response.headers_mut().insert("x-next-token", value);
     }
     Ok(response)
-}
-
-/// `DELETE /templates/{id}` → 204 when `id` is a snapshot (removed with its files); 404
-/// otherwise (built templates live as long as serve and are not deleted one by one).
-pub(crate) async fn delete_template(
-    State(state): State<ProxyState>,
-    headers: HeaderMap,
-    id: Result<Path<String>, PathRejection>,
-) -> Answer {
-    let service = authorize(&state, &headers)?;
-    let Ok(Path(id)) = id else {
-        return Err(E2bError::bad_request("the template id is not valid"));
-    };
-    if service.delete_snapshot(&id).await? {
-        return Ok(StatusCode::NO_CONTENT.into_response());
-    }
-    Err(E2bError::new(
-        StatusCode::NOT_FOUND,
-        format!(
-            "template {:?} not found (only snapshots can be deleted)",
-            shorten(&id)
-        ),
-    ))
 }
 
 /// `POST /sandboxes/{id}/fork` `{"timeout"?, "count"?}` → 201 `[SandboxForkResult]`: one

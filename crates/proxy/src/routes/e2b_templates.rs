@@ -6,7 +6,10 @@
 //! presigned URL would be), `POST /v2/templates/{id}/builds/{build}` (202: started; 400
 //! naming a step omabox cannot honour) and `GET /templates/{id}/builds/{build}/status`
 //! (`logsOffset`, `limit`, `level`), and `GET /templates/aliases/{name}` (`Template.exists`).
-//! Over [`SandboxService::templates`].
+//! What is built is listed (`GET /templates`, `GET /templates/{id}` with its builds),
+//! removed (`DELETE /templates/{id}`, which removes a snapshot of that id too), and tagged
+//! (`POST|DELETE /templates/tags`, `GET /templates/{id}/tags`: `Template.assign_tags`,
+//! `remove_tags`, `get_tags`). Over [`SandboxService::templates`].
 //!
 //! Must never: put a token in a URL or an answer other than the file slot's; take an
 //! upload past [`MAX_TEMPLATE_FILE_BYTES`]; answer more than [`MAX_STATUS_LOG_ENTRIES`]
@@ -14,11 +17,12 @@
 
 use super::e2b::{Answer, E2bError, authorize, json_body, shorten};
 use crate::e2b::{LogLevel, SandboxServiceError, rfc3339};
+use crate::envd::ENVD_VERSION;
 use crate::routes::header_str;
 use crate::state::ProxyState;
 use crate::templates::{
     MAX_STATUS_LOG_ENTRIES, MAX_TEMPLATE_FILE_BYTES, MAX_TEMPLATE_STEPS, TemplateBuildRequest,
-    TemplateBuildSpec, TemplateService, TemplateStep,
+    TemplateBuildSpec, TemplateInfo, TemplateService, TemplateStep,
 };
 use axum::Json;
 use axum::body::Body;
@@ -91,20 +95,23 @@ pub(crate) async fn request_build(
 ) -> Answer {
     let service = service(&state, &headers)?;
     let body: BuildRequestBody = json_body(&state, &headers, body).await?.unwrap_or_default();
-    let name = body
+    let given = body
         .name
         .or(body.alias)
         .ok_or_else(|| E2bError::bad_request("name is required"))?;
+    // `NAME:TAG` counts as `NAME` with the tag among `tags` (E2B's rule).
+    let (name, tag) = match given.rsplit_once(':') {
+        Some((name, tag)) => (name.to_owned(), Some(tag.to_owned())),
+        None => (given, None),
+    };
     check_name("name", &name)?;
-    let tags = body.tags.unwrap_or_default();
-    if tags.len() > MAX_TAGS {
-        return Err(E2bError::bad_request(format!(
-            "at most {MAX_TAGS} tags per build"
-        )));
+    let mut tags = body.tags.unwrap_or_default();
+    if let Some(tag) = tag
+        && !tags.contains(&tag)
+    {
+        tags.insert(0, tag);
     }
-    for tag in &tags {
-        check_name("tag", tag)?;
-    }
+    check_tags(&tags)?;
     let ticket = service
         .request_build(TemplateBuildRequest { name, tags })
         .await?;
@@ -117,6 +124,16 @@ pub(crate) async fn request_build(
         "tags": ticket.tags,
     });
     Ok((StatusCode::ACCEPTED, Json(body)).into_response())
+}
+
+/// 1 to [`MAX_TAGS`] tags, each a valid name.
+fn check_tags(tags: &[String]) -> Result<(), E2bError> {
+    if tags.len() > MAX_TAGS {
+        return Err(E2bError::bad_request(format!(
+            "at most {MAX_TAGS} tags at once"
+        )));
+    }
+    tags.iter().try_for_each(|tag| check_name("tag", tag))
 }
 
 /// The file hash of a path: 1–128 letters and digits (the SDK's is SHA-256 hex).
@@ -378,4 +395,180 @@ pub(crate) async fn alias(
             format!("template {:?} not found", shorten(&name)),
         )),
     }
+}
+
+/// `Template` (`GET /templates`), and with `builds`, `TemplateWithBuilds`.
+fn template_body(info: &TemplateInfo, with_builds: bool) -> Value {
+    let last_ready = info
+        .builds
+        .iter()
+        .find(|build| build.state == crate::templates::BuildState::Ready);
+    let mut body = json!({
+        "templateID": info.template_id,
+        "buildID": last_ready.map_or("", |build| build.build_id.as_str()),
+        "cpuCount": info.cpu_count,
+        "memoryMB": info.memory_mb,
+        "diskSizeMB": 0,
+        "public": false,
+        "aliases": [info.name],
+        "names": [info.name],
+        "createdAt": rfc3339(info.created_at),
+        "updatedAt": rfc3339(info.updated_at),
+        "createdBy": null,
+        "lastSpawnedAt": info.last_spawned_at.map(rfc3339),
+        "spawnCount": info.spawn_count,
+        "buildCount": info.builds.len(),
+        "envdVersion": ENVD_VERSION,
+        "buildStatus": info.builds.first().map_or("waiting", |build| build.state.as_str()),
+    });
+    if with_builds {
+        body["builds"] = info
+            .builds
+            .iter()
+            .map(|build| {
+                let mut entry = json!({
+                    "buildID": build.build_id,
+                    "status": build.state.as_str(),
+                    "createdAt": rfc3339(build.created_at),
+                    "updatedAt": rfc3339(build.finished_at.unwrap_or(build.created_at)),
+                    "cpuCount": info.cpu_count,
+                    "memoryMB": info.memory_mb,
+                    "envdVersion": ENVD_VERSION,
+                });
+                if let Some(finished) = build.finished_at {
+                    entry["finishedAt"] = json!(rfc3339(finished));
+                }
+                entry
+            })
+            .collect();
+    }
+    body
+}
+
+/// `GET /templates` → 200 `[Template]`.
+pub(crate) async fn list(State(state): State<ProxyState>, headers: HeaderMap) -> Answer {
+    let service = service(&state, &headers)?;
+    let templates: Vec<Value> = service
+        .list()
+        .iter()
+        .map(|info| template_body(info, false))
+        .collect();
+    Ok(Json(templates).into_response())
+}
+
+/// `GET /templates/{id}` → 200 `TemplateWithBuilds` (its id or name); 404 when none.
+pub(crate) async fn get(
+    State(state): State<ProxyState>,
+    headers: HeaderMap,
+    path: Result<Path<String>, PathRejection>,
+) -> Answer {
+    let service = service(&state, &headers)?;
+    let id = segments(path)?;
+    let info = service.info(&id).map_err(not_found)?;
+    Ok(Json(template_body(&info, true)).into_response())
+}
+
+/// `DELETE /templates/{id}` → 204 when `id` (an id or name) is a snapshot or a built
+/// template, removed; 404 otherwise. Sandboxes started from it run on.
+pub(crate) async fn delete(
+    State(state): State<ProxyState>,
+    headers: HeaderMap,
+    path: Result<Path<String>, PathRejection>,
+) -> Answer {
+    let sandboxes = authorize(&state, &headers)?;
+    let id = segments(path)?;
+    if sandboxes.delete_snapshot(&id).await? {
+        return Ok(StatusCode::NO_CONTENT.into_response());
+    }
+    if let Some(templates) = sandboxes.templates()
+        && templates.delete(&id).await?
+    {
+        return Ok(StatusCode::NO_CONTENT.into_response());
+    }
+    Err(E2bError::new(
+        StatusCode::NOT_FOUND,
+        format!("template {:?} not found", shorten(&id)),
+    ))
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+struct AssignTagsBody {
+    target: Option<String>,
+    tags: Option<Vec<String>>,
+}
+
+/// `POST /templates/tags` `{"target": "NAME:TAG", "tags": [...]}` → 201
+/// `AssignedTemplateTags`.
+pub(crate) async fn assign_tags(
+    State(state): State<ProxyState>,
+    headers: HeaderMap,
+    body: Body,
+) -> Answer {
+    let service = service(&state, &headers)?;
+    let body: AssignTagsBody = json_body(&state, &headers, body).await?.unwrap_or_default();
+    let target = body
+        .target
+        .ok_or_else(|| E2bError::bad_request("target is required"))?;
+    let tags = body.tags.unwrap_or_default();
+    if tags.is_empty() {
+        return Err(E2bError::bad_request("tags must name at least one tag"));
+    }
+    check_tags(&tags)?;
+    let build_id = service.assign_tags(&target, &tags).map_err(not_found)?;
+    Ok((
+        StatusCode::CREATED,
+        Json(json!({ "tags": tags, "buildID": build_id })),
+    )
+        .into_response())
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+struct RemoveTagsBody {
+    name: Option<String>,
+    tags: Option<Vec<String>>,
+}
+
+/// `DELETE /templates/tags` `{"name": NAME, "tags": [...]}` → 204.
+pub(crate) async fn remove_tags(
+    State(state): State<ProxyState>,
+    headers: HeaderMap,
+    body: Body,
+) -> Answer {
+    let service = service(&state, &headers)?;
+    let body: RemoveTagsBody = json_body(&state, &headers, body).await?.unwrap_or_default();
+    let name = body
+        .name
+        .ok_or_else(|| E2bError::bad_request("name is required"))?;
+    let tags = body.tags.unwrap_or_default();
+    if tags.is_empty() {
+        return Err(E2bError::bad_request("tags must name at least one tag"));
+    }
+    check_tags(&tags)?;
+    service.remove_tags(&name, &tags).map_err(not_found)?;
+    Ok(StatusCode::NO_CONTENT.into_response())
+}
+
+/// `GET /templates/{id}/tags` → 200 `[TemplateTag]`.
+pub(crate) async fn tags(
+    State(state): State<ProxyState>,
+    headers: HeaderMap,
+    path: Result<Path<String>, PathRejection>,
+) -> Answer {
+    let service = service(&state, &headers)?;
+    let id = segments(path)?;
+    let tags: Vec<Value> = service
+        .tags(&id)
+        .map_err(not_found)?
+        .into_iter()
+        .map(|tag| {
+            json!({
+                "tag": tag.tag,
+                "buildID": tag.build_id,
+                "createdAt": rfc3339(tag.created_at),
+            })
+        })
+        .collect();
+    Ok(Json(tags).into_response())
 }

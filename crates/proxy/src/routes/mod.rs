@@ -25,7 +25,7 @@ use axum::http::HeaderMap;
 use axum::http::header::HeaderName;
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse as _, Response};
-use axum::routing::{any, delete, get, post, put};
+use axum::routing::{any, get, post, put};
 use omabox_contract::SessionTokenClaims;
 use std::time::Instant;
 use tower_http::sensitive_headers::SetSensitiveHeadersLayer;
@@ -111,10 +111,16 @@ pub fn router(state: ProxyState) -> Router {
         )
         .route("/sandboxes/{sandbox_id}/fork", post(e2b_snapshots::fork))
         .route("/snapshots", get(e2b_snapshots::list))
+        .route("/templates", get(e2b_templates::list))
         .route(
             "/templates/{template_id}",
-            delete(e2b_snapshots::delete_template),
+            get(e2b_templates::get).delete(e2b_templates::delete),
         )
+        .route(
+            "/templates/tags",
+            post(e2b_templates::assign_tags).delete(e2b_templates::remove_tags),
+        )
+        .route("/templates/{template_id}/tags", get(e2b_templates::tags))
         .route("/v3/templates", post(e2b_templates::request_build))
         .route("/templates/aliases/{alias}", get(e2b_templates::alias))
         .route(
