@@ -4,7 +4,8 @@
 //! output), files (text, binary, list, metadata, an upload larger than the sandbox's disk),
 //! watches with entries, the sandbox log, filesystem snapshots (Python and JS), template building (`Template.build` over a
 //! Debian base, then `Sandbox.create` from the template) and the refusals (unknown
-//! sandbox, wrong key, another sandbox's token, steps omabox cannot honour). The scripts
+//! sandbox, wrong key, another sandbox's token, steps omabox cannot honour), on linux and on
+//! `serve --backend docker` (and gvisor: pause with memory). The scripts
 //! check every answer themselves (`tests/e2b_sdk/`); this test runs them against a real
 //! serve and checks that its log holds none of the access tokens they saw.
 
@@ -359,4 +360,121 @@ fn the_js_sdk_pauses_a_gvisor_sandbox_with_its_memory() {
             .unwrap_or_default();
         assert!(left.is_empty(), "{kept} left after serve stopped: {left:?}");
     }
+}
+
+/// Why serve cannot run docker sandboxes here (`None`: it can): an engine, a test registry,
+/// a static busybox for the images and the agent binary.
+fn docker_missing() -> Option<String> {
+    let agent = common::omabox_bin().with_file_name("omabox-agent");
+    omabox_test_support::registry::TestRegistry::missing()
+        .or_else(|| {
+            let busybox = std::fs::read("/bin/busybox").unwrap_or_default();
+            let dynamic = busybox.windows(14).any(|w| w == b"/lib64/ld-linu");
+            (busybox.is_empty() || dynamic).then(|| {
+                "/bin/busybox is not a static busybox (apt-get install busybox-static)".to_owned()
+            })
+        })
+        .or_else(|| (!agent.is_file()).then(|| format!("{} is not built", agent.display())))
+        .or_else(omabox_test_support::dockerd::TestDockerd::missing)
+}
+
+/// `omabox serve --backend docker` through the Python SDK (`docker_test.py`): containers of
+/// a test engine from images of a test registry (busybox, with `/bin/bash` handing the
+/// SDK's `bash -l -c` to its `sh`), E2B's user added to them, commands, files, metrics of
+/// the container's cgroup, a filesystem pause and connect, an image reference as the
+/// template. No token in serve's log; no container left once serve stopped.
+#[test]
+fn the_python_sdk_drives_docker_sandboxes() {
+    use omabox_test_support::registry::{TestRegistry, tar_layer};
+    if !omabox_test_support::require_capability(docker_missing()) {
+        return;
+    }
+    let Some(python) = python_sdk() else {
+        return;
+    };
+    let registry = TestRegistry::start();
+    let busybox = std::fs::read("/bin/busybox").unwrap();
+    let bash: &[u8] = b"#!/bin/sh\nexec /bin/sh \"$@\"\n";
+    let mut files: Vec<(&str, u32, &[u8])> = [
+        "bin/sh",
+        "bin/busybox",
+        "bin/id",
+        "bin/stat",
+        "bin/touch",
+        "bin/sleep",
+        "bin/cat",
+    ]
+    .into_iter()
+    .map(|path| (path, 0o755, busybox.as_slice()))
+    .collect();
+    files.push(("bin/bash", 0o755, bash));
+    files.push(("etc/passwd", 0o644, b"root:x:0:0:root:/root:/bin/sh\n"));
+    files.push(("tmp/.keep", 0o644, b""));
+    registry.push_image("test/base", "1", &[tar_layer(&files)]);
+    files.push(("other-image", 0o644, b"other\n"));
+    registry.push_image("test/other", "1", &[tar_layer(&files)]);
+    let dockerd = omabox_test_support::dockerd::TestDockerd::start();
+    let dirs = TestDirs::new("e2bdocker");
+    let serve_command = |dirs: &TestDirs| {
+        let mut command =
+            dirs.command(&["serve", "--listen", "127.0.0.1:0", "--backend", "docker"]);
+        command
+            .env("OMABOX_API_KEY", KEY)
+            .env(
+                "OMABOX_LINUX_IMAGE",
+                format!("{}/test/base:1", registry.host()),
+            )
+            .env("OMABOX_LINUX_MEMORY", "256M")
+            .env("DOCKER_HOST", dockerd.host())
+            .env("OMABOX_LOG", "debug");
+        command
+    };
+    let serve = Serve::start(serve_command(&dirs));
+    let mut command = Command::new(python);
+    command
+        .arg(script("docker_test.py"))
+        .env("OTHER_IMAGE", format!("{}/test/other:1", registry.host()))
+        .env("MISSING_IMAGE", format!("{}/test/none:1", registry.host()));
+    let tokens = run_sdk(command, &serve, &dirs);
+    let log = serve.stop();
+    assert_no_token_logged(&log, &tokens);
+    let containers = || {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap()
+            .block_on(async {
+                let engine = omabox_backend_docker::Engine::connect(&dockerd.host())
+                    .await
+                    .unwrap();
+                engine
+                    .containers_labelled(omabox_backend_docker::HOST_LABEL)
+                    .await
+                    .unwrap()
+            })
+    };
+    let left = containers();
+    assert!(
+        left.is_empty(),
+        "containers left after serve stopped: {left:?}"
+    );
+
+    // A serve killed with its sandbox running leaves a container `omabox reap` removes.
+    let mut serve = Serve::start(serve_command(&dirs));
+    let created = common::serve::sandbox_command(&dirs, &serve.url(), Some(KEY), &["create"])
+        .env("DOCKER_HOST", dockerd.host())
+        .output()
+        .unwrap();
+    assert!(created.status.success(), "{}", common::describe(&created));
+    assert_eq!(containers().len(), 1, "the sandbox's container");
+    serve.child().kill().unwrap();
+    let _ = serve.child().wait();
+    let reaped = dirs
+        .command(&["reap"])
+        .env("DOCKER_HOST", dockerd.host())
+        .output()
+        .unwrap();
+    assert!(reaped.status.success(), "{}", common::describe(&reaped));
+    let left = containers();
+    assert!(left.is_empty(), "containers left after reap: {left:?}");
 }

@@ -67,6 +67,9 @@ pub struct DockerConfig {
     /// resolver for the container's network, for tests whose servers live in namespaces
     /// they made.
     pub test_hosts: Option<String>,
+    /// E2B's user `user` (uid and gid 1000) with a writable `/home/user`, added to the
+    /// image's accounts when it lacks them ([`crate::container::add_user`]).
+    pub user_home: bool,
 }
 
 impl DockerConfig {
@@ -83,6 +86,7 @@ impl DockerConfig {
             exec_timeout: crate::port::DEFAULT_EXEC_TIMEOUT,
             network: DockerNetwork::default(),
             test_hosts: None,
+            user_home: false,
         }
     }
 }

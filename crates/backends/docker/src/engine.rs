@@ -185,6 +185,24 @@ impl Engine {
         }
     }
 
+    /// The host pid of container `name`'s first process (`None`: not running).
+    pub async fn container_pid(&self, name: &str) -> Result<Option<u32>, DockerError> {
+        let inspected = self
+            .docker
+            .inspect_container(name, None)
+            .await
+            .map_err(|source| DockerError::Engine {
+                op: "inspect the container",
+                target: name.to_owned(),
+                source,
+            })?;
+        Ok(inspected
+            .state
+            .and_then(|state| state.pid)
+            .and_then(|pid| u32::try_from(pid).ok())
+            .filter(|pid| *pid > 0))
+    }
+
     /// Removes container `id` (killed first when running) with its anonymous volumes. A
     /// container already gone is success: removal is idempotent.
     pub async fn remove_container(&self, id: &str) -> Result<(), DockerError> {

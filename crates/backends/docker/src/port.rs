@@ -113,6 +113,12 @@ impl DockerSandboxPort {
         crate::network::check(engine, &config.network)?;
         engine.ensure_image(&config.image).await?;
         let started = crate::container::start(engine, config, id).await?;
+        if config.user_home
+            && let Err(e) = crate::container::add_user(&started.client).await
+        {
+            let _ = engine.remove_container(&started.container).await;
+            return Err(e);
+        }
         // The agent runs nothing until asked: no process of the container sees its
         // namespace before the host's listeners are there.
         let network = if config.network.reaches_out() {

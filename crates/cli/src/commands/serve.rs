@@ -49,8 +49,10 @@ pub struct ServeArgs {
     #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:8787")]
     listen: SocketAddr,
     /// What runs the sandboxes of the E2B API: `linux` (namespaces; templates are images;
-    /// a pause keeps files) or `gvisor` (runsc; the base template; a pause keeps processes
-    /// and memory). Runs use `omabox run`'s backend setting, not this.
+    /// a pause keeps files), `gvisor` (runsc; the base template; a pause keeps processes
+    /// and memory) or `docker` (containers of the engine at DOCKER_HOST; templates are its
+    /// image references, `base` OMABOX_LINUX_IMAGE; a pause keeps files). Runs use
+    /// `omabox run`'s backend setting, not this.
     #[arg(long, value_enum, default_value = "linux")]
     backend: SandboxBackend,
     /// Configuration file (TOML when it ends in .toml, JSON otherwise): model cards, MCP
@@ -116,6 +118,7 @@ impl ServeArgs {
 enum SandboxBackend {
     Linux,
     Gvisor,
+    Docker,
 }
 
 /// The serve configuration's limits with the settings (flags, env, node file) over them.
@@ -208,6 +211,7 @@ pub async fn run(
     let backend = match args.backend {
         SandboxBackend::Linux => ServeBackend::Linux,
         SandboxBackend::Gvisor => ServeBackend::Gvisor,
+        SandboxBackend::Docker => ServeBackend::Docker,
     };
     let sandboxes = SandboxHost::new(settings, data_dir, backend).await?;
     let public_url = config.public_url.clone();

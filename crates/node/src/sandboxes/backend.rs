@@ -1,7 +1,8 @@
 //! What runs a serve sandbox: a linux sandbox (the default) or, with
-//! `omabox serve --backend gvisor`, a gvisor one. Both serve the same agent, so E2B's
-//! envd, snapshots and file saving go through the [`AgentClient`] alone; this is the rest:
-//! ending one, its cgroup (metrics), its environment and its live network.
+//! `omabox serve --backend gvisor|docker`, a gvisor one or a container of the Docker
+//! Engine at `DOCKER_HOST`. All serve the same agent, so E2B's envd, snapshots and file
+//! saving go through the [`AgentClient`] alone; this is the rest: ending one, its cgroup
+//! (metrics), its environment and its live network.
 //!
 //! A gvisor sandbox also pauses with its memory (`GvisorSandbox::pause`: its processes go
 //! on after the resume, where a linux sandbox keeps only its files).
@@ -9,6 +10,7 @@
 use crate::NodeConfig;
 use anyhow::Context as _;
 use omabox_agent::AgentClient;
+use omabox_backend_docker::{DockerConfig, DockerLimits, DockerNetwork, DockerSandboxPort, Engine};
 use omabox_backend_gvisor::{GvisorNetwork, GvisorRuntime, GvisorSandboxPort};
 use omabox_backend_linux::factory::LinuxSandboxConfig;
 use omabox_backend_linux::port::LinuxSandboxPort;
@@ -27,6 +29,16 @@ pub enum ServeBackend {
     Linux,
     /// gVisor (runsc): the base template only; a pause keeps processes and memory.
     Gvisor,
+    /// Containers of the Docker Engine at `DOCKER_HOST`: templates are the engine's image
+    /// references (`base`: the `image` setting); a pause keeps files only.
+    Docker,
+}
+
+/// serve's docker sandboxes: the engine, and what every container is made from.
+pub(super) struct DockerServing {
+    pub(super) engine: Engine,
+    pub(super) config: DockerConfig,
+    pub(super) shape: Shape,
 }
 
 /// serve's gvisor sandboxes: the runtime, and what every one of them is given.
@@ -50,6 +62,8 @@ pub(super) struct Shape {
 pub(super) enum Running {
     Linux(LinuxSandboxPort),
     Gvisor(GvisorSandboxPort),
+    /// The container and its cgroup, found once at the start.
+    Docker(DockerSandboxPort, CgroupPaths),
 }
 
 impl Running {
@@ -59,6 +73,7 @@ impl Running {
         match self {
             Self::Linux(port) => port.terminate().await.map_err(|e| chain(&e)),
             Self::Gvisor(port) => port.sandbox().destroy().await.map_err(|e| chain(&e)),
+            Self::Docker(port, _) => port.terminate().await.map_err(|e| chain(&e)),
         }
     }
 
@@ -68,6 +83,7 @@ impl Running {
         match self {
             Self::Linux(port) => port.is_alive(),
             Self::Gvisor(_) => client.closed_reason().is_none(),
+            Self::Docker(port, _) => port.is_alive(),
         }
     }
 
@@ -76,6 +92,7 @@ impl Running {
         match self {
             Self::Linux(port) => port.identity().cgroup.clone(),
             Self::Gvisor(port) => gvisor_cgroup(port.sandbox().id()),
+            Self::Docker(_, cgroup) => cgroup.clone(),
         }
     }
 
@@ -86,6 +103,7 @@ impl Running {
         let set = match self {
             Self::Linux(port) => port.set_env_vars(env_vars).await,
             Self::Gvisor(port) => port.set_env_vars(env_vars).await,
+            Self::Docker(port, _) => port.set_env_vars(env_vars).await,
         };
         set.map_err(|e| e.to_string())
     }
@@ -130,7 +148,57 @@ impl Running {
                         chain(&other)
                     )),
                 }),
+            Self::Docker(port, _) => port
+                .set_networking(&DockerNetwork::new(config.clone()))
+                .map_err(|error| match error {
+                    omabox_backend_docker::DockerError::NoNetwork => no_network(),
+                    omabox_backend_docker::DockerError::Networking(bad) => {
+                        SandboxServiceError::BadRequest(format!("networking: {bad}"))
+                    }
+                    other => SandboxServiceError::Internal(format!(
+                        "cannot change the sandbox's network: {}",
+                        omabox_backend_docker::describe(&other)
+                    )),
+                }),
         }
+    }
+}
+
+/// The cgroup directories of the process `pid` (a container's first process), from its
+/// `/proc/<pid>/cgroup`: one per cgroup v1 controller hierarchy mounted under
+/// `/sys/fs/cgroup`, else its v2 directory. Whatever the engine's cgroup driver named
+/// them.
+pub(super) fn cgroup_of_pid(pid: u32) -> CgroupPaths {
+    let root = Path::new("/sys/fs/cgroup");
+    let listed = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap_or_default();
+    let mut v1 = Vec::new();
+    let mut v2 = None;
+    for line in listed.lines() {
+        let mut fields = line.splitn(3, ':');
+        let (Some(_), Some(controllers), Some(path)) =
+            (fields.next(), fields.next(), fields.next())
+        else {
+            continue;
+        };
+        let path = path.trim_start_matches('/');
+        if controllers.is_empty() {
+            v2 = Some(root.join(path));
+        } else if !controllers.starts_with("name=") {
+            let dir = root.join(controllers).join(path);
+            if dir.is_dir() {
+                v1.push(dir);
+            }
+        }
+    }
+    match (v1.is_empty(), v2) {
+        (true, Some(dir)) => CgroupPaths {
+            dirs: vec![dir],
+            unified: true,
+        },
+        _ => CgroupPaths {
+            dirs: v1,
+            unified: false,
+        },
     }
 }
 
@@ -208,6 +276,58 @@ pub(super) fn gvisor_serving(
     };
     let runtime = GvisorRuntime::new(gvisor).context("the gvisor backend")?;
     Ok(GvisorServing { runtime, shape })
+}
+
+/// The engine at `DOCKER_HOST` and the containers of serve's sandboxes: the `image` setting
+/// as the `base` template (`wiring::docker_config`), E2B's user, no host workspace (the
+/// container's own `/workspace`), the node's network and gateway, and its memory, CPU and
+/// pids settings as the container's limits.
+pub(super) async fn docker_serving(
+    config: &NodeConfig,
+    linux: &LinuxSandboxConfig,
+) -> anyhow::Result<DockerServing> {
+    let mut docker = crate::wiring::docker_config(config)?;
+    docker.user_home = true;
+    docker.network = DockerNetwork {
+        gateway: linux
+            .gateway
+            .as_ref()
+            .map(|g| omabox_backend_docker::GatewayAccess {
+                upstream: g.addr,
+                name: g.name.clone(),
+            }),
+        ..DockerNetwork::new(linux.network.clone())
+    };
+    let defaults = DockerLimits::default();
+    let limits = &linux.limits;
+    docker.limits = DockerLimits {
+        memory_bytes: limits.memory_bytes.unwrap_or(defaults.memory_bytes),
+        nano_cpus: match &limits.cpu {
+            Some(CpuLimit::Quota {
+                quota_us,
+                period_us,
+            }) if *period_us > 0 => quota_us.saturating_mul(1_000_000_000) / period_us,
+            // Docker's 0: no CPU limit.
+            _ => 0,
+        },
+        pids: limits.pids_max.map_or(defaults.pids, |pids| {
+            u32::try_from(pids).unwrap_or(u32::MAX)
+        }),
+    };
+    let engine = Engine::from_env()
+        .await
+        .map_err(|e| anyhow::anyhow!(omabox_backend_docker::describe(&e)))
+        .context("the docker backend")?;
+    let shape = Shape {
+        cpu_count: cpu_count(limits.cpu.as_ref()),
+        memory_mb: docker.limits.memory_bytes >> 20,
+        internet: linux.network == NetworkingConfig::Unrestricted,
+    };
+    Ok(DockerServing {
+        engine,
+        config: docker,
+        shape,
+    })
 }
 
 /// CPUs of a limit (at least 1; the machine's without a quota).

@@ -47,6 +47,33 @@ impl SandboxHost {
         template: &str,
         env_vars: &BTreeMap<String, String>,
     ) -> Result<(Running, AgentClient, Shape), SandboxServiceError> {
+        if let Some(docker) = &self.inner.docker {
+            if self.inner.builds.knows(template) {
+                let shown: String = template.chars().take(64).collect();
+                return Err(SandboxServiceError::BadRequest(format!(
+                    "template {shown:?} was built for linux sandboxes: this server's docker sandboxes start from \"{BASE_TEMPLATE}\" or an engine's image reference"
+                )));
+            }
+            let image = docker_image(template, &docker.config.image)?;
+            let config = omabox_backend_docker::DockerConfig {
+                image,
+                ..docker.config.clone()
+            };
+            let port = omabox_backend_docker::DockerSandboxPort::start(&docker.engine, &config, id)
+                .await
+                .map_err(|e| internal(omabox_backend_docker::describe(&e)))?;
+            let cgroup = match docker.engine.container_pid(port.container()).await {
+                Ok(Some(pid)) => backend::cgroup_of_pid(pid),
+                Ok(None) | Err(_) => omabox_backend_linux::CgroupPaths {
+                    dirs: Vec::new(),
+                    unified: false,
+                },
+            };
+            let client = port.client().clone();
+            let port = Running::Docker(port, cgroup);
+            with_env(&port, env_vars).await?;
+            return Ok((port, client, docker.shape));
+        }
         let (port, client, shape) = match &self.inner.gvisor {
             Some(gvisor) => {
                 if template != BASE_TEMPLATE {
@@ -445,4 +472,28 @@ async fn with_env(
         )));
     }
     Ok(())
+}
+
+/// The engine image a docker sandbox of `template` starts from: `base` is the `image`
+/// setting; another template must name an image with its tag or registry (a bare name is
+/// not taken for a Docker Hub image, as on linux), and templates built through the
+/// template API are refused (their layers are the linux backend's).
+fn docker_image(template: &str, base: &str) -> Result<String, SandboxServiceError> {
+    if template == BASE_TEMPLATE {
+        return Ok(base.to_owned());
+    }
+    let shown: String = template.chars().take(64).collect();
+    let reference = template.contains([':', '/', '@'])
+        && template.len() <= 512
+        && !template.starts_with('/')
+        && !template
+            .chars()
+            .any(|c| c.is_control() || c.is_whitespace());
+    if reference {
+        Ok(template.to_owned())
+    } else {
+        Err(SandboxServiceError::BadRequest(format!(
+            "template {shown:?}: this server's docker sandboxes start from \"{BASE_TEMPLATE}\" or an engine's image reference (NAME:TAG, REGISTRY/REPO:TAG)"
+        )))
+    }
 }

@@ -35,7 +35,7 @@ use crate::{DataDir, NodeConfig};
 use anyhow::Context as _;
 use async_trait::async_trait;
 pub use backend::ServeBackend;
-use backend::{GvisorServing, Running, gvisor_serving};
+use backend::{DockerServing, GvisorServing, Running, docker_serving, gvisor_serving};
 use omabox_agent::AgentClient;
 use omabox_backend_gvisor::GvisorSandboxPort;
 use omabox_backend_linux::factory::{LinuxSandboxConfig, LinuxSandboxFactory};
@@ -90,6 +90,8 @@ struct Inner {
     factory: LinuxSandboxFactory,
     /// Set under `--backend gvisor`: every sandbox is a gvisor one.
     gvisor: Option<GvisorServing>,
+    /// Set under `--backend docker`: every sandbox is a container.
+    docker: Option<DockerServing>,
     /// The settings' config, prepared by the first create that needs it.
     unprepared: LinuxSandboxConfig,
     prepared: OnceCell<LinuxSandboxConfig>,
@@ -228,8 +230,12 @@ impl SandboxHost {
         // E2B's default user `user` with a writable `/home/user`.
         unprepared.user_home = true;
         let gvisor = match backend {
-            ServeBackend::Linux => None,
             ServeBackend::Gvisor => Some(gvisor_serving(config, &unprepared)?),
+            ServeBackend::Linux | ServeBackend::Docker => None,
+        };
+        let docker = match backend {
+            ServeBackend::Docker => Some(docker_serving(config, &unprepared).await?),
+            ServeBackend::Linux | ServeBackend::Gvisor => None,
         };
         let saved = saved::SavedFiles::of_this_process(data_dir.root());
         let mut host = Self::build(factory.clone(), unprepared, Some(saved));
@@ -245,6 +251,7 @@ impl SandboxHost {
         };
         if let Some(inner) = Arc::get_mut(&mut host.inner) {
             inner.gvisor = gvisor;
+            inner.docker = docker;
             inner.image_config = Some(Box::new(image_config));
             inner.builds.files_dir = Some(
                 data_dir
@@ -271,6 +278,7 @@ impl SandboxHost {
             inner: Arc::new(Inner {
                 factory,
                 gvisor: None,
+                docker: None,
                 unprepared: config,
                 prepared: OnceCell::new(),
                 image_config: None,

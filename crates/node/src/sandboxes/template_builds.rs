@@ -250,6 +250,11 @@ impl TemplateBuilds {
         })
     }
 
+    /// Whether a template built here has the name or id `name` (with or without a tag).
+    pub(super) fn knows(&self, name: &str) -> bool {
+        self.state().find(name).is_some()
+    }
+
     /// Removes every upload (serve is stopping).
     pub(super) fn remove_files(&self) {
         if let Some(dir) = &self.files_dir {
