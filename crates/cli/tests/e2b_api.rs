@@ -480,6 +480,7 @@ fn a_kill_9_during_a_gvisor_pause_resume_or_fork_leaves_only_what_reap_removes()
             .map(|d| d.file_name().unwrap().to_string_lossy().into_owned())
             .collect();
         assert!(!ids.is_empty(), "{op}: the crash left its sandbox for reap");
+        eprintln!("{op} at {point}: reaping {ids:?}");
         assert_reap_leaves_nothing(&dirs, &ids);
     }
 }

@@ -302,6 +302,51 @@ pub fn remove_cgroups(id: &str) {
     }
 }
 
+/// For a sandbox whose owner is gone (reap), before its cgroups are removed: SIGKILL to
+/// every host process whose command line names it (its runsc, gofer, sandbox and
+/// subreaper; `id` is `omabox-gv-` and 32 random hex digits), until none is left or
+/// [`CGROUP_EMPTY_WAIT`] passed (a killed process stays until its parent reaps it). A
+/// runsc of a dead owner still restoring or tearing the sandbox down would otherwise make
+/// its cgroups again after reap removed them. An owner's own destroy needs none of this:
+/// it waited for its runsc, and its subreaper reaps the rest.
+pub(crate) fn end_processes_naming(id: &str) {
+    if !id.starts_with("omabox-gv-") {
+        return;
+    }
+    let deadline = std::time::Instant::now() + CGROUP_EMPTY_WAIT;
+    // SAFETY: getpid has no preconditions.
+    let me = unsafe { libc::getpid() };
+    loop {
+        let mut found = false;
+        for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+            let Some(pid) = entry
+                .file_name()
+                .to_str()
+                .and_then(|name| name.parse::<i32>().ok())
+                .filter(|pid| *pid != me)
+            else {
+                continue;
+            };
+            // Zombies have an empty command line: only live processes match.
+            let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) else {
+                continue;
+            };
+            if cmdline
+                .split(|b| *b == 0)
+                .any(|arg| arg.windows(id.len()).any(|w| w == id.as_bytes()))
+            {
+                found = true;
+                // SAFETY: kill(2) with plain integers.
+                unsafe { libc::kill(pid, libc::SIGKILL) };
+            }
+        }
+        if !found || std::time::Instant::now() >= deadline {
+            return;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+}
+
 /// How long a sandbox cgroup may take to empty once its processes are killed: a killed
 /// process whose parent is gone stays in it as a zombie until PID 1 reaps it, which on this
 /// project's machines happens about every two seconds.

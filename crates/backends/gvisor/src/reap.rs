@@ -61,6 +61,7 @@ pub fn reap_orphans(runsc: &Path, dir: &Path) -> Reaped {
             continue;
         }
         // Absent (never started, paused, already deleted) is fine: delete fails then.
+        crate::bundle::end_processes_naming(&name);
         let _ = runsc.delete(&name, &entry.path().join("runsc.log"));
         crate::bundle::remove_cgroups(&name);
         match crate::sandbox::remove_sandbox_dir(&entry.path(), dir) {
@@ -107,6 +108,7 @@ pub(crate) fn reap_one(runsc: &Path, dir: &Path, id: &str) -> Result<(), crate::
         overlay_root: false,
         subreaper: None,
     };
+    crate::bundle::end_processes_naming(id);
     if sandbox.is_dir() {
         let _ = runsc.delete(id, &sandbox.join("runsc.log"));
     }
