@@ -14,8 +14,10 @@
 //! or put an environment value in an error (targets are commands and ids).
 
 mod ca_trust;
+mod user_account;
 
 pub use ca_trust::{CA_BUNDLE_MAX, CaTrustError, RootBundle, SANDBOX_CA_FILE, trust_ca};
+pub use user_account::{USER_HOME, UserAccountError, add_user_account};
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};

@@ -329,6 +329,73 @@ fn the_python_sdk_pauses_a_gvisor_sandbox_with_its_memory() {
     }
 }
 
+/// An image template on `omabox serve --backend gvisor` through the Python SDK
+/// (`gvisor_image_test.py`): a busybox image of a test registry is the sandbox's root, with
+/// E2B's user added; its changes stay in the sandbox; a full pause, connect and fork go on
+/// over the same root. Nothing of a sandbox is left once serve stopped.
+#[test]
+fn the_python_sdk_starts_gvisor_sandboxes_from_an_image_template() {
+    use omabox_test_support::registry::{TestRegistry, tar_layer};
+    if !omabox_test_support::require_capability(
+        gvisor_missing().or_else(TestRegistry::missing).or_else(|| {
+            let busybox = std::fs::read("/bin/busybox").unwrap_or_default();
+            (busybox.is_empty() || busybox.windows(14).any(|w| w == b"/lib64/ld-linu")).then(|| {
+                "/bin/busybox is not a static busybox (apt-get install busybox-static)".to_owned()
+            })
+        }),
+    ) {
+        return;
+    }
+    let Some(python) = python_sdk() else {
+        return;
+    };
+    let registry = TestRegistry::start();
+    let busybox = std::fs::read("/bin/busybox").unwrap();
+    let bash: &[u8] = b"#!/bin/sh\nexec /bin/sh \"$@\"\n";
+    let mut files: Vec<(&str, u32, &[u8])> = [
+        "bin/sh",
+        "bin/busybox",
+        "bin/id",
+        "bin/cat",
+        "bin/mv",
+        "bin/sleep",
+        "bin/whoami",
+    ]
+    .into_iter()
+    .map(|path| (path, 0o755, busybox.as_slice()))
+    .collect();
+    files.push(("bin/bash", 0o755, bash));
+    files.push(("etc/passwd", 0o644, b"root:x:0:0:root:/root:/bin/sh\n"));
+    files.push(("image-marker", 0o644, b"from the image\n"));
+    registry.push_image("test/gvimage", "1", &[tar_layer(&files)]);
+    let dirs = TestDirs::new("e2bgvimg");
+    let mut command = dirs.command(&["serve", "--listen", "127.0.0.1:0", "--backend", "gvisor"]);
+    command
+        .env("OMABOX_API_KEY", KEY)
+        .env("OMABOX_LINUX_MEMORY", "256M")
+        .env("OMABOX_LOG", "debug");
+    let serve = Serve::start(command);
+    let mut command = Command::new(python);
+    command
+        .arg(script("gvisor_image_test.py"))
+        .env(
+            "IMAGE_TEMPLATE",
+            format!("{}/test/gvimage:1", registry.host()),
+        )
+        .env("MISSING_IMAGE", format!("{}/test/none:1", registry.host()));
+    let tokens = run_sdk(command, &serve, &dirs);
+    let log = serve.stop();
+    assert_no_token_logged(&log, &tokens);
+    let sandboxes = dirs.data.path().join("gvisor/sandboxes");
+    let left: Vec<_> = std::fs::read_dir(&sandboxes)
+        .map(|d| d.flatten().map(|e| e.path()).collect())
+        .unwrap_or_default();
+    assert!(
+        left.is_empty(),
+        "gvisor sandboxes left after serve stopped: {left:?}"
+    );
+}
+
 /// The same full pause through the official JS SDK (`gvisor_pause_test.mjs`):
 /// `pause({ keepMemory })`, `Sandbox.connect`, `fork({ count })`, a memory snapshot and a
 /// sandbox from it, a filesystem-only pause, a paused sandbox's kill. Nothing of a sandbox is

@@ -68,7 +68,7 @@ pub struct DockerConfig {
     /// they made.
     pub test_hosts: Option<String>,
     /// E2B's user `user` (uid and gid 1000) with a writable `/home/user`, added to the
-    /// image's accounts when it lacks them ([`crate::container::add_user`]).
+    /// image's accounts when it lacks them (`omabox_agent_port::add_user_account`).
     pub user_home: bool,
 }
 

@@ -139,50 +139,6 @@ pub fn agent_archive(agent: &[u8]) -> Result<Bytes, std::io::Error> {
     Ok(Bytes::from(builder.into_inner()?))
 }
 
-/// E2B's account, as the gvisor and linux backends write it.
-const USER_ACCOUNTS: [(&str, &str); 2] = [
-    ("/etc/passwd", "user:x:1000:1000:user:/home/user:/bin/sh"),
-    ("/etc/group", "user:x:1000:"),
-];
-
-/// Adds E2B's user `user` to the container's `/etc/passwd` and `/etc/group` when they do
-/// not list it, and makes its home `/home/user` (owned by it), through the agent: the
-/// image's files are read and written inside the container, never on the host.
-pub async fn add_user(client: &AgentClient) -> Result<(), DockerError> {
-    let failed = |op: &'static str, target: &str| {
-        let target = target.to_owned();
-        move |source| DockerError::Agent { op, target, source }
-    };
-    for (file, line) in USER_ACCOUNTS {
-        let mut text = if client
-            .exists(file)
-            .await
-            .map_err(failed("look for", file))?
-        {
-            client.read_file(file).await.map_err(failed("read", file))?
-        } else {
-            String::new()
-        };
-        if text.lines().any(|listed| listed.starts_with("user:")) {
-            continue;
-        }
-        if !text.is_empty() && !text.ends_with('\n') {
-            text.push('\n');
-        }
-        text.push_str(line);
-        text.push('\n');
-        client
-            .write_file(file, &text)
-            .await
-            .map_err(failed("write", file))?;
-    }
-    client
-        .make_dir("/home/user", Some("user"))
-        .await
-        .map_err(failed("make", "/home/user"))?;
-    Ok(())
-}
-
 /// A started container: its id, the connected agent, the engine it lives in.
 #[derive(Debug)]
 pub struct Started {

@@ -66,6 +66,9 @@ pub enum DockerError {
         #[source]
         source: ClientError,
     },
+    /// E2B's user could not be added to the container (`DockerConfig::user_home`).
+    #[error(transparent)]
+    UserAccount(omabox_agent_port::UserAccountError),
     /// The agent did not answer within the command's timeout plus the grace.
     #[error("the container's agent did not answer {op} {target:?} within {waited:?}")]
     Unresponsive {

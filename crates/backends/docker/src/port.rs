@@ -114,10 +114,10 @@ impl DockerSandboxPort {
         engine.ensure_image(&config.image).await?;
         let started = crate::container::start(engine, config, id).await?;
         if config.user_home
-            && let Err(e) = crate::container::add_user(&started.client).await
+            && let Err(e) = omabox_agent_port::add_user_account(&started.client).await
         {
             let _ = engine.remove_container(&started.container).await;
-            return Err(e);
+            return Err(DockerError::UserAccount(e));
         }
         // The agent runs nothing until asked: no process of the container sees its
         // namespace before the host's listeners are there.

@@ -285,6 +285,20 @@ pub fn memory_cgroup(id: &str) -> std::path::PathBuf {
     }
 }
 
+/// OOM kills counted in the memory cgroup of sandbox `id` (cgroup v1 `memory.oom_control`,
+/// else v2 `memory.events`); 0 when it cannot be read (gone, or no such controller).
+pub(crate) fn oom_kills(id: &str) -> u64 {
+    let cgroup = memory_cgroup(id);
+    ["memory.oom_control", "memory.events"]
+        .iter()
+        .find_map(|file| std::fs::read_to_string(cgroup.join(file)).ok())
+        .and_then(|text| {
+            text.lines()
+                .find_map(|line| line.strip_prefix("oom_kill ")?.trim().parse().ok())
+        })
+        .unwrap_or(0)
+}
+
 /// Removes the cgroups of sandbox `id` (each controller's on cgroup v1, the one on v2) that
 /// runsc left, once nothing runs in them; absent ones are fine.
 pub fn remove_cgroups(id: &str) {

@@ -59,9 +59,13 @@ fn checkpoints(backend_dir: &Path) -> PathBuf {
     backend_dir.join("checkpoints")
 }
 
-/// The mounts a sandbox of `outputs`/`user_home` has, as the mounts file says them.
-fn mounts(outputs: bool, user_home: bool) -> String {
+/// The mounts a sandbox of `outputs`/`user_home`/`image_root` has, as the mounts file
+/// says them.
+fn mounts(outputs: bool, user_home: bool, image_root: Option<&Path>) -> String {
     let mut text = String::new();
+    if let Some(root) = image_root {
+        text.push_str(&format!("root {}\n", root.display()));
+    }
     if outputs {
         text.push_str("outputs\n");
     }
@@ -81,7 +85,11 @@ impl GvisorSandbox {
         let root = checkpoints(&self.shared.dir);
         let (from, mounts) = (
             self.checkpoint_dir(),
-            mounts(self.outputs().is_some(), self.user_home),
+            mounts(
+                self.outputs().is_some(),
+                self.user_home,
+                self.image_root.as_deref(),
+            ),
         );
         let (made, kept) = (root.join(format!("{id}{PARTIAL}")), root.join(&id));
         let session = session.to_owned();
@@ -139,7 +147,11 @@ impl GvisorRuntime {
             // Neither session is named: ids are not secrets, but they are not ours to show.
             return Err(refuse("it was taken for another session".into()));
         }
-        let wanted = mounts(spec.outputs.is_some(), spec.user_home);
+        let wanted = mounts(
+            spec.outputs.is_some(),
+            spec.user_home,
+            spec.image_root.as_deref(),
+        );
         if kept != wanted {
             return Err(refuse(format!(
                 "it was taken with mounts {:?}, the restore asks for {:?}",

@@ -53,6 +53,7 @@ impl GvisorSandbox {
             };
             // The checkpoint's mounts: a restore needs the same ones.
             fork.user_home = self.user_home;
+            fork.image_root.clone_from(&self.image_root);
             forks.push(fork);
             let fork = forks.last().expect("just pushed");
             let (from, to) = (self.workspace(), fork.workspace());

@@ -20,6 +20,8 @@ use crate::sandbox::{GvisorRuntime, GvisorSandbox, State, blocking};
 pub struct GvisorImage {
     dir: PathBuf,
     user_home: bool,
+    /// The sandbox's own image root (a restore needs the same).
+    image_root: Option<PathBuf>,
 }
 
 impl GvisorImage {
@@ -67,7 +69,7 @@ impl GvisorSandbox {
         }
         let (dir, checkpoint) = (self.dir.clone(), self.checkpoint_dir());
         let image = images.join(uuid::Uuid::new_v4().simple().to_string());
-        let user_home = self.user_home;
+        let (user_home, image_root) = (self.user_home, self.image_root.clone());
         let made = image.clone();
         blocking(move || {
             let io = |what: &str| {
@@ -95,6 +97,7 @@ impl GvisorSandbox {
         Ok(GvisorImage {
             dir: image,
             user_home,
+            image_root,
         })
     }
 }
@@ -105,6 +108,7 @@ impl GvisorRuntime {
     pub async fn start_from(&self, image: &GvisorImage) -> Result<GvisorSandbox, GvisorError> {
         let mut sandbox = GvisorSandbox::layout(self.shared.clone())?;
         sandbox.user_home = image.user_home;
+        sandbox.image_root.clone_from(&image.image_root);
         let (dir, layers) = (sandbox.dir.clone(), crate::layers::lowers(&image.dir));
         let mounted = blocking(move || {
             crate::layers::mount(&dir, &layers).map_err(|e| GvisorError::Io {

@@ -117,6 +117,9 @@ pub enum GvisorError {
         #[source]
         source: omabox_agent::ClientError,
     },
+    /// E2B's user could not be added to an image root's accounts.
+    #[error(transparent)]
+    UserAccount(#[from] omabox_agent_port::UserAccountError),
     /// The agent of a started or restored sandbox did not complete its handshake.
     #[error("the agent of gvisor sandbox {id} did not answer: {log_tail}")]
     Handshake {

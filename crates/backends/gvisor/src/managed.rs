@@ -78,6 +78,7 @@ impl GvisorManagedProvider {
             workspace: Some(acquisition.workspace_host_path.clone()),
             outputs: acquisition.outputs_host_path.clone(),
             user_home: false,
+            image_root: None,
         }
     }
 

@@ -122,7 +122,7 @@ impl GvisorSandboxPort {
             // so its commands see the connection drop: say why.
             if let Some(limit) = memory_limit {
                 let mib = limit >> 20;
-                if crate::sandbox::oom_kills(&id) > 0 {
+                if crate::bundle::oom_kills(&id) > 0 {
                     let _ = write!(
                         message,
                         " (the sandbox exceeded its memory limit of {mib} MiB, which counts \

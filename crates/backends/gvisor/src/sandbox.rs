@@ -102,8 +102,13 @@ pub struct SandboxSpec {
     pub workspace: Option<PathBuf>,
     /// The host directory bound at `/mnt/session/outputs`, when the sandbox has one.
     pub outputs: Option<PathBuf>,
-    /// E2B's user `user` with a writable `/home/user` (`bundle::Layout::user_home`).
+    /// E2B's user `user` with a writable `/home/user` (`bundle::Layout::user_home`; under
+    /// an image root, added to the image's accounts through the agent).
     pub user_home: bool,
+    /// An image's unpacked rootfs (read-only; the caller keeps it in place for the
+    /// sandbox's life, as for [`GvisorConfig::image_root`]) as this sandbox's root instead
+    /// of the runtime's: serve's templates naming images.
+    pub image_root: Option<PathBuf>,
 }
 
 /// Creates gvisor sandboxes.
@@ -225,6 +230,7 @@ impl GvisorRuntime {
         let mut sandbox = GvisorSandbox::layout(self.shared.clone())?;
         sandbox.outputs = spec.outputs;
         sandbox.user_home = spec.user_home;
+        sandbox.image_root = spec.image_root;
         match spec.workspace {
             Some(dir) => {
                 sandbox.workspace = dir;
@@ -235,7 +241,22 @@ impl GvisorRuntime {
                 source: e,
             })?,
         }
-        sandbox.start_in_place(image).await
+        let fresh = image.is_none();
+        let sandbox = sandbox.start_in_place(image).await?;
+        // An image's own `/etc` gets E2B's user (a restore has it from its checkpoint).
+        if fresh && sandbox.user_home && (sandbox.image_root.is_some() || self.shared.image) {
+            let added = match sandbox.client().await {
+                Ok(client) => omabox_agent_port::add_user_account(&client)
+                    .await
+                    .map_err(GvisorError::from),
+                Err(e) => Err(e),
+            };
+            if let Err(e) = added {
+                let _ = sandbox.destroy().await;
+                return Err(e);
+            }
+        }
+        Ok(sandbox)
     }
 }
 
@@ -271,6 +292,8 @@ pub struct GvisorSandbox {
     outputs: Option<PathBuf>,
     /// Whether it has E2B's user and home ([`SandboxSpec::user_home`]).
     pub(crate) user_home: bool,
+    /// Its own image root ([`SandboxSpec::image_root`]); `None`: the runtime's root.
+    pub(crate) image_root: Option<PathBuf>,
     /// Whether the workspace is the sandbox's own (not a caller's directory): then forks
     /// share it through overlay layers (`layers.rs`) instead of copying it.
     pub(crate) own_workspace: bool,
@@ -305,6 +328,7 @@ impl GvisorSandbox {
             workspace: dir.join("workspace"),
             outputs: None,
             user_home: false,
+            image_root: None,
             own_workspace: true,
             network: std::sync::Mutex::new(None),
             dir,
@@ -456,9 +480,13 @@ impl GvisorSandbox {
             })?;
         let workspace = self.workspace();
         let resolv_conf = self.shared.generated.join("etc/resolv.conf");
+        let (root, image_root) = match &self.image_root {
+            Some(root) => (root, true),
+            None => (&self.shared.root, self.shared.image),
+        };
         let config = bundle::config(&bundle::Layout {
-            root: &self.shared.root,
-            image: self.shared.image,
+            root,
+            image: image_root,
             resolv_conf: &resolv_conf,
             workspace: &workspace,
             outputs: self.outputs.as_deref(),
@@ -478,7 +506,9 @@ impl GvisorSandbox {
         let (agent_in, host_out) = std::io::pipe().map_err(io("creating the agent's pipes"))?;
         let (host_in, agent_out) = std::io::pipe().map_err(io("creating the agent's pipes"))?;
         let (agent_in, agent_out) = (OwnedFd::from(agent_in), OwnedFd::from(agent_out));
-        let runsc = self.shared.runsc.clone();
+        let mut runsc = self.shared.runsc.clone();
+        // An image root is written in the sandbox's memory (`--overlay2 root:memory`).
+        runsc.overlay_root |= image_root;
         let (id, bundle, log) = (self.id.clone(), self.bundle(), self.log());
         let restoring = image.is_some();
         let child = blocking(move || {
@@ -734,20 +764,6 @@ pub(crate) async fn blocking<T: Send + 'static>(
             what: "a runsc step".into(),
             source: std::io::Error::other(e.to_string()),
         })?
-}
-
-/// OOM kills counted in the memory cgroup of sandbox `id` (cgroup v1 `memory.oom_control`,
-/// else v2 `memory.events`); 0 when it cannot be read (gone, or no such controller).
-pub(crate) fn oom_kills(id: &str) -> u64 {
-    let cgroup = bundle::memory_cgroup(id);
-    ["memory.oom_control", "memory.events"]
-        .iter()
-        .find_map(|file| std::fs::read_to_string(cgroup.join(file)).ok())
-        .and_then(|text| {
-            text.lines()
-                .find_map(|line| line.strip_prefix("oom_kill ")?.trim().parse().ok())
-        })
-        .unwrap_or(0)
 }
 
 /// [`GvisorSandbox::end_container`], synchronously (also for `Drop`).

@@ -127,6 +127,7 @@ async fn host_files_outside_the_binds_are_unreachable_and_the_root_is_read_only(
         workspace: Some(ws.clone()),
         outputs: Some(outputs.clone()),
         user_home: false,
+        image_root: None,
     };
     let Some(sb) = Sandboxed::start(spec).await else {
         return;
@@ -321,6 +322,7 @@ async fn destroy_leaves_nothing_behind() {
         workspace: Some(ws.clone()),
         outputs: None,
         user_home: false,
+        image_root: None,
     };
     let Some(sb) = Sandboxed::start(spec).await else {
         return;

@@ -49,8 +49,8 @@ pub struct ServeArgs {
     #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:8787")]
     listen: SocketAddr,
     /// What runs the sandboxes of the E2B API: `linux` (namespaces; templates are images;
-    /// a pause keeps files), `gvisor` (runsc; the base template; a pause keeps processes
-    /// and memory) or `docker` (containers of the engine at DOCKER_HOST; templates are its
+    /// a pause keeps files), `gvisor` (runsc; the base template or an image; a pause keeps
+    /// processes and memory) or `docker` (containers of the engine at DOCKER_HOST; templates are its
     /// image references, `base` OMABOX_LINUX_IMAGE; a pause keeps files). Runs use
     /// `omabox run`'s backend setting, not this.
     #[arg(long, value_enum, default_value = "linux")]

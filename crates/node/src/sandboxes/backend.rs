@@ -27,7 +27,7 @@ pub enum ServeBackend {
     /// Linux namespaces (the default): templates are images, a pause keeps files only.
     #[default]
     Linux,
-    /// gVisor (runsc): the base template only; a pause keeps processes and memory.
+    /// gVisor (runsc): the base template or an image; a pause keeps processes and memory.
     Gvisor,
     /// Containers of the Docker Engine at `DOCKER_HOST`: templates are the engine's image
     /// references (`base`: the `image` setting); a pause keeps files only.

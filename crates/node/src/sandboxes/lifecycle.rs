@@ -76,16 +76,16 @@ impl SandboxHost {
         }
         let (port, client, shape) = match &self.inner.gvisor {
             Some(gvisor) => {
-                if template != BASE_TEMPLATE {
-                    let shown: String = template.chars().take(64).collect();
-                    return Err(SandboxServiceError::BadRequest(format!(
-                        "template {shown:?}: this server's gvisor sandboxes start only from \"{BASE_TEMPLATE}\""
-                    )));
-                }
+                let image_root = if template == BASE_TEMPLATE {
+                    None
+                } else {
+                    Some(self.gvisor_image_root(template).await?)
+                };
                 let sandbox = gvisor
                     .runtime
                     .create_with(SandboxSpec {
                         user_home: true,
+                        image_root,
                         ..SandboxSpec::default()
                     })
                     .await
@@ -112,6 +112,39 @@ impl SandboxHost {
         };
         with_env(&port, env_vars).await?;
         Ok((port, client, shape))
+    }
+
+    /// The unpacked rootfs a gvisor sandbox of image template `template` starts from: the
+    /// image prepared (pulled or unpacked, held) as for a linux sandbox. Refused: templates
+    /// built through the template API (their steps are a linux environment layer), a node
+    /// environment layer, and a directory used in place (runsc would make its mount points
+    /// in it).
+    async fn gvisor_image_root(
+        &self,
+        template: &str,
+    ) -> Result<std::path::PathBuf, SandboxServiceError> {
+        let shown: String = template.chars().take(64).collect();
+        let refused = |why: &str| {
+            SandboxServiceError::BadRequest(format!(
+                "template {shown:?}: this server's gvisor sandboxes start from \"{BASE_TEMPLATE}\" or an image omabox unpacks (a registry reference or a rootfs tarball): {why}"
+            ))
+        };
+        if self.inner.builds.knows(template) {
+            return Err(refused("templates built here are linux layers"));
+        }
+        let config = self.prepared(template).await?;
+        if config.env_layer.is_some() {
+            return Err(refused("the node's environment layer is a linux one"));
+        }
+        match &config.image {
+            omabox_backend_linux::factory::SandboxImage::Prepared(image) => {
+                Ok(image.rootfs_dir.clone())
+            }
+            omabox_backend_linux::factory::SandboxImage::Directory(_) => Err(refused(
+                "a directory is used in place, and runsc would write in it",
+            )),
+            _ => Err(refused("it names no image")),
+        }
     }
 
     /// Restores a gvisor sandbox from a memory snapshot's `image` (its processes go on) with
