@@ -335,14 +335,11 @@ fn the_python_sdk_pauses_a_gvisor_sandbox_with_its_memory() {
 /// over the same root. Nothing of a sandbox is left once serve stopped.
 #[test]
 fn the_python_sdk_starts_gvisor_sandboxes_from_an_image_template() {
-    use omabox_test_support::registry::{TestRegistry, tar_layer};
+    use omabox_test_support::registry::TestRegistry;
     if !omabox_test_support::require_capability(
-        gvisor_missing().or_else(TestRegistry::missing).or_else(|| {
-            let busybox = std::fs::read("/bin/busybox").unwrap_or_default();
-            (busybox.is_empty() || busybox.windows(14).any(|w| w == b"/lib64/ld-linu")).then(|| {
-                "/bin/busybox is not a static busybox (apt-get install busybox-static)".to_owned()
-            })
-        }),
+        gvisor_missing()
+            .or_else(TestRegistry::missing)
+            .or_else(busybox_missing),
     ) {
         return;
     }
@@ -350,24 +347,15 @@ fn the_python_sdk_starts_gvisor_sandboxes_from_an_image_template() {
         return;
     };
     let registry = TestRegistry::start();
-    let busybox = std::fs::read("/bin/busybox").unwrap();
-    let bash: &[u8] = b"#!/bin/sh\nexec /bin/sh \"$@\"\n";
-    let mut files: Vec<(&str, u32, &[u8])> = [
-        "bin/sh",
-        "bin/busybox",
-        "bin/id",
-        "bin/cat",
-        "bin/mv",
-        "bin/sleep",
-        "bin/whoami",
-    ]
-    .into_iter()
-    .map(|path| (path, 0o755, busybox.as_slice()))
-    .collect();
-    files.push(("bin/bash", 0o755, bash));
-    files.push(("etc/passwd", 0o644, b"root:x:0:0:root:/root:/bin/sh\n"));
-    files.push(("image-marker", 0o644, b"from the image\n"));
-    registry.push_image("test/gvimage", "1", &[tar_layer(&files)]);
+    let marker: &[u8] = b"from the image\n";
+    registry.push_image(
+        "test/gvimage",
+        "1",
+        &[busybox_layer(
+            &["id", "cat", "mv", "sleep", "whoami"],
+            &[("image-marker", marker)],
+        )],
+    );
     let dirs = TestDirs::new("e2bgvimg");
     let mut command = dirs.command(&["serve", "--listen", "127.0.0.1:0", "--backend", "gvisor"]);
     command
@@ -429,18 +417,41 @@ fn the_js_sdk_pauses_a_gvisor_sandbox_with_its_memory() {
     }
 }
 
+/// Why a busybox image cannot be made here (`None`: it can): `/bin/busybox` must be static.
+fn busybox_missing() -> Option<String> {
+    let busybox = std::fs::read("/bin/busybox").unwrap_or_default();
+    let dynamic = busybox.windows(14).any(|w| w == b"/lib64/ld-linu");
+    (busybox.is_empty() || dynamic)
+        .then(|| "/bin/busybox is not a static busybox (apt-get install busybox-static)".to_owned())
+}
+
+/// An image layer of the static busybox as `/bin/sh` and each of `applets` (copies),
+/// `/bin/bash` handing the SDK's `bash -l -c` to that `sh`, an `/etc/passwd` with `root`
+/// only (E2B's user must be added), and `files`.
+fn busybox_layer(applets: &[&str], files: &[(&str, &[u8])]) -> Vec<u8> {
+    let busybox = std::fs::read("/bin/busybox").unwrap();
+    let bash: &[u8] = b"#!/bin/sh\nexec /bin/sh \"$@\"\n";
+    let paths: Vec<String> = ["sh", "busybox"]
+        .iter()
+        .chain(applets)
+        .map(|applet| format!("bin/{applet}"))
+        .collect();
+    let mut entries: Vec<(&str, u32, &[u8])> = paths
+        .iter()
+        .map(|path| (path.as_str(), 0o755, busybox.as_slice()))
+        .collect();
+    entries.push(("bin/bash", 0o755, bash));
+    entries.push(("etc/passwd", 0o644, b"root:x:0:0:root:/root:/bin/sh\n"));
+    entries.extend(files.iter().map(|(path, bytes)| (*path, 0o644, *bytes)));
+    omabox_test_support::registry::tar_layer(&entries)
+}
+
 /// Why serve cannot run docker sandboxes here (`None`: it can): an engine, a test registry,
 /// a static busybox for the images and the agent binary.
 fn docker_missing() -> Option<String> {
     let agent = common::omabox_bin().with_file_name("omabox-agent");
     omabox_test_support::registry::TestRegistry::missing()
-        .or_else(|| {
-            let busybox = std::fs::read("/bin/busybox").unwrap_or_default();
-            let dynamic = busybox.windows(14).any(|w| w == b"/lib64/ld-linu");
-            (busybox.is_empty() || dynamic).then(|| {
-                "/bin/busybox is not a static busybox (apt-get install busybox-static)".to_owned()
-            })
-        })
+        .or_else(busybox_missing)
         .or_else(|| (!agent.is_file()).then(|| format!("{} is not built", agent.display())))
         .or_else(omabox_test_support::dockerd::TestDockerd::missing)
 }
@@ -452,7 +463,7 @@ fn docker_missing() -> Option<String> {
 /// template. No token in serve's log; no container left once serve stopped.
 #[test]
 fn the_python_sdk_drives_docker_sandboxes() {
-    use omabox_test_support::registry::{TestRegistry, tar_layer};
+    use omabox_test_support::registry::TestRegistry;
     if !omabox_test_support::require_capability(docker_missing()) {
         return;
     }
@@ -460,26 +471,22 @@ fn the_python_sdk_drives_docker_sandboxes() {
         return;
     };
     let registry = TestRegistry::start();
-    let busybox = std::fs::read("/bin/busybox").unwrap();
-    let bash: &[u8] = b"#!/bin/sh\nexec /bin/sh \"$@\"\n";
-    let mut files: Vec<(&str, u32, &[u8])> = [
-        "bin/sh",
-        "bin/busybox",
-        "bin/id",
-        "bin/stat",
-        "bin/touch",
-        "bin/sleep",
-        "bin/cat",
-    ]
-    .into_iter()
-    .map(|path| (path, 0o755, busybox.as_slice()))
-    .collect();
-    files.push(("bin/bash", 0o755, bash));
-    files.push(("etc/passwd", 0o644, b"root:x:0:0:root:/root:/bin/sh\n"));
-    files.push(("tmp/.keep", 0o644, b""));
-    registry.push_image("test/base", "1", &[tar_layer(&files)]);
-    files.push(("other-image", 0o644, b"other\n"));
-    registry.push_image("test/other", "1", &[tar_layer(&files)]);
+    let applets = ["id", "stat", "touch", "sleep", "cat"];
+    let tmp: &[u8] = b"";
+    registry.push_image(
+        "test/base",
+        "1",
+        &[busybox_layer(&applets, &[("tmp/.keep", tmp)])],
+    );
+    let other: &[u8] = b"other\n";
+    registry.push_image(
+        "test/other",
+        "1",
+        &[busybox_layer(
+            &applets,
+            &[("tmp/.keep", tmp), ("other-image", other)],
+        )],
+    );
     let dockerd = omabox_test_support::dockerd::TestDockerd::start();
     let dirs = TestDirs::new("e2bdocker");
     let serve_command = |dirs: &TestDirs| {

@@ -491,11 +491,35 @@ pub(crate) async fn delete(
     ))
 }
 
+/// The body of both tag calls: `target` (assign) or `name` (remove), and the tags.
 #[derive(Debug, Default, Deserialize)]
 #[serde(default)]
-struct AssignTagsBody {
+struct TagsBody {
     target: Option<String>,
+    name: Option<String>,
     tags: Option<Vec<String>>,
+}
+
+/// A tag call's body: its `field` (`target` or `name`, required) and 1 to [`MAX_TAGS`] valid
+/// tags.
+async fn tags_body(
+    state: &ProxyState,
+    headers: &HeaderMap,
+    body: Body,
+    field: &str,
+) -> Result<(String, Vec<String>), E2bError> {
+    let body: TagsBody = json_body(state, headers, body).await?.unwrap_or_default();
+    let named = match field {
+        "target" => body.target,
+        _ => body.name,
+    };
+    let named = named.ok_or_else(|| E2bError::bad_request(format!("{field} is required")))?;
+    let tags = body.tags.unwrap_or_default();
+    if tags.is_empty() {
+        return Err(E2bError::bad_request("tags must name at least one tag"));
+    }
+    check_tags(&tags)?;
+    Ok((named, tags))
 }
 
 /// `POST /templates/tags` `{"target": "NAME:TAG", "tags": [...]}` → 201
@@ -506,28 +530,13 @@ pub(crate) async fn assign_tags(
     body: Body,
 ) -> Answer {
     let service = service(&state, &headers)?;
-    let body: AssignTagsBody = json_body(&state, &headers, body).await?.unwrap_or_default();
-    let target = body
-        .target
-        .ok_or_else(|| E2bError::bad_request("target is required"))?;
-    let tags = body.tags.unwrap_or_default();
-    if tags.is_empty() {
-        return Err(E2bError::bad_request("tags must name at least one tag"));
-    }
-    check_tags(&tags)?;
+    let (target, tags) = tags_body(&state, &headers, body, "target").await?;
     let build_id = service.assign_tags(&target, &tags).map_err(not_found)?;
     Ok((
         StatusCode::CREATED,
         Json(json!({ "tags": tags, "buildID": build_id })),
     )
         .into_response())
-}
-
-#[derive(Debug, Default, Deserialize)]
-#[serde(default)]
-struct RemoveTagsBody {
-    name: Option<String>,
-    tags: Option<Vec<String>>,
 }
 
 /// `DELETE /templates/tags` `{"name": NAME, "tags": [...]}` → 204.
@@ -537,15 +546,7 @@ pub(crate) async fn remove_tags(
     body: Body,
 ) -> Answer {
     let service = service(&state, &headers)?;
-    let body: RemoveTagsBody = json_body(&state, &headers, body).await?.unwrap_or_default();
-    let name = body
-        .name
-        .ok_or_else(|| E2bError::bad_request("name is required"))?;
-    let tags = body.tags.unwrap_or_default();
-    if tags.is_empty() {
-        return Err(E2bError::bad_request("tags must name at least one tag"));
-    }
-    check_tags(&tags)?;
+    let (name, tags) = tags_body(&state, &headers, body, "name").await?;
     service.remove_tags(&name, &tags).map_err(not_found)?;
     Ok(StatusCode::NO_CONTENT.into_response())
 }
