@@ -34,6 +34,16 @@ fn start_serve(dirs: &TestDirs) -> Serve {
     Serve::start(command)
 }
 
+/// serve with gvisor sandboxes of 256 MiB (a debug log, which the token check reads).
+fn start_gvisor_serve(dirs: &TestDirs) -> Serve {
+    let mut command = dirs.command(&["serve", "--listen", "127.0.0.1:0", "--backend", "gvisor"]);
+    command
+        .env("OMABOX_API_KEY", KEY)
+        .env("OMABOX_LINUX_MEMORY", "256M")
+        .env("OMABOX_LOG", "debug");
+    Serve::start(command)
+}
+
 fn script(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("tests/e2b_sdk")
@@ -298,12 +308,7 @@ fn the_python_sdk_pauses_a_gvisor_sandbox_with_its_memory() {
         return;
     };
     let dirs = TestDirs::new("e2bgv");
-    let mut command = dirs.command(&["serve", "--listen", "127.0.0.1:0", "--backend", "gvisor"]);
-    command
-        .env("OMABOX_API_KEY", KEY)
-        .env("OMABOX_LINUX_MEMORY", "256M")
-        .env("OMABOX_LOG", "debug");
-    let serve = Serve::start(command);
+    let serve = start_gvisor_serve(&dirs);
     let mut command = Command::new(python);
     command.arg(script("gvisor_pause_test.py"));
     let tokens = run_sdk(command, &serve, &dirs);
@@ -357,12 +362,7 @@ fn the_python_sdk_starts_gvisor_sandboxes_from_an_image_template() {
         )],
     );
     let dirs = TestDirs::new("e2bgvimg");
-    let mut command = dirs.command(&["serve", "--listen", "127.0.0.1:0", "--backend", "gvisor"]);
-    command
-        .env("OMABOX_API_KEY", KEY)
-        .env("OMABOX_LINUX_MEMORY", "256M")
-        .env("OMABOX_LOG", "debug");
-    let serve = Serve::start(command);
+    let serve = start_gvisor_serve(&dirs);
     let mut command = Command::new(python);
     command
         .arg(script("gvisor_image_test.py"))
@@ -397,11 +397,7 @@ fn the_js_sdk_pauses_a_gvisor_sandbox_with_its_memory() {
         return;
     };
     let dirs = TestDirs::new("e2bjsgv");
-    let mut command = dirs.command(&["serve", "--listen", "127.0.0.1:0", "--backend", "gvisor"]);
-    command
-        .env("OMABOX_API_KEY", KEY)
-        .env("OMABOX_LINUX_MEMORY", "256M");
-    let serve = Serve::start(command);
+    let serve = start_gvisor_serve(&dirs);
     let mut command = Command::new("node");
     command.arg(&copy);
     let tokens = run_sdk(command, &serve, &dirs);
