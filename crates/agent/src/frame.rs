@@ -266,6 +266,17 @@ pub struct Header {
     pub flags: u8,
 }
 
+/// Bytes of a [`FrameReader`]'s buffer. Held for the connection's whole life, idle or not
+/// (a host holds one connection per sandbox), so it is small: bodies longer than it are
+/// read straight into their own buffer (tokio's `BufReader` bypasses its buffer for them),
+/// and a pipe hands over at most 64 KiB a read anyway.
+const READ_BUFFER: usize = 16 * 1024;
+/// What [`write_loop`]'s buffer starts at; it grows with a burst of frames.
+const WRITE_BUFFER: usize = 16 * 1024;
+/// A [`write_loop`] buffer grown past [`WRITE_BUFFER`] is given back after this long with
+/// nothing to write, so an idle connection holds no burst's buffer.
+const WRITE_IDLE: std::time::Duration = std::time::Duration::from_secs(1);
+
 /// Reads frames from a byte stream.
 #[derive(Debug)]
 pub struct FrameReader<R> {
@@ -277,7 +288,7 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
     /// Wraps a reader. `max_body` is the largest body accepted.
     pub fn new(inner: R, max_body: u32) -> Self {
         Self {
-            inner: BufReader::with_capacity(128 * 1024, inner),
+            inner: BufReader::with_capacity(READ_BUFFER, inner),
             max_body,
         }
     }
@@ -381,12 +392,23 @@ pub async fn write_loop<W: AsyncWrite + Unpin>(
     mut writer: W,
     mut rx: tokio::sync::mpsc::UnboundedReceiver<Frame>,
 ) -> Result<(), ProtocolError> {
-    let mut buf = BytesMut::with_capacity(256 * 1024);
+    let mut buf = BytesMut::with_capacity(WRITE_BUFFER);
     buf.extend_from_slice(PREAMBLE);
     let mut done = false;
     while !done {
         if buf.is_empty() {
-            match rx.recv().await {
+            let next = if buf.capacity() > WRITE_BUFFER {
+                match tokio::time::timeout(WRITE_IDLE, rx.recv()).await {
+                    Ok(next) => next,
+                    Err(_) => {
+                        buf = BytesMut::with_capacity(WRITE_BUFFER);
+                        rx.recv().await
+                    }
+                }
+            } else {
+                rx.recv().await
+            };
+            match next {
                 Some(frame) if frame.is_end_of_writes() => break,
                 Some(frame) => {
                     done = frame.kind == FrameKind::Goaway;
