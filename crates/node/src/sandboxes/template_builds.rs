@@ -250,6 +250,29 @@ impl TemplateBuilds {
         })
     }
 
+    /// Marks `build` ready with its recipe and config and gives it its tags (moved from an
+    /// older build), at once: a status poll that saw `ready` finds the tags. A template
+    /// deleted meanwhile gets nothing.
+    fn make_ready(
+        &self,
+        template_id: &str,
+        build_id: &str,
+        build: &Build,
+        ready: (Recipe, LinuxSandboxConfig),
+    ) {
+        let mut state = self.state();
+        build.finish(Ok(ready));
+        if let Some(template) = state.by_id.get_mut(template_id) {
+            let now = SystemTime::now();
+            for tag in &build.tags {
+                template
+                    .tags
+                    .insert(tag.clone(), (build_id.to_owned(), now));
+            }
+            template.updated_at = now;
+        }
+    }
+
     /// Whether a template built here has the name or id `name` (with or without a tag).
     pub(super) fn knows(&self, name: &str) -> bool {
         self.state().find(name).is_some()
@@ -516,16 +539,9 @@ impl TemplateService for SandboxHost {
             match host.template_config(&recipe).await {
                 Ok(config) => {
                     build.log(LogLevel::Info, &format!("template {name} is ready"));
-                    // Ready and tagged at once: a status poll that saw `ready` finds the tags.
-                    let mut state = host.inner.builds.state();
-                    build.finish(Ok((recipe, config)));
-                    if let Some(template) = state.by_id.get_mut(&template_id) {
-                        let now = SystemTime::now();
-                        for tag in &build.tags {
-                            template.tags.insert(tag.clone(), (build_id.clone(), now));
-                        }
-                        template.updated_at = now;
-                    }
+                    host.inner
+                        .builds
+                        .make_ready(&template_id, &build_id, &build, (recipe, config));
                 }
                 Err(error) => {
                     let message = error.to_string();
@@ -768,5 +784,159 @@ impl SandboxHost {
         config.workspace_tmpfs = workspace_tmpfs;
         config.user_home = user_home;
         Ok(config)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use omabox_backend_linux::factory::LinuxSandboxFactory;
+
+    fn host(files: &std::path::Path) -> SandboxHost {
+        let mut host =
+            SandboxHost::with_config(LinuxSandboxFactory::new(), LinuxSandboxConfig::default());
+        Arc::get_mut(&mut host.inner)
+            .expect("not shared yet")
+            .builds
+            .files_dir = Some(files.to_owned());
+        host
+    }
+
+    fn request(tags: &[&str]) -> TemplateBuildRequest {
+        TemplateBuildRequest {
+            name: "tpl".into(),
+            tags: tags.iter().map(|t| (*t).to_owned()).collect(),
+        }
+    }
+
+    /// What the build task does when the layer is built.
+    fn build_ready(host: &SandboxHost, ticket: &TemplateBuildTicket) {
+        let builds = &host.inner.builds;
+        let build = builds.state().by_id[&ticket.template_id]
+            .build(&ticket.build_id)
+            .map(Arc::clone)
+            .expect("the build");
+        let recipe = Recipe {
+            base: Base::Node,
+            lines: vec![format!("RUN echo {}", ticket.build_id)],
+            files: Default::default(),
+        };
+        builds.make_ready(
+            &ticket.template_id,
+            &ticket.build_id,
+            &build,
+            (recipe, LinuxSandboxConfig::default()),
+        );
+    }
+
+    fn tagged(host: &SandboxHost) -> Vec<(String, String)> {
+        host.tags("tpl")
+            .expect("the template")
+            .into_iter()
+            .map(|t| (t.tag, t.build_id))
+            .collect()
+    }
+
+    #[tokio::test]
+    async fn tags_name_ready_builds_and_only_untagged_finished_builds_are_forgotten() {
+        let files = tempfile::tempdir().expect("tempdir");
+        let host = host(files.path());
+        let first = host.request_build(request(&[])).await.expect("a build");
+        assert_eq!(first.tags, ["default"]);
+        assert!(
+            uuid::Uuid::parse_str(&first.build_id).is_ok(),
+            "E2B's build ids are UUIDs"
+        );
+        // Not ready: no tag yet, and a start says why.
+        assert!(tagged(&host).is_empty());
+        let error = host
+            .inner
+            .builds
+            .config_of("tpl")
+            .expect("known")
+            .unwrap_err();
+        assert!(error.to_string().contains("no finished build"), "{error}");
+        build_ready(&host, &first);
+        let v1 = host.request_build(request(&["v1"])).await.expect("a build");
+        build_ready(&host, &v1);
+        assert_eq!(
+            tagged(&host),
+            [
+                ("default".to_owned(), first.build_id.clone()),
+                ("v1".to_owned(), v1.build_id.clone())
+            ]
+        );
+        // `NAME` is `NAME:default`, counted as a start; an unknown tag starts nothing.
+        assert!(host.inner.builds.config_of("tpl").expect("known").is_ok());
+        assert!(
+            host.inner
+                .builds
+                .config_of("tpl:v1")
+                .expect("known")
+                .is_ok()
+        );
+        let error = host
+            .inner
+            .builds
+            .config_of("tpl:v9")
+            .expect("known")
+            .unwrap_err();
+        assert!(
+            error.to_string().contains("no build tagged \"v9\""),
+            "{error}"
+        );
+        assert_eq!(host.info("tpl").expect("the template").spawn_count, 2);
+
+        // Tags move between builds; a removal naming a missing tag removes none.
+        let moved = host
+            .assign_tags("tpl:v1", &["default".into()])
+            .expect("assigned");
+        assert_eq!(moved, v1.build_id);
+        let error = host
+            .remove_tags("tpl", &["v1".into(), "nope".into()])
+            .unwrap_err();
+        assert!(matches!(error, SandboxServiceError::Missing(_)), "{error}");
+        assert_eq!(tagged(&host).len(), 2);
+        assert!(matches!(
+            host.assign_tags("tpl:nope", &["x".into()]),
+            Err(SandboxServiceError::Missing(_))
+        ));
+
+        // 16 builds kept: the first (finished, no tag names it now) is forgotten for the
+        // 17th; then every kept build is tagged or in progress, and an 18th is refused.
+        for _ in 0..14 {
+            host.request_build(request(&[])).await.expect("a build");
+        }
+        assert_eq!(
+            host.info("tpl").expect("the template").builds.len(),
+            MAX_BUILDS
+        );
+        host.request_build(request(&[]))
+            .await
+            .expect("the first is forgotten");
+        assert!(matches!(
+            host.build_status(&first.template_id, &first.build_id),
+            Err(SandboxServiceError::Missing(_))
+        ));
+        let error = host.request_build(request(&[])).await.unwrap_err();
+        assert!(
+            matches!(error, SandboxServiceError::Unavailable(ref m) if m.contains("in progress or tagged")),
+            "{error}"
+        );
+        assert_eq!(
+            tagged(&host),
+            [
+                ("default".to_owned(), v1.build_id.clone()),
+                ("v1".to_owned(), v1.build_id.clone())
+            ]
+        );
+
+        // Deleted: gone by name, its uploads' directory with it.
+        std::fs::create_dir_all(files.path().join(&first.template_id)).expect("uploads");
+        assert!(host.delete("tpl").await.expect("deleted"));
+        assert!(!files.path().join(&first.template_id).exists());
+        assert!(host.list().is_empty());
+        assert!(!host.delete("tpl").await.expect("absent is false"));
+        assert!(host.inner.builds.config_of("tpl").is_none());
     }
 }
