@@ -336,8 +336,8 @@ fn the_python_sdk_pauses_a_gvisor_sandbox_with_its_memory() {
 
 /// An image template on `omabox serve --backend gvisor` through the Python SDK
 /// (`gvisor_image_test.py`): a busybox image of a test registry is the sandbox's root, with
-/// E2B's user added; its changes stay in the sandbox; a full pause, connect and fork go on
-/// over the same root. Nothing of a sandbox is left once serve stopped.
+/// E2B's user added; its changes stay in the sandbox; a full pause, connect, fork and a
+/// memory snapshot go on over the same root. Nothing of a sandbox is left once serve stopped.
 #[test]
 fn the_python_sdk_starts_gvisor_sandboxes_from_an_image_template() {
     use omabox_test_support::registry::TestRegistry;

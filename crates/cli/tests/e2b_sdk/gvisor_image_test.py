@@ -2,7 +2,7 @@
 that names an image (a busybox image of a test registry, which has no `user` account):
 the sandbox's root is the image (its file there, writable in the sandbox's memory only),
 E2B's user is added to it, a full pause and `connect` go on from the same memory (a counter held in
-a shell's memory counts on) over the same root, a fork does too, and templates that are not images are refused. Every check
+a shell's memory counts on) over the same root, a fork and a sandbox from a memory snapshot do too, and templates that are not images are refused. Every check
 raises on a wrong answer; the last line printed is `OK`. Access tokens seen are written to
 $TOKENS_OUT."""
 
@@ -68,6 +68,17 @@ check(forked >= resumed and counting(forks[0], forked) > forked,
       f"a fork goes on counting from the same memory ({forked})")
 check(forks[0].commands.run("cat /image-marker").stdout == "changed\n", "over the same root")
 forks[0].kill()
+
+# A memory snapshot keeps the root too: a sandbox made from it goes on over the same one.
+snap = again.create_snapshot()
+from_snap = Sandbox.create(template=snap.snapshot_id, timeout=60)
+tokens.append(from_snap._envd_access_token)
+check(from_snap.commands.run("cat /image-marker").stdout == "changed\n",
+      "a sandbox from a memory snapshot has the snapshot's root")
+snapped = count(from_snap)
+check(counting(from_snap, snapped) > snapped, "and its counter goes on")
+from_snap.kill()
+check(Sandbox.delete_snapshot(snap.snapshot_id) is True, "the snapshot is deleted")
 again.kill()
 
 for bad, needle in [("code-interpreter-v1", "not known"), (os.environ["MISSING_IMAGE"], "")]:
