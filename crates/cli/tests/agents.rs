@@ -402,7 +402,12 @@ impl Setup {
     }
 
     fn command(&self, args: &[&str]) -> Command {
-        let mut command = self.dirs.command(args);
+        self.command_in(&self.dirs, args)
+    }
+
+    /// [`Self::command`] in other dirs (another host): the same agent cache and upstream.
+    fn command_in(&self, dirs: &common::TestDirs, args: &[&str]) -> Command {
+        let mut command = dirs.command(args);
         command
             .env("OMABOX_AGENT_CACHE", agent_cache())
             .env("ANTHROPIC_API_KEY", OPERATOR_KEY)
@@ -1070,6 +1075,89 @@ fn a_killed_serve_with_a_warm_session_leaves_nothing_after_reap() {
     assert_eq!(run["status"], "completed", "{run}");
     assert_eq!(run["revision"], 2, "{run}");
     serve.stop();
+}
+
+/// Two hosts on one PostgreSQL run queue (a shared blob dir): host A keeps session `s` warm
+/// after its turn; with A busy (`--max-runs 1`, a long command run of another session), host
+/// B claims `s`'s next turn and gets `conflict` while A holds the claim. A's keeper sees
+/// that run running elsewhere and lets the warm runtime go, so B's turn runs cold and
+/// completes well before A's warm ttl (200 s) would have released it.
+#[test]
+fn a_turn_another_host_claims_gets_the_warm_runtime_released() {
+    let Some(setup) = Setup::new() else { return };
+    let Some(server) = omabox_test_support::postgres::TestPostgres::start_or_skip() else {
+        return;
+    };
+    let url = server.create_database("warm_two_hosts").unwrap();
+    let shared = tempfile::tempdir().unwrap();
+    let blobs = shared.path().join("blobs");
+    let other = common::TestDirs::new("agent-b");
+    let serve = |dirs: Option<&common::TestDirs>| {
+        let args = [
+            "--blob-dir",
+            blobs.to_str().unwrap(),
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--max-runs",
+            "1",
+        ];
+        // Host B has its own data dir.
+        let mut command = match dirs {
+            None => setup.command(&args),
+            Some(dirs) => setup.command_in(dirs, &args),
+        };
+        command
+            .env("OMABOX_DATABASE_URL", &url)
+            .env("OMABOX_API_KEY", WARM_KEY)
+            .env("OMABOX_SERVE_WARM_TTL_MS", "200000")
+            .env_remove("OMABOX_LOG");
+        common::serve::Serve::start(command)
+    };
+    let a = serve(None);
+    let (run, _) = warm_turn(&a.addr, "s", "please write the file");
+    assert_eq!(run["status"], "completed", "{run}");
+    // A is busy with another session's long command; only then does B start.
+    let call = |addr: &str, method: &str, path: &str, body: &str| {
+        common::serve::http_request(addr, addr, Some(WARM_KEY), method, path, body)
+    };
+    let (status, answer) = call(
+        &a.addr,
+        "POST",
+        "/v1/sessions/busy/runs",
+        r#"{"command": ["sh", "-c", "sleep 60"]}"#,
+    );
+    assert_eq!(status, 201, "{answer}");
+    let busy = serde_json::from_str::<Value>(&answer).unwrap()["run_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    loop {
+        let (_, body) = call(&a.addr, "GET", &format!("/v1/runs/{busy}"), "");
+        if serde_json::from_str::<Value>(&body).unwrap()["status"] == "running" {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "A never ran its busy run: {body}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let b = serve(Some(&other));
+    let started = std::time::Instant::now();
+    let (run, _) = warm_turn(&b.addr, "s", "please write the file");
+    assert_eq!(run["status"], "completed", "{run}");
+    assert_eq!(run["revision"], 2, "{run}");
+    // Not a timing target: without the keeper's release B waits out A's 200 s ttl.
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(120),
+        "B's turn waited {:?} for A's warm runtime",
+        started.elapsed()
+    );
+    let _ = call(&a.addr, "POST", &format!("/v1/runs/{busy}/cancel"), "");
+    b.stop();
+    a.stop();
 }
 
 /// What a serve of `setup` left: sandbox state dirs, cgroups, processes in them, binding

@@ -8,7 +8,8 @@
 //!   next turn of the session ─► take ─► alive? same agent? ─► warm turn (ports: warm::ports)
 //!                                          └ no ─► teardown ─► cold turn
 //!   keeper, every second: idle past `serve_warm_ttl_ms` │ claim lost │ agent dead │
-//!       MemAvailable below `serve_warm_min_available` (the least recently used) ─► teardown
+//!       MemAvailable below `serve_warm_min_available` (the least recently used) │
+//!       a run of the session running elsewhere, seen on two passes ─► teardown
 //!   more than `serve_warm_max` kept ─► the least recently used ─► teardown
 //!   serve stopping (SIGTERM) ─► teardown of every kept runtime
 //! ```
@@ -20,7 +21,11 @@
 //! claim (re-entrant, same generation: a fresh token is issued, the agent keeps using the
 //! first until the runtime ends). A cold turn — after an eviction, on another host — claims
 //! a new generation and rotates the token as before. Eviction releases the claim, so a cold
-//! turn never waits for it.
+//! turn never waits for it. Many hosts on one run queue: when another host claimed the
+//! session's next run (it then retries on `conflict`), the keeper sees that run `running`
+//! while the runtime is still kept here (this host takes its runtime out within moments of
+//! claiming a run of the session), and lets the runtime go on its second pass: the other
+//! host's turn waits a second or two and runs cold, instead of waiting out the ttl.
 //!
 //! Crash safety: the kept sandbox's lease stays in the lease journal (its `terminate` never
 //! ran) and its fence stops being renewed when serve dies, so `omabox reap` (or the next
@@ -40,10 +45,11 @@ use crate::wiring::Persistence;
 use omabox_acp::LiveAcpAgent;
 use omabox_contract::{
     ManagedRuntimeProviderDriverPort, ManagedRuntimeProviderResources, RenewRuntimeFenceResult,
-    RuntimeResourceFence, RuntimeResourceFencePort, RuntimeResourceScope, TerminationReason,
+    RunQueuePort, RunStatus, RuntimeResourceFence, RuntimeResourceFencePort, RuntimeResourceScope,
+    TerminationReason,
 };
 use ports::Reused;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
@@ -58,6 +64,8 @@ pub const DEFAULT_MIN_AVAILABLE: u64 = 512 << 20;
 
 /// How often the keeper looks at the kept runtimes.
 const TICK: Duration = Duration::from_secs(1);
+/// The newest runs of a kept session the keeper looks at for one running elsewhere.
+const RUNS_LOOKED_AT: usize = 4;
 
 /// How warm sessions are kept.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -283,7 +291,7 @@ impl WarmSessions {
         }
         let weak = Arc::downgrade(&self.inner);
         *keeper = Some(tokio::spawn(async move {
-            let mut renewed: HashMap<String, Instant> = HashMap::new();
+            let mut passes = Passes::default();
             loop {
                 tokio::time::sleep(TICK).await;
                 let Some(inner) = weak.upgrade() else { return };
@@ -291,17 +299,19 @@ impl WarmSessions {
                     return;
                 }
                 let pool = WarmSessions { inner };
-                pool.tick(&mut renewed).await;
+                pool.tick(&mut passes).await;
             }
         }));
     }
 
     /// One pass of the keeper (module doc).
-    async fn tick(&self, renewed: &mut HashMap<String, Instant>) {
+    async fn tick(&self, passes: &mut Passes) {
+        let Passes { renewed, contested } = passes;
         let now = Instant::now();
         let settings = self.inner.settings;
         let mut ended: Vec<(Kept, &'static str)> = Vec::new();
         let mut renew = Vec::new();
+        let mut watch: Vec<(String, String, Arc<dyn RunQueuePort>)> = Vec::new();
         {
             let mut map = self.kept();
             let keys: Vec<String> = map.keys().cloned().collect();
@@ -320,6 +330,11 @@ impl WarmSessions {
                     }
                     continue;
                 }
+                watch.push((
+                    key.clone(),
+                    kept.scope.session_id.clone(),
+                    kept.store.runs(),
+                ));
                 let every = Duration::from_millis((kept.lease_ttl_ms / 3).max(50));
                 if renewed
                     .get(&key)
@@ -342,6 +357,7 @@ impl WarmSessions {
                 ended.push((kept, "MemAvailable below serve_warm_min_available"));
             }
             renewed.retain(|key, _| map.contains_key(key));
+            contested.retain(|key| map.contains_key(key));
         }
         for (key, fences, fence, ttl_ms) in renew {
             match fences.renew(&fence, ttl_ms).await {
@@ -356,6 +372,24 @@ impl WarmSessions {
                 }
                 // A store hiccup: the next tick tries again before the claim expires.
                 Err(error) => tracing::warn!(%error, "cannot renew a warm session's claim"),
+            }
+        }
+        for (key, session, runs) in watch {
+            let elsewhere = match runs.session_runs(&session, None, RUNS_LOOKED_AT).await {
+                Ok(page) => page.runs.iter().any(|run| run.status == RunStatus::Running),
+                Err(error) => {
+                    tracing::warn!(%error, "cannot look at a warm session's runs");
+                    false
+                }
+            };
+            if !elsewhere {
+                contested.remove(&key);
+            } else if !contested.insert(key.clone())
+                && let Some(kept) = self.kept().remove(&key)
+            {
+                // Running on two passes while kept here: another host claimed it.
+                contested.remove(&key);
+                ended.push((kept, "another host claimed a run of its session"));
             }
         }
         for (kept, why) in ended {
@@ -391,6 +425,15 @@ impl WarmSessions {
             kept.teardown("omabox serve is stopping").await;
         }
     }
+}
+
+/// What the keeper remembers between its passes.
+#[derive(Default)]
+struct Passes {
+    /// When each kept claim was last renewed.
+    renewed: HashMap<String, Instant>,
+    /// Kept sessions whose run was seen running elsewhere on the last pass.
+    contested: HashSet<String>,
 }
 
 fn least_recently_used(map: &HashMap<String, Kept>) -> Option<String> {
