@@ -452,13 +452,14 @@ fn docker_missing() -> Option<String> {
         .or_else(omabox_test_support::dockerd::TestDockerd::missing)
 }
 
-/// `omabox serve --backend docker` through the Python SDK (`docker_test.py`): containers of
+/// `omabox serve --backend docker` through the Python SDK (`docker_test.py`), then the JS SDK
+/// (`docker_test.mjs`: commands, user, streaming, files, pause and connect): containers of
 /// a test engine from images of a test registry (busybox, with `/bin/bash` handing the
 /// SDK's `bash -l -c` to its `sh`), E2B's user added to them, commands, files, metrics of
 /// the container's cgroup, a filesystem pause and connect, an image reference as the
 /// template. No token in serve's log; no container left once serve stopped.
 #[test]
-fn the_python_sdk_drives_docker_sandboxes() {
+fn the_python_and_js_sdks_drive_docker_sandboxes() {
     use omabox_test_support::registry::TestRegistry;
     if !omabox_test_support::require_capability(docker_missing()) {
         return;
@@ -505,7 +506,14 @@ fn the_python_sdk_drives_docker_sandboxes() {
         .arg(script("docker_test.py"))
         .env("OTHER_IMAGE", format!("{}/test/other:1", registry.host()))
         .env("MISSING_IMAGE", format!("{}/test/none:1", registry.host()));
-    let tokens = run_sdk(command, &serve, &dirs);
+    let mut tokens = run_sdk(command, &serve, &dirs);
+    // The JS SDK against the same serve (`docker_test.mjs`).
+    if let Some(copy) = js_sdk_script("docker_test.mjs") {
+        let mut command = Command::new("node");
+        command.arg(&copy);
+        tokens.extend(run_sdk(command, &serve, &dirs));
+        let _ = std::fs::remove_file(&copy);
+    }
     let log = serve.stop();
     assert_no_token_logged(&log, &tokens);
     let containers = || {
