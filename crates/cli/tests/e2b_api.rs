@@ -512,22 +512,20 @@ fn a_memory_pause_without_room_on_disk_is_refused_and_the_sandbox_runs_on() {
         assert_eq!(status, 503, "{refused}");
         assert_error(&refused, 503, "not enough disk space");
         // Still running: listed as such, and a fork (which pauses first) is refused the same way.
-        let (status, info) = serve.call(Some(KEY), "GET", &format!("/sandboxes/{id}"), None);
-        assert_eq!(
-            (status, info["state"].as_str()),
-            (200, Some("running")),
-            "{info}"
-        );
+        let assert_running = || {
+            let (status, info) = serve.call(Some(KEY), "GET", &format!("/sandboxes/{id}"), None);
+            assert_eq!(
+                (status, info["state"].as_str()),
+                (200, Some("running")),
+                "{info}"
+            );
+        };
+        assert_running();
         let fork = format!("/sandboxes/{id}/fork");
         let (status, forked) = serve.call(Some(KEY), "POST", &fork, Some(r#"{"count":1}"#));
         assert_eq!(status, 503, "{forked}");
         assert_error(&forked, 503, "not enough disk space");
-        let (status, info) = serve.call(Some(KEY), "GET", &format!("/sandboxes/{id}"), None);
-        assert_eq!(
-            (status, info["state"].as_str()),
-            (200, Some("running")),
-            "{info}"
-        );
+        assert_running();
         let kill = format!("/sandboxes/{id}");
         assert_eq!(serve.call(Some(KEY), "DELETE", &kill, None).0, 204);
         serve.stop();

@@ -516,13 +516,8 @@ fn docker_image(template: &str, base: &str) -> Result<String, SandboxServiceErro
         return Ok(base.to_owned());
     }
     let shown: String = template.chars().take(64).collect();
-    let reference = template.contains([':', '/', '@'])
-        && template.len() <= 512
-        && !template.starts_with('/')
-        && !template
-            .chars()
-            .any(|c| c.is_control() || c.is_whitespace());
-    if reference {
+    // The linux rule for image references (`prepare::image_reference`), without paths.
+    if super::prepare::image_reference(template).is_ok() && !template.starts_with('/') {
         Ok(template.to_owned())
     } else {
         Err(SandboxServiceError::BadRequest(format!(

@@ -7,6 +7,29 @@ use omabox_proxy::e2b::SandboxServiceError;
 use std::sync::{Arc, PoisonError};
 use tokio::sync::OnceCell;
 
+/// Whether a template other than `base` may be taken for an image reference (or a path):
+/// never a bare name (E2B's `code-interpreter-v1` is not taken for a Docker Hub image:
+/// pulling one nobody meant would reach a registry nobody named), at most 512 bytes, no
+/// control characters or spaces.
+pub(super) fn image_reference(template: &str) -> Result<(), SandboxServiceError> {
+    let shown: String = template.chars().take(64).collect();
+    if !template.contains([':', '/', '@']) {
+        return Err(SandboxServiceError::BadRequest(format!(
+            "template {shown:?} is not known: use \"{BASE_TEMPLATE}\" or name an image with its tag or registry (NAME:TAG, REGISTRY/REPO:TAG, a path)"
+        )));
+    }
+    if template.len() > 512
+        || template
+            .chars()
+            .any(|c| c.is_control() || c.is_whitespace())
+    {
+        return Err(SandboxServiceError::BadRequest(format!(
+            "template {shown:?} is not an image reference"
+        )));
+    }
+    Ok(())
+}
+
 impl SandboxHost {
     /// The prepared config of `template` (image resolved, pulled and held; environment
     /// layer built) and the host checked, once per template.
@@ -29,22 +52,7 @@ impl SandboxHost {
                 "template {shown:?} is not known: this server serves only \"{BASE_TEMPLATE}\""
             )));
         };
-        // A bare name (E2B's `code-interpreter-v1`) is not taken for a Docker Hub image:
-        // pulling one nobody meant would reach a registry nobody named.
-        if !template.contains([':', '/', '@']) {
-            return Err(SandboxServiceError::BadRequest(format!(
-                "template {shown:?} is not known: use \"{BASE_TEMPLATE}\" or name an image with its tag or registry (NAME:TAG, REGISTRY/REPO:TAG, a path)"
-            )));
-        }
-        if template.len() > 512
-            || template
-                .chars()
-                .any(|c| c.is_control() || c.is_whitespace())
-        {
-            return Err(SandboxServiceError::BadRequest(format!(
-                "template {shown:?} is not an image reference"
-            )));
-        }
+        image_reference(template)?;
         let cell = {
             let mut templates = self
                 .inner

@@ -619,10 +619,12 @@ impl TemplateService for SandboxHost {
                 Err(e) => return Err(internal(format!("cannot remove the uploads: {e}"))),
             }
         }
-        builds.stored.fetch_sub(
-            stored.min(builds.stored.load(Ordering::Acquire)),
-            Ordering::AcqRel,
-        );
+        // Saturating in one atomic step (a load, then a sub, could race another removal).
+        let _ = builds
+            .stored
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |kept| {
+                Some(kept.saturating_sub(stored))
+            });
         Ok(true)
     }
 
