@@ -7,7 +7,7 @@
 //!
 //! Then a tree of many small files (`OMABOX_BENCH_SMALL_FILES`, default 50,000 of 0.2–4 KiB in
 //! 500 directories): full checkpoint and restore beside `cp -a` of the same tree, the floor a
-//! user compares with.
+//! user compares with, and beside `cp -a` then `sync -f`, the floor of a durable copy.
 //!
 //! ```text
 //! cargo bench -p omabox-persistence --bench workspace
@@ -370,6 +370,20 @@ async fn run_small(count: u64, base: &Path) {
         "cp -a of the tree (floor)",
         cp.as_secs_f64() * 1000.0
     );
+    // A checkpoint is durable when it returns; `cp -a` is not until a sync. `sync -f` is a
+    // syncfs of the copy's filesystem (it also waits for other writers' dirty data there).
+    let status = std::process::Command::new("sync")
+        .arg("-f")
+        .arg(&copy)
+        .status()
+        .expect("sync");
+    let cp_sync = started.elapsed();
+    assert!(status.success(), "sync -f failed");
+    println!(
+        "{:<34} {:>9.1} ms",
+        "cp -a, then sync -f (durable)",
+        cp_sync.as_secs_f64() * 1000.0
+    );
 
     let started = Instant::now();
     let (full, report) = port
@@ -391,9 +405,10 @@ async fn run_small(count: u64, base: &Path) {
     );
     let ratio = |elapsed: Duration| elapsed.as_secs_f64() / cp.as_secs_f64();
     println!(
-        "small files against cp -a: checkpoint {:.2}x, restore {:.2}x",
+        "small files against cp -a: checkpoint {:.2}x, restore {:.2}x; checkpoint against cp -a + sync: {:.2}x",
         ratio(checkpoint),
-        ratio(restore)
+        ratio(restore),
+        checkpoint.as_secs_f64() / cp_sync.as_secs_f64()
     );
     let _ = port.release(&scope(), &fence(1), &binding).await;
     let _ = port.release(&scope(), &fence(2), &restored).await;
