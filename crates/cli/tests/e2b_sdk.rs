@@ -190,8 +190,9 @@ fn the_official_js_sdk_drives_serve() {
 /// `Template.build` of the Python SDK over a Debian base (`base` = the image): a template
 /// with a copied file and directory, a command and a build-time variable, built, started
 /// with `Sandbox.create(template=…)`, chained; tags (`NAME:TAG` builds, `assign_tags`,
-/// `remove_tags`, `get_tags`) each starting their build; listed and deleted through the
-/// SDK's API client; refusals naming the step; a failing step.
+/// `remove_tags`, `get_tags`) each starting their build; listed (v1 and v2), a build's log
+/// read, updated (`public` refused) and deleted through the SDK's API client; refusals
+/// naming the step; a failing step.
 #[test]
 fn the_python_sdk_builds_a_template_and_starts_sandboxes_from_it() {
     if !linux_available() {

@@ -406,7 +406,11 @@ async fn every_route_needs_the_operator_key_in_x_api_key() {
         ("GET", "/templates/t0/files/abc", None),
         ("POST", "/v2/templates/t0/builds/b0", Some("{}")),
         ("GET", "/templates/t0/builds/b0/status", None),
+        ("GET", "/templates/t0/builds/b0/logs", None),
         ("GET", "/templates", None),
+        ("GET", "/v2/templates", None),
+        ("PATCH", "/templates/t0", Some(r#"{"public":false}"#)),
+        ("PATCH", "/v2/templates/t0", Some(r#"{"public":false}"#)),
         ("GET", "/templates/t0", None),
         ("DELETE", "/templates/t0", None),
         ("GET", "/templates/t0/tags", None),
@@ -1051,6 +1055,8 @@ async fn built_templates_are_listed_tagged_and_deleted_in_e2b_shapes() {
             "envdVersion": omabox_proxy::envd::ENVD_VERSION, "buildStatus": "ready",
         }])
     );
+    let (status, _, v2) = call(&state, "GET", "/v2/templates", Some(KEY), None).await;
+    assert_eq!((status, &v2), (StatusCode::OK, &list));
     let (status, _, one) = call(&state, "GET", "/templates/known", Some(KEY), None).await;
     assert_eq!(status, StatusCode::OK, "{one}");
     assert_eq!(one["templateID"], "t0");
@@ -1116,6 +1122,59 @@ async fn built_templates_are_listed_tagged_and_deleted_in_e2b_shapes() {
     assert_eq!(status, StatusCode::BAD_REQUEST);
     assert_error(&error, 400, "at most 16 tags");
     assert_eq!(builds.tagged.lock().unwrap().len(), 2);
+
+    // A build's log as `TemplateBuildLogsResponse`: 100 entries at most, as asked.
+    let logs = |query: &'static str| {
+        let state = state.clone();
+        async move {
+            let path = format!("/templates/t0/builds/b0/logs{query}");
+            let (status, _, body) = call(&state, "GET", &path, Some(KEY), None).await;
+            let messages: Vec<String> = body["logs"]
+                .as_array()
+                .map(|logs| {
+                    let text = |entry: &Value| entry["message"].as_str().unwrap().to_owned();
+                    logs.iter().map(text).collect()
+                })
+                .unwrap_or_default();
+            (status, body, messages)
+        }
+    };
+    let (status, body, messages) = logs("").await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(messages.len(), 100);
+    assert_eq!(
+        body["logs"][0],
+        serde_json::json!({"timestamp": "1970-01-01T00:00:00.000Z", "level": "info",
+            "message": "line 0"})
+    );
+    let (_, _, messages) = logs("?direction=backward&limit=2&source=persistent").await;
+    assert_eq!(messages, ["line 149", "line 148"]);
+    let (_, _, messages) = logs("?level=error&cursor=0").await;
+    assert_eq!(messages, ["line 149"]);
+    for (query, needle) in [("?limit=101", "at most 100"), ("?source=disk", "source")] {
+        let (status, body, _) = logs(query).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{query}");
+        assert_error(&body, 400, needle);
+    }
+
+    // An update: `public: false` (or nothing) is what a template here is; `true` is refused.
+    for (path, body) in [
+        ("/templates/known", r#"{"public":false}"#),
+        ("/v2/templates/t0", "{}"),
+    ] {
+        let (status, _, answer) = call(&state, "PATCH", path, Some(KEY), Some(body)).await;
+        assert_eq!(status, StatusCode::OK, "{path}: {answer}");
+        if path.starts_with("/v2") {
+            assert_eq!(answer, serde_json::json!({"names": ["known"]}));
+        }
+    }
+    let public = Some(r#"{"public":true}"#);
+    let (status, _, error) = call(&state, "PATCH", "/v2/templates/t0", Some(KEY), public).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    assert_error(&error, 400, "public templates are not offered");
+    let (status, _, error) = call(&state, "PATCH", "/templates/nope", Some(KEY), public).await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    assert_error(&error, 404, "nope");
 
     // Delete: a built template (by name or id) is 204; anything else 404.
     let (status, _, _) = call(&state, "DELETE", "/templates/known", Some(KEY), None).await;

@@ -3,8 +3,9 @@
 `base` with a file copied in, a command run and a build-time variable is built (its files
 uploaded, its status and log polled), then `Sandbox.create(template=NAME)` starts from it;
 a template chained on it adds a step; a build tagged `v2` and the tags given and taken
-each start their build; the API client lists templates with their builds and deletes one
-(its running sandbox runs on); steps omabox cannot honour are refused naming the step. Every check raises on a wrong answer; the last line printed is `OK`."""
+each start their build; the API client lists templates with their builds (v1 and v2),
+reads a build's log newest first, updates one (public is refused) and deletes one (its
+running sandbox runs on); steps omabox cannot honour are refused naming the step. Every check raises on a wrong answer; the last line printed is `OK`."""
 
 import os
 import tempfile
@@ -88,7 +89,10 @@ for bad, needle in [
 
 # The API lists templates with their builds and deletes one; its sandboxes run on.
 from e2b.api.client.api.templates import (  # noqa: E402
-    delete_templates_template_id, get_templates, get_templates_template_id)
+    delete_templates_template_id, get_templates, get_templates_template_id,
+    get_templates_template_id_builds_build_id_logs, get_v2_templates,
+    patch_templates_template_id, patch_v_2_templates_template_id)
+from e2b.api.client.models import LogsDirection, TemplateUpdateRequest  # noqa: E402
 from e2b.api.client_sync import get_api_client  # noqa: E402
 from e2b.connection_config import ConnectionConfig  # noqa: E402
 
@@ -102,6 +106,20 @@ check(tpl.build_count == 3 and tpl.spawn_count >= 3 and str(tpl.build_status) ==
 detail = get_templates_template_id.sync_detailed("omabox-sdk-tpl", client=api).parsed
 check(detail.template_id == tpl.template_id and str(detail.builds[0].build_id) == built.build_id
       and all(str(b.status) == "ready" for b in detail.builds), f"GET /templates/id: {detail.builds}")
+v2_listed = get_v2_templates.sync_detailed(client=api).parsed
+check({t.template_id for t in v2_listed} == {t.template_id for t in listed}, "GET /v2/templates")
+build_log = get_templates_template_id_builds_build_id_logs.sync_detailed(
+    tpl.template_id, built.build_id, client=api, direction=LogsDirection.BACKWARD, limit=1).parsed
+check(len(build_log.logs) == 1 and "ready" in build_log.logs[0].message,
+      f"GET .../builds/id/logs, newest first: {build_log}")
+private = TemplateUpdateRequest(public=False)
+updated = patch_v_2_templates_template_id.sync_detailed("omabox-sdk-tpl", client=api, body=private)
+check(updated.status_code == 200 and updated.parsed.names == ["omabox-sdk-tpl"],
+      f"PATCH /v2/templates/id: {updated.status_code} {updated.parsed}")
+public = patch_templates_template_id.sync_detailed(
+    "omabox-sdk-tpl", client=api, body=TemplateUpdateRequest(public=True))
+check(public.status_code == 400 and "public templates" in public.parsed.message,
+      f"PATCH public: {public.status_code} {public.parsed}")
 gone = delete_templates_template_id.sync_detailed("omabox-sdk-child", client=api)
 check(gone.status_code == 204, f"DELETE /templates/id: {gone.status_code}")
 check(not Template.exists("omabox-sdk-child"), "a deleted template is gone")

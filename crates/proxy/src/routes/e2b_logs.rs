@@ -4,6 +4,8 @@
 //! `{"logs": [SandboxLogEntry]}`), over [`SandboxService::logs`]. The log is what serve saw
 //! happen to the sandbox (created, processes started and ended, paused, resumed, killed,
 //! timed out), not the sandbox's own output. Same key check and error shape as `e2b.rs`.
+//! A template build's log (`GET /templates/{id}/builds/{build}/logs`, in
+//! `e2b_templates.rs`) is selected by the same query.
 //!
 //! Must never: answer more than [`MAX_LIMIT`] entries at once; echo more than a short
 //! piece of a bad query value.
@@ -11,6 +13,7 @@
 use super::e2b::{Answer, E2bError, authorize, not_found_short, sandbox_id, shorten};
 use crate::e2b::{LogLevel, SandboxLogEntry, rfc3339};
 use crate::state::ProxyState;
+use crate::templates::BuildLogEntry;
 use axum::Json;
 use axum::extract::rejection::PathRejection;
 use axum::extract::{Path, State};
@@ -26,9 +29,55 @@ pub const MAX_LIMIT: usize = 10_000;
 /// Bytes of a `search` text.
 const MAX_SEARCH: usize = 256;
 
+/// Which of E2B's log routes a query is for: each knows its own parameters.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum LogRoute {
+    /// `GET /sandboxes/{id}/logs`: `start`, `limit`.
+    SandboxV1,
+    /// `GET /v2/sandboxes/{id}/logs`: `cursor`, `limit`, `direction`, `level`, `search`.
+    SandboxV2,
+    /// `GET /templates/{id}/builds/{build}/logs`: `cursor`, `limit` (at most
+    /// [`MAX_BUILD_LIMIT`], 100 by default), `direction`, `level`, `source`.
+    Build,
+}
+
+/// The largest `limit` of a build's log (E2B's).
+pub(crate) const MAX_BUILD_LIMIT: usize = 100;
+
+/// What a log query selects on: a sandbox's entries and a build's.
+pub(crate) trait LogLine {
+    fn timestamp(&self) -> SystemTime;
+    fn level(&self) -> LogLevel;
+    fn message(&self) -> &str;
+}
+
+impl LogLine for SandboxLogEntry {
+    fn timestamp(&self) -> SystemTime {
+        self.timestamp
+    }
+    fn level(&self) -> LogLevel {
+        self.level
+    }
+    fn message(&self) -> &str {
+        &self.message
+    }
+}
+
+impl LogLine for BuildLogEntry {
+    fn timestamp(&self) -> SystemTime {
+        self.timestamp
+    }
+    fn level(&self) -> LogLevel {
+        self.level
+    }
+    fn message(&self) -> &str {
+        &self.message
+    }
+}
+
 /// Which entries a query selects, in which order.
 #[derive(Debug, Clone, PartialEq, Eq)]
-struct LogQuery {
+pub(crate) struct LogQuery {
     /// v1 `start` / v2 `cursor`, ms since the epoch.
     cursor: Option<u64>,
     limit: usize,
@@ -41,11 +90,16 @@ struct LogQuery {
 }
 
 impl LogQuery {
-    /// Parses `query`; `v2` allows `cursor`, `direction`, `level` and `search`, v1 `start`.
-    fn parse(query: &str, v2: bool) -> Result<Self, E2bError> {
+    /// Parses `query`, the parameters `route` has (others are ignored, as E2B does).
+    pub(crate) fn parse(query: &str, route: LogRoute) -> Result<Self, E2bError> {
+        let (default_limit, max_limit) = match route {
+            LogRoute::Build => (MAX_BUILD_LIMIT, MAX_BUILD_LIMIT),
+            LogRoute::SandboxV1 | LogRoute::SandboxV2 => (DEFAULT_LIMIT, MAX_LIMIT),
+        };
+        let v2 = route != LogRoute::SandboxV1;
         let mut parsed = Self {
             cursor: None,
-            limit: DEFAULT_LIMIT,
+            limit: default_limit,
             backward: false,
             level: LogLevel::Debug,
             search: None,
@@ -64,9 +118,9 @@ impl LogQuery {
                 ("limit", _) => {
                     let limit = number("limit", &value)?;
                     parsed.limit = usize::try_from(limit).unwrap_or(usize::MAX);
-                    if parsed.limit > MAX_LIMIT {
+                    if parsed.limit > max_limit {
                         return Err(E2bError::bad_request(format!(
-                            "limit must be at most {MAX_LIMIT}"
+                            "limit must be at most {max_limit}"
                         )));
                     }
                 }
@@ -96,7 +150,17 @@ impl LogQuery {
                         }
                     };
                 }
-                ("search", true) => {
+                // A build's log is kept whole while serve runs: both sources are that log.
+                ("source", true)
+                    if route == LogRoute::Build
+                        && !matches!(value.as_ref(), "persistent" | "temporary") =>
+                {
+                    return Err(E2bError::bad_request(format!(
+                        "source must be persistent or temporary, not {:?}",
+                        shorten(&value)
+                    )));
+                }
+                ("search", true) if route == LogRoute::SandboxV2 => {
                     if value.len() > MAX_SEARCH {
                         return Err(E2bError::bad_request(format!(
                             "search must be at most {MAX_SEARCH} bytes"
@@ -112,27 +176,27 @@ impl LogQuery {
 
     /// The entries selected, in the order answered: forward = oldest first from `cursor`
     /// on; backward = newest first from `cursor` (or the newest) back.
-    fn select(&self, entries: Vec<SandboxLogEntry>) -> Vec<SandboxLogEntry> {
+    pub(crate) fn select<E: LogLine>(&self, entries: Vec<E>) -> Vec<E> {
         let cursor = self
             .cursor
             .map(|ms| SystemTime::UNIX_EPOCH + Duration::from_millis(ms));
-        let wanted = |entry: &SandboxLogEntry| {
-            entry.level >= self.level
+        let wanted = |entry: &E| {
+            entry.level() >= self.level
                 && self
                     .search
                     .as_ref()
-                    .is_none_or(|text| entry.message.contains(text.as_str()))
+                    .is_none_or(|text| entry.message().contains(text.as_str()))
                 && cursor.is_none_or(|at| {
                     if self.backward {
-                        entry.timestamp <= at
+                        entry.timestamp() <= at
                     } else {
-                        entry.timestamp >= at
+                        entry.timestamp() >= at
                     }
                 })
         };
         let kept = entries.into_iter().filter(|e| wanted(e));
         if self.backward {
-            let mut newest: Vec<SandboxLogEntry> = kept.collect();
+            let mut newest: Vec<E> = kept.collect();
             newest.reverse();
             newest.truncate(self.limit);
             newest
@@ -157,11 +221,11 @@ fn logs_of(
     headers: &HeaderMap,
     id: Result<Path<String>, PathRejection>,
     uri: &Uri,
-    v2: bool,
+    route: LogRoute,
 ) -> Result<Vec<SandboxLogEntry>, E2bError> {
     let service = authorize(state, headers)?;
     let id = sandbox_id(id)?;
-    let query = LogQuery::parse(uri.query().unwrap_or_default(), v2)?;
+    let query = LogQuery::parse(uri.query().unwrap_or_default(), route)?;
     let entries = service.logs(&id).map_err(|e| not_found_short(e, &id))?;
     Ok(query.select(entries))
 }
@@ -174,7 +238,7 @@ pub(crate) async fn logs_v1(
     id: Result<Path<String>, PathRejection>,
     uri: Uri,
 ) -> Answer {
-    let entries = logs_of(&state, &headers, id, &uri, false)?;
+    let entries = logs_of(&state, &headers, id, &uri, LogRoute::SandboxV1)?;
     let lines: Vec<Value> = entries
         .iter()
         .map(|e| json!({ "timestamp": rfc3339(e.timestamp), "line": e.message }))
@@ -190,7 +254,7 @@ pub(crate) async fn logs_v2(
     id: Result<Path<String>, PathRejection>,
     uri: Uri,
 ) -> Answer {
-    let entries = logs_of(&state, &headers, id, &uri, true)?;
+    let entries = logs_of(&state, &headers, id, &uri, LogRoute::SandboxV2)?;
     let entries: Vec<Value> = entries.iter().map(entry_body).collect();
     Ok(Json(json!({ "logs": entries })).into_response())
 }
@@ -217,8 +281,16 @@ mod tests {
         ]
     }
 
+    fn route(v2: bool) -> LogRoute {
+        if v2 {
+            LogRoute::SandboxV2
+        } else {
+            LogRoute::SandboxV1
+        }
+    }
+
     fn messages(query: &str, v2: bool) -> Vec<String> {
-        LogQuery::parse(query, v2)
+        LogQuery::parse(query, route(v2))
             .unwrap()
             .select(log())
             .into_iter()
@@ -258,10 +330,24 @@ mod tests {
             ("level=fatal", "level"),
         ] {
             let v2 = !query.starts_with("start");
-            let error = LogQuery::parse(query, v2).unwrap_err();
+            let error = LogQuery::parse(query, route(v2)).unwrap_err();
             assert!(format!("{error:?}").contains(needle), "{query}: {error:?}");
         }
         let long = format!("search={}", "a".repeat(MAX_SEARCH + 1));
-        assert!(LogQuery::parse(&long, true).is_err());
+        assert!(LogQuery::parse(&long, LogRoute::SandboxV2).is_err());
+    }
+
+    #[test]
+    fn a_build_log_query_has_its_own_limit_and_source_and_no_search() {
+        let build = |query: &str| LogQuery::parse(query, LogRoute::Build);
+        assert_eq!(build("").unwrap().limit, MAX_BUILD_LIMIT);
+        assert!(build("limit=101").is_err());
+        assert!(build("source=persistent&source=temporary").is_ok());
+        let error = build("source=disk").unwrap_err();
+        assert!(format!("{error:?}").contains("source"), "{error:?}");
+        // `search` is a sandbox-log parameter: ignored here, as any unknown one.
+        assert_eq!(build("search=x").unwrap().search, None);
+        // And a sandbox's log knows no `source`.
+        assert!(LogQuery::parse("source=disk", LogRoute::SandboxV2).is_ok());
     }
 }

@@ -5,17 +5,21 @@
 //! streamed, with the slot's `X-Omabox-Upload-Token` instead of the operator key, as a
 //! presigned URL would be), `POST /v2/templates/{id}/builds/{build}` (202: started; 400
 //! naming a step omabox cannot honour) and `GET /templates/{id}/builds/{build}/status`
-//! (`logsOffset`, `limit`, `level`), and `GET /templates/aliases/{name}` (`Template.exists`).
-//! What is built is listed (`GET /templates`, `GET /templates/{id}` with its builds),
-//! removed (`DELETE /templates/{id}`, which removes a snapshot of that id too), and tagged
-//! (`POST|DELETE /templates/tags`, `GET /templates/{id}/tags`: `Template.assign_tags`,
-//! `remove_tags`, `get_tags`). Over [`SandboxService::templates`].
+//! (`logsOffset`, `limit`, `level`), `GET /templates/{id}/builds/{build}/logs` (the same
+//! log, selected as a v2 sandbox log is: `cursor`, `direction`, `level`), and `GET
+//! /templates/aliases/{name}` (`Template.exists`). What is built is listed (`GET
+//! /templates` and `/v2/templates`, `GET /templates/{id}` with its builds), removed
+//! (`DELETE /templates/{id}`, which removes a snapshot of that id too), tagged (`POST|DELETE
+//! /templates/tags`, `GET /templates/{id}/tags`: `Template.assign_tags`, `remove_tags`,
+//! `get_tags`) and updated (`PATCH /templates/{id}` and `/v2/templates/{id}`: `public`,
+//! which only `false` can be, see [`update_v1`]). Over [`SandboxService::templates`].
 //!
 //! Must never: put a token in a URL or an answer other than the file slot's; take an
 //! upload past [`MAX_TEMPLATE_FILE_BYTES`]; answer more than [`MAX_STATUS_LOG_ENTRIES`]
 //! log entries at once.
 
 use super::e2b::{Answer, E2bError, authorize, json_body, shorten};
+use super::e2b_logs::{LogQuery, LogRoute};
 use crate::e2b::{LogLevel, SandboxServiceError, rfc3339};
 use crate::envd::ENVD_VERSION;
 use crate::routes::header_str;
@@ -379,6 +383,35 @@ pub(crate) async fn build_status(
     Ok(Json(body).into_response())
 }
 
+/// `GET /templates/{id}/builds/{build}/logs` → 200 `TemplateBuildLogsResponse`: the build's
+/// log (what `status` shows), at most 100 entries (`cursor` in ms since the epoch,
+/// `direction`, `level`; `source` may be either of E2B's: serve keeps one log).
+pub(crate) async fn build_logs(
+    State(state): State<ProxyState>,
+    headers: HeaderMap,
+    path: Result<Path<(String, String)>, PathRejection>,
+    uri: Uri,
+) -> Answer {
+    let service = service(&state, &headers)?;
+    let (template_id, build_id) = segments(path)?;
+    let query = LogQuery::parse(uri.query().unwrap_or_default(), LogRoute::Build)?;
+    let status = service
+        .build_status(&template_id, &build_id)
+        .map_err(not_found)?;
+    let logs: Vec<Value> = query
+        .select(status.log)
+        .iter()
+        .map(|entry| {
+            json!({
+                "timestamp": rfc3339(entry.timestamp),
+                "level": entry.level.as_str(),
+                "message": entry.message,
+            })
+        })
+        .collect();
+    Ok(Json(json!({ "logs": logs })).into_response())
+}
+
 /// `GET /templates/aliases/{name}` → 200 `TemplateAliasResponse`; 404 when no template has
 /// the name.
 pub(crate) async fn alias(
@@ -445,7 +478,8 @@ fn template_body(info: &TemplateInfo, with_builds: bool) -> Value {
     body
 }
 
-/// `GET /templates` → 200 `[Template]`.
+/// `GET /templates` and `GET /v2/templates` → 200 `[Template]`, all in one page (serve keeps
+/// few: no `x-next-token`).
 pub(crate) async fn list(State(state): State<ProxyState>, headers: HeaderMap) -> Answer {
     let service = service(&state, &headers)?;
     let templates: Vec<Value> = service
@@ -489,6 +523,56 @@ pub(crate) async fn delete(
         StatusCode::NOT_FOUND,
         format!("template {:?} not found", shorten(&id)),
     ))
+}
+
+/// `TemplateUpdateRequest`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+struct TemplateUpdate {
+    public: Option<bool>,
+}
+
+/// The update both `PATCH` routes make: none, for a template that exists, or a 400 for
+/// `public: true`. A template of serve is used only with serve's one key: there is no other
+/// team to make it public to, and saying it was made public would be a lie.
+async fn update(
+    state: &ProxyState,
+    headers: &HeaderMap,
+    path: Result<Path<String>, PathRejection>,
+    body: Body,
+) -> Result<TemplateInfo, E2bError> {
+    let service = service(state, headers)?;
+    let id = segments(path)?;
+    let update: TemplateUpdate = json_body(state, headers, body).await?.unwrap_or_default();
+    let info = service.info(&id).map_err(not_found)?;
+    if update.public == Some(true) {
+        return Err(E2bError::bad_request(
+            "public templates are not offered by this server: its templates are used with its own key only",
+        ));
+    }
+    Ok(info)
+}
+
+/// `PATCH /templates/{id}` `{"public"?}` → 200 (see [`update`]).
+pub(crate) async fn update_v1(
+    State(state): State<ProxyState>,
+    headers: HeaderMap,
+    path: Result<Path<String>, PathRejection>,
+    body: Body,
+) -> Answer {
+    update(&state, &headers, path, body).await?;
+    Ok(StatusCode::OK.into_response())
+}
+
+/// `PATCH /v2/templates/{id}` `{"public"?}` → 200 `TemplateUpdateResponse` (its names).
+pub(crate) async fn update_v2(
+    State(state): State<ProxyState>,
+    headers: HeaderMap,
+    path: Result<Path<String>, PathRejection>,
+    body: Body,
+) -> Answer {
+    let info = update(&state, &headers, path, body).await?;
+    Ok(Json(json!({ "names": [info.name] })).into_response())
 }
 
 /// The body of both tag calls: `target` (assign) or `name` (remove), and the tags.

@@ -25,7 +25,7 @@ use axum::http::HeaderMap;
 use axum::http::header::HeaderName;
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse as _, Response};
-use axum::routing::{any, get, post, put};
+use axum::routing::{any, get, patch, post, put};
 use omabox_contract::SessionTokenClaims;
 use std::time::Instant;
 use tower_http::sensitive_headers::SetSensitiveHeadersLayer;
@@ -112,9 +112,16 @@ pub fn router(state: ProxyState) -> Router {
         .route("/sandboxes/{sandbox_id}/fork", post(e2b_snapshots::fork))
         .route("/snapshots", get(e2b_snapshots::list))
         .route("/templates", get(e2b_templates::list))
+        .route("/v2/templates", get(e2b_templates::list))
         .route(
             "/templates/{template_id}",
-            get(e2b_templates::get).delete(e2b_templates::delete),
+            get(e2b_templates::get)
+                .delete(e2b_templates::delete)
+                .patch(e2b_templates::update_v1),
+        )
+        .route(
+            "/v2/templates/{template_id}",
+            patch(e2b_templates::update_v2),
         )
         .route(
             "/templates/tags",
@@ -136,6 +143,10 @@ pub fn router(state: ProxyState) -> Router {
         .route(
             "/templates/{template_id}/builds/{build_id}/status",
             get(e2b_templates::build_status),
+        )
+        .route(
+            "/templates/{template_id}/builds/{build_id}/logs",
+            get(e2b_templates::build_logs),
         )
         .route("/sandboxes/{sandbox_id}/logs", get(e2b_logs::logs_v1))
         .route("/v2/sandboxes/{sandbox_id}/logs", get(e2b_logs::logs_v2))
