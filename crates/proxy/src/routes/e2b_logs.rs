@@ -51,29 +51,23 @@ pub(crate) trait LogLine {
     fn message(&self) -> &str;
 }
 
-impl LogLine for SandboxLogEntry {
-    fn timestamp(&self) -> SystemTime {
-        self.timestamp
-    }
-    fn level(&self) -> LogLevel {
-        self.level
-    }
-    fn message(&self) -> &str {
-        &self.message
-    }
+/// Both entry types have the three fields by these names.
+macro_rules! log_line {
+    ($($entry:ty),+) => {$(
+        impl LogLine for $entry {
+            fn timestamp(&self) -> SystemTime {
+                self.timestamp
+            }
+            fn level(&self) -> LogLevel {
+                self.level
+            }
+            fn message(&self) -> &str {
+                &self.message
+            }
+        }
+    )+};
 }
-
-impl LogLine for BuildLogEntry {
-    fn timestamp(&self) -> SystemTime {
-        self.timestamp
-    }
-    fn level(&self) -> LogLevel {
-        self.level
-    }
-    fn message(&self) -> &str {
-        &self.message
-    }
-}
+log_line!(SandboxLogEntry, BuildLogEntry);
 
 /// Which entries a query selects, in which order.
 #[derive(Debug, Clone, PartialEq, Eq)]
