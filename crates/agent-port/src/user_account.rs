@@ -3,16 +3,10 @@
 //! it, with its home `/home/user`, all through the agent. The image's files are read and
 //! written inside the sandbox, never by the host.
 
+use omabox_agent::account;
 use omabox_agent::client::{AgentClient, ClientError};
 
-/// The account's lines, as the linux backend's generated `/etc` has them.
-const ACCOUNTS: [(&str, &str); 2] = [
-    ("/etc/passwd", "user:x:1000:1000:user:/home/user:/bin/sh"),
-    ("/etc/group", "user:x:1000:"),
-];
-
-/// The account's home.
-pub const USER_HOME: &str = "/home/user";
+pub use omabox_agent::account::USER_HOME;
 
 /// What failed, and on which file (never the file's content).
 #[derive(Debug, thiserror::Error)]
@@ -31,19 +25,24 @@ pub struct UserAccountError {
 /// by it; left as it is when it exists).
 pub async fn add_user_account(client: &AgentClient) -> Result<(), UserAccountError> {
     let failed = |op, path| move |source| UserAccountError { op, path, source };
-    for (path, line) in ACCOUNTS {
+    let prefix = format!("{}:", account::USER);
+    let accounts = [
+        ("/etc/passwd", account::passwd_line("/bin/sh")),
+        ("/etc/group", account::group_line()),
+    ];
+    for (path, line) in accounts {
         let mut text = if client.exists(path).await.map_err(failed("read", path))? {
             client.read_file(path).await.map_err(failed("read", path))?
         } else {
             String::new()
         };
-        if text.lines().any(|listed| listed.starts_with("user:")) {
+        if text.lines().any(|listed| listed.starts_with(&prefix)) {
             continue;
         }
         if !text.is_empty() && !text.ends_with('\n') {
             text.push('\n');
         }
-        text.push_str(line);
+        text.push_str(&line);
         text.push('\n');
         client
             .write_file(path, &text)
@@ -51,7 +50,7 @@ pub async fn add_user_account(client: &AgentClient) -> Result<(), UserAccountErr
             .map_err(failed("write", path))?;
     }
     client
-        .make_dir(USER_HOME, Some("user"))
+        .make_dir(USER_HOME, Some(account::USER))
         .await
         .map_err(failed("make", USER_HOME))?;
     Ok(())

@@ -90,6 +90,7 @@
 //! * follow a symlink while removing a tree (the walk is on directory fds, `O_NOFOLLOW`),
 //!   or read the sandbox's account files without a size cap.
 
+pub mod account;
 pub mod agent;
 pub mod client;
 pub mod flow;

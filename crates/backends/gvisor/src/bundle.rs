@@ -10,6 +10,7 @@
 
 use std::path::{Path, PathBuf};
 
+use omabox_agent::account;
 use serde_json::{Value, json};
 
 use crate::GvisorError;
@@ -33,13 +34,9 @@ const HOSTS: &str = "127.0.0.1 localhost\n::1 localhost\n";
 const PASSWD: &str =
     "root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n";
 const GROUP: &str = "root:x:0:\nnogroup:x:65534:\n";
-/// E2B's default user, whose home a sandbox with [`Layout::user_home`] has.
-pub const USER_UID: u32 = 1000;
-/// The accounts of a sandbox with E2B's user (bound over the generated ones).
-const PASSWD_WITH_USER: &str = "root:x:0:0:root:/root:/bin/sh\nuser:x:1000:1000:user:/home/user:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n";
-const GROUP_WITH_USER: &str = "root:x:0:\nuser:x:1000:\nnogroup:x:65534:\n";
-/// Where E2B's user's home is (a tmpfs of the sandbox's own, owned by [`USER_UID`]).
-pub const USER_HOME: &str = "/home/user";
+/// E2B's default user, whose home (a tmpfs of the sandbox's own, owned by it) a sandbox
+/// with [`Layout::user_home`] has.
+pub use omabox_agent::account::{USER_HOME, USER_ID as USER_UID};
 
 /// The directory beside the generated root with the accounts of E2B's user
 /// (`passwd`, `group`).
@@ -87,10 +84,11 @@ pub fn prepare_root(dir: &Path) -> Result<PathBuf, GvisorError> {
     write_whole(&root.join("etc/passwd"), PASSWD.as_bytes()).map_err(|e| io("etc/passwd", e))?;
     let accounts = accounts_dir(&root);
     std::fs::create_dir_all(&accounts).map_err(|e| io("creating the accounts", e))?;
-    write_whole(&accounts.join("passwd"), PASSWD_WITH_USER.as_bytes())
-        .map_err(|e| io("the accounts", e))?;
-    write_whole(&accounts.join("group"), GROUP_WITH_USER.as_bytes())
-        .map_err(|e| io("the accounts", e))?;
+    // The accounts of a sandbox with E2B's user (bound over the generated ones).
+    let passwd = format!("{PASSWD}{}\n", account::passwd_line("/bin/sh"));
+    let group = format!("{GROUP}{}\n", account::group_line());
+    write_whole(&accounts.join("passwd"), passwd.as_bytes()).map_err(|e| io("the accounts", e))?;
+    write_whole(&accounts.join("group"), group.as_bytes()).map_err(|e| io("the accounts", e))?;
     write_whole(&root.join("etc/group"), GROUP.as_bytes()).map_err(|e| io("etc/group", e))?;
     write_whole(&root.join("etc/resolv.conf"), RESOLV_CONF.as_bytes())
         .map_err(|e| io("etc/resolv.conf", e))?;

@@ -3,6 +3,7 @@
 //! from the host except `os-release` (public distribution facts): no shadow, no ssh
 //! keys, no machine-id, no host users.
 
+use omabox_agent::account;
 use std::io;
 use std::path::Path;
 
@@ -14,17 +15,15 @@ networks: files\nprotocols: files\nservices: files\n";
 const RESOLV: &str = "nameserver 127.0.0.1\noptions ndots:0 attempts:1 timeout:1\n";
 
 /// The account of [`crate::SandboxPlan::user_home`]: its name, uid and gid, home.
-pub(in crate::setup) const USER: &str = "user";
-pub(super) const USER_ID: u32 = 1000;
-pub(in crate::setup) const USER_HOME: &str = "/home/user";
+pub(in crate::setup) use omabox_agent::account::{USER, USER_HOME, USER_ID};
 
 /// The `passwd` and `group` lines of the `user` account; its shell is `/bin/bash` when
 /// the new root has one, else `/bin/sh`.
 pub(super) fn user_lines(has_bash: bool) -> (String, String) {
     let shell = if has_bash { "/bin/bash" } else { "/bin/sh" };
     (
-        format!("{USER}:x:{USER_ID}:{USER_ID}:{USER}:{USER_HOME}:{shell}\n"),
-        format!("{USER}:x:{USER_ID}:\n"),
+        format!("{}\n", account::passwd_line(shell)),
+        format!("{}\n", account::group_line()),
     )
 }
 
