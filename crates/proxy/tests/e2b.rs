@@ -1020,6 +1020,12 @@ async fn template_building_in_e2b_shapes_and_bounded() {
     )
     .await;
     assert_eq!(errors["logEntries"].as_array().unwrap().len(), 1);
+    for (query, needle) in [("?level=fatal", "level"), ("?logsOffset=x", "logsOffset")] {
+        let (status, _, error) =
+            call(&state, "GET", &format!("{path}{query}"), Some(KEY), None).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{query}");
+        assert_error(&error, 400, needle);
+    }
 
     let (status, _, alias) = call(&state, "GET", "/templates/aliases/known", Some(KEY), None).await;
     assert_eq!(status, StatusCode::OK);

@@ -98,14 +98,7 @@ impl LogQuery {
             level: LogLevel::Debug,
             search: None,
         };
-        let number = |key: &str, value: &str| {
-            value.parse::<u64>().map_err(|_| {
-                E2bError::bad_request(format!(
-                    "{key} must be a non-negative integer, not {:?}",
-                    shorten(value)
-                ))
-            })
-        };
+        let number = number_param;
         for (key, value) in url::form_urlencoded::parse(query.as_bytes()) {
             match (key.as_ref(), v2) {
                 ("start", false) | ("cursor", true) => parsed.cursor = Some(number(&key, &value)?),
@@ -130,20 +123,7 @@ impl LogQuery {
                         }
                     };
                 }
-                ("level", true) => {
-                    parsed.level = match value.as_ref() {
-                        "debug" => LogLevel::Debug,
-                        "info" => LogLevel::Info,
-                        "warn" => LogLevel::Warn,
-                        "error" => LogLevel::Error,
-                        other => {
-                            return Err(E2bError::bad_request(format!(
-                                "level must be debug, info, warn or error, not {:?}",
-                                shorten(other)
-                            )));
-                        }
-                    };
-                }
+                ("level", true) => parsed.level = level_param(&value)?,
                 // A build's log is kept whole while serve runs: both sources are that log.
                 ("source", true)
                     if route == LogRoute::Build
@@ -197,6 +177,30 @@ impl LogQuery {
         } else {
             kept.take(self.limit).collect()
         }
+    }
+}
+
+/// A query's number (`key` names it in the 400).
+pub(crate) fn number_param(key: &str, value: &str) -> Result<u64, E2bError> {
+    value.parse::<u64>().map_err(|_| {
+        E2bError::bad_request(format!(
+            "{key} must be a non-negative integer, not {:?}",
+            shorten(value)
+        ))
+    })
+}
+
+/// A query's `level`: the least level shown.
+pub(crate) fn level_param(value: &str) -> Result<LogLevel, E2bError> {
+    match value {
+        "debug" => Ok(LogLevel::Debug),
+        "info" => Ok(LogLevel::Info),
+        "warn" => Ok(LogLevel::Warn),
+        "error" => Ok(LogLevel::Error),
+        other => Err(E2bError::bad_request(format!(
+            "level must be debug, info, warn or error, not {:?}",
+            shorten(other)
+        ))),
     }
 }
 

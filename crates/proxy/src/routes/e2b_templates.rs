@@ -19,14 +19,14 @@
 //! log entries at once.
 
 use super::e2b::{Answer, E2bError, authorize, json_body, shorten};
-use super::e2b_logs::{LogQuery, LogRoute};
+use super::e2b_logs::{LogQuery, LogRoute, level_param, number_param};
 use crate::e2b::{LogLevel, SandboxServiceError, rfc3339};
 use crate::envd::ENVD_VERSION;
 use crate::routes::header_str;
 use crate::state::ProxyState;
 use crate::templates::{
-    MAX_STATUS_LOG_ENTRIES, MAX_TEMPLATE_FILE_BYTES, MAX_TEMPLATE_STEPS, TemplateBuildRequest,
-    TemplateBuildSpec, TemplateInfo, TemplateService, TemplateStep,
+    BuildLogEntry, MAX_STATUS_LOG_ENTRIES, MAX_TEMPLATE_FILE_BYTES, MAX_TEMPLATE_STEPS,
+    TemplateBuildRequest, TemplateBuildSpec, TemplateInfo, TemplateService, TemplateStep,
 };
 use axum::Json;
 use axum::body::Body;
@@ -315,31 +315,12 @@ pub(crate) async fn build_status(
     let (template_id, build_id) = segments(path)?;
     let (mut offset, mut limit, mut level) = (0usize, MAX_STATUS_LOG_ENTRIES, LogLevel::Debug);
     for (key, value) in url::form_urlencoded::parse(uri.query().unwrap_or_default().as_bytes()) {
-        let number = || {
-            value.parse::<usize>().map_err(|_| {
-                E2bError::bad_request(format!(
-                    "{key} must be a non-negative integer, not {:?}",
-                    shorten(&value)
-                ))
-            })
-        };
+        let number =
+            || number_param(&key, &value).map(|n| usize::try_from(n).unwrap_or(usize::MAX));
         match key.as_ref() {
             "logsOffset" => offset = number()?,
             "limit" => limit = number()?.min(MAX_STATUS_LOG_ENTRIES),
-            "level" => {
-                level = match value.as_ref() {
-                    "debug" => LogLevel::Debug,
-                    "info" => LogLevel::Info,
-                    "warn" => LogLevel::Warn,
-                    "error" => LogLevel::Error,
-                    other => {
-                        return Err(E2bError::bad_request(format!(
-                            "level must be debug, info, warn or error, not {:?}",
-                            shorten(other)
-                        )));
-                    }
-                };
-            }
+            "level" => level = level_param(&value)?,
             _ => {}
         }
     }
@@ -352,13 +333,7 @@ pub(crate) async fn build_status(
         .filter(|entry| entry.level >= level)
         .skip(offset)
         .take(limit)
-        .map(|entry| {
-            json!({
-                "timestamp": rfc3339(entry.timestamp),
-                "level": entry.level.as_str(),
-                "message": entry.message,
-            })
-        })
+        .map(build_log_entry)
         .collect();
     let lines: Vec<Value> = entries
         .iter()
@@ -401,15 +376,18 @@ pub(crate) async fn build_logs(
     let logs: Vec<Value> = query
         .select(status.log)
         .iter()
-        .map(|entry| {
-            json!({
-                "timestamp": rfc3339(entry.timestamp),
-                "level": entry.level.as_str(),
-                "message": entry.message,
-            })
-        })
+        .map(build_log_entry)
         .collect();
     Ok(Json(json!({ "logs": logs })).into_response())
+}
+
+/// `BuildLogEntry`, as both of a build's log routes answer it.
+fn build_log_entry(entry: &BuildLogEntry) -> Value {
+    json!({
+        "timestamp": rfc3339(entry.timestamp),
+        "level": entry.level.as_str(),
+        "message": entry.message,
+    })
 }
 
 /// `GET /templates/aliases/{name}` → 200 `TemplateAliasResponse`; 404 when no template has
