@@ -77,7 +77,7 @@ pub(crate) struct RestoreInput<'a> {
 /// Files whose content is being written at once (threads of their own; the walk, which
 /// creates directories, symlinks and empty files, is the caller's thread). A writer mostly
 /// waits for the disk (its read, its write), so more writers than cores keep the device busy
-/// while the cores hash: 4 restored 1 GiB in 0.76–0.85× the time of 2 in alternating runs
+/// while the cores hash: 4 restored 1 GiB in 0.70–0.86× the time of 2 in alternating runs
 /// of the workspace bench; 6 and 8 were no faster than 4.
 const WRITERS: usize = 4;
 
@@ -143,7 +143,8 @@ pub(crate) fn restore(input: RestoreInput<'_>) -> Result<(RestoreReport, StatCac
         for _ in 0..WRITERS {
             let (queue, done_tx) = (&queue, done_tx.clone());
             scope.spawn(move || {
-                let mut buffer = vec![0u8; COPY_BUFFER];
+                // Only a sparse file's extents are copied through it: made on first use.
+                let mut buffer = Vec::new();
                 loop {
                     let job = match queue.lock().unwrap_or_else(PoisonError::into_inner).recv() {
                         Ok(job) => job,
@@ -342,7 +343,7 @@ fn fill(
     verify: bool,
     tolerate_lost: bool,
     job: &FileJob<'_>,
-    buffer: &mut [u8],
+    buffer: &mut Vec<u8>,
 ) -> Result<FileDone> {
     let entry = job.entry;
     let parent = job.parent.as_fd();
@@ -414,7 +415,7 @@ fn restore_file(
     entry: &ManifestEntry,
     hash: BlobHash,
     size: u64,
-    buffer: &mut [u8],
+    buffer: &mut Vec<u8>,
 ) -> Result<std::fs::File> {
     let corrupt = || PersistenceError::CorruptContent {
         path: entry.path.clone(),
@@ -437,6 +438,7 @@ fn restore_file(
         safe_fs::create_file_at(parent, name).map_err(|error| create_error(&entry.path, error))?;
     if let Some(extents) = &entry.extents {
         let mut digest = verify.then(Sha256::new);
+        buffer.resize(COPY_BUFFER, 0);
         let copied = sparse::write_extents(&mut blob, &file, extents, size, buffer, |chunk| {
             if let Some(digest) = digest.as_mut() {
                 digest.update(chunk);
