@@ -41,7 +41,9 @@ sbx.commands.run(
 
 
 def count(sandbox):
-    return int(sandbox.commands.run("cat /tmp/count", timeout=30).stdout.strip() or "0")
+    """The counter's last value; 0 before its first write (the loop may not have run yet)."""
+    out = sandbox.commands.run("cat /tmp/count 2>/dev/null || echo 0", timeout=30).stdout
+    return int(out.strip() or "0")
 
 
 def counting(sandbox, above):
