@@ -110,6 +110,14 @@ impl ManifestEntry {
         }
     }
 
+    /// A file of a tree still to be copied (a seed's listing): no hash yet.
+    pub(crate) fn listed_file(path: String, mode: u32, size: u64) -> Self {
+        Self {
+            hash: None,
+            ..Self::file(path, mode, size, BlobHash::of(b""))
+        }
+    }
+
     pub(crate) fn hardlink(path: String, target: String) -> Self {
         Self {
             path,
@@ -171,6 +179,12 @@ impl WorkspaceManifest {
 
     /// Checks the rules [`WorkspaceManifest::parse`] enforces.
     pub fn validate(&self) -> Result<()> {
+        self.check(true)
+    }
+
+    /// [`WorkspaceManifest::validate`]; with `hashed` false, for the listing of a tree still to
+    /// be copied (a seed), files must have no hash instead.
+    pub(crate) fn check(&self, hashed: bool) -> Result<()> {
         if !(MANIFEST_VERSION_MIN..=MANIFEST_VERSION).contains(&self.version) {
             return Err(PersistenceError::InvalidManifest(format!(
                 "unsupported version {}",
@@ -201,7 +215,7 @@ impl WorkspaceManifest {
                 }
                 EntryKind::File => {
                     entry.mode.is_some_and(|mode| mode <= 0o777)
-                        && entry.hash.is_some()
+                        && entry.hash.is_some() == hashed
                         && entry.target.is_none()
                         && entry.size.is_some_and(|size| match &entry.extents {
                             None => true,

@@ -1,5 +1,6 @@
 //! Materializing a manifest into an empty directory (the blocking half of `materialize` and
-//! `export`).
+//! `export`), its files' content read from the blob store ([`Content::Blobs`]) or, for a
+//! seed, copied from the tree the manifest was walked from ([`Content::Tree`]).
 //!
 //! Restore never writes outside its destination:
 //! - the manifest was validated by [`WorkspaceManifest::parse`]: no `..`, absolute, empty or
@@ -21,11 +22,12 @@ use crate::hash::BlobHash;
 use crate::manifest::{EntryKind, ManifestEntry, WorkspaceManifest};
 use crate::progress::{ProgressObserver, ProgressPhase, ProgressTracker};
 use crate::safe_fs::{self, ParentCursor};
+use crate::snapshot::changed_or_io;
 use crate::sparse;
 use crate::stat_cache::StatCache;
 use crate::verify::Damage;
 use omabox_contract::AbortSignal;
-use rustix::fs::{AtFlags, Mode};
+use rustix::fs::{AtFlags, FileType, Mode};
 use sha2::{Digest, Sha256};
 use std::collections::{HashMap, HashSet};
 use std::io;
@@ -56,19 +58,32 @@ pub struct RestoreReport {
     pub duration: Duration,
 }
 
+/// Where a restore's file content comes from.
+pub(crate) enum Content<'a> {
+    /// The blobs the manifest's hashes name (a checkpoint).
+    Blobs {
+        store: &'a BlobStore,
+        /// Hash every byte copied and compare with the manifest (else sizes only).
+        verify: bool,
+        /// A file whose blob is missing or damaged (and a hard link to it) is left out and
+        /// listed in [`RestoreReport::lost`] instead of failing the restore: never written
+        /// with wrong bytes, never silently.
+        tolerate_lost: bool,
+    },
+    /// The same paths under the directory the manifest (of unhashed files) was walked from: a
+    /// seed. Each file is opened from this fd one component at a time without following a
+    /// symlink, must still be the regular file of the size the walk saw (else
+    /// [`PersistenceError::EntryChanged`]), and is read no further than that size.
+    Tree(BorrowedFd<'a>),
+}
+
 /// Inputs of [`restore`].
 pub(crate) struct RestoreInput<'a> {
-    pub store: &'a BlobStore,
+    pub content: Content<'a>,
     pub manifest: &'a WorkspaceManifest,
     pub dest: &'a Path,
-    /// Hash every byte copied and compare with the manifest (else sizes only).
-    pub verify: bool,
-    /// Record a stat cache for the restored files.
+    /// Record a stat cache for the restored files (only files with a hash have one).
     pub record_cache: bool,
-    /// A file whose blob is missing or damaged (and a hard link to it) is left out and listed
-    /// in [`RestoreReport::lost`] instead of failing the restore: never written with wrong
-    /// bytes, never silently.
-    pub tolerate_lost: bool,
     pub observer: Option<&'a dyn ProgressObserver>,
     pub phase: ProgressPhase,
     pub signal: &'a AbortSignal,
@@ -92,8 +107,18 @@ struct FileJob<'m> {
     entry: &'m ManifestEntry,
     name: &'m str,
     parent: OwnedFd,
-    hash: BlobHash,
+    /// `None` for a seed's file.
+    hash: Option<BlobHash>,
     size: u64,
+}
+
+/// What each writer thread keeps between files.
+#[derive(Default)]
+struct Writer {
+    /// Only a sparse file's extents are copied through it: made on first use.
+    buffer: Vec<u8>,
+    /// The parents of a seed's files, opened under [`Content::Tree`]'s fd.
+    source: ParentCursor,
 }
 
 /// What a writer made of a file.
@@ -112,7 +137,9 @@ enum FileDone {
 /// is lost too); directory modes last.
 pub(crate) fn restore(input: RestoreInput<'_>) -> Result<(RestoreReport, StatCache)> {
     let started = Instant::now();
-    input.manifest.validate()?;
+    input
+        .manifest
+        .check(matches!(input.content, Content::Blobs { .. }))?;
     let root =
         safe_fs::open_root(input.dest).ctx(|| format!("Cannot open {}", input.dest.display()))?;
     if !safe_fs::list_names(root.as_fd())
@@ -131,26 +158,25 @@ pub(crate) fn restore(input: RestoreInput<'_>) -> Result<(RestoreReport, StatCac
         lost_paths: HashSet::new(),
         record_cache: input.record_cache,
     };
-    let (store, verify, tolerate_lost) = (input.store, input.verify, input.tolerate_lost);
+    let content = &input.content;
     let (jobs, queue) = std::sync::mpsc::sync_channel::<FileJob<'_>>(4 * WRITERS);
     let queue = Mutex::new(queue);
     let (done_tx, done) = std::sync::mpsc::channel::<(FileJob<'_>, Result<FileDone>)>();
     let mut hardlinks: Vec<&ManifestEntry> = Vec::new();
     let mut directories: Vec<(&ManifestEntry, u32)> = Vec::new();
-    let mut file_hashes: HashMap<&str, BlobHash> = HashMap::new();
+    let mut file_hashes: HashMap<&str, Option<BlobHash>> = HashMap::new();
 
     let walked = std::thread::scope(|scope| {
         for _ in 0..WRITERS {
             let (queue, done_tx) = (&queue, done_tx.clone());
             scope.spawn(move || {
-                // Only a sparse file's extents are copied through it: made on first use.
-                let mut buffer = Vec::new();
+                let mut writer = Writer::default();
                 loop {
                     let job = match queue.lock().unwrap_or_else(PoisonError::into_inner).recv() {
                         Ok(job) => job,
                         Err(_) => return,
                     };
-                    let result = fill(store, verify, tolerate_lost, &job, &mut buffer);
+                    let result = fill(content, &job, &mut writer);
                     if done_tx.send((job, result)).is_err() {
                         return;
                     }
@@ -189,7 +215,7 @@ pub(crate) fn restore(input: RestoreInput<'_>) -> Result<(RestoreReport, StatCac
                         continue;
                     }
                     EntryKind::File => {
-                        let (Some(hash), Some(size)) = (entry.hash, entry.size) else {
+                        let (hash, Some(size)) = (entry.hash, entry.size) else {
                             return Err(unsafe_entry());
                         };
                         file_hashes.insert(&entry.path, hash);
@@ -234,7 +260,7 @@ pub(crate) fn restore(input: RestoreInput<'_>) -> Result<(RestoreReport, StatCac
         let (name, parent) = open_parent(&mut cursor, root.as_fd(), &entry.path)?;
         let target = entry.target.as_deref().ok_or_else(unsafe_entry)?;
         let hash = *file_hashes.get(target).ok_or_else(unsafe_entry)?;
-        if state.lost_paths.contains(target) {
+        if let (Some(hash), true) = (hash, state.lost_paths.contains(target)) {
             state.report.lost.push(Damage {
                 object: format!("blob {hash}"),
                 path: Some(entry.path.clone()),
@@ -247,7 +273,7 @@ pub(crate) fn restore(input: RestoreInput<'_>) -> Result<(RestoreReport, StatCac
             open_parent(&mut link_cursor, root.as_fd(), target).map_err(|_| unsafe_entry())?;
         rustix::fs::linkat(target_dir, target_name, parent, name, AtFlags::empty())
             .map_err(|error| create_error(&entry.path, error.into()))?;
-        if state.record_cache {
+        if let (Some(hash), true) = (hash, state.record_cache) {
             let stat =
                 safe_fs::stat_at(parent, name).ctx(|| format!("Cannot stat {}", entry.path))?;
             state.cache.insert(entry.path.clone(), stat.key, hash);
@@ -315,8 +341,8 @@ impl WalkState {
         let entry = job.entry;
         match result? {
             FileDone::Written(stat) => {
-                if let (Some(stat), true) = (stat, self.record_cache) {
-                    self.cache.insert(entry.path.clone(), stat, job.hash);
+                if let (Some(stat), Some(hash), true) = (stat, job.hash, self.record_cache) {
+                    self.cache.insert(entry.path.clone(), stat, hash);
                 }
                 self.report.entries += 1;
                 self.report.files += 1;
@@ -324,7 +350,10 @@ impl WalkState {
             }
             FileDone::Lost(problem) => {
                 self.report.lost.push(Damage {
-                    object: format!("blob {}", job.hash),
+                    object: job
+                        .hash
+                        .map(|hash| format!("blob {hash}"))
+                        .unwrap_or_default(),
                     path: Some(entry.path.clone()),
                     problem,
                 });
@@ -336,20 +365,42 @@ impl WalkState {
     }
 }
 
-/// A writer's work on one file: its content (see [`restore_file`]), its mode, its stat for
-/// the cache; a missing or damaged blob, with `tolerate_lost`, removes the file instead.
-fn fill(
-    store: &BlobStore,
-    verify: bool,
-    tolerate_lost: bool,
-    job: &FileJob<'_>,
-    buffer: &mut Vec<u8>,
-) -> Result<FileDone> {
+/// A writer's work on one file: its content (see [`restore_file`] and [`copy_file`]), its
+/// mode, its stat for the cache; a missing or damaged blob, with `tolerate_lost`, removes the
+/// file instead.
+fn fill(content: &Content<'_>, job: &FileJob<'_>, writer: &mut Writer) -> Result<FileDone> {
     let entry = job.entry;
     let parent = job.parent.as_fd();
-    let file = match restore_file(
-        store, verify, parent, job.name, entry, job.hash, job.size, buffer,
-    ) {
+    let (written, tolerate_lost) = match (content, job.hash) {
+        (
+            Content::Blobs {
+                store,
+                verify,
+                tolerate_lost,
+            },
+            Some(hash),
+        ) => (
+            restore_file(
+                store,
+                *verify,
+                parent,
+                job.name,
+                entry,
+                hash,
+                job.size,
+                &mut writer.buffer,
+            ),
+            *tolerate_lost,
+        ),
+        (Content::Tree(root), _) => (
+            copy_file(*root, job, &mut writer.source, &mut writer.buffer),
+            false,
+        ),
+        (Content::Blobs { .. }, None) => {
+            return Err(PersistenceError::UnsafeEntry(entry.path.clone()));
+        }
+    };
+    let file = match written {
         Ok(file) => file,
         Err(
             error @ (PersistenceError::MissingContent { .. }
@@ -380,7 +431,7 @@ fn fill(
     )
     .ctx(|| format!("Cannot chmod {}", entry.path))?;
     // The cache holds hashes only; a sparse file is re-read at each checkpoint.
-    let stat = if entry.extents.is_none() {
+    let stat = if entry.extents.is_none() && job.hash.is_some() {
         Some(
             safe_fs::stat_fd(&file)
                 .ctx(|| format!("Cannot stat {}", entry.path))?
@@ -453,7 +504,7 @@ fn restore_file(
         let mut digest = verify.then(Sha256::new);
         let mut writer = DirectWriter::new(&file, false);
         writer
-            .write_from(&blob, blob_size >= DIRECT_READ, |chunk| {
+            .write_from(&blob, blob_size >= DIRECT_READ, blob_size, |chunk| {
                 if let Some(digest) = digest.as_mut() {
                     digest.update(chunk);
                 }
@@ -467,4 +518,149 @@ fn restore_file(
         }
     }
     Ok(file)
+}
+
+/// A seed's file: the walk's path under `root`, opened without following a symlink, must
+/// still be the regular file of the size the walk saw and unchanged once copied (a sparse
+/// one copied as its data regions); never more than that size is read.
+fn copy_file(
+    root: BorrowedFd<'_>,
+    job: &FileJob<'_>,
+    cursor: &mut ParentCursor,
+    buffer: &mut Vec<u8>,
+) -> Result<std::fs::File> {
+    let path = &job.entry.path;
+    let changed = || PersistenceError::EntryChanged(path.clone());
+    let parts = safe_fs::split_relative(path).ok_or_else(changed)?;
+    let Some((source_name, parents)) = parts.split_last() else {
+        return Err(changed());
+    };
+    let source = cursor
+        .open(root, parents)
+        .and_then(|dir| safe_fs::open_file_at(dir, source_name))
+        .map_err(|error| changed_or_io(path, error))?;
+    let before = safe_fs::stat_fd(&source).ctx(|| format!("Cannot stat {path}"))?;
+    if before.file_type != FileType::RegularFile || before.key.size != job.size {
+        return Err(changed());
+    }
+    let file = safe_fs::create_file_at(job.parent.as_fd(), job.name)
+        .map_err(|error| create_error(path, error))?;
+    let extents = if before.allocated < job.size {
+        sparse::data_extents(&source, job.size).ctx(|| format!("Cannot read {path}"))?
+    } else {
+        None
+    };
+    let (copied, expected) = match &extents {
+        Some(extents) => {
+            buffer.resize(COPY_BUFFER, 0);
+            let mut reader = sparse::ExtentReader::new(&source, extents);
+            let copied =
+                sparse::write_extents(&mut reader, &file, extents, job.size, buffer, |_| {})
+                    .ctx(|| format!("Cannot copy {path}"))?;
+            (copied, extents.iter().map(|[_, length]| *length).sum())
+        }
+        None => {
+            let copied = std::io::copy(
+                &mut std::io::Read::take(&source, job.size.saturating_add(1)),
+                &mut &file,
+            )
+            .ctx(|| format!("Cannot copy {path}"))?;
+            (copied, job.size)
+        }
+    };
+    let after = safe_fs::stat_fd(&source).ctx(|| format!("Cannot stat {path}"))?;
+    if copied != expected || after.key != before.key {
+        return Err(changed());
+    }
+    Ok(file)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::limits::CheckpointLimits;
+    use crate::snapshot::list_tree;
+
+    /// Lists `seed`, lets `change` alter it, then copies the listing into a fresh directory.
+    fn seed_after(seed: &Path, change: impl FnOnce(&Path)) -> (tempfile::TempDir, Result<()>) {
+        let (listing, _) = list_tree(
+            safe_fs::open_root(seed).unwrap(),
+            CheckpointLimits::default(),
+            &AbortSignal::never(),
+        )
+        .unwrap();
+        change(seed);
+        let dest = tempfile::tempdir().unwrap();
+        let root = safe_fs::open_root(seed).unwrap();
+        let result = restore(RestoreInput {
+            content: Content::Tree(root.as_fd()),
+            manifest: &listing,
+            dest: dest.path(),
+            record_cache: true,
+            observer: None,
+            phase: ProgressPhase::Seed,
+            signal: &AbortSignal::never(),
+        })
+        .map(|_| ());
+        (dest, result)
+    }
+
+    fn changed(result: Result<()>, path: &str) {
+        match result {
+            Err(PersistenceError::EntryChanged(changed)) => assert_eq!(changed, path),
+            other => panic!("{path}: expected EntryChanged, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_seed_never_reads_through_a_directory_swapped_for_a_symlink_after_its_listing() {
+        let seed = tempfile::tempdir().unwrap();
+        let outside = tempfile::tempdir().unwrap();
+        std::fs::create_dir(seed.path().join("sub")).unwrap();
+        std::fs::write(seed.path().join("sub/file"), b"seeded!").unwrap();
+        std::fs::write(outside.path().join("file"), b"SECRET!").unwrap();
+        let (dest, result) = seed_after(seed.path(), |seed| {
+            std::fs::rename(seed.join("sub"), seed.join("moved")).unwrap();
+            std::os::unix::fs::symlink(outside.path(), seed.join("sub")).unwrap();
+        });
+        changed(result, "sub/file");
+        let copied = std::fs::read(dest.path().join("sub/file")).unwrap_or_default();
+        assert!(!copied.starts_with(b"SECRET"), "read through the symlink");
+    }
+
+    #[test]
+    fn a_seed_fails_on_a_file_that_changed_type_or_size_after_its_listing_and_never_blocks() {
+        let seed = tempfile::tempdir().unwrap();
+        std::fs::write(seed.path().join("empty"), b"").unwrap();
+        let (_, result) = seed_after(seed.path(), |seed| {
+            std::fs::remove_file(seed.join("empty")).unwrap();
+            rustix::fs::mknodat(
+                rustix::fs::CWD,
+                seed.join("empty"),
+                FileType::Fifo,
+                Mode::from_raw_mode(0o644),
+                0,
+            )
+            .unwrap();
+        });
+        changed(result, "empty");
+
+        let seed = tempfile::tempdir().unwrap();
+        std::fs::write(seed.path().join("grows"), b"short").unwrap();
+        let (_, result) = seed_after(seed.path(), |seed| {
+            std::fs::write(seed.join("grows"), vec![7u8; 3 << 20]).unwrap();
+        });
+        changed(result, "grows");
+
+        let seed = tempfile::tempdir().unwrap();
+        std::fs::write(seed.path().join("same-size"), b"before").unwrap();
+        let (dest, result) = seed_after(seed.path(), |seed| {
+            std::fs::write(seed.join("same-size"), b"after!").unwrap();
+        });
+        result.unwrap();
+        assert_eq!(
+            std::fs::read(dest.path().join("same-size")).unwrap(),
+            b"after!"
+        );
+    }
 }

@@ -290,6 +290,42 @@ pub(crate) fn snapshot(input: SnapshotInput<'_>) -> Result<Snapshot> {
     })
 }
 
+/// Lists the tree under `root` as a manifest of unhashed files, for a seed to copy (`restore`
+/// with `Content::Tree`): the same walk, rules and limits as a checkpoint's, nothing read or
+/// stored.
+pub(crate) fn list_tree(
+    root: OwnedFd,
+    limits: CheckpointLimits,
+    signal: &AbortSignal,
+) -> Result<(WorkspaceManifest, SkippedEntries)> {
+    let mut walk = Walk {
+        out: Vec::new(),
+        skipped: SkippedEntries::default(),
+        signal,
+        limits,
+        inodes: HashMap::new(),
+        estimated_bytes: 0,
+    };
+    walk_tree(root, &mut walk)?;
+    let entries: Vec<ManifestEntry> = walk
+        .out
+        .into_iter()
+        .map(|entry| match entry {
+            Walked::Directory { path, mode } => ManifestEntry::directory(path, mode),
+            Walked::File { path, stat } => {
+                ManifestEntry::listed_file(path, stat.mode, stat.key.size)
+            }
+            Walked::Symlink { path, target } => ManifestEntry::symlink(path, target),
+            Walked::Hardlink { path, target } => ManifestEntry::hardlink(path, target),
+        })
+        .collect();
+    let manifest = WorkspaceManifest {
+        version: WorkspaceManifest::version_for(&entries),
+        entries,
+    };
+    Ok((manifest, walk.skipped))
+}
+
 /// Walks the tree into `walk`: see the module doc for what is kept and what is skipped.
 fn walk_tree(root: OwnedFd, walk: &mut Walk<'_>) -> Result<()> {
     let limits = WalkLimits {

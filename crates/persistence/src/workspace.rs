@@ -16,9 +16,11 @@
 //!
 //! Seeding (`omabox run --workspace DIR`): [`FilesystemWorkspacePort::seed_new_session`]
 //! registers a host directory for a scope; `materialize` uses it only when there is no active
-//! checkpoint (a new session), by capturing it into the blob store and restoring that capture,
-//! so a seed obeys exactly the rules of a checkpoint (regular files, directories and symlinks;
-//! symlinks copied, never followed).
+//! checkpoint (a new session). It lists the directory with a checkpoint's walk (its rules and
+//! limits: regular files, directories and symlinks; symlinks copied, never followed) and
+//! copies that listing into the binding as a restore would, every path opened without
+//! following a symlink. Nothing is hashed or stored then: the session has no checkpoint until
+//! its first turn ends, and that turn's checkpoint (a full one) captures the workspace.
 
 use crate::blob::BlobStore;
 use crate::blocking;
@@ -29,9 +31,9 @@ use crate::limits::CheckpointLimits;
 use crate::lost::record_losses;
 use crate::manifest::{EntryKind, WorkspaceManifest};
 use crate::progress::{ProgressObserver, ProgressPhase};
-use crate::restore::{RestoreInput, RestoreReport, restore};
-use crate::safe_fs::remove_tree;
-use crate::snapshot::{CheckpointReport, SnapshotInput, snapshot};
+use crate::restore::{Content, RestoreInput, RestoreReport, restore};
+use crate::safe_fs::{self, remove_tree};
+use crate::snapshot::{CheckpointReport, SnapshotInput, list_tree, snapshot};
 use crate::stat_cache::StatCache;
 use crate::verify::Damage;
 use async_trait::async_trait;
@@ -43,6 +45,7 @@ use omabox_contract::{
     WorkspacePersistenceCapabilities, WorkspacePersistencePort, WorkspaceStrategy,
 };
 use std::collections::{HashMap, HashSet};
+use std::os::fd::AsFd;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
@@ -422,12 +425,14 @@ impl FilesystemWorkspacePort {
             let manifest = load_manifest(&store, &hash)?;
             std::fs::create_dir_all(&dest).ctx(|| format!("Cannot create {}", dest.display()))?;
             let (report, _) = restore(RestoreInput {
-                store: &store,
+                content: Content::Blobs {
+                    store: &store,
+                    verify: true,
+                    tolerate_lost: false,
+                },
                 manifest: &manifest,
                 dest: &dest,
-                verify: true,
                 record_cache: false,
-                tolerate_lost: false,
                 observer: observer.as_deref(),
                 phase: ProgressPhase::Export,
                 signal: &AbortSignal::never(),
@@ -649,6 +654,7 @@ impl MaterializeJob {
         // or damaged loses the whole tree: the run starts from an empty workspace and says so
         // (what is lost was lost before this run; nothing more is).
         let mut lost_whole = None;
+        let mut seed_root = None;
         let manifest = match (&self.active, &self.seed) {
             (Some(hash), _) => match load_manifest(&self.store, hash) {
                 Ok(manifest) => Some(manifest),
@@ -677,19 +683,12 @@ impl MaterializeJob {
                 Err(error) => return Err(error),
             },
             (None, Some(seed)) => {
-                let captured = snapshot(SnapshotInput {
-                    store: &self.store,
-                    limits: self.options.limits,
-                    root: seed,
-                    cache: None,
-                    racy_margin: self.options.racy_margin,
-                    threads: self.options.hash_threads,
-                    observer: self.observer.as_deref(),
-                    phase: ProgressPhase::Seed,
-                    signal: &self.signal,
-                })?;
-                captured.report.skipped.warn("--workspace seed");
-                Some(load_manifest(&self.store, &captured.manifest_hash)?)
+                let open =
+                    || safe_fs::open_root(seed).ctx(|| format!("Cannot open {}", seed.display()));
+                let (listing, skipped) = list_tree(open()?, self.options.limits, &self.signal)?;
+                skipped.warn("--workspace seed");
+                seed_root = Some(open()?);
+                Some(listing)
             }
             (None, None) => None,
         };
@@ -702,18 +701,30 @@ impl MaterializeJob {
                 ..RestoreReport::default()
             }));
         };
+        let (content, phase) = match &seed_root {
+            // Nothing is hashed or stored: the turn's first checkpoint captures the copy.
+            Some(root) => (Content::Tree(root.as_fd()), ProgressPhase::Seed),
+            None => (
+                Content::Blobs {
+                    store: &self.store,
+                    verify: self.options.verify_restore,
+                    tolerate_lost: true,
+                },
+                ProgressPhase::Restore,
+            ),
+        };
         let (report, cache) = restore(RestoreInput {
-            store: &self.store,
+            content,
             manifest: &manifest,
             dest: &self.host_path,
-            verify: self.options.verify_restore,
-            record_cache: true,
-            tolerate_lost: true,
+            record_cache: seed_root.is_none(),
             observer: self.observer.as_deref(),
-            phase: ProgressPhase::Restore,
+            phase,
             signal: &self.signal,
         })?;
-        if let Err(error) = cache.save(&self.root.join(PENDING_CACHE_FILE)) {
+        if seed_root.is_none()
+            && let Err(error) = cache.save(&self.root.join(PENDING_CACHE_FILE))
+        {
             tracing::warn!(%error, "cannot save the workspace stat cache; the next checkpoint re-hashes");
         }
         Ok(Some(report))

@@ -741,6 +741,72 @@ async fn a_seed_fills_only_a_new_session() {
 }
 
 #[tokio::test]
+async fn a_seed_is_copied_with_a_checkpoints_rules_stores_nothing_and_its_first_checkpoint_captures_it()
+ {
+    use std::os::unix::fs::MetadataExt;
+    let data = tempfile::tempdir().unwrap();
+    let seed = tempfile::tempdir().unwrap();
+    build_tree(seed.path());
+    // Bigger than a copy buffer, a sparse file, two names of one inode, and what a
+    // checkpoint skips (a FIFO).
+    std::fs::write(seed.path().join("big.bin"), noise(9, 5 << 20)).unwrap();
+    let sparse = std::fs::File::create(seed.path().join("sparse.img")).unwrap();
+    sparse.set_len(64 << 20).unwrap();
+    std::os::unix::fs::FileExt::write_all_at(&sparse, b"middle", 32 << 20).unwrap();
+    drop(sparse);
+    std::fs::write(seed.path().join("linked-a"), b"one inode").unwrap();
+    std::fs::hard_link(
+        seed.path().join("linked-a"),
+        seed.path().join("src/linked-b"),
+    )
+    .unwrap();
+    rustix::fs::mknodat(
+        rustix::fs::CWD,
+        seed.path().join("pipe"),
+        rustix::fs::FileType::Fifo,
+        rustix::fs::Mode::from_raw_mode(0o644),
+        0,
+    )
+    .unwrap();
+    let port = port(data.path(), Duration::from_secs(3600));
+    port.seed_new_session(scope(), seed.path());
+    let binding = port
+        .materialize(materialize_input(1, CR, None))
+        .await
+        .unwrap();
+    let workspace = host_path(&binding);
+    std::fs::remove_file(seed.path().join("pipe")).unwrap();
+    let expected = describe(seed.path());
+    assert_eq!(describe(&workspace), expected);
+    let meta = |path: &str| std::fs::symlink_metadata(workspace.join(path)).unwrap();
+    assert_eq!(meta("linked-a").ino(), meta("src/linked-b").ino());
+    assert!(
+        meta("sparse.img").blocks() * 512 < 1 << 20,
+        "the hole was written"
+    );
+    assert_eq!(
+        blob_count(data.path()),
+        0,
+        "a seed hashes and stores nothing"
+    );
+
+    let published = port
+        .checkpoint(checkpoint_input(1, CR, &binding, ""))
+        .await
+        .unwrap();
+    port.release(&scope(), &fence(1), &binding).await.unwrap();
+    let next = port
+        .materialize(materialize_input(
+            2,
+            CR,
+            Some(published.to_publication_candidate()),
+        ))
+        .await
+        .unwrap();
+    assert_eq!(describe(&host_path(&next)), expected);
+}
+
+#[tokio::test]
 async fn ephemeral_materializes_empty_and_checkpoints_a_marker() {
     let data = tempfile::tempdir().unwrap();
     let port = port(data.path(), Duration::from_secs(3600));
