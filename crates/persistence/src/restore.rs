@@ -583,15 +583,10 @@ mod tests {
 
     /// Lists `seed`, lets `change` alter it, then copies the listing into a fresh directory.
     fn seed_after(seed: &Path, change: impl FnOnce(&Path)) -> (tempfile::TempDir, Result<()>) {
-        let (listing, _) = list_tree(
-            safe_fs::open_root(seed).unwrap(),
-            CheckpointLimits::default(),
-            &AbortSignal::never(),
-        )
-        .unwrap();
+        let (root, listing, _) =
+            list_tree(seed, CheckpointLimits::default(), &AbortSignal::never()).unwrap();
         change(seed);
         let dest = tempfile::tempdir().unwrap();
-        let root = safe_fs::open_root(seed).unwrap();
         let result = restore(RestoreInput {
             content: Content::Tree(root.as_fd()),
             manifest: &listing,

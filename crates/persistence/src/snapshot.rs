@@ -291,13 +291,14 @@ pub(crate) fn snapshot(input: SnapshotInput<'_>) -> Result<Snapshot> {
 }
 
 /// Lists the tree under `root` as a manifest of unhashed files, for a seed to copy (`restore`
-/// with `Content::Tree`): the same walk, rules and limits as a checkpoint's, nothing read or
-/// stored.
+/// with `Content::Tree`, from the returned fd of `root`): the same walk, rules and limits as a
+/// checkpoint's, nothing read or stored.
 pub(crate) fn list_tree(
-    root: OwnedFd,
+    root: &Path,
     limits: CheckpointLimits,
     signal: &AbortSignal,
-) -> Result<(WorkspaceManifest, SkippedEntries)> {
+) -> Result<(OwnedFd, WorkspaceManifest, SkippedEntries)> {
+    let open = || safe_fs::open_root(root).ctx(|| format!("Cannot open {}", root.display()));
     let mut walk = Walk {
         out: Vec::new(),
         skipped: SkippedEntries::default(),
@@ -306,7 +307,7 @@ pub(crate) fn list_tree(
         inodes: HashMap::new(),
         estimated_bytes: 0,
     };
-    walk_tree(root, &mut walk)?;
+    walk_tree(open()?, &mut walk)?;
     let entries: Vec<ManifestEntry> = walk
         .out
         .into_iter()
@@ -323,7 +324,7 @@ pub(crate) fn list_tree(
         version: WorkspaceManifest::version_for(&entries),
         entries,
     };
-    Ok((manifest, walk.skipped))
+    Ok((open()?, manifest, walk.skipped))
 }
 
 /// Walks the tree into `walk`: see the module doc for what is kept and what is skipped.

@@ -32,7 +32,7 @@ use crate::lost::record_losses;
 use crate::manifest::{EntryKind, WorkspaceManifest};
 use crate::progress::{ProgressObserver, ProgressPhase};
 use crate::restore::{Content, RestoreInput, RestoreReport, restore};
-use crate::safe_fs::{self, remove_tree};
+use crate::safe_fs::remove_tree;
 use crate::snapshot::{CheckpointReport, SnapshotInput, list_tree, snapshot};
 use crate::stat_cache::StatCache;
 use crate::verify::Damage;
@@ -683,11 +683,9 @@ impl MaterializeJob {
                 Err(error) => return Err(error),
             },
             (None, Some(seed)) => {
-                let open =
-                    || safe_fs::open_root(seed).ctx(|| format!("Cannot open {}", seed.display()));
-                let (listing, skipped) = list_tree(open()?, self.options.limits, &self.signal)?;
+                let (root, listing, skipped) = list_tree(seed, self.options.limits, &self.signal)?;
                 skipped.warn("--workspace seed");
-                seed_root = Some(open()?);
+                seed_root = Some(root);
                 Some(listing)
             }
             (None, None) => None,
