@@ -27,7 +27,26 @@ fn main() {
     rt.block_on(run(rounds));
 }
 
+/// Whether a cgroup hierarchy is mounted with `favordynmods`: cgroup migrations (runsc
+/// joins and leaves the sandbox's cgroups at every start and restore) then skip an RCU grace
+/// period each (see docs/operations.md, "Tuning a host for gVisor").
+fn favordynmods() -> bool {
+    std::fs::read_to_string("/proc/mounts")
+        .unwrap_or_default()
+        .lines()
+        .filter(|line| line.contains(" cgroup"))
+        .any(|line| {
+            line.split(' ')
+                .nth(3)
+                .is_some_and(|opts| opts.split(',').any(|o| o == "favordynmods"))
+        })
+}
+
 async fn run(rounds: usize) {
+    println!(
+        "host: cgroup favordynmods {}",
+        if favordynmods() { "on" } else { "off" }
+    );
     let tmp = tempfile::tempdir().expect("tempdir");
     let runtime = GvisorRuntime::new(GvisorConfig {
         runsc: PathBuf::from("/usr/bin/runsc"),
