@@ -23,7 +23,7 @@
 use omabox_contract::{
     AbortSignal, AttachWorkspaceInput, CheckpointWorkspaceInput, ManagedSandboxLease,
     MaterializeWorkspaceInput, RuntimeResourceFence, RuntimeResourceScope, SecretString,
-    WorkspaceBinding, WorkspacePersistencePort, WorkspaceStrategy,
+    WorkspaceBinding, WorkspaceCheckpointCandidate, WorkspacePersistencePort, WorkspaceStrategy,
 };
 use omabox_persistence::{CheckpointReport, FilesystemWorkspacePort, binding_host_path};
 use std::path::{Path, PathBuf};
@@ -148,6 +148,24 @@ fn print_checkpoint(name: &str, elapsed: Duration, report: &CheckpointReport) {
     );
 }
 
+/// Checkpoints `binding` (of fence `generation`; the idempotency key is `label`), prints it as
+/// `label`, and returns the candidate and the time it took.
+async fn timed_checkpoint(
+    port: &FilesystemWorkspacePort,
+    generation: u64,
+    binding: &WorkspaceBinding,
+    label: &str,
+) -> (WorkspaceCheckpointCandidate, Duration) {
+    let started = Instant::now();
+    let (candidate, report) = port
+        .checkpoint_with_report(&checkpoint_input(generation, binding, label))
+        .await
+        .unwrap_or_else(|error| panic!("{label}: {error}"));
+    let elapsed = started.elapsed();
+    print_checkpoint(label, elapsed, &report);
+    (candidate, elapsed)
+}
+
 /// The floor a checkpoint is measured against: reading every file of `workspace` (from the
 /// page cache) and hashing it with SHA-256, one thread, as `sha256sum` would. Prints it.
 fn hash_floor(workspace: &Path) -> Duration {
@@ -218,33 +236,12 @@ async fn run(mib: u64, base: PathBuf) {
     tokio::time::sleep(Duration::from_millis(250)).await;
     let floor = hash_floor(&workspace);
 
-    let started = Instant::now();
-    let (_full, report) = port
-        .checkpoint_with_report(&checkpoint_input(1, &binding, "full"))
-        .await
-        .expect("full checkpoint");
-    let full_elapsed = started.elapsed();
-    print_checkpoint("checkpoint, full", full_elapsed, &report);
-
-    let started = Instant::now();
-    let (_, report) = port
-        .checkpoint_with_report(&checkpoint_input(1, &binding, "unchanged"))
-        .await
-        .expect("unchanged checkpoint");
-    print_checkpoint("checkpoint, nothing changed", started.elapsed(), &report);
+    let (_, full_elapsed) = timed_checkpoint(&port, 1, &binding, "checkpoint, full").await;
+    timed_checkpoint(&port, 1, &binding, "checkpoint, nothing changed").await;
 
     std::fs::write(big_file(&workspace, mib / 2), noise(u64::MAX, MIB as usize)).expect("change");
-    let started = Instant::now();
-    let (incremental, report) = port
-        .checkpoint_with_report(&checkpoint_input(1, &binding, "incremental"))
-        .await
-        .expect("incremental checkpoint");
-    let incremental_elapsed = started.elapsed();
-    print_checkpoint(
-        "checkpoint, one 1 MiB file changed",
-        incremental_elapsed,
-        &report,
-    );
+    let (incremental, incremental_elapsed) =
+        timed_checkpoint(&port, 1, &binding, "checkpoint, one 1 MiB file changed").await;
 
     let started = Instant::now();
     let (restored, restore) = port
@@ -280,16 +277,8 @@ async fn run(mib: u64, base: PathBuf) {
         "attach (settles the restore cache)",
         started.elapsed().as_secs_f64() * 1000.0
     );
-    let started = Instant::now();
-    let (again, report) = port
-        .checkpoint_with_report(&checkpoint_input(2, &restored, "after-restore"))
-        .await
-        .expect("checkpoint after restore");
-    print_checkpoint(
-        "checkpoint of restored, unchanged",
-        started.elapsed(),
-        &report,
-    );
+    let (again, _) =
+        timed_checkpoint(&port, 2, &restored, "checkpoint of restored, unchanged").await;
     assert_eq!(
         again.id, incremental.id,
         "a restore round trip must reproduce the checkpoint"
@@ -361,13 +350,7 @@ async fn seed_and_first_checkpoint(workspace: &Path, data: PathBuf) -> (Duration
         seed.as_secs_f64() * 1000.0,
         rate(bytes, seed)
     );
-    let started = Instant::now();
-    let (_, report) = port
-        .checkpoint_with_report(&checkpoint_input(1, &seeded, "seeded-first"))
-        .await
-        .expect("first checkpoint of a seed");
-    let first = started.elapsed();
-    print_checkpoint("first checkpoint of the seed", first, &report);
+    let (_, first) = timed_checkpoint(&port, 1, &seeded, "first checkpoint of the seed").await;
     let _ = port.release(&scope(), &fence(1), &seeded).await;
     (seed, first)
 }
@@ -433,13 +416,7 @@ async fn run_small(count: u64, base: &Path) {
         cp_sync.as_secs_f64() * 1000.0
     );
 
-    let started = Instant::now();
-    let (full, report) = port
-        .checkpoint_with_report(&checkpoint_input(1, &binding, "small-full"))
-        .await
-        .expect("full checkpoint");
-    let checkpoint = started.elapsed();
-    print_checkpoint("checkpoint, full", checkpoint, &report);
+    let (full, checkpoint) = timed_checkpoint(&port, 1, &binding, "checkpoint, full").await;
     let started = Instant::now();
     let (restored, _) = port
         .materialize_with_report(&materialize_input(2, Some(full.to_publication_candidate())))

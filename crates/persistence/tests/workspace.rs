@@ -36,6 +36,38 @@ fn port(data: &Path, grace: Duration) -> FilesystemWorkspacePort {
     })
 }
 
+/// Checkpoints `binding` (generation 1) and materializes that checkpoint as generation 2.
+async fn checkpoint_into_the_next_generation(
+    port: &FilesystemWorkspacePort,
+    binding: &omabox_contract::WorkspaceBinding,
+) -> omabox_contract::WorkspaceBinding {
+    let published = port
+        .checkpoint(checkpoint_input(1, CR, binding, ""))
+        .await
+        .unwrap();
+    port.materialize(materialize_input(
+        2,
+        CR,
+        Some(published.to_publication_candidate()),
+    ))
+    .await
+    .unwrap()
+}
+
+/// Seeds a new session from `seed` and materializes it (generation 1): its binding and path.
+async fn seed_a_new_session(
+    port: &FilesystemWorkspacePort,
+    seed: &Path,
+) -> (omabox_contract::WorkspaceBinding, std::path::PathBuf) {
+    port.seed_new_session(scope(), seed);
+    let binding = port
+        .materialize(materialize_input(1, CR, None))
+        .await
+        .unwrap();
+    let workspace = host_path(&binding);
+    (binding, workspace)
+}
+
 fn build_tree(root: &Path) {
     std::fs::create_dir_all(root.join("src/nested/deeper")).unwrap();
     std::fs::create_dir_all(root.join("empty/also-empty")).unwrap();
@@ -714,26 +746,10 @@ async fn a_seed_fills_only_a_new_session() {
     std::fs::write(seed.path().join("sub/seeded.txt"), b"from the seed").unwrap();
     std::os::unix::fs::symlink("/etc/passwd", seed.path().join("link")).unwrap();
     let port = port(data.path(), Duration::from_secs(3600));
-    port.seed_new_session(scope(), seed.path());
-    let binding = port
-        .materialize(materialize_input(1, CR, None))
-        .await
-        .unwrap();
-    let workspace = host_path(&binding);
+    let (binding, workspace) = seed_a_new_session(&port, seed.path()).await;
     assert_eq!(describe(&workspace), describe(seed.path()));
     std::fs::write(workspace.join("sub/seeded.txt"), b"changed by the run").unwrap();
-    let published = port
-        .checkpoint(checkpoint_input(1, CR, &binding, ""))
-        .await
-        .unwrap();
-    let next = port
-        .materialize(materialize_input(
-            2,
-            CR,
-            Some(published.to_publication_candidate()),
-        ))
-        .await
-        .unwrap();
+    let next = checkpoint_into_the_next_generation(&port, &binding).await;
     assert_eq!(
         std::fs::read(host_path(&next).join("sub/seeded.txt")).unwrap(),
         b"changed by the run"
@@ -769,12 +785,7 @@ async fn a_seed_is_copied_with_a_checkpoints_rules_stores_nothing_and_its_first_
     )
     .unwrap();
     let port = port(data.path(), Duration::from_secs(3600));
-    port.seed_new_session(scope(), seed.path());
-    let binding = port
-        .materialize(materialize_input(1, CR, None))
-        .await
-        .unwrap();
-    let workspace = host_path(&binding);
+    let (binding, workspace) = seed_a_new_session(&port, seed.path()).await;
     std::fs::remove_file(seed.path().join("pipe")).unwrap();
     let expected = describe(seed.path());
     assert_eq!(describe(&workspace), expected);
@@ -790,19 +801,7 @@ async fn a_seed_is_copied_with_a_checkpoints_rules_stores_nothing_and_its_first_
         "a seed hashes and stores nothing"
     );
 
-    let published = port
-        .checkpoint(checkpoint_input(1, CR, &binding, ""))
-        .await
-        .unwrap();
-    port.release(&scope(), &fence(1), &binding).await.unwrap();
-    let next = port
-        .materialize(materialize_input(
-            2,
-            CR,
-            Some(published.to_publication_candidate()),
-        ))
-        .await
-        .unwrap();
+    let next = checkpoint_into_the_next_generation(&port, &binding).await;
     assert_eq!(describe(&host_path(&next)), expected);
 }
 
@@ -951,17 +950,7 @@ async fn progress_reaches_its_totals() {
         )
         .unwrap();
     }
-    let candidate = port
-        .checkpoint(checkpoint_input(1, CR, &binding, ""))
-        .await
-        .unwrap();
-    port.materialize(materialize_input(
-        2,
-        CR,
-        Some(candidate.to_publication_candidate()),
-    ))
-    .await
-    .unwrap();
+    checkpoint_into_the_next_generation(&port, &binding).await;
     let updates = recorder.0.lock().unwrap().clone();
     for phase in [ProgressPhase::Checkpoint, ProgressPhase::Restore] {
         let last = updates
