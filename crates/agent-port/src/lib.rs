@@ -131,6 +131,9 @@ pub async fn spawn_duplex(
     if let Some(cwd) = cwd {
         request = request.cwd(cwd);
     }
+    // Read before the spawn: a process that outgrows the limit at once can be killed before
+    // `spawn` returns, and a count read after that kill would not see it rise.
+    let oom_before = oom.as_ref().and_then(|o| o.oom_kills());
     let mut process = match client.spawn(request).await {
         Ok(p) => p,
         Err(source) => {
@@ -153,7 +156,6 @@ pub async fn spawn_duplex(
         });
     };
     let killer = process.killer();
-    let oom_before = oom.as_ref().and_then(|o| o.oom_kills());
     let kill_errors = Arc::clone(&port_error);
     // Set once this port signals the process: a SIGKILL is then ours, not the OOM killer's,
     // and its exit is not held back for the OOM count (a harness cancelled on every run).
@@ -321,5 +323,72 @@ impl SandboxProcessControl for BackgroundControl {
             BackgroundStatus::Error => ProcessStatus::Error,
             BackgroundStatus::Killed => ProcessStatus::Killed,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use omabox_agent::{Agent, AgentConfig, ReapMode};
+    use std::path::PathBuf;
+
+    /// Counts one OOM kill once `marker` exists; its first reading takes 300 ms, as a read
+    /// on a loaded machine may.
+    struct SlowFirstReading {
+        marker: PathBuf,
+        read_once: AtomicBool,
+    }
+
+    impl OomWatch for SlowFirstReading {
+        fn oom_kills(&self) -> Option<u64> {
+            if !self.read_once.swap(true, Ordering::SeqCst) {
+                std::thread::sleep(std::time::Duration::from_millis(300));
+            }
+            Some(u64::from(self.marker.exists()))
+        }
+        fn memory_limit(&self) -> Option<u64> {
+            Some(32 << 20)
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_process_killed_before_its_spawn_returns_still_counts_as_out_of_memory() {
+        let dir = tempfile::tempdir().unwrap();
+        let agent = Agent::new(AgentConfig {
+            reap: ReapMode::OwnChildren,
+            workdir: dir.path().to_path_buf(),
+            ..AgentConfig::default()
+        })
+        .unwrap();
+        let (ours, theirs) = tokio::io::duplex(64 * 1024);
+        tokio::spawn(async move { agent.serve(theirs).await });
+        let client = AgentClient::connect(ours).await.unwrap();
+        let marker = dir.path().join("killed");
+        let oom: Arc<dyn OomWatch> = Arc::new(SlowFirstReading {
+            marker: marker.clone(),
+            read_once: AtomicBool::new(false),
+        });
+        // The "kill" lands at once: the marker is the OOM count rising, then SIGKILL.
+        let spec = SandboxDuplexProcessSpec {
+            command: "/bin/sh".into(),
+            args: vec![
+                "-c".into(),
+                format!("touch {}; kill -9 $$", marker.display()),
+            ],
+            env: Default::default(),
+            cwd: None,
+        };
+        let port_error: PortErrorOf = Arc::new(|failure| PortError::new(failure.to_string()));
+        let process = spawn_duplex(&client, spec, Some(oom), port_error)
+            .await
+            .unwrap();
+        let exit = process.exited().await.unwrap();
+        assert_eq!(exit.signal.as_deref(), Some("SIGKILL"), "{exit:?}");
+        assert_eq!(
+            exit.out_of_memory,
+            Some(OutOfMemory {
+                limit_bytes: Some(32 << 20)
+            })
+        );
     }
 }
