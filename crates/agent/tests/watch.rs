@@ -85,6 +85,26 @@ async fn a_recursive_watch_follows_new_directories_but_no_symlink(h: Harness) {
 }
 both_modes!(a_recursive_watch_follows_new_directories_but_no_symlink);
 
+async fn what_a_new_directory_already_holds_is_reported_as_created(h: Harness) {
+    std::fs::create_dir(h.local("r")).unwrap();
+    // Built outside, then moved in whole: the kernel never reports its entries' creation.
+    std::fs::create_dir_all(h.local("staging/tree/nested")).unwrap();
+    std::fs::write(h.local("staging/tree/a.txt"), "a").unwrap();
+    std::fs::write(h.local("staging/tree/nested/b.txt"), "b").unwrap();
+    let mut watch = h.client.watch_dir(&h.path("r"), true).await.unwrap();
+    std::fs::rename(h.local("staging/tree"), h.local("r/tree")).unwrap();
+    let mut seen = until(&mut watch, "create", "tree").await;
+    for name in ["tree/a.txt", "tree/nested", "tree/nested/b.txt"] {
+        if !seen.iter().any(|e| e.op == "create" && e.name == name) {
+            seen.extend(until(&mut watch, "create", name).await);
+        }
+    }
+    // And the moved-in directories are watched from then on.
+    std::fs::write(h.local("r/tree/nested/c.txt"), "c").unwrap();
+    until(&mut watch, "create", "tree/nested/c.txt").await;
+}
+both_modes!(what_a_new_directory_already_holds_is_reported_as_created);
+
 async fn a_watch_of_no_directory_is_refused(h: Harness) {
     std::fs::write(h.local("file"), "x").unwrap();
     let error = h

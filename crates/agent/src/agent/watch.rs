@@ -4,7 +4,11 @@
 //! An unread stream makes this task stop reading inotify, so the kernel's queue (not the
 //! agent) fills; its overflow is reported as an error that ends the stream. Recursive
 //! watches follow directories created later; at most [`MAX_WATCHES`] directories are
-//! watched, and a tree larger than that is refused rather than watched in part.
+//! watched, and a tree larger than that is refused rather than watched in part. What a new
+//! directory already holds when its watch is added (written before the agent read the
+//! directory's own event, or moved in with it) gets no event of its own from the kernel, so
+//! the scan that adds the watch reports each entry it finds as created: nothing is missed,
+//! and an entry written while the scan runs may be reported twice.
 //!
 //! With `include_entry`, each event carries its path's metadata, read (`lstat`, inside the
 //! sandbox) when the event is read, so a path changed again meanwhile shows its latest
@@ -35,6 +39,9 @@ use crate::message::{ErrorKind, Event, FileStat, RemoteError, WatchEvent};
 pub(crate) const MAX_WATCHES: usize = 8192;
 /// Bytes of one inotify read.
 const READ_BUFFER: usize = 64 * 1024;
+/// Entries one new directory's scan may report (the kernel's default event queue); more end
+/// the watch as an overflow does.
+const MAX_FOUND: usize = 16_384;
 
 /// The directories being watched, by watch descriptor, as paths relative to the root.
 struct Watches {
@@ -78,8 +85,14 @@ impl Watches {
         }
     }
 
-    /// Watches `relative` and every directory below it (symlinks not followed).
-    fn add_tree(&mut self, relative: PathBuf) -> Result<(), RemoteError> {
+    /// Watches `relative` and every directory below it (symlinks not followed). With
+    /// `found`, every entry below `relative` is added to it, each after the watch of its
+    /// directory (a directory just created: what it holds was created after it).
+    fn add_tree(
+        &mut self,
+        relative: PathBuf,
+        mut found: Option<&mut Vec<PathBuf>>,
+    ) -> Result<(), RemoteError> {
         let mut pending = vec![relative];
         while let Some(dir) = pending.pop() {
             self.add(dir.clone())?;
@@ -87,14 +100,25 @@ impl Watches {
                 continue;
             };
             for entry in entries.flatten() {
+                let path = dir.join(entry.file_name());
+                if let Some(found) = found.as_deref_mut() {
+                    if found.len() >= MAX_FOUND {
+                        return Err(RemoteError::new(ErrorKind::Io, LOST_EVENTS));
+                    }
+                    found.push(path.clone());
+                }
                 if entry.file_type().is_ok_and(|t| t.is_dir()) {
-                    pending.push(dir.join(entry.file_name()));
+                    pending.push(path);
                 }
             }
         }
         Ok(())
     }
 }
+
+/// Why a watch ended with events it could not report.
+const LOST_EVENTS: &str =
+    "too many file events were not read in time; the watch lost some and ended";
 
 fn op_of(flags: ReadFlags) -> Option<&'static str> {
     if flags.intersects(ReadFlags::CREATE | ReadFlags::MOVED_TO) {
@@ -109,6 +133,15 @@ fn op_of(flags: ReadFlags) -> Option<&'static str> {
         Some("chmod")
     } else {
         None
+    }
+}
+
+/// The event of an entry a new directory's scan found (`path` relative to the root).
+fn created(path: &Path) -> WatchEvent {
+    WatchEvent {
+        name: path.to_string_lossy().into_owned(),
+        op: "create".to_owned(),
+        entry: None,
     }
 }
 
@@ -158,7 +191,7 @@ pub(crate) async fn watch_dir(
         dirs: HashMap::new(),
     };
     if recursive {
-        watches.add_tree(PathBuf::new())?;
+        watches.add_tree(PathBuf::new(), None)?;
     } else {
         watches.add(PathBuf::new())?;
     }
@@ -232,24 +265,26 @@ pub(crate) async fn watch_dir(
             watches.dirs.remove(&wd);
         }
         if overflow {
-            return Err(RemoteError::new(
-                ErrorKind::Io,
-                "too many file events were not read in time; the watch lost some and ended",
-            ));
+            return Err(RemoteError::new(ErrorKind::Io, LOST_EVENTS));
         }
         let names =
             (include_entry && !seen.is_empty()).then(|| Names::load(&io.conn.agent.config.etc_dir));
-        for (mut event, relative, new_dir) in seen {
-            if let Some(names) = &names {
-                event.entry = entry_of(&watches.root.join(&relative), names);
-            }
+        for (event, relative, new_dir) in seen {
+            let mut events = vec![(event, relative.clone())];
             if new_dir {
-                watches.add_tree(relative)?;
+                let mut found = Vec::new();
+                watches.add_tree(relative, Some(&mut found))?;
+                events.extend(found.into_iter().map(|path| (created(&path), path)));
             }
-            if !out.send_all(line(&event)).await {
-                return Ok(Event::Ok {
-                    result: serde_json::Value::Null,
-                });
+            for (mut event, path) in events {
+                if let Some(names) = &names {
+                    event.entry = entry_of(&watches.root.join(&path), names);
+                }
+                if !out.send_all(line(&event)).await {
+                    return Ok(Event::Ok {
+                        result: serde_json::Value::Null,
+                    });
+                }
             }
         }
     }
