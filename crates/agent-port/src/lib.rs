@@ -369,26 +369,22 @@ mod tests {
             read_once: AtomicBool::new(false),
         });
         // The "kill" lands at once: the marker is the OOM count rising, then SIGKILL.
-        let spec = SandboxDuplexProcessSpec {
-            command: "/bin/sh".into(),
-            args: vec![
-                "-c".into(),
-                format!("touch {}; kill -9 $$", marker.display()),
-            ],
-            env: Default::default(),
-            cwd: None,
-        };
+        let mut spec = SandboxDuplexProcessSpec::new("/bin/sh");
+        spec.args = vec![
+            "-c".into(),
+            format!("touch {}; kill -9 $$", marker.display()),
+        ];
         let port_error: PortErrorOf = Arc::new(|failure| PortError::new(failure.to_string()));
         let process = spawn_duplex(&client, spec, Some(oom), port_error)
             .await
             .unwrap();
         let exit = process.exited().await.unwrap();
-        assert_eq!(exit.signal.as_deref(), Some("SIGKILL"), "{exit:?}");
+        let out_of_memory = Some(OutOfMemory {
+            limit_bytes: Some(32 << 20),
+        });
         assert_eq!(
-            exit.out_of_memory,
-            Some(OutOfMemory {
-                limit_bytes: Some(32 << 20)
-            })
+            (exit.signal.as_deref(), exit.out_of_memory),
+            (Some("SIGKILL"), out_of_memory)
         );
     }
 }
