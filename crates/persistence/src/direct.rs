@@ -76,28 +76,21 @@ impl<'f> DirectWriter<'f> {
         Ok(())
     }
 
-    /// Appends what `source` reads until its end, but no more than `limit` bytes, read
-    /// straight into the gathering buffer (no copy in between); `seen` sees each piece as it
-    /// was read. With `source_direct`, `source` is read with `O_DIRECT` as well, for as long
-    /// as its reads land on whole blocks (a shorter one, or a refusal, turns it off for the
-    /// rest). Returns the bytes read.
+    /// Appends everything `source` reads until its end, read straight into the gathering
+    /// buffer (no copy in between); `seen` sees each piece as it was read. With
+    /// `source_direct`, `source` is read with `O_DIRECT` as well, for as long as its reads
+    /// land on whole blocks (a shorter one, or a refusal, turns it off for the rest).
     pub(crate) fn write_from(
         &mut self,
         source: &File,
         source_direct: bool,
-        limit: u64,
         mut seen: impl FnMut(&[u8]),
     ) -> io::Result<u64> {
         let mut direct = source_direct && set_direct(source, true).is_ok();
         let mut read_at = 0u64;
         let result = loop {
-            let left = usize::try_from(limit - read_at).unwrap_or(usize::MAX);
-            if left == 0 {
-                break Ok(read_at);
-            }
             let read = with_buffer(|buffer| {
-                let end = buffer.len().min(self.gathered.saturating_add(left));
-                let room = &mut buffer[self.gathered..end];
+                let room = &mut buffer[self.gathered..];
                 let read = match source.read_at(room, read_at) {
                     Err(error) if direct && error.raw_os_error() == Some(libc_einval()) => {
                         direct = false;
@@ -289,42 +282,35 @@ mod tests {
     }
 
     #[test]
-    fn write_from_copies_a_file_exactly_up_to_its_limit_and_shows_every_byte_once_in_order() {
+    fn write_from_copies_a_file_exactly_and_shows_every_byte_once_in_order() {
         let dir = tempfile::tempdir().unwrap();
         let noise: Vec<u8> = (0..(2 * GATHER + 5000))
             .map(|i| (i * 13 + i / 4091) as u8)
             .collect();
         for len in [0, 1, BLOCK, BLOCK + 7, GATHER, GATHER + 1, noise.len()] {
-            let source_path = dir.path().join("source");
-            std::fs::write(&source_path, &noise[..len]).unwrap();
-            for limit in [u64::MAX, len as u64 + 1, len as u64 / 2, BLOCK as u64 + 3] {
-                for source_direct in [false, true] {
-                    let source = File::open(&source_path).unwrap();
-                    let target_path = dir.path().join("target");
-                    let _ = std::fs::remove_file(&target_path);
-                    let target = File::create(&target_path).unwrap();
-                    let mut seen = Vec::new();
-                    let mut writer = DirectWriter::new(&target, false);
-                    let read = writer
-                        .write_from(&source, source_direct, limit, |piece| {
-                            seen.extend_from_slice(piece)
-                        })
-                        .unwrap();
-                    let want = len.min(usize::try_from(limit).unwrap_or(usize::MAX));
-                    let case = format!("len {len}, limit {limit}, direct {source_direct}");
-                    assert_eq!(writer.finish().unwrap(), want as u64, "{case}");
-                    assert_eq!(read, want as u64, "{case}");
-                    assert!(seen == noise[..want], "{case}");
-                    assert!(
-                        std::fs::read(&target_path).unwrap() == noise[..want],
-                        "{case}"
-                    );
-                    let flags = rustix::fs::fcntl_getfl(&source).unwrap();
-                    assert!(
-                        !flags.contains(rustix::fs::OFlags::DIRECT),
-                        "left O_DIRECT on"
-                    );
-                }
+            for source_direct in [false, true] {
+                let source_path = dir.path().join("source");
+                std::fs::write(&source_path, &noise[..len]).unwrap();
+                let source = File::open(&source_path).unwrap();
+                let target_path = dir.path().join("target");
+                let _ = std::fs::remove_file(&target_path);
+                let target = File::create(&target_path).unwrap();
+                let mut seen = Vec::new();
+                let mut writer = DirectWriter::new(&target, false);
+                let read = writer
+                    .write_from(&source, source_direct, |piece| {
+                        seen.extend_from_slice(piece)
+                    })
+                    .unwrap();
+                assert_eq!(writer.finish().unwrap(), len as u64);
+                assert_eq!(read, len as u64);
+                assert!(seen == noise[..len], "len {len}, direct {source_direct}");
+                assert!(std::fs::read(&target_path).unwrap() == noise[..len]);
+                let flags = rustix::fs::fcntl_getfl(&source).unwrap();
+                assert!(
+                    !flags.contains(rustix::fs::OFlags::DIRECT),
+                    "left O_DIRECT on"
+                );
             }
         }
     }

@@ -100,21 +100,21 @@ impl ManifestEntry {
 
     pub(crate) fn file(path: String, mode: u32, size: u64, hash: BlobHash) -> Self {
         Self {
-            path,
-            kind: EntryKind::File,
-            mode: Some(mode),
-            size: Some(size),
             hash: Some(hash),
-            target: None,
-            extents: None,
+            ..Self::listed_file(path, mode, size)
         }
     }
 
     /// A file of a tree still to be copied (a seed's listing): no hash yet.
     pub(crate) fn listed_file(path: String, mode: u32, size: u64) -> Self {
         Self {
+            path,
+            kind: EntryKind::File,
+            mode: Some(mode),
+            size: Some(size),
             hash: None,
-            ..Self::file(path, mode, size, BlobHash::of(b""))
+            target: None,
+            extents: None,
         }
     }
 

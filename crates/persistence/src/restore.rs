@@ -73,7 +73,8 @@ pub(crate) enum Content<'a> {
     /// The same paths under the directory the manifest (of unhashed files) was walked from: a
     /// seed. Each file is opened from this fd one component at a time without following a
     /// symlink, must still be the regular file of the size the walk saw (else
-    /// [`PersistenceError::EntryChanged`]), and is read no further than that size.
+    /// [`PersistenceError::EntryChanged`]), and is read no further than one byte past that
+    /// size (which shows it grew).
     Tree(BorrowedFd<'a>),
 }
 
@@ -504,7 +505,7 @@ fn restore_file(
         let mut digest = verify.then(Sha256::new);
         let mut writer = DirectWriter::new(&file, false);
         writer
-            .write_from(&blob, blob_size >= DIRECT_READ, blob_size, |chunk| {
+            .write_from(&blob, blob_size >= DIRECT_READ, |chunk| {
                 if let Some(digest) = digest.as_mut() {
                     digest.update(chunk);
                 }
@@ -522,7 +523,7 @@ fn restore_file(
 
 /// A seed's file: the walk's path under `root`, opened without following a symlink, must
 /// still be the regular file of the size the walk saw and unchanged once copied (a sparse
-/// one copied as its data regions); never more than that size is read.
+/// one copied as its data regions); never more than one byte past that size is read.
 fn copy_file(
     root: BorrowedFd<'_>,
     job: &FileJob<'_>,

@@ -98,12 +98,13 @@ impl LogQuery {
             level: LogLevel::Debug,
             search: None,
         };
-        let number = number_param;
         for (key, value) in url::form_urlencoded::parse(query.as_bytes()) {
             match (key.as_ref(), v2) {
-                ("start", false) | ("cursor", true) => parsed.cursor = Some(number(&key, &value)?),
+                ("start", false) | ("cursor", true) => {
+                    parsed.cursor = Some(number_param(&key, &value)?)
+                }
                 ("limit", _) => {
-                    let limit = number("limit", &value)?;
+                    let limit = number_param("limit", &value)?;
                     parsed.limit = usize::try_from(limit).unwrap_or(usize::MAX);
                     if parsed.limit > max_limit {
                         return Err(E2bError::bad_request(format!(
